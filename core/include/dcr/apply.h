@@ -1,0 +1,80 @@
+// Applying decoded chunks to storage.
+//
+// An Applier owns a destination for canonical elements. The offline applier (BufferApplier) holds
+// one mutable buffer per inventory tensor (e.g. a mapped output file). Serving runtimes implement
+// Applier over their own storage and placement maps (receiver side), CUDA over device memory.
+//
+// Chunk application is atomic per chunk: for relative payloads (XOR, ulp) the current bits at the
+// changed positions are checked against the chunk's base_change_hash *before* anything is written
+// (kFailedPrecondition and no write on mismatch, e.g. a delta for the wrong base or a chunk applied
+// twice). Absolute payloads are idempotent and always applicable: they are how interrupted or
+// doubtful chunks are repaired.
+//
+// Thread safety: ApplyChunk may be called concurrently for chunks covering disjoint elements
+// (chunks of one delta always are).
+#ifndef DCR_CORE_INCLUDE_DCR_APPLY_H_
+#define DCR_CORE_INCLUDE_DCR_APPLY_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dcr/delta.h"
+#include "dcr/status.h"
+
+namespace dcr {
+
+// Applies the per-element operation of a value mode to `old_bits` (width bytes): the shared
+// per-element logic (also compiled for CUDA in core/src/internal/element_ops.h).
+uint64_t ApplyValue(ValueMode mode, int width, uint64_t old_bits, uint64_t value);
+
+class Applier {
+ public:
+  virtual ~Applier() = default;
+  // Applies one chunk. On error nothing of this chunk is left written.
+  virtual Status ApplyChunk(const DecodedChunk& chunk) = 0;
+};
+
+struct TensorBuffer {
+  uint8_t* data = nullptr;
+  uint64_t num_elements = 0;
+  int width = 1;
+  uint64_t salt = 0;
+};
+
+// Applier over one mutable buffer per inventory tensor (index = tensor_index).
+class BufferApplier : public Applier {
+ public:
+  explicit BufferApplier(std::vector<TensorBuffer> tensors) : tensors_(std::move(tensors)) {}
+  Status ApplyChunk(const DecodedChunk& chunk) override;
+  // Also checks the target_range_hash over every covered element after applying (reads the whole
+  // range). Default off.
+  void set_verify_ranges(bool v) { verify_ranges_ = v; }
+
+ private:
+  std::vector<TensorBuffer> tensors_;
+  bool verify_ranges_ = false;
+};
+
+struct ApplyOptions {
+  int threads = 0;            // 0 = hardware concurrency
+  bool verify_base = true;    // hash the base and compare with the delta's base_hash
+  bool verify_full = false;   // recompute the output's content hash from scratch at the end
+};
+
+struct ApplyStats {
+  uint64_t chunks = 0;
+  uint64_t changes = 0;
+  Hash128 result_hash;
+};
+
+// Offline refit: writes `out_path` = base + delta, atomically (temp + rename). Refuses a base whose
+// content hash differs from the delta's base_hash (kFailedPrecondition) and leaves no output on
+// any error. The result is proven by the incremental content hash (and, with verify_full, a full
+// rehash) matching the delta's target_hash.
+StatusOr<ApplyStats> ApplyDeltaFile(const std::string& base_path, const std::string& delta_path,
+                                    const std::string& out_path, const ApplyOptions& options);
+
+}  // namespace dcr
+
+#endif  // DCR_CORE_INCLUDE_DCR_APPLY_H_

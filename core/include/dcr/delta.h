@@ -1,0 +1,240 @@
+// dcr deltas: START HERE.
+//
+// A delta turns checkpoint version `base` into version `target` bit for bit. It is a header, a set
+// of independently decodable chunks and a trailer (format.h / core/FORMAT.md). Chunks cover fixed
+// cells of a grid over the canonical element space (tensor, element index), so the bytes of a delta
+// depend only on (base, target, options), never on threads or timing.
+//
+// Typical offline use:
+//   DCR_ASSIGN_OR_RETURN(auto base, Checkpoint::Open("step1.safetensors"));
+//   DCR_ASSIGN_OR_RETURN(auto target, Checkpoint::Open("step2.safetensors"));
+//   DeltaFileSink sink("step2.dcr");
+//   DCR_ASSIGN_OR_RETURN(DeltaStats st, BuildDelta(base.get(), *target, DeltaOptions{}, &sink));
+//   DCR_RETURN_IF_ERROR(ApplyDeltaFile("step1.safetensors", "step2.dcr", "out.safetensors", {}));
+//
+// Streaming use (transports): give BuildDelta a DeltaSink that ships header, chunks and trailer as
+// they are produced; receivers parse them with ParseFileHeader / ParseChunk / ParseTrailer and apply
+// each chunk through an Applier (apply.h) as it arrives, in any order.
+//
+// Lower-level pieces (for the training side, which knows its changes without a dense target):
+// Inventory + BuildGrid give the cells; EncodeChunk encodes sorted sparse changes of one cell.
+//
+// Thread safety: free functions are thread-safe; sinks are called from one thread at a time.
+#ifndef DCR_CORE_INCLUDE_DCR_DELTA_H_
+#define DCR_CORE_INCLUDE_DCR_DELTA_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dcr/checkpoint.h"
+#include "dcr/format.h"
+#include "dcr/status.h"
+#include "dcr/statusor.h"
+
+namespace dcr {
+
+enum class ValuePolicy : uint8_t {
+  kAuto = 0,      // ulp delta for float dtypes, XOR for the rest
+  kXor = 1,       // always XOR masks
+  kUlpDelta = 2,  // always ordered-integer differences
+  kAbsolute = 3,  // overwrite values (idempotent; used for retries and converted placements)
+};
+
+struct DeltaOptions {
+  // Grid cell size in elements. Default 2^22 (8 MiB of BF16). Part of the output's identity.
+  uint64_t chunk_elems = uint64_t{1} << 22;
+  // Tensors with fewer elements than this are batched (per element width) into shared chunks.
+  // Default 2^16.
+  uint64_t small_tensor_elems = uint64_t{1} << 16;
+  // zstd level for every stream. Default 1 (measured best; see shared notes).
+  int zstd_level = 1;
+  // Worker threads for chunk encoding; 0 = hardware concurrency. Never changes the output.
+  int threads = 0;
+  ValuePolicy value_policy = ValuePolicy::kAuto;
+  // Version numbers recorded in the header.
+  uint64_t base_version = 0;
+  uint64_t target_version = 1;
+  // Emit chunks whose cell has no change (they carry only hashes). Default false.
+  bool emit_unchanged = false;
+  // Build a no-base delta: every chunk is a full frame (dense absolute values).
+  bool full = false;
+};
+
+// The target checkpoint's tensors in canonical order (sorted by name): tensor_index is the position
+// here. Built from the safetensors JSON header carried in the delta header.
+struct Inventory {
+  std::string json;                 // verbatim safetensors JSON header
+  std::vector<TensorInfo> tensors;  // sorted by name; offsets as in the target file
+  std::vector<uint64_t> salts;      // TensorSalt(name) per tensor
+  uint64_t data_size = 0;           // bytes of the data section
+
+  // Parses a safetensors JSON header (without the u64 length prefix). kDataLoss if malformed.
+  static StatusOr<Inventory> Parse(const std::string& json);
+  static Inventory FromCheckpoint(const Checkpoint& ckpt);
+  int Find(const std::string& name) const;  // -1 if absent
+  // Full file size of a safetensors file with this header.
+  uint64_t file_size() const { return 8 + json.size() + data_size; }
+};
+
+// One cell of the chunk grid.
+struct GridCell {
+  uint64_t chunk_id = 0;
+  uint8_t width = 1;
+  std::vector<Segment> segments;  // contiguous ranges
+  uint64_t num_elements = 0;
+};
+
+// Deterministic grid: each tensor with >= small_tensor_elems elements is split into ranges of
+// chunk_elems; smaller tensors are batched per width into cells of up to chunk_elems elements.
+std::vector<GridCell> BuildGrid(const Inventory& inv, const DeltaOptions& options);
+
+// Sparse changes of one chunk, ready to encode. Positions index the chunk's covered elements.
+struct ChunkChanges {
+  uint64_t chunk_id = 0;
+  uint8_t width = 2;
+  std::vector<Segment> segments;
+  uint64_t num_elements = 0;
+  std::vector<uint64_t> positions;  // strictly increasing
+  std::vector<uint64_t> old_bits;   // per position (ignored for kAbsolute and full frames)
+  std::vector<uint64_t> new_bits;   // per position
+  Hash128 target_range_hash;        // over all covered elements (caller computes)
+  bool dense = false;               // positions are all elements: full frame
+};
+
+// Encodes one chunk record (ChunkHeader + streams). `value_mode` must be kAbsolute when
+// changes.dense is a full frame without base. Hashes of changes are computed from salts.
+StatusOr<std::vector<uint8_t>> EncodeChunk(const ChunkChanges& changes, ValueMode value_mode,
+                                           const std::vector<uint64_t>& salts, int zstd_level);
+
+// Picks the value mode for a dtype under a policy.
+ValueMode ChooseValueMode(ValuePolicy policy, DType dtype);
+
+// Receives a delta as it is built. Calls arrive in order: header, chunks (ascending chunk_id),
+// trailer.
+class DeltaSink {
+ public:
+  virtual ~DeltaSink() = default;
+  virtual Status OnHeader(const std::vector<uint8_t>& bytes) = 0;
+  virtual Status OnChunk(const ChunkHeader& header, const std::vector<uint8_t>& bytes) = 0;
+  virtual Status OnTrailer(const std::vector<uint8_t>& bytes) = 0;
+};
+
+// Accumulates a delta in memory.
+class DeltaMemorySink : public DeltaSink {
+ public:
+  Status OnHeader(const std::vector<uint8_t>& bytes) override;
+  Status OnChunk(const ChunkHeader& header, const std::vector<uint8_t>& bytes) override;
+  Status OnTrailer(const std::vector<uint8_t>& bytes) override;
+  const std::vector<uint8_t>& bytes() const { return bytes_; }
+  std::vector<uint8_t> Release() { return std::move(bytes_); }
+
+ private:
+  std::vector<uint8_t> bytes_;
+};
+
+// Writes a delta file atomically: chunks go to `path`.tmp.<pid>; OnTrailer fsyncs and renames.
+// If destroyed before the trailer, the temporary file is removed and `path` is untouched.
+class DeltaFileSink : public DeltaSink {
+ public:
+  explicit DeltaFileSink(std::string path);
+  ~DeltaFileSink() override;
+  Status OnHeader(const std::vector<uint8_t>& bytes) override;
+  Status OnChunk(const ChunkHeader& header, const std::vector<uint8_t>& bytes) override;
+  Status OnTrailer(const std::vector<uint8_t>& bytes) override;
+
+ private:
+  Status Write(const std::vector<uint8_t>& bytes);
+  std::string path_;
+  std::string tmp_;
+  int fd_ = -1;
+};
+
+// Per-tensor statistics of a built delta (also what `dcr inspect` reports).
+struct TensorDeltaStats {
+  std::string name;
+  std::string dtype_name;
+  uint64_t elements = 0;
+  uint64_t changed = 0;
+  uint64_t payload_bytes = 0;  // share of chunk bytes attributed by changes (batched chunks split)
+  uint64_t dense_bytes = 0;
+  double xor_entropy_bits = 0;  // order-0 entropy bound of the XOR delta, bits (positions + values)
+};
+
+struct DeltaStats {
+  uint64_t elements = 0;
+  uint64_t changed = 0;
+  uint64_t chunks = 0;
+  uint64_t payload_bytes = 0;  // whole delta stream
+  uint64_t dense_bytes = 0;    // tensor bytes of the target
+  double entropy_bound_bits = 0;
+  Hash128 base_hash;
+  Hash128 target_hash;
+  std::vector<TensorDeltaStats> tensors;
+};
+
+// Builds the delta from `base` to `target` (base may be null only with options.full).
+// Errors: kFailedPrecondition if the inventories differ (names, dtypes, shapes) and !full;
+// sink errors are returned as is.
+StatusOr<DeltaStats> BuildDelta(const Checkpoint* base, const Checkpoint& target,
+                                const DeltaOptions& options, DeltaSink* sink);
+
+// ---- parsing ----
+
+// Header bytes: parses and checks magic, version, checksum. `consumed` receives its size.
+// kDataLoss on truncation/corruption, kFailedPrecondition on an unsupported format version.
+StatusOr<FileHeader> ParseFileHeader(const uint8_t* data, size_t size, size_t* consumed);
+std::vector<uint8_t> SerializeFileHeader(const FileHeader& header);
+
+// One chunk record starting at `data`: header checked; `record_size` receives header+streams.
+StatusOr<ChunkHeader> ParseChunkHeader(const uint8_t* data, size_t size, size_t* header_size,
+                                       size_t* record_size);
+
+StatusOr<Trailer> ParseTrailer(const uint8_t* data, size_t size);
+std::vector<uint8_t> SerializeTrailer(const Trailer& trailer, uint64_t trailer_offset);
+
+// A decoded chunk: positions and values in canonical terms (still relative for XOR/ulp modes).
+struct DecodedChunk {
+  ChunkHeader header;
+  std::vector<uint64_t> positions;  // local positions; empty for kDense (all elements)
+  std::vector<uint64_t> values;     // per change: mask / zigzag delta / absolute bits
+};
+
+// Decodes a whole chunk record (header + streams): verifies checksums and counts, decompresses.
+// Errors: kDataLoss for any inconsistency. Never reads outside [data, data+size).
+StatusOr<DecodedChunk> DecodeChunk(const uint8_t* data, size_t size);
+
+// A whole delta in memory or mapped from a file, with its chunk table checked.
+class DeltaReader {
+ public:
+  static StatusOr<std::unique_ptr<DeltaReader>> Open(const std::string& path);
+  static StatusOr<std::unique_ptr<DeltaReader>> FromBytes(std::vector<uint8_t> bytes);
+  ~DeltaReader();
+
+  const FileHeader& header() const { return header_; }
+  const Trailer& trailer() const { return trailer_; }
+  const Inventory& inventory() const { return inventory_; }
+  size_t num_chunks() const { return trailer_.chunks.size(); }
+  // The record bytes of chunk table entry i.
+  const uint8_t* chunk_data(size_t i) const { return data_ + trailer_.chunks[i].offset; }
+  size_t chunk_size(size_t i) const { return trailer_.chunks[i].size; }
+  StatusOr<DecodedChunk> Decode(size_t i) const { return DecodeChunk(chunk_data(i), chunk_size(i)); }
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  DeltaReader() = default;
+  Status Init();
+  std::vector<uint8_t> owned_;
+  void* map_ = nullptr;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  FileHeader header_;
+  Trailer trailer_;
+  Inventory inventory_;
+};
+
+}  // namespace dcr
+
+#endif  // DCR_CORE_INCLUDE_DCR_DELTA_H_

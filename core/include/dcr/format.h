@@ -1,0 +1,152 @@
+// The dcr delta format, version 1 (normative text: core/FORMAT.md; this comment mirrors it).
+//
+// All integers little-endian. A delta is a byte stream:
+//
+//  1. FileHeader (variable size):
+//       magic "DCRDELTA" (8) | u32 format_version (=1) | u32 flags
+//       | u64 base_version | Hash128 base_hash (lo,hi) | u64 target_version
+//       | u32 inventory_size | inventory bytes (the target safetensors JSON header, verbatim)
+//       | u64 chunk_elems (grid option) | u64 header_checksum (XXH3-64 of all previous bytes)
+//     flags bit 0: kFlagNoBase (every chunk is a full frame; base_hash is zero).
+//  2. Chunk records, any number, in any order (each independently decodable given the header):
+//       ChunkHeader:
+//         magic "DCRC" (4) | u32 header_size (bytes of this header incl. magic & checksum)
+//         | u64 chunk_id | u8 position_mode | u8 value_mode | u8 elem_width | u8 reserved (0)
+//         | u32 num_segments | u64 num_elements (elements covered) | u64 num_changes
+//         | Hash128 base_change_hash   (sum of element terms of base bits at changed positions)
+//         | Hash128 target_change_hash (same, target bits)
+//         | Hash128 target_range_hash  (sum of element terms of target bits over all covered elements)
+//         | u32 num_streams | per stream: u8 stream_codec, u64 raw_size, u64 stored_size
+//         | per segment: u32 tensor_index, u32 ndim (1..4), u64 offset, ndim x (u64 count, i64 stride)
+//         | u64 payload_checksum (XXH3-64 of the stored stream bytes, concatenated)
+//         | u64 header_checksum (XXH3-64 of the header bytes before this field)
+//       then the streams' stored bytes back to back.
+//     Covered elements: the segments in order; a segment is an affine box in the canonical element
+//     space of tensor `tensor_index` (position in the inventory, sorted by name): element
+//     offset + sum_d digit_d * stride_d, digits row-major over counts (last dimension fastest).
+//     A change position is an index into the covered elements (0 .. num_elements-1), strictly
+//     increasing. All segments of a chunk have the element width elem_width.
+//  3. Trailer:
+//       magic "DCRTABLE" (8) | u64 num_chunks | num_chunks x (u64 chunk_id, u64 offset, u64 size)
+//       | Hash128 target_hash | u64 trailer_offset (offset of this trailer's magic)
+//       | u64 trailer_checksum (XXH3-64 of the trailer bytes before this field) | "DCREND\0\0" (8)
+//
+// Position modes: kGaps (varint LEB128 of gap-1 between sorted positions, first gap from -1),
+// kBitmap (num_elements bits, LSB first), kDense (every covered element changes; no positions).
+// Value modes: kXor (bits ^ base), kUlpDelta (zigzag(ord(new) - ord(old)) mod 2^(8w), ord = the
+// order-preserving integer map of sign-magnitude floats; identity for integers), kAbsolute (new bits).
+// Streams: [positions (absent for kDense)] then elem_width value byte planes (byte 0 = least
+// significant). Stream codecs: kRaw (stored bytes = raw bytes), kZstd (one zstd frame, level in
+// options). Released enum values are pinned.
+//
+// Thread safety: plain data.
+#ifndef DCR_CORE_INCLUDE_DCR_FORMAT_H_
+#define DCR_CORE_INCLUDE_DCR_FORMAT_H_
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dcr/checkpoint.h"
+
+namespace dcr {
+
+inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr char kFileMagic[8] = {'D', 'C', 'R', 'D', 'E', 'L', 'T', 'A'};
+inline constexpr char kChunkMagic[4] = {'D', 'C', 'R', 'C'};
+inline constexpr char kTrailerMagic[8] = {'D', 'C', 'R', 'T', 'A', 'B', 'L', 'E'};
+inline constexpr char kEndMagic[8] = {'D', 'C', 'R', 'E', 'N', 'D', '\0', '\0'};
+inline constexpr uint32_t kFlagNoBase = 1u << 0;
+inline constexpr uint32_t kMaxSegmentDims = 4;
+
+enum class PositionMode : uint8_t { kGaps = 0, kBitmap = 1, kDense = 2 };
+enum class ValueMode : uint8_t { kXor = 0, kUlpDelta = 1, kAbsolute = 2 };
+enum class StreamCodec : uint8_t { kRaw = 0, kZstd = 1 };
+
+const char* PositionModeName(PositionMode m);
+const char* ValueModeName(ValueMode m);
+
+// True for modes whose decoded values depend on the receiver's current bits (XOR, ulp delta).
+inline bool IsRelative(ValueMode m) { return m != ValueMode::kAbsolute; }
+
+struct Segment {
+  uint32_t tensor_index = 0;
+  uint32_t ndim = 1;
+  uint64_t offset = 0;
+  std::array<uint64_t, kMaxSegmentDims> count{};
+  std::array<int64_t, kMaxSegmentDims> stride{};
+
+  uint64_t num_elements() const {
+    uint64_t n = 1;
+    for (uint32_t d = 0; d < ndim; ++d) n *= count[d];
+    return n;
+  }
+  // A contiguous 1-D range [begin, begin+n).
+  static Segment Range(uint32_t tensor, uint64_t begin, uint64_t n) {
+    Segment s;
+    s.tensor_index = tensor;
+    s.ndim = 1;
+    s.offset = begin;
+    s.count[0] = n;
+    s.stride[0] = 1;
+    return s;
+  }
+  bool IsContiguous() const { return ndim == 1 && stride[0] == 1; }
+  // Canonical element index of the segment's local element `i` (REQUIRES: i < num_elements()).
+  uint64_t ElementAt(uint64_t i) const {
+    uint64_t e = offset;
+    for (int d = static_cast<int>(ndim) - 1; d >= 0; --d) {
+      uint64_t c = count[d];
+      e += static_cast<uint64_t>(static_cast<int64_t>(i % c) * stride[d]);
+      i /= c;
+    }
+    return e;
+  }
+};
+
+struct StreamInfo {
+  StreamCodec codec = StreamCodec::kRaw;
+  uint64_t raw_size = 0;
+  uint64_t stored_size = 0;
+};
+
+struct ChunkHeader {
+  uint64_t chunk_id = 0;
+  PositionMode position_mode = PositionMode::kGaps;
+  ValueMode value_mode = ValueMode::kXor;
+  uint8_t elem_width = 2;
+  uint64_t num_elements = 0;
+  uint64_t num_changes = 0;
+  Hash128 base_change_hash;
+  Hash128 target_change_hash;
+  Hash128 target_range_hash;
+  std::vector<StreamInfo> streams;
+  std::vector<Segment> segments;
+  uint64_t payload_checksum = 0;
+};
+
+struct FileHeader {
+  uint32_t format_version = kFormatVersion;
+  uint32_t flags = 0;
+  uint64_t base_version = 0;
+  Hash128 base_hash;
+  uint64_t target_version = 0;
+  std::string inventory;  // target safetensors JSON header bytes
+  uint64_t chunk_elems = 0;
+};
+
+struct ChunkTableEntry {
+  uint64_t chunk_id = 0;
+  uint64_t offset = 0;  // from the start of the delta stream
+  uint64_t size = 0;    // whole record: header + streams
+};
+
+struct Trailer {
+  std::vector<ChunkTableEntry> chunks;
+  Hash128 target_hash;
+};
+
+}  // namespace dcr
+
+#endif  // DCR_CORE_INCLUDE_DCR_FORMAT_H_

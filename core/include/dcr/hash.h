@@ -1,0 +1,55 @@
+// Content hashes of checkpoint versions.
+//
+// A version's content hash is *additive*: the 128-bit sum (two independent 64-bit lanes, each mod
+// 2^64) of one term per element, ElementTerm(tensor salt, canonical element index, element bits),
+// plus one term per tensor for its identity (name, dtype, shape). Because it is a sum over
+// elements, it can be computed over any partition (training ranks, chunks, serving shards) and
+// updated incrementally from changes alone:
+//     hash(target) = hash(base) - sum(term(old bits)) + sum(term(new bits))   over changed elements.
+// This lets a trainer that never holds the whole checkpoint, and a receiver that only touches
+// changed elements, prove the version they hold.
+//
+// Thread safety: pure functions.
+#ifndef DCR_CORE_INCLUDE_DCR_HASH_H_
+#define DCR_CORE_INCLUDE_DCR_HASH_H_
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "dcr/checkpoint.h"
+#include "dcr/dtype.h"
+
+namespace dcr {
+
+// Salt of a tensor: XXH3-64 of its name.
+uint64_t TensorSalt(std::string_view name);
+
+// One element's contribution. `bits` holds the element's bytes little-endian, zero-extended.
+inline Hash128 ElementTerm(uint64_t salt, uint64_t index, uint64_t bits) {
+  // Two independent SplitMix/Murmur-style finalizers over (salt, index, bits).
+  uint64_t k = salt ^ (index * 0x9E3779B97F4A7C15ULL);
+  uint64_t a = k + bits * 0xD6E8FEB86659FD93ULL;
+  a ^= a >> 32; a *= 0xBF58476D1CE4E5B9ULL; a ^= a >> 29; a *= 0x94D049BB133111EBULL; a ^= a >> 32;
+  uint64_t b = (k ^ 0xA0761D6478BD642FULL) + (bits ^ 0xE7037ED1A0B428DBULL) * 0xFF51AFD7ED558CCDULL;
+  b ^= b >> 33; b *= 0xC4CEB9FE1A85EC53ULL; b ^= b >> 29; b *= 0x9E3779B97F4A7C15ULL; b ^= b >> 32;
+  return Hash128{a, b};
+}
+
+inline void HashAdd(Hash128* acc, const Hash128& t) { acc->lo += t.lo; acc->hi += t.hi; }
+inline void HashSub(Hash128* acc, const Hash128& t) { acc->lo -= t.lo; acc->hi -= t.hi; }
+
+// Reads element `i` (width 1/2/4/8 bytes) from `data` as zero-extended little-endian bits.
+uint64_t LoadBits(const uint8_t* data, int width, uint64_t i);
+
+// Identity term of a tensor (name, dtype name, shape).
+Hash128 TensorIdentityTerm(std::string_view name, std::string_view dtype_name,
+                           const std::vector<int64_t>& shape);
+
+// Sum of element terms for elements [begin, begin+count) of a tensor whose bytes start at `data`
+// (element 0). Scalar reference; Hash of a whole tensor = identity term + RangeHash(0, n).
+Hash128 RangeHash(uint64_t salt, const uint8_t* data, int width, uint64_t begin, uint64_t count);
+
+}  // namespace dcr
+
+#endif  // DCR_CORE_INCLUDE_DCR_HASH_H_
