@@ -1,0 +1,161 @@
+// Object stores: where senders publish delta blobs and receivers fetch them.
+//
+// Three implementations share one interface:
+//   * DirectoryStore: a local (or shared-filesystem) directory, the embedded default. Keys are
+//     relative paths; Put writes "<key>.tmp.<pid>.<n>", fsyncs and renames, so a reader sees an
+//     object completely or not at all.
+//   * S3Store: any S3-compatible endpoint over libcurl with AWS SigV4 (path-style URLs
+//     "<endpoint>/<bucket>/<key>", region, UNSIGNED-PAYLOAD, multipart upload for large objects,
+//     ranged GET). Verified against OpenStack Swift s3api (scripts/start-s3-server.sh).
+//   * MemoryStore: an in-process map, the fake for unit tests and the simulator's bookkeeping.
+//
+// Keys: non-empty, '/'-separated, no "." or ".." components, no leading '/', no NUL; at most 1024
+// bytes. Objects are immutable once put (a second Put replaces the whole object atomically).
+//
+// Thread safety: every implementation is thread-safe (concurrent calls on one store are allowed).
+#ifndef DCR_CORE_INCLUDE_DCR_OBJECT_STORE_H_
+#define DCR_CORE_INCLUDE_DCR_OBJECT_STORE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "dcr/status.h"
+#include "dcr/statusor.h"
+
+namespace dcr {
+
+struct ObjectInfo {
+  std::string key;
+  uint64_t size = 0;
+};
+
+class ObjectStore {
+ public:
+  virtual ~ObjectStore() = default;
+
+  // Stores `size` bytes under `key`, atomically visible (all or nothing).
+  // Errors: kInvalidArgument (bad key), kUnavailable (I/O or network; message names the
+  // endpoint/path and the HTTP status or errno), kFailedPrecondition (access denied, e.g. 403).
+  virtual Status Put(const std::string& key, const void* data, size_t size) = 0;
+  // The whole object. Errors: kNotFound, kUnavailable, kFailedPrecondition (403).
+  virtual StatusOr<std::vector<uint8_t>> Get(const std::string& key) = 0;
+  // Bytes [offset, offset+length) of the object; shorter if the object ends earlier.
+  // Errors: as Get; kInvalidArgument when offset > object size.
+  virtual StatusOr<std::vector<uint8_t>> GetRange(const std::string& key, uint64_t offset,
+                                                  uint64_t length) = 0;
+  // Size of an object. kNotFound if absent.
+  virtual StatusOr<ObjectInfo> Head(const std::string& key) = 0;
+  // Every object whose key starts with `prefix`, sorted by key (all pages).
+  virtual StatusOr<std::vector<ObjectInfo>> List(const std::string& prefix) = 0;
+  // Removes an object; deleting an absent key is OK.
+  virtual Status Delete(const std::string& key) = 0;
+  // "dir:/path", "s3:http://host:port/bucket", "mem:" (for messages).
+  virtual std::string Describe() const = 0;
+};
+
+// kInvalidArgument naming the problem if `key` is not a valid key (see top).
+Status ValidateObjectKey(const std::string& key);
+
+// ---- directory store ----
+
+class DirectoryStore : public ObjectStore {
+ public:
+  // Creates `root` (and parents) if missing. Errors: kUnavailable if it cannot be created.
+  static StatusOr<std::unique_ptr<DirectoryStore>> Open(const std::string& root);
+
+  Status Put(const std::string& key, const void* data, size_t size) override;
+  StatusOr<std::vector<uint8_t>> Get(const std::string& key) override;
+  StatusOr<std::vector<uint8_t>> GetRange(const std::string& key, uint64_t offset,
+                                          uint64_t length) override;
+  StatusOr<ObjectInfo> Head(const std::string& key) override;
+  // Temporary files of in-progress Puts are never listed.
+  StatusOr<std::vector<ObjectInfo>> List(const std::string& prefix) override;
+  Status Delete(const std::string& key) override;
+  std::string Describe() const override { return "dir:" + root_; }
+
+ private:
+  explicit DirectoryStore(std::string root) : root_(std::move(root)) {}
+  std::string root_;
+};
+
+// ---- S3 store ----
+
+struct S3Options {
+  // "http://127.0.0.1:8080" or "https://s3.us-east-1.amazonaws.com" (no trailing path).
+  std::string endpoint;
+  std::string bucket;
+  std::string region = "us-east-1";
+  // Credentials. Empty: taken by S3Store::Open from the environment, first DCR_S3_ACCESS_KEY /
+  // DCR_S3_SECRET_KEY, then AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, then the file named by
+  // `credentials_file` (or DCR_S3_CREDENTIALS_FILE): lines "access_key = ..." and
+  // "secret_key = ..." (aws_access_key_id / aws_secret_access_key also accepted).
+  std::string access_key;
+  std::string secret_key;
+  std::string credentials_file;
+  // Objects of at least this size are uploaded with multipart upload in parts of part_bytes.
+  // Defaults 64 MiB and 16 MiB. REQUIRES: part_bytes >= 5 MiB (S3's minimum part size).
+  uint64_t multipart_threshold = uint64_t{64} << 20;
+  uint64_t part_bytes = uint64_t{16} << 20;
+  // Per-request timeouts in seconds (connect, whole transfer). Defaults 10, 300.
+  double connect_timeout_s = 10;
+  double request_timeout_s = 300;
+  // Create the bucket in Open if it does not exist. Default false.
+  bool create_bucket = false;
+};
+
+class S3Store : public ObjectStore {
+ public:
+  // Validates options, resolves credentials and (with create_bucket) creates the bucket.
+  // Errors: kInvalidArgument naming the missing/bad field ("s3.endpoint: ..."), kUnavailable if
+  // the endpoint cannot be reached, kFailedPrecondition on 403 (message includes the S3 error
+  // code such as SignatureDoesNotMatch or InvalidAccessKeyId).
+  static StatusOr<std::unique_ptr<S3Store>> Open(const S3Options& options);
+  ~S3Store() override;
+
+  Status Put(const std::string& key, const void* data, size_t size) override;
+  StatusOr<std::vector<uint8_t>> Get(const std::string& key) override;
+  StatusOr<std::vector<uint8_t>> GetRange(const std::string& key, uint64_t offset,
+                                          uint64_t length) override;
+  StatusOr<ObjectInfo> Head(const std::string& key) override;
+  StatusOr<std::vector<ObjectInfo>> List(const std::string& prefix) override;
+  Status Delete(const std::string& key) override;
+  std::string Describe() const override;
+
+  // Creates the bucket (OK if it already exists and is ours).
+  Status CreateBucket();
+
+ private:
+  explicit S3Store(S3Options options) : options_(std::move(options)) {}
+  S3Options options_;
+};
+
+// ---- in-memory fake ----
+
+class MemoryStore : public ObjectStore {
+ public:
+  Status Put(const std::string& key, const void* data, size_t size) override;
+  StatusOr<std::vector<uint8_t>> Get(const std::string& key) override;
+  StatusOr<std::vector<uint8_t>> GetRange(const std::string& key, uint64_t offset,
+                                          uint64_t length) override;
+  StatusOr<ObjectInfo> Head(const std::string& key) override;
+  StatusOr<std::vector<ObjectInfo>> List(const std::string& prefix) override;
+  Status Delete(const std::string& key) override;
+  std::string Describe() const override { return "mem:"; }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, std::vector<uint8_t>> objects_;
+};
+
+// Opens a store from a spec string: "dir:/path" (or a plain path), "mem:", or
+// "s3://bucket?endpoint=http://host:port&region=us-east-1" (credentials as in S3Options).
+// kInvalidArgument for anything else.
+StatusOr<std::unique_ptr<ObjectStore>> OpenObjectStore(const std::string& spec);
+
+}  // namespace dcr
+
+#endif  // DCR_CORE_INCLUDE_DCR_OBJECT_STORE_H_

@@ -1,0 +1,243 @@
+// Scenarios: what `dcr run SCENARIO.yaml` executes, for real (mode: real) or simulated (mode: sim),
+// and the result every run produces. The schema, units and defaults are documented key by key in
+// scenarios/README.md; this header mirrors it. The library (dcr::scenario) has no SimGrid
+// dependency: the real runner, the simulator and the reports all link it.
+//
+// Units accepted by the parser (case-sensitive suffixes, optional space, decimal numbers):
+//   sizes      B, KB, MB, GB, TB (10^3 steps), KiB, MiB, GiB, TiB (2^10 steps); a bare number is
+//              bytes.
+//   bandwidth  bit/s, Kbit/s, Mbit/s, Gbit/s, Tbit/s (also bps, Kbps, Mbps, Gbps) and
+//              B/s, KB/s, MB/s, GB/s, KiB/s, MiB/s, GiB/s; stored as bytes per second.
+//   durations  ns, us, ms, s, min, h; a bare number is seconds.
+//   rates      a fraction (0.03) or a percentage ("3%").
+// Errors name the key path, e.g. "transport.relay_tree.window: bad size '8 MiBs'" or
+// "network.long_link: unknown key 'bandwith'".
+//
+// Thread safety: plain data and pure functions.
+#ifndef DCR_SIM_SCENARIO_INCLUDE_DCR_SCENARIO_H_
+#define DCR_SIM_SCENARIO_INCLUDE_DCR_SCENARIO_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dcr/status.h"
+#include "dcr/statusor.h"
+
+namespace dcr {
+
+enum class RunMode : uint8_t { kReal, kSim };
+enum class Method : uint8_t { kDelta, kFull };
+enum class TransportKind : uint8_t { kRelayTree, kObjectStore };
+enum class StoreKind : uint8_t { kDir, kS3 };
+// How the long link is emulated in mode real: in the transport layer (token bucket + delay on
+// every long-link socket), by network namespaces (tests; needs root), or not at all.
+enum class WanEmulation : uint8_t { kTransport, kNetns, kNone };
+
+const char* RunModeName(RunMode m);          // "real", "sim"
+const char* MethodName(Method m);            // "delta", "full"
+const char* TransportKindName(TransportKind k);  // "relay_tree", "object_store"
+const char* StoreKindName(StoreKind k);      // "dir", "s3"
+
+struct LinkSpec {
+  double bandwidth_Bps = 0;  // bytes per second; 0 = unlimited
+  double latency_s = 0;      // one-way
+};
+
+struct ModelSpec {
+  // Either a preset (synthetic checkpoints via `dcr synth` machinery) ...
+  std::string preset;  // e.g. "tiny", "llama3-8b"; empty when checkpoints are given
+  int64_t depth_div = 1, width_div = 1, expert_div = 1;
+  uint64_t seed = 1;
+  // ... or explicit checkpoints: base then one target per step.
+  std::vector<std::string> checkpoints;
+  // Where synthetic checkpoints are written. Default "" = a fresh temporary directory.
+  std::string work_dir;
+};
+
+struct DeltaSpec {
+  uint64_t chunk_elems = uint64_t{1} << 22;  // grid cell, elements (DeltaOptions)
+  int zstd_level = 1;
+  int threads = 0;  // 0 = hardware concurrency
+};
+
+// Training-side layout (issue: per-shard construction). Defaults: one rank, canonical export.
+struct TrainingLayout {
+  int tp = 1, pp = 1, ep = 1;
+  bool distributed_optimizer = false;
+  bool enabled = false;  // true when the scenario has a `training` block
+};
+
+// Serving-side layout (issue: receiver runtime). Defaults: receivers apply to safetensors copies.
+struct ServingLayout {
+  int tp = 1;
+  bool fp8 = false;
+  bool buffers = false;
+  bool enabled = false;  // true when the scenario has a `serving` block
+};
+
+struct ObjectStoreSpec {
+  StoreKind kind = StoreKind::kDir;
+  std::string path;      // dir: root directory ("" = <work_dir>/store)
+  std::string endpoint;  // s3
+  std::string bucket;    // s3
+  std::string region = "us-east-1";
+  std::string credentials_file;
+  int parallel = 4;        // concurrent puts / fetches per node
+  double poll_s = 0.05;    // downloader list interval
+  // Simulation: store bandwidth and first-byte latency (ignored by mode real).
+  LinkSpec sim_link{1.25e9, 0.02};
+};
+
+struct RelayTreeSpec {
+  int fan_out = 2;       // children per relay
+  int root_fan_out = 1;  // long-link children of the sender
+  int streams = 1;       // parallel TCP streams per long-link edge
+  uint64_t window = uint64_t{8} << 20;  // bytes in flight per (child, stream)
+  uint64_t chunk = uint64_t{1} << 20;   // cut-through piece size, bytes
+  std::vector<int> topology;            // explicit parents (node 0 = sender, -1); empty = fan-out
+};
+
+struct TransportSpec {
+  // Transports to run; every (method x transport x change rate) combination is one run.
+  std::vector<TransportKind> kinds{TransportKind::kRelayTree};
+  ObjectStoreSpec object_store;
+  RelayTreeSpec relay_tree;
+};
+
+struct ReceiversSpec {
+  int count = 4;
+  int per_node = 1;         // receivers sharing a host (sim: GPUs per node)
+  int apply_threads = 2;    // parallel chunk applies per receiver
+  bool verify = true;       // compare every receiver's bytes with the target after the run
+};
+
+struct RegionSpec {
+  std::string name;
+  LinkSpec intra{12.5e9, 0.0001};  // links inside the region: default 100 Gbit/s, 0.1 ms
+};
+
+struct NetworkSpec {
+  std::vector<RegionSpec> regions;  // default: "train", "rollout"
+  LinkSpec long_link{12.5e6, 0.035};  // inter-region: default 100 Mbit/s, 35 ms
+  WanEmulation emulation = WanEmulation::kTransport;
+  // Multi-host (`dcr node`): "host:port" per rank (rank 0 = sender). Empty: loopback ports.
+  std::vector<std::string> hosts;
+  int base_port = 0;  // loopback: first port (0 = pick free ports)
+};
+
+// Simulator-only settings (mode: sim); parsed here, interpreted by dcr::sim.
+struct SimSpec {
+  std::string network_model = "CM02";
+  std::string calibration;       // calibration file from `dcr bench` ("" = built-in defaults)
+  int sample_tensors = 8;        // tensors sampled through the real codec for payload sizes
+  int coarsen = 1;               // merge this many chunks per simulated message
+  int gpus_per_node = 8;
+  double tcp_gamma = 4194304;    // SimGrid network/TCP-gamma, bytes
+  // Extra free-form settings for the simulator ("key: value" strings), so it can grow without a
+  // schema change here. Keys are dotted paths under `sim.extra`.
+  std::map<std::string, std::string> extra;
+};
+
+struct Scenario {
+  std::string name;           // default: file stem
+  std::string description;
+  RunMode mode = RunMode::kReal;
+  ModelSpec model;
+  std::vector<double> change_rates{0.03};
+  int steps = 1;              // refits per run (consecutive versions)
+  std::vector<Method> methods{Method::kDelta, Method::kFull};
+  DeltaSpec delta;
+  TrainingLayout training;
+  ServingLayout serving;
+  TransportSpec transport;
+  ReceiversSpec receivers;
+  NetworkSpec network;
+  SimSpec sim;
+  double timeout_s = 600;     // whole run
+  bool progress = true;       // progress display on stderr
+  std::string source_path;    // file it was parsed from ("" for strings)
+};
+
+// Parses YAML text. `name_hint` names the scenario when it has no `name` key.
+// Errors: kInvalidArgument with the key path (unknown key, wrong type, bad unit, bad value).
+StatusOr<Scenario> ParseScenario(const std::string& yaml_text, const std::string& name_hint = "");
+// Reads and parses a file. kNotFound if it does not exist.
+StatusOr<Scenario> LoadScenario(const std::string& path);
+// Checks cross-field constraints (receivers >= 1, rates in (0, 1], topology size == receivers+1,
+// s3 needs endpoint and bucket, ...). ParseScenario calls it.
+Status ValidateScenario(const Scenario& s);
+
+// Unit parsers (exposed for tests and the CLI). `what` prefixes errors.
+StatusOr<uint64_t> ParseSize(const std::string& text, const std::string& what);
+StatusOr<double> ParseBandwidth(const std::string& text, const std::string& what);  // bytes/s
+StatusOr<double> ParseDuration(const std::string& text, const std::string& what);   // seconds
+StatusOr<double> ParseRate(const std::string& text, const std::string& what);       // fraction
+
+// ---- results (the same struct for real and simulated runs) ----
+
+struct PhaseTimes {
+  double build_s = 0;     // first to last chunk built (sender)
+  double transfer_s = 0;  // first byte sent to last byte received by the last receiver
+  double apply_s = 0;     // sum over receivers of time spent applying, / receivers
+  double commit_s = 0;    // first chunk built -> tree committed (= refit_seconds)
+};
+
+struct ReceiverResult {
+  int node = 0;
+  std::string host;
+  bool committed = false;
+  bool verified = false;     // byte-for-byte equal to the target
+  std::string verify_message;  // first difference or error
+  double commit_at_s = 0;    // since the first chunk was built
+  uint64_t bytes_received = 0;
+};
+
+struct LinkBytes {
+  std::string name;  // "long", "local", "store_put", "store_get"
+  uint64_t bytes = 0;
+};
+
+struct RunResult {
+  Method method = Method::kDelta;
+  TransportKind transport = TransportKind::kRelayTree;
+  double change_rate = 0;
+  int step = 1;
+  double refit_seconds = 0;   // first chunk built -> last receiver committed
+  uint64_t wire_bytes = 0;    // bytes over the long link
+  uint64_t payload_bytes = 0; // stream bytes (delta or full checkpoint)
+  uint64_t dense_bytes = 0;   // checkpoint tensor bytes
+  int receivers = 0;
+  int receivers_verified = 0;
+  PhaseTimes phases;
+  std::vector<LinkBytes> links;
+  std::vector<ReceiverResult> receiver_results;
+  std::string error;          // empty on success
+};
+
+struct ScenarioResult {
+  std::string scenario;
+  RunMode mode = RunMode::kReal;
+  std::string model;          // preset name or checkpoint file name
+  uint64_t model_bytes = 0;
+  std::vector<RunResult> runs;
+  // Free-form facts about the setup (host, commit, calibration, emulation), reported verbatim.
+  std::map<std::string, std::string> setup;
+};
+
+// The result JSON (keys: scenario, mode, model, runs[{method, transport, change_rate,
+// refit_seconds, wire_bytes, receivers, receivers_verified, ...}], plus speedups and setup).
+std::string ResultToJson(const ScenarioResult& r);
+// Parses ResultToJson output (reports, comparisons). kInvalidArgument on malformed JSON.
+StatusOr<ScenarioResult> ResultFromJson(const std::string& json);
+// A Markdown table, one row per run, with the delta-vs-full speedup per (transport, rate).
+std::string ResultToMarkdown(const ScenarioResult& r);
+// Speedup of the delta run over the full run with the same transport, rate and step (0 if
+// either is missing or failed).
+double SpeedupVsFull(const ScenarioResult& r, const RunResult& delta_run);
+
+}  // namespace dcr
+
+#endif  // DCR_SIM_SCENARIO_INCLUDE_DCR_SCENARIO_H_

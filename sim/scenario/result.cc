@@ -1,0 +1,181 @@
+// Result JSON and Markdown of scenario runs (one schema for real and simulated runs).
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "dcr/scenario.h"
+
+namespace dcr {
+
+namespace {
+using nlohmann::json;
+
+json LinkJson(const LinkBytes& l) { return json{{"name", l.name}, {"bytes", l.bytes}}; }
+
+json RunJson(const ScenarioResult& r, const RunResult& run) {
+  json j;
+  j["method"] = MethodName(run.method);
+  j["transport"] = TransportKindName(run.transport);
+  j["change_rate"] = run.change_rate;
+  j["step"] = run.step;
+  j["refit_seconds"] = run.refit_seconds;
+  j["wire_bytes"] = run.wire_bytes;
+  j["payload_bytes"] = run.payload_bytes;
+  j["dense_bytes"] = run.dense_bytes;
+  j["receivers"] = run.receivers;
+  j["receivers_verified"] = run.receivers_verified;
+  j["phases"] = json{{"build_s", run.phases.build_s},
+                     {"transfer_s", run.phases.transfer_s},
+                     {"apply_s", run.phases.apply_s},
+                     {"commit_s", run.phases.commit_s}};
+  json links = json::array();
+  for (const auto& l : run.links) links.push_back(LinkJson(l));
+  j["links"] = links;
+  json recv = json::array();
+  for (const auto& rr : run.receiver_results) {
+    recv.push_back(json{{"node", rr.node},
+                        {"host", rr.host},
+                        {"committed", rr.committed},
+                        {"verified", rr.verified},
+                        {"verify_message", rr.verify_message},
+                        {"commit_at_s", rr.commit_at_s},
+                        {"bytes_received", rr.bytes_received}});
+  }
+  j["receiver_results"] = recv;
+  if (run.method == Method::kDelta) {
+    double s = SpeedupVsFull(r, run);
+    if (s > 0) j["speedup_vs_full"] = s;
+  }
+  if (!run.error.empty()) j["error"] = run.error;
+  return j;
+}
+
+template <typename T>
+T GetOr(const json& j, const char* key, T def) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return def;
+  return it->get<T>();
+}
+}  // namespace
+
+double SpeedupVsFull(const ScenarioResult& r, const RunResult& d) {
+  if (!d.error.empty() || d.refit_seconds <= 0) return 0;
+  for (const auto& f : r.runs) {
+    if (f.method == Method::kFull && f.transport == d.transport && f.step == d.step &&
+        f.error.empty() && std::abs(f.change_rate - d.change_rate) < 1e-12) {
+      return f.refit_seconds / d.refit_seconds;
+    }
+  }
+  return 0;
+}
+
+std::string ResultToJson(const ScenarioResult& r) {
+  json j;
+  j["scenario"] = r.scenario;
+  j["mode"] = RunModeName(r.mode);
+  j["model"] = r.model;
+  j["model_bytes"] = r.model_bytes;
+  json runs = json::array();
+  for (const auto& run : r.runs) runs.push_back(RunJson(r, run));
+  j["runs"] = runs;
+  j["setup"] = r.setup;
+  return j.dump(2) + "\n";
+}
+
+StatusOr<ScenarioResult> ResultFromJson(const std::string& text) {
+  ScenarioResult r;
+  try {
+    json j = json::parse(text);
+    r.scenario = GetOr<std::string>(j, "scenario", "");
+    r.mode = GetOr<std::string>(j, "mode", "real") == "sim" ? RunMode::kSim : RunMode::kReal;
+    r.model = GetOr<std::string>(j, "model", "");
+    r.model_bytes = GetOr<uint64_t>(j, "model_bytes", 0);
+    if (j.contains("setup")) r.setup = j["setup"].get<std::map<std::string, std::string>>();
+    for (const auto& rj : j.at("runs")) {
+      RunResult run;
+      run.method = rj.at("method").get<std::string>() == "full" ? Method::kFull : Method::kDelta;
+      run.transport = rj.at("transport").get<std::string>() == "object_store"
+                          ? TransportKind::kObjectStore
+                          : TransportKind::kRelayTree;
+      run.change_rate = rj.at("change_rate").get<double>();
+      run.step = GetOr<int>(rj, "step", 1);
+      run.refit_seconds = rj.at("refit_seconds").get<double>();
+      run.wire_bytes = rj.at("wire_bytes").get<uint64_t>();
+      run.payload_bytes = GetOr<uint64_t>(rj, "payload_bytes", 0);
+      run.dense_bytes = GetOr<uint64_t>(rj, "dense_bytes", 0);
+      run.receivers = rj.at("receivers").get<int>();
+      run.receivers_verified = rj.at("receivers_verified").get<int>();
+      if (rj.contains("phases")) {
+        const auto& p = rj["phases"];
+        run.phases.build_s = GetOr<double>(p, "build_s", 0);
+        run.phases.transfer_s = GetOr<double>(p, "transfer_s", 0);
+        run.phases.apply_s = GetOr<double>(p, "apply_s", 0);
+        run.phases.commit_s = GetOr<double>(p, "commit_s", 0);
+      }
+      if (rj.contains("links")) {
+        for (const auto& l : rj["links"]) {
+          run.links.push_back(LinkBytes{l.at("name").get<std::string>(), l.at("bytes").get<uint64_t>()});
+        }
+      }
+      if (rj.contains("receiver_results")) {
+        for (const auto& x : rj["receiver_results"]) {
+          ReceiverResult rr;
+          rr.node = GetOr<int>(x, "node", 0);
+          rr.host = GetOr<std::string>(x, "host", "");
+          rr.committed = GetOr<bool>(x, "committed", false);
+          rr.verified = GetOr<bool>(x, "verified", false);
+          rr.verify_message = GetOr<std::string>(x, "verify_message", "");
+          rr.commit_at_s = GetOr<double>(x, "commit_at_s", 0);
+          rr.bytes_received = GetOr<uint64_t>(x, "bytes_received", 0);
+          run.receiver_results.push_back(rr);
+        }
+      }
+      run.error = GetOr<std::string>(rj, "error", "");
+      r.runs.push_back(run);
+    }
+  } catch (const std::exception& e) {
+    return InvalidArgumentError(std::string("result JSON: ") + e.what());
+  }
+  return r;
+}
+
+namespace {
+std::string HumanBytes(uint64_t b) {
+  char buf[64];
+  if (b >= (uint64_t{1} << 30)) {
+    std::snprintf(buf, sizeof(buf), "%.2f GiB", b / 1073741824.0);
+  } else if (b >= (uint64_t{1} << 20)) {
+    std::snprintf(buf, sizeof(buf), "%.2f MiB", b / 1048576.0);
+  } else if (b >= 1024) {
+    std::snprintf(buf, sizeof(buf), "%.1f KiB", b / 1024.0);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%llu B", static_cast<unsigned long long>(b));
+  }
+  return buf;
+}
+}  // namespace
+
+std::string ResultToMarkdown(const ScenarioResult& r) {
+  std::ostringstream o;
+  o << "Scenario `" << r.scenario << "` (mode " << RunModeName(r.mode) << ", model " << r.model
+    << ", " << HumanBytes(r.model_bytes) << ")\n\n";
+  o << "| method | transport | change | step | refit s | build s | transfer s | wire bytes | "
+       "payload | verified | speedup vs full |\n";
+  o << "|---|---|---|---|---|---|---|---|---|---|---|\n";
+  char buf[512];
+  for (const auto& run : r.runs) {
+    double sp = run.method == Method::kDelta ? SpeedupVsFull(r, run) : 0;
+    std::string speed = sp > 0 ? (std::to_string(sp).substr(0, std::to_string(sp).find('.') + 2) + "x")
+                               : "-";
+    std::snprintf(buf, sizeof(buf), "| %s | %s | %.2f%% | %d | %.3f | %.3f | %.3f | %s | %s | %d/%d | %s |\n",
+                  MethodName(run.method), TransportKindName(run.transport), run.change_rate * 100,
+                  run.step, run.refit_seconds, run.phases.build_s, run.phases.transfer_s,
+                  HumanBytes(run.wire_bytes).c_str(), HumanBytes(run.payload_bytes).c_str(),
+                  run.receivers_verified, run.receivers, speed.c_str());
+    o << buf;
+    if (!run.error.empty()) o << "|  error: " << run.error << " |||||||||||\n";
+  }
+  return o.str();
+}
+
+}  // namespace dcr

@@ -1,0 +1,594 @@
+// Scenario YAML parser: every key is checked against the schema (scenarios/README.md); errors
+// name the key path. yaml-cpp exceptions never leave this file.
+#include "dcr/scenario.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cctype>
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <sstream>
+
+#include "dcr/status_macros.h"
+
+namespace dcr {
+
+const char* RunModeName(RunMode m) { return m == RunMode::kReal ? "real" : "sim"; }
+const char* MethodName(Method m) { return m == Method::kDelta ? "delta" : "full"; }
+const char* TransportKindName(TransportKind k) {
+  return k == TransportKind::kRelayTree ? "relay_tree" : "object_store";
+}
+const char* StoreKindName(StoreKind k) { return k == StoreKind::kDir ? "dir" : "s3"; }
+
+namespace {
+
+std::string Trim(const std::string& s) {
+  size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return s.substr(b, e - b);
+}
+
+// Splits "12.5 MiB" into (12.5, "MiB"). False if there is no leading number.
+bool SplitNumber(const std::string& text, double* value, std::string* unit) {
+  std::string t = Trim(text);
+  size_t i = 0;
+  while (i < t.size() && (std::isdigit(static_cast<unsigned char>(t[i])) || t[i] == '.' ||
+                          t[i] == 'e' || t[i] == 'E' || t[i] == '+' || t[i] == '-')) {
+    // Stop at an 'e' that starts a unit word rather than an exponent.
+    if ((t[i] == 'e' || t[i] == 'E') &&
+        (i + 1 >= t.size() || !(std::isdigit(static_cast<unsigned char>(t[i + 1])) ||
+                                t[i + 1] == '-' || t[i + 1] == '+'))) {
+      break;
+    }
+    ++i;
+  }
+  if (i == 0) return false;
+  std::string num = t.substr(0, i);
+  char* end = nullptr;
+  *value = std::strtod(num.c_str(), &end);
+  if (end != num.c_str() + num.size() || !std::isfinite(*value)) return false;
+  *unit = Trim(t.substr(i));
+  return true;
+}
+
+Status BadUnit(const std::string& what, const std::string& kind, const std::string& text,
+               const std::string& accepted) {
+  return InvalidArgumentError(what + ": bad " + kind + " '" + text + "' (accepted: " + accepted +
+                              ")");
+}
+
+}  // namespace
+
+StatusOr<uint64_t> ParseSize(const std::string& text, const std::string& what) {
+  static const std::map<std::string, double> kUnits = {
+      {"", 1},           {"B", 1},
+      {"KB", 1e3},       {"MB", 1e6},
+      {"GB", 1e9},       {"TB", 1e12},
+      {"KiB", 1024.0},   {"MiB", 1048576.0},
+      {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
+  double v = 0;
+  std::string unit;
+  const char* accepted = "B, KB, MB, GB, TB, KiB, MiB, GiB, TiB";
+  if (!SplitNumber(text, &v, &unit)) return BadUnit(what, "size", text, accepted);
+  auto it = kUnits.find(unit);
+  if (it == kUnits.end() || v < 0) return BadUnit(what, "size", text, accepted);
+  double bytes = v * it->second;
+  if (bytes > 1.8e19) return InvalidArgumentError(what + ": size '" + text + "' too large");
+  return static_cast<uint64_t>(std::llround(bytes));
+}
+
+StatusOr<double> ParseBandwidth(const std::string& text, const std::string& what) {
+  static const std::map<std::string, double> kUnits = {
+      {"bit/s", 1 / 8.0},  {"Kbit/s", 1e3 / 8},  {"Mbit/s", 1e6 / 8}, {"Gbit/s", 1e9 / 8},
+      {"Tbit/s", 1e12 / 8}, {"bps", 1 / 8.0},    {"Kbps", 1e3 / 8},    {"Mbps", 1e6 / 8},
+      {"Gbps", 1e9 / 8},   {"B/s", 1},           {"KB/s", 1e3},        {"MB/s", 1e6},
+      {"GB/s", 1e9},       {"TB/s", 1e12},       {"KiB/s", 1024.0},    {"MiB/s", 1048576.0},
+      {"GiB/s", 1073741824.0}};
+  double v = 0;
+  std::string unit;
+  const char* accepted = "bit/s, Kbit/s, Mbit/s, Gbit/s, Tbit/s, bps..Gbps, B/s, KB/s, MB/s, "
+                         "GB/s, TB/s, KiB/s, MiB/s, GiB/s";
+  if (!SplitNumber(text, &v, &unit)) return BadUnit(what, "bandwidth", text, accepted);
+  auto it = kUnits.find(unit);
+  if (it == kUnits.end() || v < 0) return BadUnit(what, "bandwidth", text, accepted);
+  return v * it->second;
+}
+
+StatusOr<double> ParseDuration(const std::string& text, const std::string& what) {
+  static const std::map<std::string, double> kUnits = {
+      {"", 1}, {"ns", 1e-9}, {"us", 1e-6}, {"ms", 1e-3}, {"s", 1}, {"min", 60}, {"h", 3600}};
+  double v = 0;
+  std::string unit;
+  const char* accepted = "ns, us, ms, s, min, h (bare number: seconds)";
+  if (!SplitNumber(text, &v, &unit)) return BadUnit(what, "duration", text, accepted);
+  auto it = kUnits.find(unit);
+  if (it == kUnits.end() || v < 0) return BadUnit(what, "duration", text, accepted);
+  return v * it->second;
+}
+
+StatusOr<double> ParseRate(const std::string& text, const std::string& what) {
+  double v = 0;
+  std::string unit;
+  if (!SplitNumber(text, &v, &unit) || !(unit.empty() || unit == "%")) {
+    return InvalidArgumentError(what + ": bad rate '" + text + "' (a fraction like 0.03 or '3%')");
+  }
+  if (unit == "%") v /= 100.0;
+  if (!(v >= 0 && v <= 1)) {
+    return InvalidArgumentError(what + ": rate '" + text + "' outside [0, 1]");
+  }
+  return v;
+}
+
+namespace {
+
+// Walks a YAML mapping, checking keys against the allowed set.
+class MapReader {
+ public:
+  MapReader(const YAML::Node& node, std::string path) : node_(node), path_(std::move(path)) {}
+
+  Status Init(const std::set<std::string>& allowed) {
+    if (!node_.IsMap()) {
+      return InvalidArgumentError(Where() + "expected a mapping");
+    }
+    for (const auto& kv : node_) {
+      std::string key = kv.first.as<std::string>();
+      if (!allowed.count(key)) {
+        std::string list;
+        for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+        return InvalidArgumentError((path_.empty() ? std::string("scenario") : path_) +
+                                    ": unknown key '" + key + "' (known: " + list + ")");
+      }
+    }
+    return OkStatus();
+  }
+
+  std::string Path(const std::string& key) const {
+    return path_.empty() ? key : path_ + "." + key;
+  }
+  bool Has(const std::string& key) const { return static_cast<bool>(node_[key]); }
+  YAML::Node Get(const std::string& key) const { return node_[key]; }
+
+  Status Str(const std::string& key, std::string* out) const {
+    YAML::Node n = node_[key];
+    if (!n) return OkStatus();
+    if (!n.IsScalar()) return InvalidArgumentError(Path(key) + ": expected a string");
+    *out = n.as<std::string>();
+    return OkStatus();
+  }
+  template <typename T>
+  Status Int(const std::string& key, T* out, int64_t lo, int64_t hi) const {
+    YAML::Node n = node_[key];
+    if (!n) return OkStatus();
+    std::string s = n.IsScalar() ? n.as<std::string>() : "";
+    char* end = nullptr;
+    long long v = std::strtoll(s.c_str(), &end, 10);
+    if (!n.IsScalar() || s.empty() || *end != '\0') {
+      return InvalidArgumentError(Path(key) + ": expected an integer, got '" + s + "'");
+    }
+    if (v < lo || v > hi) {
+      return InvalidArgumentError(Path(key) + ": " + s + " outside [" + std::to_string(lo) +
+                                  ", " + std::to_string(hi) + "]");
+    }
+    *out = static_cast<T>(v);
+    return OkStatus();
+  }
+  Status Double(const std::string& key, double* out) const {
+    YAML::Node n = node_[key];
+    if (!n) return OkStatus();
+    std::string s = n.IsScalar() ? n.as<std::string>() : "";
+    char* end = nullptr;
+    double v = std::strtod(s.c_str(), &end);
+    if (!n.IsScalar() || s.empty() || *end != '\0' || !std::isfinite(v)) {
+      return InvalidArgumentError(Path(key) + ": expected a number, got '" + s + "'");
+    }
+    *out = v;
+    return OkStatus();
+  }
+  Status Bool(const std::string& key, bool* out) const {
+    YAML::Node n = node_[key];
+    if (!n) return OkStatus();
+    std::string s = n.IsScalar() ? n.as<std::string>() : "";
+    if (s == "true" || s == "yes" || s == "on") {
+      *out = true;
+    } else if (s == "false" || s == "no" || s == "off") {
+      *out = false;
+    } else {
+      return InvalidArgumentError(Path(key) + ": expected true or false, got '" + s + "'");
+    }
+    return OkStatus();
+  }
+  Status Size(const std::string& key, uint64_t* out) const {
+    YAML::Node n = node_[key];
+    if (!n) return OkStatus();
+    if (!n.IsScalar()) return InvalidArgumentError(Path(key) + ": expected a size");
+    DCR_ASSIGN_OR_RETURN(*out, ParseSize(n.as<std::string>(), Path(key)));
+    return OkStatus();
+  }
+  Status Bandwidth(const std::string& key, double* out) const {
+    YAML::Node n = node_[key];
+    if (!n) return OkStatus();
+    if (!n.IsScalar()) return InvalidArgumentError(Path(key) + ": expected a bandwidth");
+    DCR_ASSIGN_OR_RETURN(*out, ParseBandwidth(n.as<std::string>(), Path(key)));
+    return OkStatus();
+  }
+  Status Duration(const std::string& key, double* out) const {
+    YAML::Node n = node_[key];
+    if (!n) return OkStatus();
+    if (!n.IsScalar()) return InvalidArgumentError(Path(key) + ": expected a duration");
+    DCR_ASSIGN_OR_RETURN(*out, ParseDuration(n.as<std::string>(), Path(key)));
+    return OkStatus();
+  }
+  // A scalar or a sequence of scalars.
+  Status StrList(const std::string& key, std::vector<std::string>* out) const {
+    YAML::Node n = node_[key];
+    if (!n) return OkStatus();
+    out->clear();
+    if (n.IsScalar()) {
+      out->push_back(n.as<std::string>());
+      return OkStatus();
+    }
+    if (!n.IsSequence()) return InvalidArgumentError(Path(key) + ": expected a list");
+    for (size_t i = 0; i < n.size(); ++i) {
+      if (!n[i].IsScalar()) {
+        return InvalidArgumentError(Path(key) + "[" + std::to_string(i) + "]: expected a scalar");
+      }
+      out->push_back(n[i].as<std::string>());
+    }
+    return OkStatus();
+  }
+
+ private:
+  static Status OkStatus() { return Status(); }
+  std::string Where() const { return (path_.empty() ? std::string("scenario") : path_) + ": "; }
+  YAML::Node node_;
+  std::string path_;
+};
+
+Status ParseLink(const YAML::Node& node, const std::string& path, LinkSpec* link) {
+  MapReader r(node, path);
+  DCR_RETURN_IF_ERROR(r.Init({"bandwidth", "latency"}));
+  DCR_RETURN_IF_ERROR(r.Bandwidth("bandwidth", &link->bandwidth_Bps));
+  DCR_RETURN_IF_ERROR(r.Duration("latency", &link->latency_s));
+  return Status();
+}
+
+Status ParseModel(const MapReader& top, Scenario* s) {
+  if (!top.Has("model")) return Status();
+  YAML::Node n = top.Get("model");
+  if (n.IsScalar()) {  // shorthand: model: tiny
+    s->model.preset = n.as<std::string>();
+    return Status();
+  }
+  MapReader r(n, "model");
+  DCR_RETURN_IF_ERROR(r.Init(
+      {"preset", "depth_div", "width_div", "expert_div", "seed", "checkpoints", "work_dir"}));
+  DCR_RETURN_IF_ERROR(r.Str("preset", &s->model.preset));
+  DCR_RETURN_IF_ERROR(r.Int("depth_div", &s->model.depth_div, 1, 1 << 20));
+  DCR_RETURN_IF_ERROR(r.Int("width_div", &s->model.width_div, 1, 1 << 20));
+  DCR_RETURN_IF_ERROR(r.Int("expert_div", &s->model.expert_div, 1, 1 << 20));
+  DCR_RETURN_IF_ERROR(r.Int("seed", &s->model.seed, 0, INT64_MAX));
+  DCR_RETURN_IF_ERROR(r.StrList("checkpoints", &s->model.checkpoints));
+  DCR_RETURN_IF_ERROR(r.Str("work_dir", &s->model.work_dir));
+  return Status();
+}
+
+Status ParseTransport(const MapReader& top, Scenario* s) {
+  if (!top.Has("transport")) return Status();
+  MapReader r(top.Get("transport"), "transport");
+  DCR_RETURN_IF_ERROR(r.Init({"kinds", "object_store", "relay_tree"}));
+  if (r.Has("kinds")) {
+    std::vector<std::string> kinds;
+    DCR_RETURN_IF_ERROR(r.StrList("kinds", &kinds));
+    s->transport.kinds.clear();
+    for (const auto& k : kinds) {
+      if (k == "relay_tree") {
+        s->transport.kinds.push_back(TransportKind::kRelayTree);
+      } else if (k == "object_store") {
+        s->transport.kinds.push_back(TransportKind::kObjectStore);
+      } else {
+        return InvalidArgumentError("transport.kinds: unknown transport '" + k +
+                                    "' (relay_tree, object_store)");
+      }
+    }
+  }
+  if (r.Has("object_store")) {
+    MapReader o(r.Get("object_store"), "transport.object_store");
+    DCR_RETURN_IF_ERROR(o.Init({"kind", "path", "endpoint", "bucket", "region",
+                                "credentials_file", "parallel", "poll", "sim_bandwidth",
+                                "sim_latency"}));
+    auto& os = s->transport.object_store;
+    std::string kind = "dir";
+    DCR_RETURN_IF_ERROR(o.Str("kind", &kind));
+    if (kind == "dir") {
+      os.kind = StoreKind::kDir;
+    } else if (kind == "s3") {
+      os.kind = StoreKind::kS3;
+    } else {
+      return InvalidArgumentError("transport.object_store.kind: unknown store '" + kind +
+                                  "' (dir, s3)");
+    }
+    DCR_RETURN_IF_ERROR(o.Str("path", &os.path));
+    DCR_RETURN_IF_ERROR(o.Str("endpoint", &os.endpoint));
+    DCR_RETURN_IF_ERROR(o.Str("bucket", &os.bucket));
+    DCR_RETURN_IF_ERROR(o.Str("region", &os.region));
+    DCR_RETURN_IF_ERROR(o.Str("credentials_file", &os.credentials_file));
+    DCR_RETURN_IF_ERROR(o.Int("parallel", &os.parallel, 1, 1024));
+    DCR_RETURN_IF_ERROR(o.Duration("poll", &os.poll_s));
+    DCR_RETURN_IF_ERROR(o.Bandwidth("sim_bandwidth", &os.sim_link.bandwidth_Bps));
+    DCR_RETURN_IF_ERROR(o.Duration("sim_latency", &os.sim_link.latency_s));
+  }
+  if (r.Has("relay_tree")) {
+    MapReader t(r.Get("relay_tree"), "transport.relay_tree");
+    DCR_RETURN_IF_ERROR(
+        t.Init({"fan_out", "root_fan_out", "streams", "window", "chunk", "topology"}));
+    auto& rt = s->transport.relay_tree;
+    DCR_RETURN_IF_ERROR(t.Int("fan_out", &rt.fan_out, 1, 1024));
+    DCR_RETURN_IF_ERROR(t.Int("root_fan_out", &rt.root_fan_out, 1, 1024));
+    DCR_RETURN_IF_ERROR(t.Int("streams", &rt.streams, 1, 64));
+    DCR_RETURN_IF_ERROR(t.Size("window", &rt.window));
+    DCR_RETURN_IF_ERROR(t.Size("chunk", &rt.chunk));
+    if (t.Has("topology")) {
+      std::vector<std::string> parents;
+      DCR_RETURN_IF_ERROR(t.StrList("topology", &parents));
+      rt.topology.clear();
+      for (size_t i = 0; i < parents.size(); ++i) {
+        char* end = nullptr;
+        long v = std::strtol(parents[i].c_str(), &end, 10);
+        if (parents[i].empty() || *end != '\0') {
+          return InvalidArgumentError("transport.relay_tree.topology[" + std::to_string(i) +
+                                      "]: expected a parent node id, got '" + parents[i] + "'");
+        }
+        rt.topology.push_back(static_cast<int>(v));
+      }
+    }
+  }
+  return Status();
+}
+
+Status ParseNetwork(const MapReader& top, Scenario* s) {
+  auto& net = s->network;
+  if (!top.Has("network")) return Status();
+  MapReader r(top.Get("network"), "network");
+  DCR_RETURN_IF_ERROR(
+      r.Init({"regions", "long_link", "emulation", "hosts", "base_port"}));
+  if (r.Has("regions")) {
+    YAML::Node regions = r.Get("regions");
+    if (!regions.IsSequence()) return InvalidArgumentError("network.regions: expected a list");
+    net.regions.clear();
+    for (size_t i = 0; i < regions.size(); ++i) {
+      std::string path = "network.regions[" + std::to_string(i) + "]";
+      MapReader g(regions[i], path);
+      DCR_RETURN_IF_ERROR(g.Init({"name", "bandwidth", "latency"}));
+      RegionSpec region;
+      DCR_RETURN_IF_ERROR(g.Str("name", &region.name));
+      if (region.name.empty()) return InvalidArgumentError(path + ".name: required");
+      DCR_RETURN_IF_ERROR(g.Bandwidth("bandwidth", &region.intra.bandwidth_Bps));
+      DCR_RETURN_IF_ERROR(g.Duration("latency", &region.intra.latency_s));
+      net.regions.push_back(region);
+    }
+  }
+  if (r.Has("long_link")) {
+    DCR_RETURN_IF_ERROR(ParseLink(r.Get("long_link"), "network.long_link", &net.long_link));
+  }
+  std::string emulation = "transport";
+  DCR_RETURN_IF_ERROR(r.Str("emulation", &emulation));
+  if (emulation == "transport") {
+    net.emulation = WanEmulation::kTransport;
+  } else if (emulation == "netns") {
+    net.emulation = WanEmulation::kNetns;
+  } else if (emulation == "none") {
+    net.emulation = WanEmulation::kNone;
+  } else {
+    return InvalidArgumentError("network.emulation: unknown '" + emulation +
+                                "' (transport, netns, none)");
+  }
+  DCR_RETURN_IF_ERROR(r.StrList("hosts", &net.hosts));
+  DCR_RETURN_IF_ERROR(r.Int("base_port", &net.base_port, 0, 65535));
+  return Status();
+}
+
+void FlattenExtra(const YAML::Node& n, const std::string& path,
+                  std::map<std::string, std::string>* out) {
+  if (n.IsMap()) {
+    for (const auto& kv : n) {
+      FlattenExtra(kv.second, path.empty() ? kv.first.as<std::string>()
+                                           : path + "." + kv.first.as<std::string>(),
+                   out);
+    }
+  } else if (n.IsScalar()) {
+    (*out)[path] = n.as<std::string>();
+  } else if (n.IsSequence()) {
+    for (size_t i = 0; i < n.size(); ++i) FlattenExtra(n[i], path + "." + std::to_string(i), out);
+  }
+}
+
+Status ParseTop(const YAML::Node& root, Scenario* s) {
+  MapReader top(root, "");
+  DCR_RETURN_IF_ERROR(top.Init({"name", "description", "mode", "model", "change_rate",
+                                "change_rates", "steps", "methods", "delta", "training",
+                                "serving", "transport", "receivers", "network", "sim", "timeout",
+                                "progress"}));
+  DCR_RETURN_IF_ERROR(top.Str("name", &s->name));
+  DCR_RETURN_IF_ERROR(top.Str("description", &s->description));
+  std::string mode = "real";
+  DCR_RETURN_IF_ERROR(top.Str("mode", &mode));
+  if (mode == "real") {
+    s->mode = RunMode::kReal;
+  } else if (mode == "sim") {
+    s->mode = RunMode::kSim;
+  } else {
+    return InvalidArgumentError("mode: unknown mode '" + mode + "' (real, sim)");
+  }
+  DCR_RETURN_IF_ERROR(ParseModel(top, s));
+  if (top.Has("change_rate") && top.Has("change_rates")) {
+    return InvalidArgumentError("change_rate: give either change_rate or change_rates, not both");
+  }
+  for (const char* key : {"change_rate", "change_rates"}) {
+    if (!top.Has(key)) continue;
+    std::vector<std::string> rates;
+    DCR_RETURN_IF_ERROR(top.StrList(key, &rates));
+    s->change_rates.clear();
+    for (size_t i = 0; i < rates.size(); ++i) {
+      DCR_ASSIGN_OR_RETURN(double v,
+                           ParseRate(rates[i], std::string(key) + "[" + std::to_string(i) + "]"));
+      s->change_rates.push_back(v);
+    }
+  }
+  DCR_RETURN_IF_ERROR(top.Int("steps", &s->steps, 1, 1000000));
+  if (top.Has("methods")) {
+    std::vector<std::string> methods;
+    DCR_RETURN_IF_ERROR(top.StrList("methods", &methods));
+    s->methods.clear();
+    for (const auto& m : methods) {
+      if (m == "delta") {
+        s->methods.push_back(Method::kDelta);
+      } else if (m == "full") {
+        s->methods.push_back(Method::kFull);
+      } else {
+        return InvalidArgumentError("methods: unknown method '" + m + "' (delta, full)");
+      }
+    }
+  }
+  if (top.Has("delta")) {
+    MapReader d(top.Get("delta"), "delta");
+    DCR_RETURN_IF_ERROR(d.Init({"chunk_elems", "zstd_level", "threads"}));
+    DCR_RETURN_IF_ERROR(d.Int("chunk_elems", &s->delta.chunk_elems, 1, INT64_MAX));
+    DCR_RETURN_IF_ERROR(d.Int("zstd_level", &s->delta.zstd_level, -7, 22));
+    DCR_RETURN_IF_ERROR(d.Int("threads", &s->delta.threads, 0, 1024));
+  }
+  if (top.Has("training")) {
+    MapReader t(top.Get("training"), "training");
+    DCR_RETURN_IF_ERROR(t.Init({"tp", "pp", "ep", "distributed_optimizer"}));
+    s->training.enabled = true;
+    DCR_RETURN_IF_ERROR(t.Int("tp", &s->training.tp, 1, 4096));
+    DCR_RETURN_IF_ERROR(t.Int("pp", &s->training.pp, 1, 4096));
+    DCR_RETURN_IF_ERROR(t.Int("ep", &s->training.ep, 1, 4096));
+    DCR_RETURN_IF_ERROR(t.Bool("distributed_optimizer", &s->training.distributed_optimizer));
+  }
+  if (top.Has("serving")) {
+    MapReader t(top.Get("serving"), "serving");
+    DCR_RETURN_IF_ERROR(t.Init({"tp", "fp8", "buffers"}));
+    s->serving.enabled = true;
+    DCR_RETURN_IF_ERROR(t.Int("tp", &s->serving.tp, 1, 4096));
+    DCR_RETURN_IF_ERROR(t.Bool("fp8", &s->serving.fp8));
+    DCR_RETURN_IF_ERROR(t.Bool("buffers", &s->serving.buffers));
+  }
+  DCR_RETURN_IF_ERROR(ParseTransport(top, s));
+  if (top.Has("receivers")) {
+    YAML::Node n = top.Get("receivers");
+    if (n.IsScalar()) {  // shorthand: receivers: 4
+      DCR_RETURN_IF_ERROR(top.Int("receivers", &s->receivers.count, 1, 1 << 20));
+    } else {
+      MapReader r(n, "receivers");
+      DCR_RETURN_IF_ERROR(r.Init({"count", "per_node", "apply_threads", "verify"}));
+      DCR_RETURN_IF_ERROR(r.Int("count", &s->receivers.count, 1, 1 << 20));
+      DCR_RETURN_IF_ERROR(r.Int("per_node", &s->receivers.per_node, 1, 1024));
+      DCR_RETURN_IF_ERROR(r.Int("apply_threads", &s->receivers.apply_threads, 1, 1024));
+      DCR_RETURN_IF_ERROR(r.Bool("verify", &s->receivers.verify));
+    }
+  }
+  DCR_RETURN_IF_ERROR(ParseNetwork(top, s));
+  if (top.Has("sim")) {
+    MapReader m(top.Get("sim"), "sim");
+    DCR_RETURN_IF_ERROR(m.Init({"network_model", "calibration", "sample_tensors", "coarsen",
+                                "gpus_per_node", "tcp_gamma", "extra"}));
+    DCR_RETURN_IF_ERROR(m.Str("network_model", &s->sim.network_model));
+    DCR_RETURN_IF_ERROR(m.Str("calibration", &s->sim.calibration));
+    DCR_RETURN_IF_ERROR(m.Int("sample_tensors", &s->sim.sample_tensors, 1, 1 << 20));
+    DCR_RETURN_IF_ERROR(m.Int("coarsen", &s->sim.coarsen, 1, 1 << 20));
+    DCR_RETURN_IF_ERROR(m.Int("gpus_per_node", &s->sim.gpus_per_node, 1, 1024));
+    if (m.Has("tcp_gamma")) {
+      uint64_t g = 0;
+      DCR_RETURN_IF_ERROR(m.Size("tcp_gamma", &g));
+      s->sim.tcp_gamma = static_cast<double>(g);
+    }
+    if (m.Has("extra")) FlattenExtra(m.Get("extra"), "", &s->sim.extra);
+  }
+  DCR_RETURN_IF_ERROR(top.Duration("timeout", &s->timeout_s));
+  DCR_RETURN_IF_ERROR(top.Bool("progress", &s->progress));
+  return Status();
+}
+
+}  // namespace
+
+Status ValidateScenario(const Scenario& s) {
+  if (s.model.preset.empty() && s.model.checkpoints.empty()) {
+    return InvalidArgumentError("model: give a preset or checkpoints");
+  }
+  if (!s.model.preset.empty() && !s.model.checkpoints.empty()) {
+    return InvalidArgumentError("model: give either a preset or checkpoints, not both");
+  }
+  if (!s.model.checkpoints.empty() && s.model.checkpoints.size() < 2) {
+    return InvalidArgumentError("model.checkpoints: need a base and at least one target");
+  }
+  if (s.change_rates.empty()) return InvalidArgumentError("change_rates: empty list");
+  for (double r : s.change_rates) {
+    if (!(r > 0 && r <= 1)) return InvalidArgumentError("change_rates: every rate must be in (0, 1]");
+  }
+  if (s.methods.empty()) return InvalidArgumentError("methods: empty list");
+  if (s.transport.kinds.empty()) return InvalidArgumentError("transport.kinds: empty list");
+  const auto& rt = s.transport.relay_tree;
+  if (rt.chunk == 0) return InvalidArgumentError("transport.relay_tree.chunk: must be > 0");
+  if (rt.window < rt.chunk) {
+    return InvalidArgumentError("transport.relay_tree.window: must be >= chunk");
+  }
+  if (!rt.topology.empty() && static_cast<int>(rt.topology.size()) != s.receivers.count + 1) {
+    return InvalidArgumentError("transport.relay_tree.topology: " +
+                                std::to_string(rt.topology.size()) + " entries for " +
+                                std::to_string(s.receivers.count) +
+                                " receivers (need receivers + 1: node 0 is the sender)");
+  }
+  const auto& os = s.transport.object_store;
+  bool uses_store = false;
+  for (auto k : s.transport.kinds) uses_store |= k == TransportKind::kObjectStore;
+  if (uses_store && os.kind == StoreKind::kS3) {
+    if (os.endpoint.empty()) return InvalidArgumentError("transport.object_store.endpoint: required for s3");
+    if (os.bucket.empty()) return InvalidArgumentError("transport.object_store.bucket: required for s3");
+  }
+  if (!s.network.hosts.empty() &&
+      static_cast<int>(s.network.hosts.size()) != s.receivers.count + 1) {
+    return InvalidArgumentError("network.hosts: " + std::to_string(s.network.hosts.size()) +
+                                " hosts for " + std::to_string(s.receivers.count) +
+                                " receivers (need receivers + 1: rank 0 is the sender)");
+  }
+  if (s.network.long_link.bandwidth_Bps < 0) {
+    return InvalidArgumentError("network.long_link.bandwidth: must be >= 0");
+  }
+  return Status();
+}
+
+StatusOr<Scenario> ParseScenario(const std::string& yaml_text, const std::string& name_hint) {
+  Scenario s;
+  s.network.regions = {RegionSpec{"train", {}}, RegionSpec{"rollout", {}}};
+  try {
+    YAML::Node root = YAML::Load(yaml_text);
+    if (!root || root.IsNull()) return InvalidArgumentError("scenario: empty document");
+    DCR_RETURN_IF_ERROR(ParseTop(root, &s));
+  } catch (const YAML::Exception& e) {
+    return InvalidArgumentError(std::string("scenario: YAML error: ") + e.what());
+  }
+  if (s.name.empty()) s.name = name_hint.empty() ? "scenario" : name_hint;
+  DCR_RETURN_IF_ERROR(ValidateScenario(s));
+  return s;
+}
+
+StatusOr<Scenario> LoadScenario(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFoundError("scenario file not found: " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string stem = path;
+  size_t slash = stem.find_last_of('/');
+  if (slash != std::string::npos) stem = stem.substr(slash + 1);
+  size_t dot = stem.find_last_of('.');
+  if (dot != std::string::npos) stem = stem.substr(0, dot);
+  auto s = ParseScenario(ss.str(), stem);
+  if (!s.ok()) return s.status().WithContext(path);
+  s->source_path = path;
+  return s;
+}
+
+}  // namespace dcr

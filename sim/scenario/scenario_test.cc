@@ -1,0 +1,191 @@
+#include "dcr/scenario.h"
+
+#include <gtest/gtest.h>
+
+#include <dirent.h>
+
+#include <string>
+
+namespace dcr {
+namespace {
+
+TEST(Units, Sizes) {
+  EXPECT_EQ(*ParseSize("1MiB", "x"), 1048576u);
+  EXPECT_EQ(*ParseSize("8 MiB", "x"), 8u << 20);
+  EXPECT_EQ(*ParseSize("1.5KB", "x"), 1500u);
+  EXPECT_EQ(*ParseSize("4096", "x"), 4096u);
+  EXPECT_FALSE(ParseSize("8 MiBs", "x").ok());
+  EXPECT_FALSE(ParseSize("MiB", "x").ok());
+  EXPECT_FALSE(ParseSize("-1MiB", "x").ok());
+}
+
+TEST(Units, Bandwidth) {
+  EXPECT_DOUBLE_EQ(*ParseBandwidth("100Mbit/s", "x"), 12.5e6);
+  EXPECT_DOUBLE_EQ(*ParseBandwidth("1 Gbps", "x"), 1.25e8);
+  EXPECT_DOUBLE_EQ(*ParseBandwidth("10MiB/s", "x"), 10485760.0);
+  EXPECT_DOUBLE_EQ(*ParseBandwidth("2e3B/s", "x"), 2000.0);
+  auto bad = ParseBandwidth("100Mbits", "network.long_link.bandwidth");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("network.long_link.bandwidth"), std::string::npos);
+}
+
+TEST(Units, DurationAndRate) {
+  EXPECT_DOUBLE_EQ(*ParseDuration("35ms", "x"), 0.035);
+  EXPECT_DOUBLE_EQ(*ParseDuration("2min", "x"), 120.0);
+  EXPECT_DOUBLE_EQ(*ParseDuration("1.5", "x"), 1.5);
+  EXPECT_DOUBLE_EQ(*ParseDuration("500us", "x"), 0.0005);
+  EXPECT_FALSE(ParseDuration("35 msec", "x").ok());
+  EXPECT_DOUBLE_EQ(*ParseRate("3%", "x"), 0.03);
+  EXPECT_DOUBLE_EQ(*ParseRate("0.05", "x"), 0.05);
+  EXPECT_FALSE(ParseRate("150%", "x").ok());
+  EXPECT_FALSE(ParseRate("3 percent", "x").ok());
+}
+
+TEST(Scenario, FullDocument) {
+  const char* text = R"(
+name: t
+mode: real
+model: {preset: tiny, seed: 7, width_div: 2}
+change_rates: [1%, 0.03]
+steps: 2
+methods: [delta, full]
+delta: {chunk_elems: 1048576, zstd_level: 1}
+training: {tp: 2, pp: 1}
+serving: {tp: 4, fp8: true}
+transport:
+  kinds: [relay_tree, object_store]
+  object_store: {kind: s3, endpoint: "http://127.0.0.1:8080", bucket: b, region: us-east-1}
+  relay_tree: {fan_out: 3, streams: 4, window: 16MiB, chunk: 512KiB}
+receivers: {count: 6, apply_threads: 1}
+network:
+  regions: [{name: a, bandwidth: 10Gbit/s, latency: 0.1ms}, {name: b}]
+  long_link: {bandwidth: 50Mbit/s, latency: 35ms}
+  emulation: transport
+sim: {network_model: CM02, extra: {store: {first_byte: 20ms}}}
+timeout: 5min
+)";
+  auto s = ParseScenario(text);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->name, "t");
+  EXPECT_EQ(s->model.preset, "tiny");
+  EXPECT_EQ(s->model.seed, 7u);
+  EXPECT_EQ(s->model.width_div, 2);
+  ASSERT_EQ(s->change_rates.size(), 2u);
+  EXPECT_DOUBLE_EQ(s->change_rates[0], 0.01);
+  EXPECT_EQ(s->steps, 2);
+  EXPECT_EQ(s->delta.chunk_elems, 1048576u);
+  EXPECT_TRUE(s->training.enabled);
+  EXPECT_EQ(s->training.tp, 2);
+  EXPECT_TRUE(s->serving.fp8);
+  EXPECT_EQ(s->transport.kinds.size(), 2u);
+  EXPECT_EQ(s->transport.object_store.kind, StoreKind::kS3);
+  EXPECT_EQ(s->transport.relay_tree.fan_out, 3);
+  EXPECT_EQ(s->transport.relay_tree.streams, 4);
+  EXPECT_EQ(s->transport.relay_tree.window, 16u << 20);
+  EXPECT_EQ(s->transport.relay_tree.chunk, 512u << 10);
+  EXPECT_EQ(s->receivers.count, 6);
+  EXPECT_DOUBLE_EQ(s->network.long_link.bandwidth_Bps, 50e6 / 8);
+  EXPECT_DOUBLE_EQ(s->network.long_link.latency_s, 0.035);
+  ASSERT_EQ(s->network.regions.size(), 2u);
+  EXPECT_DOUBLE_EQ(s->network.regions[0].intra.latency_s, 0.0001);
+  EXPECT_EQ(s->sim.extra.at("store.first_byte"), "20ms");
+  EXPECT_DOUBLE_EQ(s->timeout_s, 300);
+}
+
+TEST(Scenario, Defaults) {
+  auto s = ParseScenario("model: tiny\n", "stem");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->name, "stem");
+  EXPECT_EQ(s->mode, RunMode::kReal);
+  EXPECT_EQ(s->receivers.count, 4);
+  EXPECT_EQ(s->methods.size(), 2u);
+  EXPECT_DOUBLE_EQ(s->change_rates.at(0), 0.03);
+  EXPECT_EQ(s->network.regions.size(), 2u);
+}
+
+void ExpectError(const std::string& text, const std::string& needle) {
+  auto s = ParseScenario(text);
+  ASSERT_FALSE(s.ok()) << "accepted: " << text;
+  EXPECT_TRUE(s.status().IsInvalidArgument());
+  EXPECT_NE(s.status().message().find(needle), std::string::npos)
+      << s.status().message() << " lacks " << needle;
+}
+
+TEST(Scenario, ErrorsNameTheKey) {
+  ExpectError("model: tiny\nrecievers: 3\n", "unknown key 'recievers'");
+  ExpectError("model: tiny\nnetwork: {long_link: {bandwith: 1Gbit/s}}\n",
+              "network.long_link: unknown key 'bandwith'");
+  ExpectError("model: tiny\nnetwork: {long_link: {bandwidth: 1Gbits}}\n",
+              "network.long_link.bandwidth: bad bandwidth '1Gbits'");
+  ExpectError("model: tiny\nnetwork: {long_link: {latency: 35 msec}}\n",
+              "network.long_link.latency");
+  ExpectError("model: tiny\ntransport: {relay_tree: {window: 8 MiBs}}\n",
+              "transport.relay_tree.window: bad size '8 MiBs'");
+  ExpectError("model: tiny\ntransport: {relay_tree: {fan_out: two}}\n",
+              "transport.relay_tree.fan_out: expected an integer");
+  ExpectError("model: tiny\nmode: fast\n", "mode: unknown mode 'fast'");
+  ExpectError("model: tiny\nchange_rate: 3 percent\n", "change_rate[0]");
+  ExpectError("model: tiny\ntransport: {kinds: [carrier_pigeon]}\n", "transport.kinds");
+  ExpectError("model: tiny\ntransport: {kinds: [object_store], object_store: {kind: s3}}\n",
+              "transport.object_store.endpoint");
+  ExpectError("model: tiny\nreceivers: 2\ntransport: {relay_tree: {topology: [-1, 0]}}\n",
+              "transport.relay_tree.topology");
+  ExpectError("network: {}\n", "model");
+  ExpectError("model: tiny\nsteps: [1\n", "YAML error");
+  ExpectError("model: {preset: tiny, width_div: 0}\n", "model.width_div");
+  ExpectError("model: tiny\nnetwork: {regions: [{bandwidth: 1Gbit/s}]}\n",
+              "network.regions[0].name");
+}
+
+TEST(Scenario, ShippedScenariosParse) {
+  // Every scenario in scenarios/ (the test runs from the source root) must parse.
+  DIR* d = opendir("scenarios");
+  if (d == nullptr) GTEST_SKIP() << "scenarios/ not found from the working directory";
+  int n = 0;
+  while (dirent* e = readdir(d)) {
+    std::string f = e->d_name;
+    if (f.size() < 5 || f.substr(f.size() - 5) != ".yaml") continue;
+    auto s = LoadScenario("scenarios/" + f);
+    EXPECT_TRUE(s.ok()) << f << ": " << s.status();
+    ++n;
+  }
+  closedir(d);
+  EXPECT_GT(n, 0);
+}
+
+TEST(Result, JsonRoundTripAndSpeedup) {
+  ScenarioResult r;
+  r.scenario = "q";
+  r.model = "tiny";
+  RunResult d;
+  d.method = Method::kDelta;
+  d.change_rate = 0.03;
+  d.refit_seconds = 0.5;
+  d.wire_bytes = 100;
+  d.receivers = 4;
+  d.receivers_verified = 4;
+  RunResult f = d;
+  f.method = Method::kFull;
+  f.refit_seconds = 20;
+  f.wire_bytes = 4000;
+  r.runs = {d, f};
+  EXPECT_DOUBLE_EQ(SpeedupVsFull(r, r.runs[0]), 40.0);
+  std::string js = ResultToJson(r);
+  for (const char* key : {"\"scenario\"", "\"mode\"", "\"model\"", "\"runs\"", "\"method\"",
+                          "\"transport\"", "\"change_rate\"", "\"refit_seconds\"",
+                          "\"wire_bytes\"", "\"receivers\"", "\"receivers_verified\""}) {
+    EXPECT_NE(js.find(key), std::string::npos) << key;
+  }
+  auto back = ResultFromJson(js);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->runs.size(), 2u);
+  EXPECT_EQ(back->runs[1].method, Method::kFull);
+  EXPECT_DOUBLE_EQ(back->runs[1].refit_seconds, 20);
+  EXPECT_EQ(back->runs[0].wire_bytes, 100u);
+  std::string md = ResultToMarkdown(r);
+  EXPECT_NE(md.find("40.0x"), std::string::npos) << md;
+  EXPECT_FALSE(ResultFromJson("{not json").ok());
+}
+
+}  // namespace
+}  // namespace dcr
