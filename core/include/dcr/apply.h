@@ -16,6 +16,7 @@
 #define DCR_CORE_INCLUDE_DCR_APPLY_H_
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -50,10 +51,18 @@ class BufferApplier : public Applier {
   // Also checks the target_range_hash over every covered element after applying (reads the whole
   // range). Default off.
   void set_verify_ranges(bool v) { verify_ranges_ = v; }
+  // Sum over applied chunks of (target terms - previous terms) of the changed elements: the
+  // content hash of the buffers moved by this much (hash.h is additive).
+  Hash128 hash_delta() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return hash_delta_;
+  }
 
  private:
   std::vector<TensorBuffer> tensors_;
   bool verify_ranges_ = false;
+  mutable std::mutex mu_;
+  Hash128 hash_delta_;
 };
 
 struct ApplyOptions {

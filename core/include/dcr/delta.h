@@ -60,6 +60,12 @@ struct DeltaOptions {
   bool emit_unchanged = false;
   // Build a no-base delta: every chunk is a full frame (dense absolute values).
   bool full = false;
+  // Collect the per-tensor order-0 entropy bound of the XOR delta in DeltaStats (costs a histogram
+  // update per change). Default false.
+  bool collect_entropy = false;
+  // The base's content hash if already known (e.g. the committed version); saves a full scan.
+  // Zero = compute it.
+  Hash128 known_base_hash;
 };
 
 // The target checkpoint's tensors in canonical order (sorted by name): tensor_index is the position
@@ -101,6 +107,20 @@ struct ChunkChanges {
   std::vector<uint64_t> new_bits;   // per position
   Hash128 target_range_hash;        // over all covered elements (caller computes)
   bool dense = false;               // positions are all elements: full frame
+};
+
+// Maps a chunk's local positions to (segment index, canonical element index). Fast when positions
+// are queried in increasing order (restarts otherwise).
+class SegmentCursor {
+ public:
+  explicit SegmentCursor(const std::vector<Segment>& segments);
+  // REQUIRES: pos < total covered elements.
+  void Locate(uint64_t pos, uint32_t* segment, uint64_t* element);
+
+ private:
+  const std::vector<Segment>& segs_;
+  size_t s_ = 0;
+  uint64_t base_ = 0;
 };
 
 // Encodes one chunk record (ChunkHeader + streams). `value_mode` must be kAbsolute when

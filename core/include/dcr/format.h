@@ -15,7 +15,7 @@
 //         | u32 num_segments | u64 num_elements (elements covered) | u64 num_changes
 //         | Hash128 base_change_hash   (sum of element terms of base bits at changed positions)
 //         | Hash128 target_change_hash (same, target bits)
-//         | Hash128 target_range_hash  (sum of element terms of target bits over all covered elements)
+//         | Hash128 target_range_hash  (XXH3-128 of the target bytes of all covered elements, in order)
 //         | u32 num_streams | per stream: u8 stream_codec, u64 raw_size, u64 stored_size
 //         | per segment: u32 tensor_index, u32 ndim (1..4), u64 offset, ndim x (u64 count, i64 stride)
 //         | u64 payload_checksum (XXH3-64 of the stored stream bytes, concatenated)

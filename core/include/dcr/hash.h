@@ -7,7 +7,8 @@
 // updated incrementally from changes alone:
 //     hash(target) = hash(base) - sum(term(old bits)) + sum(term(new bits))   over changed elements.
 // This lets a trainer that never holds the whole checkpoint, and a receiver that only touches
-// changed elements, prove the version they hold.
+// changed elements, prove the version they hold. A full scan is needed only for a first version.
+// (Chunks also carry a plain XXH3-128 of their covered target bytes: RangeBytesHash.)
 //
 // Thread safety: pure functions.
 #ifndef DCR_CORE_INCLUDE_DCR_HASH_H_
@@ -49,6 +50,13 @@ Hash128 TensorIdentityTerm(std::string_view name, std::string_view dtype_name,
 // Sum of element terms for elements [begin, begin+count) of a tensor whose bytes start at `data`
 // (element 0). Scalar reference; Hash of a whole tensor = identity term + RangeHash(0, n).
 Hash128 RangeHash(uint64_t salt, const uint8_t* data, int width, uint64_t begin, uint64_t count);
+
+// Content hash of a set of tensors: sum of identity terms and element terms, computed with
+// `threads` workers (0 = hardware concurrency). Result independent of `threads`.
+Hash128 ContentHashOf(const std::vector<TensorView>& tensors, int threads);
+
+// XXH3-128 of bytes (the chunk range hash).
+Hash128 BytesHash128(const void* data, size_t size);
 
 }  // namespace dcr
 

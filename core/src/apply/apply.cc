@@ -1,0 +1,239 @@
+// BufferApplier and the offline refit (ApplyDeltaFile).
+#include "dcr/apply.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+
+#include "dcr/hash.h"
+#include "dcr/status_macros.h"
+#include "internal/element_ops.h"
+#include "internal/parallel.h"
+
+namespace dcr {
+
+uint64_t ApplyValue(ValueMode mode, int width, uint64_t old_bits, uint64_t value) {
+  return internal::ApplyOp(static_cast<uint8_t>(mode), width, old_bits, value);
+}
+
+Status BufferApplier::ApplyChunk(const DecodedChunk& chunk) {
+  const ChunkHeader& h = chunk.header;
+  const int w = h.elem_width;
+  // Validate segments against the buffers.
+  for (const Segment& sg : h.segments) {
+    if (sg.tensor_index >= tensors_.size()) {
+      return DataLossError("chunk " + std::to_string(h.chunk_id) + ": tensor index out of range");
+    }
+    const TensorBuffer& tb = tensors_[sg.tensor_index];
+    if (tb.width != w) {
+      return DataLossError("chunk " + std::to_string(h.chunk_id) + ": element width " +
+                           std::to_string(w) + " differs from the tensor's " + std::to_string(tb.width));
+    }
+    int64_t lo = static_cast<int64_t>(sg.offset), hi = static_cast<int64_t>(sg.offset);
+    for (uint32_t d = 0; d < sg.ndim; ++d) {
+      int64_t span = static_cast<int64_t>(sg.count[d] - 1) * sg.stride[d];
+      if (span < 0) lo += span; else hi += span;
+    }
+    if (lo < 0 || static_cast<uint64_t>(hi) >= tb.num_elements) {
+      return DataLossError("chunk " + std::to_string(h.chunk_id) +
+                           ": segment outside its tensor's elements");
+    }
+  }
+  const uint64_t k = h.num_changes;
+  const bool dense = h.position_mode == PositionMode::kDense;
+  if ((dense ? 0 : chunk.positions.size()) != (dense ? 0 : k) || chunk.values.size() != k) {
+    return InvalidArgumentError("decoded chunk is inconsistent with its header");
+  }
+  // Pass 1: locate, read old bits, compute new bits and both hash sums. Nothing is written until
+  // every check has passed, so a failing chunk leaves the buffers untouched.
+  std::vector<uint8_t*> ptr(k);
+  std::vector<uint64_t> elem(k), old_bits(k), new_bits(k);
+  SegmentCursor cursor(h.segments);
+  Hash128 old_sum, new_sum;
+  const uint8_t op = static_cast<uint8_t>(h.value_mode);
+  for (uint64_t i = 0; i < k; ++i) {
+    uint32_t s;
+    cursor.Locate(dense ? i : chunk.positions[i], &s, &elem[i]);
+    const TensorBuffer& tb = tensors_[h.segments[s].tensor_index];
+    ptr[i] = tb.data;
+    old_bits[i] = internal::LoadElem(tb.data, w, elem[i]);
+    new_bits[i] = internal::ApplyOp(op, w, old_bits[i], chunk.values[i]);
+    HashAdd(&old_sum, ElementTerm(tb.salt, elem[i], old_bits[i]));
+    HashAdd(&new_sum, ElementTerm(tb.salt, elem[i], new_bits[i]));
+  }
+  if (IsRelative(h.value_mode) && old_sum != h.base_change_hash) {
+    return FailedPreconditionError("chunk " + std::to_string(h.chunk_id) +
+                                   ": current bits differ from the delta's base (wrong base, or the "
+                                   "chunk was already applied)");
+  }
+  if (new_sum != h.target_change_hash) {
+    return DataLossError("chunk " + std::to_string(h.chunk_id) +
+                         ": decoded values do not produce the target bits");
+  }
+  for (uint64_t i = 0; i < k; ++i) internal::StoreElem(ptr[i], w, elem[i], new_bits[i]);
+  if (verify_ranges_) {
+    XXH3_state_t* st = XXH3_createState();
+    XXH3_128bits_reset(st);
+    for (const Segment& sg : h.segments) {
+      const TensorBuffer& tb = tensors_[sg.tensor_index];
+      if (sg.IsContiguous()) {
+        XXH3_128bits_update(st, tb.data + sg.offset * w, sg.count[0] * w);
+      } else {
+        for (uint64_t i = 0; i < sg.num_elements(); ++i)
+          XXH3_128bits_update(st, tb.data + sg.ElementAt(i) * w, w);
+      }
+    }
+    XXH128_hash_t r = XXH3_128bits_digest(st);
+    XXH3_freeState(st);
+    if (Hash128{r.low64, r.high64} != h.target_range_hash) {
+      // Roll back: restore the old bits so the chunk is all-or-nothing.
+      for (uint64_t i = 0; i < k; ++i) internal::StoreElem(ptr[i], w, elem[i], old_bits[i]);
+      return DataLossError("chunk " + std::to_string(h.chunk_id) +
+                           ": target range hash mismatch after apply (storage differs from the "
+                           "target outside the changed elements)");
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  HashSub(&hash_delta_, old_sum);
+  HashAdd(&hash_delta_, new_sum);
+  return Status::OK();
+}
+
+namespace {
+
+// A writable temp file mapped in memory; removed unless Commit() succeeds.
+class MappedOutput {
+ public:
+  explicit MappedOutput(std::string path)
+      : path_(std::move(path)), tmp_(path_ + ".tmp." + std::to_string(::getpid())) {}
+  ~MappedOutput() {
+    if (map_ != nullptr) ::munmap(map_, size_);
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(tmp_.c_str());
+  }
+  Status Create(uint64_t size) {
+    fd_ = ::open(tmp_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd_ < 0) return ErrnoError("create " + tmp_, errno);
+    if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) return ErrnoError("ftruncate " + tmp_, errno);
+    size_ = size;
+    if (size > 0) {
+      void* m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+      if (m == MAP_FAILED) return ErrnoError("mmap " + tmp_, errno);
+      map_ = static_cast<uint8_t*>(m);
+    }
+    return Status::OK();
+  }
+  uint8_t* data() { return map_; }
+  Status Commit() {
+    if (map_ != nullptr && ::msync(map_, size_, MS_SYNC) != 0) return ErrnoError("msync " + tmp_, errno);
+    if (::fsync(fd_) != 0) return ErrnoError("fsync " + tmp_, errno);
+    if (::rename(tmp_.c_str(), path_.c_str()) != 0) return ErrnoError("rename to " + path_, errno);
+    committed_ = true;
+    return Status::OK();
+  }
+
+ private:
+  std::string path_, tmp_;
+  int fd_ = -1;
+  uint8_t* map_ = nullptr;
+  uint64_t size_ = 0;
+  bool committed_ = false;
+};
+
+}  // namespace
+
+StatusOr<ApplyStats> ApplyDeltaFile(const std::string& base_path, const std::string& delta_path,
+                                    const std::string& out_path, const ApplyOptions& options) {
+  DCR_ASSIGN_OR_RETURN(auto delta, DeltaReader::Open(delta_path));
+  const FileHeader& fh = delta->header();
+  const Inventory& inv = delta->inventory();
+  const bool no_base = (fh.flags & kFlagNoBase) != 0;
+  std::unique_ptr<Checkpoint> base;
+  if (!no_base) {
+    DCR_ASSIGN_OR_RETURN(base, Checkpoint::Open(base_path));
+    for (const TensorInfo& t : inv.tensors) {
+      const TensorInfo* bt = base->Find(t.name);
+      if (bt == nullptr || bt->dtype_name != t.dtype_name || bt->shape != t.shape) {
+        return FailedPreconditionError("base " + base_path + " does not match the delta's tensor '" +
+                                       t.name + "' (missing, or another dtype/shape)");
+      }
+    }
+    if (base->tensors().size() != inv.tensors.size()) {
+      return FailedPreconditionError("base " + base_path + " has tensors the delta's target lacks");
+    }
+    if (options.verify_base) {
+      Hash128 bh = base->ContentHash(options.threads);
+      if (bh != fh.base_hash) {
+        return FailedPreconditionError("base " + base_path + " has content hash " + bh.ToHex() +
+                                       " but the delta was built for " + fh.base_hash.ToHex());
+      }
+    }
+  }
+  MappedOutput out(out_path);
+  DCR_RETURN_IF_ERROR(out.Create(inv.file_size()));
+  uint8_t* file = out.data();
+  uint64_t hlen = inv.json.size();
+  std::memcpy(file, &hlen, 8);
+  std::memcpy(file + 8, inv.json.data(), inv.json.size());
+  uint8_t* data_section = file + 8 + inv.json.size();
+  std::vector<TensorBuffer> buffers;
+  std::vector<TensorView> views;
+  for (size_t i = 0; i < inv.tensors.size(); ++i) {
+    const TensorInfo& t = inv.tensors[i];
+    uint8_t* dst = data_section + t.offset;
+    if (!no_base) std::memcpy(dst, base->data(*base->Find(t.name)), t.nbytes);
+    buffers.push_back(TensorBuffer{dst, t.num_elements(), t.width(), inv.salts[i]});
+    views.push_back(TensorView{t.name, t.dtype_name, t.shape, dst, t.nbytes});
+  }
+  // Expected starting hash: the base's (verified above) or, without a base, the zero-filled image.
+  Hash128 start = no_base ? ContentHashOf(views, options.threads) : fh.base_hash;
+  BufferApplier applier(std::move(buffers));
+  std::mutex mu;
+  Status first_error;
+  std::atomic<uint64_t> changes{0};
+  internal::ParallelFor(delta->num_chunks(), options.threads, [&](uint64_t i) {
+    Status s;
+    auto dc = delta->Decode(i);
+    if (!dc.ok()) {
+      s = dc.status();
+    } else {
+      s = applier.ApplyChunk(*dc);
+      changes += dc->header.num_changes;
+    }
+    if (!s.ok()) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (first_error.ok()) first_error = s.WithContext("chunk table entry " + std::to_string(i));
+      return false;
+    }
+    return true;
+  });
+  DCR_RETURN_IF_ERROR(first_error);
+  Hash128 result = start;
+  Hash128 d = applier.hash_delta();
+  HashAdd(&result, d);
+  if (result != delta->trailer().target_hash) {
+    return DataLossError("refit result hash " + result.ToHex() + " differs from the delta's target " +
+                         delta->trailer().target_hash.ToHex());
+  }
+  if (options.verify_full) {
+    Hash128 full = ContentHashOf(views, options.threads);
+    if (full != delta->trailer().target_hash) {
+      return DataLossError("full rehash of the output differs from the delta's target hash");
+    }
+  }
+  DCR_RETURN_IF_ERROR(out.Commit());
+  ApplyStats st;
+  st.chunks = delta->num_chunks();
+  st.changes = changes.load();
+  st.result_hash = result;
+  return st;
+}
+
+}  // namespace dcr

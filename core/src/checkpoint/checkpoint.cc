@@ -1,0 +1,352 @@
+// safetensors reading (mmap) and atomic writing.
+#include "dcr/checkpoint.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "dcr/hash.h"
+#include "dcr/status_macros.h"
+#include "internal/safetensors.h"
+
+namespace dcr {
+namespace {
+
+constexpr uint64_t kMaxHeaderSize = uint64_t{100} << 20;  // the safetensors reference limit
+
+Status WriteAll(int fd, const void* data, size_t size, const std::string& what) {
+  const uint8_t* p = static_cast<const uint8_t*>(data);
+  while (size > 0) {
+    ssize_t n = ::write(fd, p, std::min<size_t>(size, size_t{1} << 30));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError("write " + what, errno);
+    }
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  return Status::OK();
+}
+
+std::string JsonEscape(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string Hash128::ToHex() const {
+  char buf[33];
+  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(hi),
+                static_cast<unsigned long long>(lo));
+  return buf;
+}
+
+Checkpoint::~Checkpoint() {
+  if (map_ != nullptr) ::munmap(map_, map_size_);
+}
+
+StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError("open " + path, errno);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    int e = errno;
+    ::close(fd);
+    return ErrnoError("stat " + path, e);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return InvalidArgumentError(path + ": not a regular file");
+  }
+  std::unique_ptr<Checkpoint> ck(new Checkpoint());
+  ck->file_size_ = static_cast<uint64_t>(st.st_size);
+  if (ck->file_size_ > 0) {
+    void* m = ::mmap(nullptr, ck->file_size_, PROT_READ, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) {
+      int e = errno;
+      ::close(fd);
+      return ErrnoError("mmap " + path, e);
+    }
+    ck->map_ = m;
+    ck->map_size_ = ck->file_size_;
+    ck->file_ = static_cast<const uint8_t*>(m);
+  }
+  ::close(fd);
+  Status s = ck->Parse();
+  if (!s.ok()) return s.WithContext(path);
+  return ck;
+}
+
+StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::FromBytes(std::vector<uint8_t> bytes) {
+  std::unique_ptr<Checkpoint> ck(new Checkpoint());
+  ck->owned_ = std::move(bytes);
+  ck->file_ = ck->owned_.data();
+  ck->file_size_ = ck->owned_.size();
+  DCR_RETURN_IF_ERROR(ck->Parse());
+  return ck;
+}
+
+namespace internal {
+
+Status ParseSafetensorsJson(const char* json, size_t n, uint64_t data_size,
+                            std::vector<TensorInfo>* tensors,
+                            std::map<std::string, std::string>* metadata, uint64_t* data_end) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(json, json + n);
+  } catch (const std::exception& e) {
+    return DataLossError(std::string("malformed safetensors JSON header: ") + e.what());
+  }
+  if (!j.is_object()) return DataLossError("safetensors header is not a JSON object");
+  tensors->clear();
+  metadata->clear();
+  *data_end = 0;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& name = it.key();
+    const auto& v = it.value();
+    if (name == "__metadata__") {
+      if (!v.is_object()) return DataLossError("__metadata__ is not an object");
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        if (!m.value().is_string()) return DataLossError("__metadata__ values must be strings");
+        (*metadata)[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
+        !v.contains("data_offsets")) {
+      return DataLossError("tensor '" + name + "': needs dtype, shape and data_offsets");
+    }
+    const auto& dt = v["dtype"];
+    const auto& sh = v["shape"];
+    const auto& off = v["data_offsets"];
+    if (!dt.is_string() || !sh.is_array() || !off.is_array() || off.size() != 2 ||
+        !off[0].is_number_unsigned() || !off[1].is_number_unsigned()) {
+      return DataLossError("tensor '" + name + "': malformed dtype, shape or data_offsets");
+    }
+    TensorInfo t;
+    t.name = name;
+    t.dtype_name = dt.get<std::string>();
+    t.dtype = DTypeFromName(t.dtype_name);
+    uint64_t elems = 1;
+    for (const auto& d : sh) {
+      if (!d.is_number_unsigned()) return DataLossError("tensor '" + name + "': bad shape entry");
+      uint64_t x = d.get<uint64_t>();
+      if (x != 0 && elems > std::numeric_limits<uint64_t>::max() / x) {
+        return DataLossError("tensor '" + name + "': shape overflows");
+      }
+      elems *= x;
+      t.shape.push_back(static_cast<int64_t>(x));
+    }
+    uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
+    if (b > e || e > data_size) {
+      return DataLossError("tensor '" + name + "': data_offsets [" + std::to_string(b) + ", " +
+                           std::to_string(e) + "] outside the data section of " +
+                           std::to_string(data_size) + " bytes");
+    }
+    t.offset = b;
+    t.nbytes = e - b;
+    *data_end = std::max(*data_end, e);
+    if (t.dtype != DType::kUnknown) {
+      uint64_t w = static_cast<uint64_t>(DTypeWidth(t.dtype));
+      if (elems > std::numeric_limits<uint64_t>::max() / w || elems * w != t.nbytes) {
+        return DataLossError("tensor '" + name + "': shape needs " + std::to_string(elems) +
+                             " elements of " + t.dtype_name + " but data_offsets give " +
+                             std::to_string(t.nbytes) + " bytes");
+      }
+    }
+    tensors->push_back(std::move(t));
+  }
+  std::sort(tensors->begin(), tensors->end(), [](const TensorInfo& a, const TensorInfo& b) {
+    return a.offset != b.offset ? a.offset < b.offset : a.nbytes < b.nbytes;
+  });
+  for (size_t i = 1; i < tensors->size(); ++i) {
+    const auto& p = (*tensors)[i - 1];
+    if (p.offset + p.nbytes > (*tensors)[i].offset) {
+      return DataLossError("tensors '" + p.name + "' and '" + (*tensors)[i].name +
+                           "' overlap in the data section");
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace internal
+
+Status Checkpoint::Parse() {
+  if (file_size_ < 8) return DataLossError("truncated safetensors file: fewer than 8 bytes");
+  uint64_t n = 0;
+  std::memcpy(&n, file_, 8);
+  if (n > kMaxHeaderSize) {
+    return DataLossError("safetensors header size " + std::to_string(n) + " exceeds the 100 MiB limit");
+  }
+  if (n > file_size_ - 8) {
+    return DataLossError("truncated safetensors file: header of " + std::to_string(n) +
+                         " bytes but file has " + std::to_string(file_size_));
+  }
+  data_section_ = file_ + 8 + n;
+  const uint64_t data_size = file_size_ - 8 - n;
+  uint64_t data_end = 0;
+  DCR_RETURN_IF_ERROR(internal::ParseSafetensorsJson(reinterpret_cast<const char*>(file_ + 8), n,
+                                                     data_size, &tensors_, &metadata_, &data_end));
+  index_.clear();
+  for (size_t i = 0; i < tensors_.size(); ++i) index_[tensors_[i].name] = i;
+  return Status::OK();
+}
+
+const TensorInfo* Checkpoint::Find(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &tensors_[it->second];
+}
+
+std::string Checkpoint::header_json() const {
+  uint64_t n = 0;
+  std::memcpy(&n, file_, 8);
+  return std::string(reinterpret_cast<const char*>(file_ + 8), n);
+}
+
+uint64_t Checkpoint::total_tensor_bytes() const {
+  uint64_t s = 0;
+  for (const auto& t : tensors_) s += t.nbytes;
+  return s;
+}
+
+Hash128 Checkpoint::ContentHash(int threads) const {
+  if (!hash_valid_) {
+    std::vector<TensorView> views;
+    views.reserve(tensors_.size());
+    for (const auto& t : tensors_)
+      views.push_back(TensorView{t.name, t.dtype_name, t.shape, data(t), t.nbytes});
+    hash_ = ContentHashOf(views, threads);
+    hash_valid_ = true;
+  }
+  return hash_;
+}
+
+std::string BuildSafetensorsHeader(const std::vector<TensorView>& tensors,
+                                   const std::map<std::string, std::string>& metadata,
+                                   std::vector<uint64_t>* offsets) {
+  std::string json = "{";
+  bool first = true;
+  if (!metadata.empty()) {
+    json += "\"__metadata__\":{";
+    bool f2 = true;
+    for (const auto& [k, v] : metadata) {
+      if (!f2) json += ",";
+      f2 = false;
+      json += "\"" + JsonEscape(k) + "\":\"" + JsonEscape(v) + "\"";
+    }
+    json += "}";
+    first = false;
+  }
+  uint64_t off = 0;
+  if (offsets) offsets->clear();
+  for (const auto& t : tensors) {
+    if (!first) json += ",";
+    first = false;
+    json += "\"" + JsonEscape(t.name) + "\":{\"dtype\":\"" + JsonEscape(t.dtype_name) +
+            "\",\"shape\":[";
+    for (size_t i = 0; i < t.shape.size(); ++i) {
+      if (i) json += ",";
+      json += std::to_string(t.shape[i]);
+    }
+    json += "],\"data_offsets\":[" + std::to_string(off) + "," + std::to_string(off + t.nbytes) +
+            "]}";
+    if (offsets) offsets->push_back(off);
+    off += t.nbytes;
+  }
+  json += "}";
+  while ((8 + json.size()) % 8 != 0) json += ' ';
+  std::string out(8, '\0');
+  uint64_t n = json.size();
+  std::memcpy(out.data(), &n, 8);
+  return out + json;
+}
+
+Status WriteFileAtomicParts(const std::string& path,
+                            const std::vector<std::pair<const void*, size_t>>& parts) {
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError("create " + tmp, errno);
+  Status s;
+  for (const auto& [p, n] : parts) {
+    s = WriteAll(fd, p, n, tmp);
+    if (!s.ok()) break;
+  }
+  if (s.ok() && ::fsync(fd) != 0) s = ErrnoError("fsync " + tmp, errno);
+  if (::close(fd) != 0 && s.ok()) s = ErrnoError("close " + tmp, errno);
+  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) s = ErrnoError("rename to " + path, errno);
+  if (!s.ok()) ::unlink(tmp.c_str());
+  return s;
+}
+
+Status WriteSafetensors(const std::string& path, const std::vector<TensorView>& tensors,
+                        const std::map<std::string, std::string>& metadata) {
+  for (const auto& t : tensors) {
+    DType d = DTypeFromName(t.dtype_name);
+    if (d != DType::kUnknown) {
+      uint64_t elems = 1;
+      for (int64_t x : t.shape) {
+        if (x < 0) return InvalidArgumentError("tensor '" + t.name + "': negative dimension");
+        elems *= static_cast<uint64_t>(x);
+      }
+      if (elems * static_cast<uint64_t>(DTypeWidth(d)) != t.nbytes) {
+        return InvalidArgumentError("tensor '" + t.name + "': shape and byte size disagree");
+      }
+    }
+  }
+  std::string header = BuildSafetensorsHeader(tensors, metadata, nullptr);
+  std::vector<std::pair<const void*, size_t>> parts;
+  parts.emplace_back(header.data(), header.size());
+  for (const auto& t : tensors) parts.emplace_back(t.data, t.nbytes);
+  return WriteFileAtomicParts(path, parts);
+}
+
+Status WriteFileAtomic(const std::string& path, const void* data, size_t size) {
+  return WriteFileAtomicParts(path, {{data, size}});
+}
+
+StatusOr<std::vector<uint8_t>> ReadFile(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError("open " + path, errno);
+  std::vector<uint8_t> out;
+  uint8_t buf[1 << 16];
+  while (true) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int e = errno;
+      ::close(fd);
+      return ErrnoError("read " + path, e);
+    }
+    if (n == 0) break;
+    out.insert(out.end(), buf, buf + n);
+  }
+  ::close(fd);
+  return out;
+}
+
+}  // namespace dcr

@@ -1,0 +1,90 @@
+#include "dcr/hash.h"
+
+#include <xxhash.h>
+
+#include <cstring>
+#include <mutex>
+
+#include "internal/parallel.h"
+
+namespace dcr {
+
+uint64_t TensorSalt(std::string_view name) { return XXH3_64bits(name.data(), name.size()); }
+
+uint64_t LoadBits(const uint8_t* data, int width, uint64_t i) {
+  switch (width) {
+    case 1: return data[i];
+    case 2: { uint16_t v; std::memcpy(&v, data + 2 * i, 2); return v; }
+    case 4: { uint32_t v; std::memcpy(&v, data + 4 * i, 4); return v; }
+    default: { uint64_t v; std::memcpy(&v, data + 8 * i, 8); return v; }
+  }
+}
+
+Hash128 TensorIdentityTerm(std::string_view name, std::string_view dtype_name,
+                           const std::vector<int64_t>& shape) {
+  std::string id(name);
+  id.push_back('\0');
+  id.append(dtype_name);
+  id.push_back('\0');
+  for (int64_t d : shape) id.append(reinterpret_cast<const char*>(&d), sizeof d);
+  XXH128_hash_t h = XXH3_128bits(id.data(), id.size());
+  return Hash128{h.low64, h.high64};
+}
+
+namespace {
+template <typename T>
+Hash128 RangeHashT(uint64_t salt, const uint8_t* data, uint64_t begin, uint64_t count) {
+  Hash128 acc;
+  const T* p = reinterpret_cast<const T*>(data);
+  for (uint64_t i = begin; i < begin + count; ++i) {
+    T v;
+    std::memcpy(&v, p + i, sizeof(T));
+    HashAdd(&acc, ElementTerm(salt, i, static_cast<uint64_t>(v)));
+  }
+  return acc;
+}
+}  // namespace
+
+Hash128 RangeHash(uint64_t salt, const uint8_t* data, int width, uint64_t begin, uint64_t count) {
+  switch (width) {
+    case 1: return RangeHashT<uint8_t>(salt, data, begin, count);
+    case 2: return RangeHashT<uint16_t>(salt, data, begin, count);
+    case 4: return RangeHashT<uint32_t>(salt, data, begin, count);
+    default: return RangeHashT<uint64_t>(salt, data, begin, count);
+  }
+}
+
+Hash128 ContentHashOf(const std::vector<TensorView>& tensors, int threads) {
+  // Work items: (tensor, block) of up to 1M elements. The sum is commutative, so the split and
+  // the thread count do not change the result.
+  constexpr uint64_t kBlock = uint64_t{1} << 20;
+  struct Item { size_t t; uint64_t begin, count; };
+  std::vector<Item> items;
+  Hash128 total;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto& t = tensors[i];
+    HashAdd(&total, TensorIdentityTerm(t.name, t.dtype_name, t.shape));
+    int w = DTypeWidth(DTypeFromName(t.dtype_name));
+    uint64_t n = t.nbytes / static_cast<uint64_t>(w);
+    for (uint64_t b = 0; b < n; b += kBlock) items.push_back({i, b, std::min(kBlock, n - b)});
+  }
+  std::mutex mu;
+  internal::ParallelFor(items.size(), threads, [&](uint64_t k) {
+    const Item& it = items[k];
+    const auto& t = tensors[it.t];
+    int w = DTypeWidth(DTypeFromName(t.dtype_name));
+    Hash128 h = RangeHash(TensorSalt(t.name), static_cast<const uint8_t*>(t.data), w, it.begin,
+                          it.count);
+    std::lock_guard<std::mutex> lock(mu);
+    HashAdd(&total, h);
+    return true;
+  });
+  return total;
+}
+
+Hash128 BytesHash128(const void* data, size_t size) {
+  XXH128_hash_t h = XXH3_128bits(data, size);
+  return Hash128{h.low64, h.high64};
+}
+
+}  // namespace dcr

@@ -1,0 +1,433 @@
+// Chunk records: encoding sparse changes into streams and decoding them back (format.h).
+#include <xxhash.h>
+#include <zstd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "dcr/delta.h"
+#include "dcr/hash.h"
+#include "dcr/status_macros.h"
+#include "internal/byte_io.h"
+#include "internal/element_ops.h"
+
+namespace dcr {
+namespace {
+
+constexpr uint64_t kMaxChunkElements = uint64_t{1} << 34;
+constexpr uint32_t kMaxSegments = 1u << 20;
+constexpr uint32_t kMaxStreams = 9;
+
+// zstd contexts are reused per thread (creation costs more than compressing a small stream).
+ZSTD_CCtx* ThreadCCtx() {
+  thread_local struct Holder {
+    ZSTD_CCtx* c = ZSTD_createCCtx();
+    ~Holder() { ZSTD_freeCCtx(c); }
+  } h;
+  return h.c;
+}
+ZSTD_DCtx* ThreadDCtx() {
+  thread_local struct Holder {
+    ZSTD_DCtx* d = ZSTD_createDCtx();
+    ~Holder() { ZSTD_freeDCtx(d); }
+  } h;
+  return h.d;
+}
+
+void PutVarint(std::vector<uint8_t>* out, uint64_t v) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<uint8_t>(v) | 0x80);
+    v >>= 7;
+  }
+  out->push_back(static_cast<uint8_t>(v));
+}
+
+// Compresses `raw` with zstd at `level`, keeping it raw if that is not smaller.
+StreamInfo PackStream(const std::vector<uint8_t>& raw, int level, std::vector<uint8_t>* out) {
+  StreamInfo info;
+  info.raw_size = raw.size();
+  if (!raw.empty()) {
+    size_t bound = ZSTD_compressBound(raw.size());
+    size_t start = out->size();
+    out->resize(start + bound);
+    ZSTD_CCtx* cctx = ThreadCCtx();
+    ZSTD_CCtx_reset(cctx, ZSTD_reset_session_and_parameters);
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 0);
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_contentSizeFlag, 1);
+    size_t n = ZSTD_compress2(cctx, out->data() + start, bound, raw.data(), raw.size());
+    if (!ZSTD_isError(n) && n < raw.size()) {
+      out->resize(start + n);
+      info.codec = StreamCodec::kZstd;
+      info.stored_size = n;
+      return info;
+    }
+    out->resize(start);
+  }
+  out->insert(out->end(), raw.begin(), raw.end());
+  info.codec = StreamCodec::kRaw;
+  info.stored_size = raw.size();
+  return info;
+}
+
+void SerializeChunkHeader(const ChunkHeader& h, std::vector<uint8_t>* out) {
+  internal::ByteWriter w(out);
+  size_t start = out->size();
+  w.Raw(kChunkMagic, 4);
+  w.U32(0);  // header_size, patched below
+  w.U64(h.chunk_id);
+  w.U8(static_cast<uint8_t>(h.position_mode));
+  w.U8(static_cast<uint8_t>(h.value_mode));
+  w.U8(h.elem_width);
+  w.U8(0);
+  w.U32(static_cast<uint32_t>(h.segments.size()));
+  w.U64(h.num_elements);
+  w.U64(h.num_changes);
+  w.H128(h.base_change_hash);
+  w.H128(h.target_change_hash);
+  w.H128(h.target_range_hash);
+  w.U32(static_cast<uint32_t>(h.streams.size()));
+  for (const auto& s : h.streams) {
+    w.U8(static_cast<uint8_t>(s.codec));
+    w.U64(s.raw_size);
+    w.U64(s.stored_size);
+  }
+  for (const auto& sg : h.segments) {
+    w.U32(sg.tensor_index);
+    w.U32(sg.ndim);
+    w.U64(sg.offset);
+    for (uint32_t d = 0; d < sg.ndim; ++d) {
+      w.U64(sg.count[d]);
+      w.I64(sg.stride[d]);
+    }
+  }
+  w.U64(h.payload_checksum);
+  uint32_t header_size = static_cast<uint32_t>(out->size() - start + 8);
+  std::memcpy(out->data() + start + 4, &header_size, 4);
+  w.U64(XXH3_64bits(out->data() + start, out->size() - start));
+}
+
+}  // namespace
+
+ValueMode ChooseValueMode(ValuePolicy policy, DType dtype) {
+  switch (policy) {
+    case ValuePolicy::kXor: return ValueMode::kXor;
+    case ValuePolicy::kUlpDelta: return ValueMode::kUlpDelta;
+    case ValuePolicy::kAbsolute: return ValueMode::kAbsolute;
+    case ValuePolicy::kAuto: break;
+  }
+  return DTypeIsFloat(dtype) ? ValueMode::kUlpDelta : ValueMode::kXor;
+}
+
+const char* PositionModeName(PositionMode m) {
+  switch (m) {
+    case PositionMode::kGaps: return "gaps";
+    case PositionMode::kBitmap: return "bitmap";
+    case PositionMode::kDense: return "dense";
+  }
+  return "?";
+}
+
+const char* ValueModeName(ValueMode m) {
+  switch (m) {
+    case ValueMode::kXor: return "xor";
+    case ValueMode::kUlpDelta: return "ulp";
+    case ValueMode::kAbsolute: return "absolute";
+  }
+  return "?";
+}
+
+SegmentCursor::SegmentCursor(const std::vector<Segment>& segs) : segs_(segs) {}
+
+void SegmentCursor::Locate(uint64_t pos, uint32_t* seg, uint64_t* elem) {
+  if (pos < base_) {  // positions went backwards: restart
+    s_ = 0;
+    base_ = 0;
+  }
+  while (pos >= base_ + segs_[s_].num_elements()) {
+    base_ += segs_[s_].num_elements();
+    ++s_;
+  }
+  *seg = static_cast<uint32_t>(s_);
+  const Segment& sg = segs_[s_];
+  *elem = sg.IsContiguous() ? sg.offset + (pos - base_) : sg.ElementAt(pos - base_);
+}
+
+StatusOr<std::vector<uint8_t>> EncodeChunk(const ChunkChanges& c, ValueMode value_mode,
+                                           const std::vector<uint64_t>& salts, int zstd_level) {
+  const uint64_t k = c.positions.size();
+  const int w = c.width;
+  if (w != 1 && w != 2 && w != 4 && w != 8) return InvalidArgumentError("element width must be 1/2/4/8");
+  if (c.segments.empty()) return InvalidArgumentError("chunk without segments");
+  uint64_t covered = 0;
+  for (const auto& s : c.segments) {
+    if (s.ndim < 1 || s.ndim > kMaxSegmentDims) return InvalidArgumentError("segment ndim out of range");
+    if (s.tensor_index >= salts.size()) return InvalidArgumentError("segment tensor index out of range");
+    covered += s.num_elements();
+  }
+  if (covered != c.num_elements) {
+    return InvalidArgumentError("chunk num_elements does not match its segments");
+  }
+  if (c.new_bits.size() != k || (value_mode != ValueMode::kAbsolute && c.old_bits.size() != k)) {
+    return InvalidArgumentError("chunk changes: positions and values differ in length");
+  }
+  if (c.dense && k != c.num_elements) {
+    return InvalidArgumentError("dense chunk must list every covered element");
+  }
+  const bool dense = k == c.num_elements;
+
+  ChunkHeader h;
+  h.chunk_id = c.chunk_id;
+  h.value_mode = value_mode;
+  h.elem_width = static_cast<uint8_t>(w);
+  h.num_elements = c.num_elements;
+  h.num_changes = k;
+  h.segments = c.segments;
+  h.target_range_hash = c.target_range_hash;
+
+  // Hash terms of changed elements, in canonical coordinates.
+  SegmentCursor cursor(c.segments);
+  const bool have_old = c.old_bits.size() == k;
+  uint64_t prev = 0;
+  for (uint64_t i = 0; i < k; ++i) {
+    uint64_t p = c.positions[i];
+    if (p >= c.num_elements || (i > 0 && p <= prev)) {
+      return InvalidArgumentError("chunk positions must be strictly increasing and in range");
+    }
+    prev = p;
+    uint32_t seg;
+    uint64_t elem;
+    cursor.Locate(p, &seg, &elem);
+    uint64_t salt = salts[c.segments[seg].tensor_index];
+    if (have_old) HashAdd(&h.base_change_hash, ElementTerm(salt, elem, c.old_bits[i]));
+    HashAdd(&h.target_change_hash, ElementTerm(salt, elem, c.new_bits[i]));
+  }
+
+  // Position stream.
+  std::vector<uint8_t> payload;
+  std::vector<std::vector<uint8_t>> raws;
+  if (dense) {
+    h.position_mode = PositionMode::kDense;
+  } else {
+    std::vector<uint8_t> gaps;
+    gaps.reserve(k * 2);
+    uint64_t last = ~uint64_t{0};
+    for (uint64_t p : c.positions) {
+      PutVarint(&gaps, p - last - 1);
+      last = p;
+    }
+    uint64_t bitmap_bytes = (c.num_elements + 7) / 8;
+    h.position_mode = PositionMode::kGaps;
+    raws.push_back(std::move(gaps));
+    if (raws[0].size() * 4 > bitmap_bytes) {
+      // Dense-ish: the bitmap may win; pick by compressed size (deterministic).
+      std::vector<uint8_t> bitmap(bitmap_bytes, 0);
+      for (uint64_t p : c.positions) bitmap[p >> 3] |= static_cast<uint8_t>(1u << (p & 7));
+      std::vector<uint8_t> a, b;
+      StreamInfo sa = PackStream(raws[0], zstd_level, &a);
+      StreamInfo sb = PackStream(bitmap, zstd_level, &b);
+      if (sb.stored_size < sa.stored_size) {
+        h.position_mode = PositionMode::kBitmap;
+        raws[0] = std::move(bitmap);
+      }
+    }
+  }
+  // Value byte planes.
+  const uint8_t op = static_cast<uint8_t>(value_mode);
+  std::vector<std::vector<uint8_t>> planes(w, std::vector<uint8_t>(k));
+  for (uint64_t i = 0; i < k; ++i) {
+    uint64_t v = internal::EncodeValue(op, w, have_old ? c.old_bits[i] : 0, c.new_bits[i]);
+    for (int b = 0; b < w; ++b) planes[b][i] = static_cast<uint8_t>(v >> (8 * b));
+  }
+  for (auto& p : planes) raws.push_back(std::move(p));
+  for (const auto& r : raws) h.streams.push_back(PackStream(r, zstd_level, &payload));
+  h.payload_checksum = XXH3_64bits(payload.data(), payload.size());
+
+  std::vector<uint8_t> out;
+  out.reserve(256 + payload.size());
+  SerializeChunkHeader(h, &out);
+  out.insert(out.end(), payload.begin(), payload.end());
+  return out;
+}
+
+StatusOr<ChunkHeader> ParseChunkHeader(const uint8_t* data, size_t size, size_t* header_size,
+                                       size_t* record_size) {
+  internal::ByteReader r(data, size);
+  char magic[4];
+  r.Raw(magic, 4);
+  if (r.failed()) return DataLossError("truncated chunk: no header");
+  if (std::memcmp(magic, kChunkMagic, 4) != 0) return DataLossError("bad chunk magic");
+  uint32_t hsize = r.U32();
+  if (hsize < 16 || hsize > size) {
+    return DataLossError("truncated chunk header (needs " + std::to_string(hsize) + " bytes, have " +
+                         std::to_string(size) + ")");
+  }
+  uint64_t stored_checksum;
+  std::memcpy(&stored_checksum, data + hsize - 8, 8);
+  if (XXH3_64bits(data, hsize - 8) != stored_checksum) return DataLossError("chunk header checksum mismatch");
+  ChunkHeader h;
+  h.chunk_id = r.U64();
+  uint8_t pm = r.U8(), vm = r.U8();
+  h.elem_width = r.U8();
+  r.U8();
+  uint32_t nseg = r.U32();
+  h.num_elements = r.U64();
+  h.num_changes = r.U64();
+  h.base_change_hash = r.H128();
+  h.target_change_hash = r.H128();
+  h.target_range_hash = r.H128();
+  uint32_t nstreams = r.U32();
+  if (r.failed()) return DataLossError("truncated chunk header");
+  if (pm > 2) return DataLossError("unknown position mode " + std::to_string(pm));
+  if (vm > 2) return DataLossError("unknown value mode " + std::to_string(vm));
+  h.position_mode = static_cast<PositionMode>(pm);
+  h.value_mode = static_cast<ValueMode>(vm);
+  const int w = h.elem_width;
+  if (w != 1 && w != 2 && w != 4 && w != 8) return DataLossError("bad element width " + std::to_string(w));
+  if (nseg == 0 || nseg > kMaxSegments) return DataLossError("bad segment count " + std::to_string(nseg));
+  if (h.num_elements == 0 || h.num_elements > kMaxChunkElements) {
+    return DataLossError("bad chunk element count " + std::to_string(h.num_elements));
+  }
+  if (h.num_changes > h.num_elements) return DataLossError("more changes than covered elements");
+  uint32_t want_streams = static_cast<uint32_t>(w) + (h.position_mode == PositionMode::kDense ? 0 : 1);
+  if (nstreams != want_streams || nstreams > kMaxStreams) {
+    return DataLossError("chunk has " + std::to_string(nstreams) + " streams, expected " +
+                         std::to_string(want_streams));
+  }
+  if (h.position_mode == PositionMode::kDense && h.num_changes != h.num_elements) {
+    return DataLossError("dense chunk must change every covered element");
+  }
+  uint64_t stored_total = 0;
+  for (uint32_t i = 0; i < nstreams; ++i) {
+    StreamInfo s;
+    uint8_t codec = r.U8();
+    s.raw_size = r.U64();
+    s.stored_size = r.U64();
+    if (codec > 1) return DataLossError("unknown stream codec " + std::to_string(codec));
+    s.codec = static_cast<StreamCodec>(codec);
+    if (s.codec == StreamCodec::kRaw && s.raw_size != s.stored_size) {
+      return DataLossError("raw stream with differing sizes");
+    }
+    if (s.stored_size > size) return DataLossError("stream larger than the chunk");
+    stored_total += s.stored_size;
+    h.streams.push_back(s);
+  }
+  uint64_t seg_total = 0;
+  for (uint32_t i = 0; i < nseg; ++i) {
+    Segment sg;
+    sg.tensor_index = r.U32();
+    sg.ndim = r.U32();
+    if (sg.ndim < 1 || sg.ndim > kMaxSegmentDims) return DataLossError("bad segment ndim");
+    sg.offset = r.U64();
+    uint64_t n = 1;
+    for (uint32_t d = 0; d < sg.ndim; ++d) {
+      sg.count[d] = r.U64();
+      sg.stride[d] = r.I64();
+      if (sg.count[d] == 0 || sg.count[d] > kMaxChunkElements) return DataLossError("bad segment count");
+      n *= sg.count[d];
+      if (n > kMaxChunkElements) return DataLossError("segment too large");
+    }
+    seg_total += n;
+    if (r.failed()) return DataLossError("truncated chunk segments");
+    h.segments.push_back(sg);
+  }
+  if (seg_total != h.num_elements) return DataLossError("segments do not cover num_elements");
+  h.payload_checksum = r.U64();
+  if (r.failed() || r.offset() + 8 != hsize) return DataLossError("chunk header size mismatch");
+  if (hsize + stored_total > size) {
+    return DataLossError("truncated chunk: payload needs " + std::to_string(hsize + stored_total) +
+                         " bytes, have " + std::to_string(size));
+  }
+  if (header_size) *header_size = hsize;
+  if (record_size) *record_size = hsize + stored_total;
+  return h;
+}
+
+StatusOr<DecodedChunk> DecodeChunk(const uint8_t* data, size_t size) {
+  size_t hsize = 0, rsize = 0;
+  DCR_ASSIGN_OR_RETURN(ChunkHeader h, ParseChunkHeader(data, size, &hsize, &rsize));
+  const uint8_t* payload = data + hsize;
+  const size_t payload_size = rsize - hsize;
+  if (XXH3_64bits(payload, payload_size) != h.payload_checksum) {
+    return DataLossError("chunk " + std::to_string(h.chunk_id) + ": payload checksum mismatch");
+  }
+  const uint64_t k = h.num_changes;
+  const int w = h.elem_width;
+  std::vector<std::vector<uint8_t>> raws(h.streams.size());
+  size_t off = 0;
+  for (size_t i = 0; i < h.streams.size(); ++i) {
+    const StreamInfo& s = h.streams[i];
+    const bool is_pos = h.position_mode != PositionMode::kDense && i == 0;
+    uint64_t max_raw = is_pos ? (h.position_mode == PositionMode::kBitmap ? (h.num_elements + 7) / 8
+                                                                          : k * 10)
+                              : k;
+    if (s.raw_size > max_raw) return DataLossError("stream raw size exceeds what the counts allow");
+    raws[i].resize(s.raw_size);
+    if (s.codec == StreamCodec::kRaw) {
+      if (s.raw_size) std::memcpy(raws[i].data(), payload + off, s.raw_size);
+    } else {
+      unsigned long long fcs = ZSTD_getFrameContentSize(payload + off, s.stored_size);
+      if (fcs != s.raw_size) return DataLossError("zstd frame size disagrees with the header");
+      size_t n = ZSTD_decompressDCtx(ThreadDCtx(), raws[i].data(), s.raw_size, payload + off,
+                                     s.stored_size);
+      if (ZSTD_isError(n) || n != s.raw_size) {
+        return DataLossError(std::string("zstd stream: ") +
+                             (ZSTD_isError(n) ? ZSTD_getErrorName(n) : "short output"));
+      }
+    }
+    off += s.stored_size;
+  }
+  DecodedChunk out;
+  size_t vbase = 0;
+  if (h.position_mode == PositionMode::kGaps) {
+    const std::vector<uint8_t>& g = raws[0];
+    out.positions.resize(k);
+    size_t p = 0;
+    uint64_t next = 0;  // smallest allowed next position
+    for (uint64_t i = 0; i < k; ++i) {
+      uint64_t v = 0;
+      int shift = 0;
+      while (true) {
+        if (p >= g.size() || shift > 63) return DataLossError("truncated or bad position varint");
+        uint8_t b = g[p++];
+        v |= static_cast<uint64_t>(b & 0x7F) << shift;
+        if (!(b & 0x80)) break;
+        shift += 7;
+      }
+      if (v >= h.num_elements - next) return DataLossError("position out of range");
+      uint64_t pos = next + v;
+      out.positions[i] = pos;
+      next = pos + 1;
+    }
+    if (p != g.size()) return DataLossError("trailing bytes in the position stream");
+    vbase = 1;
+  } else if (h.position_mode == PositionMode::kBitmap) {
+    const std::vector<uint8_t>& bm = raws[0];
+    if (bm.size() != (h.num_elements + 7) / 8) return DataLossError("bitmap size mismatch");
+    out.positions.reserve(k);
+    for (uint64_t byte = 0; byte < bm.size(); ++byte) {
+      unsigned b = bm[byte];
+      while (b) {
+        int bit = __builtin_ctz(b);
+        uint64_t pos = byte * 8 + static_cast<uint64_t>(bit);
+        if (pos >= h.num_elements) return DataLossError("bitmap bit beyond the covered elements");
+        out.positions.push_back(pos);
+        b &= b - 1;
+      }
+    }
+    if (out.positions.size() != k) return DataLossError("bitmap popcount differs from num_changes");
+    vbase = 1;
+  }
+  for (int b = 0; b < w; ++b) {
+    if (raws[vbase + b].size() != k) return DataLossError("value stream length differs from num_changes");
+  }
+  out.values.assign(k, 0);
+  for (int b = 0; b < w; ++b) {
+    const uint8_t* plane = raws[vbase + b].data();
+    for (uint64_t i = 0; i < k; ++i) out.values[i] |= static_cast<uint64_t>(plane[i]) << (8 * b);
+  }
+  out.header = std::move(h);
+  return out;
+}
+
+}  // namespace dcr

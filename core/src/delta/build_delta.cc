@@ -1,0 +1,242 @@
+// BuildDelta: scan base and target cell by cell, encode changed cells, stream them to a sink.
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <unordered_map>
+
+#include "dcr/delta.h"
+#include "dcr/hash.h"
+#include "dcr/status_macros.h"
+#include "internal/element_ops.h"
+#include "internal/parallel.h"
+
+namespace dcr {
+namespace {
+
+double BinaryEntropyBits(uint64_t n, uint64_t k) {
+  if (k == 0 || k == n) return 0;
+  double p = static_cast<double>(k) / static_cast<double>(n);
+  return static_cast<double>(n) * (-(p * std::log2(p) + (1 - p) * std::log2(1 - p)));
+}
+
+// Changes of one cell, found by comparing base and target.
+struct CellScan {
+  ChunkChanges changes;
+  // Per segment: number of changes (for stats attribution).
+  std::vector<uint64_t> seg_changes;
+  // XOR value histogram per segment (only with collect_entropy).
+  std::vector<std::unordered_map<uint64_t, uint64_t>> seg_hist;
+};
+
+template <typename T>
+void ScanRange(const T* a, const T* b, uint64_t n, uint64_t pos_base, ChunkChanges* out) {
+  // Compare 8-byte words first; only words that differ are examined element by element.
+  constexpr uint64_t kPer = 8 / sizeof(T);
+  uint64_t i = 0;
+  for (; i + kPer <= n; i += kPer) {
+    uint64_t wa, wb;
+    std::memcpy(&wa, a + i, 8);
+    std::memcpy(&wb, b + i, 8);
+    if (wa == wb) continue;
+    for (uint64_t j = i; j < i + kPer; ++j) {
+      if (a[j] != b[j]) {
+        out->positions.push_back(pos_base + j);
+        out->old_bits.push_back(static_cast<uint64_t>(a[j]));
+        out->new_bits.push_back(static_cast<uint64_t>(b[j]));
+      }
+    }
+  }
+  for (; i < n; ++i) {
+    if (a[i] != b[i]) {
+      out->positions.push_back(pos_base + i);
+      out->old_bits.push_back(static_cast<uint64_t>(a[i]));
+      out->new_bits.push_back(static_cast<uint64_t>(b[i]));
+    }
+  }
+}
+
+void ScanBytes(const uint8_t* a, const uint8_t* b, int width, uint64_t n, uint64_t pos_base,
+               ChunkChanges* out) {
+  switch (width) {
+    case 1: ScanRange(a, b, n, pos_base, out); break;
+    case 2: ScanRange(reinterpret_cast<const uint16_t*>(a), reinterpret_cast<const uint16_t*>(b), n, pos_base, out); break;
+    case 4: ScanRange(reinterpret_cast<const uint32_t*>(a), reinterpret_cast<const uint32_t*>(b), n, pos_base, out); break;
+    default: ScanRange(reinterpret_cast<const uint64_t*>(a), reinterpret_cast<const uint64_t*>(b), n, pos_base, out); break;
+  }
+}
+
+}  // namespace
+
+StatusOr<DeltaStats> BuildDelta(const Checkpoint* base, const Checkpoint& target,
+                                const DeltaOptions& options, DeltaSink* sink) {
+  if (!options.full && base == nullptr) {
+    return InvalidArgumentError("a delta needs a base checkpoint (or options.full for a full frame)");
+  }
+  if (options.chunk_elems == 0) return InvalidArgumentError("chunk_elems must be positive");
+  const Inventory inv = Inventory::FromCheckpoint(target);
+  std::vector<const uint8_t*> base_ptr(inv.tensors.size(), nullptr);
+  std::vector<const uint8_t*> target_ptr(inv.tensors.size(), nullptr);
+  for (size_t i = 0; i < inv.tensors.size(); ++i) {
+    const TensorInfo& t = inv.tensors[i];
+    target_ptr[i] = target.data(t);
+    if (options.full) continue;
+    const TensorInfo* bt = base->Find(t.name);
+    if (bt == nullptr) {
+      return FailedPreconditionError("tensor '" + t.name +
+                                     "' is in the target but not in the base; build a full delta");
+    }
+    if (bt->dtype_name != t.dtype_name || bt->shape != t.shape) {
+      return FailedPreconditionError("tensor '" + t.name +
+                                     "' differs in dtype or shape between base and target");
+    }
+    base_ptr[i] = base->data(*bt);
+  }
+  if (!options.full && base->tensors().size() != inv.tensors.size()) {
+    return FailedPreconditionError("the base has tensors the target lacks; build a full delta");
+  }
+
+  DeltaStats stats;
+  stats.tensors.resize(inv.tensors.size());
+  for (size_t i = 0; i < inv.tensors.size(); ++i) {
+    stats.tensors[i].name = inv.tensors[i].name;
+    stats.tensors[i].dtype_name = inv.tensors[i].dtype_name;
+    stats.tensors[i].elements = inv.tensors[i].num_elements();
+    stats.tensors[i].dense_bytes = inv.tensors[i].nbytes;
+    stats.elements += inv.tensors[i].num_elements();
+    stats.dense_bytes += inv.tensors[i].nbytes;
+  }
+  FileHeader fh;
+  fh.flags = options.full ? kFlagNoBase : 0;
+  fh.base_version = options.base_version;
+  fh.target_version = options.target_version;
+  if (!options.full) {
+    fh.base_hash = options.known_base_hash != Hash128{} ? options.known_base_hash
+                                                        : base->ContentHash(options.threads);
+  }
+  fh.inventory = inv.json;
+  fh.chunk_elems = options.chunk_elems;
+  std::vector<uint8_t> hb = SerializeFileHeader(fh);
+  DCR_RETURN_IF_ERROR(sink->OnHeader(hb));
+  uint64_t offset = hb.size();
+  stats.base_hash = fh.base_hash;
+
+  const std::vector<GridCell> grid = BuildGrid(inv, options);
+  const int threads = internal::ResolveThreads(options.threads);
+  const size_t window = static_cast<size_t>(threads) * 4;
+  Trailer trailer;
+  Hash128 target_hash = fh.base_hash;
+  std::vector<std::unordered_map<uint64_t, uint64_t>> tensor_hist(
+      options.collect_entropy ? inv.tensors.size() : 0);
+
+  for (size_t w0 = 0; w0 < grid.size(); w0 += window) {
+    const size_t w1 = std::min(grid.size(), w0 + window);
+    std::vector<StatusOr<std::vector<uint8_t>>> encoded(w1 - w0, Status(StatusCode::kInternal, "not run"));
+    std::vector<CellScan> scans(w1 - w0);
+    internal::ParallelFor(w1 - w0, threads, [&](uint64_t k) {
+      const GridCell& cell = grid[w0 + k];
+      CellScan& sc = scans[k];
+      ChunkChanges& ch = sc.changes;
+      ch.chunk_id = cell.chunk_id;
+      ch.width = cell.width;
+      ch.segments = cell.segments;
+      ch.num_elements = cell.num_elements;
+      sc.seg_changes.assign(cell.segments.size(), 0);
+      if (options.collect_entropy) sc.seg_hist.resize(cell.segments.size());
+      XXH3_state_t* st = XXH3_createState();
+      XXH3_128bits_reset(st);
+      uint64_t pos_base = 0;
+      bool all_float = true;
+      for (size_t s = 0; s < cell.segments.size(); ++s) {
+        const Segment& sg = cell.segments[s];
+        const TensorInfo& t = inv.tensors[sg.tensor_index];
+        all_float = all_float && DTypeIsFloat(t.dtype);
+        const uint64_t byte_off = sg.offset * cell.width;
+        const uint64_t n = sg.count[0];
+        const uint8_t* tp = target_ptr[sg.tensor_index] + byte_off;
+        XXH3_128bits_update(st, tp, n * cell.width);
+        size_t before = ch.positions.size();
+        if (options.full) {
+          for (uint64_t i = 0; i < n; ++i) {
+            ch.positions.push_back(pos_base + i);
+            ch.new_bits.push_back(LoadBits(tp, cell.width, i));
+          }
+        } else {
+          ScanBytes(base_ptr[sg.tensor_index] + byte_off, tp, cell.width, n, pos_base, &ch);
+        }
+        sc.seg_changes[s] = ch.positions.size() - before;
+        if (options.collect_entropy) {
+          for (size_t i = before; i < ch.positions.size(); ++i)
+            ++sc.seg_hist[s][ch.old_bits[i] ^ ch.new_bits[i]];
+        }
+        pos_base += n;
+      }
+      XXH128_hash_t rh = XXH3_128bits_digest(st);
+      XXH3_freeState(st);
+      ch.target_range_hash = Hash128{rh.low64, rh.high64};
+      if (ch.positions.empty() && !options.emit_unchanged && !options.full) {
+        encoded[k] = std::vector<uint8_t>();
+        return true;
+      }
+      ch.dense = options.full;
+      ValueMode mode = options.full ? ValueMode::kAbsolute
+                                    : ChooseValueMode(options.value_policy,
+                                                      all_float ? DType::kBF16 : DType::kU8);
+      encoded[k] = EncodeChunk(ch, mode, inv.salts, options.zstd_level);
+      return encoded[k].ok();
+    });
+    for (size_t k = 0; k < w1 - w0; ++k) {
+      if (!encoded[k].ok()) return encoded[k].status();
+      const std::vector<uint8_t>& bytes = *encoded[k];
+      const CellScan& sc = scans[k];
+      uint64_t cell_changes = sc.changes.positions.size();
+      for (size_t s = 0; s < sc.changes.segments.size(); ++s) {
+        auto& ts = stats.tensors[sc.changes.segments[s].tensor_index];
+        ts.changed += options.full ? 0 : sc.seg_changes[s];
+        if (!bytes.empty()) {
+          // Attribute the chunk's bytes by changes (by elements when none changed).
+          double share = cell_changes > 0
+                             ? static_cast<double>(sc.seg_changes[s]) / cell_changes
+                             : static_cast<double>(sc.changes.segments[s].num_elements()) /
+                                   sc.changes.num_elements;
+          ts.payload_bytes += static_cast<uint64_t>(std::llround(share * bytes.size()));
+        }
+        if (options.collect_entropy) {
+          for (const auto& [v, c] : sc.seg_hist[s]) tensor_hist[sc.changes.segments[s].tensor_index][v] += c;
+        }
+      }
+      if (bytes.empty()) continue;
+      size_t hsize = 0, rsize = 0;
+      DCR_ASSIGN_OR_RETURN(ChunkHeader h, ParseChunkHeader(bytes.data(), bytes.size(), &hsize, &rsize));
+      HashSub(&target_hash, h.base_change_hash);
+      HashAdd(&target_hash, h.target_change_hash);
+      DCR_RETURN_IF_ERROR(sink->OnChunk(h, bytes));
+      trailer.chunks.push_back({h.chunk_id, offset, bytes.size()});
+      offset += bytes.size();
+      stats.chunks++;
+    }
+  }
+  if (options.full) target_hash = target.ContentHash(options.threads);
+  trailer.target_hash = target_hash;
+  std::vector<uint8_t> tb = SerializeTrailer(trailer, offset);
+  DCR_RETURN_IF_ERROR(sink->OnTrailer(tb));
+  stats.payload_bytes = offset + tb.size();
+  stats.target_hash = target_hash;
+  for (size_t i = 0; i < stats.tensors.size(); ++i) {
+    auto& ts = stats.tensors[i];
+    stats.changed += ts.changed;
+    if (options.collect_entropy) {
+      double bits = BinaryEntropyBits(ts.elements, ts.changed);
+      for (const auto& [v, c] : tensor_hist[i]) {
+        double p = static_cast<double>(c) / static_cast<double>(ts.changed);
+        bits -= static_cast<double>(c) * std::log2(p);
+      }
+      ts.xor_entropy_bits = bits;
+      stats.entropy_bound_bits += bits;
+    }
+  }
+  return stats;
+}
+
+}  // namespace dcr

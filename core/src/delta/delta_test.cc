@@ -1,0 +1,290 @@
+// Round trips of BuildDelta / ApplyDeltaFile over random tensors, dtypes, change rates and
+// special values; chunk order permutations; malformed deltas.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include "dcr/apply.h"
+#include "dcr/delta.h"
+#include "dcr/hash.h"
+
+namespace dcr {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / ("dcr_delta_test_" + std::to_string(::getpid()) + "_" +
+                                        std::to_string(std::random_device{}()));
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string operator/(const std::string& f) const { return (path / f).string(); }
+};
+
+struct OwnedTensor {
+  std::string name, dtype;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+};
+
+std::vector<TensorView> Views(const std::vector<OwnedTensor>& ts) {
+  std::vector<TensorView> v;
+  for (const auto& t : ts) v.push_back({t.name, t.dtype, t.shape, t.bytes.data(), t.bytes.size()});
+  return v;
+}
+
+// Special bit patterns per width: NaN payloads, +-Inf, -0, subnormals, max/min.
+std::vector<uint64_t> SpecialValues(int width) {
+  switch (width) {
+    case 1: return {0x00, 0x80, 0x7F, 0xFF, 0x01, 0x81, 0x7C, 0xFC};
+    case 2: return {0x0000, 0x8000, 0x7F80, 0xFF80, 0x7FC1, 0xFFFF, 0x0001, 0x8001, 0x7F81, 0x7C00};
+    case 4: return {0, 0x80000000u, 0x7F800000u, 0xFF800000u, 0x7FC00123u, 0xFFFFFFFFu, 1, 0x80000001u};
+    default: return {0, 0x8000000000000000ull, 0x7FF0000000000000ull, 0x7FF8000000000123ull, 1, ~0ull};
+  }
+}
+
+void StoreBits(std::vector<uint8_t>* b, int width, uint64_t i, uint64_t v) {
+  std::memcpy(b->data() + i * width, &v, width);
+}
+uint64_t GetBits(const std::vector<uint8_t>& b, int width, uint64_t i) {
+  uint64_t v = 0;
+  std::memcpy(&v, b.data() + i * width, width);
+  return v;
+}
+
+// Builds a random checkpoint pair with the given change rate.
+void MakePair(std::mt19937_64& rng, double rate, std::vector<OwnedTensor>* base,
+              std::vector<OwnedTensor>* target) {
+  const char* dtypes[] = {"BF16", "F16", "F32", "F8_E4M3", "F8_E5M2", "I8", "I16", "I32", "I64",
+                          "U8", "BOOL", "F64", "X_CUSTOM"};
+  int nt = 3 + static_cast<int>(rng() % 8);
+  for (int i = 0; i < nt; ++i) {
+    OwnedTensor t;
+    t.name = "layer." + std::to_string(i) + ".w";
+    t.dtype = dtypes[rng() % 13];
+    int width = DTypeWidth(DTypeFromName(t.dtype));
+    int64_t rows = 1 + static_cast<int64_t>(rng() % 300);
+    int64_t cols = (rng() % 4 == 0) ? 1 + static_cast<int64_t>(rng() % 5000) : 1 + static_cast<int64_t>(rng() % 60);
+    t.shape = {rows, cols};
+    uint64_t n = static_cast<uint64_t>(rows * cols);
+    t.bytes.resize(n * width);
+    auto specials = SpecialValues(width);
+    for (uint64_t e = 0; e < n; ++e) {
+      uint64_t v = rng();
+      if (rng() % 50 == 0) v = specials[rng() % specials.size()];
+      StoreBits(&t.bytes, width, e, v);
+    }
+    OwnedTensor u = t;
+    for (uint64_t e = 0; e < n; ++e) {
+      if (std::uniform_real_distribution<double>(0, 1)(rng) < rate) {
+        uint64_t old = GetBits(t.bytes, width, e);
+        uint64_t nv;
+        int kind = static_cast<int>(rng() % 4);
+        if (kind == 0) nv = old + 1;
+        else if (kind == 1) nv = old - 1;
+        else if (kind == 2) nv = specials[rng() % specials.size()];
+        else nv = rng();
+        if ((nv & ((width == 8) ? ~0ull : ((1ull << (8 * width)) - 1))) == old) nv = old ^ 1;
+        StoreBits(&u.bytes, width, e, nv);
+      }
+    }
+    base->push_back(std::move(t));
+    target->push_back(std::move(u));
+  }
+}
+
+std::vector<uint8_t> ReadAll(const std::string& p) {
+  auto r = ReadFile(p);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *r : std::vector<uint8_t>{};
+}
+
+class RoundTrip : public ::testing::TestWithParam<std::tuple<double, int>> {};
+
+TEST_P(RoundTrip, ApplyGivesTargetBytes) {
+  auto [rate, policy] = GetParam();
+  std::mt19937_64 rng(static_cast<uint64_t>(rate * 1e6) * 31 + policy);
+  for (int trial = 0; trial < 3; ++trial) {
+    TempDir dir;
+    std::vector<OwnedTensor> base, target;
+    MakePair(rng, rate, &base, &target);
+    ASSERT_TRUE(WriteSafetensors(dir / "base.st", Views(base)).ok());
+    ASSERT_TRUE(WriteSafetensors(dir / "target.st", Views(target)).ok());
+    auto b = Checkpoint::Open(dir / "base.st");
+    auto t = Checkpoint::Open(dir / "target.st");
+    ASSERT_TRUE(b.ok() && t.ok());
+    DeltaOptions opt;
+    opt.chunk_elems = 1 + rng() % 20000;
+    opt.small_tensor_elems = rng() % 3000;
+    opt.value_policy = static_cast<ValuePolicy>(policy);
+    opt.threads = 1 + static_cast<int>(rng() % 3);
+    DeltaFileSink sink(dir / "d.dcr");
+    auto st = BuildDelta(b->get(), **t, opt, &sink);
+    ASSERT_TRUE(st.ok()) << st.status();
+    EXPECT_EQ(st->target_hash, (*t)->ContentHash());
+    auto ap = ApplyDeltaFile(dir / "base.st", dir / "d.dcr", dir / "out.st", ApplyOptions{0, true, true});
+    ASSERT_TRUE(ap.ok()) << ap.status();
+    EXPECT_EQ(ReadAll(dir / "out.st"), ReadAll(dir / "target.st"));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Rates, RoundTrip,
+                         ::testing::Combine(::testing::Values(0.0, 0.00001, 0.01, 0.03, 0.05, 0.5, 1.0),
+                                            ::testing::Values(0, 1, 2, 3)));
+
+TEST(Delta, DeterministicAcrossThreads) {
+  std::mt19937_64 rng(7);
+  TempDir dir;
+  std::vector<OwnedTensor> base, target;
+  MakePair(rng, 0.03, &base, &target);
+  ASSERT_TRUE(WriteSafetensors(dir / "b", Views(base)).ok());
+  ASSERT_TRUE(WriteSafetensors(dir / "t", Views(target)).ok());
+  auto b = Checkpoint::Open(dir / "b");
+  auto t = Checkpoint::Open(dir / "t");
+  std::vector<uint8_t> first;
+  for (int threads : {1, 2, 3, 8}) {
+    DeltaOptions opt;
+    opt.chunk_elems = 1000;
+    opt.threads = threads;
+    DeltaMemorySink sink;
+    ASSERT_TRUE(BuildDelta(b->get(), **t, opt, &sink).ok());
+    if (first.empty()) first = sink.bytes();
+    EXPECT_EQ(sink.bytes(), first) << "threads=" << threads;
+  }
+}
+
+TEST(Delta, FullFrameWithoutBase) {
+  std::mt19937_64 rng(9);
+  TempDir dir;
+  std::vector<OwnedTensor> base, target;
+  MakePair(rng, 0.03, &base, &target);
+  ASSERT_TRUE(WriteSafetensors(dir / "t", Views(target)).ok());
+  auto t = Checkpoint::Open(dir / "t");
+  DeltaOptions opt;
+  opt.full = true;
+  DeltaFileSink sink(dir / "f.dcr");
+  ASSERT_TRUE(BuildDelta(nullptr, **t, opt, &sink).ok());
+  auto ap = ApplyDeltaFile("", dir / "f.dcr", dir / "out", ApplyOptions{});
+  ASSERT_TRUE(ap.ok()) << ap.status();
+  EXPECT_EQ(ReadAll(dir / "out"), ReadAll(dir / "t"));
+}
+
+class ChunkOrder : public ::testing::Test {};
+
+TEST(Delta, ChunksApplyInAnyOrderAndOnlyOnce) {
+  std::mt19937_64 rng(11);
+  std::vector<OwnedTensor> base, target;
+  MakePair(rng, 0.05, &base, &target);
+  auto bv = Views(base);
+  std::vector<uint8_t> bimg, timg;
+  TempDir dir;
+  ASSERT_TRUE(WriteSafetensors(dir / "b", bv).ok());
+  ASSERT_TRUE(WriteSafetensors(dir / "t", Views(target)).ok());
+  auto b = Checkpoint::Open(dir / "b");
+  auto t = Checkpoint::Open(dir / "t");
+  DeltaOptions opt;
+  opt.chunk_elems = 500;
+  DeltaMemorySink sink;
+  ASSERT_TRUE(BuildDelta(b->get(), **t, opt, &sink).ok());
+  auto reader = DeltaReader::FromBytes(sink.Release());
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  const Inventory& inv = (*reader)->inventory();
+  for (int perm = 0; perm < 5; ++perm) {
+    // Fresh copy of the base tensors in canonical (name) order.
+    std::vector<std::vector<uint8_t>> bufs;
+    std::vector<TensorBuffer> tbs;
+    for (size_t i = 0; i < inv.tensors.size(); ++i) {
+      const TensorInfo* bt = (*b)->Find(inv.tensors[i].name);
+      bufs.emplace_back((*b)->data(*bt), (*b)->data(*bt) + bt->nbytes);
+    }
+    for (size_t i = 0; i < inv.tensors.size(); ++i)
+      tbs.push_back({bufs[i].data(), inv.tensors[i].num_elements(), inv.tensors[i].width(), inv.salts[i]});
+    BufferApplier applier(tbs);
+    applier.set_verify_ranges(true);
+    std::vector<size_t> order((*reader)->num_chunks());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), rng);
+    for (size_t i : order) {
+      auto dc = (*reader)->Decode(i);
+      ASSERT_TRUE(dc.ok()) << dc.status();
+      ASSERT_TRUE(applier.ApplyChunk(*dc).ok());
+      if (IsRelative(dc->header.value_mode) && dc->header.num_changes > 0) {
+        // Applying a relative chunk twice is refused and changes nothing.
+        Status again = applier.ApplyChunk(*dc);
+        EXPECT_TRUE(again.IsFailedPrecondition()) << again;
+      }
+    }
+    for (size_t i = 0; i < inv.tensors.size(); ++i) {
+      const TensorInfo* tt = (*t)->Find(inv.tensors[i].name);
+      ASSERT_EQ(0, std::memcmp(bufs[i].data(), (*t)->data(*tt), tt->nbytes)) << inv.tensors[i].name;
+    }
+  }
+}
+
+TEST(Delta, WrongBaseIsRefusedAndLeavesNoOutput) {
+  std::mt19937_64 rng(13);
+  TempDir dir;
+  std::vector<OwnedTensor> base, target;
+  MakePair(rng, 0.03, &base, &target);
+  ASSERT_TRUE(WriteSafetensors(dir / "b", Views(base)).ok());
+  ASSERT_TRUE(WriteSafetensors(dir / "t", Views(target)).ok());
+  auto b = Checkpoint::Open(dir / "b");
+  auto t = Checkpoint::Open(dir / "t");
+  DeltaFileSink sink(dir / "d");
+  ASSERT_TRUE(BuildDelta(b->get(), **t, DeltaOptions{}, &sink).ok());
+  // The target itself is a wrong base (same inventory, other bits).
+  auto ap = ApplyDeltaFile(dir / "t", dir / "d", dir / "out", ApplyOptions{});
+  EXPECT_TRUE(ap.status().IsFailedPrecondition()) << ap.status();
+  EXPECT_FALSE(fs::exists(dir / "out"));
+  for (const auto& e : fs::directory_iterator(dir.path))
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
+}
+
+TEST(Delta, CorruptionGivesDataLossAndNoOutput) {
+  std::mt19937_64 rng(17);
+  TempDir dir;
+  std::vector<OwnedTensor> base, target;
+  MakePair(rng, 0.05, &base, &target);
+  ASSERT_TRUE(WriteSafetensors(dir / "b", Views(base)).ok());
+  ASSERT_TRUE(WriteSafetensors(dir / "t", Views(target)).ok());
+  auto b = Checkpoint::Open(dir / "b");
+  auto t = Checkpoint::Open(dir / "t");
+  DeltaOptions opt;
+  opt.chunk_elems = 800;
+  DeltaMemorySink sink;
+  ASSERT_TRUE(BuildDelta(b->get(), **t, opt, &sink).ok());
+  const std::vector<uint8_t> good = sink.bytes();
+  int rejected = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    std::vector<uint8_t> bad = good;
+    int kind = trial % 3;
+    if (kind == 0) {
+      bad.resize(rng() % good.size());  // truncation
+    } else if (kind == 1) {
+      size_t at = rng() % bad.size();
+      bad[at] ^= static_cast<uint8_t>(1u << (rng() % 8));  // bit flip
+    } else {
+      size_t at = rng() % bad.size();
+      uint64_t huge = ~0ull >> (rng() % 8);
+      std::memcpy(bad.data() + std::min(at, bad.size() - 8), &huge, 8);  // absurd counts
+    }
+    if (bad == good) continue;
+    ASSERT_TRUE(WriteFileAtomic(dir / "bad", bad.data(), bad.size()).ok());
+    auto ap = ApplyDeltaFile(dir / "b", dir / "bad", dir / "out", ApplyOptions{});
+    ASSERT_FALSE(ap.ok()) << "trial " << trial << " kind " << kind;
+    EXPECT_TRUE(ap.status().IsDataLoss() || ap.status().IsFailedPrecondition()) << ap.status();
+    EXPECT_FALSE(fs::exists(dir / "out"));
+    ++rejected;
+  }
+  EXPECT_GT(rejected, 250);
+}
+
+}  // namespace
+}  // namespace dcr

@@ -1,0 +1,23 @@
+// safetensors header parsing shared by Checkpoint and Inventory (internal).
+#ifndef DCR_CORE_SRC_INTERNAL_SAFETENSORS_H_
+#define DCR_CORE_SRC_INTERNAL_SAFETENSORS_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "dcr/checkpoint.h"
+
+namespace dcr::internal {
+
+// Parses the JSON header `json[0..n)`. Offsets must lie within `data_size` bytes (pass
+// UINT64_MAX when the data section is not present). Tensors come back sorted by data offset,
+// checked for overlap; `data_end` receives the largest end offset.
+Status ParseSafetensorsJson(const char* json, size_t n, uint64_t data_size,
+                            std::vector<TensorInfo>* tensors,
+                            std::map<std::string, std::string>* metadata, uint64_t* data_end);
+
+}  // namespace dcr::internal
+
+#endif  // DCR_CORE_SRC_INTERNAL_SAFETENSORS_H_
