@@ -55,10 +55,7 @@
 #define DCR_CORE_INCLUDE_DCR_RELAY_POLICY_H_
 
 #include <cstdint>
-#include <deque>
-#include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <variant>
 #include <vector>
@@ -191,6 +188,7 @@ struct AckReceived {
 struct ApplyDone {
   BlobId blob = 0;
   bool ok = true;
+  StatusCode code = StatusCode::kInternal;  // when !ok: the apply error's code
   std::string message;
 };
 // Child `from` reports its subtree committed with `receivers` committed receivers.
