@@ -36,8 +36,9 @@ inline int ExitCodeFor(const Status& s) { return s.ok() ? 0 : 10 + static_cast<i
 
 #define DCR_CLI_CONCAT_INNER_(a, b) a##b
 #define DCR_CLI_CONCAT_(a, b) DCR_CLI_CONCAT_INNER_(a, b)
-#define DCR_REGISTER_COMMAND(name, help, setup)                                   \
+// DCR_REGISTER_COMMAND("name", "help", setup-lambda): variadic so the lambda may contain commas.
+#define DCR_REGISTER_COMMAND(name, help, ...)                                     \
   static const bool DCR_CLI_CONCAT_(dcr_cli_registered_, __LINE__) =              \
-      ::dcr::cli::RegisterCommand(::dcr::cli::CommandSpec{name, help, setup})
+      ::dcr::cli::RegisterCommand(::dcr::cli::CommandSpec{name, help, __VA_ARGS__})
 
 #endif  // DCR_CORE_CLI_COMMAND_H_
