@@ -1,0 +1,314 @@
+// DirectoryStore (atomic publish by rename), MemoryStore (test fake) and OpenObjectStore.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <functional>
+
+#include "dcr/object_store.h"
+#include "dcr/status_macros.h"
+
+namespace dcr {
+
+namespace {
+constexpr char kTmpPrefix[] = ".dcr-tmp.";
+
+Status MkdirAll(const std::string& dir) {
+  if (dir.empty()) return Status();
+  std::string cur;
+  size_t pos = 0;
+  while (pos != std::string::npos) {
+    pos = dir.find('/', pos + 1);
+    cur = dir.substr(0, pos);
+    if (cur.empty()) continue;
+    if (::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) {
+      return ErrnoError("mkdir " + cur, errno);
+    }
+  }
+  return Status();
+}
+
+Status WriteAll(int fd, const uint8_t* p, size_t n, const std::string& what) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError(what, errno);
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return Status();
+}
+
+std::atomic<uint64_t> g_tmp_counter{0};
+}  // namespace
+
+Status ValidateObjectKey(const std::string& key) {
+  if (key.empty()) return InvalidArgumentError("object key is empty");
+  if (key.size() > 1024) return InvalidArgumentError("object key longer than 1024 bytes");
+  if (key.front() == '/') return InvalidArgumentError("object key '" + key + "' starts with '/'");
+  if (key.find('\0') != std::string::npos) {
+    return InvalidArgumentError("object key contains a NUL byte");
+  }
+  size_t start = 0;
+  while (start <= key.size()) {
+    size_t end = key.find('/', start);
+    if (end == std::string::npos) end = key.size();
+    std::string part = key.substr(start, end - start);
+    if (part.empty() || part == "." || part == ".." ||
+        part.compare(0, sizeof(kTmpPrefix) - 1, kTmpPrefix) == 0) {
+      return InvalidArgumentError("object key '" + key + "' has an invalid component '" + part +
+                                  "'");
+    }
+    start = end + 1;
+  }
+  return Status();
+}
+
+// ---- DirectoryStore ----
+
+StatusOr<std::unique_ptr<DirectoryStore>> DirectoryStore::Open(const std::string& root) {
+  if (root.empty()) return InvalidArgumentError("directory store: empty root path");
+  std::string r = root;
+  while (r.size() > 1 && r.back() == '/') r.pop_back();
+  Status s = MkdirAll(r);
+  if (!s.ok()) return UnavailableError("directory store " + r + ": " + s.message());
+  return std::unique_ptr<DirectoryStore>(new DirectoryStore(r));
+}
+
+Status DirectoryStore::Put(const std::string& key, const void* data, size_t size) {
+  DCR_RETURN_IF_ERROR(ValidateObjectKey(key));
+  std::string path = root_ + "/" + key;
+  size_t slash = path.find_last_of('/');
+  std::string dir = path.substr(0, slash);
+  Status s = MkdirAll(dir);
+  if (!s.ok()) return UnavailableError("dir store put " + key + ": " + s.message());
+  std::string tmp = dir + "/" + kTmpPrefix + path.substr(slash + 1) + "." +
+                    std::to_string(::getpid()) + "." + std::to_string(g_tmp_counter++);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return UnavailableError("dir store put " + key + ": " + ErrnoError("open " + tmp, errno).message());
+  s = WriteAll(fd, static_cast<const uint8_t*>(data), size, "write " + tmp);
+  if (s.ok() && ::fsync(fd) != 0) s = ErrnoError("fsync " + tmp, errno);
+  if (::close(fd) != 0 && s.ok()) s = ErrnoError("close " + tmp, errno);
+  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) s = ErrnoError("rename to " + path, errno);
+  if (!s.ok()) {
+    ::unlink(tmp.c_str());
+    return UnavailableError("dir store put " + key + ": " + s.message());
+  }
+  return Status();
+}
+
+StatusOr<std::vector<uint8_t>> DirectoryStore::Get(const std::string& key) {
+  return GetRange(key, 0, UINT64_MAX);
+}
+
+StatusOr<std::vector<uint8_t>> DirectoryStore::GetRange(const std::string& key, uint64_t offset,
+                                                        uint64_t length) {
+  DCR_RETURN_IF_ERROR(ValidateObjectKey(key));
+  std::string path = root_ + "/" + key;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return NotFoundError("dir store: no object '" + key + "' in " + root_);
+    return UnavailableError(ErrnoError("dir store get " + path, errno).message());
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    int e = errno;
+    ::close(fd);
+    return UnavailableError(ErrnoError("fstat " + path, e).message());
+  }
+  uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (offset > size) {
+    ::close(fd);
+    return InvalidArgumentError("dir store get " + key + ": offset " + std::to_string(offset) +
+                                " beyond size " + std::to_string(size));
+  }
+  uint64_t n = std::min(length, size - offset);
+  std::vector<uint8_t> out(n);
+  uint64_t done = 0;
+  while (done < n) {
+    ssize_t r = ::pread(fd, out.data() + done, n - done, static_cast<off_t>(offset + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      int e = r < 0 ? errno : EIO;
+      ::close(fd);
+      return UnavailableError(ErrnoError("read " + path, e).message());
+    }
+    done += static_cast<uint64_t>(r);
+  }
+  ::close(fd);
+  return out;
+}
+
+StatusOr<ObjectInfo> DirectoryStore::Head(const std::string& key) {
+  DCR_RETURN_IF_ERROR(ValidateObjectKey(key));
+  struct stat st;
+  std::string path = root_ + "/" + key;
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    return NotFoundError("dir store: no object '" + key + "' in " + root_);
+  }
+  return ObjectInfo{key, static_cast<uint64_t>(st.st_size)};
+}
+
+StatusOr<std::vector<ObjectInfo>> DirectoryStore::List(const std::string& prefix) {
+  std::vector<ObjectInfo> out;
+  // Start at the deepest directory the prefix names.
+  size_t slash = prefix.find_last_of('/');
+  std::string start = slash == std::string::npos ? "" : prefix.substr(0, slash);
+  std::function<Status(const std::string&)> walk = [&](const std::string& rel) -> Status {
+    std::string dir = rel.empty() ? root_ : root_ + "/" + rel;
+    DIR* d = ::opendir(dir.c_str());
+    if (d == nullptr) {
+      if (errno == ENOENT || errno == ENOTDIR) return Status();
+      return UnavailableError(ErrnoError("dir store list " + dir, errno).message());
+    }
+    while (dirent* e = ::readdir(d)) {
+      std::string name = e->d_name;
+      if (name == "." || name == ".." ||
+          name.compare(0, sizeof(kTmpPrefix) - 1, kTmpPrefix) == 0) {
+        continue;
+      }
+      std::string key = rel.empty() ? name : rel + "/" + name;
+      struct stat st;
+      if (::stat((root_ + "/" + key).c_str(), &st) != 0) continue;  // raced with a delete
+      if (S_ISDIR(st.st_mode)) {
+        // Descend only where keys can still match the prefix.
+        std::string k = key + "/";
+        if (k.compare(0, std::min(k.size(), prefix.size()), prefix, 0,
+                      std::min(k.size(), prefix.size())) == 0) {
+          Status s = walk(key);
+          if (!s.ok()) {
+            ::closedir(d);
+            return s;
+          }
+        }
+      } else if (S_ISREG(st.st_mode) && key.compare(0, prefix.size(), prefix) == 0) {
+        out.push_back(ObjectInfo{key, static_cast<uint64_t>(st.st_size)});
+      }
+    }
+    ::closedir(d);
+    return Status();
+  };
+  DCR_RETURN_IF_ERROR(walk(start));
+  std::sort(out.begin(), out.end(),
+            [](const ObjectInfo& a, const ObjectInfo& b) { return a.key < b.key; });
+  return out;
+}
+
+Status DirectoryStore::Delete(const std::string& key) {
+  DCR_RETURN_IF_ERROR(ValidateObjectKey(key));
+  std::string path = root_ + "/" + key;
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return UnavailableError(ErrnoError("dir store delete " + path, errno).message());
+  }
+  return Status();
+}
+
+// ---- MemoryStore ----
+
+Status MemoryStore::Put(const std::string& key, const void* data, size_t size) {
+  DCR_RETURN_IF_ERROR(ValidateObjectKey(key));
+  const auto* p = static_cast<const uint8_t*>(data);
+  std::vector<uint8_t> bytes(p, p + size);
+  std::lock_guard<std::mutex> lock(mu_);
+  objects_[key] = std::move(bytes);
+  return Status();
+}
+
+StatusOr<std::vector<uint8_t>> MemoryStore::Get(const std::string& key) {
+  return GetRange(key, 0, UINT64_MAX);
+}
+
+StatusOr<std::vector<uint8_t>> MemoryStore::GetRange(const std::string& key, uint64_t offset,
+                                                     uint64_t length) {
+  DCR_RETURN_IF_ERROR(ValidateObjectKey(key));
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = objects_.find(key);
+  if (it == objects_.end()) return NotFoundError("mem store: no object '" + key + "'");
+  const auto& b = it->second;
+  if (offset > b.size()) {
+    return InvalidArgumentError("mem store get " + key + ": offset beyond size");
+  }
+  uint64_t n = std::min<uint64_t>(length, b.size() - offset);
+  return std::vector<uint8_t>(b.begin() + static_cast<long>(offset),
+                              b.begin() + static_cast<long>(offset + n));
+}
+
+StatusOr<ObjectInfo> MemoryStore::Head(const std::string& key) {
+  DCR_RETURN_IF_ERROR(ValidateObjectKey(key));
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = objects_.find(key);
+  if (it == objects_.end()) return NotFoundError("mem store: no object '" + key + "'");
+  return ObjectInfo{key, it->second.size()};
+}
+
+StatusOr<std::vector<ObjectInfo>> MemoryStore::List(const std::string& prefix) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<ObjectInfo> out;
+  for (auto it = objects_.lower_bound(prefix);
+       it != objects_.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it) {
+    out.push_back(ObjectInfo{it->first, it->second.size()});
+  }
+  return out;
+}
+
+Status MemoryStore::Delete(const std::string& key) {
+  DCR_RETURN_IF_ERROR(ValidateObjectKey(key));
+  std::lock_guard<std::mutex> lock(mu_);
+  objects_.erase(key);
+  return Status();
+}
+
+// ---- spec strings ----
+
+StatusOr<std::unique_ptr<ObjectStore>> OpenObjectStore(const std::string& spec) {
+  if (spec == "mem:" || spec == "mem") return std::unique_ptr<ObjectStore>(new MemoryStore());
+  if (spec.compare(0, 4, "dir:") == 0) {
+    DCR_ASSIGN_OR_RETURN(auto s, DirectoryStore::Open(spec.substr(4)));
+    return std::unique_ptr<ObjectStore>(std::move(s));
+  }
+  if (spec.compare(0, 5, "s3://") == 0) {
+    S3Options o;
+    std::string rest = spec.substr(5);
+    size_t q = rest.find('?');
+    o.bucket = rest.substr(0, q);
+    if (q != std::string::npos) {
+      std::string query = rest.substr(q + 1);
+      size_t pos = 0;
+      while (pos <= query.size()) {
+        size_t amp = query.find('&', pos);
+        if (amp == std::string::npos) amp = query.size();
+        std::string kv = query.substr(pos, amp - pos);
+        size_t eq = kv.find('=');
+        std::string k = kv.substr(0, eq), v = eq == std::string::npos ? "" : kv.substr(eq + 1);
+        if (k == "endpoint") {
+          o.endpoint = v;
+        } else if (k == "region") {
+          o.region = v;
+        } else if (k == "credentials_file") {
+          o.credentials_file = v;
+        } else if (k == "create_bucket") {
+          o.create_bucket = v == "1" || v == "true";
+        } else if (!k.empty()) {
+          return InvalidArgumentError("store spec '" + spec + "': unknown parameter '" + k + "'");
+        }
+        pos = amp + 1;
+      }
+    }
+    DCR_ASSIGN_OR_RETURN(auto s, S3Store::Open(o));
+    return std::unique_ptr<ObjectStore>(std::move(s));
+  }
+  if (spec.find("://") != std::string::npos || spec.find(':') == 0) {
+    return InvalidArgumentError("store spec '" + spec + "': expected dir:PATH, mem: or s3://BUCKET?endpoint=URL");
+  }
+  DCR_ASSIGN_OR_RETURN(auto s, DirectoryStore::Open(spec));
+  return std::unique_ptr<ObjectStore>(std::move(s));
+}
+
+}  // namespace dcr
