@@ -1,0 +1,345 @@
+// Map discovery: probe the exporter with coordinate-tagged shards and compress what comes out as
+// index maps into affine pieces; everything else is residual.
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <tuple>
+
+#include "dcr/hash.h"
+#include "dcr/status_macros.h"
+#include "dcr/train.h"
+#include "train/train_internal.h"
+
+namespace dcr {
+
+uint64_t MapPiece::num_elements() const {
+  uint64_t n = 1;
+  for (uint32_t d = 0; d < ndim; ++d) n *= count[d];
+  return n;
+}
+
+uint64_t MapPiece::SrcAt(uint64_t i) const {
+  uint64_t e = src_offset;
+  for (int d = static_cast<int>(ndim) - 1; d >= 0; --d) {
+    e += static_cast<uint64_t>(static_cast<int64_t>(i % count[d]) * src_stride[d]);
+    i /= count[d];
+  }
+  return e;
+}
+
+Segment MapPiece::CanonicalBox() const {
+  Segment s;
+  s.tensor_index = tensor;
+  s.ndim = ndim;
+  s.offset = dst_offset;
+  s.count = count;
+  s.stride = dst_stride;
+  return s;
+}
+
+namespace {
+
+// Records every range the exporter reads.
+class TracingReader : public ShardReader {
+ public:
+  explicit TracingReader(const ShardReader& inner) : inner_(inner) {}
+  const uint8_t* Read(int r, int b, uint64_t begin, uint64_t count) const override {
+    reads_.push_back(ReadRange{r, b, begin, count});
+    return inner_.Read(r, b, begin, count);
+  }
+  std::vector<ReadRange> Ranges() const {
+    std::vector<ReadRange> v = reads_;
+    std::sort(v.begin(), v.end(), [](const ReadRange& a, const ReadRange& b) {
+      return std::tie(a.rank, a.buffer, a.begin) < std::tie(b.rank, b.buffer, b.begin);
+    });
+    std::vector<ReadRange> out;
+    for (const auto& x : v) {
+      if (!out.empty() && out.back().rank == x.rank && out.back().buffer == x.buffer &&
+          x.begin <= out.back().begin + out.back().count) {
+        out.back().count = std::max(out.back().begin + out.back().count, x.begin + x.count) -
+                           out.back().begin;
+      } else {
+        out.push_back(x);
+      }
+    }
+    return out;
+  }
+
+ private:
+  const ShardReader& inner_;
+  mutable std::vector<ReadRange> reads_;
+};
+
+inline uint64_t TagMix(uint64_t g, int pass) {
+  return internal::Mix64(g * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(pass) * 0xA0761D6478BD642FULL +
+                         0x5EED);
+}
+
+inline uint64_t WidthMask(int w) { return w >= 8 ? ~uint64_t{0} : (uint64_t{1} << (8 * w)) - 1; }
+
+// The tag of source element g in pass p at width w. Digit passes carry digit p of g in the low
+// `db` bits; check passes (p >= digit_passes) carry only hash bits.
+inline uint64_t Tag(uint64_t g, int p, int w, int digit_passes, int db) {
+  const uint64_t mix = TagMix(g, p);
+  uint64_t v;
+  if (p < digit_passes) {
+    const uint64_t dmask = (uint64_t{1} << db) - 1;
+    v = ((g >> (p * db)) & dmask) | (mix << db);
+  } else {
+    v = mix;
+  }
+  return v & WidthMask(w);
+}
+
+struct Box {
+  uint32_t ndim = 1;
+  uint64_t soff = 0, doff = 0;
+  std::array<uint64_t, kMaxSegmentDims> count{};
+  std::array<int64_t, kMaxSegmentDims> ss{}, ds{};
+  bool SameShape(const Box& o) const {
+    if (ndim != o.ndim) return false;
+    for (uint32_t d = 0; d < ndim; ++d) {
+      if (count[d] != o.count[d] || ss[d] != o.ss[d] || ds[d] != o.ds[d]) return false;
+    }
+    return true;
+  }
+};
+
+// Fits boxes to a sequence of (source, canonical) pairs sorted by source.
+std::vector<Box> FitBoxes(const std::vector<std::pair<uint64_t, uint64_t>>& seq) {
+  std::vector<Box> boxes;
+  const size_t n = seq.size();
+  size_t k = 0;
+  while (k < n) {
+    Box b;
+    b.soff = seq[k].first;
+    b.doff = seq[k].second;
+    b.count[0] = 1;
+    b.ss[0] = 1;
+    b.ds[0] = 1;
+    if (k + 1 < n) {
+      const int64_t ds = static_cast<int64_t>(seq[k + 1].first - seq[k].first);
+      const int64_t dc = static_cast<int64_t>(seq[k + 1].second - seq[k].second);
+      size_t j = k + 1;
+      while (j + 1 < n && static_cast<int64_t>(seq[j + 1].first - seq[j].first) == ds &&
+             static_cast<int64_t>(seq[j + 1].second - seq[j].second) == dc) {
+        ++j;
+      }
+      b.count[0] = j - k + 1;
+      b.ss[0] = ds;
+      b.ds[0] = dc;
+      k = j + 1;
+    } else {
+      k = n;
+    }
+    boxes.push_back(b);
+  }
+  // Merge runs of same-shaped boxes with constant offset steps into one more dimension.
+  for (uint32_t level = 2; level <= kMaxSegmentDims; ++level) {
+    std::vector<Box> out;
+    size_t i = 0;
+    bool merged_any = false;
+    while (i < boxes.size()) {
+      size_t j = i;
+      if (i + 1 < boxes.size() && boxes[i].ndim == level - 1 && boxes[i].SameShape(boxes[i + 1])) {
+        const int64_t dso = static_cast<int64_t>(boxes[i + 1].soff - boxes[i].soff);
+        const int64_t ddo = static_cast<int64_t>(boxes[i + 1].doff - boxes[i].doff);
+        j = i + 1;
+        while (j + 1 < boxes.size() && boxes[i].SameShape(boxes[j + 1]) &&
+               static_cast<int64_t>(boxes[j + 1].soff - boxes[j].soff) == dso &&
+               static_cast<int64_t>(boxes[j + 1].doff - boxes[j].doff) == ddo) {
+          ++j;
+        }
+        Box m;
+        m.ndim = level;
+        m.soff = boxes[i].soff;
+        m.doff = boxes[i].doff;
+        m.count[0] = j - i + 1;
+        m.ss[0] = dso;
+        m.ds[0] = ddo;
+        for (uint32_t d = 0; d < level - 1; ++d) {
+          m.count[d + 1] = boxes[i].count[d];
+          m.ss[d + 1] = boxes[i].ss[d];
+          m.ds[d + 1] = boxes[i].ds[d];
+        }
+        out.push_back(m);
+        merged_any = true;
+      } else {
+        out.push_back(boxes[i]);
+      }
+      i = j + 1;
+    }
+    boxes = std::move(out);
+    if (!merged_any) break;
+  }
+  return boxes;
+}
+
+}  // namespace
+
+StatusOr<std::shared_ptr<const LayoutMap>> LayoutMap::Discover(const Exporter& exporter,
+                                                               int threads) {
+  const TrainStructure& s = exporter.structure();
+  const auto& ranks = s.ranks();
+  const auto& canon = s.canonical();
+  // Global source ids: every element of every buffer of every model-parallel rank.
+  std::vector<std::vector<uint64_t>> base(ranks.size());
+  struct BufRef { int r, b; uint64_t base, numel; int w; };
+  std::vector<BufRef> bufs;
+  uint64_t total = 0;
+  int min_width = 8;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    for (size_t b = 0; b < ranks[r].buffers.size(); ++b) {
+      base[r].push_back(total);
+      const auto& bs = ranks[r].buffers[b];
+      bufs.push_back({static_cast<int>(r), static_cast<int>(b), total, bs.numel, bs.width()});
+      total += bs.numel;
+      min_width = std::min(min_width, bs.width());
+    }
+  }
+  const int db = min_width >= 2 ? 16 : 8;
+  int bits = 1;
+  while (bits < 64 && (total >> bits) != 0) ++bits;
+  const int digit_passes = (bits + db - 1) / db;
+  const int check_passes = 2;
+  const int passes = digit_passes + check_passes;
+
+  std::vector<uint64_t> tensor_off(canon.size() + 1, 0);
+  std::vector<int> tensor_w(canon.size());
+  for (size_t t = 0; t < canon.size(); ++t) {
+    tensor_w[t] = DTypeWidth(DTypeFromName(canon[t].dtype));
+    tensor_off[t + 1] = tensor_off[t] + canon[t].num_elements();
+  }
+  const uint64_t canon_total = tensor_off.back();
+  // Per canonical element: the decoded source id (digits), then a validity flag.
+  std::vector<uint64_t> decoded(canon_total, 0);
+  std::vector<uint8_t> valid(canon_total, 1);
+  std::vector<std::vector<ReadRange>> deps(canon.size());
+
+  ShardSet tags = ShardSet::Zeros(s);
+  for (int p = 0; p < passes; ++p) {
+    internal::ParallelForEach(bufs.size(), threads, [&](uint64_t k) {
+      const BufRef& br = bufs[k];
+      uint8_t* out = tags.buffers[br.r][br.b].data();
+      for (uint64_t i = 0; i < br.numel; ++i) {
+        const uint64_t v = Tag(br.base + i, p, br.w, digit_passes, db);
+        std::memcpy(out + i * br.w, &v, br.w);  // little-endian
+      }
+    });
+    ShardSetReader reader(s, tags);
+    std::vector<Status> st(canon.size());
+    internal::ParallelForEach(canon.size(), threads, [&](uint64_t t) {
+      std::vector<uint8_t> out(canon[t].nbytes());
+      if (p == 0) {
+        TracingReader tr(reader);
+        st[t] = exporter.ExportTensor(tr, t, out.data());
+        deps[t] = tr.Ranges();
+      } else {
+        st[t] = exporter.ExportTensor(reader, t, out.data());
+      }
+      if (!st[t].ok()) return;
+      const int w = tensor_w[t];
+      const uint64_t n = canon[t].num_elements();
+      uint64_t* dec = decoded.data() + tensor_off[t];
+      uint8_t* ok = valid.data() + tensor_off[t];
+      const uint64_t dmask = (uint64_t{1} << db) - 1;
+      for (uint64_t i = 0; i < n; ++i) {
+        const uint64_t v = LoadBits(out.data(), w, i);
+        if (p < digit_passes) {
+          dec[i] |= (v & dmask) << (p * db);
+        } else {
+          ok[i] &= static_cast<uint8_t>(v == Tag(dec[i], p, w, digit_passes, db));
+        }
+      }
+    });
+    for (auto& x : st) DCR_RETURN_IF_ERROR(x);
+  }
+  // An element is an index map when the digit passes decode a source id in range whose check-pass
+  // tags come out bit for bit, and source and canonical element widths agree.
+  auto locate = [&](uint64_t g, int* r, int* b, uint64_t* i) {
+    size_t lo = 0, hi = bufs.size();
+    while (hi - lo > 1) {
+      size_t mid = (lo + hi) / 2;
+      if (bufs[mid].base <= g) lo = mid; else hi = mid;
+    }
+    *r = bufs[lo].r;
+    *b = bufs[lo].b;
+    *i = g - bufs[lo].base;
+    return lo;
+  };
+  std::vector<uint8_t> claimed(total, 0);
+  auto map = std::shared_ptr<LayoutMap>(new LayoutMap());
+  // (buffer ref index, tensor) -> sorted (source, canonical) pairs.
+  std::map<std::pair<size_t, uint32_t>, std::vector<std::pair<uint64_t, uint64_t>>> seqs;
+  std::vector<std::vector<uint8_t>> residual_mask(canon.size());
+  for (size_t t = 0; t < canon.size(); ++t) {
+    const uint64_t n = canon[t].num_elements();
+    for (uint64_t i = 0; i < n; ++i) {
+      const uint64_t c = tensor_off[t] + i;
+      bool ok = valid[c] != 0 && decoded[c] < total;
+      int r = 0, b = 0;
+      uint64_t si = 0;
+      size_t ref = 0;
+      if (ok) {
+        ref = locate(decoded[c], &r, &b, &si);
+        ok = bufs[ref].w == tensor_w[t] && !claimed[decoded[c]];
+      }
+      if (ok) {
+        claimed[decoded[c]] = 1;
+        seqs[{ref, static_cast<uint32_t>(t)}].push_back({si, i});
+      } else {
+        if (residual_mask[t].empty()) residual_mask[t].assign(n, 0);
+        residual_mask[t][i] = 1;
+      }
+    }
+  }
+  for (auto& [key, seq] : seqs) {
+    std::sort(seq.begin(), seq.end());
+    for (const Box& bx : FitBoxes(seq)) {
+      MapPiece pc;
+      pc.rank = bufs[key.first].r;
+      pc.buffer = bufs[key.first].b;
+      pc.tensor = key.second;
+      pc.ndim = bx.ndim;
+      pc.src_offset = bx.soff;
+      pc.dst_offset = bx.doff;
+      pc.count = bx.count;
+      pc.src_stride = bx.ss;
+      pc.dst_stride = bx.ds;
+      map->pieces_.push_back(pc);
+      map->stats_.affine_elements += pc.num_elements();
+    }
+  }
+  std::sort(map->pieces_.begin(), map->pieces_.end(), [](const MapPiece& a, const MapPiece& b) {
+    return std::tie(a.rank, a.buffer, a.src_offset) < std::tie(b.rank, b.buffer, b.src_offset);
+  });
+  for (size_t t = 0; t < canon.size(); ++t) {
+    if (residual_mask[t].empty()) continue;
+    ResidualTensor rt;
+    rt.tensor = static_cast<uint32_t>(t);
+    const auto& m = residual_mask[t];
+    for (uint64_t i = 0; i < m.size();) {
+      if (!m[i]) {
+        ++i;
+        continue;
+      }
+      uint64_t j = i;
+      while (j < m.size() && m[j]) ++j;
+      rt.elements.push_back(Segment::Range(static_cast<uint32_t>(t), i, j - i));
+      rt.num_elements += j - i;
+      i = j;
+    }
+    rt.deps = deps[t];
+    map->stats_.residual_elements += rt.num_elements;
+    map->residual_.push_back(std::move(rt));
+  }
+  map->stats_.canonical_elements = canon_total;
+  map->stats_.pieces = map->pieces_.size();
+  map->stats_.passes = passes;
+  if (map->stats_.affine_elements + map->stats_.residual_elements != canon_total) {
+    return InternalError("map discovery: affine + residual elements do not cover the checkpoint");
+  }
+  return std::shared_ptr<const LayoutMap>(std::move(map));
+}
+
+}  // namespace dcr

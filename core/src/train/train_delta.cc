@@ -1,0 +1,537 @@
+// Per-rank delta construction: each (model-parallel, data-parallel) unit diffs the buffer slices
+// it owns and relabels changes to positions of canonical chunks through the discovered pieces;
+// residual tensors go through the exporter as absolute overwrites; Merge writes one delta.
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include <xxhash.h>
+
+#include "dcr/hash.h"
+#include "dcr/status_macros.h"
+#include "dcr/train.h"
+#include "train/train_internal.h"
+
+namespace dcr {
+
+namespace {
+
+struct Run {
+  uint64_t src = 0;  // element index in the buffer
+  uint64_t len = 0;
+  uint64_t pos = 0;  // position of the first element in the chunk
+};
+
+struct UChunk {
+  uint64_t id = 0;
+  int buffer = 0;
+  int width = 2;
+  DType dtype = DType::kBF16;
+  std::vector<Segment> segs;
+  std::vector<Run> runs;  // in position order
+  uint64_t n = 0;
+};
+
+struct DepRange {
+  int buffer = 0;
+  uint64_t begin = 0, end = 0;
+  int residual = 0;
+};
+
+// Target-range hash of a chunk: XXH3-128 of its covered target bytes, in position order.
+Hash128 CoveredHash(const uint8_t* data, size_t size) {
+  XXH128_hash_t h = XXH3_128bits(data, size);
+  return Hash128{h.low64, h.high64};
+}
+
+MapPiece Slab(const MapPiece& p, uint64_t i) {
+  MapPiece q = p;
+  q.ndim = p.ndim - 1;
+  q.src_offset = p.src_offset + static_cast<uint64_t>(static_cast<int64_t>(i) * p.src_stride[0]);
+  q.dst_offset = p.dst_offset + static_cast<uint64_t>(static_cast<int64_t>(i) * p.dst_stride[0]);
+  for (uint32_t d = 0; d + 1 < p.ndim; ++d) {
+    q.count[d] = p.count[d + 1];
+    q.src_stride[d] = p.src_stride[d + 1];
+    q.dst_stride[d] = p.dst_stride[d + 1];
+  }
+  for (uint32_t d = q.ndim; d < kMaxSegmentDims; ++d) {
+    q.count[d] = 0;
+    q.src_stride[d] = q.dst_stride[d] = 0;
+  }
+  return q;
+}
+
+// Local elements [a, e) of box p (row-major digit order) as boxes, in order.
+void Decompose(const MapPiece& p, uint64_t a, uint64_t e, std::vector<MapPiece>* out) {
+  if (a >= e) return;
+  if (p.ndim == 1) {
+    MapPiece q = p;
+    q.src_offset += static_cast<uint64_t>(static_cast<int64_t>(a) * p.src_stride[0]);
+    q.dst_offset += static_cast<uint64_t>(static_cast<int64_t>(a) * p.dst_stride[0]);
+    q.count[0] = e - a;
+    out->push_back(q);
+    return;
+  }
+  uint64_t inner = 1;
+  for (uint32_t d = 1; d < p.ndim; ++d) inner *= p.count[d];
+  uint64_t ia = a / inner;
+  const uint64_t ib = e / inner;
+  if (ia == ib) {
+    Decompose(Slab(p, ia), a - ia * inner, e - ia * inner, out);
+    return;
+  }
+  if (a % inner != 0) {
+    Decompose(Slab(p, ia), a % inner, inner, out);
+    ++ia;
+  }
+  if (ib > ia) {
+    MapPiece q = p;
+    q.src_offset += static_cast<uint64_t>(static_cast<int64_t>(ia) * p.src_stride[0]);
+    q.dst_offset += static_cast<uint64_t>(static_cast<int64_t>(ia) * p.dst_stride[0]);
+    q.count[0] = ib - ia;
+    out->push_back(q);
+  }
+  if (e % inner != 0) Decompose(Slab(p, ib), 0, e % inner, out);
+}
+
+// Drops dimensions of count 1 (keeps at least one).
+MapPiece Normalize(const MapPiece& p) {
+  MapPiece q = p;
+  uint32_t k = 0;
+  for (uint32_t d = 0; d < p.ndim; ++d) {
+    if (p.count[d] == 1) continue;
+    q.count[k] = p.count[d];
+    q.src_stride[k] = p.src_stride[d];
+    q.dst_stride[k] = p.dst_stride[d];
+    ++k;
+  }
+  if (k == 0) {
+    q.count[0] = 1;
+    q.src_stride[0] = q.dst_stride[0] = 1;
+    k = 1;
+  }
+  q.ndim = k;
+  for (uint32_t d = k; d < kMaxSegmentDims; ++d) {
+    q.count[d] = 0;
+    q.src_stride[d] = q.dst_stride[d] = 0;
+  }
+  return q;
+}
+
+// First local index whose source index is >= x (source indices increase with local indices).
+uint64_t LowerBound(const MapPiece& p, uint64_t x) {
+  uint64_t lo = 0, hi = p.num_elements();
+  while (lo < hi) {
+    const uint64_t mid = lo + (hi - lo) / 2;
+    if (p.SrcAt(mid) < x) lo = mid + 1; else hi = mid;
+  }
+  return lo;
+}
+
+void AddRun(UChunk* c, uint64_t src, uint64_t len, uint64_t pos) {
+  if (!c->runs.empty()) {
+    Run& b = c->runs.back();
+    if (b.src + b.len == src && b.pos + b.len == pos) {
+      b.len += len;
+      return;
+    }
+  }
+  c->runs.push_back(Run{src, len, pos});
+}
+
+// Gathers the covered target bytes of a chunk (runs in position order) and hashes them.
+Hash128 ChunkRangeHash(const UChunk& c, const uint8_t* next, std::vector<uint8_t>* scratch) {
+  const uint64_t w = static_cast<uint64_t>(c.width);
+  if (c.runs.size() == 1) return CoveredHash(next + c.runs[0].src * w, c.n * w);
+  scratch->resize(c.n * w);
+  for (const Run& r : c.runs) std::memcpy(scratch->data() + r.pos * w, next + r.src * w, r.len * w);
+  return CoveredHash(scratch->data(), c.n * w);
+}
+
+// Appends changed elements of [src, src+len) (positions from pos) to `cc`.
+template <typename T>
+void DiffRunT(const uint8_t* prev, const uint8_t* next, const Run& r, ChunkChanges* cc) {
+  const T* a = reinterpret_cast<const T*>(prev) + r.src;
+  const T* b = reinterpret_cast<const T*>(next) + r.src;
+  uint64_t i = 0;
+  constexpr uint64_t kPer = 8 / sizeof(T);
+  if constexpr (sizeof(T) < 8) {
+    for (; i + 4 * kPer <= r.len; i += 4 * kPer) {
+      uint64_t x[4], y[4];
+      std::memcpy(x, a + i, 32);
+      std::memcpy(y, b + i, 32);
+      if (((x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]) | (x[3] ^ y[3])) == 0) continue;
+      for (uint64_t k = i; k < i + 4 * kPer; ++k) {
+        if (a[k] != b[k]) {
+          cc->positions.push_back(r.pos + k);
+          cc->old_bits.push_back(a[k]);
+          cc->new_bits.push_back(b[k]);
+        }
+      }
+    }
+  }
+  for (; i < r.len; ++i) {
+    if (a[i] != b[i]) {
+      cc->positions.push_back(r.pos + i);
+      cc->old_bits.push_back(a[i]);
+      cc->new_bits.push_back(b[i]);
+    }
+  }
+}
+
+void DiffRun(int w, const uint8_t* prev, const uint8_t* next, const Run& r, ChunkChanges* cc) {
+  switch (w) {
+    case 1: DiffRunT<uint8_t>(prev, next, r, cc); break;
+    case 2: DiffRunT<uint16_t>(prev, next, r, cc); break;
+    case 4: DiffRunT<uint32_t>(prev, next, r, cc); break;
+    default: DiffRunT<uint64_t>(prev, next, r, cc); break;
+  }
+}
+
+std::vector<TensorView> HeaderViews(const std::vector<TensorSpec>& canon) {
+  std::vector<TensorView> v;
+  for (const auto& t : canon) v.push_back(TensorView{t.name, t.dtype, t.shape, nullptr, t.nbytes()});
+  return v;
+}
+
+constexpr uint64_t kResidualIdBit = uint64_t{1} << 63;
+
+}  // namespace
+
+struct TrainDeltaBuilder::Unit {
+  int rank = 0;
+  int dp = 0;
+  std::vector<UChunk> chunks;
+  std::vector<DepRange> deps;
+};
+
+TrainDeltaBuilder::~TrainDeltaBuilder() = default;
+
+int TrainDeltaBuilder::num_units() const { return static_cast<int>(units_.size()); }
+
+StatusOr<std::unique_ptr<TrainDeltaBuilder>> TrainDeltaBuilder::Create(
+    std::shared_ptr<const TrainStructure> s, std::shared_ptr<const LayoutMap> map,
+    const ShardSet& base, const TrainDeltaOptions& options) {
+  if (options.chunk_elems == 0) return InvalidArgumentError("train delta: chunk_elems must be > 0");
+  if (base.buffers.size() != s->ranks().size()) {
+    return InvalidArgumentError("train delta: base shards do not match the layout's ranks");
+  }
+  auto bld = std::unique_ptr<TrainDeltaBuilder>(new TrainDeltaBuilder());
+  bld->s_ = s;
+  bld->map_ = map;
+  bld->exporter_ = std::make_unique<Exporter>(s);
+  bld->options_ = options;
+  const auto& ranks = s->ranks();
+  const auto& canon = s->canonical();
+  for (const auto& t : canon) bld->salts_.push_back(TensorSalt(t.name));
+  {
+    std::vector<uint64_t> offs;
+    const std::string h = BuildSafetensorsHeader(HeaderViews(canon), {}, &offs);
+    bld->inventory_json_ = h.substr(8);
+  }
+  const int dp = s->layout().dp;
+  const auto& pieces = map->pieces();
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    for (int d = 0; d < dp; ++d) {
+      Unit u;
+      u.rank = static_cast<int>(r);
+      u.dp = d;
+      const uint64_t unit_id = r * static_cast<uint64_t>(dp) + static_cast<uint64_t>(d);
+      for (size_t b = 0; b < ranks[r].buffers.size(); ++b) {
+        uint64_t lo, hi;
+        s->OwnedRange(static_cast<int>(r), static_cast<int>(b), d, &lo, &hi);
+        if (lo >= hi) continue;
+        UChunk cur;
+        auto flush = [&]() {
+          if (cur.n == 0) return;
+          cur.id = (unit_id << 32) | u.chunks.size();
+          u.chunks.push_back(std::move(cur));
+          cur = UChunk();
+        };
+        auto begin = std::lower_bound(
+            pieces.begin(), pieces.end(), std::make_pair(static_cast<int>(r), static_cast<int>(b)),
+            [](const MapPiece& p, const std::pair<int, int>& k) {
+              return std::make_pair(p.rank, p.buffer) < k;
+            });
+        for (auto it = begin; it != pieces.end() && it->rank == static_cast<int>(r) &&
+                              it->buffer == static_cast<int>(b);
+             ++it) {
+          const MapPiece& p = *it;
+          uint64_t a = LowerBound(p, lo);
+          const uint64_t e = LowerBound(p, hi);
+          while (a < e) {
+            cur.buffer = static_cast<int>(b);
+            cur.dtype = ranks[r].buffers[b].dtype;
+            cur.width = ranks[r].buffers[b].width();
+            const uint64_t take = std::min(options.chunk_elems - cur.n, e - a);
+            std::vector<MapPiece> sub;
+            Decompose(p, a, a + take, &sub);
+            for (const MapPiece& raw : sub) {
+              const MapPiece q = Normalize(raw);
+              cur.segs.push_back(q.CanonicalBox());
+              const uint64_t n = q.num_elements();
+              const uint64_t last = q.count[q.ndim - 1];
+              if (q.src_stride[q.ndim - 1] == 1) {
+                for (uint64_t row = 0; row < n / last; ++row) {
+                  AddRun(&cur, q.SrcAt(row * last), last, cur.n + row * last);
+                }
+              } else {
+                for (uint64_t k = 0; k < n; ++k) AddRun(&cur, q.SrcAt(k), 1, cur.n + k);
+              }
+              cur.n += n;
+            }
+            a += take;
+            if (cur.n == options.chunk_elems) flush();
+          }
+        }
+        flush();
+      }
+      // Residual dependencies inside the owned slices.
+      const auto& res = map->residual();
+      for (size_t i = 0; i < res.size(); ++i) {
+        for (const ReadRange& rr : res[i].deps) {
+          if (rr.rank != static_cast<int>(r)) continue;
+          uint64_t lo, hi;
+          s->OwnedRange(static_cast<int>(r), rr.buffer, d, &lo, &hi);
+          const uint64_t b0 = std::max(lo, rr.begin), b1 = std::min(hi, rr.begin + rr.count);
+          if (b0 < b1) u.deps.push_back(DepRange{rr.buffer, b0, b1, static_cast<int>(i)});
+        }
+      }
+      bld->units_.push_back(std::move(u));
+    }
+  }
+  // Content hash of the base version, from the shards: identity terms, each unit's own elements,
+  // residual elements through the exporter.
+  Hash128 total;
+  for (const auto& t : canon) HashAdd(&total, TensorIdentityTerm(t.name, t.dtype, t.shape));
+  std::vector<Hash128> part(bld->units_.size());
+  internal::ParallelForEach(bld->units_.size(), options.threads, [&](uint64_t k) {
+    const Unit& u = bld->units_[k];
+    Hash128 h;
+    for (const UChunk& c : u.chunks) {
+      const uint8_t* data = base.data(u.rank, c.buffer);
+      size_t seg = 0;
+      uint64_t seg_base = 0;
+      for (const Run& r : c.runs) {
+        for (uint64_t i = 0; i < r.len; ++i) {
+          const uint64_t pos = r.pos + i;
+          while (pos >= seg_base + c.segs[seg].num_elements()) seg_base += c.segs[seg++].num_elements();
+          const Segment& sg = c.segs[seg];
+          const uint64_t elem = sg.ElementAt(pos - seg_base);
+          HashAdd(&h, ElementTerm(bld->salts_[sg.tensor_index], elem,
+                                  LoadBits(data, c.width, r.src + i)));
+        }
+      }
+    }
+    part[k] = h;
+  });
+  for (const auto& h : part) HashAdd(&total, h);
+  ShardSetReader reader(*s, base);
+  for (const ResidualTensor& rt : map->residual()) {
+    const TensorSpec& spec = canon[rt.tensor];
+    std::vector<uint8_t> out(spec.nbytes());
+    DCR_RETURN_IF_ERROR(bld->exporter_->ExportTensor(reader, rt.tensor, out.data()));
+    const int w = DTypeWidth(DTypeFromName(spec.dtype));
+    for (const Segment& sg : rt.elements) {
+      HashAdd(&total, RangeHash(bld->salts_[rt.tensor], out.data(), w, sg.offset, sg.count[0]));
+    }
+  }
+  bld->base_hash_ = total;
+  return bld;
+}
+
+StatusOr<UnitDelta> TrainDeltaBuilder::BuildUnit(
+    int unit, const std::vector<std::vector<uint8_t>>& prev_rank,
+    const std::vector<std::vector<uint8_t>>& next_rank) const {
+  if (unit < 0 || unit >= num_units()) return InvalidArgumentError("train delta: unit out of range");
+  const Unit& u = units_[unit];
+  const RankSpec& rk = s_->ranks()[u.rank];
+  if (prev_rank.size() != rk.buffers.size() || next_rank.size() != rk.buffers.size()) {
+    return InvalidArgumentError("train delta: rank " + std::to_string(u.rank) +
+                                " shards do not match the layout (buffer count)");
+  }
+  for (size_t b = 0; b < rk.buffers.size(); ++b) {
+    const uint64_t nb = rk.buffers[b].numel * rk.buffers[b].width();
+    if (prev_rank[b].size() != nb || next_rank[b].size() != nb) {
+      return InvalidArgumentError("train delta: rank " + std::to_string(u.rank) + " buffer " +
+                                  rk.buffers[b].name + " has the wrong size");
+    }
+  }
+  UnitDelta out;
+  out.unit = unit;
+  ChunkChanges cc;
+  std::vector<uint8_t> scratch;
+  for (const UChunk& c : u.chunks) {
+    const uint8_t* prev = prev_rank[c.buffer].data();
+    const uint8_t* next = next_rank[c.buffer].data();
+    cc.positions.clear();
+    cc.old_bits.clear();
+    cc.new_bits.clear();
+    for (const Run& r : c.runs) {
+      DiffRun(c.width, prev, next, r, &cc);
+      out.scanned_bytes += r.len * static_cast<uint64_t>(c.width);
+    }
+    if (cc.positions.empty()) continue;
+    cc.chunk_id = c.id;
+    cc.width = static_cast<uint8_t>(c.width);
+    cc.segments = c.segs;
+    cc.num_elements = c.n;
+    cc.dense = false;
+    cc.target_range_hash = ChunkRangeHash(c, next, &scratch);
+    out.changes += cc.positions.size();
+    DCR_ASSIGN_OR_RETURN(std::vector<uint8_t> rec,
+                         EncodeChunk(cc, ChooseValueMode(options_.value_policy, c.dtype), salts_,
+                                     options_.zstd_level));
+    out.chunks.emplace_back(c.id, std::move(rec));
+  }
+  std::set<int> flagged;
+  for (const DepRange& d : u.deps) {
+    const uint64_t w = static_cast<uint64_t>(rk.buffers[d.buffer].width());
+    out.scanned_bytes += (d.end - d.begin) * w;
+    if (flagged.count(d.residual)) continue;
+    if (std::memcmp(prev_rank[d.buffer].data() + d.begin * w, next_rank[d.buffer].data() + d.begin * w,
+                    (d.end - d.begin) * w) != 0) {
+      flagged.insert(d.residual);
+    }
+  }
+  out.affected_residual.assign(flagged.begin(), flagged.end());
+  return out;
+}
+
+StatusOr<UnitDelta> TrainDeltaBuilder::BuildResidual(const std::vector<UnitDelta>& units,
+                                                     const ShardSet& prev,
+                                                     const ShardSet& next) const {
+  std::set<int> affected;
+  for (const auto& u : units) affected.insert(u.affected_residual.begin(), u.affected_residual.end());
+  UnitDelta out;
+  out.unit = -1;
+  const auto& canon = s_->canonical();
+  ShardSetReader rp(*s_, prev), rn(*s_, next);
+  for (int i : affected) {
+    const ResidualTensor& rt = map_->residual()[i];
+    const TensorSpec& spec = canon[rt.tensor];
+    const int w = DTypeWidth(DTypeFromName(spec.dtype));
+    std::vector<uint8_t> a(spec.nbytes()), b(spec.nbytes());
+    DCR_RETURN_IF_ERROR(exporter_->ExportTensor(rp, rt.tensor, a.data()));
+    DCR_RETURN_IF_ERROR(exporter_->ExportTensor(rn, rt.tensor, b.data()));
+    for (const ReadRange& d : rt.deps) {
+      out.scanned_bytes += 2 * d.count * static_cast<uint64_t>(s_->ranks()[d.rank].buffers[d.buffer].width());
+    }
+    // Chunks over the residual elements, chunk_elems at a time.
+    uint64_t k = 0;
+    size_t si = 0;
+    uint64_t soff = 0;  // consumed elements of rt.elements[si]
+    while (si < rt.elements.size()) {
+      ChunkChanges cc;
+      cc.chunk_id = kResidualIdBit | (static_cast<uint64_t>(i) << 24) | k++;
+      cc.width = static_cast<uint8_t>(w);
+      std::vector<uint8_t> covered;
+      while (si < rt.elements.size() && cc.num_elements < options_.chunk_elems) {
+        const Segment& sg = rt.elements[si];
+        const uint64_t take = std::min(sg.count[0] - soff, options_.chunk_elems - cc.num_elements);
+        const uint64_t begin = sg.offset + soff;
+        cc.segments.push_back(Segment::Range(rt.tensor, begin, take));
+        for (uint64_t j = 0; j < take; ++j) {
+          const uint64_t x = LoadBits(a.data(), w, begin + j), y = LoadBits(b.data(), w, begin + j);
+          if (x != y) {
+            cc.positions.push_back(cc.num_elements + j);
+            cc.old_bits.push_back(x);
+            cc.new_bits.push_back(y);
+          }
+        }
+        covered.insert(covered.end(), b.data() + begin * w, b.data() + (begin + take) * w);
+        cc.num_elements += take;
+        soff += take;
+        if (soff == sg.count[0]) {
+          ++si;
+          soff = 0;
+        }
+      }
+      if (cc.positions.empty()) continue;
+      cc.target_range_hash = CoveredHash(covered.data(), covered.size());
+      out.changes += cc.positions.size();
+      DCR_ASSIGN_OR_RETURN(std::vector<uint8_t> rec,
+                           EncodeChunk(cc, ValueMode::kAbsolute, salts_, options_.zstd_level));
+      out.chunks.emplace_back(cc.chunk_id, std::move(rec));
+    }
+    out.affected_residual.push_back(i);
+  }
+  return out;
+}
+
+StatusOr<TrainDeltaStats> TrainDeltaBuilder::Merge(std::vector<UnitDelta> units, UnitDelta residual,
+                                                   DeltaSink* sink) {
+  TrainDeltaStats st;
+  st.canonical_elements = map_->stats().canonical_elements;
+  st.affine_elements = map_->stats().affine_elements;
+  std::vector<std::pair<uint64_t, std::vector<uint8_t>>> all;
+  for (auto& u : units) {
+    st.affine_changes += u.changes;
+    st.scanned_bytes += u.scanned_bytes;
+    for (auto& c : u.chunks) all.push_back(std::move(c));
+  }
+  st.residual_changes = residual.changes;
+  st.residual_tensors_exported = residual.affected_residual.size();
+  st.residual_gathered_bytes = residual.scanned_bytes;
+  for (auto& c : residual.chunks) all.push_back(std::move(c));
+  std::sort(all.begin(), all.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (size_t i = 1; i < all.size(); ++i) {
+    if (all[i].first == all[i - 1].first) {
+      return InternalError("train delta: duplicate chunk id " + std::to_string(all[i].first));
+    }
+  }
+  FileHeader fh;
+  fh.flags = 0;
+  fh.base_version = version_;
+  fh.base_hash = base_hash_;
+  fh.target_version = version_ + 1;
+  fh.inventory = inventory_json_;
+  fh.chunk_elems = options_.chunk_elems;
+  const std::vector<uint8_t> hb = SerializeFileHeader(fh);
+  DCR_RETURN_IF_ERROR(sink->OnHeader(hb));
+  uint64_t offset = hb.size();
+  Trailer tr;
+  Hash128 target = base_hash_;
+  for (auto& [id, rec] : all) {
+    size_t hs = 0, rs = 0;
+    DCR_ASSIGN_OR_RETURN(ChunkHeader ch, ParseChunkHeader(rec.data(), rec.size(), &hs, &rs));
+    if (rs != rec.size()) return InternalError("train delta: chunk record size mismatch");
+    HashSub(&target, ch.base_change_hash);
+    HashAdd(&target, ch.target_change_hash);
+    DCR_RETURN_IF_ERROR(sink->OnChunk(ch, rec));
+    tr.chunks.push_back(ChunkTableEntry{id, offset, rec.size()});
+    offset += rec.size();
+  }
+  tr.target_hash = target;
+  const std::vector<uint8_t> tb = SerializeTrailer(tr, offset);
+  DCR_RETURN_IF_ERROR(sink->OnTrailer(tb));
+  st.chunks = all.size();
+  st.payload_bytes = offset + tb.size();
+  st.base_hash = base_hash_;
+  st.target_hash = target;
+  base_hash_ = target;
+  ++version_;
+  return st;
+}
+
+StatusOr<TrainDeltaStats> TrainDeltaBuilder::BuildStep(const ShardSet& prev, const ShardSet& next,
+                                                       DeltaSink* sink) {
+  if (prev.buffers.size() != s_->ranks().size() || next.buffers.size() != s_->ranks().size()) {
+    return InvalidArgumentError("train delta: shards do not match the layout's ranks");
+  }
+  std::vector<StatusOr<UnitDelta>> res(units_.size(), StatusOr<UnitDelta>(InternalError("not run")));
+  internal::ParallelForEach(units_.size(), options_.threads, [&](uint64_t k) {
+    const int r = units_[k].rank;
+    res[k] = BuildUnit(static_cast<int>(k), prev.buffers[r], next.buffers[r]);
+  });
+  std::vector<UnitDelta> units;
+  for (auto& x : res) {
+    if (!x.ok()) return x.status();
+    units.push_back(std::move(x).value());
+  }
+  DCR_ASSIGN_OR_RETURN(UnitDelta residual, BuildResidual(units, prev, next));
+  return Merge(std::move(units), std::move(residual), sink);
+}
+
+}  // namespace dcr
