@@ -374,6 +374,10 @@ StatusOr<std::shared_ptr<const TrainStructure>> TrainStructure::Create(const Mod
     const TensorPlacement pl = internal::PlaceTensor(*s, spec);
     const DType dt = DTypeFromName(spec.dtype);
     if (spec.shape.empty()) return UnimplementedError("train: scalar tensor " + spec.name);
+    if (dt != DType::kBF16 && dt != DType::kF32) {
+      return UnimplementedError("train: tensor " + spec.name + " has dtype " + spec.dtype +
+                                "; the reference state trains BF16 and F32 tensors");
+    }
     auto rows = spec.shape[0];
     auto cols = spec.shape.size() > 1 ? spec.shape[1] : 1;
     auto need = [&](int64_t v, const std::string& what) -> Status {
