@@ -1,0 +1,220 @@
+// The receiver journal: a durable record of which chunks of which delta a receiver has applied.
+//
+// XOR and ulp payloads are not idempotent: replaying a chunk that was half applied flips bits back.
+// The journal makes the receiver's state recoverable after a process restart:
+//   * before a chunk is applied, a ChunkBegin record (chunk id, value mode, the chunk's base and
+//     target change hashes) is appended and fsynced (write-ahead);
+//   * after it is applied, a ChunkEnd record is appended;
+//   * when every chunk of the delta is applied and the version is proven, a Committed record.
+// On reopen, records are replayed: a chunk with a Begin and no End is *doubtful* (its bits may be
+// any mix of base and target at its changed positions). A doubtful chunk is repaired only with its
+// overwrite form (absolute target values at the same positions; versioning.h), never by replaying
+// the relative chunk. JournaledApplier enforces that.
+//
+// File format (all integers little-endian):
+//   file header: "DCRJRNL\0" (8) | u32 journal_version (=1) | u32 reserved (0)
+//   records:     u32 payload_size | u8 type | payload (payload_size bytes)
+//                | u64 checksum = XXH3-64(payload_size, type, payload)
+// A record that is incomplete or whose checksum does not match ends the journal: it and any
+// bytes after it are the torn tail of an interrupted append and are truncated on open (counted in
+// JournalState::torn_bytes). Records are only appended; Compact() rewrites the file atomically
+// (temp + fsync + rename + directory fsync) with one snapshot of the current state.
+//
+// Thread safety: ReceiverJournal and JournaledApplier are thread-safe (one internal mutex);
+// JournaledApplier::ApplyChunk may be called concurrently for distinct chunks of one delta.
+#ifndef DCR_CORE_INCLUDE_DCR_JOURNAL_H_
+#define DCR_CORE_INCLUDE_DCR_JOURNAL_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "dcr/apply.h"
+#include "dcr/checkpoint.h"
+#include "dcr/delta.h"
+#include "dcr/format.h"
+#include "dcr/status.h"
+#include "dcr/statusor.h"
+
+namespace dcr {
+
+// A checkpoint version: its number (as in delta headers) and its content hash (hash.h).
+struct VersionId {
+  uint64_t number = 0;
+  Hash128 hash;
+  bool operator==(const VersionId& o) const { return number == o.number && hash == o.hash; }
+  bool operator!=(const VersionId& o) const { return !(*this == o); }
+  // "v<number>:<first 8 hex digits of the hash>".
+  std::string ToString() const;
+};
+
+// Identity of one delta: base version -> target version number, plus a digest of its header bytes
+// (inventory, grid) so two different deltas with the same numbers are never confused. The target
+// content hash is known once the trailer arrives.
+struct DeltaRef {
+  VersionId base;            // base.hash is zero for a full frame (no base)
+  uint64_t target_number = 0;
+  uint64_t header_digest = 0;  // XXH3-64 of the serialized FileHeader
+  bool full_frame = false;     // kFlagNoBase: the delta rebuilds the whole checkpoint
+  bool operator==(const DeltaRef& o) const {
+    return base == o.base && target_number == o.target_number &&
+           header_digest == o.header_digest && full_frame == o.full_frame;
+  }
+};
+
+// Builds the DeltaRef of a parsed header (digest over SerializeFileHeader(header)).
+DeltaRef DeltaRefFromHeader(const FileHeader& header);
+
+// What the journal knows about one chunk of the in-flight delta.
+struct JournalChunk {
+  ValueMode mode = ValueMode::kXor;  // mode of the last application begun
+  Hash128 base_change_hash;          // of the delta's chunk (relative form), for the version ledger
+  Hash128 target_change_hash;
+  Hash128 target_range_hash;
+  bool absolute_repair = false;      // the chunk was (last) applied through its overwrite form
+  bool was_doubtful = false;         // it was already doubtful when this application began
+};
+
+enum class JournalChunkState { kNone, kApplied, kDoubtful };
+
+// The replayed state of a journal.
+struct JournalState {
+  std::optional<VersionId> committed;   // last committed version; none for a fresh receiver
+  std::optional<DeltaRef> in_flight;    // delta being applied since the last commit
+  std::map<uint64_t, JournalChunk> applied;   // chunk id -> applied (Begin and End recorded)
+  std::map<uint64_t, JournalChunk> doubtful;  // chunk id -> begun, not ended (needs overwrite)
+  std::set<uint64_t> failed;            // begun and cleanly refused by the applier (not written)
+  uint64_t records = 0;                 // records replayed + appended
+  uint64_t torn_bytes = 0;              // bytes truncated from the tail on open
+  uint64_t commits = 0;                 // Committed records seen (replayed + appended)
+};
+
+struct JournalOptions {
+  // fsync after ChunkEnd records too. Default false: a lost End only makes a chunk doubtful, which
+  // is repaired by its overwrite form (safe); Begin and Committed records are always fsynced.
+  bool sync_end = false;
+  // Compact() automatically after a commit when the file exceeds this many bytes. Default 1 MiB.
+  uint64_t compact_bytes = uint64_t{1} << 20;
+};
+
+class ReceiverJournal {
+ public:
+  // Opens (creating if absent) the journal at `path`, replays it and truncates a torn tail.
+  // Errors: kDataLoss (bad file header, a record that contradicts the state machine), errno errors.
+  static StatusOr<std::unique_ptr<ReceiverJournal>> Open(const std::string& path,
+                                                         const JournalOptions& options = {});
+  // Replays journal bytes without a file (used by tests and the fuzzer). Same rules as Open; the
+  // torn tail is reported in torn_bytes.
+  static StatusOr<JournalState> Replay(const uint8_t* data, size_t size);
+
+  ~ReceiverJournal();
+  ReceiverJournal(const ReceiverJournal&) = delete;
+  ReceiverJournal& operator=(const ReceiverJournal&) = delete;
+
+  // A copy of the whole replayed state (O(chunks)).
+  JournalState state() const;
+  // The state of one chunk of the in-flight delta; fills `out` unless kNone.
+  JournalChunkState Lookup(uint64_t chunk_id, JournalChunk* out) const;
+  std::optional<VersionId> committed() const;
+  std::optional<DeltaRef> in_flight() const;
+  const std::string& path() const { return path_; }
+
+  // Records that the receiver's storage holds version `v` whole (after a dense load, a full frame
+  // or a proven delta). Clears the in-flight delta. fsynced.
+  Status RecordCommitted(const VersionId& v);
+  // Starts delta `d`. REQUIRES: no other delta in flight (kFailedPrecondition), and d.base equals
+  // the committed version unless d.full_frame (kFailedPrecondition). Re-beginning the same delta
+  // is a no-op (recovery). fsynced.
+  Status BeginDelta(const DeltaRef& d);
+  // Write-ahead record for one chunk application. fsynced before returning.
+  // REQUIRES: a delta in flight.
+  Status BeginChunk(uint64_t chunk_id, const JournalChunk& chunk);
+  // The chunk is fully applied.
+  Status EndChunk(uint64_t chunk_id);
+  // The applier refused the chunk and left nothing written (e.g. a base-check failure).
+  Status FailChunk(uint64_t chunk_id);
+  // The in-flight delta is abandoned because the storage was reloaded from the committed version
+  // (process memory lost): every chunk of it counts as not applied. fsynced.
+  Status AbandonDelta();
+  // Rewrites the file as a snapshot of the current state (atomic).
+  Status Compact();
+
+ private:
+  ReceiverJournal() = default;
+  Status AppendLocked(uint8_t type, const std::vector<uint8_t>& payload, bool sync);
+  Status CompactLocked();
+
+  std::string path_;
+  JournalOptions options_;
+  int fd_ = -1;
+  uint64_t size_ = 0;
+  mutable std::mutex mu_;
+  JournalState state_;
+};
+
+// Told by JournaledApplier when storage stops and starts holding a whole version. A serving
+// runtime must not serve between ApplyStarted and VersionWhole (the storage is mixed).
+class ServingGate {
+ public:
+  virtual ~ServingGate() = default;
+  virtual void ApplyStarted(const DeltaRef& delta) = 0;
+  virtual void VersionWhole(const VersionId& v) = 0;
+};
+
+struct JournaledApplyStats {
+  uint64_t applied = 0;            // chunks applied through the inner applier (relative or absolute)
+  uint64_t repaired = 0;           // doubtful chunks repaired with their overwrite form
+  uint64_t duplicates_skipped = 0; // chunks already applied (duplicates), skipped
+  uint64_t refused = 0;            // chunks refused (relative form of a doubtful chunk, wrong delta)
+};
+
+// An Applier that journals every chunk around an inner Applier (BufferApplier, a serving runtime,
+// CUDA) and keeps the version ledger:
+//   ledger = base_hash - sum(base_change_hash) + sum(target_change_hash) over applied chunks.
+// hash.h's additivity makes ledger == target_hash a proof of the target version when every chunk
+// was verified by the inner applier (relative chunks are base-checked before writing).
+//
+// Rules: a chunk already applied is skipped (duplicate delivery is harmless); a doubtful chunk is
+// accepted only in its absolute (overwrite) form, whose target_change_hash must equal the one
+// recorded at Begin (same positions, same target bits); the relative form of a doubtful chunk is
+// refused with kFailedPrecondition naming the chunk.
+class JournaledApplier : public Applier {
+ public:
+  // Neither pointer is owned; both must outlive this object. `gate` may be null.
+  JournaledApplier(Applier* inner, ReceiverJournal* journal, ServingGate* gate = nullptr);
+
+  // Starts (or resumes, after a restart) the delta described by `header`. Refuses a header whose
+  // base is not the committed version (kFailedPrecondition "base ... but receiver holds ...")
+  // unless it is a full frame; refuses a different delta while one is in flight.
+  Status BeginDelta(const FileHeader& header);
+  Status ApplyChunk(const DecodedChunk& chunk) override;
+  // Chunks of the in-flight delta that need their overwrite form (sorted).
+  std::vector<uint64_t> DoubtfulChunks() const;
+  // Chunks of `trailer` not yet applied (including doubtful ones), sorted.
+  std::vector<uint64_t> MissingChunks(const Trailer& trailer) const;
+  // Commits the in-flight delta: every chunk of `trailer` applied, none doubtful, and the ledger
+  // equals trailer.target_hash. Then records Committed durably and tells the gate the version is
+  // whole. Errors: kFailedPrecondition (missing/doubtful chunks, listed), kDataLoss (ledger
+  // mismatch: the storage does not provably hold the target).
+  StatusOr<VersionId> Commit(const Trailer& trailer);
+  // The current ledger hash (REQUIRES: a delta in flight; else the committed hash).
+  Hash128 Ledger() const;
+  JournaledApplyStats stats() const;
+
+ private:
+  Applier* inner_;
+  ReceiverJournal* journal_;
+  ServingGate* gate_;
+  mutable std::mutex mu_;
+  std::optional<FileHeader> header_;
+  JournaledApplyStats stats_;
+};
+
+}  // namespace dcr
+
+#endif  // DCR_CORE_INCLUDE_DCR_JOURNAL_H_
