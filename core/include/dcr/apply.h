@@ -51,14 +51,18 @@ class BufferApplier : public Applier {
   // Also checks the target_range_hash over every covered element after applying (reads the whole
   // range). Default off.
   void set_verify_ranges(bool v) { verify_ranges_ = v; }
-  // Sum over applied chunks of (target terms - previous terms) of the changed elements: the
-  // content hash of the buffers moved by this much (hash.h is additive).
+  // Sum of version_delta over the applied chunks: the content hash of the buffers moved by this
+  // much (hash.h is additive). For absolute chunks applied over non-base bits this is the move
+  // from the base, as if the chunk had been applied to the base.
   Hash128 hash_delta() const {
     std::lock_guard<std::mutex> lock(mu_);
     return hash_delta_;
   }
 
  private:
+  template <typename Fn>
+  void ForEachChange(const DecodedChunk& chunk, Fn&& fn) const;
+
   std::vector<TensorBuffer> tensors_;
   bool verify_ranges_ = false;
   mutable std::mutex mu_;

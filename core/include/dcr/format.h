@@ -13,8 +13,12 @@
 //         magic "DCRC" (4) | u32 header_size (bytes of this header incl. magic & checksum)
 //         | u64 chunk_id | u8 position_mode | u8 value_mode | u8 elem_width | u8 reserved (0)
 //         | u32 num_segments | u64 num_elements (elements covered) | u64 num_changes
-//         | Hash128 base_change_hash   (sum of element terms of base bits at changed positions)
-//         | Hash128 target_change_hash (same, target bits)
+//         | Hash128 base_change_hash   (XXH3-128 of the base bits at the changed positions, packed:
+//                                       elem_width bytes each, little-endian, in position order)
+//         | Hash128 target_change_hash (same for the target bits)
+//         | Hash128 version_delta      (sum over changes of ElementTerm(target) - ElementTerm(base),
+//                                       two 64-bit lanes mod 2^64: how the additive content hash of
+//                                       the version moves when this chunk is applied to the base)
 //         | Hash128 target_range_hash  (XXH3-128 of the target bytes of all covered elements, in order)
 //         | u32 num_streams | per stream: u8 stream_codec, u64 raw_size, u64 stored_size
 //         | per segment: u32 tensor_index, u32 ndim (1..4), u64 offset, ndim x (u64 count, i64 stride)
@@ -118,9 +122,10 @@ struct ChunkHeader {
   uint8_t elem_width = 2;
   uint64_t num_elements = 0;
   uint64_t num_changes = 0;
-  Hash128 base_change_hash;
-  Hash128 target_change_hash;
-  Hash128 target_range_hash;
+  Hash128 base_change_hash;    // PackedBitsHash of the base bits at the changed positions
+  Hash128 target_change_hash;  // PackedBitsHash of the target bits at the changed positions
+  Hash128 version_delta;       // additive content-hash change (hash.h) of applying to the base
+  Hash128 target_range_hash;   // BytesHash128 of the target bytes of all covered elements
   std::vector<StreamInfo> streams;
   std::vector<Segment> segments;
   uint64_t payload_checksum = 0;

@@ -58,6 +58,11 @@ Hash128 ContentHashOf(const std::vector<TensorView>& tensors, int threads);
 // XXH3-128 of bytes (the chunk range hash).
 Hash128 BytesHash128(const void* data, size_t size);
 
+// XXH3-128 of `k` element bit patterns packed as `width` little-endian bytes each: the chunk's
+// base_change_hash / target_change_hash. Receivers gather the bits at the changed positions and
+// compare; fast (no per-element mixing).
+Hash128 PackedBitsHash(const uint64_t* bits, size_t k, int width);
+
 }  // namespace dcr
 
 #endif  // DCR_CORE_INCLUDE_DCR_HASH_H_

@@ -23,6 +23,32 @@ uint64_t ApplyValue(ValueMode mode, int width, uint64_t old_bits, uint64_t value
   return internal::ApplyOp(static_cast<uint8_t>(mode), width, old_bits, value);
 }
 
+// Calls fn(change index, tensor data, canonical element) for every change of a validated chunk,
+// walking segments in order (positions are sorted); contiguous segments take the fast path.
+template <typename Fn>
+void BufferApplier::ForEachChange(const DecodedChunk& chunk, Fn&& fn) const {
+  const ChunkHeader& h = chunk.header;
+  const bool dense = h.position_mode == PositionMode::kDense;
+  const uint64_t k = h.num_changes;
+  uint64_t i = 0, seg_begin = 0;
+  for (const Segment& sg : h.segments) {
+    const uint64_t seg_end = seg_begin + sg.num_elements();
+    uint8_t* data = tensors_[sg.tensor_index].data;
+    if (sg.IsContiguous()) {
+      const uint64_t base = sg.offset - seg_begin;
+      if (dense) {
+        for (; i < seg_end; ++i) fn(i, data, base + i);
+      } else {
+        for (; i < k && chunk.positions[i] < seg_end; ++i) fn(i, data, base + chunk.positions[i]);
+      }
+    } else {
+      for (; i < k && (dense ? i : chunk.positions[i]) < seg_end; ++i)
+        fn(i, data, sg.ElementAt((dense ? i : chunk.positions[i]) - seg_begin));
+    }
+    seg_begin = seg_end;
+  }
+}
+
 Status BufferApplier::ApplyChunk(const DecodedChunk& chunk) {
   const ChunkHeader& h = chunk.header;
   const int w = h.elem_width;
@@ -48,36 +74,33 @@ Status BufferApplier::ApplyChunk(const DecodedChunk& chunk) {
   }
   const uint64_t k = h.num_changes;
   const bool dense = h.position_mode == PositionMode::kDense;
-  if ((dense ? 0 : chunk.positions.size()) != (dense ? 0 : k) || chunk.values.size() != k) {
+  if ((!dense && chunk.positions.size() != k) || chunk.values.size() != k) {
     return InvalidArgumentError("decoded chunk is inconsistent with its header");
   }
-  // Pass 1: locate, read old bits, compute new bits and both hash sums. Nothing is written until
-  // every check has passed, so a failing chunk leaves the buffers untouched.
-  std::vector<uint8_t*> ptr(k);
-  std::vector<uint64_t> elem(k), old_bits(k), new_bits(k);
-  SegmentCursor cursor(h.segments);
-  Hash128 old_sum, new_sum;
+  // Pass 1: gather the current bits and compute the new ones into packed arrays; check both
+  // against the chunk's hashes. Nothing is written until every check has passed, so a failing
+  // chunk leaves the buffers untouched.
+  std::vector<uint8_t> old_packed(k * w), new_packed(k * w);
   const uint8_t op = static_cast<uint8_t>(h.value_mode);
-  for (uint64_t i = 0; i < k; ++i) {
-    uint32_t s;
-    cursor.Locate(dense ? i : chunk.positions[i], &s, &elem[i]);
-    const TensorBuffer& tb = tensors_[h.segments[s].tensor_index];
-    ptr[i] = tb.data;
-    old_bits[i] = internal::LoadElem(tb.data, w, elem[i]);
-    new_bits[i] = internal::ApplyOp(op, w, old_bits[i], chunk.values[i]);
-    HashAdd(&old_sum, ElementTerm(tb.salt, elem[i], old_bits[i]));
-    HashAdd(&new_sum, ElementTerm(tb.salt, elem[i], new_bits[i]));
-  }
-  if (IsRelative(h.value_mode) && old_sum != h.base_change_hash) {
+  ForEachChange(chunk, [&](uint64_t i, uint8_t* data, uint64_t elem) {
+    uint64_t old_bits = internal::LoadElem(data, w, elem);
+    uint64_t new_bits = internal::ApplyOp(op, w, old_bits, chunk.values[i]);
+    internal::StoreElem(old_packed.data(), w, i, old_bits);
+    internal::StoreElem(new_packed.data(), w, i, new_bits);
+  });
+  if (IsRelative(h.value_mode) && BytesHash128(old_packed.data(), old_packed.size()) != h.base_change_hash) {
     return FailedPreconditionError("chunk " + std::to_string(h.chunk_id) +
                                    ": current bits differ from the delta's base (wrong base, or the "
                                    "chunk was already applied)");
   }
-  if (new_sum != h.target_change_hash) {
+  if (BytesHash128(new_packed.data(), new_packed.size()) != h.target_change_hash) {
     return DataLossError("chunk " + std::to_string(h.chunk_id) +
                          ": decoded values do not produce the target bits");
   }
-  for (uint64_t i = 0; i < k; ++i) internal::StoreElem(ptr[i], w, elem[i], new_bits[i]);
+  // Pass 2: write.
+  ForEachChange(chunk, [&](uint64_t i, uint8_t* data, uint64_t elem) {
+    internal::StoreElem(data, w, elem, internal::LoadElem(new_packed.data(), w, i));
+  });
   if (verify_ranges_) {
     XXH3_state_t* st = XXH3_createState();
     XXH3_128bits_reset(st);
@@ -93,16 +116,17 @@ Status BufferApplier::ApplyChunk(const DecodedChunk& chunk) {
     XXH128_hash_t r = XXH3_128bits_digest(st);
     XXH3_freeState(st);
     if (Hash128{r.low64, r.high64} != h.target_range_hash) {
-      // Roll back: restore the old bits so the chunk is all-or-nothing.
-      for (uint64_t i = 0; i < k; ++i) internal::StoreElem(ptr[i], w, elem[i], old_bits[i]);
+      // Roll back so the chunk is all-or-nothing.
+      ForEachChange(chunk, [&](uint64_t i, uint8_t* data, uint64_t elem) {
+        internal::StoreElem(data, w, elem, internal::LoadElem(old_packed.data(), w, i));
+      });
       return DataLossError("chunk " + std::to_string(h.chunk_id) +
                            ": target range hash mismatch after apply (storage differs from the "
                            "target outside the changed elements)");
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
-  HashSub(&hash_delta_, old_sum);
-  HashAdd(&hash_delta_, new_sum);
+  HashAdd(&hash_delta_, h.version_delta);
   return Status::OK();
 }
 
@@ -192,8 +216,13 @@ StatusOr<ApplyStats> ApplyDeltaFile(const std::string& base_path, const std::str
     buffers.push_back(TensorBuffer{dst, t.num_elements(), t.width(), inv.salts[i]});
     views.push_back(TensorView{t.name, t.dtype_name, t.shape, dst, t.nbytes});
   }
-  // Expected starting hash: the base's (verified above) or, without a base, the zero-filled image.
-  Hash128 start = no_base ? ContentHashOf(views, options.threads) : fh.base_hash;
+  // Starting hash: the base's (verified above) or, without a base, the identity terms alone (a
+  // full frame's version_delta carries every element's term).
+  Hash128 start = fh.base_hash;
+  if (no_base) {
+    start = Hash128{};
+    for (const TensorInfo& t : inv.tensors) HashAdd(&start, TensorIdentityTerm(t.name, t.dtype_name, t.shape));
+  }
   BufferApplier applier(std::move(buffers));
   std::mutex mu;
   Status first_error;

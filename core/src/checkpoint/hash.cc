@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 
@@ -80,6 +81,22 @@ Hash128 ContentHashOf(const std::vector<TensorView>& tensors, int threads) {
     return true;
   });
   return total;
+}
+
+Hash128 PackedBitsHash(const uint64_t* bits, size_t k, int width) {
+  // Pack in blocks so the hash streams without a k-sized buffer.
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_128bits_reset(st);
+  uint8_t buf[4096];
+  size_t per = sizeof(buf) / static_cast<size_t>(width);
+  for (size_t i = 0; i < k; i += per) {
+    size_t m = std::min(per, k - i);
+    for (size_t j = 0; j < m; ++j) std::memcpy(buf + j * width, &bits[i + j], width);
+    XXH3_128bits_update(st, buf, m * width);
+  }
+  XXH128_hash_t h = XXH3_128bits_digest(st);
+  XXH3_freeState(st);
+  return Hash128{h.low64, h.high64};
 }
 
 Hash128 BytesHash128(const void* data, size_t size) {

@@ -85,6 +85,7 @@ void SerializeChunkHeader(const ChunkHeader& h, std::vector<uint8_t>* out) {
   w.U64(h.num_changes);
   w.H128(h.base_change_hash);
   w.H128(h.target_change_hash);
+  w.H128(h.version_delta);
   w.H128(h.target_range_hash);
   w.U32(static_cast<uint32_t>(h.streams.size()));
   for (const auto& s : h.streams) {
@@ -185,8 +186,7 @@ StatusOr<std::vector<uint8_t>> EncodeChunk(const ChunkChanges& c, ValueMode valu
   h.segments = c.segments;
   h.target_range_hash = c.target_range_hash;
 
-  // Hash terms of changed elements, in canonical coordinates.
-  SegmentCursor cursor(c.segments);
+  // Validate positions; additive terms of changed elements in canonical coordinates.
   const bool have_old = c.old_bits.size() == k;
   uint64_t prev = 0;
   for (uint64_t i = 0; i < k; ++i) {
@@ -195,12 +195,22 @@ StatusOr<std::vector<uint8_t>> EncodeChunk(const ChunkChanges& c, ValueMode valu
       return InvalidArgumentError("chunk positions must be strictly increasing and in range");
     }
     prev = p;
-    uint32_t seg;
-    uint64_t elem;
-    cursor.Locate(p, &seg, &elem);
-    uint64_t salt = salts[c.segments[seg].tensor_index];
-    if (have_old) HashAdd(&h.base_change_hash, ElementTerm(salt, elem, c.old_bits[i]));
-    HashAdd(&h.target_change_hash, ElementTerm(salt, elem, c.new_bits[i]));
+  }
+  {
+    SegmentCursor cursor(c.segments);
+    Hash128 plus, minus;
+    for (uint64_t i = 0; i < k; ++i) {
+      uint32_t seg;
+      uint64_t elem;
+      cursor.Locate(c.positions[i], &seg, &elem);
+      const uint64_t salt = salts[c.segments[seg].tensor_index];
+      if (have_old) HashAdd(&minus, ElementTerm(salt, elem, c.old_bits[i]));
+      HashAdd(&plus, ElementTerm(salt, elem, c.new_bits[i]));
+    }
+    h.version_delta = plus;
+    HashSub(&h.version_delta, minus);
+    if (have_old) h.base_change_hash = PackedBitsHash(c.old_bits.data(), k, w);
+    h.target_change_hash = PackedBitsHash(c.new_bits.data(), k, w);
   }
 
   // Position stream.
@@ -275,6 +285,7 @@ StatusOr<ChunkHeader> ParseChunkHeader(const uint8_t* data, size_t size, size_t*
   h.num_changes = r.U64();
   h.base_change_hash = r.H128();
   h.target_change_hash = r.H128();
+  h.version_delta = r.H128();
   h.target_range_hash = r.H128();
   uint32_t nstreams = r.U32();
   if (r.failed()) return DataLossError("truncated chunk header");

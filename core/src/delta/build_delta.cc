@@ -209,8 +209,7 @@ StatusOr<DeltaStats> BuildDelta(const Checkpoint* base, const Checkpoint& target
       if (bytes.empty()) continue;
       size_t hsize = 0, rsize = 0;
       DCR_ASSIGN_OR_RETURN(ChunkHeader h, ParseChunkHeader(bytes.data(), bytes.size(), &hsize, &rsize));
-      HashSub(&target_hash, h.base_change_hash);
-      HashAdd(&target_hash, h.target_change_hash);
+      HashAdd(&target_hash, h.version_delta);
       DCR_RETURN_IF_ERROR(sink->OnChunk(h, bytes));
       trailer.chunks.push_back({h.chunk_id, offset, bytes.size()});
       offset += bytes.size();
