@@ -15,6 +15,8 @@
 #include <new>
 #include <thread>
 
+#include <unistd.h>
+
 #include "dcr/dtype.h"
 #include "dcr/model.h"
 #include "dcr/status_macros.h"
@@ -307,6 +309,22 @@ StatusOr<std::unique_ptr<SynthTrainer>> SynthTrainer::Create(std::vector<TensorS
     if (k.bf16) tr->bf16_elements_ += t.num_elements();
   }
   tr->specs_ = std::move(tensors);
+  // Refuse up front what cannot fit (overcommit would only fail later, in the OOM killer).
+  {
+    uint64_t need = 0;
+    for (size_t i = 0; i < tr->specs_.size(); ++i)
+      need += tr->specs_[i].num_elements() * (st.kinds[i].bf16 ? 18 : 16);
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0) {
+      const double phys = static_cast<double>(pages) * static_cast<double>(page);
+      if (static_cast<double>(need) > 0.8 * phys)
+        return Status(StatusCode::kResourceExhausted,
+                      "synth: trainer state needs " + std::to_string(need >> 20) +
+                          " MiB (18 bytes per BF16 element), more than 80% of this machine's " +
+                          std::to_string(static_cast<uint64_t>(phys) >> 20) +
+                          " MiB; materialize a scaled variant (depth/width/expert divisors)");
+    }
+  }
   const int transitions = std::max(1, options.steps - 1);
 
   // ---- lr calibration on a deterministic sample ----
