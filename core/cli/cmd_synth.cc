@@ -1,4 +1,6 @@
 // `dcr synth`: consecutive synthetic BF16 checkpoints of a model preset at a requested change rate.
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -126,7 +128,8 @@ int Run(const SynthFlags& f) {
   o.threads = flags.threads;
   o.grad_snr = flags.snr;
   if (!ParseRate(flags.rate, &o.change_rate)) {
-    std::fprintf(stderr, "dcr synth: --rate wants a fraction or a percentage (0.03 or 3%%), got '%s'\n",
+    std::fprintf(stderr,
+                 "dcr synth: --rate wants a fraction or a percentage (0.03 or 3%%), got '%s'\n",
                  flags.rate.c_str());
     return 2;
   }
@@ -134,26 +137,30 @@ int Run(const SynthFlags& f) {
   if (!model.ok()) return ReportStatus("synth", model.status());
   ModelConfig cfg = ScaleModel(model.value(), o.depth_div, o.width_div, o.expert_div);
   if (!flags.quiet)
-    std::fprintf(stderr, "dcr synth: %s, %s parameters (%s), %d checkpoints, target %.3g%% change\n",
-                 cfg.name.c_str(), HumanCount(static_cast<double>(ModelParameterCount(cfg))).c_str(),
-                 HumanBytes(static_cast<double>(ModelBytes(cfg))).c_str(), o.steps,
-                 100.0 * o.change_rate);
+    std::fprintf(
+        stderr, "dcr synth: %s, %s parameters (%s), %d checkpoints, target %.3g%% change\n",
+        cfg.name.c_str(), HumanCount(static_cast<double>(ModelParameterCount(cfg))).c_str(),
+        HumanBytes(static_cast<double>(ModelBytes(cfg))).c_str(), o.steps, 100.0 * o.change_rate);
   const auto start = std::chrono::steady_clock::now();
-  std::string last_phase;
+  // On a terminal: one refreshed status line (at most 5 updates/s); otherwise one line per phase.
+  const bool tty = isatty(2) != 0;
+  double last_print = -1;
   ProgressFn progress = [&](uint64_t done, uint64_t total, const std::string& phase) {
     if (flags.quiet) return;
     const double s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (phase.rfind("wrote ", 0) == 0) {
-      std::fprintf(stderr, "\r\033[K[%7.1fs] %s\n", s, phase.c_str());
+      std::fprintf(stderr, "%s[%7.1fs] %s\n", tty ? "\r\033[K" : "", s, phase.c_str());
       return;
     }
-    // Throttle: first, last and every 1/20th of a phase.
-    if (phase == last_phase && done != total && total >= 20 && done % (total / 20) != 0) return;
-    last_phase = phase;
+    if (done == total && phase != "step") {
+      std::fprintf(stderr, "%s[%7.1fs] %s done\n", tty ? "\r\033[K" : "", s, phase.c_str());
+      return;
+    }
+    if (!tty || s - last_print < 0.2) return;
+    last_print = s;
     std::fprintf(stderr, "\r\033[K[%7.1fs] %s %llu/%llu", s, phase.c_str(),
                  static_cast<unsigned long long>(done), static_cast<unsigned long long>(total));
-    if (done == total) std::fprintf(stderr, "\n");
   };
   auto paths = SynthesizeCheckpoints(o, flags.out, progress);
   if (!paths.ok()) return ReportStatus("synth", paths.status());
@@ -168,9 +175,11 @@ DCR_REGISTER_COMMAND(
     [](CLI::App* app) -> std::function<int()> {
       auto f = std::make_shared<SynthFlags>();
       app->add_option("--preset", f->preset, "Model preset (see --list)")->capture_default_str();
-      app->add_option("--scale", f->scale,
-                      "Materialize a scaled variant: DEPTH,WIDTH[,EXPERTS] divisors, e.g. 61,64,96");
-      app->add_option("--depth-div", f->depth_div, "Divide the layer count")->check(CLI::PositiveNumber);
+      app->add_option(
+          "--scale", f->scale,
+          "Materialize a scaled variant: DEPTH,WIDTH[,EXPERTS] divisors, e.g. 61,64,96");
+      app->add_option("--depth-div", f->depth_div, "Divide the layer count")
+          ->check(CLI::PositiveNumber);
       app->add_option("--width-div", f->width_div, "Divide hidden/intermediate/vocab/heads")
           ->check(CLI::PositiveNumber);
       app->add_option("--expert-div", f->expert_div, "Divide the routed expert count")
@@ -182,14 +191,16 @@ DCR_REGISTER_COMMAND(
           ->capture_default_str()
           ->check(CLI::PositiveNumber);
       app->add_option("--seed", f->seed, "Random seed")->capture_default_str();
-      app->add_option("--lr", f->lr, "Learning rate (0 = calibrate to --rate)")->capture_default_str();
+      app->add_option("--lr", f->lr, "Learning rate (0 = calibrate to --rate)")
+          ->capture_default_str();
       app->add_option("--warmup", f->warmup, "Optimizer steps before step0")->capture_default_str();
       app->add_option("--snr", f->snr, "Gradient signal-to-noise (persistent part std / noise std)")
           ->capture_default_str();
       app->add_option("--threads", f->threads, "Worker threads (0 = all cores; output is the same)")
           ->capture_default_str();
       app->add_option("--out,-o", f->out, "Output directory (stepK.safetensors)");
-      app->add_flag("--list", f->list, "List presets with parameter counts and sizes (with --scale: scaled)");
+      app->add_flag("--list", f->list,
+                    "List presets with parameter counts and sizes (with --scale: scaled)");
       app->add_flag("--quiet,-q", f->quiet, "No progress on stderr");
       return [f]() { return Run(*f); };
     });

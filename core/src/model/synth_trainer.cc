@@ -5,6 +5,8 @@
 // trajectory is a pure function of its coordinates. That makes the output independent of threads
 // and lets the lr calibration simulate a sample of elements that behaves exactly like the same
 // elements of the full run.
+#include <unistd.h>
+
 #include <Eigen/Core>
 #include <algorithm>
 #include <atomic>
@@ -14,8 +16,6 @@
 #include <mutex>
 #include <new>
 #include <thread>
-
-#include <unistd.h>
 
 #include "dcr/dtype.h"
 #include "dcr/model.h"
@@ -385,6 +385,7 @@ StatusOr<std::unique_ptr<SynthTrainer>> SynthTrainer::Create(std::vector<TensorS
       if (progress) progress(static_cast<uint64_t>(it + 1), kMaxIter, "calibrate");
     }
     tr->lr_ = std::sqrt(lo * hi);
+    if (progress) progress(kMaxIter, kMaxIter, "calibrate");
   }
   st.sim.hyper.lr = tr->lr_;
 
