@@ -73,8 +73,8 @@ DeltaRef DeltaRefFromHeader(const FileHeader& header);
 // What the journal knows about one chunk of the in-flight delta.
 struct JournalChunk {
   ValueMode mode = ValueMode::kXor;  // mode of the last application begun
-  Hash128 base_change_hash;          // of the delta's chunk (relative form), for the version ledger
-  Hash128 target_change_hash;
+  Hash128 version_delta;             // of the delta's chunk: its move of the version hash (ledger)
+  Hash128 target_change_hash;        // to match an overwrite form against the interrupted chunk
   Hash128 target_range_hash;
   bool absolute_repair = false;      // the chunk was (last) applied through its overwrite form
   bool was_doubtful = false;         // it was already doubtful when this application began
@@ -175,9 +175,10 @@ struct JournaledApplyStats {
 
 // An Applier that journals every chunk around an inner Applier (BufferApplier, a serving runtime,
 // CUDA) and keeps the version ledger:
-//   ledger = base_hash - sum(base_change_hash) + sum(target_change_hash) over applied chunks.
+//   ledger = base_hash + sum(version_delta) over applied chunks   (identity terms for a full frame)
 // hash.h's additivity makes ledger == target_hash a proof of the target version when every chunk
-// was verified by the inner applier (relative chunks are base-checked before writing).
+// was verified by the inner applier (relative chunks are base-checked before writing, and every
+// chunk's target bits are checked against its target_change_hash).
 //
 // Rules: a chunk already applied is skipped (duplicate delivery is harmless); a doubtful chunk is
 // accepted only in its absolute (overwrite) form, whose target_change_hash must equal the one

@@ -102,7 +102,7 @@ std::vector<uint8_t> ChunkPayload(uint64_t id, const JournalChunk& c) {
   PutU64(&b, id);
   PutU8(&b, static_cast<uint8_t>(c.mode));
   PutU8(&b, c.absolute_repair ? 1 : 0);
-  PutHash(&b, c.base_change_hash);
+  PutHash(&b, c.version_delta);
   PutHash(&b, c.target_change_hash);
   PutHash(&b, c.target_range_hash);
   return b;
@@ -165,7 +165,7 @@ Status ApplyRecord(JournalState* st, uint8_t type, const uint8_t* p, size_t n) {
       uint64_t id = 0;
       uint8_t mode = 0, repair = 0;
       JournalChunk c;
-      if (!r.U64(&id) || !r.U8(&mode) || !r.U8(&repair) || !r.Hash(&c.base_change_hash) ||
+      if (!r.U64(&id) || !r.U8(&mode) || !r.U8(&repair) || !r.Hash(&c.version_delta) ||
           !r.Hash(&c.target_change_hash) || !r.Hash(&c.target_range_hash) || !r.done() ||
           mode > static_cast<uint8_t>(ValueMode::kAbsolute) || repair > 1) {
         return DataLossError("journal: malformed BeginChunk record");

@@ -29,7 +29,7 @@ DeltaRef D(uint64_t from, uint64_t to) {
 JournalChunk C(uint64_t id) {
   JournalChunk c;
   c.mode = ValueMode::kUlpDelta;
-  c.base_change_hash = Hash128{id, id + 1};
+  c.version_delta = Hash128{id, id + 1};
   c.target_change_hash = Hash128{id + 2, id + 3};
   c.target_range_hash = Hash128{id + 4, id + 5};
   return c;
@@ -103,7 +103,7 @@ TEST(JournalTest, ChunkBeginWithoutEndIsDoubtfulAfterRestart) {
   EXPECT_TRUE(st.applied.count(0) && st.applied.count(2));
   ASSERT_EQ(st.doubtful.size(), 1u);
   EXPECT_TRUE(st.doubtful.count(1));
-  EXPECT_EQ(st.doubtful.at(1).base_change_hash, C(1).base_change_hash);
+  EXPECT_EQ(st.doubtful.at(1).version_delta, C(1).version_delta);
   EXPECT_EQ(st.failed.count(5), 1u);
   JournalChunk got;
   EXPECT_EQ((*j)->Lookup(1, &got), JournalChunkState::kDoubtful);

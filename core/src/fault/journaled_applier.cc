@@ -66,7 +66,7 @@ Status JournaledApplier::ApplyChunk(const DecodedChunk& chunk) {
   JournalChunkState state = journal_->Lookup(id, &recorded);
   JournalChunk begin;
   begin.mode = h.value_mode;
-  begin.base_change_hash = h.base_change_hash;
+  begin.version_delta = h.version_delta;
   begin.target_change_hash = h.target_change_hash;
   begin.target_range_hash = h.target_range_hash;
   bool repair = false;
@@ -92,7 +92,8 @@ Status JournaledApplier::ApplyChunk(const DecodedChunk& chunk) {
                                      " does not match the chunk journaled at its start "
                                      "(different target hashes: wrong delta)");
     }
-    // Keep the relative chunk's change hashes for the ledger.
+    // Keep the relative chunk's version_delta for the ledger (an overwrite built from base and
+    // target carries the same one; the ledger counts the chunk once either way).
     begin = recorded;
     begin.mode = ValueMode::kAbsolute;
     begin.absolute_repair = true;
@@ -152,15 +153,12 @@ Hash128 JournaledApplier::Ledger() const {
         }
       }
     }
-    // Full-frame chunks list every element: their target change hashes sum to the element terms.
-    for (const auto& [id, c] : st.applied) HashAdd(&h, c.target_change_hash);
+    // A full frame's version_delta carries every element's term.
+    for (const auto& [id, c] : st.applied) HashAdd(&h, c.version_delta);
     return h;
   }
   h = st.in_flight->base.hash;
-  for (const auto& [id, c] : st.applied) {
-    HashSub(&h, c.base_change_hash);
-    HashAdd(&h, c.target_change_hash);
-  }
+  for (const auto& [id, c] : st.applied) HashAdd(&h, c.version_delta);
   return h;
 }
 

@@ -150,7 +150,7 @@ void InterruptAndRepair(ValuePolicy policy, bool overwrite_from_relative) {
     ASSERT_GT(dc->values.size(), 2u);
     JournalChunk jc;
     jc.mode = dc->header.value_mode;
-    jc.base_change_hash = dc->header.base_change_hash;
+    jc.version_delta = dc->header.version_delta;
     jc.target_change_hash = dc->header.target_change_hash;
     jc.target_range_hash = dc->header.target_range_hash;
     ASSERT_TRUE((*j)->BeginChunk(dc->header.chunk_id, jc).ok());

@@ -181,7 +181,6 @@ StatusOr<std::vector<uint8_t>> OverwriteChunkFromRelative(const uint8_t* record,
   ch.old_bits.resize(ch.positions.size());
   ch.new_bits.resize(ch.positions.size());
   PositionWalker walk(h.segments);
-  Hash128 base_sum;
   for (size_t k = 0; k < ch.positions.size(); ++k) {
     uint32_t tensor = 0;
     uint64_t e = 0;
@@ -189,9 +188,9 @@ StatusOr<std::vector<uint8_t>> OverwriteChunkFromRelative(const uint8_t* record,
     uint64_t ob = LoadBits(bdata[tensor], h.elem_width, e);
     ch.old_bits[k] = ob;
     ch.new_bits[k] = ApplyValue(h.value_mode, h.elem_width, ob, dc.values[k]);
-    HashAdd(&base_sum, ElementTerm(inventory.salts[tensor], e, ob));
   }
-  if (base_sum != h.base_change_hash) {
+  if (PackedBitsHash(ch.old_bits.data(), ch.old_bits.size(), h.elem_width) !=
+      h.base_change_hash) {
     return FailedPreconditionError("chunk " + std::to_string(h.chunk_id) +
                                    ": the base bits do not match the chunk's base_change_hash "
                                    "(wrong base for this delta)");

@@ -1,0 +1,49 @@
+// Shared pieces of the fuzz targets: a fixed small inventory with every element width, and
+// receiver storage over it.
+#ifndef DCR_TESTS_FUZZ_FUZZ_COMMON_H_
+#define DCR_TESTS_FUZZ_FUZZ_COMMON_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dcr/apply.h"
+#include "dcr/checkpoint.h"
+#include "dcr/delta.h"
+#include "dcr/hash.h"
+
+namespace dcr::fuzz {
+
+// Tensors (sorted by name) of the fixed fuzz inventory: widths 2, 4, 1, 8, 2.
+struct FixedModel {
+  std::vector<std::string> names = {"a.bf16", "b.f32", "c.i8", "d.f64", "e.f16"};
+  std::vector<std::string> dtypes = {"BF16", "F32", "I8", "F64", "F16"};
+  std::vector<int64_t> sizes = {4096, 700, 3000, 100, 257};
+  std::vector<std::vector<uint8_t>> bufs;
+  std::vector<TensorBuffer> Buffers() {
+    std::vector<TensorBuffer> out;
+    if (bufs.empty()) {
+      for (size_t i = 0; i < names.size(); ++i) {
+        int w = DTypeWidth(DTypeFromName(dtypes[i]));
+        bufs.emplace_back(static_cast<size_t>(sizes[i]) * w);
+        for (size_t b = 0; b < bufs.back().size(); ++b) bufs.back()[b] = static_cast<uint8_t>(b * 131 + i);
+      }
+    }
+    for (size_t i = 0; i < names.size(); ++i) {
+      int w = DTypeWidth(DTypeFromName(dtypes[i]));
+      out.push_back({bufs[i].data(), static_cast<uint64_t>(sizes[i]), w, TensorSalt(names[i])});
+    }
+    return out;
+  }
+  std::vector<TensorView> Views() const {
+    std::vector<TensorView> v;
+    for (size_t i = 0; i < names.size(); ++i) {
+      v.push_back({names[i], dtypes[i], {sizes[i]}, bufs[i].data(), bufs[i].size()});
+    }
+    return v;
+  }
+};
+
+}  // namespace dcr::fuzz
+
+#endif  // DCR_TESTS_FUZZ_FUZZ_COMMON_H_

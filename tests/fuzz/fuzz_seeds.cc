@@ -1,0 +1,122 @@
+// Writes seed inputs for the fuzz targets: real deltas (ulp, XOR, full frame, small and batched
+// tensors), their chunk records and overwrite forms, and journals of real applies.
+//   dcr_fuzz_seeds OUT_DIR   ->  OUT_DIR/{chunk,delta,journal}/seed-*
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <string>
+
+#include "dcr/delta.h"
+#include "dcr/journal.h"
+#include "dcr/versioning.h"
+#include "fuzz_common.h"
+
+namespace {
+
+void Write(const std::string& path, const std::vector<uint8_t>& b) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+}
+
+std::vector<uint8_t> ImageOf(const std::vector<dcr::TensorView>& views) {
+  std::vector<uint64_t> offs;
+  std::string h = dcr::BuildSafetensorsHeader(views, {}, &offs);
+  std::vector<uint8_t> out(h.begin(), h.end());
+  size_t start = out.size();
+  uint64_t total = 0;
+  for (size_t i = 0; i < views.size(); ++i) total = std::max(total, offs[i] + views[i].nbytes);
+  out.resize(start + total);
+  for (size_t i = 0; i < views.size(); ++i) {
+    std::memcpy(out.data() + start + offs[i], views[i].data, views[i].nbytes);
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace dcr;
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: dcr_fuzz_seeds OUT_DIR\n");
+    return 2;
+  }
+  std::string out = argv[1];
+  for (const char* d : {"", "/chunk", "/delta", "/journal"}) ::mkdir((out + d).c_str(), 0755);
+  fuzz::FixedModel m;
+  m.Buffers();
+  auto base = Checkpoint::FromBytes(ImageOf(m.Views()));
+  std::mt19937_64 rng(1);
+  fuzz::FixedModel t = m;
+  for (auto& b : t.bufs) {
+    for (size_t i = 0; i < b.size(); ++i) {
+      if (rng() % 40 == 0) b[i] ^= static_cast<uint8_t>(1 + rng() % 7);
+    }
+  }
+  auto target = Checkpoint::FromBytes(ImageOf(t.Views()));
+  if (!base.ok() || !target.ok()) {
+    std::fprintf(stderr, "checkpoint: %s %s\n", base.status().ToString().c_str(),
+                 target.status().ToString().c_str());
+    return 1;
+  }
+  int n = 0;
+  struct Variant {
+    ValuePolicy policy;
+    bool full;
+    uint64_t chunk_elems;
+  };
+  for (Variant v : {Variant{ValuePolicy::kAuto, false, 1024}, Variant{ValuePolicy::kXor, false, 512},
+                    Variant{ValuePolicy::kAbsolute, false, 2048}, Variant{ValuePolicy::kAuto, true, 1024}}) {
+    DeltaOptions o;
+    o.chunk_elems = v.chunk_elems;
+    o.small_tensor_elems = 512;
+    o.value_policy = v.policy;
+    o.full = v.full;
+    o.threads = 1;
+    DeltaMemorySink sink;
+    auto st = BuildDelta(v.full ? nullptr : base->get(), **target, o, &sink);
+    if (!st.ok()) {
+      std::fprintf(stderr, "BuildDelta: %s\n", st.status().ToString().c_str());
+      return 1;
+    }
+    std::vector<uint8_t> bytes = sink.Release();
+    Write(out + "/delta/seed-" + std::to_string(n), bytes);
+    auto r = DeltaReader::FromBytes(bytes);
+    if (!r.ok()) return 1;
+    for (size_t i = 0; i < (*r)->num_chunks(); ++i) {
+      const uint8_t* c = (*r)->chunk_data(i);
+      Write(out + "/chunk/seed-" + std::to_string(n) + "-" + std::to_string(i),
+            std::vector<uint8_t>(c, c + (*r)->chunk_size(i)));
+      if (!v.full) {
+        auto ow = OverwriteChunkFromRelative(c, (*r)->chunk_size(i), (*r)->inventory(), **base);
+        if (ow.ok()) Write(out + "/chunk/seed-" + std::to_string(n) + "-" + std::to_string(i) + "-ow", *ow);
+      }
+    }
+    // A journal of a real apply that stopped mid-delta, and one that committed.
+    if (!v.full) {
+      std::string jp = out + "/journal/seed-" + std::to_string(n);
+      std::remove(jp.c_str());
+      auto j = ReceiverJournal::Open(jp);
+      if (!j.ok()) return 1;
+      (void)(*j)->RecordCommitted({0, (*base)->ContentHash(1)});
+      std::vector<TensorBuffer> bufs = m.Buffers();
+      BufferApplier inner(bufs);
+      JournaledApplier ja(&inner, j->get());
+      (void)ja.BeginDelta((*r)->header());
+      for (size_t i = 0; i < (*r)->num_chunks(); ++i) {
+        auto dc = (*r)->Decode(i);
+        if (dc.ok()) (void)ja.ApplyChunk(*dc);
+      }
+      if (n % 2 == 0) (void)ja.Commit((*r)->trailer());
+      m = fuzz::FixedModel();
+      m.Buffers();
+    }
+    ++n;
+  }
+  std::printf("seeds written to %s\n", out.c_str());
+  return 0;
+}
