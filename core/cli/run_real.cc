@@ -1,0 +1,422 @@
+// Real-mode scenario runner (see run_real.h). Not a subcommand: used by cmd_run.cc / cmd_node.cc.
+#include "run_real.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "dcr/checkpoint.h"
+#include "dcr/model.h"
+#include "dcr/status_macros.h"
+#include "transport/net.h"
+
+namespace dcr::cli {
+
+namespace {
+
+Status MkdirP(const std::string& dir) {
+  std::string cur;
+  for (size_t pos = 0; pos != std::string::npos;) {
+    pos = dir.find('/', pos + 1);
+    cur = dir.substr(0, pos);
+    if (!cur.empty() && mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) {
+      return ErrnoError("mkdir " + cur, errno);
+    }
+  }
+  return Status();
+}
+
+bool Exists(const std::string& p) {
+  struct stat st;
+  return stat(p.c_str(), &st) == 0;
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string RateTag(double rate) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", rate * 100);
+  return buf;
+}
+
+std::string SelfExe() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return "dcr";
+  buf[n] = '\0';
+  return buf;
+}
+
+}  // namespace
+
+StatusOr<std::vector<std::string>> PrepareCheckpoints(const Scenario& s, double rate,
+                                                      const std::string& work_dir) {
+  if (!s.model.checkpoints.empty()) {
+    if (static_cast<int>(s.model.checkpoints.size()) < s.steps + 1) {
+      return InvalidArgumentError("model.checkpoints: " + std::to_string(s.steps) +
+                                  " steps need " + std::to_string(s.steps + 1) + " checkpoints");
+    }
+    for (const auto& p : s.model.checkpoints) {
+      if (!Exists(p)) return NotFoundError("model.checkpoints: no file " + p);
+    }
+    return s.model.checkpoints;
+  }
+  DCR_ASSIGN_OR_RETURN(ModelConfig cfg, GetPreset(s.model.preset));
+  cfg = ScaleModel(cfg, s.model.depth_div, s.model.width_div, s.model.expert_div);
+  std::string dir = work_dir + "/ckpt-" + s.model.preset + "-d" + std::to_string(s.model.depth_div) +
+                    "w" + std::to_string(s.model.width_div) + "e" +
+                    std::to_string(s.model.expert_div) + "-s" + std::to_string(s.model.seed) +
+                    "-r" + RateTag(rate);
+  std::vector<std::string> paths;
+  for (int k = 0; k <= s.steps; ++k) paths.push_back(dir + "/step" + std::to_string(k) + ".safetensors");
+  std::string stamp = dir + "/complete-" + std::to_string(s.steps);
+  if (Exists(stamp)) return paths;  // synthesized earlier with the same parameters
+  DCR_RETURN_IF_ERROR(MkdirP(dir));
+  SynthOptions o;
+  o.preset = s.model.preset;
+  o.depth_div = s.model.depth_div;
+  o.width_div = s.model.width_div;
+  o.expert_div = s.model.expert_div;
+  o.seed = s.model.seed;
+  o.steps = s.steps + 1;
+  o.change_rate = rate;
+  double last = 0;
+  ProgressFn progress = [&](uint64_t done, uint64_t total, const std::string& phase) {
+    double now = internal::SteadyNow();
+    if (s.progress && (now - last > 0.5 || done == total)) {
+      last = now;
+      std::fprintf(stderr, "\r  synth %s %s: %s %llu/%llu   ", cfg.name.c_str(),
+                   (RateTag(rate) + "%").c_str(), phase.c_str(), (unsigned long long)done,
+                   (unsigned long long)total);
+    }
+  };
+  if (s.progress) {
+    std::fprintf(stderr, "dcr run: synthesizing %s (%.1f MB BF16) at %s%% change\n",
+                 cfg.name.c_str(), ModelBytes(cfg) / 1e6, RateTag(rate).c_str());
+  }
+  DCR_ASSIGN_OR_RETURN(auto trainer, SynthTrainer::Create(ModelInventory(cfg), o, progress));
+  for (int k = 0; k <= s.steps; ++k) {
+    if (k > 0) trainer->Step(progress);
+    std::map<std::string, std::string> meta{{"dcr_preset", cfg.name}};
+    DCR_RETURN_IF_ERROR(WriteSafetensors(paths[k], trainer->Views(), meta));
+  }
+  if (s.progress) std::fprintf(stderr, "\n");
+  DCR_RETURN_IF_ERROR(WriteFileAtomic(stamp, "ok\n", 3));
+  return paths;
+}
+
+StatusOr<std::vector<NodePlan>> MakePlans(const Scenario& s, Method method, TransportKind transport,
+                                          const std::string& base, const std::string& target,
+                                          const std::string& run_dir, const std::string& work_dir,
+                                          const std::string& store_prefix) {
+  const int n = s.receivers.count + 1;
+  std::vector<int> parents;
+  if (!s.transport.relay_tree.topology.empty()) {
+    parents = s.transport.relay_tree.topology;
+  } else {
+    DCR_ASSIGN_OR_RETURN(Topology t, Topology::FanOut(n, s.transport.relay_tree.fan_out,
+                                                      s.transport.relay_tree.root_fan_out));
+    parents = t.parent;
+  }
+  DCR_RETURN_IF_ERROR(Topology::FromParents(parents).status().WithContext("transport.relay_tree.topology"));
+  std::vector<std::string> addresses;
+  if (transport == TransportKind::kRelayTree) {
+    if (!s.network.hosts.empty()) {
+      addresses = s.network.hosts;
+    } else {
+      for (int r = 0; r < n; ++r) {
+        int port = 0;
+        if (s.network.base_port > 0) {
+          port = s.network.base_port + r;
+        } else {
+          DCR_ASSIGN_OR_RETURN(port, internal::FreePort());
+        }
+        addresses.push_back("127.0.0.1:" + std::to_string(port));
+      }
+    }
+  }
+  std::string store;
+  if (transport == TransportKind::kObjectStore) {
+    const auto& os = s.transport.object_store;
+    if (os.kind == StoreKind::kDir) {
+      store = "dir:" + (os.path.empty() ? work_dir + "/store" : os.path);
+    } else {
+      store = "s3://" + os.bucket + "?endpoint=" + os.endpoint + "&region=" + os.region +
+              "&create_bucket=1";
+      if (!os.credentials_file.empty()) store += "&credentials_file=" + os.credentials_file;
+    }
+  }
+  std::vector<NodePlan> plans;
+  for (int r = 0; r < n; ++r) {
+    NodePlan p;
+    p.rank = r;
+    p.transport = TransportKindName(transport);
+    p.method = MethodName(method);
+    p.parents = parents;
+    p.addresses = addresses;
+    p.relay.piece_bytes = s.transport.relay_tree.chunk;
+    p.relay.window_bytes = s.transport.relay_tree.window;
+    p.relay.root_streams = s.transport.relay_tree.streams;
+    p.relay.max_parallel_applies = s.receivers.apply_threads;
+    p.relay.max_parallel_puts = s.transport.object_store.parallel;
+    p.relay.max_parallel_fetches = s.transport.object_store.parallel;
+    p.relay.poll_interval_s = s.transport.object_store.poll_s;
+    p.relay.poll_timeout_s = s.timeout_s;
+    p.relay.prefix = store_prefix;
+    p.emulate_wan = s.network.emulation == WanEmulation::kTransport;
+    p.long_bandwidth_Bps = s.network.long_link.bandwidth_Bps;
+    p.long_latency_s = s.network.long_link.latency_s;
+    p.store = store;
+    p.base_path = base;
+    p.target_path = target;
+    p.chunk_elems = s.delta.chunk_elems;
+    p.zstd_level = s.delta.zstd_level;
+    p.build_threads = s.delta.threads;
+    p.full_slice_bytes = s.delta.chunk_elems * 2;
+    p.receiver_base_path = base;
+    p.verify_path = s.receivers.verify ? target : "";
+    p.timeout_s = s.timeout_s;
+    p.result_path = run_dir + "/node-" + std::to_string(r) + ".json";
+    plans.push_back(std::move(p));
+  }
+  return plans;
+}
+
+namespace {
+
+struct Child {
+  pid_t pid = -1;
+  int rank = 0;
+  int status = 0;
+  bool exited = false;
+  std::string log;
+};
+
+// Starts `dcr node --plan FILE` for every plan and waits for all of them.
+Status SpawnAndWait(const Scenario& s, const std::vector<NodePlan>& plans,
+                    const std::string& run_dir, const std::string& label) {
+  const std::string exe = SelfExe();
+  std::vector<Child> children;
+  // Receivers first so their listening sockets exist early (connect retries anyway).
+  for (int i = static_cast<int>(plans.size()) - 1; i >= 0; --i) {
+    const NodePlan& p = plans[i];
+    std::string plan_path = run_dir + "/plan-" + std::to_string(p.rank) + ".json";
+    std::string js = NodePlanToJson(p);
+    DCR_RETURN_IF_ERROR(WriteFileAtomic(plan_path, js.data(), js.size()));
+    Child c;
+    c.rank = p.rank;
+    c.log = run_dir + "/node-" + std::to_string(p.rank) + ".log";
+    pid_t pid = fork();
+    if (pid < 0) return ErrnoError("fork", errno);
+    if (pid == 0) {
+      int fd = open(c.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+        close(fd);
+      }
+      execl(exe.c_str(), exe.c_str(), "node", "--plan", plan_path.c_str(), (char*)nullptr);
+      _exit(127);
+    }
+    c.pid = pid;
+    children.push_back(c);
+  }
+  const double start = internal::SteadyNow();
+  const double deadline = start + s.timeout_s + 30;
+  double last_print = 0;
+  size_t exited = 0;
+  Status failure;
+  while (exited < children.size()) {
+    for (auto& c : children) {
+      if (c.exited) continue;
+      int st = 0;
+      pid_t r = waitpid(c.pid, &st, WNOHANG);
+      if (r == c.pid) {
+        c.exited = true;
+        c.status = st;
+        ++exited;
+        if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0) && failure.ok()) {
+          std::string tail = ReadText(c.log);
+          if (tail.size() > 600) tail = tail.substr(tail.size() - 600);
+          failure = UnavailableError("node " + std::to_string(c.rank) + " failed (" +
+                                     (WIFEXITED(st) ? "exit " + std::to_string(WEXITSTATUS(st))
+                                                    : "signal " + std::to_string(WTERMSIG(st))) +
+                                     "): " + tail);
+        }
+      }
+    }
+    double now = internal::SteadyNow();
+    if (!failure.ok() || now > deadline) {
+      if (failure.ok()) failure = DeadlineExceededError("run " + label + " timed out");
+      for (auto& c : children) {
+        if (!c.exited) kill(c.pid, SIGTERM);
+      }
+      for (auto& c : children) {
+        if (!c.exited) waitpid(c.pid, nullptr, 0);
+        c.exited = true;
+      }
+      break;
+    }
+    if (s.progress && now - last_print > 0.5) {
+      last_print = now;
+      std::fprintf(stderr, "\r  %-40s %6.1f s  %zu/%zu nodes done ", label.c_str(), now - start,
+                   exited, children.size());
+    }
+    usleep(20000);
+  }
+  if (s.progress) {
+    std::fprintf(stderr, "\r  %-40s %6.1f s  %zu/%zu nodes done\n", label.c_str(),
+                 internal::SteadyNow() - start, exited, children.size());
+  }
+  return failure;
+}
+
+}  // namespace
+
+StatusOr<ScenarioResult> RunScenarioReal(const Scenario& s) {
+  if (s.network.emulation == WanEmulation::kNetns) {
+    return UnimplementedError(
+        "network.emulation: netns is set up by the netns test harness (tests/netns/); "
+        "`dcr run` emulates the long link in the transport layer (emulation: transport)");
+  }
+  std::string work_dir = s.model.work_dir;
+  if (work_dir.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    work_dir = std::string(tmp && *tmp ? tmp : "/tmp") + "/dcr-run-" + s.name;
+  }
+  DCR_RETURN_IF_ERROR(MkdirP(work_dir));
+  ScenarioResult out;
+  out.scenario = s.name;
+  out.mode = RunMode::kReal;
+  out.model = s.model.preset.empty() ? s.model.checkpoints.front() : s.model.preset;
+  if (!s.model.preset.empty()) {
+    auto cfg = GetPreset(s.model.preset);
+    if (cfg.ok()) {
+      auto scaled = ScaleModel(*cfg, s.model.depth_div, s.model.width_div, s.model.expert_div);
+      out.model = scaled.name;
+      out.model_bytes = ModelBytes(scaled);
+    }
+  }
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  out.setup["host"] = host;
+  out.setup["cpus"] = std::to_string(sysconf(_SC_NPROCESSORS_ONLN));
+  out.setup["emulation"] = "transport layer: token bucket + delay on the long link";
+  char buf[128];
+  std::snprintf(buf, sizeof(buf), "%.1f Mbit/s, %.1f ms one-way",
+                s.network.long_link.bandwidth_Bps * 8 / 1e6, s.network.long_link.latency_s * 1e3);
+  out.setup["long_link"] = buf;
+  out.setup["work_dir"] = work_dir;
+  int run_index = 0;
+  for (double rate : s.change_rates) {
+    DCR_ASSIGN_OR_RETURN(auto ckpts, PrepareCheckpoints(s, rate, work_dir));
+    if (out.model_bytes == 0) {
+      auto c = Checkpoint::Open(ckpts[0]);
+      if (c.ok()) out.model_bytes = (*c)->total_tensor_bytes();
+    }
+    for (TransportKind transport : s.transport.kinds) {
+      for (Method method : s.methods) {
+        for (int step = 1; step <= s.steps; ++step) {
+          ++run_index;
+          std::string label = std::string(MethodName(method)) + " / " + TransportKindName(transport) +
+                              " / " + RateTag(rate) + "% / step " + std::to_string(step);
+          std::string run_dir = work_dir + "/run-" + std::to_string(run_index);
+          DCR_RETURN_IF_ERROR(MkdirP(run_dir));
+          char prefix[64];
+          std::snprintf(prefix, sizeof(prefix), "refit-%d-%ld/step-%d", run_index,
+                        static_cast<long>(getpid()), step);
+          RunResult rr;
+          rr.method = method;
+          rr.transport = transport;
+          rr.change_rate = rate;
+          rr.step = step;
+          rr.receivers = s.receivers.count;
+          auto plans = MakePlans(s, method, transport, ckpts[step - 1], ckpts[step], run_dir,
+                                 work_dir, prefix);
+          if (!plans.ok()) return plans.status();
+          Status st = SpawnAndWait(s, *plans, run_dir, label);
+          if (!st.ok()) rr.error = st.ToString();
+          std::vector<NodeResult> results;
+          for (const auto& p : *plans) {
+            auto r = NodeResultFromJson(ReadText(p.result_path));
+            if (!r.ok()) {
+              NodeResult missing;
+              missing.rank = p.rank;
+              missing.error = "no result from node " + std::to_string(p.rank);
+              results.push_back(missing);
+            } else {
+              results.push_back(*r);
+            }
+          }
+          const NodeResult& sender = results[0];
+          double last_commit = 0, last_byte = 0, apply = 0;
+          bool all_committed = true;
+          for (size_t i = 1; i < results.size(); ++i) {
+            const NodeResult& r = results[i];
+            ReceiverResult rec;
+            rec.node = r.rank;
+            rec.host = transport == TransportKind::kRelayTree ? (*plans)[i].addresses[i] : "";
+            rec.committed = r.t_commit > 0 && r.ok;
+            rec.verified = r.verified;
+            rec.verify_message = r.ok ? r.verify_message : r.error;
+            rec.commit_at_s = r.t_commit > 0 ? r.t_commit - sender.t_first_blob : 0;
+            rec.bytes_received = r.bytes_received;
+            rr.receiver_results.push_back(rec);
+            if (rec.verified) ++rr.receivers_verified;
+            all_committed &= rec.committed;
+            last_commit = std::max(last_commit, r.t_commit);
+            last_byte = std::max(last_byte, r.t_last_blob);
+            apply += r.apply_seconds;
+          }
+          if (all_committed && sender.t_first_blob > 0) {
+            rr.refit_seconds = last_commit - sender.t_first_blob;
+          } else if (rr.error.empty()) {
+            rr.error = "not every receiver committed";
+          }
+          rr.wire_bytes = sender.bytes_sent_long;
+          rr.payload_bytes = sender.payload_bytes;
+          rr.dense_bytes = sender.dense_bytes;
+          rr.phases.build_s = sender.t_last_blob - sender.t_first_blob;
+          rr.phases.transfer_s = last_byte > 0 ? last_byte - sender.t_first_blob : 0;
+          rr.phases.apply_s = results.size() > 1 ? apply / (results.size() - 1) : 0;
+          rr.phases.commit_s = rr.refit_seconds;
+          uint64_t local = 0;
+          for (size_t i = 1; i < results.size(); ++i) local += results[i].bytes_sent;
+          rr.links.push_back(LinkBytes{"long", sender.bytes_sent_long});
+          rr.links.push_back(LinkBytes{transport == TransportKind::kRelayTree ? "local" : "store_get",
+                                       transport == TransportKind::kRelayTree
+                                           ? local
+                                           : [&] {
+                                               uint64_t g = 0;
+                                               for (size_t i = 1; i < results.size(); ++i) g += results[i].bytes_received;
+                                               return g;
+                                             }()});
+          if (s.progress) {
+            std::fprintf(stderr, "    refit %.3f s, %.2f MB over the long link, %d/%d verified%s%s\n",
+                         rr.refit_seconds, rr.wire_bytes / 1e6, rr.receivers_verified, rr.receivers,
+                         rr.error.empty() ? "" : ", error: ", rr.error.c_str());
+          }
+          out.runs.push_back(rr);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace dcr::cli

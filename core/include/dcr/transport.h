@@ -1,0 +1,136 @@
+// Real transport drivers: one `dcr node` process per tree node, running the state machines of
+// relay_policy.h over POSIX TCP (relay tree) or an ObjectStore, with the delta streamed while it
+// is built and applied by receivers as it arrives.
+//
+// Process structure of one node (RunNode):
+//   * one event-loop thread owns the NodePolicy: it pops events (socket reads, send completions,
+//     apply/put/fetch completions, timers), calls Handle, and dispatches the actions;
+//   * sender: a builder thread runs BuildDelta (or slices the target file for the full-checkpoint
+//     reference) and turns every header/chunk/trailer into a BlobProduced event;
+//   * tree edges: per child and stream, a writer thread sends pieces (frames of wire.h); on the
+//     long link (edges out of the sender) every stream shares one token bucket (rate) and a delay
+//     line (one-way latency), which is how the WAN is emulated in the transport layer; the child
+//     answers with Ack / ReportCommit frames on stream 0 (delayed by the same latency);
+//   * per parent stream, a reader thread writes pieces straight into the blob's buffer and posts
+//     DataReceived, so forwarding to children starts while the blob is still arriving;
+//   * an apply pool runs Apply actions through the node's ReceiverBackend;
+//   * object store: a pool runs Put / List / Fetch actions; uploads cross the emulated long link.
+// Faults end the node with a Status naming the peer, key or blob (no retry beyond the policy's
+// store retries): the fault-tolerance layer hooks in at ReceiverBackend (journal, overwrite
+// repair) and at the event loop (re-parenting on SendFailed / parent EOF).
+//
+// Thread safety: RunNode is self-contained; a ReceiverBackend must accept concurrent ApplyChunk
+// calls for distinct chunks (Begin and Finish are never concurrent with anything).
+#ifndef DCR_CORE_INCLUDE_DCR_TRANSPORT_H_
+#define DCR_CORE_INCLUDE_DCR_TRANSPORT_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dcr/relay_policy.h"
+#include "dcr/status.h"
+#include "dcr/statusor.h"
+
+namespace dcr {
+
+// Where a receiver's bytes go. The default backends hold a host-memory copy of the checkpoint
+// (the "serving storage" of a receiver without a runtime); a serving runtime plugs in here.
+class ReceiverBackend {
+ public:
+  virtual ~ReceiverBackend() = default;
+  // The stream's header blob: checks it fits this receiver (e.g. base content hash:
+  // kFailedPrecondition naming both hashes) and prepares the appliers.
+  virtual Status Begin(const uint8_t* data, size_t size) = 0;
+  // One chunk blob; may run concurrently with other ApplyChunk calls. Atomic per chunk.
+  virtual Status ApplyChunk(const uint8_t* data, size_t size) = 0;
+  // The trailer blob, after every chunk: proves the version (kDataLoss if the result's hash
+  // differs from the trailer's target hash). After OK the receiver is committed.
+  virtual Status Finish(const uint8_t* data, size_t size) = 0;
+  // Byte-for-byte comparison of every tensor with a dense load of `target_path`. OK if equal;
+  // kDataLoss naming the first differing tensor and element otherwise.
+  virtual Status Verify(const std::string& target_path) = 0;
+};
+
+// A receiver holding `base_path` in memory (read at construction, untimed) and applying delta
+// chunks to it through dcr::BufferApplier. Errors: those of Checkpoint::Open.
+StatusOr<std::unique_ptr<ReceiverBackend>> MakeDeltaReceiver(const std::string& base_path);
+// A receiver of the full-checkpoint reference stream (FullStreamBlobs): writes the file image.
+std::unique_ptr<ReceiverBackend> MakeFullReceiver();
+
+// Cuts a checkpoint file into the blobs of the full-checkpoint reference stream: header =
+// u64 file size + the safetensors header bytes; chunks = u64 file offset + up to slice_bytes of
+// the data section; trailer = u64 file size + u64 number of chunks + u64 XXH3-64 of the file.
+// `emit` is called for each blob in order. Errors: I/O, or those of `emit`.
+Status FullStreamBlobs(const std::string& path, uint64_t slice_bytes,
+                       const std::function<Status(BlobKind, std::vector<uint8_t>)>& emit);
+
+// Everything one node process needs (serialised as JSON for `dcr node --plan`).
+struct NodePlan {
+  int rank = 0;                 // this node; 0 is the sender / uploader
+  std::string transport = "relay_tree";  // "relay_tree" | "object_store"
+  std::string method = "delta";          // "delta" | "full"
+  std::vector<int> parents;     // topology (relay_tree): parents[0] == -1
+  std::vector<std::string> addresses;  // "host:port" per rank (relay_tree)
+  RelayOptions relay;           // pieces, windows, streams, applies, store parallelism, prefix
+  // Long link (edges out of rank 0; uploads to the store) emulation. 0 bandwidth = unlimited.
+  bool emulate_wan = true;
+  double long_bandwidth_Bps = 0;
+  double long_latency_s = 0;
+  // Object store (object_store): an OpenObjectStore spec, e.g. "dir:/tmp/x" or
+  // "s3://bucket?endpoint=http://127.0.0.1:8080" (credentials from the environment).
+  std::string store;
+  // Sender inputs.
+  std::string base_path;        // delta base (the version receivers hold)
+  std::string target_path;      // new version
+  uint64_t chunk_elems = uint64_t{1} << 22;
+  int zstd_level = 1;
+  int build_threads = 0;
+  uint64_t full_slice_bytes = uint64_t{8} << 20;  // full reference: data bytes per chunk blob
+  // Receiver inputs.
+  std::string receiver_base_path;  // checkpoint the receiver holds (delta)
+  std::string verify_path;         // compare with this target after commit ("" = skip)
+  double timeout_s = 600;
+  std::string result_path;      // node result JSON ("" = none)
+};
+
+// What a node measured. Times are wall-clock seconds (CLOCK_REALTIME) so that processes on one
+// machine (or clock-synchronised hosts) can be compared; 0 = did not happen.
+struct NodeResult {
+  int rank = 0;
+  std::string role;
+  bool ok = false;
+  std::string error;
+  double t_start = 0;        // node ready (connections up / store opened)
+  double t_first_blob = 0;   // sender: first blob built; others: first byte received
+  double t_last_blob = 0;    // sender: trailer built; others: last blob complete
+  double t_commit = 0;       // receiver: trailer applied; sender: tree committed / published
+  double apply_seconds = 0;  // time inside ReceiverBackend calls (summed over threads)
+  uint64_t bytes_sent = 0;   // payload bytes sent to children / put to the store
+  uint64_t bytes_sent_long = 0;  // of which over the emulated long link
+  uint64_t bytes_received = 0;   // payload bytes received / fetched
+  uint64_t payload_bytes = 0;    // sender: total stream bytes
+  uint64_t dense_bytes = 0;      // sender: tensor bytes of the target
+  uint64_t blobs = 0;
+  int receivers_committed = 0;   // sender (relay tree): subtree count
+  bool verified = false;
+  std::string verify_message;
+};
+
+// Runs one node to completion (or failure / timeout). The returned Status is the node's error;
+// `result` is filled either way (and written to plan.result_path when set).
+Status RunNode(const NodePlan& plan, NodeResult* result);
+
+std::string NodePlanToJson(const NodePlan& plan);
+StatusOr<NodePlan> NodePlanFromJson(const std::string& json);
+std::string NodeResultToJson(const NodeResult& r);
+StatusOr<NodeResult> NodeResultFromJson(const std::string& json);
+
+// Rank from the environment: SLURM_PROCID, then OMPI_COMM_WORLD_RANK, then PMI_RANK; -1 if none.
+int RankFromEnvironment();
+
+}  // namespace dcr
+
+#endif  // DCR_CORE_INCLUDE_DCR_TRANSPORT_H_

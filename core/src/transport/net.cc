@@ -1,0 +1,301 @@
+#include "transport/net.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "dcr/status_macros.h"
+
+namespace dcr::internal {
+
+double WallNow() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
+}
+
+double SteadyNow() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
+}
+
+namespace {
+
+Status SplitAddress(const std::string& address, std::string* host, std::string* port) {
+  size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == address.size()) {
+    return InvalidArgumentError("address '" + address + "': expected host:port");
+  }
+  *host = address.substr(0, colon);
+  *port = address.substr(colon + 1);
+  return Status();
+}
+
+StatusOr<addrinfo*> Resolve(const std::string& address, bool passive) {
+  std::string host, port;
+  DCR_RETURN_IF_ERROR(SplitAddress(address, &host, &port));
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  if (passive) hints.ai_flags = AI_PASSIVE;
+  addrinfo* res = nullptr;
+  int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &res);
+  if (rc != 0) {
+    return UnavailableError("address '" + address + "': " + gai_strerror(rc));
+  }
+  return res;
+}
+
+void TuneSocket(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  int buf = 4 << 20;
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+}
+
+}  // namespace
+
+StatusOr<int> Listen(const std::string& address) {
+  DCR_ASSIGN_OR_RETURN(addrinfo * ai, Resolve(address, true));
+  int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    freeaddrinfo(ai);
+    return UnavailableError(ErrnoError("socket for " + address, errno).message());
+  }
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 64) != 0) {
+    int e = errno;
+    freeaddrinfo(ai);
+    close(fd);
+    return UnavailableError(ErrnoError("listen on " + address, e).message());
+  }
+  freeaddrinfo(ai);
+  return fd;
+}
+
+StatusOr<int> Connect(const std::string& address, double deadline) {
+  DCR_ASSIGN_OR_RETURN(addrinfo * ai, Resolve(address, false));
+  int last_errno = 0;
+  while (true) {
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      freeaddrinfo(ai);
+      return UnavailableError(ErrnoError("socket for " + address, errno).message());
+    }
+    TuneSocket(fd);
+    if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+      freeaddrinfo(ai);
+      return fd;
+    }
+    last_errno = errno;
+    close(fd);
+    if (SteadyNow() >= deadline) break;
+    usleep(20000);
+  }
+  freeaddrinfo(ai);
+  return UnavailableError("peer " + address + " unreachable: " + std::strerror(last_errno));
+}
+
+StatusOr<int> Accept(int listen_fd, double deadline) {
+  while (true) {
+    double left = deadline - SteadyNow();
+    if (left <= 0) return DeadlineExceededError("no connection from the parent before the deadline");
+    pollfd p{listen_fd, POLLIN, 0};
+    int rc = poll(&p, 1, static_cast<int>(std::min(left, 1.0) * 1000) + 1);
+    if (rc < 0 && errno != EINTR) return UnavailableError(ErrnoError("poll", errno).message());
+    if (rc <= 0) continue;
+    int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return UnavailableError(ErrnoError("accept", errno).message());
+    }
+    TuneSocket(fd);
+    return fd;
+  }
+}
+
+Status WriteFull(int fd, const void* data, size_t size) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (size > 0) {
+    ssize_t w = send(fd, p, size, MSG_NOSIGNAL);
+    if (w < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return UnavailableError(ErrnoError("send", errno).message());
+    }
+    p += w;
+    size -= static_cast<size_t>(w);
+  }
+  return Status();
+}
+
+Status ReadFull(int fd, void* data, size_t size) {
+  auto* p = static_cast<uint8_t*>(data);
+  while (size > 0) {
+    ssize_t r = recv(fd, p, size, 0);
+    if (r == 0) return UnavailableError("peer closed the connection");
+    if (r < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return UnavailableError(ErrnoError("recv", errno).message());
+    }
+    p += r;
+    size -= static_cast<size_t>(r);
+  }
+  return Status();
+}
+
+StatusOr<int> FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return UnavailableError(ErrnoError("socket", errno).message());
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof(a);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    int e = errno;
+    close(fd);
+    return UnavailableError(ErrnoError("bind 127.0.0.1:0", e).message());
+  }
+  int port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+// ---- TokenBucket ----
+
+void TokenBucket::Acquire(uint64_t n) {
+  if (rate_ <= 0) return;
+  double wait = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    double now = SteadyNow();
+    if (last_ < 0) {
+      last_ = now;
+      tokens_ = burst_;
+    }
+    tokens_ = std::min(burst_, tokens_ + (now - last_) * rate_);
+    last_ = now;
+    tokens_ -= static_cast<double>(n);
+    if (tokens_ < 0) wait = -tokens_ / rate_;
+  }
+  if (wait > 0) {
+    timespec ts{static_cast<time_t>(wait), static_cast<long>((wait - static_cast<time_t>(wait)) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+  }
+}
+
+// ---- FrameWriter ----
+
+FrameWriter::FrameWriter(int fd, std::shared_ptr<TokenBucket> bucket, double latency_s)
+    : fd_(fd), bucket_(std::move(bucket)), latency_s_(latency_s) {
+  pacer_ = std::thread([this] { PaceLoop(); });
+  delayer_ = std::thread([this] { DelayLoop(); });
+}
+
+FrameWriter::~FrameWriter() { Close(); }
+
+void FrameWriter::Send(const FrameHeader& header, const uint8_t* payload,
+                       std::function<void(Status)> done) {
+  std::lock_guard<std::mutex> lock(mu_);
+  items_.push_back(Item{header, payload, std::move(done)});
+  cv_.notify_all();
+}
+
+void FrameWriter::Close() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closing_ = true;
+    cv_.notify_all();
+  }
+  if (pacer_.joinable()) pacer_.join();
+  if (delayer_.joinable()) delayer_.join();
+}
+
+void FrameWriter::PaceLoop() {
+  constexpr size_t kSegment = 64 << 10;
+  while (true) {
+    Item item;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return !items_.empty() || closing_; });
+      if (items_.empty()) break;
+      item = std::move(items_.front());
+      items_.pop_front();
+    }
+    const size_t total = sizeof(FrameHeader) + item.header.length;
+    size_t pos = 0;  // over header + payload
+    bool first = true;
+    do {
+      size_t n = std::min(kSegment, total - pos);
+      if (bucket_) bucket_->Acquire(n);
+      Segment seg;
+      seg.deliver_at = SteadyNow() + latency_s_;
+      size_t payload_from = pos;
+      if (first) {
+        const auto* h = reinterpret_cast<const uint8_t*>(&item.header);
+        seg.header_bytes.assign(h, h + sizeof(FrameHeader));
+        payload_from = sizeof(FrameHeader);
+        first = false;
+      }
+      size_t end = pos + n;
+      if (end > payload_from) {
+        seg.data = item.payload + (payload_from - sizeof(FrameHeader));
+        seg.size = end - payload_from;
+      }
+      pos = end;
+      if (pos == total) seg.done = std::move(item.done);
+      std::lock_guard<std::mutex> lock(mu_);
+      segments_.push_back(std::move(seg));
+      cv_.notify_all();
+    } while (pos < total);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  pacer_done_ = true;
+  cv_.notify_all();
+}
+
+void FrameWriter::DelayLoop() {
+  while (true) {
+    Segment seg;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return !segments_.empty() || pacer_done_; });
+      if (segments_.empty()) break;
+      seg = std::move(segments_.front());
+      segments_.pop_front();
+    }
+    double wait = seg.deliver_at - SteadyNow();
+    if (wait > 0) usleep(static_cast<useconds_t>(wait * 1e6));
+    Status s;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      s = error_;
+    }
+    if (s.ok() && !seg.header_bytes.empty()) {
+      s = WriteFull(fd_, seg.header_bytes.data(), seg.header_bytes.size());
+    }
+    if (s.ok() && seg.size > 0) s = WriteFull(fd_, seg.data, seg.size);
+    if (!s.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (error_.ok()) error_ = s;
+    }
+    if (seg.done) seg.done(s);
+  }
+}
+
+}  // namespace dcr::internal

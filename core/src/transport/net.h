@@ -1,0 +1,119 @@
+// Internal: POSIX TCP helpers, the relay wire frames, and the WAN emulation (token bucket + delay
+// line) used by the node driver.
+//
+// Wire (little-endian), every frame starts with a 48-byte FrameHeader:
+//   u32 magic "DCRF" | u8 type | u8 blob_kind | u16 reserved | u32 from_rank | u32 stream
+//   | u64 blob (or receivers for kReport) | u64 blob_size | u64 offset | u64 length
+// followed by `length` payload bytes for kPiece (none for the others). The first frame on every
+// connection is a kHello from the parent (stream = stream index, blob = number of streams).
+#ifndef DCR_CORE_SRC_TRANSPORT_NET_H_
+#define DCR_CORE_SRC_TRANSPORT_NET_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dcr/status.h"
+#include "dcr/statusor.h"
+
+namespace dcr::internal {
+
+enum class FrameType : uint8_t { kHello = 1, kPiece = 2, kAck = 3, kReport = 4 };
+inline constexpr uint32_t kFrameMagic = 0x46524344;  // "DCRF"
+
+struct FrameHeader {
+  uint32_t magic = kFrameMagic;
+  uint8_t type = 0;
+  uint8_t blob_kind = 0;
+  uint16_t reserved = 0;
+  uint32_t from_rank = 0;
+  uint32_t stream = 0;
+  uint64_t blob = 0;
+  uint64_t blob_size = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+static_assert(sizeof(FrameHeader) == 48, "wire frame header is 48 bytes");
+
+double WallNow();    // CLOCK_REALTIME seconds
+double SteadyNow();  // CLOCK_MONOTONIC seconds
+
+// "host:port" -> listening socket (SO_REUSEADDR). Errors name the address.
+StatusOr<int> Listen(const std::string& address);
+// Connects, retrying until `deadline` (steady seconds) while the peer is not yet listening.
+StatusOr<int> Connect(const std::string& address, double deadline);
+// Accept with a deadline (steady seconds). kDeadlineExceeded on timeout.
+StatusOr<int> Accept(int listen_fd, double deadline);
+Status WriteFull(int fd, const void* data, size_t size);
+// kUnavailable on EOF before `size` bytes ("peer closed").
+Status ReadFull(int fd, void* data, size_t size);
+// Picks a free TCP port on 127.0.0.1 (bind to 0, read, close).
+StatusOr<int> FreePort();
+
+// Shared token bucket: Acquire(n) blocks until n bytes may pass at `rate` bytes/s. burst bytes
+// may pass at once after idleness. rate <= 0: unlimited.
+class TokenBucket {
+ public:
+  TokenBucket(double rate, double burst) : rate_(rate), burst_(burst) {}
+  void Acquire(uint64_t n);
+
+ private:
+  std::mutex mu_;
+  double rate_, burst_;
+  double tokens_ = 0;
+  double last_ = -1;
+};
+
+// Writes frames to one socket from a dedicated thread. Optional shaping: bytes first pass the
+// token bucket (in segments of up to 64 KiB), then wait in a delay line for `latency_s` before
+// they are written, so rate and latency compose like a real link. Completion callbacks run on
+// the writer thread after the frame's last byte was written.
+class FrameWriter {
+ public:
+  FrameWriter(int fd, std::shared_ptr<TokenBucket> bucket, double latency_s);
+  ~FrameWriter();  // Close()s
+  // Queues a frame; `payload` (may be null when header.length == 0) must stay valid until
+  // `done` runs. `done` gets the write status.
+  void Send(const FrameHeader& header, const uint8_t* payload, std::function<void(Status)> done);
+  // Stops the threads after the queued frames (or at the first error) and joins them.
+  void Close();
+  int fd() const { return fd_; }
+
+ private:
+  struct Item {
+    FrameHeader header;
+    const uint8_t* payload = nullptr;
+    std::function<void(Status)> done;
+  };
+  struct Segment {
+    double deliver_at = 0;
+    std::vector<uint8_t> header_bytes;  // non-empty on the first segment of a frame
+    const uint8_t* data = nullptr;
+    size_t size = 0;
+    std::function<void(Status)> done;  // on the last segment
+  };
+  void PaceLoop();
+  void DelayLoop();
+
+  int fd_;
+  std::shared_ptr<TokenBucket> bucket_;
+  double latency_s_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Item> items_;
+  std::deque<Segment> segments_;
+  bool closing_ = false;
+  bool pacer_done_ = false;
+  Status error_;
+  std::thread pacer_, delayer_;
+};
+
+}  // namespace dcr::internal
+
+#endif  // DCR_CORE_SRC_TRANSPORT_NET_H_

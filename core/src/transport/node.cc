@@ -1,0 +1,825 @@
+// The node driver: runs one NodePolicy (relay_policy.h) over TCP sockets or an ObjectStore.
+// See dcr/transport.h for the process structure.
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "dcr/checkpoint.h"
+#include "dcr/delta.h"
+#include "dcr/object_store.h"
+#include "dcr/status_macros.h"
+#include "dcr/transport.h"
+#include "transport/net.h"
+
+namespace dcr {
+
+namespace {
+
+using internal::FrameHeader;
+using internal::FrameType;
+using internal::FrameWriter;
+using internal::SteadyNow;
+using internal::TokenBucket;
+using internal::WallNow;
+
+struct BlobBuf {
+  BlobInfo info;
+  std::vector<uint8_t> bytes;
+};
+using BlobPtr = std::shared_ptr<BlobBuf>;
+
+// Events for the loop, or a fatal driver error (peer lost, builder failed, ...).
+struct QItem {
+  bool fatal = false;
+  Status status;
+  Event event;
+};
+
+class EventQueue {
+ public:
+  void Post(Event e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    q_.push_back(QItem{false, Status(), std::move(e)});
+    cv_.notify_one();
+  }
+  void Fatal(Status s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    q_.push_back(QItem{true, std::move(s), event::TimerFired{}});
+    cv_.notify_one();
+  }
+  // Waits until an item arrives or `until` (steady seconds) passes.
+  bool Wait(double until, QItem* out) {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (q_.empty()) {
+      double left = until - SteadyNow();
+      if (left <= 0) return false;
+      cv_.wait_for(lock, std::chrono::duration<double>(std::min(left, 1.0)));
+    }
+    *out = std::move(q_.front());
+    q_.pop_front();
+    return true;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<QItem> q_;
+};
+
+// A fixed pool of worker threads running closures.
+class WorkPool {
+ public:
+  void Start(int n) {
+    for (int i = 0; i < std::max(1, n); ++i) threads_.emplace_back([this] { Loop(); });
+  }
+  void Submit(std::function<void()> fn) {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs_.push_back(std::move(fn));
+    cv_.notify_one();
+  }
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+      cv_.notify_all();
+    }
+    for (auto& t : threads_) t.join();
+    threads_.clear();
+  }
+  ~WorkPool() {
+    if (!threads_.empty()) Stop();
+  }
+
+ private:
+  void Loop() {
+    while (true) {
+      std::function<void()> fn;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+        if (jobs_.empty()) return;
+        fn = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      fn();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  std::vector<std::thread> threads_;
+  bool stop_ = false;
+};
+
+class NodeDriver;
+
+// Collects the streamed delta into blobs (header 0, chunks 1.., trailer last).
+class StreamingSink : public DeltaSink {
+ public:
+  explicit StreamingSink(std::function<Status(BlobKind, std::vector<uint8_t>)> emit)
+      : emit_(std::move(emit)) {}
+  Status OnHeader(const std::vector<uint8_t>& bytes) override {
+    return emit_(BlobKind::kHeader, bytes);
+  }
+  Status OnChunk(const ChunkHeader&, const std::vector<uint8_t>& bytes) override {
+    return emit_(BlobKind::kChunk, bytes);
+  }
+  Status OnTrailer(const std::vector<uint8_t>& bytes) override {
+    return emit_(BlobKind::kTrailer, bytes);
+  }
+
+ private:
+  std::function<Status(BlobKind, std::vector<uint8_t>)> emit_;
+};
+
+class NodeDriver {
+ public:
+  NodeDriver(const NodePlan& plan, NodeResult* result) : plan_(plan), result_(result) {}
+  ~NodeDriver() { Teardown(); }
+
+  Status Run() {
+    result_->rank = plan_.rank;
+    t0_ = SteadyNow();
+    deadline_ = t0_ + plan_.timeout_s;
+    Status s = Setup();
+    if (s.ok()) s = Loop();
+    if (s.ok() && backend_ && committed_ && !plan_.verify_path.empty()) {
+      Status v = backend_->Verify(plan_.verify_path);
+      result_->verified = v.ok();
+      result_->verify_message = v.ok() ? "byte-for-byte equal to the target" : v.message();
+    }
+    Teardown();
+    result_->ok = s.ok();
+    if (!s.ok()) result_->error = s.ToString();
+    return s;
+  }
+
+ private:
+  double Now() const { return SteadyNow() - t0_; }
+  bool IsTree() const { return plan_.transport == "relay_tree"; }
+
+  // ---- setup ----
+
+  Status Setup() {
+    if (plan_.transport != "relay_tree" && plan_.transport != "object_store") {
+      return InvalidArgumentError("plan.transport: unknown '" + plan_.transport + "'");
+    }
+    if (plan_.method != "delta" && plan_.method != "full") {
+      return InvalidArgumentError("plan.method: unknown '" + plan_.method + "'");
+    }
+    const bool sender = plan_.rank == 0;
+    if (plan_.emulate_wan && (plan_.long_bandwidth_Bps > 0)) {
+      // Burst: one segment, so the rate holds at fine time scales.
+      long_bucket_ = std::make_shared<TokenBucket>(plan_.long_bandwidth_Bps, 64 << 10);
+    }
+    if (!sender) {
+      if (plan_.method == "delta") {
+        if (plan_.receiver_base_path.empty()) {
+          return InvalidArgumentError("plan.receiver_base_path: required for a delta receiver");
+        }
+        DCR_ASSIGN_OR_RETURN(backend_, MakeDeltaReceiver(plan_.receiver_base_path));
+      } else {
+        backend_ = MakeFullReceiver();
+      }
+    }
+    if (IsTree()) {
+      DCR_ASSIGN_OR_RETURN(topo_, Topology::FromParents(plan_.parents));
+      if (plan_.rank < 0 || plan_.rank >= topo_.size()) {
+        return InvalidArgumentError("plan.rank " + std::to_string(plan_.rank) + " outside the topology");
+      }
+      if (static_cast<int>(plan_.addresses.size()) != topo_.size()) {
+        return InvalidArgumentError("plan.addresses: need one per node");
+      }
+      policy_ = MakeTreePolicy(topo_, plan_.rank, plan_.relay);
+      DCR_RETURN_IF_ERROR(SetupTree());
+    } else {
+      DCR_ASSIGN_OR_RETURN(store_, OpenObjectStore(plan_.store));
+      policy_ = sender ? MakeUploaderPolicy(plan_.relay) : MakeDownloaderPolicy(plan_.relay);
+      io_pool_.Start(sender ? plan_.relay.max_parallel_puts : plan_.relay.max_parallel_fetches);
+    }
+    result_->role = NodeRoleName(policy_->role());
+    apply_pool_.Start(plan_.relay.max_parallel_applies);
+    result_->t_start = WallNow();
+    if (sender) {
+      builder_ = std::thread([this] { Build(); });
+    }
+    return Status();
+  }
+
+  Status SetupTree() {
+    const int me = plan_.rank;
+    const NodeId parent = topo_.parent[me];
+    int listen_fd = -1;
+    if (parent != kNoNode) {
+      DCR_ASSIGN_OR_RETURN(listen_fd, internal::Listen(plan_.addresses[me]));
+    }
+    // Connect to children (they listen before anything else, so this only waits for startup).
+    const bool long_edges = me == 0 && plan_.emulate_wan;
+    for (NodeId c : topo_.children[me]) {
+      int streams = me == 0 ? std::max(1, plan_.relay.root_streams) : 1;
+      ChildLink link;
+      link.id = c;
+      for (int s = 0; s < streams; ++s) {
+        auto fd = internal::Connect(plan_.addresses[c], deadline_);
+        if (!fd.ok()) {
+          if (listen_fd >= 0) close(listen_fd);
+          return UnavailableError("node " + std::to_string(me) + ": child node " +
+                                  std::to_string(c) + " at " + plan_.addresses[c] + ": " +
+                                  fd.status().message());
+        }
+        FrameHeader hello;
+        hello.type = static_cast<uint8_t>(FrameType::kHello);
+        hello.from_rank = static_cast<uint32_t>(me);
+        hello.stream = static_cast<uint32_t>(s);
+        hello.blob = static_cast<uint64_t>(streams);
+        DCR_RETURN_IF_ERROR(internal::WriteFull(*fd, &hello, sizeof(hello)));
+        link.fds.push_back(*fd);
+        link.writers.push_back(std::make_unique<FrameWriter>(
+            *fd, long_edges ? long_bucket_ : nullptr,
+            long_edges ? plan_.long_latency_s : 0.0));
+      }
+      int fd0 = link.fds[0];
+      children_.push_back(std::move(link));
+      readers_.emplace_back([this, c, fd0] { ChildReader(c, fd0); });
+    }
+    // Accept the parent's streams.
+    if (parent != kNoNode) {
+      int expected = parent == 0 ? std::max(1, plan_.relay.root_streams) : 1;
+      std::vector<int> fds(expected, -1);
+      for (int i = 0; i < expected; ++i) {
+        auto fd = internal::Accept(listen_fd, deadline_);
+        if (!fd.ok()) {
+          close(listen_fd);
+          return UnavailableError("node " + std::to_string(me) + ": waiting for parent node " +
+                                  std::to_string(parent) + ": " + fd.status().message());
+        }
+        FrameHeader hello;
+        Status s = internal::ReadFull(*fd, &hello, sizeof(hello));
+        if (!s.ok() || hello.magic != internal::kFrameMagic ||
+            hello.type != static_cast<uint8_t>(FrameType::kHello) ||
+            static_cast<int>(hello.from_rank) != parent || hello.stream >= static_cast<uint32_t>(expected) ||
+            fds[hello.stream] != -1) {
+          close(*fd);
+          close(listen_fd);
+          return UnavailableError("node " + std::to_string(me) + ": bad hello on a connection (expected parent node " +
+                                  std::to_string(parent) + ")");
+        }
+        fds[hello.stream] = *fd;
+      }
+      close(listen_fd);
+      parent_fds_ = fds;
+      const bool long_up = parent == 0 && plan_.emulate_wan;
+      parent_writer_ = std::make_unique<FrameWriter>(fds[0], nullptr,
+                                                     long_up ? plan_.long_latency_s : 0.0);
+      for (int fd : fds) readers_.emplace_back([this, fd] { ParentReader(fd); });
+    }
+    return Status();
+  }
+
+  // ---- threads ----
+
+  void Build() {
+    BlobId next = 0;
+    auto emit = [&](BlobKind kind, std::vector<uint8_t> bytes) -> Status {
+      auto b = std::make_shared<BlobBuf>();
+      b->info = BlobInfo{next++, kind, bytes.size()};
+      b->bytes = std::move(bytes);
+      double now = WallNow();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        blobs_[b->info.id] = b;
+        if (result_->t_first_blob == 0) result_->t_first_blob = now;
+        result_->t_last_blob = now;
+        result_->payload_bytes += b->info.size;
+        result_->blobs++;
+      }
+      queue_.Post(event::BlobProduced{b->info});
+      return Status();
+    };
+    Status s;
+    if (plan_.method == "delta") {
+      auto base = Checkpoint::Open(plan_.base_path);
+      auto target = Checkpoint::Open(plan_.target_path);
+      if (!base.ok()) {
+        s = base.status();
+      } else if (!target.ok()) {
+        s = target.status();
+      } else {
+        DeltaOptions o;
+        o.chunk_elems = plan_.chunk_elems;
+        o.zstd_level = plan_.zstd_level;
+        o.threads = plan_.build_threads;
+        StreamingSink sink(emit);
+        auto st = BuildDelta(base->get(), **target, o, &sink);
+        if (st.ok()) {
+          std::lock_guard<std::mutex> lock(mu_);
+          result_->dense_bytes = st->dense_bytes;
+        }
+        s = st.status();
+      }
+    } else {
+      auto target = Checkpoint::Open(plan_.target_path);
+      if (target.ok()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        result_->dense_bytes = (*target)->total_tensor_bytes();
+      }
+      s = FullStreamBlobs(plan_.target_path, plan_.full_slice_bytes, emit);
+    }
+    if (!s.ok()) queue_.Fatal(s.WithContext("sender: building the stream"));
+  }
+
+  BlobPtr GetOrCreate(const BlobInfo& info) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = blobs_.find(info.id);
+    if (it != blobs_.end()) return it->second;
+    auto b = std::make_shared<BlobBuf>();
+    b->info = info;
+    b->bytes.resize(info.size);
+    blobs_[info.id] = b;
+    return b;
+  }
+  BlobPtr Find(BlobId id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = blobs_.find(id);
+    return it == blobs_.end() ? nullptr : it->second;
+  }
+
+  void ParentReader(int fd) {
+    const NodeId parent = topo_.parent[plan_.rank];
+    while (true) {
+      FrameHeader h;
+      Status s = internal::ReadFull(fd, &h, sizeof(h));
+      if (s.ok() && (h.magic != internal::kFrameMagic || h.type != static_cast<uint8_t>(FrameType::kPiece) ||
+                     h.blob_kind > 2 || h.offset > h.blob_size || h.length > h.blob_size - h.offset)) {
+        s = DataLossError("malformed frame from parent node " + std::to_string(parent));
+      }
+      if (!s.ok()) {
+        if (!stopping_) {
+          queue_.Fatal(UnavailableError("node " + std::to_string(plan_.rank) + ": parent node " +
+                                        std::to_string(parent) + " (" + plan_.addresses[parent] +
+                                        "): " + s.message()));
+        }
+        return;
+      }
+      BlobInfo info{h.blob, static_cast<BlobKind>(h.blob_kind), h.blob_size};
+      BlobPtr b = GetOrCreate(info);
+      if (b->info.size != h.blob_size) {
+        queue_.Fatal(DataLossError("parent sent blob " + std::to_string(h.blob) + " with two sizes"));
+        return;
+      }
+      s = internal::ReadFull(fd, b->bytes.data() + h.offset, h.length);
+      if (!s.ok()) {
+        if (!stopping_) {
+          queue_.Fatal(UnavailableError("node " + std::to_string(plan_.rank) + ": parent node " +
+                                        std::to_string(parent) + " lost mid-piece: " + s.message()));
+        }
+        return;
+      }
+      double now = WallNow();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (result_->t_first_blob == 0) result_->t_first_blob = now;
+        result_->t_last_blob = now;
+        result_->bytes_received += h.length;
+      }
+      queue_.Post(event::DataReceived{info, h.offset, h.length});
+    }
+  }
+
+  void ChildReader(NodeId child, int fd) {
+    bool reported = false;
+    while (true) {
+      FrameHeader h;
+      Status s = internal::ReadFull(fd, &h, sizeof(h));
+      if (!s.ok() || h.magic != internal::kFrameMagic) {
+        if (!reported && !stopping_) {
+          queue_.Post(event::SendFailed{child, "node " + std::to_string(child) + " (" +
+                                                   plan_.addresses[child] + ") closed: " +
+                                                   (s.ok() ? "bad frame" : s.message())});
+        }
+        return;
+      }
+      if (h.type == static_cast<uint8_t>(FrameType::kAck)) {
+        queue_.Post(event::AckReceived{child, h.blob});
+      } else if (h.type == static_cast<uint8_t>(FrameType::kReport)) {
+        reported = true;
+        queue_.Post(event::SubtreeCommitted{child, static_cast<int>(h.blob)});
+      }
+    }
+  }
+
+  // ---- loop ----
+
+  Status Loop() {
+    std::vector<Action> actions;
+    policy_->Handle(Now(), event::Start{}, &actions);
+    DCR_RETURN_IF_ERROR(DispatchAll(&actions));
+    while (!policy_->done()) {
+      double until = deadline_;
+      if (timer_at_ >= 0) until = std::min(until, t0_ + timer_at_);
+      QItem item;
+      if (!queue_.Wait(until, &item)) {
+        if (SteadyNow() >= deadline_) {
+          return DeadlineExceededError("node " + std::to_string(plan_.rank) + " (" +
+                                       result_->role + "): not done after " +
+                                       std::to_string(plan_.timeout_s) + " s");
+        }
+        timer_at_ = -1;
+        item.event = event::TimerFired{};
+      }
+      if (item.fatal) return item.status;
+      policy_->Handle(Now(), item.event, &actions);
+      DCR_RETURN_IF_ERROR(DispatchAll(&actions));
+    }
+    return Status();
+  }
+
+  Status DispatchAll(std::vector<Action>* actions) {
+    for (const Action& a : *actions) DCR_RETURN_IF_ERROR(Dispatch(a));
+    actions->clear();
+    return Status();
+  }
+
+  Status Dispatch(const Action& a) {
+    if (const auto* s = std::get_if<action::Send>(&a)) {
+      BlobPtr b = Find(s->blob.id);
+      if (!b) return InternalError("send of unknown blob " + std::to_string(s->blob.id));
+      ChildLink* link = FindChild(s->to);
+      if (!link) return InternalError("send to non-child " + std::to_string(s->to));
+      FrameHeader h;
+      h.type = static_cast<uint8_t>(FrameType::kPiece);
+      h.blob_kind = static_cast<uint8_t>(s->blob.kind);
+      h.from_rank = static_cast<uint32_t>(plan_.rank);
+      h.stream = static_cast<uint32_t>(s->stream);
+      h.blob = s->blob.id;
+      h.blob_size = s->blob.size;
+      h.offset = s->offset;
+      h.length = s->length;
+      const bool long_link = plan_.rank == 0 && plan_.emulate_wan;
+      action::Send send = *s;
+      link->writers[s->stream]->Send(h, b->bytes.data() + s->offset, [this, b, send, long_link](Status st) {
+        if (!st.ok()) {
+          queue_.Post(event::SendFailed{send.to, st.message()});
+          return;
+        }
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          result_->bytes_sent += send.length;
+          if (long_link) result_->bytes_sent_long += send.length + sizeof(FrameHeader);
+        }
+        queue_.Post(event::SendDone{send.to, send.stream, send.blob.id, send.offset, send.length});
+      });
+    } else if (const auto* ack = std::get_if<action::Ack>(&a)) {
+      FrameHeader h;
+      h.type = static_cast<uint8_t>(FrameType::kAck);
+      h.from_rank = static_cast<uint32_t>(plan_.rank);
+      h.blob = ack->blob;
+      parent_writer_->Send(h, nullptr, [](Status) {});
+    } else if (const auto* rc = std::get_if<action::ReportCommit>(&a)) {
+      FrameHeader h;
+      h.type = static_cast<uint8_t>(FrameType::kReport);
+      h.from_rank = static_cast<uint32_t>(plan_.rank);
+      h.blob = static_cast<uint64_t>(rc->receivers);
+      parent_writer_->Send(h, nullptr, [](Status) {});
+    } else if (const auto* ap = std::get_if<action::Apply>(&a)) {
+      BlobPtr b = Find(ap->blob.id);
+      if (!b) return InternalError("apply of unknown blob " + std::to_string(ap->blob.id));
+      apply_pool_.Submit([this, b] { ApplyJob(b); });
+    } else if (const auto* rel = std::get_if<action::Release>(&a)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      blobs_.erase(rel->blob);
+    } else if (std::holds_alternative<action::Commit>(a)) {
+      committed_ = true;
+      result_->t_commit = WallNow();
+    } else if (const auto* tc = std::get_if<action::TreeCommitted>(&a)) {
+      result_->t_commit = WallNow();
+      result_->receivers_committed = tc->receivers;
+    } else if (const auto* put = std::get_if<action::Put>(&a)) {
+      BlobPtr b = Find(put->blob.id);
+      if (!b) return InternalError("put of unknown blob " + std::to_string(put->blob.id));
+      std::string key = put->key;
+      io_pool_.Submit([this, b, key] { PutJob(b, key); });
+    } else if (std::holds_alternative<action::Published>(a)) {
+      result_->t_commit = WallNow();
+    } else if (const auto* list = std::get_if<action::List>(&a)) {
+      std::string prefix = list->prefix;
+      io_pool_.Submit([this, prefix] { ListJob(prefix); });
+    } else if (const auto* f = std::get_if<action::Fetch>(&a)) {
+      BlobInfo info = f->blob;
+      std::string key = f->key;
+      io_pool_.Submit([this, info, key] { FetchJob(info, key); });
+    } else if (const auto* t = std::get_if<action::SetTimer>(&a)) {
+      timer_at_ = t->at;
+    } else if (const auto* fail = std::get_if<action::Fail>(&a)) {
+      return Status(fail->code, fail->message);
+    }
+    return Status();
+  }
+
+  void ApplyJob(const BlobPtr& b) {
+    double t = SteadyNow();
+    Status s;
+    switch (b->info.kind) {
+      case BlobKind::kHeader:
+        s = backend_->Begin(b->bytes.data(), b->bytes.size());
+        break;
+      case BlobKind::kChunk:
+        s = backend_->ApplyChunk(b->bytes.data(), b->bytes.size());
+        break;
+      case BlobKind::kTrailer:
+        s = backend_->Finish(b->bytes.data(), b->bytes.size());
+        break;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      result_->apply_seconds += SteadyNow() - t;
+    }
+    queue_.Post(event::ApplyDone{b->info.id, s.ok(), s.code(), s.message()});
+  }
+
+  void PutJob(const BlobPtr& b, const std::string& key) {
+    // The uploader sits in the training region: every put crosses the (emulated) long link.
+    if (plan_.emulate_wan) {
+      if (long_bucket_) long_bucket_->Acquire(b->bytes.size());
+      if (plan_.long_latency_s > 0) usleep(static_cast<useconds_t>(2 * plan_.long_latency_s * 1e6));
+    }
+    Status s = store_->Put(key, b->bytes.data(), b->bytes.size());
+    if (s.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      result_->bytes_sent += b->bytes.size();
+      if (plan_.emulate_wan) result_->bytes_sent_long += b->bytes.size();
+    }
+    queue_.Post(event::PutDone{b->info.id, s.ok(), s.ToString()});
+  }
+
+  void ListJob(const std::string& prefix) {
+    auto l = store_->List(prefix + "/");
+    event::ListDone done;
+    done.ok = l.ok();
+    if (!l.ok()) {
+      done.message = l.status().ToString();
+    } else {
+      for (const auto& o : *l) {
+        auto b = ParseObjectKey(prefix, o.key);
+        if (!b.ok()) continue;  // foreign object under the prefix
+        b->size = o.size;
+        done.blobs.push_back(*b);
+      }
+    }
+    queue_.Post(std::move(done));
+  }
+
+  void FetchJob(const BlobInfo& info, const std::string& key) {
+    auto got = store_->Get(key);
+    if (!got.ok()) {
+      queue_.Post(event::FetchDone{info.id, false, got.status().ToString()});
+      return;
+    }
+    auto b = std::make_shared<BlobBuf>();
+    b->info = info;
+    b->info.size = got->size();
+    b->bytes = std::move(got).value();
+    double now = WallNow();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      blobs_[info.id] = b;
+      if (result_->t_first_blob == 0) result_->t_first_blob = now;
+      result_->t_last_blob = now;
+      result_->bytes_received += b->bytes.size();
+    }
+    queue_.Post(event::FetchDone{info.id, true, ""});
+  }
+
+  // ---- teardown ----
+
+  void Teardown() {
+    if (torn_down_) return;
+    torn_down_ = true;
+    stopping_ = true;
+    // Flush what is queued (final acks / reports), then close every socket so readers end.
+    if (parent_writer_) parent_writer_->Close();
+    for (auto& c : children_) {
+      for (auto& w : c.writers) w->Close();
+    }
+    for (int fd : parent_fds_) shutdown(fd, SHUT_RDWR);
+    for (auto& c : children_) {
+      for (int fd : c.fds) shutdown(fd, SHUT_RDWR);
+    }
+    if (builder_.joinable()) builder_.join();
+    for (auto& t : readers_) t.join();
+    readers_.clear();
+    apply_pool_.Stop();
+    io_pool_.Stop();
+    for (int fd : parent_fds_) close(fd);
+    for (auto& c : children_) {
+      for (int fd : c.fds) close(fd);
+    }
+    parent_fds_.clear();
+    children_.clear();
+  }
+
+  struct ChildLink {
+    NodeId id = kNoNode;
+    std::vector<int> fds;
+    std::vector<std::unique_ptr<FrameWriter>> writers;
+  };
+  ChildLink* FindChild(NodeId id) {
+    for (auto& c : children_) {
+      if (c.id == id) return &c;
+    }
+    return nullptr;
+  }
+
+  const NodePlan& plan_;
+  NodeResult* result_;
+  double t0_ = 0, deadline_ = 0;
+  double timer_at_ = -1;  // policy time of the armed timer; -1 = none
+  Topology topo_;
+  std::unique_ptr<NodePolicy> policy_;
+  std::unique_ptr<ReceiverBackend> backend_;
+  std::unique_ptr<ObjectStore> store_;
+  std::shared_ptr<TokenBucket> long_bucket_;
+  EventQueue queue_;
+  std::mutex mu_;  // blobs_ and result_ counters
+  std::map<BlobId, BlobPtr> blobs_;
+  std::vector<ChildLink> children_;
+  std::vector<int> parent_fds_;
+  std::unique_ptr<FrameWriter> parent_writer_;
+  std::vector<std::thread> readers_;
+  std::thread builder_;
+  WorkPool apply_pool_, io_pool_;
+  bool committed_ = false;
+  std::atomic<bool> stopping_{false};
+  bool torn_down_ = false;
+};
+
+}  // namespace
+
+Status RunNode(const NodePlan& plan, NodeResult* result) {
+  *result = NodeResult();
+  Status s;
+  {
+    NodeDriver driver(plan, result);
+    s = driver.Run();
+  }
+  if (!plan.result_path.empty()) {
+    std::string js = NodeResultToJson(*result);
+    Status w = WriteFileAtomic(plan.result_path, js.data(), js.size());
+    if (s.ok() && !w.ok()) s = w;
+  }
+  return s;
+}
+
+int RankFromEnvironment() {
+  for (const char* v : {"SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"}) {
+    const char* s = std::getenv(v);
+    if (s != nullptr && *s != '\0') {
+      char* end = nullptr;
+      long r = std::strtol(s, &end, 10);
+      if (*end == '\0' && r >= 0) return static_cast<int>(r);
+    }
+  }
+  return -1;
+}
+
+// ---- JSON ----
+
+std::string NodePlanToJson(const NodePlan& p) {
+  nlohmann::json j;
+  j["rank"] = p.rank;
+  j["transport"] = p.transport;
+  j["method"] = p.method;
+  j["parents"] = p.parents;
+  j["addresses"] = p.addresses;
+  j["relay"] = {{"piece_bytes", p.relay.piece_bytes},
+                {"window_bytes", p.relay.window_bytes},
+                {"root_streams", p.relay.root_streams},
+                {"apply", p.relay.apply},
+                {"max_parallel_applies", p.relay.max_parallel_applies},
+                {"max_parallel_puts", p.relay.max_parallel_puts},
+                {"max_parallel_fetches", p.relay.max_parallel_fetches},
+                {"prefix", p.relay.prefix},
+                {"poll_interval_s", p.relay.poll_interval_s},
+                {"poll_timeout_s", p.relay.poll_timeout_s},
+                {"retry_backoff_s", p.relay.retry_backoff_s},
+                {"max_retries", p.relay.max_retries}};
+  j["emulate_wan"] = p.emulate_wan;
+  j["long_bandwidth_Bps"] = p.long_bandwidth_Bps;
+  j["long_latency_s"] = p.long_latency_s;
+  j["store"] = p.store;
+  j["base_path"] = p.base_path;
+  j["target_path"] = p.target_path;
+  j["chunk_elems"] = p.chunk_elems;
+  j["zstd_level"] = p.zstd_level;
+  j["build_threads"] = p.build_threads;
+  j["full_slice_bytes"] = p.full_slice_bytes;
+  j["receiver_base_path"] = p.receiver_base_path;
+  j["verify_path"] = p.verify_path;
+  j["timeout_s"] = p.timeout_s;
+  j["result_path"] = p.result_path;
+  return j.dump(1);
+}
+
+StatusOr<NodePlan> NodePlanFromJson(const std::string& text) {
+  NodePlan p;
+  try {
+    auto j = nlohmann::json::parse(text);
+    p.rank = j.at("rank").get<int>();
+    p.transport = j.at("transport").get<std::string>();
+    p.method = j.at("method").get<std::string>();
+    p.parents = j.at("parents").get<std::vector<int>>();
+    p.addresses = j.at("addresses").get<std::vector<std::string>>();
+    const auto& r = j.at("relay");
+    p.relay.piece_bytes = r.at("piece_bytes").get<uint64_t>();
+    p.relay.window_bytes = r.at("window_bytes").get<uint64_t>();
+    p.relay.root_streams = r.at("root_streams").get<int>();
+    p.relay.apply = r.at("apply").get<bool>();
+    p.relay.max_parallel_applies = r.at("max_parallel_applies").get<int>();
+    p.relay.max_parallel_puts = r.at("max_parallel_puts").get<int>();
+    p.relay.max_parallel_fetches = r.at("max_parallel_fetches").get<int>();
+    p.relay.prefix = r.at("prefix").get<std::string>();
+    p.relay.poll_interval_s = r.at("poll_interval_s").get<double>();
+    p.relay.poll_timeout_s = r.at("poll_timeout_s").get<double>();
+    p.relay.retry_backoff_s = r.at("retry_backoff_s").get<double>();
+    p.relay.max_retries = r.at("max_retries").get<int>();
+    p.emulate_wan = j.at("emulate_wan").get<bool>();
+    p.long_bandwidth_Bps = j.at("long_bandwidth_Bps").get<double>();
+    p.long_latency_s = j.at("long_latency_s").get<double>();
+    p.store = j.at("store").get<std::string>();
+    p.base_path = j.at("base_path").get<std::string>();
+    p.target_path = j.at("target_path").get<std::string>();
+    p.chunk_elems = j.at("chunk_elems").get<uint64_t>();
+    p.zstd_level = j.at("zstd_level").get<int>();
+    p.build_threads = j.at("build_threads").get<int>();
+    p.full_slice_bytes = j.at("full_slice_bytes").get<uint64_t>();
+    p.receiver_base_path = j.at("receiver_base_path").get<std::string>();
+    p.verify_path = j.at("verify_path").get<std::string>();
+    p.timeout_s = j.at("timeout_s").get<double>();
+    p.result_path = j.at("result_path").get<std::string>();
+  } catch (const std::exception& e) {
+    return InvalidArgumentError(std::string("node plan JSON: ") + e.what());
+  }
+  return p;
+}
+
+std::string NodeResultToJson(const NodeResult& r) {
+  nlohmann::json j;
+  j["rank"] = r.rank;
+  j["role"] = r.role;
+  j["ok"] = r.ok;
+  j["error"] = r.error;
+  j["t_start"] = r.t_start;
+  j["t_first_blob"] = r.t_first_blob;
+  j["t_last_blob"] = r.t_last_blob;
+  j["t_commit"] = r.t_commit;
+  j["apply_seconds"] = r.apply_seconds;
+  j["bytes_sent"] = r.bytes_sent;
+  j["bytes_sent_long"] = r.bytes_sent_long;
+  j["bytes_received"] = r.bytes_received;
+  j["payload_bytes"] = r.payload_bytes;
+  j["dense_bytes"] = r.dense_bytes;
+  j["blobs"] = r.blobs;
+  j["receivers_committed"] = r.receivers_committed;
+  j["verified"] = r.verified;
+  j["verify_message"] = r.verify_message;
+  return j.dump(1);
+}
+
+StatusOr<NodeResult> NodeResultFromJson(const std::string& text) {
+  NodeResult r;
+  try {
+    auto j = nlohmann::json::parse(text);
+    r.rank = j.at("rank").get<int>();
+    r.role = j.at("role").get<std::string>();
+    r.ok = j.at("ok").get<bool>();
+    r.error = j.at("error").get<std::string>();
+    r.t_start = j.at("t_start").get<double>();
+    r.t_first_blob = j.at("t_first_blob").get<double>();
+    r.t_last_blob = j.at("t_last_blob").get<double>();
+    r.t_commit = j.at("t_commit").get<double>();
+    r.apply_seconds = j.at("apply_seconds").get<double>();
+    r.bytes_sent = j.at("bytes_sent").get<uint64_t>();
+    r.bytes_sent_long = j.at("bytes_sent_long").get<uint64_t>();
+    r.bytes_received = j.at("bytes_received").get<uint64_t>();
+    r.payload_bytes = j.at("payload_bytes").get<uint64_t>();
+    r.dense_bytes = j.at("dense_bytes").get<uint64_t>();
+    r.blobs = j.at("blobs").get<uint64_t>();
+    r.receivers_committed = j.at("receivers_committed").get<int>();
+    r.verified = j.at("verified").get<bool>();
+    r.verify_message = j.at("verify_message").get<std::string>();
+  } catch (const std::exception& e) {
+    return InvalidArgumentError(std::string("node result JSON: ") + e.what());
+  }
+  return r;
+}
+
+}  // namespace dcr
