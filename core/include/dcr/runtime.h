@@ -1,0 +1,352 @@
+// Receiver side: a reference serving runtime, copy interception, placement maps and in-place apply.
+//
+// A rollout engine places checkpoint tensors with its own rules (tensor parallelism, fused QKV and
+// gate/up in its own order, vocab padding, transposed experts, FP32 buffers, FP8 quantization).
+// dcr does not reimplement those rules. It runs the engine's *native loader* once under a copy hook
+// (a recording load), learns where every canonical element landed, and from then on applies deltas
+// in place:
+//   * bit-preserving placements (the loader copied checkpoint bytes verbatim): XOR / ulp / absolute
+//     values are scattered straight into the runtime's storage;
+//   * converted placements (the loader wrote values it computed from a tensor: upcast norms, FP8):
+//     the receiver keeps the canonical bits of those tensors (a shadow), applies the delta there and
+//     re-runs the native loader on just the affected tensors (an overwrite);
+//   * constants (computed from the configuration alone, e.g. rotary tables; memset padding) never
+//     change with the weights.
+// For FP8 serving there is a cheaper bit-exact path: a serving-space delta (BuildServingDelta) is a
+// delta between the loader's storage images of base and target, so the receiver's storage is
+// bit-preserving by construction and blocks whose scale did not move cost only their changed bytes.
+//
+// Pieces:
+//   Storage, ModelLoader, LoadCheckpoint      the runtime's own world; knows nothing of deltas.
+//   ServingConfig, MakeReferenceLoader        the reference rollout engine (a vLLM stand-in).
+//   RecordLoad -> PlacementMap                interception (see "Interception" below).
+//   ServingReplica                            one receiver per serving TP rank, in-place apply,
+//                                             incremental version hash, joint commit.
+//   BuildServingDelta, StorageReceiver        the serving-space (FP8) path.
+//
+// Interception. During a recording load dcr interposes the process's memcpy, memmove, memset (and
+// their _chk forms): the dcr::core static library defines these symbols, so they take precedence
+// over libc's for the executable and every shared library in it, and forward to libc's versions
+// through dlsym(RTLD_NEXT). (dcr::cuda interposes cudaMemcpy / cudaMemcpyAsync / cudaMemcpy2D /
+// cudaMemcpy2DAsync the same way.) A real runtime in Python can get the same effect by preloading
+// a shim that calls dcr_copy_hook_note (dcr_c.h). Why symbol interposition and not a hook the loader
+// calls: the loader stays unmodified and cannot forget a call site. Why not only that: GCC expands
+// __builtin_memcpy inline when the size is a small constant, and a loader may also write storage
+// with plain stores; those writes never reach a symbol. So every recording load is checked: the
+// loader runs twice more, once into storage filled with 0xFF (bytes that come out equal to the
+// 0x00-filled load but were not seen by the hook were written behind dcr's back: the recording
+// fails with kFailedPrecondition naming the buffer) and once from a probe checkpoint whose elements
+// all differ from the real one (every bit-preserving placement must hold the probe's bits; any
+// other byte that moves must lie in a region attributed to a tensor). Copies from the checkpoint
+// into a staging buffer and then into storage (bounce buffers) keep their provenance.
+// Contract for loaders: place weights into storage with copy calls (memcpy / cudaMemcpy family);
+// compute converted values into a staging buffer first; do it inside LoadWeight for the tensor they
+// depend on (the receiver re-runs LoadWeight with the new tensor to refresh them).
+//
+// Thread safety: Storage, loaders and ServingReplica are thread-compatible (one thread at a time);
+// RecordLoad must not run concurrently with another RecordLoad in the same process.
+#ifndef DCR_CORE_INCLUDE_DCR_RUNTIME_H_
+#define DCR_CORE_INCLUDE_DCR_RUNTIME_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "dcr/apply.h"
+#include "dcr/checkpoint.h"
+#include "dcr/delta.h"
+#include "dcr/dtype.h"
+#include "dcr/format.h"
+#include "dcr/model.h"
+#include "dcr/status.h"
+#include "dcr/statusor.h"
+
+namespace dcr {
+
+// ---------------------------------------------------------------------------------------------
+// The runtime's own world.
+
+// Named buffers of one serving rank (host memory). Buffers are allocated filled with fill().
+class Storage {
+ public:
+  struct Buffer {
+    std::string name;
+    std::string dtype_name;
+    DType dtype = DType::kUnknown;
+    std::vector<int64_t> shape;
+    uint64_t nbytes = 0;
+    uint8_t* data = nullptr;
+  };
+
+  explicit Storage(uint8_t fill = 0) : fill_(fill) {}
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  // Allocates a buffer of prod(shape) elements of `dtype_name` filled with fill().
+  // kInvalidArgument on a duplicate name, an unknown dtype or a negative dimension.
+  StatusOr<uint8_t*> Allocate(const std::string& name, const std::string& dtype_name,
+                              const std::vector<int64_t>& shape);
+  // Buffers in allocation order.
+  const std::vector<Buffer>& buffers() const { return buffers_; }
+  // nullptr if absent.
+  Buffer* Find(const std::string& name);
+  const Buffer* Find(const std::string& name) const;
+  uint64_t total_bytes() const;
+  uint8_t fill() const { return fill_; }
+  // The buffers as safetensors tensors (in allocation order), e.g. to write an image.
+  std::vector<TensorView> Views() const;
+
+ private:
+  uint8_t fill_;
+  std::vector<Buffer> buffers_;
+  std::vector<std::unique_ptr<uint8_t[]>> memory_;
+};
+
+// One checkpoint tensor handed to a loader (vLLM's load_weights(name, tensor) pattern). `data`
+// points into the checkpoint mapping (or a shadow copy) and stays valid during the call.
+struct WeightRef {
+  std::string name;
+  std::string dtype_name;
+  DType dtype = DType::kUnknown;
+  std::vector<int64_t> shape;
+  const uint8_t* data = nullptr;
+  uint64_t nbytes = 0;
+};
+
+// A serving runtime's native loader. Implementations know nothing about deltas.
+class ModelLoader {
+ public:
+  virtual ~ModelLoader() = default;
+  // Allocates the rank's buffers and computes load-time buffers (e.g. rotary tables).
+  virtual Status Init(Storage* storage) = 0;
+  // Places one checkpoint tensor (may be called again later with new values of the same tensor:
+  // it must overwrite everything it derives from that tensor). kInvalidArgument for a tensor the
+  // loader has no rule for or a shape it cannot place.
+  virtual Status LoadWeight(const WeightRef& weight, Storage* storage) = 0;
+};
+
+// Makes a fresh loader for serving rank `rank`.
+using LoaderFactory = std::function<StatusOr<std::unique_ptr<ModelLoader>>(int rank)>;
+
+// The ordinary dense load: Init, then LoadWeight for every tensor of `ckpt` (file order).
+Status LoadCheckpoint(const Checkpoint& ckpt, ModelLoader* loader, Storage* storage);
+
+// ---------------------------------------------------------------------------------------------
+// The reference serving runtime (a rollout-engine stand-in).
+
+enum class FusedLayout : uint8_t {
+  // qkv = [q | k | v] rows, gate_up = [gate | up] rows (vLLM's QKVParallelLinear / MergedColumn).
+  kConcat = 0,
+  // qkv grouped per kv head [q_g.. | k_g | v_g] and gate/up interleaved row by row (kernels that
+  // want a group's heads, or gate and up rows, adjacent).
+  kInterleaved = 1,
+};
+
+struct ServingConfig {
+  ModelConfig model;
+  int tp = 1;                  // serving tensor-parallel size (any divisor of the head count)
+  FusedLayout fused = FusedLayout::kConcat;
+  int64_t vocab_multiple = 64; // vocab padded to a multiple of vocab_multiple * tp (zero rows)
+  bool fp32_norms = true;      // norms upcast to FP32 buffers (converted placements)
+  int64_t max_positions = 256; // rotary cos/sin tables [max_positions, rotary_dim / 2], FP32
+  double rope_theta = 10000.0;
+  // FP8 mode: linear weights (attention, MLP, experts) stored as F8_E4M3 with one FP32 scale per
+  // fp8_block x fp8_block tile (amax / 448, computed at load). Embeddings, router, norms unchanged.
+  bool fp8 = false;
+  int64_t fp8_block = 128;
+  // Expert weights stored transposed ([in, out], grouped per layer) as fused-MoE kernels want.
+  bool transpose_experts = true;
+};
+
+// Checks a config against the model (divisibility of heads, intermediate sizes and FP8 blocks);
+// kInvalidArgument naming the field otherwise.
+Status ValidateServingConfig(const ServingConfig& config);
+
+// The reference runtime's loader for serving rank `rank` of config.tp.
+// Dense GQA and MoE models get fused, sharded buffers; other tensors (e.g. MLA projections) are
+// replicated verbatim (norms upcast if fp32_norms).
+StatusOr<std::unique_ptr<ModelLoader>> MakeReferenceLoader(const ServingConfig& config, int rank);
+LoaderFactory ReferenceLoaderFactory(const ServingConfig& config);
+
+// E4M3 (fn: no infinities, NaN = S.1111.111) with round-to-nearest-even and saturation to +-448.
+uint8_t FloatToE4M3(float f);
+float E4M3ToFloat(uint8_t b);
+
+// ---------------------------------------------------------------------------------------------
+// Interception and placement maps.
+
+// Canonical elements [box] of tensor `tensor` copied verbatim into buffer `buffer`:
+//   element  elem_offset + sum_d digit_d * src_stride[d]
+//   lands at dst_offset  + sum_d digit_d * dst_stride[d]   (bytes)
+// digits row-major over count[0..ndim) (last fastest); src strides are nested (each at least the
+// extent of the dimensions inside it), so an element has at most one digit vector.
+struct Placement {
+  uint32_t tensor = 0;  // index into PlacementMap::tensors
+  uint32_t buffer = 0;  // index into Storage::buffers()
+  uint8_t width = 2;
+  uint32_t ndim = 1;
+  uint64_t elem_offset = 0;
+  uint64_t count[3] = {1, 1, 1};
+  int64_t src_stride[3] = {1, 0, 0};
+  int64_t dst_stride[3] = {2, 0, 0};
+  uint64_t dst_offset = 0;
+
+  uint64_t num_elements() const { return count[0] * count[1] * count[2]; }
+  uint64_t min_element() const { return elem_offset; }
+  uint64_t max_element() const;
+  // Byte offset in the buffer of canonical element `e`, or -1 if `e` is not in this box.
+  int64_t Locate(uint64_t e) const;
+};
+
+// Bytes of a buffer written from data the loader computed (not copied from the checkpoint).
+// tensor = index of the tensor being loaded when they were written; kConstantRegion for bytes
+// written outside any LoadWeight (Init: rotary tables) or by memset (padding).
+inline constexpr uint32_t kConstantRegion = 0xFFFFFFFFu;
+struct ConvertedRegion {
+  uint32_t tensor = kConstantRegion;
+  uint32_t buffer = 0;
+  uint64_t offset = 0;
+  uint64_t size = 0;
+};
+
+struct PlacementMap {
+  std::vector<std::string> tensors;   // canonical names, sorted (the delta inventory order)
+  std::vector<DType> tensor_dtypes;
+  std::vector<uint64_t> tensor_elements;
+  std::vector<std::string> buffers;   // Storage buffer names, allocation order
+  std::vector<Placement> placements;  // bit-preserving
+  std::vector<ConvertedRegion> converted;
+  uint64_t copies_observed = 0;       // hooked calls during the recording load
+  // Sums over placements / regions.
+  uint64_t bit_preserving_bytes() const;
+  uint64_t converted_bytes() const;  // tensor-attributed regions
+  uint64_t constant_bytes() const;
+  // Tensors with at least one converted region.
+  std::set<uint32_t> converted_tensors() const;
+  // One line per buffer: "name: N bytes bit-preserving, M converted (tensors...), K constant".
+  std::string Describe() const;
+};
+
+struct RecordOptions {
+  // Re-run the load into 0xFF-filled storage and fail on writes the hook did not see. Default on.
+  bool check_unobserved_writes = true;
+  // Re-run the load from a probe checkpoint (every element's lowest bit flipped) and check the
+  // placements against it. Default on.
+  bool probe = true;
+};
+
+// Recording load of `ckpt` through `factory(rank)` into `*storage` (fresh; filled with 0).
+// Errors: the loader's own; kFailedPrecondition when the checks above find writes that dcr cannot
+// attribute (the message names the buffer and byte offset); kInternal if another recording is
+// active.
+StatusOr<PlacementMap> RecordLoad(const Checkpoint& ckpt, const LoaderFactory& factory, int rank,
+                                  std::unique_ptr<ModelLoader>* loader, Storage* storage,
+                                  const RecordOptions& options = {});
+
+// ---------------------------------------------------------------------------------------------
+// Receivers.
+
+struct ReplicaOptions {
+  RecordOptions record;
+};
+
+// One serving replica: `tp` receivers (one per serving TP rank, each with its own storage, native
+// loader instance and placement map) that apply canonical deltas in place and commit together.
+//
+// Chunk protocol (apply.h contract): for every change the replica reads the current bits from the
+// element's owner (the shadow for tensors with converted placements, else the first bit-preserving
+// placement on the lowest rank), sums the element hash terms of old and new bits over all ranks and
+// compares them with the chunk's base_change_hash (relative payloads) and target_change_hash before
+// anything is written (kFailedPrecondition / kDataLoss and no write on mismatch). Then it writes
+// every placement on every rank and the shadow. Converted tensors touched by a delta are re-loaded
+// through the native loader in Finish, before the version is reported whole.
+class ServingReplica : public Applier {
+ public:
+  // Records the load of `base` on every rank. The replica then holds version `base_version` whose
+  // content hash is base.ContentHash().
+  static StatusOr<std::unique_ptr<ServingReplica>> Create(int tp, const LoaderFactory& factory,
+                                                          const Checkpoint& base,
+                                                          uint64_t base_version,
+                                                          const ReplicaOptions& options = {});
+  ~ServingReplica() override;
+
+  // Starts applying a delta. kFailedPrecondition if its base hash is not the held version's hash,
+  // or a delta is in progress; kInvalidArgument if its inventory differs from the loaded one.
+  Status BeginDelta(const FileHeader& header);
+  // Applies one decoded chunk of the delta in progress (any order). See the class comment.
+  Status ApplyChunk(const DecodedChunk& chunk) override;
+  // Ends the delta: every chunk of `trailer` must have been applied and the incrementally tracked
+  // hash must equal trailer.target_hash; then converted tensors are re-loaded and the replica
+  // commits the target version. kFailedPrecondition (missing chunks) or kDataLoss (hash mismatch)
+  // otherwise, and the replica stays uncommitted.
+  Status Finish(const Trailer& trailer);
+  // Abandons a delta in progress (the storage may be mixed; repair with absolute chunks or reload).
+  void Abort();
+
+  int tp() const;
+  bool committed() const;         // true when no delta is in progress
+  uint64_t version() const;       // last committed version
+  Hash128 version_hash() const;   // last committed content hash
+  Hash128 running_hash() const;   // incremental hash of what is applied so far
+  const Storage& storage(int rank) const;
+  const PlacementMap& placement(int rank) const;
+  // Bytes held as canonical shadows (tensors with converted placements).
+  uint64_t shadow_bytes() const;
+
+  struct Impl;
+
+ private:
+  explicit ServingReplica(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Applies a whole delta held by `reader` to `replica` (BeginDelta, chunks in the given order or
+// the table's order if `order` is empty, Finish).
+Status ApplyDeltaToReplica(const DeltaReader& reader, ServingReplica* replica,
+                           const std::vector<size_t>& order = {});
+
+// ---------------------------------------------------------------------------------------------
+// Serving-space deltas (bit-exact FP8 at the cost of the changed bytes of the storage image).
+
+// The storage image of a rank as a safetensors checkpoint (buffers are tensors, names as in the
+// storage; bytes copied).
+StatusOr<std::unique_ptr<Checkpoint>> StorageImage(const Storage& storage);
+
+// Sender side: runs the native loader of `rank` on base and target and builds the delta between
+// the two storage images into `sink`. The receiver's storage version hash is the image's content
+// hash. `base_image` / `target_image` may be passed in when the caller keeps them (else null).
+StatusOr<DeltaStats> BuildServingDelta(const Checkpoint& base, const Checkpoint& target,
+                                       const LoaderFactory& factory, int rank,
+                                       const DeltaOptions& options, DeltaSink* sink);
+
+// Receiver side of a serving-space delta: applies chunks to the buffers of one rank's storage
+// (identity placement), with the apply.h checks, and tracks the image's version hash.
+class StorageReceiver : public Applier {
+ public:
+  // `storage` must outlive the receiver. The held version's hash is computed from the storage.
+  static StatusOr<std::unique_ptr<StorageReceiver>> Create(Storage* storage, uint64_t version);
+  Status BeginDelta(const FileHeader& header);
+  Status ApplyChunk(const DecodedChunk& chunk) override;
+  Status Finish(const Trailer& trailer);
+  bool committed() const { return !in_progress_; }
+  uint64_t version() const { return version_; }
+  Hash128 version_hash() const { return hash_; }
+
+ private:
+  StorageReceiver() = default;
+  Storage* storage_ = nullptr;
+  std::vector<TensorBuffer> buffers_;  // by image inventory index (sorted names)
+  uint64_t version_ = 0;
+  Hash128 hash_;
+  Hash128 running_;
+  bool in_progress_ = false;
+  uint64_t target_version_ = 0;
+  std::set<uint64_t> applied_;
+};
+
+}  // namespace dcr
+
+#endif  // DCR_CORE_INCLUDE_DCR_RUNTIME_H_
