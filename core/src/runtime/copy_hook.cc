@@ -81,6 +81,16 @@ inline void Report(void* dst, const void* src, size_t n, int kind) {
 
 }  // namespace
 
+namespace dcr {
+namespace internal {
+bool SetHookMuted(bool muted) {
+  const bool old = t_in_hook;
+  t_in_hook = muted;
+  return old;
+}
+}  // namespace internal
+}  // namespace dcr
+
 extern "C" {
 
 void* memcpy(void* __restrict dst, const void* __restrict src, size_t n) noexcept {

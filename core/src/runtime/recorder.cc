@@ -185,6 +185,7 @@ bool AppendBox(Placement* b, const Placement& r) {
 }
 
 CopyRecorder::CopyRecorder(const Checkpoint& ckpt) {
+  ScopedHookMute mute;
   std::vector<const TensorInfo*> sorted;
   for (const auto& t : ckpt.tensors()) sorted.push_back(&t);
   std::sort(sorted.begin(), sorted.end(),
@@ -205,11 +206,13 @@ CopyRecorder::CopyRecorder(const Checkpoint& ckpt) {
 CopyRecorder::~CopyRecorder() { Stop(); }
 
 void CopyRecorder::AddSource(const uint8_t* file_base, uint64_t file_size) {
+  ScopedHookMute mute;
   std::lock_guard<std::mutex> l(mu_);
   sources_.emplace_back(file_base, file_size);
 }
 
 void CopyRecorder::AddBuffer(const std::string& name, uint8_t* data, uint64_t nbytes) {
+  ScopedHookMute mute;
   std::lock_guard<std::mutex> l(mu_);
   map_.buffers.push_back(name);
   buffer_ranges_.emplace_back(reinterpret_cast<uintptr_t>(data), nbytes);
@@ -446,6 +449,7 @@ void CopyRecorder::OnCopy(void* dst_ptr, const void* src_ptr, size_t n, int kind
 }
 
 void CopyRecorder::ReplayPending() {
+  ScopedHookMute mute;
   std::vector<Raw> raw;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -458,6 +462,7 @@ void CopyRecorder::ReplayPending() {
 }
 
 PlacementMap CopyRecorder::Finish() {
+  ScopedHookMute mute;
   Stop();
   std::lock_guard<std::mutex> l(mu_);
   std::vector<uint64_t> keys;

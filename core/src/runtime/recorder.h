@@ -25,6 +25,17 @@
 namespace dcr {
 namespace internal {
 
+// Mutes the copy hook on the calling thread (returns the previous state); defined in copy_hook.cc.
+bool SetHookMuted(bool muted);
+class ScopedHookMute {
+ public:
+  ScopedHookMute() : old_(SetHookMuted(true)) {}
+  ~ScopedHookMute() { SetHookMuted(old_); }
+
+ private:
+  bool old_;
+};
+
 class CopyRecorder {
  public:
   // `ckpt` defines the canonical inventory (sorted names) and is the first source.

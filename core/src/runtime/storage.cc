@@ -5,6 +5,17 @@
 #include "dcr/status_macros.h"
 
 namespace dcr {
+namespace {
+
+// The allocator's initial content (like device memory fresh from the allocator): not a write of
+// the loader, so it is done with a plain loop that the compiler must not turn into a memset call
+// (which a recording load would see as a constant write over the whole buffer).
+__attribute__((optimize("no-tree-loop-distribute-patterns"))) void FillFresh(uint8_t* p, uint8_t v,
+                                                                             uint64_t n) {
+  for (uint64_t i = 0; i < n; ++i) p[i] = v;
+}
+
+}  // namespace
 
 StatusOr<uint8_t*> Storage::Allocate(const std::string& name, const std::string& dtype_name,
                                      const std::vector<int64_t>& shape) {
@@ -26,7 +37,7 @@ StatusOr<uint8_t*> Storage::Allocate(const std::string& name, const std::string&
   b.nbytes = n * static_cast<uint64_t>(DTypeWidth(dtype));
   memory_.emplace_back(new uint8_t[b.nbytes > 0 ? b.nbytes : 1]);
   b.data = memory_.back().get();
-  std::memset(b.data, fill_, b.nbytes);
+  FillFresh(b.data, fill_, b.nbytes);
   buffers_.push_back(std::move(b));
   return buffers_.back().data;
 }
