@@ -2,7 +2,10 @@
 //
 // Phase 1 reads the current bits of every changed element, computes the new bits with the shared
 // per-element op (internal/element_ops.h) and sums the additive hash terms; the chunk is refused
-// (nothing written) if the sums disagree with the header. Phase 2 writes. The store supplies:
+// (nothing written) if the packed bits hashes (hash.h PackedBitsHash) disagree with the header's
+// base_change_hash (relative payloads) or target_change_hash. The sums let the caller move its
+// additive version hash by what actually changed (robust to absolute chunks applied twice or over
+// partially applied ranges). Phase 2 writes. The store supplies:
 //   Status Check(const Segment&)                         segment valid for this store
 //   uint64_t Read(uint32_t tensor, uint64_t element)     current canonical bits
 //   void Write(uint32_t tensor, uint64_t element, uint64_t bits)
@@ -45,7 +48,7 @@ StatusOr<ChunkSums> ApplyChunkTwoPhase(const DecodedChunk& chunk, Store* store) 
     return InvalidArgumentError(id + ": decoded chunk is inconsistent with its header");
   }
   std::vector<uint32_t> tensor(k);
-  std::vector<uint64_t> elem(k), nbits(k);
+  std::vector<uint64_t> elem(k), obits(k), nbits(k);
   SegmentCursor cursor(h.segments);
   ChunkSums sums;
   const uint8_t op = static_cast<uint8_t>(h.value_mode);
@@ -56,16 +59,16 @@ StatusOr<ChunkSums> ApplyChunkTwoPhase(const DecodedChunk& chunk, Store* store) 
     cursor.Locate(pos, &s, &elem[i]);
     tensor[i] = h.segments[s].tensor_index;
     const uint64_t salt = store->Salt(tensor[i]);
-    const uint64_t old = store->Read(tensor[i], elem[i]);
-    nbits[i] = ApplyOp(op, w, old, chunk.values[i]);
-    HashAdd(&sums.old_sum, ElementTerm(salt, elem[i], old));
+    obits[i] = store->Read(tensor[i], elem[i]);
+    nbits[i] = ApplyOp(op, w, obits[i], chunk.values[i]);
+    HashAdd(&sums.old_sum, ElementTerm(salt, elem[i], obits[i]));
     HashAdd(&sums.new_sum, ElementTerm(salt, elem[i], nbits[i]));
   }
-  if (IsRelative(h.value_mode) && sums.old_sum != h.base_change_hash) {
+  if (IsRelative(h.value_mode) && PackedBitsHash(obits.data(), k, w) != h.base_change_hash) {
     return FailedPreconditionError(id + ": current bits differ from the delta's base (wrong base, "
                                         "or the chunk was already applied); nothing written");
   }
-  if (sums.new_sum != h.target_change_hash) {
+  if (PackedBitsHash(nbits.data(), k, w) != h.target_change_hash) {
     return DataLossError(id + ": decoded values do not produce the target bits; nothing written");
   }
   for (uint64_t i = 0; i < k; ++i) store->Write(tensor[i], elem[i], nbits[i]);
