@@ -1,0 +1,123 @@
+// `dcr bench codec`: size and speed of the codec on synthetic AdamW data, ratios to memcpy measured
+// in the same run on one core; --json writes the calibration file the simulator reads; --check
+// compares with bench/thresholds.json and exits 1 when a threshold is missed.
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench/codec_bench.h"
+#include "command.h"
+#include "dcr/checkpoint.h"
+
+namespace dcr::cli {
+namespace {
+
+struct BenchFlags {
+  std::string json;
+  std::string check;
+  uint64_t elems = uint64_t{1} << 24;
+  int reps = 5;
+  uint64_t seed = 1;
+  std::vector<double> rates_pct = {1, 3, 5};
+  CLI::Option* elems_opt = nullptr;
+  CLI::Option* reps_opt = nullptr;
+};
+
+std::string GitCommit() {
+  if (const char* env = std::getenv("DCR_COMMIT")) return env;
+  FILE* p = popen("git rev-parse --short=12 HEAD 2>/dev/null", "r");
+  if (p == nullptr) return "";
+  char buf[64] = {0};
+  std::string out;
+  if (std::fgets(buf, sizeof(buf), p) != nullptr) out = buf;
+  pclose(p);
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out;
+}
+
+int RunCodec(const BenchFlags& f) {
+  internal::CodecBenchConfig cfg;
+  cfg.elements = f.elems;
+  cfg.reps = f.reps;
+  cfg.seed = f.seed;
+  cfg.rates.clear();
+  for (double p : f.rates_pct) cfg.rates.push_back(p / 100.0);
+  std::string thresholds;
+  if (!f.check.empty()) {
+    auto bytes = ReadFile(f.check);
+    if (!bytes.ok()) return ReportStatus("bench codec", bytes.status());
+    thresholds.assign(bytes.value().begin(), bytes.value().end());
+    // The thresholds file fixes the problem size unless the flags override it.
+    nlohmann::json j = nlohmann::json::parse(thresholds, nullptr, false);
+    if (!j.is_discarded() && j.contains("codec") && j["codec"].is_object()) {
+      const auto& c = j["codec"];
+      if (f.elems_opt->count() == 0 && c.contains("elements") && c["elements"].is_number_unsigned())
+        cfg.elements = c["elements"].get<uint64_t>();
+      if (f.reps_opt->count() == 0 && c.contains("reps") && c["reps"].is_number_integer())
+        cfg.reps = c["reps"].get<int>();
+      if (c.contains("rates") && c["rates"].is_array()) {
+        cfg.rates.clear();
+        for (const auto& r : c["rates"])
+          if (r.is_object() && r.contains("change_rate") && r["change_rate"].is_number())
+            cfg.rates.push_back(r["change_rate"].get<double>());
+      }
+    }
+  }
+  auto report = internal::RunCodecBench(
+      cfg, [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
+  if (!report.ok()) return ReportStatus("bench codec", report.status());
+  std::printf("%s", internal::CodecBenchTable(report.value()).c_str());
+  if (!f.json.empty()) {
+    const std::string js = internal::CodecBenchJson(report.value(), GitCommit());
+    Status s = WriteFileAtomic(f.json, js.data(), js.size());
+    if (!s.ok()) return ReportStatus("bench codec", s);
+    std::fprintf(stderr, "bench codec: wrote %s\n", f.json.c_str());
+  }
+  if (!f.check.empty()) {
+    std::vector<std::string> lines;
+    Status s = internal::CheckCodecThresholds(report.value(), thresholds, &lines);
+    std::printf("\nthresholds (%s):\n", f.check.c_str());
+    for (const auto& l : lines) std::printf("  %s\n", l.c_str());
+    if (s.IsFailedPrecondition()) {
+      std::fprintf(stderr, "dcr bench codec: %s\n", s.message().c_str());
+      return 1;
+    }
+    if (!s.ok()) return ReportStatus("bench codec", s);
+    std::printf("all codec thresholds met\n");
+  }
+  return 0;
+}
+
+DCR_REGISTER_COMMAND(
+    "bench",
+    "Benchmarks: `dcr bench codec` (size vs dense and vs the order-0 bound, encode and "
+    "decode+apply bandwidth as ratios to memcpy, one core, same run)",
+    [](CLI::App* app) -> std::function<int()> {
+      auto f = std::make_shared<BenchFlags>();
+      app->require_subcommand(1);
+      CLI::App* codec = app->add_subcommand(
+          "codec",
+          "Codec on synthetic BF16 AdamW data at 1%, 3%, 5% change: ratio vs dense, size vs "
+          "order-0 bound, encode and decode+apply GB/s and their ratios to memcpy (best of reps)");
+      codec->add_option("--json", f->json,
+                        "Write the results as JSON (the simulator's calibration file)");
+      codec->add_option("--check", f->check,
+                        "Thresholds file (bench/thresholds.json); exit 1 if a ratio misses it");
+      f->elems_opt = codec->add_option("--elems", f->elems, "Elements of the BF16 tensor")
+                         ->capture_default_str();
+      f->reps_opt = codec->add_option("--reps", f->reps, "Repetitions (best is reported)")
+                        ->capture_default_str()
+                        ->check(CLI::PositiveNumber);
+      codec->add_option("--seed", f->seed, "Data seed")->capture_default_str();
+      codec->add_option("--rates", f->rates_pct, "Change rates in percent")
+          ->delimiter(',')
+          ->capture_default_str();
+      return [f]() { return RunCodec(*f); };
+    });
+
+}  // namespace
+}  // namespace dcr::cli
