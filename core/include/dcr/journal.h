@@ -143,6 +143,9 @@ class ReceiverJournal {
   Status AbandonDelta();
   // Rewrites the file as a snapshot of the current state (atomic).
   Status Compact();
+  // Fault injection: from now on every append fails with kAborted and writes nothing, as if the
+  // process had been killed at this instant (the file keeps exactly what was written so far).
+  void Freeze();
 
  private:
   ReceiverJournal() = default;
@@ -153,6 +156,7 @@ class ReceiverJournal {
   JournalOptions options_;
   int fd_ = -1;
   uint64_t size_ = 0;
+  bool frozen_ = false;
   mutable std::mutex mu_;
   JournalState state_;
 };

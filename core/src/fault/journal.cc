@@ -411,6 +411,7 @@ Status ReceiverJournal::AppendLocked(uint8_t type, const std::vector<uint8_t>& p
                                      bool sync) {
   // Callers checked the preconditions; the record reaches the live state only after its bytes
   // are written (and synced when asked).
+  if (frozen_) return AbortedError("journal " + path_ + ": frozen (process killed by fault injection)");
   std::vector<uint8_t> rec;
   AppendRecord(&rec, type, payload);
   Status w = WriteAll(fd_, rec.data(), rec.size(), size_);
@@ -483,7 +484,13 @@ Status ReceiverJournal::AbandonDelta() {
 
 Status ReceiverJournal::Compact() {
   std::lock_guard<std::mutex> l(mu_);
+  if (frozen_) return AbortedError("journal " + path_ + ": frozen");
   return CompactLocked();
+}
+
+void ReceiverJournal::Freeze() {
+  std::lock_guard<std::mutex> l(mu_);
+  frozen_ = true;
 }
 
 Status ReceiverJournal::CompactLocked() {

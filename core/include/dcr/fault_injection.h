@@ -1,0 +1,135 @@
+// Fault injection: runs one refit (base -> target) through the real transport state machines
+// (relay_policy.h: sender, cut-through relays, receivers, object-store uploader and downloaders),
+// the real codec, a real DirectoryStore and journaled receivers (journal.h), on a deterministic
+// discrete-event clock, while injecting faults. Every run must end with every receiver bit-exact
+// at a committed version and the joint commit whole; the report counts faults injected and
+// survived.
+//
+// Failure model (what the recovery layer does; see docs and README):
+//   * a receiver or relay killed (at a chunk boundary, inside a chunk, with its journal's last
+//     record torn, or with its memory lost) restarts from its journal: storage that survived is
+//     re-attached and chunks interrupted mid-apply are repaired with their overwrite form (served
+//     by the sender into the object store on demand); lost storage is reloaded from the committed
+//     version and the delta restarts;
+//   * a node whose parent died, whose stream failed (corrupt piece, apply error) or whose tree
+//     policy failed falls back to the object store (DownloaderPolicy) and skips chunks its journal
+//     shows applied;
+//   * corrupt pieces are caught by chunk checksums (kDataLoss) before anything is written;
+//     duplicates are skipped by the journal; reordering and delay are harmless (chunks are
+//     independent); transient store-write failures are retried by the uploader; a partitioned long
+//     link fails the tree's sends, receivers fall back to the store, and uploads retry until the
+//     partition heals; a restarted sender rebuilds the identical delta (determinism) and
+//     re-publishes it; payloads for another base are refused without writing.
+//
+// Thread safety: RunFaultScenario is self-contained (one run per call; no shared state).
+#ifndef DCR_CORE_INCLUDE_DCR_FAULT_INJECTION_H_
+#define DCR_CORE_INCLUDE_DCR_FAULT_INJECTION_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "dcr/checkpoint.h"
+#include "dcr/delta.h"
+#include "dcr/status.h"
+#include "dcr/statusor.h"
+
+namespace dcr {
+
+// Pinned names (scenario files, reports) in FaultKindName.
+enum class FaultKind : uint8_t {
+  kKillReceiverAtBoundary = 0,  // killed right after a chunk was applied; storage survives
+  kKillReceiverInsideChunk = 1, // killed with half of a chunk written; storage survives
+  kKillReceiverLosingMemory = 2,// killed mid-delta; storage lost, reloaded from the committed one
+  kTornJournal = 3,             // killed at a boundary while appending: last journal record torn
+  kKillRelay = 4,               // a relay (node with children) killed mid-stream
+  kCorruptChunk = 5,            // a byte of a piece flipped on a tree edge
+  kDuplicateChunk = 6,          // a piece delivered twice and a chunk applied twice
+  kReorderChunks = 7,           // pieces to a node delivered in a shuffled order
+  kDelayChunk = 8,              // one piece delayed by duration_s
+  kStoreWriteFail = 9,          // `count` consecutive failures of one object-store Put
+  kPartitionLongLink = 10,      // long link (sender -> relays, uploads) down for duration_s
+  kRestartSender = 11,          // sender killed after `at` blobs, restarted after duration_s
+  kStaleDelta = 12,             // a delta for another base offered to a receiver: refused
+};
+inline constexpr int kNumFaultKinds = 13;
+
+// "kill_receiver_boundary", "kill_receiver_inside_chunk", "kill_receiver_lose_memory",
+// "torn_journal", "kill_relay", "corrupt_chunk", "duplicate_chunk", "reorder_chunks",
+// "delay_chunk", "store_write_fail", "partition_long_link", "restart_sender", "stale_delta".
+const char* FaultKindName(FaultKind kind);
+// kInvalidArgument naming the known kinds for an unknown name.
+StatusOr<FaultKind> FaultKindFromName(const std::string& name);
+
+struct FaultSpec {
+  FaultKind kind = FaultKind::kKillReceiverAtBoundary;
+  // Victim node (1 .. receivers; node 0 is the sender). -1: chosen from the run's seed (a relay
+  // for kKillRelay). Ignored by kStoreWriteFail, kPartitionLongLink and kRestartSender.
+  int node = -1;
+  // Where: the victim's n-th chunk apply (kills), the n-th chunk blob (corrupt, duplicate, delay,
+  // store write), the n-th produced blob (restart sender). -1: chosen from the seed.
+  int at = -1;
+  // Seconds: partition length, delay, sender downtime. 0: a default (0.3 s).
+  double duration_s = 0;
+  // Failures in a row (kStoreWriteFail). Default 2 (below the uploader's retry limit).
+  int count = 2;
+};
+
+struct FaultRunOptions {
+  int receivers = 6;      // nodes 1..receivers; every one applies (relays included)
+  int fan_out = 2;        // tree shape (Topology::FanOut)
+  int root_fan_out = 1;
+  uint64_t piece_bytes = 1024;
+  double long_latency_s = 0.03;   // one way, edges out of the sender and uploads
+  double short_latency_s = 0.0005;
+  double long_bandwidth_Bps = 50e6;
+  double short_bandwidth_Bps = 1e9;
+  double produce_interval_s = 0.002;  // sender emits one blob per interval (streaming build)
+  double detect_timeout_s = 0.25;     // a child notices a dead parent after this long
+  double restart_delay_s = 0.2;       // a killed node restarts after this long
+  int max_recoveries = 12;            // per node: fallbacks + restarts before giving up
+  double time_limit_s = 120;          // virtual seconds
+  bool journal_sync = true;           // fsync journal records (real durability)
+  uint64_t seed = 1;
+  // Scratch directory for journals and the object store (created; removed when keep_files is
+  // false). REQUIRES: non-empty.
+  std::string work_dir;
+  bool keep_files = false;
+};
+
+struct FaultRunReport {
+  int faults_injected = 0;
+  int faults_survived = 0;
+  std::map<std::string, int> injected_by_kind;
+  int receivers = 0;
+  int receivers_committed = 0;   // journal says committed(target)
+  int receivers_verified = 0;    // storage byte-equal to the target
+  bool joint_commit_whole = false;  // CommitCoordinator: every receiver holds the target
+  uint64_t overwrite_repairs = 0;   // doubtful chunks repaired with overwrite forms
+  uint64_t overwrites_served = 0;   // overwrite forms built by the sender
+  uint64_t duplicates_skipped = 0;
+  uint64_t payloads_refused = 0;    // relative chunks of doubtful chunks, stale deltas
+  uint64_t corrupt_detected = 0;    // chunk/blob decode errors (checksums)
+  uint64_t fallbacks_to_store = 0;
+  uint64_t restarts = 0;
+  bool sender_rebuild_identical = true;  // a restarted sender produced the same bytes
+  double virtual_seconds = 0;
+  std::string error;  // empty when every check passed
+  std::vector<std::string> log;  // one line per fault and recovery step
+};
+
+// Runs one refit under `faults`. Returns an error only for bad arguments or I/O setup failures;
+// a run that does not end bit-exact and committed is reported in FaultRunReport::error (and its
+// faults are not counted as survived).
+StatusOr<FaultRunReport> RunFaultScenario(const Checkpoint& base, const Checkpoint& target,
+                                          const DeltaOptions& delta_options,
+                                          const std::vector<FaultSpec>& faults,
+                                          const FaultRunOptions& options);
+
+// `count` faults drawn from `seed`, cycling through every kind so that each appears.
+std::vector<FaultSpec> SeededFaults(uint64_t seed, int count);
+
+}  // namespace dcr
+
+#endif  // DCR_CORE_INCLUDE_DCR_FAULT_INJECTION_H_

@@ -1,0 +1,1009 @@
+// The fault-injection harness: the real transport policies, codec, object store and journaled
+// receivers on a deterministic discrete-event clock, with faults injected by the driver.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdarg>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <set>
+
+#include "dcr/apply.h"
+#include "dcr/delta.h"
+#include "dcr/fault_injection.h"
+#include "dcr/hash.h"
+#include "dcr/journal.h"
+#include "dcr/object_store.h"
+#include "dcr/relay_policy.h"
+#include "dcr/status_macros.h"
+#include "dcr/versioning.h"
+
+namespace dcr {
+
+namespace {
+
+constexpr const char* kKindNames[kNumFaultKinds] = {
+    "kill_receiver_boundary", "kill_receiver_inside_chunk", "kill_receiver_lose_memory",
+    "torn_journal",           "kill_relay",                 "corrupt_chunk",
+    "duplicate_chunk",        "reorder_chunks",             "delay_chunk",
+    "store_write_fail",       "partition_long_link",        "restart_sender",
+    "stale_delta"};
+
+std::string Fmt(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string Fmt(const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  return buf;
+}
+
+// Captures the blobs of a delta stream in order.
+class BlobSink : public DeltaSink {
+ public:
+  Status OnHeader(const std::vector<uint8_t>& b) override { return Add(BlobKind::kHeader, b); }
+  Status OnChunk(const ChunkHeader& h, const std::vector<uint8_t>& b) override {
+    chunk_ids.push_back(h.chunk_id);
+    return Add(BlobKind::kChunk, b);
+  }
+  Status OnTrailer(const std::vector<uint8_t>& b) override { return Add(BlobKind::kTrailer, b); }
+  std::vector<std::vector<uint8_t>> blobs;
+  std::vector<BlobInfo> infos;
+  std::vector<uint64_t> chunk_ids;  // per chunk blob, in order
+
+ private:
+  Status Add(BlobKind k, const std::vector<uint8_t>& b) {
+    infos.push_back(BlobInfo{static_cast<BlobId>(blobs.size()), k, b.size()});
+    blobs.push_back(b);
+    return Status::OK();
+  }
+};
+
+// Inner applier of a receiver: a BufferApplier that can be told to die inside a chunk, leaving
+// the first half of the chunk's changes written and the journal frozen (a process kill).
+class CrashableApplier : public Applier {
+ public:
+  CrashableApplier(std::vector<TensorBuffer> bufs, ReceiverJournal* journal)
+      : bufs_(bufs), inner_(std::move(bufs)), journal_(journal) {}
+  void ArmCrash(uint64_t chunk_id) {
+    armed_ = true;
+    crash_chunk_ = chunk_id;
+  }
+  bool crashed() const { return crashed_; }
+  Status ApplyChunk(const DecodedChunk& c) override {
+    if (!armed_ || c.header.chunk_id != crash_chunk_) return inner_.ApplyChunk(c);
+    // Write half of the changes without checks, then die.
+    const ChunkHeader& h = c.header;
+    const int w = h.elem_width;
+    const bool dense = h.position_mode == PositionMode::kDense;
+    SegmentCursor cur(h.segments);
+    for (uint64_t k = 0; k < c.values.size() / 2; ++k) {
+      uint32_t seg;
+      uint64_t e;
+      cur.Locate(dense ? k : c.positions[k], &seg, &e);
+      const TensorBuffer& tb = bufs_[h.segments[seg].tensor_index];
+      uint64_t old = LoadBits(tb.data, w, e);
+      uint64_t v = ApplyValue(h.value_mode, w, old, c.values[k]);
+      std::memcpy(tb.data + e * static_cast<uint64_t>(w), &v, static_cast<size_t>(w));
+    }
+    journal_->Freeze();
+    crashed_ = true;
+    armed_ = false;
+    return AbortedError("fault injection: process killed inside chunk " +
+                        std::to_string(crash_chunk_));
+  }
+
+ private:
+  std::vector<TensorBuffer> bufs_;
+  BufferApplier inner_;
+  ReceiverJournal* journal_;
+  bool armed_ = false;
+  bool crashed_ = false;
+  uint64_t crash_chunk_ = 0;
+};
+
+struct Fault {
+  FaultSpec spec;
+  bool fired = false;
+  int remaining = 0;  // store write failures left
+};
+
+struct Node {
+  int id = 0;
+  bool alive = true;
+  uint64_t incarnation = 0;
+  bool store_mode = false;
+  bool tree_dead = false;  // sender: tree policy failed or killed
+  std::unique_ptr<NodePolicy> policy;    // tree or downloader
+  std::unique_ptr<NodePolicy> uploader;  // sender only
+  uint64_t timer_gen[2] = {0, 0};
+  std::map<BlobId, std::vector<uint8_t>> blobs;
+  // Receiver state.
+  std::vector<std::vector<uint8_t>> bufs;
+  std::string journal_path;
+  std::unique_ptr<ReceiverJournal> journal;
+  std::unique_ptr<CrashableApplier> inner;
+  std::unique_ptr<JournaledApplier> ja;
+  bool abandon_on_restart = false;
+  int chunk_applies = 0;
+  int recoveries = 0;
+  bool committed = false;
+  bool crashed_now = false;
+};
+
+struct QEvent {
+  int node = 0;
+  uint64_t incarnation = 0;
+  int slot = 0;  // 0: main policy, 1: uploader (sender)
+  enum Type { kPolicy, kProduce, kParentLost, kRestart, kSenderRestart, kPartitionStart } type =
+      kPolicy;
+  Event ev;
+  uint64_t timer_gen = 0;
+  bool is_timer = false;
+  std::vector<uint8_t> bytes;  // DataReceived piece
+  uint64_t arg = 0;
+};
+
+struct ApplyResult {
+  bool ok = true;
+  bool crashed = false;
+  StatusCode code = StatusCode::kOk;
+  std::string message;
+};
+
+class World {
+ public:
+  World(const Checkpoint& base, const Checkpoint& target, const DeltaOptions& dopts,
+        const std::vector<FaultSpec>& faults, const FaultRunOptions& opts)
+      : base_(base), target_(target), dopts_(dopts), opts_(opts), rng_(opts.seed) {
+    for (const FaultSpec& f : faults) faults_.push_back(Fault{f, false, f.count});
+  }
+
+  StatusOr<FaultRunReport> Run();
+
+ private:
+  // ---- setup ----
+  Status Setup();
+  Status BuildStream(BlobSink* sink);
+  std::vector<TensorBuffer> Buffers(Node& n) {
+    std::vector<TensorBuffer> out;
+    for (size_t i = 0; i < n.bufs.size(); ++i) {
+      out.push_back({n.bufs[i].data(), inv_.tensors[i].num_elements(), inv_.tensors[i].width(),
+                     inv_.salts[i]});
+    }
+    return out;
+  }
+  Status OpenReceiver(Node& n);
+  void ResolveFaults();
+
+  // ---- event loop ----
+  void Schedule(double t, QEvent e) {
+    e.incarnation = e.incarnation ? e.incarnation : nodes_[e.node].incarnation;
+    queue_.emplace(std::make_pair(t, seq_++), std::move(e));
+  }
+  void PolicyEvent(double t, int node, int slot, Event ev) {
+    QEvent q;
+    q.node = node;
+    q.slot = slot;
+    q.ev = std::move(ev);
+    q.incarnation = nodes_[node].incarnation;
+    Schedule(t, std::move(q));
+  }
+  void Deliver(int node, int slot, const Event& ev);
+  void Do(int node, int slot, const Action& a);
+  void DoSend(int from, const action::Send& s);
+  ApplyResult Apply(Node& n, const BlobInfo& blob);
+
+  // ---- faults and recovery ----
+  Fault* FindFault(FaultKind k, int node, int at_value);
+  void Fire(Fault* f, const std::string& what) {
+    if (!f->fired) {
+      f->fired = true;
+      report_.log.push_back(Fmt("t=%.3f fault %s: %s", now_, FaultKindName(f->spec.kind),
+                                what.c_str()));
+    }
+  }
+  void Kill(int node, FaultKind why);
+  void Restart(int node);
+  void Fallback(int node, const std::string& why);
+  void ChildrenLost(int node);
+  void KillSender();
+  void RestartSender();
+  StatusOr<std::vector<uint8_t>> Overwrite(uint64_t chunk_id);
+  void OfferStaleDelta(Node& n);
+  bool Partitioned() const { return now_ >= part_start_ && now_ < part_end_; }
+  Status Verify(FaultRunReport* r);
+  std::string Name(int node) const { return "rx" + std::to_string(node); }
+
+  const Checkpoint& base_;
+  const Checkpoint& target_;
+  DeltaOptions dopts_;
+  FaultRunOptions opts_;
+  std::mt19937_64 rng_;
+  std::vector<Fault> faults_;
+  FaultRunReport report_;
+
+  Inventory inv_;
+  VersionId v0_, v1_;
+  std::vector<std::vector<uint8_t>> sender_blobs_;
+  std::vector<BlobInfo> infos_;
+  std::vector<uint64_t> chunk_ids_;
+  std::map<uint64_t, size_t> blob_of_chunk_;
+  size_t num_chunks_ = 0;
+  Topology topo_;
+  RelayOptions relay_;
+  std::unique_ptr<DirectoryStore> store_;
+  std::string prefix_ = "refit-v1";
+  std::vector<Node> nodes_;
+  std::unique_ptr<CommitCoordinator> coordinator_;
+  std::map<std::pair<double, uint64_t>, QEvent> queue_;
+  uint64_t seq_ = 0;
+  double now_ = 0;
+  std::map<std::tuple<int, int, int>, double> link_free_;
+  size_t produced_ = 0;
+  bool sender_alive_ = true;
+  double part_start_ = -1, part_end_ = -1;
+  std::map<std::pair<int, int>, int> reorder_until_;  // (node, 0) -> first chunk ordinal past
+  std::set<std::pair<int, BlobId>> dup_apply_;        // (node, blob) to apply twice
+  FaultKind pending_kill_ = FaultKind::kKillReceiverAtBoundary;
+  std::unique_ptr<DeltaReader> stale_;
+};
+
+
+Fault* World::FindFault(FaultKind k, int node, int at_value) {
+  for (Fault& f : faults_) {
+    if (f.fired || f.spec.kind != k) continue;
+    if (node >= 0 && f.spec.node >= 0 && f.spec.node != node) continue;
+    if (f.spec.at != at_value) continue;
+    return &f;
+  }
+  return nullptr;
+}
+
+Status World::BuildStream(BlobSink* sink) {
+  DeltaOptions o = dopts_;
+  o.threads = 1;
+  DCR_ASSIGN_OR_RETURN(DeltaStats st, BuildDelta(&base_, target_, o, sink));
+  (void)st;
+  return Status::OK();
+}
+
+Status World::OpenReceiver(Node& n) {
+  DCR_ASSIGN_OR_RETURN(n.journal, ReceiverJournal::Open(n.journal_path));
+  n.inner = std::make_unique<CrashableApplier>(Buffers(n), n.journal.get());
+  n.ja = std::make_unique<JournaledApplier>(n.inner.get(), n.journal.get());
+  return Status::OK();
+}
+
+void World::ResolveFaults() {
+  std::vector<int> relays, leaves;
+  for (int i = 1; i < topo_.size(); ++i) {
+    (topo_.children[i].empty() ? leaves : relays).push_back(i);
+  }
+  const int blobs = static_cast<int>(infos_.size());
+  const int chunks = static_cast<int>(num_chunks_);
+  for (Fault& f : faults_) {
+    FaultSpec& s = f.spec;
+    if (s.duration_s <= 0) s.duration_s = 0.3;
+    const bool global = s.kind == FaultKind::kStoreWriteFail ||
+                        s.kind == FaultKind::kPartitionLongLink ||
+                        s.kind == FaultKind::kRestartSender;
+    if (global) {
+      s.node = -1;
+    } else if (s.node < 1 || s.node >= topo_.size()) {
+      if (s.kind == FaultKind::kKillRelay && !relays.empty()) {
+        s.node = relays[rng_() % relays.size()];
+      } else {
+        s.node = 1 + static_cast<int>(rng_() % static_cast<uint64_t>(topo_.size() - 1));
+      }
+    }
+    if (s.kind == FaultKind::kRestartSender || s.kind == FaultKind::kPartitionLongLink) {
+      if (s.at < 0 || s.at >= blobs) s.at = 1 + static_cast<int>(rng_() % (blobs - 1));
+    } else if (s.at < 0 || s.at >= chunks) {
+      s.at = static_cast<int>(rng_() % chunks);
+    }
+    f.remaining = s.count;
+  }
+}
+
+Status World::Setup() {
+  if (opts_.work_dir.empty()) return InvalidArgumentError("fault run: work_dir is empty");
+  if (opts_.receivers < 1) return InvalidArgumentError("fault run: receivers must be >= 1");
+  std::error_code ec;
+  std::filesystem::create_directories(opts_.work_dir, ec);
+  if (ec) return UnavailableError("fault run: cannot create " + opts_.work_dir + ": " + ec.message());
+  inv_ = Inventory::FromCheckpoint(target_);
+  v0_ = VersionId{dopts_.base_version, base_.ContentHash(1)};
+  v1_ = VersionId{dopts_.target_version, target_.ContentHash(1)};
+  BlobSink sink;
+  DCR_RETURN_IF_ERROR(BuildStream(&sink));
+  sender_blobs_ = std::move(sink.blobs);
+  infos_ = sink.infos;
+  chunk_ids_ = sink.chunk_ids;
+  num_chunks_ = chunk_ids_.size();
+  if (num_chunks_ < 2) return InvalidArgumentError("fault run: the delta needs >= 2 chunks");
+  for (size_t i = 0; i < num_chunks_; ++i) blob_of_chunk_[chunk_ids_[i]] = i + 1;
+  DCR_ASSIGN_OR_RETURN(topo_, Topology::FanOut(opts_.receivers + 1, opts_.fan_out,
+                                               opts_.root_fan_out));
+  relay_.piece_bytes = opts_.piece_bytes;
+  relay_.window_bytes = opts_.piece_bytes * 8;
+  relay_.prefix = prefix_;
+  relay_.poll_interval_s = 0.02;
+  relay_.poll_timeout_s = 60;
+  relay_.retry_backoff_s = 0.05;
+  relay_.max_retries = 6;
+  DCR_ASSIGN_OR_RETURN(store_, DirectoryStore::Open(opts_.work_dir + "/store"));
+  nodes_.resize(static_cast<size_t>(topo_.size()));
+  for (int i = 0; i < topo_.size(); ++i) {
+    Node& n = nodes_[i];
+    n.id = i;
+    n.incarnation = 1;
+    n.policy = MakeTreePolicy(topo_, i, relay_);
+    if (i == 0) {
+      n.uploader = MakeUploaderPolicy(relay_);
+      continue;
+    }
+    for (const TensorInfo& t : inv_.tensors) {
+      const TensorInfo* b = base_.Find(t.name);
+      if (b == nullptr || b->nbytes != t.nbytes) {
+        return FailedPreconditionError("fault run: base lacks tensor '" + t.name + "'");
+      }
+      n.bufs.emplace_back(base_.data(*b), base_.data(*b) + b->nbytes);
+    }
+    n.journal_path = opts_.work_dir + "/" + Name(i) + ".journal";
+    std::filesystem::remove(n.journal_path, ec);
+    DCR_RETURN_IF_ERROR(OpenReceiver(n));
+    DCR_RETURN_IF_ERROR(n.journal->RecordCommitted(v0_));  // dense load of the base
+  }
+  coordinator_ = std::make_unique<CommitCoordinator>(v0_);
+  for (int i = 1; i < topo_.size(); ++i) DCR_RETURN_IF_ERROR(coordinator_->AddReceiver(Name(i), v0_));
+  DCR_RETURN_IF_ERROR(coordinator_->Publish(v0_, v1_));
+  ResolveFaults();
+  for (const Fault& f : faults_) {
+    if (f.spec.kind != FaultKind::kStaleDelta || stale_) continue;
+    // A delta for another base: the target with every 97th data byte changed, -> target.
+    std::vector<uint8_t> img(target_.file_data(), target_.file_data() + target_.file_size());
+    for (uint64_t i = target_.data_section_offset(); i < img.size(); i += 97) img[i] += 1;
+    DCR_ASSIGN_OR_RETURN(auto foreign, Checkpoint::FromBytes(std::move(img)));
+    DeltaOptions o = dopts_;
+    o.threads = 1;
+    o.base_version = dopts_.base_version;  // same numbers, different content: must be refused
+    DeltaMemorySink ms;
+    DCR_RETURN_IF_ERROR(BuildDelta(foreign.get(), target_, o, &ms).status());
+    DCR_ASSIGN_OR_RETURN(stale_, DeltaReader::FromBytes(ms.Release()));
+  }
+  for (int i = 0; i < topo_.size(); ++i) PolicyEvent(0, i, 0, event::Start{});
+  PolicyEvent(0, 0, 1, event::Start{});
+  for (size_t b = 0; b < infos_.size(); ++b) {
+    QEvent q;
+    q.node = 0;
+    q.type = QEvent::kProduce;
+    q.arg = b;
+    Schedule(opts_.produce_interval_s * static_cast<double>(b + 1), std::move(q));
+  }
+  return Status::OK();
+}
+
+void World::Deliver(int node, int slot, const Event& ev) {
+  Node& n = nodes_[node];
+  NodePolicy* p = slot == 1 ? n.uploader.get() : n.policy.get();
+  if (p == nullptr) return;
+  const uint64_t inc = n.incarnation;
+  std::vector<Action> acts;
+  p->Handle(now_, ev, &acts);
+  for (const Action& a : acts) {
+    Do(node, slot, a);
+    NodePolicy* cur = slot == 1 ? n.uploader.get() : n.policy.get();
+    if (n.incarnation != inc || cur != p || !n.alive) break;
+  }
+}
+
+void World::DoSend(int from, const action::Send& s) {
+  const bool long_edge = from == 0;
+  const std::vector<uint8_t>* src = nullptr;
+  if (from == 0) {
+    src = &sender_blobs_[s.blob.id];
+  } else {
+    auto it = nodes_[from].blobs.find(s.blob.id);
+    if (it == nodes_[from].blobs.end()) return;
+    src = &it->second;
+  }
+  if (long_edge && Partitioned()) {
+    PolicyEvent(now_ + opts_.detect_timeout_s, from, 0,
+                event::SendFailed{s.to, "long link partitioned"});
+    return;
+  }
+  const double bw = long_edge ? opts_.long_bandwidth_Bps : opts_.short_bandwidth_Bps;
+  const double lat = long_edge ? opts_.long_latency_s : opts_.short_latency_s;
+  double& free = link_free_[{from, s.to, s.stream}];
+  const double start = std::max(now_, free);
+  const double end = start + static_cast<double>(s.length) / bw;
+  free = end;
+  PolicyEvent(end, from, 0, event::SendDone{s.to, s.stream, s.blob.id, s.offset, s.length});
+  Node& to = nodes_[s.to];
+  if (!to.alive || to.store_mode) return;  // the peer is gone: bytes go nowhere
+  double arrive = end + lat;
+  std::vector<uint8_t> piece(src->begin() + static_cast<long>(s.offset),
+                             src->begin() + static_cast<long>(s.offset + s.length));
+  const bool chunk = s.blob.kind == BlobKind::kChunk;
+  const int ord = chunk ? static_cast<int>(s.blob.id) - 1 : -1;
+  bool duplicate = false;
+  if (chunk) {
+    if (Fault* f = FindFault(FaultKind::kDelayChunk, s.to, ord)) {
+      Fire(f, Fmt("piece %" PRIu64 "@%" PRIu64 " of chunk blob %d to %s delayed %.2f s",
+                  s.blob.id, s.offset, ord, Name(s.to).c_str(), f->spec.duration_s));
+      arrive += f->spec.duration_s;
+    }
+    if (Fault* f = FindFault(FaultKind::kReorderChunks, s.to, ord)) {
+      Fire(f, Fmt("pieces of chunk blobs %d..%d to %s shuffled", ord, ord + 3, Name(s.to).c_str()));
+      reorder_until_[{s.to, 0}] = ord + 4;
+    }
+    auto rw = reorder_until_.find({s.to, 0});
+    if (rw != reorder_until_.end() && ord < rw->second) {
+      arrive += std::uniform_real_distribution<double>(0, 0.05)(rng_);
+    }
+    if (!piece.empty()) {
+      if (Fault* f = FindFault(FaultKind::kCorruptChunk, s.to, ord)) {
+        size_t at = rng_() % piece.size();
+        piece[at] ^= static_cast<uint8_t>(1 + rng_() % 255);
+        Fire(f, Fmt("byte %zu of piece %" PRIu64 "@%" PRIu64 " to %s flipped", at, s.blob.id,
+                    s.offset, Name(s.to).c_str()));
+      }
+    }
+    if (Fault* f = FindFault(FaultKind::kDuplicateChunk, s.to, ord)) {
+      Fire(f, Fmt("piece %" PRIu64 "@%" PRIu64 " to %s delivered twice; chunk applied twice",
+                  s.blob.id, s.offset, Name(s.to).c_str()));
+      duplicate = true;
+      dup_apply_.insert({s.to, s.blob.id});
+    }
+  }
+  for (int k = 0; k < (duplicate ? 2 : 1); ++k) {
+    QEvent q;
+    q.node = s.to;
+    q.ev = event::DataReceived{s.blob, s.offset, s.length};
+    q.bytes = piece;
+    Schedule(arrive + k * 0.001, std::move(q));
+  }
+}
+
+ApplyResult World::Apply(Node& n, const BlobInfo& blob) {
+  ApplyResult r;
+  auto fail = [&](const Status& s) {
+    r.ok = false;
+    r.code = s.code();
+    r.message = s.message();
+    return r;
+  };
+  auto it = n.blobs.find(blob.id);
+  if (it == n.blobs.end()) return fail(InternalError("apply of a blob not held"));
+  const std::vector<uint8_t>& bytes = it->second;
+  if (blob.kind == BlobKind::kHeader) {
+    size_t consumed = 0;
+    StatusOr<FileHeader> h = ParseFileHeader(bytes.data(), bytes.size(), &consumed);
+    if (!h.ok()) {
+      ++report_.corrupt_detected;
+      return fail(h.status());
+    }
+    Status s = n.ja->BeginDelta(*h);
+    if (!s.ok()) return fail(s);
+    return r;
+  }
+  if (blob.kind == BlobKind::kTrailer) {
+    StatusOr<Trailer> t = ParseTrailer(bytes.data(), bytes.size());
+    if (!t.ok()) {
+      ++report_.corrupt_detected;
+      return fail(t.status());
+    }
+    StatusOr<VersionId> v = n.ja->Commit(*t);
+    if (!v.ok()) return fail(v.status());
+    n.committed = true;
+    Status c = coordinator_->OnCommitted(Name(n.id), *v);
+    report_.log.push_back(Fmt("t=%.3f %s committed %s%s", now_, Name(n.id).c_str(),
+                              v->ToString().c_str(), c.ok() ? "" : (" (" + c.ToString() + ")").c_str()));
+    return r;
+  }
+  StatusOr<DecodedChunk> dc = DecodeChunk(bytes.data(), bytes.size());
+  if (!dc.ok()) {
+    ++report_.corrupt_detected;
+    report_.log.push_back(Fmt("t=%.3f %s: chunk blob %" PRIu64 " refused: %s", now_,
+                              Name(n.id).c_str(), blob.id, dc.status().ToString().c_str()));
+    return fail(dc.status());
+  }
+  const int ord = n.chunk_applies++;
+  const uint64_t id = dc->header.chunk_id;
+  if (Fault* f = FindFault(FaultKind::kStaleDelta, n.id, ord)) {
+    Fire(f, Fmt("%s offered a delta for another base (v%" PRIu64 " with other content)",
+                Name(n.id).c_str(), stale_->header().base_version));
+    OfferStaleDelta(n);
+  }
+  Fault* inside = FindFault(FaultKind::kKillReceiverInsideChunk, n.id, ord);
+  if (inside == nullptr) inside = FindFault(FaultKind::kKillRelay, n.id, ord);
+  if (inside != nullptr && dc->values.size() >= 2 &&
+      n.journal->Lookup(id, nullptr) == JournalChunkState::kNone) {
+    Fire(inside, Fmt("%s killed inside chunk %" PRIu64 " (%zu of %zu changes written)",
+                     Name(n.id).c_str(), id, dc->values.size() / 2, dc->values.size()));
+    n.inner->ArmCrash(id);
+    pending_kill_ = inside->spec.kind;
+  }
+  Status s = n.ja->ApplyChunk(*dc);
+  if (n.inner->crashed()) {
+    r.crashed = true;
+    return r;
+  }
+  if (!s.ok() && s.IsFailedPrecondition() &&
+      n.journal->Lookup(id, nullptr) == JournalChunkState::kDoubtful) {
+    ++report_.payloads_refused;
+    StatusOr<std::vector<uint8_t>> ow = Overwrite(id);
+    if (!ow.ok()) return fail(ow.status());
+    StatusOr<DecodedChunk> odc = DecodeChunk(ow->data(), ow->size());
+    if (!odc.ok()) return fail(odc.status());
+    s = n.ja->ApplyChunk(*odc);
+    if (s.ok()) {
+      ++report_.overwrite_repairs;
+      report_.log.push_back(Fmt("t=%.3f %s: chunk %" PRIu64 " repaired with its overwrite form",
+                                now_, Name(n.id).c_str(), id));
+    }
+  }
+  if (!s.ok()) return fail(s);
+  if (dup_apply_.erase({n.id, blob.id})) {
+    Status d = n.ja->ApplyChunk(*dc);
+    if (!d.ok()) return fail(d.WithContext("duplicate apply"));
+  }
+  for (FaultKind k : {FaultKind::kKillReceiverAtBoundary, FaultKind::kTornJournal,
+                      FaultKind::kKillReceiverLosingMemory}) {
+    if (Fault* f = FindFault(k, n.id, ord)) {
+      Fire(f, Fmt("%s killed after chunk %" PRIu64 "%s", Name(n.id).c_str(), id,
+                  k == FaultKind::kTornJournal ? " while its End record was being written"
+                  : k == FaultKind::kKillReceiverLosingMemory ? " (its memory is lost)"
+                                                               : ""));
+      n.journal->Freeze();
+      pending_kill_ = k;
+      r.crashed = true;
+      return r;
+    }
+  }
+  return r;
+}
+
+void World::OfferStaleDelta(Node& n) {
+  std::vector<std::vector<uint8_t>> before = n.bufs;
+  Status s = n.ja->BeginDelta(stale_->header());
+  if (s.ok()) {
+    report_.error = Name(n.id) + " accepted a delta for another base";
+    return;
+  }
+  ++report_.payloads_refused;
+  // Straight to the inner applier (no journal): the base check refuses and writes nothing.
+  for (size_t i = 0; i < stale_->num_chunks() && i < 3; ++i) {
+    StatusOr<DecodedChunk> dc = stale_->Decode(i);
+    if (!dc.ok()) continue;
+    CrashableApplier probe(Buffers(n), n.journal.get());
+    if (probe.ApplyChunk(*dc).ok()) {
+      report_.error = Name(n.id) + " applied a chunk of a delta for another base";
+      return;
+    }
+    ++report_.payloads_refused;
+  }
+  if (n.bufs != before) report_.error = Name(n.id) + ": a refused stale payload wrote bytes";
+}
+
+StatusOr<std::vector<uint8_t>> World::Overwrite(uint64_t chunk_id) {
+  const std::string key = "ow/" + prefix_ + "/" + std::to_string(chunk_id);
+  StatusOr<std::vector<uint8_t>> g = store_->Get(key);
+  if (g.ok()) return g;
+  if (!sender_alive_) {
+    return UnavailableError("overwrite form of chunk " + std::to_string(chunk_id) +
+                            ": the sender is down");
+  }
+  auto b = blob_of_chunk_.find(chunk_id);
+  if (b == blob_of_chunk_.end()) return NotFoundError("no chunk " + std::to_string(chunk_id));
+  const std::vector<uint8_t>& rel = sender_blobs_[b->second];
+  DCR_ASSIGN_OR_RETURN(std::vector<uint8_t> ow,
+                       OverwriteChunkFromRelative(rel.data(), rel.size(), inv_, base_,
+                                                  dopts_.zstd_level));
+  DCR_RETURN_IF_ERROR(store_->Put(key, ow.data(), ow.size()));
+  ++report_.overwrites_served;
+  return ow;
+}
+
+void World::ChildrenLost(int node) {
+  for (NodeId c : topo_.children[node]) {
+    QEvent q;
+    q.node = c;
+    q.type = QEvent::kParentLost;
+    q.incarnation = nodes_[c].incarnation;
+    Schedule(now_ + opts_.detect_timeout_s, std::move(q));
+  }
+}
+
+void World::Kill(int node, FaultKind why) {
+  Node& n = nodes_[node];
+  if (n.ja) {
+    JournaledApplyStats st = n.ja->stats();
+    report_.duplicates_skipped += st.duplicates_skipped;
+  }
+  n.alive = false;
+  ++n.incarnation;
+  n.policy.reset();
+  n.ja.reset();
+  n.inner.reset();
+  n.journal.reset();
+  n.blobs.clear();
+  if (why == FaultKind::kTornJournal) {
+    std::error_code ec;
+    uintmax_t size = std::filesystem::file_size(n.journal_path, ec);
+    if (!ec && size > 3) std::filesystem::resize_file(n.journal_path, size - 3, ec);
+  }
+  if (why == FaultKind::kKillReceiverLosingMemory) {
+    for (size_t i = 0; i < inv_.tensors.size(); ++i) {
+      const TensorInfo* b = base_.Find(inv_.tensors[i].name);
+      n.bufs[i].assign(base_.data(*b), base_.data(*b) + b->nbytes);  // reload the committed one
+    }
+    n.abandon_on_restart = true;
+  }
+  ChildrenLost(node);
+  QEvent q;
+  q.node = node;
+  q.type = QEvent::kRestart;
+  q.incarnation = n.incarnation;
+  Schedule(now_ + opts_.restart_delay_s, std::move(q));
+}
+
+void World::Restart(int node) {
+  Node& n = nodes_[node];
+  if (++n.recoveries > opts_.max_recoveries) {
+    report_.log.push_back(Fmt("t=%.3f %s: too many recoveries, left dead", now_, Name(node).c_str()));
+    return;
+  }
+  n.alive = true;
+  Status s = OpenReceiver(n);
+  if (!s.ok()) {
+    report_.error = Name(node) + ": restart failed: " + s.ToString();
+    n.alive = false;
+    return;
+  }
+  JournalState st = n.journal->state();
+  if (n.abandon_on_restart) {
+    n.abandon_on_restart = false;
+    Status a = n.journal->AbandonDelta();
+    if (!a.ok()) report_.error = Name(node) + ": abandon failed: " + a.ToString();
+  }
+  n.committed = st.committed && *st.committed == v1_;
+  ++report_.restarts;
+  report_.log.push_back(Fmt("t=%.3f %s restarted from its journal (%zu applied, %zu doubtful, "
+                            "%" PRIu64 " torn bytes); falls back to the object store",
+                            now_, Name(node).c_str(), st.applied.size(), st.doubtful.size(),
+                            st.torn_bytes));
+  n.store_mode = true;
+  n.policy = MakeDownloaderPolicy(relay_);
+  PolicyEvent(now_, node, 0, event::Start{});
+}
+
+void World::Fallback(int node, const std::string& why) {
+  Node& n = nodes_[node];
+  if (!n.alive || n.committed) {
+    ChildrenLost(node);
+    return;
+  }
+  if (++n.recoveries > opts_.max_recoveries) {
+    report_.log.push_back(Fmt("t=%.3f %s: too many recoveries (%s)", now_, Name(node).c_str(),
+                              why.c_str()));
+    n.policy.reset();
+    return;
+  }
+  ++report_.fallbacks_to_store;
+  report_.log.push_back(Fmt("t=%.3f %s falls back to the object store: %s", now_,
+                            Name(node).c_str(), why.c_str()));
+  const bool was_tree = !n.store_mode;
+  ++n.incarnation;
+  n.store_mode = true;
+  n.policy = MakeDownloaderPolicy(relay_);
+  if (was_tree) ChildrenLost(node);
+  PolicyEvent(now_ + 0.001, node, 0, event::Start{});
+}
+
+void World::KillSender() {
+  Node& s = nodes_[0];
+  sender_alive_ = false;
+  ++s.incarnation;
+  s.policy.reset();
+  s.uploader.reset();
+  ChildrenLost(0);
+}
+
+void World::RestartSender() {
+  Node& s = nodes_[0];
+  BlobSink sink;
+  Status b = BuildStream(&sink);
+  if (!b.ok()) {
+    report_.error = "sender restart: " + b.ToString();
+    return;
+  }
+  if (sink.blobs != sender_blobs_) report_.sender_rebuild_identical = false;
+  sender_blobs_ = std::move(sink.blobs);
+  sender_alive_ = true;
+  ++report_.restarts;
+  s.policy = MakeTreePolicy(topo_, 0, relay_);
+  s.uploader = MakeUploaderPolicy(relay_);
+  // The trainer's commit state is soft: rebuilt from the receivers' journals.
+  coordinator_ = std::make_unique<CommitCoordinator>(v0_);
+  std::vector<std::pair<std::string, VersionId>> done;
+  for (int i = 1; i < topo_.size(); ++i) {
+    std::optional<VersionId> v;
+    StatusOr<std::vector<uint8_t>> bytes = ReadFile(nodes_[i].journal_path);
+    if (bytes.ok()) {
+      StatusOr<JournalState> st = ReceiverJournal::Replay(bytes->data(), bytes->size());
+      if (st.ok()) v = st->committed;
+    }
+    Status a = coordinator_->AddReceiver(Name(i), v);
+    if (!a.ok()) report_.error = "sender restart: " + a.ToString();
+    if (v && *v == v1_) done.emplace_back(Name(i), *v);
+  }
+  Status p = coordinator_->Publish(v0_, v1_);
+  if (!p.ok()) report_.error = "sender restart: " + p.ToString();
+  for (auto& [name, v] : done) (void)coordinator_->OnCommitted(name, v);
+  report_.log.push_back(Fmt("t=%.3f sender restarted: rebuilt the delta (%s), republishes it; "
+                            "%zu receivers already committed",
+                            now_, report_.sender_rebuild_identical ? "identical bytes" : "DIFFERENT",
+                            done.size()));
+  PolicyEvent(now_, 0, 0, event::Start{});
+  PolicyEvent(now_, 0, 1, event::Start{});
+  for (size_t i = 0; i < infos_.size(); ++i) {
+    QEvent q;
+    q.node = 0;
+    q.type = QEvent::kProduce;
+    q.arg = i;
+    Schedule(now_ + opts_.produce_interval_s * static_cast<double>(i + 1), std::move(q));
+  }
+}
+
+void World::Do(int node, int slot, const Action& a) {
+  Node& n = nodes_[node];
+  auto lat = [&](int a_, int b_) {
+    return (a_ == 0 || b_ == 0) ? opts_.long_latency_s : opts_.short_latency_s;
+  };
+  if (const auto* s = std::get_if<action::Send>(&a)) {
+    DoSend(node, *s);
+  } else if (const auto* k = std::get_if<action::Ack>(&a)) {
+    if (nodes_[k->to].alive) PolicyEvent(now_ + lat(node, k->to), k->to, 0, event::AckReceived{node, k->blob});
+  } else if (const auto* ap = std::get_if<action::Apply>(&a)) {
+    ApplyResult r = Apply(n, ap->blob);
+    if (r.crashed) {
+      Kill(node, pending_kill_);
+      return;
+    }
+    PolicyEvent(now_ + 1e-4, node, slot,
+                event::ApplyDone{ap->blob.id, r.ok, r.code, r.message});
+  } else if (const auto* rc = std::get_if<action::ReportCommit>(&a)) {
+    if (nodes_[rc->to].alive && !nodes_[rc->to].store_mode) {
+      PolicyEvent(now_ + lat(node, rc->to), rc->to, 0, event::SubtreeCommitted{node, rc->receivers});
+    }
+  } else if (const auto* tc = std::get_if<action::TreeCommitted>(&a)) {
+    report_.log.push_back(Fmt("t=%.3f sender: tree committed (%d receivers)", now_, tc->receivers));
+  } else if (const auto* p = std::get_if<action::Put>(&a)) {
+    const int ord = p->blob.kind == BlobKind::kChunk ? static_cast<int>(p->blob.id) - 1 : -1;
+    event::PutDone done{p->blob.id, true, ""};
+    double t = now_ + opts_.long_latency_s;
+    Fault* f = ord >= 0 ? FindFault(FaultKind::kStoreWriteFail, -1, ord) : nullptr;
+    if (f != nullptr && f->remaining > 0) {
+      if (--f->remaining == 0) {
+        Fire(f, Fmt("put of %s failed %d times", p->key.c_str(), f->spec.count));
+      }
+      done.ok = false;
+      done.message = "injected object-store write failure";
+    } else if (Partitioned()) {
+      done.ok = false;
+      done.message = "long link partitioned";
+    } else {
+      const std::vector<uint8_t>& b = sender_blobs_[p->blob.id];
+      Status s = store_->Put(p->key, b.data(), b.size());
+      done.ok = s.ok();
+      done.message = s.message();
+      t += static_cast<double>(b.size()) / opts_.long_bandwidth_Bps;
+    }
+    PolicyEvent(t, node, slot, done);
+  } else if (const auto* l = std::get_if<action::List>(&a)) {
+    event::ListDone done;
+    StatusOr<std::vector<ObjectInfo>> objs = store_->List(l->prefix + "/");
+    if (!objs.ok()) {
+      done.ok = false;
+      done.message = objs.status().message();
+    } else {
+      for (const ObjectInfo& o : *objs) {
+        StatusOr<BlobInfo> bi = ParseObjectKey(l->prefix, o.key);
+        if (!bi.ok()) continue;
+        bi->size = o.size;
+        done.blobs.push_back(*bi);
+      }
+    }
+    PolicyEvent(now_ + opts_.short_latency_s, node, slot, std::move(done));
+  } else if (const auto* fe = std::get_if<action::Fetch>(&a)) {
+    StatusOr<std::vector<uint8_t>> g = store_->Get(fe->key);
+    event::FetchDone done{fe->blob.id, g.ok(), g.ok() ? "" : g.status().message()};
+    double t = now_ + opts_.short_latency_s;
+    if (g.ok()) {
+      t += static_cast<double>(g->size()) / opts_.short_bandwidth_Bps;
+      n.blobs[fe->blob.id] = std::move(g).value();
+    }
+    PolicyEvent(t, node, slot, done);
+  } else if (const auto* st = std::get_if<action::SetTimer>(&a)) {
+    QEvent q;
+    q.node = node;
+    q.slot = slot;
+    q.is_timer = true;
+    q.timer_gen = ++n.timer_gen[slot];
+    q.ev = event::TimerFired{};
+    Schedule(std::max(st->at, now_), std::move(q));
+  } else if (const auto* fl = std::get_if<action::Fail>(&a)) {
+    if (node == 0) {
+      report_.log.push_back(Fmt("t=%.3f sender %s failed: %s", now_, slot ? "uploader" : "tree",
+                                fl->message.c_str()));
+      if (slot == 0) {
+        n.tree_dead = true;
+        n.policy.reset();
+        ChildrenLost(0);
+      } else {
+        n.uploader.reset();
+      }
+    } else {
+      Fallback(node, fl->message);
+    }
+  }
+}
+
+StatusOr<FaultRunReport> World::Run() {
+  DCR_RETURN_IF_ERROR(Setup());
+  report_.receivers = opts_.receivers;
+  while (!queue_.empty()) {
+    auto it = queue_.begin();
+    now_ = it->first.first;
+    QEvent e = std::move(it->second);
+    queue_.erase(it);
+    if (now_ > opts_.time_limit_s) break;
+    Node& n = nodes_[e.node];
+    if (e.incarnation != n.incarnation) continue;
+    switch (e.type) {
+      case QEvent::kPolicy: {
+        if (!n.alive) break;
+        if (e.is_timer && e.timer_gen != n.timer_gen[e.slot]) break;
+        if (const auto* d = std::get_if<event::DataReceived>(&e.ev)) {
+          std::vector<uint8_t>& buf = n.blobs[d->blob.id];
+          if (buf.size() != d->blob.size) buf.resize(d->blob.size);
+          if (d->offset + e.bytes.size() <= buf.size()) {
+            std::memcpy(buf.data() + d->offset, e.bytes.data(), e.bytes.size());
+          }
+        }
+        Deliver(e.node, e.slot, e.ev);
+        break;
+      }
+      case QEvent::kProduce: {
+        if (!sender_alive_) break;
+        const size_t b = e.arg;
+        if (Fault* f = FindFault(FaultKind::kRestartSender, -1, static_cast<int>(b))) {
+          Fire(f, Fmt("sender killed after producing %zu of %zu blobs; restarts in %.2f s", b,
+                      infos_.size(), f->spec.duration_s));
+          KillSender();
+          QEvent q;
+          q.node = 0;
+          q.type = QEvent::kSenderRestart;
+          q.incarnation = nodes_[0].incarnation;
+          Schedule(now_ + f->spec.duration_s, std::move(q));
+          break;
+        }
+        if (Fault* f = FindFault(FaultKind::kPartitionLongLink, -1, static_cast<int>(b))) {
+          part_start_ = now_;
+          part_end_ = now_ + f->spec.duration_s;
+          Fire(f, Fmt("long link partitioned for %.2f s", f->spec.duration_s));
+        }
+        if (n.policy) PolicyEvent(now_, 0, 0, event::BlobProduced{infos_[b]});
+        if (n.uploader) PolicyEvent(now_, 0, 1, event::BlobProduced{infos_[b]});
+        break;
+      }
+      case QEvent::kParentLost:
+        if (n.alive && !n.store_mode && !n.committed) Fallback(e.node, "parent lost");
+        break;
+      case QEvent::kRestart:
+        Restart(e.node);
+        break;
+      case QEvent::kSenderRestart:
+        RestartSender();
+        break;
+      default:
+        break;
+    }
+    bool all = true;
+    for (int i = 1; i < topo_.size() && all; ++i) all = nodes_[i].alive && nodes_[i].committed;
+    if (all) break;
+  }
+  report_.virtual_seconds = now_;
+  FaultRunReport r = std::move(report_);
+  DCR_RETURN_IF_ERROR(Verify(&r));
+  return r;
+}
+
+Status World::Verify(FaultRunReport* r) {
+  std::string problems;
+  for (int i = 1; i < topo_.size(); ++i) {
+    Node& n = nodes_[i];
+    if (n.ja) r->duplicates_skipped += n.ja->stats().duplicates_skipped;
+    std::optional<VersionId> c;
+    if (n.journal) c = n.journal->committed();
+    bool committed = n.alive && c && *c == v1_;
+    bool equal = true;
+    for (size_t t = 0; t < inv_.tensors.size(); ++t) {
+      const TensorInfo* tt = target_.Find(inv_.tensors[t].name);
+      if (n.bufs[t].size() != tt->nbytes ||
+          std::memcmp(n.bufs[t].data(), target_.data(*tt), tt->nbytes) != 0) {
+        equal = false;
+        break;
+      }
+    }
+    if (committed) ++r->receivers_committed;
+    if (equal) ++r->receivers_verified;
+    if (!committed || !equal) {
+      problems += Fmt(" %s:%s%s", Name(i).c_str(), committed ? "" : " not committed",
+                      equal ? "" : " bytes differ");
+    }
+  }
+  r->joint_commit_whole = coordinator_->LatestWhole() && coordinator_->baseline() == v1_;
+  if (!r->joint_commit_whole) problems += " joint commit not whole";
+  if (!r->sender_rebuild_identical) problems += " restarted sender built different bytes";
+  for (const Fault& f : faults_) {
+    if (!f.fired) continue;
+    ++r->faults_injected;
+    ++r->injected_by_kind[FaultKindName(f.spec.kind)];
+  }
+  if (!problems.empty() && r->error.empty()) r->error = "run failed:" + problems;
+  r->faults_survived = r->error.empty() ? r->faults_injected : 0;
+  if (!opts_.keep_files) {
+    store_.reset();
+    for (Node& n : nodes_) n.journal.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(opts_.work_dir, ec);
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+const char* FaultKindName(FaultKind kind) {
+  int k = static_cast<int>(kind);
+  return k >= 0 && k < kNumFaultKinds ? kKindNames[k] : "unknown";
+}
+
+StatusOr<FaultKind> FaultKindFromName(const std::string& name) {
+  std::string known;
+  for (int k = 0; k < kNumFaultKinds; ++k) {
+    if (name == kKindNames[k]) return static_cast<FaultKind>(k);
+    known += (k ? ", " : "") + std::string(kKindNames[k]);
+  }
+  return InvalidArgumentError("unknown fault kind '" + name + "' (known: " + known + ")");
+}
+
+std::vector<FaultSpec> SeededFaults(uint64_t seed, int count) {
+  std::vector<FaultSpec> out;
+  std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ULL + 7);
+  for (int i = 0; i < count; ++i) {
+    FaultSpec f;
+    f.kind = static_cast<FaultKind>((i + static_cast<int>(seed)) % kNumFaultKinds);
+    f.duration_s = f.kind == FaultKind::kPartitionLongLink ? 0.5 : 0.3;
+    f.count = 1 + static_cast<int>(rng() % 3);
+    out.push_back(f);
+  }
+  return out;
+}
+
+StatusOr<FaultRunReport> RunFaultScenario(const Checkpoint& base, const Checkpoint& target,
+                                          const DeltaOptions& delta_options,
+                                          const std::vector<FaultSpec>& faults,
+                                          const FaultRunOptions& options) {
+  World w(base, target, delta_options, faults, options);
+  return w.Run();
+}
+
+}  // namespace dcr
