@@ -109,7 +109,8 @@ class CrashableApplier : public Applier {
 
 struct Fault {
   FaultSpec spec;
-  bool fired = false;
+  bool fired = false;  // injected (counted)
+  bool done = false;   // no longer matches
   int remaining = 0;  // store write failures left
 };
 
@@ -161,7 +162,7 @@ class World {
   World(const Checkpoint& base, const Checkpoint& target, const DeltaOptions& dopts,
         const std::vector<FaultSpec>& faults, const FaultRunOptions& opts)
       : base_(base), target_(target), dopts_(dopts), opts_(opts), rng_(opts.seed) {
-    for (const FaultSpec& f : faults) faults_.push_back(Fault{f, false, f.count});
+    for (const FaultSpec& f : faults) { Fault x; x.spec = f; x.remaining = f.count; faults_.push_back(x); }
   }
 
   StatusOr<FaultRunReport> Run();
@@ -203,10 +204,11 @@ class World {
   Fault* FindFault(FaultKind k, int node, int at_value);
   void Fire(Fault* f, const std::string& what) {
     if (!f->fired) {
-      f->fired = true;
       report_.log.push_back(Fmt("t=%.3f fault %s: %s", now_, FaultKindName(f->spec.kind),
                                 what.c_str()));
     }
+    f->fired = true;
+    f->done = true;
   }
   void Kill(int node, FaultKind why);
   void Restart(int node);
@@ -247,6 +249,7 @@ class World {
   std::map<std::tuple<int, int, int>, double> link_free_;
   size_t produced_ = 0;
   bool sender_alive_ = true;
+  bool published_ = false;
   double part_start_ = -1, part_end_ = -1;
   std::map<std::pair<int, int>, int> reorder_until_;  // (node, 0) -> first chunk ordinal past
   std::set<std::pair<int, BlobId>> dup_apply_;        // (node, blob) to apply twice
@@ -257,7 +260,7 @@ class World {
 
 Fault* World::FindFault(FaultKind k, int node, int at_value) {
   for (Fault& f : faults_) {
-    if (f.fired || f.spec.kind != k) continue;
+    if (f.done || f.spec.kind != k) continue;
     if (node >= 0 && f.spec.node >= 0 && f.spec.node != node) continue;
     if (f.spec.at != at_value) continue;
     return &f;
@@ -557,8 +560,8 @@ ApplyResult World::Apply(Node& n, const BlobInfo& blob) {
   for (FaultKind k : {FaultKind::kKillReceiverAtBoundary, FaultKind::kTornJournal,
                       FaultKind::kKillReceiverLosingMemory}) {
     if (Fault* f = FindFault(k, n.id, ord)) {
-      Fire(f, Fmt("%s killed after chunk %" PRIu64 "%s", Name(n.id).c_str(), id,
-                  k == FaultKind::kTornJournal ? " while its End record was being written"
+      Fire(f, Fmt("%s killed after its apply of chunk %" PRIu64 "%s", Name(n.id).c_str(), id,
+                  k == FaultKind::kTornJournal ? " while its last journal record was written"
                   : k == FaultKind::kKillReceiverLosingMemory ? " (its memory is lost)"
                                                                : ""));
       n.journal->Freeze();
@@ -783,6 +786,9 @@ void World::Do(int node, int slot, const Action& a) {
     if (nodes_[rc->to].alive && !nodes_[rc->to].store_mode) {
       PolicyEvent(now_ + lat(node, rc->to), rc->to, 0, event::SubtreeCommitted{node, rc->receivers});
     }
+  } else if (std::holds_alternative<action::Published>(a)) {
+    published_ = true;
+    report_.log.push_back(Fmt("t=%.3f uploader: stream published in the object store", now_));
   } else if (const auto* tc = std::get_if<action::TreeCommitted>(&a)) {
     report_.log.push_back(Fmt("t=%.3f sender: tree committed (%d receivers)", now_, tc->receivers));
   } else if (const auto* p = std::get_if<action::Put>(&a)) {
@@ -791,9 +797,9 @@ void World::Do(int node, int slot, const Action& a) {
     double t = now_ + opts_.long_latency_s;
     Fault* f = ord >= 0 ? FindFault(FaultKind::kStoreWriteFail, -1, ord) : nullptr;
     if (f != nullptr && f->remaining > 0) {
-      if (--f->remaining == 0) {
-        Fire(f, Fmt("put of %s failed %d times", p->key.c_str(), f->spec.count));
-      }
+      --f->remaining;
+      Fire(f, Fmt("put of %s fails %d times in a row", p->key.c_str(), f->spec.count));
+      if (f->remaining > 0) f->done = false;  // keeps matching until every failure is served
       done.ok = false;
       done.message = "injected object-store write failure";
     } else if (Partitioned()) {
@@ -916,7 +922,7 @@ StatusOr<FaultRunReport> World::Run() {
       default:
         break;
     }
-    bool all = true;
+    bool all = published_;
     for (int i = 1; i < topo_.size() && all; ++i) all = nodes_[i].alive && nodes_[i].committed;
     if (all) break;
   }
@@ -953,6 +959,7 @@ Status World::Verify(FaultRunReport* r) {
   r->joint_commit_whole = coordinator_->LatestWhole() && coordinator_->baseline() == v1_;
   if (!r->joint_commit_whole) problems += " joint commit not whole";
   if (!r->sender_rebuild_identical) problems += " restarted sender built different bytes";
+  if (!published_) problems += " the object-store stream was never published";
   for (const Fault& f : faults_) {
     if (!f.fired) continue;
     ++r->faults_injected;

@@ -34,7 +34,7 @@ FaultRunReport RunOne(const std::vector<FaultSpec>& faults, uint64_t seed, int r
   auto r = RunFaultScenario(*p.base, *p.target, SmallGrid(0, 1), faults, o);
   EXPECT_TRUE(r.ok()) << r.status();
   if (!r.ok()) return {};
-  if (!r->error.empty()) {
+  if (!r->error.empty() || std::getenv("DCR_FAULT_LOG")) {
     for (const auto& l : r->log) std::fprintf(stderr, "  %s\n", l.c_str());
   }
   return std::move(r).value();
