@@ -1,0 +1,78 @@
+// dcr::reports: run results (the JSON of `dcr run --out`, real or simulated) -> tables and figures.
+//
+// Input schema (issue 5, point 6): top level `scenario`, `mode` ("real" | "sim"), `model`, `runs`:
+// [{method ("delta" | "full"), transport ("object_store" | "relay_tree"), change_rate,
+//   refit_seconds, wire_bytes, receivers, receivers_verified}, ...]. Optional top-level objects
+// `setup` (hardware, compiler, commit, ...) and `calibration` are copied into the report's setup
+// section. Unknown keys are ignored.
+//
+// Metrics (defined once, here): refit time = first chunk built to last receiver committed;
+// speedup = refit time of the full checkpoint / refit time of the delta, same result file, same
+// transport; effective bandwidth = dense checkpoint bytes / refit time when `dense_bytes` is given;
+// delta ratio = full wire bytes / delta wire bytes.
+//
+// Thread safety: pure functions, except WriteReport which writes files (temp + rename).
+#ifndef DCR_REPORTS_INCLUDE_DCR_REPORTS_REPORT_H_
+#define DCR_REPORTS_INCLUDE_DCR_REPORTS_REPORT_H_
+
+#include <string>
+#include <vector>
+
+#include "dcr/status.h"
+#include "dcr/statusor.h"
+
+namespace dcr::reports {
+
+struct ReportRow {
+  std::string source;     // result file
+  std::string scenario;
+  std::string mode;
+  std::string model;
+  std::string method;
+  std::string transport;
+  double change_rate = 0;
+  double refit_seconds = 0;
+  double wire_bytes = 0;
+  int64_t receivers = 0;
+  int64_t receivers_verified = 0;
+  double speedup = 0;      // delta rows: full / delta of the same file+transport; 0 if unknown
+  double delta_ratio = 0;  // delta rows: full wire bytes / delta wire bytes; 0 if unknown
+};
+
+struct ResultSetup {
+  std::string source;
+  std::string scenario;
+  std::string text;  // "key: value" lines of `setup` and `calibration` summaries
+};
+
+struct Report {
+  std::vector<ReportRow> rows;
+  std::vector<ResultSetup> setups;
+};
+
+// Parses result files. kNotFound for an unreadable file, kInvalidArgument naming the file and key
+// of a malformed one.
+StatusOr<Report> LoadResults(const std::vector<std::string>& paths);
+// Parses one result JSON text (`source` names it in errors and rows).
+Status AddResult(const std::string& json_text, const std::string& source, Report* report);
+// Fills speedup and delta_ratio of delta rows.
+void ComputeDerived(Report* report);
+
+std::string RenderMarkdown(const Report& report);
+std::string RenderCsv(const Report& report);
+std::string RenderJson(const Report& report);
+
+struct ReportOptions {
+  std::string out_dir;              // created if missing
+  bool figures = true;              // run gnuplot for PNG + SVG figures
+  std::string gnuplot = "gnuplot";  // program name or path
+};
+
+// Writes out_dir/summary.{md,csv,json} and, with figures, refit_time.{png,svg} and
+// speedup.{png,svg} (plus their .dat/.gp sources). Each file is written to a temporary name and
+// renamed. kUnavailable if gnuplot fails (tables are still written).
+Status WriteReport(const Report& report, const ReportOptions& options);
+
+}  // namespace dcr::reports
+
+#endif  // DCR_REPORTS_INCLUDE_DCR_REPORTS_REPORT_H_

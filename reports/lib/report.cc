@@ -1,0 +1,368 @@
+#include "dcr/reports/report.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "dcr/status_macros.h"
+
+namespace dcr::reports {
+namespace {
+
+using nlohmann::json;
+
+std::string Fmt(const char* fmt, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), fmt, v);
+  return buf;
+}
+
+std::string Pct(double rate) { return Fmt("%g%%", rate * 100.0); }
+
+Status WriteFileAtomic(const std::string& path, const std::string& content) {
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return ErrnoError("cannot create '" + tmp + "'", errno);
+    out << content;
+    out.flush();
+    if (!out) {
+      std::remove(tmp.c_str());
+      return ErrnoError("cannot write '" + tmp + "'", errno);
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    std::remove(tmp.c_str());
+    return ErrnoError("cannot rename to '" + path + "'", err);
+  }
+  return Status::OK();
+}
+
+Status MakeDirs(const std::string& dir) {
+  std::string cur;
+  std::stringstream ss(dir);
+  std::string part;
+  if (!dir.empty() && dir[0] == '/') cur = "/";
+  while (std::getline(ss, part, '/')) {
+    if (part.empty()) continue;
+    cur += part + "/";
+    if (::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) {
+      return ErrnoError("cannot create directory '" + cur + "'", errno);
+    }
+  }
+  return Status::OK();
+}
+
+std::string ScalarText(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  return v.dump();
+}
+
+// Display label of a (model, rate) group.
+std::string GroupLabel(const ReportRow& r) { return r.model + " " + Pct(r.change_rate); }
+
+std::string SeriesKey(const std::string& method, const std::string& transport) {
+  return method + "/" + transport;
+}
+
+}  // namespace
+
+Status AddResult(const std::string& json_text, const std::string& source, Report* report) {
+  json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return InvalidArgumentError(source + ": not a JSON object");
+  }
+  for (const char* key : {"scenario", "mode", "model"}) {
+    if (!j.contains(key) || !j[key].is_string()) {
+      return InvalidArgumentError(source + ": missing string key '" + std::string(key) + "'");
+    }
+  }
+  if (!j.contains("runs") || !j["runs"].is_array()) {
+    return InvalidArgumentError(source + ": missing array 'runs'");
+  }
+  const json& runs = j["runs"];
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const json& r = runs[i];
+    std::string where = source + ": runs[" + std::to_string(i) + "]";
+    if (!r.is_object()) return InvalidArgumentError(where + ": not an object");
+    for (const char* key : {"method", "transport"}) {
+      if (!r.contains(key) || !r[key].is_string()) {
+        return InvalidArgumentError(where + ": missing string key '" + std::string(key) + "'");
+      }
+    }
+    for (const char* key : {"change_rate", "refit_seconds", "wire_bytes", "receivers",
+                            "receivers_verified"}) {
+      if (!r.contains(key) || !r[key].is_number()) {
+        return InvalidArgumentError(where + ": missing numeric key '" + std::string(key) + "'");
+      }
+    }
+    ReportRow row;
+    row.source = source;
+    row.scenario = j["scenario"].get<std::string>();
+    row.mode = j["mode"].get<std::string>();
+    row.model = j["model"].get<std::string>();
+    row.method = r["method"].get<std::string>();
+    row.transport = r["transport"].get<std::string>();
+    row.change_rate = r["change_rate"].get<double>();
+    row.refit_seconds = r["refit_seconds"].get<double>();
+    row.wire_bytes = r["wire_bytes"].get<double>();
+    row.receivers = r["receivers"].get<int64_t>();
+    row.receivers_verified = r["receivers_verified"].get<int64_t>();
+    if (row.method != "delta" && row.method != "full") {
+      return InvalidArgumentError(where + ": key 'method' must be \"delta\" or \"full\"");
+    }
+    report->rows.push_back(row);
+  }
+  ResultSetup setup;
+  setup.source = source;
+  setup.scenario = j["scenario"].get<std::string>();
+  std::ostringstream text;
+  text << "mode: " << j["mode"].get<std::string>() << "; model: " << j["model"].get<std::string>();
+  if (j.contains("setup") && j["setup"].is_object()) {
+    for (auto& [k, v] : j["setup"].items()) {
+      if (!v.is_object() && !v.is_array()) text << "; " << k << ": " << ScalarText(v);
+    }
+  }
+  if (j.contains("calibration") && j["calibration"].is_object()) {
+    const json& c = j["calibration"];
+    if (c.contains("source")) text << "; calibration: " << ScalarText(c["source"]);
+    if (c.contains("memcpy_bytes_per_s")) {
+      text << " (memcpy " << Fmt("%.3g", c["memcpy_bytes_per_s"].get<double>()) << " B/s)";
+    }
+  }
+  setup.text = text.str();
+  report->setups.push_back(setup);
+  return Status::OK();
+}
+
+StatusOr<Report> LoadResults(const std::vector<std::string>& paths) {
+  Report report;
+  for (const std::string& p : paths) {
+    std::ifstream in(p, std::ios::binary);
+    if (!in) return NotFoundError("result file '" + p + "' cannot be read");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    DCR_RETURN_IF_ERROR(AddResult(ss.str(), p, &report));
+  }
+  ComputeDerived(&report);
+  return report;
+}
+
+void ComputeDerived(Report* report) {
+  for (ReportRow& d : report->rows) {
+    if (d.method != "delta") continue;
+    for (const ReportRow& f : report->rows) {
+      if (f.method == "full" && f.source == d.source && f.transport == d.transport &&
+          f.model == d.model) {
+        if (d.refit_seconds > 0) d.speedup = f.refit_seconds / d.refit_seconds;
+        if (d.wire_bytes > 0) d.delta_ratio = f.wire_bytes / d.wire_bytes;
+      }
+    }
+  }
+}
+
+std::string RenderMarkdown(const Report& report) {
+  std::ostringstream md;
+  md << "| model | change | transport | method | refit (s) | wire (GB) | receivers verified | "
+        "speedup vs full | wire ratio | mode |\n";
+  md << "|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const ReportRow& r : report.rows) {
+    md << "| " << r.model << " | " << Pct(r.change_rate) << " | " << r.transport << " | "
+       << r.method << " | " << Fmt("%.1f", r.refit_seconds) << " | "
+       << Fmt("%.2f", r.wire_bytes / 1e9) << " | " << r.receivers_verified << "/" << r.receivers
+       << " | " << (r.speedup > 0 ? Fmt("%.1fx", r.speedup) : "-") << " | "
+       << (r.delta_ratio > 0 ? Fmt("%.1fx", r.delta_ratio) : "-") << " | " << r.mode << " |\n";
+  }
+  // Headline: the 1T 3% relay-tree refit against the paper and our target.
+  for (const ReportRow& r : report.rows) {
+    std::string m = r.model;
+    std::transform(m.begin(), m.end(), m.begin(), ::tolower);
+    if (m.find("1t") != std::string::npos && r.method == "delta" &&
+        r.transport == "relay_tree" && std::fabs(r.change_rate - 0.03) < 1e-9) {
+      md << "\n**1T, 3% change, relay tree (" << r.mode << "):** refit "
+         << Fmt("%.1f", r.refit_seconds) << " s; the paper (NeMo-DCR) reports 150 s; our target "
+         << "is <= 75 s: " << (r.refit_seconds <= 75.0 ? "**met**" : "**not met**") << " ("
+         << Fmt("%.2fx", 150.0 / r.refit_seconds) << " faster than the paper's number, "
+         << Fmt("%.2fx", r.refit_seconds / 75.0) << " of the target).\n";
+    }
+  }
+  md << "\nSetup of each result:\n\n";
+  for (const ResultSetup& s : report.setups) {
+    md << "- `" << s.source << "` (" << s.scenario << "): " << s.text << "\n";
+  }
+  return md.str();
+}
+
+std::string RenderCsv(const Report& report) {
+  std::ostringstream csv;
+  csv << "source,scenario,mode,model,method,transport,change_rate,refit_seconds,wire_bytes,"
+         "receivers,receivers_verified,speedup,delta_ratio\n";
+  for (const ReportRow& r : report.rows) {
+    csv << r.source << "," << r.scenario << "," << r.mode << "," << r.model << "," << r.method
+        << "," << r.transport << "," << Fmt("%.6g", r.change_rate) << ","
+        << Fmt("%.6f", r.refit_seconds) << "," << Fmt("%.0f", r.wire_bytes) << ","
+        << r.receivers << "," << r.receivers_verified << "," << Fmt("%.4f", r.speedup) << ","
+        << Fmt("%.4f", r.delta_ratio) << "\n";
+  }
+  return csv.str();
+}
+
+std::string RenderJson(const Report& report) {
+  json rows = json::array();
+  for (const ReportRow& r : report.rows) {
+    rows.push_back({{"source", r.source},
+                    {"scenario", r.scenario},
+                    {"mode", r.mode},
+                    {"model", r.model},
+                    {"method", r.method},
+                    {"transport", r.transport},
+                    {"change_rate", r.change_rate},
+                    {"refit_seconds", r.refit_seconds},
+                    {"wire_bytes", r.wire_bytes},
+                    {"receivers", r.receivers},
+                    {"receivers_verified", r.receivers_verified},
+                    {"speedup", r.speedup},
+                    {"delta_ratio", r.delta_ratio}});
+  }
+  json setups = json::array();
+  for (const ResultSetup& s : report.setups) {
+    setups.push_back({{"source", s.source}, {"scenario", s.scenario}, {"setup", s.text}});
+  }
+  return json{{"rows", rows}, {"setups", setups}}.dump(2) + "\n";
+}
+
+namespace {
+
+// Groups (model + rate) in order of first appearance and the value of each series.
+struct Table {
+  std::vector<std::string> groups;
+  std::vector<std::string> series;
+  std::map<std::pair<std::string, std::string>, double> value;
+};
+
+std::string DatFile(const Table& t) {
+  std::ostringstream dat;
+  dat << "group";
+  for (const std::string& s : t.series) dat << "\t\"" << s << "\"";
+  dat << "\n";
+  for (const std::string& g : t.groups) {
+    dat << "\"" << g << "\"";
+    for (const std::string& s : t.series) {
+      auto it = t.value.find({g, s});
+      dat << "\t" << (it == t.value.end() ? std::string("NaN") : Fmt("%.6g", it->second));
+    }
+    dat << "\n";
+  }
+  return dat.str();
+}
+
+std::string Plot(const Table& t, const std::string& dat, const std::string& ylabel, bool logy,
+                 const std::string& extra) {
+  std::ostringstream gp;
+  gp << "set style data histogram\nset style histogram cluster gap 1\n"
+        "set style fill solid 0.8 border -1\nset boxwidth 0.9\nset key top left\n"
+        "set xtics rotate by -35 scale 0\nset grid ytics\nset datafile missing 'NaN'\n";
+  gp << "set ylabel '" << ylabel << "'\n";
+  if (logy) gp << "set logscale y\n";
+  gp << extra;
+  gp << "plot ";
+  for (size_t i = 0; i < t.series.size(); ++i) {
+    if (i) gp << ", ";
+    gp << "'" << dat << "' using " << (i + 2) << (i == 0 ? ":xtic(1)" : "") << " title '"
+       << t.series[i] << "'";
+  }
+  gp << "\n";
+  return gp.str();
+}
+
+Status RunGnuplot(const std::string& gnuplot, const std::string& dir, const std::string& name,
+                  const std::string& body) {
+  for (const char* term : {"png", "svg"}) {
+    std::string out = dir + "/" + name + "." + term;
+    std::string tmp = out + ".tmp." + std::to_string(::getpid());
+    std::string script = std::string("set terminal ") +
+                         (std::string(term) == "png" ? "pngcairo size 1200,700 font ',10'"
+                                                     : "svg size 1200,700 dynamic") +
+                         "\nset output '" + tmp + "'\n" + body;
+    std::string gp_path = dir + "/" + name + "." + term + ".gp";
+    DCR_RETURN_IF_ERROR(WriteFileAtomic(gp_path, script));
+    std::string cmd = gnuplot + " '" + gp_path + "' 2>&1";
+    int rc = std::system(cmd.c_str());
+    if (rc != 0) {
+      std::remove(tmp.c_str());
+      return UnavailableError("gnuplot failed (" + std::to_string(rc) + ") on " + gp_path);
+    }
+    if (std::rename(tmp.c_str(), out.c_str()) != 0) {
+      return ErrnoError("cannot rename to '" + out + "'", errno);
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status WriteReport(const Report& report, const ReportOptions& options) {
+  if (options.out_dir.empty()) return InvalidArgumentError("report: output directory is empty");
+  DCR_RETURN_IF_ERROR(MakeDirs(options.out_dir));
+  const std::string& dir = options.out_dir;
+  DCR_RETURN_IF_ERROR(WriteFileAtomic(dir + "/summary.md", RenderMarkdown(report)));
+  DCR_RETURN_IF_ERROR(WriteFileAtomic(dir + "/summary.csv", RenderCsv(report)));
+  DCR_RETURN_IF_ERROR(WriteFileAtomic(dir + "/summary.json", RenderJson(report)));
+  if (!options.figures || report.rows.empty()) return Status::OK();
+
+  Table times, speed;
+  std::set<std::string> seen_groups;
+  for (const ReportRow& r : report.rows) {
+    std::string g = GroupLabel(r);
+    if (seen_groups.insert(g).second) {
+      times.groups.push_back(g);
+      speed.groups.push_back(g);
+    }
+  }
+  for (const char* tr : {"object_store", "relay_tree"}) {
+    for (const char* m : {"full", "delta"}) {
+      std::string s = SeriesKey(m, tr);
+      bool any = false;
+      for (const ReportRow& r : report.rows) any |= SeriesKey(r.method, r.transport) == s;
+      if (any) times.series.push_back(s);
+    }
+    bool any = false;
+    for (const ReportRow& r : report.rows) any |= r.transport == tr && r.speedup > 0;
+    if (any) speed.series.push_back(tr);
+  }
+  for (const ReportRow& r : report.rows) {
+    times.value[{GroupLabel(r), SeriesKey(r.method, r.transport)}] = r.refit_seconds;
+    if (r.speedup > 0) speed.value[{GroupLabel(r), r.transport}] = r.speedup;
+  }
+  DCR_RETURN_IF_ERROR(WriteFileAtomic(dir + "/refit_time.dat", DatFile(times)));
+  std::string refs =
+      "set arrow from graph 0, first 150 to graph 1, first 150 nohead dt 2 lc rgb 'red'\n"
+      "set label 'paper 1T 3% relay: 150 s' at graph 0.55, first 170 tc rgb 'red'\n"
+      "set arrow from graph 0, first 75 to graph 1, first 75 nohead dt 3 lc rgb 'dark-green'\n"
+      "set label 'target: 75 s' at graph 0.55, first 62 tc rgb 'dark-green'\n";
+  DCR_RETURN_IF_ERROR(RunGnuplot(options.gnuplot, dir, "refit_time",
+                                 Plot(times, dir + "/refit_time.dat", "refit time (s)", true,
+                                      refs)));
+  if (!speed.series.empty()) {
+    DCR_RETURN_IF_ERROR(WriteFileAtomic(dir + "/speedup.dat", DatFile(speed)));
+    DCR_RETURN_IF_ERROR(RunGnuplot(options.gnuplot, dir, "speedup",
+                                   Plot(speed, dir + "/speedup.dat",
+                                        "speedup of delta vs full checkpoint (x)", false,
+                                        "set yrange [0:*]\n")));
+  }
+  return Status::OK();
+}
+
+}  // namespace dcr::reports

@@ -1,0 +1,109 @@
+#include "dcr/reports/report.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace dcr::reports {
+namespace {
+
+const char* kResult = R"({
+  "scenario": "paper-kimi-k2-1t-3", "mode": "sim", "model": "kimi-k2-1t",
+  "setup": {"host": "test", "commit": "abc"},
+  "runs": [
+    {"method": "full", "transport": "relay_tree", "change_rate": 0.03, "refit_seconds": 5400,
+     "wire_bytes": 2.0e12, "receivers": 64, "receivers_verified": 64},
+    {"method": "delta", "transport": "relay_tree", "change_rate": 0.03, "refit_seconds": 108,
+     "wire_bytes": 4.0e10, "receivers": 64, "receivers_verified": 64},
+    {"method": "full", "transport": "object_store", "change_rate": 0.03, "refit_seconds": 6000,
+     "wire_bytes": 2.0e12, "receivers": 64, "receivers_verified": 64},
+    {"method": "delta", "transport": "object_store", "change_rate": 0.03, "refit_seconds": 120,
+     "wire_bytes": 4.0e10, "receivers": 64, "receivers_verified": 63}
+  ]})";
+
+TEST(ReportTest, ComputesSpeedupPerTransportAndHeadline) {
+  Report r;
+  ASSERT_TRUE(AddResult(kResult, "a.json", &r).ok());
+  ComputeDerived(&r);
+  ASSERT_EQ(r.rows.size(), 4u);
+  EXPECT_DOUBLE_EQ(r.rows[1].speedup, 50.0);
+  EXPECT_DOUBLE_EQ(r.rows[1].delta_ratio, 50.0);
+  EXPECT_DOUBLE_EQ(r.rows[3].speedup, 50.0);
+  EXPECT_EQ(r.rows[0].speedup, 0.0);
+  std::string md = RenderMarkdown(r);
+  EXPECT_NE(md.find("| kimi-k2-1t | 3% | relay_tree | delta | 108.0 | 40.00 | 64/64 | 50.0x"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("the paper (NeMo-DCR) reports 150 s"), std::string::npos);
+  EXPECT_NE(md.find("**not met**"), std::string::npos);
+  EXPECT_NE(md.find("63/64"), std::string::npos);
+  EXPECT_NE(md.find("commit: abc"), std::string::npos);
+  std::string csv = RenderCsv(r);
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 5);
+}
+
+TEST(ReportTest, MalformedResultsNameTheKey) {
+  Report r;
+  Status s = AddResult(R"({"scenario":"x","mode":"sim","model":"m","runs":[{"method":"delta",
+      "transport":"relay_tree","change_rate":0.03,"wire_bytes":1,"receivers":1,
+      "receivers_verified":1}]})", "b.json", &r);
+  EXPECT_TRUE(s.IsInvalidArgument());
+  EXPECT_NE(s.message().find("runs[0]"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("refit_seconds"), std::string::npos) << s;
+  s = AddResult("{", "c.json", &r);
+  EXPECT_TRUE(s.IsInvalidArgument());
+  s = AddResult(R"({"mode":"sim","model":"m","runs":[]})", "d.json", &r);
+  EXPECT_NE(s.message().find("scenario"), std::string::npos) << s;
+  EXPECT_TRUE(LoadResults({"/nonexistent/e.json"}).status().IsNotFound());
+}
+
+TEST(ReportTest, WritesTablesAndFigures) {
+  char tmpl[] = "/tmp/dcr_report_testXXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  std::string dir = std::string(tmpl) + "/out/sub";
+  Report r;
+  ASSERT_TRUE(AddResult(kResult, "a.json", &r).ok());
+  ComputeDerived(&r);
+  ReportOptions o;
+  o.out_dir = dir;
+  Status st = WriteReport(r, o);
+  ASSERT_TRUE(st.ok()) << st;
+  for (const char* f : {"summary.md", "summary.csv", "summary.json", "refit_time.png",
+                        "refit_time.svg", "speedup.png", "speedup.svg"}) {
+    std::ifstream in(dir + "/" + f, std::ios::binary);
+    ASSERT_TRUE(in) << f;
+    std::stringstream ss;
+    ss << in.rdbuf();
+    EXPECT_GT(ss.str().size(), 100u) << f;
+  }
+  std::ifstream png(dir + "/refit_time.png", std::ios::binary);
+  char sig[4] = {};
+  png.read(sig, 4);
+  EXPECT_EQ(std::string(sig + 1, 3), "PNG");
+  std::system(("rm -rf " + std::string(tmpl)).c_str());
+}
+
+TEST(ReportTest, FailingGnuplotKeepsTablesAndSaysSo) {
+  char tmpl[] = "/tmp/dcr_report_testXXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  Report r;
+  ASSERT_TRUE(AddResult(kResult, "a.json", &r).ok());
+  ReportOptions o;
+  o.out_dir = tmpl;
+  o.gnuplot = "false";
+  Status st = WriteReport(r, o);
+  EXPECT_TRUE(st.IsUnavailable()) << st;
+  std::ifstream md(std::string(tmpl) + "/summary.md");
+  EXPECT_TRUE(md);
+  std::ifstream png(std::string(tmpl) + "/refit_time.png");
+  EXPECT_FALSE(png);
+  std::system(("rm -rf " + std::string(tmpl)).c_str());
+}
+
+}  // namespace
+}  // namespace dcr::reports

@@ -1,0 +1,92 @@
+#include "calibration.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace dcr::sim::internal {
+namespace {
+
+double Interp(const std::vector<RatePoint>& pts, double rate, double RatePoint::*field) {
+  if (pts.empty()) return 0;
+  if (rate <= pts.front().change_rate) return pts.front().*field;
+  if (rate >= pts.back().change_rate) return pts.back().*field;
+  for (size_t i = 1; i < pts.size(); ++i) {
+    if (rate <= pts[i].change_rate) {
+      const RatePoint& a = pts[i - 1];
+      const RatePoint& b = pts[i];
+      double t = (rate - a.change_rate) / (b.change_rate - a.change_rate);
+      return a.*field + t * (b.*field - a.*field);
+    }
+  }
+  return pts.back().*field;
+}
+
+StatusOr<double> PositiveNumber(const nlohmann::json& obj, const std::string& key,
+                                const std::string& where) {
+  auto it = obj.find(key);
+  if (it == obj.end()) return InvalidArgumentError(where + ": missing key '" + key + "'");
+  if (!it->is_number() || !(it->get<double>() > 0)) {
+    return InvalidArgumentError(where + ": key '" + key + "' must be a positive number");
+  }
+  return it->get<double>();
+}
+
+}  // namespace
+
+double Calibration::EncodeBytesPerS(double rate) const {
+  return Interp(rates, rate, &RatePoint::encode_bytes_per_s);
+}
+double Calibration::DecodeApplyBytesPerS(double rate) const {
+  return Interp(rates, rate, &RatePoint::decode_apply_bytes_per_s);
+}
+
+StatusOr<Calibration> ParseCalibration(const std::string& json_text, const std::string& source) {
+  nlohmann::json j = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return InvalidArgumentError("calibration " + source + ": not a JSON object");
+  }
+  Calibration c;
+  c.source = source;
+  c.raw = json_text;
+  DCR_ASSIGN_OR_RETURN(c.memcpy_bytes_per_s,
+                       PositiveNumber(j, "memcpy_bytes_per_s", "calibration " + source));
+  const nlohmann::json* arr = nullptr;
+  for (const char* key : {"rates", "results"}) {
+    if (j.contains(key) && j[key].is_array()) arr = &j[key];
+  }
+  if (arr == nullptr || arr->empty()) {
+    return InvalidArgumentError("calibration " + source + ": missing array 'rates'");
+  }
+  for (size_t i = 0; i < arr->size(); ++i) {
+    const nlohmann::json& e = (*arr)[i];
+    std::string where = "calibration " + source + ": rates[" + std::to_string(i) + "]";
+    if (!e.is_object()) return InvalidArgumentError(where + ": not an object");
+    RatePoint p;
+    const char* rate_key = e.contains("change_rate") ? "change_rate" : "rate";
+    if (!e.contains(rate_key) || !e[rate_key].is_number()) {
+      return InvalidArgumentError(where + ": missing key 'change_rate'");
+    }
+    p.change_rate = e[rate_key].get<double>();
+    if (p.change_rate > 1.0) p.change_rate /= 100.0;  // given in percent
+    DCR_ASSIGN_OR_RETURN(p.encode_bytes_per_s, PositiveNumber(e, "encode_bytes_per_s", where));
+    DCR_ASSIGN_OR_RETURN(p.decode_apply_bytes_per_s,
+                         PositiveNumber(e, "decode_apply_bytes_per_s", where));
+    c.rates.push_back(p);
+  }
+  std::sort(c.rates.begin(), c.rates.end(),
+            [](const RatePoint& a, const RatePoint& b) { return a.change_rate < b.change_rate; });
+  return c;
+}
+
+StatusOr<Calibration> LoadCalibration(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFoundError("calibration file '" + path + "' cannot be read");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ParseCalibration(ss.str(), path);
+}
+
+}  // namespace dcr::sim::internal

@@ -1,0 +1,45 @@
+// Compute-cost calibration for the simulator: the JSON written by `dcr bench codec --json`.
+//
+// Recognised keys (others are ignored and kept verbatim in `raw`):
+//   memcpy_bytes_per_s                 single-core memcpy bandwidth of the machine
+//   rates: [{change_rate, encode_bytes_per_s, decode_apply_bytes_per_s, ...}]
+//     (the array may also be named "results"; the rate key may be "rate"). Bandwidths are
+//     bytes of dense tensor per second per core.
+// Optional: "device" (a string naming the machine), "cores" (cores used by the bench).
+//
+// Thread safety: value types and pure functions.
+#ifndef DCR_SIM_ENGINE_CALIBRATION_H_
+#define DCR_SIM_ENGINE_CALIBRATION_H_
+
+#include <string>
+#include <vector>
+
+#include "dcr/statusor.h"
+
+namespace dcr::sim::internal {
+
+struct RatePoint {
+  double change_rate = 0;
+  double encode_bytes_per_s = 0;
+  double decode_apply_bytes_per_s = 0;
+};
+
+struct Calibration {
+  std::string source;  // path it was read from
+  std::string raw;     // the file's JSON text, recorded in results
+  double memcpy_bytes_per_s = 0;
+  std::vector<RatePoint> rates;  // sorted by change_rate
+
+  // Linear interpolation in change rate, clamped to the measured range.
+  double EncodeBytesPerS(double rate) const;
+  double DecodeApplyBytesPerS(double rate) const;
+};
+
+// Parses the JSON text. kInvalidArgument naming the missing or bad key.
+StatusOr<Calibration> ParseCalibration(const std::string& json_text, const std::string& source);
+// Reads and parses a file. kNotFound if it cannot be read.
+StatusOr<Calibration> LoadCalibration(const std::string& path);
+
+}  // namespace dcr::sim::internal
+
+#endif  // DCR_SIM_ENGINE_CALIBRATION_H_

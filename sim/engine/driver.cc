@@ -1,0 +1,482 @@
+#include "driver.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <variant>
+
+#include <nlohmann/json.hpp>
+#include <simgrid/s4u.hpp>
+#include <xbt/log.h>
+
+namespace sg4 = simgrid::s4u;
+
+namespace dcr::sim::internal {
+
+double StreamRateCap(double tcp_gamma, double real_window, double rtt, int pieces_in_flight) {
+  double w = real_window > 0 ? std::min(real_window, tcp_gamma > 0 ? tcp_gamma : real_window)
+                             : tcp_gamma;
+  if (!(w > 0) || !(rtt > 0)) return 0;  // no cap
+  return w / rtt / std::max(1, pieces_in_flight);
+}
+
+namespace {
+
+constexpr uint64_t kControlBytes = 64;
+constexpr uint64_t kListReplyBytes = 256;
+
+struct Msg {
+  enum Type { kData, kAck, kCommit } type = kData;
+  NodeId from = kNoNode;
+  BlobInfo blob;
+  uint64_t offset = 0, length = 0;
+  int receivers = 0;
+};
+
+struct World {
+  const RunSpec* spec = nullptr;
+  Platform platform;
+  std::vector<sg4::Host*> node_host;   // per node
+  std::vector<int> node_region;        // per node
+  std::vector<sg4::Mailbox*> mailbox;  // per node
+  std::vector<BlobInfo> store_index;   // blobs whose Put completed, in completion order
+  RunOutcome out;
+};
+
+World* g_world = nullptr;
+
+double OneWayNetLatency(const PlatformSpec& p, int region_a, int region_b) {
+  double lat = p.regions[region_a].nic_latency + p.regions[region_b].nic_latency;
+  if (region_a != region_b) lat += p.wan_latency;
+  return lat;
+}
+
+enum class TagKind { kRecv, kSend, kControl, kBuild, kApply, kPut, kFetch, kList };
+
+struct Tag {
+  TagKind kind = TagKind::kRecv;
+  action::Send send;   // kSend
+  BlobInfo blob;       // kBuild (id), kApply, kPut, kFetch
+};
+
+class NodeActor {
+ public:
+  NodeActor(World* w, NodeId id) : w_(w), id_(id) {}
+
+  void operator()() {
+    try {
+      Run();
+    } catch (const std::exception& e) {
+      Record("node " + std::to_string(id_) + ": " + e.what());
+    }
+  }
+
+ private:
+  const RunSpec& spec() const { return *w_->spec; }
+  static double Now() { return sg4::Engine::get_clock(); }
+
+  void Record(const std::string& error) {
+    if (w_->out.error.empty()) w_->out.error = error;
+    if (id_ > 0) w_->out.receivers[id_ - 1].error = error;
+  }
+
+  void Add(const sg4::ActivityPtr& a, Tag tag) {
+    acts_.push_back(a);
+    tags_.push_back(std::move(tag));
+  }
+
+  void Feed(const Event& e) {
+    std::vector<Action> out;
+    policy_->Handle(Now(), e, &out);
+    for (const Action& a : out) Execute(a);
+  }
+
+  double CapTo(int region_a, int region_b, bool long_stream) const {
+    double rtt = 2 * OneWayNetLatency(spec().platform, region_a, region_b);
+    int pieces = spec().pieces_in_flight;
+    (void)long_stream;
+    return StreamRateCap(spec().tcp_gamma, spec().real_window, rtt, pieces);
+  }
+
+  void CountWire(int region_a, int region_b, double bytes) {
+    if (region_a != region_b) w_->out.wire_bytes += bytes;
+  }
+
+  void SendMsg(NodeId to, Msg* m, uint64_t bytes, Tag tag) {
+    sg4::CommPtr c = w_->mailbox[to]->put_init(m, bytes);
+    int ra = w_->node_region[id_], rb = w_->node_region[to];
+    if (m->type == Msg::kData) {
+      double cap = CapTo(ra, rb, true);
+      if (cap > 0) c->set_rate(cap);
+      CountWire(ra, rb, static_cast<double>(bytes));
+    }
+    c->start();
+    ++w_->out.comms;
+    Add(c, std::move(tag));
+  }
+
+  sg4::CommPtr StoreComm(sg4::Host* from, sg4::Host* to, uint64_t bytes, bool capped) {
+    sg4::CommPtr c = sg4::Comm::sendto_init(from, to);
+    c->set_payload_size(bytes);
+    int my_region = w_->node_region[id_];
+    int store_region = spec().platform.store_region;
+    if (capped) {
+      // The store's first-byte latency is server time, not path RTT: cap on the network path.
+      double rtt = 2 * (spec().platform.regions[my_region].nic_latency +
+                        (my_region != store_region ? spec().platform.wan_latency : 0.0));
+      double cap = StreamRateCap(spec().tcp_gamma, spec().real_window, rtt, 1);
+      if (cap > 0) c->set_rate(cap);
+    }
+    c->start();
+    ++w_->out.comms;
+    CountWire(my_region, store_region, static_cast<double>(bytes));
+    return c;
+  }
+
+  void Execute(const Action& a) {
+    if (const auto* s = std::get_if<action::Send>(&a)) {
+      auto* m = new Msg{Msg::kData, id_, s->blob, s->offset, s->length, 0};
+      Tag t;
+      t.kind = TagKind::kSend;
+      t.send = *s;
+      SendMsg(s->to, m, s->length, std::move(t));
+    } else if (const auto* ack = std::get_if<action::Ack>(&a)) {
+      BlobInfo b;
+      b.id = ack->blob;
+      auto* m = new Msg{Msg::kAck, id_, b, 0, 0, 0};
+      SendMsg(ack->to, m, kControlBytes, Tag{TagKind::kControl, {}, {}});
+    } else if (const auto* rc = std::get_if<action::ReportCommit>(&a)) {
+      auto* m = new Msg{Msg::kCommit, id_, {}, 0, 0, rc->receivers};
+      SendMsg(rc->to, m, kControlBytes, Tag{TagKind::kControl, {}, {}});
+    } else if (const auto* ap = std::get_if<action::Apply>(&a)) {
+      const SimBlob& sb = spec().blobs.at(ap->blob.id);
+      sg4::ExecPtr e = sg4::this_actor::exec_async(std::max(sb.apply_flops, 1.0));
+      Tag t;
+      t.kind = TagKind::kApply;
+      t.blob = ap->blob;
+      Add(e, std::move(t));
+    } else if (std::holds_alternative<action::Commit>(a)) {
+      if (id_ > 0) {
+        NodeOutcome& n = w_->out.receivers[id_ - 1];
+        n.committed = true;
+        n.commit_at = Now();
+        n.complete = std::all_of(applied_.begin(), applied_.end(), [](int c) { return c == 1; });
+        if (spec().object_store) w_->out.end = std::max(w_->out.end, Now());
+      }
+    } else if (std::holds_alternative<action::TreeCommitted>(a)) {
+      w_->out.end = Now();
+    } else if (const auto* put = std::get_if<action::Put>(&a)) {
+      Tag t;
+      t.kind = TagKind::kPut;
+      t.blob = put->blob;
+      w_->out.store_put_bytes += static_cast<double>(put->blob.size);
+      Add(StoreComm(host_, w_->platform.store, put->blob.size, true), std::move(t));
+    } else if (std::holds_alternative<action::List>(a)) {
+      Add(StoreComm(w_->platform.store, host_, kListReplyBytes, false),
+          Tag{TagKind::kList, {}, {}});
+    } else if (const auto* f = std::get_if<action::Fetch>(&a)) {
+      Tag t;
+      t.kind = TagKind::kFetch;
+      t.blob = f->blob;
+      w_->out.store_get_bytes += static_cast<double>(f->blob.size);
+      Add(StoreComm(w_->platform.store, host_, f->blob.size, true), std::move(t));
+    } else if (const auto* st = std::get_if<action::SetTimer>(&a)) {
+      timer_ = st->at;
+    } else if (const auto* fail = std::get_if<action::Fail>(&a)) {
+      Record("node " + std::to_string(id_) + " failed: " + fail->message);
+    }
+    // Release and Published need nothing from the simulator.
+  }
+
+  bool Producer() const { return id_ == 0; }
+
+  void LaunchBuilds() {
+    const auto& blobs = spec().blobs;
+    while (next_launch_ < blobs.size() && running_builds_ < spec().build_parallel) {
+      const SimBlob& b = blobs[next_launch_];
+      if (b.build_flops <= 0) {
+        built_[next_launch_] = true;
+      } else {
+        sg4::ExecPtr e = sg4::this_actor::exec_async(b.build_flops);
+        Tag t;
+        t.kind = TagKind::kBuild;
+        t.blob = b.info;
+        Add(e, std::move(t));
+        ++running_builds_;
+      }
+      ++next_launch_;
+    }
+    while (next_deliver_ < blobs.size() && built_[next_deliver_]) {
+      const SimBlob& b = blobs[next_deliver_];
+      if (b.info.kind == BlobKind::kChunk) {
+        if (w_->out.first_built < 0) w_->out.first_built = Now();
+        w_->out.last_built = Now();
+      }
+      ++next_deliver_;
+      Feed(event::BlobProduced{b.info});
+    }
+  }
+
+  void Run() {
+    host_ = sg4::this_actor::get_host();
+    const size_t n = spec().blobs.size();
+    applied_.assign(n, 0);
+    if (spec().object_store) {
+      policy_ = id_ == 0 ? MakeUploaderPolicy(spec().relay) : MakeDownloaderPolicy(spec().relay);
+    } else {
+      policy_ = MakeTreePolicy(spec().topology, id_, spec().relay);
+    }
+    Msg* incoming = nullptr;
+    bool receives = !spec().object_store;
+    if (receives) Add(w_->mailbox[id_]->get_async<Msg>(&incoming), Tag{TagKind::kRecv, {}, {}});
+    Feed(event::Start{});
+    if (Producer()) {
+      built_.assign(n, false);
+      LaunchBuilds();
+    }
+    while (!policy_->done()) {
+      if (acts_.empty() && timer_ < 0) {
+        Record("node " + std::to_string(id_) + " is stuck: nothing to wait for");
+        break;
+      }
+      double timeout = timer_ >= 0 ? std::max(0.0, timer_ - Now()) : -1.0;
+      ssize_t k = sg4::Activity::wait_any_for(acts_, timeout);
+      if (k < 0) {
+        timer_ = -1;
+        Feed(event::TimerFired{});
+        continue;
+      }
+      Tag tag = std::move(tags_[k]);
+      acts_.erase(acts_.begin() + k);
+      tags_.erase(tags_.begin() + k);
+      switch (tag.kind) {
+        case TagKind::kRecv: {
+          Msg* m = incoming;
+          incoming = nullptr;
+          Add(w_->mailbox[id_]->get_async<Msg>(&incoming), Tag{TagKind::kRecv, {}, {}});
+          if (m->type == Msg::kData) {
+            if (id_ > 0) w_->out.receivers[id_ - 1].bytes_received += m->length;
+            Feed(event::DataReceived{m->blob, m->offset, m->length});
+          } else if (m->type == Msg::kAck) {
+            Feed(event::AckReceived{m->from, m->blob.id});
+          } else {
+            Feed(event::SubtreeCommitted{m->from, m->receivers});
+          }
+          delete m;
+          break;
+        }
+        case TagKind::kSend:
+          Feed(event::SendDone{tag.send.to, tag.send.stream, tag.send.blob.id, tag.send.offset,
+                               tag.send.length});
+          break;
+        case TagKind::kControl:
+          break;
+        case TagKind::kBuild:
+          --running_builds_;
+          built_[tag.blob.id] = true;
+          LaunchBuilds();
+          break;
+        case TagKind::kApply:
+          applied_[tag.blob.id] += 1;
+          Feed(event::ApplyDone{tag.blob.id, true, ""});
+          break;
+        case TagKind::kPut:
+          w_->store_index.push_back(tag.blob);
+          Feed(event::PutDone{tag.blob.id, true, ""});
+          if (Producer()) LaunchBuilds();
+          break;
+        case TagKind::kFetch:
+          if (id_ > 0) w_->out.receivers[id_ - 1].bytes_received += tag.blob.size;
+          Feed(event::FetchDone{tag.blob.id, true, ""});
+          break;
+        case TagKind::kList: {
+          event::ListDone ld;
+          ld.blobs = w_->store_index;
+          std::sort(ld.blobs.begin(), ld.blobs.end(),
+                    [](const BlobInfo& a, const BlobInfo& b) { return a.id < b.id; });
+          Feed(ld);
+          break;
+        }
+      }
+      if (policy_->failed()) break;
+    }
+    // Let outgoing messages finish (a dead sender would cancel them), then stop listening.
+    for (size_t i = 0; i < acts_.size(); ++i) {
+      if (tags_[i].kind == TagKind::kSend || tags_[i].kind == TagKind::kControl ||
+          tags_[i].kind == TagKind::kPut) {
+        acts_[i]->wait();
+      }
+    }
+    for (size_t i = 0; i < acts_.size(); ++i) {
+      if (tags_[i].kind == TagKind::kRecv) acts_[i]->cancel();
+    }
+  }
+
+  World* w_;
+  NodeId id_;
+  sg4::Host* host_ = nullptr;
+  std::unique_ptr<NodePolicy> policy_;
+  std::vector<sg4::ActivityPtr> acts_;
+  std::vector<Tag> tags_;
+  double timer_ = -1;
+  std::vector<int> applied_;
+  std::vector<bool> built_;
+  size_t next_launch_ = 0, next_deliver_ = 0;
+  int running_builds_ = 0;
+};
+
+nlohmann::json OutcomeToJson(const RunOutcome& o) {
+  nlohmann::json rs = nlohmann::json::array();
+  for (const NodeOutcome& n : o.receivers) {
+    rs.push_back({{"committed", n.committed}, {"complete", n.complete},
+                  {"commit_at", n.commit_at}, {"bytes_received", n.bytes_received},
+                  {"error", n.error}});
+  }
+  return {{"first_built", o.first_built}, {"last_built", o.last_built}, {"end", o.end},
+          {"refit_seconds", o.refit_seconds}, {"wire_bytes", o.wire_bytes},
+          {"store_put_bytes", o.store_put_bytes}, {"store_get_bytes", o.store_get_bytes},
+          {"comms", o.comms}, {"sim_clock", o.sim_clock}, {"receivers", rs},
+          {"error", o.error}};
+}
+
+RunOutcome OutcomeFromJson(const nlohmann::json& j) {
+  RunOutcome o;
+  o.first_built = j.at("first_built");
+  o.last_built = j.at("last_built");
+  o.end = j.at("end");
+  o.refit_seconds = j.at("refit_seconds");
+  o.wire_bytes = j.at("wire_bytes");
+  o.store_put_bytes = j.at("store_put_bytes");
+  o.store_get_bytes = j.at("store_get_bytes");
+  o.comms = j.at("comms");
+  o.sim_clock = j.at("sim_clock");
+  o.error = j.at("error");
+  for (const auto& r : j.at("receivers")) {
+    NodeOutcome n;
+    n.committed = r.at("committed");
+    n.complete = r.at("complete");
+    n.commit_at = r.at("commit_at");
+    n.bytes_received = r.at("bytes_received");
+    n.error = r.at("error");
+    o.receivers.push_back(n);
+  }
+  return o;
+}
+
+}  // namespace
+
+RunOutcome RunInThisProcess(const RunSpec& spec) {
+  World w;
+  w.spec = &spec;
+  w.out.receivers.resize(spec.receivers);
+  g_world = &w;
+  int argc = 1;
+  char arg0[] = "dcr-sim";
+  char* argv[] = {arg0, nullptr};
+  xbt_log_control_set("root.thresh:critical");
+  sg4::Engine engine(&argc, argv);
+  sg4::Engine::set_config("network/model:" + spec.network_model);
+  sg4::Engine::set_config("network/TCP-gamma", 0.0);
+  sg4::Engine::set_config("network/crosstraffic", false);
+  sg4::Engine::set_config("network/loopback-bw", spec.loopback_bandwidth);
+  sg4::Engine::set_config("network/loopback-lat", 1e-6);
+  w.platform = BuildPlatform(spec.platform);
+
+  const int nodes = spec.receivers + 1;
+  const int rollout_hosts = static_cast<int>(w.platform.hosts[1].size());
+  for (int i = 0; i < nodes; ++i) {
+    if (i == 0) {
+      w.node_host.push_back(w.platform.hosts[0][0]);
+      w.node_region.push_back(0);
+    } else {
+      int h = std::min((i - 1) / std::max(1, spec.receivers_per_host), rollout_hosts - 1);
+      w.node_host.push_back(w.platform.hosts[1][h]);
+      w.node_region.push_back(1);
+    }
+    w.mailbox.push_back(sg4::Mailbox::by_name("node-" + std::to_string(i)));
+  }
+  for (int i = 0; i < nodes; ++i) {
+    sg4::ActorPtr a =
+        sg4::Actor::create("node-" + std::to_string(i), w.node_host[i], NodeActor(&w, i));
+    if (!spec.object_store) w.mailbox[i]->set_receiver(a);
+  }
+  engine.run();
+  w.out.sim_clock = sg4::Engine::get_clock();
+  if (w.out.first_built < 0) w.out.first_built = 0;
+  w.out.refit_seconds = w.out.end - w.out.first_built;
+  for (int i = 0; i < spec.receivers; ++i) {
+    if (!w.out.receivers[i].committed && w.out.error.empty()) {
+      w.out.error = "receiver node " + std::to_string(i + 1) +
+                    " never committed (simulation ended: deadlock or failure)";
+    }
+  }
+  g_world = nullptr;
+  return w.out;
+}
+
+StatusOr<RunOutcome> RunForked(const RunSpec& spec) {
+  int fds[2];
+  if (::pipe(fds) != 0) return ErrnoError("pipe", errno);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    int err = errno;
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return ErrnoError("fork", err);
+  }
+  if (pid == 0) {
+    ::close(fds[0]);
+    RunOutcome o = RunInThisProcess(spec);
+    std::string text = OutcomeToJson(o).dump();
+    size_t off = 0;
+    while (off < text.size()) {
+      ssize_t n = ::write(fds[1], text.data() + off, text.size() - off);
+      if (n <= 0) {
+        if (n < 0 && errno == EINTR) continue;
+        ::_exit(3);
+      }
+      off += static_cast<size_t>(n);
+    }
+    ::close(fds[1]);
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string text;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fds[0], buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFSIGNALED(status)) {
+    return InternalError("simulation process died with signal " +
+                         std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) +
+                         ")");
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return InternalError("simulation process exited with code " +
+                         std::to_string(WEXITSTATUS(status)));
+  }
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded()) return InternalError("simulation process sent a malformed outcome");
+  try {
+    return OutcomeFromJson(j);
+  } catch (const std::exception& e) {
+    return InternalError(std::string("simulation outcome: ") + e.what());
+  }
+}
+
+}  // namespace dcr::sim::internal

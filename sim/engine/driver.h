@@ -1,0 +1,90 @@
+// The simulation driver: runs the project's transport state machines (dcr/relay_policy.h) over a
+// SimGrid platform, one actor per node.
+//
+//   Send        -> Mailbox::put_init(piece)->set_rate(stream cap)->start() to the child's mailbox
+//                  (every mailbox has its actor as permanent receiver, so pieces flow like a TCP
+//                  socket before the child asks); SendDone when the Comm completes.
+//   Ack, ReportCommit -> a 64-byte control message (pays latency like any message).
+//   Apply       -> exec_async(apply cost) on the node's host; ApplyDone on completion.
+//   Put / Fetch -> Comm::sendto (sender -> store, store -> receiver); List -> a small reply from
+//                  the store carrying the keys whose Put had completed.
+//   SetTimer    -> the timeout of Activity::wait_any_for; now -> Engine::get_clock().
+// The sender (or uploader) also builds the blobs: chunk builds are exec jobs on its host, up to
+// `build_parallel` at a time; BlobProduced is delivered in blob order as they finish.
+//
+// Rate caps: SimGrid's own TCP-gamma cap is disabled (TCP-gamma = 0) and every Comm gets an
+// explicit rate = the cap of one real TCP stream, min(window, tcp_gamma) / RTT of its route, shared
+// by the pieces in flight on that stream (window / piece). This models one TCP socket per stream
+// instead of one flow per message (shared/notes/simgrid.md, trap 2).
+//
+// One simulation per process: RunInThisProcess builds the (only) SimGrid Engine of the process.
+// RunForked runs it in a child process and returns its outcome, so a caller may simulate many
+// runs. Thread safety: none needed; SimGrid is single-threaded.
+#ifndef DCR_SIM_ENGINE_DRIVER_H_
+#define DCR_SIM_ENGINE_DRIVER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dcr/relay_policy.h"
+#include "dcr/statusor.h"
+#include "platform.h"
+
+namespace dcr::sim::internal {
+
+struct SimBlob {
+  BlobInfo info;
+  double build_flops = 0;  // on the sender host (0: produced at start)
+  double apply_flops = 0;  // on each applying node's host
+};
+
+struct RunSpec {
+  PlatformSpec platform;
+  bool object_store = false;        // uploader + downloaders; else a relay tree
+  int receivers = 1;
+  int receivers_per_host = 1;       // rollout host of receiver i (1-based node i) = (i-1)/per_host
+  Topology topology;                // relay tree over nodes 0..receivers (node 0: sender)
+  RelayOptions relay;               // simulated piece/window sizes (already coarsened)
+  std::vector<SimBlob> blobs;       // header, chunks, trailer in id order
+  int build_parallel = 1;           // concurrent build jobs on the sender
+  double tcp_gamma = 4194304;       // bytes: one TCP stream's window cap
+  double real_window = 8 << 20;     // bytes in flight per stream of the real transport
+  int pieces_in_flight = 8;         // window / piece of the simulated transport (>= 1)
+  std::string network_model = "CM02";
+  double loopback_bandwidth = 1e10; // same-host messages
+};
+
+struct NodeOutcome {
+  bool committed = false;
+  bool complete = false;     // every blob applied exactly once before commit
+  double commit_at = 0;      // simulated seconds since the start
+  uint64_t bytes_received = 0;
+  std::string error;
+};
+
+struct RunOutcome {
+  double first_built = -1;   // simulated time the first chunk was built
+  double last_built = 0;
+  double end = 0;            // tree committed (relay) or last receiver committed (store)
+  double refit_seconds = 0;  // end - first_built
+  double wire_bytes = 0;     // over the inter-region link
+  double store_put_bytes = 0, store_get_bytes = 0;
+  uint64_t comms = 0;        // Comms started (messages simulated)
+  double sim_clock = 0;      // Engine clock when run() returned
+  std::vector<NodeOutcome> receivers;  // index = node - 1
+  std::string error;         // first failure, or a deadlock note
+};
+
+// Builds the engine, platform and actors, runs the simulation. Call at most once per process.
+RunOutcome RunInThisProcess(const RunSpec& spec);
+// Forks; the child calls RunInThisProcess and reports back through a pipe. kInternal if the child
+// dies (the message carries its signal or exit code).
+StatusOr<RunOutcome> RunForked(const RunSpec& spec);
+
+// Per-Comm rate cap (bytes/s) of a stream with round-trip time `rtt` (see top).
+double StreamRateCap(double tcp_gamma, double real_window, double rtt, int pieces_in_flight);
+
+}  // namespace dcr::sim::internal
+
+#endif  // DCR_SIM_ENGINE_DRIVER_H_
