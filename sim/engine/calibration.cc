@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dcr/status_macros.h"
+
 namespace dcr::sim::internal {
 namespace {
 

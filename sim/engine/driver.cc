@@ -403,7 +403,10 @@ RunOutcome RunInThisProcess(const RunSpec& spec) {
   }
   for (int i = 0; i < nodes; ++i) {
     sg4::ActorPtr a =
-        sg4::Actor::create("node-" + std::to_string(i), w.node_host[i], NodeActor(&w, i));
+        sg4::Actor::create("node-" + std::to_string(i), w.node_host[i], [&w, i]() {
+          NodeActor node(&w, i);
+          node();
+        });
     if (!spec.object_store) w.mailbox[i]->set_receiver(a);
   }
   engine.run();

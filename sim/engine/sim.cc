@@ -1,0 +1,359 @@
+#include "dcr/sim/sim.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <set>
+
+#include "calibration.h"
+#include "dcr/model.h"
+#include "dcr/status_macros.h"
+#include "driver.h"
+#include "payload_model.h"
+
+namespace dcr::sim {
+
+using internal::Calibration;
+using internal::PayloadModel;
+
+namespace {
+
+constexpr double kUnlimitedBandwidth = 1e15;
+
+std::string Num(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.6g", v);
+  return buf;
+}
+
+bool FileExists(const std::string& p) { return ::access(p.c_str(), R_OK) == 0; }
+
+std::string DirName(const std::string& p) {
+  size_t s = p.rfind('/');
+  return s == std::string::npos ? "." : p.substr(0, s);
+}
+
+// Settings under sim.extra that the simulator understands.
+struct Extra {
+  double comm_budget = 250000;
+  int store_region = 1;
+  int build_cores = 0;  // 0 = sim.gpus_per_node
+};
+
+StatusOr<Extra> ParseExtra(const Scenario& s) {
+  Extra e;
+  for (const auto& [key, value] : s.sim.extra) {
+    std::string path = "sim.extra." + key;
+    if (key == "comm_budget" || key == "build_cores") {
+      char* end = nullptr;
+      double v = std::strtod(value.c_str(), &end);
+      if (end == value.c_str() || *end != '\0' || !(v >= 1)) {
+        return InvalidArgumentError(path + ": must be a number >= 1, got '" + value + "'");
+      }
+      if (key == "comm_budget") e.comm_budget = v; else e.build_cores = static_cast<int>(v);
+    } else if (key == "object_store_region") {
+      if (value == "train" || value == "0") e.store_region = 0;
+      else if (value == "rollout" || value == "1") e.store_region = 1;
+      else return InvalidArgumentError(path + ": must be 'train' or 'rollout', got '" + value + "'");
+    } else {
+      return InvalidArgumentError(path + ": unknown key (known: comm_budget, build_cores, "
+                                  "object_store_region)");
+    }
+  }
+  return e;
+}
+
+StatusOr<std::string> ResolveCalibration(const Scenario& s, const SimOptions& o) {
+  std::string p = !o.calibration_path.empty() ? o.calibration_path : s.sim.calibration;
+  if (p.empty()) return DefaultCalibrationPath();
+  if (p[0] == '/' || FileExists(p)) return p;
+  if (!s.source_path.empty()) {
+    std::string q = DirName(s.source_path) + "/" + p;
+    if (FileExists(q)) return q;
+  }
+  std::string q = std::string(DCR_SOURCE_DIR) + "/" + p;
+  if (FileExists(q)) return q;
+  return p;  // LoadCalibration reports it missing
+}
+
+struct Sizing {
+  std::vector<internal::SimBlob> blobs;
+  uint64_t piece = 0, window = 0;
+  int pieces_in_flight = 1;
+  uint64_t coarsen = 1;
+  uint64_t chunks = 0;
+};
+
+// Blobs of one run: header, K chunks, trailer, coarsened within the message budget.
+Sizing SizeRun(const Scenario& s, const Extra& extra, double payload, double header,
+               double trailer, double dense, uint64_t grid_chunks, double build_Bps,
+               double apply_Bps) {
+  Sizing z;
+  const RelayTreeSpec& rt = s.transport.relay_tree;
+  uint64_t piece = std::max<uint64_t>(rt.chunk, 1);
+  uint64_t window = std::max<uint64_t>(rt.window, piece);
+  z.pieces_in_flight = static_cast<int>(std::max<uint64_t>(1, window / piece));
+  double receivers = s.receivers.count;
+  double f = std::ceil(receivers * payload / (static_cast<double>(piece) * extra.comm_budget));
+  z.coarsen = std::max<uint64_t>({1, static_cast<uint64_t>(f),
+                                   static_cast<uint64_t>(std::max(1, s.sim.coarsen))});
+  z.piece = piece * z.coarsen;
+  z.window = z.piece * static_cast<uint64_t>(z.pieces_in_flight);
+  double body = std::max(0.0, payload - header - trailer);
+  // Chunks: the real grid, merged so a chunk is at least 4 pieces (and at most 4096 chunks).
+  uint64_t k = std::max<uint64_t>(1, grid_chunks);
+  uint64_t by_size = static_cast<uint64_t>(std::ceil(body / (4.0 * z.piece)));
+  k = std::min<uint64_t>({k, std::max<uint64_t>(1, by_size), 4096});
+  z.chunks = k;
+  uint64_t id = 0;
+  internal::SimBlob h;
+  h.info = BlobInfo{id++, BlobKind::kHeader, static_cast<uint64_t>(std::llround(header))};
+  h.apply_flops = internal::ComputeFlops(header, apply_Bps);
+  z.blobs.push_back(h);
+  uint64_t body_bytes = static_cast<uint64_t>(std::llround(body));
+  for (uint64_t i = 0; i < k; ++i) {
+    internal::SimBlob c;
+    uint64_t lo = body_bytes * i / k, hi = body_bytes * (i + 1) / k;
+    c.info = BlobInfo{id++, BlobKind::kChunk, hi - lo};
+    double dense_share = dense / static_cast<double>(k);
+    c.build_flops = build_Bps > 0 ? internal::ComputeFlops(dense_share, build_Bps) : 0;
+    c.apply_flops = internal::ComputeFlops(dense_share, apply_Bps);
+    z.blobs.push_back(c);
+  }
+  internal::SimBlob t;
+  t.info = BlobInfo{id++, BlobKind::kTrailer, static_cast<uint64_t>(std::llround(trailer))};
+  z.blobs.push_back(t);
+  return z;
+}
+
+}  // namespace
+
+std::string DefaultCalibrationPath() {
+  const char* env = std::getenv("DCR_SIM_CALIBRATION");
+  if (env != nullptr && *env != '\0') return env;
+  return std::string(DCR_SOURCE_DIR) + "/sim/calibration/default.json";
+}
+
+StatusOr<ScenarioResult> Simulate(const Scenario& s, const SimOptions& options) {
+  // ---- validate what the simulator needs beyond the schema ----
+  if (s.model.preset.empty()) {
+    return InvalidArgumentError("model.preset: the simulator needs a preset (checkpoint paths "
+                                "cannot be sized without materialising them)");
+  }
+  auto preset = GetPreset(s.model.preset);
+  if (!preset.ok()) return preset.status().WithContext("model.preset");
+  ModelConfig cfg =
+      ScaleModel(*preset, s.model.depth_div, s.model.width_div, s.model.expert_div);
+  if (s.network.regions.size() != 2) {
+    return InvalidArgumentError("network.regions: the simulator needs exactly two regions, got " +
+                                std::to_string(s.network.regions.size()));
+  }
+  if (s.sim.network_model != "CM02" && s.sim.network_model != "LV08") {
+    return InvalidArgumentError("sim.network_model: 'CM02' or 'LV08', got '" +
+                                s.sim.network_model + "'");
+  }
+  if (s.sim.gpus_per_node < 1) return InvalidArgumentError("sim.gpus_per_node: must be >= 1");
+  if (!(s.sim.tcp_gamma >= 0)) return InvalidArgumentError("sim.tcp_gamma: must be >= 0");
+  if (s.receivers.count < 1) return InvalidArgumentError("receivers.count: must be >= 1");
+  DCR_ASSIGN_OR_RETURN(Extra extra, ParseExtra(s));
+  DCR_ASSIGN_OR_RETURN(std::string cal_path, ResolveCalibration(s, options));
+  auto cal_or = internal::LoadCalibration(cal_path);
+  if (!cal_or.ok()) return cal_or.status().WithContext("sim.calibration");
+  const Calibration& cal = *cal_or;
+
+  Topology topo;
+  if (!s.transport.relay_tree.topology.empty()) {
+    auto t = Topology::FromParents(s.transport.relay_tree.topology);
+    if (!t.ok()) return t.status().WithContext("transport.relay_tree.topology");
+    topo = *t;
+  } else {
+    auto t = Topology::FanOut(s.receivers.count + 1, s.transport.relay_tree.fan_out,
+                              s.transport.relay_tree.root_fan_out);
+    if (!t.ok()) return t.status().WithContext("transport.relay_tree.fan_out");
+    topo = *t;
+  }
+
+  // ---- platform ----
+  internal::PlatformSpec plat;
+  const int per_host = std::max(1, s.receivers.per_node);
+  const int rollout_hosts = (s.receivers.count + per_host - 1) / per_host;
+  const int build_cores = extra.build_cores > 0 ? extra.build_cores : s.sim.gpus_per_node;
+  for (int r = 0; r < 2; ++r) {
+    internal::RegionSpec reg;
+    reg.name = s.network.regions[r].name;
+    reg.nodes = r == 0 ? 1 : rollout_hosts;
+    reg.cores_per_node = r == 0 ? build_cores : per_host * std::max(1, s.receivers.apply_threads);
+    double bw = s.network.regions[r].intra.bandwidth_Bps;
+    reg.nic_bandwidth = bw > 0 ? bw : kUnlimitedBandwidth;
+    reg.nic_latency = s.network.regions[r].intra.latency_s;
+    plat.regions.push_back(reg);
+  }
+  plat.wan_bandwidth = s.network.long_link.bandwidth_Bps > 0 ? s.network.long_link.bandwidth_Bps
+                                                              : kUnlimitedBandwidth;
+  plat.wan_latency = s.network.long_link.latency_s;
+  const ObjectStoreSpec& os = s.transport.object_store;
+  plat.store_region = extra.store_region;
+  plat.store_bandwidth = os.sim_link.bandwidth_Bps > 0 ? os.sim_link.bandwidth_Bps
+                                                       : kUnlimitedBandwidth;
+  plat.store_latency = os.sim_link.latency_s;
+  {
+    internal::PlatformSpec check = plat;
+    check.object_store = true;
+    std::string err = internal::ValidatePlatformSpec(check);
+    if (!err.empty()) return InvalidArgumentError(err);
+  }
+
+  ScenarioResult result;
+  result.scenario = s.name;
+  result.mode = RunMode::kSim;
+  result.model = cfg.name;
+  result.setup["simulator"] = "SimGrid 3.32, network model " + s.sim.network_model +
+                              ", per-stream TCP cap min(window, tcp_gamma)/RTT";
+  result.setup["calibration.source"] = cal.source;
+  result.setup["calibration.memcpy_bytes_per_s"] = Num(cal.memcpy_bytes_per_s);
+  result.setup["calibration.json"] = cal.raw;
+  result.setup["platform"] =
+      "train: 1 sender host (" + std::to_string(build_cores) + " build cores); rollout: " +
+      std::to_string(rollout_hosts) + " hosts x " + std::to_string(per_host) +
+      " receivers; long link " + Num(plat.wan_bandwidth) + " B/s, " + Num(plat.wan_latency) +
+      " s; store " + Num(plat.store_bandwidth) + " B/s, first byte " + Num(plat.store_latency) +
+      " s in region " + plat.regions[plat.store_region].name;
+  if (s.steps > 1) result.setup["steps"] = "simulated once per run (every step is alike)";
+
+  internal::PayloadModelOptions pmo;
+  pmo.sample_elems = static_cast<uint64_t>(std::max(1, s.sim.sample_tensors)) << 19;
+  pmo.chunk_elems = s.delta.chunk_elems;
+  pmo.zstd_level = s.delta.zstd_level;
+  pmo.seed = s.model.seed;
+  std::map<double, PayloadModel> payloads;
+
+  for (double rate : s.change_rates) {
+    auto pm_start = std::chrono::steady_clock::now();
+    auto pm = internal::MeasurePayload(cfg, rate, pmo);
+    if (!pm.ok()) return pm.status().WithContext("payload model");
+    double pm_wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - pm_start)
+                         .count();
+    std::string key = "payload_model." + Num(rate);
+    result.setup[key] = "lr " + Num(pm->lr) + ", measured change " + Num(pm->measured_rate) +
+                        ", delta " + Num(pm->delta_bytes) + " B of " + Num(pm->dense_bytes) +
+                        " B dense (" + Num(pm->dense_bytes / pm->delta_bytes) + "x), " +
+                        std::to_string(pm->grid_chunks) + " grid chunks, measured in " +
+                        Num(pm_wall) + " s";
+    for (const internal::ClassPayload& c : pm->classes) {
+      result.setup[key + "." + c.name] =
+          std::to_string(c.elements) + " elements in " + std::to_string(c.tensors) +
+          " tensors; sample " + std::to_string(c.sample_elems) + ", change " +
+          Num(c.measured_rate) + ", " + Num(c.bytes_per_element) + " B/element";
+    }
+    payloads.emplace(rate, std::move(*pm));
+  }
+  result.model_bytes = static_cast<uint64_t>(payloads.begin()->second.dense_bytes);
+
+  for (double rate : s.change_rates) {
+    const PayloadModel& pm = payloads.at(rate);
+    for (TransportKind kind : s.transport.kinds) {
+      for (Method method : s.methods) {
+        bool delta = method == Method::kDelta;
+        double trailer = 64.0 + 40.0 * static_cast<double>(pm.grid_chunks);
+        double payload = delta ? pm.delta_bytes : pm.dense_bytes + pm.header_bytes + trailer;
+        double build_Bps = delta ? cal.EncodeBytesPerS(rate) : 0;
+        double apply_Bps = delta ? cal.DecodeApplyBytesPerS(rate) : cal.memcpy_bytes_per_s;
+        Sizing z = SizeRun(s, extra, payload, pm.header_bytes, trailer, pm.dense_bytes,
+                           pm.grid_chunks, build_Bps, apply_Bps);
+        internal::RunSpec spec;
+        spec.platform = plat;
+        spec.platform.object_store = kind == TransportKind::kObjectStore;
+        spec.object_store = spec.platform.object_store;
+        spec.receivers = s.receivers.count;
+        spec.receivers_per_host = per_host;
+        spec.topology = topo;
+        spec.relay.piece_bytes = z.piece;
+        spec.relay.window_bytes = z.window;
+        spec.relay.root_streams = std::max(1, s.transport.relay_tree.streams);
+        spec.relay.apply = true;
+        spec.relay.max_parallel_applies = std::max(1, s.receivers.apply_threads);
+        spec.relay.max_parallel_puts = std::max(1, os.parallel);
+        spec.relay.max_parallel_fetches = std::max(1, os.parallel);
+        spec.relay.poll_interval_s = os.poll_s;
+        spec.relay.poll_timeout_s = 1e9;
+        spec.relay.prefix = "dcr";
+        spec.blobs = z.blobs;
+        spec.build_parallel = build_cores;
+        spec.tcp_gamma = s.sim.tcp_gamma;
+        spec.real_window = static_cast<double>(std::max<uint64_t>(
+            s.transport.relay_tree.window, s.transport.relay_tree.chunk));
+        spec.pieces_in_flight = z.pieces_in_flight;
+        spec.network_model = s.sim.network_model;
+        spec.loopback_bandwidth = cal.memcpy_bytes_per_s;
+
+        auto t0 = std::chrono::steady_clock::now();
+        auto outcome = internal::RunForked(spec);
+        if (!outcome.ok()) return outcome.status();
+        double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+        RunResult rr;
+        rr.method = method;
+        rr.transport = kind;
+        rr.change_rate = rate;
+        rr.step = 1;
+        rr.refit_seconds = outcome->refit_seconds;
+        rr.wire_bytes = static_cast<uint64_t>(std::llround(outcome->wire_bytes));
+        rr.payload_bytes = static_cast<uint64_t>(std::llround(payload));
+        rr.dense_bytes = static_cast<uint64_t>(std::llround(pm.dense_bytes));
+        rr.receivers = s.receivers.count;
+        rr.phases.build_s = std::max(0.0, outcome->last_built - outcome->first_built);
+        rr.phases.commit_s = outcome->refit_seconds;
+        double last_commit = 0, apply_sum = 0;
+        for (size_t i = 0; i < outcome->receivers.size(); ++i) {
+          const internal::NodeOutcome& n = outcome->receivers[i];
+          ReceiverResult rcv;
+          rcv.node = static_cast<int>(i) + 1;
+          rcv.host = plat.regions[1].name + "-" + std::to_string(static_cast<int>(i) / per_host);
+          rcv.committed = n.committed;
+          rcv.verified = n.committed && n.complete;
+          rcv.verify_message = rcv.verified ? "simulated: every blob applied once, committed"
+                                            : (n.error.empty() ? "not committed" : n.error);
+          rcv.commit_at_s = n.commit_at - outcome->first_built;
+          rcv.bytes_received = n.bytes_received;
+          if (rcv.verified) ++rr.receivers_verified;
+          last_commit = std::max(last_commit, rcv.commit_at_s);
+          rr.receiver_results.push_back(rcv);
+        }
+        for (const internal::SimBlob& b : z.blobs) apply_sum += b.apply_flops / internal::kHostFlops;
+        rr.phases.apply_s = apply_sum;
+        rr.phases.transfer_s = last_commit;
+        rr.links.push_back({"long", rr.wire_bytes});
+        if (spec.object_store) {
+          rr.links.push_back({"store_put",
+                              static_cast<uint64_t>(std::llround(outcome->store_put_bytes))});
+          rr.links.push_back({"store_get",
+                              static_cast<uint64_t>(std::llround(outcome->store_get_bytes))});
+        }
+        rr.error = outcome->error;
+        std::string run_key = std::string("run.") + MethodName(method) + "." +
+                              TransportKindName(kind) + "." + Num(rate);
+        result.setup[run_key] =
+            "simulated " + Num(outcome->sim_clock) + " s in " + Num(wall) + " s wall, " +
+            std::to_string(outcome->comms) + " messages; " + std::to_string(z.chunks) +
+            " chunks (grid " + std::to_string(pm.grid_chunks) + "), piece " +
+            std::to_string(z.piece) + " B, window " + std::to_string(z.window) +
+            " B (coarsened x" + std::to_string(z.coarsen) + ")";
+        if (options.progress) {
+          std::fprintf(stderr, "dcr sim: %s %s %s rate %g: refit %.2f s (%d/%d verified), "
+                       "%.2f s wall\n", s.name.c_str(), MethodName(method),
+                       TransportKindName(kind), rate, rr.refit_seconds, rr.receivers_verified,
+                       rr.receivers, wall);
+        }
+        result.runs.push_back(std::move(rr));
+      }
+    }
+  }
+  return result;
+}
+
+}  // namespace dcr::sim

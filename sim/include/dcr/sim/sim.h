@@ -1,0 +1,61 @@
+// dcr::sim: simulate a scenario's refits on SimGrid, driving the project's own transport state
+// machines (dcr/relay_policy.h), with payload sizes measured by the real codec and compute costs
+// from a calibration file written by `dcr bench codec --json`. SimGrid-free header.
+//
+// What is simulated, per run (method x transport x change rate of the scenario):
+//   * the platform: two regions (star zones; hosts with their own NIC links at the region's
+//     bandwidth/latency), gateways joined by a split-duplex long link, an object-store host with
+//     its bandwidth and first-byte latency (in the rollout region unless
+//     sim.extra.object_store_region: train), receivers.per_node receivers sharing a host;
+//   * the sender builds chunks (encode cost from the calibration, sim.gpus_per_node jobs in
+//     parallel) and runs the same Sender/Relay/Receiver or Uploader/Downloader policies as
+//     `dcr run` in mode real; receivers apply chunks (decode+apply cost from the calibration;
+//     memcpy cost for the full checkpoint), receivers.apply_threads at a time;
+//   * the payload: header + chunks + trailer, sized by the payload model (real codec on trained
+//     samples of each element class of the preset's inventory, scaled to the inventory).
+// Chunks and pieces are coarsened so the simulation sends at most ~sim.extra.comm_budget messages
+// (default 250000): pieces, windows and chunks grow together, so each stream keeps its depth of
+// pieces in flight and its TCP rate cap (min(window, tcp_gamma) / RTT); a test checks the result
+// does not move with the coarsening.
+//
+// Results use the real runner's schema (dcr/scenario.h ScenarioResult, mode "sim"); the
+// calibration, the payload model and the coarsening are recorded in `setup`. A receiver counts as
+// verified when its policy committed after applying every blob exactly once (the simulator moves
+// no bytes, so this checks the protocol, not data).
+//
+// Each run is simulated in a forked child process (SimGrid allows one engine per process), so
+// Simulate may be called many times by one process. Deterministic: same scenario and calibration,
+// same result. Thread safety: call from one thread at a time (it forks).
+#ifndef DCR_SIM_INCLUDE_DCR_SIM_SIM_H_
+#define DCR_SIM_INCLUDE_DCR_SIM_SIM_H_
+
+#include <cstdint>
+#include <string>
+
+#include "dcr/scenario.h"
+#include "dcr/statusor.h"
+
+namespace dcr::sim {
+
+struct SimOptions {
+  // Calibration file; overrides the scenario's sim.calibration. Default "" = the scenario's, else
+  // DefaultCalibrationPath().
+  std::string calibration_path;
+  // Print one progress line per run to stderr. Default false.
+  bool progress = false;
+};
+
+// Where the default calibration lives: $DCR_SIM_CALIBRATION if set, else
+// <source tree>/sim/calibration/default.json.
+std::string DefaultCalibrationPath();
+
+// Simulates every run of `scenario` (its `mode` is not consulted). Errors: kInvalidArgument
+// naming the scenario key (unsupported preset, region count, sim.network_model, unknown
+// sim.extra key...), kNotFound for a missing calibration file, kInternal if a simulation process
+// dies. A run whose receivers do not all commit is reported in the run's `error`, not as a
+// Status.
+StatusOr<ScenarioResult> Simulate(const Scenario& scenario, const SimOptions& options = {});
+
+}  // namespace dcr::sim
+
+#endif  // DCR_SIM_INCLUDE_DCR_SIM_SIM_H_
