@@ -32,7 +32,7 @@ constexpr uint64_t kControlBytes = 64;
 constexpr uint64_t kListReplyBytes = 256;
 
 struct Msg {
-  enum Type { kData, kAck, kCommit } type = kData;
+  enum Type { kData, kAck, kCommit, kPutData, kFetchReq, kFetchData } type = kData;
   NodeId from = kNoNode;
   BlobInfo blob;
   uint64_t offset = 0, length = 0;
@@ -46,6 +46,7 @@ struct World {
   std::vector<int> node_region;        // per node
   std::vector<sg4::Mailbox*> mailbox;  // per node
   std::vector<BlobInfo> store_index;   // blobs whose Put completed, in completion order
+  sg4::Mailbox* store_mailbox = nullptr;
   RunOutcome out;
 };
 
@@ -121,21 +122,17 @@ class NodeActor {
     Add(c, std::move(tag));
   }
 
-  sg4::CommPtr StoreComm(sg4::Host* from, sg4::Host* to, uint64_t bytes, bool capped) {
-    sg4::CommPtr c = sg4::Comm::sendto_init(from, to);
-    c->set_payload_size(bytes);
-    int my_region = w_->node_region[id_];
-    int store_region = spec().platform.store_region;
-    if (capped) {
-      // The store's first-byte latency is server time, not path RTT: cap on the network path.
-      double rtt = 2 * (spec().platform.regions[my_region].nic_latency +
-                        (my_region != store_region ? spec().platform.wan_latency : 0.0));
-      double cap = StreamRateCap(spec().tcp_gamma, spec().real_window, rtt, 1);
-      if (cap > 0) c->set_rate(cap);
-    }
-    c->start();
+  double StoreCap(int region) const {
+    // The store's first-byte latency is server time, not path RTT: cap on the network path.
+    double rtt = 2 * (spec().platform.regions[region].nic_latency +
+                      (region != spec().platform.store_region ? spec().platform.wan_latency : 0.0));
+    return StreamRateCap(spec().tcp_gamma, spec().real_window, rtt, 1);
+  }
+
+  sg4::CommPtr StoreComm(sg4::Host* from, sg4::Host* to, uint64_t bytes) {
+    sg4::CommPtr c = sg4::Comm::sendto_async(from, to, bytes);
     ++w_->out.comms;
-    CountWire(my_region, store_region, static_cast<double>(bytes));
+    CountWire(w_->node_region[id_], spec().platform.store_region, static_cast<double>(bytes));
     return c;
   }
 
@@ -176,16 +173,27 @@ class NodeActor {
       t.kind = TagKind::kPut;
       t.blob = put->blob;
       w_->out.store_put_bytes += static_cast<double>(put->blob.size);
-      Add(StoreComm(host_, w_->platform.store, put->blob.size, true), std::move(t));
+      auto* m = new Msg{Msg::kPutData, id_, put->blob, 0, put->blob.size, 0};
+      sg4::CommPtr c = w_->store_mailbox->put_init(m, put->blob.size);
+      int my_region = w_->node_region[id_];
+      double cap = StoreCap(my_region);
+      if (cap > 0) c->set_rate(cap);
+      c->start();
+      ++w_->out.comms;
+      CountWire(my_region, spec().platform.store_region, static_cast<double>(put->blob.size));
+      Add(c, std::move(t));
     } else if (std::holds_alternative<action::List>(a)) {
-      Add(StoreComm(w_->platform.store, host_, kListReplyBytes, false),
+      Add(StoreComm(w_->platform.store, host_, kListReplyBytes),
           Tag{TagKind::kList, {}, {}});
     } else if (const auto* f = std::get_if<action::Fetch>(&a)) {
-      Tag t;
-      t.kind = TagKind::kFetch;
-      t.blob = f->blob;
+      // A GET: the request pays the path and the store's first-byte latency, the store daemon
+      // then streams the object to this node's mailbox.
       w_->out.store_get_bytes += static_cast<double>(f->blob.size);
-      Add(StoreComm(w_->platform.store, host_, f->blob.size, true), std::move(t));
+      auto* m = new Msg{Msg::kFetchReq, id_, f->blob, 0, 0, 0};
+      sg4::CommPtr c = w_->store_mailbox->put_init(m, kControlBytes);
+      c->start();
+      ++w_->out.comms;
+      Add(c, Tag{TagKind::kControl, {}, {}});
     } else if (const auto* st = std::get_if<action::SetTimer>(&a)) {
       timer_ = st->at;
     } else if (const auto* fail = std::get_if<action::Fail>(&a)) {
@@ -233,7 +241,7 @@ class NodeActor {
       policy_ = MakeTreePolicy(spec().topology, id_, spec().relay);
     }
     Msg* incoming = nullptr;
-    bool receives = !spec().object_store;
+    bool receives = !spec().object_store || id_ > 0;
     if (receives) Add(w_->mailbox[id_]->get_async<Msg>(&incoming), Tag{TagKind::kRecv, {}, {}});
     Feed(event::Start{});
     if (Producer()) {
@@ -260,7 +268,10 @@ class NodeActor {
           Msg* m = incoming;
           incoming = nullptr;
           Add(w_->mailbox[id_]->get_async<Msg>(&incoming), Tag{TagKind::kRecv, {}, {}});
-          if (m->type == Msg::kData) {
+          if (m->type == Msg::kFetchData) {
+            if (id_ > 0) w_->out.receivers[id_ - 1].bytes_received += m->blob.size;
+            Feed(event::FetchDone{m->blob.id, true, ""});
+          } else if (m->type == Msg::kData) {
             if (id_ > 0) w_->out.receivers[id_ - 1].bytes_received += m->length;
             Feed(event::DataReceived{m->blob, m->offset, m->length});
           } else if (m->type == Msg::kAck) {
@@ -282,18 +293,19 @@ class NodeActor {
           built_[tag.blob.id] = true;
           LaunchBuilds();
           break;
-        case TagKind::kApply:
+        case TagKind::kApply: {
           applied_[tag.blob.id] += 1;
-          Feed(event::ApplyDone{tag.blob.id, true, ""});
+          event::ApplyDone done;
+          done.blob = tag.blob.id;
+          Feed(done);
           break;
+        }
         case TagKind::kPut:
           w_->store_index.push_back(tag.blob);
           Feed(event::PutDone{tag.blob.id, true, ""});
           if (Producer()) LaunchBuilds();
           break;
         case TagKind::kFetch:
-          if (id_ > 0) w_->out.receivers[id_ - 1].bytes_received += tag.blob.size;
-          Feed(event::FetchDone{tag.blob.id, true, ""});
           break;
         case TagKind::kList: {
           event::ListDone ld;
@@ -330,6 +342,39 @@ class NodeActor {
   size_t next_launch_ = 0, next_deliver_ = 0;
   int running_builds_ = 0;
 };
+
+// The object store: receives uploads (discarded; the uploader's Comm completion publishes the key)
+// and answers GET requests by streaming the object to the requester, at one TCP stream's cap.
+void StoreDaemon(World* w) {
+  std::vector<sg4::CommPtr> outgoing;
+  for (;;) {
+    Msg* m = w->store_mailbox->get<Msg>();
+    if (m->type == Msg::kFetchReq) {
+      NodeId to = m->from;
+      int region = w->node_region[to];
+      const PlatformSpec& p = w->spec->platform;
+      double rtt = 2 * (p.regions[region].nic_latency +
+                        (region != p.store_region ? p.wan_latency : 0.0));
+      double cap = StreamRateCap(w->spec->tcp_gamma, w->spec->real_window, rtt, 1);
+      auto* reply = new Msg{Msg::kFetchData, kNoNode, m->blob, 0, m->blob.size, 0};
+      sg4::CommPtr c = w->mailbox[to]->put_init(reply, m->blob.size);
+      if (cap > 0) c->set_rate(cap);
+      c->start();
+      ++w->out.comms;
+      if (region != p.store_region) w->out.wire_bytes += static_cast<double>(m->blob.size);
+      outgoing.push_back(c);
+    }
+    delete m;
+    // Drop references to finished replies now and then.
+    if (outgoing.size() > 1024) {
+      std::vector<sg4::CommPtr> live;
+      for (auto& c : outgoing) {
+        if (!c->test()) live.push_back(c);
+      }
+      outgoing.swap(live);
+    }
+  }
+}
 
 nlohmann::json OutcomeToJson(const RunOutcome& o) {
   nlohmann::json rs = nlohmann::json::array();
@@ -382,7 +427,9 @@ RunOutcome RunInThisProcess(const RunSpec& spec) {
   xbt_log_control_set("root.thresh:critical");
   sg4::Engine engine(&argc, argv);
   sg4::Engine::set_config("network/model:" + spec.network_model);
-  sg4::Engine::set_config("network/TCP-gamma", 0.0);
+  // Not 0: CM02 bounds a Comm by min(rate, gamma / (2 latency)), and a bound of 0 means none, so
+  // gamma = 0 would drop our explicit rates. A huge gamma leaves only the explicit rates.
+  sg4::Engine::set_config("network/TCP-gamma", 1e30);
   sg4::Engine::set_config("network/crosstraffic", false);
   sg4::Engine::set_config("network/loopback-bw", spec.loopback_bandwidth);
   sg4::Engine::set_config("network/loopback-lat", 1e-6);
@@ -407,7 +454,14 @@ RunOutcome RunInThisProcess(const RunSpec& spec) {
           NodeActor node(&w, i);
           node();
         });
-    if (!spec.object_store) w.mailbox[i]->set_receiver(a);
+    w.mailbox[i]->set_receiver(a);
+  }
+  if (spec.object_store) {
+    w.store_mailbox = sg4::Mailbox::by_name("object-store");
+    sg4::ActorPtr d =
+        sg4::Actor::create("object-store", w.platform.store, [&w]() { StoreDaemon(&w); });
+    d->daemonize();
+    w.store_mailbox->set_receiver(d);
   }
   engine.run();
   w.out.sim_clock = sg4::Engine::get_clock();

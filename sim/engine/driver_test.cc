@@ -1,0 +1,176 @@
+// Analytic checks of the platform and the driver (each simulation in its own child process).
+#include "driver.h"
+
+#include <cmath>
+
+#include <gtest/gtest.h>
+#include <simgrid/s4u.hpp>
+#include <xbt/log.h>
+
+#include "platform.h"
+#include "sim_test_util.h"
+
+namespace sg4 = simgrid::s4u;
+
+namespace dcr::sim::internal {
+namespace {
+
+PlatformSpec TwoRegions(double wan_bw, double wan_lat) {
+  PlatformSpec p;
+  p.regions = {{"train", 1, 4, 12.5e9, 1e-4}, {"rollout", 2, 4, 12.5e9, 1e-4}};
+  p.wan_bandwidth = wan_bw;
+  p.wan_latency = wan_lat;
+  p.object_store = true;
+  p.store_region = 1;
+  p.store_bandwidth = 1.25e9;
+  p.store_latency = 0.02;
+  return p;
+}
+
+// One message of `bytes` from train-0 to rollout-0 (rate cap `rate`, 0 = none); returns its time.
+std::vector<double> OneMessage(const PlatformSpec& spec, double bytes, double rate) {
+  int argc = 1;
+  char arg0[] = "t";
+  char* argv[] = {arg0, nullptr};
+  xbt_log_control_set("root.thresh:critical");
+  sg4::Engine e(&argc, argv);
+  sg4::Engine::set_config("network/model:CM02");
+  sg4::Engine::set_config("network/TCP-gamma", 1e30);
+  sg4::Engine::set_config("network/crosstraffic", false);
+  Platform p = BuildPlatform(spec);
+  double done = -1;
+  static int payload = 0;
+  sg4::Mailbox* mb = sg4::Mailbox::by_name("rcv");
+  sg4::Actor::create("rcv", p.hosts[1][0], [mb]() { mb->get<int>(); });
+  sg4::Actor::create("snd", p.hosts[0][0], [&, mb]() {
+    sg4::CommPtr c = mb->put_init(&payload, static_cast<uint64_t>(bytes));
+    if (rate > 0) c->set_rate(rate);
+    c->start();
+    c->wait();
+    done = sg4::Engine::get_clock();
+  });
+  e.run();
+  return {done};
+}
+
+TEST(DriverTest, OneCommIsLatencyPlusSizeOverBottleneck) {
+  PlatformSpec spec = TwoRegions(381e6, 0.035);
+  std::vector<double> t = InChild([&] { return OneMessage(spec, 1e9, 0); });
+  ASSERT_EQ(t.size(), 1u);
+  double expect = (1e-4 + 0.035 + 1e-4) + 1e9 / 381e6;  // CM02: no latency/bandwidth factors
+  EXPECT_NEAR(t[0], expect, expect * 1e-6);
+}
+
+TEST(DriverTest, StreamRateCapIsWindowOverRtt) {
+  PlatformSpec spec = TwoRegions(381e6, 0.035);
+  double rtt = 2 * (0.035 + 2e-4);
+  double cap = StreamRateCap(4194304, 8 << 20, rtt, 1);
+  EXPECT_NEAR(cap, 4194304 / rtt, 1e-6);                        // gamma < window: gamma wins
+  EXPECT_NEAR(StreamRateCap(4194304, 1 << 20, rtt, 1), (1 << 20) / rtt, 1e-6);  // window wins
+  EXPECT_NEAR(StreamRateCap(4194304, 8 << 20, rtt, 8), cap / 8, 1e-9);  // shared by pieces
+  EXPECT_EQ(StreamRateCap(0, 0, rtt, 1), 0.0);
+  std::vector<double> t = InChild([&] { return OneMessage(spec, 1e9, cap); });
+  ASSERT_EQ(t.size(), 1u);
+  double expect = (0.035 + 2e-4) + 1e9 / cap;  // 59.6 MB/s < 381 MB/s
+  EXPECT_NEAR(t[0], expect, expect * 1e-6);
+}
+
+TEST(DriverTest, ValidationNamesTheField) {
+  PlatformSpec spec = TwoRegions(381e6, 0.035);
+  EXPECT_EQ(ValidatePlatformSpec(spec), "");
+  spec.regions[1].nic_bandwidth = 0;
+  EXPECT_NE(ValidatePlatformSpec(spec).find("network.regions[1].nic_bandwidth"), std::string::npos);
+  spec = TwoRegions(-1, 0.035);
+  EXPECT_NE(ValidatePlatformSpec(spec).find("network.wan.bandwidth"), std::string::npos);
+}
+
+// A full checkpoint of `total` bytes in `chunks` blobs over the relay tree to `receivers`.
+RunSpec FullTransfer(double total, int chunks, int receivers, int streams, double wan_bw) {
+  RunSpec r;
+  r.platform = TwoRegions(wan_bw, 0.035);
+  r.platform.object_store = false;
+  r.platform.regions[1].nodes = receivers;
+  r.receivers = receivers;
+  r.receivers_per_host = 1;
+  r.topology = *Topology::FanOut(receivers + 1, 2, 1);
+  uint64_t chunk = static_cast<uint64_t>(total / chunks);
+  r.relay.piece_bytes = chunk / 8;
+  r.relay.window_bytes = chunk;
+  r.relay.root_streams = streams;
+  r.pieces_in_flight = 8;
+  r.tcp_gamma = 4194304;
+  r.real_window = 8 << 20;
+  r.blobs.push_back({BlobInfo{0, BlobKind::kHeader, 4096}, 0, 0});
+  for (int i = 0; i < chunks; ++i) {
+    r.blobs.push_back({BlobInfo{static_cast<BlobId>(i + 1), BlobKind::kChunk, chunk}, 0, 1});
+  }
+  r.blobs.push_back({BlobInfo{static_cast<BlobId>(chunks + 1), BlobKind::kTrailer, 4096}, 0, 0});
+  return r;
+}
+
+TEST(DriverTest, CalibratedWanMovesTwoTerabytesIn87AndAHalfMinutes) {
+  // 2 TB at 381 MB/s = 5249.3 s = 87.49 min; accept +-1%.
+  RunSpec r = FullTransfer(2e12, 1000, 1, 16, 381e6);
+  auto out = RunForked(r);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->error, "");
+  ASSERT_EQ(out->receivers.size(), 1u);
+  EXPECT_TRUE(out->receivers[0].committed);
+  EXPECT_TRUE(out->receivers[0].complete);
+  double minutes = out->refit_seconds / 60.0;
+  EXPECT_NEAR(minutes, 87.5, 87.5 * 0.01) << out->refit_seconds << " s";
+  EXPECT_NEAR(out->wire_bytes, 2e12 + 8192, 1.0);
+}
+
+TEST(DriverTest, FewStreamsAreCappedByTcpWindow) {
+  // One stream: min(8 MiB, 4 MiB) / RTT = 59.6 MB/s, far below the 381 MB/s link.
+  RunSpec r = FullTransfer(2e10, 100, 1, 1, 381e6);
+  auto out = RunForked(r);
+  ASSERT_TRUE(out.ok()) << out.status();
+  double rtt = 2 * (0.035 + 2e-4);
+  // 100 rounds of 8 pieces of 25 MB in flight, each piece at cap/8 after one path latency.
+  double per_comm = 4194304 / rtt / 8;
+  double expect = 100 * (0.035 + 2e-4 + 25e6 / per_comm);
+  EXPECT_NEAR(out->refit_seconds, expect, expect * 0.002);
+  EXPECT_GT(out->refit_seconds, 2e10 / (4194304 / rtt));  // never faster than one TCP stream
+}
+
+TEST(DriverTest, RelayTreeDeliversToEveryReceiverAndObjectStoreToo) {
+  RunSpec r = FullTransfer(4e9, 40, 7, 8, 381e6);  // 8 streams x 59.6 MB/s > link
+  auto out = RunForked(r);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->error, "");
+  for (const NodeOutcome& n : out->receivers) {
+    EXPECT_TRUE(n.committed && n.complete);
+    EXPECT_EQ(n.bytes_received, 4e9 / 40 * 40 + 8192);
+  }
+  // Only the sender's edge crosses the long link: bytes cross once.
+  EXPECT_NEAR(out->wire_bytes, 4e9 + 8192, 1.0);
+  double wan_time = 4e9 / 381e6;
+  EXPECT_GT(out->refit_seconds, wan_time);
+  EXPECT_LT(out->refit_seconds, wan_time * 1.1);
+
+  r.object_store = true;
+  r.platform.object_store = true;
+  r.relay.max_parallel_puts = 16;
+  r.relay.max_parallel_fetches = 16;
+  r.relay.poll_timeout_s = 1e9;
+  auto st = RunForked(r);
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->error, "");
+  for (const NodeOutcome& n : st->receivers) EXPECT_TRUE(n.committed && n.complete);
+  EXPECT_NEAR(st->wire_bytes, 4e9 + 8192, 1.0);  // store in the rollout region: put crosses once
+  EXPECT_NEAR(st->store_get_bytes, 7 * (4e9 + 8192), 10.0);
+}
+
+TEST(DriverTest, DeterministicAcrossRuns) {
+  RunSpec r = FullTransfer(1e9, 20, 5, 2, 381e6);
+  auto a = RunForked(r);
+  auto b = RunForked(r);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->refit_seconds, b->refit_seconds);
+  EXPECT_EQ(a->comms, b->comms);
+}
+
+}  // namespace
+}  // namespace dcr::sim::internal
