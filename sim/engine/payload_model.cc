@@ -24,6 +24,17 @@ class Rng {
     return z ^ (z >> 31);
   }
   double Uniform() { return ((Next() >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+  // A standard normal deviate drawn from a fixed table of 2^16 Box-Muller values (fast; the table
+  // is the same for every seed, the draws differ).
+  float FastNormal() {
+    static const std::vector<float> table = [] {
+      Rng r(0x7AB1E);
+      std::vector<float> t(1 << 16);
+      for (float& x : t) x = r.Normal();
+      return t;
+    }();
+    return table[Next() >> 48];
+  }
   float Normal() {
     if (has_spare_) {
       has_spare_ = false;
@@ -87,7 +98,7 @@ Trained TrainSample(InitKind kind, DType dtype, uint64_t n, double lr,
   int total = o.warmup_steps + 1;
   for (int step = 1; step <= total; ++step) {
     for (uint64_t i = 0; i < n; ++i) {
-      grad[i] = static_cast<float>(o.grad_snr) * persist[i] + rng.Normal();
+      grad[i] = static_cast<float>(o.grad_snr) * persist[i] + rng.FastNormal();
     }
     if (step == total) store(&t.old_bits);
     AdamWStep(w.data(), m.data(), v.data(), grad.data(), n, h, step);
@@ -104,12 +115,13 @@ double ChangedFraction(const Trained& t) {
 
 // Calibrates one learning rate so the BF16 weight class changes at `rate` (bisection in log lr).
 double CalibrateLr(double rate, const PayloadModelOptions& o) {
-  double lo = 1e-9, hi = 1e-2;
-  for (int it = 0; it < 22; ++it) {
+  // lr ~ 1e-4 x rate for N(0, 0.02) weights (shared/notes/codec.md); bracket generously.
+  double lo = rate * 1e-6, hi = rate * 1e-2;
+  for (int it = 0; it < 30; ++it) {
     double mid = std::sqrt(lo * hi);
     Trained t = TrainSample(InitKind::kWeight, DType::kBF16, o.calib_elems, mid, o, 0xCA11B);
     if (ChangedFraction(t) < rate) lo = mid; else hi = mid;
-    if (hi / lo < 1.02) break;
+    if (hi / lo < 1.03) break;
   }
   return std::sqrt(lo * hi);
 }

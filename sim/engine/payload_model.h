@@ -27,7 +27,7 @@ namespace dcr::sim::internal {
 
 struct PayloadModelOptions {
   uint64_t sample_elems = uint64_t{1} << 22;   // per class, default one full grid cell (2^22)
-  uint64_t calib_elems = uint64_t{1} << 18;    // sample used to calibrate the learning rate
+  uint64_t calib_elems = uint64_t{1} << 17;    // sample used to calibrate the learning rate
   int warmup_steps = 10;                       // optimizer steps before the measured step
   double grad_snr = 0.1;
   uint64_t seed = 1;

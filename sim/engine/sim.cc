@@ -105,10 +105,11 @@ Sizing SizeRun(const Scenario& s, const Extra& extra, double payload, double hea
   z.piece = piece * z.coarsen;
   z.window = z.piece * static_cast<uint64_t>(z.pieces_in_flight);
   double body = std::max(0.0, payload - header - trailer);
-  // Chunks: the real grid, merged so a chunk is at least 4 pieces (and at most 4096 chunks).
+  // Chunks: the real grid, merged so every receiver sees at most budget / 4 blobs (each blob is at
+  // least one message per tree edge) and at most 4096.
   uint64_t k = std::max<uint64_t>(1, grid_chunks);
-  uint64_t by_size = static_cast<uint64_t>(std::ceil(body / (4.0 * z.piece)));
-  k = std::min<uint64_t>({k, std::max<uint64_t>(1, by_size), 4096});
+  uint64_t by_budget = static_cast<uint64_t>(extra.comm_budget / (4.0 * receivers));
+  k = std::min<uint64_t>({k, std::max<uint64_t>(1, by_budget), 4096});
   z.chunks = k;
   uint64_t id = 0;
   internal::SimBlob h;
@@ -226,7 +227,7 @@ StatusOr<ScenarioResult> Simulate(const Scenario& s, const SimOptions& options) 
   if (s.steps > 1) result.setup["steps"] = "simulated once per run (every step is alike)";
 
   internal::PayloadModelOptions pmo;
-  pmo.sample_elems = static_cast<uint64_t>(std::max(1, s.sim.sample_tensors)) << 19;
+  pmo.sample_elems = static_cast<uint64_t>(std::max(1, s.sim.sample_tensors)) << 17;
   pmo.chunk_elems = s.delta.chunk_elems;
   pmo.zstd_level = s.delta.zstd_level;
   pmo.seed = s.model.seed;

@@ -1,0 +1,132 @@
+// Scenario-level checks of dcr::sim::Simulate: golden results of small scenarios (deterministic),
+// coarsening invariance, and errors naming the scenario key. Each simulation runs in a child.
+#include "dcr/sim/sim.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "dcr/scenario.h"
+
+namespace dcr::sim {
+namespace {
+
+const char* kSmall = R"(
+name: sim-small
+mode: sim
+model: {preset: llama3-8b, depth_div: 8, width_div: 4, seed: 1}
+change_rates: [3%, 5%]
+methods: [delta, full]
+transport:
+  kinds: [relay_tree, object_store]
+  relay_tree: {fan_out: 2, root_fan_out: 1, streams: 4, window: 8MiB, chunk: 1MiB}
+  object_store: {parallel: 4, sim_bandwidth: 10Gbit/s, sim_latency: 20ms}
+receivers: {count: 6, per_node: 2, apply_threads: 2}
+network:
+  regions: [{name: train}, {name: rollout, bandwidth: 10Gbit/s, latency: 0.1ms}]
+  long_link: {bandwidth: 100Mbit/s, latency: 35ms}
+sim: {gpus_per_node: 4}
+)";
+
+std::string GoldenPath() { return std::string(DCR_TEST_SRC) + "/testdata/golden_small.json"; }
+
+Scenario Parse(const std::string& yaml) {
+  auto s = ParseScenario(yaml, "test");
+  EXPECT_TRUE(s.ok()) << s.status();
+  return *s;
+}
+
+TEST(SimTest, SmallScenarioMatchesGolden) {
+  Scenario s = Parse(kSmall);
+  auto r = Simulate(s);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->runs.size(), 8u);
+  nlohmann::json now = nlohmann::json::array();
+  for (const RunResult& run : r->runs) {
+    EXPECT_EQ(run.error, "");
+    EXPECT_EQ(run.receivers_verified, 6);
+    now.push_back({{"method", MethodName(run.method)},
+                   {"transport", TransportKindName(run.transport)},
+                   {"change_rate", run.change_rate},
+                   {"refit_seconds", run.refit_seconds},
+                   {"wire_bytes", run.wire_bytes},
+                   {"payload_bytes", run.payload_bytes}});
+  }
+  if (std::getenv("DCR_UPDATE_GOLDEN") != nullptr) {
+    std::ofstream(GoldenPath()) << now.dump(2) << "\n";
+    GTEST_SKIP() << "golden file rewritten";
+  }
+  std::ifstream in(GoldenPath());
+  ASSERT_TRUE(in) << GoldenPath();
+  nlohmann::json golden = nlohmann::json::parse(in);
+  ASSERT_EQ(golden.size(), now.size());
+  for (size_t i = 0; i < now.size(); ++i) {
+    SCOPED_TRACE(now[i].dump());
+    EXPECT_EQ(golden[i]["method"], now[i]["method"]);
+    EXPECT_EQ(golden[i]["transport"], now[i]["transport"]);
+    double g = golden[i]["refit_seconds"], n = now[i]["refit_seconds"];
+    EXPECT_NEAR(n, g, g * 1e-6);  // floats: a relative tolerance across compilers
+    uint64_t gp = golden[i]["payload_bytes"], np = now[i]["payload_bytes"];
+    EXPECT_NEAR(static_cast<double>(np), static_cast<double>(gp), gp * 1e-6);
+  }
+  // Delta beats full on the same link by more than the payload ratio's share of the link time.
+  for (size_t i = 0; i + 1 < r->runs.size(); i += 2) {
+    EXPECT_LT(r->runs[i].refit_seconds * 10, r->runs[i + 1].refit_seconds);
+  }
+}
+
+TEST(SimTest, CoarseningDoesNotMoveTheResult) {
+  Scenario s = Parse(kSmall);
+  s.change_rates = {0.03};
+  s.transport.kinds = {TransportKind::kRelayTree};
+  s.methods = {Method::kFull};
+  auto fine = Simulate(s);
+  // 4 MiB pieces, 32 MiB windows: same depth of pieces in flight. The residue is the tail: the
+  // last round of pieces on the capped long link takes one (bigger) piece time.
+  s.sim.coarsen = 4;
+  auto coarse = Simulate(s);
+  ASSERT_TRUE(fine.ok() && coarse.ok());
+  double a = fine->runs[0].refit_seconds, b = coarse->runs[0].refit_seconds;
+  EXPECT_NEAR(b, a, a * 0.02) << "fine " << a << " coarse " << b;
+}
+
+TEST(SimTest, BadScenariosNameTheKey) {
+  Scenario s = Parse(kSmall);
+  s.sim.extra["bogus"] = "1";
+  auto r = Simulate(s);
+  EXPECT_TRUE(r.status().IsInvalidArgument());
+  EXPECT_NE(r.status().message().find("sim.extra.bogus"), std::string::npos) << r.status();
+
+  s = Parse(kSmall);
+  s.sim.network_model = "IB";
+  r = Simulate(s);
+  EXPECT_NE(r.status().message().find("sim.network_model"), std::string::npos) << r.status();
+
+  s = Parse(kSmall);
+  s.model.preset = "no-such-model";
+  r = Simulate(s);
+  EXPECT_NE(r.status().message().find("model.preset"), std::string::npos) << r.status();
+
+  s = Parse(kSmall);
+  s.sim.calibration = "/nonexistent/cal.json";
+  r = Simulate(s);
+  EXPECT_TRUE(r.status().IsNotFound()) << r.status();
+  EXPECT_NE(r.status().message().find("sim.calibration"), std::string::npos) << r.status();
+
+  s = Parse(kSmall);
+  s.network.regions.pop_back();
+  r = Simulate(s);
+  EXPECT_NE(r.status().message().find("network.regions"), std::string::npos) << r.status();
+
+  // Schema errors come from the parser and name the key path too.
+  auto p = ParseScenario(std::string(kSmall) + "bogus_key: 1\n", "t");
+  EXPECT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("bogus_key"), std::string::npos) << p.status();
+}
+
+}  // namespace
+}  // namespace dcr::sim
