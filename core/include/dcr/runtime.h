@@ -25,20 +25,24 @@
 //   BuildServingDelta, StorageReceiver        the serving-space (FP8) path.
 //
 // Interception. During a recording load dcr interposes the process's memcpy, memmove, memset (and
-// their _chk forms): the dcr::core static library defines these symbols, so they take precedence
-// over libc's for the executable and every shared library in it, and forward to libc's versions
-// through dlsym(RTLD_NEXT). (dcr::cuda interposes cudaMemcpy / cudaMemcpyAsync / cudaMemcpy2D /
-// cudaMemcpy2DAsync the same way.) A real runtime in Python can get the same effect by preloading
-// a shim that calls dcr_copy_hook_note (dcr_c.h). Why symbol interposition and not a hook the loader
-// calls: the loader stays unmodified and cannot forget a call site. Why not only that: GCC expands
-// __builtin_memcpy inline when the size is a small constant, and a loader may also write storage
-// with plain stores; those writes never reach a symbol. So every recording load is checked: the
-// loader runs twice more, once into storage filled with 0xFF (bytes that come out equal to the
-// 0x00-filled load but were not seen by the hook were written behind dcr's back: the recording
-// fails with kFailedPrecondition naming the buffer) and once from a probe checkpoint whose elements
-// all differ from the real one (every bit-preserving placement must hold the probe's bits; any
-// other byte that moves must lie in a region attributed to a tensor). Copies from the checkpoint
-// into a staging buffer and then into storage (bounce buffers) keep their provenance.
+// their _chk forms): a binary that records includes dcr/copy_interposers.h in one translation unit,
+// which defines these symbols in the executable, so they take precedence over libc's for the
+// executable and every shared library in it, and forward to libc's versions through
+// dlsym(RTLD_NEXT). (They are not part of the dcr::core archive: an archive member defining memcpy
+// would be linked into every program using dcr::core.) dcr::cuda interposes cudaMemcpy /
+// cudaMemcpyAsync / cudaMemcpy2D(Async) the same way. A runtime in Python can preload a shim that
+// includes the header, or report copies itself with dcr_copy_hook_note (dcr_c.h).
+// Why symbol interposition and not a hook the loader calls: the loader stays unmodified and cannot
+// forget a call site. Why not only that: GCC expands __builtin_memcpy inline when the size is a
+// small constant, and a loader may also write storage with plain stores; those writes never reach
+// a symbol. So every recording load is checked: the loader runs twice more, once into storage
+// filled with 0xFF (bytes that come out equal to the 0x00-filled load but were not seen by the hook
+// were written behind dcr's back: the recording fails with kFailedPrecondition naming the buffer)
+// and once from a probe checkpoint whose elements all differ from the real one (a copied box whose
+// bytes do not follow the checkpoint, e.g. converted in a staging buffer after the copy, is demoted
+// to converted data of its tensor; any other byte that moves must lie in a region attributed to a
+// tensor, else kFailedPrecondition). Copies from the checkpoint into a staging buffer and then into
+// storage (bounce buffers) keep their provenance.
 // Contract for loaders: place weights into storage with copy calls (memcpy / cudaMemcpy family);
 // compute converted values into a staging buffer first; do it inside LoadWeight for the tensor they
 // depend on (the receiver re-runs LoadWeight with the new tensor to refresh them).

@@ -230,6 +230,11 @@ int64_t CopyRecorder::TensorIndex(const std::string& name) const {
 
 Status CopyRecorder::Start() {
   if (started_) return Status::OK();
+  if (!CopyInterposersLinked()) {
+    return FailedPreconditionError(
+        "recording load: this binary does not interpose memcpy; include dcr/copy_interposers.h in "
+        "one translation unit of the executable (or preload a shim that does)");
+  }
   if (dcr_copy_hook_install(&RecorderObserver, this) != DCR_OK) {
     return InternalError("recording load: another copy recording is active in this process");
   }

@@ -27,6 +27,8 @@ namespace internal {
 
 // Mutes the copy hook on the calling thread (returns the previous state); defined in copy_hook.cc.
 bool SetHookMuted(bool muted);
+// True when the binary includes dcr/copy_interposers.h.
+bool CopyInterposersLinked();
 class ScopedHookMute {
  public:
   ScopedHookMute() : old_(SetHookMuted(true)) {}
