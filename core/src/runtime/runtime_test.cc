@@ -460,3 +460,94 @@ TEST(RuntimeTest, BadServingConfigsNameTheField) {
 
 }  // namespace
 }  // namespace dcr
+
+namespace dcr {
+namespace {
+
+// The C API drives the same reference loader the way a foreign runtime would: it declares its
+// buffers, names the tensor it is loading, and re-runs its loader from the reload callback.
+struct CRuntime {
+  std::unique_ptr<ModelLoader> loader;
+  Storage storage{0};
+};
+
+struct ReloadCtx {
+  CRuntime* rt;
+  const Checkpoint* shapes_from;
+};
+
+int Reload(void* ctx, const char* tensor, const void* data, uint64_t nbytes) {
+  auto* c = static_cast<ReloadCtx*>(ctx);
+  const TensorInfo* t = c->shapes_from->Find(tensor);
+  if (t == nullptr) return static_cast<int>(StatusCode::kNotFound);
+  WeightRef w{t->name, t->dtype_name, t->dtype, t->shape, static_cast<const uint8_t*>(data), nbytes};
+  return static_cast<int>(c->rt->loader->LoadWeight(w, &c->rt->storage).code());
+}
+
+TEST(RuntimeTest, CApiRecordsAndAppliesWithReloads) {
+  ServingConfig cfg = ConfigOf(Layout{true, 2, false, FusedLayout::kConcat, false});
+  SyntheticModel model = MakeSyntheticModel(cfg.model, 31);
+  auto v0 = model.ToCheckpoint();
+  const std::string path = ::testing::TempDir() + "/dcr_capi_v0.safetensors";
+  std::vector<TensorView> views;
+  for (size_t i = 0; i < model.inventory.size(); ++i) {
+    views.push_back(TensorView{model.inventory[i].name, model.inventory[i].dtype,
+                               model.inventory[i].shape, model.data[i].data(), model.data[i].size()});
+  }
+  ASSERT_TRUE(WriteSafetensors(path, views).ok());
+  const int rank = 1;
+  CRuntime rt;
+  dcr_recorder* rec = nullptr;
+  ASSERT_EQ(dcr_recorder_begin(path.c_str(), &rec), DCR_OK) << dcr_last_error();
+  auto l = MakeReferenceLoader(cfg, rank);
+  ASSERT_TRUE(l.ok());
+  rt.loader = std::move(l).value();
+  ASSERT_TRUE(rt.loader->Init(&rt.storage).ok());
+  for (const auto& b : rt.storage.buffers()) {
+    ASSERT_EQ(dcr_recorder_add_buffer(rec, b.name.c_str(), b.data, b.nbytes), DCR_OK);
+  }
+  for (const TensorSpec& t : model.inventory) {
+    uint64_t n = 0;
+    const void* p = dcr_recorder_tensor_data(rec, t.name.c_str(), &n);
+    ASSERT_NE(p, nullptr);
+    ASSERT_EQ(dcr_recorder_set_tensor(rec, t.name.c_str()), DCR_OK);
+    WeightRef w{t.name, t.dtype, DTypeFromName(t.dtype), t.shape, static_cast<const uint8_t*>(p), n};
+    ASSERT_TRUE(rt.loader->LoadWeight(w, &rt.storage).ok());
+  }
+  ASSERT_EQ(dcr_recorder_set_tensor(rec, nullptr), DCR_OK);
+  ReloadCtx rctx{&rt, v0.get()};
+  dcr_receiver* rx = nullptr;
+  ASSERT_EQ(dcr_recorder_end(rec, &Reload, &rctx, &rx), DCR_OK) << dcr_last_error();
+  uint64_t bp = 0, cv = 0, cs = 0;
+  dcr_receiver_stats(rx, &bp, &cv, &cs);
+  EXPECT_GT(bp, 0u);
+  EXPECT_GT(cv, 0u);
+  std::unique_ptr<Checkpoint> prev = std::move(v0);
+  for (int step = 1; step <= 2; ++step) {
+    StepSyntheticModel(&model, 0.03, 400 + step, true);
+    auto next = model.ToCheckpoint();
+    auto d = MakeDelta(*prev, *next, step - 1, step, ValuePolicy::kAuto);
+    size_t hsize = 0;
+    ASSERT_TRUE(ParseFileHeader(d->data(), d->size(), &hsize).ok());
+    ASSERT_EQ(dcr_receiver_begin(rx, d->data(), hsize), DCR_OK) << dcr_last_error();
+    uint64_t end = hsize;
+    for (size_t i : Shuffled(d->num_chunks(), step)) {
+      ASSERT_EQ(dcr_receiver_apply_chunk(rx, d->chunk_data(i), d->chunk_size(i)), DCR_OK)
+          << dcr_last_error();
+      end = std::max<uint64_t>(end, d->trailer().chunks[i].offset + d->chunk_size(i));
+    }
+    ASSERT_EQ(dcr_receiver_finish(rx, d->data() + end, d->size() - end), DCR_OK) << dcr_last_error();
+    rctx.shapes_from = next.get();
+    ExpectEqualsDenseLoad(rt.storage, *next, ReferenceLoaderFactory(cfg), rank, "C API");
+    // The same delta again: its base is no longer held; refused with a message.
+    if (d->num_chunks() > 0) {
+      ASSERT_EQ(dcr_receiver_begin(rx, d->data(), hsize), DCR_FAILED_PRECONDITION);
+      EXPECT_NE(std::string(dcr_last_error()).find("base"), std::string::npos);
+    }
+    prev = std::move(next);
+  }
+  dcr_receiver_free(rx);
+}
+
+}  // namespace
+}  // namespace dcr
