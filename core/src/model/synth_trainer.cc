@@ -60,6 +60,11 @@ inline uint32_t ToBits(float f) { return std::bit_cast<uint32_t>(f); }
 
 // Standard normals for elements [idx, idx+n) of one (seed, tensor, stream, step) key.
 // REQUIRES: n <= kPiece and the range does not cross a multiple of 2^32.
+// The AVX2 clone computes the same bits (no FMA is enabled, so nothing is contracted; +, *, / and
+// sqrt are correctly rounded in every ISA).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx2", "default")))
+#endif
 void Normals(uint64_t seed, uint64_t name_key, uint64_t stream, uint64_t step, uint64_t idx,
              uint64_t n, float* out) {
   const uint64_t key = SplitMix64(
