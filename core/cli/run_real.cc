@@ -192,6 +192,8 @@ StatusOr<std::vector<NodePlan>> MakePlans(const Scenario& s, Method method, Tran
     p.verify_path = s.receivers.verify ? target : "";
     p.timeout_s = s.timeout_s;
     p.result_path = run_dir + "/node-" + std::to_string(r) + ".json";
+    p.ready_path = run_dir + "/ready-" + std::to_string(r);
+    p.go_path = run_dir + "/go";
     plans.push_back(std::move(p));
   }
   return plans;
@@ -212,6 +214,12 @@ Status SpawnAndWait(const Scenario& s, const std::vector<NodePlan>& plans,
                     const std::string& run_dir, const std::string& label) {
   const std::string exe = SelfExe();
   std::vector<Child> children;
+  // Stale files of an earlier invocation would fake readiness or results.
+  for (const auto& p : plans) {
+    for (const std::string& f : {p.ready_path, p.go_path, p.result_path}) {
+      if (!f.empty()) unlink(f.c_str());
+    }
+  }
   // Receivers first so their listening sockets exist early (connect retries anyway).
   for (int i = static_cast<int>(plans.size()) - 1; i >= 0; --i) {
     const NodePlan& p = plans[i];
@@ -240,6 +248,7 @@ Status SpawnAndWait(const Scenario& s, const std::vector<NodePlan>& plans,
   const double deadline = start + s.timeout_s + 30;
   double last_print = 0;
   size_t exited = 0;
+  bool go = false;
   Status failure;
   while (exited < children.size()) {
     for (auto& c : children) {
@@ -258,6 +267,16 @@ Status SpawnAndWait(const Scenario& s, const std::vector<NodePlan>& plans,
                                                     : "signal " + std::to_string(WTERMSIG(st))) +
                                      "): " + tail);
         }
+      }
+    }
+    if (!go) {
+      bool all_ready = true;
+      for (const auto& p : plans) {
+        if (p.rank != 0 && !p.ready_path.empty() && !Exists(p.ready_path)) all_ready = false;
+      }
+      if (all_ready && !plans.empty() && !plans[0].go_path.empty()) {
+        go = true;
+        DCR_RETURN_IF_ERROR(WriteFileAtomic(plans[0].go_path, "go\n", 3));
       }
     }
     double now = internal::SteadyNow();

@@ -173,7 +173,12 @@ std::string ResultToMarkdown(const ScenarioResult& r) {
                   HumanBytes(run.wire_bytes).c_str(), HumanBytes(run.payload_bytes).c_str(),
                   run.receivers_verified, run.receivers, speed.c_str());
     o << buf;
-    if (!run.error.empty()) o << "|  error: " << run.error << " |||||||||||\n";
+  }
+  for (const auto& run : r.runs) {
+    if (!run.error.empty()) {
+      o << "\n" << MethodName(run.method) << " / " << TransportKindName(run.transport) << " / step "
+        << run.step << " failed: " << run.error << "\n";
+    }
   }
   return o.str();
 }

@@ -26,7 +26,8 @@
 //   kUploader   object-store producer: Put of every blob as it is produced, trailer last (its
 //               presence publishes the whole delta), with retries.
 //   kDownloader object-store consumer: List polling, bounded parallel Fetch, apply as blobs arrive,
-//               with retries.
+//               with retries. Once the trailer is listed every other key is implied (ids are
+//               dense), so a lagging listing (eventually consistent stores) does not stall it.
 //
 // Apply order on every applying node: the header is applied first; chunks (any order, up to
 // max_parallel_applies at a time) only after the header; the trailer last, after every chunk.

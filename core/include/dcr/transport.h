@@ -89,11 +89,19 @@ struct NodePlan {
   int zstd_level = 1;
   int build_threads = 0;
   uint64_t full_slice_bytes = uint64_t{8} << 20;  // full reference: data bytes per chunk blob
+  // Tests: when non-zero, the sender holds the chunks back and sends them in an order permuted
+  // with this seed (header first, trailer last) instead of as they are built. Default 0.
+  uint64_t shuffle_seed = 0;
   // Receiver inputs.
   std::string receiver_base_path;  // checkpoint the receiver holds (delta)
   std::string verify_path;         // compare with this target after commit ("" = skip)
   double timeout_s = 600;
   std::string result_path;      // node result JSON ("" = none)
+  // Start barrier (so that no node's setup -- loading and hashing its base -- overlaps the timed
+  // refit): a non-sender creates `ready_path` once it is set up and connected; the sender waits
+  // for `go_path` to exist before it starts building. Empty = no barrier.
+  std::string ready_path;
+  std::string go_path;
 };
 
 // What a node measured. Times are wall-clock seconds (CLOCK_REALTIME) so that processes on one

@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <thread>
 
 #include "dcr/checkpoint.h"
@@ -151,6 +153,8 @@ class NodeDriver {
     t0_ = SteadyNow();
     deadline_ = t0_ + plan_.timeout_s;
     Status s = Setup();
+    if (s.ok()) s = Barrier();
+    if (s.ok() && plan_.rank == 0) builder_ = std::thread([this] { Build(); });
     if (s.ok()) s = Loop();
     if (s.ok() && backend_ && committed_ && !plan_.verify_path.empty()) {
       Status v = backend_->Verify(plan_.verify_path);
@@ -209,8 +213,20 @@ class NodeDriver {
     result_->role = NodeRoleName(policy_->role());
     apply_pool_.Start(plan_.relay.max_parallel_applies);
     result_->t_start = WallNow();
-    if (sender) {
-      builder_ = std::thread([this] { Build(); });
+    return Status();
+  }
+
+  Status Barrier() {
+    if (plan_.rank != 0 && !plan_.ready_path.empty()) {
+      DCR_RETURN_IF_ERROR(WriteFileAtomic(plan_.ready_path, "ready\n", 6));
+    }
+    if (plan_.rank == 0 && !plan_.go_path.empty()) {
+      while (access(plan_.go_path.c_str(), F_OK) != 0) {
+        if (SteadyNow() > deadline_) {
+          return DeadlineExceededError("sender: start signal " + plan_.go_path + " never came");
+        }
+        usleep(5000);
+      }
     }
     return Status();
   }
@@ -289,7 +305,20 @@ class NodeDriver {
 
   void Build() {
     BlobId next = 0;
+    std::vector<std::vector<uint8_t>> held;  // shuffle_seed: chunks held back
+    std::function<Status(BlobKind, std::vector<uint8_t>)> emit_now;
     auto emit = [&](BlobKind kind, std::vector<uint8_t> bytes) -> Status {
+      if (plan_.shuffle_seed == 0 || kind == BlobKind::kHeader) return emit_now(kind, std::move(bytes));
+      if (kind == BlobKind::kChunk) {
+        held.push_back(std::move(bytes));
+        return Status();
+      }
+      std::mt19937_64 rng(plan_.shuffle_seed);
+      std::shuffle(held.begin(), held.end(), rng);
+      for (auto& h : held) DCR_RETURN_IF_ERROR(emit_now(BlobKind::kChunk, std::move(h)));
+      return emit_now(kind, std::move(bytes));
+    };
+    emit_now = [&](BlobKind kind, std::vector<uint8_t> bytes) -> Status {
       auto b = std::make_shared<BlobBuf>();
       b->info = BlobInfo{next++, kind, bytes.size()};
       b->bytes = std::move(bytes);
@@ -722,10 +751,13 @@ std::string NodePlanToJson(const NodePlan& p) {
   j["zstd_level"] = p.zstd_level;
   j["build_threads"] = p.build_threads;
   j["full_slice_bytes"] = p.full_slice_bytes;
+  j["shuffle_seed"] = p.shuffle_seed;
   j["receiver_base_path"] = p.receiver_base_path;
   j["verify_path"] = p.verify_path;
   j["timeout_s"] = p.timeout_s;
   j["result_path"] = p.result_path;
+  j["ready_path"] = p.ready_path;
+  j["go_path"] = p.go_path;
   return j.dump(1);
 }
 
@@ -761,10 +793,13 @@ StatusOr<NodePlan> NodePlanFromJson(const std::string& text) {
     p.zstd_level = j.at("zstd_level").get<int>();
     p.build_threads = j.at("build_threads").get<int>();
     p.full_slice_bytes = j.at("full_slice_bytes").get<uint64_t>();
+    if (j.contains("shuffle_seed")) p.shuffle_seed = j["shuffle_seed"].get<uint64_t>();
     p.receiver_base_path = j.at("receiver_base_path").get<std::string>();
     p.verify_path = j.at("verify_path").get<std::string>();
     p.timeout_s = j.at("timeout_s").get<double>();
     p.result_path = j.at("result_path").get<std::string>();
+    if (j.contains("ready_path")) p.ready_path = j["ready_path"].get<std::string>();
+    if (j.contains("go_path")) p.go_path = j["go_path"].get<std::string>();
   } catch (const std::exception& e) {
     return InvalidArgumentError(std::string("node plan JSON: ") + e.what());
   }

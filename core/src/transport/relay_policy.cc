@@ -691,7 +691,17 @@ class DownloaderPolicy : public NodePolicy {
               for (const auto& b : e.blobs) {
                 if (!known_.emplace(b.id, b).second) continue;
                 last_progress_ = now;
-                if (b.kind == BlobKind::kTrailer) have_trailer_ = true;
+                if (b.kind == BlobKind::kTrailer) {
+                  have_trailer_ = true;
+                  // Ids are dense and the trailer is stored last: every chunk key is known now,
+                  // even where a listing lags behind (eventually consistent stores).
+                  for (BlobId id = 1; id < b.id; ++id) {
+                    BlobInfo c{id, BlobKind::kChunk, 0};
+                    if (known_.emplace(id, c).second) queue_.push_back(c);
+                  }
+                  BlobInfo h{0, BlobKind::kHeader, 0};
+                  if (b.id > 0 && known_.emplace(0, h).second) queue_.push_back(h);
+                }
                 queue_.push_back(b);
               }
               if (!have_trailer_) {
