@@ -3,9 +3,14 @@
 // residual tensors go through the exporter as absolute overwrites; Merge writes one delta.
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <set>
 
 #include <xxhash.h>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "dcr/hash.h"
 #include "dcr/status_macros.h"
@@ -139,52 +144,107 @@ void AddRun(UChunk* c, uint64_t src, uint64_t len, uint64_t pos) {
   c->runs.push_back(Run{src, len, pos});
 }
 
-// Gathers the covered target bytes of a chunk (runs in position order) and hashes them.
-Hash128 ChunkRangeHash(const UChunk& c, const uint8_t* next, std::vector<uint8_t>* scratch) {
+// XXH3-128 of the covered target bytes of a chunk (runs in position order), streamed run by run.
+Hash128 ChunkRangeHash(const UChunk& c, const uint8_t* next, XXH3_state_t* xs) {
   const uint64_t w = static_cast<uint64_t>(c.width);
   if (c.runs.size() == 1) return CoveredHash(next + c.runs[0].src * w, c.n * w);
-  scratch->resize(c.n * w);
-  for (const Run& r : c.runs) std::memcpy(scratch->data() + r.pos * w, next + r.src * w, r.len * w);
-  return CoveredHash(scratch->data(), c.n * w);
+  XXH3_128bits_reset(xs);
+  for (const Run& r : c.runs) XXH3_128bits_update(xs, next + r.src * w, r.len * w);
+  XXH128_hash_t h = XXH3_128bits_digest(xs);
+  return Hash128{h.low64, h.high64};
 }
 
-// Appends changed elements of [src, src+len) (positions from pos) to `cc`.
+// Appends the changed elements of run `r` to (pos, old, new) starting at index *k (the arrays
+// have room for r.len more entries).
 template <typename T>
-void DiffRunT(const uint8_t* prev, const uint8_t* next, const Run& r, ChunkChanges* cc) {
+void DiffRunT(const uint8_t* prev, const uint8_t* next, const Run& r, uint64_t* pos,
+              uint64_t* old_bits, uint64_t* new_bits, size_t* k) {
   const T* a = reinterpret_cast<const T*>(prev) + r.src;
   const T* b = reinterpret_cast<const T*>(next) + r.src;
+  size_t n = *k;
   uint64_t i = 0;
-  constexpr uint64_t kPer = 8 / sizeof(T);
   if constexpr (sizeof(T) < 8) {
+    constexpr uint64_t kPer = 8 / sizeof(T);
+    constexpr int kBits = 8 * sizeof(T);
+    constexpr uint64_t kLane = (uint64_t{1} << kBits) - 1;
     for (; i + 4 * kPer <= r.len; i += 4 * kPer) {
       uint64_t x[4], y[4];
       std::memcpy(x, a + i, 32);
       std::memcpy(y, b + i, 32);
       if (((x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]) | (x[3] ^ y[3])) == 0) continue;
-      for (uint64_t k = i; k < i + 4 * kPer; ++k) {
-        if (a[k] != b[k]) {
-          cc->positions.push_back(r.pos + k);
-          cc->old_bits.push_back(a[k]);
-          cc->new_bits.push_back(b[k]);
+      for (int q = 0; q < 4; ++q) {
+        const uint64_t d = x[q] ^ y[q];
+        if (d == 0) continue;
+        for (uint64_t l = 0; l < kPer; ++l) {
+          if ((d >> (l * kBits)) & kLane) {
+            pos[n] = r.pos + i + q * kPer + l;
+            old_bits[n] = (x[q] >> (l * kBits)) & kLane;
+            new_bits[n] = (y[q] >> (l * kBits)) & kLane;
+            ++n;
+          }
         }
       }
     }
   }
   for (; i < r.len; ++i) {
     if (a[i] != b[i]) {
-      cc->positions.push_back(r.pos + i);
-      cc->old_bits.push_back(a[i]);
-      cc->new_bits.push_back(b[i]);
+      pos[n] = r.pos + i;
+      old_bits[n] = a[i];
+      new_bits[n] = b[i];
+      ++n;
     }
   }
+  *k = n;
 }
 
-void DiffRun(int w, const uint8_t* prev, const uint8_t* next, const Run& r, ChunkChanges* cc) {
+#if defined(__SSE2__)
+// BF16/F16 fast path: 16 elements per step compared with SSE2 (x86-64 baseline).
+void DiffRun16(const uint8_t* prev, const uint8_t* next, const Run& r, uint64_t* pos,
+               uint64_t* old_bits, uint64_t* new_bits, size_t* k) {
+  const uint16_t* a = reinterpret_cast<const uint16_t*>(prev) + r.src;
+  const uint16_t* b = reinterpret_cast<const uint16_t*>(next) + r.src;
+  size_t n = *k;
+  uint64_t i = 0;
+  for (; i + 16 <= r.len; i += 16) {
+    const __m128i x0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i));
+    const __m128i y0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i));
+    const __m128i x1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i + 8));
+    const __m128i y1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i + 8));
+    const uint32_t eq = static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi16(x0, y0))) |
+                        (static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi16(x1, y1))) << 16);
+    uint32_t diff = ~eq;  // two bits per differing element
+    while (diff != 0) {
+      const uint32_t l = static_cast<uint32_t>(__builtin_ctz(diff)) >> 1;
+      pos[n] = r.pos + i + l;
+      old_bits[n] = a[i + l];
+      new_bits[n] = b[i + l];
+      ++n;
+      diff &= ~(3u << (2 * l));
+    }
+  }
+  for (; i < r.len; ++i) {
+    if (a[i] != b[i]) {
+      pos[n] = r.pos + i;
+      old_bits[n] = a[i];
+      new_bits[n] = b[i];
+      ++n;
+    }
+  }
+  *k = n;
+}
+#endif
+
+void DiffRun(int w, const uint8_t* prev, const uint8_t* next, const Run& r, uint64_t* pos,
+             uint64_t* old_bits, uint64_t* new_bits, size_t* k) {
   switch (w) {
-    case 1: DiffRunT<uint8_t>(prev, next, r, cc); break;
-    case 2: DiffRunT<uint16_t>(prev, next, r, cc); break;
-    case 4: DiffRunT<uint32_t>(prev, next, r, cc); break;
-    default: DiffRunT<uint64_t>(prev, next, r, cc); break;
+    case 1: DiffRunT<uint8_t>(prev, next, r, pos, old_bits, new_bits, k); break;
+#if defined(__SSE2__)
+    case 2: DiffRun16(prev, next, r, pos, old_bits, new_bits, k); break;
+#else
+    case 2: DiffRunT<uint16_t>(prev, next, r, pos, old_bits, new_bits, k); break;
+#endif
+    case 4: DiffRunT<uint32_t>(prev, next, r, pos, old_bits, new_bits, k); break;
+    default: DiffRunT<uint64_t>(prev, next, r, pos, old_bits, new_bits, k); break;
   }
 }
 
@@ -360,24 +420,35 @@ StatusOr<UnitDelta> TrainDeltaBuilder::BuildUnit(
   UnitDelta out;
   out.unit = unit;
   ChunkChanges cc;
-  std::vector<uint8_t> scratch;
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> xs(XXH3_createState(), &XXH3_freeState);
+  if (!xs) return ResourceExhaustedError("train delta: cannot allocate a hash state");
+  std::unique_ptr<uint64_t[]> pos, olds, news;
+  uint64_t cap = 0;
   for (const UChunk& c : u.chunks) {
     const uint8_t* prev = prev_rank[c.buffer].data();
     const uint8_t* next = next_rank[c.buffer].data();
-    cc.positions.clear();
-    cc.old_bits.clear();
-    cc.new_bits.clear();
+    // Room for every covered element (uninitialized); only the changes found are copied out.
+    if (cap < c.n) {
+      cap = c.n;
+      pos.reset(new uint64_t[cap]);
+      olds.reset(new uint64_t[cap]);
+      news.reset(new uint64_t[cap]);
+    }
+    size_t k = 0;
     for (const Run& r : c.runs) {
-      DiffRun(c.width, prev, next, r, &cc);
+      DiffRun(c.width, prev, next, r, pos.get(), olds.get(), news.get(), &k);
       out.scanned_bytes += r.len * static_cast<uint64_t>(c.width);
     }
-    if (cc.positions.empty()) continue;
+    if (k == 0) continue;
+    cc.positions.assign(pos.get(), pos.get() + k);
+    cc.old_bits.assign(olds.get(), olds.get() + k);
+    cc.new_bits.assign(news.get(), news.get() + k);
     cc.chunk_id = c.id;
     cc.width = static_cast<uint8_t>(c.width);
     cc.segments = c.segs;
     cc.num_elements = c.n;
     cc.dense = false;
-    cc.target_range_hash = ChunkRangeHash(c, next, &scratch);
+    cc.target_range_hash = ChunkRangeHash(c, next, xs.get());
     out.changes += cc.positions.size();
     DCR_ASSIGN_OR_RETURN(std::vector<uint8_t> rec,
                          EncodeChunk(cc, ChooseValueMode(options_.value_policy, c.dtype), salts_,

@@ -146,10 +146,7 @@ void TrainState::StepImpl(double lr, const std::function<bool(const LocalParam&)
     const BufferSpec& b = ranks[r].buffers[p.buffer];
     uint8_t* out = shards_.buffers[r][p.buffer].data() + p.offset * b.width();
     if (b.dtype == DType::kBF16) {
-      for (uint64_t i = 0; i < p.numel; ++i) {
-        const uint16_t x = FloatToBF16(master[i]);
-        std::memcpy(out + 2 * i, &x, 2);
-      }
+      FloatsToBF16(master, reinterpret_cast<uint16_t*>(out), p.numel);
     } else {
       std::memcpy(out, master, p.numel * 4);
     }
