@@ -568,7 +568,7 @@ StatusOr<TrainDeltaStats> TrainDeltaBuilder::Merge(std::vector<UnitDelta> units,
     size_t hs = 0, rs = 0;
     DCR_ASSIGN_OR_RETURN(ChunkHeader ch, ParseChunkHeader(rec.data(), rec.size(), &hs, &rs));
     if (rs != rec.size()) return InternalError("train delta: chunk record size mismatch");
-    HashAdd(&target, ch.version_delta);
+    HashAdd(&target, ch.version_delta);  // additive content-hash move of this chunk
     DCR_RETURN_IF_ERROR(sink->OnChunk(ch, rec));
     tr.chunks.push_back(ChunkTableEntry{id, offset, rec.size()});
     offset += rec.size();
