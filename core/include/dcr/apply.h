@@ -60,9 +60,6 @@ class BufferApplier : public Applier {
   }
 
  private:
-  template <typename Fn>
-  void ForEachChange(const DecodedChunk& chunk, Fn&& fn) const;
-
   std::vector<TensorBuffer> tensors_;
   bool verify_ranges_ = false;
   mutable std::mutex mu_;

@@ -15,6 +15,7 @@
 #include "dcr/hash.h"
 #include "dcr/status_macros.h"
 #include "internal/element_ops.h"
+#include "internal/positions.h"
 #include "internal/parallel.h"
 
 namespace dcr {
@@ -23,31 +24,75 @@ uint64_t ApplyValue(ValueMode mode, int width, uint64_t old_bits, uint64_t value
   return internal::ApplyOp(static_cast<uint8_t>(mode), width, old_bits, value);
 }
 
-// Calls fn(change index, tensor data, canonical element) for every change of a validated chunk,
-// walking segments in order (positions are sorted); contiguous segments take the fast path.
-template <typename Fn>
-void BufferApplier::ForEachChange(const DecodedChunk& chunk, Fn&& fn) const {
-  const ChunkHeader& h = chunk.header;
-  const bool dense = h.position_mode == PositionMode::kDense;
-  const uint64_t k = h.num_changes;
-  uint64_t i = 0, seg_begin = 0;
-  for (const Segment& sg : h.segments) {
-    const uint64_t seg_end = seg_begin + sg.num_elements();
-    uint8_t* data = tensors_[sg.tensor_index].data;
-    if (sg.IsContiguous()) {
-      const uint64_t base = sg.offset - seg_begin;
-      if (dense) {
-        for (; i < seg_end; ++i) fn(i, data, base + i);
-      } else {
-        for (; i < k && chunk.positions[i] < seg_end; ++i) fn(i, data, base + chunk.positions[i]);
-      }
-    } else {
-      for (; i < k && (dense ? i : chunk.positions[i]) < seg_end; ++i)
-        fn(i, data, sg.ElementAt((dense ? i : chunk.positions[i]) - seg_begin));
-    }
-    seg_begin = seg_end;
-  }
+namespace {
+
+template <typename T, uint8_t kOp>
+void ComputeNew(const T* old_bits, const uint64_t* values, T* new_bits, uint64_t k) {
+  constexpr int kW = sizeof(T);
+  for (uint64_t i = 0; i < k; ++i)
+    new_bits[i] = static_cast<T>(internal::ApplyOp(kOp, kW, old_bits[i], values[i]));
 }
+
+// The typed apply: gather, check, compute, check, scatter. All-or-nothing.
+template <typename T>
+Status ApplyTyped(const DecodedChunk& chunk, const std::vector<TensorBuffer>& tensors,
+                  bool verify_ranges) {
+  const ChunkHeader& h = chunk.header;
+  const uint64_t k = h.num_changes;
+  const uint64_t* pos = h.position_mode == PositionMode::kDense ? nullptr : chunk.positions.data();
+  std::vector<T*> seg_data(h.segments.size());
+  for (size_t s = 0; s < h.segments.size(); ++s)
+    seg_data[s] = reinterpret_cast<T*>(tensors[h.segments[s].tensor_index].data);
+  std::vector<T> old_bits(k), new_bits(k);
+  T* ob = old_bits.data();
+  internal::ForEachPosition(h.segments, pos, k, [&](uint64_t i, size_t s, uint64_t e) {
+    std::memcpy(&ob[i], seg_data[s] + e, sizeof(T));
+  });
+  if (IsRelative(h.value_mode) && BytesHash128(ob, k * sizeof(T)) != h.base_change_hash) {
+    return FailedPreconditionError("chunk " + std::to_string(h.chunk_id) +
+                                   ": current bits differ from the delta's base (wrong base, or the "
+                                   "chunk was already applied)");
+  }
+  switch (h.value_mode) {
+    case ValueMode::kXor: ComputeNew<T, internal::kOpXor>(ob, chunk.values.data(), new_bits.data(), k); break;
+    case ValueMode::kUlpDelta: ComputeNew<T, internal::kOpUlpDelta>(ob, chunk.values.data(), new_bits.data(), k); break;
+    case ValueMode::kAbsolute: ComputeNew<T, internal::kOpAbsolute>(ob, chunk.values.data(), new_bits.data(), k); break;
+  }
+  if (BytesHash128(new_bits.data(), k * sizeof(T)) != h.target_change_hash) {
+    return DataLossError("chunk " + std::to_string(h.chunk_id) +
+                         ": decoded values do not produce the target bits");
+  }
+  const T* nb = new_bits.data();
+  internal::ForEachPosition(h.segments, pos, k, [&](uint64_t i, size_t s, uint64_t e) {
+    std::memcpy(seg_data[s] + e, &nb[i], sizeof(T));
+  });
+  if (verify_ranges) {
+    XXH3_state_t* st = XXH3_createState();
+    XXH3_128bits_reset(st);
+    for (size_t s = 0; s < h.segments.size(); ++s) {
+      const Segment& sg = h.segments[s];
+      if (sg.IsContiguous()) {
+        XXH3_128bits_update(st, seg_data[s] + sg.offset, sg.count[0] * sizeof(T));
+      } else {
+        for (uint64_t i = 0; i < sg.num_elements(); ++i)
+          XXH3_128bits_update(st, seg_data[s] + sg.ElementAt(i), sizeof(T));
+      }
+    }
+    XXH128_hash_t r = XXH3_128bits_digest(st);
+    XXH3_freeState(st);
+    if (Hash128{r.low64, r.high64} != h.target_range_hash) {
+      internal::ForEachPosition(h.segments, pos, k, [&](uint64_t i, size_t s, uint64_t e) {
+        std::memcpy(seg_data[s] + e, &ob[i], sizeof(T));
+      });
+      return DataLossError("chunk " + std::to_string(h.chunk_id) +
+                           ": target range hash mismatch after apply (storage differs from the "
+                           "target outside the changed elements)");
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
 
 Status BufferApplier::ApplyChunk(const DecodedChunk& chunk) {
   const ChunkHeader& h = chunk.header;
@@ -77,54 +122,14 @@ Status BufferApplier::ApplyChunk(const DecodedChunk& chunk) {
   if ((!dense && chunk.positions.size() != k) || chunk.values.size() != k) {
     return InvalidArgumentError("decoded chunk is inconsistent with its header");
   }
-  // Pass 1: gather the current bits and compute the new ones into packed arrays; check both
-  // against the chunk's hashes. Nothing is written until every check has passed, so a failing
-  // chunk leaves the buffers untouched.
-  std::vector<uint8_t> old_packed(k * w), new_packed(k * w);
-  const uint8_t op = static_cast<uint8_t>(h.value_mode);
-  ForEachChange(chunk, [&](uint64_t i, uint8_t* data, uint64_t elem) {
-    uint64_t old_bits = internal::LoadElem(data, w, elem);
-    uint64_t new_bits = internal::ApplyOp(op, w, old_bits, chunk.values[i]);
-    internal::StoreElem(old_packed.data(), w, i, old_bits);
-    internal::StoreElem(new_packed.data(), w, i, new_bits);
-  });
-  if (IsRelative(h.value_mode) && BytesHash128(old_packed.data(), old_packed.size()) != h.base_change_hash) {
-    return FailedPreconditionError("chunk " + std::to_string(h.chunk_id) +
-                                   ": current bits differ from the delta's base (wrong base, or the "
-                                   "chunk was already applied)");
+  Status st;
+  switch (w) {
+    case 1: st = ApplyTyped<uint8_t>(chunk, tensors_, verify_ranges_); break;
+    case 2: st = ApplyTyped<uint16_t>(chunk, tensors_, verify_ranges_); break;
+    case 4: st = ApplyTyped<uint32_t>(chunk, tensors_, verify_ranges_); break;
+    default: st = ApplyTyped<uint64_t>(chunk, tensors_, verify_ranges_); break;
   }
-  if (BytesHash128(new_packed.data(), new_packed.size()) != h.target_change_hash) {
-    return DataLossError("chunk " + std::to_string(h.chunk_id) +
-                         ": decoded values do not produce the target bits");
-  }
-  // Pass 2: write.
-  ForEachChange(chunk, [&](uint64_t i, uint8_t* data, uint64_t elem) {
-    internal::StoreElem(data, w, elem, internal::LoadElem(new_packed.data(), w, i));
-  });
-  if (verify_ranges_) {
-    XXH3_state_t* st = XXH3_createState();
-    XXH3_128bits_reset(st);
-    for (const Segment& sg : h.segments) {
-      const TensorBuffer& tb = tensors_[sg.tensor_index];
-      if (sg.IsContiguous()) {
-        XXH3_128bits_update(st, tb.data + sg.offset * w, sg.count[0] * w);
-      } else {
-        for (uint64_t i = 0; i < sg.num_elements(); ++i)
-          XXH3_128bits_update(st, tb.data + sg.ElementAt(i) * w, w);
-      }
-    }
-    XXH128_hash_t r = XXH3_128bits_digest(st);
-    XXH3_freeState(st);
-    if (Hash128{r.low64, r.high64} != h.target_range_hash) {
-      // Roll back so the chunk is all-or-nothing.
-      ForEachChange(chunk, [&](uint64_t i, uint8_t* data, uint64_t elem) {
-        internal::StoreElem(data, w, elem, internal::LoadElem(old_packed.data(), w, i));
-      });
-      return DataLossError("chunk " + std::to_string(h.chunk_id) +
-                           ": target range hash mismatch after apply (storage differs from the "
-                           "target outside the changed elements)");
-    }
-  }
+  DCR_RETURN_IF_ERROR(st);
   std::lock_guard<std::mutex> lock(mu_);
   HashAdd(&hash_delta_, h.version_delta);
   return Status::OK();

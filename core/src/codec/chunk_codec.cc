@@ -10,6 +10,7 @@
 #include "dcr/status_macros.h"
 #include "internal/byte_io.h"
 #include "internal/element_ops.h"
+#include "internal/positions.h"
 
 namespace dcr {
 namespace {
@@ -32,14 +33,6 @@ ZSTD_DCtx* ThreadDCtx() {
     ~Holder() { ZSTD_freeDCtx(d); }
   } h;
   return h.d;
-}
-
-void PutVarint(std::vector<uint8_t>* out, uint64_t v) {
-  while (v >= 0x80) {
-    out->push_back(static_cast<uint8_t>(v) | 0x80);
-    v >>= 7;
-  }
-  out->push_back(static_cast<uint8_t>(v));
 }
 
 // Compresses `raw` with zstd at `level`, keeping it raw if that is not smaller.
@@ -188,25 +181,24 @@ StatusOr<std::vector<uint8_t>> EncodeChunk(const ChunkChanges& c, ValueMode valu
 
   // Validate positions; additive terms of changed elements in canonical coordinates.
   const bool have_old = c.old_bits.size() == k;
-  uint64_t prev = 0;
-  for (uint64_t i = 0; i < k; ++i) {
-    uint64_t p = c.positions[i];
-    if (p >= c.num_elements || (i > 0 && p <= prev)) {
-      return InvalidArgumentError("chunk positions must be strictly increasing and in range");
-    }
-    prev = p;
-  }
   {
-    SegmentCursor cursor(c.segments);
-    Hash128 plus, minus;
-    for (uint64_t i = 0; i < k; ++i) {
-      uint32_t seg;
-      uint64_t elem;
-      cursor.Locate(c.positions[i], &seg, &elem);
-      const uint64_t salt = salts[c.segments[seg].tensor_index];
-      if (have_old) HashAdd(&minus, ElementTerm(salt, elem, c.old_bits[i]));
-      HashAdd(&plus, ElementTerm(salt, elem, c.new_bits[i]));
+    const uint64_t* pos = c.positions.data();
+    for (uint64_t i = 1; i < k; ++i) {
+      if (pos[i] <= pos[i - 1]) {
+        return InvalidArgumentError("chunk positions must be strictly increasing");
+      }
     }
+    if (k > 0 && pos[k - 1] >= c.num_elements) {
+      return InvalidArgumentError("chunk position beyond the covered elements");
+    }
+    Hash128 plus, minus;
+    const uint64_t* oldp = c.old_bits.data();
+    const uint64_t* newp = c.new_bits.data();
+    internal::ForEachPosition(c.segments, pos, k, [&](uint64_t i, size_t s, uint64_t elem) {
+      const uint64_t salt = salts[c.segments[s].tensor_index];
+      if (have_old) HashAdd(&minus, ElementTerm(salt, elem, oldp[i]));
+      HashAdd(&plus, ElementTerm(salt, elem, newp[i]));
+    });
     h.version_delta = plus;
     HashSub(&h.version_delta, minus);
     if (have_old) h.base_change_hash = PackedBitsHash(c.old_bits.data(), k, w);
@@ -219,13 +211,19 @@ StatusOr<std::vector<uint8_t>> EncodeChunk(const ChunkChanges& c, ValueMode valu
   if (dense) {
     h.position_mode = PositionMode::kDense;
   } else {
-    std::vector<uint8_t> gaps;
-    gaps.reserve(k * 2);
-    uint64_t last = ~uint64_t{0};
+    std::vector<uint8_t> gaps(k * 10);
+    uint8_t* g = gaps.data();
+    uint64_t next = 0;
     for (uint64_t p : c.positions) {
-      PutVarint(&gaps, p - last - 1);
-      last = p;
+      uint64_t v = p - next;
+      next = p + 1;
+      while (v >= 0x80) {
+        *g++ = static_cast<uint8_t>(v) | 0x80;
+        v >>= 7;
+      }
+      *g++ = static_cast<uint8_t>(v);
     }
+    gaps.resize(static_cast<size_t>(g - gaps.data()));
     uint64_t bitmap_bytes = (c.num_elements + 7) / 8;
     h.position_mode = PositionMode::kGaps;
     raws.push_back(std::move(gaps));
@@ -243,11 +241,37 @@ StatusOr<std::vector<uint8_t>> EncodeChunk(const ChunkChanges& c, ValueMode valu
     }
   }
   // Value byte planes.
-  const uint8_t op = static_cast<uint8_t>(value_mode);
   std::vector<std::vector<uint8_t>> planes(w, std::vector<uint8_t>(k));
-  for (uint64_t i = 0; i < k; ++i) {
-    uint64_t v = internal::EncodeValue(op, w, have_old ? c.old_bits[i] : 0, c.new_bits[i]);
-    for (int b = 0; b < w; ++b) planes[b][i] = static_cast<uint8_t>(v >> (8 * b));
+  {
+    const uint64_t* oldp = have_old ? c.old_bits.data() : nullptr;
+    const uint64_t* newp = c.new_bits.data();
+    auto fill = [&](auto encode) {
+      if (w == 2) {
+        uint8_t* p0 = planes[0].data();
+        uint8_t* p1 = planes[1].data();
+        for (uint64_t i = 0; i < k; ++i) {
+          uint64_t v = encode(oldp ? oldp[i] : 0, newp[i]);
+          p0[i] = static_cast<uint8_t>(v);
+          p1[i] = static_cast<uint8_t>(v >> 8);
+        }
+      } else {
+        for (uint64_t i = 0; i < k; ++i) {
+          uint64_t v = encode(oldp ? oldp[i] : 0, newp[i]);
+          for (int b = 0; b < w; ++b) planes[b][i] = static_cast<uint8_t>(v >> (8 * b));
+        }
+      }
+    };
+    switch (value_mode) {
+      case ValueMode::kXor:
+        fill([&](uint64_t o, uint64_t n) { return (o ^ n) & internal::WidthMask(w); });
+        break;
+      case ValueMode::kUlpDelta:
+        fill([&](uint64_t o, uint64_t n) { return internal::UlpValue(o, n, w); });
+        break;
+      case ValueMode::kAbsolute:
+        fill([&](uint64_t, uint64_t n) { return n & internal::WidthMask(w); });
+        break;
+    }
   }
   for (auto& p : planes) raws.push_back(std::move(p));
   for (const auto& r : raws) h.streams.push_back(PackStream(r, zstd_level, &payload));
