@@ -20,7 +20,7 @@ struct BenchFlags {
   std::string json;
   std::string check;
   uint64_t elems = uint64_t{1} << 24;
-  int reps = 5;
+  int reps = 10;
   uint64_t seed = 1;
   std::vector<double> rates_pct = {1, 3, 5};
   CLI::Option* elems_opt = nullptr;

@@ -107,7 +107,7 @@ struct CodecRateResult {
 
 struct CodecBenchConfig {
   uint64_t elements = uint64_t{1} << 24;
-  int reps = 5;
+  int reps = 10;
   uint64_t seed = 1;
   std::vector<double> rates = {0.01, 0.03, 0.05};
   int data_threads = 0;  // threads for generating the data (never for the timed parts)
