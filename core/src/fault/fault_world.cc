@@ -201,7 +201,9 @@ class World {
   ApplyResult Apply(Node& n, const BlobInfo& blob);
 
   // ---- faults and recovery ----
-  Fault* FindFault(FaultKind k, int node, int at_value);
+  // The first pending fault of kind `k` for `node` at `at_value` (or, with at_least, at any
+  // ordinal <= at_value: the first opportunity at or after the seeded point).
+  Fault* FindFault(FaultKind k, int node, int at_value, bool at_least = false);
   void Fire(Fault* f, const std::string& what) {
     if (!f->fired) {
       report_.log.push_back(Fmt("t=%.3f fault %s: %s", now_, FaultKindName(f->spec.kind),
@@ -247,7 +249,6 @@ class World {
   uint64_t seq_ = 0;
   double now_ = 0;
   std::map<std::tuple<int, int, int>, double> link_free_;
-  size_t produced_ = 0;
   bool sender_alive_ = true;
   bool published_ = false;
   double part_start_ = -1, part_end_ = -1;
@@ -258,11 +259,11 @@ class World {
 };
 
 
-Fault* World::FindFault(FaultKind k, int node, int at_value) {
+Fault* World::FindFault(FaultKind k, int node, int at_value, bool at_least) {
   for (Fault& f : faults_) {
     if (f.done || f.spec.kind != k) continue;
     if (node >= 0 && f.spec.node >= 0 && f.spec.node != node) continue;
-    if (f.spec.at != at_value) continue;
+    if (at_least ? f.spec.at > at_value : f.spec.at != at_value) continue;
     return &f;
   }
   return nullptr;
@@ -305,10 +306,14 @@ void World::ResolveFaults() {
         s.node = 1 + static_cast<int>(rng_() % static_cast<uint64_t>(topo_.size() - 1));
       }
     }
+    const bool tree = s.kind == FaultKind::kCorruptChunk || s.kind == FaultKind::kDuplicateChunk ||
+                      s.kind == FaultKind::kReorderChunks || s.kind == FaultKind::kDelayChunk;
     if (s.kind == FaultKind::kRestartSender || s.kind == FaultKind::kPartitionLongLink) {
-      if (s.at < 0 || s.at >= blobs) s.at = 1 + static_cast<int>(rng_() % (blobs - 1));
+      // Seeded: in the second half of the stream, so that tree faults see traffic first.
+      if (s.at < 0 || s.at >= blobs) s.at = blobs / 2 + static_cast<int>(rng_() % (blobs - blobs / 2));
     } else if (s.at < 0 || s.at >= chunks) {
-      s.at = static_cast<int>(rng_() % chunks);
+      // Seeded tree faults in the first half of the chunks (delivered while the tree is up).
+      s.at = static_cast<int>(rng_() % (tree ? std::max(1, chunks / 2) : chunks));
     }
     f.remaining = s.count;
   }
@@ -524,15 +529,21 @@ ApplyResult World::Apply(Node& n, const BlobInfo& blob) {
                 Name(n.id).c_str(), stale_->header().base_version));
     OfferStaleDelta(n);
   }
-  Fault* inside = FindFault(FaultKind::kKillReceiverInsideChunk, n.id, ord);
-  if (inside == nullptr) inside = FindFault(FaultKind::kKillRelay, n.id, ord);
-  if (inside != nullptr && dc->values.size() >= 2 &&
-      n.journal->Lookup(id, nullptr) == JournalChunkState::kNone) {
+  // Killed inside the first chunk at or after the seeded point that is really written (not a
+  // duplicate the journal skips) and has at least two changes.
+  Fault* inside = nullptr;
+  if (dc->values.size() >= 2 && n.journal->Lookup(id, nullptr) == JournalChunkState::kNone) {
+    inside = FindFault(FaultKind::kKillReceiverInsideChunk, n.id, ord, /*at_least=*/true);
+    if (inside == nullptr) inside = FindFault(FaultKind::kKillRelay, n.id, ord, true);
+  }
+  if (inside != nullptr) {
     Fire(inside, Fmt("%s killed inside chunk %" PRIu64 " (%zu of %zu changes written)",
                      Name(n.id).c_str(), id, dc->values.size() / 2, dc->values.size()));
     n.inner->ArmCrash(id);
     pending_kill_ = inside->spec.kind;
   }
+  std::error_code size_ec;
+  const uintmax_t journal_before = std::filesystem::file_size(n.journal_path, size_ec);
   Status s = n.ja->ApplyChunk(*dc);
   if (n.inner->crashed()) {
     r.crashed = true;
@@ -557,9 +568,13 @@ ApplyResult World::Apply(Node& n, const BlobInfo& blob) {
     Status d = n.ja->ApplyChunk(*dc);
     if (!d.ok()) return fail(d.WithContext("duplicate apply"));
   }
+  const uintmax_t journal_after = std::filesystem::file_size(n.journal_path, size_ec);
   for (FaultKind k : {FaultKind::kKillReceiverAtBoundary, FaultKind::kTornJournal,
                       FaultKind::kKillReceiverLosingMemory}) {
-    if (Fault* f = FindFault(k, n.id, ord)) {
+    // A crash can only tear a record being appended: a torn journal needs this apply to have
+    // appended something (a duplicate that was skipped appended nothing; try a later chunk).
+    if (k == FaultKind::kTornJournal && !(journal_after > journal_before + 3)) continue;
+    if (Fault* f = FindFault(k, n.id, ord, /*at_least=*/k == FaultKind::kTornJournal)) {
       Fire(f, Fmt("%s killed after its apply of chunk %" PRIu64 "%s", Name(n.id).c_str(), id,
                   k == FaultKind::kTornJournal ? " while its last journal record was written"
                   : k == FaultKind::kKillReceiverLosingMemory ? " (its memory is lost)"
@@ -707,7 +722,10 @@ void World::Fallback(int node, const std::string& why) {
   n.store_mode = true;
   n.policy = MakeDownloaderPolicy(relay_);
   if (was_tree) ChildrenLost(node);
-  PolicyEvent(now_ + 0.001, node, 0, event::Start{});
+  // Back off before retrying (the sender may be down, the store partitioned): 5 ms doubling,
+  // at most 0.5 s.
+  const double backoff = std::min(0.5, 0.005 * static_cast<double>(1u << std::min(n.recoveries, 10)));
+  PolicyEvent(now_ + backoff, node, 0, event::Start{});
 }
 
 void World::KillSender() {
