@@ -56,6 +56,9 @@ StatusOr<NodePlan> PlanFromArgs(const NodeArgs& a) {
                                              a.prefix));
   NodePlan p = plans[rank];
   p.result_path = a.out;
+  // No runner here: the start barrier is the connection set-up itself.
+  p.ready_path.clear();
+  p.go_path.clear();
   return p;
 }
 
