@@ -9,6 +9,7 @@ namespace dcr::cli {
 namespace {
 
 struct DiffArgs {
+  std::vector<std::string> files;
   std::string base, target, out;
   uint64_t chunk_elems = uint64_t{1} << 22;
   uint64_t small = uint64_t{1} << 16;
@@ -69,8 +70,9 @@ int RunDiff(const DiffArgs& a) {
 DCR_REGISTER_COMMAND("diff", "Build the delta that turns BASE into TARGET (bit-exact)",
                      [](CLI::App* app) {
                        auto a = std::make_shared<DiffArgs>();
-                       app->add_option("base", a->base, "Base checkpoint (.safetensors)");
-                       app->add_option("target", a->target, "Target checkpoint (.safetensors)")->required();
+                       app->add_option("files", a->files,
+                                       "BASE TARGET (.safetensors); with --full just TARGET")
+                           ->required();
                        app->add_option("-o,--out", a->out, "Output delta file")->required();
                        app->add_option("--chunk-elems", a->chunk_elems, "Grid cell size in elements")
                            ->capture_default_str();
@@ -87,8 +89,13 @@ DCR_REGISTER_COMMAND("diff", "Build the delta that turns BASE into TARGET (bit-e
                        app->add_flag("--full", a->full, "Full frame for a receiver without a base (BASE ignored)");
                        app->add_flag("-q,--quiet", a->quiet, "No summary");
                        return [a]() {
-                         if (!a->full && a->base.empty()) {
-                           std::fprintf(stderr, "dcr diff: BASE is required unless --full\n");
+                         if (a->files.size() == 2) {
+                           a->base = a->files[0];
+                           a->target = a->files[1];
+                         } else if (a->files.size() == 1 && a->full) {
+                           a->target = a->files[0];
+                         } else {
+                           std::fprintf(stderr, "dcr diff: expected BASE TARGET (or TARGET with --full)\n");
                            return 2;
                          }
                          return RunDiff(*a);

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Regenerates tests/golden-errors/ (the malformed-input corpus) from the golden files.
+# Usage: scripts/make-error-corpus.sh [path/to/dcr]   (run from the source root after the golden files)
+set -euo pipefail
+dcr="${1:-build/dcr}"
+g=tests/golden
+e=tests/golden-errors
+mkdir -p "$e"
+"$dcr" diff -q "$g/v1_target.safetensors" "$g/v1_base.safetensors" -o "$e/wrong_base.dcr"
+python3 - "$g" "$e" <<'PY'
+import json, struct, sys
+g, e = sys.argv[1], sys.argv[2]
+d = open(f"{g}/v1_delta.dcr", "rb").read()
+def w(name, data): open(f"{e}/{name}", "wb").write(bytes(data))
+w("empty.dcr", b"")
+w("truncated_magic.dcr", d[:5])
+w("truncated_header.dcr", d[:40])
+w("truncated_middle.dcr", d[: len(d) // 2])
+w("truncated_tail.dcr", d[:-3])
+w("bad_magic.dcr", b"XCRDELTA" + d[8:])
+bad = bytearray(d); bad[8:12] = struct.pack("<I", 99); w("wrong_version.dcr", bad)
+bad = bytearray(d); bad[30] ^= 0x10; w("header_bitflip.dcr", bad)
+# The first chunk record follows the header: find its magic.
+c = d.index(b"DCRC")
+bad = bytearray(d); bad[c + 20] ^= 0x01; w("chunk_header_bitflip.dcr", bad)
+hsize = struct.unpack_from("<I", d, c + 4)[0]
+bad = bytearray(d); bad[c + hsize + 2] ^= 0x40; w("chunk_payload_bitflip.dcr", bad)
+t = d.rindex(b"DCRTABLE")
+bad = bytearray(d); bad[t + 8:t + 16] = struct.pack("<Q", (1 << 62)); w("huge_chunk_count.dcr", bad)
+bad = bytearray(d); bad[-24:-16] = struct.pack("<Q", len(d) + 1000); w("bad_trailer_offset.dcr", bad)
+bad = bytearray(d); bad[t + 20] ^= 0x02; w("trailer_bitflip.dcr", bad)
+# Malformed safetensors.
+def st(name, header, data=b"", raw_len=None):
+    h = header.encode() if isinstance(header, str) else header
+    n = len(h) if raw_len is None else raw_len
+    w(name, struct.pack("<Q", n) + h + data)
+st("st_bad_json.safetensors", '{"a": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]')
+st("st_overlap.safetensors", json.dumps({"a": {"dtype": "BF16", "shape": [4], "data_offsets": [0, 8]},
+                                         "b": {"dtype": "BF16", "shape": [4], "data_offsets": [4, 12]}}), b"\0" * 12)
+st("st_out_of_range.safetensors", json.dumps({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}), b"\0" * 8)
+st("st_shape_mismatch.safetensors", json.dumps({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 16]}}), b"\0" * 16)
+st("st_absurd_header.safetensors", b"{}", raw_len=1 << 40)
+st("st_shape_overflow.safetensors", json.dumps({"a": {"dtype": "U8", "shape": [1 << 40, 1 << 40], "data_offsets": [0, 0]}}))
+w("st_tiny.safetensors", b"\x01\x02")
+PY
+cat > "$e/MANIFEST" <<'M'
+# file kind expected-status message-substring   (read by tests/golden/golden_test.cc)
+empty.dcr delta DATA_LOSS truncated delta
+truncated_magic.dcr delta DATA_LOSS truncated delta
+truncated_header.dcr delta DATA_LOSS truncated delta header
+truncated_middle.dcr delta DATA_LOSS trailer
+truncated_tail.dcr delta DATA_LOSS trailer
+bad_magic.dcr delta DATA_LOSS not a dcr delta
+wrong_version.dcr delta FAILED_PRECONDITION unsupported delta format version 99
+header_bitflip.dcr delta DATA_LOSS delta header checksum mismatch
+chunk_header_bitflip.dcr delta DATA_LOSS chunk header checksum mismatch
+chunk_payload_bitflip.dcr delta DATA_LOSS payload checksum mismatch
+huge_chunk_count.dcr delta DATA_LOSS chunk count is absurd
+bad_trailer_offset.dcr delta DATA_LOSS bad trailer offset
+trailer_bitflip.dcr delta DATA_LOSS trailer
+wrong_base.dcr delta FAILED_PRECONDITION but the delta was built for
+st_bad_json.safetensors checkpoint DATA_LOSS malformed safetensors JSON header
+st_overlap.safetensors checkpoint DATA_LOSS overlap
+st_out_of_range.safetensors checkpoint DATA_LOSS outside the data section
+st_shape_mismatch.safetensors checkpoint DATA_LOSS shape needs 3 elements
+st_absurd_header.safetensors checkpoint DATA_LOSS exceeds the 100 MiB limit
+st_shape_overflow.safetensors checkpoint DATA_LOSS shape overflows
+st_tiny.safetensors checkpoint DATA_LOSS fewer than 8 bytes
+M
+echo "corpus: $(ls "$e" | wc -l) files in $e"

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# dcr synth -> diff -> apply -> verify -> inspect, plus the refusals and exit codes.
+set -u
+dcr="$1"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+check() {  # check NAME EXPECTED_RC ACTUAL_RC
+  if [ "$2" != "$3" ]; then echo "FAIL $1: exit $3, expected $2"; fail=1; else echo "ok   $1"; fi
+}
+"$dcr" synth --preset tiny --rate 3% --steps 3 --out "$tmp/ck" >/dev/null 2>&1; check synth 0 $?
+s0="$tmp/ck/step0.safetensors"; s1="$tmp/ck/step1.safetensors"; s2="$tmp/ck/step2.safetensors"
+"$dcr" diff "$s0" "$s1" -o "$tmp/d01.dcr" > "$tmp/diff.txt"; check diff 0 $?
+grep -q "smaller" "$tmp/diff.txt"; check diff-summary 0 $?
+"$dcr" apply "$s0" "$tmp/d01.dcr" -o "$tmp/out1.safetensors" --verify >/dev/null; check apply 0 $?
+"$dcr" verify "$tmp/out1.safetensors" "$s1" >/dev/null; check verify-identical 0 $?
+"$dcr" verify "$s0" "$s1" > "$tmp/v.txt"; check verify-differs 1 $?
+grep -q "DIFFER at byte" "$tmp/v.txt"; check verify-names-offset 0 $?
+"$dcr" verify "$s1" "$tmp/out_chain_check_missing" >/dev/null 2>&1; check verify-missing 12 $?
+# Wrong base: exit 14 (failed precondition), no output file.
+"$dcr" apply "$s2" "$tmp/d01.dcr" -o "$tmp/bad.safetensors" 2>"$tmp/err.txt"; check wrong-base 14 $?
+[ ! -e "$tmp/bad.safetensors" ]; check wrong-base-no-output 0 $?
+grep -q "built for" "$tmp/err.txt"; check wrong-base-message 0 $?
+# Corrupt delta: exit 13 (data loss), no output.
+cp "$tmp/d01.dcr" "$tmp/bad.dcr"
+python3 -c "import sys; p=sys.argv[1]; b=bytearray(open(p,'rb').read()); b[len(b)//2]^=0x55; open(p,'wb').write(b)" "$tmp/bad.dcr"
+"$dcr" apply "$s0" "$tmp/bad.dcr" -o "$tmp/bad.safetensors" 2>/dev/null; check corrupt 13 $?
+[ ! -e "$tmp/bad.safetensors" ] && ! ls "$tmp" | grep -q '\.tmp\.'; check corrupt-no-output 0 $?
+# Missing file: 12.
+"$dcr" apply "$tmp/nope" "$tmp/d01.dcr" -o "$tmp/x" 2>/dev/null; check missing 12 $?
+# Full frame for a receiver without a base.
+"$dcr" diff --full "$s1" -o "$tmp/full.dcr" -q; check diff-full 0 $?
+"$dcr" apply none "$tmp/full.dcr" -o "$tmp/out_full.safetensors" -q; check apply-full 0 $?
+cmp -s "$tmp/out_full.safetensors" "$s1"; check full-identical 0 $?
+# inspect: JSON with totals; the XOR bound with --base.
+"$dcr" inspect "$tmp/d01.dcr" --json --base "$s0" > "$tmp/i.json"; check inspect 0 $?
+python3 - "$tmp/i.json" <<'PY'; check inspect-json 0 $?
+import json, sys
+j = json.load(open(sys.argv[1]))
+t = j["total"]
+assert 0.02 < t["change_rate"] < 0.05, t
+assert t["ratio"] > 20, t
+assert 0.8 < t["payload_vs_bound"] < 1.3, t
+assert j["entropy_of"] == "xor"
+assert len(j["tensors"]) > 10
+PY
+# Chained refit step1 -> step2 from the applied output.
+"$dcr" diff "$s1" "$s2" -o "$tmp/d12.dcr" -q && "$dcr" apply "$tmp/out1.safetensors" "$tmp/d12.dcr" -o "$tmp/out2.safetensors" -q
+check chain 0 $?
+cmp -s "$tmp/out2.safetensors" "$s2"; check chain-identical 0 $?
+# Usage errors: 2.
+"$dcr" apply 2>/dev/null; check usage 2 $?
+exit $fail

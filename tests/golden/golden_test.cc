@@ -1,0 +1,190 @@
+// Pins the bytes of format v1 and checks the malformed-input corpus.
+//
+// The checkpoints are generated here from a fixed integer recipe (no std distributions, no float
+// math), so they are identical on every compiler. Regenerate the files, after a deliberate format
+// change that also bumps kFormatVersion, with:  DCR_UPDATE_GOLDEN=1 build/tests/golden/dcr_golden_tests
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "dcr/apply.h"
+#include "dcr/delta.h"
+
+namespace dcr {
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kGolden = fs::path("tests") / "golden";
+const fs::path kErrors = fs::path("tests") / "golden-errors";
+
+uint64_t Mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
+struct Pair {
+  std::vector<std::vector<uint8_t>> base, target;
+  std::vector<TensorView> bv, tv;
+};
+
+// Eight tensors of several dtypes; ~3% of elements change (1 ulp, sign flips, NaN payloads, -0).
+Pair MakePair() {
+  struct Spec { const char* name; const char* dtype; std::vector<int64_t> shape; };
+  const std::vector<Spec> specs = {
+      {"model.embed_tokens.weight", "BF16", {64, 96}}, {"model.layers.0.mlp.down_proj.weight", "BF16", {96, 128}},
+      {"model.layers.0.input_layernorm.weight", "F32", {96}}, {"model.layers.0.self_attn.q_proj.weight", "F16", {96, 96}},
+      {"model.layers.0.scales", "F8_E4M3", {300}}, {"model.layers.0.bias", "I32", {50}},
+      {"model.layers.0.mask", "BOOL", {33}}, {"model.norm.weight", "BF16", {96}}};
+  Pair p;
+  uint64_t seed = 12345;
+  for (const Spec& s : specs) {
+    int w = DTypeWidth(DTypeFromName(s.dtype));
+    uint64_t n = 1;
+    for (int64_t d : s.shape) n *= static_cast<uint64_t>(d);
+    std::vector<uint8_t> b(n * w), t;
+    for (uint64_t i = 0; i < n; ++i) {
+      uint64_t v = Mix(seed++);
+      std::memcpy(&b[i * w], &v, w);
+    }
+    t = b;
+    for (uint64_t i = 0; i < n; ++i) {
+      uint64_t r = Mix(seed++);
+      if (r % 100 >= 3) continue;
+      uint64_t v = 0;
+      std::memcpy(&v, &t[i * w], w);
+      switch ((r >> 8) % 4) {
+        case 0: v += 1; break;
+        case 1: v -= 1; break;
+        case 2: v ^= uint64_t{1} << (8 * w - 1); break;  // sign flip (-0 <-> +0 included)
+        default: v = ~uint64_t{0}; break;                  // all-ones: a NaN payload for floats
+      }
+      std::memcpy(&t[i * w], &v, w);
+    }
+    p.base.push_back(std::move(b));
+    p.target.push_back(std::move(t));
+  }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    p.bv.push_back({specs[i].name, specs[i].dtype, specs[i].shape, p.base[i].data(), p.base[i].size()});
+    p.tv.push_back({specs[i].name, specs[i].dtype, specs[i].shape, p.target[i].data(), p.target[i].size()});
+  }
+  return p;
+}
+
+std::vector<uint8_t> Read(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
+}
+
+struct Tmp {
+  fs::path dir = fs::temp_directory_path() / ("dcr_golden_" + std::to_string(::getpid()));
+  Tmp() { fs::create_directories(dir); }
+  ~Tmp() { fs::remove_all(dir); }
+};
+
+DeltaOptions GoldenOptions() {
+  DeltaOptions o;
+  o.chunk_elems = 4096;
+  o.small_tensor_elems = 1000;
+  o.threads = 1;
+  o.base_version = 1;
+  o.target_version = 2;
+  return o;
+}
+
+class Golden : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    pair_ = MakePair();
+    ASSERT_TRUE(WriteSafetensors((tmp_.dir / "base.safetensors").string(), pair_.bv).ok());
+    ASSERT_TRUE(WriteSafetensors((tmp_.dir / "target.safetensors").string(), pair_.tv).ok());
+  }
+  std::vector<uint8_t> Build(bool full) {
+    auto b = Checkpoint::Open((tmp_.dir / "base.safetensors").string());
+    auto t = Checkpoint::Open((tmp_.dir / "target.safetensors").string());
+    EXPECT_TRUE(b.ok() && t.ok());
+    DeltaOptions o = GoldenOptions();
+    o.full = full;
+    DeltaMemorySink sink;
+    auto st = BuildDelta(full ? nullptr : b->get(), **t, o, &sink);
+    EXPECT_TRUE(st.ok()) << st.status();
+    return sink.Release();
+  }
+  Pair pair_;
+  Tmp tmp_;
+};
+
+TEST_F(Golden, EncoderOutputIsPinned) {
+  for (bool full : {false, true}) {
+    const fs::path file = kGolden / (full ? "v1_full.dcr" : "v1_delta.dcr");
+    std::vector<uint8_t> bytes = Build(full);
+    if (std::getenv("DCR_UPDATE_GOLDEN")) {
+      ASSERT_TRUE(WriteFileAtomic(file.string(), bytes.data(), bytes.size()).ok());
+      std::vector<uint8_t> b = Read(tmp_.dir / "base.safetensors");
+      std::vector<uint8_t> t = Read(tmp_.dir / "target.safetensors");
+      ASSERT_TRUE(WriteFileAtomic((kGolden / "v1_base.safetensors").string(), b.data(), b.size()).ok());
+      ASSERT_TRUE(WriteFileAtomic((kGolden / "v1_target.safetensors").string(), t.data(), t.size()).ok());
+    }
+    ASSERT_TRUE(fs::exists(file)) << file << " missing (run from the source root)";
+    EXPECT_EQ(bytes, Read(file)) << "encoder output for " << file
+                                 << " changed: bump kFormatVersion and regenerate the golden files";
+  }
+  // The committed checkpoints are the ones generated here.
+  EXPECT_EQ(Read(tmp_.dir / "base.safetensors"), Read(kGolden / "v1_base.safetensors"));
+  EXPECT_EQ(Read(tmp_.dir / "target.safetensors"), Read(kGolden / "v1_target.safetensors"));
+}
+
+TEST_F(Golden, GoldenDeltaAppliesToTheTarget) {
+  const fs::path out = tmp_.dir / "out.safetensors";
+  auto st = ApplyDeltaFile((kGolden / "v1_base.safetensors").string(),
+                           (kGolden / "v1_delta.dcr").string(), out.string(), ApplyOptions{1, true, true});
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(Read(out), Read(kGolden / "v1_target.safetensors"));
+  auto full = ApplyDeltaFile("", (kGolden / "v1_full.dcr").string(), out.string(), ApplyOptions{1, true, true});
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_EQ(Read(out), Read(kGolden / "v1_target.safetensors"));
+}
+
+// tests/golden-errors/MANIFEST: "<file> <kind: delta|checkpoint> <STATUS_CODE> <message substring>".
+TEST(GoldenErrors, EveryMalformedInputGivesItsClearError) {
+  std::ifstream manifest(kErrors / "MANIFEST");
+  ASSERT_TRUE(manifest.good()) << "run from the source root";
+  Tmp tmp;
+  std::string line;
+  int cases = 0;
+  while (std::getline(manifest, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream is(line);
+    std::string file, kind, code;
+    is >> file >> kind >> code;
+    std::string substring;
+    std::getline(is, substring);
+    substring.erase(0, substring.find_first_not_of(' '));
+    const fs::path path = kErrors / file;
+    ASSERT_TRUE(fs::exists(path)) << path;
+    Status s;
+    const fs::path out = tmp.dir / "out.safetensors";
+    if (kind == "delta") {
+      s = ApplyDeltaFile((kGolden / "v1_base.safetensors").string(), path.string(), out.string(),
+                         ApplyOptions{1, true, false})
+              .status();
+      EXPECT_FALSE(fs::exists(out)) << file << ": output left behind";
+    } else {
+      s = Checkpoint::Open(path.string()).status();
+    }
+    EXPECT_FALSE(s.ok()) << file;
+    EXPECT_EQ(std::string(StatusCodeName(s.code())), code) << file << ": " << s;
+    EXPECT_NE(s.message().find(substring), std::string::npos) << file << ": " << s << " lacks '" << substring << "'";
+    ++cases;
+  }
+  EXPECT_GE(cases, 12);
+}
+
+}  // namespace
+}  // namespace dcr
