@@ -300,3 +300,40 @@ TEST(TrainDeltaTest, WrongShardsAreRejected) {
 
 }  // namespace
 }  // namespace dcr
+
+namespace dcr {
+namespace {
+
+TEST(TrainDeltaTest, BytesDoNotDependOnThreads) {
+  auto l = TrainLayout::Parse("tp=2,pp=2,ep=2,dp=2,dist_opt=1,fold_layers=1");
+  ASSERT_TRUE(l.ok());
+  std::vector<std::vector<uint8_t>> outs;
+  for (int threads : {1, 2, 3}) {
+    auto s = TrainStructure::Create(MoeConfig(), *l);
+    ASSERT_TRUE(s.ok());
+    Exporter ex(*s);
+    auto map = LayoutMap::Discover(ex, threads);
+    ASSERT_TRUE(map.ok());
+    TrainOptions to;
+    to.threads = threads;
+    to.warmup_steps = 1;
+    auto state = TrainState::Create(*s, to);
+    ASSERT_TRUE(state.ok());
+    TrainDeltaOptions o;
+    o.threads = threads;
+    o.chunk_elems = 500;
+    auto b = TrainDeltaBuilder::Create(*s, *map, (*state)->shards(), o);
+    ASSERT_TRUE(b.ok());
+    ShardSet prev = (*state)->shards();
+    (*state)->Step();
+    DeltaMemorySink sink;
+    ASSERT_TRUE((*b)->BuildStep(prev, (*state)->shards(), &sink).ok());
+    outs.push_back(sink.Release());
+  }
+  EXPECT_GT(outs[0].size(), 0u);
+  EXPECT_EQ(outs[0], outs[1]);
+  EXPECT_EQ(outs[0], outs[2]);
+}
+
+}  // namespace
+}  // namespace dcr
