@@ -162,6 +162,9 @@ StatusOr<TrainLayout> TrainLayout::Parse(const std::string& text) {
       return InvalidArgumentError("layout: value of '" + key + "' must be an integer, got '" +
                                   val + "'");
     }
+    if (v < -(1LL << 30) || v > (1LL << 30)) {
+      return InvalidArgumentError("layout: value of '" + key + "' is out of range: " + val);
+    }
     auto boolean = [&](bool* out) -> Status {
       if (v != 0 && v != 1) return InvalidArgumentError("layout: '" + key + "' must be 0 or 1");
       *out = v == 1;

@@ -143,7 +143,7 @@ TEST(TrainLayoutTest, ParsesAndRejects) {
   auto again = TrainLayout::Parse(l->ToString());
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->ToString(), l->ToString());
-  for (const char* bad : {"tp=two", "tq=2", "tp", "dist_opt=2", "tied=5", "pp="}) {
+  for (const char* bad : {"tp=two", "tq=2", "tp", "dist_opt=2", "tied=5", "pp=", "tp=99999999999"}) {
     auto r = TrainLayout::Parse(bad);
     EXPECT_FALSE(r.ok()) << bad;
     EXPECT_TRUE(r.status().IsInvalidArgument()) << bad;
