@@ -15,6 +15,8 @@
 #include <simgrid/s4u.hpp>
 #include <xbt/log.h>
 
+#include "dcr/status_macros.h"
+
 namespace sg4 = simgrid::s4u;
 
 namespace dcr::sim::internal {
@@ -477,7 +479,14 @@ RunOutcome RunInThisProcess(const RunSpec& spec) {
   return w.out;
 }
 
-StatusOr<RunOutcome> RunForked(const RunSpec& spec) {
+namespace {
+
+struct Child {
+  pid_t pid = -1;
+  int fd = -1;
+};
+
+StatusOr<Child> StartChild(const RunSpec& spec) {
   int fds[2];
   if (::pipe(fds) != 0) return ErrnoError("pipe", errno);
   std::fflush(stdout);
@@ -506,17 +515,21 @@ StatusOr<RunOutcome> RunForked(const RunSpec& spec) {
     ::_exit(0);
   }
   ::close(fds[1]);
+  return Child{pid, fds[0]};
+}
+
+StatusOr<RunOutcome> FinishChild(const Child& child) {
   std::string text;
   char buf[65536];
   for (;;) {
-    ssize_t n = ::read(fds[0], buf, sizeof(buf));
+    ssize_t n = ::read(child.fd, buf, sizeof(buf));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     text.append(buf, static_cast<size_t>(n));
   }
-  ::close(fds[0]);
+  ::close(child.fd);
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  while (::waitpid(child.pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (WIFSIGNALED(status)) {
     return InternalError("simulation process died with signal " +
@@ -534,6 +547,39 @@ StatusOr<RunOutcome> RunForked(const RunSpec& spec) {
   } catch (const std::exception& e) {
     return InternalError(std::string("simulation outcome: ") + e.what());
   }
+}
+
+}  // namespace
+
+StatusOr<RunOutcome> RunForked(const RunSpec& spec) {
+  DCR_ASSIGN_OR_RETURN(Child c, StartChild(spec));
+  return FinishChild(c);
+}
+
+StatusOr<std::vector<RunOutcome>> RunForkedAll(const std::vector<RunSpec>& specs, int parallel) {
+  if (parallel <= 0) parallel = static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+  std::vector<RunOutcome> out(specs.size());
+  Status first_error;
+  for (size_t begin = 0; begin < specs.size(); begin += static_cast<size_t>(parallel)) {
+    size_t end = std::min(specs.size(), begin + static_cast<size_t>(parallel));
+    std::vector<StatusOr<Child>> children;
+    for (size_t i = begin; i < end; ++i) children.push_back(StartChild(specs[i]));
+    for (size_t i = begin; i < end; ++i) {
+      StatusOr<Child>& c = children[i - begin];
+      if (!c.ok()) {
+        if (first_error.ok()) first_error = c.status();
+        continue;
+      }
+      auto o = FinishChild(*c);  // always reap every child
+      if (!o.ok()) {
+        if (first_error.ok()) first_error = o.status();
+        continue;
+      }
+      out[i] = std::move(*o);
+    }
+  }
+  if (!first_error.ok()) return first_error;
+  return out;
 }
 
 }  // namespace dcr::sim::internal

@@ -81,6 +81,9 @@ RunOutcome RunInThisProcess(const RunSpec& spec);
 // Forks; the child calls RunInThisProcess and reports back through a pipe. kInternal if the child
 // dies (the message carries its signal or exit code).
 StatusOr<RunOutcome> RunForked(const RunSpec& spec);
+// Runs several specs, each in its own child, up to `parallel` children at a time (0 = number of
+// online CPUs); outcomes in the order of `specs`. Same results as calling RunForked in turn.
+StatusOr<std::vector<RunOutcome>> RunForkedAll(const std::vector<RunSpec>& specs, int parallel);
 
 // Per-Comm rate cap (bytes/s) of a stream with round-trip time `rtt` (see top).
 double StreamRateCap(double tcp_gamma, double real_window, double rtt, int pieces_in_flight);

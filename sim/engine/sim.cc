@@ -40,7 +40,7 @@ std::string DirName(const std::string& p) {
 
 // Settings under sim.extra that the simulator understands.
 struct Extra {
-  double comm_budget = 250000;
+  double comm_budget = 40000;
   int store_region = 1;
   int build_cores = 0;  // 0 = sim.gpus_per_node
 };
@@ -102,7 +102,10 @@ Sizing SizeRun(const Scenario& s, const Extra& extra, double payload, double hea
   double f = std::ceil(receivers * payload / (static_cast<double>(piece) * extra.comm_budget));
   z.coarsen = std::max<uint64_t>({1, static_cast<uint64_t>(f),
                                    static_cast<uint64_t>(std::max(1, s.sim.coarsen))});
+  // Equal bytes in flight per stream: bigger pieces, fewer of them in flight (at least one).
   z.piece = piece * z.coarsen;
+  z.pieces_in_flight = static_cast<int>(
+      std::max<uint64_t>(1, static_cast<uint64_t>(z.pieces_in_flight) / z.coarsen));
   z.window = z.piece * static_cast<uint64_t>(z.pieces_in_flight);
   double body = std::max(0.0, payload - header - trailer);
   // Chunks: the real grid, merged so every receiver sees at most budget / 4 blobs (each blob is at
@@ -255,6 +258,15 @@ StatusOr<ScenarioResult> Simulate(const Scenario& s, const SimOptions& options) 
   }
   result.model_bytes = static_cast<uint64_t>(payloads.begin()->second.dense_bytes);
 
+  struct Pending {
+    internal::RunSpec spec;
+    Sizing z;
+    Method method;
+    TransportKind kind;
+    double rate;
+    double payload;
+  };
+  std::vector<Pending> pending;
   for (double rate : s.change_rates) {
     const PayloadModel& pm = payloads.at(rate);
     for (TransportKind kind : s.transport.kinds) {
@@ -264,6 +276,8 @@ StatusOr<ScenarioResult> Simulate(const Scenario& s, const SimOptions& options) 
         double payload = delta ? pm.delta_bytes : pm.dense_bytes + pm.header_bytes + trailer;
         double build_Bps = delta ? cal.EncodeBytesPerS(rate) : 0;
         double apply_Bps = delta ? cal.DecodeApplyBytesPerS(rate) : cal.memcpy_bytes_per_s;
+        // A receiver applies its serving shard: 1 / serving.tp of the checkpoint's bytes.
+        if (s.serving.enabled && s.serving.tp > 1) apply_Bps *= s.serving.tp;
         Sizing z = SizeRun(s, extra, payload, pm.header_bytes, trailer, pm.dense_bytes,
                            pm.grid_chunks, build_Bps, apply_Bps);
         internal::RunSpec spec;
@@ -280,7 +294,10 @@ StatusOr<ScenarioResult> Simulate(const Scenario& s, const SimOptions& options) 
         spec.relay.max_parallel_applies = std::max(1, s.receivers.apply_threads);
         spec.relay.max_parallel_puts = std::max(1, os.parallel);
         spec.relay.max_parallel_fetches = std::max(1, os.parallel);
-        spec.relay.poll_interval_s = os.poll_s;
+        // Polling is coarsened like the pieces: at most ~200 polls per downloader over the
+        // expected transfer time (payload over the slower of long link and store).
+        double expect_s = payload / std::min(plat.wan_bandwidth, plat.store_bandwidth);
+        spec.relay.poll_interval_s = std::max(os.poll_s, expect_s / 200.0);
         spec.relay.poll_timeout_s = 1e9;
         spec.relay.prefix = "dcr";
         spec.blobs = z.blobs;
@@ -292,10 +309,29 @@ StatusOr<ScenarioResult> Simulate(const Scenario& s, const SimOptions& options) 
         spec.network_model = s.sim.network_model;
         spec.loopback_bandwidth = cal.memcpy_bytes_per_s;
 
-        auto t0 = std::chrono::steady_clock::now();
-        auto outcome = internal::RunForked(spec);
-        if (!outcome.ok()) return outcome.status();
-        double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        pending.push_back({spec, z, method, kind, rate, payload});
+      }
+    }
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<internal::RunSpec> specs;
+  for (const Pending& p : pending) specs.push_back(p.spec);
+  auto outcomes = internal::RunForkedAll(specs, 0);
+  if (!outcomes.ok()) return outcomes.status();
+  double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  result.setup["simulation_wall_seconds"] = Num(wall) + " (runs in parallel child processes)";
+  for (size_t pi = 0; pi < pending.size(); ++pi) {
+    {
+      {
+        const Pending& pr = pending[pi];
+        const internal::RunSpec& spec = pr.spec;
+        const Sizing& z = pr.z;
+        const Method method = pr.method;
+        const TransportKind kind = pr.kind;
+        const double rate = pr.rate;
+        const double payload = pr.payload;
+        const PayloadModel& pm = payloads.at(rate);
+        const internal::RunOutcome* outcome = &(*outcomes)[pi];
 
         RunResult rr;
         rr.method = method;
@@ -339,16 +375,16 @@ StatusOr<ScenarioResult> Simulate(const Scenario& s, const SimOptions& options) 
         std::string run_key = std::string("run.") + MethodName(method) + "." +
                               TransportKindName(kind) + "." + Num(rate);
         result.setup[run_key] =
-            "simulated " + Num(outcome->sim_clock) + " s in " + Num(wall) + " s wall, " +
+            "simulated " + Num(outcome->sim_clock) + " s, " +
             std::to_string(outcome->comms) + " messages; " + std::to_string(z.chunks) +
             " chunks (grid " + std::to_string(pm.grid_chunks) + "), piece " +
             std::to_string(z.piece) + " B, window " + std::to_string(z.window) +
             " B (coarsened x" + std::to_string(z.coarsen) + ")";
         if (options.progress) {
           std::fprintf(stderr, "dcr sim: %s %s %s rate %g: refit %.2f s (%d/%d verified), "
-                       "%.2f s wall\n", s.name.c_str(), MethodName(method),
+                       "%llu messages\n", s.name.c_str(), MethodName(method),
                        TransportKindName(kind), rate, rr.refit_seconds, rr.receivers_verified,
-                       rr.receivers, wall);
+                       rr.receivers, static_cast<unsigned long long>(outcome->comms));
         }
         result.runs.push_back(std::move(rr));
       }

@@ -14,17 +14,18 @@
 //   * the payload: header + chunks + trailer, sized by the payload model (real codec on trained
 //     samples of each element class of the preset's inventory, scaled to the inventory).
 // Chunks and pieces are coarsened so the simulation sends at most ~sim.extra.comm_budget messages
-// (default 250000): pieces, windows and chunks grow together, so each stream keeps its depth of
-// pieces in flight and its TCP rate cap (min(window, tcp_gamma) / RTT); a test checks the result
-// does not move with the coarsening.
+// (default 40000; downloaders poll at most ~200 times per run): pieces grow and fewer of them are in
+// flight, so each stream keeps its bytes in flight (until one piece exceeds the window) and its
+// TCP rate cap (min(window, tcp_gamma) / RTT); a test checks the result does not move with the
+// coarsening. With a `serving` block, a receiver applies 1 / serving.tp of the checkpoint.
 //
 // Results use the real runner's schema (dcr/scenario.h ScenarioResult, mode "sim"); the
 // calibration, the payload model and the coarsening are recorded in `setup`. A receiver counts as
 // verified when its policy committed after applying every blob exactly once (the simulator moves
 // no bytes, so this checks the protocol, not data).
 //
-// Each run is simulated in a forked child process (SimGrid allows one engine per process), so
-// Simulate may be called many times by one process. Deterministic: same scenario and calibration,
+// Each run is simulated in a forked child process (SimGrid allows one engine per process), runs in
+// parallel up to the number of CPUs, so Simulate may be called many times by one process. Deterministic: same scenario and calibration,
 // same result. Thread safety: call from one thread at a time (it forks).
 #ifndef DCR_SIM_INCLUDE_DCR_SIM_SIM_H_
 #define DCR_SIM_INCLUDE_DCR_SIM_SIM_H_
