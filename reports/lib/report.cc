@@ -132,7 +132,13 @@ Status AddResult(const std::string& json_text, const std::string& source, Report
   text << "mode: " << j["mode"].get<std::string>() << "; model: " << j["model"].get<std::string>();
   if (j.contains("setup") && j["setup"].is_object()) {
     for (auto& [k, v] : j["setup"].items()) {
-      if (!v.is_object() && !v.is_array()) text << "; " << k << ": " << ScalarText(v);
+      // Long values (a verbatim calibration file) stay in the result JSON, not in the table.
+      if (v.is_object() || v.is_array()) continue;
+      if (k.size() > 5 && k.compare(k.size() - 5, 5, ".json") == 0) continue;  // verbatim files
+      std::string value = ScalarText(v);
+      std::replace(value.begin(), value.end(), '\n', ' ');
+      if (value.size() > 400) value = value.substr(0, 80) + "... (" + std::to_string(value.size()) + " chars, see the result file)";
+      text << "; " << k << ": " << value;
     }
   }
   if (j.contains("calibration") && j["calibration"].is_object()) {
@@ -271,9 +277,10 @@ std::string DatFile(const Table& t) {
 std::string Plot(const Table& t, const std::string& dat, const std::string& ylabel, bool logy,
                  const std::string& extra) {
   std::ostringstream gp;
-  gp << "set style data histogram\nset style histogram cluster gap 1\n"
+  gp << "set termoption noenhanced\nset style data histogram\nset style histogram cluster gap 1\n"
         "set style fill solid 0.8 border -1\nset boxwidth 0.9\nset key top left\n"
-        "set xtics rotate by -35 scale 0\nset grid ytics\nset datafile missing 'NaN'\n";
+        "set xtics rotate by -35 scale 0\nset grid ytics\nset datafile missing 'NaN'\n"
+        "set offsets 0.6, 0.6, 0, 0\n";
   gp << "set ylabel '" << ylabel << "'\n";
   if (logy) gp << "set logscale y\n";
   gp << extra;
@@ -349,9 +356,9 @@ Status WriteReport(const Report& report, const ReportOptions& options) {
   DCR_RETURN_IF_ERROR(WriteFileAtomic(dir + "/refit_time.dat", DatFile(times)));
   std::string refs =
       "set arrow from graph 0, first 150 to graph 1, first 150 nohead dt 2 lc rgb 'red'\n"
-      "set label 'paper 1T 3% relay: 150 s' at graph 0.55, first 170 tc rgb 'red'\n"
+      "set label 'paper, 1T 3% relay tree: 150 s' at graph 0.01, first 175 tc rgb 'red' front\n"
       "set arrow from graph 0, first 75 to graph 1, first 75 nohead dt 3 lc rgb 'dark-green'\n"
-      "set label 'target: 75 s' at graph 0.55, first 62 tc rgb 'dark-green'\n";
+      "set label 'target: 75 s' at graph 0.01, first 62 tc rgb 'dark-green' front\n";
   DCR_RETURN_IF_ERROR(RunGnuplot(options.gnuplot, dir, "refit_time",
                                  Plot(times, dir + "/refit_time.dat", "refit time (s)", true,
                                       refs)));

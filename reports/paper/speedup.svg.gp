@@ -1,0 +1,15 @@
+set terminal svg size 1200,700 dynamic
+set output 'reports/paper/speedup.svg.tmp.19175'
+set termoption noenhanced
+set style data histogram
+set style histogram cluster gap 1
+set style fill solid 0.8 border -1
+set boxwidth 0.9
+set key top left
+set xtics rotate by -35 scale 0
+set grid ytics
+set datafile missing 'NaN'
+set offsets 0.6, 0.6, 0, 0
+set ylabel 'speedup of delta vs full checkpoint (x)'
+set yrange [0:*]
+plot 'reports/paper/speedup.dat' using 2:xtic(1) title 'object_store', 'reports/paper/speedup.dat' using 3 title 'relay_tree'
