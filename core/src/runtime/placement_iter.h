@@ -32,6 +32,32 @@ void ForEachPlaced(const Placement& p, Fn&& fn) {
   }
 }
 
+// A cached run of consecutive canonical elements (innermost dimension with source stride 1) of one
+// placement: elements [lo, hi) live at base + (e - lo) * step. Empty when lo >= hi.
+struct PlacementRun {
+  uint64_t lo = 1, hi = 0;
+  int64_t base = 0, step = 0;
+  int64_t Find(uint64_t e) const { return base + static_cast<int64_t>(e - lo) * step; }
+  bool Contains(uint64_t e) const { return e >= lo && e < hi; }
+};
+
+// Placement::Locate that also returns the run around `e` (for sorted positions, most lookups then
+// hit the run without a division).
+inline int64_t LocateWithRun(const Placement& p, uint64_t e, PlacementRun* run) {
+  const int64_t off = p.Locate(e);
+  if (off < 0) return off;
+  const uint32_t d = p.ndim - 1;
+  if (p.src_stride[d] == 1) {
+    uint64_t rel = e - p.elem_offset;
+    for (uint32_t k = 0; k < d; ++k) rel %= static_cast<uint64_t>(p.src_stride[k]);
+    run->lo = e - rel;
+    run->hi = run->lo + p.count[d];
+    run->step = p.dst_stride[d];
+    run->base = off - static_cast<int64_t>(rel) * run->step;
+  }
+  return off;
+}
+
 }  // namespace internal
 }  // namespace dcr
 

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <mutex>
 
 #include "dcr/hash.h"
 #include "dcr/runtime.h"
@@ -22,6 +23,11 @@ struct ServingReplica::Impl {
     uint8_t* data;
     const Placement* box;
     bool primary;
+    mutable internal::PlacementRun run;  // last run hit (positions arrive sorted)
+    int64_t Find(uint64_t e) const {
+      if (run.Contains(e)) return run.Find(e);
+      return internal::LocateWithRun(*box, e, &run);
+    }
   };
 
   int tp = 1;
@@ -40,6 +46,7 @@ struct ServingReplica::Impl {
   uint64_t target_version = 0;
   std::set<uint64_t> applied;
   std::set<uint32_t> dirty;
+  std::mutex mu;  // ApplyChunk may be called concurrently (apply.h); chunks are serialized
 
   // ---- the element store used by ApplyChunkTwoPhase ----
   Status Check(const Segment& sg) const {
@@ -52,7 +59,7 @@ struct ServingReplica::Impl {
     if (!shadow[t].empty()) return internal::LoadElem(shadow[t].data(), w, e);
     for (const Entry& en : entries[t]) {
       if (!en.primary) continue;
-      const int64_t off = en.box->Locate(e);
+      const int64_t off = en.Find(e);
       if (off >= 0) return internal::LoadElem(en.data + off, w, 0);
     }
     return 0;  // unreachable after Create's ownership check
@@ -64,7 +71,7 @@ struct ServingReplica::Impl {
       if (!reload_ranks[t].empty()) dirty.insert(t);
     }
     for (const Entry& en : entries[t]) {
-      const int64_t off = en.box->Locate(e);
+      const int64_t off = en.Find(e);
       if (off >= 0) internal::StoreElem(en.data + off, w, 0, bits);
     }
   }
@@ -104,7 +111,7 @@ StatusOr<std::unique_ptr<ServingReplica>> ServingReplica::Create(int tp,
   for (int r = 0; r < tp; ++r) {
     Impl::Rank& rk = *impl->ranks[r];
     for (const Placement& p : rk.map.placements) {
-      impl->entries[p.tensor].push_back(Impl::Entry{rk.storage.buffers()[p.buffer].data, &p, false});
+      impl->entries[p.tensor].push_back(Impl::Entry{rk.storage.buffers()[p.buffer].data, &p, false, {}});
     }
     for (uint32_t t : rk.map.converted_tensors()) impl->reload_ranks[t].push_back(r);
   }
@@ -176,6 +183,7 @@ Status ServingReplica::BeginDelta(const FileHeader& header) {
 
 Status ServingReplica::ApplyChunk(const DecodedChunk& chunk) {
   Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mu);
   if (!m.in_progress) return FailedPreconditionError("replica: no delta in progress (BeginDelta)");
   for (const Segment& sg : chunk.header.segments) {
     if (sg.tensor_index < m.widths.size() && m.widths[sg.tensor_index] != chunk.header.elem_width) {
