@@ -321,7 +321,7 @@ StatusOr<std::unique_ptr<Checkpoint>> StorageImage(const Storage& storage);
 
 // Sender side: runs the native loader of `rank` on base and target and builds the delta between
 // the two storage images into `sink`. The receiver's storage version hash is the image's content
-// hash. `base_image` / `target_image` may be passed in when the caller keeps them (else null).
+// hash. Cost: two dense loads of the rank plus a delta build over its storage bytes.
 StatusOr<DeltaStats> BuildServingDelta(const Checkpoint& base, const Checkpoint& target,
                                        const LoaderFactory& factory, int rank,
                                        const DeltaOptions& options, DeltaSink* sink);
