@@ -58,6 +58,7 @@ struct dcr_receiver {
     return dcr::internal::CheckSegmentBounds(sg, elements[sg.tensor_index]);
   }
   uint64_t Salt(uint32_t t) const { return salts[t]; }
+  void OnSegment(const dcr::Segment&) {}
   uint64_t Read(uint32_t t, uint64_t e) const {
     if (!shadow[t].empty()) return dcr::internal::LoadElem(shadow[t].data(), widths[t], e);
     for (const Entry& en : entries[t]) {

@@ -10,6 +10,7 @@
 //   uint64_t Read(uint32_t tensor, uint64_t element)     current canonical bits
 //   void Write(uint32_t tensor, uint64_t element, uint64_t bits)
 //   uint64_t Salt(uint32_t tensor)
+//   void OnSegment(const Segment&)                       the following changes lie in this segment
 #ifndef DCR_CORE_SRC_RUNTIME_CHUNK_APPLY_H_
 #define DCR_CORE_SRC_RUNTIME_CHUNK_APPLY_H_
 
@@ -52,11 +53,16 @@ StatusOr<ChunkSums> ApplyChunkTwoPhase(const DecodedChunk& chunk, Store* store) 
   SegmentCursor cursor(h.segments);
   ChunkSums sums;
   const uint8_t op = static_cast<uint8_t>(h.value_mode);
+  uint32_t current = ~0u;
   for (uint64_t i = 0; i < k; ++i) {
     const uint64_t pos = dense ? i : chunk.positions[i];
     if (pos >= h.num_elements) return DataLossError(id + ": position out of range");
     uint32_t s;
     cursor.Locate(pos, &s, &elem[i]);
+    if (s != current) {
+      current = s;
+      store->OnSegment(h.segments[s]);
+    }
     tensor[i] = h.segments[s].tensor_index;
     const uint64_t salt = store->Salt(tensor[i]);
     obits[i] = store->Read(tensor[i], elem[i]);
@@ -71,7 +77,18 @@ StatusOr<ChunkSums> ApplyChunkTwoPhase(const DecodedChunk& chunk, Store* store) 
   if (PackedBitsHash(nbits.data(), k, w) != h.target_change_hash) {
     return DataLossError(id + ": decoded values do not produce the target bits; nothing written");
   }
-  for (uint64_t i = 0; i < k; ++i) store->Write(tensor[i], elem[i], nbits[i]);
+  SegmentCursor cursor2(h.segments);
+  current = ~0u;
+  for (uint64_t i = 0; i < k; ++i) {
+    uint32_t s;
+    uint64_t e;
+    cursor2.Locate(dense ? i : chunk.positions[i], &s, &e);
+    if (s != current) {
+      current = s;
+      store->OnSegment(h.segments[s]);
+    }
+    store->Write(tensor[i], elem[i], nbits[i]);
+  }
   return sums;
 }
 

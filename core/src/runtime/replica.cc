@@ -54,10 +54,29 @@ struct ServingReplica::Impl {
     return internal::CheckSegmentBounds(sg, elements[sg.tensor_index]);
   }
   uint64_t Salt(uint32_t t) const { return salts[t]; }
+  // Entries of the segment's tensor whose element range meets the segment's (the others cannot
+  // hold any of its elements: e.g. another rank's rows).
+  std::vector<const Entry*> active;
+  void OnSegment(const Segment& sg) {
+    active.clear();
+    if (sg.tensor_index >= entries.size()) return;
+    int64_t lo = static_cast<int64_t>(sg.offset), hi = lo;
+    for (uint32_t d = 0; d < sg.ndim; ++d) {
+      const int64_t span = static_cast<int64_t>(sg.count[d] - 1) * sg.stride[d];
+      if (span < 0) lo += span; else hi += span;
+    }
+    for (const Entry& en : entries[sg.tensor_index]) {
+      if (static_cast<int64_t>(en.box->min_element()) <= hi &&
+          static_cast<int64_t>(en.box->max_element()) >= lo) {
+        active.push_back(&en);
+      }
+    }
+  }
   uint64_t Read(uint32_t t, uint64_t e) const {
     const int w = widths[t];
     if (!shadow[t].empty()) return internal::LoadElem(shadow[t].data(), w, e);
-    for (const Entry& en : entries[t]) {
+    for (const Entry* enp : active) {
+      const Entry& en = *enp;
       if (!en.primary) continue;
       const int64_t off = en.Find(e);
       if (off >= 0) return internal::LoadElem(en.data + off, w, 0);
@@ -70,9 +89,9 @@ struct ServingReplica::Impl {
       internal::StoreElem(shadow[t].data(), w, e, bits);
       if (!reload_ranks[t].empty()) dirty.insert(t);
     }
-    for (const Entry& en : entries[t]) {
-      const int64_t off = en.Find(e);
-      if (off >= 0) internal::StoreElem(en.data + off, w, 0, bits);
+    for (const Entry* en : active) {
+      const int64_t off = en->Find(e);
+      if (off >= 0) internal::StoreElem(en->data + off, w, 0, bits);
     }
   }
 };

@@ -45,6 +45,7 @@ struct BufferStore {
     return internal::CheckSegmentBounds(sg, (*bufs)[sg.tensor_index].num_elements);
   }
   uint64_t Salt(uint32_t t) const { return (*bufs)[t].salt; }
+  void OnSegment(const Segment&) {}
   uint64_t Read(uint32_t t, uint64_t e) const {
     const TensorBuffer& b = (*bufs)[t];
     return internal::LoadElem(b.data, b.width, e);
