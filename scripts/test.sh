@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Builds everything and runs all tests, as CI does (.ci/run calls this):
+#   1. installs missing Debian packages (and the OpenStack Swift S3 server when run as root),
+#   2. configures and builds (CUDA code is compiled when nvcc is present; GPU tests skip without a GPU),
+#   3. starts the S3 server for the S3 tests (skipped with a message when it cannot start),
+#   4. runs the `quick` CTest label, then the bounded heavy labels (`slow`, `netns` when root),
+#   5. runs the codec benchmark check (ratios vs thresholds in bench/thresholds.json) and a bounded fuzz run.
+# Environment: DCR_TEST_JOBS (ctest -j, default nproc), DCR_SKIP_SLOW=1, DCR_SKIP_S3=1, DCR_SKIP_FUZZ=1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+jobs="${DCR_TEST_JOBS:-$(nproc)}"
+if [ "$(id -u)" -eq 0 ] && [ "${DCR_SKIP_S3:-0}" != "1" ]; then
+  DCR_WITH_S3_SERVER=1 scripts/install-deps.sh
+else
+  scripts/install-deps.sh
+fi
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+cmake --build build -j"$(nproc)"
+
+cleanup() { [ -x scripts/stop-s3-server.sh ] && scripts/stop-s3-server.sh >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+if [ "$(id -u)" -eq 0 ] && [ "${DCR_SKIP_S3:-0}" != "1" ] && [ -x scripts/start-s3-server.sh ]; then
+  if s3env=$(scripts/start-s3-server.sh); then
+    eval "$s3env"
+    echo "test.sh: S3 server up at $DCR_S3_ENDPOINT"
+  else
+    echo "test.sh: S3 server did not start; S3 tests will skip" >&2
+  fi
+fi
+
+status=0
+ctest --test-dir build -L quick -j"$jobs" --output-on-failure || status=1
+if [ "${DCR_SKIP_SLOW:-0}" != "1" ]; then
+  ctest --test-dir build -L slow -j"$jobs" --timeout 900 --output-on-failure || status=1
+  if [ "$(id -u)" -eq 0 ]; then
+    ctest --test-dir build -L netns --output-on-failure || status=1
+  fi
+fi
+if [ -x build/dcr ] && [ -f bench/thresholds.json ]; then
+  build/dcr bench codec --check bench/thresholds.json --json build/bench-codec.json || status=1
+fi
+if [ "${DCR_SKIP_FUZZ:-0}" != "1" ] && [ -x scripts/run-fuzz.sh ]; then
+  scripts/run-fuzz.sh || status=1
+fi
+exit $status
