@@ -6,6 +6,10 @@
 #include <cstring>
 #include <unordered_map>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "dcr/delta.h"
 #include "dcr/hash.h"
 #include "dcr/status_macros.h"
@@ -31,29 +35,38 @@ struct CellScan {
 };
 
 template <typename T>
+inline void Record(const T* a, const T* b, uint64_t j, uint64_t pos_base, ChunkChanges* out) {
+  out->positions.push_back(pos_base + j);
+  out->old_bits.push_back(static_cast<uint64_t>(a[j]));
+  out->new_bits.push_back(static_cast<uint64_t>(b[j]));
+}
+
+template <typename T>
 void ScanRange(const T* a, const T* b, uint64_t n, uint64_t pos_base, ChunkChanges* out) {
-  // Compare 8-byte words first; only words that differ are examined element by element.
-  constexpr uint64_t kPer = 8 / sizeof(T);
   uint64_t i = 0;
+#if defined(__SSE2__)
+  // 32 bytes per step: one movemask word says which bytes differ; only differing elements are
+  // visited (no per-element branch in the common unchanged case).
+  constexpr uint64_t kPer = 32 / sizeof(T);
   for (; i + kPer <= n; i += kPer) {
-    uint64_t wa, wb;
-    std::memcpy(&wa, a + i, 8);
-    std::memcpy(&wb, b + i, 8);
-    if (wa == wb) continue;
-    for (uint64_t j = i; j < i + kPer; ++j) {
-      if (a[j] != b[j]) {
-        out->positions.push_back(pos_base + j);
-        out->old_bits.push_back(static_cast<uint64_t>(a[j]));
-        out->new_bits.push_back(static_cast<uint64_t>(b[j]));
-      }
+    const __m128i* pa = reinterpret_cast<const __m128i*>(a + i);
+    const __m128i* pb = reinterpret_cast<const __m128i*>(b + i);
+    const unsigned m0 = static_cast<unsigned>(
+        _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128(pa), _mm_loadu_si128(pb))));
+    const unsigned m1 = static_cast<unsigned>(
+        _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128(pa + 1), _mm_loadu_si128(pb + 1))));
+    unsigned diff = ~(m0 | (m1 << 16));
+    while (diff != 0) {
+      const unsigned byte = static_cast<unsigned>(__builtin_ctz(diff));
+      const unsigned elem = byte / sizeof(T);
+      Record(a, b, i + elem, pos_base, out);
+      const unsigned elem_bits = (1u << sizeof(T)) - 1;
+      diff &= ~(elem_bits << (elem * sizeof(T)));
     }
   }
+#endif
   for (; i < n; ++i) {
-    if (a[i] != b[i]) {
-      out->positions.push_back(pos_base + i);
-      out->old_bits.push_back(static_cast<uint64_t>(a[i]));
-      out->new_bits.push_back(static_cast<uint64_t>(b[i]));
-    }
+    if (a[i] != b[i]) Record(a, b, i, pos_base, out);
   }
 }
 
@@ -130,14 +143,26 @@ StatusOr<DeltaStats> BuildDelta(const Checkpoint* base, const Checkpoint& target
   std::vector<std::unordered_map<uint64_t, uint64_t>> tensor_hist(
       options.collect_entropy ? inv.tensors.size() : 0);
 
+  std::vector<CellScan> scans;
   for (size_t w0 = 0; w0 < grid.size(); w0 += window) {
     const size_t w1 = std::min(grid.size(), w0 + window);
     std::vector<StatusOr<std::vector<uint8_t>>> encoded(w1 - w0, Status(StatusCode::kInternal, "not run"));
-    std::vector<CellScan> scans(w1 - w0);
+    // Scan buffers are reused across windows (no page faults from fresh allocations).
+    if (scans.size() < w1 - w0) scans.resize(w1 - w0);
     internal::ParallelFor(w1 - w0, threads, [&](uint64_t k) {
       const GridCell& cell = grid[w0 + k];
       CellScan& sc = scans[k];
       ChunkChanges& ch = sc.changes;
+      ch.positions.clear();
+      ch.old_bits.clear();
+      ch.new_bits.clear();
+      if (ch.positions.capacity() == 0) {
+        const uint64_t guess = cell.num_elements / 16 + 64;  // no regrowth below ~6% change
+        ch.positions.reserve(guess);
+        ch.old_bits.reserve(guess);
+        ch.new_bits.reserve(guess);
+      }
+      sc.seg_hist.clear();
       ch.chunk_id = cell.chunk_id;
       ch.width = cell.width;
       ch.segments = cell.segments;
