@@ -3,7 +3,7 @@
 #   1. installs missing Debian packages (and the OpenStack Swift S3 server when run as root),
 #   2. configures and builds (CUDA code is compiled when nvcc is present; GPU tests skip without a GPU),
 #   3. starts the S3 server for the S3 tests (skipped with a message when it cannot start),
-#   4. runs the `quick` CTest label, then the bounded heavy labels (`slow`, `netns` when root),
+#   4. runs the `quick` and `gpu` CTest labels, then the bounded heavy labels (`slow`, `netns` when root),
 #   5. runs the codec benchmark check (ratios vs thresholds in bench/thresholds.json) and a bounded fuzz run.
 # Environment: DCR_TEST_JOBS (ctest -j, default nproc), DCR_SKIP_SLOW=1, DCR_SKIP_S3=1, DCR_SKIP_FUZZ=1.
 set -euo pipefail
@@ -31,6 +31,8 @@ fi
 
 status=0
 ctest --test-dir build -L quick -j"$jobs" --output-on-failure || status=1
+# GPU tests: without a device they check that a missing device is a clear Status, the rest skip.
+ctest --test-dir build -L gpu --output-on-failure || status=1
 if [ "${DCR_SKIP_SLOW:-0}" != "1" ]; then
   ctest --test-dir build -L slow -j"$jobs" --timeout 900 --output-on-failure || status=1
   if [ "$(id -u)" -eq 0 ]; then
