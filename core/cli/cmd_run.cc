@@ -54,6 +54,11 @@ int RunMain(const RunArgs& a) {
       return 1;
     }
   }
+  if (r->faults.enabled && (!r->faults.errors.empty() ||
+                            r->faults.faults_survived != r->faults.faults_injected)) {
+    std::fprintf(stderr, "dcr run: a fault-injection run did not end bit-exact and committed\n");
+    return 1;
+  }
   return 0;
 }
 

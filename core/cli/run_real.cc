@@ -1,5 +1,6 @@
 // Real-mode scenario runner (see run_real.h). Not a subcommand: used by cmd_run.cc / cmd_node.cc.
 #include "run_real.h"
+#include "run_faults.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -348,7 +349,11 @@ StatusOr<ScenarioResult> RunScenarioReal(const Scenario& s) {
       auto c = Checkpoint::Open(ckpts[0]);
       if (c.ok()) out.model_bytes = (*c)->total_tensor_bytes();
     }
+    if (s.faults.enabled) {  // fault-injection refits of the same checkpoints (run_faults.h)
+      DCR_RETURN_IF_ERROR(RunScenarioFaults(s, rate, ckpts, work_dir, &out));
+    }
     for (TransportKind transport : s.transport.kinds) {
+      if (s.faults.only) break;
       for (Method method : s.methods) {
         for (int step = 1; step <= s.steps; ++step) {
           ++run_index;

@@ -78,6 +78,22 @@ std::string ResultToJson(const ScenarioResult& r) {
   json runs = json::array();
   for (const auto& run : r.runs) runs.push_back(RunJson(r, run));
   j["runs"] = runs;
+  if (r.faults.enabled) {
+    const FaultSummary& f = r.faults;
+    j["faults"] = json{{"runs", f.runs},
+                       {"faults_injected", f.faults_injected},
+                       {"faults_survived", f.faults_survived},
+                       {"receivers", f.receivers},
+                       {"receivers_verified", f.receivers_verified},
+                       {"injected_by_kind", f.injected_by_kind},
+                       {"overwrite_repairs", f.overwrite_repairs},
+                       {"fallbacks_to_store", f.fallbacks_to_store},
+                       {"restarts", f.restarts},
+                       {"payloads_refused", f.payloads_refused},
+                       {"corrupt_detected", f.corrupt_detected},
+                       {"seconds", f.seconds},
+                       {"errors", f.errors}};
+  }
   j["setup"] = r.setup;
   return j.dump(2) + "\n";
 }
@@ -91,6 +107,25 @@ StatusOr<ScenarioResult> ResultFromJson(const std::string& text) {
     r.model = GetOr<std::string>(j, "model", "");
     r.model_bytes = GetOr<uint64_t>(j, "model_bytes", 0);
     if (j.contains("setup")) r.setup = j["setup"].get<std::map<std::string, std::string>>();
+    if (j.contains("faults")) {
+      const json& f = j["faults"];
+      r.faults.enabled = true;
+      r.faults.runs = GetOr<int>(f, "runs", 0);
+      r.faults.faults_injected = GetOr<int>(f, "faults_injected", 0);
+      r.faults.faults_survived = GetOr<int>(f, "faults_survived", 0);
+      r.faults.receivers = GetOr<int>(f, "receivers", 0);
+      r.faults.receivers_verified = GetOr<int>(f, "receivers_verified", 0);
+      if (f.contains("injected_by_kind")) {
+        r.faults.injected_by_kind = f["injected_by_kind"].get<std::map<std::string, int>>();
+      }
+      r.faults.overwrite_repairs = GetOr<uint64_t>(f, "overwrite_repairs", 0);
+      r.faults.fallbacks_to_store = GetOr<uint64_t>(f, "fallbacks_to_store", 0);
+      r.faults.restarts = GetOr<uint64_t>(f, "restarts", 0);
+      r.faults.payloads_refused = GetOr<uint64_t>(f, "payloads_refused", 0);
+      r.faults.corrupt_detected = GetOr<uint64_t>(f, "corrupt_detected", 0);
+      r.faults.seconds = GetOr<double>(f, "seconds", 0);
+      if (f.contains("errors")) r.faults.errors = f["errors"].get<std::vector<std::string>>();
+    }
     for (const auto& rj : j.at("runs")) {
       RunResult run;
       run.method = rj.at("method").get<std::string>() == "full" ? Method::kFull : Method::kDelta;
@@ -179,6 +214,16 @@ std::string ResultToMarkdown(const ScenarioResult& r) {
       o << "\n" << MethodName(run.method) << " / " << TransportKindName(run.transport) << " / step "
         << run.step << " failed: " << run.error << "\n";
     }
+  }
+  if (r.faults.enabled) {
+    const FaultSummary& f = r.faults;
+    o << "\nFault injection: " << f.runs << " runs, " << f.faults_injected << " faults injected, "
+      << f.faults_survived << " survived; " << f.receivers_verified << "/" << f.receivers
+      << " receivers bit-exact and committed (" << f.overwrite_repairs << " overwrite repairs, "
+      << f.fallbacks_to_store << " fallbacks to the object store, " << f.restarts
+      << " restarts).\n\n| fault | injected |\n|---|---|\n";
+    for (const auto& [k, v] : f.injected_by_kind) o << "| " << k << " | " << v << " |\n";
+    for (const auto& e : f.errors) o << "\nfault run failed: " << e << "\n";
   }
   return o.str();
 }

@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "dcr/fault_injection.h"
 #include "dcr/status_macros.h"
 
 namespace dcr {
@@ -410,7 +411,7 @@ Status ParseTop(const YAML::Node& root, Scenario* s) {
   DCR_RETURN_IF_ERROR(top.Init({"name", "description", "mode", "model", "change_rate",
                                 "change_rates", "steps", "methods", "delta", "training",
                                 "serving", "transport", "receivers", "network", "sim", "timeout",
-                                "progress"}));
+                                "progress", "faults"}));
   DCR_RETURN_IF_ERROR(top.Str("name", &s->name));
   DCR_RETURN_IF_ERROR(top.Str("description", &s->description));
   std::string mode = "real";
@@ -458,6 +459,26 @@ Status ParseTop(const YAML::Node& root, Scenario* s) {
     DCR_RETURN_IF_ERROR(d.Int("chunk_elems", &s->delta.chunk_elems, 1, INT64_MAX));
     DCR_RETURN_IF_ERROR(d.Int("zstd_level", &s->delta.zstd_level, -7, 22));
     DCR_RETURN_IF_ERROR(d.Int("threads", &s->delta.threads, 0, 1024));
+  }
+  if (top.Has("faults")) {
+    MapReader f(top.Get("faults"), "faults");
+    DCR_RETURN_IF_ERROR(f.Init({"runs", "per_run", "kinds", "seed", "chunk_elems",
+                                "detect_timeout", "restart_delay", "only"}));
+    s->faults.enabled = true;
+    DCR_RETURN_IF_ERROR(f.Int("runs", &s->faults.runs, 1, 100000));
+    DCR_RETURN_IF_ERROR(f.Int("per_run", &s->faults.per_run, 0, 10000));
+    DCR_RETURN_IF_ERROR(f.StrList("kinds", &s->faults.kinds));
+    for (size_t i = 0; i < s->faults.kinds.size(); ++i) {
+      StatusOr<FaultKind> k = FaultKindFromName(s->faults.kinds[i]);
+      if (!k.ok()) {
+        return InvalidArgumentError("faults.kinds[" + std::to_string(i) + "]: " + k.status().message());
+      }
+    }
+    DCR_RETURN_IF_ERROR(f.Int("seed", &s->faults.seed, 0, INT64_MAX));
+    DCR_RETURN_IF_ERROR(f.Int("chunk_elems", &s->faults.chunk_elems, 0, INT64_MAX));
+    DCR_RETURN_IF_ERROR(f.Duration("detect_timeout", &s->faults.detect_timeout_s));
+    DCR_RETURN_IF_ERROR(f.Duration("restart_delay", &s->faults.restart_delay_s));
+    DCR_RETURN_IF_ERROR(f.Bool("only", &s->faults.only));
   }
   if (top.Has("training")) {
     MapReader t(top.Get("training"), "training");

@@ -114,6 +114,22 @@ struct ReceiversSpec {
   bool verify = true;       // compare every receiver's bytes with the target after the run
 };
 
+// Fault injection (`faults:` block; docs in scenarios/README.md). For each change rate, `dcr run`
+// adds `runs` fault-injection refits of the same checkpoints, tree shape and long link: the real
+// transport state machines, codec, object store and journaled receivers on a deterministic clock
+// (dcr/fault_injection.h), `per_run` faults each. Results: ScenarioResult::faults.
+struct FaultsSpec {
+  bool enabled = false;            // true when the scenario has a `faults` block
+  int runs = 1;                    // seeded fault runs per change rate
+  int per_run = 13;                // faults injected per run (kinds cycled)
+  std::vector<std::string> kinds;  // fault kind names; empty = every kind
+  uint64_t seed = 1;
+  uint64_t chunk_elems = 0;        // grid cell for the fault runs; 0 = delta.chunk_elems
+  double detect_timeout_s = 0.25;  // a child notices a dead parent after this long
+  double restart_delay_s = 0.2;    // a killed receiver restarts after this long
+  bool only = false;               // skip the ordinary runs (fault runs only)
+};
+
 struct RegionSpec {
   std::string name;
   LinkSpec intra{12.5e9, 0.0001};  // links inside the region: default 100 Gbit/s, 0.1 ms
@@ -155,6 +171,7 @@ struct Scenario {
   TransportSpec transport;
   ReceiversSpec receivers;
   NetworkSpec network;
+  FaultsSpec faults;
   SimSpec sim;
   double timeout_s = 600;     // whole run
   bool progress = true;       // progress display on stderr
@@ -217,12 +234,32 @@ struct RunResult {
   std::string error;          // empty on success
 };
 
+// Totals of the fault-injection runs of a scenario (`faults:`); absent from the JSON when the
+// scenario has no faults block.
+struct FaultSummary {
+  bool enabled = false;
+  int runs = 0;
+  int faults_injected = 0;
+  int faults_survived = 0;     // injected in runs that ended bit-exact and committed everywhere
+  int receivers = 0;           // summed over runs
+  int receivers_verified = 0;  // byte-equal to the target and committed
+  std::map<std::string, int> injected_by_kind;
+  uint64_t overwrite_repairs = 0;
+  uint64_t fallbacks_to_store = 0;
+  uint64_t restarts = 0;
+  uint64_t payloads_refused = 0;
+  uint64_t corrupt_detected = 0;
+  double seconds = 0;          // wall time of the fault runs
+  std::vector<std::string> errors;  // one per failed run
+};
+
 struct ScenarioResult {
   std::string scenario;
   RunMode mode = RunMode::kReal;
   std::string model;          // preset name or checkpoint file name
   uint64_t model_bytes = 0;
   std::vector<RunResult> runs;
+  FaultSummary faults;
   // Free-form facts about the setup (host, commit, calibration, emulation), reported verbatim.
   std::map<std::string, std::string> setup;
 };
