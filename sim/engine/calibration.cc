@@ -38,6 +38,16 @@ StatusOr<double> PositiveNumber(const nlohmann::json& obj, const std::string& ke
 
 }  // namespace
 
+void Calibration::UseWallClock() {
+  if (memcpy_wall_bytes_per_s > 0) memcpy_bytes_per_s = memcpy_wall_bytes_per_s;
+  for (RatePoint& p : rates) {
+    if (p.encode_wall_bytes_per_s > 0) p.encode_bytes_per_s = p.encode_wall_bytes_per_s;
+    if (p.decode_apply_wall_bytes_per_s > 0) {
+      p.decode_apply_bytes_per_s = p.decode_apply_wall_bytes_per_s;
+    }
+  }
+}
+
 double Calibration::EncodeBytesPerS(double rate) const {
   return Interp(rates, rate, &RatePoint::encode_bytes_per_s);
 }
@@ -55,6 +65,9 @@ StatusOr<Calibration> ParseCalibration(const std::string& json_text, const std::
   c.raw = json_text;
   DCR_ASSIGN_OR_RETURN(c.memcpy_bytes_per_s,
                        PositiveNumber(j, "memcpy_bytes_per_s", "calibration " + source));
+  if (j.contains("memcpy_wall_bytes_per_s") && j["memcpy_wall_bytes_per_s"].is_number()) {
+    c.memcpy_wall_bytes_per_s = j["memcpy_wall_bytes_per_s"].get<double>();
+  }
   const nlohmann::json* arr = nullptr;
   for (const char* key : {"rates", "results"}) {
     if (j.contains(key) && j[key].is_array()) arr = &j[key];
@@ -76,6 +89,11 @@ StatusOr<Calibration> ParseCalibration(const std::string& json_text, const std::
     DCR_ASSIGN_OR_RETURN(p.encode_bytes_per_s, PositiveNumber(e, "encode_bytes_per_s", where));
     DCR_ASSIGN_OR_RETURN(p.decode_apply_bytes_per_s,
                          PositiveNumber(e, "decode_apply_bytes_per_s", where));
+    auto opt = [&e](const char* key) {
+      return e.contains(key) && e[key].is_number() ? e[key].get<double>() : 0.0;
+    };
+    p.encode_wall_bytes_per_s = opt("encode_wall_bytes_per_s");
+    p.decode_apply_wall_bytes_per_s = opt("decode_apply_wall_bytes_per_s");
     c.rates.push_back(p);
   }
   std::sort(c.rates.begin(), c.rates.end(),

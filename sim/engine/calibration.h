@@ -22,13 +22,21 @@ struct RatePoint {
   double change_rate = 0;
   double encode_bytes_per_s = 0;
   double decode_apply_bytes_per_s = 0;
+  // Wall-clock variants (`*_wall_bytes_per_s`, optional; 0 when absent): what a loaded machine
+  // actually delivered during the bench.
+  double encode_wall_bytes_per_s = 0;
+  double decode_apply_wall_bytes_per_s = 0;
 };
 
 struct Calibration {
   std::string source;  // path it was read from
   std::string raw;     // the file's JSON text, recorded in results
   double memcpy_bytes_per_s = 0;
+  double memcpy_wall_bytes_per_s = 0;  // optional, 0 when absent
   std::vector<RatePoint> rates;  // sorted by change_rate
+
+  // Switches every bandwidth to its wall-clock variant where the file has one.
+  void UseWallClock();
 
   // Linear interpolation in change rate, clamped to the measured range.
   double EncodeBytesPerS(double rate) const;

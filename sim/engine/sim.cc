@@ -43,6 +43,7 @@ struct Extra {
   double comm_budget = 40000;
   int store_region = 1;
   int build_cores = 0;  // 0 = sim.gpus_per_node
+  bool wall_clock = false;  // calibration_clock: wall
 };
 
 StatusOr<Extra> ParseExtra(const Scenario& s) {
@@ -56,13 +57,17 @@ StatusOr<Extra> ParseExtra(const Scenario& s) {
         return InvalidArgumentError(path + ": must be a number >= 1, got '" + value + "'");
       }
       if (key == "comm_budget") e.comm_budget = v; else e.build_cores = static_cast<int>(v);
+    } else if (key == "calibration_clock") {
+      if (value == "wall") e.wall_clock = true;
+      else if (value == "cpu") e.wall_clock = false;
+      else return InvalidArgumentError(path + ": must be 'cpu' or 'wall', got '" + value + "'");
     } else if (key == "object_store_region") {
       if (value == "train" || value == "0") e.store_region = 0;
       else if (value == "rollout" || value == "1") e.store_region = 1;
       else return InvalidArgumentError(path + ": must be 'train' or 'rollout', got '" + value + "'");
     } else {
       return InvalidArgumentError(path + ": unknown key (known: comm_budget, build_cores, "
-                                  "object_store_region)");
+                                  "calibration_clock, object_store_region)");
     }
   }
   return e;
@@ -168,7 +173,8 @@ StatusOr<ScenarioResult> Simulate(const Scenario& s, const SimOptions& options) 
   DCR_ASSIGN_OR_RETURN(std::string cal_path, ResolveCalibration(s, options));
   auto cal_or = internal::LoadCalibration(cal_path);
   if (!cal_or.ok()) return cal_or.status().WithContext("sim.calibration");
-  const Calibration& cal = *cal_or;
+  Calibration& cal = *cal_or;
+  if (extra.wall_clock) cal.UseWallClock();
 
   Topology topo;
   if (!s.transport.relay_tree.topology.empty()) {
@@ -219,6 +225,7 @@ StatusOr<ScenarioResult> Simulate(const Scenario& s, const SimOptions& options) 
   result.setup["simulator"] = "SimGrid 3.32, network model " + s.sim.network_model +
                               ", per-stream TCP cap min(window, tcp_gamma)/RTT";
   result.setup["calibration.source"] = cal.source;
+  result.setup["calibration.clock"] = extra.wall_clock ? "wall" : "cpu";
   result.setup["calibration.memcpy_bytes_per_s"] = Num(cal.memcpy_bytes_per_s);
   result.setup["calibration.json"] = cal.raw;
   result.setup["platform"] =

@@ -19,6 +19,10 @@
 // TCP rate cap (min(window, tcp_gamma) / RTT); a test checks the result does not move with the
 // coarsening. With a `serving` block, a receiver applies 1 / serving.tp of the checkpoint.
 //
+// sim.extra keys: comm_budget, build_cores, object_store_region (train | rollout), and
+// calibration_clock (cpu, the default: per-core CPU-time bandwidths; wall: the bench's wall-clock
+// bandwidths, which is what a loaded, shared machine delivers, e.g. to compare with a real run here).
+//
 // Results use the real runner's schema (dcr/scenario.h ScenarioResult, mode "sim"); the
 // calibration, the payload model and the coarsening are recorded in `setup`. A receiver counts as
 // verified when its policy committed after applying every blob exactly once (the simulator moves
