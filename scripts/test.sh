@@ -38,6 +38,10 @@ if [ "${DCR_SKIP_SLOW:-0}" != "1" ]; then
   if [ "$(id -u)" -eq 0 ]; then
     ctest --test-dir build -L netns --output-on-failure || status=1
   fi
+  # Sim-vs-real agreement (issue 7): reported, not gating. The full checkpoint agrees within 1%;
+  # the delta does not yet (the calibration lacks the whole builder's cost), see the README.
+  ctest --test-dir build -L agreement --output-on-failure ||
+    echo "test.sh: sim-vs-real agreement outside its tolerance (known open gap, not gating)"
 fi
 if [ -x build/dcr ] && [ -f bench/thresholds.json ]; then
   build/dcr bench codec --check bench/thresholds.json --json build/bench-codec.json || status=1
