@@ -143,8 +143,11 @@ StatusOr<DeltaStats> BuildDelta(const Checkpoint* base, const Checkpoint& target
   std::vector<std::unordered_map<uint64_t, uint64_t>> tensor_hist(
       options.collect_entropy ? inv.tensors.size() : 0);
 
-  // Scan buffers live per calling thread and are reused across windows and calls.
-  thread_local std::vector<CellScan> scans;
+  // Scan buffers live per calling thread and are reused across windows and calls. Workers must
+  // see the caller's instance: bind a plain reference (a thread_local named inside the worker
+  // lambda would be the worker's own, empty one).
+  thread_local std::vector<CellScan> caller_scans;
+  std::vector<CellScan>& scans = caller_scans;
   for (size_t w0 = 0; w0 < grid.size(); w0 += window) {
     const size_t w1 = std::min(grid.size(), w0 + window);
     std::vector<StatusOr<std::vector<uint8_t>>> encoded(w1 - w0, Status(StatusCode::kInternal, "not run"));
