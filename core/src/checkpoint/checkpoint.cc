@@ -15,6 +15,7 @@
 
 #include "dcr/hash.h"
 #include "dcr/status_macros.h"
+#include "internal/mapped_file.h"
 #include "internal/safetensors.h"
 
 namespace dcr {
@@ -71,32 +72,10 @@ Checkpoint::~Checkpoint() {
 }
 
 StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError("open " + path, errno);
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    int e = errno;
-    ::close(fd);
-    return ErrnoError("stat " + path, e);
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return InvalidArgumentError(path + ": not a regular file");
-  }
   std::unique_ptr<Checkpoint> ck(new Checkpoint());
-  ck->file_size_ = static_cast<uint64_t>(st.st_size);
-  if (ck->file_size_ > 0) {
-    void* m = ::mmap(nullptr, ck->file_size_, PROT_READ, MAP_SHARED, fd, 0);
-    if (m == MAP_FAILED) {
-      int e = errno;
-      ::close(fd);
-      return ErrnoError("mmap " + path, e);
-    }
-    ck->map_ = m;
-    ck->map_size_ = ck->file_size_;
-    ck->file_ = static_cast<const uint8_t*>(m);
-  }
-  ::close(fd);
+  DCR_RETURN_IF_ERROR(internal::MapReadOnly(path, &ck->map_, &ck->map_size_));
+  ck->file_ = static_cast<const uint8_t*>(ck->map_);
+  ck->file_size_ = ck->map_size_;
   Status s = ck->Parse();
   if (!s.ok()) return s.WithContext(path);
   return ck;

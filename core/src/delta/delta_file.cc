@@ -15,6 +15,7 @@
 #include "dcr/hash.h"
 #include "dcr/status_macros.h"
 #include "internal/byte_io.h"
+#include "internal/mapped_file.h"
 #include "internal/safetensors.h"
 
 namespace dcr {
@@ -261,27 +262,11 @@ DeltaReader::~DeltaReader() {
 }
 
 StatusOr<std::unique_ptr<DeltaReader>> DeltaReader::Open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError("open " + path, errno);
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    int e = errno;
-    ::close(fd);
-    return ErrnoError("stat " + path, e);
-  }
   std::unique_ptr<DeltaReader> r(new DeltaReader());
-  r->size_ = static_cast<size_t>(st.st_size);
-  if (r->size_ > 0) {
-    void* m = ::mmap(nullptr, r->size_, PROT_READ, MAP_SHARED, fd, 0);
-    if (m == MAP_FAILED) {
-      int e = errno;
-      ::close(fd);
-      return ErrnoError("mmap " + path, e);
-    }
-    r->map_ = m;
-    r->data_ = static_cast<const uint8_t*>(m);
-  }
-  ::close(fd);
+  uint64_t size = 0;
+  DCR_RETURN_IF_ERROR(internal::MapReadOnly(path, &r->map_, &size));
+  r->size_ = static_cast<size_t>(size);
+  r->data_ = static_cast<const uint8_t*>(r->map_);
   Status s = r->Init();
   if (!s.ok()) return s.WithContext(path);
   return r;
