@@ -32,7 +32,6 @@ DCR_REGISTER_COMMAND("verify", "Compare two files byte for byte; exit 1 and name
                        app->add_option("b", a->second, "Second file")->required();
                        return [a]() {
                          auto ca = Checkpoint::Open(a->first);
-                         auto cb = Checkpoint::Open(a->second);
                          // Compare raw bytes in blocks; parse only to name tensors.
                          FILE* fa = std::fopen(a->first.c_str(), "rb");
                          if (!fa) return ReportStatus("verify", ErrnoError("open " + a->first, errno));

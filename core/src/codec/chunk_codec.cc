@@ -255,11 +255,13 @@ StatusOr<std::vector<uint8_t>> EncodeChunk(const ChunkChanges& c, ValueMode valu
       sc.trial_b.clear();
       StreamInfo sa = PackStream(pos_data, pos_size, zstd_level, &sc.trial_a);
       StreamInfo sb = PackStream(bm, bitmap_bytes, zstd_level, &sc.trial_b);
-      if (sb.stored_size < sa.stored_size) {
-        h.position_mode = PositionMode::kBitmap;
-        pos_data = bm;
-        pos_size = bitmap_bytes;
-      }
+      // The winner's packed bytes are the position stream: the payload starts with them.
+      const bool bitmap_wins = sb.stored_size < sa.stored_size;
+      if (bitmap_wins) h.position_mode = PositionMode::kBitmap;
+      const std::vector<uint8_t>& won = bitmap_wins ? sc.trial_b : sc.trial_a;
+      payload.insert(payload.end(), won.begin(), won.end());
+      h.streams.push_back(bitmap_wins ? sb : sa);
+      pos_data = nullptr;  // already packed
     }
   }
   // Value byte planes, back to back in one buffer.
@@ -295,7 +297,7 @@ StatusOr<std::vector<uint8_t>> EncodeChunk(const ChunkChanges& c, ValueMode valu
         break;
     }
   }
-  if (!dense) h.streams.push_back(PackStream(pos_data, pos_size, zstd_level, &payload));
+  if (pos_data != nullptr) h.streams.push_back(PackStream(pos_data, pos_size, zstd_level, &payload));
   for (int b = 0; b < w; ++b) h.streams.push_back(PackStream(planes + b * k, k, zstd_level, &payload));
   h.payload_checksum = XXH3_64bits(payload.data(), payload.size());
 
