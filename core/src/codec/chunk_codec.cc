@@ -227,6 +227,9 @@ StatusOr<std::vector<uint8_t>> EncodeChunk(const ChunkChanges& c, ValueMode valu
   payload.clear();
   const uint8_t* pos_data = nullptr;
   size_t pos_size = 0;
+  // Whether the position stream still has to be packed. Not a test of pos_data: with no changes
+  // the gap buffer of a fresh thread is empty and its data() may be null.
+  bool pack_positions = !dense;
   if (dense) {
     h.position_mode = PositionMode::kDense;
   } else {
@@ -261,7 +264,7 @@ StatusOr<std::vector<uint8_t>> EncodeChunk(const ChunkChanges& c, ValueMode valu
       const std::vector<uint8_t>& won = bitmap_wins ? sc.trial_b : sc.trial_a;
       payload.insert(payload.end(), won.begin(), won.end());
       h.streams.push_back(bitmap_wins ? sb : sa);
-      pos_data = nullptr;  // already packed
+      pack_positions = false;
     }
   }
   // Value byte planes, back to back in one buffer.
@@ -297,7 +300,7 @@ StatusOr<std::vector<uint8_t>> EncodeChunk(const ChunkChanges& c, ValueMode valu
         break;
     }
   }
-  if (pos_data != nullptr) h.streams.push_back(PackStream(pos_data, pos_size, zstd_level, &payload));
+  if (pack_positions) h.streams.push_back(PackStream(pos_data, pos_size, zstd_level, &payload));
   for (int b = 0; b < w; ++b) h.streams.push_back(PackStream(planes + b * k, k, zstd_level, &payload));
   h.payload_checksum = XXH3_64bits(payload.data(), payload.size());
 

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <thread>
 
 #include "dcr/apply.h"
 #include "dcr/delta.h"
@@ -157,6 +158,38 @@ TEST(Delta, DeterministicAcrossThreads) {
     ASSERT_TRUE(BuildDelta(b->get(), **t, opt, &sink).ok());
     if (first.empty()) first = sink.bytes();
     EXPECT_EQ(sink.bytes(), first) << "threads=" << threads;
+  }
+}
+
+// A chunk's bytes must not depend on what the encoding thread did before (its scratch buffers).
+// Regression: a chunk with no changes, encoded first on a fresh thread, lost its position stream.
+TEST(Delta, ChunkBytesDoNotDependOnTheThreadsHistory) {
+  auto encode = [](uint64_t changes) {
+    ChunkChanges c;
+    c.width = 2;
+    c.num_elements = 9216;
+    c.segments = {Segment::Range(0, 0, c.num_elements)};
+    for (uint64_t i = 0; i < changes; ++i) {
+      c.positions.push_back(i * 7);
+      c.old_bits.push_back(0x3f80);
+      c.new_bits.push_back(0x3f81 + i % 3);
+    }
+    return EncodeChunk(c, ValueMode::kXor, {12345}, 1);
+  };
+  for (uint64_t changes : {0, 1, 1000}) {
+    StatusOr<std::vector<uint8_t>> fresh = InvalidArgumentError("not run");
+    std::thread([&] { fresh = encode(changes); }).join();
+    ASSERT_TRUE(fresh.ok()) << fresh.status();
+    StatusOr<std::vector<uint8_t>> warm = InvalidArgumentError("not run");
+    std::thread([&] {
+      ASSERT_TRUE(encode(1000).ok());  // leaves large scratch buffers behind
+      warm = encode(changes);
+    }).join();
+    ASSERT_TRUE(warm.ok()) << warm.status();
+    EXPECT_EQ(*fresh, *warm) << changes << " changes";
+    auto decoded = DecodeChunk(fresh->data(), fresh->size());
+    ASSERT_TRUE(decoded.ok()) << decoded.status();
+    EXPECT_EQ(decoded->header.num_changes, changes);
   }
 }
 
