@@ -224,6 +224,9 @@ struct DecodedChunk {
 // Decodes a whole chunk record (header + streams): verifies checksums and counts, decompresses.
 // Errors: kDataLoss for any inconsistency. Never reads outside [data, data+size).
 StatusOr<DecodedChunk> DecodeChunk(const uint8_t* data, size_t size);
+// The same into `out`, reusing its buffers (receivers decoding chunk after chunk avoid fresh
+// allocations). On error `out` holds unspecified contents.
+Status DecodeChunkInto(const uint8_t* data, size_t size, DecodedChunk* out);
 
 // A whole delta in memory or mapped from a file, with its chunk table checked.
 class DeltaReader {
@@ -240,6 +243,9 @@ class DeltaReader {
   const uint8_t* chunk_data(size_t i) const { return data_ + trailer_.chunks[i].offset; }
   size_t chunk_size(size_t i) const { return trailer_.chunks[i].size; }
   StatusOr<DecodedChunk> Decode(size_t i) const { return DecodeChunk(chunk_data(i), chunk_size(i)); }
+  Status DecodeInto(size_t i, DecodedChunk* out) const {
+    return DecodeChunkInto(chunk_data(i), chunk_size(i), out);
+  }
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
 

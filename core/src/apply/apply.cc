@@ -26,46 +26,108 @@ uint64_t ApplyValue(ValueMode mode, int width, uint64_t old_bits, uint64_t value
 
 namespace {
 
+// One pass over the changes: read the current bits, compute the new ones, write them, and keep
+// both for the hashes (each touched cache line is visited once, while it is hot).
 template <typename T, uint8_t kOp>
-void ComputeNew(const T* old_bits, const uint64_t* values, T* new_bits, uint64_t k) {
+void ApplyPass(const std::vector<Segment>& segments, const uint64_t* __restrict pos, uint64_t k,
+               T* const* seg_data, const uint64_t* __restrict values, T* __restrict ob,
+               T* __restrict nb) {
   constexpr int kW = sizeof(T);
-  for (uint64_t i = 0; i < k; ++i)
-    new_bits[i] = static_cast<T>(internal::ApplyOp(kOp, kW, old_bits[i], values[i]));
+  // The loads miss cache (changes are sparse over a large range): prefetch kAhead changes ahead
+  // in the common case (one contiguous segment with listed positions).
+  constexpr uint64_t kAhead = 24;
+  if (segments.size() == 1 && segments[0].IsContiguous() && pos != nullptr) {
+    T* __restrict base = seg_data[0] + segments[0].offset;
+    const uint64_t kp = k > kAhead ? k - kAhead : 0;
+    uint64_t i = 0;
+    for (; i < kp; ++i) {
+      __builtin_prefetch(base + pos[i + kAhead], 1);
+      const T o = base[pos[i]];
+      const T n = static_cast<T>(internal::ApplyOp(kOp, kW, o, values[i]));
+      ob[i] = o;
+      nb[i] = n;
+      base[pos[i]] = n;
+    }
+    for (; i < k; ++i) {
+      const T o = base[pos[i]];
+      const T n = static_cast<T>(internal::ApplyOp(kOp, kW, o, values[i]));
+      ob[i] = o;
+      nb[i] = n;
+      base[pos[i]] = n;
+    }
+    return;
+  }
+  internal::ForEachPosition(segments, pos, k, [&](uint64_t i, size_t s, uint64_t e) {
+    T* p = seg_data[s] + e;
+    const T o = *p;
+    const T n = static_cast<T>(internal::ApplyOp(kOp, kW, o, values[i]));
+    ob[i] = o;
+    nb[i] = n;
+    *p = n;
+  });
 }
 
-// The typed apply: gather, check, compute, check, scatter. All-or-nothing.
+// Writes the saved bits back (a chunk that failed a check leaves storage as it found it). In
+// reverse order: should a malformed chunk's segments overlap, the first visit's saved bits (the
+// original ones) are written last. Failure path only.
+template <typename T>
+void Restore(const std::vector<Segment>& segments, const uint64_t* pos, uint64_t k,
+             T* const* seg_data, const T* ob) {
+  std::vector<T*> where(k);
+  internal::ForEachPosition(segments, pos, k,
+                            [&](uint64_t i, size_t s, uint64_t e) { where[i] = seg_data[s] + e; });
+  for (uint64_t i = k; i-- > 0;) *where[i] = ob[i];
+}
+
+// The typed apply: read-compute-write in one pass, then check the base and target bits of the
+// changes against the chunk's hashes; on a mismatch the old bits are written back. All-or-
+// nothing as seen by the caller (chunks cover disjoint elements, so no other apply sees the
+// intermediate state).
 template <typename T>
 Status ApplyTyped(const DecodedChunk& chunk, const std::vector<TensorBuffer>& tensors,
                   bool verify_ranges) {
   const ChunkHeader& h = chunk.header;
   const uint64_t k = h.num_changes;
   const uint64_t* pos = h.position_mode == PositionMode::kDense ? nullptr : chunk.positions.data();
-  std::vector<T*> seg_data(h.segments.size());
+  T* seg_stack[16];
+  std::vector<T*> seg_heap;
+  T** seg_data = seg_stack;
+  if (h.segments.size() > 16) {
+    seg_heap.resize(h.segments.size());
+    seg_data = seg_heap.data();
+  }
   for (size_t s = 0; s < h.segments.size(); ++s)
     seg_data[s] = reinterpret_cast<T*>(tensors[h.segments[s].tensor_index].data);
-  std::vector<T> old_bits(k), new_bits(k);
+  // Per-thread scratch reused across chunks (fresh k-sized buffers cost page faults per chunk).
+  thread_local std::vector<T> old_bits, new_bits;
+  if (old_bits.size() < k) {
+    old_bits.resize(k);
+    new_bits.resize(k);
+  }
   T* ob = old_bits.data();
-  internal::ForEachPosition(h.segments, pos, k, [&](uint64_t i, size_t s, uint64_t e) {
-    std::memcpy(&ob[i], seg_data[s] + e, sizeof(T));
-  });
+  T* nb = new_bits.data();
+  switch (h.value_mode) {
+    case ValueMode::kXor:
+      ApplyPass<T, internal::kOpXor>(h.segments, pos, k, seg_data, chunk.values.data(), ob, nb);
+      break;
+    case ValueMode::kUlpDelta:
+      ApplyPass<T, internal::kOpUlpDelta>(h.segments, pos, k, seg_data, chunk.values.data(), ob, nb);
+      break;
+    case ValueMode::kAbsolute:
+      ApplyPass<T, internal::kOpAbsolute>(h.segments, pos, k, seg_data, chunk.values.data(), ob, nb);
+      break;
+  }
   if (IsRelative(h.value_mode) && BytesHash128(ob, k * sizeof(T)) != h.base_change_hash) {
+    Restore(h.segments, pos, k, seg_data, ob);
     return FailedPreconditionError("chunk " + std::to_string(h.chunk_id) +
                                    ": current bits differ from the delta's base (wrong base, or the "
                                    "chunk was already applied)");
   }
-  switch (h.value_mode) {
-    case ValueMode::kXor: ComputeNew<T, internal::kOpXor>(ob, chunk.values.data(), new_bits.data(), k); break;
-    case ValueMode::kUlpDelta: ComputeNew<T, internal::kOpUlpDelta>(ob, chunk.values.data(), new_bits.data(), k); break;
-    case ValueMode::kAbsolute: ComputeNew<T, internal::kOpAbsolute>(ob, chunk.values.data(), new_bits.data(), k); break;
-  }
-  if (BytesHash128(new_bits.data(), k * sizeof(T)) != h.target_change_hash) {
+  if (BytesHash128(nb, k * sizeof(T)) != h.target_change_hash) {
+    Restore(h.segments, pos, k, seg_data, ob);
     return DataLossError("chunk " + std::to_string(h.chunk_id) +
                          ": decoded values do not produce the target bits");
   }
-  const T* nb = new_bits.data();
-  internal::ForEachPosition(h.segments, pos, k, [&](uint64_t i, size_t s, uint64_t e) {
-    std::memcpy(seg_data[s] + e, &nb[i], sizeof(T));
-  });
   if (verify_ranges) {
     XXH3_state_t* st = XXH3_createState();
     XXH3_128bits_reset(st);
@@ -81,9 +143,7 @@ Status ApplyTyped(const DecodedChunk& chunk, const std::vector<TensorBuffer>& te
     XXH128_hash_t r = XXH3_128bits_digest(st);
     XXH3_freeState(st);
     if (Hash128{r.low64, r.high64} != h.target_range_hash) {
-      internal::ForEachPosition(h.segments, pos, k, [&](uint64_t i, size_t s, uint64_t e) {
-        std::memcpy(seg_data[s] + e, &ob[i], sizeof(T));
-      });
+      Restore(h.segments, pos, k, seg_data, ob);
       return DataLossError("chunk " + std::to_string(h.chunk_id) +
                            ": target range hash mismatch after apply (storage differs from the "
                            "target outside the changed elements)");
@@ -233,13 +293,11 @@ StatusOr<ApplyStats> ApplyDeltaFile(const std::string& base_path, const std::str
   Status first_error;
   std::atomic<uint64_t> changes{0};
   internal::ParallelFor(delta->num_chunks(), options.threads, [&](uint64_t i) {
-    Status s;
-    auto dc = delta->Decode(i);
-    if (!dc.ok()) {
-      s = dc.status();
-    } else {
-      s = applier.ApplyChunk(*dc);
-      changes += dc->header.num_changes;
+    thread_local DecodedChunk dc;  // buffers reused across chunks on this thread
+    Status s = delta->DecodeInto(i, &dc);
+    if (s.ok()) {
+      s = applier.ApplyChunk(dc);
+      changes += dc.header.num_changes;
     }
     if (!s.ok()) {
       std::lock_guard<std::mutex> lock(mu);

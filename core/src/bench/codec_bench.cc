@@ -175,8 +175,8 @@ Status CodecBenchApplier::Run() {
   tb.salt = inv.salts[0];
   BufferApplier applier({tb});
   for (size_t i = 0; i < reader->num_chunks(); ++i) {
-    DCR_ASSIGN_OR_RETURN(DecodedChunk chunk, reader->Decode(i));
-    DCR_RETURN_IF_ERROR(applier.ApplyChunk(chunk));
+    DCR_RETURN_IF_ERROR(reader->DecodeInto(i, &chunk_));
+    DCR_RETURN_IF_ERROR(applier.ApplyChunk(chunk_));
   }
   return Status::OK();
 }

@@ -78,6 +78,7 @@ class CodecBenchApplier {
 
  private:
   const CodecBenchInput* in_ = nullptr;
+  DecodedChunk chunk_;  // reused across chunks and runs, as a receiver would
   std::vector<uint8_t> delta_;
   std::vector<uint8_t> buffer_;
 };

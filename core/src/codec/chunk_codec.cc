@@ -405,7 +405,63 @@ StatusOr<ChunkHeader> ParseChunkHeader(const uint8_t* data, size_t size, size_t*
   return h;
 }
 
-StatusOr<DecodedChunk> DecodeChunk(const uint8_t* data, size_t size) {
+namespace {
+
+// Decoded raw streams, per thread, reused across chunks (no page faults from fresh buffers).
+struct DecodeScratch {
+  std::vector<uint8_t> raw[1 + 8];
+};
+DecodeScratch& DScratch() {
+  thread_local DecodeScratch scratch;
+  return scratch;
+}
+
+// Varint gaps -> local positions. Returns nullptr, or what is wrong with the stream. The fast
+// loop runs while 10 bytes remain (no bounds checks inside a varint); the tail takes the checked
+// loop.
+const char* DecodeGaps(const uint8_t* g, size_t size, uint64_t k, uint64_t num_elements, uint64_t* out) {
+  size_t p = 0;
+  uint64_t next = 0;  // smallest allowed next position
+  uint64_t i = 0;
+  for (; i < k && p + 10 <= size; ++i) {
+    uint64_t v = g[p++];
+    if (v >= 0x80) {
+      v &= 0x7F;
+      int shift = 7;
+      while (true) {
+        const uint8_t b = g[p++];
+        v |= static_cast<uint64_t>(b & 0x7F) << shift;
+        if (!(b & 0x80)) break;
+        shift += 7;
+        if (shift > 63) return "overlong position varint";
+      }
+    }
+    if (v >= num_elements - next) return "position out of range";
+    next += v;
+    out[i] = next;
+    ++next;
+  }
+  for (; i < k; ++i) {
+    uint64_t v = 0;
+    int shift = 0;
+    while (true) {
+      if (p >= size || shift > 63) return "truncated or bad position varint";
+      const uint8_t b = g[p++];
+      v |= static_cast<uint64_t>(b & 0x7F) << shift;
+      if (!(b & 0x80)) break;
+      shift += 7;
+    }
+    if (v >= num_elements - next) return "position out of range";
+    next += v;
+    out[i] = next;
+    ++next;
+  }
+  return p == size ? nullptr : "trailing bytes in the position stream";
+}
+
+}  // namespace
+
+Status DecodeChunkInto(const uint8_t* data, size_t size, DecodedChunk* out) {
   size_t hsize = 0, rsize = 0;
   DCR_ASSIGN_OR_RETURN(ChunkHeader h, ParseChunkHeader(data, size, &hsize, &rsize));
   const uint8_t* payload = data + hsize;
@@ -415,7 +471,9 @@ StatusOr<DecodedChunk> DecodeChunk(const uint8_t* data, size_t size) {
   }
   const uint64_t k = h.num_changes;
   const int w = h.elem_width;
-  std::vector<std::vector<uint8_t>> raws(h.streams.size());
+  DecodeScratch& sc = DScratch();
+  // Stream i's raw bytes: raw pointers into the payload for raw streams, scratch otherwise.
+  const uint8_t* raws[1 + 8];
   size_t off = 0;
   for (size_t i = 0; i < h.streams.size(); ++i) {
     const StreamInfo& s = h.streams[i];
@@ -424,71 +482,82 @@ StatusOr<DecodedChunk> DecodeChunk(const uint8_t* data, size_t size) {
                                                                           : k * 10)
                               : k;
     if (s.raw_size > max_raw) return DataLossError("stream raw size exceeds what the counts allow");
-    raws[i].resize(s.raw_size);
     if (s.codec == StreamCodec::kRaw) {
-      if (s.raw_size) std::memcpy(raws[i].data(), payload + off, s.raw_size);
+      raws[i] = payload + off;
     } else {
       unsigned long long fcs = ZSTD_getFrameContentSize(payload + off, s.stored_size);
       if (fcs != s.raw_size) return DataLossError("zstd frame size disagrees with the header");
-      size_t n = ZSTD_decompressDCtx(ThreadDCtx(), raws[i].data(), s.raw_size, payload + off,
+      std::vector<uint8_t>& buf = sc.raw[i];
+      if (buf.size() < s.raw_size) buf.resize(s.raw_size);
+      size_t n = ZSTD_decompressDCtx(ThreadDCtx(), buf.data(), s.raw_size, payload + off,
                                      s.stored_size);
       if (ZSTD_isError(n) || n != s.raw_size) {
         return DataLossError(std::string("zstd stream: ") +
                              (ZSTD_isError(n) ? ZSTD_getErrorName(n) : "short output"));
       }
+      raws[i] = buf.data();
     }
     off += s.stored_size;
   }
-  DecodedChunk out;
   size_t vbase = 0;
+  out->positions.clear();
   if (h.position_mode == PositionMode::kGaps) {
-    const std::vector<uint8_t>& g = raws[0];
-    out.positions.resize(k);
-    size_t p = 0;
-    uint64_t next = 0;  // smallest allowed next position
-    for (uint64_t i = 0; i < k; ++i) {
-      uint64_t v = 0;
-      int shift = 0;
-      while (true) {
-        if (p >= g.size() || shift > 63) return DataLossError("truncated or bad position varint");
-        uint8_t b = g[p++];
-        v |= static_cast<uint64_t>(b & 0x7F) << shift;
-        if (!(b & 0x80)) break;
-        shift += 7;
-      }
-      if (v >= h.num_elements - next) return DataLossError("position out of range");
-      uint64_t pos = next + v;
-      out.positions[i] = pos;
-      next = pos + 1;
+    out->positions.resize(k);
+    if (const char* bad = DecodeGaps(raws[0], h.streams[0].raw_size, k, h.num_elements,
+                                     out->positions.data())) {
+      return DataLossError("chunk " + std::to_string(h.chunk_id) + ": " + bad);
     }
-    if (p != g.size()) return DataLossError("trailing bytes in the position stream");
     vbase = 1;
   } else if (h.position_mode == PositionMode::kBitmap) {
-    const std::vector<uint8_t>& bm = raws[0];
-    if (bm.size() != (h.num_elements + 7) / 8) return DataLossError("bitmap size mismatch");
-    out.positions.reserve(k);
-    for (uint64_t byte = 0; byte < bm.size(); ++byte) {
+    const uint8_t* bm = raws[0];
+    const uint64_t bm_size = h.streams[0].raw_size;
+    if (bm_size != (h.num_elements + 7) / 8) return DataLossError("bitmap size mismatch");
+    out->positions.resize(k);
+    uint64_t* pos = out->positions.data();
+    uint64_t n = 0;
+    for (uint64_t byte = 0; byte < bm_size; ++byte) {
       unsigned b = bm[byte];
       while (b) {
-        int bit = __builtin_ctz(b);
-        uint64_t pos = byte * 8 + static_cast<uint64_t>(bit);
-        if (pos >= h.num_elements) return DataLossError("bitmap bit beyond the covered elements");
-        out.positions.push_back(pos);
+        const uint64_t p = byte * 8 + static_cast<uint64_t>(__builtin_ctz(b));
+        if (p >= h.num_elements) return DataLossError("bitmap bit beyond the covered elements");
+        if (n == k) return DataLossError("bitmap popcount differs from num_changes");
+        pos[n++] = p;
         b &= b - 1;
       }
     }
-    if (out.positions.size() != k) return DataLossError("bitmap popcount differs from num_changes");
+    if (n != k) return DataLossError("bitmap popcount differs from num_changes");
     vbase = 1;
   }
   for (int b = 0; b < w; ++b) {
-    if (raws[vbase + b].size() != k) return DataLossError("value stream length differs from num_changes");
+    if (h.streams[vbase + b].raw_size != k) {
+      return DataLossError("value stream length differs from num_changes");
+    }
   }
-  out.values.assign(k, 0);
-  for (int b = 0; b < w; ++b) {
-    const uint8_t* plane = raws[vbase + b].data();
-    for (uint64_t i = 0; i < k; ++i) out.values[i] |= static_cast<uint64_t>(plane[i]) << (8 * b);
+  out->values.resize(k);
+  uint64_t* v = out->values.data();
+  const uint8_t* const* planes = raws + vbase;
+  switch (w) {
+    case 1:
+      for (uint64_t i = 0; i < k; ++i) v[i] = planes[0][i];
+      break;
+    case 2:
+      for (uint64_t i = 0; i < k; ++i) v[i] = planes[0][i] | static_cast<uint64_t>(planes[1][i]) << 8;
+      break;
+    default:
+      for (uint64_t i = 0; i < k; ++i) {
+        uint64_t x = 0;
+        for (int b = 0; b < w; ++b) x |= static_cast<uint64_t>(planes[b][i]) << (8 * b);
+        v[i] = x;
+      }
+      break;
   }
-  out.header = std::move(h);
+  out->header = std::move(h);
+  return Status::OK();
+}
+
+StatusOr<DecodedChunk> DecodeChunk(const uint8_t* data, size_t size) {
+  DecodedChunk out;
+  DCR_RETURN_IF_ERROR(DecodeChunkInto(data, size, &out));
   return out;
 }
 

@@ -261,6 +261,67 @@ TEST(Delta, ChunksApplyInAnyOrderAndOnlyOnce) {
   }
 }
 
+// The applier writes while it reads (one pass) and checks the hashes afterwards: a chunk that
+// fails a check must leave the storage exactly as it found it, even when a malformed chunk's
+// segments overlap.
+TEST(Delta, FailedChunkLeavesStorageUntouched) {
+  const uint64_t n = 4096;
+  std::vector<uint16_t> base(n), target(n);
+  std::mt19937_64 rng(21);
+  for (uint64_t i = 0; i < n; ++i) {
+    base[i] = static_cast<uint16_t>(rng());
+    target[i] = (i % 3 == 0) ? static_cast<uint16_t>(base[i] ^ (1 + rng() % 255)) : base[i];
+  }
+  ChunkChanges c;
+  c.width = 2;
+  c.num_elements = n;
+  c.segments = {Segment::Range(0, 0, n)};
+  for (uint64_t i = 0; i < n; ++i) {
+    if (base[i] == target[i]) continue;
+    c.positions.push_back(i);
+    c.old_bits.push_back(base[i]);
+    c.new_bits.push_back(target[i]);
+  }
+  auto bytes = EncodeChunk(c, ValueMode::kXor, {99}, 1);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  auto good = DecodeChunk(bytes->data(), bytes->size());
+  ASSERT_TRUE(good.ok()) << good.status();
+
+  auto apply = [&](const DecodedChunk& dc, std::vector<uint16_t>* buf) {
+    BufferApplier applier({TensorBuffer{reinterpret_cast<uint8_t*>(buf->data()), n, 2, 99}});
+    return applier.ApplyChunk(dc);
+  };
+  {  // a value that does not give the target bits
+    DecodedChunk bad = *good;
+    bad.values[bad.values.size() / 2] ^= 0x40;
+    std::vector<uint16_t> buf = base;
+    Status st = apply(bad, &buf);
+    EXPECT_TRUE(st.IsDataLoss()) << st;
+    EXPECT_EQ(buf, base);
+  }
+  {  // storage that is not the base
+    std::vector<uint16_t> buf = base;
+    buf[3] ^= 1;
+    const std::vector<uint16_t> before = buf;
+    Status st = apply(*good, &buf);
+    EXPECT_TRUE(st.IsFailedPrecondition()) << st;
+    EXPECT_EQ(buf, before);
+  }
+  {  // overlapping segments: the same elements are visited twice, then restored
+    DecodedChunk bad = *good;
+    bad.header.segments = {Segment::Range(0, 0, n / 2), Segment::Range(0, 0, n / 2)};
+    std::vector<uint16_t> buf = base;
+    Status st = apply(bad, &buf);
+    EXPECT_FALSE(st.ok());
+    EXPECT_EQ(buf, base);
+  }
+  {  // and the good chunk gives the target
+    std::vector<uint16_t> buf = base;
+    ASSERT_TRUE(apply(*good, &buf).ok());
+    EXPECT_EQ(buf, target);
+  }
+}
+
 TEST(Delta, WrongBaseIsRefusedAndLeavesNoOutput) {
   std::mt19937_64 rng(13);
   TempDir dir;

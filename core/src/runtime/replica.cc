@@ -278,8 +278,9 @@ Status ApplyDeltaToReplica(const DeltaReader& reader, ServingReplica* replica,
   if (idx.empty()) {
     for (size_t i = 0; i < reader.num_chunks(); ++i) idx.push_back(i);
   }
+  DecodedChunk c;  // buffers reused across chunks
   for (size_t i : idx) {
-    DCR_ASSIGN_OR_RETURN(DecodedChunk c, reader.Decode(i));
+    DCR_RETURN_IF_ERROR(reader.DecodeInto(i, &c));
     DCR_RETURN_IF_ERROR(replica->ApplyChunk(c));
   }
   return replica->Finish(reader.trailer());

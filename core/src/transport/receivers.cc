@@ -103,7 +103,8 @@ class DeltaReceiver : public ReceiverBackend {
 
   Status ApplyChunk(const uint8_t* data, size_t size) override {
     if (!applier_) return FailedPreconditionError("chunk before the delta header");
-    DCR_ASSIGN_OR_RETURN(DecodedChunk chunk, DecodeChunk(data, size));
+    thread_local DecodedChunk chunk;  // buffers reused across chunks on this thread
+    DCR_RETURN_IF_ERROR(DecodeChunkInto(data, size, &chunk));
     return applier_->ApplyChunk(chunk);
   }
 
