@@ -27,7 +27,9 @@ namespace dcr {
 uint64_t TensorSalt(std::string_view name);
 
 // One element's contribution. `bits` holds the element's bytes little-endian, zero-extended.
-inline Hash128 ElementTerm(uint64_t salt, uint64_t index, uint64_t bits) {
+// Always inlined: encoders and the content hash call it once or twice per element in hot loops.
+__attribute__((always_inline)) inline Hash128 ElementTerm(uint64_t salt, uint64_t index,
+                                                          uint64_t bits) {
   // Two independent SplitMix/Murmur-style finalizers over (salt, index, bits).
   uint64_t k = salt ^ (index * 0x9E3779B97F4A7C15ULL);
   uint64_t a = k + bits * 0xD6E8FEB86659FD93ULL;

@@ -87,11 +87,26 @@ Hash128 PackedBitsHash(const uint64_t* bits, size_t k, int width) {
   // Pack in blocks so the hash streams without a k-sized buffer.
   XXH3_state_t* st = XXH3_createState();
   XXH3_128bits_reset(st);
-  uint8_t buf[4096];
+  alignas(8) uint8_t buf[4096];
   size_t per = sizeof(buf) / static_cast<size_t>(width);
+  // Little-endian low `width` bytes of each value (typed stores: a per-element memcpy of a
+  // runtime width was a library call per element).
+  auto pack = [&](auto tag, size_t i, size_t m) {
+    using T = decltype(tag);
+    T* out = reinterpret_cast<T*>(buf);
+    for (size_t j = 0; j < m; ++j) out[j] = static_cast<T>(bits[i + j]);
+  };
   for (size_t i = 0; i < k; i += per) {
     size_t m = std::min(per, k - i);
-    for (size_t j = 0; j < m; ++j) std::memcpy(buf + j * width, &bits[i + j], width);
+    switch (width) {
+      case 1: pack(uint8_t{}, i, m); break;
+      case 2: pack(uint16_t{}, i, m); break;
+      case 4: pack(uint32_t{}, i, m); break;
+      case 8: pack(uint64_t{}, i, m); break;
+      default:
+        for (size_t j = 0; j < m; ++j) std::memcpy(buf + j * width, &bits[i + j], width);
+        break;
+    }
     XXH3_128bits_update(st, buf, m * width);
   }
   XXH128_hash_t h = XXH3_128bits_digest(st);

@@ -67,7 +67,7 @@ StreamInfo PackStream(const uint8_t* raw_data, size_t raw_size, int level,
 // Per-thread buffers reused across chunks: fresh large allocations cost page faults on every
 // chunk (glibc serves them with mmap), which showed up as ~10% of encode time.
 struct EncodeScratch {
-  std::vector<uint8_t> gaps, bitmap, trial_a, trial_b, payload, planes;
+  std::vector<uint8_t> gaps, bitmap, trial_a, trial_b, payload, planes, packed_old, packed_new;
 };
 EncodeScratch& Scratch() {
   thread_local EncodeScratch scratch;
@@ -77,6 +77,134 @@ EncodeScratch& Scratch() {
 uint8_t* Grow(std::vector<uint8_t>* v, size_t n) {
   if (v->size() < n) v->resize(n);
   return v->data();
+}
+
+// What one pass over a chunk's changes produces.
+struct PassOut {
+  bool sorted = true;  // positions strictly increasing
+  uint64_t visited = 0;  // changes the segment walk reached (all of them when sorted and in range)
+  Hash128 plus, minus;  // sums of ElementTerm over the new and the old bits
+  size_t gaps_size = 0;
+};
+
+// One pass over the changes (the three arrays are read once): checks the order, sums the element
+// terms, writes the varint gaps (unless `gaps` is null), the value byte planes and the packed
+// old/new bits for the change hashes. T is the element type (width sizeof(T)).
+template <typename T, uint8_t kOp>
+PassOut FusedPass(const ChunkChanges& c, const std::vector<uint64_t>& salts, bool have_old,
+                  uint8_t* __restrict gaps, uint8_t* __restrict planes, T* __restrict packed_old,
+                  T* __restrict packed_new) {
+  constexpr int kW = sizeof(T);
+  const uint64_t k = c.positions.size();
+  const uint64_t* __restrict pos = c.positions.data();
+  const uint64_t* __restrict oldp = have_old ? c.old_bits.data() : nullptr;
+  const uint64_t* __restrict newp = c.new_bits.data();
+  PassOut r;
+  uint64_t next = 0;
+  uint64_t unsorted = 0;
+  uint8_t* g = gaps;
+  uint64_t plus_lo = 0, plus_hi = 0, minus_lo = 0, minus_hi = 0;
+  uint64_t visited = 0;
+  // Common case, one contiguous segment: a plain loop over locals (in the generic walk below the
+  // byte stores may alias the captured state, which GCC then reloads per change).
+  if (c.segments.size() == 1 && c.segments[0].IsContiguous()) {
+    const uint64_t salt = salts[c.segments[0].tensor_index];
+    const uint64_t offset = c.segments[0].offset;
+    uint8_t* __restrict p0 = planes;
+    uint8_t* __restrict p1 = planes + (kW >= 2 ? k : 0);
+    for (uint64_t i = 0; i < k; ++i) {
+      const uint64_t p = pos[i];
+      const uint64_t elem = offset + p;
+      const uint64_t nbits = newp[i];
+      const T n = static_cast<T>(nbits);
+      const Hash128 tn = ElementTerm(salt, elem, nbits);
+      plus_lo += tn.lo;
+      plus_hi += tn.hi;
+      packed_new[i] = n;
+      uint64_t value;
+      if (have_old) {
+        const uint64_t obits = oldp[i];
+        const T o = static_cast<T>(obits);
+        const Hash128 to = ElementTerm(salt, elem, obits);
+        minus_lo += to.lo;
+        minus_hi += to.hi;
+        packed_old[i] = o;
+        value = internal::EncodeValue(kOp, kW, o, n);
+      } else {
+        value = internal::EncodeValue(kOp, kW, 0, n);
+      }
+      if constexpr (kW == 1) {
+        p0[i] = static_cast<uint8_t>(value);
+      } else if constexpr (kW == 2) {
+        p0[i] = static_cast<uint8_t>(value);
+        p1[i] = static_cast<uint8_t>(value >> 8);
+      } else {
+        for (int b = 0; b < kW; ++b) planes[b * k + i] = static_cast<uint8_t>(value >> (8 * b));
+      }
+      if (g != nullptr) {
+        unsorted |= static_cast<uint64_t>(p < next);
+        uint64_t v = p - next;
+        next = p + 1;
+        while (v >= 0x80) {
+          *g++ = static_cast<uint8_t>(v) | 0x80;
+          v >>= 7;
+        }
+        *g++ = static_cast<uint8_t>(v);
+      }
+    }
+    // Positions past the segment are caught by the caller's range check of the last position
+    // plus the order check here.
+    visited = k;
+  } else {
+  // always_inline: the walk instantiates the body three times and GCC would otherwise call it,
+  // keeping the sums in memory.
+  internal::ForEachPosition(c.segments, pos, k, [&](uint64_t i, size_t s, uint64_t elem)
+                                                    __attribute__((always_inline)) {
+    ++visited;
+    const uint64_t salt = salts[c.segments[s].tensor_index];
+    const T n = static_cast<T>(newp[i]);
+    const Hash128 tn = ElementTerm(salt, elem, newp[i]);
+    plus_lo += tn.lo;
+    plus_hi += tn.hi;
+    packed_new[i] = n;
+    uint64_t value;
+    if (have_old) {
+      const T o = static_cast<T>(oldp[i]);
+      const Hash128 to = ElementTerm(salt, elem, oldp[i]);
+      minus_lo += to.lo;
+      minus_hi += to.hi;
+      packed_old[i] = o;
+      value = internal::EncodeValue(kOp, kW, o, n);
+    } else {
+      value = internal::EncodeValue(kOp, kW, 0, n);
+    }
+    if constexpr (kW == 1) {
+      planes[i] = static_cast<uint8_t>(value);
+    } else if constexpr (kW == 2) {
+      planes[i] = static_cast<uint8_t>(value);
+      planes[k + i] = static_cast<uint8_t>(value >> 8);
+    } else {
+      for (int b = 0; b < kW; ++b) planes[b * k + i] = static_cast<uint8_t>(value >> (8 * b));
+    }
+    if (gaps != nullptr) {
+      const uint64_t p = pos[i];
+      unsorted |= static_cast<uint64_t>(p < next);
+      uint64_t v = p - next;
+      next = p + 1;
+      while (v >= 0x80) {
+        *g++ = static_cast<uint8_t>(v) | 0x80;
+        v >>= 7;
+      }
+      *g++ = static_cast<uint8_t>(v);
+    }
+  });
+  }
+  r.sorted = unsorted == 0;
+  r.visited = visited;
+  r.plus = Hash128{plus_lo, plus_hi};
+  r.minus = Hash128{minus_lo, minus_hi};
+  r.gaps_size = static_cast<size_t>(g - gaps);
+  return r;
 }
 
 void SerializeChunkHeader(const ChunkHeader& h, std::vector<uint8_t>* out) {
@@ -195,58 +323,66 @@ StatusOr<std::vector<uint8_t>> EncodeChunk(const ChunkChanges& c, ValueMode valu
   h.segments = c.segments;
   h.target_range_hash = c.target_range_hash;
 
-  // Validate positions; additive terms of changed elements in canonical coordinates.
+  // One pass: order check, element terms, gaps, value planes, packed bits for the hashes.
   const bool have_old = c.old_bits.size() == k;
-  {
-    const uint64_t* pos = c.positions.data();
-    for (uint64_t i = 1; i < k; ++i) {
-      if (pos[i] <= pos[i - 1]) {
-        return InvalidArgumentError("chunk positions must be strictly increasing");
-      }
-    }
-    if (k > 0 && pos[k - 1] >= c.num_elements) {
-      return InvalidArgumentError("chunk position beyond the covered elements");
-    }
-    Hash128 plus, minus;
-    const uint64_t* oldp = c.old_bits.data();
-    const uint64_t* newp = c.new_bits.data();
-    internal::ForEachPosition(c.segments, pos, k, [&](uint64_t i, size_t s, uint64_t elem) {
-      const uint64_t salt = salts[c.segments[s].tensor_index];
-      if (have_old) HashAdd(&minus, ElementTerm(salt, elem, oldp[i]));
-      HashAdd(&plus, ElementTerm(salt, elem, newp[i]));
-    });
-    h.version_delta = plus;
-    HashSub(&h.version_delta, minus);
-    if (have_old) h.base_change_hash = PackedBitsHash(c.old_bits.data(), k, w);
-    h.target_change_hash = PackedBitsHash(c.new_bits.data(), k, w);
+  if (k > 0 && !dense && c.positions[k - 1] >= c.num_elements) {
+    return InvalidArgumentError("chunk position beyond the covered elements");
   }
+  EncodeScratch& sc = Scratch();
+  uint8_t* const gaps = dense ? nullptr : Grow(&sc.gaps, k * 10);
+  uint8_t* const planes = Grow(&sc.planes, k * w);
+  uint8_t* const packed_old = Grow(&sc.packed_old, have_old ? k * w : 0);
+  uint8_t* const packed_new = Grow(&sc.packed_new, k * w);
+  PassOut po;
+  {
+    const uint8_t op = static_cast<uint8_t>(value_mode);
+    auto run = [&](auto tag) {
+      using T = decltype(tag);
+      T* const po_old = reinterpret_cast<T*>(packed_old);
+      T* const po_new = reinterpret_cast<T*>(packed_new);
+      switch (op) {
+        case internal::kOpXor:
+          return FusedPass<T, internal::kOpXor>(c, salts, have_old, gaps, planes, po_old, po_new);
+        case internal::kOpUlpDelta:
+          return FusedPass<T, internal::kOpUlpDelta>(c, salts, have_old, gaps, planes, po_old, po_new);
+        default:
+          return FusedPass<T, internal::kOpAbsolute>(c, salts, have_old, gaps, planes, po_old, po_new);
+      }
+    };
+    switch (w) {
+      case 1: po = run(uint8_t{}); break;
+      case 2: po = run(uint16_t{}); break;
+      case 4: po = run(uint32_t{}); break;
+      default: po = run(uint64_t{}); break;
+    }
+  }
+  if (!po.sorted || po.visited != k) {
+    return InvalidArgumentError("chunk positions must be strictly increasing");
+  }
+  if (dense) {
+    for (uint64_t i = 0; i < k; ++i) {
+      if (c.positions[i] != i) return InvalidArgumentError("chunk positions must be strictly increasing");
+    }
+  }
+  h.version_delta = po.plus;
+  HashSub(&h.version_delta, po.minus);
+  // Packed little-endian bits (the packed arrays hold T values: little-endian on x86-64/arm64).
+  if (have_old) h.base_change_hash = BytesHash128(packed_old, k * w);
+  h.target_change_hash = BytesHash128(packed_new, k * w);
 
   // Position stream.
-  EncodeScratch& sc = Scratch();
   std::vector<uint8_t>& payload = sc.payload;
   payload.clear();
   const uint8_t* pos_data = nullptr;
   size_t pos_size = 0;
-  // Whether the position stream still has to be packed. Not a test of pos_data: with no changes
-  // the gap buffer of a fresh thread is empty and its data() may be null.
+  // Whether the position stream still has to be packed (not a test of pos_data: with no changes
+  // the gap buffer of a fresh thread is empty and its data() may be null).
   bool pack_positions = !dense;
   if (dense) {
     h.position_mode = PositionMode::kDense;
   } else {
-    uint8_t* const g0 = Grow(&sc.gaps, k * 10);
-    uint8_t* g = g0;
-    uint64_t next = 0;
-    for (uint64_t p : c.positions) {
-      uint64_t v = p - next;
-      next = p + 1;
-      while (v >= 0x80) {
-        *g++ = static_cast<uint8_t>(v) | 0x80;
-        v >>= 7;
-      }
-      *g++ = static_cast<uint8_t>(v);
-    }
-    pos_data = g0;
-    pos_size = static_cast<size_t>(g - g0);
+    pos_data = gaps;
+    pos_size = po.gaps_size;
     const uint64_t bitmap_bytes = (c.num_elements + 7) / 8;
     h.position_mode = PositionMode::kGaps;
     if (pos_size * 4 > bitmap_bytes) {
@@ -265,39 +401,6 @@ StatusOr<std::vector<uint8_t>> EncodeChunk(const ChunkChanges& c, ValueMode valu
       payload.insert(payload.end(), won.begin(), won.end());
       h.streams.push_back(bitmap_wins ? sb : sa);
       pack_positions = false;
-    }
-  }
-  // Value byte planes, back to back in one buffer.
-  uint8_t* const planes = Grow(&sc.planes, k * w);
-  {
-    const uint64_t* oldp = have_old ? c.old_bits.data() : nullptr;
-    const uint64_t* newp = c.new_bits.data();
-    auto fill = [&](auto encode) {
-      if (w == 2) {
-        uint8_t* p0 = planes;
-        uint8_t* p1 = planes + k;
-        for (uint64_t i = 0; i < k; ++i) {
-          uint64_t v = encode(oldp ? oldp[i] : 0, newp[i]);
-          p0[i] = static_cast<uint8_t>(v);
-          p1[i] = static_cast<uint8_t>(v >> 8);
-        }
-      } else {
-        for (uint64_t i = 0; i < k; ++i) {
-          uint64_t v = encode(oldp ? oldp[i] : 0, newp[i]);
-          for (int b = 0; b < w; ++b) planes[b * k + i] = static_cast<uint8_t>(v >> (8 * b));
-        }
-      }
-    };
-    switch (value_mode) {
-      case ValueMode::kXor:
-        fill([&](uint64_t o, uint64_t n) { return (o ^ n) & internal::WidthMask(w); });
-        break;
-      case ValueMode::kUlpDelta:
-        fill([&](uint64_t o, uint64_t n) { return internal::UlpValue(o, n, w); });
-        break;
-      case ValueMode::kAbsolute:
-        fill([&](uint64_t, uint64_t n) { return n & internal::WidthMask(w); });
-        break;
     }
   }
   if (pack_positions) h.streams.push_back(PackStream(pos_data, pos_size, zstd_level, &payload));
