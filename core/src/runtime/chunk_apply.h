@@ -48,8 +48,15 @@ StatusOr<ChunkSums> ApplyChunkTwoPhase(const DecodedChunk& chunk, Store* store) 
       (dense && k != h.num_elements)) {
     return InvalidArgumentError(id + ": decoded chunk is inconsistent with its header");
   }
-  std::vector<uint32_t> tensor(k);
-  std::vector<uint64_t> elem(k), obits(k), nbits(k);
+  // Per-thread scratch reused across chunks (fresh k-sized vectors cost page faults per chunk).
+  thread_local std::vector<uint32_t> tensor;
+  thread_local std::vector<uint64_t> elem, obits, nbits;
+  if (tensor.size() < k) {
+    tensor.resize(k);
+    elem.resize(k);
+    obits.resize(k);
+    nbits.resize(k);
+  }
   SegmentCursor cursor(h.segments);
   ChunkSums sums;
   const uint8_t op = static_cast<uint8_t>(h.value_mode);

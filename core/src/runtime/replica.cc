@@ -46,6 +46,7 @@ struct ServingReplica::Impl {
   uint64_t target_version = 0;
   std::set<uint64_t> applied;
   std::set<uint32_t> dirty;
+  uint32_t last_dirty = ~0u;  // the tensor last inserted into `dirty` (changes come in runs)
   std::mutex mu;  // ApplyChunk may be called concurrently (apply.h); chunks are serialized
 
   // ---- the element store used by ApplyChunkTwoPhase ----
@@ -87,7 +88,10 @@ struct ServingReplica::Impl {
     const int w = widths[t];
     if (!shadow[t].empty()) {
       internal::StoreElem(shadow[t].data(), w, e, bits);
-      if (!reload_ranks[t].empty()) dirty.insert(t);
+      if (!reload_ranks[t].empty() && last_dirty != t) {  // a set insert per change was costly
+        dirty.insert(t);
+        last_dirty = t;
+      }
     }
     for (const Entry* en : active) {
       const int64_t off = en->Find(e);
@@ -196,6 +200,7 @@ Status ServingReplica::BeginDelta(const FileHeader& header) {
   m.target_version = header.target_version;
   m.applied.clear();
   m.dirty.clear();
+  m.last_dirty = ~0u;
   m.running = m.hash;
   return Status::OK();
 }
@@ -247,6 +252,7 @@ Status ServingReplica::Finish(const Trailer& trailer) {
     }
   }
   m.dirty.clear();
+  m.last_dirty = ~0u;
   m.version = m.target_version;
   m.hash = m.running;
   m.in_progress = false;
