@@ -6,15 +6,12 @@
 #include <cstring>
 #include <unordered_map>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 #include "dcr/delta.h"
 #include "dcr/hash.h"
 #include "dcr/status_macros.h"
 #include "internal/element_ops.h"
 #include "internal/parallel.h"
+#include "internal/simd.h"
 
 namespace dcr {
 namespace {
@@ -45,44 +42,83 @@ inline void Record(const T* a, const T* b, uint64_t j, uint64_t pos_base, ChunkC
   out->new_bits.push_back(static_cast<uint64_t>(b[j]));
 }
 
+// Appends the changes among n elements (n * sizeof(T) <= kScanBlockBytes). Byte-difference masks
+// of 64-byte steps come from internal/simd.h (AVX2 when the CPU has it); only differing elements
+// are visited (no per-element branch in the common unchanged case).
 template <typename T>
-void ScanRange(const T* a, const T* b, uint64_t n, uint64_t pos_base, ChunkChanges* out) {
-  uint64_t i = 0;
-#if defined(__SSE2__)
-  // 32 bytes per step: one movemask word says which bytes differ; only differing elements are
-  // visited (no per-element branch in the common unchanged case).
-  constexpr uint64_t kPer = 32 / sizeof(T);
-  for (; i + kPer <= n; i += kPer) {
-    const __m128i* pa = reinterpret_cast<const __m128i*>(a + i);
-    const __m128i* pb = reinterpret_cast<const __m128i*>(b + i);
-    const unsigned m0 = static_cast<unsigned>(
-        _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128(pa), _mm_loadu_si128(pb))));
-    const unsigned m1 = static_cast<unsigned>(
-        _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128(pa + 1), _mm_loadu_si128(pb + 1))));
-    unsigned diff = ~(m0 | (m1 << 16));
+void ScanRange(const T* a, const T* b, uint64_t n, uint64_t pos_base, bool avx2,
+               ChunkChanges* out) {
+  constexpr uint64_t kPer = 64 / sizeof(T);
+  const uint64_t steps = n / kPer;
+  uint64_t masks[kScanBlockBytes / 64];
+  const auto* ab = reinterpret_cast<const uint8_t*>(a);
+  const auto* bb = reinterpret_cast<const uint8_t*>(b);
+  if (avx2) {
+    internal::ByteDiffMasksAvx2(ab, bb, steps * 64, masks);
+  } else {
+    internal::ByteDiffMasks(ab, bb, steps * 64, masks);
+  }
+  constexpr uint64_t kElemBits = (uint64_t{1} << sizeof(T)) - 1;
+  for (uint64_t s = 0; s < steps; ++s) {
+    uint64_t diff = masks[s];
     while (diff != 0) {
-      const unsigned byte = static_cast<unsigned>(__builtin_ctz(diff));
-      const unsigned elem = byte / sizeof(T);
-      Record(a, b, i + elem, pos_base, out);
-      const unsigned elem_bits = (1u << sizeof(T)) - 1;
-      diff &= ~(elem_bits << (elem * sizeof(T)));
+      const unsigned elem = static_cast<unsigned>(__builtin_ctzll(diff)) / sizeof(T);
+      Record(a, b, s * kPer + elem, pos_base, out);
+      diff &= ~(kElemBits << (elem * sizeof(T)));
     }
   }
-#endif
-  for (; i < n; ++i) {
+  for (uint64_t i = steps * kPer; i < n; ++i) {
     if (a[i] != b[i]) Record(a, b, i, pos_base, out);
   }
 }
 
 void ScanBytes(const uint8_t* a, const uint8_t* b, int width, uint64_t n, uint64_t pos_base,
-               ChunkChanges* out) {
+               bool avx2, ChunkChanges* out) {
   switch (width) {
-    case 1: ScanRange(a, b, n, pos_base, out); break;
-    case 2: ScanRange(reinterpret_cast<const uint16_t*>(a), reinterpret_cast<const uint16_t*>(b), n, pos_base, out); break;
-    case 4: ScanRange(reinterpret_cast<const uint32_t*>(a), reinterpret_cast<const uint32_t*>(b), n, pos_base, out); break;
-    default: ScanRange(reinterpret_cast<const uint64_t*>(a), reinterpret_cast<const uint64_t*>(b), n, pos_base, out); break;
+    case 1: ScanRange(a, b, n, pos_base, avx2, out); break;
+    case 2: ScanRange(reinterpret_cast<const uint16_t*>(a), reinterpret_cast<const uint16_t*>(b), n, pos_base, avx2, out); break;
+    case 4: ScanRange(reinterpret_cast<const uint32_t*>(a), reinterpret_cast<const uint32_t*>(b), n, pos_base, avx2, out); break;
+    default: ScanRange(reinterpret_cast<const uint64_t*>(a), reinterpret_cast<const uint64_t*>(b), n, pos_base, avx2, out); break;
   }
 }
+
+// XXH3-128 of a cell's target bytes, streamed; the AVX2 accumulator when the CPU has it.
+class RangeHasher {
+ public:
+  explicit RangeHasher(bool avx2) : avx2_(avx2) {
+    if (avx2_) {
+      st_ = internal::Xxh3Avx2New();
+    } else {
+      lib_ = XXH3_createState();
+      XXH3_128bits_reset(lib_);
+    }
+  }
+  ~RangeHasher() {
+    if (avx2_) internal::Xxh3Avx2Free(st_);
+    else XXH3_freeState(lib_);
+  }
+  RangeHasher(const RangeHasher&) = delete;
+  RangeHasher& operator=(const RangeHasher&) = delete;
+  void Update(const void* p, size_t n) {
+    if (avx2_) internal::Xxh3Avx2Update(st_, p, n);
+    else XXH3_128bits_update(lib_, p, n);
+  }
+  Hash128 Digest() {
+    Hash128 h;
+    if (avx2_) {
+      internal::Xxh3Avx2Digest(st_, &h.lo, &h.hi);
+    } else {
+      const XXH128_hash_t r = XXH3_128bits_digest(lib_);
+      h = Hash128{r.low64, r.high64};
+    }
+    return h;
+  }
+
+ private:
+  bool avx2_;
+  void* st_ = nullptr;
+  XXH3_state_t* lib_ = nullptr;
+};
 
 }  // namespace
 
@@ -140,6 +176,7 @@ StatusOr<DeltaStats> BuildDelta(const Checkpoint* base, const Checkpoint& target
   stats.base_hash = fh.base_hash;
 
   const std::vector<GridCell> grid = BuildGrid(inv, options);
+  const bool avx2 = internal::CpuHasAvx2();
   const int threads = internal::ResolveThreads(options.threads);
   const size_t window = static_cast<size_t>(threads) * 4;
   Trailer trailer;
@@ -177,8 +214,7 @@ StatusOr<DeltaStats> BuildDelta(const Checkpoint* base, const Checkpoint& target
       ch.num_elements = cell.num_elements;
       sc.seg_changes.assign(cell.segments.size(), 0);
       if (options.collect_entropy) sc.seg_hist.resize(cell.segments.size());
-      XXH3_state_t* st = XXH3_createState();
-      XXH3_128bits_reset(st);
+      RangeHasher rh(avx2);
       uint64_t pos_base = 0;
       bool all_float = true;
       for (size_t s = 0; s < cell.segments.size(); ++s) {
@@ -190,7 +226,7 @@ StatusOr<DeltaStats> BuildDelta(const Checkpoint* base, const Checkpoint& target
         const uint8_t* tp = target_ptr[sg.tensor_index] + byte_off;
         size_t before = ch.positions.size();
         if (options.full) {
-          XXH3_128bits_update(st, tp, n * cell.width);
+          rh.Update(tp, n * cell.width);
           for (uint64_t i = 0; i < n; ++i) {
             ch.positions.push_back(pos_base + i);
             ch.new_bits.push_back(LoadBits(tp, cell.width, i));
@@ -203,8 +239,8 @@ StatusOr<DeltaStats> BuildDelta(const Checkpoint* base, const Checkpoint& target
           for (uint64_t b0 = 0; b0 < n; b0 += block) {
             const uint64_t m = std::min(block, n - b0);
             const uint64_t off = b0 * cell.width;
-            ScanBytes(bp + off, tp + off, cell.width, m, pos_base + b0, &ch);
-            XXH3_128bits_update(st, tp + off, m * cell.width);
+            ScanBytes(bp + off, tp + off, cell.width, m, pos_base + b0, avx2, &ch);
+            rh.Update(tp + off, m * cell.width);
           }
         }
         sc.seg_changes[s] = ch.positions.size() - before;
@@ -214,9 +250,7 @@ StatusOr<DeltaStats> BuildDelta(const Checkpoint* base, const Checkpoint& target
         }
         pos_base += n;
       }
-      XXH128_hash_t rh = XXH3_128bits_digest(st);
-      XXH3_freeState(st);
-      ch.target_range_hash = Hash128{rh.low64, rh.high64};
+      ch.target_range_hash = rh.Digest();
       if (ch.positions.empty() && !options.emit_unchanged && !options.full) {
         encoded[k] = std::vector<uint8_t>();
         return true;

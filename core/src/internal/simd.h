@@ -1,0 +1,31 @@
+// Hot loops with an AVX2 build chosen at run time (internal).
+//
+// The AVX2 builds live in core/src/simd/simd_avx2.cc, the one file compiled with -mavx2. That file
+// includes no C++ library headers, so no inline library code built for AVX2 can be picked by the
+// linker for other files. Results are identical to the portable builds (same masks; XXH3 is
+// defined independently of the vector width).
+#ifndef DCR_CORE_SRC_INTERNAL_SIMD_H_
+#define DCR_CORE_SRC_INTERNAL_SIMD_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace dcr::internal {
+
+// True when the AVX2 builds may run (x86-64 CPU with AVX2; checked once).
+bool CpuHasAvx2();
+
+// masks[j] bit b = (a[64j + b] != b[64j + b]) for the 64-byte blocks of [0, nbytes);
+// nbytes must be a multiple of 64. Portable and AVX2 builds.
+void ByteDiffMasks(const uint8_t* a, const uint8_t* b, size_t nbytes, uint64_t* masks);
+void ByteDiffMasksAvx2(const uint8_t* a, const uint8_t* b, size_t nbytes, uint64_t* masks);
+
+// Streaming XXH3-128 with the AVX2 accumulator (digests equal libxxhash's XXH3_128bits).
+void* Xxh3Avx2New();
+void Xxh3Avx2Update(void* state, const void* data, size_t size);
+void Xxh3Avx2Digest(void* state, uint64_t* low64, uint64_t* high64);
+void Xxh3Avx2Free(void* state);
+
+}  // namespace dcr::internal
+
+#endif  // DCR_CORE_SRC_INTERNAL_SIMD_H_
