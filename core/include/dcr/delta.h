@@ -123,9 +123,27 @@ class SegmentCursor {
   uint64_t base_ = 0;
 };
 
+// The same changes as spans over arrays the caller owns (encoders that collect changes in their
+// own buffers avoid copying them into vectors).
+struct ChunkChangesView {
+  uint64_t chunk_id = 0;
+  uint8_t width = 2;
+  const std::vector<Segment>* segments = nullptr;
+  uint64_t num_elements = 0;
+  uint64_t num_changes = 0;
+  const uint64_t* positions = nullptr;  // num_changes, strictly increasing
+  const uint64_t* old_bits = nullptr;   // num_changes; nullptr = no old bits (kAbsolute, full
+                                        // frames: no base_change_hash). Non-null even when empty.
+  const uint64_t* new_bits = nullptr;   // num_changes
+  Hash128 target_range_hash;
+  bool dense = false;
+};
+
 // Encodes one chunk record (ChunkHeader + streams). `value_mode` must be kAbsolute when
 // changes.dense is a full frame without base. Hashes of changes are computed from salts.
 StatusOr<std::vector<uint8_t>> EncodeChunk(const ChunkChanges& changes, ValueMode value_mode,
+                                           const std::vector<uint64_t>& salts, int zstd_level);
+StatusOr<std::vector<uint8_t>> EncodeChunk(const ChunkChangesView& changes, ValueMode value_mode,
                                            const std::vector<uint64_t>& salts, int zstd_level);
 
 // Picks the value mode for a dtype under a policy.

@@ -91,14 +91,15 @@ struct PassOut {
 // terms, writes the varint gaps (unless `gaps` is null), the value byte planes and the packed
 // old/new bits for the change hashes. T is the element type (width sizeof(T)).
 template <typename T, uint8_t kOp>
-PassOut FusedPass(const ChunkChanges& c, const std::vector<uint64_t>& salts, bool have_old,
+PassOut FusedPass(const ChunkChangesView& c, const std::vector<uint64_t>& salts, bool have_old,
                   uint8_t* __restrict gaps, uint8_t* __restrict planes, T* __restrict packed_old,
                   T* __restrict packed_new) {
   constexpr int kW = sizeof(T);
-  const uint64_t k = c.positions.size();
-  const uint64_t* __restrict pos = c.positions.data();
-  const uint64_t* __restrict oldp = have_old ? c.old_bits.data() : nullptr;
-  const uint64_t* __restrict newp = c.new_bits.data();
+  const uint64_t k = c.num_changes;
+  const std::vector<Segment>& segments = *c.segments;
+  const uint64_t* __restrict pos = c.positions;
+  const uint64_t* __restrict oldp = have_old ? c.old_bits : nullptr;
+  const uint64_t* __restrict newp = c.new_bits;
   PassOut r;
   uint64_t next = 0;
   uint64_t unsorted = 0;
@@ -107,9 +108,9 @@ PassOut FusedPass(const ChunkChanges& c, const std::vector<uint64_t>& salts, boo
   uint64_t visited = 0;
   // Common case, one contiguous segment: a plain loop over locals (in the generic walk below the
   // byte stores may alias the captured state, which GCC then reloads per change).
-  if (c.segments.size() == 1 && c.segments[0].IsContiguous()) {
-    const uint64_t salt = salts[c.segments[0].tensor_index];
-    const uint64_t offset = c.segments[0].offset;
+  if (segments.size() == 1 && segments[0].IsContiguous()) {
+    const uint64_t salt = salts[segments[0].tensor_index];
+    const uint64_t offset = segments[0].offset;
     uint8_t* __restrict p0 = planes;
     uint8_t* __restrict p1 = planes + (kW >= 2 ? k : 0);
     for (uint64_t i = 0; i < k; ++i) {
@@ -158,10 +159,10 @@ PassOut FusedPass(const ChunkChanges& c, const std::vector<uint64_t>& salts, boo
   } else {
   // always_inline: the walk instantiates the body three times and GCC would otherwise call it,
   // keeping the sums in memory.
-  internal::ForEachPosition(c.segments, pos, k, [&](uint64_t i, size_t s, uint64_t elem)
+  internal::ForEachPosition(segments, pos, k, [&](uint64_t i, size_t s, uint64_t elem)
                                                     __attribute__((always_inline)) {
     ++visited;
-    const uint64_t salt = salts[c.segments[s].tensor_index];
+    const uint64_t salt = salts[segments[s].tensor_index];
     const T n = static_cast<T>(newp[i]);
     const Hash128 tn = ElementTerm(salt, elem, newp[i]);
     plus_lo += tn.lo;
@@ -294,11 +295,34 @@ void SegmentCursor::Locate(uint64_t pos, uint32_t* seg, uint64_t* elem) {
 StatusOr<std::vector<uint8_t>> EncodeChunk(const ChunkChanges& c, ValueMode value_mode,
                                            const std::vector<uint64_t>& salts, int zstd_level) {
   const uint64_t k = c.positions.size();
+  if (c.new_bits.size() != k || (value_mode != ValueMode::kAbsolute && c.old_bits.size() != k)) {
+    return InvalidArgumentError("chunk changes: positions and values differ in length");
+  }
+  ChunkChangesView v;
+  v.chunk_id = c.chunk_id;
+  v.width = c.width;
+  v.segments = &c.segments;
+  v.num_elements = c.num_elements;
+  v.num_changes = k;
+  v.positions = c.positions.data();
+  // Non-null marks "old bits given" even with no changes (base_change_hash of nothing is then
+  // written, as for any relative chunk); an empty vector's data() may be null.
+  static constexpr uint64_t kNone = 0;
+  v.old_bits = c.old_bits.size() == k ? (k > 0 ? c.old_bits.data() : &kNone) : nullptr;
+  v.new_bits = c.new_bits.data();
+  v.target_range_hash = c.target_range_hash;
+  v.dense = c.dense;
+  return EncodeChunk(v, value_mode, salts, zstd_level);
+}
+
+StatusOr<std::vector<uint8_t>> EncodeChunk(const ChunkChangesView& c, ValueMode value_mode,
+                                           const std::vector<uint64_t>& salts, int zstd_level) {
+  const uint64_t k = c.num_changes;
   const int w = c.width;
   if (w != 1 && w != 2 && w != 4 && w != 8) return InvalidArgumentError("element width must be 1/2/4/8");
-  if (c.segments.empty()) return InvalidArgumentError("chunk without segments");
+  if (c.segments == nullptr || c.segments->empty()) return InvalidArgumentError("chunk without segments");
   uint64_t covered = 0;
-  for (const auto& s : c.segments) {
+  for (const auto& s : *c.segments) {
     if (s.ndim < 1 || s.ndim > kMaxSegmentDims) return InvalidArgumentError("segment ndim out of range");
     if (s.tensor_index >= salts.size()) return InvalidArgumentError("segment tensor index out of range");
     covered += s.num_elements();
@@ -306,7 +330,8 @@ StatusOr<std::vector<uint8_t>> EncodeChunk(const ChunkChanges& c, ValueMode valu
   if (covered != c.num_elements) {
     return InvalidArgumentError("chunk num_elements does not match its segments");
   }
-  if (c.new_bits.size() != k || (value_mode != ValueMode::kAbsolute && c.old_bits.size() != k)) {
+  if ((k > 0 && (c.positions == nullptr || c.new_bits == nullptr)) ||
+      (value_mode != ValueMode::kAbsolute && k > 0 && c.old_bits == nullptr)) {
     return InvalidArgumentError("chunk changes: positions and values differ in length");
   }
   if (c.dense && k != c.num_elements) {
@@ -320,11 +345,11 @@ StatusOr<std::vector<uint8_t>> EncodeChunk(const ChunkChanges& c, ValueMode valu
   h.elem_width = static_cast<uint8_t>(w);
   h.num_elements = c.num_elements;
   h.num_changes = k;
-  h.segments = c.segments;
+  h.segments = *c.segments;
   h.target_range_hash = c.target_range_hash;
 
   // One pass: order check, element terms, gaps, value planes, packed bits for the hashes.
-  const bool have_old = c.old_bits.size() == k;
+  const bool have_old = c.old_bits != nullptr;
   if (k > 0 && !dense && c.positions[k - 1] >= c.num_elements) {
     return InvalidArgumentError("chunk position beyond the covered elements");
   }
@@ -389,7 +414,10 @@ StatusOr<std::vector<uint8_t>> EncodeChunk(const ChunkChanges& c, ValueMode valu
       // Dense-ish: the bitmap may win; pick by compressed size (deterministic).
       uint8_t* bm = Grow(&sc.bitmap, bitmap_bytes);
       std::memset(bm, 0, bitmap_bytes);
-      for (uint64_t p : c.positions) bm[p >> 3] |= static_cast<uint8_t>(1u << (p & 7));
+      for (uint64_t i = 0; i < k; ++i) {
+        const uint64_t p = c.positions[i];
+        bm[p >> 3] |= static_cast<uint8_t>(1u << (p & 7));
+      }
       sc.trial_a.clear();
       sc.trial_b.clear();
       StreamInfo sa = PackStream(pos_data, pos_size, zstd_level, &sc.trial_a);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <unordered_map>
 
 #include "dcr/delta.h"
@@ -28,26 +29,36 @@ constexpr uint64_t kScanBlockBytes = 16384;
 
 // Changes of one cell, found by comparing base and target.
 struct CellScan {
-  ChunkChanges changes;
+  // The changes found, in buffers reused across cells: grown by doubling, never shrunk. Plain
+  // arrays (not vectors) so the scan appends with register-held pointers.
+  std::unique_ptr<uint64_t[]> pos, old_bits, new_bits;
+  uint64_t cap = 0;
+  uint64_t n = 0;
+  // Makes room for `more` further changes.
+  void Reserve(uint64_t more) {
+    if (n + more <= cap) return;
+    const uint64_t want = std::max<uint64_t>({cap * 2, n + more, 1024});
+    auto grow = [&](std::unique_ptr<uint64_t[]>* a) {
+      std::unique_ptr<uint64_t[]> b(new uint64_t[want]);
+      if (n > 0) std::memcpy(b.get(), a->get(), n * sizeof(uint64_t));
+      *a = std::move(b);
+    };
+    grow(&pos);
+    grow(&old_bits);
+    grow(&new_bits);
+    cap = want;
+  }
   // Per segment: number of changes (for stats attribution).
   std::vector<uint64_t> seg_changes;
   // XOR value histogram per segment (only with collect_entropy).
   std::vector<std::unordered_map<uint64_t, uint64_t>> seg_hist;
 };
 
+// Appends the changes among n elements (n * sizeof(T) <= kScanBlockBytes; the caller reserved
+// n more). Byte-difference masks of 64-byte steps come from internal/simd.h (AVX2 when the CPU
+// has it); only differing elements are visited (no per-element branch when nothing changed).
 template <typename T>
-inline void Record(const T* a, const T* b, uint64_t j, uint64_t pos_base, ChunkChanges* out) {
-  out->positions.push_back(pos_base + j);
-  out->old_bits.push_back(static_cast<uint64_t>(a[j]));
-  out->new_bits.push_back(static_cast<uint64_t>(b[j]));
-}
-
-// Appends the changes among n elements (n * sizeof(T) <= kScanBlockBytes). Byte-difference masks
-// of 64-byte steps come from internal/simd.h (AVX2 when the CPU has it); only differing elements
-// are visited (no per-element branch in the common unchanged case).
-template <typename T>
-void ScanRange(const T* a, const T* b, uint64_t n, uint64_t pos_base, bool avx2,
-               ChunkChanges* out) {
+void ScanRange(const T* a, const T* b, uint64_t n, uint64_t pos_base, bool avx2, CellScan* out) {
   constexpr uint64_t kPer = 64 / sizeof(T);
   const uint64_t steps = n / kPer;
   uint64_t masks[kScanBlockBytes / 64];
@@ -58,22 +69,36 @@ void ScanRange(const T* a, const T* b, uint64_t n, uint64_t pos_base, bool avx2,
   } else {
     internal::ByteDiffMasks(ab, bb, steps * 64, masks);
   }
+  uint64_t* __restrict pos = out->pos.get() + out->n;
+  uint64_t* __restrict ob = out->old_bits.get() + out->n;
+  uint64_t* __restrict nb = out->new_bits.get() + out->n;
+  uint64_t m = 0;
   constexpr uint64_t kElemBits = (uint64_t{1} << sizeof(T)) - 1;
   for (uint64_t s = 0; s < steps; ++s) {
     uint64_t diff = masks[s];
     while (diff != 0) {
       const unsigned elem = static_cast<unsigned>(__builtin_ctzll(diff)) / sizeof(T);
-      Record(a, b, s * kPer + elem, pos_base, out);
+      const uint64_t j = s * kPer + elem;
+      pos[m] = pos_base + j;
+      ob[m] = static_cast<uint64_t>(a[j]);
+      nb[m] = static_cast<uint64_t>(b[j]);
+      ++m;
       diff &= ~(kElemBits << (elem * sizeof(T)));
     }
   }
-  for (uint64_t i = steps * kPer; i < n; ++i) {
-    if (a[i] != b[i]) Record(a, b, i, pos_base, out);
+  for (uint64_t j = steps * kPer; j < n; ++j) {
+    if (a[j] != b[j]) {
+      pos[m] = pos_base + j;
+      ob[m] = static_cast<uint64_t>(a[j]);
+      nb[m] = static_cast<uint64_t>(b[j]);
+      ++m;
+    }
   }
+  out->n += m;
 }
 
 void ScanBytes(const uint8_t* a, const uint8_t* b, int width, uint64_t n, uint64_t pos_base,
-               bool avx2, ChunkChanges* out) {
+               bool avx2, CellScan* out) {
   switch (width) {
     case 1: ScanRange(a, b, n, pos_base, avx2, out); break;
     case 2: ScanRange(reinterpret_cast<const uint16_t*>(a), reinterpret_cast<const uint16_t*>(b), n, pos_base, avx2, out); break;
@@ -197,21 +222,9 @@ StatusOr<DeltaStats> BuildDelta(const Checkpoint* base, const Checkpoint& target
     internal::ParallelFor(w1 - w0, threads, [&](uint64_t k) {
       const GridCell& cell = grid[w0 + k];
       CellScan& sc = scans[k];
-      ChunkChanges& ch = sc.changes;
-      ch.positions.clear();
-      ch.old_bits.clear();
-      ch.new_bits.clear();
-      if (ch.positions.capacity() == 0) {
-        const uint64_t guess = cell.num_elements / 16 + 64;  // no regrowth below ~6% change
-        ch.positions.reserve(guess);
-        ch.old_bits.reserve(guess);
-        ch.new_bits.reserve(guess);
-      }
+      sc.n = 0;
+      sc.Reserve(0);  // buffers exist (non-null) even for a cell without changes
       sc.seg_hist.clear();
-      ch.chunk_id = cell.chunk_id;
-      ch.width = cell.width;
-      ch.segments = cell.segments;
-      ch.num_elements = cell.num_elements;
       sc.seg_changes.assign(cell.segments.size(), 0);
       if (options.collect_entropy) sc.seg_hist.resize(cell.segments.size());
       RangeHasher rh(avx2);
@@ -224,13 +237,15 @@ StatusOr<DeltaStats> BuildDelta(const Checkpoint* base, const Checkpoint& target
         const uint64_t byte_off = sg.offset * cell.width;
         const uint64_t n = sg.count[0];
         const uint8_t* tp = target_ptr[sg.tensor_index] + byte_off;
-        size_t before = ch.positions.size();
+        const uint64_t before = sc.n;
         if (options.full) {
           rh.Update(tp, n * cell.width);
+          sc.Reserve(n);
           for (uint64_t i = 0; i < n; ++i) {
-            ch.positions.push_back(pos_base + i);
-            ch.new_bits.push_back(LoadBits(tp, cell.width, i));
+            sc.pos[sc.n + i] = pos_base + i;
+            sc.new_bits[sc.n + i] = LoadBits(tp, cell.width, i);
           }
+          sc.n += n;
         } else {
           // Scan and hash block by block: the hash reads the target bytes while the scan has
           // just brought them into cache (one pass over memory instead of two).
@@ -239,19 +254,28 @@ StatusOr<DeltaStats> BuildDelta(const Checkpoint* base, const Checkpoint& target
           for (uint64_t b0 = 0; b0 < n; b0 += block) {
             const uint64_t m = std::min(block, n - b0);
             const uint64_t off = b0 * cell.width;
-            ScanBytes(bp + off, tp + off, cell.width, m, pos_base + b0, avx2, &ch);
+            sc.Reserve(m);
+            ScanBytes(bp + off, tp + off, cell.width, m, pos_base + b0, avx2, &sc);
             rh.Update(tp + off, m * cell.width);
           }
         }
-        sc.seg_changes[s] = ch.positions.size() - before;
+        sc.seg_changes[s] = sc.n - before;
         if (options.collect_entropy) {
-          for (size_t i = before; i < ch.positions.size(); ++i)
-            ++sc.seg_hist[s][ch.old_bits[i] ^ ch.new_bits[i]];
+          for (uint64_t i = before; i < sc.n; ++i) ++sc.seg_hist[s][sc.old_bits[i] ^ sc.new_bits[i]];
         }
         pos_base += n;
       }
+      ChunkChangesView ch;
+      ch.chunk_id = cell.chunk_id;
+      ch.width = cell.width;
+      ch.segments = &cell.segments;
+      ch.num_elements = cell.num_elements;
+      ch.num_changes = sc.n;
+      ch.positions = sc.pos.get();
+      ch.old_bits = options.full ? nullptr : sc.old_bits.get();
+      ch.new_bits = sc.new_bits.get();
       ch.target_range_hash = rh.Digest();
-      if (ch.positions.empty() && !options.emit_unchanged && !options.full) {
+      if (sc.n == 0 && !options.emit_unchanged && !options.full) {
         encoded[k] = std::vector<uint8_t>();
         return true;
       }
@@ -266,20 +290,21 @@ StatusOr<DeltaStats> BuildDelta(const Checkpoint* base, const Checkpoint& target
       if (!encoded[k].ok()) return encoded[k].status();
       const std::vector<uint8_t>& bytes = *encoded[k];
       const CellScan& sc = scans[k];
-      uint64_t cell_changes = sc.changes.positions.size();
-      for (size_t s = 0; s < sc.changes.segments.size(); ++s) {
-        auto& ts = stats.tensors[sc.changes.segments[s].tensor_index];
+      const GridCell& cell = grid[w0 + k];
+      uint64_t cell_changes = sc.n;
+      for (size_t s = 0; s < cell.segments.size(); ++s) {
+        auto& ts = stats.tensors[cell.segments[s].tensor_index];
         ts.changed += options.full ? 0 : sc.seg_changes[s];
         if (!bytes.empty()) {
           // Attribute the chunk's bytes by changes (by elements when none changed).
           double share = cell_changes > 0
                              ? static_cast<double>(sc.seg_changes[s]) / cell_changes
-                             : static_cast<double>(sc.changes.segments[s].num_elements()) /
-                                   sc.changes.num_elements;
+                             : static_cast<double>(cell.segments[s].num_elements()) /
+                                   cell.num_elements;
           ts.payload_bytes += static_cast<uint64_t>(std::llround(share * bytes.size()));
         }
         if (options.collect_entropy) {
-          for (const auto& [v, c] : sc.seg_hist[s]) tensor_hist[sc.changes.segments[s].tensor_index][v] += c;
+          for (const auto& [v, c] : sc.seg_hist[s]) tensor_hist[cell.segments[s].tensor_index][v] += c;
         }
       }
       if (bytes.empty()) continue;
