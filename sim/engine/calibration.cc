@@ -68,6 +68,9 @@ StatusOr<Calibration> ParseCalibration(const std::string& json_text, const std::
   if (j.contains("memcpy_wall_bytes_per_s") && j["memcpy_wall_bytes_per_s"].is_number()) {
     c.memcpy_wall_bytes_per_s = j["memcpy_wall_bytes_per_s"].get<double>();
   }
+  if (j.contains("available_cores") && j["available_cores"].is_number()) {
+    c.available_cores = j["available_cores"].get<double>();
+  }
   const nlohmann::json* arr = nullptr;
   for (const char* key : {"rates", "results"}) {
     if (j.contains(key) && j[key].is_array()) arr = &j[key];

@@ -33,6 +33,9 @@ struct Calibration {
   std::string raw;     // the file's JSON text, recorded in results
   double memcpy_bytes_per_s = 0;
   double memcpy_wall_bytes_per_s = 0;  // optional, 0 when absent
+  // Optional (`dcr bench pipeline`): cores the machine actually gave the bench's multi-threaded
+  // build (process CPU seconds / wall seconds); 0 when absent.
+  double available_cores = 0;
   std::vector<RatePoint> rates;  // sorted by change_rate
 
   // Switches every bandwidth to its wall-clock variant where the file has one.

@@ -34,7 +34,7 @@ constexpr uint64_t kControlBytes = 64;
 constexpr uint64_t kListReplyBytes = 256;
 
 struct Msg {
-  enum Type { kData, kAck, kCommit, kPutData, kFetchReq, kFetchData } type = kData;
+  enum Type { kData, kAck, kCommit } type = kData;
   NodeId from = kNoNode;
   BlobInfo blob;
   uint64_t offset = 0, length = 0;
@@ -48,7 +48,6 @@ struct World {
   std::vector<int> node_region;        // per node
   std::vector<sg4::Mailbox*> mailbox;  // per node
   std::vector<BlobInfo> store_index;   // blobs whose Put completed, in completion order
-  sg4::Mailbox* store_mailbox = nullptr;
   RunOutcome out;
 };
 
@@ -60,7 +59,7 @@ double OneWayNetLatency(const PlatformSpec& p, int region_a, int region_b) {
   return lat;
 }
 
-enum class TagKind { kRecv, kSend, kControl, kBuild, kApply, kPut, kFetch, kList };
+enum class TagKind { kRecv, kSend, kControl, kBuild, kApply, kPut, kFetch, kList, kTimer, kFetchReq };
 
 struct Tag {
   TagKind kind = TagKind::kRecv;
@@ -107,6 +106,86 @@ class NodeActor {
     return StreamRateCap(spec().tcp_gamma, spec().real_window, rtt, pieces);
   }
 
+  // A compute job on this node's host, or on the shared CPU of a one-machine run.
+  sg4::ExecPtr Compute(double flops) {
+    sg4::ExecPtr e = sg4::this_actor::exec_init(flops);
+    if (w_->platform.shared_cpu != nullptr) e->set_host(w_->platform.shared_cpu);
+    e->start();
+    return e;
+  }
+
+  // Timers are activities (exec jobs on the clock host), so the event loop is one wait_any with
+  // no timeout. (A wait_any_for timeout leaves its registrations behind in SimGrid 3.32: every
+  // later completion then walks them, which made polling object-store runs quadratic.)
+  void ArmTimer(double at) {
+    DisarmTimer();
+    timer_ = at;
+    double d = std::max(at - Now(), 0.0) * kClockFlops;
+    sg4::ExecPtr e = sg4::this_actor::exec_init(std::max(d, 1e-12));
+    e->set_host(w_->platform.clock);
+    e->start();
+    Add(e, Tag{TagKind::kTimer, {}, {}});
+  }
+  void DisarmTimer() {
+    timer_ = -1;
+    for (size_t i = 0; i < acts_.size(); ++i) {
+      if (tags_[i].kind == TagKind::kTimer) {
+        acts_[i]->cancel();
+        acts_.erase(acts_.begin() + static_cast<long>(i));
+        tags_.erase(tags_.begin() + static_cast<long>(i));
+        return;
+      }
+    }
+  }
+
+  // Small store messages (a GET request, a LIST reply) only pay the path: latency (the store's
+  // first-byte latency included) plus their few bytes at the path's bandwidth. They are timed
+  // on the clock host instead of being network flows (their bandwidth share is negligible and
+  // tens of thousands of polls would dominate the solver's work).
+  double StoreMessageSeconds(uint64_t bytes) const {
+    const PlatformSpec& p = spec().platform;
+    const int region = w_->node_region[id_];
+    double lat = p.regions[region].nic_latency + p.store_latency;
+    double bw = std::min(p.regions[region].nic_bandwidth, p.store_bandwidth);
+    if (region != p.store_region) {
+      lat += p.wan_latency;
+      bw = std::min(bw, p.wan_bandwidth);
+    }
+    return lat + static_cast<double>(bytes) / bw;
+  }
+  sg4::ExecPtr Delay(double seconds) {
+    sg4::ExecPtr e = sg4::this_actor::exec_init(std::max(seconds * kClockFlops, 1e-12));
+    e->set_host(w_->platform.clock);
+    e->start();
+    ++w_->out.comms;
+    return e;
+  }
+
+  // A started host-to-host Comm (no receiving actor) of `bytes`, capped at `rate` when > 0.
+  sg4::CommPtr HostComm(sg4::Host* from, sg4::Host* to, uint64_t bytes, double rate) {
+    sg4::CommPtr c = sg4::Comm::sendto_init();
+    if (rate > 0) c->set_rate(rate);
+    c->set_payload_size(bytes);
+    c->set_source(from);
+    c->set_destination(to);  // with both hosts set, the Comm starts (SimGrid 3.32)
+    ++w_->out.comms;
+    return c;
+  }
+
+  void StartFetchReply(const BlobInfo& blob) {
+    const PlatformSpec& p = spec().platform;
+    int region = w_->node_region[id_];
+    double rtt = 2 * (p.regions[region].nic_latency +
+                      (region != p.store_region ? p.wan_latency : 0.0));
+    double cap = StreamRateCap(spec().tcp_gamma, spec().real_window, rtt, 1);
+    sg4::CommPtr c = HostComm(w_->platform.store, host_, blob.size, cap);
+    if (region != p.store_region) w_->out.wire_bytes += static_cast<double>(blob.size);
+    Tag t;
+    t.kind = TagKind::kFetch;
+    t.blob = blob;
+    Add(c, std::move(t));
+  }
+
   void CountWire(int region_a, int region_b, double bytes) {
     if (region_a != region_b) w_->out.wire_bytes += bytes;
   }
@@ -131,12 +210,6 @@ class NodeActor {
     return StreamRateCap(spec().tcp_gamma, spec().real_window, rtt, 1);
   }
 
-  sg4::CommPtr StoreComm(sg4::Host* from, sg4::Host* to, uint64_t bytes) {
-    sg4::CommPtr c = sg4::Comm::sendto_async(from, to, bytes);
-    ++w_->out.comms;
-    CountWire(w_->node_region[id_], spec().platform.store_region, static_cast<double>(bytes));
-    return c;
-  }
 
   void Execute(const Action& a) {
     if (const auto* s = std::get_if<action::Send>(&a)) {
@@ -155,7 +228,7 @@ class NodeActor {
       SendMsg(rc->to, m, kControlBytes, Tag{TagKind::kControl, {}, {}});
     } else if (const auto* ap = std::get_if<action::Apply>(&a)) {
       const SimBlob& sb = spec().blobs.at(ap->blob.id);
-      sg4::ExecPtr e = sg4::this_actor::exec_async(std::max(sb.apply_flops, 1.0));
+      sg4::ExecPtr e = Compute(std::max(sb.apply_flops, 1.0));
       Tag t;
       t.kind = TagKind::kApply;
       t.blob = ap->blob;
@@ -175,29 +248,26 @@ class NodeActor {
       t.kind = TagKind::kPut;
       t.blob = put->blob;
       w_->out.store_put_bytes += static_cast<double>(put->blob.size);
-      auto* m = new Msg{Msg::kPutData, id_, put->blob, 0, put->blob.size, 0};
-      sg4::CommPtr c = w_->store_mailbox->put_init(m, put->blob.size);
+      // Host to host (no store actor): the upload completes when its bytes are in the store.
       int my_region = w_->node_region[id_];
-      double cap = StoreCap(my_region);
-      if (cap > 0) c->set_rate(cap);
-      c->start();
-      ++w_->out.comms;
+      sg4::CommPtr c = HostComm(host_, w_->platform.store, put->blob.size, StoreCap(my_region));
       CountWire(my_region, spec().platform.store_region, static_cast<double>(put->blob.size));
       Add(c, std::move(t));
     } else if (std::holds_alternative<action::List>(a)) {
-      Add(StoreComm(w_->platform.store, host_, kListReplyBytes),
-          Tag{TagKind::kList, {}, {}});
+      CountWire(spec().platform.store_region, w_->node_region[id_],
+                static_cast<double>(kListReplyBytes));
+      Add(Delay(StoreMessageSeconds(kListReplyBytes)), Tag{TagKind::kList, {}, {}});
     } else if (const auto* f = std::get_if<action::Fetch>(&a)) {
-      // A GET: the request pays the path and the store's first-byte latency, the store daemon
-      // then streams the object to this node's mailbox.
+      // A GET: the request pays the path and the store's first-byte latency; when it arrives the
+      // store streams the object back (StartFetchReply), capped like one TCP stream.
       w_->out.store_get_bytes += static_cast<double>(f->blob.size);
-      auto* m = new Msg{Msg::kFetchReq, id_, f->blob, 0, 0, 0};
-      sg4::CommPtr c = w_->store_mailbox->put_init(m, kControlBytes);
-      c->start();
-      ++w_->out.comms;
-      Add(c, Tag{TagKind::kControl, {}, {}});
+      sg4::ExecPtr c = Delay(StoreMessageSeconds(kControlBytes));
+      Tag t;
+      t.kind = TagKind::kFetchReq;
+      t.blob = f->blob;
+      Add(c, std::move(t));
     } else if (const auto* st = std::get_if<action::SetTimer>(&a)) {
-      timer_ = st->at;
+      ArmTimer(st->at);
     } else if (const auto* fail = std::get_if<action::Fail>(&a)) {
       Record("node " + std::to_string(id_) + " failed: " + fail->message);
     }
@@ -206,30 +276,54 @@ class NodeActor {
 
   bool Producer() const { return id_ == 0; }
 
+  // First and last blob index of the builder window holding blob i (header and trailer are
+  // windows of their own). The real builder (BuildDelta) encodes a window of cells with all its
+  // threads and emits them together, then starts the next window.
+  size_t WindowFirst(size_t i) const {
+    const size_t k = spec().blobs.size() - 2, w = std::max(1, spec().build_window);
+    if (i == 0 || i > k) return i;
+    return 1 + ((i - 1) / w) * w;
+  }
+  size_t WindowLast(size_t i) const {
+    const size_t k = spec().blobs.size() - 2, w = std::max(1, spec().build_window);
+    if (i == 0 || i > k) return i;
+    return std::min(k, ((i - 1) / w + 1) * w);
+  }
+
   void LaunchBuilds() {
     const auto& blobs = spec().blobs;
-    while (next_launch_ < blobs.size() && running_builds_ < spec().build_parallel) {
-      const SimBlob& b = blobs[next_launch_];
-      if (b.build_flops <= 0) {
-        built_[next_launch_] = true;
-      } else {
-        sg4::ExecPtr e = sg4::this_actor::exec_async(b.build_flops);
-        Tag t;
-        t.kind = TagKind::kBuild;
-        t.blob = b.info;
-        Add(e, std::move(t));
-        ++running_builds_;
+    for (bool progress = true; progress;) {
+      progress = false;
+      while (next_launch_ < blobs.size() && running_builds_ < spec().build_parallel &&
+             next_deliver_ >= WindowFirst(next_launch_)) {
+        const SimBlob& b = blobs[next_launch_];
+        if (b.build_flops <= 0) {
+          built_[next_launch_] = true;
+        } else {
+          sg4::ExecPtr e = Compute(b.build_flops);
+          Tag t;
+          t.kind = TagKind::kBuild;
+          t.blob = b.info;
+          Add(e, std::move(t));
+          ++running_builds_;
+        }
+        ++next_launch_;
       }
-      ++next_launch_;
-    }
-    while (next_deliver_ < blobs.size() && built_[next_deliver_]) {
-      const SimBlob& b = blobs[next_deliver_];
-      if (b.info.kind == BlobKind::kChunk) {
-        if (w_->out.first_built < 0) w_->out.first_built = Now();
-        w_->out.last_built = Now();
+      while (next_deliver_ < blobs.size()) {
+        const size_t last = WindowLast(next_deliver_);
+        bool ready = true;
+        for (size_t j = next_deliver_; j <= last && ready; ++j) ready = built_[j];
+        if (!ready) break;
+        for (; next_deliver_ <= last; ++next_deliver_) {
+          const SimBlob& b = blobs[next_deliver_];
+          // As the real sender: the refit clock starts when the first blob (the header) is
+          // out, so it includes building the first chunks.
+          if (w_->out.first_built < 0) w_->out.first_built = Now();
+          if (b.info.kind == BlobKind::kChunk) w_->out.last_built = Now();
+          Feed(event::BlobProduced{b.info});
+        }
+        progress = true;
       }
-      ++next_deliver_;
-      Feed(event::BlobProduced{b.info});
     }
   }
 
@@ -251,16 +345,14 @@ class NodeActor {
       LaunchBuilds();
     }
     while (!policy_->done()) {
-      if (acts_.empty() && timer_ < 0) {
+      if (acts_.empty()) {
         Record("node " + std::to_string(id_) + " is stuck: nothing to wait for");
         break;
       }
-      double timeout = timer_ >= 0 ? std::max(0.0, timer_ - Now()) : -1.0;
-      ssize_t k = sg4::Activity::wait_any_for(acts_, timeout);
+      ssize_t k = sg4::Activity::wait_any(acts_);
       if (k < 0) {
-        timer_ = -1;
-        Feed(event::TimerFired{});
-        continue;
+        Record("node " + std::to_string(id_) + ": wait_any failed");
+        break;
       }
       Tag tag = std::move(tags_[k]);
       acts_.erase(acts_.begin() + k);
@@ -270,10 +362,7 @@ class NodeActor {
           Msg* m = incoming;
           incoming = nullptr;
           Add(w_->mailbox[id_]->get_async<Msg>(&incoming), Tag{TagKind::kRecv, {}, {}});
-          if (m->type == Msg::kFetchData) {
-            if (id_ > 0) w_->out.receivers[id_ - 1].bytes_received += m->blob.size;
-            Feed(event::FetchDone{m->blob.id, true, ""});
-          } else if (m->type == Msg::kData) {
+          if (m->type == Msg::kData) {
             if (id_ > 0) w_->out.receivers[id_ - 1].bytes_received += m->length;
             Feed(event::DataReceived{m->blob, m->offset, m->length});
           } else if (m->type == Msg::kAck) {
@@ -307,7 +396,16 @@ class NodeActor {
           Feed(event::PutDone{tag.blob.id, true, ""});
           if (Producer()) LaunchBuilds();
           break;
+        case TagKind::kFetchReq:
+          StartFetchReply(tag.blob);
+          break;
         case TagKind::kFetch:
+          if (id_ > 0) w_->out.receivers[id_ - 1].bytes_received += tag.blob.size;
+          Feed(event::FetchDone{tag.blob.id, true, ""});
+          break;
+        case TagKind::kTimer:
+          timer_ = -1;
+          Feed(event::TimerFired{});
           break;
         case TagKind::kList: {
           event::ListDone ld;
@@ -328,7 +426,9 @@ class NodeActor {
       }
     }
     for (size_t i = 0; i < acts_.size(); ++i) {
-      if (tags_[i].kind == TagKind::kRecv) acts_[i]->cancel();
+      if (tags_[i].kind == TagKind::kRecv || tags_[i].kind == TagKind::kTimer) {
+        acts_[i]->cancel();
+      }
     }
   }
 
@@ -344,39 +444,6 @@ class NodeActor {
   size_t next_launch_ = 0, next_deliver_ = 0;
   int running_builds_ = 0;
 };
-
-// The object store: receives uploads (discarded; the uploader's Comm completion publishes the key)
-// and answers GET requests by streaming the object to the requester, at one TCP stream's cap.
-void StoreDaemon(World* w) {
-  std::vector<sg4::CommPtr> outgoing;
-  for (;;) {
-    Msg* m = w->store_mailbox->get<Msg>();
-    if (m->type == Msg::kFetchReq) {
-      NodeId to = m->from;
-      int region = w->node_region[to];
-      const PlatformSpec& p = w->spec->platform;
-      double rtt = 2 * (p.regions[region].nic_latency +
-                        (region != p.store_region ? p.wan_latency : 0.0));
-      double cap = StreamRateCap(w->spec->tcp_gamma, w->spec->real_window, rtt, 1);
-      auto* reply = new Msg{Msg::kFetchData, kNoNode, m->blob, 0, m->blob.size, 0};
-      sg4::CommPtr c = w->mailbox[to]->put_init(reply, m->blob.size);
-      if (cap > 0) c->set_rate(cap);
-      c->start();
-      ++w->out.comms;
-      if (region != p.store_region) w->out.wire_bytes += static_cast<double>(m->blob.size);
-      outgoing.push_back(c);
-    }
-    delete m;
-    // Drop references to finished replies now and then.
-    if (outgoing.size() > 1024) {
-      std::vector<sg4::CommPtr> live;
-      for (auto& c : outgoing) {
-        if (!c->test()) live.push_back(c);
-      }
-      outgoing.swap(live);
-    }
-  }
-}
 
 nlohmann::json OutcomeToJson(const RunOutcome& o) {
   nlohmann::json rs = nlohmann::json::array();
@@ -435,7 +502,11 @@ RunOutcome RunInThisProcess(const RunSpec& spec) {
   sg4::Engine::set_config("network/crosstraffic", false);
   sg4::Engine::set_config("network/loopback-bw", spec.loopback_bandwidth);
   sg4::Engine::set_config("network/loopback-lat", 1e-6);
-  w.platform = BuildPlatform(spec.platform);
+  PlatformSpec plat = spec.platform;
+  // Clock jobs never share a core: per node one timer, one LIST and its GET requests.
+  plat.clock_cores = (spec.receivers + 2) * (3 + std::max(spec.relay.max_parallel_fetches,
+                                                          spec.relay.max_parallel_puts));
+  w.platform = BuildPlatform(plat);
 
   const int nodes = spec.receivers + 1;
   const int rollout_hosts = static_cast<int>(w.platform.hosts[1].size());
@@ -457,13 +528,6 @@ RunOutcome RunInThisProcess(const RunSpec& spec) {
           node();
         });
     w.mailbox[i]->set_receiver(a);
-  }
-  if (spec.object_store) {
-    w.store_mailbox = sg4::Mailbox::by_name("object-store");
-    sg4::ActorPtr d =
-        sg4::Actor::create("object-store", w.platform.store, [&w]() { StoreDaemon(&w); });
-    d->daemonize();
-    w.store_mailbox->set_receiver(d);
   }
   engine.run();
   w.out.sim_clock = sg4::Engine::get_clock();

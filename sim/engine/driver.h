@@ -5,12 +5,18 @@
 //                  (every mailbox has its actor as permanent receiver, so pieces flow like a TCP
 //                  socket before the child asks); SendDone when the Comm completes.
 //   Ack, ReportCommit -> a 64-byte control message (pays latency like any message).
-//   Apply       -> exec_async(apply cost) on the node's host; ApplyDone on completion.
-//   Put / Fetch -> Comm::sendto (sender -> store, store -> receiver); List -> a small reply from
-//                  the store carrying the keys whose Put had completed.
-//   SetTimer    -> the timeout of Activity::wait_any_for; now -> Engine::get_clock().
-// The sender (or uploader) also builds the blobs: chunk builds are exec jobs on its host, up to
-// `build_parallel` at a time; BlobProduced is delivered in blob order as they finish.
+//   Apply       -> an exec job (apply cost) on the node's host, or on the shared CPU of a
+//                  one-machine run (PlatformSpec::shared_cpu_cores); ApplyDone on completion.
+//   Put / Fetch -> host-to-host Comms with no store actor: a Put is the upload (node -> store);
+//                  a Fetch is a 64-byte request (node -> store, paying the store's first-byte
+//                  latency) and, when it lands, the object (store -> node). Requests are thus
+//                  served concurrently, as by a real object store. List -> a small reply from the
+//                  store carrying the keys whose Put had completed.
+//   SetTimer    -> an exec job on the clock host that ends at the due time (one per node; a new
+//                  SetTimer replaces it); now -> Engine::get_clock().
+// The sender (or uploader) also builds the blobs: chunk builds are exec jobs, up to
+// `build_parallel` at a time, in windows of `build_window` chunks like BuildDelta (a window is
+// built, then emitted at once, then the next one starts); BlobProduced in blob order.
 //
 // Rate caps: SimGrid's own TCP-gamma cap is disabled (TCP-gamma = 0) and every Comm gets an
 // explicit rate = the cap of one real TCP stream, min(window, tcp_gamma) / RTT of its route, shared
@@ -48,6 +54,7 @@ struct RunSpec {
   RelayOptions relay;               // simulated piece/window sizes (already coarsened)
   std::vector<SimBlob> blobs;       // header, chunks, trailer in id order
   int build_parallel = 1;           // concurrent build jobs on the sender
+  int build_window = 1;             // chunks the builder encodes and emits together (>= 1)
   double tcp_gamma = 4194304;       // bytes: one TCP stream's window cap
   double real_window = 8 << 20;     // bytes in flight per stream of the real transport
   int pieces_in_flight = 8;         // window / piece of the simulated transport (>= 1)

@@ -69,16 +69,36 @@ struct Trained {
   std::vector<uint64_t> old_bits, new_bits;
 };
 
-// Trains n masters of one class for warmup + 1 steps at `lr`; returns the stored bits of the last
-// two steps.
-Trained TrainSample(InitKind kind, DType dtype, uint64_t n, double lr,
-                    const PayloadModelOptions& o, uint64_t class_seed) {
+// The random draws of one class sample: initial masters, persistent gradient directions and the
+// fresh noise of every step. They do not depend on the learning rate, so the bisection of
+// CalibrateLr draws them once and trains from them at every trial lr (same bits as drawing anew).
+struct Draws {
+  uint64_t n = 0;
+  int steps = 0;
+  std::vector<float> w0, persist, noise;  // noise: steps x n
+};
+
+Draws MakeDraws(InitKind kind, uint64_t n, const PayloadModelOptions& o, uint64_t class_seed) {
   Rng rng(o.seed * 0x100000001B3ULL ^ class_seed);
-  std::vector<float> w(n), m(n, 0.f), v(n, 0.f), persist(n), grad(n);
+  Draws d;
+  d.n = n;
+  d.steps = o.warmup_steps + 1;
+  d.w0.resize(n);
+  d.persist.resize(n);
   for (uint64_t i = 0; i < n; ++i) {
-    w[i] = kind == InitKind::kNorm ? 1.0f + 0.05f * rng.Normal() : 0.02f * rng.Normal();
-    persist[i] = rng.Normal();
+    d.w0[i] = kind == InitKind::kNorm ? 1.0f + 0.05f * rng.Normal() : 0.02f * rng.Normal();
+    d.persist[i] = rng.Normal();
   }
+  d.noise.resize(static_cast<size_t>(d.steps) * n);
+  for (float& x : d.noise) x = rng.FastNormal();
+  return d;
+}
+
+// Trains the sample's masters for warmup + 1 steps at `lr`; returns the stored bits of the last
+// two steps.
+Trained TrainSample(const Draws& d, DType dtype, double lr, const PayloadModelOptions& o) {
+  const uint64_t n = d.n;
+  std::vector<float> w = d.w0, m(n, 0.f), v(n, 0.f), grad(n);
   AdamWHyper h;
   h.lr = lr;
   h.grad_snr = o.grad_snr;
@@ -95,10 +115,11 @@ Trained TrainSample(InitKind kind, DType dtype, uint64_t n, double lr,
     }
   };
   Trained t;
-  int total = o.warmup_steps + 1;
+  const int total = d.steps;
   for (int step = 1; step <= total; ++step) {
+    const float* noise = d.noise.data() + static_cast<size_t>(step - 1) * n;
     for (uint64_t i = 0; i < n; ++i) {
-      grad[i] = static_cast<float>(o.grad_snr) * persist[i] + rng.FastNormal();
+      grad[i] = static_cast<float>(o.grad_snr) * d.persist[i] + noise[i];
     }
     if (step == total) store(&t.old_bits);
     AdamWStep(w.data(), m.data(), v.data(), grad.data(), n, h, step);
@@ -117,9 +138,10 @@ double ChangedFraction(const Trained& t) {
 double CalibrateLr(double rate, const PayloadModelOptions& o) {
   // lr ~ 1e-4 x rate for N(0, 0.02) weights (shared/notes/codec.md); bracket generously.
   double lo = rate * 1e-6, hi = rate * 1e-2;
+  const Draws draws = MakeDraws(InitKind::kWeight, o.calib_elems, o, 0xCA11B);
   for (int it = 0; it < 30; ++it) {
     double mid = std::sqrt(lo * hi);
-    Trained t = TrainSample(InitKind::kWeight, DType::kBF16, o.calib_elems, mid, o, 0xCA11B);
+    Trained t = TrainSample(draws, DType::kBF16, mid, o);
     if (ChangedFraction(t) < rate) lo = mid; else hi = mid;
     if (hi / lo < 1.03) break;
   }
@@ -197,7 +219,7 @@ StatusOr<PayloadModel> MeasurePayload(const ModelConfig& cfg, double change_rate
     cp.tensors = a.tensors;
     cp.dense_bytes = a.dense;
     cp.sample_elems = std::min<uint64_t>(o.sample_elems, a.elements);
-    Trained t = TrainSample(a.kind, a.dtype, cp.sample_elems, pm.lr, o, class_seed++);
+    Trained t = TrainSample(MakeDraws(a.kind, cp.sample_elems, o, class_seed++), a.dtype, pm.lr, o);
     ChunkChanges ch;
     ch.chunk_id = 0;
     ch.width = static_cast<uint8_t>(DTypeWidth(a.dtype));

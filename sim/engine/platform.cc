@@ -63,6 +63,14 @@ Platform BuildPlatform(const PlatformSpec& spec) {
                 spec.store_latency);
       p.store = h;
     }
+    if (r == 0 && spec.shared_cpu_cores > 0) {
+      p.shared_cpu = zone->create_host("shared-cpu", kHostFlops * spec.shared_cpu_share)
+                         ->set_core_count(spec.shared_cpu_cores)
+                         ->seal();
+    }
+    if (r == 0 && spec.clock_cores > 0) {
+      p.clock = zone->create_host("clock", kClockFlops)->set_core_count(spec.clock_cores)->seal();
+    }
     // The gateway is a router with a non-limiting attachment (the inter-region route needs links).
     auto* gw = zone->create_router(reg.name + "-gw");
     AttachNic(zone, gw, reg.name + "-gw", 1e15, 0.0);

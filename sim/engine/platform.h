@@ -36,13 +36,28 @@ struct PlatformSpec {
   int store_region = 1;
   double store_bandwidth = 0;       // bytes/s, per direction, aggregate of the store
   double store_latency = 0;         // first-byte latency, seconds (paid once per request)
+  // > 0: every compute job (builds and applies of every node) runs on one shared CPU host with
+  // this many cores instead of the node's own host: a one-machine run, where the sender, relays
+  // and receivers are processes competing for the same cores.
+  int shared_cpu_cores = 0;
+  // Speed of each shared core as a fraction of a full core: what a loaded machine delivers to the
+  // run (calibration available_cores / shared_cpu_cores, at most 1).
+  double shared_cpu_share = 1.0;
+  // Cores of the clock host that runs timers (one timer per node at most; 0 = no clock host).
+  int clock_cores = 0;
 };
 
 struct Platform {
   std::vector<std::vector<simgrid::s4u::Host*>> hosts;  // [region][node]
   simgrid::s4u::Host* store = nullptr;
   simgrid::s4u::Link* wan = nullptr;
+  simgrid::s4u::Host* shared_cpu = nullptr;  // spec.shared_cpu_cores > 0
+  // Timers are exec jobs on this host (1 flop/s per core: a job of d flops ends after d seconds),
+  // so a timer is an activity that wait_any waits on like any other.
+  simgrid::s4u::Host* clock = nullptr;
 };
+
+inline constexpr double kClockFlops = 1.0;
 
 // Builds the platform into the engine's root zone. REQUIRES: an Engine exists, network model
 // configured, no platform loaded yet. Aborts (SimGrid asserts) only on an internal bug; callers

@@ -44,6 +44,7 @@ struct Extra {
   int store_region = 1;
   int build_cores = 0;  // 0 = sim.gpus_per_node
   bool wall_clock = false;  // calibration_clock: wall
+  int shared_cpu = 0;       // > 0: every node computes on one shared CPU of this many cores
 };
 
 StatusOr<Extra> ParseExtra(const Scenario& s) {
@@ -61,13 +62,26 @@ StatusOr<Extra> ParseExtra(const Scenario& s) {
       if (value == "wall") e.wall_clock = true;
       else if (value == "cpu") e.wall_clock = false;
       else return InvalidArgumentError(path + ": must be 'cpu' or 'wall', got '" + value + "'");
+    } else if (key == "shared_cpu") {
+      // A one-machine run (dcr run on loopback): sender, relays and receivers share its cores.
+      if (value == "host") {
+        e.shared_cpu = static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+      } else {
+        char* end = nullptr;
+        long v = std::strtol(value.c_str(), &end, 10);
+        if (end == value.c_str() || *end != '\0' || v < 1 || v > 4096) {
+          return InvalidArgumentError(path + ": must be 'host' or a core count >= 1, got '" +
+                                      value + "'");
+        }
+        e.shared_cpu = static_cast<int>(v);
+      }
     } else if (key == "object_store_region") {
       if (value == "train" || value == "0") e.store_region = 0;
       else if (value == "rollout" || value == "1") e.store_region = 1;
       else return InvalidArgumentError(path + ": must be 'train' or 'rollout', got '" + value + "'");
     } else {
       return InvalidArgumentError(path + ": unknown key (known: comm_budget, build_cores, "
-                                  "calibration_clock, object_store_region)");
+                                  "calibration_clock, object_store_region, shared_cpu)");
     }
   }
   return e;
@@ -92,12 +106,14 @@ struct Sizing {
   int pieces_in_flight = 1;
   uint64_t coarsen = 1;
   uint64_t chunks = 0;
+  int build_parallel = 1;  // concurrent chunk builds (each on build_cores / build_parallel cores)
+  int build_window = 1;    // chunks built and emitted together (BuildDelta's window of cells)
 };
 
 // Blobs of one run: header, K chunks, trailer, coarsened within the message budget.
 Sizing SizeRun(const Scenario& s, const Extra& extra, double payload, double header,
                double trailer, double dense, uint64_t grid_chunks, double build_Bps,
-               double apply_Bps) {
+               double apply_Bps, int build_cores, int build_threads) {
   Sizing z;
   const RelayTreeSpec& rt = s.transport.relay_tree;
   uint64_t piece = std::max<uint64_t>(rt.chunk, 1);
@@ -119,6 +135,15 @@ Sizing SizeRun(const Scenario& s, const Extra& extra, double payload, double hea
   uint64_t by_budget = static_cast<uint64_t>(extra.comm_budget / (4.0 * receivers));
   k = std::min<uint64_t>({k, std::max<uint64_t>(1, by_budget), 4096});
   z.chunks = k;
+  // A merged chunk stands for grid / k cells that the real builder spreads over its threads: it
+  // is built by min(cells, cores) cores at once, so the build throughput and the time to the
+  // first chunks stay those of the real grid whatever the merging.
+  const double cells = static_cast<double>(std::max<uint64_t>(1, grid_chunks)) / k;
+  const int cores_per_chunk =
+      std::max(1, static_cast<int>(std::min<double>(std::floor(cells), build_cores)));
+  z.build_parallel = std::max(1, build_cores / cores_per_chunk);
+  // BuildDelta scans and encodes a window of threads x 4 cells, emits it, then the next window.
+  z.build_window = std::max(1, static_cast<int>(std::ceil(4.0 * build_threads / cells - 1e-9)));
   uint64_t id = 0;
   internal::SimBlob h;
   h.info = BlobInfo{id++, BlobKind::kHeader, static_cast<uint64_t>(std::llround(header))};
@@ -130,7 +155,8 @@ Sizing SizeRun(const Scenario& s, const Extra& extra, double payload, double hea
     uint64_t lo = body_bytes * i / k, hi = body_bytes * (i + 1) / k;
     c.info = BlobInfo{id++, BlobKind::kChunk, hi - lo};
     double dense_share = dense / static_cast<double>(k);
-    c.build_flops = build_Bps > 0 ? internal::ComputeFlops(dense_share, build_Bps) : 0;
+    c.build_flops =
+        build_Bps > 0 ? internal::ComputeFlops(dense_share / cores_per_chunk, build_Bps) : 0;
     c.apply_flops = internal::ComputeFlops(dense_share, apply_Bps);
     z.blobs.push_back(c);
   }
@@ -149,6 +175,8 @@ std::string DefaultCalibrationPath() {
 }
 
 StatusOr<ScenarioResult> Simulate(const Scenario& s, const SimOptions& options) {
+  // Wall time and message count are reported (setup "wall_seconds", "messages"), never used.
+  const auto wall_start = std::chrono::steady_clock::now();
   // ---- validate what the simulator needs beyond the schema ----
   if (s.model.preset.empty()) {
     return InvalidArgumentError("model.preset: the simulator needs a preset (checkpoint paths "
@@ -211,6 +239,10 @@ StatusOr<ScenarioResult> Simulate(const Scenario& s, const SimOptions& options) 
   plat.store_bandwidth = os.sim_link.bandwidth_Bps > 0 ? os.sim_link.bandwidth_Bps
                                                        : kUnlimitedBandwidth;
   plat.store_latency = os.sim_link.latency_s;
+  plat.shared_cpu_cores = extra.shared_cpu;
+  if (extra.shared_cpu > 0 && cal.available_cores > 0) {
+    plat.shared_cpu_share = std::min(1.0, cal.available_cores / extra.shared_cpu);
+  }
   {
     internal::PlatformSpec check = plat;
     check.object_store = true;
@@ -233,7 +265,13 @@ StatusOr<ScenarioResult> Simulate(const Scenario& s, const SimOptions& options) 
       std::to_string(rollout_hosts) + " hosts x " + std::to_string(per_host) +
       " receivers; long link " + Num(plat.wan_bandwidth) + " B/s, " + Num(plat.wan_latency) +
       " s; store " + Num(plat.store_bandwidth) + " B/s, first byte " + Num(plat.store_latency) +
-      " s in region " + plat.regions[plat.store_region].name;
+      " s in region " + plat.regions[plat.store_region].name +
+      (extra.shared_cpu > 0 ? "; every node computes on one shared " +
+                                  std::to_string(extra.shared_cpu) +
+                                  "-core CPU (one machine), each core at " +
+                                  Num(plat.shared_cpu_share) + " of a core (calibration "
+                                  "available_cores)"
+                            : "");
   if (s.steps > 1) result.setup["steps"] = "simulated once per run (every step is alike)";
 
   internal::PayloadModelOptions pmo;
@@ -286,7 +324,8 @@ StatusOr<ScenarioResult> Simulate(const Scenario& s, const SimOptions& options) 
         // A receiver applies its serving shard: 1 / serving.tp of the checkpoint's bytes.
         if (s.serving.enabled && s.serving.tp > 1) apply_Bps *= s.serving.tp;
         Sizing z = SizeRun(s, extra, payload, pm.header_bytes, trailer, pm.dense_bytes,
-                           pm.grid_chunks, build_Bps, apply_Bps);
+                           pm.grid_chunks, build_Bps, apply_Bps, build_cores,
+                           s.delta.threads > 0 ? s.delta.threads : build_cores);
         internal::RunSpec spec;
         spec.platform = plat;
         spec.platform.object_store = kind == TransportKind::kObjectStore;
@@ -308,7 +347,8 @@ StatusOr<ScenarioResult> Simulate(const Scenario& s, const SimOptions& options) 
         spec.relay.poll_timeout_s = 1e9;
         spec.relay.prefix = "dcr";
         spec.blobs = z.blobs;
-        spec.build_parallel = build_cores;
+        spec.build_parallel = z.build_parallel;
+        spec.build_window = z.build_window;
         spec.tcp_gamma = s.sim.tcp_gamma;
         spec.real_window = static_cast<double>(std::max<uint64_t>(
             s.transport.relay_tree.window, s.transport.relay_tree.chunk));
@@ -327,6 +367,13 @@ StatusOr<ScenarioResult> Simulate(const Scenario& s, const SimOptions& options) 
   if (!outcomes.ok()) return outcomes.status();
   double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   result.setup["simulation_wall_seconds"] = Num(wall) + " (runs in parallel child processes)";
+  uint64_t messages = 0;
+  for (const internal::RunOutcome& o : *outcomes) messages += o.comms;
+  result.setup["messages"] = std::to_string(messages) + " simulated messages in " +
+                             std::to_string(outcomes->size()) + " runs";
+  result.setup["wall_seconds"] =
+      Num(std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count()) +
+      " (payload model + simulation, this machine)";
   for (size_t pi = 0; pi < pending.size(); ++pi) {
     {
       {
@@ -386,7 +433,8 @@ StatusOr<ScenarioResult> Simulate(const Scenario& s, const SimOptions& options) 
             std::to_string(outcome->comms) + " messages; " + std::to_string(z.chunks) +
             " chunks (grid " + std::to_string(pm.grid_chunks) + "), piece " +
             std::to_string(z.piece) + " B, window " + std::to_string(z.window) +
-            " B (coarsened x" + std::to_string(z.coarsen) + ")";
+            " B (coarsened x" + std::to_string(z.coarsen) + "), builder window " +
+            std::to_string(z.build_window) + " chunks";
         if (options.progress) {
           std::fprintf(stderr, "dcr sim: %s %s %s rate %g: refit %.2f s (%d/%d verified), "
                        "%llu messages\n", s.name.c_str(), MethodName(method),

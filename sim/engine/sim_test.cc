@@ -94,12 +94,34 @@ TEST(SimTest, CoarseningDoesNotMoveTheResult) {
   EXPECT_NEAR(b, a, a * 0.02) << "fine " << a << " coarse " << b;
 }
 
+TEST(SimTest, OneMachineSharesItsCoresAmongAllNodes) {
+  // shared_cpu: the sender's build and every receiver's applies compete for one CPU (a real run on
+  // one machine), so the build-bound delta refit gets slower; the link-bound full one does not.
+  Scenario s = Parse(kSmall);
+  s.change_rates = {0.03};
+  s.transport.kinds = {TransportKind::kRelayTree};
+  auto own = Simulate(s);
+  s.sim.extra["shared_cpu"] = "1";
+  auto shared = Simulate(s);
+  ASSERT_TRUE(own.ok() && shared.ok());
+  EXPECT_GT(shared->runs[0].refit_seconds, own->runs[0].refit_seconds * 1.05);
+  EXPECT_NEAR(shared->runs[1].refit_seconds, own->runs[1].refit_seconds,
+              own->runs[1].refit_seconds * 0.01);
+  EXPECT_NE(shared->setup.at("platform").find("shared 1-core CPU"), std::string::npos);
+  EXPECT_NE(shared->setup.at("wall_seconds").find("payload model"), std::string::npos);
+}
+
 TEST(SimTest, BadScenariosNameTheKey) {
   Scenario s = Parse(kSmall);
   s.sim.extra["bogus"] = "1";
   auto r = Simulate(s);
   EXPECT_TRUE(r.status().IsInvalidArgument());
   EXPECT_NE(r.status().message().find("sim.extra.bogus"), std::string::npos) << r.status();
+
+  s = Parse(kSmall);
+  s.sim.extra["shared_cpu"] = "many";
+  r = Simulate(s);
+  EXPECT_NE(r.status().message().find("sim.extra.shared_cpu"), std::string::npos) << r.status();
 
   s = Parse(kSmall);
   s.sim.network_model = "IB";
