@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bench/codec_bench.h"
+#include "bench_pipeline.h"
 #include "command.h"
 #include "dcr/checkpoint.h"
 
@@ -25,6 +26,8 @@ struct BenchFlags {
   std::vector<double> rates_pct = {1, 3, 5};
   CLI::Option* elems_opt = nullptr;
   CLI::Option* reps_opt = nullptr;
+  std::string scenario;  // bench pipeline
+  int pipeline_reps = 3;
 };
 
 std::string GitCommit() {
@@ -92,6 +95,23 @@ int RunCodec(const BenchFlags& f) {
   return 0;
 }
 
+int RunPipeline(const BenchFlags& f) {
+  PipelineBenchConfig cfg;
+  cfg.scenario_path = f.scenario;
+  cfg.reps = f.pipeline_reps;
+  auto js = RunPipelineBench(
+      cfg, [](const std::string& line) { std::fprintf(stderr, "bench pipeline: %s\n", line.c_str()); });
+  if (!js.ok()) return ReportStatus("bench pipeline", js.status());
+  if (f.json.empty()) {
+    std::printf("%s", js->c_str());
+    return 0;
+  }
+  Status s = WriteFileAtomic(f.json, js->data(), js->size());
+  if (!s.ok()) return ReportStatus("bench pipeline", s);
+  std::fprintf(stderr, "bench pipeline: wrote %s\n", f.json.c_str());
+  return 0;
+}
+
 DCR_REGISTER_COMMAND(
     "bench",
     "Benchmarks: `dcr bench codec` (size vs dense and vs the order-0 bound, encode and "
@@ -116,7 +136,18 @@ DCR_REGISTER_COMMAND(
       codec->add_option("--rates", f->rates_pct, "Change rates in percent")
           ->delimiter(',')
           ->capture_default_str();
-      return [f]() { return RunCodec(*f); };
+      CLI::App* pipeline = app->add_subcommand(
+          "pipeline",
+          "The real sender and receiver paths (BuildDelta, delta and full receivers) timed on a "
+          "scenario's checkpoints: a calibration file for `dcr sim --calibration`");
+      pipeline->add_option("--scenario", f->scenario, "Scenario YAML (its model and rates)")
+          ->required()
+          ->check(CLI::ExistingFile);
+      pipeline->add_option("--json", f->json, "Write the calibration JSON here (else stdout)");
+      pipeline->add_option("--reps", f->pipeline_reps, "Repetitions (median is reported)")
+          ->capture_default_str()
+          ->check(CLI::PositiveNumber);
+      return [f, codec]() { return codec->parsed() ? RunCodec(*f) : RunPipeline(*f); };
     });
 
 }  // namespace

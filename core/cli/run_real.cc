@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -53,6 +54,87 @@ std::string RateTag(double rate) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%g", rate * 100);
   return buf;
+}
+
+// Machine-wide CPU accounting, to record how many cores a run could use on a shared machine:
+// (CPU of the run's node processes + idle time of all CPUs) / wall time over the refit window.
+// Other tenants (and VM steal) take the rest. The simulator's one-machine model reads it
+// (scripts/compare-sim-real.sh). Sampled by SpawnAndWait's poll loop (every 20 ms).
+struct CpuPoint {
+  double wall = 0;  // CLOCK_REALTIME seconds (the nodes' timestamps)
+  double idle = 0;  // idle + iowait seconds of all CPUs
+  double ours = 0;  // user + system seconds of the run's node processes
+  std::vector<double> by_rank;  // the same per node rank
+};
+
+double ProcStatIdleSeconds() {
+  double idle = 0;
+  if (FILE* f = std::fopen("/proc/stat", "r")) {
+    unsigned long long v[5] = {0};
+    if (std::fscanf(f, "cpu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4]) == 5) {
+      idle = static_cast<double>(v[3] + v[4]) / static_cast<double>(sysconf(_SC_CLK_TCK));
+    }
+    std::fclose(f);
+  }
+  return idle;
+}
+
+// user + system seconds of a live process (0 once it is gone).
+double ProcessCpuSeconds(pid_t pid) {
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
+  std::string text = ReadText(path);
+  size_t close = text.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream in(text.substr(close + 2));
+  std::string field;
+  unsigned long long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && in >> field; ++i) {  // fields 14, 15: utime, stime
+    if (i == 14) utime = std::strtoull(field.c_str(), nullptr, 10);
+    if (i == 15) stime = std::strtoull(field.c_str(), nullptr, 10);
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+// CPU seconds the run's node processes used between wall times a and b (0 if not covered).
+double RunCpuSeconds(const std::vector<CpuPoint>& pts, double a, double b) {
+  const CpuPoint* lo = nullptr;
+  const CpuPoint* hi = nullptr;
+  for (const CpuPoint& p : pts) {
+    if (p.wall <= a) lo = &p;
+    if (p.wall >= b && hi == nullptr) hi = &p;
+  }
+  return lo != nullptr && hi != nullptr ? hi->ours - lo->ours : 0.0;
+}
+
+// The same per node rank, as "r0 r1 ..." seconds.
+std::string RunCpuByRank(const std::vector<CpuPoint>& pts, double a, double b) {
+  const CpuPoint* lo = nullptr;
+  const CpuPoint* hi = nullptr;
+  for (const CpuPoint& p : pts) {
+    if (p.wall <= a) lo = &p;
+    if (p.wall >= b && hi == nullptr) hi = &p;
+  }
+  std::string out;
+  if (lo == nullptr || hi == nullptr) return out;
+  for (size_t r = 0; r < hi->by_rank.size() && r < lo->by_rank.size(); ++r) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%s%.3f", r ? " " : "", hi->by_rank[r] - lo->by_rank[r]);
+    out += buf;
+  }
+  return out;
+}
+
+// Cores available to the run between wall times a and b (0 if the samples do not cover it).
+double AvailableCores(const std::vector<CpuPoint>& pts, double a, double b) {
+  const CpuPoint* lo = nullptr;
+  const CpuPoint* hi = nullptr;
+  for (const CpuPoint& p : pts) {
+    if (p.wall <= a) lo = &p;
+    if (p.wall >= b && hi == nullptr) hi = &p;
+  }
+  if (lo == nullptr || hi == nullptr || hi->wall <= lo->wall) return 0;
+  return std::max(0.0, (hi->ours - lo->ours + hi->idle - lo->idle) / (hi->wall - lo->wall));
 }
 
 std::string SelfExe() {
@@ -208,11 +290,13 @@ struct Child {
   int status = 0;
   bool exited = false;
   std::string log;
+  double cpu = 0;  // last CPU seconds read from /proc
 };
 
 // Starts `dcr node --plan FILE` for every plan and waits for all of them.
 Status SpawnAndWait(const Scenario& s, const std::vector<NodePlan>& plans,
-                    const std::string& run_dir, const std::string& label) {
+                    const std::string& run_dir, const std::string& label,
+                    std::vector<CpuPoint>* cpu) {
   const std::string exe = SelfExe();
   std::vector<Child> children;
   // Stale files of an earlier invocation would fake readiness or results.
@@ -297,6 +381,19 @@ Status SpawnAndWait(const Scenario& s, const std::vector<NodePlan>& plans,
       std::fprintf(stderr, "\r  %-40s %6.1f s  %zu/%zu nodes done ", label.c_str(), now - start,
                    exited, children.size());
     }
+    {
+      CpuPoint p;
+      p.wall = internal::WallNow();
+      p.idle = ProcStatIdleSeconds();
+      // A node's CPU is read while it lives; once reaped its last reading stays counted.
+      p.by_rank.assign(children.size(), 0.0);
+      for (auto& c : children) {
+        if (!c.exited) c.cpu = std::max(c.cpu, ProcessCpuSeconds(c.pid));
+        p.ours += c.cpu;
+        if (c.rank >= 0 && c.rank < static_cast<int>(p.by_rank.size())) p.by_rank[c.rank] = c.cpu;
+      }
+      cpu->push_back(p);
+    }
     usleep(20000);
   }
   if (s.progress) {
@@ -342,6 +439,11 @@ StatusOr<ScenarioResult> RunScenarioReal(const Scenario& s) {
                 s.network.long_link.bandwidth_Bps * 8 / 1e6, s.network.long_link.latency_s * 1e3);
   out.setup["long_link"] = buf;
   out.setup["work_dir"] = work_dir;
+  out.setup["available_cores"] =
+      "per run: (CPU of the run's node processes + idle time of all CPUs) / wall time over the "
+      "refit window (first blob to last commit), sampled every 20 ms from /proc: the cores "
+      "this shared machine left to the run; cpu_seconds.*: CPU seconds of the node processes "
+      "over the same window (20 ms resolution)";
   int run_index = 0;
   for (double rate : s.change_rates) {
     DCR_ASSIGN_OR_RETURN(auto ckpts, PrepareCheckpoints(s, rate, work_dir));
@@ -373,7 +475,8 @@ StatusOr<ScenarioResult> RunScenarioReal(const Scenario& s) {
           auto plans = MakePlans(s, method, transport, ckpts[step - 1], ckpts[step], run_dir,
                                  work_dir, prefix);
           if (!plans.ok()) return plans.status();
-          Status st = SpawnAndWait(s, *plans, run_dir, label);
+          std::vector<CpuPoint> cpu;
+          Status st = SpawnAndWait(s, *plans, run_dir, label, &cpu);
           if (!st.ok()) rr.error = st.ToString();
           std::vector<NodeResult> results;
           for (const auto& p : *plans) {
@@ -409,6 +512,19 @@ StatusOr<ScenarioResult> RunScenarioReal(const Scenario& s) {
           }
           if (all_committed && sender.t_first_blob > 0) {
             rr.refit_seconds = last_commit - sender.t_first_blob;
+            char buf[64];
+            std::snprintf(buf, sizeof(buf), "%.4f",
+                          AvailableCores(cpu, sender.t_first_blob, last_commit));
+            out.setup[std::string("available_cores.") + MethodName(method) + "." +
+                      TransportKindName(transport) + "." + RateTag(rate) + "." +
+                      std::to_string(step)] = buf;
+            std::snprintf(buf, sizeof(buf), "%.4f",
+                          RunCpuSeconds(cpu, sender.t_first_blob, last_commit));
+            out.setup[std::string("cpu_seconds.") + MethodName(method) + "." +
+                      TransportKindName(transport) + "." + RateTag(rate) + "." +
+                      std::to_string(step)] =
+                std::string(buf) + " (by node: " +
+                RunCpuByRank(cpu, sender.t_first_blob, last_commit) + ")";
           } else if (rr.error.empty()) {
             rr.error = "not every receiver committed";
           }

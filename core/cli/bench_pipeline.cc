@@ -1,0 +1,302 @@
+// `dcr bench pipeline --scenario FILE`: the whole sender and receiver paths of a real run, timed on
+// the scenario's own checkpoints, written in the simulator's calibration format (sim/README.md).
+// Not a subcommand of its own: cmd_bench.cc registers it under `dcr bench`.
+#include "bench_pipeline.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dcr/checkpoint.h"
+#include "dcr/delta.h"
+#include "dcr/status_macros.h"
+#include "dcr/transport.h"
+#include "run_real.h"
+
+namespace dcr::cli {
+namespace {
+
+double WallNow() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Process CPU seconds (all threads, user + system).
+double CpuNow() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+struct Timing {
+  double wall = 0, cpu = 0;
+};
+
+// Median by wall time of `reps` runs of fn (a loaded machine: the median is what a run gets).
+template <typename Fn>
+StatusOr<Timing> Measure(int reps, Fn fn) {
+  std::vector<Timing> t;
+  for (int r = 0; r < reps; ++r) {
+    double w0 = WallNow(), c0 = CpuNow();
+    DCR_RETURN_IF_ERROR(fn());
+    t.push_back({WallNow() - w0, CpuNow() - c0});
+  }
+  std::sort(t.begin(), t.end(), [](const Timing& a, const Timing& b) { return a.wall < b.wall; });
+  return t[t.size() / 2];
+}
+
+// Cores this machine gives a fully parallel job right now: `threads` threads spin for ~`seconds`
+// of wall time; process CPU seconds / wall seconds.
+double ProbeAvailableCores(int threads, double seconds) {
+  double w0 = WallNow(), c0 = CpuNow();
+  std::vector<std::thread> pool;
+  std::vector<double> sink(threads, 0);
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      double x = 1.0;
+      while (WallNow() - w0 < seconds) {
+        for (int i = 0; i < 100000; ++i) x = x * 1.0000001 + 1e-9;
+      }
+      sink[t] = x;
+    });
+  }
+  for (auto& th : pool) th.join();
+  double wall = WallNow() - w0, cpu = CpuNow() - c0;
+  return std::min<double>(threads, cpu / std::max(wall, 1e-9) + 0.0 * sink[0]);
+}
+
+double ThreadCpuNow() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+class BlobSink : public DeltaSink {
+ public:
+  Status OnHeader(const std::vector<uint8_t>& b) override {
+    header = b;
+    return Status();
+  }
+  Status OnChunk(const ChunkHeader&, const std::vector<uint8_t>& b) override {
+    chunks.push_back(b);
+    return Status();
+  }
+  Status OnTrailer(const std::vector<uint8_t>& b) override {
+    trailer = b;
+    return Status();
+  }
+  std::vector<uint8_t> header, trailer;
+  std::vector<std::vector<uint8_t>> chunks;
+};
+
+}  // namespace
+
+StatusOr<std::string> RunPipelineBench(const PipelineBenchConfig& cfg,
+                                       const std::function<void(const std::string&)>& log) {
+  DCR_ASSIGN_OR_RETURN(Scenario s, LoadScenario(cfg.scenario_path));
+  std::string work_dir = s.model.work_dir;
+  if (work_dir.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    work_dir = std::string(tmp && *tmp ? tmp : "/tmp") + "/dcr-run-" + s.name;
+  }
+  const int threads = s.delta.threads > 0
+                          ? s.delta.threads
+                          : static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+  const int reps = std::max(1, cfg.reps);
+  nlohmann::json out;
+  out["bench"] = "pipeline";
+  out["scenario"] = s.name;
+  out["what"] =
+      "whole sender and receiver paths of a real run on the scenario's checkpoints: build = "
+      "BuildDelta (scan, hash, encode; base hash known, as before the real header) with the "
+      "scenario's delta.threads; decode_apply = the real delta receiver's Begin, ApplyChunk over "
+      "every chunk and Finish, one thread; solo_* alone, encode/decode_apply_bytes_per_s (CPU) "
+      "from the one-machine mix: the builder and receivers.count receivers at once; memcpy = "
+      "the full-checkpoint receiver over FullStreamBlobs slices";
+  out["timing"] = "median of reps by wall time; *_wall_bytes_per_s per thread from wall time, "
+                  "*_bytes_per_s per core from process CPU time; bytes are dense tensor bytes; "
+                  "available_cores = CPU s / wall s of one spinning thread per core, "
+                  "mean of a probe before and after the timings (the cores this machine gives a "
+                  "parallel job now)";
+  out["threads"] = threads;
+  out["reps"] = reps;
+  out["cores"] = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  double load = 0;
+  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+    if (std::fscanf(f, "%lf", &load) != 1) load = 0;
+    std::fclose(f);
+  }
+  out["load_average"] = load;
+  nlohmann::json rates = nlohmann::json::array();
+  double full_wall = 0, full_cpu = 0;
+  std::vector<double> available;  // probes: cores a fully parallel job gets (CPU s / wall s)
+  const int cores = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+  available.push_back(ProbeAvailableCores(cores, 0.3));
+  for (double rate : s.change_rates) {
+    DCR_ASSIGN_OR_RETURN(auto ckpts, PrepareCheckpoints(s, rate, work_dir));
+    DeltaOptions o;
+    o.chunk_elems = s.delta.chunk_elems;
+    o.zstd_level = s.delta.zstd_level;
+    o.threads = threads;
+    BlobSink blobs;
+    double dense = 0;
+    // Like the real sender: fresh mappings each time (page faults count), the base hashed before
+    // the header (untimed: the refit clock starts at the header), then the build.
+    std::vector<Timing> builds;
+    for (int rep = 0; rep < reps; ++rep) {
+      DCR_ASSIGN_OR_RETURN(auto base, Checkpoint::Open(ckpts[0]));
+      DCR_ASSIGN_OR_RETURN(auto target, Checkpoint::Open(ckpts[1]));
+      dense = static_cast<double>(target->total_tensor_bytes());
+      base->ContentHash(threads);
+      blobs = BlobSink();
+      double w0 = WallNow(), c0 = CpuNow();
+      DCR_RETURN_IF_ERROR(BuildDelta(base.get(), *target, o, &blobs).status());
+      builds.push_back({WallNow() - w0, CpuNow() - c0});
+    }
+    std::sort(builds.begin(), builds.end(),
+              [](const Timing& a, const Timing& b) { return a.wall < b.wall; });
+    const Timing build = builds[builds.size() / 2];
+    // The real receiver loads its base before the stream starts: untimed here too.
+    std::vector<Timing> applies;
+    for (int rep = 0; rep < reps; ++rep) {
+      DCR_ASSIGN_OR_RETURN(auto rx, MakeDeltaReceiver(ckpts[0]));
+      double w0 = WallNow(), c0 = CpuNow();
+      DCR_RETURN_IF_ERROR(rx->Begin(blobs.header.data(), blobs.header.size()));
+      for (const auto& c : blobs.chunks) DCR_RETURN_IF_ERROR(rx->ApplyChunk(c.data(), c.size()));
+      DCR_RETURN_IF_ERROR(rx->Finish(blobs.trailer.data(), blobs.trailer.size()));
+      applies.push_back({WallNow() - w0, CpuNow() - c0});
+    }
+    std::sort(applies.begin(), applies.end(),
+              [](const Timing& a, const Timing& b) { return a.wall < b.wall; });
+    const Timing apply = applies[applies.size() / 2];
+
+    // The one-machine mix of a real run: the builder and every receiver at once, so the CPU
+    // seconds per byte include what they do to each other's caches and memory bandwidth (time
+    // sharing of the cores is the simulator's business: it shares a CPU among them).
+    double mix_build_cpu = 0, mix_apply_cpu = 0;
+    const int receivers = std::max(1, s.receivers.count);
+    std::vector<std::pair<double, double>> mixes;  // (build CPU s, apply CPU s per receiver)
+    for (int rep = 0; rep < reps; ++rep) {
+      mix_build_cpu = 0;
+      mix_apply_cpu = 0;
+      std::vector<std::unique_ptr<ReceiverBackend>> rxs;
+      for (int i = 0; i < receivers; ++i) {
+        DCR_ASSIGN_OR_RETURN(auto rx, MakeDeltaReceiver(ckpts[0]));
+        rxs.push_back(std::move(rx));
+      }
+      DCR_ASSIGN_OR_RETURN(auto base, Checkpoint::Open(ckpts[0]));
+      DCR_ASSIGN_OR_RETURN(auto target, Checkpoint::Open(ckpts[1]));
+      base->ContentHash(threads);
+      std::vector<double> rx_cpu(receivers, 0);
+      std::vector<Status> rx_status(receivers);
+      const double c0 = CpuNow();
+      std::vector<std::thread> pool;
+      for (int i = 0; i < receivers; ++i) {
+        pool.emplace_back([&, i] {
+          double t0 = ThreadCpuNow();
+          Status st = rxs[i]->Begin(blobs.header.data(), blobs.header.size());
+          for (size_t c = 0; st.ok() && c < blobs.chunks.size(); ++c) {
+            st = rxs[i]->ApplyChunk(blobs.chunks[c].data(), blobs.chunks[c].size());
+          }
+          if (st.ok()) st = rxs[i]->Finish(blobs.trailer.data(), blobs.trailer.size());
+          rx_cpu[i] = ThreadCpuNow() - t0;
+          rx_status[i] = st;
+        });
+      }
+      BlobSink mix_blobs;
+      Status bs = BuildDelta(base.get(), *target, o, &mix_blobs).status();
+      for (auto& t : pool) t.join();
+      const double total = CpuNow() - c0;
+      DCR_RETURN_IF_ERROR(bs);
+      for (const Status& st : rx_status) DCR_RETURN_IF_ERROR(st);
+      for (double c : rx_cpu) mix_apply_cpu += c / receivers;
+      mix_build_cpu = std::max(1e-9, total - mix_apply_cpu * receivers);
+      mixes.emplace_back(mix_build_cpu, mix_apply_cpu);
+    }
+    std::sort(mixes.begin(), mixes.end(), [&](const auto& a, const auto& b) {
+      return a.first + receivers * a.second < b.first + receivers * b.second;
+    });
+    mix_build_cpu = mixes[mixes.size() / 2].first;  // the median mix by total CPU
+    mix_apply_cpu = mixes[mixes.size() / 2].second;
+    nlohmann::json r;
+    r["change_rate"] = rate;
+    r["dense_bytes"] = dense;
+    r["payload_bytes"] = [&] {
+      double b = static_cast<double>(blobs.header.size() + blobs.trailer.size());
+      for (const auto& c : blobs.chunks) b += static_cast<double>(c.size());
+      return b;
+    }();
+    r["chunks"] = blobs.chunks.size();
+    r["build_wall_s"] = build.wall;
+    r["build_cpu_s"] = build.cpu;
+    r["apply_wall_s"] = apply.wall;
+    r["apply_cpu_s"] = apply.cpu;
+    r["mix_receivers"] = receivers;
+    r["mix_build_cpu_s"] = mix_build_cpu;
+    r["mix_apply_cpu_s"] = mix_apply_cpu;
+    r["solo_encode_bytes_per_s"] = dense / std::max(build.cpu, 1e-9);
+    r["solo_decode_apply_bytes_per_s"] = dense / std::max(apply.cpu, 1e-9);
+    // Per core, from CPU seconds in the one-machine mix (the simulator's shared-CPU model).
+    r["encode_bytes_per_s"] = dense / std::max(mix_build_cpu, 1e-9);
+    r["encode_wall_bytes_per_s"] = dense / std::max(build.wall, 1e-9) / threads;
+    r["decode_apply_bytes_per_s"] = dense / std::max(mix_apply_cpu, 1e-9);
+    r["decode_apply_wall_bytes_per_s"] = dense / std::max(apply.wall, 1e-9);
+    rates.push_back(r);
+    if (log) {
+      char buf[256];
+      std::snprintf(buf, sizeof(buf),
+                    "rate %.3g: build %.3f s wall (%d threads, %.3f s CPU), apply %.3f s wall "
+                    "(%.3f s CPU) for %.1f MB dense; with %d receivers at once: build %.3f s "
+                    "CPU, apply %.3f s CPU each",
+                    rate, build.wall, threads, build.cpu, apply.wall, apply.cpu, dense / 1e6,
+                    receivers, mix_build_cpu, mix_apply_cpu);
+      log(buf);
+    }
+    if (full_wall == 0) {
+      // The full-checkpoint receiver: the file image rebuilt from the reference stream's slices.
+      std::vector<std::pair<BlobKind, std::vector<uint8_t>>> full;
+      DCR_RETURN_IF_ERROR(FullStreamBlobs(ckpts[1], s.delta.chunk_elems * 2,
+                                          [&](BlobKind k, std::vector<uint8_t> b) -> Status {
+                                            full.emplace_back(k, std::move(b));
+                                            return Status();
+                                          }));
+      DCR_ASSIGN_OR_RETURN(Timing t, Measure(reps, [&]() -> Status {
+                             auto rx = MakeFullReceiver();
+                             for (const auto& [k, b] : full) {
+                               if (k == BlobKind::kHeader) {
+                                 DCR_RETURN_IF_ERROR(rx->Begin(b.data(), b.size()));
+                               } else if (k == BlobKind::kChunk) {
+                                 DCR_RETURN_IF_ERROR(rx->ApplyChunk(b.data(), b.size()));
+                               } else {
+                                 DCR_RETURN_IF_ERROR(rx->Finish(b.data(), b.size()));
+                               }
+                             }
+                             return Status();
+                           }));
+      full_wall = t.wall;
+      full_cpu = t.cpu;
+      out["memcpy_bytes_per_s"] = dense / std::max(full_cpu, 1e-9);
+      out["memcpy_wall_bytes_per_s"] = dense / std::max(full_wall, 1e-9);
+    }
+  }
+  out["rates"] = rates;
+  available.push_back(ProbeAvailableCores(cores, 0.3));
+  double avail = 0;
+  for (double a : available) avail += a / available.size();
+  out["available_cores"] = avail;
+  return out.dump(2) + "\n";
+}
+
+}  // namespace dcr::cli
