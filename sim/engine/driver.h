@@ -73,7 +73,8 @@ struct NodeOutcome {
 struct RunOutcome {
   double first_built = -1;   // simulated time the first chunk was built
   double last_built = 0;
-  double end = 0;            // tree committed (relay) or last receiver committed (store)
+  double end = 0;            // last receiver committed (as the real runner measures)
+  double tree_committed = 0; // relay: the sender learnt that every receiver committed
   double refit_seconds = 0;  // end - first_built
   double wire_bytes = 0;     // over the inter-region link
   double store_put_bytes = 0, store_get_bytes = 0;
