@@ -604,6 +604,13 @@ Status DecodeChunkInto(const uint8_t* data, size_t size, DecodedChunk* out) {
   const int w = h.elem_width;
   DecodeScratch& sc = DScratch();
   // Stream i's raw bytes: raw pointers into the payload for raw streams, scratch otherwise.
+  // Value streams hold exactly one byte per change: checked before anything is allocated.
+  const size_t first_value = h.position_mode == PositionMode::kDense ? 0 : 1;
+  for (int b = 0; b < w; ++b) {
+    if (h.streams[first_value + b].raw_size != k) {
+      return DataLossError("value stream length differs from num_changes");
+    }
+  }
   const uint8_t* raws[1 + 8];
   size_t off = 0;
   for (size_t i = 0; i < h.streams.size(); ++i) {
@@ -616,6 +623,12 @@ Status DecodeChunkInto(const uint8_t* data, size_t size, DecodedChunk* out) {
     if (s.codec == StreamCodec::kRaw) {
       raws[i] = payload + off;
     } else {
+      // A zstd block yields at most 128 KiB and takes at least 4 bytes (an RLE block), so a frame
+      // cannot expand more than 32768x: a larger claim is corrupt, refused before allocating it.
+      if (s.raw_size / 32768 > s.stored_size) {
+        return DataLossError("zstd stream claims " + std::to_string(s.raw_size) +
+                             " bytes from " + std::to_string(s.stored_size) + " compressed");
+      }
       unsigned long long fcs = ZSTD_getFrameContentSize(payload + off, s.stored_size);
       if (fcs != s.raw_size) return DataLossError("zstd frame size disagrees with the header");
       std::vector<uint8_t>& buf = sc.raw[i];
@@ -658,11 +671,6 @@ Status DecodeChunkInto(const uint8_t* data, size_t size, DecodedChunk* out) {
     }
     if (n != k) return DataLossError("bitmap popcount differs from num_changes");
     vbase = 1;
-  }
-  for (int b = 0; b < w; ++b) {
-    if (h.streams[vbase + b].raw_size != k) {
-      return DataLossError("value stream length differs from num_changes");
-    }
   }
   out->values.resize(k);
   uint64_t* v = out->values.data();

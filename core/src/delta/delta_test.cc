@@ -1,6 +1,7 @@
 // Round trips of BuildDelta / ApplyDeltaFile over random tensors, dtypes, change rates and
 // special values; chunk order permutations; malformed deltas.
 #include <gtest/gtest.h>
+#include <xxhash.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -320,6 +321,50 @@ TEST(Delta, FailedChunkLeavesStorageUntouched) {
     ASSERT_TRUE(apply(*good, &buf).ok());
     EXPECT_EQ(buf, target);
   }
+}
+
+// A chunk whose (checksummed) header claims a huge change count and zstd streams that would
+// expand beyond what zstd can produce is refused before anything that size is allocated.
+TEST(Delta, ImpossibleStreamSizesAreRefusedBeforeAllocating) {
+  ChunkChanges c;
+  c.width = 2;
+  c.num_elements = 100000;
+  c.segments = {Segment::Range(0, 0, c.num_elements)};
+  for (uint64_t i = 0; i < 5000; ++i) {  // regular positions and values: zstd streams
+    c.positions.push_back(i * 20);
+    c.old_bits.push_back(0x3f80);
+    c.new_bits.push_back(0x3f81);
+  }
+  auto bytes = EncodeChunk(c, ValueMode::kXor, {7}, 1);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  std::vector<uint8_t> b = *bytes;
+  auto put64 = [&](size_t off, uint64_t v) { std::memcpy(b.data() + off, &v, 8); };
+  auto get64 = [&](size_t off) {
+    uint64_t v;
+    std::memcpy(&v, b.data() + off, 8);
+    return v;
+  };
+  uint32_t hsize, nstreams;
+  std::memcpy(&hsize, b.data() + 4, 4);
+  std::memcpy(&nstreams, b.data() + 104, 4);
+  ASSERT_EQ(nstreams, 3u);  // gaps + two value planes
+  const size_t streams = 108;
+  ASSERT_EQ(b[streams + 17], 1) << "value plane 0 should be zstd";
+  const uint64_t k = uint64_t{1} << 33;
+  put64(24, uint64_t{1} << 34);  // num_elements
+  put64(32, k);                  // num_changes
+  put64(streams + 17 + 1, k);    // value plane raw sizes
+  put64(streams + 34 + 1, k);
+  const size_t seg = streams + 3 * 17;
+  ASSERT_EQ(get64(seg + 16), c.num_elements);  // count[0] of the only segment
+  put64(seg + 16, uint64_t{1} << 34);
+  put64(hsize - 8, XXH3_64bits(b.data(), hsize - 8));  // a valid header checksum again
+  auto h = ParseChunkHeader(b.data(), b.size(), nullptr, nullptr);
+  ASSERT_TRUE(h.ok()) << h.status();  // the forged header itself is consistent
+  auto dc = DecodeChunk(b.data(), b.size());
+  ASSERT_FALSE(dc.ok());
+  EXPECT_TRUE(dc.status().IsDataLoss()) << dc.status();
+  EXPECT_NE(dc.status().message().find("claims"), std::string::npos) << dc.status();
 }
 
 TEST(Delta, WrongBaseIsRefusedAndLeavesNoOutput) {
