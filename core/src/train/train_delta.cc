@@ -419,7 +419,6 @@ StatusOr<UnitDelta> TrainDeltaBuilder::BuildUnit(
   }
   UnitDelta out;
   out.unit = unit;
-  ChunkChanges cc;
   std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> xs(XXH3_createState(), &XXH3_freeState);
   if (!xs) return ResourceExhaustedError("train delta: cannot allocate a hash state");
   std::unique_ptr<uint64_t[]> pos, olds, news;
@@ -440,16 +439,19 @@ StatusOr<UnitDelta> TrainDeltaBuilder::BuildUnit(
       out.scanned_bytes += r.len * static_cast<uint64_t>(c.width);
     }
     if (k == 0) continue;
-    cc.positions.assign(pos.get(), pos.get() + k);
-    cc.old_bits.assign(olds.get(), olds.get() + k);
-    cc.new_bits.assign(news.get(), news.get() + k);
+    // Encoded straight from the scan's arrays (no copy into vectors).
+    ChunkChangesView cc;
     cc.chunk_id = c.id;
     cc.width = static_cast<uint8_t>(c.width);
-    cc.segments = c.segs;
+    cc.segments = &c.segs;
     cc.num_elements = c.n;
+    cc.num_changes = k;
+    cc.positions = pos.get();
+    cc.old_bits = olds.get();
+    cc.new_bits = news.get();
     cc.dense = false;
     cc.target_range_hash = ChunkRangeHash(c, next, xs.get());
-    out.changes += cc.positions.size();
+    out.changes += k;
     DCR_ASSIGN_OR_RETURN(std::vector<uint8_t> rec,
                          EncodeChunk(cc, ChooseValueMode(options_.value_policy, c.dtype), salts_,
                                      options_.zstd_level));
