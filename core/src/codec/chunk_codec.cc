@@ -87,6 +87,55 @@ struct PassOut {
   size_t gaps_size = 0;
 };
 
+// Running state of FusedPass. A local of the pass whose address never escapes (the per-change
+// body below is always inlined), so it lives in registers.
+struct PassState {
+  uint64_t next = 0;      // smallest allowed next position
+  uint64_t unsorted = 0;  // non-zero once a position is not above its predecessor
+  uint64_t plus_lo = 0, plus_hi = 0, minus_lo = 0, minus_hi = 0;
+  uint8_t* g = nullptr;   // next gap byte; null: no gaps (dense)
+};
+
+// Change i of the pass at canonical element `elem` of a tensor with `salt`: element terms, packed
+// bits, value planes and its gap.
+template <typename T, uint8_t kOp>
+__attribute__((always_inline)) inline void PassChange(
+    uint64_t i, uint64_t salt, uint64_t elem, uint64_t k, const uint64_t* __restrict pos,
+    const uint64_t* __restrict oldp, const uint64_t* __restrict newp, uint8_t* __restrict planes,
+    T* __restrict packed_old, T* __restrict packed_new, PassState& st) {
+  constexpr int kW = sizeof(T);
+  const uint64_t nbits = newp[i];
+  const T n = static_cast<T>(nbits);
+  const Hash128 tn = ElementTerm(salt, elem, nbits);
+  st.plus_lo += tn.lo;
+  st.plus_hi += tn.hi;
+  packed_new[i] = n;
+  uint64_t value;
+  if (oldp != nullptr) {
+    const uint64_t obits = oldp[i];
+    const T o = static_cast<T>(obits);
+    const Hash128 to = ElementTerm(salt, elem, obits);
+    st.minus_lo += to.lo;
+    st.minus_hi += to.hi;
+    packed_old[i] = o;
+    value = internal::EncodeValue(kOp, kW, o, n);
+  } else {
+    value = internal::EncodeValue(kOp, kW, 0, n);
+  }
+  for (int b = 0; b < kW; ++b) planes[b * k + i] = static_cast<uint8_t>(value >> (8 * b));
+  if (st.g != nullptr) {
+    const uint64_t p = pos[i];
+    st.unsorted |= static_cast<uint64_t>(p < st.next);
+    uint64_t v = p - st.next;
+    st.next = p + 1;
+    while (v >= 0x80) {
+      *st.g++ = static_cast<uint8_t>(v) | 0x80;
+      v >>= 7;
+    }
+    *st.g++ = static_cast<uint8_t>(v);
+  }
+}
+
 // One pass over the changes (the three arrays are read once): checks the order, sums the element
 // terms, writes the varint gaps (unless `gaps` is null), the value byte planes and the packed
 // old/new bits for the change hashes. T is the element type (width sizeof(T)).
@@ -94,117 +143,37 @@ template <typename T, uint8_t kOp>
 PassOut FusedPass(const ChunkChangesView& c, const std::vector<uint64_t>& salts, bool have_old,
                   uint8_t* __restrict gaps, uint8_t* __restrict planes, T* __restrict packed_old,
                   T* __restrict packed_new) {
-  constexpr int kW = sizeof(T);
   const uint64_t k = c.num_changes;
   const std::vector<Segment>& segments = *c.segments;
   const uint64_t* __restrict pos = c.positions;
   const uint64_t* __restrict oldp = have_old ? c.old_bits : nullptr;
   const uint64_t* __restrict newp = c.new_bits;
   PassOut r;
-  uint64_t next = 0;
-  uint64_t unsorted = 0;
-  uint8_t* g = gaps;
-  uint64_t plus_lo = 0, plus_hi = 0, minus_lo = 0, minus_hi = 0;
+  PassState st;
+  st.g = gaps;
   uint64_t visited = 0;
-  // Common case, one contiguous segment: a plain loop over locals (in the generic walk below the
-  // byte stores may alias the captured state, which GCC then reloads per change).
   if (segments.size() == 1 && segments[0].IsContiguous()) {
+    // Common case, one contiguous segment: a plain loop (no segment walk). Positions past the
+    // segment are caught by the caller's range check of the last position plus the order check.
     const uint64_t salt = salts[segments[0].tensor_index];
     const uint64_t offset = segments[0].offset;
-    uint8_t* __restrict p0 = planes;
-    uint8_t* __restrict p1 = planes + (kW >= 2 ? k : 0);
     for (uint64_t i = 0; i < k; ++i) {
-      const uint64_t p = pos[i];
-      const uint64_t elem = offset + p;
-      const uint64_t nbits = newp[i];
-      const T n = static_cast<T>(nbits);
-      const Hash128 tn = ElementTerm(salt, elem, nbits);
-      plus_lo += tn.lo;
-      plus_hi += tn.hi;
-      packed_new[i] = n;
-      uint64_t value;
-      if (have_old) {
-        const uint64_t obits = oldp[i];
-        const T o = static_cast<T>(obits);
-        const Hash128 to = ElementTerm(salt, elem, obits);
-        minus_lo += to.lo;
-        minus_hi += to.hi;
-        packed_old[i] = o;
-        value = internal::EncodeValue(kOp, kW, o, n);
-      } else {
-        value = internal::EncodeValue(kOp, kW, 0, n);
-      }
-      if constexpr (kW == 1) {
-        p0[i] = static_cast<uint8_t>(value);
-      } else if constexpr (kW == 2) {
-        p0[i] = static_cast<uint8_t>(value);
-        p1[i] = static_cast<uint8_t>(value >> 8);
-      } else {
-        for (int b = 0; b < kW; ++b) planes[b * k + i] = static_cast<uint8_t>(value >> (8 * b));
-      }
-      if (g != nullptr) {
-        unsorted |= static_cast<uint64_t>(p < next);
-        uint64_t v = p - next;
-        next = p + 1;
-        while (v >= 0x80) {
-          *g++ = static_cast<uint8_t>(v) | 0x80;
-          v >>= 7;
-        }
-        *g++ = static_cast<uint8_t>(v);
-      }
+      PassChange<T, kOp>(i, salt, offset + pos[i], k, pos, oldp, newp, planes, packed_old,
+                         packed_new, st);
     }
-    // Positions past the segment are caught by the caller's range check of the last position
-    // plus the order check here.
     visited = k;
   } else {
-  // always_inline: the walk instantiates the body three times and GCC would otherwise call it,
-  // keeping the sums in memory.
-  internal::ForEachPosition(segments, pos, k, [&](uint64_t i, size_t s, uint64_t elem)
-                                                    __attribute__((always_inline)) {
-    ++visited;
-    const uint64_t salt = salts[segments[s].tensor_index];
-    const T n = static_cast<T>(newp[i]);
-    const Hash128 tn = ElementTerm(salt, elem, newp[i]);
-    plus_lo += tn.lo;
-    plus_hi += tn.hi;
-    packed_new[i] = n;
-    uint64_t value;
-    if (have_old) {
-      const T o = static_cast<T>(oldp[i]);
-      const Hash128 to = ElementTerm(salt, elem, oldp[i]);
-      minus_lo += to.lo;
-      minus_hi += to.hi;
-      packed_old[i] = o;
-      value = internal::EncodeValue(kOp, kW, o, n);
-    } else {
-      value = internal::EncodeValue(kOp, kW, 0, n);
-    }
-    if constexpr (kW == 1) {
-      planes[i] = static_cast<uint8_t>(value);
-    } else if constexpr (kW == 2) {
-      planes[i] = static_cast<uint8_t>(value);
-      planes[k + i] = static_cast<uint8_t>(value >> 8);
-    } else {
-      for (int b = 0; b < kW; ++b) planes[b * k + i] = static_cast<uint8_t>(value >> (8 * b));
-    }
-    if (gaps != nullptr) {
-      const uint64_t p = pos[i];
-      unsorted |= static_cast<uint64_t>(p < next);
-      uint64_t v = p - next;
-      next = p + 1;
-      while (v >= 0x80) {
-        *g++ = static_cast<uint8_t>(v) | 0x80;
-        v >>= 7;
-      }
-      *g++ = static_cast<uint8_t>(v);
-    }
-  });
+    internal::ForEachPosition(segments, pos, k, [&](uint64_t i, size_t s, uint64_t elem) {
+      ++visited;
+      PassChange<T, kOp>(i, salts[segments[s].tensor_index], elem, k, pos, oldp, newp, planes,
+                         packed_old, packed_new, st);
+    });
   }
-  r.sorted = unsorted == 0;
+  r.sorted = st.unsorted == 0;
   r.visited = visited;
-  r.plus = Hash128{plus_lo, plus_hi};
-  r.minus = Hash128{minus_lo, minus_hi};
-  r.gaps_size = static_cast<size_t>(g - gaps);
+  r.plus = Hash128{st.plus_lo, st.plus_hi};
+  r.minus = Hash128{st.minus_lo, st.minus_hi};
+  r.gaps_size = static_cast<size_t>(st.g - gaps);
   return r;
 }
 
