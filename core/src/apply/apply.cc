@@ -36,35 +36,23 @@ void ApplyPass(const std::vector<Segment>& segments, const uint64_t* __restrict 
   // The loads miss cache (changes are sparse over a large range): prefetch kAhead changes ahead
   // in the common case (one contiguous segment with listed positions).
   constexpr uint64_t kAhead = 24;
-  if (segments.size() == 1 && segments[0].IsContiguous() && pos != nullptr) {
-    T* __restrict base = seg_data[0] + segments[0].offset;
-    const uint64_t kp = k > kAhead ? k - kAhead : 0;
-    uint64_t i = 0;
-    for (; i < kp; ++i) {
-      __builtin_prefetch(base + pos[i + kAhead], 1);
-      const T o = base[pos[i]];
-      const T n = static_cast<T>(internal::ApplyOp(kOp, kW, o, values[i]));
-      ob[i] = o;
-      nb[i] = n;
-      base[pos[i]] = n;
-    }
-    for (; i < k; ++i) {
-      const T o = base[pos[i]];
-      const T n = static_cast<T>(internal::ApplyOp(kOp, kW, o, values[i]));
-      ob[i] = o;
-      nb[i] = n;
-      base[pos[i]] = n;
-    }
-    return;
-  }
-  internal::ForEachPosition(segments, pos, k, [&](uint64_t i, size_t s, uint64_t e) {
-    T* p = seg_data[s] + e;
+  auto change = [&](T* p, uint64_t i) __attribute__((always_inline)) {
     const T o = *p;
     const T n = static_cast<T>(internal::ApplyOp(kOp, kW, o, values[i]));
     ob[i] = o;
     nb[i] = n;
     *p = n;
-  });
+  };
+  if (segments.size() == 1 && segments[0].IsContiguous() && pos != nullptr) {
+    T* __restrict base = seg_data[0] + segments[0].offset;
+    for (uint64_t i = 0; i < k; ++i) {
+      if (i + kAhead < k) __builtin_prefetch(base + pos[i + kAhead], 1);
+      change(base + pos[i], i);
+    }
+    return;
+  }
+  internal::ForEachPosition(segments, pos, k,
+                            [&](uint64_t i, size_t s, uint64_t e) { change(seg_data[s] + e, i); });
 }
 
 // Writes the saved bits back (a chunk that failed a check leaves storage as it found it). In
