@@ -12,6 +12,7 @@
 #include "dcr/status_macros.h"
 #include "internal/element_ops.h"
 #include "internal/parallel.h"
+#include "internal/diff_scan.h"
 #include "internal/simd.h"
 
 namespace dcr {
@@ -54,46 +55,19 @@ struct CellScan {
   std::vector<std::unordered_map<uint64_t, uint64_t>> seg_hist;
 };
 
-// Appends the changes among n elements (n * sizeof(T) <= kScanBlockBytes; the caller reserved
-// n more). Byte-difference masks of 64-byte steps come from internal/simd.h (AVX2 when the CPU
-// has it); only differing elements are visited (no per-element branch when nothing changed).
+// Appends the changes among n elements (the caller reserved n more).
 template <typename T>
 void ScanRange(const T* a, const T* b, uint64_t n, uint64_t pos_base, bool avx2, CellScan* out) {
-  constexpr uint64_t kPer = 64 / sizeof(T);
-  const uint64_t steps = n / kPer;
-  uint64_t masks[kScanBlockBytes / 64];
-  const auto* ab = reinterpret_cast<const uint8_t*>(a);
-  const auto* bb = reinterpret_cast<const uint8_t*>(b);
-  if (avx2) {
-    internal::ByteDiffMasksAvx2(ab, bb, steps * 64, masks);
-  } else {
-    internal::ByteDiffMasks(ab, bb, steps * 64, masks);
-  }
   uint64_t* __restrict pos = out->pos.get() + out->n;
   uint64_t* __restrict ob = out->old_bits.get() + out->n;
   uint64_t* __restrict nb = out->new_bits.get() + out->n;
   uint64_t m = 0;
-  constexpr uint64_t kElemBits = (uint64_t{1} << sizeof(T)) - 1;
-  for (uint64_t s = 0; s < steps; ++s) {
-    uint64_t diff = masks[s];
-    while (diff != 0) {
-      const unsigned elem = static_cast<unsigned>(__builtin_ctzll(diff)) / sizeof(T);
-      const uint64_t j = s * kPer + elem;
-      pos[m] = pos_base + j;
-      ob[m] = static_cast<uint64_t>(a[j]);
-      nb[m] = static_cast<uint64_t>(b[j]);
-      ++m;
-      diff &= ~(kElemBits << (elem * sizeof(T)));
-    }
-  }
-  for (uint64_t j = steps * kPer; j < n; ++j) {
-    if (a[j] != b[j]) {
-      pos[m] = pos_base + j;
-      ob[m] = static_cast<uint64_t>(a[j]);
-      nb[m] = static_cast<uint64_t>(b[j]);
-      ++m;
-    }
-  }
+  internal::ForEachDifference(a, b, n, avx2, [&](uint64_t j) {
+    pos[m] = pos_base + j;
+    ob[m] = static_cast<uint64_t>(a[j]);
+    nb[m] = static_cast<uint64_t>(b[j]);
+    ++m;
+  });
   out->n += m;
 }
 

@@ -8,13 +8,10 @@
 
 #include <xxhash.h>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 #include "dcr/hash.h"
 #include "dcr/status_macros.h"
 #include "dcr/train.h"
+#include "internal/diff_scan.h"
 #include "train/train_internal.h"
 
 namespace dcr {
@@ -157,92 +154,25 @@ Hash128 ChunkRangeHash(const UChunk& c, const uint8_t* next, XXH3_state_t* xs) {
 // Appends the changed elements of run `r` to (pos, old, new) starting at index *k (the arrays
 // have room for r.len more entries).
 template <typename T>
-void DiffRunT(const uint8_t* prev, const uint8_t* next, const Run& r, uint64_t* pos,
-              uint64_t* old_bits, uint64_t* new_bits, size_t* k) {
+void DiffRunT(const uint8_t* prev, const uint8_t* next, const Run& r, uint64_t* __restrict pos,
+              uint64_t* __restrict old_bits, uint64_t* __restrict new_bits, size_t* k) {
   const T* a = reinterpret_cast<const T*>(prev) + r.src;
   const T* b = reinterpret_cast<const T*>(next) + r.src;
   size_t n = *k;
-  uint64_t i = 0;
-  if constexpr (sizeof(T) < 8) {
-    constexpr uint64_t kPer = 8 / sizeof(T);
-    constexpr int kBits = 8 * sizeof(T);
-    constexpr uint64_t kLane = (uint64_t{1} << kBits) - 1;
-    for (; i + 4 * kPer <= r.len; i += 4 * kPer) {
-      uint64_t x[4], y[4];
-      std::memcpy(x, a + i, 32);
-      std::memcpy(y, b + i, 32);
-      if (((x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]) | (x[3] ^ y[3])) == 0) continue;
-      for (int q = 0; q < 4; ++q) {
-        const uint64_t d = x[q] ^ y[q];
-        if (d == 0) continue;
-        for (uint64_t l = 0; l < kPer; ++l) {
-          if ((d >> (l * kBits)) & kLane) {
-            pos[n] = r.pos + i + q * kPer + l;
-            old_bits[n] = (x[q] >> (l * kBits)) & kLane;
-            new_bits[n] = (y[q] >> (l * kBits)) & kLane;
-            ++n;
-          }
-        }
-      }
-    }
-  }
-  for (; i < r.len; ++i) {
-    if (a[i] != b[i]) {
-      pos[n] = r.pos + i;
-      old_bits[n] = a[i];
-      new_bits[n] = b[i];
-      ++n;
-    }
-  }
+  internal::ForEachDifference(a, b, r.len, internal::CpuHasAvx2(), [&](uint64_t j) {
+    pos[n] = r.pos + j;
+    old_bits[n] = a[j];
+    new_bits[n] = b[j];
+    ++n;
+  });
   *k = n;
 }
-
-#if defined(__SSE2__)
-// BF16/F16 fast path: 16 elements per step compared with SSE2 (x86-64 baseline).
-void DiffRun16(const uint8_t* prev, const uint8_t* next, const Run& r, uint64_t* pos,
-               uint64_t* old_bits, uint64_t* new_bits, size_t* k) {
-  const uint16_t* a = reinterpret_cast<const uint16_t*>(prev) + r.src;
-  const uint16_t* b = reinterpret_cast<const uint16_t*>(next) + r.src;
-  size_t n = *k;
-  uint64_t i = 0;
-  for (; i + 16 <= r.len; i += 16) {
-    const __m128i x0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i));
-    const __m128i y0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i));
-    const __m128i x1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i + 8));
-    const __m128i y1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i + 8));
-    const uint32_t eq = static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi16(x0, y0))) |
-                        (static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi16(x1, y1))) << 16);
-    uint32_t diff = ~eq;  // two bits per differing element
-    while (diff != 0) {
-      const uint32_t l = static_cast<uint32_t>(__builtin_ctz(diff)) >> 1;
-      pos[n] = r.pos + i + l;
-      old_bits[n] = a[i + l];
-      new_bits[n] = b[i + l];
-      ++n;
-      diff &= ~(3u << (2 * l));
-    }
-  }
-  for (; i < r.len; ++i) {
-    if (a[i] != b[i]) {
-      pos[n] = r.pos + i;
-      old_bits[n] = a[i];
-      new_bits[n] = b[i];
-      ++n;
-    }
-  }
-  *k = n;
-}
-#endif
 
 void DiffRun(int w, const uint8_t* prev, const uint8_t* next, const Run& r, uint64_t* pos,
              uint64_t* old_bits, uint64_t* new_bits, size_t* k) {
   switch (w) {
     case 1: DiffRunT<uint8_t>(prev, next, r, pos, old_bits, new_bits, k); break;
-#if defined(__SSE2__)
-    case 2: DiffRun16(prev, next, r, pos, old_bits, new_bits, k); break;
-#else
     case 2: DiffRunT<uint16_t>(prev, next, r, pos, old_bits, new_bits, k); break;
-#endif
     case 4: DiffRunT<uint32_t>(prev, next, r, pos, old_bits, new_bits, k); break;
     default: DiffRunT<uint64_t>(prev, next, r, pos, old_bits, new_bits, k); break;
   }
