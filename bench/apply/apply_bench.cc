@@ -49,14 +49,7 @@ ServingConfig Serving(bool fp8) {
 }
 
 std::unique_ptr<Checkpoint> ImageOf(const std::vector<TensorView>& views) {
-  std::vector<uint64_t> offsets;
-  const std::string header = BuildSafetensorsHeader(views, {}, &offsets);
-  std::vector<uint8_t> bytes(header.begin(), header.end());
-  for (const auto& v : views) {
-    const auto* p = static_cast<const uint8_t*>(v.data);
-    bytes.insert(bytes.end(), p, p + v.nbytes);
-  }
-  auto c = Checkpoint::FromBytes(std::move(bytes));
+  auto c = Checkpoint::FromBytes(SafetensorsImage(views));
   return c.ok() ? std::move(c).value() : nullptr;
 }
 

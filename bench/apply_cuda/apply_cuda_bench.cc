@@ -35,14 +35,7 @@ ModelConfig BenchModel() {  // ~270M parameters: big enough to saturate an H200
 }
 
 std::unique_ptr<Checkpoint> ImageOf(const std::vector<TensorView>& views) {
-  std::vector<uint64_t> offsets;
-  const std::string header = BuildSafetensorsHeader(views, {}, &offsets);
-  std::vector<uint8_t> bytes(header.begin(), header.end());
-  for (const auto& v : views) {
-    const auto* p = static_cast<const uint8_t*>(v.data);
-    bytes.insert(bytes.end(), p, p + v.nbytes);
-  }
-  return std::move(Checkpoint::FromBytes(std::move(bytes))).value();
+  return std::move(Checkpoint::FromBytes(SafetensorsImage(views))).value();
 }
 
 struct Pair {

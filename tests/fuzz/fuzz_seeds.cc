@@ -23,20 +23,6 @@ void Write(const std::string& path, const std::vector<uint8_t>& b) {
   f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
 }
 
-std::vector<uint8_t> ImageOf(const std::vector<dcr::TensorView>& views) {
-  std::vector<uint64_t> offs;
-  std::string h = dcr::BuildSafetensorsHeader(views, {}, &offs);
-  std::vector<uint8_t> out(h.begin(), h.end());
-  size_t start = out.size();
-  uint64_t total = 0;
-  for (size_t i = 0; i < views.size(); ++i) total = std::max(total, offs[i] + views[i].nbytes);
-  out.resize(start + total);
-  for (size_t i = 0; i < views.size(); ++i) {
-    std::memcpy(out.data() + start + offs[i], views[i].data, views[i].nbytes);
-  }
-  return out;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -49,7 +35,7 @@ int main(int argc, char** argv) {
   for (const char* d : {"", "/chunk", "/delta", "/journal"}) ::mkdir((out + d).c_str(), 0755);
   fuzz::FixedModel m;
   m.Buffers();
-  auto base = Checkpoint::FromBytes(ImageOf(m.Views()));
+  auto base = Checkpoint::FromBytes(SafetensorsImage(m.Views()));
   std::mt19937_64 rng(1);
   fuzz::FixedModel t = m;
   for (auto& b : t.bufs) {
@@ -57,7 +43,7 @@ int main(int argc, char** argv) {
       if (rng() % 40 == 0) b[i] ^= static_cast<uint8_t>(1 + rng() % 7);
     }
   }
-  auto target = Checkpoint::FromBytes(ImageOf(t.Views()));
+  auto target = Checkpoint::FromBytes(SafetensorsImage(t.Views()));
   if (!base.ok() || !target.ok()) {
     std::fprintf(stderr, "checkpoint: %s %s\n", base.status().ToString().c_str(),
                  target.status().ToString().c_str());

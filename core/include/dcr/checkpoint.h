@@ -114,6 +114,11 @@ std::string BuildSafetensorsHeader(const std::vector<TensorView>& tensors,
                                    const std::map<std::string, std::string>& metadata,
                                    std::vector<uint64_t>* offsets);
 
+// The bytes of the safetensors file of `tensors` (header, then the tensors back to back): what
+// WriteSafetensors writes, in memory (Checkpoint::FromBytes reads it back).
+std::vector<uint8_t> SafetensorsImage(const std::vector<TensorView>& tensors,
+                                      const std::map<std::string, std::string>& metadata = {});
+
 // Writes a safetensors file atomically: `path`.tmp.<pid> is written, fsynced and renamed over
 // `path`; on any error nothing is left at `path` or at the temporary name.
 Status WriteSafetensors(const std::string& path, const std::vector<TensorView>& tensors,

@@ -50,12 +50,7 @@ double BinaryEntropy(double p) {
 }
 
 StatusOr<std::unique_ptr<Checkpoint>> Image(const TensorView& view) {
-  std::vector<uint64_t> offsets;
-  const std::string header = BuildSafetensorsHeader({view}, {}, &offsets);
-  std::vector<uint8_t> bytes(header.size() + view.nbytes);
-  std::memcpy(bytes.data(), header.data(), header.size());
-  std::memcpy(bytes.data() + header.size() + offsets[0], view.data, view.nbytes);
-  return Checkpoint::FromBytes(std::move(bytes));
+  return Checkpoint::FromBytes(SafetensorsImage({view}));
 }
 
 std::string CpuModel() {

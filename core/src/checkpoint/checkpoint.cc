@@ -304,6 +304,21 @@ Status WriteSafetensors(const std::string& path, const std::vector<TensorView>& 
   return WriteFileAtomicParts(path, parts);
 }
 
+std::vector<uint8_t> SafetensorsImage(const std::vector<TensorView>& tensors,
+                                      const std::map<std::string, std::string>& metadata) {
+  const std::string header = BuildSafetensorsHeader(tensors, metadata, nullptr);
+  uint64_t size = header.size();
+  for (const auto& t : tensors) size += t.nbytes;
+  std::vector<uint8_t> out;
+  out.reserve(size);
+  out.insert(out.end(), header.begin(), header.end());
+  for (const auto& t : tensors) {
+    const auto* p = static_cast<const uint8_t*>(t.data);
+    out.insert(out.end(), p, p + t.nbytes);
+  }
+  return out;
+}
+
 Status WriteFileAtomic(const std::string& path, const void* data, size_t size) {
   return WriteFileAtomicParts(path, {{data, size}});
 }

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <random>
 #include <thread>
 
@@ -140,6 +141,28 @@ TEST_P(RoundTrip, ApplyGivesTargetBytes) {
 INSTANTIATE_TEST_SUITE_P(Rates, RoundTrip,
                          ::testing::Combine(::testing::Values(0.0, 0.00001, 0.01, 0.03, 0.05, 0.5, 1.0),
                                             ::testing::Values(0, 1, 2, 3)));
+
+// SafetensorsImage is byte for byte the file WriteSafetensors writes, and reads back as one.
+TEST(Checkpoint, ImageIsTheFileWriteSafetensorsWrites) {
+  std::mt19937_64 rng(17);
+  std::vector<OwnedTensor> base, target;
+  MakePair(rng, 0.03, &base, &target);
+  TempDir dir;
+  const std::map<std::string, std::string> meta = {{"format", "pt"}};
+  ASSERT_TRUE(WriteSafetensors(dir / "b", Views(base), meta).ok());
+  auto file = ReadFile(dir / "b");
+  ASSERT_TRUE(file.ok()) << file.status();
+  const std::vector<uint8_t> image = SafetensorsImage(Views(base), meta);
+  EXPECT_EQ(image, *file);
+  auto c = Checkpoint::FromBytes(image);
+  ASSERT_TRUE(c.ok()) << c.status();
+  for (const auto& t : base) {
+    const TensorInfo* ti = (*c)->Find(t.name);
+    ASSERT_NE(ti, nullptr) << t.name;
+    ASSERT_EQ(ti->nbytes, t.bytes.size());
+    EXPECT_EQ(0, std::memcmp((*c)->data(*ti), t.bytes.data(), t.bytes.size())) << t.name;
+  }
+}
 
 TEST(Delta, DeterministicAcrossThreads) {
   std::mt19937_64 rng(7);

@@ -10,17 +10,7 @@
 namespace dcr {
 
 StatusOr<std::unique_ptr<Checkpoint>> StorageImage(const Storage& storage) {
-  std::vector<TensorView> views = storage.Views();
-  std::vector<uint64_t> offsets;
-  const std::string header = BuildSafetensorsHeader(views, {}, &offsets);
-  uint64_t size = header.size();
-  for (size_t i = 0; i < views.size(); ++i) size = std::max(size, header.size() + offsets[i] + views[i].nbytes);
-  std::vector<uint8_t> bytes(size, 0);
-  std::memcpy(bytes.data(), header.data(), header.size());
-  for (size_t i = 0; i < views.size(); ++i) {
-    std::memcpy(bytes.data() + header.size() + offsets[i], views[i].data, views[i].nbytes);
-  }
-  return Checkpoint::FromBytes(std::move(bytes));
+  return Checkpoint::FromBytes(SafetensorsImage(storage.Views()));
 }
 
 StatusOr<DeltaStats> BuildServingDelta(const Checkpoint& base, const Checkpoint& target,

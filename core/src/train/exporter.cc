@@ -218,11 +218,7 @@ std::vector<TensorView> Views(const std::vector<TensorSpec>& canon, const uint8_
 StatusOr<std::vector<uint8_t>> Exporter::ExportFileImage(const ShardReader& shards,
                                                          int threads) const {
   DCR_ASSIGN_OR_RETURN(std::vector<uint8_t> data, ExportAll(shards, threads));
-  std::vector<uint64_t> offsets;
-  const std::string header = BuildSafetensorsHeader(Views(s_->canonical(), data.data()), {}, &offsets);
-  std::vector<uint8_t> image(header.begin(), header.end());
-  image.insert(image.end(), data.begin(), data.end());
-  return image;
+  return SafetensorsImage(Views(s_->canonical(), data.data()));
 }
 
 Status Exporter::ExportFile(const ShardReader& shards, const std::string& path, int threads) const {
