@@ -1,6 +1,7 @@
 // Finding the elements where two arrays differ (internal, header-only so the callback inlines).
-// The compare runs on byte-difference masks of 64-byte steps (internal/simd.h: AVX2 when the CPU
-// has it); only differing elements are visited, so unchanged data costs no per-element branch.
+// The compare runs on 64-byte steps and lists the differing elements' indexes per 16 KiB batch
+// (internal/simd.h DiffIndexes: AVX2 when the CPU has it); only differing elements are visited,
+// so unchanged data costs no per-element branch.
 #ifndef DCR_CORE_SRC_INTERNAL_DIFF_SCAN_H_
 #define DCR_CORE_SRC_INTERNAL_DIFF_SCAN_H_
 
@@ -15,30 +16,19 @@ namespace dcr::internal {
 // integer of the element width (1, 2, 4 or 8 bytes).
 template <typename T, typename Fn>
 inline void ForEachDifference(const T* a, const T* b, uint64_t n, bool avx2, Fn&& fn) {
-  constexpr uint64_t kPer = 64 / sizeof(T);      // elements per 64-byte step
-  constexpr uint64_t kSteps = 256;               // steps per batch of masks (16 KiB of each array)
-  constexpr uint64_t kElemBits = (uint64_t{1} << sizeof(T)) - 1;
-  uint64_t masks[kSteps];
-  const uint64_t steps = n / kPer;
-  for (uint64_t s0 = 0; s0 < steps; s0 += kSteps) {
-    const uint64_t m = std::min(kSteps, steps - s0);
-    const auto* ab = reinterpret_cast<const uint8_t*>(a + s0 * kPer);
-    const auto* bb = reinterpret_cast<const uint8_t*>(b + s0 * kPer);
-    if (avx2) {
-      ByteDiffMasksAvx2(ab, bb, m * 64, masks);
-    } else {
-      ByteDiffMasks(ab, bb, m * 64, masks);
-    }
-    for (uint64_t s = 0; s < m; ++s) {
-      uint64_t diff = masks[s];
-      while (diff != 0) {
-        const unsigned elem = static_cast<unsigned>(__builtin_ctzll(diff)) / sizeof(T);
-        fn((s0 + s) * kPer + elem);
-        diff &= ~(kElemBits << (elem * sizeof(T)));
-      }
-    }
+  constexpr uint64_t kPer = 64 / sizeof(T);       // elements per 64-byte step
+  constexpr uint64_t kBatch = 16384 / sizeof(T);  // elements per batch (16 KiB of each array)
+  uint32_t idx[kBatch + 64];
+  const uint64_t whole = n / kPer * kPer;
+  for (uint64_t e0 = 0; e0 < whole; e0 += kBatch) {
+    const uint64_t m = std::min(kBatch, whole - e0);
+    const auto* ab = reinterpret_cast<const uint8_t*>(a + e0);
+    const auto* bb = reinterpret_cast<const uint8_t*>(b + e0);
+    const size_t c = avx2 ? DiffIndexesAvx2(ab, bb, m * sizeof(T), sizeof(T), idx)
+                          : DiffIndexes(ab, bb, m * sizeof(T), sizeof(T), idx);
+    for (size_t i = 0; i < c; ++i) fn(e0 + idx[i]);
   }
-  for (uint64_t j = steps * kPer; j < n; ++j) {
+  for (uint64_t j = whole; j < n; ++j) {
     if (a[j] != b[j]) fn(j);
   }
 }

@@ -12,13 +12,20 @@
 
 namespace dcr::internal {
 
-// True when the AVX2 builds may run (x86-64 CPU with AVX2; checked once).
+// True when the AVX2 builds may run (x86-64 CPU with AVX2, BMI1 and POPCNT; checked once).
 bool CpuHasAvx2();
 
 // masks[j] bit b = (a[64j + b] != b[64j + b]) for the 64-byte blocks of [0, nbytes);
-// nbytes must be a multiple of 64. Portable and AVX2 builds.
+// nbytes must be a multiple of 64. Portable.
 void ByteDiffMasks(const uint8_t* a, const uint8_t* b, size_t nbytes, uint64_t* masks);
-void ByteDiffMasksAvx2(const uint8_t* a, const uint8_t* b, size_t nbytes, uint64_t* masks);
+
+// The indexes of the differing elements of `width`-byte elements (1, 2, 4 or 8) in the 64-byte
+// blocks of [0, nbytes), in increasing order, written to out[0..count); returns count. nbytes must
+// be a multiple of 64 and `out` must hold nbytes / width + 64 entries (the AVX2 build writes up to
+// 4 scratch entries past the last index). The AVX2 build extracts indexes without a branch per
+// difference (BMI1 tzcnt/blsr, popcnt): the portable walk mispredicts once per changed block.
+size_t DiffIndexes(const uint8_t* a, const uint8_t* b, size_t nbytes, int width, uint32_t* out);
+size_t DiffIndexesAvx2(const uint8_t* a, const uint8_t* b, size_t nbytes, int width, uint32_t* out);
 
 // Streaming XXH3-128 with the AVX2 accumulator (digests equal libxxhash's XXH3_128bits).
 void* Xxh3Avx2New();

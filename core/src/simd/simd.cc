@@ -9,7 +9,8 @@ namespace dcr::internal {
 
 bool CpuHasAvx2() {
 #if defined(__x86_64__) && defined(DCR_HAVE_AVX2_BUILD)
-  static const bool has = __builtin_cpu_supports("avx2");
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi") &&
+                          __builtin_cpu_supports("popcnt");
   return has;
 #else
   return false;
@@ -33,6 +34,27 @@ void ByteDiffMasks(const uint8_t* a, const uint8_t* b, size_t nbytes, uint64_t* 
     masks[j] = m;
 #endif
   }
+}
+
+size_t DiffIndexes(const uint8_t* a, const uint8_t* b, size_t nbytes, int width, uint32_t* out) {
+  uint64_t masks[64];
+  const uint64_t elem_bits = (uint64_t{1} << width) - 1;
+  const uint32_t per = static_cast<uint32_t>(64 / width);
+  size_t count = 0;
+  for (size_t i0 = 0; i0 < nbytes; i0 += 64 * 64) {
+    const size_t m = nbytes - i0 < 64 * 64 ? nbytes - i0 : 64 * 64;
+    ByteDiffMasks(a + i0, b + i0, m, masks);
+    const uint32_t base = static_cast<uint32_t>(i0 / width);
+    for (size_t s = 0; s < m / 64; ++s) {
+      uint64_t diff = masks[s];
+      while (diff != 0) {
+        const unsigned e = static_cast<unsigned>(__builtin_ctzll(diff)) / width;
+        out[count++] = base + static_cast<uint32_t>(s) * per + e;
+        diff &= ~(elem_bits << (e * width));
+      }
+    }
+  }
+  return count;
 }
 
 }  // namespace dcr::internal

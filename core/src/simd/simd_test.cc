@@ -1,5 +1,5 @@
-// The AVX2 builds give the portable builds' results (masks, XXH3-128 digests) on random data of
-// every length, alignment and split; skipped where the CPU lacks AVX2.
+// The AVX2 builds give the portable builds' results (difference indexes, XXH3-128 digests) on
+// random data of every width, density, length and split; skipped where the CPU lacks AVX2.
 #include "internal/simd.h"
 
 #include <gtest/gtest.h>
@@ -20,7 +20,7 @@ TEST(Simd, DiffMasksMatchTheBytes) {
         a[i] = static_cast<uint8_t>(rng());
         b[i] = rng() % 4 == 0 ? static_cast<uint8_t>(a[i] ^ (1 + rng() % 255)) : a[i];
       }
-      std::vector<uint64_t> portable(n / 64 + 1, 7), avx2(n / 64 + 1, 7);
+      std::vector<uint64_t> portable(n / 64 + 1, 7);
       ByteDiffMasks(a.data() + align, b.data() + align, n, portable.data());
       for (size_t j = 0; j < n / 64; ++j) {
         uint64_t want = 0;
@@ -29,9 +29,38 @@ TEST(Simd, DiffMasksMatchTheBytes) {
         }
         ASSERT_EQ(portable[j], want) << "n=" << n << " block " << j;
       }
-      if (!CpuHasAvx2()) continue;
-      ByteDiffMasksAvx2(a.data() + align, b.data() + align, n, avx2.data());
-      EXPECT_EQ(avx2, portable) << "n=" << n << " align=" << align;
+    }
+  }
+}
+
+// Both builds list exactly the differing elements, in order, for every width and change density
+// (0 to 100%: the AVX2 build's unconditional slots and its loop past four per block).
+TEST(Simd, DiffIndexesListTheDifferingElements) {
+  std::mt19937_64 rng(4);
+  for (int width : {1, 2, 4, 8}) {
+    for (int percent : {0, 1, 3, 30, 90, 100}) {
+      for (size_t n : {0, 64, 128, 4096, 16384}) {
+        std::vector<uint8_t> a(n), b(n);
+        std::vector<uint32_t> want;
+        for (size_t e = 0; e < n / width; ++e) {
+          const bool change = static_cast<int>(rng() % 100) < percent;
+          for (int q = 0; q < width; ++q) a[e * width + q] = b[e * width + q] = static_cast<uint8_t>(rng());
+          if (change) {
+            const int q = static_cast<int>(rng() % width);  // any byte of the element
+            b[e * width + q] ^= static_cast<uint8_t>(1 + rng() % 255);
+            want.push_back(static_cast<uint32_t>(e));
+          }
+        }
+        std::vector<uint32_t> got(n / width + 64, 0xFFFFFFFF);
+        const size_t c = DiffIndexes(a.data(), b.data(), n, width, got.data());
+        got.resize(c);
+        ASSERT_EQ(got, want) << "portable width=" << width << " percent=" << percent << " n=" << n;
+        if (!CpuHasAvx2()) continue;
+        std::vector<uint32_t> fast(n / width + 64, 0xFFFFFFFF);
+        const size_t cf = DiffIndexesAvx2(a.data(), b.data(), n, width, fast.data());
+        fast.resize(cf);
+        EXPECT_EQ(fast, want) << "AVX2 width=" << width << " percent=" << percent << " n=" << n;
+      }
     }
   }
 }
