@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Regenerates tests/golden-errors/ (the malformed-input corpus) from the golden files.
 # Usage: scripts/make-error-corpus.sh [path/to/dcr]   (run from the source root after the golden files)
+# old_version_v1.dcr is kept, not generated: the golden delta of format version 1, which this
+# build must refuse by its version.
 set -euo pipefail
 dcr="${1:-build/dcr}"
 g=tests/golden
 e=tests/golden-errors
 mkdir -p "$e"
-"$dcr" diff -q "$g/v1_target.safetensors" "$g/v1_base.safetensors" -o "$e/wrong_base.dcr"
+"$dcr" diff -q "$g/v2_target.safetensors" "$g/v2_base.safetensors" -o "$e/wrong_base.dcr"
 python3 - "$g" "$e" <<'PY'
 import json, struct, sys
 g, e = sys.argv[1], sys.argv[2]
-d = open(f"{g}/v1_delta.dcr", "rb").read()
+d = open(f"{g}/v2_delta.dcr", "rb").read()
 def w(name, data): open(f"{e}/{name}", "wb").write(bytes(data))
 w("empty.dcr", b"")
 w("truncated_magic.dcr", d[:5])
@@ -58,6 +60,7 @@ chunk_payload_bitflip.dcr delta DATA_LOSS payload checksum mismatch
 huge_chunk_count.dcr delta DATA_LOSS chunk count is absurd
 bad_trailer_offset.dcr delta DATA_LOSS bad trailer offset
 trailer_bitflip.dcr delta DATA_LOSS trailer
+old_version_v1.dcr delta FAILED_PRECONDITION unsupported delta format version 1
 wrong_base.dcr delta FAILED_PRECONDITION but the delta was built for
 st_bad_json.safetensors checkpoint DATA_LOSS malformed safetensors JSON header
 st_overlap.safetensors checkpoint DATA_LOSS overlap

@@ -1,4 +1,4 @@
-// Pins the bytes of format v1 and checks the malformed-input corpus.
+// Pins the bytes of the current format (v2) and checks the malformed-input corpus.
 //
 // The checkpoints are generated here from a fixed integer recipe (no std distributions, no float
 // math), so they are identical on every compiler. Regenerate the files, after a deliberate format
@@ -122,33 +122,33 @@ class Golden : public ::testing::Test {
 
 TEST_F(Golden, EncoderOutputIsPinned) {
   for (bool full : {false, true}) {
-    const fs::path file = kGolden / (full ? "v1_full.dcr" : "v1_delta.dcr");
+    const fs::path file = kGolden / (full ? "v2_full.dcr" : "v2_delta.dcr");
     std::vector<uint8_t> bytes = Build(full);
     if (std::getenv("DCR_UPDATE_GOLDEN")) {
       ASSERT_TRUE(WriteFileAtomic(file.string(), bytes.data(), bytes.size()).ok());
       std::vector<uint8_t> b = Read(tmp_.dir / "base.safetensors");
       std::vector<uint8_t> t = Read(tmp_.dir / "target.safetensors");
-      ASSERT_TRUE(WriteFileAtomic((kGolden / "v1_base.safetensors").string(), b.data(), b.size()).ok());
-      ASSERT_TRUE(WriteFileAtomic((kGolden / "v1_target.safetensors").string(), t.data(), t.size()).ok());
+      ASSERT_TRUE(WriteFileAtomic((kGolden / "v2_base.safetensors").string(), b.data(), b.size()).ok());
+      ASSERT_TRUE(WriteFileAtomic((kGolden / "v2_target.safetensors").string(), t.data(), t.size()).ok());
     }
     ASSERT_TRUE(fs::exists(file)) << file << " missing (run from the source root)";
     EXPECT_EQ(bytes, Read(file)) << "encoder output for " << file
                                  << " changed: bump kFormatVersion and regenerate the golden files";
   }
   // The committed checkpoints are the ones generated here.
-  EXPECT_EQ(Read(tmp_.dir / "base.safetensors"), Read(kGolden / "v1_base.safetensors"));
-  EXPECT_EQ(Read(tmp_.dir / "target.safetensors"), Read(kGolden / "v1_target.safetensors"));
+  EXPECT_EQ(Read(tmp_.dir / "base.safetensors"), Read(kGolden / "v2_base.safetensors"));
+  EXPECT_EQ(Read(tmp_.dir / "target.safetensors"), Read(kGolden / "v2_target.safetensors"));
 }
 
 TEST_F(Golden, GoldenDeltaAppliesToTheTarget) {
   const fs::path out = tmp_.dir / "out.safetensors";
-  auto st = ApplyDeltaFile((kGolden / "v1_base.safetensors").string(),
-                           (kGolden / "v1_delta.dcr").string(), out.string(), ApplyOptions{1, true, true});
+  auto st = ApplyDeltaFile((kGolden / "v2_base.safetensors").string(),
+                           (kGolden / "v2_delta.dcr").string(), out.string(), ApplyOptions{1, true, true});
   ASSERT_TRUE(st.ok()) << st.status();
-  EXPECT_EQ(Read(out), Read(kGolden / "v1_target.safetensors"));
-  auto full = ApplyDeltaFile("", (kGolden / "v1_full.dcr").string(), out.string(), ApplyOptions{1, true, true});
+  EXPECT_EQ(Read(out), Read(kGolden / "v2_target.safetensors"));
+  auto full = ApplyDeltaFile("", (kGolden / "v2_full.dcr").string(), out.string(), ApplyOptions{1, true, true});
   ASSERT_TRUE(full.ok()) << full.status();
-  EXPECT_EQ(Read(out), Read(kGolden / "v1_target.safetensors"));
+  EXPECT_EQ(Read(out), Read(kGolden / "v2_target.safetensors"));
 }
 
 // tests/golden-errors/MANIFEST: "<file> <kind: delta|checkpoint> <STATUS_CODE> <message substring>".
@@ -171,7 +171,7 @@ TEST(GoldenErrors, EveryMalformedInputGivesItsClearError) {
     Status s;
     const fs::path out = tmp.dir / "out.safetensors";
     if (kind == "delta") {
-      s = ApplyDeltaFile((kGolden / "v1_base.safetensors").string(), path.string(), out.string(),
+      s = ApplyDeltaFile((kGolden / "v2_base.safetensors").string(), path.string(), out.string(),
                          ApplyOptions{1, true, false})
               .status();
       EXPECT_FALSE(fs::exists(out)) << file << ": output left behind";

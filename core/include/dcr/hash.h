@@ -28,15 +28,19 @@ uint64_t TensorSalt(std::string_view name);
 
 // One element's contribution. `bits` holds the element's bytes little-endian, zero-extended.
 // Always inlined: encoders and the content hash call it once or twice per element in hot loops.
+// Each lane folds one 64x64->128-bit product of the element's key (salt, index) and its bits,
+// each side offset by a lane constant: (lo ^ hi) of (key ^ Ka) * (bits ^ Kb). The fold is not
+// linear in either operand, so changes do not cancel in the sum; one multiply per lane (format
+// version 2; version 1 used two 64-bit finalizers per lane, twice the encoder's cost per change).
 __attribute__((always_inline)) inline Hash128 ElementTerm(uint64_t salt, uint64_t index,
                                                           uint64_t bits) {
-  // Two independent SplitMix/Murmur-style finalizers over (salt, index, bits).
-  uint64_t k = salt ^ (index * 0x9E3779B97F4A7C15ULL);
-  uint64_t a = k + bits * 0xD6E8FEB86659FD93ULL;
-  a ^= a >> 32; a *= 0xBF58476D1CE4E5B9ULL; a ^= a >> 29; a *= 0x94D049BB133111EBULL; a ^= a >> 32;
-  uint64_t b = (k ^ 0xA0761D6478BD642FULL) + (bits ^ 0xE7037ED1A0B428DBULL) * 0xFF51AFD7ED558CCDULL;
-  b ^= b >> 33; b *= 0xC4CEB9FE1A85EC53ULL; b ^= b >> 29; b *= 0x9E3779B97F4A7C15ULL; b ^= b >> 32;
-  return Hash128{a, b};
+  const uint64_t k = salt ^ (index * 0x9E3779B97F4A7C15ULL);
+  const unsigned __int128 pa = static_cast<unsigned __int128>(k ^ 0xA0761D6478BD642FULL) *
+                               (bits ^ 0xE7037ED1A0B428DBULL);
+  const unsigned __int128 pb = static_cast<unsigned __int128>(k ^ 0x8EBC6AF09C88C6E3ULL) *
+                               (bits ^ 0x589965CC75374CC3ULL);
+  return Hash128{static_cast<uint64_t>(pa) ^ static_cast<uint64_t>(pa >> 64),
+                 static_cast<uint64_t>(pb) ^ static_cast<uint64_t>(pb >> 64)};
 }
 
 inline void HashAdd(Hash128* acc, const Hash128& t) { acc->lo += t.lo; acc->hi += t.hi; }

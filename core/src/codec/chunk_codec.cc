@@ -10,7 +10,9 @@
 #include "dcr/status_macros.h"
 #include "internal/byte_io.h"
 #include "internal/element_ops.h"
+#include "internal/diff_scan.h"
 #include "internal/positions.h"
+#include "internal/range_hasher.h"
 
 namespace dcr {
 namespace {
@@ -96,23 +98,22 @@ struct PassState {
   uint8_t* g = nullptr;   // next gap byte; null: no gaps (dense)
 };
 
-// Change i of the pass at canonical element `elem` of a tensor with `salt`: element terms, packed
-// bits, value planes and its gap.
+// Change i of a pass at canonical element `elem` (chunk position p) of a tensor with `salt`, old
+// bits `obits` (when have_old) and new bits `nbits`: element terms, packed bits, value planes
+// (plane b at planes + b * stride) and its gap.
 template <typename T, uint8_t kOp>
-__attribute__((always_inline)) inline void PassChange(
-    uint64_t i, uint64_t salt, uint64_t elem, uint64_t k, const uint64_t* __restrict pos,
-    const uint64_t* __restrict oldp, const uint64_t* __restrict newp, uint8_t* __restrict planes,
-    T* __restrict packed_old, T* __restrict packed_new, PassState& st) {
+__attribute__((always_inline)) inline void EmitChange(
+    uint64_t i, uint64_t salt, uint64_t elem, uint64_t p, bool have_old, uint64_t obits,
+    uint64_t nbits, uint64_t stride, uint8_t* __restrict planes, T* __restrict packed_old,
+    T* __restrict packed_new, PassState& st) {
   constexpr int kW = sizeof(T);
-  const uint64_t nbits = newp[i];
   const T n = static_cast<T>(nbits);
   const Hash128 tn = ElementTerm(salt, elem, nbits);
   st.plus_lo += tn.lo;
   st.plus_hi += tn.hi;
   packed_new[i] = n;
   uint64_t value;
-  if (oldp != nullptr) {
-    const uint64_t obits = oldp[i];
+  if (have_old) {
     const T o = static_cast<T>(obits);
     const Hash128 to = ElementTerm(salt, elem, obits);
     st.minus_lo += to.lo;
@@ -122,9 +123,8 @@ __attribute__((always_inline)) inline void PassChange(
   } else {
     value = internal::EncodeValue(kOp, kW, 0, n);
   }
-  for (int b = 0; b < kW; ++b) planes[b * k + i] = static_cast<uint8_t>(value >> (8 * b));
+  for (int b = 0; b < kW; ++b) planes[b * stride + i] = static_cast<uint8_t>(value >> (8 * b));
   if (st.g != nullptr) {
-    const uint64_t p = pos[i];
     st.unsorted |= static_cast<uint64_t>(p < st.next);
     uint64_t v = p - st.next;
     st.next = p + 1;
@@ -134,6 +134,16 @@ __attribute__((always_inline)) inline void PassChange(
     }
     *st.g++ = static_cast<uint8_t>(v);
   }
+}
+
+// Change i of the arrays of a ChunkChangesView (planes with stride k).
+template <typename T, uint8_t kOp>
+__attribute__((always_inline)) inline void PassChange(
+    uint64_t i, uint64_t salt, uint64_t elem, uint64_t k, const uint64_t* __restrict pos,
+    const uint64_t* __restrict oldp, const uint64_t* __restrict newp, uint8_t* __restrict planes,
+    T* __restrict packed_old, T* __restrict packed_new, PassState& st) {
+  EmitChange<T, kOp>(i, salt, elem, pos[i], oldp != nullptr, oldp != nullptr ? oldp[i] : 0,
+                     newp[i], k, planes, packed_old, packed_new, st);
 }
 
 // One pass over the changes (the three arrays are read once): checks the order, sums the element
@@ -284,6 +294,126 @@ StatusOr<std::vector<uint8_t>> EncodeChunk(const ChunkChanges& c, ValueMode valu
   return EncodeChunk(v, value_mode, salts, zstd_level);
 }
 
+namespace {
+
+// What both encoders hand to FinishChunk: the pass's results over k changes.
+struct PassProducts {
+  uint64_t k = 0;
+  bool dense = false;          // every covered element changed: no position stream
+  bool have_old = false;
+  const uint64_t* positions = nullptr;  // chunk positions; null: decode them from the gaps
+  const uint8_t* gaps = nullptr;
+  size_t gaps_size = 0;
+  const uint8_t* planes = nullptr;  // plane b at planes + b * plane_stride, k bytes each
+  uint64_t plane_stride = 0;
+  const uint8_t* packed_old = nullptr;
+  const uint8_t* packed_new = nullptr;
+  Hash128 plus, minus;
+};
+
+// Packs the streams of a pass and serializes the record; `h` has the chunk's identity filled in.
+std::vector<uint8_t> FinishChunk(ChunkHeader& h, const PassProducts& pp, uint64_t num_elements,
+                                 int zstd_level, EncodeScratch& sc) {
+  const uint64_t k = pp.k;
+  const int w = h.elem_width;
+  h.version_delta = pp.plus;
+  HashSub(&h.version_delta, pp.minus);
+  // Packed little-endian bits (the packed arrays hold T values: little-endian on x86-64/arm64).
+  if (pp.have_old) h.base_change_hash = BytesHash128(pp.packed_old, k * w);
+  h.target_change_hash = BytesHash128(pp.packed_new, k * w);
+
+  // Position stream.
+  std::vector<uint8_t>& payload = sc.payload;
+  payload.clear();
+  // Whether the position stream still has to be packed (not a test of the gap pointer: with no
+  // changes the gap buffer of a fresh thread is empty and its data() may be null).
+  bool pack_positions = !pp.dense;
+  if (pp.dense) {
+    h.position_mode = PositionMode::kDense;
+  } else {
+    const uint64_t bitmap_bytes = (num_elements + 7) / 8;
+    h.position_mode = PositionMode::kGaps;
+    if (pp.gaps_size * 4 > bitmap_bytes) {
+      // Dense-ish: the bitmap may win; pick by compressed size (deterministic).
+      uint8_t* bm = Grow(&sc.bitmap, bitmap_bytes);
+      std::memset(bm, 0, bitmap_bytes);
+      if (pp.positions != nullptr) {
+        for (uint64_t i = 0; i < k; ++i) {
+          const uint64_t p = pp.positions[i];
+          bm[p >> 3] |= static_cast<uint8_t>(1u << (p & 7));
+        }
+      } else {  // the gaps are well formed: this encoder wrote them
+        uint64_t p = 0;
+        for (size_t g = 0; g < pp.gaps_size;) {
+          uint64_t v = 0;
+          for (int shift = 0;; shift += 7) {
+            const uint8_t byte = pp.gaps[g++];
+            v |= static_cast<uint64_t>(byte & 0x7F) << shift;
+            if ((byte & 0x80) == 0) break;
+          }
+          p += v;
+          bm[p >> 3] |= static_cast<uint8_t>(1u << (p & 7));
+          ++p;
+        }
+      }
+      sc.trial_a.clear();
+      sc.trial_b.clear();
+      StreamInfo sa = PackStream(pp.gaps, pp.gaps_size, zstd_level, &sc.trial_a);
+      StreamInfo sb = PackStream(bm, bitmap_bytes, zstd_level, &sc.trial_b);
+      // The winner's packed bytes are the position stream: the payload starts with them.
+      const bool bitmap_wins = sb.stored_size < sa.stored_size;
+      if (bitmap_wins) h.position_mode = PositionMode::kBitmap;
+      const std::vector<uint8_t>& won = bitmap_wins ? sc.trial_b : sc.trial_a;
+      payload.insert(payload.end(), won.begin(), won.end());
+      h.streams.push_back(bitmap_wins ? sb : sa);
+      pack_positions = false;
+    }
+  }
+  if (pack_positions) h.streams.push_back(PackStream(pp.gaps, pp.gaps_size, zstd_level, &payload));
+  for (int b = 0; b < w; ++b) {
+    h.streams.push_back(PackStream(pp.planes + b * pp.plane_stride, k, zstd_level, &payload));
+  }
+  h.payload_checksum = XXH3_64bits(payload.data(), payload.size());
+
+  std::vector<uint8_t> out;
+  out.reserve(256 + payload.size());
+  SerializeChunkHeader(h, &out);
+  out.insert(out.end(), payload.begin(), payload.end());
+  return out;
+}
+
+// The scan encoder's pass over one contiguous segment: difference scan, emission and range hash
+// block by block, so each block is read from memory once.
+template <typename T, uint8_t kOp>
+uint64_t ScanPass(const T* __restrict base, const T* __restrict target, uint64_t n, uint64_t salt,
+                  uint64_t offset, bool avx2, internal::RangeHasher* rh, EncodeScratch& sc,
+                  uint8_t* __restrict planes, T* __restrict packed_old, T* __restrict packed_new,
+                  PassState& out) {
+  constexpr uint64_t kBlock = internal::kScanBlockBytes / sizeof(T);
+  // A local copy whose address never escapes (the emission inlines): it lives in registers.
+  PassState st = out;
+  uint64_t k = 0;
+  for (uint64_t b0 = 0; b0 < n; b0 += kBlock) {
+    const uint64_t m = std::min(kBlock, n - b0);
+    // Room for this block's gaps (at most 10 bytes per element).
+    const size_t used = static_cast<size_t>(st.g - sc.gaps.data());
+    st.g = Grow(&sc.gaps, used + m * 10) + used;
+    const T* const a = base + b0;
+    const T* const b = target + b0;
+    const uint64_t elem0 = offset + b0;
+    internal::ForEachDifference(a, b, m, avx2, [&](uint64_t j) {
+      EmitChange<T, kOp>(k, salt, elem0 + j, b0 + j, true, a[j], b[j], n, planes, packed_old,
+                         packed_new, st);
+      ++k;
+    });
+    rh->Update(b, m * sizeof(T));
+  }
+  out = st;
+  return k;
+}
+
+}  // namespace
+
 StatusOr<std::vector<uint8_t>> EncodeChunk(const ChunkChangesView& c, ValueMode value_mode,
                                            const std::vector<uint64_t>& salts, int zstd_level) {
   const uint64_t k = c.num_changes;
@@ -358,57 +488,97 @@ StatusOr<std::vector<uint8_t>> EncodeChunk(const ChunkChangesView& c, ValueMode 
       if (c.positions[i] != i) return InvalidArgumentError("chunk positions must be strictly increasing");
     }
   }
-  h.version_delta = po.plus;
-  HashSub(&h.version_delta, po.minus);
-  // Packed little-endian bits (the packed arrays hold T values: little-endian on x86-64/arm64).
-  if (have_old) h.base_change_hash = BytesHash128(packed_old, k * w);
-  h.target_change_hash = BytesHash128(packed_new, k * w);
+  PassProducts pp;
+  pp.k = k;
+  pp.dense = dense;
+  pp.have_old = have_old;
+  pp.positions = c.positions;
+  pp.gaps = gaps;
+  pp.gaps_size = po.gaps_size;
+  pp.planes = planes;
+  pp.plane_stride = k;
+  pp.packed_old = packed_old;
+  pp.packed_new = packed_new;
+  pp.plus = po.plus;
+  pp.minus = po.minus;
+  return FinishChunk(h, pp, c.num_elements, zstd_level, sc);
+}
 
-  // Position stream.
-  std::vector<uint8_t>& payload = sc.payload;
-  payload.clear();
-  const uint8_t* pos_data = nullptr;
-  size_t pos_size = 0;
-  // Whether the position stream still has to be packed (not a test of pos_data: with no changes
-  // the gap buffer of a fresh thread is empty and its data() may be null).
-  bool pack_positions = !dense;
-  if (dense) {
-    h.position_mode = PositionMode::kDense;
-  } else {
-    pos_data = gaps;
-    pos_size = po.gaps_size;
-    const uint64_t bitmap_bytes = (c.num_elements + 7) / 8;
-    h.position_mode = PositionMode::kGaps;
-    if (pos_size * 4 > bitmap_bytes) {
-      // Dense-ish: the bitmap may win; pick by compressed size (deterministic).
-      uint8_t* bm = Grow(&sc.bitmap, bitmap_bytes);
-      std::memset(bm, 0, bitmap_bytes);
-      for (uint64_t i = 0; i < k; ++i) {
-        const uint64_t p = c.positions[i];
-        bm[p >> 3] |= static_cast<uint8_t>(1u << (p & 7));
+StatusOr<std::vector<uint8_t>> EncodeChunkScan(const ChunkScanInput& in, ValueMode value_mode,
+                                               const std::vector<uint64_t>& salts, int zstd_level,
+                                               ChunkScanResult* result) {
+  const int w = in.width;
+  if (w != 1 && w != 2 && w != 4 && w != 8) return InvalidArgumentError("element width must be 1/2/4/8");
+  if (in.segments == nullptr || in.segments->size() != 1 || !(*in.segments)[0].IsContiguous()) {
+    return InvalidArgumentError("the scan encoder takes one contiguous segment");
+  }
+  const Segment& sg = (*in.segments)[0];
+  if (sg.tensor_index >= salts.size()) return InvalidArgumentError("segment tensor index out of range");
+  const uint64_t n = sg.num_elements();
+  if (n == 0 || in.base == nullptr || in.target == nullptr) {
+    return InvalidArgumentError("the scan encoder needs base and target bytes");
+  }
+  EncodeScratch& sc = Scratch();
+  uint8_t* const planes = Grow(&sc.planes, n * w);
+  uint8_t* const packed_old = Grow(&sc.packed_old, n * w);
+  uint8_t* const packed_new = Grow(&sc.packed_new, n * w);
+  internal::RangeHasher rh(in.avx2);
+  PassState st;
+  st.g = Grow(&sc.gaps, 1);
+  const uint64_t salt = salts[sg.tensor_index];
+  uint64_t k = 0;
+  {
+    const uint8_t op = static_cast<uint8_t>(value_mode);
+    auto run = [&](auto tag) {
+      using T = decltype(tag);
+      const T* const a = reinterpret_cast<const T*>(in.base);
+      const T* const b = reinterpret_cast<const T*>(in.target);
+      T* const po_old = reinterpret_cast<T*>(packed_old);
+      T* const po_new = reinterpret_cast<T*>(packed_new);
+      switch (op) {
+        case internal::kOpXor:
+          return ScanPass<T, internal::kOpXor>(a, b, n, salt, sg.offset, in.avx2, &rh, sc, planes,
+                                               po_old, po_new, st);
+        case internal::kOpUlpDelta:
+          return ScanPass<T, internal::kOpUlpDelta>(a, b, n, salt, sg.offset, in.avx2, &rh, sc,
+                                                    planes, po_old, po_new, st);
+        default:
+          return ScanPass<T, internal::kOpAbsolute>(a, b, n, salt, sg.offset, in.avx2, &rh, sc,
+                                                    planes, po_old, po_new, st);
       }
-      sc.trial_a.clear();
-      sc.trial_b.clear();
-      StreamInfo sa = PackStream(pos_data, pos_size, zstd_level, &sc.trial_a);
-      StreamInfo sb = PackStream(bm, bitmap_bytes, zstd_level, &sc.trial_b);
-      // The winner's packed bytes are the position stream: the payload starts with them.
-      const bool bitmap_wins = sb.stored_size < sa.stored_size;
-      if (bitmap_wins) h.position_mode = PositionMode::kBitmap;
-      const std::vector<uint8_t>& won = bitmap_wins ? sc.trial_b : sc.trial_a;
-      payload.insert(payload.end(), won.begin(), won.end());
-      h.streams.push_back(bitmap_wins ? sb : sa);
-      pack_positions = false;
+    };
+    switch (w) {
+      case 1: k = run(uint8_t{}); break;
+      case 2: k = run(uint16_t{}); break;
+      case 4: k = run(uint32_t{}); break;
+      default: k = run(uint64_t{}); break;
     }
   }
-  if (pack_positions) h.streams.push_back(PackStream(pos_data, pos_size, zstd_level, &payload));
-  for (int b = 0; b < w; ++b) h.streams.push_back(PackStream(planes + b * k, k, zstd_level, &payload));
-  h.payload_checksum = XXH3_64bits(payload.data(), payload.size());
+  result->num_changes = k;
+  result->target_range_hash = rh.Digest();
+  if (k == 0 && !in.emit_unchanged) return std::vector<uint8_t>();
 
-  std::vector<uint8_t> out;
-  out.reserve(256 + payload.size());
-  SerializeChunkHeader(h, &out);
-  out.insert(out.end(), payload.begin(), payload.end());
-  return out;
+  ChunkHeader h;
+  h.chunk_id = in.chunk_id;
+  h.value_mode = value_mode;
+  h.elem_width = static_cast<uint8_t>(w);
+  h.num_elements = n;
+  h.num_changes = k;
+  h.segments = *in.segments;
+  h.target_range_hash = result->target_range_hash;
+  PassProducts pp;
+  pp.k = k;
+  pp.dense = k == n;
+  pp.have_old = true;
+  pp.gaps = sc.gaps.data();
+  pp.gaps_size = static_cast<size_t>(st.g - sc.gaps.data());
+  pp.planes = planes;
+  pp.plane_stride = n;
+  pp.packed_old = packed_old;
+  pp.packed_new = packed_new;
+  pp.plus = Hash128{st.plus_lo, st.plus_hi};
+  pp.minus = Hash128{st.minus_lo, st.minus_hi};
+  return FinishChunk(h, pp, n, zstd_level, sc);
 }
 
 StatusOr<ChunkHeader> ParseChunkHeader(const uint8_t* data, size_t size, size_t* header_size,

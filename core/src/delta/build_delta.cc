@@ -13,6 +13,7 @@
 #include "internal/element_ops.h"
 #include "internal/parallel.h"
 #include "internal/diff_scan.h"
+#include "internal/range_hasher.h"
 #include "internal/simd.h"
 
 namespace dcr {
@@ -23,10 +24,6 @@ double BinaryEntropyBits(uint64_t n, uint64_t k) {
   double p = static_cast<double>(k) / static_cast<double>(n);
   return static_cast<double>(n) * (-(p * std::log2(p) + (1 - p) * std::log2(1 - p)));
 }
-
-// Bytes scanned (and hashed) per step: well inside L1/L2, and a multiple of 32 so blocks keep the
-// 32-byte scan steps aligned to the segment start.
-constexpr uint64_t kScanBlockBytes = 16384;
 
 // Changes of one cell, found by comparing base and target.
 struct CellScan {
@@ -80,44 +77,6 @@ void ScanBytes(const uint8_t* a, const uint8_t* b, int width, uint64_t n, uint64
     default: ScanRange(reinterpret_cast<const uint64_t*>(a), reinterpret_cast<const uint64_t*>(b), n, pos_base, avx2, out); break;
   }
 }
-
-// XXH3-128 of a cell's target bytes, streamed; the AVX2 accumulator when the CPU has it.
-class RangeHasher {
- public:
-  explicit RangeHasher(bool avx2) : avx2_(avx2) {
-    if (avx2_) {
-      st_ = internal::Xxh3Avx2New();
-    } else {
-      lib_ = XXH3_createState();
-      XXH3_128bits_reset(lib_);
-    }
-  }
-  ~RangeHasher() {
-    if (avx2_) internal::Xxh3Avx2Free(st_);
-    else XXH3_freeState(lib_);
-  }
-  RangeHasher(const RangeHasher&) = delete;
-  RangeHasher& operator=(const RangeHasher&) = delete;
-  void Update(const void* p, size_t n) {
-    if (avx2_) internal::Xxh3Avx2Update(st_, p, n);
-    else XXH3_128bits_update(lib_, p, n);
-  }
-  Hash128 Digest() {
-    Hash128 h;
-    if (avx2_) {
-      internal::Xxh3Avx2Digest(st_, &h.lo, &h.hi);
-    } else {
-      const XXH128_hash_t r = XXH3_128bits_digest(lib_);
-      h = Hash128{r.low64, r.high64};
-    }
-    return h;
-  }
-
- private:
-  bool avx2_;
-  void* st_ = nullptr;
-  XXH3_state_t* lib_ = nullptr;
-};
 
 }  // namespace
 
@@ -196,12 +155,34 @@ StatusOr<DeltaStats> BuildDelta(const Checkpoint* base, const Checkpoint& target
     internal::ParallelFor(w1 - w0, threads, [&](uint64_t k) {
       const GridCell& cell = grid[w0 + k];
       CellScan& sc = scans[k];
+      if (!options.full && !options.collect_entropy && cell.segments.size() == 1 &&
+          cell.segments[0].IsContiguous()) {
+        // One contiguous range (every cell of a large tensor): scan and encode in one pass.
+        const Segment& sg = cell.segments[0];
+        ChunkScanInput in;
+        in.chunk_id = cell.chunk_id;
+        in.width = cell.width;
+        in.segments = &cell.segments;
+        in.base = base_ptr[sg.tensor_index] + sg.offset * cell.width;
+        in.target = target_ptr[sg.tensor_index] + sg.offset * cell.width;
+        in.avx2 = avx2;
+        in.emit_unchanged = options.emit_unchanged;
+        const DType dt = inv.tensors[sg.tensor_index].dtype;
+        ChunkScanResult res;
+        encoded[k] = EncodeChunkScan(
+            in, ChooseValueMode(options.value_policy, DTypeIsFloat(dt) ? DType::kBF16 : DType::kU8),
+            inv.salts, options.zstd_level, &res);
+        sc.n = res.num_changes;
+        sc.seg_hist.clear();
+        sc.seg_changes.assign(1, res.num_changes);
+        return encoded[k].ok();
+      }
       sc.n = 0;
       sc.Reserve(0);  // buffers exist (non-null) even for a cell without changes
       sc.seg_hist.clear();
       sc.seg_changes.assign(cell.segments.size(), 0);
       if (options.collect_entropy) sc.seg_hist.resize(cell.segments.size());
-      RangeHasher rh(avx2);
+      internal::RangeHasher rh(avx2);
       uint64_t pos_base = 0;
       bool all_float = true;
       for (size_t s = 0; s < cell.segments.size(); ++s) {
@@ -224,7 +205,7 @@ StatusOr<DeltaStats> BuildDelta(const Checkpoint* base, const Checkpoint& target
           // Scan and hash block by block: the hash reads the target bytes while the scan has
           // just brought them into cache (one pass over memory instead of two).
           const uint8_t* bp = base_ptr[sg.tensor_index] + byte_off;
-          const uint64_t block = kScanBlockBytes / cell.width;
+          const uint64_t block = internal::kScanBlockBytes / cell.width;
           for (uint64_t b0 = 0; b0 < n; b0 += block) {
             const uint64_t m = std::min(block, n - b0);
             const uint64_t off = b0 * cell.width;

@@ -15,7 +15,8 @@ namespace dcr::internal {
 // Calls fn(j) for every j in [0, n) with a[j] != b[j], in increasing order. T is an unsigned
 // integer of the element width (1, 2, 4 or 8 bytes).
 template <typename T, typename Fn>
-inline void ForEachDifference(const T* a, const T* b, uint64_t n, bool avx2, Fn&& fn) {
+__attribute__((always_inline)) inline void ForEachDifference(const T* a, const T* b, uint64_t n,
+                                                            bool avx2, Fn&& fn) {
   constexpr uint64_t kPer = 64 / sizeof(T);       // elements per 64-byte step
   constexpr uint64_t kBatch = 16384 / sizeof(T);  // elements per batch (16 KiB of each array)
   uint32_t idx[kBatch + 64];

@@ -141,13 +141,18 @@ DCR_HOST_DEVICE inline void StoreElem(uint8_t* data, int width, uint64_t i, uint
 // identical to dcr::ElementTerm (element_ops_test checks it).
 DCR_HOST_DEVICE inline void ElementTermLanes(uint64_t salt, uint64_t index, uint64_t bits,
                                              uint64_t* lo, uint64_t* hi) {
-  uint64_t k = salt ^ (index * 0x9E3779B97F4A7C15ULL);
-  uint64_t a = k + bits * 0xD6E8FEB86659FD93ULL;
-  a ^= a >> 32; a *= 0xBF58476D1CE4E5B9ULL; a ^= a >> 29; a *= 0x94D049BB133111EBULL; a ^= a >> 32;
-  uint64_t b = (k ^ 0xA0761D6478BD642FULL) + (bits ^ 0xE7037ED1A0B428DBULL) * 0xFF51AFD7ED558CCDULL;
-  b ^= b >> 33; b *= 0xC4CEB9FE1A85EC53ULL; b ^= b >> 29; b *= 0x9E3779B97F4A7C15ULL; b ^= b >> 32;
-  *lo = a;
-  *hi = b;
+  const uint64_t k = salt ^ (index * 0x9E3779B97F4A7C15ULL);
+  const uint64_t xa = k ^ 0xA0761D6478BD642FULL, ya = bits ^ 0xE7037ED1A0B428DBULL;
+  const uint64_t xb = k ^ 0x8EBC6AF09C88C6E3ULL, yb = bits ^ 0x589965CC75374CC3ULL;
+#if defined(__CUDA_ARCH__)
+  *lo = (xa * ya) ^ __umul64hi(xa, ya);
+  *hi = (xb * yb) ^ __umul64hi(xb, yb);
+#else
+  const unsigned __int128 pa = static_cast<unsigned __int128>(xa) * ya;
+  const unsigned __int128 pb = static_cast<unsigned __int128>(xb) * yb;
+  *lo = static_cast<uint64_t>(pa) ^ static_cast<uint64_t>(pa >> 64);
+  *hi = static_cast<uint64_t>(pb) ^ static_cast<uint64_t>(pb >> 64);
+#endif
 }
 
 }  // namespace internal
