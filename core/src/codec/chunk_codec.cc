@@ -101,7 +101,8 @@ struct PassState {
 // Change i of a pass at canonical element `elem` (chunk position p) of a tensor with `salt`, old
 // bits `obits` (when have_old) and new bits `nbits`: element terms, packed bits, value planes
 // (plane b at planes + b * stride) and its gap.
-template <typename T, uint8_t kOp>
+// kScan: the scan encoder's call (positions increasing by construction, gaps always written).
+template <typename T, uint8_t kOp, bool kScan = false>
 __attribute__((always_inline)) inline void EmitChange(
     uint64_t i, uint64_t salt, uint64_t elem, uint64_t p, bool have_old, uint64_t obits,
     uint64_t nbits, uint64_t stride, uint8_t* __restrict planes, T* __restrict packed_old,
@@ -124,8 +125,8 @@ __attribute__((always_inline)) inline void EmitChange(
     value = internal::EncodeValue(kOp, kW, 0, n);
   }
   for (int b = 0; b < kW; ++b) planes[b * stride + i] = static_cast<uint8_t>(value >> (8 * b));
-  if (st.g != nullptr) {
-    st.unsorted |= static_cast<uint64_t>(p < st.next);
+  if (kScan || st.g != nullptr) {
+    if (!kScan) st.unsorted |= static_cast<uint64_t>(p < st.next);
     uint64_t v = p - st.next;
     st.next = p + 1;
     while (v >= 0x80) {
@@ -402,8 +403,8 @@ uint64_t ScanPass(const T* __restrict base, const T* __restrict target, uint64_t
     const T* const b = target + b0;
     const uint64_t elem0 = offset + b0;
     internal::ForEachDifference(a, b, m, avx2, [&](uint64_t j) {
-      EmitChange<T, kOp>(k, salt, elem0 + j, b0 + j, true, a[j], b[j], n, planes, packed_old,
-                         packed_new, st);
+      EmitChange<T, kOp, true>(k, salt, elem0 + j, b0 + j, true, a[j], b[j], n, planes,
+                               packed_old, packed_new, st);
       ++k;
     });
     rh->Update(b, m * sizeof(T));
