@@ -1,6 +1,7 @@
 // MapReadOnly / MakeResident: a mapped file made resident has every page in memory.
 #include "internal/mapped_file.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
