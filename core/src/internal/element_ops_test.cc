@@ -74,6 +74,35 @@ TEST_P(ElementOpsTest, LoadStoreRoundTrip) {
 
 INSTANTIATE_TEST_SUITE_P(Widths, ElementOpsTest, ::testing::Values(1, 2, 4, 8));
 
+// The branch-free Ord / Unord / ZigZag equal their plain definitions: every 8- and 16-bit
+// pattern, and random and special 32- and 64-bit ones.
+TEST(ElementOps, BranchFreeFormsEqualTheDefinitions) {
+  auto ord = [](uint64_t b, int w) {
+    return (b & SignBit(w)) ? (~b & WidthMask(w)) : (b | SignBit(w));
+  };
+  auto unord = [](uint64_t o, int w) {
+    return (o & SignBit(w)) ? (o & ~SignBit(w)) : (~o & WidthMask(w));
+  };
+  auto zigzag = [](uint64_t d, int w) {
+    d &= WidthMask(w);
+    return ((d << 1) ^ ((d & SignBit(w)) ? WidthMask(w) : 0)) & WidthMask(w);
+  };
+  std::mt19937_64 rng(17);
+  for (int w : {1, 2, 4, 8}) {
+    std::vector<uint64_t> xs = SpecialBits(w);
+    if (w <= 2) {
+      for (uint64_t b = 0; b <= WidthMask(w); ++b) xs.push_back(b);
+    } else {
+      for (int i = 0; i < 100000; ++i) xs.push_back(rng() & WidthMask(w));
+    }
+    for (uint64_t b : xs) {
+      ASSERT_EQ(Ord(b, w), ord(b, w)) << w << " " << std::hex << b;
+      ASSERT_EQ(Unord(b, w), unord(b, w)) << w << " " << std::hex << b;
+      ASSERT_EQ(ZigZag(b, w), zigzag(b, w)) << w << " " << std::hex << b;
+    }
+  }
+}
+
 TEST(ElementOps, OrdPreservesFloatOrderAndAdjacentFloatsDifferByOne) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> dist(-1e6f, 1e6f);
