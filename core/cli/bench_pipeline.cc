@@ -115,6 +115,7 @@ StatusOr<std::unique_ptr<Checkpoint>> OpenResident(const std::string& path) {
 StatusOr<std::string> RunPipelineBench(const PipelineBenchConfig& cfg,
                                        const std::function<void(const std::string&)>& log) {
   DCR_ASSIGN_OR_RETURN(Scenario s, LoadScenario(cfg.scenario_path));
+  UseDataPlaneAllocator();  // as the node processes it times
   std::string work_dir = s.model.work_dir;
   if (work_dir.empty()) {
     const char* tmp = std::getenv("TMPDIR");

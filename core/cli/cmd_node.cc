@@ -63,6 +63,7 @@ StatusOr<NodePlan> PlanFromArgs(const NodeArgs& a) {
 }
 
 int NodeMain(const NodeArgs& a) {
+  UseDataPlaneAllocator();
   auto plan = PlanFromArgs(a);
   if (!plan.ok()) return ReportStatus("node", plan.status());
   NodeResult r;

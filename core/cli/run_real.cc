@@ -3,6 +3,7 @@
 #include "run_faults.h"
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -146,6 +147,12 @@ std::string SelfExe() {
 }
 
 }  // namespace
+
+void UseDataPlaneAllocator() {
+  // 32 MiB is glibc's largest accepted threshold on 64-bit; setting it also fixes the trim
+  // threshold at twice that and turns off the dynamic adjustment.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+}
 
 StatusOr<std::vector<std::string>> PrepareCheckpoints(const Scenario& s, double rate,
                                                       const std::string& work_dir) {
