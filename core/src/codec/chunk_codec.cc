@@ -335,7 +335,10 @@ std::vector<uint8_t> FinishChunk(ChunkHeader& h, const PassProducts& pp, uint64_
     const uint64_t bitmap_bytes = (num_elements + 7) / 8;
     h.position_mode = PositionMode::kGaps;
     if (pp.gaps_size * 4 > bitmap_bytes) {
-      // Dense-ish: the bitmap may win; pick by compressed size (deterministic).
+      // Dense-ish: the bitmap may win; pick by compressed size (deterministic). Compressing the
+      // whole bitmap only to lose (random changes up to ~40%) was half the encode time at 5%:
+      // its first eighth is compressed first, and a bitmap that extrapolates to over 1.25x the
+      // packed gaps is not tried further.
       uint8_t* bm = Grow(&sc.bitmap, bitmap_bytes);
       std::memset(bm, 0, bitmap_bytes);
       if (pp.positions != nullptr) {
@@ -360,9 +363,18 @@ std::vector<uint8_t> FinishChunk(ChunkHeader& h, const PassProducts& pp, uint64_
       sc.trial_a.clear();
       sc.trial_b.clear();
       StreamInfo sa = PackStream(pp.gaps, pp.gaps_size, zstd_level, &sc.trial_a);
-      StreamInfo sb = PackStream(bm, bitmap_bytes, zstd_level, &sc.trial_b);
+      const uint64_t sample = std::max<uint64_t>(uint64_t{1} << 16, bitmap_bytes / 8);
+      bool try_bitmap = true;
+      if (sample < bitmap_bytes) {
+        const StreamInfo ss = PackStream(bm, sample, zstd_level, &sc.trial_b);
+        sc.trial_b.clear();
+        try_bitmap = ss.stored_size * static_cast<double>(bitmap_bytes) / sample <=
+                     1.25 * static_cast<double>(sa.stored_size);
+      }
+      StreamInfo sb;
+      if (try_bitmap) sb = PackStream(bm, bitmap_bytes, zstd_level, &sc.trial_b);
       // The winner's packed bytes are the position stream: the payload starts with them.
-      const bool bitmap_wins = sb.stored_size < sa.stored_size;
+      const bool bitmap_wins = try_bitmap && sb.stored_size < sa.stored_size;
       if (bitmap_wins) h.position_mode = PositionMode::kBitmap;
       const std::vector<uint8_t>& won = bitmap_wins ? sc.trial_b : sc.trial_a;
       payload.insert(payload.end(), won.begin(), won.end());

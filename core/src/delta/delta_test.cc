@@ -281,6 +281,37 @@ TEST(Delta, ScanEncoderMatchesTheListedChanges) {
   }
 }
 
+// The position stream is the smaller of gaps and bitmap: random changes at 5% keep gaps (the
+// bitmap is ruled out from a sample of it), at 60% take the bitmap, and changes packed into a
+// few dense runs take the bitmap already at 5%. Each chunk decodes to its changes.
+TEST(Delta, PositionModeFollowsTheData) {
+  std::mt19937_64 rng(23);
+  const uint64_t n = uint64_t{1} << 21;
+  auto encode = [&](auto&& changed) {
+    ChunkChanges c;
+    c.width = 2;
+    c.num_elements = n;
+    c.segments = {Segment::Range(0, 0, n)};
+    for (uint64_t i = 0; i < n; ++i) {
+      if (!changed(i)) continue;
+      c.positions.push_back(i);
+      c.old_bits.push_back(0x3f80);
+      c.new_bits.push_back(0x3f81);
+    }
+    auto bytes = EncodeChunk(c, ValueMode::kUlpDelta, {1}, 1);
+    EXPECT_TRUE(bytes.ok());
+    auto d = DecodeChunk(bytes->data(), bytes->size());
+    EXPECT_TRUE(d.ok());
+    EXPECT_EQ(d->positions, c.positions);
+    return d->header.position_mode;
+  };
+  EXPECT_EQ(encode([&](uint64_t) { return rng() % 100 < 5; }), PositionMode::kGaps);
+  EXPECT_EQ(encode([&](uint64_t) { return rng() % 100 < 60; }), PositionMode::kBitmap);
+  // 5% of the elements, all in runs of 4096 where two of every three change.
+  EXPECT_EQ(encode([&](uint64_t i) { return (i / 4096) % 13 == 0 && rng() % 3 != 0; }),
+            PositionMode::kBitmap);
+}
+
 TEST(Delta, FullFrameWithoutBase) {
   std::mt19937_64 rng(9);
   TempDir dir;
