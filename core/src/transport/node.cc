@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -224,20 +225,35 @@ class NodeDriver {
   // the base's content hash known. The refit clock (first blob) then times the build itself,
   // not checkpoint I/O or page faults, which depend on what the page cache kept since the files
   // were written (on a VM with proactive reclaim, cold files cost ~0.2-0.5 s of a 0.5 s refit).
+  // Checkpoints that do not fit in half the free memory stay mapped lazily (read during the
+  // build, as before): making them resident would only evict one with the other.
   Status LoadSenderCheckpoints() {
-    auto load = [](const std::string& path, std::unique_ptr<Checkpoint>* out) -> Status {
+    auto open = [](const std::string& path, std::unique_ptr<Checkpoint>* out) -> Status {
       auto c = Checkpoint::Open(path);
       if (!c.ok()) return c.status().WithContext("sender");
-      DCR_RETURN_IF_ERROR(internal::MakeResident((*c)->file_data(), (*c)->file_size(), path));
       *out = std::move(*c);
       return Status();
     };
-    DCR_RETURN_IF_ERROR(load(plan_.target_path, &target_ckpt_));
+    DCR_RETURN_IF_ERROR(open(plan_.target_path, &target_ckpt_));
     result_->dense_bytes = target_ckpt_->total_tensor_bytes();
-    if (plan_.method == "delta") {
-      DCR_RETURN_IF_ERROR(load(plan_.base_path, &base_ckpt_));
-      base_ckpt_->ContentHash(plan_.build_threads);  // cached: BuildDelta's header uses it
+    const bool delta = plan_.method == "delta";
+    if (delta) DCR_RETURN_IF_ERROR(open(plan_.base_path, &base_ckpt_));
+    const double bytes = static_cast<double>(target_ckpt_->file_size()) +
+                         (delta ? static_cast<double>(base_ckpt_->file_size()) : 0.0);
+    const double free_bytes = static_cast<double>(sysconf(_SC_AVPHYS_PAGES)) *
+                              static_cast<double>(sysconf(_SC_PAGESIZE));
+    if (bytes <= 0.5 * free_bytes) {
+      DCR_RETURN_IF_ERROR(internal::MakeResident(target_ckpt_->file_data(),
+                                                 target_ckpt_->file_size(), plan_.target_path));
+      if (delta) {
+        DCR_RETURN_IF_ERROR(internal::MakeResident(base_ckpt_->file_data(),
+                                                   base_ckpt_->file_size(), plan_.base_path));
+      }
+    } else {
+      std::fprintf(stderr, "sender: checkpoints (%.1f GB) exceed half the free memory (%.1f GB): "
+                   "read during the build\n", bytes / 1e9, free_bytes / 1e9);
     }
+    if (delta) base_ckpt_->ContentHash(plan_.build_threads);  // cached: BuildDelta's header uses it
     return Status();
   }
 
