@@ -340,37 +340,51 @@ std::vector<uint8_t> FinishChunk(ChunkHeader& h, const PassProducts& pp, uint64_
       // its first eighth is compressed first, and a bitmap that extrapolates to over 1.25x the
       // packed gaps is not tried further.
       uint8_t* bm = Grow(&sc.bitmap, bitmap_bytes);
-      std::memset(bm, 0, bitmap_bytes);
-      if (pp.positions != nullptr) {
-        for (uint64_t i = 0; i < k; ++i) {
-          const uint64_t p = pp.positions[i];
-          bm[p >> 3] |= static_cast<uint8_t>(1u << (p & 7));
+      // Sets the bits of the changes below element `end` not set yet (positions from the list,
+      // or from the gaps, which are well formed: this encoder wrote them), clearing the bytes
+      // first: the sample needs only the bitmap's first eighth.
+      uint64_t next_i = 0, p = 0, filled = 0;  // changes done, next position, bytes cleared
+      size_t g = 0;
+      auto fill = [&](uint64_t end_byte) {
+        std::memset(bm + filled, 0, end_byte - filled);
+        filled = end_byte;
+        const uint64_t end = end_byte * 8;
+        if (pp.positions != nullptr) {
+          for (; next_i < k && pp.positions[next_i] < end; ++next_i) {
+            const uint64_t q = pp.positions[next_i];
+            bm[q >> 3] |= static_cast<uint8_t>(1u << (q & 7));
+          }
+          return;
         }
-      } else {  // the gaps are well formed: this encoder wrote them
-        uint64_t p = 0;
-        for (size_t g = 0; g < pp.gaps_size;) {
+        while (next_i < k) {
+          size_t at = g;
           uint64_t v = 0;
           for (int shift = 0;; shift += 7) {
-            const uint8_t byte = pp.gaps[g++];
+            const uint8_t byte = pp.gaps[at++];
             v |= static_cast<uint64_t>(byte & 0x7F) << shift;
             if ((byte & 0x80) == 0) break;
           }
-          p += v;
-          bm[p >> 3] |= static_cast<uint8_t>(1u << (p & 7));
-          ++p;
+          const uint64_t q = p + v;
+          if (q >= end) return;  // not consumed: the next fill starts from this gap
+          g = at;
+          bm[q >> 3] |= static_cast<uint8_t>(1u << (q & 7));
+          p = q + 1;
+          ++next_i;
         }
-      }
+      };
       sc.trial_a.clear();
       sc.trial_b.clear();
       StreamInfo sa = PackStream(pp.gaps, pp.gaps_size, zstd_level, &sc.trial_a);
       const uint64_t sample = std::max<uint64_t>(uint64_t{1} << 16, bitmap_bytes / 8);
       bool try_bitmap = true;
       if (sample < bitmap_bytes) {
+        fill(sample);
         const StreamInfo ss = PackStream(bm, sample, zstd_level, &sc.trial_b);
         sc.trial_b.clear();
         try_bitmap = ss.stored_size * static_cast<double>(bitmap_bytes) / sample <=
                      1.25 * static_cast<double>(sa.stored_size);
       }
+      if (try_bitmap) fill(bitmap_bytes);
       StreamInfo sb;
       if (try_bitmap) sb = PackStream(bm, bitmap_bytes, zstd_level, &sc.trial_b);
       // The winner's packed bytes are the position stream: the payload starts with them.
