@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <variant>
@@ -59,7 +61,9 @@ double OneWayNetLatency(const PlatformSpec& p, int region_a, int region_b) {
   return lat;
 }
 
-enum class TagKind { kRecv, kSend, kControl, kBuild, kApply, kPut, kFetch, kList, kTimer, kFetchReq };
+enum class TagKind {
+  kRecv, kSend, kControl, kBuild, kApply, kPut, kFetch, kList, kTimer, kFetchReq, kStreamFree
+};
 
 struct Tag {
   TagKind kind = TagKind::kRecv;
@@ -99,11 +103,58 @@ class NodeActor {
     for (const Action& a : out) Execute(a);
   }
 
-  double CapTo(int region_a, int region_b, bool long_stream) const {
+  // The rate of one TCP stream between two regions: its window per round trip (0 = no cap).
+  double StreamCap(int region_a, int region_b) const {
     double rtt = 2 * OneWayNetLatency(spec().platform, region_a, region_b);
-    int pieces = spec().pieces_in_flight;
-    (void)long_stream;
-    return StreamRateCap(spec().tcp_gamma, spec().real_window, rtt, pieces);
+    return StreamRateCap(spec().tcp_gamma, spec().real_window, rtt, 1);
+  }
+
+  // A stream to one peer sends its pieces one after another, as a socket does: the policy's
+  // pieces queue here and each starts when the previous one's bytes are out at the stream's rate
+  // (its length over window / RTT), so the path latency is paid once, not per piece, and at most
+  // a window of pieces (pieces_in_flight) is on the wire. Started all at once, a window of
+  // pieces shared the link as parallel flows and all ended together, so relays and receivers got
+  // nothing until the end of each window, and the simulated refit grew as the builder got
+  // faster (sim/README.md).
+  struct Pipe {
+    std::deque<action::Send> queue;
+    double free_at = 0;  // when the last started piece's bytes are out at the stream's rate
+    int on_wire = 0;
+    bool timer_armed = false;
+  };
+  void QueueSend(const action::Send& s) {
+    Pipe& p = pipes_[{s.to, s.stream}];
+    p.queue.push_back(s);
+    PumpPipe(s.to, s.stream);
+  }
+  void PumpPipe(NodeId to, int stream) {
+    Pipe& p = pipes_[{to, stream}];
+    const double cap = StreamCap(w_->node_region[id_], w_->node_region[to]);
+    while (!p.queue.empty() &&
+           (cap <= 0 || (p.on_wire < spec().pieces_in_flight && Now() + 1e-9 >= p.free_at))) {
+      const action::Send s = p.queue.front();
+      p.queue.pop_front();
+      auto* m = new Msg{Msg::kData, id_, s.blob, s.offset, s.length, 0};
+      Tag t;
+      t.kind = TagKind::kSend;
+      t.send = s;
+      SendMsg(s.to, m, s.length, std::move(t));
+      ++p.on_wire;
+      if (cap > 0) p.free_at = Now() + static_cast<double>(s.length) / cap;
+    }
+    if (!p.queue.empty() && !p.timer_armed && p.on_wire < spec().pieces_in_flight &&
+        Now() + 1e-9 < p.free_at) {
+      p.timer_armed = true;
+      sg4::ExecPtr e =
+          sg4::this_actor::exec_init(std::max((p.free_at - Now()) * kClockFlops, 1e-12));
+      e->set_host(w_->platform.clock);
+      e->start();
+      Tag t;
+      t.kind = TagKind::kStreamFree;
+      t.send.to = to;
+      t.send.stream = stream;
+      Add(e, std::move(t));
+    }
   }
 
   // A compute job on this node's host, or on the shared CPU of a one-machine run.
@@ -194,7 +245,7 @@ class NodeActor {
     sg4::CommPtr c = w_->mailbox[to]->put_init(m, bytes);
     int ra = w_->node_region[id_], rb = w_->node_region[to];
     if (m->type == Msg::kData) {
-      double cap = CapTo(ra, rb, true);
+      double cap = StreamCap(ra, rb);
       if (cap > 0) c->set_rate(cap);
       CountWire(ra, rb, static_cast<double>(bytes));
     }
@@ -213,11 +264,7 @@ class NodeActor {
 
   void Execute(const Action& a) {
     if (const auto* s = std::get_if<action::Send>(&a)) {
-      auto* m = new Msg{Msg::kData, id_, s->blob, s->offset, s->length, 0};
-      Tag t;
-      t.kind = TagKind::kSend;
-      t.send = *s;
-      SendMsg(s->to, m, s->length, std::move(t));
+      QueueSend(*s);
     } else if (const auto* ack = std::get_if<action::Ack>(&a)) {
       BlobInfo b;
       b.id = ack->blob;
@@ -376,8 +423,14 @@ class NodeActor {
           break;
         }
         case TagKind::kSend:
+          --pipes_[{tag.send.to, tag.send.stream}].on_wire;
           Feed(event::SendDone{tag.send.to, tag.send.stream, tag.send.blob.id, tag.send.offset,
                                tag.send.length});
+          PumpPipe(tag.send.to, tag.send.stream);
+          break;
+        case TagKind::kStreamFree:
+          pipes_[{tag.send.to, tag.send.stream}].timer_armed = false;
+          PumpPipe(tag.send.to, tag.send.stream);
           break;
         case TagKind::kControl:
           break;
@@ -441,6 +494,7 @@ class NodeActor {
   std::vector<sg4::ActivityPtr> acts_;
   std::vector<Tag> tags_;
   double timer_ = -1;
+  std::map<std::pair<NodeId, int>, Pipe> pipes_;  // per (peer, stream)
   std::vector<int> applied_;
   std::vector<bool> built_;
   size_t next_launch_ = 0, next_deliver_ = 0;
