@@ -39,7 +39,8 @@ if [ "${DCR_SKIP_SLOW:-0}" != "1" ]; then
     ctest --test-dir build -L netns --output-on-failure || status=1
   fi
   # Sim-vs-real agreement (issue 7): reported, not gating. The full checkpoint agrees within 1%;
-  # the delta does not yet (the calibration lacks the whole builder's cost), see the README.
+  # the delta agrees within 10% on an otherwise idle machine, not yet under other tenants' load
+  # (see sim/README.md), so a miss here is printed, not failed.
   ctest --test-dir build -L agreement --output-on-failure ||
     echo "test.sh: sim-vs-real agreement outside its tolerance (known open gap, not gating)"
 fi
