@@ -89,8 +89,29 @@ struct PassOut {
   size_t gaps_size = 0;
 };
 
-// Running state of FusedPass. A local of the pass whose address never escapes (the per-change
-// body below is always inlined), so it lives in registers.
+// Calls fn.template operator()<T, kOp>() with T the unsigned type of `width` (1/2/4/8 bytes)
+// and kOp the value mode as its element_ops constant: the encoders' passes are instantiated per
+// element type and mode, so the per-change body has no run-time switch.
+template <typename Fn>
+auto WithTypeAndOp(int width, ValueMode mode, Fn&& fn) {
+  auto by_op = [&](auto tag) {
+    using T = decltype(tag);
+    switch (static_cast<uint8_t>(mode)) {
+      case internal::kOpXor: return fn.template operator()<T, internal::kOpXor>();
+      case internal::kOpUlpDelta: return fn.template operator()<T, internal::kOpUlpDelta>();
+      default: return fn.template operator()<T, internal::kOpAbsolute>();
+    }
+  };
+  switch (width) {
+    case 1: return by_op(uint8_t{});
+    case 2: return by_op(uint16_t{});
+    case 4: return by_op(uint32_t{});
+    default: return by_op(uint64_t{});
+  }
+}
+
+// Running state of FusedPass and ScanPass: a local of the pass whose address never escapes
+// (the per-change body below is always inlined), so it lives in registers.
 struct PassState {
   uint64_t next = 0;      // smallest allowed next position
   uint64_t unsorted = 0;  // non-zero once a position is not above its predecessor
@@ -384,9 +405,11 @@ std::vector<uint8_t> FinishChunk(ChunkHeader& h, const PassProducts& pp, uint64_
         try_bitmap = ss.stored_size * static_cast<double>(bitmap_bytes) / sample <=
                      1.25 * static_cast<double>(sa.stored_size);
       }
-      if (try_bitmap) fill(bitmap_bytes);
       StreamInfo sb;
-      if (try_bitmap) sb = PackStream(bm, bitmap_bytes, zstd_level, &sc.trial_b);
+      if (try_bitmap) {
+        fill(bitmap_bytes);
+        sb = PackStream(bm, bitmap_bytes, zstd_level, &sc.trial_b);
+      }
       // The winner's packed bytes are the position stream: the payload starts with them.
       const bool bitmap_wins = try_bitmap && sb.stored_size < sa.stored_size;
       if (bitmap_wins) h.position_mode = PositionMode::kBitmap;
@@ -484,29 +507,10 @@ StatusOr<std::vector<uint8_t>> EncodeChunk(const ChunkChangesView& c, ValueMode 
   uint8_t* const planes = Grow(&sc.planes, k * w);
   uint8_t* const packed_old = Grow(&sc.packed_old, have_old ? k * w : 0);
   uint8_t* const packed_new = Grow(&sc.packed_new, k * w);
-  PassOut po;
-  {
-    const uint8_t op = static_cast<uint8_t>(value_mode);
-    auto run = [&](auto tag) {
-      using T = decltype(tag);
-      T* const po_old = reinterpret_cast<T*>(packed_old);
-      T* const po_new = reinterpret_cast<T*>(packed_new);
-      switch (op) {
-        case internal::kOpXor:
-          return FusedPass<T, internal::kOpXor>(c, salts, have_old, gaps, planes, po_old, po_new);
-        case internal::kOpUlpDelta:
-          return FusedPass<T, internal::kOpUlpDelta>(c, salts, have_old, gaps, planes, po_old, po_new);
-        default:
-          return FusedPass<T, internal::kOpAbsolute>(c, salts, have_old, gaps, planes, po_old, po_new);
-      }
-    };
-    switch (w) {
-      case 1: po = run(uint8_t{}); break;
-      case 2: po = run(uint16_t{}); break;
-      case 4: po = run(uint32_t{}); break;
-      default: po = run(uint64_t{}); break;
-    }
-  }
+  const PassOut po = WithTypeAndOp(w, value_mode, [&]<typename T, uint8_t kOp>() {
+    return FusedPass<T, kOp>(c, salts, have_old, gaps, planes, reinterpret_cast<T*>(packed_old),
+                             reinterpret_cast<T*>(packed_new));
+  });
   if (!po.sorted || po.visited != k) {
     return InvalidArgumentError("chunk positions must be strictly increasing");
   }
@@ -553,34 +557,12 @@ StatusOr<std::vector<uint8_t>> EncodeChunkScan(const ChunkScanInput& in, ValueMo
   PassState st;
   st.g = Grow(&sc.gaps, 1);
   const uint64_t salt = salts[sg.tensor_index];
-  uint64_t k = 0;
-  {
-    const uint8_t op = static_cast<uint8_t>(value_mode);
-    auto run = [&](auto tag) {
-      using T = decltype(tag);
-      const T* const a = reinterpret_cast<const T*>(in.base);
-      const T* const b = reinterpret_cast<const T*>(in.target);
-      T* const po_old = reinterpret_cast<T*>(packed_old);
-      T* const po_new = reinterpret_cast<T*>(packed_new);
-      switch (op) {
-        case internal::kOpXor:
-          return ScanPass<T, internal::kOpXor>(a, b, n, salt, sg.offset, in.avx2, &rh, sc, planes,
-                                               po_old, po_new, st);
-        case internal::kOpUlpDelta:
-          return ScanPass<T, internal::kOpUlpDelta>(a, b, n, salt, sg.offset, in.avx2, &rh, sc,
-                                                    planes, po_old, po_new, st);
-        default:
-          return ScanPass<T, internal::kOpAbsolute>(a, b, n, salt, sg.offset, in.avx2, &rh, sc,
-                                                    planes, po_old, po_new, st);
-      }
-    };
-    switch (w) {
-      case 1: k = run(uint8_t{}); break;
-      case 2: k = run(uint16_t{}); break;
-      case 4: k = run(uint32_t{}); break;
-      default: k = run(uint64_t{}); break;
-    }
-  }
+  const uint64_t k = WithTypeAndOp(w, value_mode, [&]<typename T, uint8_t kOp>() {
+    return ScanPass<T, kOp>(reinterpret_cast<const T*>(in.base),
+                            reinterpret_cast<const T*>(in.target), n, salt, sg.offset, in.avx2, &rh,
+                            sc, planes, reinterpret_cast<T*>(packed_old),
+                            reinterpret_cast<T*>(packed_new), st);
+  });
   result->num_changes = k;
   result->target_range_hash = rh.Digest();
   if (k == 0 && !in.emit_unchanged) return std::vector<uint8_t>();
