@@ -224,13 +224,9 @@ class NodeActor {
   }
 
   void StartFetchReply(const BlobInfo& blob) {
-    const PlatformSpec& p = spec().platform;
-    int region = w_->node_region[id_];
-    double rtt = 2 * (p.regions[region].nic_latency +
-                      (region != p.store_region ? p.wan_latency : 0.0));
-    double cap = StreamRateCap(spec().tcp_gamma, spec().real_window, rtt, 1);
-    sg4::CommPtr c = HostComm(w_->platform.store, host_, blob.size, cap);
-    if (region != p.store_region) w_->out.wire_bytes += static_cast<double>(blob.size);
+    const int region = w_->node_region[id_];
+    sg4::CommPtr c = HostComm(w_->platform.store, host_, blob.size, StoreCap(region));
+    if (region != spec().platform.store_region) w_->out.wire_bytes += static_cast<double>(blob.size);
     Tag t;
     t.kind = TagKind::kFetch;
     t.blob = blob;
