@@ -12,13 +12,17 @@
 
 namespace dcr::internal {
 
+// Bytes of each array a difference scan reads per batch; encoders hash and emit a block of this
+// size while the scan has just brought it into cache.
+constexpr uint64_t kScanBlockBytes = 16384;
+
 // Calls fn(j) for every j in [0, n) with a[j] != b[j], in increasing order. T is an unsigned
 // integer of the element width (1, 2, 4 or 8 bytes).
 template <typename T, typename Fn>
 __attribute__((always_inline)) inline void ForEachDifference(const T* a, const T* b, uint64_t n,
                                                             bool avx2, Fn&& fn) {
   constexpr uint64_t kPer = 64 / sizeof(T);       // elements per 64-byte step
-  constexpr uint64_t kBatch = 16384 / sizeof(T);  // elements per batch (16 KiB of each array)
+  constexpr uint64_t kBatch = kScanBlockBytes / sizeof(T);  // elements per batch
   uint32_t idx[kBatch + 64];
   const uint64_t whole = n / kPer * kPer;
   for (uint64_t e0 = 0; e0 < whole; e0 += kBatch) {

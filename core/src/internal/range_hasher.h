@@ -13,10 +13,6 @@
 
 namespace dcr::internal {
 
-// Bytes of each array a difference scan reads per block; encoders hash and emit a block while the
-// scan has just brought it into cache.
-constexpr uint64_t kScanBlockBytes = 16384;
-
 class RangeHasher {
  public:
   explicit RangeHasher(bool avx2) : avx2_(avx2) {
