@@ -53,10 +53,12 @@ Status MakeResident(const void* data, uint64_t size, const std::string& what) {
     return ErrnoError("madvise(MADV_POPULATE_READ) " + what, errno);
   }
 #endif
-  // Older kernels (EINVAL), or interrupted (EINTR, EAGAIN): read one byte of every page (mappings are page-granular, so the page holding
-  // `data` is mapped from its start).
+  // Older kernels (EINVAL), or interrupted (EINTR, EAGAIN): read one byte of every page
+  // (mappings are page-granular, so the page holding `data` is mapped from its start).
   uint8_t acc = 0;
-  for (uintptr_t p = begin; p < end; p += page) acc ^= *reinterpret_cast<const volatile uint8_t*>(p);
+  for (uintptr_t p = begin; p < end; p += page) {
+    acc ^= *reinterpret_cast<const volatile uint8_t*>(p);
+  }
   volatile uint8_t sink = acc;
   (void)sink;
   return Status::OK();
