@@ -1,6 +1,8 @@
 // libFuzzer target: one chunk record -> ParseChunkHeader, DecodeChunk, BufferApplier::ApplyChunk
-// (also with range verification), overwrite-form conversion, and the journaled applier's checks.
-// Any outcome is fine except a crash, a sanitizer report, or a failed apply that wrote bytes.
+// (also with range verification), and BufferApplier::ApplyRecord, which decodes and applies from
+// the streams and must agree with DecodeChunk + ApplyChunk on the outcome and the bytes. Any
+// outcome is fine except a crash, a sanitizer report, a failed apply that wrote bytes, or the two
+// paths disagreeing.
 #include <cstring>
 
 #include "dcr/apply.h"
@@ -15,7 +17,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   StatusOr<ChunkHeader> h = ParseChunkHeader(data, size, &hsize, &rsize);
   if (h.ok() && (hsize > size || rsize > size)) __builtin_trap();
   StatusOr<DecodedChunk> dc = DecodeChunk(data, size);
-  if (!dc.ok()) return 0;
+  fuzz::FixedModel streamed_model;
+  BufferApplier streamed(streamed_model.Buffers());
+  streamed.set_verify_ranges(size % 2 == 0);
+  const std::vector<std::vector<uint8_t>> start = streamed_model.bufs;
+  const Status rs = streamed.ApplyRecord(data, size);
+  if (!rs.ok() && streamed_model.bufs != start) __builtin_trap();  // a failed apply writes nothing
+  if (!dc.ok()) {
+    if (rs.ok()) __builtin_trap();  // a record DecodeChunk refuses is refused by ApplyRecord too
+    return 0;
+  }
   fuzz::FixedModel model;
   std::vector<TensorBuffer> bufs = model.Buffers();
   std::vector<std::vector<uint8_t>> before = model.bufs;
@@ -23,6 +34,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   applier.set_verify_ranges(size % 2 == 0);
   Status s = applier.ApplyChunk(*dc);
   if (!s.ok() && model.bufs != before) __builtin_trap();  // a failed apply must write nothing
+  // The streamed path reaches the same outcome and bytes.
+  if (s.code() != rs.code() || model.bufs != streamed_model.bufs) {
+    __builtin_trap();
+  }
   // Absolute chunks are idempotent: applying again succeeds and changes nothing.
   if (s.ok() && dc->header.value_mode == ValueMode::kAbsolute) {
     std::vector<std::vector<uint8_t>> after = model.bufs;

@@ -48,6 +48,12 @@ class BufferApplier : public Applier {
  public:
   explicit BufferApplier(std::vector<TensorBuffer> tensors) : tensors_(std::move(tensors)) {}
   Status ApplyChunk(const DecodedChunk& chunk) override;
+  // Decodes and applies one chunk record (header + streams), with the checks and the all-or-
+  // nothing outcome of DecodeChunk + ApplyChunk. Chunks of one contiguous range (every chunk of a
+  // large tensor) are patched straight from their streams, a batch of changes at a time: no u64
+  // position and value arrays are written and read back. `num_changes` (may be null) receives
+  // the chunk's change count. Thread-safe as ApplyChunk.
+  Status ApplyRecord(const uint8_t* data, size_t size, uint64_t* num_changes = nullptr);
   // Also checks the target_range_hash over every covered element after applying (reads the whole
   // range). Default off.
   void set_verify_ranges(bool v) { verify_ranges_ = v; }

@@ -14,6 +14,7 @@
 
 #include "dcr/hash.h"
 #include "dcr/status_macros.h"
+#include "internal/chunk_streams.h"
 #include "internal/element_ops.h"
 #include "internal/positions.h"
 #include "internal/parallel.h"
@@ -67,6 +68,53 @@ void Restore(const std::vector<Segment>& segments, const uint64_t* pos, uint64_t
   for (uint64_t i = k; i-- > 0;) *where[i] = ob[i];
 }
 
+// Whether the covered elements, after the apply, hash to the chunk's target_range_hash.
+template <typename T>
+bool RangeHashMatches(const ChunkHeader& h, T* const* seg_data) {
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_128bits_reset(st);
+  for (size_t s = 0; s < h.segments.size(); ++s) {
+    const Segment& sg = h.segments[s];
+    if (sg.IsContiguous()) {
+      XXH3_128bits_update(st, seg_data[s] + sg.offset, sg.count[0] * sizeof(T));
+    } else {
+      for (uint64_t i = 0; i < sg.num_elements(); ++i)
+        XXH3_128bits_update(st, seg_data[s] + sg.ElementAt(i), sizeof(T));
+    }
+  }
+  XXH128_hash_t r = XXH3_128bits_digest(st);
+  XXH3_freeState(st);
+  return Hash128{r.low64, r.high64} == h.target_range_hash;
+}
+
+Status BaseMismatchError(const ChunkHeader& h) {
+  return FailedPreconditionError("chunk " + std::to_string(h.chunk_id) +
+                                 ": current bits differ from the delta's base (wrong base, or the "
+                                 "chunk was already applied)");
+}
+Status TargetMismatchError(const ChunkHeader& h) {
+  return DataLossError("chunk " + std::to_string(h.chunk_id) +
+                       ": decoded values do not produce the target bits");
+}
+Status RangeHashError(const ChunkHeader& h) {
+  return DataLossError("chunk " + std::to_string(h.chunk_id) +
+                       ": target range hash mismatch after apply (storage differs from the "
+                       "target outside the changed elements)");
+}
+
+// Per-thread scratch for the old and new bits of a chunk's changes, reused across chunks (fresh
+// k-sized buffers cost page faults per chunk).
+template <typename T>
+void ChangeScratch(uint64_t k, T** ob, T** nb) {
+  thread_local std::vector<T> old_bits, new_bits;
+  if (old_bits.size() < k) {
+    old_bits.resize(k);
+    new_bits.resize(k);
+  }
+  *ob = old_bits.data();
+  *nb = new_bits.data();
+}
+
 // The typed apply: read-compute-write in one pass, then check the base and target bits of the
 // changes against the chunk's hashes; on a mismatch the old bits are written back. All-or-
 // nothing as seen by the caller (chunks cover disjoint elements, so no other apply sees the
@@ -86,14 +134,9 @@ Status ApplyTyped(const DecodedChunk& chunk, const std::vector<TensorBuffer>& te
   }
   for (size_t s = 0; s < h.segments.size(); ++s)
     seg_data[s] = reinterpret_cast<T*>(tensors[h.segments[s].tensor_index].data);
-  // Per-thread scratch reused across chunks (fresh k-sized buffers cost page faults per chunk).
-  thread_local std::vector<T> old_bits, new_bits;
-  if (old_bits.size() < k) {
-    old_bits.resize(k);
-    new_bits.resize(k);
-  }
-  T* ob = old_bits.data();
-  T* nb = new_bits.data();
+  T* ob;
+  T* nb;
+  ChangeScratch<T>(k, &ob, &nb);
   switch (h.value_mode) {
     case ValueMode::kXor:
       ApplyPass<T, internal::kOpXor>(h.segments, pos, k, seg_data, chunk.values.data(), ob, nb);
@@ -107,50 +150,119 @@ Status ApplyTyped(const DecodedChunk& chunk, const std::vector<TensorBuffer>& te
   }
   if (IsRelative(h.value_mode) && BytesHash128(ob, k * sizeof(T)) != h.base_change_hash) {
     Restore(h.segments, pos, k, seg_data, ob);
-    return FailedPreconditionError("chunk " + std::to_string(h.chunk_id) +
-                                   ": current bits differ from the delta's base (wrong base, or the "
-                                   "chunk was already applied)");
+    return BaseMismatchError(h);
   }
   if (BytesHash128(nb, k * sizeof(T)) != h.target_change_hash) {
     Restore(h.segments, pos, k, seg_data, ob);
-    return DataLossError("chunk " + std::to_string(h.chunk_id) +
-                         ": decoded values do not produce the target bits");
+    return TargetMismatchError(h);
   }
-  if (verify_ranges) {
-    XXH3_state_t* st = XXH3_createState();
-    XXH3_128bits_reset(st);
-    for (size_t s = 0; s < h.segments.size(); ++s) {
-      const Segment& sg = h.segments[s];
-      if (sg.IsContiguous()) {
-        XXH3_128bits_update(st, seg_data[s] + sg.offset, sg.count[0] * sizeof(T));
-      } else {
-        for (uint64_t i = 0; i < sg.num_elements(); ++i)
-          XXH3_128bits_update(st, seg_data[s] + sg.ElementAt(i), sizeof(T));
-      }
-    }
-    XXH128_hash_t r = XXH3_128bits_digest(st);
-    XXH3_freeState(st);
-    if (Hash128{r.low64, r.high64} != h.target_range_hash) {
-      Restore(h.segments, pos, k, seg_data, ob);
-      return DataLossError("chunk " + std::to_string(h.chunk_id) +
-                           ": target range hash mismatch after apply (storage differs from the "
-                           "target outside the changed elements)");
-    }
+  if (verify_ranges && !RangeHashMatches(h, seg_data)) {
+    Restore(h.segments, pos, k, seg_data, ob);
+    return RangeHashError(h);
   }
   return Status::OK();
 }
 
-}  // namespace
+// The streamed pass over a chunk of one contiguous segment at `base`: positions are expanded a
+// batch at a time into a small buffer that stays in L1, values are read from the byte planes.
+// Returns nullptr, or what is wrong with the position stream; *done = changes applied.
+template <typename T, uint8_t kOp>
+const char* StreamedPass(const internal::ChunkStreams& cs, T* __restrict base, T* __restrict ob,
+                         T* __restrict nb, uint64_t* done) {
+  constexpr int kW = sizeof(T);
+  constexpr uint64_t kBatch = 512;
+  constexpr uint64_t kAhead = 24;  // prefetch distance, as in ApplyPass
+  const uint64_t k = cs.header.num_changes;
+  internal::PositionReader reader(cs);
+  uint64_t pos[kBatch];
+  for (uint64_t i = 0; i < k;) {
+    const uint64_t n = std::min(kBatch, k - i);
+    if (const char* bad = reader.Next(n, pos)) {
+      *done = i;
+      return bad;
+    }
+    for (uint64_t j = 0; j < n; ++j) {
+      if (j + kAhead < n) __builtin_prefetch(base + pos[j + kAhead], 1);
+      T* p = base + pos[j];
+      const T o = *p;
+      const T v = internal::PlaneValue<T>(cs.planes, i + j);
+      const T nw = static_cast<T>(internal::ApplyOp(kOp, kW, o, v));
+      ob[i + j] = o;
+      nb[i + j] = nw;
+      *p = nw;
+    }
+    i += n;
+  }
+  *done = k;
+  return nullptr;
+}
 
-Status BufferApplier::ApplyChunk(const DecodedChunk& chunk) {
-  const ChunkHeader& h = chunk.header;
+// Writes the saved bits of the first `count` changes back (failure path only). The positions of
+// the changes applied are a valid prefix of the stream: expanding them again cannot fail.
+template <typename T>
+void RestoreStreamed(const internal::ChunkStreams& cs, T* base, const T* ob, uint64_t count) {
+  internal::PositionReader reader(cs);
+  uint64_t pos[512];
+  for (uint64_t i = 0; i < count;) {
+    const uint64_t n = std::min<uint64_t>(512, count - i);
+    reader.Next(n, pos);
+    for (uint64_t j = 0; j < n; ++j) base[pos[j]] = ob[i + j];
+    i += n;
+  }
+}
+
+// ApplyTyped for a chunk of one contiguous segment, from its streams.
+template <typename T>
+Status ApplyStreamedTyped(const internal::ChunkStreams& cs,
+                          const std::vector<TensorBuffer>& tensors, bool verify_ranges) {
+  const ChunkHeader& h = cs.header;
+  const uint64_t k = h.num_changes;
+  T* const seg_data = reinterpret_cast<T*>(tensors[h.segments[0].tensor_index].data);
+  T* const base = seg_data + h.segments[0].offset;
+  T* ob;
+  T* nb;
+  ChangeScratch<T>(k, &ob, &nb);
+  uint64_t done = 0;
+  const char* bad = nullptr;
+  switch (h.value_mode) {
+    case ValueMode::kXor:
+      bad = StreamedPass<T, internal::kOpXor>(cs, base, ob, nb, &done);
+      break;
+    case ValueMode::kUlpDelta:
+      bad = StreamedPass<T, internal::kOpUlpDelta>(cs, base, ob, nb, &done);
+      break;
+    case ValueMode::kAbsolute:
+      bad = StreamedPass<T, internal::kOpAbsolute>(cs, base, ob, nb, &done);
+      break;
+  }
+  if (bad != nullptr) {
+    RestoreStreamed(cs, base, ob, done);
+    return DataLossError("chunk " + std::to_string(h.chunk_id) + ": " + bad);
+  }
+  if (IsRelative(h.value_mode) && BytesHash128(ob, k * sizeof(T)) != h.base_change_hash) {
+    RestoreStreamed(cs, base, ob, k);
+    return BaseMismatchError(h);
+  }
+  if (BytesHash128(nb, k * sizeof(T)) != h.target_change_hash) {
+    RestoreStreamed(cs, base, ob, k);
+    return TargetMismatchError(h);
+  }
+  T* const seg_ptrs[1] = {seg_data};
+  if (verify_ranges && !RangeHashMatches(h, seg_ptrs)) {
+    RestoreStreamed(cs, base, ob, k);
+    return RangeHashError(h);
+  }
+  return Status::OK();
+}
+
+// Whether every segment of `h` lies inside its tensor and has the tensor's element width.
+Status CheckSegments(const ChunkHeader& h, const std::vector<TensorBuffer>& tensors) {
   const int w = h.elem_width;
-  // Validate segments against the buffers.
   for (const Segment& sg : h.segments) {
-    if (sg.tensor_index >= tensors_.size()) {
+    if (sg.tensor_index >= tensors.size()) {
       return DataLossError("chunk " + std::to_string(h.chunk_id) + ": tensor index out of range");
     }
-    const TensorBuffer& tb = tensors_[sg.tensor_index];
+    const TensorBuffer& tb = tensors[sg.tensor_index];
     if (tb.width != w) {
       return DataLossError("chunk " + std::to_string(h.chunk_id) + ": element width " +
                            std::to_string(w) + " differs from the tensor's " + std::to_string(tb.width));
@@ -165,6 +277,15 @@ Status BufferApplier::ApplyChunk(const DecodedChunk& chunk) {
                            ": segment outside its tensor's elements");
     }
   }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status BufferApplier::ApplyChunk(const DecodedChunk& chunk) {
+  const ChunkHeader& h = chunk.header;
+  const int w = h.elem_width;
+  DCR_RETURN_IF_ERROR(CheckSegments(h, tensors_));
   const uint64_t k = h.num_changes;
   const bool dense = h.position_mode == PositionMode::kDense;
   if ((!dense && chunk.positions.size() != k) || chunk.values.size() != k) {
@@ -176,6 +297,31 @@ Status BufferApplier::ApplyChunk(const DecodedChunk& chunk) {
     case 2: st = ApplyTyped<uint16_t>(chunk, tensors_, verify_ranges_); break;
     case 4: st = ApplyTyped<uint32_t>(chunk, tensors_, verify_ranges_); break;
     default: st = ApplyTyped<uint64_t>(chunk, tensors_, verify_ranges_); break;
+  }
+  DCR_RETURN_IF_ERROR(st);
+  std::lock_guard<std::mutex> lock(mu_);
+  HashAdd(&hash_delta_, h.version_delta);
+  return Status::OK();
+}
+
+Status BufferApplier::ApplyRecord(const uint8_t* data, size_t size, uint64_t* num_changes) {
+  internal::ChunkStreams cs;
+  DCR_RETURN_IF_ERROR(internal::DecodeChunkStreams(data, size, &cs));
+  const ChunkHeader& h = cs.header;
+  if (num_changes != nullptr) *num_changes = h.num_changes;
+  if (h.segments.size() != 1 || !h.segments[0].IsContiguous()) {
+    // Batched small tensors and strided cells: the general path over expanded arrays.
+    thread_local DecodedChunk dc;
+    DCR_RETURN_IF_ERROR(internal::ExpandChunk(cs, &dc));
+    return ApplyChunk(dc);
+  }
+  DCR_RETURN_IF_ERROR(CheckSegments(h, tensors_));
+  Status st;
+  switch (h.elem_width) {
+    case 1: st = ApplyStreamedTyped<uint8_t>(cs, tensors_, verify_ranges_); break;
+    case 2: st = ApplyStreamedTyped<uint16_t>(cs, tensors_, verify_ranges_); break;
+    case 4: st = ApplyStreamedTyped<uint32_t>(cs, tensors_, verify_ranges_); break;
+    default: st = ApplyStreamedTyped<uint64_t>(cs, tensors_, verify_ranges_); break;
   }
   DCR_RETURN_IF_ERROR(st);
   std::lock_guard<std::mutex> lock(mu_);
@@ -281,12 +427,9 @@ StatusOr<ApplyStats> ApplyDeltaFile(const std::string& base_path, const std::str
   Status first_error;
   std::atomic<uint64_t> changes{0};
   internal::ParallelFor(delta->num_chunks(), options.threads, [&](uint64_t i) {
-    thread_local DecodedChunk dc;  // buffers reused across chunks on this thread
-    Status s = delta->DecodeInto(i, &dc);
-    if (s.ok()) {
-      s = applier.ApplyChunk(dc);
-      changes += dc.header.num_changes;
-    }
+    uint64_t k = 0;
+    Status s = applier.ApplyRecord(delta->chunk_data(i), delta->chunk_size(i), &k);
+    if (s.ok()) changes += k;
     if (!s.ok()) {
       std::lock_guard<std::mutex> lock(mu);
       if (first_error.ok()) first_error = s.WithContext("chunk table entry " + std::to_string(i));

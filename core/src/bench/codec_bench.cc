@@ -170,8 +170,7 @@ Status CodecBenchApplier::Run() {
   tb.salt = inv.salts[0];
   BufferApplier applier({tb});
   for (size_t i = 0; i < reader->num_chunks(); ++i) {
-    DCR_RETURN_IF_ERROR(reader->DecodeInto(i, &chunk_));
-    DCR_RETURN_IF_ERROR(applier.ApplyChunk(chunk_));
+    DCR_RETURN_IF_ERROR(applier.ApplyRecord(reader->chunk_data(i), reader->chunk_size(i)));
   }
   return Status::OK();
 }

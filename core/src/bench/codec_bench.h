@@ -6,9 +6,9 @@
 //   encode        BuildDelta(base, target) into memory, threads = 1; the base's content hash is
 //                 passed as known (a trainer holds its committed version's hash, hash.h is
 //                 additive), the target range hashes and everything else are timed.
-//   decode+apply  DeltaReader over the delta bytes, then Decode + BufferApplier::ApplyChunk for
-//   every
-//                 chunk onto a copy of the base (reset outside the timed region); the result is
+//   decode+apply  DeltaReader over the delta bytes, then BufferApplier::ApplyRecord (decode and
+//                 apply, as the offline refit and the receivers do) for every chunk onto a copy of
+//                 the base (reset outside the timed region); the result is
 //                 compared with the target byte for byte after every repetition.
 //   memcpy        std::memcpy of the dense tensor bytes between two pre-faulted buffers.
 // Bandwidths are bytes of dense tensor per second; each figure is the best of `reps` repetitions.
@@ -78,7 +78,6 @@ class CodecBenchApplier {
 
  private:
   const CodecBenchInput* in_ = nullptr;
-  DecodedChunk chunk_;  // reused across chunks and runs, as a receiver would
   std::vector<uint8_t> delta_;
   std::vector<uint8_t> buffer_;
 };

@@ -9,6 +9,7 @@
 #include "dcr/hash.h"
 #include "dcr/status_macros.h"
 #include "internal/byte_io.h"
+#include "internal/chunk_streams.h"
 #include "internal/element_ops.h"
 #include "internal/diff_scan.h"
 #include "internal/positions.h"
@@ -695,52 +696,39 @@ DecodeScratch& DScratch() {
   return scratch;
 }
 
-// Varint gaps -> local positions. Returns nullptr, or what is wrong with the stream. The fast
-// loop runs while 10 bytes remain (no bounds checks inside a varint); the tail takes the checked
-// loop.
-const char* DecodeGaps(const uint8_t* g, size_t size, uint64_t k, uint64_t num_elements, uint64_t* out) {
-  size_t p = 0;
-  uint64_t next = 0;  // smallest allowed next position
-  uint64_t i = 0;
-  for (; i < k && p + 10 <= size; ++i) {
-    uint64_t v = g[p++];
-    if (v >= 0x80) {
-      v &= 0x7F;
-      int shift = 7;
-      while (true) {
-        const uint8_t b = g[p++];
-        v |= static_cast<uint64_t>(b & 0x7F) << shift;
-        if (!(b & 0x80)) break;
-        shift += 7;
-        if (shift > 63) return "overlong position varint";
-      }
-    }
-    if (v >= num_elements - next) return "position out of range";
-    next += v;
-    out[i] = next;
-    ++next;
+// What a position stream must satisfy before PositionReader may walk it without bounds checks.
+const char* CheckPositionStream(const ChunkHeader& h, const uint8_t* p, uint64_t size) {
+  const uint64_t k = h.num_changes;
+  if (h.position_mode == PositionMode::kGaps) {
+    // Exactly k varints: k terminating bytes (below 0x80), the last byte one of them.
+    uint64_t ends = 0;
+    for (uint64_t i = 0; i < size; ++i) ends += p[i] < 0x80;
+    if (ends < k || (size > 0 && p[size - 1] >= 0x80)) return "truncated or bad position varint";
+    if (ends > k) return "trailing bytes in the position stream";
+    return nullptr;
   }
-  for (; i < k; ++i) {
-    uint64_t v = 0;
-    int shift = 0;
-    while (true) {
-      if (p >= size || shift > 63) return "truncated or bad position varint";
-      const uint8_t b = g[p++];
-      v |= static_cast<uint64_t>(b & 0x7F) << shift;
-      if (!(b & 0x80)) break;
-      shift += 7;
+  if (h.position_mode == PositionMode::kBitmap) {
+    if (size != (h.num_elements + 7) / 8) return "bitmap size mismatch";
+    if ((h.num_elements & 7) != 0 && size > 0 && (p[size - 1] >> (h.num_elements & 7)) != 0) {
+      return "bitmap bit beyond the covered elements";
     }
-    if (v >= num_elements - next) return "position out of range";
-    next += v;
-    out[i] = next;
-    ++next;
+    uint64_t bits = 0, i = 0;
+    for (; i + 8 <= size; i += 8) {
+      uint64_t w;
+      std::memcpy(&w, p + i, 8);
+      bits += static_cast<uint64_t>(__builtin_popcountll(w));
+    }
+    for (; i < size; ++i) bits += static_cast<uint64_t>(__builtin_popcount(p[i]));
+    if (bits != k) return "bitmap popcount differs from num_changes";
   }
-  return p == size ? nullptr : "trailing bytes in the position stream";
+  return nullptr;
 }
 
 }  // namespace
 
-Status DecodeChunkInto(const uint8_t* data, size_t size, DecodedChunk* out) {
+namespace internal {
+
+Status DecodeChunkStreams(const uint8_t* data, size_t size, ChunkStreams* out) {
   size_t hsize = 0, rsize = 0;
   DCR_ASSIGN_OR_RETURN(ChunkHeader h, ParseChunkHeader(data, size, &hsize, &rsize));
   const uint8_t* payload = data + hsize;
@@ -791,57 +779,75 @@ Status DecodeChunkInto(const uint8_t* data, size_t size, DecodedChunk* out) {
     }
     off += s.stored_size;
   }
-  size_t vbase = 0;
-  // Sized, not cleared and regrown: every entry below k is written before it is read, and a
-  // clear() would zero-fill all k again on every chunk (a 1 MB memset per 4M-element chunk at 3%).
-  if (h.position_mode == PositionMode::kDense) out->positions.clear();
-  if (h.position_mode == PositionMode::kGaps) {
-    out->positions.resize(k);
-    if (const char* bad = DecodeGaps(raws[0], h.streams[0].raw_size, k, h.num_elements,
-                                     out->positions.data())) {
+  out->positions = nullptr;
+  out->positions_size = 0;
+  if (first_value == 1) {
+    out->positions = raws[0];
+    out->positions_size = h.streams[0].raw_size;
+    if (const char* bad = CheckPositionStream(h, out->positions, out->positions_size)) {
       return DataLossError("chunk " + std::to_string(h.chunk_id) + ": " + bad);
     }
-    vbase = 1;
-  } else if (h.position_mode == PositionMode::kBitmap) {
-    const uint8_t* bm = raws[0];
-    const uint64_t bm_size = h.streams[0].raw_size;
-    if (bm_size != (h.num_elements + 7) / 8) return DataLossError("bitmap size mismatch");
+  }
+  for (int b = 0; b < 8; ++b) out->planes[b] = b < w ? raws[first_value + b] : nullptr;
+  out->header = std::move(h);
+  return Status::OK();
+}
+
+Status ExpandChunk(const ChunkStreams& cs, DecodedChunk* out) {
+  const ChunkHeader& h = cs.header;
+  const uint64_t k = h.num_changes;
+  // Sized, not cleared and regrown: every entry below k is written before it is read, and a
+  // clear() would zero-fill all k again on every chunk (a 1 MB memset per 4M-element chunk at 3%).
+  if (h.position_mode == PositionMode::kDense) {
+    out->positions.clear();
+  } else {
     out->positions.resize(k);
-    uint64_t* pos = out->positions.data();
-    uint64_t n = 0;
-    for (uint64_t byte = 0; byte < bm_size; ++byte) {
-      unsigned b = bm[byte];
-      while (b) {
-        const uint64_t p = byte * 8 + static_cast<uint64_t>(__builtin_ctz(b));
-        if (p >= h.num_elements) return DataLossError("bitmap bit beyond the covered elements");
-        if (n == k) return DataLossError("bitmap popcount differs from num_changes");
-        pos[n++] = p;
-        b &= b - 1;
-      }
+    PositionReader reader(cs);
+    if (const char* bad = reader.Next(k, out->positions.data())) {
+      return DataLossError("chunk " + std::to_string(h.chunk_id) + ": " + bad);
     }
-    if (n != k) return DataLossError("bitmap popcount differs from num_changes");
-    vbase = 1;
   }
   out->values.resize(k);
   uint64_t* v = out->values.data();
-  const uint8_t* const* planes = raws + vbase;
-  switch (w) {
+  switch (h.elem_width) {
     case 1:
-      for (uint64_t i = 0; i < k; ++i) v[i] = planes[0][i];
+      for (uint64_t i = 0; i < k; ++i) v[i] = PlaneValue<uint8_t>(cs.planes, i);
       break;
     case 2:
-      for (uint64_t i = 0; i < k; ++i) v[i] = planes[0][i] | static_cast<uint64_t>(planes[1][i]) << 8;
+      for (uint64_t i = 0; i < k; ++i) v[i] = PlaneValue<uint16_t>(cs.planes, i);
+      break;
+    case 4:
+      for (uint64_t i = 0; i < k; ++i) v[i] = PlaneValue<uint32_t>(cs.planes, i);
       break;
     default:
-      for (uint64_t i = 0; i < k; ++i) {
-        uint64_t x = 0;
-        for (int b = 0; b < w; ++b) x |= static_cast<uint64_t>(planes[b][i]) << (8 * b);
-        v[i] = x;
-      }
+      for (uint64_t i = 0; i < k; ++i) v[i] = PlaneValue<uint64_t>(cs.planes, i);
       break;
   }
-  out->header = std::move(h);
+  out->header = h;
   return Status::OK();
+}
+
+std::vector<uint8_t> AssembleChunkRecord(ChunkHeader h,
+                                         const std::vector<std::vector<uint8_t>>& raw_streams,
+                                         int zstd_level) {
+  std::vector<uint8_t> payload;
+  h.streams.clear();
+  for (const std::vector<uint8_t>& s : raw_streams) {
+    h.streams.push_back(PackStream(s.data(), s.size(), zstd_level, &payload));
+  }
+  h.payload_checksum = XXH3_64bits(payload.data(), payload.size());
+  std::vector<uint8_t> out;
+  SerializeChunkHeader(h, &out);
+  out.insert(out.end(), payload.begin(), payload.end());
+  return out;
+}
+
+}  // namespace internal
+
+Status DecodeChunkInto(const uint8_t* data, size_t size, DecodedChunk* out) {
+  internal::ChunkStreams cs;
+  DCR_RETURN_IF_ERROR(internal::DecodeChunkStreams(data, size, &cs));
+  return internal::ExpandChunk(cs, out);
 }
 
 StatusOr<DecodedChunk> DecodeChunk(const uint8_t* data, size_t size) {

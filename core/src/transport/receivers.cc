@@ -103,9 +103,7 @@ class DeltaReceiver : public ReceiverBackend {
 
   Status ApplyChunk(const uint8_t* data, size_t size) override {
     if (!applier_) return FailedPreconditionError("chunk before the delta header");
-    thread_local DecodedChunk chunk;  // buffers reused across chunks on this thread
-    DCR_RETURN_IF_ERROR(DecodeChunkInto(data, size, &chunk));
-    return applier_->ApplyChunk(chunk);
+    return applier_->ApplyRecord(data, size);
   }
 
   Status Finish(const uint8_t* data, size_t size) override {
