@@ -164,34 +164,53 @@ Status ApplyTyped(const DecodedChunk& chunk, const std::vector<TensorBuffer>& te
 }
 
 // The streamed pass over a chunk of one contiguous segment at `base`: positions are expanded a
-// batch at a time into a small buffer that stays in L1, values are read from the byte planes.
-// Returns nullptr, or what is wrong with the position stream; *done = changes applied.
+// batch at a time into small buffers that stay in L1, values are read from the byte planes. The
+// next batch is expanded before the current one is patched, so the prefetches kAhead changes
+// ahead run across batch boundaries. Returns nullptr, or what is wrong with the position stream;
+// *done = changes applied.
 template <typename T, uint8_t kOp>
 const char* StreamedPass(const internal::ChunkStreams& cs, T* __restrict base, T* __restrict ob,
                          T* __restrict nb, uint64_t* done) {
   constexpr int kW = sizeof(T);
   constexpr uint64_t kBatch = 512;
-  constexpr uint64_t kAhead = 24;  // prefetch distance, as in ApplyPass
+  constexpr uint64_t kAhead = 24;  // prefetch distance in changes, as in ApplyPass
+  static_assert(kAhead < kBatch);
   const uint64_t k = cs.header.num_changes;
   internal::PositionReader reader(cs);
-  uint64_t pos[kBatch];
+  uint64_t pos[2][kBatch];
+  *done = 0;
+  uint64_t n = std::min(kBatch, k);
+  if (const char* bad = reader.Next(n, pos[0])) return bad;
+  int cur = 0;
   for (uint64_t i = 0; i < k;) {
-    const uint64_t n = std::min(kBatch, k - i);
-    if (const char* bad = reader.Next(n, pos)) {
+    const uint64_t* __restrict now = pos[cur];
+    uint64_t* __restrict next = pos[cur ^ 1];
+    const uint64_t next_n = std::min(kBatch, k - i - n);
+    if (const char* bad = reader.Next(next_n, next)) {
       *done = i;
       return bad;
     }
-    for (uint64_t j = 0; j < n; ++j) {
-      if (j + kAhead < n) __builtin_prefetch(base + pos[j + kAhead], 1);
-      T* p = base + pos[j];
+    auto change = [&](uint64_t j) __attribute__((always_inline)) {
+      T* p = base + now[j];
       const T o = *p;
       const T v = internal::PlaneValue<T>(cs.planes, i + j);
       const T nw = static_cast<T>(internal::ApplyOp(kOp, kW, o, v));
       ob[i + j] = o;
       nb[i + j] = nw;
       *p = nw;
+    };
+    uint64_t j = 0;
+    for (; j + kAhead < n; ++j) {
+      __builtin_prefetch(base + now[j + kAhead], 1);
+      change(j);
+    }
+    for (; j < n; ++j) {
+      if (j + kAhead - n < next_n) __builtin_prefetch(base + next[j + kAhead - n], 1);
+      change(j);
     }
     i += n;
+    n = next_n;
+    cur ^= 1;
   }
   *done = k;
   return nullptr;
