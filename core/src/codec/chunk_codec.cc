@@ -452,12 +452,32 @@ uint64_t ScanPass(const T* __restrict base, const T* __restrict target, uint64_t
     const T* const a = base + b0;
     const T* const b = target + b0;
     const uint64_t elem0 = offset + b0;
+    // The next block is prefetched a line of each array per change emitted and the rest while
+    // this block is hashed: the scan is memory-bound, emission and hashing are not, and the
+    // hardware prefetcher stops following the arrays while they run.
+    const char* const next_a = reinterpret_cast<const char*>(a + m);
+    const char* const next_b = reinterpret_cast<const char*>(b + m);
+    const uint64_t next_bytes = std::min(kBlock, n - b0 - m) * sizeof(T);
+    uint64_t fetched = 0;
+    auto prefetch = [&](uint64_t bytes) __attribute__((always_inline)) {
+      const uint64_t end = std::min(next_bytes, fetched + bytes);
+      for (; fetched < end; fetched += 64) {
+        __builtin_prefetch(next_a + fetched);
+        __builtin_prefetch(next_b + fetched);
+      }
+    };
     internal::ForEachDifference(a, b, m, avx2, [&](uint64_t j) {
       EmitChange<T, kOp, true>(k, salt, elem0 + j, b0 + j, true, a[j], b[j], n, planes,
                                packed_old, packed_new, st);
+      prefetch(64);
       ++k;
     });
-    rh->Update(b, m * sizeof(T));
+    constexpr uint64_t kPiece = 2048;
+    const uint64_t bytes = m * sizeof(T);
+    for (uint64_t h0 = 0; h0 < bytes; h0 += kPiece) {
+      rh->Update(reinterpret_cast<const char*>(b) + h0, std::min(kPiece, bytes - h0));
+      prefetch(internal::kScanBlockBytes * kPiece / bytes + 64);
+    }
   }
   out = st;
   return k;
