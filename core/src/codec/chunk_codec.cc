@@ -38,9 +38,17 @@ ZSTD_DCtx* ThreadDCtx() {
   return h.d;
 }
 
-// Compresses `raw` with zstd at `level`, keeping it raw if that is not smaller.
+// What a stream holds: its zstd parameters differ (format section 3).
+enum class StreamKind { kPositions, kValues };
+
+// Compresses `raw` with zstd at `level`, keeping it raw if that is not smaller. Value planes are
+// near-random bytes whose few repeats are coincidences: zstd's match finder spends a third of
+// their compression time finding matches that cost more bits than the literals they replace.
+// For them the minimum match is 7 bytes and the hash table 64 entries: at 3% change that
+// compresses ~17% faster and ~2.4% smaller (5%: ~3%). Position streams keep the level's
+// defaults (a bitmap's runs are real matches).
 StreamInfo PackStream(const uint8_t* raw_data, size_t raw_size, int level,
-                      std::vector<uint8_t>* out) {
+                      std::vector<uint8_t>* out, StreamKind kind = StreamKind::kPositions) {
   StreamInfo info;
   info.raw_size = raw_size;
   if (raw_size > 0) {
@@ -50,6 +58,10 @@ StreamInfo PackStream(const uint8_t* raw_data, size_t raw_size, int level,
     ZSTD_CCtx* cctx = ThreadCCtx();
     ZSTD_CCtx_reset(cctx, ZSTD_reset_session_and_parameters);
     ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
+    if (kind == StreamKind::kValues) {
+      ZSTD_CCtx_setParameter(cctx, ZSTD_c_minMatch, 7);
+      ZSTD_CCtx_setParameter(cctx, ZSTD_c_hashLog, 6);
+    }
     ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 0);
     ZSTD_CCtx_setParameter(cctx, ZSTD_c_contentSizeFlag, 1);
     size_t n = ZSTD_compress2(cctx, out->data() + start, bound, raw_data, raw_size);
@@ -422,7 +434,8 @@ std::vector<uint8_t> FinishChunk(ChunkHeader& h, const PassProducts& pp, uint64_
   }
   if (pack_positions) h.streams.push_back(PackStream(pp.gaps, pp.gaps_size, zstd_level, &payload));
   for (int b = 0; b < w; ++b) {
-    h.streams.push_back(PackStream(pp.planes + b * pp.plane_stride, k, zstd_level, &payload));
+    h.streams.push_back(
+        PackStream(pp.planes + b * pp.plane_stride, k, zstd_level, &payload, StreamKind::kValues));
   }
   h.payload_checksum = XXH3_64bits(payload.data(), payload.size());
 
@@ -852,8 +865,11 @@ std::vector<uint8_t> AssembleChunkRecord(ChunkHeader h,
                                          int zstd_level) {
   std::vector<uint8_t> payload;
   h.streams.clear();
-  for (const std::vector<uint8_t>& s : raw_streams) {
-    h.streams.push_back(PackStream(s.data(), s.size(), zstd_level, &payload));
+  const size_t first_value = h.position_mode == PositionMode::kDense ? 0 : 1;
+  for (size_t i = 0; i < raw_streams.size(); ++i) {
+    const std::vector<uint8_t>& s = raw_streams[i];
+    h.streams.push_back(PackStream(s.data(), s.size(), zstd_level, &payload,
+                                   i < first_value ? StreamKind::kPositions : StreamKind::kValues));
   }
   h.payload_checksum = XXH3_64bits(payload.data(), payload.size());
   std::vector<uint8_t> out;

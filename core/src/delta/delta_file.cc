@@ -118,9 +118,11 @@ StatusOr<FileHeader> ParseFileHeader(const uint8_t* data, size_t size, size_t* c
   if (std::memcmp(magic, kFileMagic, 8) != 0) return DataLossError("not a dcr delta (bad magic)");
   FileHeader h;
   h.format_version = r.U32();
-  if (!r.failed() && h.format_version != kFormatVersion) {
+  if (!r.failed() &&
+      (h.format_version < kOldestReadableFormatVersion || h.format_version > kFormatVersion)) {
     return FailedPreconditionError("unsupported delta format version " +
                                    std::to_string(h.format_version) + " (this build reads " +
+                                   std::to_string(kOldestReadableFormatVersion) + " to " +
                                    std::to_string(kFormatVersion) + ")");
   }
   h.flags = r.U32();
