@@ -66,6 +66,8 @@ class BufferApplier : public Applier {
   }
 
  private:
+  // Adds an applied chunk's version_delta to hash_delta().
+  void AddVersionDelta(const Hash128& d);
   std::vector<TensorBuffer> tensors_;
   bool verify_ranges_ = false;
   mutable std::mutex mu_;

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <mutex>
+#include <type_traits>
 
 #include "dcr/hash.h"
 #include "dcr/status_macros.h"
@@ -115,6 +116,29 @@ void ChangeScratch(uint64_t k, T** ob, T** nb) {
   *nb = new_bits.data();
 }
 
+// Calls fn(std::integral_constant<uint8_t, kOp>) for the chunk's value mode, so each pass is
+// instantiated per mode with no run-time switch per change.
+template <typename Fn>
+auto WithOp(ValueMode mode, Fn&& fn) {
+  switch (mode) {
+    case ValueMode::kXor: return fn(std::integral_constant<uint8_t, internal::kOpXor>{});
+    case ValueMode::kUlpDelta: return fn(std::integral_constant<uint8_t, internal::kOpUlpDelta>{});
+    case ValueMode::kAbsolute: break;
+  }
+  return fn(std::integral_constant<uint8_t, internal::kOpAbsolute>{});
+}
+
+// Calls fn(T{}) with T the unsigned element type of `width` bytes (1, 2, 4, else 8).
+template <typename Fn>
+auto WithWidth(int width, Fn&& fn) {
+  switch (width) {
+    case 1: return fn(uint8_t{});
+    case 2: return fn(uint16_t{});
+    case 4: return fn(uint32_t{});
+    default: return fn(uint64_t{});
+  }
+}
+
 // The typed apply: read-compute-write in one pass, then check the base and target bits of the
 // changes against the chunk's hashes; on a mismatch the old bits are written back. All-or-
 // nothing as seen by the caller (chunks cover disjoint elements, so no other apply sees the
@@ -137,17 +161,9 @@ Status ApplyTyped(const DecodedChunk& chunk, const std::vector<TensorBuffer>& te
   T* ob;
   T* nb;
   ChangeScratch<T>(k, &ob, &nb);
-  switch (h.value_mode) {
-    case ValueMode::kXor:
-      ApplyPass<T, internal::kOpXor>(h.segments, pos, k, seg_data, chunk.values.data(), ob, nb);
-      break;
-    case ValueMode::kUlpDelta:
-      ApplyPass<T, internal::kOpUlpDelta>(h.segments, pos, k, seg_data, chunk.values.data(), ob, nb);
-      break;
-    case ValueMode::kAbsolute:
-      ApplyPass<T, internal::kOpAbsolute>(h.segments, pos, k, seg_data, chunk.values.data(), ob, nb);
-      break;
-  }
+  WithOp(h.value_mode, [&](auto op) {
+    ApplyPass<T, op.value>(h.segments, pos, k, seg_data, chunk.values.data(), ob, nb);
+  });
   if (IsRelative(h.value_mode) && BytesHash128(ob, k * sizeof(T)) != h.base_change_hash) {
     Restore(h.segments, pos, k, seg_data, ob);
     return BaseMismatchError(h);
@@ -242,18 +258,9 @@ Status ApplyStreamedTyped(const internal::ChunkStreams& cs,
   T* nb;
   ChangeScratch<T>(k, &ob, &nb);
   uint64_t done = 0;
-  const char* bad = nullptr;
-  switch (h.value_mode) {
-    case ValueMode::kXor:
-      bad = StreamedPass<T, internal::kOpXor>(cs, base, ob, nb, &done);
-      break;
-    case ValueMode::kUlpDelta:
-      bad = StreamedPass<T, internal::kOpUlpDelta>(cs, base, ob, nb, &done);
-      break;
-    case ValueMode::kAbsolute:
-      bad = StreamedPass<T, internal::kOpAbsolute>(cs, base, ob, nb, &done);
-      break;
-  }
+  const char* bad = WithOp(h.value_mode, [&](auto op) {
+    return StreamedPass<T, op.value>(cs, base, ob, nb, &done);
+  });
   if (bad != nullptr) {
     RestoreStreamed(cs, base, ob, done);
     return DataLossError("chunk " + std::to_string(h.chunk_id) + ": " + bad);
@@ -303,23 +310,16 @@ Status CheckSegments(const ChunkHeader& h, const std::vector<TensorBuffer>& tens
 
 Status BufferApplier::ApplyChunk(const DecodedChunk& chunk) {
   const ChunkHeader& h = chunk.header;
-  const int w = h.elem_width;
   DCR_RETURN_IF_ERROR(CheckSegments(h, tensors_));
   const uint64_t k = h.num_changes;
   const bool dense = h.position_mode == PositionMode::kDense;
   if ((!dense && chunk.positions.size() != k) || chunk.values.size() != k) {
     return InvalidArgumentError("decoded chunk is inconsistent with its header");
   }
-  Status st;
-  switch (w) {
-    case 1: st = ApplyTyped<uint8_t>(chunk, tensors_, verify_ranges_); break;
-    case 2: st = ApplyTyped<uint16_t>(chunk, tensors_, verify_ranges_); break;
-    case 4: st = ApplyTyped<uint32_t>(chunk, tensors_, verify_ranges_); break;
-    default: st = ApplyTyped<uint64_t>(chunk, tensors_, verify_ranges_); break;
-  }
-  DCR_RETURN_IF_ERROR(st);
-  std::lock_guard<std::mutex> lock(mu_);
-  HashAdd(&hash_delta_, h.version_delta);
+  DCR_RETURN_IF_ERROR(WithWidth(h.elem_width, [&](auto t) {
+    return ApplyTyped<decltype(t)>(chunk, tensors_, verify_ranges_);
+  }));
+  AddVersionDelta(h.version_delta);
   return Status::OK();
 }
 
@@ -335,17 +335,16 @@ Status BufferApplier::ApplyRecord(const uint8_t* data, size_t size, uint64_t* nu
     return ApplyChunk(dc);
   }
   DCR_RETURN_IF_ERROR(CheckSegments(h, tensors_));
-  Status st;
-  switch (h.elem_width) {
-    case 1: st = ApplyStreamedTyped<uint8_t>(cs, tensors_, verify_ranges_); break;
-    case 2: st = ApplyStreamedTyped<uint16_t>(cs, tensors_, verify_ranges_); break;
-    case 4: st = ApplyStreamedTyped<uint32_t>(cs, tensors_, verify_ranges_); break;
-    default: st = ApplyStreamedTyped<uint64_t>(cs, tensors_, verify_ranges_); break;
-  }
-  DCR_RETURN_IF_ERROR(st);
-  std::lock_guard<std::mutex> lock(mu_);
-  HashAdd(&hash_delta_, h.version_delta);
+  DCR_RETURN_IF_ERROR(WithWidth(h.elem_width, [&](auto t) {
+    return ApplyStreamedTyped<decltype(t)>(cs, tensors_, verify_ranges_);
+  }));
+  AddVersionDelta(h.version_delta);
   return Status::OK();
+}
+
+void BufferApplier::AddVersionDelta(const Hash128& d) {
+  std::lock_guard<std::mutex> lock(mu_);
+  HashAdd(&hash_delta_, d);
 }
 
 namespace {
