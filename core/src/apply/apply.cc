@@ -331,7 +331,7 @@ Status BufferApplier::ApplyRecord(const uint8_t* data, size_t size, uint64_t* nu
   if (h.segments.size() != 1 || !h.segments[0].IsContiguous()) {
     // Batched small tensors and strided cells: the general path over expanded arrays.
     thread_local DecodedChunk dc;
-    DCR_RETURN_IF_ERROR(internal::ExpandChunk(cs, &dc));
+    DCR_RETURN_IF_ERROR(internal::ExpandChunk(std::move(cs), &dc));
     return ApplyChunk(dc);
   }
   DCR_RETURN_IF_ERROR(CheckSegments(h, tensors_));

@@ -826,7 +826,7 @@ Status DecodeChunkStreams(const uint8_t* data, size_t size, ChunkStreams* out) {
   return Status::OK();
 }
 
-Status ExpandChunk(const ChunkStreams& cs, DecodedChunk* out) {
+Status ExpandChunk(ChunkStreams&& cs, DecodedChunk* out) {
   const ChunkHeader& h = cs.header;
   const uint64_t k = h.num_changes;
   // Sized, not cleared and regrown: every entry below k is written before it is read, and a
@@ -856,7 +856,7 @@ Status ExpandChunk(const ChunkStreams& cs, DecodedChunk* out) {
       for (uint64_t i = 0; i < k; ++i) v[i] = PlaneValue<uint64_t>(cs.planes, i);
       break;
   }
-  out->header = h;
+  out->header = std::move(cs.header);
   return Status::OK();
 }
 
@@ -883,7 +883,7 @@ std::vector<uint8_t> AssembleChunkRecord(ChunkHeader h,
 Status DecodeChunkInto(const uint8_t* data, size_t size, DecodedChunk* out) {
   internal::ChunkStreams cs;
   DCR_RETURN_IF_ERROR(internal::DecodeChunkStreams(data, size, &cs));
-  return internal::ExpandChunk(cs, out);
+  return internal::ExpandChunk(std::move(cs), out);
 }
 
 StatusOr<DecodedChunk> DecodeChunk(const uint8_t* data, size_t size) {

@@ -36,8 +36,9 @@ struct ChunkStreams {
 // kDataLoss on any inconsistency; never reads outside [data, data+size).
 Status DecodeChunkStreams(const uint8_t* data, size_t size, ChunkStreams* out);
 
-// Expands a chunk's streams into `out` (positions checked as they are expanded).
-Status ExpandChunk(const ChunkStreams& streams, DecodedChunk* out);
+// Expands a chunk's streams into `out` (positions checked as they are expanded); the header is
+// moved into `out`.
+Status ExpandChunk(ChunkStreams&& streams, DecodedChunk* out);
 
 // A chunk record built from raw (uncompressed) streams: `header` gives identity, modes, counts,
 // hashes and segments; its streams and checksums are set here (each stream zstd at `zstd_level`,
