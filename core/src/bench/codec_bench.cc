@@ -186,17 +186,14 @@ Status CodecBenchApplier::Verify() const {
   return Status::OK();
 }
 
-Timing CodecBenchMemcpy(uint64_t bytes, int reps) {
-  std::vector<uint8_t> src(bytes, 1), dst(bytes, 0);
-  Timing best;
-  for (int r = 0; r < std::max(1, reps); ++r) {
-    const Span span;
-    std::memcpy(dst.data(), src.data(), bytes);
-    KeepBest(&best, span.Stop());
-    // Keep the copy observable.
-    src[r % bytes] = dst[(r * 7919) % bytes];
-  }
-  return best;
+Timing CodecBenchMemcpy::Once() {
+  const Span span;
+  std::memcpy(dst_.data(), src_.data(), src_.size());
+  const Timing t = span.Stop();
+  // Keep the copy observable.
+  src_[copies_ % src_.size()] = dst_[(copies_ * 7919) % dst_.size()];
+  ++copies_;
+  return t;
 }
 
 StatusOr<CodecBenchReport> RunCodecBench(const CodecBenchConfig& config,
@@ -210,17 +207,9 @@ StatusOr<CodecBenchReport> RunCodecBench(const CodecBenchConfig& config,
   rep.compiler = Compiler();
   const uint64_t dense = config.elements * 2;
   // memcpy is measured before and between the codec runs; the best of all is the reference.
-  Timing memcpy_best = CodecBenchMemcpy(dense, config.reps);
-  std::vector<uint8_t> copy_src(dense, 1), copy_dst(dense, 0);
-  uint64_t copies = 0;
-  auto memcpy_once = [&]() {
-    const Span span;
-    std::memcpy(copy_dst.data(), copy_src.data(), dense);
-    const Timing t = span.Stop();
-    copy_src[copies % dense] = copy_dst[(copies * 7919) % dense];  // keep the copy observable
-    ++copies;
-    return t;
-  };
+  CodecBenchMemcpy copy(dense);
+  Timing memcpy_best;
+  for (int r = 0; r < config.reps; ++r) KeepBest(&memcpy_best, copy.Once());
   for (double rate : config.rates) {
     char buf[256];
     std::snprintf(buf, sizeof(buf), "bench codec: training %llu elements to %.2f%% change",
@@ -252,7 +241,7 @@ StatusOr<CodecBenchReport> RunCodecBench(const CodecBenchConfig& config,
       const Timing t = span.Stop();
       DCR_RETURN_IF_ERROR(ap->Verify());
       KeepBest(&dec_best, t);
-      KeepBest(&memcpy_best, memcpy_once());
+      KeepBest(&memcpy_best, copy.Once());
     }
     CodecRateResult r;
     r.change_rate = rate;

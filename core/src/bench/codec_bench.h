@@ -82,8 +82,17 @@ class CodecBenchApplier {
   std::vector<uint8_t> buffer_;
 };
 
-// Best-of-`reps` memcpy time for `bytes` bytes (buffers allocated and pre-faulted inside).
-Timing CodecBenchMemcpy(uint64_t bytes, int reps);
+// The memcpy reference: `bytes` bytes copied between two buffers allocated and pre-faulted once.
+class CodecBenchMemcpy {
+ public:
+  explicit CodecBenchMemcpy(uint64_t bytes) : src_(bytes, 1), dst_(bytes, 0) {}
+  // Times one copy.
+  Timing Once();
+
+ private:
+  std::vector<uint8_t> src_, dst_;
+  uint64_t copies_ = 0;
+};
 
 struct CodecRateResult {
   double change_rate = 0;  // requested
