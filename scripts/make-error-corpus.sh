@@ -8,11 +8,11 @@ dcr="${1:-build/dcr}"
 g=tests/golden
 e=tests/golden-errors
 mkdir -p "$e"
-"$dcr" diff -q "$g/v3_target.safetensors" "$g/v3_base.safetensors" -o "$e/wrong_base.dcr"
+"$dcr" diff -q "$g/v4_target.safetensors" "$g/v4_base.safetensors" -o "$e/wrong_base.dcr"
 python3 - "$g" "$e" <<'PY'
 import json, struct, sys
 g, e = sys.argv[1], sys.argv[2]
-d = open(f"{g}/v3_delta.dcr", "rb").read()
+d = open(f"{g}/v4_delta.dcr", "rb").read()
 def w(name, data): open(f"{e}/{name}", "wb").write(bytes(data))
 w("empty.dcr", b"")
 w("truncated_magic.dcr", d[:5])

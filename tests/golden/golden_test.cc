@@ -123,66 +123,68 @@ class Golden : public ::testing::Test {
 
 TEST_F(Golden, EncoderOutputIsPinned) {
   for (bool full : {false, true}) {
-    const fs::path file = kGolden / (full ? "v3_full.dcr" : "v3_delta.dcr");
+    const fs::path file = kGolden / (full ? "v4_full.dcr" : "v4_delta.dcr");
     std::vector<uint8_t> bytes = Build(full);
     if (std::getenv("DCR_UPDATE_GOLDEN")) {
       ASSERT_TRUE(WriteFileAtomic(file.string(), bytes.data(), bytes.size()).ok());
       std::vector<uint8_t> b = Read(tmp_.dir / "base.safetensors");
       std::vector<uint8_t> t = Read(tmp_.dir / "target.safetensors");
-      ASSERT_TRUE(WriteFileAtomic((kGolden / "v3_base.safetensors").string(), b.data(), b.size()).ok());
-      ASSERT_TRUE(WriteFileAtomic((kGolden / "v3_target.safetensors").string(), t.data(), t.size()).ok());
+      ASSERT_TRUE(WriteFileAtomic((kGolden / "v4_base.safetensors").string(), b.data(), b.size()).ok());
+      ASSERT_TRUE(WriteFileAtomic((kGolden / "v4_target.safetensors").string(), t.data(), t.size()).ok());
     }
     ASSERT_TRUE(fs::exists(file)) << file << " missing (run from the source root)";
     EXPECT_EQ(bytes, Read(file)) << "encoder output for " << file
                                  << " changed: bump kFormatVersion and regenerate the golden files";
   }
   // The committed checkpoints are the ones generated here.
-  EXPECT_EQ(Read(tmp_.dir / "base.safetensors"), Read(kGolden / "v3_base.safetensors"));
-  EXPECT_EQ(Read(tmp_.dir / "target.safetensors"), Read(kGolden / "v3_target.safetensors"));
+  EXPECT_EQ(Read(tmp_.dir / "base.safetensors"), Read(kGolden / "v4_base.safetensors"));
+  EXPECT_EQ(Read(tmp_.dir / "target.safetensors"), Read(kGolden / "v4_target.safetensors"));
 }
 
 TEST_F(Golden, GoldenDeltaAppliesToTheTarget) {
   const fs::path out = tmp_.dir / "out.safetensors";
-  auto st = ApplyDeltaFile((kGolden / "v3_base.safetensors").string(),
-                           (kGolden / "v3_delta.dcr").string(), out.string(), ApplyOptions{1, true, true});
+  auto st = ApplyDeltaFile((kGolden / "v4_base.safetensors").string(),
+                           (kGolden / "v4_delta.dcr").string(), out.string(), ApplyOptions{1, true, true});
   ASSERT_TRUE(st.ok()) << st.status();
-  EXPECT_EQ(Read(out), Read(kGolden / "v3_target.safetensors"));
-  auto full = ApplyDeltaFile("", (kGolden / "v3_full.dcr").string(), out.string(), ApplyOptions{1, true, true});
+  EXPECT_EQ(Read(out), Read(kGolden / "v4_target.safetensors"));
+  auto full = ApplyDeltaFile("", (kGolden / "v4_full.dcr").string(), out.string(), ApplyOptions{1, true, true});
   ASSERT_TRUE(full.ok()) << full.status();
-  EXPECT_EQ(Read(out), Read(kGolden / "v3_target.safetensors"));
+  EXPECT_EQ(Read(out), Read(kGolden / "v4_target.safetensors"));
 }
 
-// The golden deltas of format version 2 (same layout, older zstd parameters for value planes) are
-// still read and give the same target, and differ from version 3's only in header version and
-// compressed bytes.
-TEST_F(Golden, Version2DeltasStillApply) {
+// The golden deltas of older format versions with the same layout (2: older zstd parameters for
+// value planes; 3: value planes with the match finder on) are still read and give the same
+// target, and differ from version 4's only in header version and compressed bytes.
+TEST_F(Golden, OlderVersionDeltasStillApply) {
   const fs::path out = tmp_.dir / "out.safetensors";
-  for (const char* name : {"v2_delta.dcr", "v2_full.dcr"}) {
-    SCOPED_TRACE(name);
-    const bool full = std::string(name) == "v2_full.dcr";
-    const std::vector<uint8_t> v2 = Read(kGolden / name);
-    ASSERT_GE(v2.size(), 12u);
-    uint32_t version = 0;
-    std::memcpy(&version, v2.data() + 8, 4);
-    EXPECT_EQ(version, 2u);
-    auto st = ApplyDeltaFile(full ? "" : (kGolden / "v3_base.safetensors").string(),
-                             (kGolden / name).string(), out.string(), ApplyOptions{1, true, true});
-    ASSERT_TRUE(st.ok()) << st.status();
-    EXPECT_EQ(Read(out), Read(kGolden / "v3_target.safetensors"));
-    auto dv2 = DeltaReader::FromBytes(v2);
-    auto dv3 = DeltaReader::FromBytes(Read(kGolden / (full ? "v3_full.dcr" : "v3_delta.dcr")));
-    ASSERT_TRUE(dv2.ok() && dv3.ok());
-    EXPECT_EQ((*dv2)->header().format_version, 2u);
-    EXPECT_EQ((*dv3)->header().format_version, 3u);
-    EXPECT_EQ((*dv2)->trailer().target_hash, (*dv3)->trailer().target_hash);
-    ASSERT_EQ((*dv2)->num_chunks(), (*dv3)->num_chunks());
-    for (size_t i = 0; i < (*dv2)->num_chunks(); ++i) {
-      auto a = (*dv2)->Decode(i);
-      auto b = (*dv3)->Decode(i);
-      ASSERT_TRUE(a.ok() && b.ok());
-      EXPECT_EQ(a->positions, b->positions);
-      EXPECT_EQ(a->values, b->values);
-      EXPECT_EQ(a->header.version_delta, b->header.version_delta);
+  for (uint32_t old : {2u, 3u}) {
+    for (const bool full : {false, true}) {
+      const std::string name = "v" + std::to_string(old) + (full ? "_full.dcr" : "_delta.dcr");
+      SCOPED_TRACE(name);
+      const std::vector<uint8_t> bytes = Read(kGolden / name);
+      ASSERT_GE(bytes.size(), 12u);
+      uint32_t version = 0;
+      std::memcpy(&version, bytes.data() + 8, 4);
+      EXPECT_EQ(version, old);
+      auto st = ApplyDeltaFile(full ? "" : (kGolden / "v4_base.safetensors").string(),
+                               (kGolden / name).string(), out.string(), ApplyOptions{1, true, true});
+      ASSERT_TRUE(st.ok()) << st.status();
+      EXPECT_EQ(Read(out), Read(kGolden / "v4_target.safetensors"));
+      auto dold = DeltaReader::FromBytes(bytes);
+      auto dnew = DeltaReader::FromBytes(Read(kGolden / (full ? "v4_full.dcr" : "v4_delta.dcr")));
+      ASSERT_TRUE(dold.ok() && dnew.ok());
+      EXPECT_EQ((*dold)->header().format_version, old);
+      EXPECT_EQ((*dnew)->header().format_version, 4u);
+      EXPECT_EQ((*dold)->trailer().target_hash, (*dnew)->trailer().target_hash);
+      ASSERT_EQ((*dold)->num_chunks(), (*dnew)->num_chunks());
+      for (size_t i = 0; i < (*dold)->num_chunks(); ++i) {
+        auto a = (*dold)->Decode(i);
+        auto b = (*dnew)->Decode(i);
+        ASSERT_TRUE(a.ok() && b.ok());
+        EXPECT_EQ(a->positions, b->positions);
+        EXPECT_EQ(a->values, b->values);
+        EXPECT_EQ(a->header.version_delta, b->header.version_delta);
+      }
     }
   }
 }
@@ -207,7 +209,7 @@ TEST(GoldenErrors, EveryMalformedInputGivesItsClearError) {
     Status s;
     const fs::path out = tmp.dir / "out.safetensors";
     if (kind == "delta") {
-      s = ApplyDeltaFile((kGolden / "v3_base.safetensors").string(), path.string(), out.string(),
+      s = ApplyDeltaFile((kGolden / "v4_base.safetensors").string(), path.string(), out.string(),
                          ApplyOptions{1, true, false})
               .status();
       EXPECT_FALSE(fs::exists(out)) << file << ": output left behind";

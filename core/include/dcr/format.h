@@ -1,9 +1,9 @@
-// The dcr delta format, version 3 (normative text: core/FORMAT.md; this comment mirrors it).
+// The dcr delta format, version 4 (normative text: core/FORMAT.md; this comment mirrors it).
 //
 // All integers little-endian. A delta is a byte stream:
 //
 //  1. FileHeader (variable size):
-//       magic "DCRDELTA" (8) | u32 format_version (=3; 2 is read too) | u32 flags
+//       magic "DCRDELTA" (8) | u32 format_version (=4; 2 and 3 are read too) | u32 flags
 //       | u64 base_version | Hash128 base_hash (lo,hi) | u64 target_version
 //       | u32 inventory_size | inventory bytes (the target safetensors JSON header, verbatim)
 //       | u64 chunk_elems (grid option) | u64 header_checksum (XXH3-64 of all previous bytes)
@@ -56,8 +56,8 @@
 
 namespace dcr {
 
-inline constexpr uint32_t kFormatVersion = 3;
-// The oldest version this build reads (version 2 records are read as version 3's: core/FORMAT.md
+inline constexpr uint32_t kFormatVersion = 4;
+// The oldest version this build reads (version 2 and 3 records are read as version 4's: core/FORMAT.md
 // section 5).
 inline constexpr uint32_t kOldestReadableFormatVersion = 2;
 inline constexpr char kFileMagic[8] = {'D', 'C', 'R', 'D', 'E', 'L', 'T', 'A'};
