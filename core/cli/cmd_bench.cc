@@ -20,8 +20,8 @@ namespace {
 struct BenchFlags {
   std::string json;
   std::string check;
-  uint64_t elems = uint64_t{1} << 24;
-  int reps = 10;
+  uint64_t elems = internal::CodecBenchConfig{}.elements;
+  int reps = internal::CodecBenchConfig{}.reps;  // one default, the library's
   uint64_t seed = 1;
   std::vector<double> rates_pct = {1, 3, 5};
   CLI::Option* elems_opt = nullptr;
