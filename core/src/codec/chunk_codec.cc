@@ -59,10 +59,10 @@ bool MostlyOneByte(const uint8_t* data, size_t size) {
 // bits than the Huffman literals they replace, and zstd-1's match finder spent half their
 // compression time finding them. Such a plane is compressed with the fast strategy's search
 // step raised to 257 bytes (targetLength 256) and its literals still Huffman-coded (zstd turns
-// that off with acceleration unless told): at 3% change ~2.3x faster, ~8% smaller, and ~1.7x
-// faster to decompress than with minMatch 7 alone (format version 3; this is 4). A plane that is mostly one
-// byte keeps the match finder (minMatch 7, hashLog 6), whose runs make it ~70x smaller. Position
-// streams keep the level's defaults (a bitmap's runs are real matches).
+// that off with acceleration unless told): at 3% change ~2.3x faster, ~8% smaller and ~1.7x
+// faster to decompress than with minMatch 7 alone (format version 3; this is version 4). A
+// plane that is mostly one byte keeps the match finder (minMatch 7, hashLog 6), whose runs make
+// it ~70x smaller. Position streams keep the level's defaults (a bitmap's runs are real matches).
 StreamInfo PackStream(const uint8_t* raw_data, size_t raw_size, int level,
                       std::vector<uint8_t>* out, StreamKind kind = StreamKind::kPositions) {
   StreamInfo info;
