@@ -281,6 +281,16 @@ void SerializeChunkHeader(const ChunkHeader& h, std::vector<uint8_t>* out) {
   w.U64(XXH3_64bits(out->data() + start, out->size() - start));
 }
 
+// A chunk record: `h` (its payload checksum set here) followed by the packed streams.
+std::vector<uint8_t> SealChunkRecord(ChunkHeader& h, const std::vector<uint8_t>& payload) {
+  h.payload_checksum = XXH3_64bits(payload.data(), payload.size());
+  std::vector<uint8_t> out;
+  out.reserve(256 + payload.size());
+  SerializeChunkHeader(h, &out);
+  out.insert(out.end(), payload.begin(), payload.end());
+  return out;
+}
+
 }  // namespace
 
 ValueMode ChooseValueMode(ValuePolicy policy, DType dtype) {
@@ -458,13 +468,7 @@ std::vector<uint8_t> FinishChunk(ChunkHeader& h, const PassProducts& pp, uint64_
     h.streams.push_back(
         PackStream(pp.planes + b * pp.plane_stride, k, zstd_level, &payload, StreamKind::kValues));
   }
-  h.payload_checksum = XXH3_64bits(payload.data(), payload.size());
-
-  std::vector<uint8_t> out;
-  out.reserve(256 + payload.size());
-  SerializeChunkHeader(h, &out);
-  out.insert(out.end(), payload.begin(), payload.end());
-  return out;
+  return SealChunkRecord(h, payload);
 }
 
 // The scan encoder's pass over one contiguous segment: difference scan, emission and range hash
@@ -892,11 +896,7 @@ std::vector<uint8_t> AssembleChunkRecord(ChunkHeader h,
     h.streams.push_back(PackStream(s.data(), s.size(), zstd_level, &payload,
                                    i < first_value ? StreamKind::kPositions : StreamKind::kValues));
   }
-  h.payload_checksum = XXH3_64bits(payload.data(), payload.size());
-  std::vector<uint8_t> out;
-  SerializeChunkHeader(h, &out);
-  out.insert(out.end(), payload.begin(), payload.end());
-  return out;
+  return SealChunkRecord(h, payload);
 }
 
 }  // namespace internal
