@@ -1,5 +1,5 @@
-// Pins the bytes of the current format (v3), checks that version 2 deltas still apply, and checks
-// the malformed-input corpus.
+// Pins the bytes of the current format (v4), checks that version 2 and 3 deltas still apply, and
+// checks the malformed-input corpus.
 //
 // The checkpoints are generated here from a fixed integer recipe (no std distributions, no float
 // math), so they are identical on every compiler. Regenerate the files, after a deliberate format

@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <atomic>
@@ -74,20 +73,18 @@ void Restore(const std::vector<Segment>& segments, const uint64_t* pos, uint64_t
 // Whether the covered elements, after the apply, hash to the chunk's target_range_hash.
 template <typename T>
 bool RangeHashMatches(const ChunkHeader& h, T* const* seg_data) {
-  XXH3_state_t* st = XXH3_createState();
-  XXH3_128bits_reset(st);
+  internal::RangeHasher rh(internal::CpuHasAvx2());
   for (size_t s = 0; s < h.segments.size(); ++s) {
     const Segment& sg = h.segments[s];
     if (sg.IsContiguous()) {
-      XXH3_128bits_update(st, seg_data[s] + sg.offset, sg.count[0] * sizeof(T));
+      rh.Update(seg_data[s] + sg.offset, sg.count[0] * sizeof(T));
     } else {
-      for (uint64_t i = 0; i < sg.num_elements(); ++i)
-        XXH3_128bits_update(st, seg_data[s] + sg.ElementAt(i), sizeof(T));
+      for (uint64_t i = 0; i < sg.num_elements(); ++i) {
+        rh.Update(seg_data[s] + sg.ElementAt(i), sizeof(T));
+      }
     }
   }
-  XXH128_hash_t r = XXH3_128bits_digest(st);
-  XXH3_freeState(st);
-  return Hash128{r.low64, r.high64} == h.target_range_hash;
+  return rh.Digest() == h.target_range_hash;
 }
 
 Status BaseMismatchError(const ChunkHeader& h) {
@@ -190,12 +187,15 @@ Status ApplyTyped(const DecodedChunk& chunk, const std::vector<TensorBuffer>& te
 // them back from beyond L2 (2 x 1.6 MB at 5%), which cost ~5% of decode+apply. `old_hash` may be
 // null (absolute values: no base check). Returns nullptr, or what is wrong with the position
 // stream; *done = changes applied.
+// Changes whose positions the streamed pass (and its restore) expand at a time.
+constexpr uint64_t kStreamBatch = 512;
+
 template <typename T, uint8_t kOp>
 const char* StreamedPass(const internal::ChunkStreams& cs, T* __restrict base, T* __restrict ob,
                          internal::RangeHasher* old_hash, internal::RangeHasher* new_hash,
                          uint64_t* done) {
   constexpr int kW = sizeof(T);
-  constexpr uint64_t kBatch = 512;
+  constexpr uint64_t kBatch = kStreamBatch;
   const uint64_t k = cs.header.num_changes;
   // Prefetch distance in changes: about 3 KiB of storage ahead, at least 24 changes (ApplyPass's
   // distance) and at most half a batch. A fixed count of changes ran too close at high change
@@ -252,9 +252,9 @@ const char* StreamedPass(const internal::ChunkStreams& cs, T* __restrict base, T
 template <typename T>
 void RestoreStreamed(const internal::ChunkStreams& cs, T* base, const T* ob, uint64_t count) {
   internal::PositionReader reader(cs);
-  uint64_t pos[512];
+  uint64_t pos[kStreamBatch];
   for (uint64_t i = 0; i < count;) {
-    const uint64_t n = std::min<uint64_t>(512, count - i);
+    const uint64_t n = std::min(kStreamBatch, count - i);
     reader.Next(n, pos);
     for (uint64_t j = 0; j < n; ++j) base[pos[j]] = ob[i + j];
     i += n;
