@@ -465,13 +465,13 @@ StatusOr<ApplyStats> ApplyDeltaFile(const std::string& base_path, const std::str
   internal::ParallelFor(delta->num_chunks(), options.threads, [&](uint64_t i) {
     uint64_t k = 0;
     Status s = applier.ApplyRecord(delta->chunk_data(i), delta->chunk_size(i), &k);
-    if (s.ok()) changes += k;
-    if (!s.ok()) {
-      std::lock_guard<std::mutex> lock(mu);
-      if (first_error.ok()) first_error = s.WithContext("chunk table entry " + std::to_string(i));
-      return false;
+    if (s.ok()) {
+      changes += k;
+      return true;
     }
-    return true;
+    std::lock_guard<std::mutex> lock(mu);
+    if (first_error.ok()) first_error = s.WithContext("chunk table entry " + std::to_string(i));
+    return false;
   });
   DCR_RETURN_IF_ERROR(first_error);
   Hash128 result = start;
