@@ -104,7 +104,7 @@ Status RangeHashError(const ChunkHeader& h) {
 
 // Per-thread scratch for the old and new bits of a chunk's changes, reused across chunks (fresh
 // k-sized buffers cost page faults per chunk). `nb` may be null: the streamed pass keeps only the
-// old bits.
+// old bits of absolute overwrites.
 template <typename T>
 void ChangeScratch(uint64_t k, T** ob, T** nb) {
   thread_local std::vector<T> old_bits, new_bits;
@@ -179,23 +179,25 @@ Status ApplyTyped(const DecodedChunk& chunk, const std::vector<TensorBuffer>& te
   return Status::OK();
 }
 
-// The streamed pass over a chunk of one contiguous segment at `base`: positions are expanded a
-// batch at a time into small buffers that stay in L1, values are read from the byte planes. The
-// next batch is expanded before the current one is patched, so the prefetches `ahead` changes
-// ahead run across batch boundaries. Each batch's old bits (saved in `ob` for a restore) and new
-// bits are added to the change hashes while in L1: hashing k-sized arrays after the pass read
-// them back from beyond L2 (2 x 1.6 MB at 5%), which cost ~5% of decode+apply. `old_hash` may be
-// null (absolute values: no base check). Returns nullptr, or what is wrong with the position
-// stream; *done = changes applied.
 // Changes whose positions the streamed pass (and its restore) expand at a time.
 constexpr uint64_t kStreamBatch = 512;
 
+// The streamed pass over a chunk of one contiguous segment at `base`: positions are expanded a
+// batch at a time into small buffers that stay in L1, values are read from the byte planes. The
+// next batch is expanded before the current one is patched, so the prefetches `ahead` changes
+// ahead run across batch boundaries. Each batch's old and new bits are added to the change hashes
+// while in L1: hashing k-sized arrays after the pass read them back from beyond L2 (2 x 1.6 MB at
+// 5%), which cost ~5% of decode+apply. A relative op (XOR, ulp) is undone from the bits it wrote
+// and its value (UndoOp), so its old bits need no k-sized copy for a restore: only an absolute
+// overwrite saves them, in `ob` (null otherwise). `old_hash` is null for absolute values (no base
+// check). Returns nullptr, or what is wrong with the position stream; *done = changes applied.
 template <typename T, uint8_t kOp>
 const char* StreamedPass(const internal::ChunkStreams& cs, T* __restrict base, T* __restrict ob,
                          internal::RangeHasher* old_hash, internal::RangeHasher* new_hash,
                          uint64_t* done) {
   constexpr int kW = sizeof(T);
   constexpr uint64_t kBatch = kStreamBatch;
+  constexpr bool kSaveOld = kOp == internal::kOpAbsolute;
   const uint64_t k = cs.header.num_changes;
   // Prefetch distance in changes: about 3 KiB of storage ahead, at least 24 changes (ApplyPass's
   // distance) and at most half a batch. A fixed count of changes ran too close at high change
@@ -206,7 +208,7 @@ const char* StreamedPass(const internal::ChunkStreams& cs, T* __restrict base, T
       kAheadBytes * k / std::max<uint64_t>(1, cs.header.num_elements * kW), 24, kBatch / 2);
   internal::PositionReader reader(cs);
   uint64_t pos[2][kBatch];
-  T nb[kBatch];
+  T old_batch[kBatch], new_batch[kBatch];
   *done = 0;
   uint64_t n = std::min(kBatch, k);
   if (const char* bad = reader.Next(n, pos[0])) return bad;
@@ -224,8 +226,12 @@ const char* StreamedPass(const internal::ChunkStreams& cs, T* __restrict base, T
       const T o = *p;
       const T v = internal::PlaneValue<T>(cs.planes, i + j);
       const T nw = static_cast<T>(internal::ApplyOp(kOp, kW, o, v));
-      ob[i + j] = o;
-      nb[j] = nw;
+      if constexpr (kSaveOld) {
+        ob[i + j] = o;
+      } else {
+        old_batch[j] = o;
+      }
+      new_batch[j] = nw;
       *p = nw;
     };
     uint64_t j = 0;
@@ -237,8 +243,8 @@ const char* StreamedPass(const internal::ChunkStreams& cs, T* __restrict base, T
       if (j + ahead - n < next_n) __builtin_prefetch(base + next[j + ahead - n], 1);
       change(j);
     }
-    if (old_hash != nullptr) old_hash->Update(ob + i, n * sizeof(T));
-    new_hash->Update(nb, n * sizeof(T));
+    if constexpr (!kSaveOld) old_hash->Update(old_batch, n * sizeof(T));
+    new_hash->Update(new_batch, n * sizeof(T));
     i += n;
     n = next_n;
     cur ^= 1;
@@ -247,53 +253,59 @@ const char* StreamedPass(const internal::ChunkStreams& cs, T* __restrict base, T
   return nullptr;
 }
 
-// Writes the saved bits of the first `count` changes back (failure path only). The positions of
-// the changes applied are a valid prefix of the stream: expanding them again cannot fail.
-template <typename T>
+// Takes the first `count` changes back (failure path only): an absolute overwrite writes the
+// saved bits `ob`, a relative op is undone from its value. The positions of the changes applied
+// are a valid prefix of the stream: expanding them again cannot fail, and they are distinct, so
+// each element is undone once.
+template <typename T, uint8_t kOp>
 void RestoreStreamed(const internal::ChunkStreams& cs, T* base, const T* ob, uint64_t count) {
   internal::PositionReader reader(cs);
   uint64_t pos[kStreamBatch];
   for (uint64_t i = 0; i < count;) {
     const uint64_t n = std::min(kStreamBatch, count - i);
     reader.Next(n, pos);
-    for (uint64_t j = 0; j < n; ++j) base[pos[j]] = ob[i + j];
+    for (uint64_t j = 0; j < n; ++j) {
+      if constexpr (kOp == internal::kOpAbsolute) {
+        base[pos[j]] = ob[i + j];
+      } else {
+        base[pos[j]] = static_cast<T>(internal::UndoOp(
+            kOp, sizeof(T), base[pos[j]], internal::PlaneValue<T>(cs.planes, i + j)));
+      }
+    }
     i += n;
   }
 }
 
 // ApplyTyped for a chunk of one contiguous segment, from its streams.
-template <typename T>
-Status ApplyStreamedTyped(const internal::ChunkStreams& cs,
-                          const std::vector<TensorBuffer>& tensors, bool verify_ranges) {
+template <typename T, uint8_t kOp>
+Status ApplyStreamedOp(const internal::ChunkStreams& cs, const std::vector<TensorBuffer>& tensors,
+                       bool verify_ranges) {
   const ChunkHeader& h = cs.header;
   const uint64_t k = h.num_changes;
   T* const seg_data = reinterpret_cast<T*>(tensors[h.segments[0].tensor_index].data);
   T* const base = seg_data + h.segments[0].offset;
-  T* ob;
-  ChangeScratch<T>(k, &ob, nullptr);
-  const bool relative = IsRelative(h.value_mode);
+  constexpr bool kRelative = kOp != internal::kOpAbsolute;
+  T* ob = nullptr;
+  if constexpr (!kRelative) ChangeScratch<T>(k, &ob, nullptr);
   const bool avx2 = internal::CpuHasAvx2();
   internal::RangeHasher old_hash(avx2), new_hash(avx2);
   uint64_t done = 0;
-  const char* bad = WithOp(h.value_mode, [&](auto op) {
-    return StreamedPass<T, op.value>(cs, base, ob, relative ? &old_hash : nullptr, &new_hash,
-                                     &done);
-  });
-  if (bad != nullptr) {
-    RestoreStreamed(cs, base, ob, done);
+  if (const char* bad = StreamedPass<T, kOp>(cs, base, ob, kRelative ? &old_hash : nullptr,
+                                             &new_hash, &done)) {
+    RestoreStreamed<T, kOp>(cs, base, ob, done);
     return DataLossError("chunk " + std::to_string(h.chunk_id) + ": " + bad);
   }
-  if (relative && old_hash.Digest() != h.base_change_hash) {
-    RestoreStreamed(cs, base, ob, k);
+  if (kRelative && old_hash.Digest() != h.base_change_hash) {
+    RestoreStreamed<T, kOp>(cs, base, ob, k);
     return BaseMismatchError(h);
   }
   if (new_hash.Digest() != h.target_change_hash) {
-    RestoreStreamed(cs, base, ob, k);
+    RestoreStreamed<T, kOp>(cs, base, ob, k);
     return TargetMismatchError(h);
   }
   T* const seg_ptrs[1] = {seg_data};
   if (verify_ranges && !RangeHashMatches(h, seg_ptrs)) {
-    RestoreStreamed(cs, base, ob, k);
+    RestoreStreamed<T, kOp>(cs, base, ob, k);
     return RangeHashError(h);
   }
   return Status::OK();
@@ -354,7 +366,9 @@ Status BufferApplier::ApplyRecord(const uint8_t* data, size_t size, uint64_t* nu
   }
   DCR_RETURN_IF_ERROR(CheckSegments(h, tensors_));
   DCR_RETURN_IF_ERROR(WithWidth(h.elem_width, [&](auto t) {
-    return ApplyStreamedTyped<decltype(t)>(cs, tensors_, verify_ranges_);
+    return WithOp(h.value_mode, [&](auto op) {
+      return ApplyStreamedOp<decltype(t), op.value>(cs, tensors_, verify_ranges_);
+    });
   }));
   AddVersionDelta(h.version_delta);
   return Status::OK();

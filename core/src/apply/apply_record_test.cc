@@ -166,11 +166,14 @@ std::vector<uint8_t> Varint(uint64_t v) {
 
 // Records that pass every checksum but are wrong inside are refused by both paths with the same
 // code, and the streamed path restores what it had already patched (the bad spot is placed past
-// its first batches).
-TEST(ApplyRecord, InconsistentRecordsAreRefusedAndRestored) {
+// its first batches): relative values by undoing them, absolute ones from the saved bits.
+class InconsistentRecords : public ::testing::TestWithParam<ValueMode> {};
+
+TEST_P(InconsistentRecords, AreRefusedAndRestored) {
+  const ValueMode mode = GetParam();
   std::mt19937_64 rng(5);
   const Pair p = MakePair(rng, 2, 60000, 0.1, false);  // ~6000 changes: gaps
-  const std::vector<uint8_t> good = Encode(p, ValueMode::kUlpDelta, false);
+  const std::vector<uint8_t> good = Encode(p, mode, false);
   const Parts parts = Split(good);
   ASSERT_EQ(parts.header.position_mode, PositionMode::kGaps);
   const uint64_t k = parts.header.num_changes;
@@ -223,6 +226,8 @@ TEST(ApplyRecord, InconsistentRecordsAreRefusedAndRestored) {
        "target range hash"},
   };
   for (const Forgery& fg : forgeries) {
+    // An absolute overwrite has no base to check.
+    if (mode == ValueMode::kAbsolute && std::string(fg.what) == "a wrong base-change hash") continue;
     SCOPED_TRACE(fg.what);
     Parts f = parts;
     fg.edit(&f);
@@ -239,6 +244,35 @@ TEST(ApplyRecord, InconsistentRecordsAreRefusedAndRestored) {
                             true, &out)
                   .ok());
   EXPECT_EQ(out, p.target);
+}
+
+INSTANTIATE_TEST_SUITE_P(ValueModes, InconsistentRecords,
+                         ::testing::Values(ValueMode::kXor, ValueMode::kUlpDelta,
+                                           ValueMode::kAbsolute));
+
+// The gap stream's varint count (bytes without the continuation bit) is checked before the
+// pass: flipping the continuation bit of any one byte, in the 32-byte blocks or the tail, makes the
+// count wrong and the record refused (the stream's size is not a multiple of 32).
+TEST(ApplyRecord, GapVarintCountIsCheckedAtEveryByte) {
+  std::mt19937_64 rng(13);
+  const Pair p = MakePair(rng, 2, 40000, 0.01, false);  // ~400 changes, some two-byte gaps
+  const Parts parts = Split(Encode(p, ValueMode::kXor, false));
+  ASSERT_EQ(parts.header.position_mode, PositionMode::kGaps);
+  const uint64_t size = parts.streams[0].size();
+  ASSERT_NE(size % 32, 0u) << size;
+  ASSERT_GT(parts.header.num_changes, 100u);
+  ASSERT_LT(parts.header.num_changes, size) << "no multi-byte gap";
+  for (uint64_t at = 0; at < size; ++at) {
+    Parts f = parts;
+    f.streams[0][at] ^= 0x80;
+    const std::vector<uint8_t> rec = internal::AssembleChunkRecord(f.header, f.streams, 1);
+    internal::ChunkStreams cs;
+    const Status st = internal::DecodeChunkStreams(rec.data(), rec.size(), &cs);
+    ASSERT_TRUE(st.IsDataLoss()) << "byte " << at << ": " << st;
+  }
+  internal::ChunkStreams cs;
+  const std::vector<uint8_t> rec = internal::AssembleChunkRecord(parts.header, parts.streams, 1);
+  EXPECT_TRUE(internal::DecodeChunkStreams(rec.data(), rec.size(), &cs).ok());
 }
 
 TEST(ApplyRecord, InconsistentBitmapsAreRefused) {

@@ -110,6 +110,15 @@ DCR_HOST_DEVICE inline uint64_t ApplyOp(uint8_t mode, int width, uint64_t old_bi
   }
 }
 
+// The bits before a relative change, from the bits after it and its value: each relative op is
+// a bijection of the element for a given value, so UndoOp(m, w, ApplyOp(m, w, o, v), v) == o
+// for every o and v. Absolute overwrites cannot be undone this way (kOpAbsolute: REQUIRES not).
+DCR_HOST_DEVICE inline uint64_t UndoOp(uint8_t mode, int width, uint64_t new_bits,
+                                       uint64_t value) {
+  if (mode == kOpXor) return XorApply(new_bits, value, width);
+  return Unord((Ord(new_bits, width) - UnZigZag(value, width)) & WidthMask(width), width);
+}
+
 // Element `i` of a little-endian array of `width`-byte elements, zero-extended (no alignment
 // requirement on the host; on the device the caller guarantees natural alignment).
 DCR_HOST_DEVICE inline uint64_t LoadElem(const uint8_t* data, int width, uint64_t i) {
