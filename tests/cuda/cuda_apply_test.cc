@@ -53,7 +53,10 @@ TEST(CudaTest, DeviceApplierMatchesHostForEveryWidthAndMode) {
   const char* dtypes[] = {"U8", "BF16", "F32", "F64"};
   Storage host_base(0);
   for (int i = 0; i < 4; ++i) {
-    auto p = host_base.Allocate("t" + std::to_string(i), dtypes[i], {257, 131});
+    // Appended, not "t" + to_string(i): that form trips a g++ 12 -Wrestrict false positive.
+    std::string name = "t";
+    name += std::to_string(i);
+    auto p = host_base.Allocate(name, dtypes[i], {257, 131});
     ASSERT_TRUE(p.ok());
     for (uint64_t b = 0; b < host_base.buffers()[i].nbytes; ++b) (*p)[b] = rng();
   }
