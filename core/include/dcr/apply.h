@@ -5,10 +5,12 @@
 // Applier over their own storage and placement maps (receiver side), CUDA over device memory.
 //
 // Chunk application is atomic per chunk: for relative payloads (XOR, ulp) the current bits at the
-// changed positions are checked against the chunk's base_change_hash *before* anything is written
-// (kFailedPrecondition and no write on mismatch, e.g. a delta for the wrong base or a chunk applied
-// twice). Absolute payloads are idempotent and always applicable: they are how interrupted or
-// doubtful chunks are repaired.
+// changed positions are checked against the chunk's base_change_hash (kFailedPrecondition on
+// mismatch, e.g. a delta for the wrong base or a chunk applied twice), and a refused chunk leaves
+// nothing written. The runtime appliers check before they write; BufferApplier checks after its
+// single pass over the storage and takes the chunk's changes back (XOR and ulp undone from their
+// values, absolute overwrites from saved bits). Absolute payloads are idempotent and always
+// applicable: they are how interrupted or doubtful chunks are repaired.
 //
 // Thread safety: ApplyChunk may be called concurrently for chunks covering disjoint elements
 // (chunks of one delta always are).
