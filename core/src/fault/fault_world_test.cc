@@ -63,9 +63,16 @@ TEST_P(EachKind, SurvivesAlone) {
   if (f.kind == FaultKind::kKillReceiverInsideChunk || f.kind == FaultKind::kKillRelay) {
     EXPECT_GE(r.overwrite_repairs, 1u) << "an interrupted chunk must be repaired by overwrite";
   }
-  if (f.kind == FaultKind::kCorruptChunk) EXPECT_GE(r.corrupt_detected, 1u);
-  if (f.kind == FaultKind::kStaleDelta) EXPECT_GE(r.payloads_refused, 1u);
-  if (f.kind == FaultKind::kRestartSender) EXPECT_TRUE(r.sender_rebuild_identical);
+  // Braced: gtest's EXPECT_* expand to an if/else of their own (-Wdangling-else).
+  if (f.kind == FaultKind::kCorruptChunk) {
+    EXPECT_GE(r.corrupt_detected, 1u);
+  }
+  if (f.kind == FaultKind::kStaleDelta) {
+    EXPECT_GE(r.payloads_refused, 1u);
+  }
+  if (f.kind == FaultKind::kRestartSender) {
+    EXPECT_TRUE(r.sender_rebuild_identical);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllKinds, EachKind, ::testing::Range(0, kNumFaultKinds),
