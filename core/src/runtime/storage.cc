@@ -10,8 +10,12 @@ namespace {
 // The allocator's initial content (like device memory fresh from the allocator): not a write of
 // the loader, so it is done with a plain loop that the compiler must not turn into a memset call
 // (which a recording load would see as a constant write over the whole buffer).
-__attribute__((optimize("no-tree-loop-distribute-patterns"))) void FillFresh(uint8_t* p, uint8_t v,
-                                                                             uint64_t n) {
+#if defined(__clang__)
+#define DCR_NO_MEMSET_IDIOM __attribute__((no_builtin("memset")))
+#else
+#define DCR_NO_MEMSET_IDIOM __attribute__((optimize("no-tree-loop-distribute-patterns")))
+#endif
+DCR_NO_MEMSET_IDIOM void FillFresh(uint8_t* p, uint8_t v, uint64_t n) {
   for (uint64_t i = 0; i < n; ++i) p[i] = v;
 }
 

@@ -162,10 +162,19 @@ class S3Request {
       : o_(o), method_(std::move(method)), key_(std::move(key)), query_(std::move(query)) {}
 
   std::string Url() const {
-    std::string url = o_.endpoint + "/" + UriEncode(o_.bucket, false);
-    if (!key_.empty()) url += "/" + UriEncode(key_, true);
-    std::string q = CanonicalQuery(query_);
-    if (!q.empty()) url += "?" + q;
+    // Appended piecewise: "/" + a temporary string trips a g++ 12 -Wrestrict false positive.
+    std::string url = o_.endpoint;
+    url += '/';
+    url += UriEncode(o_.bucket, false);
+    if (!key_.empty()) {
+      url += '/';
+      url += UriEncode(key_, true);
+    }
+    const std::string q = CanonicalQuery(query_);
+    if (!q.empty()) {
+      url += '?';
+      url += q;
+    }
     return url;
   }
 
