@@ -307,20 +307,23 @@ TEST(ApplyRecord, InconsistentBitmapsAreRefused) {
 }
 
 // Storage that differs from the chunk's base at a changed element: refused (the base-change hash
-// is checked after the pass) and restored.
+// is checked after the pass) and restored, every change undone from its value, at every width.
 TEST(ApplyRecord, WrongBaseIsRefusedAndRestored) {
-  std::mt19937_64 rng(11);
-  const Pair p = MakePair(rng, 4, 50000, 0.03, false);
-  for (ValueMode mode : {ValueMode::kXor, ValueMode::kUlpDelta}) {
-    const std::vector<uint8_t> rec = Encode(p, mode, false);
-    std::vector<uint8_t> start = p.base;
-    uint64_t e = 40000;
-    while (Bits(p.base, 4, e) == Bits(p.target, 4, e)) ++e;
-    start[4 * e + 1] ^= 0x20;
-    std::vector<uint8_t> out;
-    const Status st = ApplyBothWays(rec, start, 4, false, &out);
-    EXPECT_TRUE(st.IsFailedPrecondition()) << st;
-    EXPECT_EQ(out, start);
+  for (int w : {1, 2, 4, 8}) {
+    std::mt19937_64 rng(11 + w);
+    const Pair p = MakePair(rng, w, 50000, 0.03, false);
+    for (ValueMode mode : {ValueMode::kXor, ValueMode::kUlpDelta}) {
+      SCOPED_TRACE("width " + std::to_string(w) + " mode " + std::to_string(int(mode)));
+      const std::vector<uint8_t> rec = Encode(p, mode, false);
+      std::vector<uint8_t> start = p.base;
+      uint64_t e = 40000;
+      while (Bits(p.base, w, e) == Bits(p.target, w, e)) ++e;
+      start[w * e + (w - 1) / 2] ^= 0x20;
+      std::vector<uint8_t> out;
+      const Status st = ApplyBothWays(rec, start, w, false, &out);
+      EXPECT_TRUE(st.IsFailedPrecondition()) << st;
+      EXPECT_EQ(out, start);
+    }
   }
 }
 
