@@ -23,6 +23,7 @@
 #ifndef DCR_CORE_INCLUDE_DCR_DELTA_H_
 #define DCR_CORE_INCLUDE_DCR_DELTA_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -236,9 +237,61 @@ struct DeltaStats {
 
 // Builds the delta from `base` to `target` (base may be null only with options.full).
 // Errors: kFailedPrecondition if the inventories differ (names, dtypes, shapes) and !full;
-// sink errors are returned as is.
+// sink errors are returned as is. The sink receives the blobs in the order of
+// ProductionOrder::ForBuild (below); the grid is BuildGrid(Inventory::FromCheckpoint(target)).
 StatusOr<DeltaStats> BuildDelta(const Checkpoint* base, const Checkpoint& target,
                                 const DeltaOptions& options, DeltaSink* sink);
+
+// ---- production order ----
+
+// Grid cells per worker thread in one of BuildDelta's build windows.
+inline constexpr uint64_t kBuildWindowCellsPerThread = 4;
+
+// Cells in one of BuildDelta's build windows with `threads` worker threads (values below 1 count
+// as 1): threads x kBuildWindowCellsPerThread.
+uint64_t BuildWindowCells(int threads);
+
+// The order in which BuildDelta produces a delta's blobs: a pure function of the number of grid
+// cells and the worker thread count, never of the data or of timing. Blob 0 is the header, blob
+// 1 + c is grid cell c, blob units() + 1 is the trailer.
+//
+// BuildDelta hands the header to its sink before it scans anything. It then scans and encodes the
+// cells window by window (window() consecutive cells, all threads on one window) and, once a whole
+// window is encoded, hands that window's chunks to the sink in cell order (a cell without a record
+// is skipped); then the trailer. Blobs thus become available in groups: {header}, each window,
+// {trailer}. The bytes of the delta do not depend on the windows.
+//
+// A simulator that merges grid cells into coarser chunks describes the same production with
+// ForMergedCells, one unit per merged chunk.
+//
+// Thread safety: immutable; safe to share.
+class ProductionOrder {
+ public:
+  // `units` units produced in windows of `window` units (0 counts as 1).
+  ProductionOrder(uint64_t units, uint64_t window);
+  // BuildDelta's order for a grid of `cells` cells built with `threads` worker threads (resolved:
+  // DeltaOptions::threads with 0 replaced by the hardware concurrency).
+  static ProductionOrder ForBuild(uint64_t cells, int threads);
+  // The order of `chunks` chunks that each stand for `cells_per_chunk` grid cells (> 0; may be
+  // fractional), built with `threads` worker threads: windows of
+  // ceil(BuildWindowCells(threads) / cells_per_chunk) chunks, at least one.
+  static ProductionOrder ForMergedCells(uint64_t chunks, double cells_per_chunk, int threads);
+
+  uint64_t units() const { return units_; }
+  uint64_t window() const { return window_; }
+  uint64_t num_windows() const { return (units_ + window_ - 1) / window_; }
+  // Window w holds units [WindowBegin(w), WindowEnd(w)). REQUIRES: w < num_windows().
+  uint64_t WindowBegin(uint64_t w) const { return w * window_; }
+  uint64_t WindowEnd(uint64_t w) const { return std::min(units_, (w + 1) * window_); }
+  // First and last blob (inclusive) of the group produced together with blob `blob`: the header
+  // and the trailer are groups of their own. REQUIRES: blob <= units() + 1.
+  uint64_t GroupFirst(uint64_t blob) const;
+  uint64_t GroupLast(uint64_t blob) const;
+
+ private:
+  uint64_t units_;
+  uint64_t window_;
+};
 
 // ---- parsing ----
 

@@ -186,6 +186,121 @@ TEST(Delta, DeterministicAcrossThreads) {
   }
 }
 
+TEST(ProductionOrder, WindowsAndGroups) {
+  const ProductionOrder o = ProductionOrder::ForBuild(10, 2);
+  EXPECT_EQ(o.window(), 2 * kBuildWindowCellsPerThread);
+  ASSERT_EQ(o.num_windows(), 2u);
+  EXPECT_EQ(o.WindowBegin(0), 0u);
+  EXPECT_EQ(o.WindowEnd(0), 8u);
+  EXPECT_EQ(o.WindowBegin(1), 8u);
+  EXPECT_EQ(o.WindowEnd(1), 10u);
+  // Blobs: 0 header, 1..10 cells, 11 trailer.
+  EXPECT_EQ(o.GroupFirst(0), 0u);
+  EXPECT_EQ(o.GroupLast(0), 0u);
+  for (uint64_t b = 1; b <= 8; ++b) {
+    EXPECT_EQ(o.GroupFirst(b), 1u) << b;
+    EXPECT_EQ(o.GroupLast(b), 8u) << b;
+  }
+  EXPECT_EQ(o.GroupFirst(9), 9u);
+  EXPECT_EQ(o.GroupLast(10), 10u);
+  EXPECT_EQ(o.GroupFirst(11), 11u);
+  EXPECT_EQ(o.GroupLast(11), 11u);
+  EXPECT_EQ(ProductionOrder(5, 0).window(), 1u);
+  EXPECT_EQ(ProductionOrder(0, 4).num_windows(), 0u);
+  // Merged chunks: as many chunks per window as hold one real window of cells, at least one.
+  EXPECT_EQ(ProductionOrder::ForMergedCells(5, 3.0, 2).window(), 3u);   // ceil(8 / 3)
+  EXPECT_EQ(ProductionOrder::ForMergedCells(5, 2.0, 2).window(), 4u);   // 8 / 2 exactly
+  EXPECT_EQ(ProductionOrder::ForMergedCells(5, 16.0, 2).window(), 1u);  // a chunk > a window
+  EXPECT_EQ(ProductionOrder::ForMergedCells(5, 1.0, 3).window(), BuildWindowCells(3));
+}
+
+// BuildDelta hands blobs to its sink in ProductionOrder::ForBuild order, and scans each window
+// only after the previous window's chunks went to the sink. The sink shows when each cell was
+// scanned: on every chunk it receives it changes one more element in each later cell of the
+// target, so a cell's record counts 1 + the chunks emitted before the cell was scanned, which is
+// 1 + the first cell of its window. The delta bytes of the unchanged target do not depend on the
+// thread count.
+TEST(Delta, BuildDeltaEmitsInProductionOrder) {
+  constexpr uint64_t kCells = 40, kCellElems = 64;
+  std::mt19937_64 rng(31);
+  OwnedTensor b{"w", "BF16", {static_cast<int64_t>(kCells), static_cast<int64_t>(kCellElems)}, {}};
+  b.bytes.resize(kCells * kCellElems * 2);
+  for (auto& x : b.bytes) x = static_cast<uint8_t>(rng());
+  OwnedTensor t = b;
+  for (uint64_t c = 0; c < kCells; ++c) t.bytes[c * kCellElems * 2] ^= 1;  // one change per cell
+  auto base = Checkpoint::FromBytes(SafetensorsImage(Views({b}), {}));
+  ASSERT_TRUE(base.ok()) << base.status();
+
+  struct RecordingSink : DeltaSink {
+    std::vector<int64_t> calls;                 // -1 header, chunk ids, -2 trailer
+    std::map<uint64_t, uint64_t> num_changes;   // per chunk id
+    uint8_t* target = nullptr;                  // when set: mark later cells on each chunk
+    DeltaMemorySink bytes;
+    Status OnHeader(const std::vector<uint8_t>& h) override {
+      calls.push_back(-1);
+      return bytes.OnHeader(h);
+    }
+    Status OnChunk(const ChunkHeader& h, const std::vector<uint8_t>& c) override {
+      const uint64_t emitted = num_changes.size();
+      calls.push_back(static_cast<int64_t>(h.chunk_id));
+      num_changes[h.chunk_id] = h.num_changes;
+      if (target != nullptr) {
+        for (uint64_t d = h.chunk_id + 1; d < kCells; ++d) {
+          target[(d * kCellElems + 1 + emitted) * 2] ^= 1;
+        }
+      }
+      return bytes.OnChunk(h, c);
+    }
+    Status OnTrailer(const std::vector<uint8_t>& tr) override {
+      calls.push_back(-2);
+      return bytes.OnTrailer(tr);
+    }
+  };
+
+  std::vector<uint8_t> first;
+  for (bool entropy : {false, true}) {  // the one-pass scan encoder and the listed-changes path
+    for (int threads : {1, 2, 3, 8}) {
+      SCOPED_TRACE("threads=" + std::to_string(threads) + " entropy=" + std::to_string(entropy));
+      DeltaOptions opt;
+      opt.chunk_elems = kCellElems;
+      opt.small_tensor_elems = 1;
+      opt.threads = threads;
+      opt.collect_entropy = entropy;
+      const ProductionOrder order = ProductionOrder::ForBuild(kCells, threads);
+      std::vector<int64_t> expected = {-1};
+      const Inventory inv = Inventory::FromCheckpoint(**base);
+      const std::vector<GridCell> grid = BuildGrid(inv, opt);
+      ASSERT_EQ(grid.size(), kCells);
+      for (uint64_t w = 0; w < order.num_windows(); ++w) {
+        for (uint64_t c = order.WindowBegin(w); c < order.WindowEnd(w); ++c) {
+          expected.push_back(static_cast<int64_t>(grid[c].chunk_id));
+        }
+      }
+      expected.push_back(-2);
+
+      auto target = Checkpoint::FromBytes(SafetensorsImage(Views({t}), {}));
+      ASSERT_TRUE(target.ok()) << target.status();
+      RecordingSink plain;
+      ASSERT_TRUE(BuildDelta(base->get(), **target, opt, &plain).ok());
+      EXPECT_EQ(plain.calls, expected);
+      if (!entropy) {
+        if (first.empty()) first = plain.bytes.bytes();
+        EXPECT_EQ(plain.bytes.bytes(), first);
+      }
+
+      // The Checkpoint owns its image as a (non-const) vector: writing through data() is defined.
+      RecordingSink marking;
+      marking.target = const_cast<uint8_t*>((*target)->data((*target)->tensors()[0]));
+      ASSERT_TRUE(BuildDelta(base->get(), **target, opt, &marking).ok());
+      EXPECT_EQ(marking.calls, expected);
+      for (uint64_t c = 0; c < kCells; ++c) {
+        const uint64_t window_begin = order.WindowBegin(c / order.window());
+        EXPECT_EQ(marking.num_changes[grid[c].chunk_id], 1 + window_begin) << "cell " << c;
+      }
+    }
+  }
+}
+
 // A chunk's bytes must not depend on what the encoding thread did before (its scratch buffers).
 // Regression: a chunk with no changes, encoded first on a fresh thread, lost its position stream.
 TEST(Delta, ChunkBytesDoNotDependOnTheThreadsHistory) {
