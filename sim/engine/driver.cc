@@ -17,6 +17,7 @@
 #include <simgrid/s4u.hpp>
 #include <xbt/log.h>
 
+#include "dcr/delta.h"
 #include "dcr/status_macros.h"
 
 namespace sg4 = simgrid::s4u;
@@ -321,19 +322,14 @@ class NodeActor {
 
   bool Producer() const { return id_ == 0; }
 
-  // First and last blob index of the builder window holding blob i (header and trailer are
-  // windows of their own). The real builder (BuildDelta) encodes a window of cells with all its
-  // threads and emits them together, then starts the next window.
-  size_t WindowFirst(size_t i) const {
-    const size_t k = spec().blobs.size() - 2, w = std::max(1, spec().build_window);
-    if (i == 0 || i > k) return i;
-    return 1 + ((i - 1) / w) * w;
+  // The order in which the builder produces the blobs (header, windows of chunks, trailer), as
+  // BuildDelta does (dcr/delta.h ProductionOrder).
+  ProductionOrder Order() const {
+    return ProductionOrder(spec().blobs.size() - 2, static_cast<uint64_t>(spec().build_window));
   }
-  size_t WindowLast(size_t i) const {
-    const size_t k = spec().blobs.size() - 2, w = std::max(1, spec().build_window);
-    if (i == 0 || i > k) return i;
-    return std::min(k, ((i - 1) / w + 1) * w);
-  }
+  // First and last blob index of the production group holding blob i.
+  size_t WindowFirst(size_t i) const { return Order().GroupFirst(i); }
+  size_t WindowLast(size_t i) const { return Order().GroupLast(i); }
 
   void LaunchBuilds() {
     const auto& blobs = spec().blobs;

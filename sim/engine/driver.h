@@ -15,8 +15,9 @@
 //   SetTimer    -> an exec job on the clock host that ends at the due time (one per node; a new
 //                  SetTimer replaces it); now -> Engine::get_clock().
 // The sender (or uploader) also builds the blobs: chunk builds are exec jobs, up to
-// `build_parallel` at a time, in windows of `build_window` chunks like BuildDelta (a window is
-// built, then emitted at once, then the next one starts); BlobProduced in blob order.
+// `build_parallel` at a time, in BuildDelta's production order (dcr/delta.h ProductionOrder over
+// windows of `build_window` chunks: a window is built, then emitted at once, then the next one
+// starts); BlobProduced in blob order.
 //
 // Rate caps: SimGrid's own TCP-gamma cap is disabled (TCP-gamma = 0) and every Comm gets an
 // explicit rate = the cap of one real TCP stream, min(window, tcp_gamma) / RTT of its route, shared
@@ -54,7 +55,7 @@ struct RunSpec {
   RelayOptions relay;               // simulated piece/window sizes (already coarsened)
   std::vector<SimBlob> blobs;       // header, chunks, trailer in id order
   int build_parallel = 1;           // concurrent build jobs on the sender
-  int build_window = 1;             // chunks the builder encodes and emits together (>= 1)
+  int build_window = 1;             // ProductionOrder window, in chunks (>= 1)
   double tcp_gamma = 4194304;       // bytes: one TCP stream's window cap
   double real_window = 8 << 20;     // bytes in flight per stream of the real transport
   int pieces_in_flight = 8;         // window / piece of the simulated transport (>= 1)

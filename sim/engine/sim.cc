@@ -11,6 +11,7 @@
 #include <set>
 
 #include "calibration.h"
+#include "dcr/delta.h"
 #include "dcr/model.h"
 #include "dcr/status_macros.h"
 #include "driver.h"
@@ -142,8 +143,9 @@ Sizing SizeRun(const Scenario& s, const Extra& extra, double payload, double hea
   const int cores_per_chunk =
       std::max(1, static_cast<int>(std::min<double>(std::floor(cells), build_cores)));
   z.build_parallel = std::max(1, build_cores / cores_per_chunk);
-  // BuildDelta scans and encodes a window of threads x 4 cells, emits it, then the next window.
-  z.build_window = std::max(1, static_cast<int>(std::ceil(4.0 * build_threads / cells - 1e-9)));
+  // BuildDelta's build windows (dcr/delta.h ProductionOrder), counted in merged chunks.
+  z.build_window =
+      static_cast<int>(ProductionOrder::ForMergedCells(k, cells, build_threads).window());
   uint64_t id = 0;
   internal::SimBlob h;
   h.info = BlobInfo{id++, BlobKind::kHeader, static_cast<uint64_t>(std::llround(header))};
