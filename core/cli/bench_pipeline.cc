@@ -110,24 +110,41 @@ StatusOr<std::unique_ptr<Checkpoint>> OpenResident(const std::string& path) {
   return c;
 }
 
-}  // namespace
+// The median by wall time of some timed runs (REQUIRES: at least one).
+Timing MedianByWall(std::vector<Timing> t) {
+  std::sort(t.begin(), t.end(), [](const Timing& a, const Timing& b) { return a.wall < b.wall; });
+  return t[t.size() / 2];
+}
 
-StatusOr<std::string> RunPipelineBench(const PipelineBenchConfig& cfg,
-                                       const std::function<void(const std::string&)>& log) {
-  DCR_ASSIGN_OR_RETURN(Scenario s, LoadScenario(cfg.scenario_path));
-  UseDataPlaneAllocator();  // as the node processes it times
-  std::string work_dir = s.model.work_dir;
-  if (work_dir.empty()) {
+// What one bench run works on: the scenario, where its checkpoints live, the builder's threads.
+struct BenchSetup {
+  Scenario scenario;
+  std::string work_dir;
+  int threads = 1;
+  int reps = 1;
+  int cores = 1;
+};
+
+StatusOr<BenchSetup> LoadBenchSetup(const PipelineBenchConfig& cfg) {
+  BenchSetup b;
+  DCR_ASSIGN_OR_RETURN(b.scenario, LoadScenario(cfg.scenario_path));
+  const Scenario& s = b.scenario;
+  b.work_dir = s.model.work_dir;
+  if (b.work_dir.empty()) {
     const char* tmp = std::getenv("TMPDIR");
-    work_dir = std::string(tmp && *tmp ? tmp : "/tmp") + "/dcr-run-" + s.name;
+    b.work_dir = std::string(tmp && *tmp ? tmp : "/tmp") + "/dcr-run-" + s.name;
   }
-  const int threads = s.delta.threads > 0
-                          ? s.delta.threads
-                          : static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
-  const int reps = std::max(1, cfg.reps);
+  b.cores = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+  b.threads = s.delta.threads > 0 ? s.delta.threads : b.cores;
+  b.reps = std::max(1, cfg.reps);
+  return b;
+}
+
+// The JSON's description of the run: what is timed and how, threads, machine load.
+nlohmann::json DescribeBench(const BenchSetup& b) {
   nlohmann::json out;
   out["bench"] = "pipeline";
-  out["scenario"] = s.name;
+  out["scenario"] = b.scenario.name;
   out["what"] =
       "whole sender and receiver paths of a real run on the scenario's checkpoints: build = "
       "BuildDelta (scan, hash, encode; base hash known and both checkpoints resident in memory, "
@@ -141,8 +158,8 @@ StatusOr<std::string> RunPipelineBench(const PipelineBenchConfig& cfg,
                   "available_cores = CPU s / wall s of one spinning thread per core, "
                   "mean of a probe before and after the timings (the cores this machine gives a "
                   "parallel job now)";
-  out["threads"] = threads;
-  out["reps"] = reps;
+  out["threads"] = b.threads;
+  out["reps"] = b.reps;
   out["cores"] = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   double load = 0;
   if (FILE* f = std::fopen("/proc/loadavg", "r")) {
@@ -150,160 +167,198 @@ StatusOr<std::string> RunPipelineBench(const PipelineBenchConfig& cfg,
     std::fclose(f);
   }
   out["load_average"] = load;
+  return out;
+}
+
+// Feeds a built delta through a receiver: Begin, ApplyChunk per chunk, Finish.
+Status ReplayDelta(const BlobSink& blobs, ReceiverBackend* rx) {
+  DCR_RETURN_IF_ERROR(rx->Begin(blobs.header.data(), blobs.header.size()));
+  for (const auto& c : blobs.chunks) DCR_RETURN_IF_ERROR(rx->ApplyChunk(c.data(), c.size()));
+  return rx->Finish(blobs.trailer.data(), blobs.trailer.size());
+}
+
+// The build alone, like the real sender: both checkpoints held resident and the base hashed
+// before the header (untimed: the refit clock starts at the header). Leaves the delta in
+// `blobs` and the target's dense bytes in `dense`.
+StatusOr<Timing> TimeBuild(const BenchSetup& b, const std::vector<std::string>& ckpts,
+                           const DeltaOptions& o, BlobSink* blobs, double* dense) {
+  std::vector<Timing> builds;
+  for (int rep = 0; rep < b.reps; ++rep) {
+    DCR_ASSIGN_OR_RETURN(auto base, OpenResident(ckpts[0]));
+    DCR_ASSIGN_OR_RETURN(auto target, OpenResident(ckpts[1]));
+    *dense = static_cast<double>(target->total_tensor_bytes());
+    base->ContentHash(b.threads);
+    *blobs = BlobSink();
+    double w0 = WallNow(), c0 = CpuNow();
+    DCR_RETURN_IF_ERROR(BuildDelta(base.get(), *target, o, blobs).status());
+    builds.push_back({WallNow() - w0, CpuNow() - c0});
+  }
+  return MedianByWall(std::move(builds));
+}
+
+// One delta receiver alone. The real receiver loads its base before the stream starts: untimed
+// here too.
+StatusOr<Timing> TimeApply(const BenchSetup& b, const std::string& base_path,
+                           const BlobSink& blobs) {
+  std::vector<Timing> applies;
+  for (int rep = 0; rep < b.reps; ++rep) {
+    DCR_ASSIGN_OR_RETURN(auto rx, MakeDeltaReceiver(base_path));
+    double w0 = WallNow(), c0 = CpuNow();
+    DCR_RETURN_IF_ERROR(ReplayDelta(blobs, rx.get()));
+    applies.push_back({WallNow() - w0, CpuNow() - c0});
+  }
+  return MedianByWall(std::move(applies));
+}
+
+// CPU seconds of the one-machine mix: the builder's, and each receiver's (their mean).
+struct MixTiming {
+  double build_cpu = 0, apply_cpu = 0;
+};
+
+// One run of the mix: the builder and `receivers` delta receivers at once.
+StatusOr<MixTiming> RunMixOnce(const BenchSetup& b, const std::vector<std::string>& ckpts,
+                               const DeltaOptions& o, const BlobSink& blobs, int receivers) {
+  std::vector<std::unique_ptr<ReceiverBackend>> rxs;
+  for (int i = 0; i < receivers; ++i) {
+    DCR_ASSIGN_OR_RETURN(auto rx, MakeDeltaReceiver(ckpts[0]));
+    rxs.push_back(std::move(rx));
+  }
+  DCR_ASSIGN_OR_RETURN(auto base, OpenResident(ckpts[0]));
+  DCR_ASSIGN_OR_RETURN(auto target, OpenResident(ckpts[1]));
+  base->ContentHash(b.threads);
+  std::vector<double> rx_cpu(receivers, 0);
+  std::vector<Status> rx_status(receivers);
+  const double c0 = CpuNow();
+  std::vector<std::thread> pool;
+  for (int i = 0; i < receivers; ++i) {
+    pool.emplace_back([&, i] {
+      double t0 = ThreadCpuNow();
+      rx_status[i] = ReplayDelta(blobs, rxs[i].get());
+      rx_cpu[i] = ThreadCpuNow() - t0;
+    });
+  }
+  BlobSink mix_blobs;
+  Status bs = BuildDelta(base.get(), *target, o, &mix_blobs).status();
+  for (auto& t : pool) t.join();
+  const double total = CpuNow() - c0;
+  DCR_RETURN_IF_ERROR(bs);
+  for (const Status& st : rx_status) DCR_RETURN_IF_ERROR(st);
+  MixTiming m;
+  for (double c : rx_cpu) m.apply_cpu += c / receivers;
+  m.build_cpu = std::max(1e-9, total - m.apply_cpu * receivers);
+  return m;
+}
+
+// The one-machine mix of a real run: the builder and every receiver at once, so the CPU seconds
+// per byte include what they do to each other's caches and memory bandwidth (time sharing of the
+// cores is the simulator's business: it shares a CPU among them). The median mix by total CPU.
+StatusOr<MixTiming> TimeMix(const BenchSetup& b, const std::vector<std::string>& ckpts,
+                            const DeltaOptions& o, const BlobSink& blobs, int receivers) {
+  std::vector<MixTiming> mixes;
+  for (int rep = 0; rep < b.reps; ++rep) {
+    DCR_ASSIGN_OR_RETURN(MixTiming m, RunMixOnce(b, ckpts, o, blobs, receivers));
+    mixes.push_back(m);
+  }
+  std::sort(mixes.begin(), mixes.end(), [&](const MixTiming& x, const MixTiming& y) {
+    return x.build_cpu + receivers * x.apply_cpu < y.build_cpu + receivers * y.apply_cpu;
+  });
+  return mixes[mixes.size() / 2];
+}
+
+// The full-checkpoint receiver: the file image rebuilt from the reference stream's slices.
+StatusOr<Timing> TimeFullReceiver(const BenchSetup& b, const std::string& target_path) {
+  std::vector<std::pair<BlobKind, std::vector<uint8_t>>> full;
+  DCR_RETURN_IF_ERROR(FullStreamBlobs(target_path, b.scenario.delta.chunk_elems * 2,
+                                      [&](BlobKind k, std::vector<uint8_t> blob) -> Status {
+                                        full.emplace_back(k, std::move(blob));
+                                        return Status();
+                                      }));
+  return Measure(b.reps, [&]() -> Status {
+    auto rx = MakeFullReceiver();
+    for (const auto& [k, blob] : full) {
+      if (k == BlobKind::kHeader) {
+        DCR_RETURN_IF_ERROR(rx->Begin(blob.data(), blob.size()));
+      } else if (k == BlobKind::kChunk) {
+        DCR_RETURN_IF_ERROR(rx->ApplyChunk(blob.data(), blob.size()));
+      } else {
+        DCR_RETURN_IF_ERROR(rx->Finish(blob.data(), blob.size()));
+      }
+    }
+    return Status();
+  });
+}
+
+// The JSON entry of one change rate.
+nlohmann::json RateResult(double rate, double dense, const BlobSink& blobs, const Timing& build,
+                          const Timing& apply, int receivers, const MixTiming& mix, int threads) {
+  nlohmann::json r;
+  r["change_rate"] = rate;
+  r["dense_bytes"] = dense;
+  double payload = static_cast<double>(blobs.header.size() + blobs.trailer.size());
+  for (const auto& c : blobs.chunks) payload += static_cast<double>(c.size());
+  r["payload_bytes"] = payload;
+  r["chunks"] = blobs.chunks.size();
+  r["build_wall_s"] = build.wall;
+  r["build_cpu_s"] = build.cpu;
+  r["apply_wall_s"] = apply.wall;
+  r["apply_cpu_s"] = apply.cpu;
+  r["mix_receivers"] = receivers;
+  r["mix_build_cpu_s"] = mix.build_cpu;
+  r["mix_apply_cpu_s"] = mix.apply_cpu;
+  r["solo_encode_bytes_per_s"] = dense / std::max(build.cpu, 1e-9);
+  r["solo_decode_apply_bytes_per_s"] = dense / std::max(apply.cpu, 1e-9);
+  // Per core, from CPU seconds in the one-machine mix (the simulator's shared-CPU model).
+  r["encode_bytes_per_s"] = dense / std::max(mix.build_cpu, 1e-9);
+  r["encode_wall_bytes_per_s"] = dense / std::max(build.wall, 1e-9) / threads;
+  r["decode_apply_bytes_per_s"] = dense / std::max(mix.apply_cpu, 1e-9);
+  r["decode_apply_wall_bytes_per_s"] = dense / std::max(apply.wall, 1e-9);
+  return r;
+}
+
+}  // namespace
+
+StatusOr<std::string> RunPipelineBench(const PipelineBenchConfig& cfg,
+                                       const std::function<void(const std::string&)>& log) {
+  DCR_ASSIGN_OR_RETURN(const BenchSetup b, LoadBenchSetup(cfg));
+  const Scenario& s = b.scenario;
+  UseDataPlaneAllocator();  // as the node processes it times
+  nlohmann::json out = DescribeBench(b);
   nlohmann::json rates = nlohmann::json::array();
-  double full_wall = 0, full_cpu = 0;
+  bool full_timed = false;
   std::vector<double> available;  // probes: cores a fully parallel job gets (CPU s / wall s)
-  const int cores = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
-  available.push_back(ProbeAvailableCores(cores, 0.3));
+  available.push_back(ProbeAvailableCores(b.cores, 0.3));
   for (double rate : s.change_rates) {
-    DCR_ASSIGN_OR_RETURN(auto ckpts, PrepareCheckpoints(s, rate, work_dir));
+    DCR_ASSIGN_OR_RETURN(auto ckpts, PrepareCheckpoints(s, rate, b.work_dir));
     DeltaOptions o;
     o.chunk_elems = s.delta.chunk_elems;
     o.zstd_level = s.delta.zstd_level;
-    o.threads = threads;
+    o.threads = b.threads;
     BlobSink blobs;
     double dense = 0;
-    // Like the real sender: both checkpoints held resident and the base hashed before the
-    // header (untimed: the refit clock starts at the header), then the build.
-    std::vector<Timing> builds;
-    for (int rep = 0; rep < reps; ++rep) {
-      DCR_ASSIGN_OR_RETURN(auto base, OpenResident(ckpts[0]));
-      DCR_ASSIGN_OR_RETURN(auto target, OpenResident(ckpts[1]));
-      dense = static_cast<double>(target->total_tensor_bytes());
-      base->ContentHash(threads);
-      blobs = BlobSink();
-      double w0 = WallNow(), c0 = CpuNow();
-      DCR_RETURN_IF_ERROR(BuildDelta(base.get(), *target, o, &blobs).status());
-      builds.push_back({WallNow() - w0, CpuNow() - c0});
-    }
-    std::sort(builds.begin(), builds.end(),
-              [](const Timing& a, const Timing& b) { return a.wall < b.wall; });
-    const Timing build = builds[builds.size() / 2];
-    // The real receiver loads its base before the stream starts: untimed here too.
-    std::vector<Timing> applies;
-    for (int rep = 0; rep < reps; ++rep) {
-      DCR_ASSIGN_OR_RETURN(auto rx, MakeDeltaReceiver(ckpts[0]));
-      double w0 = WallNow(), c0 = CpuNow();
-      DCR_RETURN_IF_ERROR(rx->Begin(blobs.header.data(), blobs.header.size()));
-      for (const auto& c : blobs.chunks) DCR_RETURN_IF_ERROR(rx->ApplyChunk(c.data(), c.size()));
-      DCR_RETURN_IF_ERROR(rx->Finish(blobs.trailer.data(), blobs.trailer.size()));
-      applies.push_back({WallNow() - w0, CpuNow() - c0});
-    }
-    std::sort(applies.begin(), applies.end(),
-              [](const Timing& a, const Timing& b) { return a.wall < b.wall; });
-    const Timing apply = applies[applies.size() / 2];
-
-    // The one-machine mix of a real run: the builder and every receiver at once, so the CPU
-    // seconds per byte include what they do to each other's caches and memory bandwidth (time
-    // sharing of the cores is the simulator's business: it shares a CPU among them).
-    double mix_build_cpu = 0, mix_apply_cpu = 0;
+    DCR_ASSIGN_OR_RETURN(const Timing build, TimeBuild(b, ckpts, o, &blobs, &dense));
+    DCR_ASSIGN_OR_RETURN(const Timing apply, TimeApply(b, ckpts[0], blobs));
     const int receivers = std::max(1, s.receivers.count);
-    std::vector<std::pair<double, double>> mixes;  // (build CPU s, apply CPU s per receiver)
-    for (int rep = 0; rep < reps; ++rep) {
-      mix_build_cpu = 0;
-      mix_apply_cpu = 0;
-      std::vector<std::unique_ptr<ReceiverBackend>> rxs;
-      for (int i = 0; i < receivers; ++i) {
-        DCR_ASSIGN_OR_RETURN(auto rx, MakeDeltaReceiver(ckpts[0]));
-        rxs.push_back(std::move(rx));
-      }
-      DCR_ASSIGN_OR_RETURN(auto base, OpenResident(ckpts[0]));
-      DCR_ASSIGN_OR_RETURN(auto target, OpenResident(ckpts[1]));
-      base->ContentHash(threads);
-      std::vector<double> rx_cpu(receivers, 0);
-      std::vector<Status> rx_status(receivers);
-      const double c0 = CpuNow();
-      std::vector<std::thread> pool;
-      for (int i = 0; i < receivers; ++i) {
-        pool.emplace_back([&, i] {
-          double t0 = ThreadCpuNow();
-          Status st = rxs[i]->Begin(blobs.header.data(), blobs.header.size());
-          for (size_t c = 0; st.ok() && c < blobs.chunks.size(); ++c) {
-            st = rxs[i]->ApplyChunk(blobs.chunks[c].data(), blobs.chunks[c].size());
-          }
-          if (st.ok()) st = rxs[i]->Finish(blobs.trailer.data(), blobs.trailer.size());
-          rx_cpu[i] = ThreadCpuNow() - t0;
-          rx_status[i] = st;
-        });
-      }
-      BlobSink mix_blobs;
-      Status bs = BuildDelta(base.get(), *target, o, &mix_blobs).status();
-      for (auto& t : pool) t.join();
-      const double total = CpuNow() - c0;
-      DCR_RETURN_IF_ERROR(bs);
-      for (const Status& st : rx_status) DCR_RETURN_IF_ERROR(st);
-      for (double c : rx_cpu) mix_apply_cpu += c / receivers;
-      mix_build_cpu = std::max(1e-9, total - mix_apply_cpu * receivers);
-      mixes.emplace_back(mix_build_cpu, mix_apply_cpu);
-    }
-    std::sort(mixes.begin(), mixes.end(), [&](const auto& a, const auto& b) {
-      return a.first + receivers * a.second < b.first + receivers * b.second;
-    });
-    mix_build_cpu = mixes[mixes.size() / 2].first;  // the median mix by total CPU
-    mix_apply_cpu = mixes[mixes.size() / 2].second;
-    nlohmann::json r;
-    r["change_rate"] = rate;
-    r["dense_bytes"] = dense;
-    r["payload_bytes"] = [&] {
-      double b = static_cast<double>(blobs.header.size() + blobs.trailer.size());
-      for (const auto& c : blobs.chunks) b += static_cast<double>(c.size());
-      return b;
-    }();
-    r["chunks"] = blobs.chunks.size();
-    r["build_wall_s"] = build.wall;
-    r["build_cpu_s"] = build.cpu;
-    r["apply_wall_s"] = apply.wall;
-    r["apply_cpu_s"] = apply.cpu;
-    r["mix_receivers"] = receivers;
-    r["mix_build_cpu_s"] = mix_build_cpu;
-    r["mix_apply_cpu_s"] = mix_apply_cpu;
-    r["solo_encode_bytes_per_s"] = dense / std::max(build.cpu, 1e-9);
-    r["solo_decode_apply_bytes_per_s"] = dense / std::max(apply.cpu, 1e-9);
-    // Per core, from CPU seconds in the one-machine mix (the simulator's shared-CPU model).
-    r["encode_bytes_per_s"] = dense / std::max(mix_build_cpu, 1e-9);
-    r["encode_wall_bytes_per_s"] = dense / std::max(build.wall, 1e-9) / threads;
-    r["decode_apply_bytes_per_s"] = dense / std::max(mix_apply_cpu, 1e-9);
-    r["decode_apply_wall_bytes_per_s"] = dense / std::max(apply.wall, 1e-9);
-    rates.push_back(r);
+    DCR_ASSIGN_OR_RETURN(const MixTiming mix, TimeMix(b, ckpts, o, blobs, receivers));
+    rates.push_back(RateResult(rate, dense, blobs, build, apply, receivers, mix, b.threads));
     if (log) {
       char buf[256];
       std::snprintf(buf, sizeof(buf),
                     "rate %.3g: build %.3f s wall (%d threads, %.3f s CPU), apply %.3f s wall "
                     "(%.3f s CPU) for %.1f MB dense; with %d receivers at once: build %.3f s "
                     "CPU, apply %.3f s CPU each",
-                    rate, build.wall, threads, build.cpu, apply.wall, apply.cpu, dense / 1e6,
-                    receivers, mix_build_cpu, mix_apply_cpu);
+                    rate, build.wall, b.threads, build.cpu, apply.wall, apply.cpu, dense / 1e6,
+                    receivers, mix.build_cpu, mix.apply_cpu);
       log(buf);
     }
-    if (full_wall == 0) {
-      // The full-checkpoint receiver: the file image rebuilt from the reference stream's slices.
-      std::vector<std::pair<BlobKind, std::vector<uint8_t>>> full;
-      DCR_RETURN_IF_ERROR(FullStreamBlobs(ckpts[1], s.delta.chunk_elems * 2,
-                                          [&](BlobKind k, std::vector<uint8_t> b) -> Status {
-                                            full.emplace_back(k, std::move(b));
-                                            return Status();
-                                          }));
-      DCR_ASSIGN_OR_RETURN(Timing t, Measure(reps, [&]() -> Status {
-                             auto rx = MakeFullReceiver();
-                             for (const auto& [k, b] : full) {
-                               if (k == BlobKind::kHeader) {
-                                 DCR_RETURN_IF_ERROR(rx->Begin(b.data(), b.size()));
-                               } else if (k == BlobKind::kChunk) {
-                                 DCR_RETURN_IF_ERROR(rx->ApplyChunk(b.data(), b.size()));
-                               } else {
-                                 DCR_RETURN_IF_ERROR(rx->Finish(b.data(), b.size()));
-                               }
-                             }
-                             return Status();
-                           }));
-      full_wall = t.wall;
-      full_cpu = t.cpu;
-      out["memcpy_bytes_per_s"] = dense / std::max(full_cpu, 1e-9);
-      out["memcpy_wall_bytes_per_s"] = dense / std::max(full_wall, 1e-9);
+    if (!full_timed) {
+      DCR_ASSIGN_OR_RETURN(const Timing t, TimeFullReceiver(b, ckpts[1]));
+      out["memcpy_bytes_per_s"] = dense / std::max(t.cpu, 1e-9);
+      out["memcpy_wall_bytes_per_s"] = dense / std::max(t.wall, 1e-9);
+      full_timed = true;
     }
   }
   out["rates"] = rates;
-  available.push_back(ProbeAvailableCores(cores, 0.3));
+  available.push_back(ProbeAvailableCores(b.cores, 0.3));
   double avail = 0;
   for (double a : available) avail += a / available.size();
   out["available_cores"] = avail;
