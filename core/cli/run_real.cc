@@ -410,20 +410,16 @@ Status SpawnAndWait(const Scenario& s, const std::vector<NodePlan>& plans,
   return failure;
 }
 
-}  // namespace
+// Where a scenario's checkpoints and run folders go: model.work_dir, else
+// $TMPDIR/dcr-run-<name>.
+std::string WorkDir(const Scenario& s) {
+  if (!s.model.work_dir.empty()) return s.model.work_dir;
+  const char* tmp = std::getenv("TMPDIR");
+  return std::string(tmp && *tmp ? tmp : "/tmp") + "/dcr-run-" + s.name;
+}
 
-StatusOr<ScenarioResult> RunScenarioReal(const Scenario& s) {
-  if (s.network.emulation == WanEmulation::kNetns) {
-    return UnimplementedError(
-        "network.emulation: netns is set up by the netns test harness (tests/netns/); "
-        "`dcr run` emulates the long link in the transport layer (emulation: transport)");
-  }
-  std::string work_dir = s.model.work_dir;
-  if (work_dir.empty()) {
-    const char* tmp = std::getenv("TMPDIR");
-    work_dir = std::string(tmp && *tmp ? tmp : "/tmp") + "/dcr-run-" + s.name;
-  }
-  DCR_RETURN_IF_ERROR(MkdirP(work_dir));
+// The result's scenario, model and setup fields (host, emulation, what the CPU keys mean).
+ScenarioResult DescribeRealRun(const Scenario& s, const std::string& work_dir) {
   ScenarioResult out;
   out.scenario = s.name;
   out.mode = RunMode::kReal;
@@ -451,6 +447,148 @@ StatusOr<ScenarioResult> RunScenarioReal(const Scenario& s) {
       "refit window (first blob to last commit), sampled every 20 ms from /proc: the cores "
       "this shared machine left to the run; cpu_seconds.*: CPU seconds of the node processes "
       "over the same window (20 ms resolution)";
+  return out;
+}
+
+// Every node's result file, in plan order; a node without one gets a result carrying an error.
+std::vector<NodeResult> ReadNodeResults(const std::vector<NodePlan>& plans) {
+  std::vector<NodeResult> results;
+  for (const auto& p : plans) {
+    auto r = NodeResultFromJson(ReadText(p.result_path));
+    if (!r.ok()) {
+      NodeResult missing;
+      missing.rank = p.rank;
+      missing.error = "no result from node " + std::to_string(p.rank);
+      results.push_back(missing);
+    } else {
+      results.push_back(*r);
+    }
+  }
+  return results;
+}
+
+// What the receivers' results add up to.
+struct ReceiverTotals {
+  double last_commit = 0, last_byte = 0, apply = 0;
+  bool all_committed = true;
+};
+
+// Adds a ReceiverResult per receiver (results[1..]) to `rr` and sums their times.
+ReceiverTotals CollectReceivers(const std::vector<NodeResult>& results,
+                                const std::vector<NodePlan>& plans, TransportKind transport,
+                                RunResult* rr) {
+  const NodeResult& sender = results[0];
+  ReceiverTotals t;
+  for (size_t i = 1; i < results.size(); ++i) {
+    const NodeResult& r = results[i];
+    ReceiverResult rec;
+    rec.node = r.rank;
+    rec.host = transport == TransportKind::kRelayTree ? plans[i].addresses[i] : "";
+    rec.committed = r.t_commit > 0 && r.ok;
+    rec.verified = r.verified;
+    rec.verify_message = r.ok ? r.verify_message : r.error;
+    rec.commit_at_s = r.t_commit > 0 ? r.t_commit - sender.t_first_blob : 0;
+    rec.bytes_received = r.bytes_received;
+    rr->receiver_results.push_back(rec);
+    if (rec.verified) ++rr->receivers_verified;
+    t.all_committed &= rec.committed;
+    t.last_commit = std::max(t.last_commit, r.t_commit);
+    t.last_byte = std::max(t.last_byte, r.t_last_blob);
+    t.apply += r.apply_seconds;
+  }
+  return t;
+}
+
+// Records the cores left to one run and its CPU seconds (first blob to last commit) in the
+// setup, under keys naming the run.
+void RecordRunCpu(const std::vector<CpuPoint>& cpu, const RunResult& rr, double first_blob,
+                  double last_commit, ScenarioResult* out) {
+  const std::string key = std::string(MethodName(rr.method)) + "." +
+                          TransportKindName(rr.transport) + "." + RateTag(rr.change_rate) + "." +
+                          std::to_string(rr.step);
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.4f", AvailableCores(cpu, first_blob, last_commit));
+  out->setup["available_cores." + key] = buf;
+  std::snprintf(buf, sizeof(buf), "%.4f", RunCpuSeconds(cpu, first_blob, last_commit));
+  out->setup["cpu_seconds." + key] =
+      std::string(buf) + " (by node: " + RunCpuByRank(cpu, first_blob, last_commit) + ")";
+}
+
+// Fills the run's bytes, phases and per-link bytes from the node results.
+void FillRunTotals(const std::vector<NodeResult>& results, const ReceiverTotals& t,
+                   RunResult* rr) {
+  const NodeResult& sender = results[0];
+  rr->wire_bytes = sender.bytes_sent_long;
+  rr->payload_bytes = sender.payload_bytes;
+  rr->dense_bytes = sender.dense_bytes;
+  rr->phases.build_s = sender.t_last_blob - sender.t_first_blob;
+  rr->phases.transfer_s = t.last_byte > 0 ? t.last_byte - sender.t_first_blob : 0;
+  rr->phases.apply_s = results.size() > 1 ? t.apply / (results.size() - 1) : 0;
+  rr->phases.commit_s = rr->refit_seconds;
+  // The second link: relay-to-relay bytes in a tree, store downloads otherwise.
+  const bool tree = rr->transport == TransportKind::kRelayTree;
+  uint64_t second = 0;
+  for (size_t i = 1; i < results.size(); ++i) {
+    second += tree ? results[i].bytes_sent : results[i].bytes_received;
+  }
+  rr->links.push_back(LinkBytes{"long", sender.bytes_sent_long});
+  rr->links.push_back(LinkBytes{tree ? "local" : "store_get", second});
+}
+
+// One refit: base ckpts[step - 1] to target ckpts[step] by `method` over `transport`, its node
+// processes in run folder `run_index`. A failed run is recorded in the result's error.
+StatusOr<RunResult> RunOneRefit(const Scenario& s, const std::vector<std::string>& ckpts,
+                                Method method, TransportKind transport, double rate, int step,
+                                int run_index, const std::string& work_dir, ScenarioResult* out) {
+  const std::string label = std::string(MethodName(method)) + " / " +
+                            TransportKindName(transport) + " / " + RateTag(rate) + "% / step " +
+                            std::to_string(step);
+  const std::string run_dir = work_dir + "/run-" + std::to_string(run_index);
+  DCR_RETURN_IF_ERROR(MkdirP(run_dir));
+  char prefix[64];
+  std::snprintf(prefix, sizeof(prefix), "refit-%d-%ld/step-%d", run_index,
+                static_cast<long>(getpid()), step);
+  RunResult rr;
+  rr.method = method;
+  rr.transport = transport;
+  rr.change_rate = rate;
+  rr.step = step;
+  rr.receivers = s.receivers.count;
+  DCR_ASSIGN_OR_RETURN(std::vector<NodePlan> plans,
+                       MakePlans(s, method, transport, ckpts[step - 1], ckpts[step], run_dir,
+                                 work_dir, prefix));
+  std::vector<CpuPoint> cpu;
+  Status st = SpawnAndWait(s, plans, run_dir, label, &cpu);
+  if (!st.ok()) rr.error = st.ToString();
+  const std::vector<NodeResult> results = ReadNodeResults(plans);
+  const NodeResult& sender = results[0];
+  const ReceiverTotals t = CollectReceivers(results, plans, transport, &rr);
+  if (t.all_committed && sender.t_first_blob > 0) {
+    rr.refit_seconds = t.last_commit - sender.t_first_blob;
+    RecordRunCpu(cpu, rr, sender.t_first_blob, t.last_commit, out);
+  } else if (rr.error.empty()) {
+    rr.error = "not every receiver committed";
+  }
+  FillRunTotals(results, t, &rr);
+  if (s.progress) {
+    std::fprintf(stderr, "    refit %.3f s, %.2f MB over the long link, %d/%d verified%s%s\n",
+                 rr.refit_seconds, rr.wire_bytes / 1e6, rr.receivers_verified, rr.receivers,
+                 rr.error.empty() ? "" : ", error: ", rr.error.c_str());
+  }
+  return rr;
+}
+
+}  // namespace
+
+StatusOr<ScenarioResult> RunScenarioReal(const Scenario& s) {
+  if (s.network.emulation == WanEmulation::kNetns) {
+    return UnimplementedError(
+        "network.emulation: netns is set up by the netns test harness (tests/netns/); "
+        "`dcr run` emulates the long link in the transport layer (emulation: transport)");
+  }
+  const std::string work_dir = WorkDir(s);
+  DCR_RETURN_IF_ERROR(MkdirP(work_dir));
+  ScenarioResult out = DescribeRealRun(s, work_dir);
   int run_index = 0;
   for (double rate : s.change_rates) {
     DCR_ASSIGN_OR_RETURN(auto ckpts, PrepareCheckpoints(s, rate, work_dir));
@@ -461,104 +599,13 @@ StatusOr<ScenarioResult> RunScenarioReal(const Scenario& s) {
     if (s.faults.enabled) {  // fault-injection refits of the same checkpoints (run_faults.h)
       DCR_RETURN_IF_ERROR(RunScenarioFaults(s, rate, ckpts, work_dir, &out));
     }
+    if (s.faults.only) continue;
     for (TransportKind transport : s.transport.kinds) {
-      if (s.faults.only) break;
       for (Method method : s.methods) {
         for (int step = 1; step <= s.steps; ++step) {
-          ++run_index;
-          std::string label = std::string(MethodName(method)) + " / " + TransportKindName(transport) +
-                              " / " + RateTag(rate) + "% / step " + std::to_string(step);
-          std::string run_dir = work_dir + "/run-" + std::to_string(run_index);
-          DCR_RETURN_IF_ERROR(MkdirP(run_dir));
-          char prefix[64];
-          std::snprintf(prefix, sizeof(prefix), "refit-%d-%ld/step-%d", run_index,
-                        static_cast<long>(getpid()), step);
-          RunResult rr;
-          rr.method = method;
-          rr.transport = transport;
-          rr.change_rate = rate;
-          rr.step = step;
-          rr.receivers = s.receivers.count;
-          auto plans = MakePlans(s, method, transport, ckpts[step - 1], ckpts[step], run_dir,
-                                 work_dir, prefix);
-          if (!plans.ok()) return plans.status();
-          std::vector<CpuPoint> cpu;
-          Status st = SpawnAndWait(s, *plans, run_dir, label, &cpu);
-          if (!st.ok()) rr.error = st.ToString();
-          std::vector<NodeResult> results;
-          for (const auto& p : *plans) {
-            auto r = NodeResultFromJson(ReadText(p.result_path));
-            if (!r.ok()) {
-              NodeResult missing;
-              missing.rank = p.rank;
-              missing.error = "no result from node " + std::to_string(p.rank);
-              results.push_back(missing);
-            } else {
-              results.push_back(*r);
-            }
-          }
-          const NodeResult& sender = results[0];
-          double last_commit = 0, last_byte = 0, apply = 0;
-          bool all_committed = true;
-          for (size_t i = 1; i < results.size(); ++i) {
-            const NodeResult& r = results[i];
-            ReceiverResult rec;
-            rec.node = r.rank;
-            rec.host = transport == TransportKind::kRelayTree ? (*plans)[i].addresses[i] : "";
-            rec.committed = r.t_commit > 0 && r.ok;
-            rec.verified = r.verified;
-            rec.verify_message = r.ok ? r.verify_message : r.error;
-            rec.commit_at_s = r.t_commit > 0 ? r.t_commit - sender.t_first_blob : 0;
-            rec.bytes_received = r.bytes_received;
-            rr.receiver_results.push_back(rec);
-            if (rec.verified) ++rr.receivers_verified;
-            all_committed &= rec.committed;
-            last_commit = std::max(last_commit, r.t_commit);
-            last_byte = std::max(last_byte, r.t_last_blob);
-            apply += r.apply_seconds;
-          }
-          if (all_committed && sender.t_first_blob > 0) {
-            rr.refit_seconds = last_commit - sender.t_first_blob;
-            char buf[64];
-            std::snprintf(buf, sizeof(buf), "%.4f",
-                          AvailableCores(cpu, sender.t_first_blob, last_commit));
-            out.setup[std::string("available_cores.") + MethodName(method) + "." +
-                      TransportKindName(transport) + "." + RateTag(rate) + "." +
-                      std::to_string(step)] = buf;
-            std::snprintf(buf, sizeof(buf), "%.4f",
-                          RunCpuSeconds(cpu, sender.t_first_blob, last_commit));
-            out.setup[std::string("cpu_seconds.") + MethodName(method) + "." +
-                      TransportKindName(transport) + "." + RateTag(rate) + "." +
-                      std::to_string(step)] =
-                std::string(buf) + " (by node: " +
-                RunCpuByRank(cpu, sender.t_first_blob, last_commit) + ")";
-          } else if (rr.error.empty()) {
-            rr.error = "not every receiver committed";
-          }
-          rr.wire_bytes = sender.bytes_sent_long;
-          rr.payload_bytes = sender.payload_bytes;
-          rr.dense_bytes = sender.dense_bytes;
-          rr.phases.build_s = sender.t_last_blob - sender.t_first_blob;
-          rr.phases.transfer_s = last_byte > 0 ? last_byte - sender.t_first_blob : 0;
-          rr.phases.apply_s = results.size() > 1 ? apply / (results.size() - 1) : 0;
-          rr.phases.commit_s = rr.refit_seconds;
-          uint64_t local = 0;
-          for (size_t i = 1; i < results.size(); ++i) local += results[i].bytes_sent;
-          rr.links.push_back(LinkBytes{"long", sender.bytes_sent_long});
-          rr.links.push_back(LinkBytes{transport == TransportKind::kRelayTree ? "local" : "store_get",
-                                       transport == TransportKind::kRelayTree
-                                           ? local
-                                           : [&] {
-                                               uint64_t g = 0;
-                                               for (size_t i = 1; i < results.size(); ++i) g += results[i].bytes_received;
-                                               return g;
-                                             }()});
-          if (s.progress) {
-            std::fprintf(stderr, "    refit %.3f s, %.2f MB over the long link, %d/%d verified%s%s\n",
-                         rr.refit_seconds, rr.wire_bytes / 1e6, rr.receivers_verified, rr.receivers,
-                         rr.error.empty() ? "" : ", error: ", rr.error.c_str());
-          }
-          out.runs.push_back(rr);
+          DCR_ASSIGN_OR_RETURN(RunResult rr, RunOneRefit(s, ckpts, method, transport, rate, step,
+                                                         ++run_index, work_dir, &out));
+          out.runs.push_back(std::move(rr));
         }
       }
     }
