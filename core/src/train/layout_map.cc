@@ -175,130 +175,169 @@ std::vector<Box> FitBoxes(const std::vector<std::pair<uint64_t, uint64_t>>& seq)
   return boxes;
 }
 
-}  // namespace
+// The state of one map discovery. The source space numbers every element of every buffer of
+// every model-parallel rank globally (buffer by buffer); the canonical space numbers every
+// element of every canonical tensor. The tag passes fill, per canonical element, the source id
+// its digits decode to and whether the check passes confirm it.
+struct Discovery {
+  struct BufRef {
+    int r, b;
+    uint64_t base, numel;
+    int w;
+  };
+  std::vector<BufRef> bufs;  // in source-id order
+  uint64_t total = 0;        // source elements
+  int db = 8;                // bits of the source id carried per digit pass
+  int digit_passes = 0;
+  int passes = 0;            // digit passes + check passes
+  std::vector<uint64_t> tensor_off;  // first canonical element per tensor, then the total
+  std::vector<int> tensor_w;         // element width per tensor
+  std::vector<uint64_t> decoded;     // per canonical element: decoded source id
+  std::vector<uint8_t> valid;        // per canonical element: check passes agree
+  std::vector<std::vector<ReadRange>> deps;  // per tensor: the source ranges the exporter reads
 
-StatusOr<std::shared_ptr<const LayoutMap>> LayoutMap::Discover(const Exporter& exporter,
-                                                               int threads) {
-  const TrainStructure& s = exporter.structure();
-  const auto& ranks = s.ranks();
-  const auto& canon = s.canonical();
-  // Global source ids: every element of every buffer of every model-parallel rank.
-  std::vector<std::vector<uint64_t>> base(ranks.size());
-  struct BufRef { int r, b; uint64_t base, numel; int w; };
-  std::vector<BufRef> bufs;
-  uint64_t total = 0;
-  int min_width = 8;
-  for (size_t r = 0; r < ranks.size(); ++r) {
-    for (size_t b = 0; b < ranks[r].buffers.size(); ++b) {
-      base[r].push_back(total);
-      const auto& bs = ranks[r].buffers[b];
-      bufs.push_back({static_cast<int>(r), static_cast<int>(b), total, bs.numel, bs.width()});
-      total += bs.numel;
-      min_width = std::min(min_width, bs.width());
-    }
-  }
-  const int db = min_width >= 2 ? 16 : 8;
-  int bits = 1;
-  while (bits < 64 && (total >> bits) != 0) ++bits;
-  const int digit_passes = (bits + db - 1) / db;
-  const int check_passes = 2;
-  const int passes = digit_passes + check_passes;
-
-  std::vector<uint64_t> tensor_off(canon.size() + 1, 0);
-  std::vector<int> tensor_w(canon.size());
-  for (size_t t = 0; t < canon.size(); ++t) {
-    tensor_w[t] = DTypeWidth(DTypeFromName(canon[t].dtype));
-    tensor_off[t + 1] = tensor_off[t] + canon[t].num_elements();
-  }
-  const uint64_t canon_total = tensor_off.back();
-  // Per canonical element: the decoded source id (digits), then a validity flag.
-  std::vector<uint64_t> decoded(canon_total, 0);
-  std::vector<uint8_t> valid(canon_total, 1);
-  std::vector<std::vector<ReadRange>> deps(canon.size());
-
-  ShardSet tags = ShardSet::Zeros(s);
-  for (int p = 0; p < passes; ++p) {
-    internal::ParallelForEach(bufs.size(), threads, [&](uint64_t k) {
-      const BufRef& br = bufs[k];
-      uint8_t* out = tags.buffers[br.r][br.b].data();
-      for (uint64_t i = 0; i < br.numel; ++i) {
-        const uint64_t v = Tag(br.base + i, p, br.w, digit_passes, db);
-        std::memcpy(out + i * br.w, &v, br.w);  // little-endian
-      }
-    });
-    ShardSetReader reader(s, tags);
-    std::vector<Status> st(canon.size());
-    internal::ParallelForEach(canon.size(), threads, [&](uint64_t t) {
-      std::vector<uint8_t> out(canon[t].nbytes());
-      if (p == 0) {
-        TracingReader tr(reader);
-        st[t] = exporter.ExportTensor(tr, t, out.data());
-        deps[t] = tr.Ranges();
-      } else {
-        st[t] = exporter.ExportTensor(reader, t, out.data());
-      }
-      if (!st[t].ok()) return;
-      const int w = tensor_w[t];
-      const uint64_t n = canon[t].num_elements();
-      uint64_t* dec = decoded.data() + tensor_off[t];
-      uint8_t* ok = valid.data() + tensor_off[t];
-      const uint64_t dmask = (uint64_t{1} << db) - 1;
-      for (uint64_t i = 0; i < n; ++i) {
-        const uint64_t v = LoadBits(out.data(), w, i);
-        if (p < digit_passes) {
-          dec[i] |= (v & dmask) << (p * db);
-        } else {
-          ok[i] &= static_cast<uint8_t>(v == Tag(dec[i], p, w, digit_passes, db));
-        }
-      }
-    });
-    for (auto& x : st) DCR_RETURN_IF_ERROR(x);
-  }
-  // An element is an index map when the digit passes decode a source id in range whose check-pass
-  // tags come out bit for bit, and source and canonical element widths agree.
-  auto locate = [&](uint64_t g, int* r, int* b, uint64_t* i) {
+  uint64_t canon_total() const { return tensor_off.back(); }
+  // The buffer holding source element g and g's index in it.
+  size_t Locate(uint64_t g, uint64_t* i) const {
     size_t lo = 0, hi = bufs.size();
     while (hi - lo > 1) {
       size_t mid = (lo + hi) / 2;
       if (bufs[mid].base <= g) lo = mid; else hi = mid;
     }
-    *r = bufs[lo].r;
-    *b = bufs[lo].b;
     *i = g - bufs[lo].base;
     return lo;
-  };
-  std::vector<uint8_t> claimed(total, 0);
-  auto map = std::shared_ptr<LayoutMap>(new LayoutMap());
-  // (buffer ref index, tensor) -> sorted (source, canonical) pairs.
+  }
+};
+
+// Numbers both spaces and picks the passes: enough digit passes of `db` bits to spell every
+// source id, then two check passes.
+Discovery NumberSpaces(const TrainStructure& s) {
+  Discovery d;
+  const auto& ranks = s.ranks();
+  int min_width = 8;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    for (size_t b = 0; b < ranks[r].buffers.size(); ++b) {
+      const auto& bs = ranks[r].buffers[b];
+      d.bufs.push_back({static_cast<int>(r), static_cast<int>(b), d.total, bs.numel, bs.width()});
+      d.total += bs.numel;
+      min_width = std::min(min_width, bs.width());
+    }
+  }
+  d.db = min_width >= 2 ? 16 : 8;
+  int bits = 1;
+  while (bits < 64 && (d.total >> bits) != 0) ++bits;
+  d.digit_passes = (bits + d.db - 1) / d.db;
+  const int check_passes = 2;
+  d.passes = d.digit_passes + check_passes;
+  const auto& canon = s.canonical();
+  d.tensor_off.assign(canon.size() + 1, 0);
+  d.tensor_w.resize(canon.size());
+  for (size_t t = 0; t < canon.size(); ++t) {
+    d.tensor_w[t] = DTypeWidth(DTypeFromName(canon[t].dtype));
+    d.tensor_off[t + 1] = d.tensor_off[t] + canon[t].num_elements();
+  }
+  d.decoded.assign(d.canon_total(), 0);
+  d.valid.assign(d.canon_total(), 1);
+  d.deps.resize(canon.size());
+  return d;
+}
+
+// Fills every source buffer with the tags of pass p.
+void WriteTags(const Discovery& d, int p, int threads, ShardSet* tags) {
+  internal::ParallelForEach(d.bufs.size(), threads, [&](uint64_t k) {
+    const Discovery::BufRef& br = d.bufs[k];
+    uint8_t* out = tags->buffers[br.r][br.b].data();
+    for (uint64_t i = 0; i < br.numel; ++i) {
+      const uint64_t v = Tag(br.base + i, p, br.w, d.digit_passes, d.db);
+      std::memcpy(out + i * br.w, &v, br.w);  // little-endian
+    }
+  });
+}
+
+// Exports every canonical tensor from the tags of pass p and folds what comes out into the
+// decoded ids (digit passes) or the validity flags (check passes). Pass 0 also records the
+// ranges each tensor's export reads.
+Status ExportAndDecode(const Exporter& exporter, const ShardSet& tags, int p, int threads,
+                       Discovery* d) {
+  const TrainStructure& s = exporter.structure();
+  const auto& canon = s.canonical();
+  ShardSetReader reader(s, tags);
+  std::vector<Status> st(canon.size());
+  internal::ParallelForEach(canon.size(), threads, [&](uint64_t t) {
+    std::vector<uint8_t> out(canon[t].nbytes());
+    if (p == 0) {
+      TracingReader tr(reader);
+      st[t] = exporter.ExportTensor(tr, t, out.data());
+      d->deps[t] = tr.Ranges();
+    } else {
+      st[t] = exporter.ExportTensor(reader, t, out.data());
+    }
+    if (!st[t].ok()) return;
+    const int w = d->tensor_w[t];
+    const uint64_t n = canon[t].num_elements();
+    uint64_t* dec = d->decoded.data() + d->tensor_off[t];
+    uint8_t* ok = d->valid.data() + d->tensor_off[t];
+    const uint64_t dmask = (uint64_t{1} << d->db) - 1;
+    for (uint64_t i = 0; i < n; ++i) {
+      const uint64_t v = LoadBits(out.data(), w, i);
+      if (p < d->digit_passes) {
+        dec[i] |= (v & dmask) << (p * d->db);
+      } else {
+        ok[i] &= static_cast<uint8_t>(v == Tag(dec[i], p, w, d->digit_passes, d->db));
+      }
+    }
+  });
+  for (auto& x : st) DCR_RETURN_IF_ERROR(x);
+  return Status::OK();
+}
+
+// The canonical elements split into index-mapped ones and the rest.
+struct Classified {
+  // (buffer ref index, tensor) -> (source index in the buffer, canonical index in the tensor).
   std::map<std::pair<size_t, uint32_t>, std::vector<std::pair<uint64_t, uint64_t>>> seqs;
-  std::vector<std::vector<uint8_t>> residual_mask(canon.size());
+  // Per tensor: 1 for each residual element (empty when the tensor has none).
+  std::vector<std::vector<uint8_t>> residual_mask;
+};
+
+// An element is an index map when the digit passes decode a source id in range whose check-pass
+// tags come out bit for bit, source and canonical element widths agree, and no other element
+// already claimed that source element.
+Classified ClassifyElements(const Discovery& d, const std::vector<TensorSpec>& canon) {
+  Classified out;
+  out.residual_mask.resize(canon.size());
+  std::vector<uint8_t> claimed(d.total, 0);
   for (size_t t = 0; t < canon.size(); ++t) {
     const uint64_t n = canon[t].num_elements();
     for (uint64_t i = 0; i < n; ++i) {
-      const uint64_t c = tensor_off[t] + i;
-      bool ok = valid[c] != 0 && decoded[c] < total;
-      int r = 0, b = 0;
+      const uint64_t c = d.tensor_off[t] + i;
+      bool ok = d.valid[c] != 0 && d.decoded[c] < d.total;
       uint64_t si = 0;
       size_t ref = 0;
       if (ok) {
-        ref = locate(decoded[c], &r, &b, &si);
-        ok = bufs[ref].w == tensor_w[t] && !claimed[decoded[c]];
+        ref = d.Locate(d.decoded[c], &si);
+        ok = d.bufs[ref].w == d.tensor_w[t] && !claimed[d.decoded[c]];
       }
       if (ok) {
-        claimed[decoded[c]] = 1;
-        seqs[{ref, static_cast<uint32_t>(t)}].push_back({si, i});
+        claimed[d.decoded[c]] = 1;
+        out.seqs[{ref, static_cast<uint32_t>(t)}].push_back({si, i});
       } else {
-        if (residual_mask[t].empty()) residual_mask[t].assign(n, 0);
-        residual_mask[t][i] = 1;
+        if (out.residual_mask[t].empty()) out.residual_mask[t].assign(n, 0);
+        out.residual_mask[t][i] = 1;
       }
     }
   }
-  for (auto& [key, seq] : seqs) {
+  return out;
+}
+
+// The affine pieces of the index-mapped elements, sorted by (rank, buffer, source offset).
+std::vector<MapPiece> FitPieces(const Discovery& d, Classified* c) {
+  std::vector<MapPiece> pieces;
+  for (auto& [key, seq] : c->seqs) {
     std::sort(seq.begin(), seq.end());
     for (const Box& bx : FitBoxes(seq)) {
       MapPiece pc;
-      pc.rank = bufs[key.first].r;
-      pc.buffer = bufs[key.first].b;
+      pc.rank = d.bufs[key.first].r;
+      pc.buffer = d.bufs[key.first].b;
       pc.tensor = key.second;
       pc.ndim = bx.ndim;
       pc.src_offset = bx.soff;
@@ -306,18 +345,23 @@ StatusOr<std::shared_ptr<const LayoutMap>> LayoutMap::Discover(const Exporter& e
       pc.count = bx.count;
       pc.src_stride = bx.ss;
       pc.dst_stride = bx.ds;
-      map->pieces_.push_back(pc);
-      map->stats_.affine_elements += pc.num_elements();
+      pieces.push_back(pc);
     }
   }
-  std::sort(map->pieces_.begin(), map->pieces_.end(), [](const MapPiece& a, const MapPiece& b) {
+  std::sort(pieces.begin(), pieces.end(), [](const MapPiece& a, const MapPiece& b) {
     return std::tie(a.rank, a.buffer, a.src_offset) < std::tie(b.rank, b.buffer, b.src_offset);
   });
-  for (size_t t = 0; t < canon.size(); ++t) {
-    if (residual_mask[t].empty()) continue;
+  return pieces;
+}
+
+// The residual elements of each tensor as contiguous ranges, with the ranges its export reads.
+std::vector<ResidualTensor> ResidualTensors(const Discovery& d, const Classified& c) {
+  std::vector<ResidualTensor> out;
+  for (size_t t = 0; t < c.residual_mask.size(); ++t) {
+    if (c.residual_mask[t].empty()) continue;
     ResidualTensor rt;
     rt.tensor = static_cast<uint32_t>(t);
-    const auto& m = residual_mask[t];
+    const auto& m = c.residual_mask[t];
     for (uint64_t i = 0; i < m.size();) {
       if (!m[i]) {
         ++i;
@@ -329,14 +373,35 @@ StatusOr<std::shared_ptr<const LayoutMap>> LayoutMap::Discover(const Exporter& e
       rt.num_elements += j - i;
       i = j;
     }
-    rt.deps = deps[t];
-    map->stats_.residual_elements += rt.num_elements;
-    map->residual_.push_back(std::move(rt));
+    rt.deps = d.deps[t];
+    out.push_back(std::move(rt));
   }
-  map->stats_.canonical_elements = canon_total;
+  return out;
+}
+
+}  // namespace
+
+StatusOr<std::shared_ptr<const LayoutMap>> LayoutMap::Discover(const Exporter& exporter,
+                                                               int threads) {
+  const TrainStructure& s = exporter.structure();
+  Discovery d = NumberSpaces(s);
+  ShardSet tags = ShardSet::Zeros(s);
+  for (int p = 0; p < d.passes; ++p) {
+    WriteTags(d, p, threads, &tags);
+    DCR_RETURN_IF_ERROR(ExportAndDecode(exporter, tags, p, threads, &d));
+  }
+  Classified classified = ClassifyElements(d, s.canonical());
+  auto map = std::shared_ptr<LayoutMap>(new LayoutMap());
+  map->pieces_ = FitPieces(d, &classified);
+  map->residual_ = ResidualTensors(d, classified);
+  for (const MapPiece& pc : map->pieces_) map->stats_.affine_elements += pc.num_elements();
+  for (const ResidualTensor& rt : map->residual_) {
+    map->stats_.residual_elements += rt.num_elements;
+  }
+  map->stats_.canonical_elements = d.canon_total();
   map->stats_.pieces = map->pieces_.size();
-  map->stats_.passes = passes;
-  if (map->stats_.affine_elements + map->stats_.residual_elements != canon_total) {
+  map->stats_.passes = d.passes;
+  if (map->stats_.affine_elements + map->stats_.residual_elements != d.canon_total()) {
     return InternalError("map discovery: affine + residual elements do not cover the checkpoint");
   }
   return std::shared_ptr<const LayoutMap>(std::move(map));
