@@ -5,15 +5,22 @@
 // at a committed version and the joint commit whole; the report counts faults injected and
 // survived.
 //
-// Failure model (what the recovery layer does; see docs and README):
+// The harness decides nothing about recovery: every node's decisions come from its
+// RecoveryPolicy (recovery_policy.h, rules R1-R9); the harness injects the faults, reports to
+// each policy what a real node's transport and supervisor would see (a lost link, a failed
+// stream, a restart with its journal, a doubtful chunk refused) and carries out the actions.
+//
+// Failure model (the policy's rules as they play out here; see core/docs/fault-tolerance.md):
 //   * a receiver or relay killed (at a chunk boundary, inside a chunk, with its journal's last
 //     record torn, or with its memory lost) restarts from its journal: storage that survived is
 //     re-attached and chunks interrupted mid-apply are repaired with their overwrite form (served
 //     by the sender into the object store on demand); lost storage is reloaded from the committed
 //     version and the delta restarts;
-//   * a node whose parent died, whose stream failed (corrupt piece, apply error) or whose tree
-//     policy failed falls back to the object store (DownloaderPolicy) and skips chunks its journal
-//     shows applied;
+//   * a node whose parent died (noticed detect_timeout_s later), whose stream failed (corrupt
+//     piece, apply error) or whose tree policy failed falls back to the object store
+//     (DownloaderPolicy) and skips chunks its journal shows applied; the harness offers no
+//     re-parent adopter (its tree policies have a fixed child set), so every fallback goes to the
+//     store;
 //   * corrupt pieces are caught by chunk checksums (kDataLoss) before anything is written;
 //     duplicates are skipped by the journal; reordering and delay are harmless (chunks are
 //     independent); transient store-write failures are retried by the uploader; a partitioned long
@@ -86,9 +93,9 @@ struct FaultRunOptions {
   double long_bandwidth_Bps = 50e6;
   double short_bandwidth_Bps = 1e9;
   double produce_interval_s = 0.002;  // sender emits one blob per interval (streaming build)
-  double detect_timeout_s = 0.25;     // a child notices a dead parent after this long
+  double detect_timeout_s = 0.25;     // RecoveryOptions::detect_timeout_s (R1)
   double restart_delay_s = 0.2;       // a killed node restarts after this long
-  int max_recoveries = 12;            // per node: fallbacks + restarts before giving up
+  int max_recoveries = 12;            // RecoveryOptions::max_recoveries (R7)
   double time_limit_s = 120;          // virtual seconds
   bool journal_sync = true;           // fsync journal records (real durability)
   uint64_t seed = 1;

@@ -47,8 +47,9 @@
 //
 // Faults (driver-visible errors) come in as SendFailed / PutDone{ok=false} / FetchDone{ok=false} /
 // ApplyDone{ok=false}. Store operations are retried after retry_backoff_s * 2^attempt (SetTimer),
-// up to max_retries, then Fail. A failed send or apply ends the node with Fail (re-parenting and
-// overwrite repair are layered on top by the fault-tolerance work; see Fail's contract).
+// up to max_retries, then Fail. A failed send or apply ends the node with Fail; what the node does
+// next (fallback to the object store, re-parenting, overwrite repair, restart from its journal)
+// is decided by RecoveryPolicy (recovery_policy.h).
 //
 // Thread safety: a policy object is not thread-safe; drivers call Handle from one thread (or
 // under one lock). Policies are deterministic: the same events give the same actions.

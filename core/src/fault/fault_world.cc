@@ -1,5 +1,8 @@
-// The fault-injection harness: the real transport policies, codec, object store and journaled
-// receivers on a deterministic discrete-event clock, with faults injected by the driver.
+// The fault-injection harness: the real transport policies, recovery policies, codec, object
+// store and journaled receivers on a deterministic discrete-event clock, with faults injected by
+// the driver. The harness decides nothing about recovery: it injects a fault, reports what a
+// real node's transport and supervisor would see (a lost link, a failed stream, a restart with
+// its journal) to the node's RecoveryPolicy, and carries out the actions it returns.
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +21,7 @@
 #include "dcr/hash.h"
 #include "dcr/journal.h"
 #include "dcr/object_store.h"
+#include "dcr/recovery_policy.h"
 #include "dcr/relay_policy.h"
 #include "dcr/status_macros.h"
 #include "dcr/versioning.h"
@@ -114,15 +118,22 @@ struct Fault {
   int remaining = 0;  // store write failures left
 };
 
+// Policy slots of a node: events and timers are addressed to one of them.
+constexpr int kStreamSlot = 0;    // tree or downloader policy
+constexpr int kUploadSlot = 1;    // sender: uploader policy
+constexpr int kRecoverySlot = 2;  // RecoveryPolicy timers
+
 struct Node {
   int id = 0;
   bool alive = true;
   uint64_t incarnation = 0;
-  bool store_mode = false;
+  bool store_mode = false;  // out of the tree (downloading, or committed and gone)
   bool tree_dead = false;  // sender: tree policy failed or killed
   std::unique_ptr<NodePolicy> policy;    // tree or downloader
   std::unique_ptr<NodePolicy> uploader;  // sender only
-  uint64_t timer_gen[2] = {0, 0};
+  // Every recovery decision; lives as long as the node's supervisor (across restarts).
+  std::unique_ptr<RecoveryPolicy> recovery;
+  uint64_t timer_gen[3] = {0, 0, 0};
   std::map<BlobId, std::vector<uint8_t>> blobs;
   // Receiver state.
   std::vector<std::vector<uint8_t>> bufs;
@@ -130,9 +141,9 @@ struct Node {
   std::unique_ptr<ReceiverJournal> journal;
   std::unique_ptr<CrashableApplier> inner;
   std::unique_ptr<JournaledApplier> ja;
-  bool abandon_on_restart = false;
+  bool storage_lost = false;  // killed with its memory lost; the restart reports it
+  bool restarting = false;    // the supervisor is restarting it (RestartNode)
   int chunk_applies = 0;
-  int recoveries = 0;
   bool committed = false;
   bool crashed_now = false;
 };
@@ -140,9 +151,8 @@ struct Node {
 struct QEvent {
   int node = 0;
   uint64_t incarnation = 0;
-  int slot = 0;  // 0: main policy, 1: uploader (sender)
-  enum Type { kPolicy, kProduce, kParentLost, kRestart, kSenderRestart, kPartitionStart } type =
-      kPolicy;
+  int slot = kStreamSlot;
+  enum Type { kPolicy, kProduce, kRestart, kSenderRestart } type = kPolicy;
   Event ev;
   uint64_t timer_gen = 0;
   bool is_timer = false;
@@ -213,12 +223,20 @@ class World {
     f->done = true;
   }
   void Kill(int node, FaultKind why);
-  void Restart(int node);
-  void Fallback(int node, const std::string& why);
+  // The supervisor restarts a killed receiver: its journal is replayed and the restart reported
+  // to its recovery policy.
+  void RestartNode(int node);
+  // The transport of `node`'s children: their links to `node` are gone (ParentLost).
   void ChildrenLost(int node);
   void KillSender();
-  void RestartSender();
-  StatusOr<std::vector<uint8_t>> Overwrite(uint64_t chunk_id);
+  // Feeds `ev` to `node`'s recovery policy and returns its actions (recorded in the trace).
+  std::vector<recovery::Action> Decide(int node, const recovery::Event& ev);
+  // Decide, then carry out every action.
+  void Recover(int node, const recovery::Event& ev);
+  void DoRecovery(int node, const recovery::Action& a);
+  void ReloadCommitted(Node& n);
+  void Republish();
+  StatusOr<std::vector<uint8_t>> Overwrite(const std::string& key, uint64_t chunk_id);
   void OfferStaleDelta(Node& n);
   bool Partitioned() const { return now_ >= part_start_ && now_ < part_end_; }
   Status Verify(FaultRunReport* r);
@@ -346,12 +364,18 @@ Status World::Setup() {
   relay_.retry_backoff_s = 0.05;
   relay_.max_retries = 6;
   DCR_ASSIGN_OR_RETURN(store_, DirectoryStore::Open(opts_.work_dir + "/store"));
+  RecoveryOptions recovery;
+  recovery.detect_timeout_s = opts_.detect_timeout_s;
+  recovery.max_recoveries = opts_.max_recoveries;
+  recovery.prefix = prefix_;
   nodes_.resize(static_cast<size_t>(topo_.size()));
   for (int i = 0; i < topo_.size(); ++i) {
     Node& n = nodes_[i];
     n.id = i;
     n.incarnation = 1;
     n.policy = MakeTreePolicy(topo_, i, relay_);
+    n.recovery = std::make_unique<RecoveryPolicy>(
+        i == 0 ? RecoveryRole::kSender : RecoveryRole::kReceiver, recovery);
     if (i == 0) {
       n.uploader = MakeUploaderPolicy(relay_);
       continue;
@@ -385,8 +409,8 @@ Status World::Setup() {
     DCR_RETURN_IF_ERROR(BuildDelta(foreign.get(), target_, o, &ms).status());
     DCR_ASSIGN_OR_RETURN(stale_, DeltaReader::FromBytes(ms.Release()));
   }
-  for (int i = 0; i < topo_.size(); ++i) PolicyEvent(0, i, 0, event::Start{});
-  PolicyEvent(0, 0, 1, event::Start{});
+  for (int i = 0; i < topo_.size(); ++i) PolicyEvent(0, i, kStreamSlot, event::Start{});
+  PolicyEvent(0, 0, kUploadSlot, event::Start{});
   for (size_t b = 0; b < infos_.size(); ++b) {
     QEvent q;
     q.node = 0;
@@ -399,15 +423,73 @@ Status World::Setup() {
 
 void World::Deliver(int node, int slot, const Event& ev) {
   Node& n = nodes_[node];
-  NodePolicy* p = slot == 1 ? n.uploader.get() : n.policy.get();
+  NodePolicy* p = slot == kUploadSlot ? n.uploader.get() : n.policy.get();
   if (p == nullptr) return;
   const uint64_t inc = n.incarnation;
   std::vector<Action> acts;
   p->Handle(now_, ev, &acts);
   for (const Action& a : acts) {
     Do(node, slot, a);
-    NodePolicy* cur = slot == 1 ? n.uploader.get() : n.policy.get();
+    NodePolicy* cur = slot == kUploadSlot ? n.uploader.get() : n.policy.get();
     if (n.incarnation != inc || cur != p || !n.alive) break;
+  }
+}
+
+std::vector<recovery::Action> World::Decide(int node, const recovery::Event& ev) {
+  std::vector<recovery::Action> acts;
+  nodes_[node].recovery->Handle(now_, ev, &acts);
+  return acts;
+}
+
+void World::Recover(int node, const recovery::Event& ev) {
+  for (const recovery::Action& a : Decide(node, ev)) DoRecovery(node, a);
+}
+
+void World::DoRecovery(int node, const recovery::Action& a) {
+  Node& n = nodes_[node];
+  if (const auto* t = std::get_if<recovery::SetTimer>(&a)) {
+    QEvent q;
+    q.node = node;
+    q.slot = kRecoverySlot;
+    q.is_timer = true;
+    q.timer_gen = ++n.timer_gen[kRecoverySlot];
+    Schedule(std::max(t->at, now_), std::move(q));
+  } else if (const auto* f = std::get_if<recovery::FallBackToStore>(&a)) {
+    ++report_.fallbacks_to_store;
+    report_.log.push_back(Fmt("t=%.3f %s falls back to the object store: %s", now_,
+                              Name(node).c_str(), f->reason.c_str()));
+    ++n.incarnation;  // drops everything in flight for the stream policy it leaves
+    n.store_mode = true;
+    n.policy.reset();
+  } else if (std::holds_alternative<recovery::LeaveTree>(a)) {
+    if (node == 0) {
+      n.tree_dead = true;
+      n.policy.reset();
+    }
+    n.store_mode = node != 0;
+    ChildrenLost(node);
+  } else if (std::holds_alternative<recovery::StartDownload>(a)) {
+    n.store_mode = true;
+    n.policy = MakeDownloaderPolicy(relay_);
+    Deliver(node, kStreamSlot, event::Start{});
+  } else if (const auto* r = std::get_if<recovery::Reparent>(&a)) {
+    // ChildrenLost offers no adopter: the tree policies here have a fixed child set.
+    report_.error = Name(node) + ": re-parent to node " + std::to_string(r->to) +
+                    " without an adopter offered";
+  } else if (std::holds_alternative<recovery::ReloadCommitted>(a)) {
+    ReloadCommitted(n);
+  } else if (const auto* g = std::get_if<recovery::GiveUp>(&a)) {
+    report_.log.push_back(Fmt("t=%.3f %s: %s%s", now_, Name(node).c_str(), g->message.c_str(),
+                              n.restarting ? ", left dead" : ""));
+    n.policy.reset();
+    if (n.restarting) n.alive = false;
+  } else if (std::holds_alternative<recovery::StopUpload>(a)) {
+    n.uploader.reset();
+  } else if (std::holds_alternative<recovery::Republish>(a)) {
+    Republish();
+  } else if (std::holds_alternative<recovery::RequestOverwrite>(a)) {
+    // Carried out inside Apply, where the refused chunk is.
+    report_.error = Name(node) + ": overwrite requested outside an apply";
   }
 }
 
@@ -513,6 +595,7 @@ ApplyResult World::Apply(Node& n, const BlobInfo& blob) {
     Status c = coordinator_->OnCommitted(Name(n.id), *v);
     report_.log.push_back(Fmt("t=%.3f %s committed %s%s", now_, Name(n.id).c_str(),
                               v->ToString().c_str(), c.ok() ? "" : (" (" + c.ToString() + ")").c_str()));
+    Recover(n.id, recovery::Committed{});
     return r;
   }
   StatusOr<DecodedChunk> dc = DecodeChunk(bytes.data(), bytes.size());
@@ -552,15 +635,22 @@ ApplyResult World::Apply(Node& n, const BlobInfo& blob) {
   if (!s.ok() && s.IsFailedPrecondition() &&
       n.journal->Lookup(id, nullptr) == JournalChunkState::kDoubtful) {
     ++report_.payloads_refused;
-    StatusOr<std::vector<uint8_t>> ow = Overwrite(id);
-    if (!ow.ok()) return fail(ow.status());
-    StatusOr<DecodedChunk> odc = DecodeChunk(ow->data(), ow->size());
-    if (!odc.ok()) return fail(odc.status());
-    s = n.ja->ApplyChunk(*odc);
-    if (s.ok()) {
-      ++report_.overwrite_repairs;
-      report_.log.push_back(Fmt("t=%.3f %s: chunk %" PRIu64 " repaired with its overwrite form",
-                                now_, Name(n.id).c_str(), id));
+    for (const recovery::Action& a : Decide(n.id, recovery::ChunkDoubtful{id})) {
+      const auto* req = std::get_if<recovery::RequestOverwrite>(&a);
+      if (req == nullptr) {
+        DoRecovery(n.id, a);
+        continue;
+      }
+      StatusOr<std::vector<uint8_t>> ow = Overwrite(req->key, req->chunk_id);
+      if (!ow.ok()) return fail(ow.status());
+      StatusOr<DecodedChunk> odc = DecodeChunk(ow->data(), ow->size());
+      if (!odc.ok()) return fail(odc.status());
+      s = n.ja->ApplyChunk(*odc);
+      if (s.ok()) {
+        ++report_.overwrite_repairs;
+        report_.log.push_back(Fmt("t=%.3f %s: chunk %" PRIu64 " repaired with its overwrite form",
+                                  now_, Name(n.id).c_str(), id));
+      }
     }
   }
   if (!s.ok()) return fail(s);
@@ -610,8 +700,8 @@ void World::OfferStaleDelta(Node& n) {
   if (n.bufs != before) report_.error = Name(n.id) + ": a refused stale payload wrote bytes";
 }
 
-StatusOr<std::vector<uint8_t>> World::Overwrite(uint64_t chunk_id) {
-  const std::string key = "ow/" + prefix_ + "/" + std::to_string(chunk_id);
+// The object store, with the sender building a missing overwrite form on demand.
+StatusOr<std::vector<uint8_t>> World::Overwrite(const std::string& key, uint64_t chunk_id) {
   StatusOr<std::vector<uint8_t>> g = store_->Get(key);
   if (g.ok()) return g;
   if (!sender_alive_) {
@@ -630,12 +720,9 @@ StatusOr<std::vector<uint8_t>> World::Overwrite(uint64_t chunk_id) {
 }
 
 void World::ChildrenLost(int node) {
+  // A dead child hears nothing; it restarts out of the tree.
   for (NodeId c : topo_.children[node]) {
-    QEvent q;
-    q.node = c;
-    q.type = QEvent::kParentLost;
-    q.incarnation = nodes_[c].incarnation;
-    Schedule(now_ + opts_.detect_timeout_s, std::move(q));
+    if (nodes_[c].alive) Recover(c, recovery::ParentLost{node, kNoNode});
   }
 }
 
@@ -658,11 +745,9 @@ void World::Kill(int node, FaultKind why) {
     if (!ec && size > 3) std::filesystem::resize_file(n.journal_path, size - 3, ec);
   }
   if (why == FaultKind::kKillReceiverLosingMemory) {
-    for (size_t i = 0; i < inv_.tensors.size(); ++i) {
-      const TensorInfo* b = base_.Find(inv_.tensors[i].name);
-      n.bufs[i].assign(base_.data(*b), base_.data(*b) + b->nbytes);  // reload the committed one
-    }
-    n.abandon_on_restart = true;
+    // Host memory is gone: the restart finds garbage (and must reload the committed version).
+    for (std::vector<uint8_t>& b : n.bufs) std::fill(b.begin(), b.end(), uint8_t{0xA5});
+    n.storage_lost = true;
   }
   ChildrenLost(node);
   QEvent q;
@@ -672,12 +757,8 @@ void World::Kill(int node, FaultKind why) {
   Schedule(now_ + opts_.restart_delay_s, std::move(q));
 }
 
-void World::Restart(int node) {
+void World::RestartNode(int node) {
   Node& n = nodes_[node];
-  if (++n.recoveries > opts_.max_recoveries) {
-    report_.log.push_back(Fmt("t=%.3f %s: too many recoveries, left dead", now_, Name(node).c_str()));
-    return;
-  }
   n.alive = true;
   Status s = OpenReceiver(n);
   if (!s.ok()) {
@@ -686,46 +767,38 @@ void World::Restart(int node) {
     return;
   }
   JournalState st = n.journal->state();
-  if (n.abandon_on_restart) {
-    n.abandon_on_restart = false;
-    Status a = n.journal->AbandonDelta();
-    if (!a.ok()) report_.error = Name(node) + ": abandon failed: " + a.ToString();
-  }
+  const bool storage_lost = n.storage_lost;
+  n.storage_lost = false;
   n.committed = st.committed && *st.committed == v1_;
+  n.restarting = true;
+  for (const recovery::Action& a :
+       Decide(node, recovery::Restarted{storage_lost, n.committed, st.applied.size(),
+                                        st.doubtful.size()})) {
+    DoRecovery(node, a);
+  }
+  n.restarting = false;
+  if (!n.alive) return;
   ++report_.restarts;
   report_.log.push_back(Fmt("t=%.3f %s restarted from its journal (%zu applied, %zu doubtful, "
                             "%" PRIu64 " torn bytes); falls back to the object store",
                             now_, Name(node).c_str(), st.applied.size(), st.doubtful.size(),
                             st.torn_bytes));
   n.store_mode = true;
-  n.policy = MakeDownloaderPolicy(relay_);
-  PolicyEvent(now_, node, 0, event::Start{});
 }
 
-void World::Fallback(int node, const std::string& why) {
-  Node& n = nodes_[node];
-  if (!n.alive || n.committed) {
-    ChildrenLost(node);
+void World::ReloadCommitted(Node& n) {
+  // The committed version of every receiver here is the base (Setup records it).
+  std::optional<VersionId> c = n.journal->committed();
+  if (!c || *c != v0_) {
+    report_.error = Name(n.id) + ": storage lost with no base version committed";
     return;
   }
-  if (++n.recoveries > opts_.max_recoveries) {
-    report_.log.push_back(Fmt("t=%.3f %s: too many recoveries (%s)", now_, Name(node).c_str(),
-                              why.c_str()));
-    n.policy.reset();
-    return;
+  for (size_t i = 0; i < inv_.tensors.size(); ++i) {
+    const TensorInfo* b = base_.Find(inv_.tensors[i].name);
+    std::copy(base_.data(*b), base_.data(*b) + b->nbytes, n.bufs[i].begin());
   }
-  ++report_.fallbacks_to_store;
-  report_.log.push_back(Fmt("t=%.3f %s falls back to the object store: %s", now_,
-                            Name(node).c_str(), why.c_str()));
-  const bool was_tree = !n.store_mode;
-  ++n.incarnation;
-  n.store_mode = true;
-  n.policy = MakeDownloaderPolicy(relay_);
-  if (was_tree) ChildrenLost(node);
-  // Back off before retrying (the sender may be down, the store partitioned): 5 ms doubling,
-  // at most 0.5 s.
-  const double backoff = std::min(0.5, 0.005 * static_cast<double>(1u << std::min(n.recoveries, 10)));
-  PolicyEvent(now_ + backoff, node, 0, event::Start{});
+  Status a = n.journal->AbandonDelta();
+  if (!a.ok()) report_.error = Name(n.id) + ": abandon failed: " + a.ToString();
 }
 
 void World::KillSender() {
@@ -737,7 +810,7 @@ void World::KillSender() {
   ChildrenLost(0);
 }
 
-void World::RestartSender() {
+void World::Republish() {
   Node& s = nodes_[0];
   BlobSink sink;
   Status b = BuildStream(&sink);
@@ -772,8 +845,8 @@ void World::RestartSender() {
                             "%zu receivers already committed",
                             now_, report_.sender_rebuild_identical ? "identical bytes" : "DIFFERENT",
                             done.size()));
-  PolicyEvent(now_, 0, 0, event::Start{});
-  PolicyEvent(now_, 0, 1, event::Start{});
+  PolicyEvent(now_, 0, kStreamSlot, event::Start{});
+  PolicyEvent(now_, 0, kUploadSlot, event::Start{});
   for (size_t i = 0; i < infos_.size(); ++i) {
     QEvent q;
     q.node = 0;
@@ -864,19 +937,14 @@ void World::Do(int node, int slot, const Action& a) {
     q.ev = event::TimerFired{};
     Schedule(std::max(st->at, now_), std::move(q));
   } else if (const auto* fl = std::get_if<action::Fail>(&a)) {
+    const recovery::Stream stream = slot == kUploadSlot ? recovery::Stream::kUpload
+                                    : n.store_mode      ? recovery::Stream::kDownload
+                                                        : recovery::Stream::kTree;
     if (node == 0) {
-      report_.log.push_back(Fmt("t=%.3f sender %s failed: %s", now_, slot ? "uploader" : "tree",
-                                fl->message.c_str()));
-      if (slot == 0) {
-        n.tree_dead = true;
-        n.policy.reset();
-        ChildrenLost(0);
-      } else {
-        n.uploader.reset();
-      }
-    } else {
-      Fallback(node, fl->message);
+      report_.log.push_back(Fmt("t=%.3f sender %s failed: %s", now_,
+                                slot == kUploadSlot ? "uploader" : "tree", fl->message.c_str()));
     }
+    Recover(node, recovery::StreamFailed{stream, fl->code, fl->message});
   }
 }
 
@@ -895,6 +963,10 @@ StatusOr<FaultRunReport> World::Run() {
       case QEvent::kPolicy: {
         if (!n.alive) break;
         if (e.is_timer && e.timer_gen != n.timer_gen[e.slot]) break;
+        if (e.slot == kRecoverySlot) {
+          Recover(e.node, recovery::TimerFired{});
+          break;
+        }
         if (const auto* d = std::get_if<event::DataReceived>(&e.ev)) {
           std::vector<uint8_t>& buf = n.blobs[d->blob.id];
           if (buf.size() != d->blob.size) buf.resize(d->blob.size);
@@ -924,18 +996,15 @@ StatusOr<FaultRunReport> World::Run() {
           part_end_ = now_ + f->spec.duration_s;
           Fire(f, Fmt("long link partitioned for %.2f s", f->spec.duration_s));
         }
-        if (n.policy) PolicyEvent(now_, 0, 0, event::BlobProduced{infos_[b]});
-        if (n.uploader) PolicyEvent(now_, 0, 1, event::BlobProduced{infos_[b]});
+        if (n.policy) PolicyEvent(now_, 0, kStreamSlot, event::BlobProduced{infos_[b]});
+        if (n.uploader) PolicyEvent(now_, 0, kUploadSlot, event::BlobProduced{infos_[b]});
         break;
       }
-      case QEvent::kParentLost:
-        if (n.alive && !n.store_mode && !n.committed) Fallback(e.node, "parent lost");
-        break;
       case QEvent::kRestart:
-        Restart(e.node);
+        RestartNode(e.node);
         break;
       case QEvent::kSenderRestart:
-        RestartSender();
+        Recover(0, recovery::Restarted{});
         break;
       default:
         break;
