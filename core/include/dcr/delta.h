@@ -49,7 +49,7 @@ struct DeltaOptions {
   // Tensors with fewer elements than this are batched (per element width) into shared chunks.
   // Default 2^16.
   uint64_t small_tensor_elems = uint64_t{1} << 16;
-  // zstd level for every stream. Default 1 (measured best; see shared notes).
+  // zstd level for every stream. Default 1.
   int zstd_level = 1;
   // Worker threads for chunk encoding; 0 = hardware concurrency. Never changes the output.
   int threads = 0;

@@ -96,7 +96,7 @@ std::vector<GridCell> BuildGrid(const Inventory& inv, const DeltaOptions& option
 
 std::vector<uint8_t> SerializeFileHeader(const FileHeader& h) {
   std::vector<uint8_t> out;
-  // Its final size up front: one allocation (and g++ 12 no longer reports a false
+  // Its final size up front: one allocation (which also keeps g++ 12 from reporting a false
   // -Wstringop-overflow for the magic written into an empty vector).
   out.reserve(8 + 4 + 4 + 8 + 16 + 8 + 4 + h.inventory.size() + 8 + 8);
   internal::ByteWriter w(&out);

@@ -302,7 +302,7 @@ TEST(Delta, BuildDeltaEmitsInProductionOrder) {
 }
 
 // A chunk's bytes must not depend on what the encoding thread did before (its scratch buffers).
-// Regression: a chunk with no changes, encoded first on a fresh thread, lost its position stream.
+// A chunk with no changes, encoded first on a fresh thread, keeps its position stream.
 TEST(Delta, ChunkBytesDoNotDependOnTheThreadsHistory) {
   auto encode = [](uint64_t changes) {
     ChunkChanges c;

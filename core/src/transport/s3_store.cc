@@ -1,9 +1,9 @@
 // S3Store: S3 over libcurl with AWS SigV4 (CURLOPT_AWS_SIGV4), path-style URLs.
 //
-// Signing pitfalls handled here (shared/notes/transports.md): the query string is signed verbatim,
-// so every query is built canonically (sorted names, RFC 3986 encoding, "name=" for empty
-// values); x-amz-content-sha256 is sent explicitly (UNSIGNED-PAYLOAD); Expect: 100-continue is
-// left to curl's default (an empty Expect header would be signed but not sent).
+// Signing pitfalls handled here: the query string is signed verbatim, so every query is built
+// canonically (sorted names, RFC 3986 encoding, "name=" for empty values); x-amz-content-sha256
+// is sent explicitly (UNSIGNED-PAYLOAD); Expect: 100-continue is left to curl's default (an empty
+// Expect header would be signed but not sent).
 #include <curl/curl.h>
 
 #include <algorithm>
