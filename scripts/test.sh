@@ -41,7 +41,7 @@ if [ "${DCR_SKIP_SLOW:-0}" != "1" ]; then
   if [ "$(id -u)" -eq 0 ]; then
     ctest --test-dir build -L netns --output-on-failure || status=1
   fi
-  # Sim-vs-real agreement (issue 7): reported, not gating. The full checkpoint agrees within 1%;
+  # Sim-vs-real agreement: reported, not gating. The full checkpoint agrees within 1%;
   # the delta agrees within 10% on an otherwise idle machine, not yet under other tenants' load
   # (see sim/README.md), so a miss here is printed, not failed.
   ctest --test-dir build -L agreement --output-on-failure ||

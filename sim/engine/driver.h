@@ -22,7 +22,7 @@
 // Rate caps: SimGrid's own TCP-gamma cap is disabled (TCP-gamma = 0) and every Comm gets an
 // explicit rate = the cap of one real TCP stream, min(window, tcp_gamma) / RTT of its route, shared
 // by the pieces in flight on that stream (window / piece). This models one TCP socket per stream
-// instead of one flow per message (shared/notes/simgrid.md, trap 2).
+// instead of one flow per message (SimGrid's own TCP-gamma cap would apply per message).
 //
 // One simulation per process: RunInThisProcess builds the (only) SimGrid Engine of the process.
 // RunForked runs it in a child process and returns its outcome, so a caller may simulate many

@@ -136,7 +136,7 @@ double ChangedFraction(const Trained& t) {
 
 // Calibrates one learning rate so the BF16 weight class changes at `rate` (bisection in log lr).
 double CalibrateLr(double rate, const PayloadModelOptions& o) {
-  // lr ~ 1e-4 x rate for N(0, 0.02) weights (shared/notes/codec.md); bracket generously.
+  // lr ~ 1e-4 x rate for N(0, 0.02) weights; bracket generously.
   double lo = rate * 1e-6, hi = rate * 1e-2;
   const Draws draws = MakeDraws(InitKind::kWeight, o.calib_elems, o, 0xCA11B);
   for (int it = 0; it < 30; ++it) {

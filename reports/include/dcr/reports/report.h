@@ -1,6 +1,6 @@
 // dcr::reports: run results (the JSON of `dcr run --out`, real or simulated) -> tables and figures.
 //
-// Input schema (issue 5, point 6): top level `scenario`, `mode` ("real" | "sim"), `model`, `runs`:
+// Input schema: top level `scenario`, `mode` ("real" | "sim"), `model`, `runs`:
 // [{method ("delta" | "full"), transport ("object_store" | "relay_tree"), change_rate,
 //   refit_seconds, wire_bytes, receivers, receivers_verified}, ...]. Optional top-level objects
 // `setup` (hardware, compiler, commit, ...) and `calibration` are copied into the report's setup

@@ -63,14 +63,14 @@ struct DeltaSpec {
   int threads = 0;  // 0 = hardware concurrency
 };
 
-// Training-side layout (issue: per-shard construction). Defaults: one rank, canonical export.
+// Training-side layout (per-shard delta construction). Defaults: one rank, canonical export.
 struct TrainingLayout {
   int tp = 1, pp = 1, ep = 1;
   bool distributed_optimizer = false;
   bool enabled = false;  // true when the scenario has a `training` block
 };
 
-// Serving-side layout (issue: receiver runtime). Defaults: receivers apply to safetensors copies.
+// Serving-side layout (the receiver runtime). Defaults: receivers apply to safetensors copies.
 struct ServingLayout {
   int tp = 1;
   bool fp8 = false;
