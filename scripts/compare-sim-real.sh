@@ -2,7 +2,7 @@
 # compare-sim-real.sh [SCENARIO.yaml] [TOLERANCE]: runs a small scenario for real on this machine
 # (dcr run, emulated long link) and simulated (dcr sim), then prints refit times side by side with
 # the ratio sim/real per run. Exit 0 when every ratio is within 1 +- TOLERANCE (default 0.10).
-# The simulator is calibrated on this machine, now: `dcr bench pipeline` times the real sender and
+# The simulator is calibrated on this machine at run time: `dcr bench pipeline` times the real sender and
 # receiver code on the scenario's checkpoints just before and just after the real run (the two are
 # averaged), and the share of the machine's cores that other tenants left to the real delta runs
 # (recorded by dcr run from /proc/stat) sets the simulated shared CPU; the result records it all.
