@@ -103,6 +103,20 @@ struct FaultRunOptions {
   // false). REQUIRES: non-empty.
   std::string work_dir;
   bool keep_files = false;
+  // Record every event fed to a policy and the actions it returned (FaultRunReport::trace).
+  bool record_trace = false;
+};
+
+// One policy step of a run: the event fed to one of a node's policies at `time` and the actions
+// it returned, in order (relay_policy.h and recovery_policy.h ToString forms). A trace is what
+// the policies decided, independent of how the harness carries it out; two runs with the same
+// inputs and seed give the same trace.
+struct FaultTraceEntry {
+  double time = 0;   // virtual seconds
+  int node = 0;      // 0: the sender
+  std::string policy;  // "sender", "relay", "receiver", "uploader", "downloader" or "recovery"
+  std::string event;
+  std::vector<std::string> actions;
 };
 
 struct FaultRunReport {
@@ -124,6 +138,7 @@ struct FaultRunReport {
   double virtual_seconds = 0;
   std::string error;  // empty when every check passed
   std::vector<std::string> log;  // one line per fault and recovery step
+  std::vector<FaultTraceEntry> trace;  // when FaultRunOptions::record_trace
 };
 
 // Runs one refit under `faults`. Returns an error only for bad arguments or I/O setup failures;

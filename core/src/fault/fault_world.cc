@@ -428,6 +428,11 @@ void World::Deliver(int node, int slot, const Event& ev) {
   const uint64_t inc = n.incarnation;
   std::vector<Action> acts;
   p->Handle(now_, ev, &acts);
+  if (opts_.record_trace) {
+    FaultTraceEntry t{now_, node, NodeRoleName(p->role()), ToString(ev), {}};
+    for (const Action& a : acts) t.actions.push_back(ToString(a));
+    report_.trace.push_back(std::move(t));
+  }
   for (const Action& a : acts) {
     Do(node, slot, a);
     NodePolicy* cur = slot == kUploadSlot ? n.uploader.get() : n.policy.get();
@@ -438,6 +443,11 @@ void World::Deliver(int node, int slot, const Event& ev) {
 std::vector<recovery::Action> World::Decide(int node, const recovery::Event& ev) {
   std::vector<recovery::Action> acts;
   nodes_[node].recovery->Handle(now_, ev, &acts);
+  if (opts_.record_trace) {
+    FaultTraceEntry t{now_, node, "recovery", recovery::ToString(ev), {}};
+    for (const recovery::Action& a : acts) t.actions.push_back(recovery::ToString(a));
+    report_.trace.push_back(std::move(t));
+  }
   return acts;
 }
 

@@ -2,6 +2,8 @@
 // every receiver committed and bit-exact.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "dcr/fault_injection.h"
 #include "fault/fault_test_util.h"
 
@@ -24,12 +26,14 @@ struct Pair {
   }
 };
 
-FaultRunReport RunOne(const std::vector<FaultSpec>& faults, uint64_t seed, int receivers = 6) {
+FaultRunReport RunOne(const std::vector<FaultSpec>& faults, uint64_t seed, int receivers = 6,
+                      bool record_trace = false) {
   static Pair p;
   TempDir dir;
   FaultRunOptions o;
   o.seed = seed;
   o.receivers = receivers;
+  o.record_trace = record_trace;
   o.work_dir = dir / "run";
   auto r = RunFaultScenario(*p.base, *p.target, SmallGrid(0, 1), faults, o);
   EXPECT_TRUE(r.ok()) << r.status();
@@ -47,6 +51,56 @@ TEST(FaultWorldTest, NoFaultsCommitsEverywhere) {
   EXPECT_EQ(r.receivers_verified, 6);
   EXPECT_TRUE(r.joint_commit_whole);
   EXPECT_EQ(r.faults_injected, 0);
+  EXPECT_TRUE(r.trace.empty());
+}
+
+bool SameTrace(const std::vector<FaultTraceEntry>& a, const std::vector<FaultTraceEntry>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].time != b[i].time || a[i].node != b[i].node || a[i].policy != b[i].policy ||
+        a[i].event != b[i].event || a[i].actions != b[i].actions) {
+      return false;
+    }
+  }
+  return true;
+}
+
+size_t Count(const std::vector<FaultTraceEntry>& trace, int node, const std::string& policy,
+             const std::string& event_prefix, const std::string& action = "") {
+  size_t n = 0;
+  for (const FaultTraceEntry& e : trace) {
+    if (node >= 0 && e.node != node) continue;
+    if (e.policy != policy || e.event.rfind(event_prefix, 0) != 0) continue;
+    const bool has = std::find(e.actions.begin(), e.actions.end(), action) != e.actions.end();
+    if (action.empty() || has) ++n;
+  }
+  return n;
+}
+
+// The trace is what the policies decided: the same run gives the same trace, and a relay kill
+// shows the recovery policy's decisions (the children's deadlines and fallbacks, the restart).
+TEST(FaultWorldTest, TraceRecordsEveryPolicyDecisionDeterministically) {
+  FaultSpec kill;
+  kill.kind = FaultKind::kKillRelay;
+  FaultRunReport a = RunOne({kill}, 14, 6, /*record_trace=*/true);
+  FaultRunReport b = RunOne({kill}, 14, 6, /*record_trace=*/true);
+  ASSERT_EQ(a.error, "");
+  ASSERT_FALSE(a.trace.empty());
+  EXPECT_TRUE(SameTrace(a.trace, b.trace));
+  // Each receiver's tree policy starts once; the sender sees every blob produced.
+  EXPECT_EQ(Count(a.trace, 0, "sender", "Start"), 1u);
+  EXPECT_GE(Count(a.trace, 0, "sender", "BlobProduced"), 3u);
+  EXPECT_EQ(Count(a.trace, 0, "uploader", "BlobProduced"),
+            Count(a.trace, 0, "sender", "BlobProduced"));
+  // The killed relay restarts and downloads; its children's deadlines end in fallbacks.
+  EXPECT_EQ(Count(a.trace, -1, "recovery", "Restarted"), 1u);
+  EXPECT_GE(Count(a.trace, -1, "recovery", "ParentLost"), 1u);
+  EXPECT_EQ(Count(a.trace, -1, "recovery", "TimerFired", "FallBackToStore{parent lost}"),
+            a.fallbacks_to_store);
+  EXPECT_GE(Count(a.trace, -1, "recovery", "TimerFired", "StartDownload"),
+            a.fallbacks_to_store + 1);
+  EXPECT_GE(Count(a.trace, -1, "recovery", "ChunkDoubtful"), a.overwrite_repairs);
+  EXPECT_GE(Count(a.trace, -1, "downloader", "Start"), 1u);
 }
 
 class EachKind : public ::testing::TestWithParam<int> {};
