@@ -210,11 +210,10 @@ StatusOr<std::vector<std::string>> PrepareCheckpoints(const Scenario& s, double 
   return paths;
 }
 
-StatusOr<std::vector<NodePlan>> MakePlans(const Scenario& s, Method method, TransportKind transport,
-                                          const std::string& base, const std::string& target,
-                                          const std::string& run_dir, const std::string& work_dir,
-                                          const std::string& store_prefix) {
-  const int n = s.receivers.count + 1;
+namespace {
+
+// The relay tree of `n` nodes: transport.relay_tree.topology, else the fan-out tree.
+StatusOr<std::vector<int>> TreeParents(const Scenario& s, int n) {
   std::vector<int> parents;
   if (!s.transport.relay_tree.topology.empty()) {
     parents = s.transport.relay_tree.topology;
@@ -224,33 +223,50 @@ StatusOr<std::vector<NodePlan>> MakePlans(const Scenario& s, Method method, Tran
     parents = t.parent;
   }
   DCR_RETURN_IF_ERROR(Topology::FromParents(parents).status().WithContext("transport.relay_tree.topology"));
+  return parents;
+}
+
+// Listening addresses of `n` relay nodes: network.hosts, else loopback ports (network.base_port +
+// rank, or free ports).
+StatusOr<std::vector<std::string>> NodeAddresses(const Scenario& s, int n) {
+  if (!s.network.hosts.empty()) return s.network.hosts;
+  std::vector<std::string> addresses;
+  for (int r = 0; r < n; ++r) {
+    int port = 0;
+    if (s.network.base_port > 0) {
+      port = s.network.base_port + r;
+    } else {
+      DCR_ASSIGN_OR_RETURN(port, internal::FreePort());
+    }
+    addresses.push_back("127.0.0.1:" + std::to_string(port));
+  }
+  return addresses;
+}
+
+// The object store URL of the scenario (a directory under `work_dir` by default).
+std::string StoreUrl(const Scenario& s, const std::string& work_dir) {
+  const auto& os = s.transport.object_store;
+  if (os.kind == StoreKind::kDir) return "dir:" + (os.path.empty() ? work_dir + "/store" : os.path);
+  std::string store = "s3://" + os.bucket + "?endpoint=" + os.endpoint + "&region=" + os.region +
+                      "&create_bucket=1";
+  if (!os.credentials_file.empty()) store += "&credentials_file=" + os.credentials_file;
+  return store;
+}
+
+}  // namespace
+
+StatusOr<std::vector<NodePlan>> MakePlans(const Scenario& s, Method method, TransportKind transport,
+                                          const std::string& base, const std::string& target,
+                                          const std::string& run_dir, const std::string& work_dir,
+                                          const std::string& store_prefix) {
+  const int n = s.receivers.count + 1;
+  DCR_ASSIGN_OR_RETURN(const std::vector<int> parents, TreeParents(s, n));
   std::vector<std::string> addresses;
   if (transport == TransportKind::kRelayTree) {
-    if (!s.network.hosts.empty()) {
-      addresses = s.network.hosts;
-    } else {
-      for (int r = 0; r < n; ++r) {
-        int port = 0;
-        if (s.network.base_port > 0) {
-          port = s.network.base_port + r;
-        } else {
-          DCR_ASSIGN_OR_RETURN(port, internal::FreePort());
-        }
-        addresses.push_back("127.0.0.1:" + std::to_string(port));
-      }
-    }
+    DCR_ASSIGN_OR_RETURN(addresses, NodeAddresses(s, n));
   }
-  std::string store;
-  if (transport == TransportKind::kObjectStore) {
-    const auto& os = s.transport.object_store;
-    if (os.kind == StoreKind::kDir) {
-      store = "dir:" + (os.path.empty() ? work_dir + "/store" : os.path);
-    } else {
-      store = "s3://" + os.bucket + "?endpoint=" + os.endpoint + "&region=" + os.region +
-              "&create_bucket=1";
-      if (!os.credentials_file.empty()) store += "&credentials_file=" + os.credentials_file;
-    }
-  }
+  const std::string store =
+      transport == TransportKind::kObjectStore ? StoreUrl(s, work_dir) : std::string();
   std::vector<NodePlan> plans;
   for (int r = 0; r < n; ++r) {
     NodePlan p;
@@ -300,10 +316,10 @@ struct Child {
   double cpu = 0;  // last CPU seconds read from /proc
 };
 
-// Starts `dcr node --plan FILE` for every plan and waits for all of them.
-Status SpawnAndWait(const Scenario& s, const std::vector<NodePlan>& plans,
-                    const std::string& run_dir, const std::string& label,
-                    std::vector<CpuPoint>* cpu) {
+// Starts `dcr node --plan FILE` for every plan, receivers first so their listening sockets exist
+// early (connect retries anyway); each node's output goes to node-<rank>.log in `run_dir`.
+StatusOr<std::vector<Child>> StartNodes(const std::vector<NodePlan>& plans,
+                                        const std::string& run_dir) {
   const std::string exe = SelfExe();
   std::vector<Child> children;
   // Stale files of an earlier invocation would fake readiness or results.
@@ -312,7 +328,6 @@ Status SpawnAndWait(const Scenario& s, const std::vector<NodePlan>& plans,
       if (!f.empty()) unlink(f.c_str());
     }
   }
-  // Receivers first so their listening sockets exist early (connect retries anyway).
   for (int i = static_cast<int>(plans.size()) - 1; i >= 0; --i) {
     const NodePlan& p = plans[i];
     std::string plan_path = run_dir + "/plan-" + std::to_string(p.rank) + ".json";
@@ -336,6 +351,76 @@ Status SpawnAndWait(const Scenario& s, const std::vector<NodePlan>& plans,
     c.pid = pid;
     children.push_back(c);
   }
+  return children;
+}
+
+// Reaps the children that exited; the first one that failed sets `failure` (with its log's tail).
+// Returns how many exited in this call.
+size_t ReapExited(std::vector<Child>* children, Status* failure) {
+  size_t exited = 0;
+  for (auto& c : *children) {
+    if (c.exited) continue;
+    int st = 0;
+    pid_t r = waitpid(c.pid, &st, WNOHANG);
+    if (r != c.pid) continue;
+    c.exited = true;
+    c.status = st;
+    ++exited;
+    if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0) && failure->ok()) {
+      std::string tail = ReadText(c.log);
+      if (tail.size() > 600) tail = tail.substr(tail.size() - 600);
+      *failure = UnavailableError("node " + std::to_string(c.rank) + " failed (" +
+                                  (WIFEXITED(st) ? "exit " + std::to_string(WEXITSTATUS(st))
+                                                 : "signal " + std::to_string(WTERMSIG(st))) +
+                                  "): " + tail);
+    }
+  }
+  return exited;
+}
+
+// Once every receiver has written its ready file, writes the sender's go file. Returns whether
+// the go file is written.
+StatusOr<bool> SignalGoWhenReady(const std::vector<NodePlan>& plans) {
+  for (const auto& p : plans) {
+    if (p.rank != 0 && !p.ready_path.empty() && !Exists(p.ready_path)) return false;
+  }
+  if (plans.empty() || plans[0].go_path.empty()) return false;
+  DCR_RETURN_IF_ERROR(WriteFileAtomic(plans[0].go_path, "go\n", 3));
+  return true;
+}
+
+// Stops every child still running (SIGTERM) and waits for it.
+void StopAll(std::vector<Child>* children) {
+  for (auto& c : *children) {
+    if (!c.exited) kill(c.pid, SIGTERM);
+  }
+  for (auto& c : *children) {
+    if (!c.exited) waitpid(c.pid, nullptr, 0);
+    c.exited = true;
+  }
+}
+
+// One CPU sample: the machine's idle time and each live child's CPU seconds. A node's CPU is read
+// while it lives; once reaped its last reading stays counted.
+CpuPoint SampleCpu(std::vector<Child>* children) {
+  CpuPoint p;
+  p.wall = internal::WallNow();
+  p.idle = ProcStatIdleSeconds();
+  p.by_rank.assign(children->size(), 0.0);
+  for (auto& c : *children) {
+    if (!c.exited) c.cpu = std::max(c.cpu, ProcessCpuSeconds(c.pid));
+    p.ours += c.cpu;
+    if (c.rank >= 0 && c.rank < static_cast<int>(p.by_rank.size())) p.by_rank[c.rank] = c.cpu;
+  }
+  return p;
+}
+
+// Starts `dcr node --plan FILE` for every plan and waits for all of them, sampling their CPU every
+// 20 ms into `cpu`. The first node failure or the scenario's timeout (+30 s) stops the rest.
+Status SpawnAndWait(const Scenario& s, const std::vector<NodePlan>& plans,
+                    const std::string& run_dir, const std::string& label,
+                    std::vector<CpuPoint>* cpu) {
+  DCR_ASSIGN_OR_RETURN(std::vector<Child> children, StartNodes(plans, run_dir));
   const double start = internal::SteadyNow();
   const double deadline = start + s.timeout_s + 30;
   double last_print = 0;
@@ -343,44 +428,14 @@ Status SpawnAndWait(const Scenario& s, const std::vector<NodePlan>& plans,
   bool go = false;
   Status failure;
   while (exited < children.size()) {
-    for (auto& c : children) {
-      if (c.exited) continue;
-      int st = 0;
-      pid_t r = waitpid(c.pid, &st, WNOHANG);
-      if (r == c.pid) {
-        c.exited = true;
-        c.status = st;
-        ++exited;
-        if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0) && failure.ok()) {
-          std::string tail = ReadText(c.log);
-          if (tail.size() > 600) tail = tail.substr(tail.size() - 600);
-          failure = UnavailableError("node " + std::to_string(c.rank) + " failed (" +
-                                     (WIFEXITED(st) ? "exit " + std::to_string(WEXITSTATUS(st))
-                                                    : "signal " + std::to_string(WTERMSIG(st))) +
-                                     "): " + tail);
-        }
-      }
-    }
+    exited += ReapExited(&children, &failure);
     if (!go) {
-      bool all_ready = true;
-      for (const auto& p : plans) {
-        if (p.rank != 0 && !p.ready_path.empty() && !Exists(p.ready_path)) all_ready = false;
-      }
-      if (all_ready && !plans.empty() && !plans[0].go_path.empty()) {
-        go = true;
-        DCR_RETURN_IF_ERROR(WriteFileAtomic(plans[0].go_path, "go\n", 3));
-      }
+      DCR_ASSIGN_OR_RETURN(go, SignalGoWhenReady(plans));
     }
     double now = internal::SteadyNow();
     if (!failure.ok() || now > deadline) {
       if (failure.ok()) failure = DeadlineExceededError("run " + label + " timed out");
-      for (auto& c : children) {
-        if (!c.exited) kill(c.pid, SIGTERM);
-      }
-      for (auto& c : children) {
-        if (!c.exited) waitpid(c.pid, nullptr, 0);
-        c.exited = true;
-      }
+      StopAll(&children);
       break;
     }
     if (s.progress && now - last_print > 0.5) {
@@ -388,19 +443,7 @@ Status SpawnAndWait(const Scenario& s, const std::vector<NodePlan>& plans,
       std::fprintf(stderr, "\r  %-40s %6.1f s  %zu/%zu nodes done ", label.c_str(), now - start,
                    exited, children.size());
     }
-    {
-      CpuPoint p;
-      p.wall = internal::WallNow();
-      p.idle = ProcStatIdleSeconds();
-      // A node's CPU is read while it lives; once reaped its last reading stays counted.
-      p.by_rank.assign(children.size(), 0.0);
-      for (auto& c : children) {
-        if (!c.exited) c.cpu = std::max(c.cpu, ProcessCpuSeconds(c.pid));
-        p.ours += c.cpu;
-        if (c.rank >= 0 && c.rank < static_cast<int>(p.by_rank.size())) p.by_rank[c.rank] = c.cpu;
-      }
-      cpu->push_back(p);
-    }
+    cpu->push_back(SampleCpu(&children));
     usleep(20000);
   }
   if (s.progress) {
