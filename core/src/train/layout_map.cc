@@ -105,8 +105,9 @@ struct Box {
   }
 };
 
-// Fits boxes to a sequence of (source, canonical) pairs sorted by source.
-std::vector<Box> FitBoxes(const std::vector<std::pair<uint64_t, uint64_t>>& seq) {
+// One-dimensional boxes over a sequence of (source, canonical) pairs sorted by source: maximal
+// runs with constant source and canonical steps.
+std::vector<Box> FitRuns(const std::vector<std::pair<uint64_t, uint64_t>>& seq) {
   std::vector<Box> boxes;
   const size_t n = seq.size();
   size_t k = 0;
@@ -134,43 +135,56 @@ std::vector<Box> FitBoxes(const std::vector<std::pair<uint64_t, uint64_t>>& seq)
     }
     boxes.push_back(b);
   }
-  // Merge runs of same-shaped boxes with constant offset steps into one more dimension.
-  for (uint32_t level = 2; level <= kMaxSegmentDims; ++level) {
-    std::vector<Box> out;
-    size_t i = 0;
-    bool merged_any = false;
-    while (i < boxes.size()) {
-      size_t j = i;
-      if (i + 1 < boxes.size() && boxes[i].ndim == level - 1 && boxes[i].SameShape(boxes[i + 1])) {
-        const int64_t dso = static_cast<int64_t>(boxes[i + 1].soff - boxes[i].soff);
-        const int64_t ddo = static_cast<int64_t>(boxes[i + 1].doff - boxes[i].doff);
-        j = i + 1;
-        while (j + 1 < boxes.size() && boxes[i].SameShape(boxes[j + 1]) &&
-               static_cast<int64_t>(boxes[j + 1].soff - boxes[j].soff) == dso &&
-               static_cast<int64_t>(boxes[j + 1].doff - boxes[j].doff) == ddo) {
-          ++j;
-        }
-        Box m;
-        m.ndim = level;
-        m.soff = boxes[i].soff;
-        m.doff = boxes[i].doff;
-        m.count[0] = j - i + 1;
-        m.ss[0] = dso;
-        m.ds[0] = ddo;
-        for (uint32_t d = 0; d < level - 1; ++d) {
-          m.count[d + 1] = boxes[i].count[d];
-          m.ss[d + 1] = boxes[i].ss[d];
-          m.ds[d + 1] = boxes[i].ds[d];
-        }
-        out.push_back(m);
-        merged_any = true;
-      } else {
-        out.push_back(boxes[i]);
+  return boxes;
+}
+
+// Merges runs of same-shaped (level - 1)-dimensional boxes with constant offset steps into one
+// box of `level` dimensions. Returns whether anything merged.
+bool MergeLevel(uint32_t level, std::vector<Box>* boxes) {
+  const std::vector<Box>& in = *boxes;
+  std::vector<Box> out;
+  size_t i = 0;
+  bool merged_any = false;
+  while (i < in.size()) {
+    size_t j = i;
+    if (i + 1 < in.size() && in[i].ndim == level - 1 && in[i].SameShape(in[i + 1])) {
+      const int64_t dso = static_cast<int64_t>(in[i + 1].soff - in[i].soff);
+      const int64_t ddo = static_cast<int64_t>(in[i + 1].doff - in[i].doff);
+      j = i + 1;
+      while (j + 1 < in.size() && in[i].SameShape(in[j + 1]) &&
+             static_cast<int64_t>(in[j + 1].soff - in[j].soff) == dso &&
+             static_cast<int64_t>(in[j + 1].doff - in[j].doff) == ddo) {
+        ++j;
       }
-      i = j + 1;
+      Box m;
+      m.ndim = level;
+      m.soff = in[i].soff;
+      m.doff = in[i].doff;
+      m.count[0] = j - i + 1;
+      m.ss[0] = dso;
+      m.ds[0] = ddo;
+      for (uint32_t d = 0; d < level - 1; ++d) {
+        m.count[d + 1] = in[i].count[d];
+        m.ss[d + 1] = in[i].ss[d];
+        m.ds[d + 1] = in[i].ds[d];
+      }
+      out.push_back(m);
+      merged_any = true;
+    } else {
+      out.push_back(in[i]);
     }
-    boxes = std::move(out);
-    if (!merged_any) break;
+    i = j + 1;
+  }
+  *boxes = std::move(out);
+  return merged_any;
+}
+
+// Fits boxes to a sequence of (source, canonical) pairs sorted by source: runs first, then runs
+// of runs, up to kMaxSegmentDims dimensions.
+std::vector<Box> FitBoxes(const std::vector<std::pair<uint64_t, uint64_t>>& seq) {
+  std::vector<Box> boxes = FitRuns(seq);
+  for (uint32_t level = 2; level <= kMaxSegmentDims; ++level) {
+    if (!MergeLevel(level, &boxes)) break;
   }
   return boxes;
 }
