@@ -39,6 +39,8 @@
 
 #include "dcr/checkpoint.h"
 #include "dcr/delta.h"
+#include "dcr/recovery_policy.h"
+#include "dcr/relay_policy.h"
 #include "dcr/status.h"
 #include "dcr/statusor.h"
 
@@ -106,6 +108,17 @@ struct FaultRunOptions {
   // Record every event fed to a policy and the actions it returned (FaultRunReport::trace).
   bool record_trace = false;
 };
+
+// The policy configuration of a fault run: the tree over nodes 0..receivers, the transport
+// options every relay, uploader and downloader policy gets, and the recovery options of every
+// node. Another driver given the same configuration runs the same policies.
+struct FaultRunPolicies {
+  Topology topology;
+  RelayOptions relay;
+  RecoveryOptions recovery;
+};
+// Errors: kInvalidArgument for receivers < 1 or a bad tree shape (Topology::FanOut).
+StatusOr<FaultRunPolicies> FaultRunPolicyConfig(const FaultRunOptions& options);
 
 // One policy step of a run: the event fed to one of a node's policies at `time` and the actions
 // it returned, in order (relay_policy.h and recovery_policy.h ToString forms). A trace is what

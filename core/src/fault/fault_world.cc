@@ -118,6 +118,9 @@ struct Fault {
   int remaining = 0;  // store write failures left
 };
 
+// Object-store prefix of the run's stream.
+constexpr const char* kStreamPrefix = "refit-v1";
+
 // Policy slots of a node: events and timers are addressed to one of them.
 constexpr int kStreamSlot = 0;    // tree or downloader policy
 constexpr int kUploadSlot = 1;    // sender: uploader policy
@@ -260,7 +263,6 @@ class World {
   Topology topo_;
   RelayOptions relay_;
   std::unique_ptr<DirectoryStore> store_;
-  std::string prefix_ = "refit-v1";
   std::vector<Node> nodes_;
   std::unique_ptr<CommitCoordinator> coordinator_;
   std::map<std::pair<double, uint64_t>, QEvent> queue_;
@@ -354,20 +356,11 @@ Status World::Setup() {
   num_chunks_ = chunk_ids_.size();
   if (num_chunks_ < 2) return InvalidArgumentError("fault run: the delta needs >= 2 chunks");
   for (size_t i = 0; i < num_chunks_; ++i) blob_of_chunk_[chunk_ids_[i]] = i + 1;
-  DCR_ASSIGN_OR_RETURN(topo_, Topology::FanOut(opts_.receivers + 1, opts_.fan_out,
-                                               opts_.root_fan_out));
-  relay_.piece_bytes = opts_.piece_bytes;
-  relay_.window_bytes = opts_.piece_bytes * 8;
-  relay_.prefix = prefix_;
-  relay_.poll_interval_s = 0.02;
-  relay_.poll_timeout_s = 60;
-  relay_.retry_backoff_s = 0.05;
-  relay_.max_retries = 6;
+  DCR_ASSIGN_OR_RETURN(FaultRunPolicies config, FaultRunPolicyConfig(opts_));
+  topo_ = std::move(config.topology);
+  relay_ = config.relay;
+  const RecoveryOptions& recovery = config.recovery;
   DCR_ASSIGN_OR_RETURN(store_, DirectoryStore::Open(opts_.work_dir + "/store"));
-  RecoveryOptions recovery;
-  recovery.detect_timeout_s = opts_.detect_timeout_s;
-  recovery.max_recoveries = opts_.max_recoveries;
-  recovery.prefix = prefix_;
   nodes_.resize(static_cast<size_t>(topo_.size()));
   for (int i = 0; i < topo_.size(); ++i) {
     Node& n = nodes_[i];
@@ -1074,6 +1067,24 @@ Status World::Verify(FaultRunReport* r) {
 }
 
 }  // namespace
+
+StatusOr<FaultRunPolicies> FaultRunPolicyConfig(const FaultRunOptions& options) {
+  if (options.receivers < 1) return InvalidArgumentError("fault run: receivers must be >= 1");
+  FaultRunPolicies c;
+  DCR_ASSIGN_OR_RETURN(c.topology, Topology::FanOut(options.receivers + 1, options.fan_out,
+                                                    options.root_fan_out));
+  c.relay.piece_bytes = options.piece_bytes;
+  c.relay.window_bytes = options.piece_bytes * 8;
+  c.relay.prefix = kStreamPrefix;
+  c.relay.poll_interval_s = 0.02;
+  c.relay.poll_timeout_s = 60;
+  c.relay.retry_backoff_s = 0.05;
+  c.relay.max_retries = 6;
+  c.recovery.detect_timeout_s = options.detect_timeout_s;
+  c.recovery.max_recoveries = options.max_recoveries;
+  c.recovery.prefix = kStreamPrefix;
+  return c;
+}
 
 const char* FaultKindName(FaultKind kind) {
   int k = static_cast<int>(kind);

@@ -142,6 +142,26 @@ TEST(FaultWorldTest, SeededMixOfFaults) {
   EXPECT_EQ(r.receivers_verified, 6);
 }
 
+TEST(FaultWorldTest, PolicyConfigIsTheRunsConfig) {
+  FaultRunOptions o;
+  o.receivers = 5;
+  o.fan_out = 3;
+  o.root_fan_out = 2;
+  o.piece_bytes = 512;
+  o.detect_timeout_s = 0.1;
+  o.max_recoveries = 4;
+  auto c = FaultRunPolicyConfig(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->topology.size(), 6);
+  EXPECT_EQ(c->topology.children[0], (std::vector<NodeId>{1, 2}));
+  EXPECT_EQ(c->relay.piece_bytes, 512u);
+  EXPECT_EQ(c->relay.prefix, c->recovery.prefix);
+  EXPECT_DOUBLE_EQ(c->recovery.detect_timeout_s, 0.1);
+  EXPECT_EQ(c->recovery.max_recoveries, 4);
+  o.receivers = 0;
+  EXPECT_TRUE(FaultRunPolicyConfig(o).status().IsInvalidArgument());
+}
+
 TEST(FaultWorldTest, FaultKindNamesRoundTrip) {
   for (int k = 0; k < kNumFaultKinds; ++k) {
     auto f = FaultKindFromName(FaultKindName(static_cast<FaultKind>(k)));
