@@ -1,8 +1,9 @@
 // Real process kills: a child process applies a delta through JournaledApplier into storage that
 // lives in a shared file mapping (standing in for device memory of a surviving serving process)
 // and is killed with SIGKILL inside a chunk or between chunks. The parent then restarts the
-// receiver from the journal, repairs interrupted chunks with overwrite forms only, commits, and
-// compares the storage byte for byte with the target.
+// receiver from the journal as its RecoveryPolicy decides (reload the committed version when the
+// storage was lost; the overwrite form of every refused doubtful chunk), commits, and compares
+// the storage byte for byte with the target.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -13,6 +14,7 @@
 #include <cstring>
 
 #include "dcr/journal.h"
+#include "dcr/recovery_policy.h"
 #include "dcr/versioning.h"
 #include "fault/fault_test_util.h"
 
@@ -166,10 +168,19 @@ TEST_P(ProcessKill, RecoversBitExact) {
   } else {
     EXPECT_EQ(st.applied.size() + st.doubtful.size(), at + 1);
   }
+  RecoveryPolicy recovery(RecoveryRole::kReceiver, RecoveryOptions{});
+  std::vector<recovery::Action> acts;
+  const bool target_committed = st.committed && st.committed->hash == c1->ContentHash(1);
+  recovery.Handle(0, recovery::Restarted{kc.lose_memory, target_committed, st.applied.size(),
+                                         st.doubtful.size()},
+                  &acts);
+  ASSERT_EQ(acts.size(), kc.lose_memory ? 2u : 1u);
   if (kc.lose_memory) {
+    ASSERT_TRUE(std::holds_alternative<recovery::ReloadCommitted>(acts[0]));
     storage.Load(*c0);
     ASSERT_TRUE((*j)->AbandonDelta().ok());
   }
+  ASSERT_TRUE(std::holds_alternative<recovery::SetTimer>(acts.back()));
   BufferApplier inner(storage.Buffers());
   JournaledApplier ja(&inner, j->get());
   ASSERT_TRUE(ja.BeginDelta(d.header()).ok());
@@ -179,7 +190,15 @@ TEST_P(ProcessKill, RecoversBitExact) {
     ASSERT_TRUE(dc.ok());
     Status s = ja.ApplyChunk(*dc);
     if (s.IsFailedPrecondition()) {
-      auto ow = OverwriteChunkFromCheckpoints(*c0, *c1, opts, dc->header.chunk_id);
+      const uint64_t id = dc->header.chunk_id;
+      ASSERT_EQ((*j)->Lookup(id, nullptr), JournalChunkState::kDoubtful);
+      acts.clear();
+      recovery.Handle(1, recovery::ChunkDoubtful{id}, &acts);
+      ASSERT_EQ(acts.size(), 1u);
+      const auto* req = std::get_if<recovery::RequestOverwrite>(&acts[0]);
+      ASSERT_NE(req, nullptr);
+      EXPECT_EQ(req->key, OverwriteKey(RecoveryOptions{}.prefix, id));
+      auto ow = OverwriteChunkFromCheckpoints(*c0, *c1, opts, req->chunk_id);
       ASSERT_TRUE(ow.ok()) << ow.status();
       auto odc = DecodeChunk(ow->data(), ow->size());
       ASSERT_TRUE(odc.ok());
