@@ -200,7 +200,7 @@ const char* StreamedPass(const internal::ChunkStreams& cs, T* __restrict base, T
   constexpr bool kSaveOld = kOp == internal::kOpAbsolute;
   const uint64_t k = cs.header.num_changes;
   // Prefetch distance in changes: about 3 KiB of storage ahead, at least 24 changes (ApplyPass's
-  // distance) and at most half a batch. A fixed count of changes ran too close at high change
+  // distance) and at most half a batch. A fixed count of changes is too close at high change
   // rates: 24 changes are 960 bytes at 5% (BF16), where 3 KiB made decode+apply ~10% faster;
   // at 1% the floor keeps 24 (4.8 KiB ahead).
   constexpr uint64_t kAheadBytes = 3072;
