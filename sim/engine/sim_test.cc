@@ -5,11 +5,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <regex>
 #include <sstream>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "dcr/delta.h"
 #include "dcr/scenario.h"
 
 namespace dcr::sim {
@@ -109,6 +111,30 @@ TEST(SimTest, OneMachineSharesItsCoresAmongAllNodes) {
               own->runs[1].refit_seconds * 0.01);
   EXPECT_NE(shared->setup.at("platform").find("shared 1-core CPU"), std::string::npos);
   EXPECT_NE(shared->setup.at("wall_seconds").find("payload model"), std::string::npos);
+}
+
+// The simulated sender builds in BuildDelta's production order: the builder window it reports is
+// ProductionOrder::ForMergedCells over its merged chunks, for the scenario's delta.threads.
+TEST(SimTest, BuilderWindowIsBuildDeltasProductionOrder) {
+  for (int threads : {1, 4, 64}) {
+    SCOPED_TRACE("threads=" + std::to_string(threads));
+    Scenario s = Parse(kSmall);
+    s.change_rates = {0.03};
+    s.transport.kinds = {TransportKind::kRelayTree};
+    s.methods = {Method::kDelta};
+    s.delta.threads = threads;
+    auto r = Simulate(s);
+    ASSERT_TRUE(r.ok()) << r.status();
+    const std::string line = r->setup.at("run.delta.relay_tree.0.03");
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(
+        line, m, std::regex(R"((\d+) chunks \(grid (\d+)\).*builder window (\d+) chunks)")))
+        << line;
+    const uint64_t chunks = std::stoull(m[1]), grid = std::stoull(m[2]), window = std::stoull(m[3]);
+    const ProductionOrder order = ProductionOrder::ForMergedCells(
+        chunks, static_cast<double>(grid) / static_cast<double>(chunks), threads);
+    EXPECT_EQ(window, order.window()) << line;
+  }
 }
 
 TEST(SimTest, BadScenariosNameTheKey) {
