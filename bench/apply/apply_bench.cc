@@ -126,16 +126,15 @@ void ApplyBench(benchmark::State& state, bool decode) {
     for (int dir = 0; dir < 2; ++dir) {
       const DeltaReader& d = dir == 0 ? *fwd : *back;
       const auto& pre = dir == 0 ? cf : cb;
-      Status s = (*rep)->BeginDelta(d.header());
+      Status s = BeginDelta(d, rep->get());
       for (size_t i = 0; s.ok() && i < d.num_chunks(); ++i) {
         if (decode) {
-          auto c = d.Decode(i);
-          s = c.ok() ? (*rep)->ApplyChunk(*c) : c.status();
+          s = (*rep)->ApplyRecord(d.chunk_data(i), d.chunk_size(i));
         } else {
-          s = (*rep)->ApplyChunk(pre[i]);
+          s = (*rep)->ApplyDecoded(pre[i]);
         }
       }
-      if (s.ok()) s = (*rep)->Finish(d.trailer());
+      if (s.ok()) s = CommitDelta(d, rep->get());
       if (!s.ok()) {
         state.SkipWithError(s.ToString().c_str());
         return;

@@ -149,8 +149,8 @@ nlohmann::json DescribeBench(const BenchSetup& b) {
       "whole sender and receiver paths of a real run on the scenario's checkpoints: build = "
       "BuildDelta (scan, hash, encode; base hash known and both checkpoints resident in memory, "
       "as the real sender holds them before the header) with the "
-      "scenario's delta.threads; decode_apply = the real delta receiver's Begin, ApplyChunk over "
-      "every chunk and Finish, one thread; solo_* alone, encode/decode_apply_bytes_per_s (CPU) "
+      "scenario's delta.threads; decode_apply = the real delta receiver's Begin, ApplyRecord over "
+      "every chunk and Commit, one thread; solo_* alone, encode/decode_apply_bytes_per_s (CPU) "
       "from the one-machine mix: the builder and receivers.count receivers at once; memcpy = "
       "the full-checkpoint receiver over FullStreamBlobs slices";
   out["timing"] = "median of reps by wall time; *_wall_bytes_per_s per thread from wall time, "
@@ -170,11 +170,11 @@ nlohmann::json DescribeBench(const BenchSetup& b) {
   return out;
 }
 
-// Feeds a built delta through a receiver: Begin, ApplyChunk per chunk, Finish.
-Status ReplayDelta(const BlobSink& blobs, ReceiverBackend* rx) {
+// Feeds a built delta through a receiver: Begin, ApplyRecord per chunk, Commit.
+Status ReplayDelta(const BlobSink& blobs, Receiver* rx) {
   DCR_RETURN_IF_ERROR(rx->Begin(blobs.header.data(), blobs.header.size()));
-  for (const auto& c : blobs.chunks) DCR_RETURN_IF_ERROR(rx->ApplyChunk(c.data(), c.size()));
-  return rx->Finish(blobs.trailer.data(), blobs.trailer.size());
+  for (const auto& c : blobs.chunks) DCR_RETURN_IF_ERROR(rx->ApplyRecord(c.data(), c.size()));
+  return rx->Commit(blobs.trailer.data(), blobs.trailer.size());
 }
 
 // The build alone, like the real sender: both checkpoints held resident and the base hashed
@@ -202,7 +202,7 @@ StatusOr<Timing> TimeApply(const BenchSetup& b, const std::string& base_path,
                            const BlobSink& blobs) {
   std::vector<Timing> applies;
   for (int rep = 0; rep < b.reps; ++rep) {
-    DCR_ASSIGN_OR_RETURN(auto rx, MakeDeltaReceiver(base_path));
+    DCR_ASSIGN_OR_RETURN(auto rx, BufferReceiver::Load(base_path));
     double w0 = WallNow(), c0 = CpuNow();
     DCR_RETURN_IF_ERROR(ReplayDelta(blobs, rx.get()));
     applies.push_back({WallNow() - w0, CpuNow() - c0});
@@ -218,9 +218,9 @@ struct MixTiming {
 // One run of the mix: the builder and `receivers` delta receivers at once.
 StatusOr<MixTiming> RunMixOnce(const BenchSetup& b, const std::vector<std::string>& ckpts,
                                const DeltaOptions& o, const BlobSink& blobs, int receivers) {
-  std::vector<std::unique_ptr<ReceiverBackend>> rxs;
+  std::vector<std::unique_ptr<Receiver>> rxs;
   for (int i = 0; i < receivers; ++i) {
-    DCR_ASSIGN_OR_RETURN(auto rx, MakeDeltaReceiver(ckpts[0]));
+    DCR_ASSIGN_OR_RETURN(auto rx, BufferReceiver::Load(ckpts[0]));
     rxs.push_back(std::move(rx));
   }
   DCR_ASSIGN_OR_RETURN(auto base, OpenResident(ckpts[0]));
@@ -279,9 +279,9 @@ StatusOr<Timing> TimeFullReceiver(const BenchSetup& b, const std::string& target
       if (k == BlobKind::kHeader) {
         DCR_RETURN_IF_ERROR(rx->Begin(blob.data(), blob.size()));
       } else if (k == BlobKind::kChunk) {
-        DCR_RETURN_IF_ERROR(rx->ApplyChunk(blob.data(), blob.size()));
+        DCR_RETURN_IF_ERROR(rx->ApplyRecord(blob.data(), blob.size()));
       } else {
-        DCR_RETURN_IF_ERROR(rx->Finish(blob.data(), blob.size()));
+        DCR_RETURN_IF_ERROR(rx->Commit(blob.data(), blob.size()));
       }
     }
     return Status();

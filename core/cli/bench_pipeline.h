@@ -1,5 +1,5 @@
 // `dcr bench pipeline`: calibration of the simulator from the real sender and receiver code paths
-// (BuildDelta, the delta receiver's ApplyChunk, the full-checkpoint receiver) on the checkpoints a
+// (BuildDelta, the delta receiver's ApplyRecord, the full-checkpoint receiver) on the checkpoints a
 // scenario's real run uses (synthesised once, shared with `dcr run`). The JSON has the keys of
 // sim/engine/calibration.h (memcpy_bytes_per_s, rates[].encode_bytes_per_s,
 // rates[].decode_apply_bytes_per_s and their *_wall_* variants) plus the raw timings.

@@ -1,4 +1,4 @@
-// Real process kills: a child process applies a delta through JournaledApplier into storage that
+// Real process kills: a child process applies a delta through JournaledReceiver into storage that
 // lives in a shared file mapping (standing in for device memory of a surviving serving process)
 // and is killed with SIGKILL inside a chunk or between chunks. The parent then restarts the
 // receiver from the journal as its RecoveryPolicy decides (reload the committed version when the
@@ -61,6 +61,11 @@ class SharedStorage {
     }
     return true;
   }
+  std::vector<ReceiverTensor> Tensors() const {
+    std::vector<ReceiverTensor> out;
+    for (size_t i = 0; i < inv_.tensors.size(); ++i) out.push_back({inv_.tensors[i], data_ + offsets_[i]});
+    return out;
+  }
   std::vector<TensorBuffer> Buffers() const {
     std::vector<TensorBuffer> out;
     for (size_t i = 0; i < inv_.tensors.size(); ++i) {
@@ -78,12 +83,17 @@ class SharedStorage {
   uint8_t* data_ = nullptr;
 };
 
-// Writes half of a chunk's changes, then the process dies.
-class DyingApplier : public Applier {
+// A BufferReceiver whose process dies inside the record of chunk `die_in`, half of its changes
+// written.
+class DyingReceiver : public BufferReceiver {
  public:
-  DyingApplier(std::vector<TensorBuffer> bufs, uint64_t die_in) : bufs_(bufs), inner_(bufs), die_in_(die_in) {}
-  Status ApplyChunk(const DecodedChunk& c) override {
-    if (c.header.chunk_id != die_in_) return inner_.ApplyChunk(c);
+  DyingReceiver(std::vector<TensorBuffer> bufs, std::vector<ReceiverTensor> tensors, VersionId held,
+                uint64_t die_in)
+      : BufferReceiver(std::move(tensors), held), bufs_(std::move(bufs)), die_in_(die_in) {}
+  Status ApplyRecord(const uint8_t* record, size_t size) override {
+    auto dc = DecodeChunk(record, size);
+    if (!dc.ok() || dc->header.chunk_id != die_in_) return BufferReceiver::ApplyRecord(record, size);
+    const DecodedChunk& c = *dc;
     const ChunkHeader& h = c.header;
     SegmentCursor cur(h.segments);
     for (uint64_t k = 0; k < c.values.size() / 2; ++k) {
@@ -100,7 +110,6 @@ class DyingApplier : public Applier {
 
  private:
   std::vector<TensorBuffer> bufs_;
-  BufferApplier inner_;
   uint64_t die_in_;
 };
 
@@ -140,12 +149,12 @@ TEST_P(ProcessKill, RecoversBitExact) {
     // The receiver process. Exit codes: 3 = setup error, 4 = apply error, 5 = not killed.
     auto j = ReceiverJournal::Open(jp);
     if (!j.ok()) ::_exit(3);
-    DyingApplier inner(storage.Buffers(), kc.inside ? at_id : ~uint64_t{0});
-    JournaledApplier ja(&inner, j->get());
-    if (!ja.BeginDelta(d.header()).ok()) ::_exit(3);
+    DyingReceiver inner(storage.Buffers(), storage.Tensors(), {0, c0->ContentHash(1)},
+                        kc.inside ? at_id : ~uint64_t{0});
+    JournaledReceiver ja(&inner, j->get());
+    if (!BeginDelta(d, &ja).ok()) ::_exit(3);
     for (size_t i = 0; i < n; ++i) {
-      auto dc = d.Decode(i);
-      if (!dc.ok() || !ja.ApplyChunk(*dc).ok()) ::_exit(4);
+      if (!ja.ApplyRecord(d.chunk_data(i), d.chunk_size(i)).ok()) ::_exit(4);
       if (!kc.inside && i == at) ::raise(SIGKILL);
     }
     ::_exit(5);
@@ -181,16 +190,14 @@ TEST_P(ProcessKill, RecoversBitExact) {
     ASSERT_TRUE((*j)->AbandonDelta().ok());
   }
   ASSERT_TRUE(std::holds_alternative<recovery::SetTimer>(acts.back()));
-  BufferApplier inner(storage.Buffers());
-  JournaledApplier ja(&inner, j->get());
-  ASSERT_TRUE(ja.BeginDelta(d.header()).ok());
+  BufferReceiver inner(storage.Tensors(), {0, c0->ContentHash(1)});
+  JournaledReceiver ja(&inner, j->get());
+  ASSERT_TRUE(BeginDelta(d, &ja).ok());
   int repaired = 0;
   for (size_t i = 0; i < n; ++i) {
-    auto dc = d.Decode(i);
-    ASSERT_TRUE(dc.ok());
-    Status s = ja.ApplyChunk(*dc);
+    Status s = ja.ApplyRecord(d.chunk_data(i), d.chunk_size(i));
     if (s.IsFailedPrecondition()) {
-      const uint64_t id = dc->header.chunk_id;
+      const uint64_t id = d.trailer().chunks[i].chunk_id;
       ASSERT_EQ((*j)->Lookup(id, nullptr), JournalChunkState::kDoubtful);
       acts.clear();
       recovery.Handle(1, recovery::ChunkDoubtful{id}, &acts);
@@ -202,15 +209,15 @@ TEST_P(ProcessKill, RecoversBitExact) {
       ASSERT_TRUE(ow.ok()) << ow.status();
       auto odc = DecodeChunk(ow->data(), ow->size());
       ASSERT_TRUE(odc.ok());
-      s = ja.ApplyChunk(*odc);
+      s = ja.ApplyRecord(ow->data(), ow->size());
       ++repaired;
     }
     ASSERT_TRUE(s.ok()) << s;
   }
   EXPECT_EQ(repaired, kc.lose_memory ? 0 : static_cast<int>(st.doubtful.size()));
-  auto v = ja.Commit(d.trailer());
-  ASSERT_TRUE(v.ok()) << v.status();
-  EXPECT_EQ(v->hash, c1->ContentHash(1));
+  Status v = CommitDelta(d, &ja);
+  ASSERT_TRUE(v.ok()) << v;
+  EXPECT_EQ(ja.held().hash, c1->ContentHash(1));
   EXPECT_TRUE(storage.Equals(*c1));
 }
 

@@ -11,6 +11,7 @@
 #include "dcr/checkpoint.h"
 #include "dcr/delta.h"
 #include "dcr/hash.h"
+#include "dcr/receiver.h"
 
 namespace dcr::fuzz {
 
@@ -32,6 +33,21 @@ struct FixedModel {
     for (size_t i = 0; i < names.size(); ++i) {
       int w = DTypeWidth(DTypeFromName(dtypes[i]));
       out.push_back({bufs[i].data(), static_cast<uint64_t>(sizes[i]), w, TensorSalt(names[i])});
+    }
+    return out;
+  }
+  // The buffers as a BufferReceiver's storage. REQUIRES: Buffers() called once.
+  std::vector<ReceiverTensor> Tensors() {
+    std::vector<ReceiverTensor> out;
+    for (size_t i = 0; i < names.size(); ++i) {
+      ReceiverTensor t;
+      t.info.name = names[i];
+      t.info.dtype_name = dtypes[i];
+      t.info.dtype = DTypeFromName(dtypes[i]);
+      t.info.shape = {sizes[i]};
+      t.info.nbytes = bufs[i].size();
+      t.data = bufs[i].data();
+      out.push_back(std::move(t));
     }
     return out;
   }

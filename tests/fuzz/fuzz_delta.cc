@@ -21,16 +21,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const Inventory& inv = d.inventory();
   if (inv.data_size > (uint64_t{8} << 20)) return 0;  // keep memory bounded
   std::vector<std::vector<uint8_t>> store;
-  std::vector<TensorBuffer> bufs;
+  std::vector<ReceiverTensor> tensors;
   for (size_t i = 0; i < inv.tensors.size(); ++i) {
     const TensorInfo& t = inv.tensors[i];
     store.emplace_back(t.nbytes, static_cast<uint8_t>(i));
   }
-  for (size_t i = 0; i < inv.tensors.size(); ++i) {
-    const TensorInfo& t = inv.tensors[i];
-    bufs.push_back({store[i].data(), t.num_elements(), t.width(), inv.salts[i]});
-  }
-  BufferApplier inner(bufs);
+  for (size_t i = 0; i < inv.tensors.size(); ++i) tensors.push_back({inv.tensors[i], store[i].data()});
   // tmpfs when available: the journal's fsyncs are not what is being fuzzed.
   static std::string jpath = std::string(::access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp") +
                              "/dcr_fuzz_journal." + std::to_string(::getpid());
@@ -40,14 +36,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!(d.header().flags & kFlagNoBase)) {
     (void)(*j)->RecordCommitted({d.header().base_version, d.header().base_hash});
   }
-  JournaledApplier ja(&inner, j->get());
-  if (!ja.BeginDelta(d.header()).ok()) return 0;
-  for (size_t i = 0; i < d.num_chunks(); ++i) {
-    StatusOr<DecodedChunk> dc = d.Decode(i);
-    if (!dc.ok()) continue;
-    (void)ja.ApplyChunk(*dc);
-  }
-  (void)ja.Commit(d.trailer());
+  BufferReceiver inner(std::move(tensors), {d.header().base_version, d.header().base_hash});
+  JournaledReceiver ja(&inner, j->get());
+  if (!BeginDelta(d, &ja).ok()) return 0;
+  for (size_t i = 0; i < d.num_chunks(); ++i) (void)ja.ApplyRecord(d.chunk_data(i), d.chunk_size(i));
+  (void)CommitDelta(d, &ja);
   (void)ja.Ledger();
   return 0;
 }

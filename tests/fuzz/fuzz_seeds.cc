@@ -89,15 +89,14 @@ int main(int argc, char** argv) {
       auto j = ReceiverJournal::Open(jp);
       if (!j.ok()) return 1;
       (void)(*j)->RecordCommitted({0, (*base)->ContentHash(1)});
-      std::vector<TensorBuffer> bufs = m.Buffers();
-      BufferApplier inner(bufs);
-      JournaledApplier ja(&inner, j->get());
-      (void)ja.BeginDelta((*r)->header());
+      m.Buffers();
+      BufferReceiver inner(m.Tensors(), {0, (*base)->ContentHash(1)});
+      JournaledReceiver ja(&inner, j->get());
+      (void)BeginDelta(**r, &ja);
       for (size_t i = 0; i < (*r)->num_chunks(); ++i) {
-        auto dc = (*r)->Decode(i);
-        if (dc.ok()) (void)ja.ApplyChunk(*dc);
+        (void)ja.ApplyRecord((*r)->chunk_data(i), (*r)->chunk_size(i));
       }
-      if (n % 2 == 0) (void)ja.Commit((*r)->trailer());
+      if (n % 2 == 0) (void)CommitDelta(**r, &ja);
       m = fuzz::FixedModel();
       m.Buffers();
     }

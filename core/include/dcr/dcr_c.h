@@ -14,6 +14,9 @@
  *      chunk record as it arrives (any order), dcr_receiver_finish(trailer bytes). Converted tensors
  *      are handed back through the reload callback (re-run your loader on them) before finish
  *      returns; the runtime may serve the new version only when finish returned DCR_OK.
+ * A dcr_receiver is the C face of dcr::ServingReplica (dcr/runtime.h) attached to the recorded
+ * buffers: begin / apply_chunk / finish are Receiver::Begin / ApplyRecord / Commit (dcr/receiver.h)
+ * with the same checks and failure codes.
  *
  * Every function returns a dcr status code (0 = OK, values of dcr::StatusCode) and never throws or
  * aborts; dcr_last_error() gives the message of the calling thread's last failure.
@@ -83,6 +86,14 @@ int dcr_receiver_begin(dcr_receiver* rx, const void* header, size_t size);
 int dcr_receiver_apply_chunk(dcr_receiver* rx, const void* record, size_t size);
 /* Returns DCR_OK only when every chunk was applied and the version hash matches (committed). */
 int dcr_receiver_finish(dcr_receiver* rx, const void* trailer, size_t size);
+/* Compares what dcr holds of the runtime's storage (every bit-preserving placement and every
+ * canonical shadow) with the safetensors checkpoint at `target_path`, byte for byte: DCR_OK if
+ * equal, DCR_DATA_LOSS naming the first difference. Converted regions are the runtime's loader's. */
+int dcr_receiver_verify(const dcr_receiver* rx, const char* target_path);
+/* The last committed version: its number (0 for the recorded checkpoint), content hash (lo, hi)
+ * and whether a delta is in progress (1) or not (0). Any pointer may be NULL. */
+int dcr_receiver_version(const dcr_receiver* rx, uint64_t* number, uint64_t hash[2],
+                         int* in_delta);
 /* Placement summary: bytes placed bit-preserving, converted and constant. */
 void dcr_receiver_stats(const dcr_receiver* rx, uint64_t* bit_preserving, uint64_t* converted,
                         uint64_t* constant);

@@ -9,7 +9,7 @@
 // On reopen, records are replayed: a chunk with a Begin and no End is *doubtful* (its bits may be
 // any mix of base and target at its changed positions). A doubtful chunk is repaired only with its
 // overwrite form (absolute target values at the same positions; versioning.h), never by replaying
-// the relative chunk. JournaledApplier enforces that.
+// the relative chunk. JournaledReceiver enforces that.
 //
 // File format (all integers little-endian):
 //   file header: "DCRJRNL\0" (8) | u32 journal_version (=1) | u32 reserved (0)
@@ -20,8 +20,8 @@
 // JournalState::torn_bytes). Records are only appended; Compact() rewrites the file atomically
 // (temp + fsync + rename + directory fsync) with one snapshot of the current state.
 //
-// Thread safety: ReceiverJournal and JournaledApplier are thread-safe (one internal mutex);
-// JournaledApplier::ApplyChunk may be called concurrently for distinct chunks of one delta.
+// Thread safety: ReceiverJournal is thread-safe (one internal mutex); JournaledReceiver is as
+// receiver.h says (ApplyRecord concurrently for distinct chunks of one delta).
 #ifndef DCR_CORE_INCLUDE_DCR_JOURNAL_H_
 #define DCR_CORE_INCLUDE_DCR_JOURNAL_H_
 
@@ -38,20 +38,11 @@
 #include "dcr/checkpoint.h"
 #include "dcr/delta.h"
 #include "dcr/format.h"
+#include "dcr/receiver.h"
 #include "dcr/status.h"
 #include "dcr/statusor.h"
 
 namespace dcr {
-
-// A checkpoint version: its number (as in delta headers) and its content hash (hash.h).
-struct VersionId {
-  uint64_t number = 0;
-  Hash128 hash;
-  bool operator==(const VersionId& o) const { return number == o.number && hash == o.hash; }
-  bool operator!=(const VersionId& o) const { return !(*this == o); }
-  // "v<number>:<first 8 hex digits of the hash>".
-  std::string ToString() const;
-};
 
 // Identity of one delta: base version -> target version number, plus a digest of its header bytes
 // (inventory, grid) so two different deltas with the same numbers are never confused. The target
@@ -161,7 +152,7 @@ class ReceiverJournal {
   JournalState state_;
 };
 
-// Told by JournaledApplier when storage stops and starts holding a whole version. A serving
+// Told by JournaledReceiver when storage stops and starts holding a whole version. A serving
 // runtime must not serve between ApplyStarted and VersionWhole (the storage is mixed).
 class ServingGate {
  public:
@@ -171,53 +162,70 @@ class ServingGate {
 };
 
 struct JournaledApplyStats {
-  uint64_t applied = 0;            // chunks applied through the inner applier (relative or absolute)
+  uint64_t applied = 0;            // chunks applied through the inner receiver (relative or absolute)
   uint64_t repaired = 0;           // doubtful chunks repaired with their overwrite form
   uint64_t duplicates_skipped = 0; // chunks already applied (duplicates), skipped
   uint64_t refused = 0;            // chunks refused (relative form of a doubtful chunk, wrong delta)
 };
 
-// An Applier that journals every chunk around an inner Applier (BufferApplier, a serving runtime,
-// CUDA) and keeps the version ledger:
+// A Receiver decorator that journals every chunk around an inner Receiver (BufferReceiver, a
+// serving replica, a device receiver) and keeps the version ledger:
 //   ledger = base_hash + sum(version_delta) over applied chunks   (identity terms for a full frame)
 // hash.h's additivity makes ledger == target_hash a proof of the target version when every chunk
-// was verified by the inner applier (relative chunks are base-checked before writing, and every
-// chunk's target bits are checked against its target_change_hash).
+// was verified by the inner receiver (relative chunks are base-checked, and every chunk's target
+// bits are checked against its target_change_hash, before anything of it stays written).
 //
 // Rules: a chunk already applied is skipped (duplicate delivery is harmless); a doubtful chunk is
-// accepted only in its absolute (overwrite) form, whose target_change_hash must equal the one
-// recorded at Begin (same positions, same target bits); the relative form of a doubtful chunk is
-// refused with kFailedPrecondition naming the chunk.
-class JournaledApplier : public Applier {
+// accepted only in its absolute (overwrite) form, whose target_change_hash and target_range_hash
+// must equal the ones recorded at its start (same positions, same target bits); the relative form
+// of a doubtful chunk is refused with kFailedPrecondition naming the chunk.
+//
+// Restart: a JournaledReceiver over a reopened journal and an inner receiver over storage that
+// survived (a mapped file, device memory) resumes the in-flight delta when Begin is called with
+// its header again: the inner receiver is begun and told (MarkApplied) of every chunk the journal
+// records as applied. Storage that did not survive is reloaded from the committed version and
+// the delta abandoned (ReceiverJournal::AbandonDelta) before the receiver is built.
+//
+// Errors beyond receiver.h's: Begin refuses a base other than the journal's committed version
+// and a different delta while one is in flight (kFailedPrecondition, "refused"); Commit refuses
+// doubtful chunks (kFailedPrecondition, listed) and a ledger other than the target hash
+// (kDataLoss); journal I/O errors are returned as they are.
+class JournaledReceiver : public Receiver {
  public:
-  // Neither pointer is owned; both must outlive this object. `gate` may be null.
-  JournaledApplier(Applier* inner, ReceiverJournal* journal, ServingGate* gate = nullptr);
+  // Neither pointer is owned; all must outlive this object. `gate` may be null.
+  // REQUIRES: inner->held() is the journal's committed version and inner is not in a delta.
+  JournaledReceiver(Receiver* inner, ReceiverJournal* journal, ServingGate* gate = nullptr);
 
-  // Starts (or resumes, after a restart) the delta described by `header`. Refuses a header whose
-  // base is not the committed version (kFailedPrecondition "base ... but receiver holds ...")
-  // unless it is a full frame; refuses a different delta while one is in flight.
-  Status BeginDelta(const FileHeader& header);
-  Status ApplyChunk(const DecodedChunk& chunk) override;
+  Status Begin(const uint8_t* header, size_t size) override;
+  Status ApplyRecord(const uint8_t* record, size_t size) override;
+  // After the inner receiver commits, records Committed durably and tells the gate the version
+  // is whole.
+  Status Commit(const uint8_t* trailer, size_t size) override;
+  // Aborts the inner receiver; the journal keeps the in-flight delta (a Begin of the same delta
+  // resumes it).
+  void Abort() override;
+  // Journals the chunk as applied (Begin and End records), then tells the inner receiver.
+  Status MarkApplied(uint64_t chunk_id, const Hash128& version_delta) override;
+  Status Verify(const Checkpoint& target) const override { return inner_->Verify(target); }
+  // The journal's committed version (the inner receiver's if the journal has none).
+  VersionId held() const override;
+  bool in_delta() const override;
+  // From the journal: chunks of `trailer` not applied (including doubtful ones), sorted.
+  std::vector<uint64_t> MissingChunks(const Trailer& trailer) const override;
+
   // Chunks of the in-flight delta that need their overwrite form (sorted).
   std::vector<uint64_t> DoubtfulChunks() const;
-  // Chunks of `trailer` not yet applied (including doubtful ones), sorted.
-  std::vector<uint64_t> MissingChunks(const Trailer& trailer) const;
-  // Commits the in-flight delta: every chunk of `trailer` applied, none doubtful, and the ledger
-  // equals trailer.target_hash. Then records Committed durably and tells the gate the version is
-  // whole. Errors: kFailedPrecondition (missing/doubtful chunks, listed), kDataLoss (ledger
-  // mismatch: the storage does not provably hold the target).
-  StatusOr<VersionId> Commit(const Trailer& trailer);
-  // The current ledger hash (REQUIRES: a delta in flight; else the committed hash).
+  // The current ledger hash (the committed hash when no delta is in flight).
   Hash128 Ledger() const;
   JournaledApplyStats stats() const;
 
  private:
-  Applier* inner_;
+  Receiver* inner_;
   ReceiverJournal* journal_;
   ServingGate* gate_;
   mutable std::mutex mu_;
-  std::optional<FileHeader> header_;
-  JournaledApplyStats stats_;
+  std::optional<FileHeader> header_;  // of the delta in progress; guarded by mu_
+  JournaledApplyStats stats_;         // guarded by mu_
 };
 
 }  // namespace dcr

@@ -20,7 +20,8 @@
 //   Storage, ModelLoader, LoadCheckpoint      the runtime's own world; knows nothing of deltas.
 //   ServingConfig, MakeReferenceLoader        the reference rollout engine (a vLLM stand-in).
 //   RecordLoad -> PlacementMap                interception (see "Interception" below).
-//   ServingReplica                            one receiver per serving TP rank, in-place apply,
+//   ServingReplica                            the Receiver (receiver.h) of a serving replica: one
+//                                             rank per serving TP rank, in-place apply,
 //                                             incremental version hash, joint commit.
 //   BuildServingDelta, StorageReceiver        the serving-space (FP8) path.
 //
@@ -47,8 +48,9 @@
 // compute converted values into a staging buffer first; do it inside LoadWeight for the tensor they
 // depend on (the receiver re-runs LoadWeight with the new tensor to refresh them).
 //
-// Thread safety: Storage, loaders and ServingReplica are thread-compatible (one thread at a time);
-// RecordLoad must not run concurrently with another RecordLoad in the same process.
+// Thread safety: Storage and loaders are thread-compatible (one thread at a time); receivers are
+// as receiver.h says; RecordLoad must not run concurrently with another RecordLoad in the same
+// process.
 #ifndef DCR_CORE_INCLUDE_DCR_RUNTIME_H_
 #define DCR_CORE_INCLUDE_DCR_RUNTIME_H_
 
@@ -65,6 +67,7 @@
 #include "dcr/dtype.h"
 #include "dcr/format.h"
 #include "dcr/model.h"
+#include "dcr/receiver.h"
 #include "dcr/status.h"
 #include "dcr/statusor.h"
 
@@ -257,17 +260,24 @@ struct ReplicaOptions {
   RecordOptions record;
 };
 
-// One serving replica: `tp` receivers (one per serving TP rank, each with its own storage, native
-// loader instance and placement map) that apply canonical deltas in place and commit together.
+// One serving replica: `tp` ranks (each with its own storage, native loader instance and
+// placement map) that apply canonical deltas in place and commit together: a Receiver
+// (receiver.h) over the runtime's storage.
 //
-// Chunk protocol (apply.h contract): for every change the replica reads the current bits from the
-// element's owner (the shadow for tensors with converted placements, else the first bit-preserving
-// placement on the lowest rank), sums the element hash terms of old and new bits over all ranks and
-// compares them with the chunk's base_change_hash (relative payloads) and target_change_hash before
+// Apply (ApplyRecord): for every change the replica reads the current bits from the element's
+// owner (the shadow for tensors with converted placements, else the first bit-preserving
+// placement on the lowest rank), sums the element hash terms of old and new bits and compares
+// them with the chunk's base_change_hash (relative payloads) and target_change_hash before
 // anything is written (kFailedPrecondition / kDataLoss and no write on mismatch). Then it writes
-// every placement on every rank and the shadow. Converted tensors touched by a delta are re-loaded
-// through the native loader in Finish, before the version is reported whole.
-class ServingReplica : public Applier {
+// every placement on every rank and the shadow. Records are applied one at a time (concurrent
+// calls are serialized). A chunk already applied: its relative payload is refused
+// (kFailedPrecondition), its absolute payload skipped (OK); nothing is written either way.
+// Commit re-loads converted tensors touched by the delta through the native loader (or the
+// reload callback of Attach) before the version is reported whole; a reload error leaves the
+// delta in progress. Verify runs a dense load of the target through a fresh native loader per
+// rank and compares every buffer byte for byte (Create); for attached storage, whose loader is
+// the runtime's, it compares every placed element and every shadow with the target (Attach).
+class ServingReplica : public Receiver {
  public:
   // Records the load of `base` on every rank. The replica then holds version `base_version` whose
   // content hash is base.ContentHash().
@@ -275,26 +285,47 @@ class ServingReplica : public Applier {
                                                           const Checkpoint& base,
                                                           uint64_t base_version,
                                                           const ReplicaOptions& options = {});
+  // One rank of storage the runtime owns: the placement map recorded for it and the address of
+  // each of its buffers (in map.buffers order). The buffers must outlive the replica.
+  struct AttachedRank {
+    PlacementMap map;
+    std::vector<uint8_t*> buffers;
+  };
+  // Re-runs the runtime's loader on one converted tensor of rank `rank` with new canonical bytes.
+  using ReloadFn = std::function<Status(int rank, const WeightRef& weight)>;
+  // A replica over storage the runtime loaded itself (e.g. through the C API's recorder), holding
+  // `base` (its tensors are the mapped ones) as version `base_version`. `reload` may be empty:
+  // Commit then fails with kFailedPrecondition when a converted tensor changed. Errors:
+  // kInvalidArgument (no ranks, buffer addresses that do not match a map, maps naming different
+  // tensors, a mapped tensor missing from `base`).
+  static StatusOr<std::unique_ptr<ServingReplica>> Attach(std::vector<AttachedRank> ranks,
+                                                          const Checkpoint& base,
+                                                          uint64_t base_version, ReloadFn reload);
   ~ServingReplica() override;
 
-  // Starts applying a delta. kFailedPrecondition if its base hash is not the held version's hash,
-  // or a delta is in progress; kInvalidArgument if its inventory differs from the loaded one.
-  Status BeginDelta(const FileHeader& header);
-  // Applies one decoded chunk of the delta in progress (any order). See the class comment.
-  Status ApplyChunk(const DecodedChunk& chunk) override;
-  // Ends the delta: every chunk of `trailer` must have been applied and the incrementally tracked
-  // hash must equal trailer.target_hash; then converted tensors are re-loaded and the replica
-  // commits the target version. kFailedPrecondition (missing chunks) or kDataLoss (hash mismatch)
-  // otherwise, and the replica stays uncommitted.
-  Status Finish(const Trailer& trailer);
+  // Receiver (see the class comment for what is specific to a replica).
+  Status Begin(const uint8_t* header, size_t size) override;
+  Status ApplyRecord(const uint8_t* record, size_t size) override;
+  Status Commit(const uint8_t* trailer, size_t size) override;
   // Abandons a delta in progress (the storage may be mixed; repair with absolute chunks or reload).
-  void Abort();
+  void Abort() override;
+  // Also marks every converted tensor for re-loading at Commit (the chunk's tensors are unknown).
+  Status MarkApplied(uint64_t chunk_id, const Hash128& version_delta) override;
+  Status Verify(const Checkpoint& target) const override;
+  VersionId held() const override;
+  bool in_delta() const override;
+  std::vector<uint64_t> MissingChunks(const Trailer& trailer) const override;
+
+  // ApplyRecord after its decode step, for a caller that holds the record's decoded form (e.g.
+  // a benchmark timing the apply apart from the decode). Same checks and outcome.
+  Status ApplyDecoded(const DecodedChunk& chunk);
 
   int tp() const;
-  bool committed() const;         // true when no delta is in progress
+  bool committed() const { return !in_delta(); }  // true when no delta is in progress
   uint64_t version() const;       // last committed version
   Hash128 version_hash() const;   // last committed content hash
   Hash128 running_hash() const;   // incremental hash of what is applied so far
+  // REQUIRES: built by Create (attached storage belongs to the runtime).
   const Storage& storage(int rank) const;
   const PlacementMap& placement(int rank) const;
   // Bytes held as canonical shadows (tensors with converted placements).
@@ -304,13 +335,12 @@ class ServingReplica : public Applier {
 
  private:
   explicit ServingReplica(std::unique_ptr<Impl> impl);
+  // Ownership election, shadows and the held version, shared by Create and Attach.
+  static StatusOr<std::unique_ptr<ServingReplica>> Build(std::unique_ptr<Impl> impl,
+                                                         const Checkpoint& base,
+                                                         uint64_t base_version);
   std::unique_ptr<Impl> impl_;
 };
-
-// Applies a whole delta held by `reader` to `replica` (BeginDelta, chunks in the given order or
-// the table's order if `order` is empty, Finish).
-Status ApplyDeltaToReplica(const DeltaReader& reader, ServingReplica* replica,
-                           const std::vector<size_t>& order = {});
 
 // ---------------------------------------------------------------------------------------------
 // Serving-space deltas (bit-exact FP8 at the cost of the changed bytes of the storage image).
@@ -326,29 +356,23 @@ StatusOr<DeltaStats> BuildServingDelta(const Checkpoint& base, const Checkpoint&
                                        const LoaderFactory& factory, int rank,
                                        const DeltaOptions& options, DeltaSink* sink);
 
-// Receiver side of a serving-space delta: applies chunks to the buffers of one rank's storage
-// (identity placement), with the apply.h checks, and tracks the image's version hash.
-class StorageReceiver : public Applier {
+// Receiver side of a serving-space delta: a BufferReceiver over the buffers of one rank's
+// storage (identity placement; buffers are the image's tensors), holding the image's version.
+// Verify compares the storage with a dense load of a canonical target through the rank's native
+// loader when a loader factory was given, else with `target` read as a storage image.
+class StorageReceiver : public BufferReceiver {
  public:
   // `storage` must outlive the receiver. The held version's hash is computed from the storage.
-  static StatusOr<std::unique_ptr<StorageReceiver>> Create(Storage* storage, uint64_t version);
-  Status BeginDelta(const FileHeader& header);
-  Status ApplyChunk(const DecodedChunk& chunk) override;
-  Status Finish(const Trailer& trailer);
-  bool committed() const { return !in_progress_; }
-  uint64_t version() const { return version_; }
-  Hash128 version_hash() const { return hash_; }
+  // `factory` may be empty (Verify then takes its target as a storage image).
+  static std::unique_ptr<StorageReceiver> Create(Storage* storage, uint64_t version,
+                                                 LoaderFactory factory = nullptr, int rank = 0);
+  Status Verify(const Checkpoint& target) const override;
 
  private:
-  StorageReceiver() = default;
-  Storage* storage_ = nullptr;
-  std::vector<TensorBuffer> buffers_;  // by image inventory index (sorted names)
-  uint64_t version_ = 0;
-  Hash128 hash_;
-  Hash128 running_;
-  bool in_progress_ = false;
-  uint64_t target_version_ = 0;
-  std::set<uint64_t> applied_;
+  StorageReceiver(std::vector<ReceiverTensor> tensors, VersionId held, LoaderFactory factory,
+                  int rank);
+  LoaderFactory factory_;
+  int rank_;
 };
 
 }  // namespace dcr

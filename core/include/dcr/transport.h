@@ -13,14 +13,15 @@
 //     answers with Ack / ReportCommit frames on stream 0 (delayed by the same latency);
 //   * per parent stream, a reader thread writes pieces straight into the blob's buffer and posts
 //     DataReceived, so forwarding to children starts while the blob is still arriving;
-//   * an apply pool runs Apply actions through the node's ReceiverBackend;
+//   * an apply pool runs Apply actions through the node's Receiver (receiver.h): a BufferReceiver
+//     over an in-memory copy of its base (delta), or the full-stream receiver;
 //   * object store: a pool runs Put / List / Fetch actions; uploads cross the emulated long link.
 // Faults end the node with a Status naming the peer, key or blob (no retry beyond the policy's
-// store retries): the fault-tolerance layer hooks in at ReceiverBackend (journal, overwrite
-// repair) and at the event loop (re-parenting on SendFailed / parent EOF).
+// store retries): the fault-tolerance layer hooks in at the Receiver (JournaledReceiver: journal,
+// overwrite repair) and at the event loop (re-parenting on SendFailed / parent EOF).
 //
-// Thread safety: RunNode is self-contained; a ReceiverBackend must accept concurrent ApplyChunk
-// calls for distinct chunks (Begin and Finish are never concurrent with anything).
+// Thread safety: RunNode is self-contained; it calls its Receiver as receiver.h allows
+// (ApplyRecord concurrently for distinct chunks; Begin and Commit never concurrent with anything).
 #ifndef DCR_CORE_INCLUDE_DCR_TRANSPORT_H_
 #define DCR_CORE_INCLUDE_DCR_TRANSPORT_H_
 
@@ -30,35 +31,17 @@
 #include <string>
 #include <vector>
 
+#include "dcr/receiver.h"
 #include "dcr/relay_policy.h"
 #include "dcr/status.h"
 #include "dcr/statusor.h"
 
 namespace dcr {
 
-// Where a receiver's bytes go. The default backends hold a host-memory copy of the checkpoint
-// (the "serving storage" of a receiver without a runtime); a serving runtime plugs in here.
-class ReceiverBackend {
- public:
-  virtual ~ReceiverBackend() = default;
-  // The stream's header blob: checks it fits this receiver (e.g. base content hash:
-  // kFailedPrecondition naming both hashes) and prepares the appliers.
-  virtual Status Begin(const uint8_t* data, size_t size) = 0;
-  // One chunk blob; may run concurrently with other ApplyChunk calls. Atomic per chunk.
-  virtual Status ApplyChunk(const uint8_t* data, size_t size) = 0;
-  // The trailer blob, after every chunk: proves the version (kDataLoss if the result's hash
-  // differs from the trailer's target hash). After OK the receiver is committed.
-  virtual Status Finish(const uint8_t* data, size_t size) = 0;
-  // Byte-for-byte comparison of every tensor with a dense load of `target_path`. OK if equal;
-  // kDataLoss naming the first differing tensor and element otherwise.
-  virtual Status Verify(const std::string& target_path) = 0;
-};
-
-// A receiver holding `base_path` in memory (read at construction, untimed) and applying delta
-// chunks to it through dcr::BufferApplier. Errors: those of Checkpoint::Open.
-StatusOr<std::unique_ptr<ReceiverBackend>> MakeDeltaReceiver(const std::string& base_path);
-// A receiver of the full-checkpoint reference stream (FullStreamBlobs): writes the file image.
-std::unique_ptr<ReceiverBackend> MakeFullReceiver();
+// A receiver of the full-checkpoint reference stream (FullStreamBlobs): rebuilds the file image
+// from its slices (records are slices; the trailer's file checksum proves it). The stream carries
+// no version: held() is {0, zero hash} and MissingChunks is empty.
+std::unique_ptr<Receiver> MakeFullReceiver();
 
 // Cuts a checkpoint file into the blobs of the full-checkpoint reference stream: header =
 // u64 file size + the safetensors header bytes; chunks = u64 file offset + up to slice_bytes of
@@ -115,7 +98,7 @@ struct NodeResult {
   double t_first_blob = 0;   // sender: first blob built; others: first byte received
   double t_last_blob = 0;    // sender: trailer built; others: last blob complete
   double t_commit = 0;       // receiver: trailer applied; sender: tree committed / published
-  double apply_seconds = 0;  // time inside ReceiverBackend calls (summed over threads)
+  double apply_seconds = 0;  // time inside Receiver calls (summed over threads)
   uint64_t bytes_sent = 0;   // payload bytes sent to children / put to the store
   uint64_t bytes_sent_long = 0;  // of which over the emulated long link
   uint64_t bytes_received = 0;   // payload bytes received / fetched

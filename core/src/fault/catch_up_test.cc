@@ -64,23 +64,21 @@ struct Chain {
   }
 };
 
-// Applies a delta to storage loaded from `base` through a journaled applier and commits.
+// Applies a delta to storage loaded from `base` through a journaled receiver and commits.
 void ApplyAndCommit(const DeltaReader& d, const Checkpoint& base, const Checkpoint& want) {
   testing::TempDir dir;
   auto j = ReceiverJournal::Open(dir / "j");
   ASSERT_TRUE(j.ok());
   ASSERT_TRUE((*j)->RecordCommitted({d.header().base_version, base.ContentHash(1)}).ok());
   Storage s = Storage::Load(base);
-  BufferApplier inner(s.Buffers());
-  JournaledApplier ja(&inner, j->get());
-  ASSERT_TRUE(ja.BeginDelta(d.header()).ok());
+  BufferReceiver inner(s.Tensors(), {d.header().base_version, base.ContentHash(1)});
+  JournaledReceiver ja(&inner, j->get());
+  ASSERT_TRUE(BeginDelta(d, &ja).ok());
   for (size_t i = 0; i < d.num_chunks(); ++i) {
-    auto dc = d.Decode(i);
-    ASSERT_TRUE(dc.ok()) << dc.status();
-    ASSERT_TRUE(ja.ApplyChunk(*dc).ok());
+    ASSERT_TRUE(ja.ApplyRecord(d.chunk_data(i), d.chunk_size(i)).ok());
   }
-  auto v = ja.Commit(d.trailer());
-  ASSERT_TRUE(v.ok()) << v.status();
+  Status v = CommitDelta(d, &ja);
+  ASSERT_TRUE(v.ok()) << v;
   EXPECT_TRUE(s.Equals(want));
 }
 

@@ -1,5 +1,5 @@
 // Test helpers of the fault area: small in-memory checkpoints, version chains, receivers over
-// BufferApplier. Header-only; used by *_test.cc here and by tests/fault.
+// BufferReceiver. Header-only; used by *_test.cc here and by tests/fault.
 #ifndef DCR_CORE_SRC_FAULT_FAULT_TEST_UTIL_H_
 #define DCR_CORE_SRC_FAULT_FAULT_TEST_UTIL_H_
 
@@ -19,6 +19,7 @@
 #include "dcr/checkpoint.h"
 #include "dcr/delta.h"
 #include "dcr/hash.h"
+#include "dcr/receiver.h"
 
 namespace dcr::testing {
 
@@ -166,6 +167,12 @@ struct Storage {
       out.push_back({bufs[i].data(), inv.tensors[i].num_elements(), inv.tensors[i].width(),
                      inv.salts[i]});
     }
+    return out;
+  }
+  // The buffers as a BufferReceiver's storage.
+  std::vector<ReceiverTensor> Tensors() {
+    std::vector<ReceiverTensor> out;
+    for (size_t i = 0; i < bufs.size(); ++i) out.push_back({inv.tensors[i], bufs[i].data()});
     return out;
   }
   // Byte equality with every tensor of `c`.

@@ -21,6 +21,7 @@
 #include "dcr/hash.h"
 #include "dcr/journal.h"
 #include "dcr/object_store.h"
+#include "dcr/receiver.h"
 #include "dcr/recovery_policy.h"
 #include "dcr/relay_policy.h"
 #include "dcr/status_macros.h"
@@ -68,20 +69,25 @@ class BlobSink : public DeltaSink {
   }
 };
 
-// Inner applier of a receiver: a BufferApplier that can be told to die inside a chunk, leaving
+// Inner receiver of a node: a BufferReceiver that can be told to die inside a chunk, leaving
 // the first half of the chunk's changes written and the journal frozen (a process kill).
-class CrashableApplier : public Applier {
+class CrashableReceiver : public Receiver {
  public:
-  CrashableApplier(std::vector<TensorBuffer> bufs, ReceiverJournal* journal)
-      : bufs_(bufs), inner_(std::move(bufs)), journal_(journal) {}
+  CrashableReceiver(std::vector<TensorBuffer> bufs, std::vector<ReceiverTensor> tensors,
+                    VersionId held, ReceiverJournal* journal)
+      : bufs_(std::move(bufs)), inner_(std::move(tensors), held), journal_(journal) {}
   void ArmCrash(uint64_t chunk_id) {
     armed_ = true;
     crash_chunk_ = chunk_id;
   }
   bool crashed() const { return crashed_; }
-  Status ApplyChunk(const DecodedChunk& c) override {
-    if (!armed_ || c.header.chunk_id != crash_chunk_) return inner_.ApplyChunk(c);
+  Status Begin(const uint8_t* h, size_t n) override { return inner_.Begin(h, n); }
+  Status ApplyRecord(const uint8_t* record, size_t size) override {
+    if (!armed_) return inner_.ApplyRecord(record, size);
+    StatusOr<DecodedChunk> dc = DecodeChunk(record, size);
+    if (!dc.ok() || dc->header.chunk_id != crash_chunk_) return inner_.ApplyRecord(record, size);
     // Write half of the changes without checks, then die.
+    const DecodedChunk& c = *dc;
     const ChunkHeader& h = c.header;
     const int w = h.elem_width;
     const bool dense = h.position_mode == PositionMode::kDense;
@@ -101,10 +107,19 @@ class CrashableApplier : public Applier {
     return AbortedError("fault injection: process killed inside chunk " +
                         std::to_string(crash_chunk_));
   }
+  Status Commit(const uint8_t* t, size_t n) override { return inner_.Commit(t, n); }
+  void Abort() override { inner_.Abort(); }
+  Status MarkApplied(uint64_t id, const Hash128& d) override { return inner_.MarkApplied(id, d); }
+  Status Verify(const Checkpoint& target) const override { return inner_.Verify(target); }
+  VersionId held() const override { return inner_.held(); }
+  bool in_delta() const override { return inner_.in_delta(); }
+  std::vector<uint64_t> MissingChunks(const Trailer& t) const override {
+    return inner_.MissingChunks(t);
+  }
 
  private:
   std::vector<TensorBuffer> bufs_;
-  BufferApplier inner_;
+  BufferReceiver inner_;
   ReceiverJournal* journal_;
   bool armed_ = false;
   bool crashed_ = false;
@@ -142,8 +157,8 @@ struct Node {
   std::vector<std::vector<uint8_t>> bufs;
   std::string journal_path;
   std::unique_ptr<ReceiverJournal> journal;
-  std::unique_ptr<CrashableApplier> inner;
-  std::unique_ptr<JournaledApplier> ja;
+  std::unique_ptr<CrashableReceiver> inner;
+  std::unique_ptr<JournaledReceiver> ja;
   bool storage_lost = false;  // killed with its memory lost; the restart reports it
   bool restarting = false;    // the supervisor is restarting it (RestartNode)
   int chunk_applies = 0;
@@ -299,8 +314,12 @@ Status World::BuildStream(BlobSink* sink) {
 
 Status World::OpenReceiver(Node& n) {
   DCR_ASSIGN_OR_RETURN(n.journal, ReceiverJournal::Open(n.journal_path));
-  n.inner = std::make_unique<CrashableApplier>(Buffers(n), n.journal.get());
-  n.ja = std::make_unique<JournaledApplier>(n.inner.get(), n.journal.get());
+  std::vector<ReceiverTensor> tensors;
+  for (size_t i = 0; i < n.bufs.size(); ++i) tensors.push_back({inv_.tensors[i], n.bufs[i].data()});
+  const std::optional<VersionId> held = n.journal->committed();
+  n.inner = std::make_unique<CrashableReceiver>(Buffers(n), std::move(tensors), held ? *held : v0_,
+                                                n.journal.get());
+  n.ja = std::make_unique<JournaledReceiver>(n.inner.get(), n.journal.get());
   return Status::OK();
 }
 
@@ -582,7 +601,7 @@ ApplyResult World::Apply(Node& n, const BlobInfo& blob) {
       ++report_.corrupt_detected;
       return fail(h.status());
     }
-    Status s = n.ja->BeginDelta(*h);
+    Status s = n.ja->Begin(bytes.data(), bytes.size());
     if (!s.ok()) return fail(s);
     return r;
   }
@@ -592,12 +611,13 @@ ApplyResult World::Apply(Node& n, const BlobInfo& blob) {
       ++report_.corrupt_detected;
       return fail(t.status());
     }
-    StatusOr<VersionId> v = n.ja->Commit(*t);
-    if (!v.ok()) return fail(v.status());
+    Status c = n.ja->Commit(bytes.data(), bytes.size());
+    if (!c.ok()) return fail(c);
+    const VersionId v = n.ja->held();
     n.committed = true;
-    Status c = coordinator_->OnCommitted(Name(n.id), *v);
+    c = coordinator_->OnCommitted(Name(n.id), v);
     report_.log.push_back(Fmt("t=%.3f %s committed %s%s", now_, Name(n.id).c_str(),
-                              v->ToString().c_str(), c.ok() ? "" : (" (" + c.ToString() + ")").c_str()));
+                              v.ToString().c_str(), c.ok() ? "" : (" (" + c.ToString() + ")").c_str()));
     Recover(n.id, recovery::Committed{});
     return r;
   }
@@ -630,7 +650,7 @@ ApplyResult World::Apply(Node& n, const BlobInfo& blob) {
   }
   std::error_code size_ec;
   const uintmax_t journal_before = std::filesystem::file_size(n.journal_path, size_ec);
-  Status s = n.ja->ApplyChunk(*dc);
+  Status s = n.ja->ApplyRecord(bytes.data(), bytes.size());
   if (n.inner->crashed()) {
     r.crashed = true;
     return r;
@@ -646,9 +666,7 @@ ApplyResult World::Apply(Node& n, const BlobInfo& blob) {
       }
       StatusOr<std::vector<uint8_t>> ow = Overwrite(req->key, req->chunk_id);
       if (!ow.ok()) return fail(ow.status());
-      StatusOr<DecodedChunk> odc = DecodeChunk(ow->data(), ow->size());
-      if (!odc.ok()) return fail(odc.status());
-      s = n.ja->ApplyChunk(*odc);
+      s = n.ja->ApplyRecord(ow->data(), ow->size());
       if (s.ok()) {
         ++report_.overwrite_repairs;
         report_.log.push_back(Fmt("t=%.3f %s: chunk %" PRIu64 " repaired with its overwrite form",
@@ -658,7 +676,7 @@ ApplyResult World::Apply(Node& n, const BlobInfo& blob) {
   }
   if (!s.ok()) return fail(s);
   if (dup_apply_.erase({n.id, blob.id})) {
-    Status d = n.ja->ApplyChunk(*dc);
+    Status d = n.ja->ApplyRecord(bytes.data(), bytes.size());
     if (!d.ok()) return fail(d.WithContext("duplicate apply"));
   }
   const uintmax_t journal_after = std::filesystem::file_size(n.journal_path, size_ec);
@@ -683,17 +701,19 @@ ApplyResult World::Apply(Node& n, const BlobInfo& blob) {
 
 void World::OfferStaleDelta(Node& n) {
   std::vector<std::vector<uint8_t>> before = n.bufs;
-  Status s = n.ja->BeginDelta(stale_->header());
+  const std::vector<uint8_t> stale_header = SerializeFileHeader(stale_->header());
+  Status s = n.ja->Begin(stale_header.data(), stale_header.size());
   if (s.ok()) {
     report_.error = Name(n.id) + " accepted a delta for another base";
     return;
   }
   ++report_.payloads_refused;
-  // Straight to the inner applier (no journal): the base check refuses and writes nothing.
+  // Straight to an applier over the storage (no receiver, no journal): the base check refuses and
+  // writes nothing.
   for (size_t i = 0; i < stale_->num_chunks() && i < 3; ++i) {
     StatusOr<DecodedChunk> dc = stale_->Decode(i);
     if (!dc.ok()) continue;
-    CrashableApplier probe(Buffers(n), n.journal.get());
+    BufferApplier probe(Buffers(n));
     if (probe.ApplyChunk(*dc).ok()) {
       report_.error = Name(n.id) + " applied a chunk of a delta for another base";
       return;

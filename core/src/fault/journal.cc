@@ -302,12 +302,6 @@ Status SyncFd(int fd, const std::string& path) {
 
 }  // namespace
 
-std::string VersionId::ToString() const {
-  char buf[48];
-  std::snprintf(buf, sizeof(buf), "v%" PRIu64 ":%08" PRIx64, number, hash.hi >> 32);
-  return buf;
-}
-
 DeltaRef DeltaRefFromHeader(const FileHeader& header) {
   DeltaRef d;
   d.full_frame = (header.flags & kFlagNoBase) != 0;

@@ -1,5 +1,5 @@
-// JournaledApplier: write-ahead journaling around any Applier, overwrite-only repair of doubtful
-// chunks, and the additive version ledger that proves a commit.
+// JournaledReceiver: write-ahead journaling around any Receiver, overwrite-only repair of
+// doubtful chunks, and the additive version ledger that proves a commit.
 #include <algorithm>
 #include <string>
 
@@ -22,10 +22,12 @@ std::string IdList(const std::vector<uint64_t>& ids) {
 
 }  // namespace
 
-JournaledApplier::JournaledApplier(Applier* inner, ReceiverJournal* journal, ServingGate* gate)
+JournaledReceiver::JournaledReceiver(Receiver* inner, ReceiverJournal* journal, ServingGate* gate)
     : inner_(inner), journal_(journal), gate_(gate) {}
 
-Status JournaledApplier::BeginDelta(const FileHeader& header) {
+Status JournaledReceiver::Begin(const uint8_t* bytes, size_t size) {
+  size_t consumed = 0;
+  DCR_ASSIGN_OR_RETURN(FileHeader header, ParseFileHeader(bytes, size, &consumed));
   DeltaRef d = DeltaRefFromHeader(header);
   std::optional<DeltaRef> in_flight = journal_->in_flight();
   if (!in_flight) {
@@ -42,11 +44,30 @@ Status JournaledApplier::BeginDelta(const FileHeader& header) {
         std::to_string(in_flight->target_number) + " (finish it or abandon it)");
   }
   if (d.full_frame && !header.inventory.empty()) {
-    // Validate the inventory now: Commit needs it for the identity terms.
+    // Validate the inventory now: the ledger needs it for the identity terms.
     DCR_ASSIGN_OR_RETURN(Inventory inv, Inventory::Parse(header.inventory));
     (void)inv;
   }
-  DCR_RETURN_IF_ERROR(journal_->BeginDelta(d));
+  const bool began_inner = !inner_->in_delta();
+  if (began_inner) {
+    DCR_RETURN_IF_ERROR(inner_->Begin(bytes, size));
+    if (in_flight) {
+      // Resume: the storage holds the chunks the journal records as applied.
+      JournalState st = journal_->state();
+      for (const auto& [id, c] : st.applied) {
+        Status m = inner_->MarkApplied(id, c.version_delta);
+        if (!m.ok()) {
+          inner_->Abort();
+          return m;
+        }
+      }
+    }
+  }
+  Status j = journal_->BeginDelta(d);
+  if (!j.ok()) {
+    if (began_inner) inner_->Abort();
+    return j;
+  }
   {
     std::lock_guard<std::mutex> l(mu_);
     header_ = header;
@@ -55,12 +76,13 @@ Status JournaledApplier::BeginDelta(const FileHeader& header) {
   return Status::OK();
 }
 
-Status JournaledApplier::ApplyChunk(const DecodedChunk& chunk) {
+Status JournaledReceiver::ApplyRecord(const uint8_t* record, size_t size) {
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (!header_) return FailedPreconditionError("chunk applied before BeginDelta");
+    if (!header_) return FailedPreconditionError("chunk applied before Begin");
   }
-  const ChunkHeader& h = chunk.header;
+  size_t header_size = 0, record_size = 0;
+  DCR_ASSIGN_OR_RETURN(ChunkHeader h, ParseChunkHeader(record, size, &header_size, &record_size));
   const uint64_t id = h.chunk_id;
   JournalChunk recorded;
   JournalChunkState state = journal_->Lookup(id, &recorded);
@@ -100,9 +122,9 @@ Status JournaledApplier::ApplyChunk(const DecodedChunk& chunk) {
     repair = true;
   }
   DCR_RETURN_IF_ERROR(journal_->BeginChunk(id, begin));
-  Status s = inner_->ApplyChunk(chunk);
+  Status s = inner_->ApplyRecord(record, size);
   if (!s.ok()) {
-    // The Applier contract: on error nothing of this chunk is left written.
+    // receiver.h: a refused record leaves nothing of its chunk written.
     Status f = journal_->FailChunk(id);
     if (!f.ok()) return s.WithContext("chunk " + std::to_string(id) + " (" + f.message() + ")");
     return s.WithContext("chunk " + std::to_string(id));
@@ -117,25 +139,34 @@ Status JournaledApplier::ApplyChunk(const DecodedChunk& chunk) {
   return Status::OK();
 }
 
-std::vector<uint64_t> JournaledApplier::DoubtfulChunks() const {
+Status JournaledReceiver::MarkApplied(uint64_t chunk_id, const Hash128& version_delta) {
+  if (!in_delta()) return FailedPreconditionError("MarkApplied with no delta in progress");
+  JournalChunk c;
+  c.version_delta = version_delta;
+  DCR_RETURN_IF_ERROR(journal_->BeginChunk(chunk_id, c));
+  DCR_RETURN_IF_ERROR(journal_->EndChunk(chunk_id));
+  return inner_->MarkApplied(chunk_id, version_delta);
+}
+
+std::vector<uint64_t> JournaledReceiver::DoubtfulChunks() const {
   JournalState st = journal_->state();
   std::vector<uint64_t> ids;
   for (const auto& [id, c] : st.doubtful) ids.push_back(id);
   return ids;
 }
 
-std::vector<uint64_t> JournaledApplier::MissingChunks(const Trailer& trailer) const {
+std::vector<uint64_t> JournaledReceiver::MissingChunks(const Trailer& trailer) const {
   JournalState st = journal_->state();
   std::vector<uint64_t> ids;
   for (const ChunkTableEntry& e : trailer.chunks) {
-    if (!st.applied.count(e.chunk_id)) ids.push_back(e.chunk_id);
+    if (!st.in_flight || !st.applied.count(e.chunk_id)) ids.push_back(e.chunk_id);
   }
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
   return ids;
 }
 
-Hash128 JournaledApplier::Ledger() const {
+Hash128 JournaledReceiver::Ledger() const {
   JournalState st = journal_->state();
   if (!st.in_flight) return st.committed ? st.committed->hash : Hash128{};
   Hash128 h;
@@ -162,9 +193,10 @@ Hash128 JournaledApplier::Ledger() const {
   return h;
 }
 
-StatusOr<VersionId> JournaledApplier::Commit(const Trailer& trailer) {
+Status JournaledReceiver::Commit(const uint8_t* bytes, size_t size) {
+  DCR_ASSIGN_OR_RETURN(Trailer trailer, ParseTrailer(bytes, size));
   std::optional<DeltaRef> d = journal_->in_flight();
-  if (!d) return FailedPreconditionError("commit with no delta in flight");
+  if (!d || !in_delta()) return FailedPreconditionError("commit with no delta in progress");
   std::vector<uint64_t> doubtful = DoubtfulChunks();
   if (!doubtful.empty()) {
     return FailedPreconditionError("cannot commit v" + std::to_string(d->target_number) +
@@ -183,6 +215,7 @@ StatusOr<VersionId> JournaledApplier::Commit(const Trailer& trailer) {
                          " differs from the target hash " + trailer.target_hash.ToHex() +
                          " (chunks from another delta were applied)");
   }
+  DCR_RETURN_IF_ERROR(inner_->Commit(bytes, size));
   VersionId v{d->target_number, trailer.target_hash};
   DCR_RETURN_IF_ERROR(journal_->RecordCommitted(v));
   {
@@ -190,10 +223,26 @@ StatusOr<VersionId> JournaledApplier::Commit(const Trailer& trailer) {
     header_.reset();
   }
   if (gate_) gate_->VersionWhole(v);
-  return v;
+  return Status::OK();
 }
 
-JournaledApplyStats JournaledApplier::stats() const {
+void JournaledReceiver::Abort() {
+  inner_->Abort();
+  std::lock_guard<std::mutex> l(mu_);
+  header_.reset();
+}
+
+VersionId JournaledReceiver::held() const {
+  std::optional<VersionId> c = journal_->committed();
+  return c ? *c : inner_->held();
+}
+
+bool JournaledReceiver::in_delta() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return header_.has_value();
+}
+
+JournaledApplyStats JournaledReceiver::stats() const {
   std::lock_guard<std::mutex> l(mu_);
   return stats_;
 }

@@ -1,4 +1,4 @@
-// JournaledApplier + overwrite forms: interrupted chunks are repaired by overwrites only, every
+// JournaledReceiver + overwrite forms: interrupted chunks are repaired by overwrites only, every
 // restart ends bit-exact, the ledger proves the version, the serving gate sees whole versions only.
 #include <gtest/gtest.h>
 
@@ -50,7 +50,7 @@ struct Fixture {
   VersionId v0() const { return VersionId{0, c0->ContentHash(1)}; }
 };
 
-TEST(JournaledApplierTest, AppliesInAnyOrderWithDuplicatesAndCommits) {
+TEST(JournaledReceiverTest, AppliesInAnyOrderWithDuplicatesAndCommits) {
   Fixture f(11, 0.03);
   ASSERT_GT(f.delta->num_chunks(), 10u);
   TempDir dir;
@@ -58,32 +58,32 @@ TEST(JournaledApplierTest, AppliesInAnyOrderWithDuplicatesAndCommits) {
   ASSERT_TRUE(j.ok());
   ASSERT_TRUE((*j)->RecordCommitted(f.v0()).ok());
   Storage s = Storage::Load(*f.c0);
-  BufferApplier inner(s.Buffers());
+  BufferReceiver inner(s.Tensors(), f.v0());
   RecordingGate gate;
-  JournaledApplier ja(&inner, j->get(), &gate);
-  ASSERT_TRUE(ja.BeginDelta(f.delta->header()).ok());
+  JournaledReceiver ja(&inner, j->get(), &gate);
+  ASSERT_TRUE(BeginDelta(*f.delta, &ja).ok());
   std::vector<size_t> order;
   for (size_t i = 0; i < f.delta->num_chunks(); ++i) order.push_back(i);
   for (size_t i = 0; i < f.delta->num_chunks(); i += 3) order.push_back(i);  // duplicates
   std::shuffle(order.begin(), order.end(), std::mt19937_64(5));
   for (size_t i : order) {
-    auto dc = f.delta->Decode(i);
-    ASSERT_TRUE(dc.ok()) << dc.status();
-    ASSERT_TRUE(ja.ApplyChunk(*dc).ok());
+    ASSERT_TRUE(ja.ApplyRecord(f.delta->chunk_data(i), f.delta->chunk_size(i)).ok());
   }
   EXPECT_EQ(ja.stats().duplicates_skipped, (f.delta->num_chunks() + 2) / 3);
   EXPECT_EQ(ja.Ledger(), f.delta->trailer().target_hash);
-  auto v = ja.Commit(f.delta->trailer());
-  ASSERT_TRUE(v.ok()) << v.status();
-  EXPECT_EQ(v->number, 1u);
-  EXPECT_EQ(v->hash, f.c1->ContentHash(1));
+  Status cs = CommitDelta(*f.delta, &ja);
+  ASSERT_TRUE(cs.ok()) << cs;
+  const VersionId v = ja.held();
+  EXPECT_EQ(v.number, 1u);
+  EXPECT_EQ(v.hash, f.c1->ContentHash(1));
   EXPECT_TRUE(s.Equals(*f.c1));
-  EXPECT_EQ(s.ContentHash(), v->hash);
+  EXPECT_EQ(s.ContentHash(), v.hash);
   EXPECT_EQ(gate.events, (std::vector<std::string>{"start v1", "whole v1"}));
-  EXPECT_EQ(*(*j)->committed(), *v);
+  EXPECT_EQ(*(*j)->committed(), v);
+  EXPECT_TRUE(ja.Verify(*f.c1).ok());
 }
 
-TEST(JournaledApplierTest, RefusesAPayloadForAnotherBase) {
+TEST(JournaledReceiverTest, RefusesAPayloadForAnotherBase) {
   Fixture f(12, 0.02);
   TempDir dir;
   auto j = ReceiverJournal::Open(dir / "j");
@@ -92,38 +92,36 @@ TEST(JournaledApplierTest, RefusesAPayloadForAnotherBase) {
   other.hash.lo += 1;
   ASSERT_TRUE((*j)->RecordCommitted(other).ok());
   Storage s = Storage::Load(*f.c0);
-  BufferApplier inner(s.Buffers());
-  JournaledApplier ja(&inner, j->get());
-  Status st = ja.BeginDelta(f.delta->header());
+  BufferReceiver inner(s.Tensors(), other);
+  JournaledReceiver ja(&inner, j->get());
+  Status st = BeginDelta(*f.delta, &ja);
   EXPECT_TRUE(st.IsFailedPrecondition()) << st;
   EXPECT_NE(st.message().find("refused"), std::string::npos);
-  auto dc = f.delta->Decode(0);
-  ASSERT_TRUE(dc.ok());
-  EXPECT_TRUE(ja.ApplyChunk(*dc).IsFailedPrecondition());
+  EXPECT_TRUE(ja.ApplyRecord(f.delta->chunk_data(0), f.delta->chunk_size(0)).IsFailedPrecondition());
   EXPECT_TRUE(s.Equals(*f.c0));
 }
 
-TEST(JournaledApplierTest, CommitNeedsEveryChunk) {
+TEST(JournaledReceiverTest, CommitNeedsEveryChunk) {
   Fixture f(13, 0.02);
   TempDir dir;
   auto j = ReceiverJournal::Open(dir / "j");
   ASSERT_TRUE(j.ok());
   ASSERT_TRUE((*j)->RecordCommitted(f.v0()).ok());
   Storage s = Storage::Load(*f.c0);
-  BufferApplier inner(s.Buffers());
+  BufferReceiver inner(s.Tensors(), f.v0());
   RecordingGate gate;
-  JournaledApplier ja(&inner, j->get(), &gate);
-  ASSERT_TRUE(ja.BeginDelta(f.delta->header()).ok());
+  JournaledReceiver ja(&inner, j->get(), &gate);
+  ASSERT_TRUE(BeginDelta(*f.delta, &ja).ok());
   for (size_t i = 1; i < f.delta->num_chunks(); ++i) {
-    ASSERT_TRUE(ja.ApplyChunk(*f.delta->Decode(i)).ok());
+    ASSERT_TRUE(ja.ApplyRecord(f.delta->chunk_data(i), f.delta->chunk_size(i)).ok());
   }
-  auto v = ja.Commit(f.delta->trailer());
-  EXPECT_TRUE(v.status().IsFailedPrecondition()) << v.status();
+  Status v = CommitDelta(*f.delta, &ja);
+  EXPECT_TRUE(v.IsFailedPrecondition()) << v;
   EXPECT_EQ(ja.MissingChunks(f.delta->trailer()),
             std::vector<uint64_t>{f.delta->trailer().chunks[0].chunk_id});
   EXPECT_EQ(gate.events, (std::vector<std::string>{"start v1"}));  // never whole
-  ASSERT_TRUE(ja.ApplyChunk(*f.delta->Decode(0)).ok());
-  EXPECT_TRUE(ja.Commit(f.delta->trailer()).ok());
+  ASSERT_TRUE(ja.ApplyRecord(f.delta->chunk_data(0), f.delta->chunk_size(0)).ok());
+  EXPECT_TRUE(CommitDelta(*f.delta, &ja).ok());
 }
 
 // The core repair scenario: the process dies inside chunk k (half of its changes written, the
@@ -140,11 +138,11 @@ void InterruptAndRepair(ValuePolicy policy, bool overwrite_from_relative) {
     auto j = ReceiverJournal::Open(jp);
     ASSERT_TRUE(j.ok());
     ASSERT_TRUE((*j)->RecordCommitted(f.v0()).ok());
-    BufferApplier inner(s.Buffers());
-    JournaledApplier ja(&inner, j->get());
-    ASSERT_TRUE(ja.BeginDelta(f.delta->header()).ok());
-    for (size_t i = 0; i < victim; ++i) ASSERT_TRUE(ja.ApplyChunk(*f.delta->Decode(i)).ok());
-    // What JournaledApplier does before the inner apply, then the process dies mid-write.
+    BufferReceiver inner(s.Tensors(), f.v0());
+    JournaledReceiver ja(&inner, j->get());
+    ASSERT_TRUE(BeginDelta(*f.delta, &ja).ok());
+    for (size_t i = 0; i < victim; ++i) ASSERT_TRUE(ja.ApplyRecord(f.delta->chunk_data(i), f.delta->chunk_size(i)).ok());
+    // What JournaledReceiver does before the inner apply, then the process dies mid-write.
     auto dc = f.delta->Decode(victim);
     ASSERT_TRUE(dc.ok());
     ASSERT_GT(dc->values.size(), 2u);
@@ -159,19 +157,19 @@ void InterruptAndRepair(ValuePolicy policy, bool overwrite_from_relative) {
   // Restart: the storage survived (e.g. device memory), the journal is replayed.
   auto j = ReceiverJournal::Open(jp);
   ASSERT_TRUE(j.ok()) << j.status();
-  BufferApplier inner(s.Buffers());
-  JournaledApplier ja(&inner, j->get());
-  ASSERT_TRUE(ja.BeginDelta(f.delta->header()).ok());
+  BufferReceiver inner(s.Tensors(), f.v0());
+  JournaledReceiver ja(&inner, j->get());
+  ASSERT_TRUE(BeginDelta(*f.delta, &ja).ok());
   const uint64_t victim_id = f.delta->trailer().chunks[victim].chunk_id;
   EXPECT_EQ(ja.DoubtfulChunks(), std::vector<uint64_t>{victim_id});
   // Replaying the relative form is refused and writes nothing.
-  Status replay = ja.ApplyChunk(*f.delta->Decode(victim));
+  Status replay = ja.ApplyRecord(f.delta->chunk_data(victim), f.delta->chunk_size(victim));
   EXPECT_TRUE(replay.IsFailedPrecondition()) << replay;
   EXPECT_NE(replay.message().find("overwrite"), std::string::npos);
   // Even without the journal, the inner applier refuses it (its base check fails).
-  EXPECT_TRUE(inner.ApplyChunk(*f.delta->Decode(victim)).IsFailedPrecondition());
+  EXPECT_TRUE(inner.ApplyRecord(f.delta->chunk_data(victim), f.delta->chunk_size(victim)).IsFailedPrecondition());
   // Duplicates of applied chunks are skipped.
-  ASSERT_TRUE(ja.ApplyChunk(*f.delta->Decode(0)).ok());
+  ASSERT_TRUE(ja.ApplyRecord(f.delta->chunk_data(0), f.delta->chunk_size(0)).ok());
   EXPECT_EQ(ja.stats().duplicates_skipped, 1u);
   // The overwrite form, built by the sender either way, gives the same bytes.
   auto ow_ck = OverwriteChunkFromCheckpoints(*f.c0, *f.c1, f.opts, victim_id);
@@ -184,34 +182,34 @@ void InterruptAndRepair(ValuePolicy policy, bool overwrite_from_relative) {
   auto odc = DecodeChunk(ow.data(), ow.size());
   ASSERT_TRUE(odc.ok()) << odc.status();
   EXPECT_EQ(odc->header.value_mode, ValueMode::kAbsolute);
-  ASSERT_TRUE(ja.ApplyChunk(*odc).ok());
+  ASSERT_TRUE(ja.ApplyRecord(ow.data(), ow.size()).ok());
   EXPECT_EQ(ja.stats().repaired, 1u);
   // Applying the overwrite twice is harmless (already applied: skipped).
-  ASSERT_TRUE(ja.ApplyChunk(*odc).ok());
-  for (size_t i = victim + 1; i < n; ++i) ASSERT_TRUE(ja.ApplyChunk(*f.delta->Decode(i)).ok());
-  auto v = ja.Commit(f.delta->trailer());
-  ASSERT_TRUE(v.ok()) << v.status();
+  ASSERT_TRUE(ja.ApplyRecord(ow.data(), ow.size()).ok());
+  for (size_t i = victim + 1; i < n; ++i) ASSERT_TRUE(ja.ApplyRecord(f.delta->chunk_data(i), f.delta->chunk_size(i)).ok());
+  Status v = CommitDelta(*f.delta, &ja);
+  ASSERT_TRUE(v.ok()) << v;
   EXPECT_TRUE(s.Equals(*f.c1));
   EXPECT_EQ(s.ContentHash(), f.c1->ContentHash(1));
 }
 
-TEST(JournaledApplierTest, InterruptedUlpChunkRepairedByOverwriteFromCheckpoints) {
+TEST(JournaledReceiverTest, InterruptedUlpChunkRepairedByOverwriteFromCheckpoints) {
   InterruptAndRepair(ValuePolicy::kAuto, false);
 }
-TEST(JournaledApplierTest, InterruptedXorChunkRepairedByOverwriteFromRelative) {
+TEST(JournaledReceiverTest, InterruptedXorChunkRepairedByOverwriteFromRelative) {
   InterruptAndRepair(ValuePolicy::kXor, true);
 }
 
-TEST(JournaledApplierTest, OverwriteOfAnotherChunkIsRefused) {
+TEST(JournaledReceiverTest, OverwriteOfAnotherChunkIsRefused) {
   Fixture f(22, 0.05);
   TempDir dir;
   auto j = ReceiverJournal::Open(dir / "j");
   ASSERT_TRUE(j.ok());
   ASSERT_TRUE((*j)->RecordCommitted(f.v0()).ok());
   Storage s = Storage::Load(*f.c0);
-  BufferApplier inner(s.Buffers());
-  JournaledApplier ja(&inner, j->get());
-  ASSERT_TRUE(ja.BeginDelta(f.delta->header()).ok());
+  BufferReceiver inner(s.Tensors(), f.v0());
+  JournaledReceiver ja(&inner, j->get());
+  ASSERT_TRUE(BeginDelta(*f.delta, &ja).ok());
   auto dc = f.delta->Decode(1);
   JournalChunk jc;
   jc.mode = dc->header.value_mode;
@@ -225,12 +223,12 @@ TEST(JournaledApplierTest, OverwriteOfAnotherChunkIsRefused) {
   ASSERT_TRUE(ow.ok());
   auto odc = DecodeChunk(ow->data(), ow->size());
   ASSERT_TRUE(odc.ok());
-  Status st = ja.ApplyChunk(*odc);
+  Status st = ja.ApplyRecord(ow->data(), ow->size());
   EXPECT_TRUE(st.IsFailedPrecondition()) << st;
   EXPECT_EQ(ja.stats().refused, 1u);
 }
 
-TEST(JournaledApplierTest, OverwriteFromRelativeRefusesTheWrongBase) {
+TEST(JournaledReceiverTest, OverwriteFromRelativeRefusesTheWrongBase) {
   Fixture f(23, 0.05);
   auto cw = MakeCheckpoint(NextVersion(f.m0, 5, 0.2));
   auto ow = OverwriteChunkFromRelative(f.delta->chunk_data(0), f.delta->chunk_size(0),
@@ -238,7 +236,7 @@ TEST(JournaledApplierTest, OverwriteFromRelativeRefusesTheWrongBase) {
   EXPECT_TRUE(ow.status().IsFailedPrecondition()) << ow.status();
 }
 
-TEST(JournaledApplierTest, StorageLostMeansAbandonAndRestartFromCommitted) {
+TEST(JournaledReceiverTest, StorageLostMeansAbandonAndRestartFromCommitted) {
   Fixture f(24, 0.03);
   TempDir dir;
   std::string jp = dir / "j";
@@ -247,26 +245,26 @@ TEST(JournaledApplierTest, StorageLostMeansAbandonAndRestartFromCommitted) {
     ASSERT_TRUE(j.ok());
     ASSERT_TRUE((*j)->RecordCommitted(f.v0()).ok());
     Storage s = Storage::Load(*f.c0);
-    BufferApplier inner(s.Buffers());
-    JournaledApplier ja(&inner, j->get());
-    ASSERT_TRUE(ja.BeginDelta(f.delta->header()).ok());
-    for (size_t i = 0; i < 3; ++i) ASSERT_TRUE(ja.ApplyChunk(*f.delta->Decode(i)).ok());
+    BufferReceiver inner(s.Tensors(), f.v0());
+    JournaledReceiver ja(&inner, j->get());
+    ASSERT_TRUE(BeginDelta(*f.delta, &ja).ok());
+    for (size_t i = 0; i < 3; ++i) ASSERT_TRUE(ja.ApplyRecord(f.delta->chunk_data(i), f.delta->chunk_size(i)).ok());
   }  // process memory lost
   auto j = ReceiverJournal::Open(jp);
   ASSERT_TRUE(j.ok());
   ASSERT_TRUE((*j)->AbandonDelta().ok());  // storage reloaded from the committed version
   Storage s = Storage::Load(*f.c0);
-  BufferApplier inner(s.Buffers());
-  JournaledApplier ja(&inner, j->get());
-  ASSERT_TRUE(ja.BeginDelta(f.delta->header()).ok());
+  BufferReceiver inner(s.Tensors(), f.v0());
+  JournaledReceiver ja(&inner, j->get());
+  ASSERT_TRUE(BeginDelta(*f.delta, &ja).ok());
   for (size_t i = 0; i < f.delta->num_chunks(); ++i) {
-    ASSERT_TRUE(ja.ApplyChunk(*f.delta->Decode(i)).ok());
+    ASSERT_TRUE(ja.ApplyRecord(f.delta->chunk_data(i), f.delta->chunk_size(i)).ok());
   }
-  ASSERT_TRUE(ja.Commit(f.delta->trailer()).ok());
+  ASSERT_TRUE(CommitDelta(*f.delta, &ja).ok());
   EXPECT_TRUE(s.Equals(*f.c1));
 }
 
-TEST(JournaledApplierTest, NewReceiverJoinsWithAFullFrame) {
+TEST(JournaledReceiverTest, NewReceiverJoinsWithAFullFrame) {
   Fixture f(25, 0.03);
   DeltaOptions o = f.opts;
   o.full = true;
@@ -277,16 +275,16 @@ TEST(JournaledApplierTest, NewReceiverJoinsWithAFullFrame) {
   ASSERT_TRUE(j.ok());
   Storage s = Storage::Load(*f.c0);
   for (auto& b : s.bufs) std::fill(b.begin(), b.end(), 0xEE);  // garbage, no version
-  BufferApplier inner(s.Buffers());
+  BufferReceiver inner(s.Tensors(), VersionId{});
   RecordingGate gate;
-  JournaledApplier ja(&inner, j->get(), &gate);
-  ASSERT_TRUE(ja.BeginDelta((*full)->header()).ok());
+  JournaledReceiver ja(&inner, j->get(), &gate);
+  ASSERT_TRUE(BeginDelta(**full, &ja).ok());
   for (size_t i = (*full)->num_chunks(); i-- > 0;) {
-    ASSERT_TRUE(ja.ApplyChunk(*(*full)->Decode(i)).ok());
+    ASSERT_TRUE(ja.ApplyRecord((*full)->chunk_data(i), (*full)->chunk_size(i)).ok());
   }
-  auto v = ja.Commit((*full)->trailer());
-  ASSERT_TRUE(v.ok()) << v.status();
-  EXPECT_EQ(v->hash, f.c1->ContentHash(1));
+  Status cs = CommitDelta(**full, &ja);
+  ASSERT_TRUE(cs.ok()) << cs;
+  EXPECT_EQ(ja.held().hash, f.c1->ContentHash(1));
   EXPECT_TRUE(s.Equals(*f.c1));
   EXPECT_EQ(gate.events.back(), "whole v1");
 }

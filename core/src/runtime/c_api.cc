@@ -7,10 +7,8 @@
 #include "dcr/delta.h"
 #include "dcr/hash.h"
 #include "dcr/runtime.h"
+#include "dcr/receiver.h"
 #include "dcr/status_macros.h"
-#include "internal/element_ops.h"
-#include "runtime/chunk_apply.h"
-#include "runtime/placement_iter.h"
 #include "runtime/recorder.h"
 
 namespace {
@@ -30,53 +28,10 @@ struct dcr_recorder {
   std::vector<std::pair<uint8_t*, uint64_t>> buffers;
 };
 
-// One rank's receiver over the runtime's own host buffers.
+// One rank's receiver over the runtime's own host buffers: a ServingReplica attached to them.
 struct dcr_receiver {
-  struct Entry {
-    uint8_t* data;
-    dcr::Placement box;
-    bool primary;
-  };
-  dcr::PlacementMap map;
-  std::vector<std::pair<uint8_t*, uint64_t>> buffers;
-  std::vector<uint64_t> salts, elements;
-  std::vector<int> widths;
-  std::vector<std::string> dtype_names;
-  std::vector<std::vector<int64_t>> shapes;
-  std::vector<std::vector<Entry>> entries;
-  std::vector<std::vector<uint8_t>> shadow;
-  std::vector<bool> converted;
-  std::set<uint32_t> dirty, applied_dirty;
-  std::set<uint64_t> applied;
-  dcr_reload_fn reload = nullptr;
-  void* reload_ctx = nullptr;
-  dcr::Hash128 hash, running;
-  bool in_progress = false;
-
-  dcr::Status Check(const dcr::Segment& sg) const {
-    if (sg.tensor_index >= elements.size()) return dcr::DataLossError("tensor index out of range");
-    return dcr::internal::CheckSegmentBounds(sg, elements[sg.tensor_index]);
-  }
-  uint64_t Salt(uint32_t t) const { return salts[t]; }
-  void OnSegment(const dcr::Segment&) {}
-  uint64_t Read(uint32_t t, uint64_t e) const {
-    if (!shadow[t].empty()) return dcr::internal::LoadElem(shadow[t].data(), widths[t], e);
-    for (const Entry& en : entries[t]) {
-      const int64_t off = en.primary ? en.box.Locate(e) : -1;
-      if (off >= 0) return dcr::internal::LoadElem(en.data + off, widths[t], 0);
-    }
-    return 0;
-  }
-  void Write(uint32_t t, uint64_t e, uint64_t bits) {
-    if (!shadow[t].empty()) {
-      dcr::internal::StoreElem(shadow[t].data(), widths[t], e, bits);
-      if (converted[t]) dirty.insert(t);
-    }
-    for (const Entry& en : entries[t]) {
-      const int64_t off = en.box.Locate(e);
-      if (off >= 0) dcr::internal::StoreElem(en.data + off, widths[t], 0, bits);
-    }
-  }
+  dcr::PlacementMap map;  // what dcr_receiver_stats reports
+  std::unique_ptr<dcr::ServingReplica> replica;
 };
 
 extern "C" {
@@ -138,133 +93,63 @@ int dcr_recorder_end(dcr_recorder* r, dcr_reload_fn reload, void* reload_ctx, dc
   if (r == nullptr || out == nullptr) return Fail(dcr::InvalidArgumentError("null argument"));
   std::unique_ptr<dcr_recorder> owned(r);
   auto rx = std::make_unique<dcr_receiver>();
-  rx->map = r->rec->Finish();
-  rx->buffers = r->buffers;
-  rx->reload = reload;
-  rx->reload_ctx = reload_ctx;
-  const size_t nt = rx->map.tensors.size();
-  rx->entries.resize(nt);
-  rx->shadow.resize(nt);
-  rx->converted.assign(nt, false);
-  for (uint32_t t : rx->map.converted_tensors()) rx->converted[t] = true;
-  for (size_t t = 0; t < nt; ++t) {
-    const dcr::TensorInfo* ti = r->ckpt->Find(rx->map.tensors[t]);
-    rx->salts.push_back(dcr::TensorSalt(ti->name));
-    rx->elements.push_back(ti->num_elements());
-    rx->widths.push_back(ti->width());
-    rx->dtype_names.push_back(ti->dtype_name);
-    rx->shapes.push_back(ti->shape);
+  dcr::ServingReplica::AttachedRank rank;
+  rank.map = r->rec->Finish();
+  for (const auto& [data, nbytes] : r->buffers) rank.buffers.push_back(data);
+  rx->map = rank.map;
+  dcr::ServingReplica::ReloadFn fn;
+  if (reload != nullptr) {
+    fn = [reload, reload_ctx](int, const dcr::WeightRef& w) {
+      const int rc = reload(reload_ctx, w.name.c_str(), w.data, w.nbytes);
+      if (rc == 0) return dcr::Status::OK();
+      return dcr::Status(static_cast<dcr::StatusCode>(rc), "reload callback failed for " + w.name);
+    };
   }
-  for (const dcr::Placement& p : rx->map.placements) {
-    rx->entries[p.tensor].push_back(dcr_receiver::Entry{rx->buffers[p.buffer].first, p, false});
-  }
-  for (size_t t = 0; t < nt; ++t) {
-    bool shadow = rx->converted[t];
-    if (!shadow) {
-      std::vector<uint32_t> owner(rx->elements[t], ~0u);
-      auto& ents = rx->entries[t];
-      for (size_t i = 0; i < ents.size(); ++i) {
-        dcr::internal::ForEachPlaced(ents[i].box, [&](uint64_t e, uint64_t) {
-          if (owner[e] == ~0u) owner[e] = static_cast<uint32_t>(i);
-        });
-      }
-      for (uint32_t o : owner) shadow = shadow || o == ~0u;
-      for (size_t i = 0; i < ents.size() && !shadow; ++i) {
-        uint64_t mine = 0, total = 0;
-        dcr::internal::ForEachPlaced(ents[i].box, [&](uint64_t e, uint64_t) {
-          mine += owner[e] == i;
-          ++total;
-        });
-        if (mine != 0 && mine != total) shadow = true;
-        ents[i].primary = mine == total;
-      }
-    }
-    if (shadow) {
-      const dcr::TensorInfo* ti = r->ckpt->Find(rx->map.tensors[t]);
-      rx->shadow[t].assign(r->ckpt->data(*ti), r->ckpt->data(*ti) + ti->nbytes);
-      for (auto& en : rx->entries[t]) en.primary = false;
-    }
-  }
-  rx->hash = r->ckpt->ContentHash();
-  rx->running = rx->hash;
+  std::vector<dcr::ServingReplica::AttachedRank> ranks;
+  ranks.push_back(std::move(rank));
+  auto replica = dcr::ServingReplica::Attach(std::move(ranks), *r->ckpt, 0, std::move(fn));
+  if (!replica.ok()) return Fail(replica.status());
+  rx->replica = std::move(replica).value();
   *out = rx.release();
   return DCR_OK;
 }
 
 int dcr_receiver_begin(dcr_receiver* rx, const void* header, size_t size) {
   if (rx == nullptr || header == nullptr) return Fail(dcr::InvalidArgumentError("null argument"));
-  if (rx->in_progress) return Fail(dcr::FailedPreconditionError("a delta is in progress"));
-  size_t used = 0;
-  auto h = dcr::ParseFileHeader(static_cast<const uint8_t*>(header), size, &used);
-  if (!h.ok()) return Fail(h.status());
-  if ((h->flags & dcr::kFlagNoBase) == 0 && h->base_hash != rx->hash) {
-    return Fail(dcr::FailedPreconditionError("receiver holds " + rx->hash.ToHex() +
-                                             " but the delta's base is " + h->base_hash.ToHex()));
-  }
-  auto inv = dcr::Inventory::Parse(h->inventory);
-  if (!inv.ok()) return Fail(inv.status());
-  if (inv->tensors.size() != rx->map.tensors.size()) {
-    return Fail(dcr::InvalidArgumentError("the delta's inventory differs from the recorded checkpoint"));
-  }
-  for (size_t t = 0; t < inv->tensors.size(); ++t) {
-    if (inv->tensors[t].name != rx->map.tensors[t] || inv->tensors[t].shape != rx->shapes[t]) {
-      return Fail(dcr::InvalidArgumentError("the delta's tensor " + inv->tensors[t].name +
-                                            " differs from the recorded checkpoint"));
-    }
-  }
-  rx->in_progress = true;
-  rx->applied.clear();
-  rx->dirty.clear();
-  rx->running = rx->hash;
-  return DCR_OK;
+  dcr::Status s = rx->replica->Begin(static_cast<const uint8_t*>(header), size);
+  return s.ok() ? DCR_OK : Fail(s);
 }
 
 int dcr_receiver_apply_chunk(dcr_receiver* rx, const void* record, size_t size) {
   if (rx == nullptr || record == nullptr) return Fail(dcr::InvalidArgumentError("null argument"));
-  if (!rx->in_progress) return Fail(dcr::FailedPreconditionError("no delta in progress"));
-  auto c = dcr::DecodeChunk(static_cast<const uint8_t*>(record), size);
-  if (!c.ok()) return Fail(c.status());
-  for (const dcr::Segment& sg : c->header.segments) {
-    if (sg.tensor_index < rx->widths.size() && rx->widths[sg.tensor_index] != c->header.elem_width) {
-      return Fail(dcr::DataLossError("chunk element width differs from its tensor's"));
-    }
-  }
-  auto sums = dcr::internal::ApplyChunkTwoPhase(*c, rx);
-  if (!sums.ok()) return Fail(sums.status());
-  dcr::HashSub(&rx->running, sums->old_sum);
-  dcr::HashAdd(&rx->running, sums->new_sum);
-  rx->applied.insert(c->header.chunk_id);
-  return DCR_OK;
+  dcr::Status s = rx->replica->ApplyRecord(static_cast<const uint8_t*>(record), size);
+  return s.ok() ? DCR_OK : Fail(s);
 }
 
 int dcr_receiver_finish(dcr_receiver* rx, const void* trailer, size_t size) {
   if (rx == nullptr || trailer == nullptr) return Fail(dcr::InvalidArgumentError("null argument"));
-  if (!rx->in_progress) return Fail(dcr::FailedPreconditionError("no delta in progress"));
-  auto tr = dcr::ParseTrailer(static_cast<const uint8_t*>(trailer), size);
-  if (!tr.ok()) return Fail(tr.status());
-  for (const auto& e : tr->chunks) {
-    if (rx->applied.count(e.chunk_id) == 0) {
-      return Fail(dcr::FailedPreconditionError("chunk " + std::to_string(e.chunk_id) + " not applied"));
-    }
+  dcr::Status s = rx->replica->Commit(static_cast<const uint8_t*>(trailer), size);
+  return s.ok() ? DCR_OK : Fail(s);
+}
+
+int dcr_receiver_verify(const dcr_receiver* rx, const char* target_path) {
+  if (rx == nullptr || target_path == nullptr) {
+    return Fail(dcr::InvalidArgumentError("null argument"));
   }
-  if (rx->running != tr->target_hash) {
-    return Fail(dcr::DataLossError("content hash after apply differs from the target's"));
+  dcr::Status s = dcr::VerifyFile(*rx->replica, target_path);
+  return s.ok() ? DCR_OK : Fail(s);
+}
+
+int dcr_receiver_version(const dcr_receiver* rx, uint64_t* number, uint64_t hash[2],
+                         int* in_delta) {
+  if (rx == nullptr) return Fail(dcr::InvalidArgumentError("null receiver"));
+  const dcr::VersionId v = rx->replica->held();
+  if (number) *number = v.number;
+  if (hash) {
+    hash[0] = v.hash.lo;
+    hash[1] = v.hash.hi;
   }
-  for (uint32_t t : rx->dirty) {
-    if (rx->reload == nullptr) {
-      return Fail(dcr::FailedPreconditionError("converted tensor " + rx->map.tensors[t] +
-                                               " changed but no reload callback was given"));
-    }
-    const int rc = rx->reload(rx->reload_ctx, rx->map.tensors[t].c_str(), rx->shadow[t].data(),
-                              rx->shadow[t].size());
-    if (rc != 0) {
-      return Fail(dcr::Status(static_cast<dcr::StatusCode>(rc),
-                              "reload callback failed for " + rx->map.tensors[t]));
-    }
-  }
-  rx->dirty.clear();
-  rx->hash = rx->running;
-  rx->in_progress = false;
+  if (in_delta) *in_delta = rx->replica->in_delta() ? 1 : 0;
   return DCR_OK;
 }
 

@@ -15,9 +15,10 @@ namespace dcr {
 
 struct ServingReplica::Impl {
   struct Rank {
-    Storage storage{0};
-    std::unique_ptr<ModelLoader> loader;
+    Storage storage{0};                   // Create: the rank's storage (Attach: unused)
+    std::unique_ptr<ModelLoader> loader;  // Create: the native loader (Attach: none)
     PlacementMap map;
+    std::vector<uint8_t*> buffers;        // address of each of map.buffers
   };
   struct Entry {  // one placement of a tensor somewhere in the replica
     uint8_t* data;
@@ -32,6 +33,8 @@ struct ServingReplica::Impl {
 
   int tp = 1;
   std::vector<std::unique_ptr<Rank>> ranks;
+  LoaderFactory factory;  // Create: Verify's dense loads (Attach: none)
+  ReloadFn reload;        // re-runs the loader on one converted tensor of one rank
   std::vector<std::string> tensors;
   std::vector<std::string> dtype_names;
   std::vector<std::vector<int64_t>> shapes;
@@ -47,7 +50,7 @@ struct ServingReplica::Impl {
   std::set<uint64_t> applied;
   std::set<uint32_t> dirty;
   uint32_t last_dirty = ~0u;  // the tensor last inserted into `dirty` (changes come in runs)
-  std::mutex mu;  // ApplyChunk may be called concurrently (apply.h); chunks are serialized
+  std::mutex mu;  // ApplyRecord may be called concurrently (receiver.h); chunks are serialized
 
   // ---- the element store used by ApplyChunkTwoPhase ----
   Status Check(const Segment& sg) const {
@@ -115,8 +118,45 @@ StatusOr<std::unique_ptr<ServingReplica>> ServingReplica::Create(int tp,
     auto rank = std::make_unique<Impl::Rank>();
     DCR_ASSIGN_OR_RETURN(rank->map, RecordLoad(base, factory, r, &rank->loader, &rank->storage,
                                                options.record));
+    for (const Storage::Buffer& b : rank->storage.buffers()) rank->buffers.push_back(b.data);
     impl->ranks.push_back(std::move(rank));
   }
+  impl->factory = factory;
+  Impl* m = impl.get();
+  impl->reload = [m](int r, const WeightRef& w) {
+    Impl::Rank& rk = *m->ranks[r];
+    return rk.loader->LoadWeight(w, &rk.storage);
+  };
+  return Build(std::move(impl), base, base_version);
+}
+
+StatusOr<std::unique_ptr<ServingReplica>> ServingReplica::Attach(std::vector<AttachedRank> ranks,
+                                                                 const Checkpoint& base,
+                                                                 uint64_t base_version,
+                                                                 ReloadFn reload) {
+  if (ranks.empty()) return InvalidArgumentError("replica: no ranks to attach");
+  auto impl = std::make_unique<Impl>();
+  impl->tp = static_cast<int>(ranks.size());
+  for (AttachedRank& ar : ranks) {
+    if (ar.buffers.size() != ar.map.buffers.size()) {
+      return InvalidArgumentError("replica: a rank's buffer addresses do not match its map");
+    }
+    if (!impl->ranks.empty() && ar.map.tensors != impl->ranks[0]->map.tensors) {
+      return InvalidArgumentError("replica: the ranks' maps name different tensors");
+    }
+    auto rank = std::make_unique<Impl::Rank>();
+    rank->map = std::move(ar.map);
+    rank->buffers = std::move(ar.buffers);
+    impl->ranks.push_back(std::move(rank));
+  }
+  impl->reload = std::move(reload);
+  return Build(std::move(impl), base, base_version);
+}
+
+StatusOr<std::unique_ptr<ServingReplica>> ServingReplica::Build(std::unique_ptr<Impl> impl,
+                                                                const Checkpoint& base,
+                                                                uint64_t base_version) {
+  const int tp = impl->tp;
   const PlacementMap& m0 = impl->ranks[0]->map;
   const size_t nt = m0.tensors.size();
   impl->tensors = m0.tensors;
@@ -125,6 +165,9 @@ StatusOr<std::unique_ptr<ServingReplica>> ServingReplica::Create(int tp,
   impl->reload_ranks.resize(nt);
   for (size_t t = 0; t < nt; ++t) {
     const TensorInfo* ti = base.Find(m0.tensors[t]);
+    if (ti == nullptr) {
+      return InvalidArgumentError("replica: the base lacks the mapped tensor " + m0.tensors[t]);
+    }
     impl->dtype_names.push_back(ti->dtype_name);
     impl->shapes.push_back(ti->shape);
     impl->salts.push_back(TensorSalt(ti->name));
@@ -134,7 +177,7 @@ StatusOr<std::unique_ptr<ServingReplica>> ServingReplica::Create(int tp,
   for (int r = 0; r < tp; ++r) {
     Impl::Rank& rk = *impl->ranks[r];
     for (const Placement& p : rk.map.placements) {
-      impl->entries[p.tensor].push_back(Impl::Entry{rk.storage.buffers()[p.buffer].data, &p, false, {}});
+      impl->entries[p.tensor].push_back(Impl::Entry{rk.buffers[p.buffer], &p, false, {}});
     }
     for (uint32_t t : rk.map.converted_tensors()) impl->reload_ranks[t].push_back(r);
   }
@@ -174,8 +217,10 @@ StatusOr<std::unique_ptr<ServingReplica>> ServingReplica::Create(int tp,
   return std::unique_ptr<ServingReplica>(new ServingReplica(std::move(impl)));
 }
 
-Status ServingReplica::BeginDelta(const FileHeader& header) {
+Status ServingReplica::Begin(const uint8_t* bytes, size_t size) {
   Impl& m = *impl_;
+  size_t consumed = 0;
+  DCR_ASSIGN_OR_RETURN(FileHeader header, ParseFileHeader(bytes, size, &consumed));
   if (m.in_progress) return FailedPreconditionError("replica: a delta is already in progress");
   const bool no_base = (header.flags & kFlagNoBase) != 0;
   if (!no_base && header.base_hash != m.hash) {
@@ -205,25 +250,68 @@ Status ServingReplica::BeginDelta(const FileHeader& header) {
   return Status::OK();
 }
 
-Status ServingReplica::ApplyChunk(const DecodedChunk& chunk) {
+Status ServingReplica::ApplyRecord(const uint8_t* record, size_t size) {
+  if (!impl_->in_progress) {
+    return FailedPreconditionError("replica: chunk record with no delta in progress");
+  }
+  thread_local DecodedChunk chunk;  // buffers reused across records
+  DCR_RETURN_IF_ERROR(DecodeChunkInto(record, size, &chunk));
+  return ApplyDecoded(chunk);
+}
+
+Status ServingReplica::ApplyDecoded(const DecodedChunk& chunk) {
   Impl& m = *impl_;
   std::lock_guard<std::mutex> lock(m.mu);
-  if (!m.in_progress) return FailedPreconditionError("replica: no delta in progress (BeginDelta)");
+  if (!m.in_progress) return FailedPreconditionError("replica: no delta in progress (Begin)");
+  const uint64_t id = chunk.header.chunk_id;
+  if (m.applied.count(id) != 0) {
+    if (IsRelative(chunk.header.value_mode)) {
+      return FailedPreconditionError("replica: chunk " + std::to_string(id) +
+                                     " is already applied; its relative payload is refused, "
+                                     "nothing written");
+    }
+    return Status::OK();  // an absolute payload again: idempotent, skipped
+  }
   for (const Segment& sg : chunk.header.segments) {
     if (sg.tensor_index < m.widths.size() && m.widths[sg.tensor_index] != chunk.header.elem_width) {
-      return DataLossError("chunk " + std::to_string(chunk.header.chunk_id) +
-                           ": element width differs from tensor " + m.tensors[sg.tensor_index]);
+      return DataLossError("chunk " + std::to_string(id) + ": element width differs from tensor " +
+                           m.tensors[sg.tensor_index]);
     }
   }
   DCR_ASSIGN_OR_RETURN(internal::ChunkSums sums, internal::ApplyChunkTwoPhase(chunk, &m));
   HashSub(&m.running, sums.old_sum);
   HashAdd(&m.running, sums.new_sum);
-  m.applied.insert(chunk.header.chunk_id);
+  m.applied.insert(id);
   return Status::OK();
 }
 
-Status ServingReplica::Finish(const Trailer& trailer) {
+Status ServingReplica::MarkApplied(uint64_t chunk_id, const Hash128& version_delta) {
   Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mu);
+  if (!m.in_progress) return FailedPreconditionError("replica: no delta in progress");
+  if (!m.applied.insert(chunk_id).second) return Status::OK();
+  HashAdd(&m.running, version_delta);
+  // Which tensors the chunk touched is not known here: every converted tensor is re-loaded.
+  for (uint32_t t = 0; t < m.reload_ranks.size(); ++t) {
+    if (!m.reload_ranks[t].empty()) m.dirty.insert(t);
+  }
+  return Status::OK();
+}
+
+std::vector<uint64_t> ServingReplica::MissingChunks(const Trailer& trailer) const {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mu);
+  std::vector<uint64_t> ids;
+  for (const ChunkTableEntry& e : trailer.chunks) {
+    if (!m.in_progress || m.applied.count(e.chunk_id) == 0) ids.push_back(e.chunk_id);
+  }
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+Status ServingReplica::Commit(const uint8_t* bytes, size_t size) {
+  Impl& m = *impl_;
+  DCR_ASSIGN_OR_RETURN(Trailer trailer, ParseTrailer(bytes, size));
   if (!m.in_progress) return FailedPreconditionError("replica: no delta in progress");
   for (const ChunkTableEntry& e : trailer.chunks) {
     if (m.applied.count(e.chunk_id) == 0) {
@@ -245,10 +333,12 @@ Status ServingReplica::Finish(const Trailer& trailer) {
     w.data = m.shadow[t].data();
     w.nbytes = m.shadow[t].size();
     for (int r : m.reload_ranks[t]) {
-      Impl::Rank& rk = *m.ranks[r];
-      DCR_RETURN_IF_ERROR(rk.loader->LoadWeight(w, &rk.storage)
-                              .WithContext("re-loading converted tensor " + w.name + " on rank " +
-                                           std::to_string(r)));
+      if (!m.reload) {
+        return FailedPreconditionError("replica: converted tensor " + w.name +
+                                       " changed but no reload callback was given");
+      }
+      DCR_RETURN_IF_ERROR(m.reload(r, w).WithContext("re-loading converted tensor " + w.name +
+                                                     " on rank " + std::to_string(r)));
     }
   }
   m.dirty.clear();
@@ -264,8 +354,77 @@ void ServingReplica::Abort() {
   impl_->running = impl_->hash;
 }
 
+namespace {
+
+// First differing byte of two equal-sized ranges, as a message for tensor/buffer `what`.
+Status FirstDifference(const std::string& what, const uint8_t* a, const uint8_t* b, uint64_t n) {
+  if (std::memcmp(a, b, n) == 0) return Status::OK();
+  uint64_t i = 0;
+  while (i < n && a[i] == b[i]) ++i;
+  return DataLossError(what + " differs from the target at byte " + std::to_string(i));
+}
+
+}  // namespace
+
+Status ServingReplica::Verify(const Checkpoint& target) const {
+  const Impl& m = *impl_;
+  if (m.factory) {
+    // A dense load of the target through the native loader, rank by rank.
+    for (int r = 0; r < m.tp; ++r) {
+      const Impl::Rank& rk = *m.ranks[r];
+      Storage fresh(0);
+      DCR_ASSIGN_OR_RETURN(std::unique_ptr<ModelLoader> loader, m.factory(r));
+      DCR_RETURN_IF_ERROR(LoadCheckpoint(target, loader.get(), &fresh));
+      const auto& mine = rk.storage.buffers();
+      const auto& want = fresh.buffers();
+      if (mine.size() != want.size()) {
+        return DataLossError("rank " + std::to_string(r) + ": the dense load has " +
+                             std::to_string(want.size()) + " buffers, the replica " +
+                             std::to_string(mine.size()));
+      }
+      for (size_t b = 0; b < mine.size(); ++b) {
+        if (mine[b].name != want[b].name || mine[b].nbytes != want[b].nbytes) {
+          return DataLossError("rank " + std::to_string(r) + ": buffer " + mine[b].name +
+                               " differs from the dense load's " + want[b].name);
+        }
+        DCR_RETURN_IF_ERROR(FirstDifference("rank " + std::to_string(r) + " buffer " +
+                                                mine[b].name,
+                                            mine[b].data, want[b].data, mine[b].nbytes));
+      }
+    }
+    return Status::OK();
+  }
+  // Attached storage: the runtime's loader is not dcr's to run. Every placed element and every
+  // shadow is compared with the target's bits (converted regions are the runtime's).
+  for (size_t t = 0; t < m.tensors.size(); ++t) {
+    const TensorInfo* ti = target.Find(m.tensors[t]);
+    if (ti == nullptr || ti->dtype_name != m.dtype_names[t] || ti->shape != m.shapes[t]) {
+      return DataLossError("tensor '" + m.tensors[t] + "' differs from the target in name/dtype/shape");
+    }
+    const uint8_t* want = target.data(*ti);
+    const int w = m.widths[t];
+    if (!m.shadow[t].empty()) {
+      DCR_RETURN_IF_ERROR(FirstDifference("shadow of tensor '" + m.tensors[t] + "'",
+                                          m.shadow[t].data(), want, ti->nbytes));
+    }
+    for (const Impl::Entry& en : m.entries[t]) {
+      Status s;
+      internal::ForEachPlaced(*en.box, [&](uint64_t e, uint64_t off) {
+        if (s.ok() && std::memcmp(en.data + off, want + e * static_cast<uint64_t>(w),
+                                  static_cast<size_t>(w)) != 0) {
+          s = DataLossError("tensor '" + m.tensors[t] + "' differs from the target at element " +
+                            std::to_string(e) + " (a placed copy)");
+        }
+      });
+      DCR_RETURN_IF_ERROR(s);
+    }
+  }
+  return Status::OK();
+}
+
+VersionId ServingReplica::held() const { return VersionId{impl_->version, impl_->hash}; }
+bool ServingReplica::in_delta() const { return impl_->in_progress; }
 int ServingReplica::tp() const { return impl_->tp; }
-bool ServingReplica::committed() const { return !impl_->in_progress; }
 uint64_t ServingReplica::version() const { return impl_->version; }
 Hash128 ServingReplica::version_hash() const { return impl_->hash; }
 Hash128 ServingReplica::running_hash() const { return impl_->running; }
@@ -275,21 +434,6 @@ uint64_t ServingReplica::shadow_bytes() const {
   uint64_t n = 0;
   for (const auto& s : impl_->shadow) n += s.size();
   return n;
-}
-
-Status ApplyDeltaToReplica(const DeltaReader& reader, ServingReplica* replica,
-                           const std::vector<size_t>& order) {
-  DCR_RETURN_IF_ERROR(replica->BeginDelta(reader.header()));
-  std::vector<size_t> idx = order;
-  if (idx.empty()) {
-    for (size_t i = 0; i < reader.num_chunks(); ++i) idx.push_back(i);
-  }
-  DecodedChunk c;  // buffers reused across chunks
-  for (size_t i : idx) {
-    DCR_RETURN_IF_ERROR(reader.DecodeInto(i, &c));
-    DCR_RETURN_IF_ERROR(replica->ApplyChunk(c));
-  }
-  return replica->Finish(reader.trailer());
 }
 
 }  // namespace dcr

@@ -145,7 +145,7 @@ TEST_P(RefitTest, CanonicalDeltaEqualsDenseLoad) {
     std::unique_ptr<Checkpoint> next = model.ToCheckpoint();
     auto delta = MakeDelta(*prev, *next, step - 1, step, policies[step - 1]);
     ASSERT_GT(delta->num_chunks(), 4u);
-    Status st = ApplyDeltaToReplica(*delta, &replica, Shuffled(delta->num_chunks(), step));
+    Status st = ApplyDelta(*delta, &replica, Shuffled(delta->num_chunks(), step));
     ASSERT_TRUE(st.ok()) << st;
     EXPECT_TRUE(replica.committed());
     EXPECT_EQ(replica.version(), static_cast<uint64_t>(step));
@@ -171,9 +171,7 @@ TEST_P(RefitTest, ServingSpaceDeltaEqualsDenseLoad) {
     auto loader = factory(r);
     ASSERT_TRUE(loader.ok());
     ASSERT_TRUE(LoadCheckpoint(*prev, loader->get(), storages.back().get()).ok());
-    auto rcv = StorageReceiver::Create(storages.back().get(), 0);
-    ASSERT_TRUE(rcv.ok());
-    rx.push_back(std::move(rcv).value());
+    rx.push_back(StorageReceiver::Create(storages.back().get(), 0, factory, r));
   }
   for (int step = 1; step <= 2; ++step) {
     StepSyntheticModel(&model, 0.03, 200 + step, true);
@@ -189,15 +187,10 @@ TEST_P(RefitTest, ServingSpaceDeltaEqualsDenseLoad) {
       ASSERT_TRUE(stats.ok()) << stats.status();
       auto reader = DeltaReader::FromBytes(sink.Release());
       ASSERT_TRUE(reader.ok()) << reader.status();
-      ASSERT_TRUE(rx[r]->BeginDelta((*reader)->header()).ok());
-      for (size_t i : Shuffled((*reader)->num_chunks(), step * 10 + r)) {
-        auto c = (*reader)->Decode(i);
-        ASSERT_TRUE(c.ok());
-        ASSERT_TRUE(rx[r]->ApplyChunk(*c).ok());
-      }
-      Status st = rx[r]->Finish((*reader)->trailer());
+      Status st = ApplyDelta(**reader, rx[r].get(), Shuffled((*reader)->num_chunks(), step * 10 + r));
       ASSERT_TRUE(st.ok()) << st;
-      EXPECT_EQ(rx[r]->version(), static_cast<uint64_t>(step));
+      EXPECT_EQ(rx[r]->held().number, static_cast<uint64_t>(step));
+      EXPECT_TRUE(rx[r]->Verify(*next).ok()) << rx[r]->Verify(*next);
       ExpectEqualsDenseLoad(*storages[r], *next, factory, r, Name(l) + " serving-space");
     }
     prev = std::move(next);
@@ -283,7 +276,7 @@ TEST(RuntimeTest, ANewLoaderLayoutNeedsNoChangeInDcr) {
     StepSyntheticModel(&model, 0.05, 300 + step, true);
     auto next = model.ToCheckpoint();
     auto delta = MakeDelta(*prev, *next, step - 1, step, ValuePolicy::kAuto);
-    Status st = ApplyDeltaToReplica(*delta, rep->get(), Shuffled(delta->num_chunks(), 9));
+    Status st = ApplyDelta(*delta, rep->get(), Shuffled(delta->num_chunks(), 9));
     ASSERT_TRUE(st.ok()) << st;
     ExpectEqualsDenseLoad((*rep)->storage(0), *next, factory, 0, "foreign loader");
     prev = std::move(next);
@@ -360,16 +353,14 @@ TEST(RuntimeTest, RefusesWrongBaseDuplicateChunksAndIncompleteDeltas) {
   ServingReplica& replica = **rep;
   // Wrong base.
   auto d12 = MakeDelta(*v1, *v2, 1, 2, ValuePolicy::kXor);
-  EXPECT_TRUE(replica.BeginDelta(d12->header()).IsFailedPrecondition());
+  EXPECT_TRUE(BeginDelta(*d12, &replica).IsFailedPrecondition());
   // Duplicate chunk: refused, storage untouched.
   auto d01 = MakeDelta(*v0, *v1, 0, 1, ValuePolicy::kXor);
-  ASSERT_TRUE(replica.BeginDelta(d01->header()).ok());
-  auto c0 = d01->Decode(0);
-  ASSERT_TRUE(c0.ok());
-  ASSERT_TRUE(replica.ApplyChunk(*c0).ok());
+  ASSERT_TRUE(BeginDelta(*d01, &replica).ok());
+  ASSERT_TRUE(replica.ApplyRecord(d01->chunk_data(0), d01->chunk_size(0)).ok());
   std::vector<uint8_t> before(replica.storage(0).buffers()[0].data,
                               replica.storage(0).buffers()[0].data + replica.storage(0).buffers()[0].nbytes);
-  Status dup = replica.ApplyChunk(*c0);
+  Status dup = replica.ApplyRecord(d01->chunk_data(0), d01->chunk_size(0));
   EXPECT_TRUE(dup.IsFailedPrecondition()) << dup;
   EXPECT_EQ(0, std::memcmp(before.data(), replica.storage(0).buffers()[0].data, before.size()));
   // A corrupted value is caught by the target change hash; nothing written.
@@ -378,25 +369,23 @@ TEST(RuntimeTest, RefusesWrongBaseDuplicateChunksAndIncompleteDeltas) {
   DecodedChunk bad = *c1;
   ASSERT_FALSE(bad.values.empty());
   bad.values[0] ^= 1;
-  EXPECT_TRUE(replica.ApplyChunk(bad).IsDataLoss());
+  EXPECT_TRUE(replica.ApplyDecoded(bad).IsDataLoss());
   // Missing chunks: no commit.
-  EXPECT_TRUE(replica.Finish(d01->trailer()).IsFailedPrecondition());
+  EXPECT_TRUE(CommitDelta(*d01, &replica).IsFailedPrecondition());
   EXPECT_FALSE(replica.committed());
   for (size_t i = 1; i < d01->num_chunks(); ++i) {
-    auto c = d01->Decode(i);
-    ASSERT_TRUE(replica.ApplyChunk(*c).ok());
+    ASSERT_TRUE(replica.ApplyRecord(d01->chunk_data(i), d01->chunk_size(i)).ok());
   }
-  ASSERT_TRUE(replica.Finish(d01->trailer()).ok());
+  ASSERT_TRUE(CommitDelta(*d01, &replica).ok());
   EXPECT_EQ(replica.version_hash(), v1->ContentHash());
   // An absolute (repair) chunk re-applied is harmless.
   auto a12 = MakeDelta(*v1, *v2, 1, 2, ValuePolicy::kAbsolute);
-  ASSERT_TRUE(replica.BeginDelta(a12->header()).ok());
+  ASSERT_TRUE(BeginDelta(*a12, &replica).ok());
   for (size_t i = 0; i < a12->num_chunks(); ++i) {
-    auto c = a12->Decode(i);
-    ASSERT_TRUE(replica.ApplyChunk(*c).ok());
-    ASSERT_TRUE(replica.ApplyChunk(*c).ok());
+    ASSERT_TRUE(replica.ApplyRecord(a12->chunk_data(i), a12->chunk_size(i)).ok());
+    ASSERT_TRUE(replica.ApplyRecord(a12->chunk_data(i), a12->chunk_size(i)).ok());
   }
-  ASSERT_TRUE(replica.Finish(a12->trailer()).ok());
+  ASSERT_TRUE(CommitDelta(*a12, &replica).ok());
   for (int r = 0; r < 2; ++r) ExpectEqualsDenseLoad(replica.storage(r), *v2, factory, r, "repair");
 }
 

@@ -159,7 +159,7 @@ class NodeDriver {
     if (s.ok() && plan_.rank == 0) builder_ = std::thread([this] { Build(); });
     if (s.ok()) s = Loop();
     if (s.ok() && backend_ && committed_ && !plan_.verify_path.empty()) {
-      Status v = backend_->Verify(plan_.verify_path);
+      Status v = VerifyFile(*backend_, plan_.verify_path);
       result_->verified = v.ok();
       result_->verify_message = v.ok() ? "byte-for-byte equal to the target" : v.message();
     }
@@ -192,7 +192,7 @@ class NodeDriver {
         if (plan_.receiver_base_path.empty()) {
           return InvalidArgumentError("plan.receiver_base_path: required for a delta receiver");
         }
-        DCR_ASSIGN_OR_RETURN(backend_, MakeDeltaReceiver(plan_.receiver_base_path));
+        DCR_ASSIGN_OR_RETURN(backend_, BufferReceiver::Load(plan_.receiver_base_path));
       } else {
         backend_ = MakeFullReceiver();
       }
@@ -590,10 +590,10 @@ class NodeDriver {
         s = backend_->Begin(b->bytes.data(), b->bytes.size());
         break;
       case BlobKind::kChunk:
-        s = backend_->ApplyChunk(b->bytes.data(), b->bytes.size());
+        s = backend_->ApplyRecord(b->bytes.data(), b->bytes.size());
         break;
       case BlobKind::kTrailer:
-        s = backend_->Finish(b->bytes.data(), b->bytes.size());
+        s = backend_->Commit(b->bytes.data(), b->bytes.size());
         break;
     }
     {
@@ -702,7 +702,7 @@ class NodeDriver {
   double timer_at_ = -1;  // policy time of the armed timer; -1 = none
   Topology topo_;
   std::unique_ptr<NodePolicy> policy_;
-  std::unique_ptr<ReceiverBackend> backend_;
+  std::unique_ptr<Receiver> backend_;
   std::unique_ptr<Checkpoint> base_ckpt_, target_ckpt_;  // the sender's (LoadSenderCheckpoints)
   std::unique_ptr<ObjectStore> store_;
   std::shared_ptr<TokenBucket> long_bucket_;

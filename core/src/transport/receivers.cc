@@ -1,9 +1,12 @@
-// Receiver backends (delta onto an in-memory base copy; full-checkpoint image) and the blobs of
-// the full-checkpoint reference stream.
+// Receivers over plain buffers (BufferReceiver), the receiver of the full-checkpoint reference
+// stream, the whole-delta helpers, and the blobs of the full-checkpoint reference stream.
 #include <fcntl.h>
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -12,6 +15,7 @@
 #include "dcr/checkpoint.h"
 #include "dcr/delta.h"
 #include "dcr/hash.h"
+#include "dcr/receiver.h"
 #include "dcr/status_macros.h"
 #include "dcr/transport.h"
 
@@ -29,23 +33,23 @@ void PutU64(std::vector<uint8_t>* out, uint64_t v) {
   out->insert(out->end(), p, p + 8);
 }
 
-// Compares every tensor of the image (laid out by `tensors`, data section at `data`) with the
-// target checkpoint, byte for byte.
-Status CompareTensors(const std::vector<TensorInfo>& tensors, const uint8_t* data,
-                      const std::string& target_path) {
-  DCR_ASSIGN_OR_RETURN(auto target, Checkpoint::Open(target_path));
-  if (target->tensors().size() != tensors.size()) {
-    return DataLossError("receiver holds " + std::to_string(tensors.size()) + " tensors, target " +
-                         target_path + " has " + std::to_string(target->tensors().size()));
+// Compares every tensor of `tensors` (bytes at `data[i]`) with the target checkpoint, byte for
+// byte: same tensor set, names, dtypes, shapes and bytes.
+Status CompareTensors(const std::vector<TensorInfo>& tensors,
+                      const std::vector<const uint8_t*>& data, const Checkpoint& target) {
+  if (target.tensors().size() != tensors.size()) {
+    return DataLossError("receiver holds " + std::to_string(tensors.size()) +
+                         " tensors, the target has " + std::to_string(target.tensors().size()));
   }
-  for (const TensorInfo& t : tensors) {
-    const TensorInfo* tt = target->Find(t.name);
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    const TensorInfo& t = tensors[k];
+    const TensorInfo* tt = target.Find(t.name);
     if (tt == nullptr || tt->nbytes != t.nbytes || tt->dtype_name != t.dtype_name ||
         tt->shape != t.shape) {
       return DataLossError("tensor '" + t.name + "' differs from the target in name/dtype/shape");
     }
-    const uint8_t* a = data + t.offset;
-    const uint8_t* b = target->data(*tt);
+    const uint8_t* a = data[k];
+    const uint8_t* b = target.data(*tt);
     if (std::memcmp(a, b, t.nbytes) != 0) {
       uint64_t i = 0;
       while (i < t.nbytes && a[i] == b[i]) ++i;
@@ -58,81 +62,20 @@ Status CompareTensors(const std::vector<TensorInfo>& tensors, const uint8_t* dat
   return Status();
 }
 
-class DeltaReceiver : public ReceiverBackend {
- public:
-  Status Init(const std::string& base_path) {
-    DCR_ASSIGN_OR_RETURN(base_, Checkpoint::Open(base_path));
-    base_hash_ = base_->ContentHash();
-    // The receiver's storage: a private in-memory copy of the base (what a serving process
-    // holds); filled here, before the refit starts.
-    image_.resize(base_->file_size());
-    std::memcpy(image_.data(), base_->file_data(), image_.size());
-    data_off_ = base_->data_section_offset();
-    return Status();
+std::string IdList(const std::vector<uint64_t>& ids) {
+  std::string s;
+  for (size_t i = 0; i < ids.size() && i < 8; ++i) {
+    if (i) s += ", ";
+    s += std::to_string(ids[i]);
   }
+  if (ids.size() > 8) s += ", ... (" + std::to_string(ids.size()) + " in all)";
+  return s;
+}
 
-  Status Begin(const uint8_t* data, size_t size) override {
-    size_t consumed = 0;
-    DCR_ASSIGN_OR_RETURN(FileHeader fh, ParseFileHeader(data, size, &consumed));
-    if (fh.flags & kFlagNoBase) {
-      return FailedPreconditionError("delta receiver got a no-base (full frame) delta");
-    }
-    if (fh.base_hash != base_hash_) {
-      return FailedPreconditionError("delta is for base " + fh.base_hash.ToHex() +
-                                     " but this receiver holds " + base_hash_.ToHex());
-    }
-    DCR_ASSIGN_OR_RETURN(Inventory inv, Inventory::Parse(fh.inventory));
-    std::vector<TensorBuffer> buffers;
-    for (size_t i = 0; i < inv.tensors.size(); ++i) {
-      const TensorInfo& t = inv.tensors[i];
-      const TensorInfo* bt = base_->Find(t.name);
-      if (bt == nullptr || bt->dtype_name != t.dtype_name || bt->shape != t.shape) {
-        return FailedPreconditionError("receiver's base lacks tensor '" + t.name +
-                                       "' with the delta's dtype/shape");
-      }
-      TensorBuffer tb;
-      tb.data = image_.data() + data_off_ + bt->offset;
-      tb.width = std::max(1, bt->width());
-      tb.num_elements = bt->nbytes / static_cast<uint64_t>(tb.width);
-      tb.salt = TensorSalt(t.name);
-      buffers.push_back(tb);
-    }
-    applier_ = std::make_unique<BufferApplier>(std::move(buffers));
-    return Status();
-  }
-
-  Status ApplyChunk(const uint8_t* data, size_t size) override {
-    if (!applier_) return FailedPreconditionError("chunk before the delta header");
-    return applier_->ApplyRecord(data, size);
-  }
-
-  Status Finish(const uint8_t* data, size_t size) override {
-    if (!applier_) return FailedPreconditionError("trailer before the delta header");
-    DCR_ASSIGN_OR_RETURN(Trailer tr, ParseTrailer(data, size));
-    Hash128 h = base_hash_;
-    Hash128 d = applier_->hash_delta();
-    HashAdd(&h, d);
-    if (h != tr.target_hash) {
-      return DataLossError("receiver content hash " + h.ToHex() + " differs from the target's " +
-                           tr.target_hash.ToHex() + " after all chunks");
-    }
-    return Status();
-  }
-
-  Status Verify(const std::string& target_path) override {
-    std::vector<TensorInfo> tensors = base_->tensors();
-    return CompareTensors(tensors, image_.data() + data_off_, target_path);
-  }
-
- private:
-  std::unique_ptr<Checkpoint> base_;
-  Hash128 base_hash_;
-  std::vector<uint8_t> image_;
-  uint64_t data_off_ = 0;
-  std::unique_ptr<BufferApplier> applier_;
-};
-
-class FullReceiver : public ReceiverBackend {
+// The receiver of the full-checkpoint reference stream (FullStreamBlobs): rebuilds the file
+// image from its slices. The stream carries no version: held() is {0, zero hash} and
+// MissingChunks is empty (a missing slice fails Commit's file checksum).
+class FullReceiver : public Receiver {
  public:
   Status Begin(const uint8_t* data, size_t size) override {
     if (size < 16) return DataLossError("full stream header too short");
@@ -146,7 +89,7 @@ class FullReceiver : public ReceiverBackend {
     header_end_ = size - 8;
     return Status();
   }
-  Status ApplyChunk(const uint8_t* data, size_t size) override {
+  Status ApplyRecord(const uint8_t* data, size_t size) override {
     if (image_.empty()) return FailedPreconditionError("full stream: slice before the header");
     if (size < 8) return DataLossError("full stream slice too short");
     uint64_t off = ReadU64(data);
@@ -157,34 +100,238 @@ class FullReceiver : public ReceiverBackend {
     std::memcpy(image_.data() + off, data + 8, n);
     return Status();
   }
-  Status Finish(const uint8_t* data, size_t size) override {
+  Status Commit(const uint8_t* data, size_t size) override {
     if (size < 24) return DataLossError("full stream trailer too short");
     if (ReadU64(data) != image_.size()) return DataLossError("full stream trailer: size mismatch");
     uint64_t want = ReadU64(data + 16);
     uint64_t got = XXH3_64bits(image_.data(), image_.size());
     if (want != got) return DataLossError("full stream: file checksum mismatch after all slices");
+    committed_ = true;
     return Status();
   }
-  Status Verify(const std::string& target_path) override {
-    DCR_ASSIGN_OR_RETURN(auto mine, Checkpoint::FromBytes(image_));
-    return CompareTensors(mine->tensors(), mine->file_data() + mine->data_section_offset(),
-                          target_path);
+  void Abort() override { image_.clear(); }
+  Status MarkApplied(uint64_t, const Hash128&) override {
+    return UnimplementedError("full stream receiver: slices cannot be marked applied");
   }
+  Status Verify(const Checkpoint& target) const override {
+    DCR_ASSIGN_OR_RETURN(auto mine, Checkpoint::FromBytes(image_));
+    std::vector<const uint8_t*> data;
+    for (const TensorInfo& t : mine->tensors()) data.push_back(mine->data(t));
+    return CompareTensors(mine->tensors(), data, target);
+  }
+  VersionId held() const override { return VersionId{}; }
+  bool in_delta() const override { return !image_.empty() && !committed_; }
+  std::vector<uint64_t> MissingChunks(const Trailer&) const override { return {}; }
 
  private:
   std::vector<uint8_t> image_;
   uint64_t header_end_ = 0;
+  bool committed_ = false;
 };
 
 }  // namespace
 
-StatusOr<std::unique_ptr<ReceiverBackend>> MakeDeltaReceiver(const std::string& base_path) {
-  auto r = std::make_unique<DeltaReceiver>();
-  DCR_RETURN_IF_ERROR(r->Init(base_path));
-  return std::unique_ptr<ReceiverBackend>(std::move(r));
+std::string VersionId::ToString() const {
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "v%" PRIu64 ":%08" PRIx64, number, hash.hi >> 32);
+  return buf;
 }
 
-std::unique_ptr<ReceiverBackend> MakeFullReceiver() { return std::make_unique<FullReceiver>(); }
+// ---- BufferReceiver ----
+
+BufferReceiver::BufferReceiver(std::vector<ReceiverTensor> tensors, VersionId held)
+    : tensors_(std::move(tensors)), held_(held) {}
+
+StatusOr<std::unique_ptr<BufferReceiver>> BufferReceiver::Load(const std::string& path,
+                                                               uint64_t number) {
+  DCR_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(path));
+  return Copy(*ckpt, number);
+}
+
+std::unique_ptr<BufferReceiver> BufferReceiver::Copy(const Checkpoint& ckpt, uint64_t number) {
+  // The receiver's storage: a private in-memory copy of the data section (what a serving process
+  // holds), filled here, before any delta arrives.
+  const uint64_t off = ckpt.data_section_offset();
+  std::vector<uint8_t> bytes(ckpt.file_data() + off, ckpt.file_data() + ckpt.file_size());
+  std::vector<ReceiverTensor> tensors;
+  for (const TensorInfo& t : ckpt.tensors()) tensors.push_back({t, bytes.data() + t.offset});
+  auto r = std::make_unique<BufferReceiver>(std::move(tensors),
+                                            VersionId{number, ckpt.ContentHash()});
+  r->owned_ = std::move(bytes);  // the vector's buffer does not move
+  return r;
+}
+
+Status BufferReceiver::Begin(const uint8_t* header, size_t size) {
+  size_t consumed = 0;
+  DCR_ASSIGN_OR_RETURN(FileHeader fh, ParseFileHeader(header, size, &consumed));
+  if (applier_) {
+    return FailedPreconditionError("receiver: the delta to v" + std::to_string(target_number_) +
+                                   " is in progress");
+  }
+  const bool no_base = (fh.flags & kFlagNoBase) != 0;
+  if (!no_base && fh.base_hash != held_.hash) {
+    return FailedPreconditionError("delta is for base " + fh.base_hash.ToHex() +
+                                   " but this receiver holds " + held_.ToString() + " (" +
+                                   held_.hash.ToHex() + ")");
+  }
+  DCR_ASSIGN_OR_RETURN(Inventory inv, Inventory::Parse(fh.inventory));
+  if (inv.tensors.size() != tensors_.size()) {
+    return InvalidArgumentError("receiver holds " + std::to_string(tensors_.size()) +
+                                " tensors, the delta's inventory has " +
+                                std::to_string(inv.tensors.size()));
+  }
+  std::map<std::string, const ReceiverTensor*> by_name;
+  for (const ReceiverTensor& t : tensors_) by_name[t.info.name] = &t;
+  std::vector<TensorBuffer> buffers;
+  Hash128 start = held_.hash;
+  if (no_base) start = Hash128{};
+  for (size_t i = 0; i < inv.tensors.size(); ++i) {
+    const TensorInfo& t = inv.tensors[i];
+    auto it = by_name.find(t.name);
+    if (it == by_name.end() || it->second->info.dtype_name != t.dtype_name ||
+        it->second->info.shape != t.shape || it->second->info.nbytes != t.nbytes) {
+      return InvalidArgumentError("receiver lacks tensor '" + t.name +
+                                  "' with the delta's dtype/shape");
+    }
+    TensorBuffer tb;
+    tb.data = it->second->data;
+    tb.width = std::max(1, t.width());
+    tb.num_elements = t.nbytes / static_cast<uint64_t>(tb.width);
+    tb.salt = inv.salts[i];
+    buffers.push_back(tb);
+    // Without a base the start is the identity terms alone (a full frame's version_delta carries
+    // every element's term).
+    if (no_base) HashAdd(&start, TensorIdentityTerm(t.name, t.dtype_name, t.shape));
+  }
+  applier_ = std::make_unique<BufferApplier>(std::move(buffers));
+  target_number_ = fh.target_version;
+  start_ = start;
+  std::lock_guard<std::mutex> lock(mu_);
+  applied_.clear();
+  marked_ = Hash128{};
+  return Status();
+}
+
+Status BufferReceiver::ApplyRecord(const uint8_t* record, size_t size) {
+  if (!applier_) return FailedPreconditionError("receiver: chunk record before the delta header");
+  size_t header_size = 0, record_size = 0;
+  DCR_ASSIGN_OR_RETURN(ChunkHeader h, ParseChunkHeader(record, size, &header_size, &record_size));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!applied_.insert(h.chunk_id).second) {
+      if (IsRelative(h.value_mode)) {
+        return FailedPreconditionError("chunk " + std::to_string(h.chunk_id) +
+                                       " is already applied; its relative payload is refused, "
+                                       "nothing written");
+      }
+      return Status();  // an absolute payload again: idempotent, skipped
+    }
+  }
+  Status s = applier_->ApplyRecord(record, size);
+  if (!s.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    applied_.erase(h.chunk_id);
+  }
+  return s;
+}
+
+Status BufferReceiver::Commit(const uint8_t* trailer, size_t size) {
+  if (!applier_) return FailedPreconditionError("receiver: trailer with no delta in progress");
+  DCR_ASSIGN_OR_RETURN(Trailer tr, ParseTrailer(trailer, size));
+  std::vector<uint64_t> missing = MissingChunks(tr);
+  if (!missing.empty()) {
+    return FailedPreconditionError("receiver: chunks not applied: " + IdList(missing) +
+                                   "; v" + std::to_string(target_number_) + " not committed");
+  }
+  Hash128 h = start_;
+  HashAdd(&h, applier_->hash_delta());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    HashAdd(&h, marked_);
+  }
+  if (h != tr.target_hash) {
+    return DataLossError("receiver content hash " + h.ToHex() + " differs from the target's " +
+                         tr.target_hash.ToHex() + " after all chunks");
+  }
+  held_ = VersionId{target_number_, tr.target_hash};
+  Abort();
+  return Status();
+}
+
+void BufferReceiver::Abort() {
+  applier_.reset();
+  std::lock_guard<std::mutex> lock(mu_);
+  applied_.clear();
+  marked_ = Hash128{};
+}
+
+Status BufferReceiver::MarkApplied(uint64_t chunk_id, const Hash128& version_delta) {
+  if (!applier_) return FailedPreconditionError("receiver: no delta in progress");
+  std::lock_guard<std::mutex> lock(mu_);
+  if (applied_.insert(chunk_id).second) HashAdd(&marked_, version_delta);
+  return Status();
+}
+
+Status BufferReceiver::Verify(const Checkpoint& target) const {
+  std::vector<TensorInfo> infos;
+  std::vector<const uint8_t*> data;
+  for (const ReceiverTensor& t : tensors_) {
+    infos.push_back(t.info);
+    data.push_back(t.data);
+  }
+  return CompareTensors(infos, data, target);
+}
+
+VersionId BufferReceiver::held() const { return held_; }
+bool BufferReceiver::in_delta() const { return applier_ != nullptr; }
+
+std::vector<uint64_t> BufferReceiver::MissingChunks(const Trailer& trailer) const {
+  std::vector<uint64_t> ids;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const ChunkTableEntry& e : trailer.chunks) {
+    if (!applier_ || applied_.count(e.chunk_id) == 0) ids.push_back(e.chunk_id);
+  }
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+// ---- whole-delta helpers ----
+
+Status BeginDelta(const DeltaReader& reader, Receiver* receiver) {
+  size_t header_size = 0;
+  DCR_RETURN_IF_ERROR(ParseFileHeader(reader.data(), reader.size(), &header_size).status());
+  return receiver->Begin(reader.data(), header_size);
+}
+
+Status CommitDelta(const DeltaReader& reader, Receiver* receiver) {
+  // DeltaReader checked the trailer offset (the u64 before the checksum and the end magic).
+  const uint64_t trailer_offset = ReadU64(reader.data() + reader.size() - 24);
+  return receiver->Commit(reader.data() + trailer_offset, reader.size() - trailer_offset);
+}
+
+Status ApplyDelta(const DeltaReader& reader, Receiver* receiver, const std::vector<size_t>& order) {
+  DCR_RETURN_IF_ERROR(BeginDelta(reader, receiver));
+  if (order.empty()) {
+    for (size_t i = 0; i < reader.num_chunks(); ++i) {
+      DCR_RETURN_IF_ERROR(receiver->ApplyRecord(reader.chunk_data(i), reader.chunk_size(i)));
+    }
+  } else {
+    for (size_t i : order) {
+      if (i >= reader.num_chunks()) return InvalidArgumentError("ApplyDelta: index out of range");
+      DCR_RETURN_IF_ERROR(receiver->ApplyRecord(reader.chunk_data(i), reader.chunk_size(i)));
+    }
+  }
+  return CommitDelta(reader, receiver);
+}
+
+Status VerifyFile(const Receiver& receiver, const std::string& target_path) {
+  DCR_ASSIGN_OR_RETURN(auto target, Checkpoint::Open(target_path));
+  return receiver.Verify(*target);
+}
+
+// ---- the full-checkpoint reference stream ----
+
+std::unique_ptr<Receiver> MakeFullReceiver() { return std::make_unique<FullReceiver>(); }
 
 Status FullStreamBlobs(const std::string& path, uint64_t slice_bytes,
                        const std::function<Status(BlobKind, std::vector<uint8_t>)>& emit) {
