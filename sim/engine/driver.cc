@@ -18,6 +18,7 @@
 #include <xbt/log.h>
 
 #include "dcr/delta.h"
+#include "dcr/policy_host.h"
 #include "dcr/status_macros.h"
 
 namespace sg4 = simgrid::s4u;
@@ -72,7 +73,7 @@ struct Tag {
   BlobInfo blob;       // kBuild (id), kApply, kPut, kFetch
 };
 
-class NodeActor {
+class NodeActor : public NodeEnvironment {
  public:
   NodeActor(World* w, NodeId id) : w_(w), id_(id) {}
 
@@ -98,11 +99,7 @@ class NodeActor {
     tags_.push_back(std::move(tag));
   }
 
-  void Feed(const Event& e) {
-    std::vector<Action> out;
-    policy_->Handle(Now(), e, &out);
-    for (const Action& a : out) Execute(a);
-  }
+  void Feed(const Event& e) { policy_->Handle(Now(), e); }
 
   // The rate of one TCP stream between two regions: its window per round trip (0 = no cap).
   double StreamCap(int region_a, int region_b) const {
@@ -110,52 +107,39 @@ class NodeActor {
     return StreamRateCap(spec().tcp_gamma, spec().real_window, rtt, 1);
   }
 
-  // A stream to one peer sends its pieces one after another, as a socket does: the policy's
-  // pieces queue here and each starts when the previous one's bytes are out at the stream's rate
-  // (its length over window / RTT), so the path latency is paid once, not per piece, and at most
-  // a window of pieces (pieces_in_flight) is on the wire. Started all at once, a window of
-  // pieces shared the link as parallel flows and all ended together, so relays and receivers got
-  // nothing until the end of each window, and the simulated refit grew as the builder got
-  // faster (sim/README.md).
-  struct Pipe {
-    std::deque<action::Send> queue;
-    double free_at = 0;  // when the last started piece's bytes are out at the stream's rate
-    int on_wire = 0;
+  // The modelled transport of one stream: the policy hands it one piece at a time, the piece's
+  // Comm starts at once, and the stream accepts it (SendDone) when its bytes are out at the
+  // stream's rate (its length over window / RTT) and fewer than pieces_in_flight pieces are on the
+  // wire (the TCP window). The path latency is thus paid once per window, not per piece, as by a
+  // socket.
+  struct Stream {
+    bool unaccepted = false;  // the last piece handed over is not accepted yet
+    action::Send piece;
+    double free_at = 0;  // when that piece's bytes are out at the stream's rate
+    int on_wire = 0;     // Comms started and not completed
     bool timer_armed = false;
   };
-  void QueueSend(const action::Send& s) {
-    Pipe& p = pipes_[{s.to, s.stream}];
-    p.queue.push_back(s);
-    PumpPipe(s.to, s.stream);
-  }
-  void PumpPipe(NodeId to, int stream) {
-    Pipe& p = pipes_[{to, stream}];
-    const double cap = StreamCap(w_->node_region[id_], w_->node_region[to]);
-    while (!p.queue.empty() &&
-           (cap <= 0 || (p.on_wire < spec().pieces_in_flight && Now() + 1e-9 >= p.free_at))) {
-      const action::Send s = p.queue.front();
-      p.queue.pop_front();
-      auto* m = new Msg{Msg::kData, id_, s.blob, s.offset, s.length, 0};
-      Tag t;
-      t.kind = TagKind::kSend;
-      t.send = s;
-      SendMsg(s.to, m, s.length, std::move(t));
-      ++p.on_wire;
-      if (cap > 0) p.free_at = Now() + static_cast<double>(s.length) / cap;
+  void TryAccept(NodeId to, int stream) {
+    Stream& st = streams_[{to, stream}];
+    if (!st.unaccepted || st.on_wire >= spec().pieces_in_flight) return;
+    if (Now() + 1e-9 < st.free_at) {
+      if (!st.timer_armed) {
+        st.timer_armed = true;
+        sg4::ExecPtr e =
+            sg4::this_actor::exec_init(std::max((st.free_at - Now()) * kClockFlops, 1e-12));
+        e->set_host(w_->platform.clock);
+        e->start();
+        Tag t;
+        t.kind = TagKind::kStreamFree;
+        t.send.to = to;
+        t.send.stream = stream;
+        Add(e, std::move(t));
+      }
+      return;
     }
-    if (!p.queue.empty() && !p.timer_armed && p.on_wire < spec().pieces_in_flight &&
-        Now() + 1e-9 < p.free_at) {
-      p.timer_armed = true;
-      sg4::ExecPtr e =
-          sg4::this_actor::exec_init(std::max((p.free_at - Now()) * kClockFlops, 1e-12));
-      e->set_host(w_->platform.clock);
-      e->start();
-      Tag t;
-      t.kind = TagKind::kStreamFree;
-      t.send.to = to;
-      t.send.stream = stream;
-      Add(e, std::move(t));
-    }
+    st.unaccepted = false;
+    const action::Send& s = st.piece;
+    policy_->Post(Now(), event::SendDone{s.to, s.stream, s.blob.id, s.offset, s.length});
   }
 
   // A compute job on this node's host, or on the shared CPU of a one-machine run.
@@ -259,65 +243,99 @@ class NodeActor {
   }
 
 
-  void Execute(const Action& a) {
-    if (const auto* s = std::get_if<action::Send>(&a)) {
-      QueueSend(*s);
-    } else if (const auto* ack = std::get_if<action::Ack>(&a)) {
-      BlobInfo b;
-      b.id = ack->blob;
-      auto* m = new Msg{Msg::kAck, id_, b, 0, 0, 0};
-      SendMsg(ack->to, m, kControlBytes, Tag{TagKind::kControl, {}, {}});
-    } else if (const auto* rc = std::get_if<action::ReportCommit>(&a)) {
-      auto* m = new Msg{Msg::kCommit, id_, {}, 0, 0, rc->receivers};
-      SendMsg(rc->to, m, kControlBytes, Tag{TagKind::kControl, {}, {}});
-    } else if (const auto* ap = std::get_if<action::Apply>(&a)) {
-      const SimBlob& sb = spec().blobs.at(ap->blob.id);
-      sg4::ExecPtr e = Compute(std::max(sb.apply_flops, 1.0));
-      Tag t;
-      t.kind = TagKind::kApply;
-      t.blob = ap->blob;
-      Add(e, std::move(t));
-    } else if (std::holds_alternative<action::Commit>(a)) {
-      if (id_ > 0) {
-        NodeOutcome& n = w_->out.receivers[id_ - 1];
-        n.committed = true;
-        n.commit_at = Now();
-        n.complete = std::all_of(applied_.begin(), applied_.end(), [](int c) { return c == 1; });
-        // As the real runner: the refit ends when the last receiver commits (not when the
-        // sender hears of it, a long-link latency later).
-        w_->out.end = std::max(w_->out.end, Now());
-      }
-    } else if (std::holds_alternative<action::TreeCommitted>(a)) {
-      w_->out.tree_committed = Now();
-    } else if (const auto* put = std::get_if<action::Put>(&a)) {
-      Tag t;
-      t.kind = TagKind::kPut;
-      t.blob = put->blob;
-      w_->out.store_put_bytes += static_cast<double>(put->blob.size);
-      // Host to host (no store actor): the upload completes when its bytes are in the store.
-      int my_region = w_->node_region[id_];
-      sg4::CommPtr c = HostComm(host_, w_->platform.store, put->blob.size, StoreCap(my_region));
-      CountWire(my_region, spec().platform.store_region, static_cast<double>(put->blob.size));
-      Add(c, std::move(t));
-    } else if (std::holds_alternative<action::List>(a)) {
-      CountWire(spec().platform.store_region, w_->node_region[id_],
-                static_cast<double>(kListReplyBytes));
-      Add(Delay(StoreMessageSeconds(kListReplyBytes)), Tag{TagKind::kList, {}, {}});
-    } else if (const auto* f = std::get_if<action::Fetch>(&a)) {
-      // A GET: the request pays the path and the store's first-byte latency; when it arrives the
-      // store streams the object back (StartFetchReply), capped like one TCP stream.
-      w_->out.store_get_bytes += static_cast<double>(f->blob.size);
-      sg4::ExecPtr c = Delay(StoreMessageSeconds(kControlBytes));
-      Tag t;
-      t.kind = TagKind::kFetchReq;
-      t.blob = f->blob;
-      Add(c, std::move(t));
-    } else if (const auto* st = std::get_if<action::SetTimer>(&a)) {
-      ArmTimer(st->at);
-    } else if (const auto* fail = std::get_if<action::Fail>(&a)) {
-      Record("node " + std::to_string(id_) + " failed: " + fail->message);
+  // ---- NodeEnvironment ----
+
+  void SetTimer(TimePoint at) override { ArmTimer(at); }
+
+  void Send(const action::Send& s) override {
+    Stream& st = streams_[{s.to, s.stream}];
+    if (st.unaccepted) {
+      Record("node " + std::to_string(id_) + ": a second piece on stream " +
+             std::to_string(s.stream) + " to node " + std::to_string(s.to) +
+             " before the first was accepted");
+      return;
     }
-    // Release and Published need nothing from the simulator.
+    auto* m = new Msg{Msg::kData, id_, s.blob, s.offset, s.length, 0};
+    Tag t;
+    t.kind = TagKind::kSend;
+    t.send = s;
+    SendMsg(s.to, m, s.length, std::move(t));
+    const double cap = StreamCap(w_->node_region[id_], w_->node_region[s.to]);
+    ++st.on_wire;
+    st.unaccepted = true;
+    st.piece = s;
+    st.free_at = cap > 0 ? Now() + static_cast<double>(s.length) / cap : Now();
+    TryAccept(s.to, s.stream);
+  }
+
+  void Ack(const action::Ack& ack) override {
+    BlobInfo b;
+    b.id = ack.blob;
+    auto* m = new Msg{Msg::kAck, id_, b, 0, 0, 0};
+    SendMsg(ack.to, m, kControlBytes, Tag{TagKind::kControl, {}, {}});
+  }
+
+  void ReportCommit(const action::ReportCommit& rc) override {
+    auto* m = new Msg{Msg::kCommit, id_, {}, 0, 0, rc.receivers};
+    SendMsg(rc.to, m, kControlBytes, Tag{TagKind::kControl, {}, {}});
+  }
+
+  void Apply(const action::Apply& ap) override {
+    const SimBlob& sb = spec().blobs.at(ap.blob.id);
+    sg4::ExecPtr e = Compute(std::max(sb.apply_flops, 1.0));
+    Tag t;
+    t.kind = TagKind::kApply;
+    t.blob = ap.blob;
+    Add(e, std::move(t));
+  }
+
+  // The simulator holds no bytes.
+  void Release(BlobId) override {}
+
+  void Put(const action::Put& put) override {
+    Tag t;
+    t.kind = TagKind::kPut;
+    t.blob = put.blob;
+    w_->out.store_put_bytes += static_cast<double>(put.blob.size);
+    // Host to host (no store actor): the upload completes when its bytes are in the store.
+    int my_region = w_->node_region[id_];
+    sg4::CommPtr c = HostComm(host_, w_->platform.store, put.blob.size, StoreCap(my_region));
+    CountWire(my_region, spec().platform.store_region, static_cast<double>(put.blob.size));
+    Add(c, std::move(t));
+  }
+
+  void List(const action::List&) override {
+    CountWire(spec().platform.store_region, w_->node_region[id_],
+              static_cast<double>(kListReplyBytes));
+    Add(Delay(StoreMessageSeconds(kListReplyBytes)), Tag{TagKind::kList, {}, {}});
+  }
+
+  void Fetch(const action::Fetch& f) override {
+    // A GET: the request pays the path and the store's first-byte latency; when it arrives the
+    // store streams the object back (StartFetchReply), capped like one TCP stream.
+    w_->out.store_get_bytes += static_cast<double>(f.blob.size);
+    sg4::ExecPtr c = Delay(StoreMessageSeconds(kControlBytes));
+    Tag t;
+    t.kind = TagKind::kFetchReq;
+    t.blob = f.blob;
+    Add(c, std::move(t));
+  }
+
+  void Committed() override {
+    if (id_ == 0) return;
+    NodeOutcome& n = w_->out.receivers[id_ - 1];
+    n.committed = true;
+    n.commit_at = Now();
+    n.complete = std::all_of(applied_.begin(), applied_.end(), [](int c) { return c == 1; });
+    // As the real runner: the refit ends when the last receiver commits (not when the sender
+    // hears of it, a long-link latency later).
+    w_->out.end = std::max(w_->out.end, Now());
+  }
+
+  void TreeCommitted(int) override { w_->out.tree_committed = Now(); }
+  void Published() override {}
+  void Failed(const Status& status) override {
+    Record("node " + std::to_string(id_) + " failed: " + status.message());
   }
 
   bool Producer() const { return id_ == 0; }
@@ -372,11 +390,7 @@ class NodeActor {
     host_ = sg4::this_actor::get_host();
     const size_t n = spec().blobs.size();
     applied_.assign(n, 0);
-    if (spec().object_store) {
-      policy_ = id_ == 0 ? MakeUploaderPolicy(spec().relay) : MakeDownloaderPolicy(spec().relay);
-    } else {
-      policy_ = MakeTreePolicy(spec().topology, id_, spec().relay);
-    }
+    policy_ = std::make_unique<PolicyHost>(MakeSimPolicy(spec(), id_), this);
     Msg* incoming = nullptr;
     bool receives = !spec().object_store || id_ > 0;
     if (receives) Add(w_->mailbox[id_]->get_async<Msg>(&incoming), Tag{TagKind::kRecv, {}, {}});
@@ -414,15 +428,13 @@ class NodeActor {
           delete m;
           break;
         }
-        case TagKind::kSend:
-          --pipes_[{tag.send.to, tag.send.stream}].on_wire;
-          Feed(event::SendDone{tag.send.to, tag.send.stream, tag.send.blob.id, tag.send.offset,
-                               tag.send.length});
-          PumpPipe(tag.send.to, tag.send.stream);
+        case TagKind::kSend:  // delivered: a place in the stream's window is free
+          --streams_[{tag.send.to, tag.send.stream}].on_wire;
+          TryAccept(tag.send.to, tag.send.stream);
           break;
         case TagKind::kStreamFree:
-          pipes_[{tag.send.to, tag.send.stream}].timer_armed = false;
-          PumpPipe(tag.send.to, tag.send.stream);
+          streams_[{tag.send.to, tag.send.stream}].timer_armed = false;
+          TryAccept(tag.send.to, tag.send.stream);
           break;
         case TagKind::kControl:
           break;
@@ -482,11 +494,11 @@ class NodeActor {
   World* w_;
   NodeId id_;
   sg4::Host* host_ = nullptr;
-  std::unique_ptr<NodePolicy> policy_;
+  std::unique_ptr<PolicyHost> policy_;
   std::vector<sg4::ActivityPtr> acts_;
   std::vector<Tag> tags_;
   double timer_ = -1;
-  std::map<std::pair<NodeId, int>, Pipe> pipes_;  // per (peer, stream)
+  std::map<std::pair<NodeId, int>, Stream> streams_;  // per (peer, stream)
   std::vector<int> applied_;
   std::vector<bool> built_;
   size_t next_launch_ = 0, next_deliver_ = 0;
@@ -534,6 +546,13 @@ RunOutcome OutcomeFromJson(const nlohmann::json& j) {
 }
 
 }  // namespace
+
+std::unique_ptr<NodePolicy> MakeSimPolicy(const RunSpec& spec, NodeId node) {
+  if (spec.object_store) {
+    return node == 0 ? MakeUploaderPolicy(spec.relay) : MakeDownloaderPolicy(spec.relay);
+  }
+  return MakeTreePolicy(spec.topology, node, spec.relay);
+}
 
 RunOutcome RunInThisProcess(const RunSpec& spec) {
   World w;

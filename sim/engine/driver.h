@@ -1,9 +1,12 @@
 // The simulation driver: runs the project's transport state machines (dcr/relay_policy.h) over a
-// SimGrid platform, one actor per node.
+// SimGrid platform, one actor per node; each actor is the NodeEnvironment of a PolicyHost
+// (dcr/policy_host.h) and maps the actions to activities:
 //
 //   Send        -> Mailbox::put_init(piece)->set_rate(stream cap)->start() to the child's mailbox
 //                  (every mailbox has its actor as permanent receiver, so pieces flow like a TCP
-//                  socket before the child asks); SendDone when the Comm completes.
+//                  socket before the child asks), at once: the policy hands a stream one piece at
+//                  a time. SendDone when the modelled stream accepted it: its bytes are out at the
+//                  stream's rate and fewer than pieces_in_flight pieces are on the wire.
 //   Ack, ReportCommit -> a 64-byte control message (pays latency like any message).
 //   Apply       -> an exec job (apply cost) on the node's host, or on the shared CPU of a
 //                  one-machine run (PlatformSpec::shared_cpu_cores); ApplyDone on completion.
@@ -31,6 +34,7 @@
 #define DCR_SIM_ENGINE_DRIVER_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -84,6 +88,10 @@ struct RunOutcome {
   std::vector<NodeOutcome> receivers;  // index = node - 1
   std::string error;         // first failure, or a deadlock note
 };
+
+// The policy node `node` of `spec` runs (hosted by PolicyHost): uploader/downloader for an
+// object-store run, else its tree role.
+std::unique_ptr<NodePolicy> MakeSimPolicy(const RunSpec& spec, NodeId node);
 
 // Builds the engine, platform and actors, runs the simulation. Call at most once per process.
 RunOutcome RunInThisProcess(const RunSpec& spec);

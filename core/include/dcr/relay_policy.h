@@ -5,16 +5,18 @@
 // same three kinds carrying raw file slices). Blob ids are dense, 0 .. N-1, in production order;
 // the trailer is the blob with the highest id, so a node knows N once it has seen the trailer.
 //
-// The policies here decide everything about scheduling -- what to send to whom next, which piece
-// goes on which stream, windows (backpressure), what to fetch, when to apply, when a node or the
-// whole tree has committed, retries with backoff -- and nothing else. They own no threads, sockets,
-// clocks or buffers: every event carries the driver's notion of "now" (seconds, monotonic real
-// time in the real drivers, Engine::get_clock() in the simulator), timers are actions (SetTimer)
-// whose expiry the driver reports back as a TimerFired event, and bytes stay in the driver, which
-// only ever moves the byte ranges the actions name. The same code therefore runs
-//   * over POSIX TCP and object stores (core/src/transport/, `dcr run`, `dcr node`), and
-//   * over SimGrid (sim/): one actor per node; Send -> Mailbox::put_async of `length` bytes,
-//     SendDone on its completion, now = Engine::get_clock(), next event = wait_any_for(timer).
+// The policies here decide everything about scheduling -- what to send to whom next, how many
+// streams an edge has and which piece goes on which stream when, what to fetch, when to apply,
+// when a node or the whole tree has committed, retries with backoff -- and nothing else. They own
+// no threads, sockets, clocks or buffers: every event carries the driver's notion of "now"
+// (seconds, monotonic real time in the real drivers, Engine::get_clock() in the simulator),
+// timers are actions (SetTimer) whose expiry the driver reports back as a TimerFired event, and
+// bytes stay in the driver, which only ever moves the byte ranges the actions name. Drivers host
+// a policy through PolicyHost (policy_host.h) and implement only its NodeEnvironment. The same
+// code therefore runs
+//   * over POSIX TCP and object stores (`dcr run`, `dcr node`),
+//   * over SimGrid (sim/): one actor per node, now = Engine::get_clock(), and
+//   * in the deterministic fault harness (fault_injection.h) on a discrete-event clock.
 //
 // Node roles (NodeRole):
 //   kSender     root of a relay tree: gets blobs from the delta builder (BlobProduced) and sends
@@ -38,12 +40,20 @@
 // subtree. The sender emits TreeCommitted{n} when all its children have reported: this is the
 // end of the refit as seen from the sender's clock.
 //
-// Windows: a Send action reserves its bytes against the window of its (child, stream); SendDone
-// releases them. A child whose window is full gets nothing more until a SendDone, so a slow child
-// costs the parent buffer memory, never throughput to the other children. Pieces of a blob are
-// piece_bytes long (the last may be shorter); with several streams to a child (the long link),
-// consecutive pieces go to the stream with the most free window, so pieces of one blob may arrive
-// out of order and the receiver tracks them per piece.
+// Streams and pacing: the policy decides how many streams every tree edge has (EdgeStreams; a
+// driver opens exactly links() of them) and which piece goes on which stream when. A stream
+// carries one piece at a time: the policy issues a Send on a stream only after the transport
+// accepted the previous piece of that stream (SendDone), and gives the next piece of a child to
+// its lowest-numbered idle stream. Pieces of one blob may therefore arrive out of order over
+// several streams, and the receiver tracks them per piece. Per-child queues live here, so a slow
+// child costs the parent buffer memory, never throughput to the other children; drivers keep no
+// queue or pacing rule of their own.
+//
+// SendDone means one thing in every driver: the transport accepted the piece -- its bytes were
+// handed to the transport and the stream may take the next one (written into the socket or onto
+// the emulated long link's pacer within its window in `dcr node`; its bytes out at the stream's
+// rate, within the modelled TCP window, in the simulator; off the sender at the link's bandwidth
+// in the fault harness). It says nothing about delivery: the child's Ack does.
 //
 // Faults (driver-visible errors) come in as SendFailed / PutDone{ok=false} / FetchDone{ok=false} /
 // ApplyDone{ok=false}. Store operations are retried after retry_backoff_s * 2^attempt (SetTimer),
@@ -118,11 +128,13 @@ struct RelayOptions {
   // Cut-through unit: a blob is sent as pieces of this many bytes (the last may be shorter).
   // Default 1 MiB. REQUIRES: > 0.
   uint64_t piece_bytes = uint64_t{1} << 20;
-  // Bytes in flight (Send issued, SendDone not yet seen) per (child, stream). Default 8 MiB.
+  // Bytes a stream's transport keeps on the wire before it accepts more (the TCP window the
+  // drivers model: `dcr node`'s emulated long link, the simulator's per-stream cap). The policy
+  // itself hands a stream one piece at a time (see "Streams and pacing"). Default 8 MiB.
   // REQUIRES: >= piece_bytes (a smaller value is raised to piece_bytes).
   uint64_t window_bytes = uint64_t{8} << 20;
   // Parallel streams from the sender (node 0) to each of its children: the long link. Other
-  // edges use one stream. Default 1. REQUIRES: >= 1.
+  // edges use one stream (EdgeStreams). Default 1. REQUIRES: >= 1 (a smaller value is raised).
   int root_streams = 1;
   // Whether this node applies the stream (receiver). Ignored for kSender and kUploader.
   // Default true.
@@ -168,7 +180,8 @@ struct DataReceived {
   uint64_t offset = 0;
   uint64_t length = 0;
 };
-// A Send action completed (bytes handed over / delivered). Releases window.
+// The transport accepted the piece of a Send action (see "SendDone means one thing" above); its
+// stream may take the next piece.
 struct SendDone {
   NodeId to = kNoNode;
   int stream = 0;
@@ -229,7 +242,8 @@ using Event = std::variant<event::Start, event::BlobProduced, event::DataReceive
 
 namespace action {
 // Send bytes [offset, offset+length) of `blob` to child `to` on stream `stream` (0-based, below
-// the edge's stream count). The driver reports SendDone (or SendFailed).
+// EdgeStreams of the edge). The driver hands them to the transport at once and reports SendDone
+// when the transport accepted them (or SendFailed). A stream never has two Sends unaccepted.
 struct Send {
   NodeId to = kNoNode;
   int stream = 0;
@@ -301,6 +315,21 @@ std::string ToString(const Action& a);
 
 // ---- policies ----
 
+// One tree edge of a node as its driver must open it: `streams` connections (streams 0 ..
+// streams-1) between this node and `peer`.
+struct Link {
+  NodeId peer = kNoNode;
+  bool to_child = true;  // false: the edge from the parent (the driver accepts its streams)
+  int streams = 1;
+  bool operator==(const Link& o) const {
+    return peer == o.peer && to_child == o.to_child && streams == o.streams;
+  }
+};
+
+// Streams of the tree edge parent -> child: options.root_streams (at least 1) on the edges out of
+// the sender (node 0, the long link), 1 elsewhere.
+int EdgeStreams(NodeId parent, const RelayOptions& options);
+
 // Common interface of every role's state machine.
 class NodePolicy {
  public:
@@ -314,6 +343,9 @@ class NodePolicy {
   virtual bool done() const = 0;
   virtual bool failed() const = 0;
   virtual NodeRole role() const = 0;
+  // The tree edges the driver opens for this node: the parent edge first (if any), then one per
+  // child in id order, each with its stream count. Empty for the object-store roles.
+  virtual std::vector<Link> links() const { return {}; }
 };
 
 // kSender, kRelay or kReceiver in `topology` (the role follows from the node's position:

@@ -109,6 +109,10 @@ StatusOr<Topology> Topology::FromParents(const std::vector<NodeId>& parents) {
   return t;
 }
 
+int EdgeStreams(NodeId parent, const RelayOptions& options) {
+  return parent == 0 ? std::max(1, options.root_streams) : 1;
+}
+
 // ---- keys ----
 
 std::string ObjectKey(const std::string& prefix, const BlobInfo& blob) {
@@ -318,14 +322,17 @@ class TreePolicy : public NodePolicy {
         applier_(options.max_parallel_applies) {
     options_.piece_bytes = std::max<uint64_t>(1, options_.piece_bytes);
     options_.window_bytes = std::max(options_.window_bytes, options_.piece_bytes);
-    int streams = self == 0 ? std::max(1, options.root_streams) : 1;
+    if (parent_ != kNoNode) links_.push_back(Link{parent_, false, EdgeStreams(parent_, options_)});
     for (NodeId c : topo.children[self]) {
       Child ch;
       ch.id = c;
-      ch.inflight.assign(streams, 0);
+      ch.busy.assign(EdgeStreams(self, options_), false);
       children_.push_back(std::move(ch));
+      links_.push_back(Link{c, true, EdgeStreams(self, options_)});
     }
   }
+
+  std::vector<Link> links() const override { return links_; }
 
   NodeRole role() const override {
     if (self_ == 0) return NodeRole::kSender;
@@ -364,8 +371,8 @@ class TreePolicy : public NodePolicy {
             [&](const event::SendDone& e) {
               for (auto& c : children_) {
                 if (c.id != e.to) continue;
-                if (e.stream >= 0 && e.stream < static_cast<int>(c.inflight.size())) {
-                  c.inflight[e.stream] -= std::min(c.inflight[e.stream], e.length);
+                if (e.stream >= 0 && e.stream < static_cast<int>(c.busy.size())) {
+                  c.busy[e.stream] = false;
                 }
               }
             },
@@ -430,7 +437,7 @@ class TreePolicy : public NodePolicy {
   struct Child {
     NodeId id = kNoNode;
     std::deque<std::pair<BlobId, uint64_t>> queue;  // (blob, piece) to send, arrival order
-    std::vector<uint64_t> inflight;                 // per stream
+    std::vector<bool> busy;  // per stream: a Send not yet accepted (SendDone)
     std::set<BlobId> acked;
     bool reported = false;
     int receivers = 0;
@@ -476,28 +483,18 @@ class TreePolicy : public NodePolicy {
     out->push_back(action::Release{b->info.id});
   }
 
+  // Every idle stream of a child takes the child's next queued piece, lowest stream first.
   void Pump(std::vector<Action>* out) {
     for (auto& c : children_) {
-      while (!c.queue.empty()) {
+      for (int s = 0; s < static_cast<int>(c.busy.size()) && !c.queue.empty(); ++s) {
+        if (c.busy[s]) continue;
         auto [blob_id, p] = c.queue.front();
+        c.queue.pop_front();
         const Blob& b = blobs_.at(blob_id);
         uint64_t offset = p * options_.piece_bytes;
         uint64_t length = std::min(options_.piece_bytes, b.info.size - std::min(b.info.size, offset));
-        // The stream with the most free window; a piece needs room for its whole length.
-        int best = -1;
-        uint64_t best_free = 0;
-        for (int s = 0; s < static_cast<int>(c.inflight.size()); ++s) {
-          uint64_t used = c.inflight[s];
-          uint64_t free = options_.window_bytes > used ? options_.window_bytes - used : 0;
-          if (free >= std::max<uint64_t>(length, 1) && (best < 0 || free > best_free)) {
-            best = s;
-            best_free = free;
-          }
-        }
-        if (best < 0) break;
-        c.inflight[best] += length;
-        out->push_back(action::Send{c.id, best, b.info, offset, length});
-        c.queue.pop_front();
+        c.busy[s] = true;
+        out->push_back(action::Send{c.id, s, b.info, offset, length});
       }
     }
   }
@@ -530,6 +527,7 @@ class TreePolicy : public NodePolicy {
   bool applies_;
   ApplyScheduler applier_;
   std::vector<Child> children_;
+  std::vector<Link> links_;
   std::map<BlobId, Blob> blobs_;
   uint64_t total_ = 0;  // blobs in the stream, once the trailer is known
   uint64_t complete_blobs_ = 0;

@@ -100,6 +100,8 @@ TreeRun RunTree(const Topology& topo, const RelayOptions& opt, const std::vector
         f += s->length;
         run.max_inflight_seen = std::max(run.max_inflight_seen, f);
         EXPECT_LE(f, opt.window_bytes);
+        EXPECT_EQ(f, s->length) << "a second Send on a stream before SendDone";
+        EXPECT_LT(s->stream, EdgeStreams(node, opt));
         pending.emplace_back(s->to, event::DataReceived{s->blob, s->offset, s->length});
         pending.emplace_back(node, event::SendDone{s->to, s->stream, s->blob.id, s->offset,
                                                    s->length});
@@ -242,7 +244,7 @@ TEST(TreePolicy, CutThroughForwardsBeforeBlobIsComplete) {
   EXPECT_TRUE(relay->failed());
 }
 
-TEST(TreePolicy, WindowBlocksUntilSendDone) {
+TEST(TreePolicy, OnePiecePerStreamUntilSendDone) {
   RelayOptions opt;
   opt.piece_bytes = 10;
   opt.window_bytes = 20;
@@ -250,13 +252,40 @@ TEST(TreePolicy, WindowBlocksUntilSendDone) {
   auto sender = MakeTreePolicy(*topo, 0, opt);
   std::vector<Action> out;
   sender->Handle(0, event::BlobProduced{{0, BlobKind::kHeader, 50}}, &out);
-  // Two pieces per child fit the window.
-  ASSERT_EQ(out.size(), 4u);
+  // One piece per child: its only stream is busy until the transport accepts it.
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(std::get<action::Send>(out[0]).to, 1);
+  EXPECT_EQ(std::get<action::Send>(out[1]).to, 2);
   out.clear();
   sender->Handle(0, event::SendDone{1, 0, 0, 0, 10}, &out);
   ASSERT_EQ(out.size(), 1u);  // one more piece to child 1 only: a slow child 2 does not block 1
   EXPECT_EQ(std::get<action::Send>(out[0]).to, 1);
-  EXPECT_EQ(std::get<action::Send>(out[0]).offset, 20u);
+  EXPECT_EQ(std::get<action::Send>(out[0]).offset, 10u);
+}
+
+TEST(TreePolicy, RootStreamsTakePiecesLowestIdleStreamFirst) {
+  RelayOptions opt;
+  opt.piece_bytes = 10;
+  opt.root_streams = 3;
+  auto topo = Topology::FanOut(3, 1, 1);  // 0 -> 1 -> 2
+  auto sender = MakeTreePolicy(*topo, 0, opt);
+  auto relay = MakeTreePolicy(*topo, 1, opt);
+  EXPECT_EQ(sender->links(), (std::vector<Link>{{1, true, 3}}));
+  EXPECT_EQ(relay->links(), (std::vector<Link>{{0, false, 3}, {2, true, 1}}));
+  EXPECT_EQ(EdgeStreams(0, opt), 3);
+  EXPECT_EQ(EdgeStreams(1, opt), 1);
+  std::vector<Action> out;
+  sender->Handle(0, event::BlobProduced{{0, BlobKind::kHeader, 45}}, &out);
+  ASSERT_EQ(out.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(std::get<action::Send>(out[i]).stream, i);
+    EXPECT_EQ(std::get<action::Send>(out[i]).offset, 10u * i);
+  }
+  out.clear();
+  sender->Handle(0, event::SendDone{1, 1, 0, 10, 10}, &out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(std::get<action::Send>(out[0]).stream, 1);
+  EXPECT_EQ(std::get<action::Send>(out[0]).offset, 30u);
 }
 
 TEST(TreePolicy, FailuresAreTerminal) {
