@@ -15,6 +15,7 @@
 #define DCR_CORE_INCLUDE_DCR_POLICY_HOST_H_
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -68,6 +69,9 @@ class PolicyHost {
  public:
   // REQUIRES: policy and env non-null; env outlives the host.
   PolicyHost(std::unique_ptr<NodePolicy> policy, NodeEnvironment* env);
+  // Hosts a policy the caller owns (the fault harness replaces a node's policy when the node
+  // restarts or falls back). REQUIRES: policy outlives every Handle call.
+  PolicyHost(NodePolicy* policy, NodeEnvironment* env);
 
   // Feeds `event` at `now` and performs the resulting actions on the environment, in order.
   // Events the environment Posts meanwhile are fed afterwards, in the order posted, at `now`.
@@ -84,14 +88,18 @@ class PolicyHost {
 
   // Records every step into `trace` (not owned; nullptr stops recording).
   void set_trace(std::vector<TraceStep>* trace) { trace_ = trace; }
+  // Calls `fn` with every step, after the policy decided and before its actions are performed.
+  void set_observer(std::function<void(const TraceStep&)> fn) { observer_ = std::move(fn); }
 
  private:
   void Feed(TimePoint now, const Event& event);
   void Perform(const Action& action);
 
-  std::unique_ptr<NodePolicy> policy_;
+  std::unique_ptr<NodePolicy> owned_;
+  NodePolicy* policy_;
   NodeEnvironment* env_;
   std::vector<TraceStep>* trace_ = nullptr;
+  std::function<void(const TraceStep&)> observer_;
   std::deque<Event> posted_;
   bool handling_ = false;
 };

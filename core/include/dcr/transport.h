@@ -3,14 +3,19 @@
 // is built and applied by receivers as it arrives.
 //
 // Process structure of one node (RunNode):
-//   * one event-loop thread owns the NodePolicy: it pops events (socket reads, send completions,
-//     apply/put/fetch completions, timers), calls Handle, and dispatches the actions;
+//   * one event-loop thread owns the node's PolicyHost (policy_host.h) and its policy
+//     (MakeNodePolicy): it pops events (socket reads, send completions, apply/put/fetch
+//     completions, timers) and feeds them to the host, which performs the actions on the node's
+//     environment (the parts below);
 //   * sender: a builder thread runs BuildDelta (or slices the target file for the full-checkpoint
 //     reference) and turns every header/chunk/trailer into a BlobProduced event;
-//   * tree edges: per child and stream, a writer thread sends pieces (frames of wire.h); on the
-//     long link (edges out of the sender) every stream shares one token bucket (rate) and a delay
-//     line (one-way latency), which is how the WAN is emulated in the transport layer; the child
-//     answers with Ack / ReportCommit frames on stream 0 (delayed by the same latency);
+//   * tree edges: the links the policy names (NodePolicy::links: streams per edge), one
+//     connection per stream; per stream a writer sends pieces (frames of net.h); on the long link
+//     (edges out of the sender) every stream shares one token bucket (rate) and has a delay line
+//     (one-way latency) of at most relay.window_bytes, which is how the WAN is emulated in the
+//     transport layer. SendDone is posted when the writer accepted the piece (its bytes entered
+//     the delay line; without emulation, at once). The child answers with Ack / ReportCommit
+//     frames on stream 0 (delayed by the same latency);
 //   * per parent stream, a reader thread writes pieces straight into the blob's buffer and posts
 //     DataReceived, so forwarding to children starts while the blob is still arriving;
 //   * an apply pool runs Apply actions through the node's Receiver (receiver.h): a BufferReceiver
@@ -86,6 +91,11 @@ struct NodePlan {
   std::string ready_path;
   std::string go_path;
 };
+
+// The policy `dcr node` hosts for `plan`: uploader (rank 0) or downloader for "object_store",
+// else the rank's tree role in plan.parents with plan.relay. Errors: kInvalidArgument for an
+// unknown transport, bad parents or a rank outside them.
+StatusOr<std::unique_ptr<NodePolicy>> MakeNodePolicy(const NodePlan& plan);
 
 // What a node measured. Times are wall-clock seconds (CLOCK_REALTIME) so that processes on one
 // machine (or clock-synchronised hosts) can be compared; 0 = did not happen.

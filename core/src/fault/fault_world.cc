@@ -21,6 +21,7 @@
 #include "dcr/hash.h"
 #include "dcr/journal.h"
 #include "dcr/object_store.h"
+#include "dcr/policy_host.h"
 #include "dcr/receiver.h"
 #include "dcr/recovery_policy.h"
 #include "dcr/relay_policy.h"
@@ -185,6 +186,38 @@ struct ApplyResult {
   std::string message;
 };
 
+class World;
+
+// The environment of one node's policy for one event: forwards each action to World::Do, and
+// drops the rest of the batch once the node died or its policy was replaced meanwhile (a crash
+// ends what the node was doing).
+class HarnessEnv : public NodeEnvironment {
+ public:
+  HarnessEnv(World* world, int node, int slot, uint64_t incarnation, const NodePolicy* policy)
+      : world_(world), node_(node), slot_(slot), incarnation_(incarnation), policy_(policy) {}
+  void SetTimer(TimePoint at) override { Do(action::SetTimer{at}); }
+  void Send(const action::Send& s) override { Do(s); }
+  void Ack(const action::Ack& a) override { Do(a); }
+  void ReportCommit(const action::ReportCommit& r) override { Do(r); }
+  void Apply(const action::Apply& a) override { Do(a); }
+  void Release(BlobId blob) override { Do(action::Release{blob}); }
+  void Put(const action::Put& p) override { Do(p); }
+  void List(const action::List& l) override { Do(l); }
+  void Fetch(const action::Fetch& f) override { Do(f); }
+  void Committed() override { Do(action::Commit{}); }
+  void TreeCommitted(int receivers) override { Do(action::TreeCommitted{receivers}); }
+  void Published() override { Do(action::Published{}); }
+  void Failed(const Status& s) override { Do(action::Fail{s.code(), s.message()}); }
+
+ private:
+  void Do(const Action& a);
+
+  World* world_;
+  int node_, slot_;
+  uint64_t incarnation_;
+  const NodePolicy* policy_;
+};
+
 class World {
  public:
   World(const Checkpoint& base, const Checkpoint& target, const DeltaOptions& dopts,
@@ -223,6 +256,7 @@ class World {
     q.incarnation = nodes_[node].incarnation;
     Schedule(t, std::move(q));
   }
+  friend class HarnessEnv;
   void Deliver(int node, int slot, const Event& ev);
   void Do(int node, int slot, const Action& a);
   void DoSend(int from, const action::Send& s);
@@ -437,19 +471,24 @@ void World::Deliver(int node, int slot, const Event& ev) {
   Node& n = nodes_[node];
   NodePolicy* p = slot == kUploadSlot ? n.uploader.get() : n.policy.get();
   if (p == nullptr) return;
-  const uint64_t inc = n.incarnation;
-  std::vector<Action> acts;
-  p->Handle(now_, ev, &acts);
+  HarnessEnv env(this, node, slot, n.incarnation, p);
+  PolicyHost host(p, &env);
   if (opts_.record_trace) {
-    FaultTraceEntry t{now_, node, NodeRoleName(p->role()), ToString(ev), {}};
-    for (const Action& a : acts) t.actions.push_back(ToString(a));
-    report_.trace.push_back(std::move(t));
+    const std::string role = NodeRoleName(p->role());
+    host.set_observer([this, node, role](const TraceStep& step) {
+      FaultTraceEntry t{step.now, node, role, ToString(step.event), {}};
+      for (const Action& a : step.actions) t.actions.push_back(ToString(a));
+      report_.trace.push_back(std::move(t));
+    });
   }
-  for (const Action& a : acts) {
-    Do(node, slot, a);
-    NodePolicy* cur = slot == kUploadSlot ? n.uploader.get() : n.policy.get();
-    if (n.incarnation != inc || cur != p || !n.alive) break;
-  }
+  host.Handle(now_, ev);
+}
+
+void HarnessEnv::Do(const Action& a) {
+  const Node& n = world_->nodes_[node_];
+  const NodePolicy* cur = slot_ == kUploadSlot ? n.uploader.get() : n.policy.get();
+  if (n.incarnation != incarnation_ || cur != policy_ || !n.alive) return;
+  world_->Do(node_, slot_, a);
 }
 
 std::vector<recovery::Action> World::Decide(int node, const recovery::Event& ev) {

@@ -201,8 +201,9 @@ void TokenBucket::Acquire(uint64_t n) {
 
 // ---- FrameWriter ----
 
-FrameWriter::FrameWriter(int fd, std::shared_ptr<TokenBucket> bucket, double latency_s)
-    : fd_(fd), bucket_(std::move(bucket)), latency_s_(latency_s) {
+FrameWriter::FrameWriter(int fd, std::shared_ptr<TokenBucket> bucket, double latency_s,
+                         uint64_t window_bytes)
+    : fd_(fd), bucket_(std::move(bucket)), latency_s_(latency_s), window_bytes_(window_bytes) {
   pacer_ = std::thread([this] { PaceLoop(); });
   delayer_ = std::thread([this] { DelayLoop(); });
 }
@@ -210,9 +211,9 @@ FrameWriter::FrameWriter(int fd, std::shared_ptr<TokenBucket> bucket, double lat
 FrameWriter::~FrameWriter() { Close(); }
 
 void FrameWriter::Send(const FrameHeader& header, const uint8_t* payload,
-                       std::function<void(Status)> done) {
+                       std::shared_ptr<const void> keep, std::function<void(Status)> accepted) {
   std::lock_guard<std::mutex> lock(mu_);
-  items_.push_back(Item{header, payload, std::move(done)});
+  items_.push_back(Item{header, payload, std::move(keep), std::move(accepted)});
   cv_.notify_all();
 }
 
@@ -242,9 +243,16 @@ void FrameWriter::PaceLoop() {
     bool first = true;
     do {
       size_t n = std::min(kSegment, total - pos);
+      if (window_bytes_ > 0) {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] {
+          return line_bytes_ == 0 || line_bytes_ + n <= window_bytes_ || !error_.ok();
+        });
+      }
       if (bucket_) bucket_->Acquire(n);
       Segment seg;
       seg.deliver_at = SteadyNow() + latency_s_;
+      seg.line_bytes = n;
       size_t payload_from = pos;
       if (first) {
         const auto* h = reinterpret_cast<const uint8_t*>(&item.header);
@@ -258,11 +266,18 @@ void FrameWriter::PaceLoop() {
         seg.size = end - payload_from;
       }
       pos = end;
-      if (pos == total) seg.done = std::move(item.done);
+      if (pos == total) seg.keep = std::move(item.keep);
       std::lock_guard<std::mutex> lock(mu_);
+      line_bytes_ += seg.line_bytes;
       segments_.push_back(std::move(seg));
       cv_.notify_all();
     } while (pos < total);
+    Status s;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      s = error_;
+    }
+    if (item.accepted) item.accepted(s);
   }
   std::lock_guard<std::mutex> lock(mu_);
   pacer_done_ = true;
@@ -290,11 +305,10 @@ void FrameWriter::DelayLoop() {
       s = WriteFull(fd_, seg.header_bytes.data(), seg.header_bytes.size());
     }
     if (s.ok() && seg.size > 0) s = WriteFull(fd_, seg.data, seg.size);
-    if (!s.ok()) {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (error_.ok()) error_ = s;
-    }
-    if (seg.done) seg.done(s);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!s.ok() && error_.ok()) error_ = s;
+    line_bytes_ -= seg.line_bytes;
+    cv_.notify_all();
   }
 }
 

@@ -70,17 +70,25 @@ class TokenBucket {
   double last_ = -1;
 };
 
-// Writes frames to one socket from a dedicated thread. Optional shaping: bytes first pass the
-// token bucket (in segments of up to 64 KiB), then wait in a delay line for `latency_s` before
-// they are written, so rate and latency compose like a real link. Completion callbacks run on
-// the writer thread after the frame's last byte was written.
+// Writes frames to one socket from dedicated threads: the transport of one stream. Optional
+// shaping: bytes first pass the token bucket (in segments of up to 64 KiB), then wait in a delay
+// line for `latency_s` before they are written, so rate and latency compose like a real link.
+// The delay line holds at most `window_bytes` (0: no bound; a frame's first segment always
+// enters an empty line), like a TCP window over the emulated path.
+//
+// A frame is *accepted* once its last byte entered the delay line: `accepted` runs then on the
+// writer thread, with the stream's status so far (the first write error sticks). Without shaping
+// that is at once, before the bytes are written; the writer keeps `keep` (and so the payload)
+// alive until they are.
 class FrameWriter {
  public:
-  FrameWriter(int fd, std::shared_ptr<TokenBucket> bucket, double latency_s);
+  FrameWriter(int fd, std::shared_ptr<TokenBucket> bucket, double latency_s,
+              uint64_t window_bytes = 0);
   ~FrameWriter();  // Close()s
-  // Queues a frame; `payload` (may be null when header.length == 0) must stay valid until
-  // `done` runs. `done` gets the write status.
-  void Send(const FrameHeader& header, const uint8_t* payload, std::function<void(Status)> done);
+  // Queues a frame; `payload` (may be null when header.length == 0) must stay valid while `keep`
+  // is held.
+  void Send(const FrameHeader& header, const uint8_t* payload, std::shared_ptr<const void> keep,
+            std::function<void(Status)> accepted);
   // Stops the threads after the queued frames (or at the first error) and joins them.
   void Close();
   int fd() const { return fd_; }
@@ -89,14 +97,16 @@ class FrameWriter {
   struct Item {
     FrameHeader header;
     const uint8_t* payload = nullptr;
-    std::function<void(Status)> done;
+    std::shared_ptr<const void> keep;
+    std::function<void(Status)> accepted;
   };
   struct Segment {
     double deliver_at = 0;
     std::vector<uint8_t> header_bytes;  // non-empty on the first segment of a frame
     const uint8_t* data = nullptr;
     size_t size = 0;
-    std::function<void(Status)> done;  // on the last segment
+    size_t line_bytes = 0;             // header + data bytes counted in the delay line
+    std::shared_ptr<const void> keep;  // on the last segment
   };
   void PaceLoop();
   void DelayLoop();
@@ -104,10 +114,12 @@ class FrameWriter {
   int fd_;
   std::shared_ptr<TokenBucket> bucket_;
   double latency_s_;
+  uint64_t window_bytes_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Item> items_;
   std::deque<Segment> segments_;
+  uint64_t line_bytes_ = 0;  // bytes in the delay line
   bool closing_ = false;
   bool pacer_done_ = false;
   Status error_;

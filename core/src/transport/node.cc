@@ -1,5 +1,8 @@
-// The node driver: runs one NodePolicy (relay_policy.h) over TCP sockets or an ObjectStore.
-// See dcr/transport.h for the process structure.
+// The node driver: hosts one NodePolicy (relay_policy.h) in a PolicyHost over TCP sockets or an
+// ObjectStore. See dcr/transport.h for the process structure. SocketNode is the policy's
+// environment; its parts are the event loop (EventQueue, one timer), the tree links (sockets,
+// writers and readers of the edges the policy names), the store jobs, the apply pool and the
+// sender's builder.
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -19,6 +22,7 @@
 #include "dcr/checkpoint.h"
 #include "dcr/delta.h"
 #include "dcr/object_store.h"
+#include "dcr/policy_host.h"
 #include "dcr/status_macros.h"
 #include "dcr/transport.h"
 #include "internal/mapped_file.h"
@@ -40,6 +44,8 @@ struct BlobBuf {
   std::vector<uint8_t> bytes;
 };
 using BlobPtr = std::shared_ptr<BlobBuf>;
+
+// ---- event loop: events from every thread, one timer ----
 
 // Events for the loop, or a fatal driver error (peer lost, builder failed, ...).
 struct QItem {
@@ -124,7 +130,443 @@ class WorkPool {
   bool stop_ = false;
 };
 
-class NodeDriver;
+// What every thread of a node shares: the blobs' bytes and the result's counters.
+class NodeState {
+ public:
+  explicit NodeState(NodeResult* result) : result_(result) {}
+
+  // The loop thread reads result fields that only it writes (role, t_commit) without the lock.
+  NodeResult* result() { return result_; }
+  // Runs `fn` on the result under the lock.
+  template <class Fn>
+  void Update(Fn fn) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fn(result_);
+  }
+  // A blob received from the network: one buffer of its size (created on its first piece).
+  BlobPtr GetOrCreate(const BlobInfo& info) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = blobs_.find(info.id);
+    if (it != blobs_.end()) return it->second;
+    auto b = std::make_shared<BlobBuf>();
+    b->info = info;
+    b->bytes.resize(info.size);
+    blobs_[info.id] = b;
+    return b;
+  }
+  // A blob produced or fetched whole.
+  void Store(const BlobPtr& b) {
+    std::lock_guard<std::mutex> lock(mu_);
+    blobs_[b->info.id] = b;
+  }
+  BlobPtr Find(BlobId id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = blobs_.find(id);
+    return it == blobs_.end() ? nullptr : it->second;
+  }
+  void Erase(BlobId id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    blobs_.erase(id);
+  }
+  // First / last blob times (a blob built, a piece or object received) at wall time `now`.
+  static void MarkBlob(NodeResult* r, double now) {
+    if (r->t_first_blob == 0) r->t_first_blob = now;
+    r->t_last_blob = now;
+  }
+
+ private:
+  std::mutex mu_;
+  NodeResult* result_;
+  std::map<BlobId, BlobPtr> blobs_;
+};
+
+// ---- tree links: the sockets of every edge the policy names, their readers and writers ----
+
+class TreeLinks {
+ public:
+  TreeLinks(const NodePlan& plan, NodeState* state, EventQueue* queue)
+      : plan_(plan), state_(state), queue_(queue) {}
+  ~TreeLinks() { Close(); }
+
+  // Opens exactly the edges of `links` (NodePolicy::links): connects every stream to each child
+  // (children listen before anything else, so this only waits for their startup) and accepts the
+  // parent's streams. Edges out of the sender cross the emulated long link when plan.emulate_wan.
+  Status Open(const std::vector<Link>& links, double deadline) {
+    const int me = plan_.rank;
+    if (plan_.emulate_wan && plan_.long_bandwidth_Bps > 0) {
+      // Burst: one segment, so the rate holds at fine time scales.
+      long_bucket_ = std::make_shared<TokenBucket>(plan_.long_bandwidth_Bps, 64 << 10);
+    }
+    const Link* parent = nullptr;
+    for (const Link& l : links) {
+      if (!l.to_child) parent = &l;
+    }
+    int listen_fd = -1;
+    if (parent != nullptr) {
+      DCR_ASSIGN_OR_RETURN(listen_fd, internal::Listen(plan_.addresses[me]));
+    }
+    const bool long_edges = me == 0 && plan_.emulate_wan;
+    for (const Link& l : links) {
+      if (!l.to_child) continue;
+      ChildLink link;
+      link.id = l.peer;
+      for (int s = 0; s < l.streams; ++s) {
+        auto fd = internal::Connect(plan_.addresses[l.peer], deadline);
+        if (!fd.ok()) {
+          if (listen_fd >= 0) close(listen_fd);
+          return UnavailableError("node " + std::to_string(me) + ": child node " +
+                                  std::to_string(l.peer) + " at " + plan_.addresses[l.peer] +
+                                  ": " + fd.status().message());
+        }
+        FrameHeader hello;
+        hello.type = static_cast<uint8_t>(FrameType::kHello);
+        hello.from_rank = static_cast<uint32_t>(me);
+        hello.stream = static_cast<uint32_t>(s);
+        hello.blob = static_cast<uint64_t>(l.streams);
+        DCR_RETURN_IF_ERROR(internal::WriteFull(*fd, &hello, sizeof(hello)));
+        link.fds.push_back(*fd);
+        link.writers.push_back(std::make_unique<FrameWriter>(
+            *fd, long_edges ? long_bucket_ : nullptr, long_edges ? plan_.long_latency_s : 0.0,
+            plan_.relay.window_bytes));
+      }
+      const int fd0 = link.fds[0];
+      const NodeId c = l.peer;
+      children_.push_back(std::move(link));
+      readers_.emplace_back([this, c, fd0] { ChildReader(c, fd0); });
+    }
+    if (parent != nullptr) {
+      DCR_RETURN_IF_ERROR(AcceptParent(*parent, listen_fd, deadline));
+    }
+    return Status();
+  }
+
+  // Hands a piece to its stream's writer; SendDone (or SendFailed) is posted once accepted.
+  Status Send(const action::Send& s, const BlobPtr& b) {
+    ChildLink* link = FindChild(s.to);
+    if (link == nullptr || s.stream < 0 || s.stream >= static_cast<int>(link->writers.size())) {
+      return InternalError("send to node " + std::to_string(s.to) + " stream " +
+                           std::to_string(s.stream) + ": no such link");
+    }
+    FrameHeader h;
+    h.type = static_cast<uint8_t>(FrameType::kPiece);
+    h.blob_kind = static_cast<uint8_t>(s.blob.kind);
+    h.from_rank = static_cast<uint32_t>(plan_.rank);
+    h.stream = static_cast<uint32_t>(s.stream);
+    h.blob = s.blob.id;
+    h.blob_size = s.blob.size;
+    h.offset = s.offset;
+    h.length = s.length;
+    const bool long_link = plan_.rank == 0 && plan_.emulate_wan;
+    const action::Send send = s;
+    link->writers[s.stream]->Send(h, b->bytes.data() + s.offset, b, [this, send, long_link](Status st) {
+      if (!st.ok()) {
+        queue_->Post(event::SendFailed{send.to, st.message()});
+        return;
+      }
+      state_->Update([&](NodeResult* r) {
+        r->bytes_sent += send.length;
+        if (long_link) r->bytes_sent_long += send.length + sizeof(FrameHeader);
+      });
+      queue_->Post(event::SendDone{send.to, send.stream, send.blob.id, send.offset, send.length});
+    });
+    return Status();
+  }
+
+  // A control frame (kAck, kReport) to the parent on stream 0.
+  void SendToParent(FrameType type, uint64_t value) {
+    FrameHeader h;
+    h.type = static_cast<uint8_t>(type);
+    h.from_rank = static_cast<uint32_t>(plan_.rank);
+    h.blob = value;
+    parent_writer_->Send(h, nullptr, nullptr, [](Status) {});
+  }
+
+  // Flushes what is queued (final acks / reports), then closes every socket so readers end.
+  void Close() {
+    if (closed_) return;
+    closed_ = true;
+    stopping_ = true;
+    if (parent_writer_) parent_writer_->Close();
+    for (auto& c : children_) {
+      for (auto& w : c.writers) w->Close();
+    }
+    for (int fd : parent_fds_) shutdown(fd, SHUT_RDWR);
+    for (auto& c : children_) {
+      for (int fd : c.fds) shutdown(fd, SHUT_RDWR);
+    }
+    for (auto& t : readers_) t.join();
+    readers_.clear();
+    for (int fd : parent_fds_) close(fd);
+    for (auto& c : children_) {
+      for (int fd : c.fds) close(fd);
+    }
+    parent_fds_.clear();
+    children_.clear();
+  }
+
+ private:
+  struct ChildLink {
+    NodeId id = kNoNode;
+    std::vector<int> fds;
+    std::vector<std::unique_ptr<FrameWriter>> writers;
+  };
+  ChildLink* FindChild(NodeId id) {
+    for (auto& c : children_) {
+      if (c.id == id) return &c;
+    }
+    return nullptr;
+  }
+
+  Status AcceptParent(const Link& parent, int listen_fd, double deadline) {
+    const int me = plan_.rank;
+    const int expected = parent.streams;
+    std::vector<int> fds(expected, -1);
+    for (int i = 0; i < expected; ++i) {
+      auto fd = internal::Accept(listen_fd, deadline);
+      if (!fd.ok()) {
+        close(listen_fd);
+        return UnavailableError("node " + std::to_string(me) + ": waiting for parent node " +
+                                std::to_string(parent.peer) + ": " + fd.status().message());
+      }
+      FrameHeader hello;
+      Status s = internal::ReadFull(*fd, &hello, sizeof(hello));
+      if (!s.ok() || hello.magic != internal::kFrameMagic ||
+          hello.type != static_cast<uint8_t>(FrameType::kHello) ||
+          static_cast<int>(hello.from_rank) != parent.peer ||
+          hello.stream >= static_cast<uint32_t>(expected) || fds[hello.stream] != -1) {
+        close(*fd);
+        close(listen_fd);
+        return UnavailableError("node " + std::to_string(me) +
+                                ": bad hello on a connection (expected parent node " +
+                                std::to_string(parent.peer) + ")");
+      }
+      fds[hello.stream] = *fd;
+    }
+    close(listen_fd);
+    parent_fds_ = fds;
+    const bool long_up = parent.peer == 0 && plan_.emulate_wan;
+    parent_writer_ =
+        std::make_unique<FrameWriter>(fds[0], nullptr, long_up ? plan_.long_latency_s : 0.0);
+    for (int fd : fds) readers_.emplace_back([this, p = parent.peer, fd] { ParentReader(p, fd); });
+    return Status();
+  }
+
+  void ParentReader(NodeId parent, int fd) {
+    while (true) {
+      FrameHeader h;
+      Status s = internal::ReadFull(fd, &h, sizeof(h));
+      if (s.ok() && (h.magic != internal::kFrameMagic ||
+                     h.type != static_cast<uint8_t>(FrameType::kPiece) || h.blob_kind > 2 ||
+                     h.offset > h.blob_size || h.length > h.blob_size - h.offset)) {
+        s = DataLossError("malformed frame from parent node " + std::to_string(parent));
+      }
+      if (!s.ok()) {
+        if (!stopping_) {
+          queue_->Fatal(UnavailableError("node " + std::to_string(plan_.rank) + ": parent node " +
+                                         std::to_string(parent) + " (" +
+                                         plan_.addresses[parent] + "): " + s.message()));
+        }
+        return;
+      }
+      BlobInfo info{h.blob, static_cast<BlobKind>(h.blob_kind), h.blob_size};
+      BlobPtr b = state_->GetOrCreate(info);
+      if (b->info.size != h.blob_size) {
+        queue_->Fatal(
+            DataLossError("parent sent blob " + std::to_string(h.blob) + " with two sizes"));
+        return;
+      }
+      s = internal::ReadFull(fd, b->bytes.data() + h.offset, h.length);
+      if (!s.ok()) {
+        if (!stopping_) {
+          queue_->Fatal(UnavailableError("node " + std::to_string(plan_.rank) + ": parent node " +
+                                         std::to_string(parent) +
+                                         " lost mid-piece: " + s.message()));
+        }
+        return;
+      }
+      const double now = WallNow();
+      state_->Update([&](NodeResult* r) {
+        NodeState::MarkBlob(r, now);
+        r->bytes_received += h.length;
+      });
+      queue_->Post(event::DataReceived{info, h.offset, h.length});
+    }
+  }
+
+  void ChildReader(NodeId child, int fd) {
+    bool reported = false;
+    while (true) {
+      FrameHeader h;
+      Status s = internal::ReadFull(fd, &h, sizeof(h));
+      if (!s.ok() || h.magic != internal::kFrameMagic) {
+        if (!reported && !stopping_) {
+          queue_->Post(event::SendFailed{child, "node " + std::to_string(child) + " (" +
+                                                    plan_.addresses[child] + ") closed: " +
+                                                    (s.ok() ? "bad frame" : s.message())});
+        }
+        return;
+      }
+      if (h.type == static_cast<uint8_t>(FrameType::kAck)) {
+        queue_->Post(event::AckReceived{child, h.blob});
+      } else if (h.type == static_cast<uint8_t>(FrameType::kReport)) {
+        reported = true;
+        queue_->Post(event::SubtreeCommitted{child, static_cast<int>(h.blob)});
+      }
+    }
+  }
+
+  const NodePlan& plan_;
+  NodeState* state_;
+  EventQueue* queue_;
+  std::shared_ptr<TokenBucket> long_bucket_;
+  std::vector<ChildLink> children_;
+  std::vector<int> parent_fds_;
+  std::unique_ptr<FrameWriter> parent_writer_;
+  std::vector<std::thread> readers_;
+  std::atomic<bool> stopping_{false};
+  bool closed_ = false;
+};
+
+// ---- store jobs: Put / List / Fetch on a pool ----
+
+class StoreJobs {
+ public:
+  StoreJobs(const NodePlan& plan, NodeState* state, EventQueue* queue)
+      : plan_(plan), state_(state), queue_(queue) {}
+
+  Status Open(int parallel) {
+    DCR_ASSIGN_OR_RETURN(store_, OpenObjectStore(plan_.store));
+    pool_.Start(parallel);
+    return Status();
+  }
+  void Put(const BlobPtr& b, const std::string& key) {
+    pool_.Submit([this, b, key] { PutJob(b, key); });
+  }
+  void List(const std::string& prefix) {
+    pool_.Submit([this, prefix] { ListJob(prefix); });
+  }
+  void Fetch(const BlobInfo& info, const std::string& key) {
+    pool_.Submit([this, info, key] { FetchJob(info, key); });
+  }
+  void Stop() { pool_.Stop(); }
+
+ private:
+  void PutJob(const BlobPtr& b, const std::string& key) {
+    // The uploader sits in the training region: every put crosses the (emulated) long link.
+    if (plan_.emulate_wan) {
+      if (plan_.long_bandwidth_Bps > 0) long_bucket_.Acquire(b->bytes.size());
+      if (plan_.long_latency_s > 0) {
+        usleep(static_cast<useconds_t>(2 * plan_.long_latency_s * 1e6));
+      }
+    }
+    Status s = store_->Put(key, b->bytes.data(), b->bytes.size());
+    if (s.ok()) {
+      state_->Update([&](NodeResult* r) {
+        r->bytes_sent += b->bytes.size();
+        if (plan_.emulate_wan) r->bytes_sent_long += b->bytes.size();
+      });
+    }
+    queue_->Post(event::PutDone{b->info.id, s.ok(), s.ToString()});
+  }
+
+  void ListJob(const std::string& prefix) {
+    auto l = store_->List(prefix + "/");
+    event::ListDone done;
+    done.ok = l.ok();
+    if (!l.ok()) {
+      done.message = l.status().ToString();
+    } else {
+      for (const auto& o : *l) {
+        auto b = ParseObjectKey(prefix, o.key);
+        if (!b.ok()) continue;  // foreign object under the prefix
+        b->size = o.size;
+        done.blobs.push_back(*b);
+      }
+    }
+    queue_->Post(std::move(done));
+  }
+
+  void FetchJob(const BlobInfo& info, const std::string& key) {
+    auto got = store_->Get(key);
+    if (!got.ok()) {
+      queue_->Post(event::FetchDone{info.id, false, got.status().ToString()});
+      return;
+    }
+    auto b = std::make_shared<BlobBuf>();
+    b->info = info;
+    b->info.size = got->size();
+    b->bytes = std::move(got).value();
+    state_->Store(b);
+    const double now = WallNow();
+    state_->Update([&](NodeResult* r) {
+      NodeState::MarkBlob(r, now);
+      r->bytes_received += b->bytes.size();
+    });
+    queue_->Post(event::FetchDone{info.id, true, ""});
+  }
+
+  const NodePlan& plan_;
+  NodeState* state_;
+  EventQueue* queue_;
+  std::unique_ptr<ObjectStore> store_;
+  // Burst: one segment, so the rate holds at fine time scales.
+  TokenBucket long_bucket_{plan_.long_bandwidth_Bps, 64 << 10};
+  WorkPool pool_;
+};
+
+// ---- apply pool: Apply actions through the node's Receiver ----
+
+class ApplyJobs {
+ public:
+  ApplyJobs(NodeState* state, EventQueue* queue) : state_(state), queue_(queue) {}
+
+  // The receiver of `plan` (delta: holds plan.receiver_base_path; full: the file image).
+  Status Open(const NodePlan& plan) {
+    if (plan.method == "delta") {
+      if (plan.receiver_base_path.empty()) {
+        return InvalidArgumentError("plan.receiver_base_path: required for a delta receiver");
+      }
+      DCR_ASSIGN_OR_RETURN(backend_, BufferReceiver::Load(plan.receiver_base_path));
+    } else {
+      backend_ = MakeFullReceiver();
+    }
+    pool_.Start(plan.relay.max_parallel_applies);
+    return Status();
+  }
+  bool open() const { return backend_ != nullptr; }
+  void Apply(const BlobPtr& b) {
+    pool_.Submit([this, b] { ApplyJob(b); });
+  }
+  Status Verify(const std::string& target_path) { return VerifyFile(*backend_, target_path); }
+  void Stop() { pool_.Stop(); }
+
+ private:
+  void ApplyJob(const BlobPtr& b) {
+    double t = SteadyNow();
+    Status s;
+    switch (b->info.kind) {
+      case BlobKind::kHeader:
+        s = backend_->Begin(b->bytes.data(), b->bytes.size());
+        break;
+      case BlobKind::kChunk:
+        s = backend_->ApplyRecord(b->bytes.data(), b->bytes.size());
+        break;
+      case BlobKind::kTrailer:
+        s = backend_->Commit(b->bytes.data(), b->bytes.size());
+        break;
+    }
+    const double spent = SteadyNow() - t;
+    state_->Update([&](NodeResult* r) { r->apply_seconds += spent; });
+    queue_->Post(event::ApplyDone{b->info.id, s.ok(), s.code(), s.message()});
+  }
+
+  NodeState* state_;
+  EventQueue* queue_;
+  std::unique_ptr<Receiver> backend_;
+  WorkPool pool_;
+};
+
+// ---- builder: the sender's checkpoints and the thread that streams the blobs ----
 
 // Collects the streamed delta into blobs (header 0, chunks 1.., trailer last).
 class StreamingSink : public DeltaSink {
@@ -145,79 +587,11 @@ class StreamingSink : public DeltaSink {
   std::function<Status(BlobKind, std::vector<uint8_t>)> emit_;
 };
 
-class NodeDriver {
+class SenderBuilder {
  public:
-  NodeDriver(const NodePlan& plan, NodeResult* result) : plan_(plan), result_(result) {}
-  ~NodeDriver() { Teardown(); }
-
-  Status Run() {
-    result_->rank = plan_.rank;
-    t0_ = SteadyNow();
-    deadline_ = t0_ + plan_.timeout_s;
-    Status s = Setup();
-    if (s.ok()) s = Barrier();
-    if (s.ok() && plan_.rank == 0) builder_ = std::thread([this] { Build(); });
-    if (s.ok()) s = Loop();
-    if (s.ok() && backend_ && committed_ && !plan_.verify_path.empty()) {
-      Status v = VerifyFile(*backend_, plan_.verify_path);
-      result_->verified = v.ok();
-      result_->verify_message = v.ok() ? "byte-for-byte equal to the target" : v.message();
-    }
-    Teardown();
-    result_->ok = s.ok();
-    if (!s.ok()) result_->error = s.ToString();
-    return s;
-  }
-
- private:
-  double Now() const { return SteadyNow() - t0_; }
-  bool IsTree() const { return plan_.transport == "relay_tree"; }
-
-  // ---- setup ----
-
-  Status Setup() {
-    if (plan_.transport != "relay_tree" && plan_.transport != "object_store") {
-      return InvalidArgumentError("plan.transport: unknown '" + plan_.transport + "'");
-    }
-    if (plan_.method != "delta" && plan_.method != "full") {
-      return InvalidArgumentError("plan.method: unknown '" + plan_.method + "'");
-    }
-    const bool sender = plan_.rank == 0;
-    if (plan_.emulate_wan && (plan_.long_bandwidth_Bps > 0)) {
-      // Burst: one segment, so the rate holds at fine time scales.
-      long_bucket_ = std::make_shared<TokenBucket>(plan_.long_bandwidth_Bps, 64 << 10);
-    }
-    if (!sender) {
-      if (plan_.method == "delta") {
-        if (plan_.receiver_base_path.empty()) {
-          return InvalidArgumentError("plan.receiver_base_path: required for a delta receiver");
-        }
-        DCR_ASSIGN_OR_RETURN(backend_, BufferReceiver::Load(plan_.receiver_base_path));
-      } else {
-        backend_ = MakeFullReceiver();
-      }
-    }
-    if (IsTree()) {
-      DCR_ASSIGN_OR_RETURN(topo_, Topology::FromParents(plan_.parents));
-      if (plan_.rank < 0 || plan_.rank >= topo_.size()) {
-        return InvalidArgumentError("plan.rank " + std::to_string(plan_.rank) + " outside the topology");
-      }
-      if (static_cast<int>(plan_.addresses.size()) != topo_.size()) {
-        return InvalidArgumentError("plan.addresses: need one per node");
-      }
-      policy_ = MakeTreePolicy(topo_, plan_.rank, plan_.relay);
-      DCR_RETURN_IF_ERROR(SetupTree());
-    } else {
-      DCR_ASSIGN_OR_RETURN(store_, OpenObjectStore(plan_.store));
-      policy_ = sender ? MakeUploaderPolicy(plan_.relay) : MakeDownloaderPolicy(plan_.relay);
-      io_pool_.Start(sender ? plan_.relay.max_parallel_puts : plan_.relay.max_parallel_fetches);
-    }
-    if (sender) DCR_RETURN_IF_ERROR(LoadSenderCheckpoints());
-    result_->role = NodeRoleName(policy_->role());
-    apply_pool_.Start(plan_.relay.max_parallel_applies);
-    result_->t_start = WallNow();
-    return Status();
-  }
+  SenderBuilder(const NodePlan& plan, NodeState* state, EventQueue* queue)
+      : plan_(plan), state_(state), queue_(queue) {}
+  ~SenderBuilder() { Join(); }
 
   // The sender holds its checkpoints in memory before the refit starts, as the trainer that
   // produced the target does and as every delta receiver holds its base (receivers.cc): both
@@ -225,9 +599,9 @@ class NodeDriver {
   // the base's content hash known. The refit clock (first blob) then times the build itself,
   // not checkpoint I/O or page faults, which depend on what the page cache kept since the files
   // were written (on a VM with proactive reclaim, cold files cost ~0.2-0.5 s of a 0.5 s refit).
-  // Checkpoints that do not fit in half the free memory stay mapped lazily (read during the
-  // build, as before): making them resident would only evict one with the other.
-  Status LoadSenderCheckpoints() {
+  // Checkpoints that do not fit in half the free memory stay mapped lazily and are read during
+  // the build: making them resident would only evict one with the other.
+  Status LoadCheckpoints() {
     auto open = [](const std::string& path, std::unique_ptr<Checkpoint>* out) -> Status {
       auto c = Checkpoint::Open(path);
       if (!c.ok()) return c.status().WithContext("sender");
@@ -235,7 +609,7 @@ class NodeDriver {
       return Status();
     };
     DCR_RETURN_IF_ERROR(open(plan_.target_path, &target_ckpt_));
-    result_->dense_bytes = target_ckpt_->total_tensor_bytes();
+    state_->result()->dense_bytes = target_ckpt_->total_tensor_bytes();
     const bool delta = plan_.method == "delta";
     if (delta) DCR_RETURN_IF_ERROR(open(plan_.base_path, &base_ckpt_));
     const double bytes = static_cast<double>(target_ckpt_->file_size()) +
@@ -257,6 +631,172 @@ class NodeDriver {
     return Status();
   }
 
+  void Start() {
+    thread_ = std::thread([this] { Build(); });
+  }
+  void Join() {
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void Build() {
+    BlobId next = 0;
+    std::vector<std::vector<uint8_t>> held;  // shuffle_seed: chunks held back
+    std::function<Status(BlobKind, std::vector<uint8_t>)> emit_now;
+    auto emit = [&](BlobKind kind, std::vector<uint8_t> bytes) -> Status {
+      if (plan_.shuffle_seed == 0 || kind == BlobKind::kHeader) {
+        return emit_now(kind, std::move(bytes));
+      }
+      if (kind == BlobKind::kChunk) {
+        held.push_back(std::move(bytes));
+        return Status();
+      }
+      std::mt19937_64 rng(plan_.shuffle_seed);
+      std::shuffle(held.begin(), held.end(), rng);
+      for (auto& h : held) DCR_RETURN_IF_ERROR(emit_now(BlobKind::kChunk, std::move(h)));
+      return emit_now(kind, std::move(bytes));
+    };
+    emit_now = [&](BlobKind kind, std::vector<uint8_t> bytes) -> Status {
+      auto b = std::make_shared<BlobBuf>();
+      b->info = BlobInfo{next++, kind, bytes.size()};
+      b->bytes = std::move(bytes);
+      state_->Store(b);
+      const double now = WallNow();
+      state_->Update([&](NodeResult* r) {
+        NodeState::MarkBlob(r, now);
+        r->payload_bytes += b->info.size;
+        r->blobs++;
+      });
+      queue_->Post(event::BlobProduced{b->info});
+      return Status();
+    };
+    Status s;
+    if (plan_.method == "delta") {  // checkpoints loaded by LoadCheckpoints
+      DeltaOptions o;
+      o.chunk_elems = plan_.chunk_elems;
+      o.zstd_level = plan_.zstd_level;
+      o.threads = plan_.build_threads;
+      StreamingSink sink(emit);
+      auto st = BuildDelta(base_ckpt_.get(), *target_ckpt_, o, &sink);
+      if (st.ok()) state_->Update([&](NodeResult* r) { r->dense_bytes = st->dense_bytes; });
+      s = st.status();
+    } else {
+      s = FullStreamBlobs(plan_.target_path, plan_.full_slice_bytes, emit);
+    }
+    if (!s.ok()) queue_->Fatal(s.WithContext("sender: building the stream"));
+  }
+
+  const NodePlan& plan_;
+  NodeState* state_;
+  EventQueue* queue_;
+  std::unique_ptr<Checkpoint> base_ckpt_, target_ckpt_;
+  std::thread thread_;
+};
+
+// ---- the node: the environment of its policy over the parts above ----
+
+class SocketNode : public NodeEnvironment {
+ public:
+  SocketNode(const NodePlan& plan, NodeResult* result)
+      : plan_(plan),
+        state_(result),
+        links_(plan, &state_, &queue_),
+        store_(plan, &state_, &queue_),
+        applier_(&state_, &queue_),
+        builder_(plan, &state_, &queue_) {}
+  ~SocketNode() override { Teardown(); }
+
+  Status Run() {
+    NodeResult* r = state_.result();
+    r->rank = plan_.rank;
+    t0_ = SteadyNow();
+    deadline_ = t0_ + plan_.timeout_s;
+    Status s = Setup();
+    if (s.ok()) s = Barrier();
+    if (s.ok() && plan_.rank == 0) builder_.Start();
+    if (s.ok()) s = Loop();
+    if (s.ok() && applier_.open() && committed_ && !plan_.verify_path.empty()) {
+      Status v = applier_.Verify(plan_.verify_path);
+      r->verified = v.ok();
+      r->verify_message = v.ok() ? "byte-for-byte equal to the target" : v.message();
+    }
+    Teardown();
+    r->ok = s.ok();
+    if (!s.ok()) r->error = s.ToString();
+    return s;
+  }
+
+  // ---- NodeEnvironment (called on the loop thread) ----
+
+  void SetTimer(TimePoint at) override { timer_at_ = at; }
+  void Send(const action::Send& s) override {
+    BlobPtr b = state_.Find(s.blob.id);
+    if (!b) return Fault(InternalError("send of unknown blob " + std::to_string(s.blob.id)));
+    Fault(links_.Send(s, b));
+  }
+  void Ack(const action::Ack& ack) override {
+    links_.SendToParent(FrameType::kAck, ack.blob);
+  }
+  void ReportCommit(const action::ReportCommit& rc) override {
+    links_.SendToParent(FrameType::kReport, static_cast<uint64_t>(rc.receivers));
+  }
+  void Apply(const action::Apply& ap) override {
+    BlobPtr b = state_.Find(ap.blob.id);
+    if (!b) return Fault(InternalError("apply of unknown blob " + std::to_string(ap.blob.id)));
+    applier_.Apply(b);
+  }
+  void Release(BlobId blob) override { state_.Erase(blob); }
+  void Put(const action::Put& put) override {
+    BlobPtr b = state_.Find(put.blob.id);
+    if (!b) return Fault(InternalError("put of unknown blob " + std::to_string(put.blob.id)));
+    store_.Put(b, put.key);
+  }
+  void List(const action::List& list) override { store_.List(list.prefix); }
+  void Fetch(const action::Fetch& f) override { store_.Fetch(f.blob, f.key); }
+  void Committed() override {
+    committed_ = true;
+    state_.result()->t_commit = WallNow();
+  }
+  void TreeCommitted(int receivers) override {
+    state_.result()->t_commit = WallNow();
+    state_.result()->receivers_committed = receivers;
+  }
+  void Published() override { state_.result()->t_commit = WallNow(); }
+  void Failed(const Status& status) override { Fault(status); }
+
+ private:
+  double Now() const { return SteadyNow() - t0_; }
+  // The first driver or policy error ends the loop.
+  void Fault(const Status& s) {
+    if (!s.ok() && error_.ok()) error_ = s;
+  }
+
+  Status Setup() {
+    if (plan_.transport != "relay_tree" && plan_.transport != "object_store") {
+      return InvalidArgumentError("plan.transport: unknown '" + plan_.transport + "'");
+    }
+    if (plan_.method != "delta" && plan_.method != "full") {
+      return InvalidArgumentError("plan.method: unknown '" + plan_.method + "'");
+    }
+    const bool sender = plan_.rank == 0;
+    if (!sender) DCR_RETURN_IF_ERROR(applier_.Open(plan_));
+    DCR_ASSIGN_OR_RETURN(std::unique_ptr<NodePolicy> policy, MakeNodePolicy(plan_));
+    host_ = std::make_unique<PolicyHost>(std::move(policy), this);
+    if (plan_.transport == "relay_tree") {
+      if (static_cast<int>(plan_.addresses.size()) != static_cast<int>(plan_.parents.size())) {
+        return InvalidArgumentError("plan.addresses: need one per node");
+      }
+      DCR_RETURN_IF_ERROR(links_.Open(host_->links(), deadline_));
+    } else {
+      DCR_RETURN_IF_ERROR(store_.Open(sender ? plan_.relay.max_parallel_puts
+                                             : plan_.relay.max_parallel_fetches));
+    }
+    if (sender) DCR_RETURN_IF_ERROR(builder_.LoadCheckpoints());
+    state_.result()->role = NodeRoleName(host_->policy().role());
+    state_.result()->t_start = WallNow();
+    return Status();
+  }
+
   Status Barrier() {
     if (plan_.rank != 0 && !plan_.ready_path.empty()) {
       DCR_RETURN_IF_ERROR(WriteFileAtomic(plan_.ready_path, "ready\n", 6));
@@ -272,462 +812,78 @@ class NodeDriver {
     return Status();
   }
 
-  Status SetupTree() {
-    const int me = plan_.rank;
-    const NodeId parent = topo_.parent[me];
-    int listen_fd = -1;
-    if (parent != kNoNode) {
-      DCR_ASSIGN_OR_RETURN(listen_fd, internal::Listen(plan_.addresses[me]));
-    }
-    // Connect to children (they listen before anything else, so this only waits for startup).
-    const bool long_edges = me == 0 && plan_.emulate_wan;
-    for (NodeId c : topo_.children[me]) {
-      int streams = me == 0 ? std::max(1, plan_.relay.root_streams) : 1;
-      ChildLink link;
-      link.id = c;
-      for (int s = 0; s < streams; ++s) {
-        auto fd = internal::Connect(plan_.addresses[c], deadline_);
-        if (!fd.ok()) {
-          if (listen_fd >= 0) close(listen_fd);
-          return UnavailableError("node " + std::to_string(me) + ": child node " +
-                                  std::to_string(c) + " at " + plan_.addresses[c] + ": " +
-                                  fd.status().message());
-        }
-        FrameHeader hello;
-        hello.type = static_cast<uint8_t>(FrameType::kHello);
-        hello.from_rank = static_cast<uint32_t>(me);
-        hello.stream = static_cast<uint32_t>(s);
-        hello.blob = static_cast<uint64_t>(streams);
-        DCR_RETURN_IF_ERROR(internal::WriteFull(*fd, &hello, sizeof(hello)));
-        link.fds.push_back(*fd);
-        link.writers.push_back(std::make_unique<FrameWriter>(
-            *fd, long_edges ? long_bucket_ : nullptr,
-            long_edges ? plan_.long_latency_s : 0.0));
-      }
-      int fd0 = link.fds[0];
-      children_.push_back(std::move(link));
-      readers_.emplace_back([this, c, fd0] { ChildReader(c, fd0); });
-    }
-    // Accept the parent's streams.
-    if (parent != kNoNode) {
-      int expected = parent == 0 ? std::max(1, plan_.relay.root_streams) : 1;
-      std::vector<int> fds(expected, -1);
-      for (int i = 0; i < expected; ++i) {
-        auto fd = internal::Accept(listen_fd, deadline_);
-        if (!fd.ok()) {
-          close(listen_fd);
-          return UnavailableError("node " + std::to_string(me) + ": waiting for parent node " +
-                                  std::to_string(parent) + ": " + fd.status().message());
-        }
-        FrameHeader hello;
-        Status s = internal::ReadFull(*fd, &hello, sizeof(hello));
-        if (!s.ok() || hello.magic != internal::kFrameMagic ||
-            hello.type != static_cast<uint8_t>(FrameType::kHello) ||
-            static_cast<int>(hello.from_rank) != parent || hello.stream >= static_cast<uint32_t>(expected) ||
-            fds[hello.stream] != -1) {
-          close(*fd);
-          close(listen_fd);
-          return UnavailableError("node " + std::to_string(me) + ": bad hello on a connection (expected parent node " +
-                                  std::to_string(parent) + ")");
-        }
-        fds[hello.stream] = *fd;
-      }
-      close(listen_fd);
-      parent_fds_ = fds;
-      const bool long_up = parent == 0 && plan_.emulate_wan;
-      parent_writer_ = std::make_unique<FrameWriter>(fds[0], nullptr,
-                                                     long_up ? plan_.long_latency_s : 0.0);
-      for (int fd : fds) readers_.emplace_back([this, fd] { ParentReader(fd); });
-    }
-    return Status();
-  }
-
-  // ---- threads ----
-
-  void Build() {
-    BlobId next = 0;
-    std::vector<std::vector<uint8_t>> held;  // shuffle_seed: chunks held back
-    std::function<Status(BlobKind, std::vector<uint8_t>)> emit_now;
-    auto emit = [&](BlobKind kind, std::vector<uint8_t> bytes) -> Status {
-      if (plan_.shuffle_seed == 0 || kind == BlobKind::kHeader) return emit_now(kind, std::move(bytes));
-      if (kind == BlobKind::kChunk) {
-        held.push_back(std::move(bytes));
-        return Status();
-      }
-      std::mt19937_64 rng(plan_.shuffle_seed);
-      std::shuffle(held.begin(), held.end(), rng);
-      for (auto& h : held) DCR_RETURN_IF_ERROR(emit_now(BlobKind::kChunk, std::move(h)));
-      return emit_now(kind, std::move(bytes));
-    };
-    emit_now = [&](BlobKind kind, std::vector<uint8_t> bytes) -> Status {
-      auto b = std::make_shared<BlobBuf>();
-      b->info = BlobInfo{next++, kind, bytes.size()};
-      b->bytes = std::move(bytes);
-      double now = WallNow();
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        blobs_[b->info.id] = b;
-        if (result_->t_first_blob == 0) result_->t_first_blob = now;
-        result_->t_last_blob = now;
-        result_->payload_bytes += b->info.size;
-        result_->blobs++;
-      }
-      queue_.Post(event::BlobProduced{b->info});
-      return Status();
-    };
-    Status s;
-    if (plan_.method == "delta") {  // checkpoints loaded by Setup (LoadSenderCheckpoints)
-      DeltaOptions o;
-      o.chunk_elems = plan_.chunk_elems;
-      o.zstd_level = plan_.zstd_level;
-      o.threads = plan_.build_threads;
-      StreamingSink sink(emit);
-      auto st = BuildDelta(base_ckpt_.get(), *target_ckpt_, o, &sink);
-      if (st.ok()) {
-        std::lock_guard<std::mutex> lock(mu_);
-        result_->dense_bytes = st->dense_bytes;
-      }
-      s = st.status();
-    } else {
-      s = FullStreamBlobs(plan_.target_path, plan_.full_slice_bytes, emit);
-    }
-    if (!s.ok()) queue_.Fatal(s.WithContext("sender: building the stream"));
-  }
-
-  BlobPtr GetOrCreate(const BlobInfo& info) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = blobs_.find(info.id);
-    if (it != blobs_.end()) return it->second;
-    auto b = std::make_shared<BlobBuf>();
-    b->info = info;
-    b->bytes.resize(info.size);
-    blobs_[info.id] = b;
-    return b;
-  }
-  BlobPtr Find(BlobId id) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = blobs_.find(id);
-    return it == blobs_.end() ? nullptr : it->second;
-  }
-
-  void ParentReader(int fd) {
-    const NodeId parent = topo_.parent[plan_.rank];
-    while (true) {
-      FrameHeader h;
-      Status s = internal::ReadFull(fd, &h, sizeof(h));
-      if (s.ok() && (h.magic != internal::kFrameMagic || h.type != static_cast<uint8_t>(FrameType::kPiece) ||
-                     h.blob_kind > 2 || h.offset > h.blob_size || h.length > h.blob_size - h.offset)) {
-        s = DataLossError("malformed frame from parent node " + std::to_string(parent));
-      }
-      if (!s.ok()) {
-        if (!stopping_) {
-          queue_.Fatal(UnavailableError("node " + std::to_string(plan_.rank) + ": parent node " +
-                                        std::to_string(parent) + " (" + plan_.addresses[parent] +
-                                        "): " + s.message()));
-        }
-        return;
-      }
-      BlobInfo info{h.blob, static_cast<BlobKind>(h.blob_kind), h.blob_size};
-      BlobPtr b = GetOrCreate(info);
-      if (b->info.size != h.blob_size) {
-        queue_.Fatal(DataLossError("parent sent blob " + std::to_string(h.blob) + " with two sizes"));
-        return;
-      }
-      s = internal::ReadFull(fd, b->bytes.data() + h.offset, h.length);
-      if (!s.ok()) {
-        if (!stopping_) {
-          queue_.Fatal(UnavailableError("node " + std::to_string(plan_.rank) + ": parent node " +
-                                        std::to_string(parent) + " lost mid-piece: " + s.message()));
-        }
-        return;
-      }
-      double now = WallNow();
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (result_->t_first_blob == 0) result_->t_first_blob = now;
-        result_->t_last_blob = now;
-        result_->bytes_received += h.length;
-      }
-      queue_.Post(event::DataReceived{info, h.offset, h.length});
-    }
-  }
-
-  void ChildReader(NodeId child, int fd) {
-    bool reported = false;
-    while (true) {
-      FrameHeader h;
-      Status s = internal::ReadFull(fd, &h, sizeof(h));
-      if (!s.ok() || h.magic != internal::kFrameMagic) {
-        if (!reported && !stopping_) {
-          queue_.Post(event::SendFailed{child, "node " + std::to_string(child) + " (" +
-                                                   plan_.addresses[child] + ") closed: " +
-                                                   (s.ok() ? "bad frame" : s.message())});
-        }
-        return;
-      }
-      if (h.type == static_cast<uint8_t>(FrameType::kAck)) {
-        queue_.Post(event::AckReceived{child, h.blob});
-      } else if (h.type == static_cast<uint8_t>(FrameType::kReport)) {
-        reported = true;
-        queue_.Post(event::SubtreeCommitted{child, static_cast<int>(h.blob)});
-      }
-    }
-  }
-
-  // ---- loop ----
-
+  // Events in, one at a time, until the policy is done; the one timer and the deadline bound
+  // every wait.
   Status Loop() {
-    std::vector<Action> actions;
-    policy_->Handle(Now(), event::Start{}, &actions);
-    DCR_RETURN_IF_ERROR(DispatchAll(&actions));
-    while (!policy_->done()) {
+    host_->Handle(Now(), event::Start{});
+    DCR_RETURN_IF_ERROR(error_);
+    while (!host_->done()) {
       double until = deadline_;
       if (timer_at_ >= 0) until = std::min(until, t0_ + timer_at_);
       QItem item;
       if (!queue_.Wait(until, &item)) {
         if (SteadyNow() >= deadline_) {
           return DeadlineExceededError("node " + std::to_string(plan_.rank) + " (" +
-                                       result_->role + "): not done after " +
+                                       state_.result()->role + "): not done after " +
                                        std::to_string(plan_.timeout_s) + " s");
         }
         timer_at_ = -1;
         item.event = event::TimerFired{};
       }
       if (item.fatal) return item.status;
-      policy_->Handle(Now(), item.event, &actions);
-      DCR_RETURN_IF_ERROR(DispatchAll(&actions));
+      host_->Handle(Now(), item.event);
+      DCR_RETURN_IF_ERROR(error_);
     }
     return Status();
   }
-
-  Status DispatchAll(std::vector<Action>* actions) {
-    for (const Action& a : *actions) DCR_RETURN_IF_ERROR(Dispatch(a));
-    actions->clear();
-    return Status();
-  }
-
-  Status Dispatch(const Action& a) {
-    if (const auto* s = std::get_if<action::Send>(&a)) {
-      BlobPtr b = Find(s->blob.id);
-      if (!b) return InternalError("send of unknown blob " + std::to_string(s->blob.id));
-      ChildLink* link = FindChild(s->to);
-      if (!link) return InternalError("send to non-child " + std::to_string(s->to));
-      FrameHeader h;
-      h.type = static_cast<uint8_t>(FrameType::kPiece);
-      h.blob_kind = static_cast<uint8_t>(s->blob.kind);
-      h.from_rank = static_cast<uint32_t>(plan_.rank);
-      h.stream = static_cast<uint32_t>(s->stream);
-      h.blob = s->blob.id;
-      h.blob_size = s->blob.size;
-      h.offset = s->offset;
-      h.length = s->length;
-      const bool long_link = plan_.rank == 0 && plan_.emulate_wan;
-      action::Send send = *s;
-      link->writers[s->stream]->Send(h, b->bytes.data() + s->offset, [this, b, send, long_link](Status st) {
-        if (!st.ok()) {
-          queue_.Post(event::SendFailed{send.to, st.message()});
-          return;
-        }
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          result_->bytes_sent += send.length;
-          if (long_link) result_->bytes_sent_long += send.length + sizeof(FrameHeader);
-        }
-        queue_.Post(event::SendDone{send.to, send.stream, send.blob.id, send.offset, send.length});
-      });
-    } else if (const auto* ack = std::get_if<action::Ack>(&a)) {
-      FrameHeader h;
-      h.type = static_cast<uint8_t>(FrameType::kAck);
-      h.from_rank = static_cast<uint32_t>(plan_.rank);
-      h.blob = ack->blob;
-      parent_writer_->Send(h, nullptr, [](Status) {});
-    } else if (const auto* rc = std::get_if<action::ReportCommit>(&a)) {
-      FrameHeader h;
-      h.type = static_cast<uint8_t>(FrameType::kReport);
-      h.from_rank = static_cast<uint32_t>(plan_.rank);
-      h.blob = static_cast<uint64_t>(rc->receivers);
-      parent_writer_->Send(h, nullptr, [](Status) {});
-    } else if (const auto* ap = std::get_if<action::Apply>(&a)) {
-      BlobPtr b = Find(ap->blob.id);
-      if (!b) return InternalError("apply of unknown blob " + std::to_string(ap->blob.id));
-      apply_pool_.Submit([this, b] { ApplyJob(b); });
-    } else if (const auto* rel = std::get_if<action::Release>(&a)) {
-      std::lock_guard<std::mutex> lock(mu_);
-      blobs_.erase(rel->blob);
-    } else if (std::holds_alternative<action::Commit>(a)) {
-      committed_ = true;
-      result_->t_commit = WallNow();
-    } else if (const auto* tc = std::get_if<action::TreeCommitted>(&a)) {
-      result_->t_commit = WallNow();
-      result_->receivers_committed = tc->receivers;
-    } else if (const auto* put = std::get_if<action::Put>(&a)) {
-      BlobPtr b = Find(put->blob.id);
-      if (!b) return InternalError("put of unknown blob " + std::to_string(put->blob.id));
-      std::string key = put->key;
-      io_pool_.Submit([this, b, key] { PutJob(b, key); });
-    } else if (std::holds_alternative<action::Published>(a)) {
-      result_->t_commit = WallNow();
-    } else if (const auto* list = std::get_if<action::List>(&a)) {
-      std::string prefix = list->prefix;
-      io_pool_.Submit([this, prefix] { ListJob(prefix); });
-    } else if (const auto* f = std::get_if<action::Fetch>(&a)) {
-      BlobInfo info = f->blob;
-      std::string key = f->key;
-      io_pool_.Submit([this, info, key] { FetchJob(info, key); });
-    } else if (const auto* t = std::get_if<action::SetTimer>(&a)) {
-      timer_at_ = t->at;
-    } else if (const auto* fail = std::get_if<action::Fail>(&a)) {
-      return Status(fail->code, fail->message);
-    }
-    return Status();
-  }
-
-  void ApplyJob(const BlobPtr& b) {
-    double t = SteadyNow();
-    Status s;
-    switch (b->info.kind) {
-      case BlobKind::kHeader:
-        s = backend_->Begin(b->bytes.data(), b->bytes.size());
-        break;
-      case BlobKind::kChunk:
-        s = backend_->ApplyRecord(b->bytes.data(), b->bytes.size());
-        break;
-      case BlobKind::kTrailer:
-        s = backend_->Commit(b->bytes.data(), b->bytes.size());
-        break;
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      result_->apply_seconds += SteadyNow() - t;
-    }
-    queue_.Post(event::ApplyDone{b->info.id, s.ok(), s.code(), s.message()});
-  }
-
-  void PutJob(const BlobPtr& b, const std::string& key) {
-    // The uploader sits in the training region: every put crosses the (emulated) long link.
-    if (plan_.emulate_wan) {
-      if (long_bucket_) long_bucket_->Acquire(b->bytes.size());
-      if (plan_.long_latency_s > 0) usleep(static_cast<useconds_t>(2 * plan_.long_latency_s * 1e6));
-    }
-    Status s = store_->Put(key, b->bytes.data(), b->bytes.size());
-    if (s.ok()) {
-      std::lock_guard<std::mutex> lock(mu_);
-      result_->bytes_sent += b->bytes.size();
-      if (plan_.emulate_wan) result_->bytes_sent_long += b->bytes.size();
-    }
-    queue_.Post(event::PutDone{b->info.id, s.ok(), s.ToString()});
-  }
-
-  void ListJob(const std::string& prefix) {
-    auto l = store_->List(prefix + "/");
-    event::ListDone done;
-    done.ok = l.ok();
-    if (!l.ok()) {
-      done.message = l.status().ToString();
-    } else {
-      for (const auto& o : *l) {
-        auto b = ParseObjectKey(prefix, o.key);
-        if (!b.ok()) continue;  // foreign object under the prefix
-        b->size = o.size;
-        done.blobs.push_back(*b);
-      }
-    }
-    queue_.Post(std::move(done));
-  }
-
-  void FetchJob(const BlobInfo& info, const std::string& key) {
-    auto got = store_->Get(key);
-    if (!got.ok()) {
-      queue_.Post(event::FetchDone{info.id, false, got.status().ToString()});
-      return;
-    }
-    auto b = std::make_shared<BlobBuf>();
-    b->info = info;
-    b->info.size = got->size();
-    b->bytes = std::move(got).value();
-    double now = WallNow();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      blobs_[info.id] = b;
-      if (result_->t_first_blob == 0) result_->t_first_blob = now;
-      result_->t_last_blob = now;
-      result_->bytes_received += b->bytes.size();
-    }
-    queue_.Post(event::FetchDone{info.id, true, ""});
-  }
-
-  // ---- teardown ----
 
   void Teardown() {
     if (torn_down_) return;
     torn_down_ = true;
-    stopping_ = true;
-    // Flush what is queued (final acks / reports), then close every socket so readers end.
-    if (parent_writer_) parent_writer_->Close();
-    for (auto& c : children_) {
-      for (auto& w : c.writers) w->Close();
-    }
-    for (int fd : parent_fds_) shutdown(fd, SHUT_RDWR);
-    for (auto& c : children_) {
-      for (int fd : c.fds) shutdown(fd, SHUT_RDWR);
-    }
-    if (builder_.joinable()) builder_.join();
-    for (auto& t : readers_) t.join();
-    readers_.clear();
-    apply_pool_.Stop();
-    io_pool_.Stop();
-    for (int fd : parent_fds_) close(fd);
-    for (auto& c : children_) {
-      for (int fd : c.fds) close(fd);
-    }
-    parent_fds_.clear();
-    children_.clear();
-  }
-
-  struct ChildLink {
-    NodeId id = kNoNode;
-    std::vector<int> fds;
-    std::vector<std::unique_ptr<FrameWriter>> writers;
-  };
-  ChildLink* FindChild(NodeId id) {
-    for (auto& c : children_) {
-      if (c.id == id) return &c;
-    }
-    return nullptr;
+    links_.Close();
+    builder_.Join();
+    applier_.Stop();
+    store_.Stop();
   }
 
   const NodePlan& plan_;
-  NodeResult* result_;
+  NodeState state_;
+  EventQueue queue_;
+  TreeLinks links_;
+  StoreJobs store_;
+  ApplyJobs applier_;
+  SenderBuilder builder_;
+  std::unique_ptr<PolicyHost> host_;
   double t0_ = 0, deadline_ = 0;
   double timer_at_ = -1;  // policy time of the armed timer; -1 = none
-  Topology topo_;
-  std::unique_ptr<NodePolicy> policy_;
-  std::unique_ptr<Receiver> backend_;
-  std::unique_ptr<Checkpoint> base_ckpt_, target_ckpt_;  // the sender's (LoadSenderCheckpoints)
-  std::unique_ptr<ObjectStore> store_;
-  std::shared_ptr<TokenBucket> long_bucket_;
-  EventQueue queue_;
-  std::mutex mu_;  // blobs_ and result_ counters
-  std::map<BlobId, BlobPtr> blobs_;
-  std::vector<ChildLink> children_;
-  std::vector<int> parent_fds_;
-  std::unique_ptr<FrameWriter> parent_writer_;
-  std::vector<std::thread> readers_;
-  std::thread builder_;
-  WorkPool apply_pool_, io_pool_;
   bool committed_ = false;
-  std::atomic<bool> stopping_{false};
   bool torn_down_ = false;
+  Status error_;
 };
 
 }  // namespace
+
+StatusOr<std::unique_ptr<NodePolicy>> MakeNodePolicy(const NodePlan& plan) {
+  if (plan.transport == "object_store") {
+    return plan.rank == 0 ? MakeUploaderPolicy(plan.relay) : MakeDownloaderPolicy(plan.relay);
+  }
+  if (plan.transport != "relay_tree") {
+    return InvalidArgumentError("plan.transport: unknown '" + plan.transport + "'");
+  }
+  DCR_ASSIGN_OR_RETURN(Topology topo, Topology::FromParents(plan.parents));
+  if (plan.rank < 0 || plan.rank >= topo.size()) {
+    return InvalidArgumentError("plan.rank " + std::to_string(plan.rank) +
+                                " outside the topology");
+  }
+  return MakeTreePolicy(topo, plan.rank, plan.relay);
+}
 
 Status RunNode(const NodePlan& plan, NodeResult* result) {
   *result = NodeResult();
   Status s;
   {
-    NodeDriver driver(plan, result);
-    s = driver.Run();
+    SocketNode node(plan, result);
+    s = node.Run();
   }
   if (!plan.result_path.empty()) {
     std::string js = NodeResultToJson(*result);

@@ -6,7 +6,9 @@
 namespace dcr {
 
 PolicyHost::PolicyHost(std::unique_ptr<NodePolicy> policy, NodeEnvironment* env)
-    : policy_(std::move(policy)), env_(env) {}
+    : owned_(std::move(policy)), policy_(owned_.get()), env_(env) {}
+
+PolicyHost::PolicyHost(NodePolicy* policy, NodeEnvironment* env) : policy_(policy), env_(env) {}
 
 void PolicyHost::Handle(TimePoint now, const Event& event) {
   if (handling_) {
@@ -34,7 +36,11 @@ void PolicyHost::Post(TimePoint now, Event event) {
 void PolicyHost::Feed(TimePoint now, const Event& event) {
   std::vector<Action> actions;
   policy_->Handle(now, event, &actions);
-  if (trace_ != nullptr) trace_->push_back(TraceStep{now, event, actions});
+  if (trace_ != nullptr || observer_) {
+    TraceStep step{now, event, actions};
+    if (observer_) observer_(step);
+    if (trace_ != nullptr) trace_->push_back(std::move(step));
+  }
   for (const Action& a : actions) Perform(a);
 }
 
