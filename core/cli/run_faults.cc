@@ -10,6 +10,25 @@
 
 namespace dcr::cli {
 
+FaultRunOptions FaultRunOptionsFor(const Scenario& s, double rate, int run,
+                                   const std::string& work_dir) {
+  FaultRunOptions o;
+  o.seed = s.faults.seed + static_cast<uint64_t>(run);
+  o.receivers = s.receivers.count;
+  o.fan_out = s.transport.relay_tree.fan_out;
+  o.root_fan_out = s.transport.relay_tree.root_fan_out;
+  o.relay = RelayOptionsFor(s, "refit-v1");
+  if (s.network.long_link.bandwidth_Bps > 0) o.long_bandwidth_Bps = s.network.long_link.bandwidth_Bps;
+  o.long_latency_s = s.network.long_link.latency_s;
+  o.detect_timeout_s = s.faults.detect_timeout_s;
+  o.restart_delay_s = s.faults.restart_delay_s;
+  o.time_limit_s = std::max(120.0, s.timeout_s);
+  char dir[64];
+  std::snprintf(dir, sizeof(dir), "/faults-%d-%d", static_cast<int>(rate * 1e4), run);
+  o.work_dir = work_dir + dir;
+  return o;
+}
+
 Status RunScenarioFaults(const Scenario& s, double rate, const std::vector<std::string>& ckpts,
                          const std::string& work_dir, ScenarioResult* out) {
   if (ckpts.size() < 2) return InvalidArgumentError("faults: needs a base and a target checkpoint");
@@ -30,20 +49,7 @@ Status RunScenarioFaults(const Scenario& s, double rate, const std::vector<std::
   sum.enabled = true;
   auto t0 = std::chrono::steady_clock::now();
   for (int run = 0; run < s.faults.runs; ++run) {
-    FaultRunOptions o;
-    o.seed = s.faults.seed + static_cast<uint64_t>(run);
-    o.receivers = s.receivers.count;
-    o.fan_out = s.transport.relay_tree.fan_out;
-    o.root_fan_out = s.transport.relay_tree.root_fan_out;
-    o.piece_bytes = s.transport.relay_tree.chunk;
-    if (s.network.long_link.bandwidth_Bps > 0) o.long_bandwidth_Bps = s.network.long_link.bandwidth_Bps;
-    o.long_latency_s = s.network.long_link.latency_s;
-    o.detect_timeout_s = s.faults.detect_timeout_s;
-    o.restart_delay_s = s.faults.restart_delay_s;
-    o.time_limit_s = std::max(120.0, s.timeout_s);
-    char dir[64];
-    std::snprintf(dir, sizeof(dir), "/faults-%d-%d", static_cast<int>(rate * 1e4), run);
-    o.work_dir = work_dir + dir;
+    FaultRunOptions o = FaultRunOptionsFor(s, rate, run, work_dir);
     std::vector<FaultSpec> faults = SeededFaults(o.seed, s.faults.per_run);
     if (!kinds.empty()) {
       for (size_t i = 0; i < faults.size(); ++i) faults[i].kind = kinds[i % kinds.size()];

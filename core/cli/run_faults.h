@@ -8,10 +8,17 @@
 #include <string>
 #include <vector>
 
+#include "dcr/fault_injection.h"
 #include "dcr/scenario.h"
 #include "dcr/status.h"
 
 namespace dcr::cli {
+
+// The options of fault-injection refit `run` (0-based) of `s`: seed s.faults.seed + run, the
+// scenario's receivers, tree shape and long link, policy options RelayOptionsFor(s, "refit-v1")
+// (the derivation `dcr run` uses), scratch directory under `work_dir` named by `rate` and `run`.
+FaultRunOptions FaultRunOptionsFor(const Scenario& s, double rate, int run,
+                                   const std::string& work_dir);
 
 // Runs s.faults.runs fault-injection refits of ckpts[0] -> ckpts[1] (change rate `rate`) with the
 // scenario's receivers, relay-tree shape and long link; adds the totals to out->faults. Errors:

@@ -275,15 +275,7 @@ StatusOr<std::vector<NodePlan>> MakePlans(const Scenario& s, Method method, Tran
     p.method = MethodName(method);
     p.parents = parents;
     p.addresses = addresses;
-    p.relay.piece_bytes = s.transport.relay_tree.chunk;
-    p.relay.window_bytes = s.transport.relay_tree.window;
-    p.relay.root_streams = s.transport.relay_tree.streams;
-    p.relay.max_parallel_applies = s.receivers.apply_threads;
-    p.relay.max_parallel_puts = s.transport.object_store.parallel;
-    p.relay.max_parallel_fetches = s.transport.object_store.parallel;
-    p.relay.poll_interval_s = s.transport.object_store.poll_s;
-    p.relay.poll_timeout_s = s.timeout_s;
-    p.relay.prefix = store_prefix;
+    p.relay = RelayOptionsFor(s, store_prefix);
     p.emulate_wan = s.network.emulation == WanEmulation::kTransport;
     p.long_bandwidth_Bps = s.network.long_link.bandwidth_Bps;
     p.long_latency_s = s.network.long_link.latency_s;

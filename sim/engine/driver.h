@@ -56,7 +56,7 @@ struct RunSpec {
   int receivers = 1;
   int receivers_per_host = 1;       // rollout host of receiver i (1-based node i) = (i-1)/per_host
   Topology topology;                // relay tree over nodes 0..receivers (node 0: sender)
-  RelayOptions relay;               // simulated piece/window sizes (already coarsened)
+  RelayOptions relay;               // the nodes' policy options (plan.h PlanRun)
   std::vector<SimBlob> blobs;       // header, chunks, trailer in id order
   int build_parallel = 1;           // concurrent build jobs on the sender
   int build_window = 1;             // ProductionOrder window, in chunks (>= 1)

@@ -16,6 +16,7 @@
 #include "dcr/status_macros.h"
 #include "driver.h"
 #include "payload_model.h"
+#include "plan.h"
 
 namespace dcr::sim {
 
@@ -39,14 +40,9 @@ std::string DirName(const std::string& p) {
   return s == std::string::npos ? "." : p.substr(0, s);
 }
 
-// Settings under sim.extra that the simulator understands.
-struct Extra {
-  double comm_budget = 40000;
-  int store_region = 1;
-  int build_cores = 0;  // 0 = sim.gpus_per_node
-  bool wall_clock = false;  // calibration_clock: wall
-  int shared_cpu = 0;       // > 0: every node computes on one shared CPU of this many cores
-};
+}  // namespace
+
+namespace internal {
 
 StatusOr<Extra> ParseExtra(const Scenario& s) {
   Extra e;
@@ -88,6 +84,13 @@ StatusOr<Extra> ParseExtra(const Scenario& s) {
   return e;
 }
 
+}  // namespace internal
+
+namespace {
+
+using internal::Extra;
+using internal::Sizing;
+
 StatusOr<std::string> ResolveCalibration(const Scenario& s, const SimOptions& o) {
   std::string p = !o.calibration_path.empty() ? o.calibration_path : s.sim.calibration;
   if (p.empty()) return DefaultCalibrationPath();
@@ -101,17 +104,10 @@ StatusOr<std::string> ResolveCalibration(const Scenario& s, const SimOptions& o)
   return p;  // LoadCalibration reports it missing
 }
 
-struct Sizing {
-  std::vector<internal::SimBlob> blobs;
-  uint64_t piece = 0, window = 0;
-  int pieces_in_flight = 1;
-  uint64_t coarsen = 1;
-  uint64_t chunks = 0;
-  int build_parallel = 1;  // concurrent chunk builds (each on build_cores / build_parallel cores)
-  int build_window = 1;    // chunks built and emitted together (BuildDelta's window of cells)
-};
+}  // namespace
 
-// Blobs of one run: header, K chunks, trailer, coarsened within the message budget.
+namespace internal {
+
 Sizing SizeRun(const Scenario& s, const Extra& extra, double payload, double header,
                double trailer, double dense, uint64_t grid_chunks, double build_Bps,
                double apply_Bps, int build_cores, int build_threads) {
@@ -168,7 +164,34 @@ Sizing SizeRun(const Scenario& s, const Extra& extra, double payload, double hea
   return z;
 }
 
-}  // namespace
+RunSpec PlanRun(const Scenario& s, const PlatformSpec& plat, const Topology& topo,
+                const Sizing& z, TransportKind kind, double payload, double loopback_bandwidth) {
+  RunSpec spec;
+  spec.platform = plat;
+  spec.platform.object_store = kind == TransportKind::kObjectStore;
+  spec.object_store = spec.platform.object_store;
+  spec.receivers = s.receivers.count;
+  spec.receivers_per_host = std::max(1, s.receivers.per_node);
+  spec.topology = topo;
+  // The real runner's options, scaled: coarsened pieces, and polling at most ~200 times per
+  // downloader over the expected transfer time (payload over the slower of long link and store).
+  TransportScale scale;
+  scale.piece_factor = z.coarsen;
+  scale.min_poll_interval_s = payload / std::min(plat.wan_bandwidth, plat.store_bandwidth) / 200.0;
+  spec.relay = RelayOptionsFor(s, "dcr", scale);
+  spec.blobs = z.blobs;
+  spec.build_parallel = z.build_parallel;
+  spec.build_window = z.build_window;
+  spec.tcp_gamma = s.sim.tcp_gamma;
+  spec.real_window = static_cast<double>(
+      std::max<uint64_t>(s.transport.relay_tree.window, s.transport.relay_tree.chunk));
+  spec.pieces_in_flight = z.pieces_in_flight;
+  spec.network_model = s.sim.network_model;
+  spec.loopback_bandwidth = loopback_bandwidth;
+  return spec;
+}
+
+}  // namespace internal
 
 std::string DefaultCalibrationPath() {
   const char* env = std::getenv("DCR_SIM_CALIBRATION");
@@ -176,18 +199,30 @@ std::string DefaultCalibrationPath() {
   return std::string(DCR_SOURCE_DIR) + "/sim/calibration/default.json";
 }
 
-StatusOr<ScenarioResult> Simulate(const Scenario& s, const SimOptions& options) {
-  // Wall time and message count are reported (setup "wall_seconds", "messages"), never used.
-  const auto wall_start = std::chrono::steady_clock::now();
-  // ---- validate what the simulator needs beyond the schema ----
+namespace {
+
+using internal::Calibration;
+using internal::PayloadModel;
+
+// What every run of a scenario shares: the model, sim.extra, the calibration, the tree.
+struct SimInputs {
+  ModelConfig cfg;
+  Extra extra;
+  Calibration cal;
+  Topology topo;
+  int build_cores = 1;
+};
+
+// Checks what the simulator needs beyond the schema and loads the calibration.
+StatusOr<SimInputs> LoadInputs(const Scenario& s, const SimOptions& options) {
   if (s.model.preset.empty()) {
     return InvalidArgumentError("model.preset: the simulator needs a preset (checkpoint paths "
                                 "cannot be sized without materialising them)");
   }
   auto preset = GetPreset(s.model.preset);
   if (!preset.ok()) return preset.status().WithContext("model.preset");
-  ModelConfig cfg =
-      ScaleModel(*preset, s.model.depth_div, s.model.width_div, s.model.expert_div);
+  SimInputs in;
+  in.cfg = ScaleModel(*preset, s.model.depth_div, s.model.width_div, s.model.expert_div);
   if (s.network.regions.size() != 2) {
     return InvalidArgumentError("network.regions: the simulator needs exactly two regions, got " +
                                 std::to_string(s.network.regions.size()));
@@ -199,35 +234,37 @@ StatusOr<ScenarioResult> Simulate(const Scenario& s, const SimOptions& options) 
   if (s.sim.gpus_per_node < 1) return InvalidArgumentError("sim.gpus_per_node: must be >= 1");
   if (!(s.sim.tcp_gamma >= 0)) return InvalidArgumentError("sim.tcp_gamma: must be >= 0");
   if (s.receivers.count < 1) return InvalidArgumentError("receivers.count: must be >= 1");
-  DCR_ASSIGN_OR_RETURN(Extra extra, ParseExtra(s));
+  DCR_ASSIGN_OR_RETURN(in.extra, internal::ParseExtra(s));
   DCR_ASSIGN_OR_RETURN(std::string cal_path, ResolveCalibration(s, options));
   auto cal_or = internal::LoadCalibration(cal_path);
   if (!cal_or.ok()) return cal_or.status().WithContext("sim.calibration");
-  Calibration& cal = *cal_or;
-  if (extra.wall_clock) cal.UseWallClock();
-
-  Topology topo;
+  in.cal = std::move(*cal_or);
+  if (in.extra.wall_clock) in.cal.UseWallClock();
   if (!s.transport.relay_tree.topology.empty()) {
     auto t = Topology::FromParents(s.transport.relay_tree.topology);
     if (!t.ok()) return t.status().WithContext("transport.relay_tree.topology");
-    topo = *t;
+    in.topo = *t;
   } else {
     auto t = Topology::FanOut(s.receivers.count + 1, s.transport.relay_tree.fan_out,
                               s.transport.relay_tree.root_fan_out);
     if (!t.ok()) return t.status().WithContext("transport.relay_tree.fan_out");
-    topo = *t;
+    in.topo = *t;
   }
+  in.build_cores = in.extra.build_cores > 0 ? in.extra.build_cores : s.sim.gpus_per_node;
+  return in;
+}
 
-  // ---- platform ----
+// The two regions, the long link and the store of the scenario.
+StatusOr<internal::PlatformSpec> MakePlatform(const Scenario& s, const SimInputs& in) {
   internal::PlatformSpec plat;
   const int per_host = std::max(1, s.receivers.per_node);
   const int rollout_hosts = (s.receivers.count + per_host - 1) / per_host;
-  const int build_cores = extra.build_cores > 0 ? extra.build_cores : s.sim.gpus_per_node;
   for (int r = 0; r < 2; ++r) {
     internal::RegionSpec reg;
     reg.name = s.network.regions[r].name;
     reg.nodes = r == 0 ? 1 : rollout_hosts;
-    reg.cores_per_node = r == 0 ? build_cores : per_host * std::max(1, s.receivers.apply_threads);
+    reg.cores_per_node =
+        r == 0 ? in.build_cores : per_host * std::max(1, s.receivers.apply_threads);
     double bw = s.network.regions[r].intra.bandwidth_Bps;
     reg.nic_bandwidth = bw > 0 ? bw : kUnlimitedBandwidth;
     reg.nic_latency = s.network.regions[r].intra.latency_s;
@@ -237,83 +274,95 @@ StatusOr<ScenarioResult> Simulate(const Scenario& s, const SimOptions& options) 
                                                               : kUnlimitedBandwidth;
   plat.wan_latency = s.network.long_link.latency_s;
   const ObjectStoreSpec& os = s.transport.object_store;
-  plat.store_region = extra.store_region;
+  plat.store_region = in.extra.store_region;
   plat.store_bandwidth = os.sim_link.bandwidth_Bps > 0 ? os.sim_link.bandwidth_Bps
                                                        : kUnlimitedBandwidth;
   plat.store_latency = os.sim_link.latency_s;
-  plat.shared_cpu_cores = extra.shared_cpu;
-  if (extra.shared_cpu > 0 && cal.available_cores > 0) {
-    plat.shared_cpu_share = std::min(1.0, cal.available_cores / extra.shared_cpu);
+  plat.shared_cpu_cores = in.extra.shared_cpu;
+  if (in.extra.shared_cpu > 0 && in.cal.available_cores > 0) {
+    plat.shared_cpu_share = std::min(1.0, in.cal.available_cores / in.extra.shared_cpu);
   }
-  {
-    internal::PlatformSpec check = plat;
-    check.object_store = true;
-    std::string err = internal::ValidatePlatformSpec(check);
-    if (!err.empty()) return InvalidArgumentError(err);
-  }
+  internal::PlatformSpec check = plat;
+  check.object_store = true;
+  std::string err = internal::ValidatePlatformSpec(check);
+  if (!err.empty()) return InvalidArgumentError(err);
+  return plat;
+}
 
-  ScenarioResult result;
-  result.scenario = s.name;
-  result.mode = RunMode::kSim;
-  result.model = cfg.name;
-  result.setup["simulator"] = "SimGrid 3.32, network model " + s.sim.network_model +
-                              ", per-stream TCP cap min(window, tcp_gamma)/RTT";
-  result.setup["calibration.source"] = cal.source;
-  result.setup["calibration.clock"] = extra.wall_clock ? "wall" : "cpu";
-  result.setup["calibration.memcpy_bytes_per_s"] = Num(cal.memcpy_bytes_per_s);
-  result.setup["calibration.json"] = cal.raw;
-  result.setup["platform"] =
-      "train: 1 sender host (" + std::to_string(build_cores) + " build cores); rollout: " +
-      std::to_string(rollout_hosts) + " hosts x " + std::to_string(per_host) +
+// The setup lines every simulated result carries (simulator, calibration, platform).
+void DescribeSetup(const Scenario& s, const SimInputs& in, const internal::PlatformSpec& plat,
+                   ScenarioResult* result) {
+  const Calibration& cal = in.cal;
+  const int per_host = std::max(1, s.receivers.per_node);
+  result->setup["simulator"] = "SimGrid 3.32, network model " + s.sim.network_model +
+                               ", per-stream TCP cap min(window, tcp_gamma)/RTT";
+  result->setup["calibration.source"] = cal.source;
+  result->setup["calibration.clock"] = in.extra.wall_clock ? "wall" : "cpu";
+  result->setup["calibration.memcpy_bytes_per_s"] = Num(cal.memcpy_bytes_per_s);
+  result->setup["calibration.json"] = cal.raw;
+  result->setup["platform"] =
+      "train: 1 sender host (" + std::to_string(in.build_cores) + " build cores); rollout: " +
+      std::to_string(plat.regions[1].nodes) + " hosts x " + std::to_string(per_host) +
       " receivers; long link " + Num(plat.wan_bandwidth) + " B/s, " + Num(plat.wan_latency) +
       " s; store " + Num(plat.store_bandwidth) + " B/s, first byte " + Num(plat.store_latency) +
       " s in region " + plat.regions[plat.store_region].name +
-      (extra.shared_cpu > 0 ? "; every node computes on one shared " +
-                                  std::to_string(extra.shared_cpu) +
-                                  "-core CPU (one machine), each core at " +
-                                  Num(plat.shared_cpu_share) + " of a core (calibration "
-                                  "available_cores)"
-                            : "");
-  if (s.steps > 1) result.setup["steps"] = "simulated once per run (every step is alike)";
+      (in.extra.shared_cpu > 0 ? "; every node computes on one shared " +
+                                     std::to_string(in.extra.shared_cpu) +
+                                     "-core CPU (one machine), each core at " +
+                                     Num(plat.shared_cpu_share) + " of a core (calibration "
+                                     "available_cores)"
+                               : "");
+  if (s.steps > 1) result->setup["steps"] = "simulated once per run (every step is alike)";
+}
 
+// The payload model of every change rate (the real codec on sampled tensors).
+StatusOr<std::map<double, PayloadModel>> MeasurePayloads(const Scenario& s, const SimInputs& in,
+                                                         ScenarioResult* result) {
   internal::PayloadModelOptions pmo;
   pmo.sample_elems = static_cast<uint64_t>(std::max(1, s.sim.sample_tensors)) << 17;
   pmo.chunk_elems = s.delta.chunk_elems;
   pmo.zstd_level = s.delta.zstd_level;
   pmo.seed = s.model.seed;
   std::map<double, PayloadModel> payloads;
-
   for (double rate : s.change_rates) {
     auto pm_start = std::chrono::steady_clock::now();
-    auto pm = internal::MeasurePayload(cfg, rate, pmo);
+    auto pm = internal::MeasurePayload(in.cfg, rate, pmo);
     if (!pm.ok()) return pm.status().WithContext("payload model");
     double pm_wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - pm_start)
                          .count();
     std::string key = "payload_model." + Num(rate);
-    result.setup[key] = "lr " + Num(pm->lr) + ", measured change " + Num(pm->measured_rate) +
-                        ", delta " + Num(pm->delta_bytes) + " B of " + Num(pm->dense_bytes) +
-                        " B dense (" + Num(pm->dense_bytes / pm->delta_bytes) + "x), " +
-                        std::to_string(pm->grid_chunks) + " grid chunks, measured in " +
-                        Num(pm_wall) + " s";
+    result->setup[key] = "lr " + Num(pm->lr) + ", measured change " + Num(pm->measured_rate) +
+                         ", delta " + Num(pm->delta_bytes) + " B of " + Num(pm->dense_bytes) +
+                         " B dense (" + Num(pm->dense_bytes / pm->delta_bytes) + "x), " +
+                         std::to_string(pm->grid_chunks) + " grid chunks, measured in " +
+                         Num(pm_wall) + " s";
     for (const internal::ClassPayload& c : pm->classes) {
-      result.setup[key + "." + c.name] =
+      result->setup[key + "." + c.name] =
           std::to_string(c.elements) + " elements in " + std::to_string(c.tensors) +
           " tensors; sample " + std::to_string(c.sample_elems) + ", change " +
           Num(c.measured_rate) + ", " + Num(c.bytes_per_element) + " B/element";
     }
     payloads.emplace(rate, std::move(*pm));
   }
-  result.model_bytes = static_cast<uint64_t>(payloads.begin()->second.dense_bytes);
+  return payloads;
+}
 
-  struct Pending {
-    internal::RunSpec spec;
-    Sizing z;
-    Method method;
-    TransportKind kind;
-    double rate;
-    double payload;
-  };
+// One simulated run: what it simulates and how it was sized.
+struct Pending {
+  internal::RunSpec spec;
+  Sizing z;
+  Method method;
+  TransportKind kind;
+  double rate;
+  double payload;
+};
+
+// Every (rate x transport x method) run of the scenario, sized and planned.
+std::vector<Pending> PlanRuns(const Scenario& s, const SimInputs& in,
+                              const internal::PlatformSpec& plat,
+                              const std::map<double, PayloadModel>& payloads) {
   std::vector<Pending> pending;
+  const Calibration& cal = in.cal;
   for (double rate : s.change_rates) {
     const PayloadModel& pm = payloads.at(rate);
     for (TransportKind kind : s.transport.kinds) {
@@ -325,43 +374,91 @@ StatusOr<ScenarioResult> Simulate(const Scenario& s, const SimOptions& options) 
         double apply_Bps = delta ? cal.DecodeApplyBytesPerS(rate) : cal.memcpy_bytes_per_s;
         // A receiver applies its serving shard: 1 / serving.tp of the checkpoint's bytes.
         if (s.serving.enabled && s.serving.tp > 1) apply_Bps *= s.serving.tp;
-        Sizing z = SizeRun(s, extra, payload, pm.header_bytes, trailer, pm.dense_bytes,
-                           pm.grid_chunks, build_Bps, apply_Bps, build_cores,
-                           s.delta.threads > 0 ? s.delta.threads : build_cores);
-        internal::RunSpec spec;
-        spec.platform = plat;
-        spec.platform.object_store = kind == TransportKind::kObjectStore;
-        spec.object_store = spec.platform.object_store;
-        spec.receivers = s.receivers.count;
-        spec.receivers_per_host = per_host;
-        spec.topology = topo;
-        spec.relay.piece_bytes = z.piece;
-        spec.relay.window_bytes = z.window;
-        spec.relay.root_streams = std::max(1, s.transport.relay_tree.streams);
-        spec.relay.apply = true;
-        spec.relay.max_parallel_applies = std::max(1, s.receivers.apply_threads);
-        spec.relay.max_parallel_puts = std::max(1, os.parallel);
-        spec.relay.max_parallel_fetches = std::max(1, os.parallel);
-        // Polling is coarsened like the pieces: at most ~200 polls per downloader over the
-        // expected transfer time (payload over the slower of long link and store).
-        double expect_s = payload / std::min(plat.wan_bandwidth, plat.store_bandwidth);
-        spec.relay.poll_interval_s = std::max(os.poll_s, expect_s / 200.0);
-        spec.relay.poll_timeout_s = 1e9;
-        spec.relay.prefix = "dcr";
-        spec.blobs = z.blobs;
-        spec.build_parallel = z.build_parallel;
-        spec.build_window = z.build_window;
-        spec.tcp_gamma = s.sim.tcp_gamma;
-        spec.real_window = static_cast<double>(std::max<uint64_t>(
-            s.transport.relay_tree.window, s.transport.relay_tree.chunk));
-        spec.pieces_in_flight = z.pieces_in_flight;
-        spec.network_model = s.sim.network_model;
-        spec.loopback_bandwidth = cal.memcpy_bytes_per_s;
-
-        pending.push_back({spec, z, method, kind, rate, payload});
+        Sizing z = internal::SizeRun(s, in.extra, payload, pm.header_bytes, trailer,
+                                     pm.dense_bytes, pm.grid_chunks, build_Bps, apply_Bps,
+                                     in.build_cores,
+                                     s.delta.threads > 0 ? s.delta.threads : in.build_cores);
+        internal::RunSpec spec = internal::PlanRun(s, plat, in.topo, z, kind, payload,
+                                                   cal.memcpy_bytes_per_s);
+        pending.push_back({std::move(spec), std::move(z), method, kind, rate, payload});
       }
     }
   }
+  return pending;
+}
+
+// The RunResult of one simulated run.
+RunResult CollectRun(const Scenario& s, const internal::PlatformSpec& plat, const Pending& pr,
+                     const PayloadModel& pm, const internal::RunOutcome& outcome,
+                     ScenarioResult* result) {
+  const int per_host = std::max(1, s.receivers.per_node);
+  const Sizing& z = pr.z;
+  RunResult rr;
+  rr.method = pr.method;
+  rr.transport = pr.kind;
+  rr.change_rate = pr.rate;
+  rr.step = 1;
+  rr.refit_seconds = outcome.refit_seconds;
+  rr.wire_bytes = static_cast<uint64_t>(std::llround(outcome.wire_bytes));
+  rr.payload_bytes = static_cast<uint64_t>(std::llround(pr.payload));
+  rr.dense_bytes = static_cast<uint64_t>(std::llround(pm.dense_bytes));
+  rr.receivers = s.receivers.count;
+  rr.phases.build_s = std::max(0.0, outcome.last_built - outcome.first_built);
+  rr.phases.commit_s = outcome.refit_seconds;
+  double last_commit = 0, apply_sum = 0;
+  for (size_t i = 0; i < outcome.receivers.size(); ++i) {
+    const internal::NodeOutcome& n = outcome.receivers[i];
+    ReceiverResult rcv;
+    rcv.node = static_cast<int>(i) + 1;
+    rcv.host = plat.regions[1].name + "-" + std::to_string(static_cast<int>(i) / per_host);
+    rcv.committed = n.committed;
+    rcv.verified = n.committed && n.complete;
+    rcv.verify_message = rcv.verified ? "simulated: every blob applied once, committed"
+                                      : (n.error.empty() ? "not committed" : n.error);
+    rcv.commit_at_s = n.commit_at - outcome.first_built;
+    rcv.bytes_received = n.bytes_received;
+    if (rcv.verified) ++rr.receivers_verified;
+    last_commit = std::max(last_commit, rcv.commit_at_s);
+    rr.receiver_results.push_back(rcv);
+  }
+  for (const internal::SimBlob& b : z.blobs) apply_sum += b.apply_flops / internal::kHostFlops;
+  rr.phases.apply_s = apply_sum;
+  rr.phases.transfer_s = last_commit;
+  rr.links.push_back({"long", rr.wire_bytes});
+  if (pr.spec.object_store) {
+    rr.links.push_back({"store_put",
+                        static_cast<uint64_t>(std::llround(outcome.store_put_bytes))});
+    rr.links.push_back({"store_get",
+                        static_cast<uint64_t>(std::llround(outcome.store_get_bytes))});
+  }
+  rr.error = outcome.error;
+  std::string run_key = std::string("run.") + MethodName(pr.method) + "." +
+                        TransportKindName(pr.kind) + "." + Num(pr.rate);
+  result->setup[run_key] =
+      "simulated " + Num(outcome.sim_clock) + " s, " + std::to_string(outcome.comms) +
+      " messages; " + std::to_string(z.chunks) + " chunks (grid " +
+      std::to_string(pm.grid_chunks) + "), piece " + std::to_string(z.piece) + " B, window " +
+      std::to_string(z.window) + " B (coarsened x" + std::to_string(z.coarsen) +
+      "), builder window " + std::to_string(z.build_window) + " chunks";
+  return rr;
+}
+
+}  // namespace
+
+StatusOr<ScenarioResult> Simulate(const Scenario& s, const SimOptions& options) {
+  // Wall time and message count are reported (setup "wall_seconds", "messages"), never used.
+  const auto wall_start = std::chrono::steady_clock::now();
+  DCR_ASSIGN_OR_RETURN(SimInputs in, LoadInputs(s, options));
+  DCR_ASSIGN_OR_RETURN(internal::PlatformSpec plat, MakePlatform(s, in));
+  ScenarioResult result;
+  result.scenario = s.name;
+  result.mode = RunMode::kSim;
+  result.model = in.cfg.name;
+  DescribeSetup(s, in, plat, &result);
+  DCR_ASSIGN_OR_RETURN(auto payloads, MeasurePayloads(s, in, &result));
+  result.model_bytes = static_cast<uint64_t>(payloads.begin()->second.dense_bytes);
+
+  std::vector<Pending> pending = PlanRuns(s, in, plat, payloads);
   auto t0 = std::chrono::steady_clock::now();
   std::vector<internal::RunSpec> specs;
   for (const Pending& p : pending) specs.push_back(p.spec);
@@ -377,75 +474,16 @@ StatusOr<ScenarioResult> Simulate(const Scenario& s, const SimOptions& options) 
       Num(std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count()) +
       " (payload model + simulation, this machine)";
   for (size_t pi = 0; pi < pending.size(); ++pi) {
-    {
-      {
-        const Pending& pr = pending[pi];
-        const internal::RunSpec& spec = pr.spec;
-        const Sizing& z = pr.z;
-        const Method method = pr.method;
-        const TransportKind kind = pr.kind;
-        const double rate = pr.rate;
-        const double payload = pr.payload;
-        const PayloadModel& pm = payloads.at(rate);
-        const internal::RunOutcome* outcome = &(*outcomes)[pi];
-
-        RunResult rr;
-        rr.method = method;
-        rr.transport = kind;
-        rr.change_rate = rate;
-        rr.step = 1;
-        rr.refit_seconds = outcome->refit_seconds;
-        rr.wire_bytes = static_cast<uint64_t>(std::llround(outcome->wire_bytes));
-        rr.payload_bytes = static_cast<uint64_t>(std::llround(payload));
-        rr.dense_bytes = static_cast<uint64_t>(std::llround(pm.dense_bytes));
-        rr.receivers = s.receivers.count;
-        rr.phases.build_s = std::max(0.0, outcome->last_built - outcome->first_built);
-        rr.phases.commit_s = outcome->refit_seconds;
-        double last_commit = 0, apply_sum = 0;
-        for (size_t i = 0; i < outcome->receivers.size(); ++i) {
-          const internal::NodeOutcome& n = outcome->receivers[i];
-          ReceiverResult rcv;
-          rcv.node = static_cast<int>(i) + 1;
-          rcv.host = plat.regions[1].name + "-" + std::to_string(static_cast<int>(i) / per_host);
-          rcv.committed = n.committed;
-          rcv.verified = n.committed && n.complete;
-          rcv.verify_message = rcv.verified ? "simulated: every blob applied once, committed"
-                                            : (n.error.empty() ? "not committed" : n.error);
-          rcv.commit_at_s = n.commit_at - outcome->first_built;
-          rcv.bytes_received = n.bytes_received;
-          if (rcv.verified) ++rr.receivers_verified;
-          last_commit = std::max(last_commit, rcv.commit_at_s);
-          rr.receiver_results.push_back(rcv);
-        }
-        for (const internal::SimBlob& b : z.blobs) apply_sum += b.apply_flops / internal::kHostFlops;
-        rr.phases.apply_s = apply_sum;
-        rr.phases.transfer_s = last_commit;
-        rr.links.push_back({"long", rr.wire_bytes});
-        if (spec.object_store) {
-          rr.links.push_back({"store_put",
-                              static_cast<uint64_t>(std::llround(outcome->store_put_bytes))});
-          rr.links.push_back({"store_get",
-                              static_cast<uint64_t>(std::llround(outcome->store_get_bytes))});
-        }
-        rr.error = outcome->error;
-        std::string run_key = std::string("run.") + MethodName(method) + "." +
-                              TransportKindName(kind) + "." + Num(rate);
-        result.setup[run_key] =
-            "simulated " + Num(outcome->sim_clock) + " s, " +
-            std::to_string(outcome->comms) + " messages; " + std::to_string(z.chunks) +
-            " chunks (grid " + std::to_string(pm.grid_chunks) + "), piece " +
-            std::to_string(z.piece) + " B, window " + std::to_string(z.window) +
-            " B (coarsened x" + std::to_string(z.coarsen) + "), builder window " +
-            std::to_string(z.build_window) + " chunks";
-        if (options.progress) {
-          std::fprintf(stderr, "dcr sim: %s %s %s rate %g: refit %.2f s (%d/%d verified), "
-                       "%llu messages\n", s.name.c_str(), MethodName(method),
-                       TransportKindName(kind), rate, rr.refit_seconds, rr.receivers_verified,
-                       rr.receivers, static_cast<unsigned long long>(outcome->comms));
-        }
-        result.runs.push_back(std::move(rr));
-      }
+    const Pending& pr = pending[pi];
+    const internal::RunOutcome& outcome = (*outcomes)[pi];
+    RunResult rr = CollectRun(s, plat, pr, payloads.at(pr.rate), outcome, &result);
+    if (options.progress) {
+      std::fprintf(stderr, "dcr sim: %s %s %s rate %g: refit %.2f s (%d/%d verified), "
+                   "%llu messages\n", s.name.c_str(), MethodName(pr.method),
+                   TransportKindName(pr.kind), pr.rate, rr.refit_seconds, rr.receivers_verified,
+                   rr.receivers, static_cast<unsigned long long>(outcome.comms));
     }
+    result.runs.push_back(std::move(rr));
   }
   return result;
 }

@@ -612,4 +612,19 @@ StatusOr<Scenario> LoadScenario(const std::string& path) {
   return s;
 }
 
+RelayOptions RelayOptionsFor(const Scenario& s, const std::string& prefix,
+                             const TransportScale& scale) {
+  RelayOptions o;
+  o.piece_bytes = s.transport.relay_tree.chunk * std::max<uint64_t>(1, scale.piece_factor);
+  o.window_bytes = s.transport.relay_tree.window;
+  o.root_streams = std::max(1, s.transport.relay_tree.streams);
+  o.max_parallel_applies = std::max(1, s.receivers.apply_threads);
+  o.max_parallel_puts = std::max(1, s.transport.object_store.parallel);
+  o.max_parallel_fetches = std::max(1, s.transport.object_store.parallel);
+  o.poll_interval_s = std::max(s.transport.object_store.poll_s, scale.min_poll_interval_s);
+  o.poll_timeout_s = s.timeout_s;
+  o.prefix = prefix;
+  return o;
+}
+
 }  // namespace dcr

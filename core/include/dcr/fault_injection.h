@@ -85,11 +85,17 @@ struct FaultSpec {
   int count = 2;
 };
 
+// The harness's default policy options: 1 KiB pieces, 8 KiB windows, prefix "refit-v1", polls
+// every 0.02 s with a 60 s timeout, 6 store retries from 0.05 s; the rest RelayOptions' defaults.
+RelayOptions FaultRunRelayDefaults();
+
 struct FaultRunOptions {
   int receivers = 6;      // nodes 1..receivers; every one applies (relays included)
   int fan_out = 2;        // tree shape (Topology::FanOut)
   int root_fan_out = 1;
-  uint64_t piece_bytes = 1024;
+  // The policies' options, for every node (tree roles, uploader, downloaders) and the store key
+  // prefix. Defaults: FaultRunRelayDefaults().
+  RelayOptions relay = FaultRunRelayDefaults();
   double long_latency_s = 0.03;   // one way, edges out of the sender and uploads
   double short_latency_s = 0.0005;
   double long_bandwidth_Bps = 50e6;

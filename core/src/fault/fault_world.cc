@@ -134,9 +134,6 @@ struct Fault {
   int remaining = 0;  // store write failures left
 };
 
-// Object-store prefix of the run's stream.
-constexpr const char* kStreamPrefix = "refit-v1";
-
 // Policy slots of a node: events and timers are addressed to one of them.
 constexpr int kStreamSlot = 0;    // tree or downloader policy
 constexpr int kUploadSlot = 1;    // sender: uploader policy
@@ -1132,17 +1129,23 @@ StatusOr<FaultRunPolicies> FaultRunPolicyConfig(const FaultRunOptions& options) 
   FaultRunPolicies c;
   DCR_ASSIGN_OR_RETURN(c.topology, Topology::FanOut(options.receivers + 1, options.fan_out,
                                                     options.root_fan_out));
-  c.relay.piece_bytes = options.piece_bytes;
-  c.relay.window_bytes = options.piece_bytes * 8;
-  c.relay.prefix = kStreamPrefix;
-  c.relay.poll_interval_s = 0.02;
-  c.relay.poll_timeout_s = 60;
-  c.relay.retry_backoff_s = 0.05;
-  c.relay.max_retries = 6;
+  c.relay = options.relay;
   c.recovery.detect_timeout_s = options.detect_timeout_s;
   c.recovery.max_recoveries = options.max_recoveries;
-  c.recovery.prefix = kStreamPrefix;
+  c.recovery.prefix = options.relay.prefix;
   return c;
+}
+
+RelayOptions FaultRunRelayDefaults() {
+  RelayOptions r;
+  r.piece_bytes = 1024;
+  r.window_bytes = 8 * 1024;
+  r.prefix = "refit-v1";
+  r.poll_interval_s = 0.02;
+  r.poll_timeout_s = 60;
+  r.retry_backoff_s = 0.05;
+  r.max_retries = 6;
+  return r;
 }
 
 const char* FaultKindName(FaultKind kind) {

@@ -147,7 +147,7 @@ TEST(FaultWorldTest, PolicyConfigIsTheRunsConfig) {
   o.receivers = 5;
   o.fan_out = 3;
   o.root_fan_out = 2;
-  o.piece_bytes = 512;
+  o.relay.piece_bytes = 512;
   o.detect_timeout_s = 0.1;
   o.max_recoveries = 4;
   auto c = FaultRunPolicyConfig(o);

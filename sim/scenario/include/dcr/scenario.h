@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "dcr/relay_policy.h"
 #include "dcr/status.h"
 #include "dcr/statusor.h"
 
@@ -186,6 +187,23 @@ StatusOr<Scenario> LoadScenario(const std::string& path);
 // Checks cross-field constraints (receivers >= 1, rates in (0, 1], topology size == receivers+1,
 // s3 needs endpoint and bucket, ...). ParseScenario calls it.
 Status ValidateScenario(const Scenario& s);
+
+// How the simulator scales a run's transport so that its message count stays within budget:
+// pieces of piece_factor x relay_tree.chunk bytes, downloader polls at least min_poll_interval_s
+// apart. The real runner uses the defaults (no scaling).
+struct TransportScale {
+  uint64_t piece_factor = 1;        // >= 1
+  double min_poll_interval_s = 0;
+};
+
+// The RelayOptions of every node of a run of `s` -- one derivation for `dcr run` / `dcr node`
+// and the simulator: piece_bytes = relay_tree.chunk x scale.piece_factor, window_bytes =
+// relay_tree.window, root_streams = relay_tree.streams, max_parallel_applies =
+// receivers.apply_threads, max_parallel_puts / _fetches = object_store.parallel (each at least
+// 1), poll_interval_s = max(object_store.poll_s, scale.min_poll_interval_s), poll_timeout_s =
+// timeout_s, prefix = `prefix`; apply, retry_backoff_s and max_retries keep their defaults.
+RelayOptions RelayOptionsFor(const Scenario& s, const std::string& prefix,
+                             const TransportScale& scale = {});
 
 // Unit parsers (exposed for tests and the CLI). `what` prefixes errors.
 StatusOr<uint64_t> ParseSize(const std::string& text, const std::string& what);
