@@ -212,20 +212,6 @@ StatusOr<std::vector<std::string>> PrepareCheckpoints(const Scenario& s, double 
 
 namespace {
 
-// The relay tree of `n` nodes: transport.relay_tree.topology, else the fan-out tree.
-StatusOr<std::vector<int>> TreeParents(const Scenario& s, int n) {
-  std::vector<int> parents;
-  if (!s.transport.relay_tree.topology.empty()) {
-    parents = s.transport.relay_tree.topology;
-  } else {
-    DCR_ASSIGN_OR_RETURN(Topology t, Topology::FanOut(n, s.transport.relay_tree.fan_out,
-                                                      s.transport.relay_tree.root_fan_out));
-    parents = t.parent;
-  }
-  DCR_RETURN_IF_ERROR(Topology::FromParents(parents).status().WithContext("transport.relay_tree.topology"));
-  return parents;
-}
-
 // Listening addresses of `n` relay nodes: network.hosts, else loopback ports (network.base_port +
 // rank, or free ports).
 StatusOr<std::vector<std::string>> NodeAddresses(const Scenario& s, int n) {
@@ -260,7 +246,8 @@ StatusOr<std::vector<NodePlan>> MakePlans(const Scenario& s, Method method, Tran
                                           const std::string& run_dir, const std::string& work_dir,
                                           const std::string& store_prefix) {
   const int n = s.receivers.count + 1;
-  DCR_ASSIGN_OR_RETURN(const std::vector<int> parents, TreeParents(s, n));
+  DCR_ASSIGN_OR_RETURN(Topology topo, TopologyFor(s));
+  const std::vector<int> parents = topo.parent;
   std::vector<std::string> addresses;
   if (transport == TransportKind::kRelayTree) {
     DCR_ASSIGN_OR_RETURN(addresses, NodeAddresses(s, n));

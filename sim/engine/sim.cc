@@ -240,16 +240,7 @@ StatusOr<SimInputs> LoadInputs(const Scenario& s, const SimOptions& options) {
   if (!cal_or.ok()) return cal_or.status().WithContext("sim.calibration");
   in.cal = std::move(*cal_or);
   if (in.extra.wall_clock) in.cal.UseWallClock();
-  if (!s.transport.relay_tree.topology.empty()) {
-    auto t = Topology::FromParents(s.transport.relay_tree.topology);
-    if (!t.ok()) return t.status().WithContext("transport.relay_tree.topology");
-    in.topo = *t;
-  } else {
-    auto t = Topology::FanOut(s.receivers.count + 1, s.transport.relay_tree.fan_out,
-                              s.transport.relay_tree.root_fan_out);
-    if (!t.ok()) return t.status().WithContext("transport.relay_tree.fan_out");
-    in.topo = *t;
-  }
+  DCR_ASSIGN_OR_RETURN(in.topo, TopologyFor(s));
   in.build_cores = in.extra.build_cores > 0 ? in.extra.build_cores : s.sim.gpus_per_node;
   return in;
 }

@@ -612,6 +612,18 @@ StatusOr<Scenario> LoadScenario(const std::string& path) {
   return s;
 }
 
+StatusOr<Topology> TopologyFor(const Scenario& s) {
+  if (!s.transport.relay_tree.topology.empty()) {
+    auto t = Topology::FromParents(s.transport.relay_tree.topology);
+    if (!t.ok()) return t.status().WithContext("transport.relay_tree.topology");
+    return t;
+  }
+  auto t = Topology::FanOut(s.receivers.count + 1, s.transport.relay_tree.fan_out,
+                            s.transport.relay_tree.root_fan_out);
+  if (!t.ok()) return t.status().WithContext("transport.relay_tree.fan_out");
+  return t;
+}
+
 RelayOptions RelayOptionsFor(const Scenario& s, const std::string& prefix,
                              const TransportScale& scale) {
   RelayOptions o;

@@ -34,6 +34,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -159,6 +160,12 @@ struct FaultRunReport {
   std::vector<std::string> log;  // one line per fault and recovery step
   std::vector<FaultTraceEntry> trace;  // when FaultRunOptions::record_trace
 };
+
+// The tree policy node `node` of a run with `options` starts with: its role in
+// FaultRunPolicyConfig's tree with its relay options. Errors: those of FaultRunPolicyConfig,
+// kInvalidArgument for a node outside the tree.
+StatusOr<std::unique_ptr<NodePolicy>> MakeFaultRunTreePolicy(const FaultRunOptions& options,
+                                                             NodeId node);
 
 // Runs one refit under `faults`. Returns an error only for bad arguments or I/O setup failures;
 // a run that does not end bit-exact and committed is reported in FaultRunReport::error (and its

@@ -416,7 +416,7 @@ Status World::Setup() {
     Node& n = nodes_[i];
     n.id = i;
     n.incarnation = 1;
-    n.policy = MakeTreePolicy(topo_, i, relay_);
+    DCR_ASSIGN_OR_RETURN(n.policy, MakeFaultRunTreePolicy(opts_, i));
     n.recovery = std::make_unique<RecoveryPolicy>(
         i == 0 ? RecoveryRole::kSender : RecoveryRole::kReceiver, recovery);
     if (i == 0) {
@@ -881,7 +881,12 @@ void World::Republish() {
   sender_blobs_ = std::move(sink.blobs);
   sender_alive_ = true;
   ++report_.restarts;
-  s.policy = MakeTreePolicy(topo_, 0, relay_);
+  StatusOr<std::unique_ptr<NodePolicy>> tree = MakeFaultRunTreePolicy(opts_, 0);
+  if (!tree.ok()) {
+    report_.error = "sender restart: " + tree.status().ToString();
+    return;
+  }
+  s.policy = std::move(*tree);
   s.uploader = MakeUploaderPolicy(relay_);
   // The trainer's commit state is soft: rebuilt from the receivers' journals.
   coordinator_ = std::make_unique<CommitCoordinator>(v0_);
@@ -1134,6 +1139,15 @@ StatusOr<FaultRunPolicies> FaultRunPolicyConfig(const FaultRunOptions& options) 
   c.recovery.max_recoveries = options.max_recoveries;
   c.recovery.prefix = options.relay.prefix;
   return c;
+}
+
+StatusOr<std::unique_ptr<NodePolicy>> MakeFaultRunTreePolicy(const FaultRunOptions& options,
+                                                             NodeId node) {
+  DCR_ASSIGN_OR_RETURN(FaultRunPolicies c, FaultRunPolicyConfig(options));
+  if (node < 0 || node >= c.topology.size()) {
+    return InvalidArgumentError("fault run: node " + std::to_string(node) + " outside the tree");
+  }
+  return MakeTreePolicy(c.topology, node, c.relay);
 }
 
 RelayOptions FaultRunRelayDefaults() {

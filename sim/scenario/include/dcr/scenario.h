@@ -188,6 +188,11 @@ StatusOr<Scenario> LoadScenario(const std::string& path);
 // s3 needs endpoint and bucket, ...). ParseScenario calls it.
 Status ValidateScenario(const Scenario& s);
 
+// The relay tree of `s`: transport.relay_tree.topology when given, else Topology::FanOut over
+// receivers.count + 1 nodes with relay_tree.fan_out and root_fan_out. Errors: kInvalidArgument
+// naming the key.
+StatusOr<Topology> TopologyFor(const Scenario& s);
+
 // How the simulator scales a run's transport so that its message count stays within budget:
 // pieces of piece_factor x relay_tree.chunk bytes, downloader polls at least min_poll_interval_s
 // apart. The real runner uses the defaults (no scaling).

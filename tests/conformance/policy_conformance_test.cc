@@ -1,0 +1,255 @@
+// One event trace, three drivers: the policy `dcr node` hosts for a rank of the real runner's
+// plans (MakePlans -> MakeNodePolicy), the policy the simulator hosts for that node of its run
+// plan (SizeRun / PlanRun -> MakeSimPolicy) and the one the fault harness hosts for that node of
+// its run options (FaultRunOptionsFor -> MakeFaultRunTreePolicy), all from one scenario, must
+// answer the trace with the same actions, in the same order. A driver that builds its policy
+// differently (other stream counts, pieces, parallelism) or decides on its own fails here.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "dcr/policy_host.h"
+#include "dcr/relay_policy.h"
+#include "dcr/scenario.h"
+#include "dcr/transport.h"
+#include "driver.h"
+#include "plan.h"
+#include "run_faults.h"
+#include "run_real.h"
+
+namespace dcr {
+namespace {
+
+// Records nothing and completes nothing: the replayed trace carries every completion.
+class ReplayEnvironment : public NodeEnvironment {
+ public:
+  void SetTimer(TimePoint) override {}
+  void Send(const action::Send&) override {}
+  void Ack(const action::Ack&) override {}
+  void ReportCommit(const action::ReportCommit&) override {}
+  void Apply(const action::Apply&) override {}
+  void Release(BlobId) override {}
+  void Put(const action::Put&) override {}
+  void List(const action::List&) override {}
+  void Fetch(const action::Fetch&) override {}
+  void Committed() override {}
+  void TreeCommitted(int) override {}
+  void Published() override {}
+  void Failed(const Status&) override {}
+};
+
+// Drives one node's policy through a refit and records the trace: the stream arrives (sender:
+// is produced) piece by piece, and after each event every outstanding send is accepted, every
+// apply finishes, and a child acknowledges a blob once every piece of it was sent to it; the
+// children report their subtrees committed at the end.
+class TraceRecorder : public NodeEnvironment {
+ public:
+  TraceRecorder(const Topology& topo, NodeId self, const RelayOptions& relay,
+                std::vector<BlobInfo> stream)
+      : topo_(topo), self_(self), relay_(relay), stream_(std::move(stream)),
+        host_(MakeTreePolicy(topo, self, relay), this) {
+    host_.set_trace(&trace_);
+  }
+
+  std::vector<TraceStep> Record() {
+    double now = 0;
+    host_.Handle(now, event::Start{});
+    for (const BlobInfo& b : stream_) {
+      if (self_ == 0) {
+        Feed(&now, event::BlobProduced{b});
+        continue;
+      }
+      for (uint64_t p = 0; p < NumPieces(b.size, relay_.piece_bytes); ++p) {
+        const uint64_t off = p * relay_.piece_bytes;
+        const uint64_t len = std::min(relay_.piece_bytes, b.size - std::min(b.size, off));
+        Feed(&now, event::DataReceived{b, off, len});
+      }
+    }
+    for (int guard = 0; guard < 100000 && !completions_.empty(); ++guard) Drain(&now);
+    for (NodeId c : topo_.children[self_]) {
+      Feed(&now, event::SubtreeCommitted{c, 1 + topo_.SubtreeSize(c)});
+    }
+    return trace_;
+  }
+
+  bool done() const { return host_.done(); }
+  std::vector<Link> links() const { return host_.links(); }
+
+  void SetTimer(TimePoint) override {}
+  void Send(const action::Send& s) override {
+    completions_.push_back(event::SendDone{s.to, s.stream, s.blob.id, s.offset, s.length});
+    if ((sent_[{s.to, s.blob.id}] += 1) == NumPieces(s.blob.size, relay_.piece_bytes)) {
+      completions_.push_back(event::AckReceived{s.to, s.blob.id});
+    }
+  }
+  void Ack(const action::Ack&) override {}
+  void ReportCommit(const action::ReportCommit&) override {}
+  void Apply(const action::Apply& a) override {
+    completions_.push_back(event::ApplyDone{a.blob.id, true});
+  }
+  void Release(BlobId) override {}
+  void Put(const action::Put&) override {}
+  void List(const action::List&) override {}
+  void Fetch(const action::Fetch&) override {}
+  void Committed() override {}
+  void TreeCommitted(int) override {}
+  void Published() override {}
+  void Failed(const Status& s) override { ADD_FAILURE() << s.ToString(); }
+
+ private:
+  void Feed(double* now, const Event& e) {
+    *now += 0.001;
+    host_.Handle(*now, e);
+    Drain(now);
+  }
+  void Drain(double* now) {
+    std::vector<Event> batch;
+    batch.swap(completions_);
+    for (const Event& e : batch) {
+      *now += 0.001;
+      host_.Handle(*now, e);
+    }
+  }
+
+  const Topology& topo_;
+  NodeId self_;
+  RelayOptions relay_;
+  std::vector<BlobInfo> stream_;
+  PolicyHost host_;
+  std::vector<TraceStep> trace_;
+  std::vector<Event> completions_;
+  std::map<std::pair<NodeId, BlobId>, uint64_t> sent_;
+};
+
+std::vector<std::string> LinkLines(const std::vector<Link>& links) {
+  std::vector<std::string> lines;
+  for (const Link& l : links) {
+    lines.push_back(std::string(l.to_child ? "Link{to " : "Link{from ") +
+                    std::to_string(l.peer) + " x" + std::to_string(l.streams) + "}");
+  }
+  return lines;
+}
+
+// The edges `policy` opens, then the actions it answers `trace` with.
+std::vector<std::string> Replay(std::unique_ptr<NodePolicy> policy,
+                                const std::vector<TraceStep>& trace) {
+  if (policy == nullptr) return {"no policy"};
+  ReplayEnvironment env;
+  PolicyHost host(std::move(policy), &env);
+  std::vector<std::string> lines = LinkLines(host.links());
+  std::vector<TraceStep> got;
+  host.set_trace(&got);
+  for (const TraceStep& step : trace) host.Handle(step.now, step.event);
+  for (std::string& a : ActionLines(got)) lines.push_back(std::move(a));
+  return lines;
+}
+
+// What the recording host opened and did.
+std::vector<std::string> Expected(const std::vector<Link>& links,
+                                  const std::vector<TraceStep>& trace) {
+  std::vector<std::string> lines = LinkLines(links);
+  for (std::string& a : ActionLines(trace)) lines.push_back(std::move(a));
+  return lines;
+}
+
+class Conformance : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto s = LoadScenario("scenarios/compare-small.yaml");
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    scenario_ = *s;
+    auto topo = TopologyFor(scenario_);
+    ASSERT_TRUE(topo.ok()) << topo.status().ToString();
+    topo_ = *topo;
+    // Header, five chunks of 2.5 pieces, trailer.
+    const uint64_t piece = scenario_.transport.relay_tree.chunk;
+    stream_.push_back({0, BlobKind::kHeader, 300});
+    for (BlobId i = 1; i <= 5; ++i) stream_.push_back({i, BlobKind::kChunk, piece * 5 / 2});
+    stream_.push_back({6, BlobKind::kTrailer, 264});
+  }
+
+  // `dcr node`: the real runner's plan of rank `node`.
+  std::unique_ptr<NodePolicy> SocketPolicy(NodeId node) {
+    const std::string dir = ::testing::TempDir();
+    auto plans = cli::MakePlans(scenario_, Method::kDelta, TransportKind::kRelayTree,
+                                dir + "/base.safetensors", dir + "/target.safetensors", dir, dir,
+                                "conformance");
+    EXPECT_TRUE(plans.ok()) << plans.status().ToString();
+    if (!plans.ok()) return nullptr;
+    auto p = MakeNodePolicy((*plans)[node]);
+    EXPECT_TRUE(p.ok()) << p.status().ToString();
+    return p.ok() ? std::move(*p) : nullptr;
+  }
+
+  // The simulator: node `node` of the run plan of the scenario's delta relay-tree run.
+  std::unique_ptr<NodePolicy> SimPolicy(NodeId node) {
+    auto extra = sim::internal::ParseExtra(scenario_);
+    EXPECT_TRUE(extra.ok()) << extra.status().ToString();
+    if (!extra.ok()) return nullptr;
+    double payload = 0;
+    for (const BlobInfo& b : stream_) payload += static_cast<double>(b.size);
+    sim::internal::Sizing z = sim::internal::SizeRun(scenario_, *extra, payload, 300, 264,
+                                                     1e8, 5, 1e9, 1e9, 2, 2);
+    sim::internal::PlatformSpec plat;
+    plat.wan_bandwidth = scenario_.network.long_link.bandwidth_Bps;
+    plat.store_bandwidth = 1e15;
+    sim::internal::RunSpec spec = sim::internal::PlanRun(
+        scenario_, plat, topo_, z, TransportKind::kRelayTree, payload, 1e10);
+    return sim::internal::MakeSimPolicy(spec, node);
+  }
+
+  // The fault harness: node `node` of the scenario's first fault-injection run.
+  std::unique_ptr<NodePolicy> HarnessPolicy(NodeId node) {
+    FaultRunOptions o = cli::FaultRunOptionsFor(scenario_, 0.03, 0, ::testing::TempDir());
+    auto p = MakeFaultRunTreePolicy(o, node);
+    EXPECT_TRUE(p.ok()) << p.status().ToString();
+    return p.ok() ? std::move(*p) : nullptr;
+  }
+
+  void CheckNode(NodeId node) {
+    TraceRecorder rec(topo_, node, RelayOptionsFor(scenario_, "conformance"), stream_);
+    const std::vector<TraceStep> trace = rec.Record();
+    ASSERT_TRUE(rec.done()) << "the recorded refit did not finish";
+    const std::vector<std::string> expect = Expected(rec.links(), trace);
+    ASSERT_GT(ActionLines(trace).size(), 20u);
+    const std::vector<std::string> socket = Replay(SocketPolicy(node), trace);
+    const std::vector<std::string> simulated = Replay(SimPolicy(node), trace);
+    const std::vector<std::string> harness = Replay(HarnessPolicy(node), trace);
+    EXPECT_EQ(socket, expect) << "dcr node, node " << node;
+    EXPECT_EQ(simulated, expect) << "simulator, node " << node;
+    EXPECT_EQ(harness, expect) << "fault harness, node " << node;
+  }
+
+  Scenario scenario_;
+  Topology topo_;
+  std::vector<BlobInfo> stream_;
+};
+
+TEST_F(Conformance, SenderOnTheLongLink) { CheckNode(0); }
+TEST_F(Conformance, RelayBetweenLongAndShortLinks) { CheckNode(1); }
+TEST_F(Conformance, Leaf) { CheckNode(topo_.size() - 1); }
+
+// The comparison sees what the drivers must agree on: a policy with one stream on the long link,
+// or with pieces of another size, answers the same trace differently.
+TEST_F(Conformance, OtherStreamsOrPiecesAnswerDifferently) {
+  const RelayOptions relay = RelayOptionsFor(scenario_, "conformance");
+  for (NodeId node : {0, 1}) {
+    TraceRecorder rec(topo_, node, relay, stream_);
+    const std::vector<TraceStep> trace = rec.Record();
+    const std::vector<std::string> expect = Expected(rec.links(), trace);
+    RelayOptions one_stream = relay;
+    one_stream.root_streams = 1;
+    RelayOptions coarse = relay;
+    coarse.piece_bytes *= 2;
+    EXPECT_NE(Replay(MakeTreePolicy(topo_, node, one_stream), trace), expect) << node;
+    EXPECT_NE(Replay(MakeTreePolicy(topo_, node, coarse), trace), expect) << node;
+  }
+}
+
+}  // namespace
+}  // namespace dcr
