@@ -50,10 +50,11 @@
 // queue or pacing rule of their own.
 //
 // SendDone means one thing in every driver: the transport accepted the piece -- its bytes were
-// handed to the transport and the stream may take the next one (written into the socket or onto
-// the emulated long link's pacer within its window in `dcr node`; its bytes out at the stream's
-// rate, within the modelled TCP window, in the simulator; off the sender at the link's bandwidth
-// in the fault harness). It says nothing about delivery: the child's Ack does.
+// handed to the transport and the stream may take the next one (in `dcr node`: paced onto the
+// socket writer's delay line, the emulated link, within its window -- at once without emulation;
+// in the simulator: its bytes out at the stream's rate within the modelled TCP window; in the
+// fault harness: off the sender at the link's bandwidth). It says nothing about delivery: the
+// child's Ack does.
 //
 // Faults (driver-visible errors) come in as SendFailed / PutDone{ok=false} / FetchDone{ok=false} /
 // ApplyDone{ok=false}. Store operations are retried after retry_backoff_s * 2^attempt (SetTimer),
@@ -129,9 +130,9 @@ struct RelayOptions {
   // Default 1 MiB. REQUIRES: > 0.
   uint64_t piece_bytes = uint64_t{1} << 20;
   // Bytes a stream's transport keeps on the wire before it accepts more (the TCP window the
-  // drivers model: `dcr node`'s emulated long link, the simulator's per-stream cap). The policy
-  // itself hands a stream one piece at a time (see "Streams and pacing"). Default 8 MiB.
-  // REQUIRES: >= piece_bytes (a smaller value is raised to piece_bytes).
+  // drivers model: the delay line of `dcr node`'s writers, the simulator's pieces in flight). The
+  // policy does not read it: it hands a stream one piece at a time (see "Streams and pacing").
+  // Default 8 MiB.
   uint64_t window_bytes = uint64_t{8} << 20;
   // Parallel streams from the sender (node 0) to each of its children: the long link. Other
   // edges use one stream (EdgeStreams). Default 1. REQUIRES: >= 1 (a smaller value is raised).

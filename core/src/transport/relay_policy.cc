@@ -321,7 +321,6 @@ class TreePolicy : public NodePolicy {
         applies_(self != 0 && options.apply),
         applier_(options.max_parallel_applies) {
     options_.piece_bytes = std::max<uint64_t>(1, options_.piece_bytes);
-    options_.window_bytes = std::max(options_.window_bytes, options_.piece_bytes);
     if (parent_ != kNoNode) links_.push_back(Link{parent_, false, EdgeStreams(parent_, options_)});
     for (NodeId c : topo.children[self]) {
       Child ch;

@@ -96,7 +96,7 @@ struct RelayTreeSpec {
   int fan_out = 2;       // children per relay
   int root_fan_out = 1;  // long-link children of the sender
   int streams = 1;       // parallel TCP streams per long-link edge
-  uint64_t window = uint64_t{8} << 20;  // bytes in flight per (child, stream)
+  uint64_t window = uint64_t{8} << 20;  // bytes a stream keeps on the link (RelayOptions)
   uint64_t chunk = uint64_t{1} << 20;   // cut-through piece size, bytes
   std::vector<int> topology;            // explicit parents (node 0 = sender, -1); empty = fan-out
 };
