@@ -11,7 +11,7 @@ mkdir -p "$OUT_DIR"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT_DIR/gpu.txt" || true
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDCR_WITH_CUDA=ON -DDCR_BUILD_SIM=OFF \
   -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" > "$OUT_DIR/configure.txt"
-cmake --build build-gpu -j"$(nproc)" --target dcr_cuda_tests dcr_bench_apply_cuda dcr_runtime_tests
+cmake --build build-gpu -j"$(nproc)" --target dcr_cuda_tests dcr_bench_apply_cuda dcr_receivers_tests
 ctest --test-dir build-gpu -L gpu --output-on-failure 2>&1 | tee "$OUT_DIR/gpu-tests.txt"
 if grep -q "Skipped" "$OUT_DIR/gpu-tests.txt"; then
   echo "bench-gpu: GPU tests were skipped (no usable device?)" >&2

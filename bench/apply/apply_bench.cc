@@ -20,8 +20,9 @@
 
 #include "dcr/copy_interposers.h"  // this binary records loads
 #include "dcr/delta.h"
-#include "dcr/model.h"
 #include "dcr/runtime.h"
+#include "dcr/testing/reference_loader.h"
+#include "dcr/testing/synth.h"
 
 namespace dcr {
 namespace {

@@ -16,7 +16,7 @@
 #include "dcr/cuda_apply.h"
 #include "dcr/delta.h"
 #include "dcr/hash.h"
-#include "dcr/model.h"
+#include "dcr/testing/synth.h"
 
 namespace dcr {
 namespace {

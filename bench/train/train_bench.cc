@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 
+#include "dcr/testing/reference_trainer.h"
 #include "dcr/train.h"
 
 namespace dcr {
@@ -19,6 +20,7 @@ namespace {
 
 struct Fixture {
   std::shared_ptr<const TrainStructure> s;
+  std::shared_ptr<const Exporter> ex;
   std::shared_ptr<const LayoutMap> map;
   std::unique_ptr<TrainDeltaBuilder> builder;
   ShardSet prev, next;
@@ -85,8 +87,8 @@ Fixture* Get(int i) {
     auto s = TrainStructure::Create(m, *l);
     if (!s.ok()) return s.status();
     f->s = *s;
-    Exporter ex(f->s);
-    auto map = LayoutMap::Discover(ex, 0);
+    f->ex = std::make_shared<ReferenceExporter>(f->s);
+    auto map = LayoutMap::Discover(*f->ex, 0);
     if (!map.ok()) return map.status();
     f->map = *map;
     TrainOptions to;
@@ -98,7 +100,7 @@ Fixture* Get(int i) {
     f->next = (*state)->shards();
     TrainDeltaOptions o;
     o.threads = 1;
-    auto b = TrainDeltaBuilder::Create(f->s, f->map, f->prev, o);
+    auto b = TrainDeltaBuilder::Create(f->s, f->map, f->ex, f->prev, o);
     if (!b.ok()) return b.status();
     f->builder = std::move(*b);
     // One merged step for the shares (then a fresh builder at the base version for timing).
@@ -106,7 +108,7 @@ Fixture* Get(int i) {
     auto st = f->builder->BuildStep(f->prev, f->next, &sink);
     if (!st.ok()) return st.status();
     f->step = *st;
-    auto b2 = TrainDeltaBuilder::Create(f->s, f->map, f->prev, o);
+    auto b2 = TrainDeltaBuilder::Create(f->s, f->map, f->ex, f->prev, o);
     if (!b2.ok()) return b2.status();
     f->builder = std::move(*b2);
     return Status::OK();

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/codec_bench.h"
+#include "codec_bench.h"
 #include "bench_pipeline.h"
 #include "command.h"
 #include "dcr/checkpoint.h"

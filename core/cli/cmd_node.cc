@@ -1,80 +1,28 @@
-// dcr node: one node of a refit (sender, relay, receiver, uploader, downloader).
-//   dcr node --plan PLAN.json              what `dcr run` starts on this machine
-//   dcr node SCENARIO.yaml --rank R ...    multi-host: one process per host; the rank comes from
-//                                          --rank, SLURM_PROCID, OMPI_COMM_WORLD_RANK or PMI_RANK;
-//                                          addresses from network.hosts.
-#include <cstdio>
-#include <fstream>
+// dcr node ARGS: runs the dcr-node binary beside this one with the same arguments. The node
+// process is dcr-node (core/cli/node/), which links the product libraries only; `dcr` itself also
+// carries the fixtures behind synth, bench, train-delta and run's synthesis and fault runs.
+#include <unistd.h>
+
+#include <cerrno>
 #include <memory>
-#include <sstream>
+#include <string>
+#include <vector>
 
 #include "command.h"
-#include "dcr/scenario.h"
-#include "dcr/status_macros.h"
-#include "dcr/transport.h"
-#include "run_real.h"
+#include "node/node_plans.h"
 
 namespace dcr::cli {
 namespace {
 
-struct NodeArgs {
-  std::string plan;
-  std::string scenario;
-  int rank = -1;
-  std::string method = "delta";
-  std::string transport = "relay_tree";
-  std::string base, target, out, work_dir = "/tmp/dcr-node";
-  std::string prefix = "refit/step-1";
-};
-
-StatusOr<NodePlan> PlanFromArgs(const NodeArgs& a) {
-  if (!a.plan.empty()) {
-    std::ifstream in(a.plan);
-    if (!in) return NotFoundError("plan file not found: " + a.plan);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return NodePlanFromJson(ss.str());
-  }
-  if (a.scenario.empty()) return InvalidArgumentError("give --plan FILE or a SCENARIO.yaml");
-  DCR_ASSIGN_OR_RETURN(Scenario s, LoadScenario(a.scenario));
-  int rank = a.rank >= 0 ? a.rank : RankFromEnvironment();
-  if (rank < 0) {
-    return InvalidArgumentError("--rank: not given and none of SLURM_PROCID, OMPI_COMM_WORLD_RANK, "
-                                "PMI_RANK is set");
-  }
-  if (rank > s.receivers.count) {
-    return InvalidArgumentError("--rank " + std::to_string(rank) + ": the scenario has ranks 0.." +
-                                std::to_string(s.receivers.count));
-  }
-  Method m = a.method == "full" ? Method::kFull : Method::kDelta;
-  TransportKind t = a.transport == "object_store" ? TransportKind::kObjectStore
-                                                  : TransportKind::kRelayTree;
-  if (t == TransportKind::kRelayTree && s.network.hosts.empty()) {
-    return InvalidArgumentError("network.hosts: a multi-host relay tree needs one host:port per rank");
-  }
-  DCR_ASSIGN_OR_RETURN(auto plans, MakePlans(s, m, t, a.base, a.target, a.work_dir, a.work_dir,
-                                             a.prefix));
-  NodePlan p = plans[rank];
-  p.result_path = a.out;
-  // No runner here: the start barrier is the connection set-up itself.
-  p.ready_path.clear();
-  p.go_path.clear();
-  return p;
-}
-
-int NodeMain(const NodeArgs& a) {
-  UseDataPlaneAllocator();
-  auto plan = PlanFromArgs(a);
-  if (!plan.ok()) return ReportStatus("node", plan.status());
-  NodeResult r;
-  Status s = RunNode(*plan, &r);
-  if (a.plan.empty()) std::printf("%s\n", NodeResultToJson(r).c_str());
-  if (!s.ok()) return ReportStatus("node", s);
-  if (!plan->verify_path.empty() && plan->rank != 0 && !r.verified) {
-    std::fprintf(stderr, "dcr node: %s\n", r.verify_message.c_str());
-    return 1;
-  }
-  return 0;
+int ExecNode(const std::vector<std::string>& args) {
+  StatusOr<std::string> exe = NodeExe();
+  if (!exe.ok()) return ReportStatus("node", exe.status());
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(exe->c_str()));
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  execv(exe->c_str(), argv.data());
+  return ReportStatus("node", ErrnoError("exec " + *exe, errno));
 }
 
 }  // namespace
@@ -82,20 +30,13 @@ int NodeMain(const NodeArgs& a) {
 DCR_REGISTER_COMMAND(
     "node",
     "Run one node of a refit (started by `dcr run`, or one per host with --rank / SLURM_PROCID / "
-    "OMPI_COMM_WORLD_RANK for multi-host runs)",
+    "OMPI_COMM_WORLD_RANK for multi-host runs); `dcr node --help` lists its options",
     [](CLI::App* app) {
-      auto a = std::make_shared<NodeArgs>();
-      app->add_option("scenario", a->scenario, "Scenario YAML (multi-host form)");
-      app->add_option("--plan", a->plan, "Node plan JSON written by `dcr run`");
-      app->add_option("--rank", a->rank, "Rank (0 = sender); default from the environment");
-      app->add_option("--method", a->method, "delta | full")->check(CLI::IsMember({"delta", "full"}));
-      app->add_option("--transport", a->transport, "relay_tree | object_store")
-          ->check(CLI::IsMember({"relay_tree", "object_store"}));
-      app->add_option("--base", a->base, "Base checkpoint (sender and delta receivers)");
-      app->add_option("--target", a->target, "Target checkpoint (sender; receivers verify against it)");
-      app->add_option("--prefix", a->prefix, "Object-store prefix of this refit");
-      app->add_option("--result", a->out, "Write the node result JSON here");
-      return [a]() { return NodeMain(*a); };
+      // Every argument goes to dcr-node unparsed, --help included.
+      app->prefix_command();
+      app->allow_extras();
+      app->set_help_flag();
+      return [app]() { return ExecNode(app->remaining()); };
     });
 
 }  // namespace dcr::cli

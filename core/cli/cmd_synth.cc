@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "command.h"
-#include "dcr/model.h"
+#include "dcr/testing/synth.h"
 
 namespace dcr::cli {
 namespace {

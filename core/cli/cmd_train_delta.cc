@@ -10,6 +10,7 @@
 #include "dcr/apply.h"
 #include "dcr/delta.h"
 #include "dcr/status_macros.h"
+#include "dcr/testing/reference_trainer.h"
 #include "dcr/train.h"
 
 namespace dcr::cli {
@@ -81,9 +82,9 @@ Status Run(const TrainDeltaArgs& a) {
   std::error_code ec;
   std::filesystem::create_directories(a.out, ec);
   if (ec) return InvalidArgumentError("cannot create " + a.out + ": " + ec.message());
-  Exporter ex(s);
+  auto ex = std::make_shared<ReferenceExporter>(s);
   auto t0 = std::chrono::steady_clock::now();
-  DCR_ASSIGN_OR_RETURN(auto map, LayoutMap::Discover(ex, a.threads));
+  DCR_ASSIGN_OR_RETURN(auto map, LayoutMap::Discover(*ex, a.threads));
   const double discover_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   TrainOptions to;
   to.seed = a.seed;
@@ -96,9 +97,9 @@ Status Run(const TrainDeltaArgs& a) {
   o.chunk_elems = a.chunk_elems;
   o.zstd_level = a.level;
   o.threads = a.threads;
-  DCR_ASSIGN_OR_RETURN(auto builder, TrainDeltaBuilder::Create(s, map, state->shards(), o));
+  DCR_ASSIGN_OR_RETURN(auto builder, TrainDeltaBuilder::Create(s, map, ex, state->shards(), o));
   const std::string base_path = a.out + "/step0.safetensors";
-  DCR_RETURN_IF_ERROR(ex.ExportFile(ShardSetReader(*s, state->shards()), base_path, a.threads));
+  DCR_RETURN_IF_ERROR(ex->ExportFile(ShardSetReader(*s, state->shards()), base_path, a.threads));
   if (a.write_shards) DCR_RETURN_IF_ERROR(WriteRankShards(*s, state->shards(), a.out + "/shards/step0"));
   const MapStats& ms = map->stats();
   if (!a.json) {
@@ -135,7 +136,7 @@ Status Run(const TrainDeltaArgs& a) {
     if (a.verify) {
       const std::string want = a.out + "/step" + std::to_string(k) + ".safetensors";
       const std::string got = a.out + "/step" + std::to_string(k) + ".applied.safetensors";
-      DCR_RETURN_IF_ERROR(ex.ExportFile(ShardSetReader(*s, state->shards()), want, a.threads));
+      DCR_RETURN_IF_ERROR(ex->ExportFile(ShardSetReader(*s, state->shards()), want, a.threads));
       ApplyOptions ao;
       ao.threads = a.threads;
       DCR_RETURN_IF_ERROR(ApplyDeltaFile(prev_path, delta_path, got, ao).status());

@@ -1,5 +1,6 @@
 // Subcommand registry of the `dcr` CLI. Each subcommand lives in its own file under core/cli/ and
 // registers itself with DCR_REGISTER_COMMAND; dcr_main.cc builds the CLI11 app from the registry.
+// dcr-node (core/cli/node/) shares the exit codes and the error line.
 //
 // Exit codes (documented in `dcr --help`): 0 success; 1 a check failed (e.g. `dcr verify` found a
 // difference); 2 usage error; 10 + StatusCode for errors (11 invalid argument, 12 not found,
@@ -8,6 +9,7 @@
 #ifndef DCR_CORE_CLI_COMMAND_H_
 #define DCR_CORE_CLI_COMMAND_H_
 
+#include <cstdio>
 #include <functional>
 #include <string>
 
@@ -28,9 +30,13 @@ struct CommandSpec {
 
 bool RegisterCommand(CommandSpec spec);
 
-// Prints "dcr <cmd>: <status>" to stderr and returns the exit code for `status` (0 if OK).
-int ReportStatus(const std::string& command, const Status& status);
 inline int ExitCodeFor(const Status& s) { return s.ok() ? 0 : 10 + static_cast<int>(s.code()); }
+// Prints "dcr <cmd>: <status>" to stderr and returns the exit code for `status` (0 if OK).
+inline int ReportStatus(const std::string& command, const Status& status) {
+  if (status.ok()) return 0;
+  std::fprintf(stderr, "dcr %s: %s\n", command.c_str(), status.ToString().c_str());
+  return ExitCodeFor(status);
+}
 
 }  // namespace dcr::cli
 

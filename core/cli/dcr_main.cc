@@ -19,12 +19,6 @@ bool RegisterCommand(CommandSpec spec) {
   return true;
 }
 
-int ReportStatus(const std::string& command, const Status& status) {
-  if (status.ok()) return 0;
-  std::fprintf(stderr, "dcr %s: %s\n", command.c_str(), status.ToString().c_str());
-  return ExitCodeFor(status);
-}
-
 }  // namespace dcr::cli
 
 int main(int argc, char** argv) {

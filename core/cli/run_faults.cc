@@ -5,8 +5,8 @@
 #include <cstdio>
 
 #include "dcr/checkpoint.h"
-#include "dcr/fault_injection.h"
 #include "dcr/status_macros.h"
+#include "dcr/testing/fault_injection.h"
 
 namespace dcr::cli {
 

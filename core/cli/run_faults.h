@@ -1,5 +1,5 @@
 // The `faults:` block of `dcr run` (mode real): fault-injection refits of a scenario's checkpoints
-// through dcr/fault_injection.h, summed into ScenarioResult::faults.
+// through dcr/testing/fault_injection.h, summed into ScenarioResult::faults.
 //
 // Thread safety: not thread-safe (one runner per process).
 #ifndef DCR_CORE_CLI_RUN_FAULTS_H_
@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "dcr/fault_injection.h"
 #include "dcr/scenario.h"
 #include "dcr/status.h"
+#include "dcr/testing/fault_injection.h"
 
 namespace dcr::cli {
 

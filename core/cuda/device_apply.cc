@@ -11,7 +11,7 @@
 #include "dcr/status_macros.h"
 #include "internal/element_ops.h"
 #include "kernels.cuh"
-#include "runtime/chunk_apply.h"
+#include "receivers/chunk_apply.h"
 
 namespace dcr {
 namespace cuda {

@@ -3,8 +3,8 @@
 // The full inventory of a large preset cannot be materialised, so the model samples: every tensor
 // of the inventory belongs to an element class (dtype x initialisation kind: "weight" matrices and
 // embeddings ~N(0, 0.02), "norm" vectors ~1 + N(0, 0.05)). For each class present, a sample of up
-// to `sample_elems` FP32 masters is trained with the synthetic AdamW trainer of model.h (AdamWStep,
-// gradients = grad_snr * persistent + fresh noise, `warmup_steps` steps, then one measured step),
+// to `sample_elems` FP32 masters is trained with the synthetic AdamW step of dcr/testing/synth.h
+// (AdamWStep, gradients = grad_snr * persistent + fresh noise, `warmup_steps` steps, then one measured step),
 // cast to the class dtype (BF16 with round-to-nearest-even, or F32 bits), and the changes of the
 // measured step are encoded with EncodeChunk (delta.h) exactly as one grid cell of the real delta.
 // One learning rate is used for every class (as a trainer does) and calibrated by bisection so the
@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "dcr/model.h"
 #include "dcr/statusor.h"
+#include "dcr/testing/synth.h"
 
 namespace dcr::sim::internal {
 

@@ -11,7 +11,7 @@
 #include <set>
 #include <sstream>
 
-#include "dcr/fault_injection.h"
+#include "dcr/fault_kind.h"
 #include "dcr/status_macros.h"
 
 namespace dcr {

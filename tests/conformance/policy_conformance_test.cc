@@ -18,6 +18,7 @@
 #include "dcr/scenario.h"
 #include "dcr/transport.h"
 #include "driver.h"
+#include "node/node_plans.h"
 #include "plan.h"
 #include "run_faults.h"
 #include "run_real.h"

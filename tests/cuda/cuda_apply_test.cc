@@ -12,8 +12,9 @@
 #include "dcr/delta.h"
 #include "dcr/hash.h"
 #include "dcr/runtime.h"
+#include "dcr/testing/reference_loader.h"
+#include "dcr/testing/test_model.h"
 #include "internal/element_ops.h"
-#include "runtime/test_model.h"
 
 namespace dcr {
 namespace {

@@ -10,8 +10,8 @@
 #include "dcr/cuda_apply.h"
 #include "dcr/cuda_copy_interposers.h"
 #include "dcr/delta.h"
-#include "runtime/recorder.h"
-#include "runtime/test_model.h"
+#include "dcr/testing/test_model.h"
+#include "receivers/recorder.h"
 
 extern "C" int cudaMalloc(void** p, size_t n);
 extern "C" int cudaFree(void* p);

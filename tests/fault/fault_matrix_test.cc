@@ -8,8 +8,8 @@
 #include <cstdlib>
 #include <fstream>
 
-#include "dcr/fault_injection.h"
-#include "fault/fault_test_util.h"
+#include "dcr/testing/fault_injection.h"
+#include "dcr/testing/fault_test_util.h"
 
 namespace dcr {
 namespace {

@@ -15,8 +15,8 @@
 
 #include "dcr/journal.h"
 #include "dcr/recovery_policy.h"
+#include "dcr/testing/fault_test_util.h"
 #include "dcr/versioning.h"
-#include "fault/fault_test_util.h"
 
 namespace dcr {
 namespace {

@@ -8,8 +8,8 @@
 // dlsym(RTLD_NEXT) and reports the call to the dcr copy hook (dcr_c.h), which does nothing unless
 // a recording is active: one relaxed atomic load and a predictable branch per call.
 //
-// Why a header and not part of dcr::core: a static library member that defines memcpy would be
-// pulled into every binary that links dcr::core (the linker resolves the undefined memcpy of any
+// Why a header and not part of dcr::receivers: a static library member that defines memcpy would
+// be pulled into every binary that links dcr::receivers (the linker resolves the undefined memcpy of any
 // object from the archive before it reaches libc), silently replacing memcpy in programs that never
 // record. Binaries that record opt in here; RecordLoad refuses to run (kFailedPrecondition) in a
 // binary that did not.

@@ -1,4 +1,6 @@
-// Receiver side: a reference serving runtime, copy interception, placement maps and in-place apply.
+// Receiver side: the serving runtime's storage and loader seam, copy interception, placement maps
+// and in-place apply. (The reference rollout engine, a vLLM stand-in, is a fixture of the testing
+// library.)
 //
 // A rollout engine places checkpoint tensors with its own rules (tensor parallelism, fused QKV and
 // gate/up in its own order, vocab padding, transposed experts, FP32 buffers, FP8 quantization).
@@ -18,7 +20,6 @@
 //
 // Pieces:
 //   Storage, ModelLoader, LoadCheckpoint      the runtime's own world; knows nothing of deltas.
-//   ServingConfig, MakeReferenceLoader        the reference rollout engine (a vLLM stand-in).
 //   RecordLoad -> PlacementMap                interception (see "Interception" below).
 //   ServingReplica                            the Receiver (receiver.h) of a serving replica: one
 //                                             rank per serving TP rank, in-place apply,
@@ -29,8 +30,8 @@
 // their _chk forms): a binary that records includes dcr/copy_interposers.h in one translation unit,
 // which defines these symbols in the executable, so they take precedence over libc's for the
 // executable and every shared library in it, and forward to libc's versions through
-// dlsym(RTLD_NEXT). (They are not part of the dcr::core archive: an archive member defining memcpy
-// would be linked into every program using dcr::core.) dcr::cuda interposes cudaMemcpy /
+// dlsym(RTLD_NEXT). (They are not part of the dcr::receivers archive: an archive member defining
+// memcpy would be linked into every program using dcr::receivers.) dcr::cuda interposes cudaMemcpy /
 // cudaMemcpyAsync / cudaMemcpy2D(Async) the same way. A runtime in Python can preload a shim that
 // includes the header, or report copies itself with dcr_copy_hook_note (dcr_c.h).
 // Why symbol interposition and not a hook the loader calls: the loader stays unmodified and cannot
@@ -66,7 +67,6 @@
 #include "dcr/delta.h"
 #include "dcr/dtype.h"
 #include "dcr/format.h"
-#include "dcr/model.h"
 #include "dcr/receiver.h"
 #include "dcr/status.h"
 #include "dcr/statusor.h"
@@ -140,47 +140,6 @@ using LoaderFactory = std::function<StatusOr<std::unique_ptr<ModelLoader>>(int r
 
 // The ordinary dense load: Init, then LoadWeight for every tensor of `ckpt` (file order).
 Status LoadCheckpoint(const Checkpoint& ckpt, ModelLoader* loader, Storage* storage);
-
-// ---------------------------------------------------------------------------------------------
-// The reference serving runtime (a rollout-engine stand-in).
-
-enum class FusedLayout : uint8_t {
-  // qkv = [q | k | v] rows, gate_up = [gate | up] rows (vLLM's QKVParallelLinear / MergedColumn).
-  kConcat = 0,
-  // qkv grouped per kv head [q_g.. | k_g | v_g] and gate/up interleaved row by row (kernels that
-  // want a group's heads, or gate and up rows, adjacent).
-  kInterleaved = 1,
-};
-
-struct ServingConfig {
-  ModelConfig model;
-  int tp = 1;                  // serving tensor-parallel size (any divisor of the head count)
-  FusedLayout fused = FusedLayout::kConcat;
-  int64_t vocab_multiple = 64; // vocab padded to a multiple of vocab_multiple * tp (zero rows)
-  bool fp32_norms = true;      // norms upcast to FP32 buffers (converted placements)
-  int64_t max_positions = 256; // rotary cos/sin tables [max_positions, rotary_dim / 2], FP32
-  double rope_theta = 10000.0;
-  // FP8 mode: linear weights (attention, MLP, experts) stored as F8_E4M3 with one FP32 scale per
-  // fp8_block x fp8_block tile (amax / 448, computed at load). Embeddings, router, norms unchanged.
-  bool fp8 = false;
-  int64_t fp8_block = 128;
-  // Expert weights stored transposed ([in, out], grouped per layer) as fused-MoE kernels want.
-  bool transpose_experts = true;
-};
-
-// Checks a config against the model (divisibility of heads, intermediate sizes and FP8 blocks);
-// kInvalidArgument naming the field otherwise.
-Status ValidateServingConfig(const ServingConfig& config);
-
-// The reference runtime's loader for serving rank `rank` of config.tp.
-// Dense GQA and MoE models get fused, sharded buffers; other tensors (e.g. MLA projections) are
-// replicated verbatim (norms upcast if fp32_norms).
-StatusOr<std::unique_ptr<ModelLoader>> MakeReferenceLoader(const ServingConfig& config, int rank);
-LoaderFactory ReferenceLoaderFactory(const ServingConfig& config);
-
-// E4M3 (fn: no infinities, NaN = S.1111.111) with round-to-nearest-even and saturation to +-448.
-uint8_t FloatToE4M3(float f);
-float E4M3ToFloat(uint8_t b);
 
 // ---------------------------------------------------------------------------------------------
 // Interception and placement maps.

@@ -1,5 +1,6 @@
-// Training side: a reference Megatron-like training state, its ordinary exporter to canonical
-// safetensors, exporter-probed affine maps, and per-rank delta construction.
+// Training side: the placement of a model's parameters on Megatron-like ranks, the exporter seam,
+// exporter-probed affine maps, and per-rank delta construction. (The reference training state and
+// its exporter are fixtures of the testing library.)
 //
 // The pieces, in the order a trainer uses them:
 //  1. TrainLayout (tp, pp, ep, dp, distributed optimizer, tied embeddings, conversions) and
@@ -20,11 +21,11 @@
 //         (dense BF16, expert BF16, FP32) that cut across tensor boundaries; each data-parallel rank
 //         owns a contiguous slice of every flat buffer. Without it, each parameter is its own
 //         buffer owned by data-parallel rank 0.
-//  2. TrainState: the shards plus FP32 masters, stepped with AdamW (model.h AdamWStep).
+//  2. The trainer's shards (ShardSet): the parameter bits of every rank after a step.
 //  3. Exporter: the framework's ordinary converter from rank shards to canonical tensors. It knows
-//     nothing about deltas. Besides index maps it does conversions that are not: FP32 norms stored
-//     as BF16, a per-row scale folded into down_proj (fold_layers), and the affine RoPE
-//     permutation.
+//     nothing about deltas. Besides index maps it may do conversions that are not (the reference
+//     one: FP32 norms stored as BF16, a per-row scale folded into down_proj, and the affine RoPE
+//     permutation).
 //  4. LayoutMap::Discover: probes the exporter with coordinate-tagged shards (several passes of
 //     16-bit digits plus check passes) and compresses the result into pieces: source boxes of a
 //     rank buffer -> boxes of a canonical tensor (offset, up to 4 (count, stride) dims). Canonical
@@ -39,7 +40,7 @@
 //     ApplyDeltaFile(base canonical file) equals the exporter's output of the new state.
 //
 // Thread safety: TrainStructure, Exporter and LayoutMap are immutable after creation and safe to
-// share. TrainState is thread-compatible. TrainDeltaBuilder::BuildUnit is const and may run
+// share. TrainDeltaBuilder::BuildUnit is const and may run
 // concurrently for distinct units; Merge/BuildStep need exclusive access.
 #ifndef DCR_CORE_INCLUDE_DCR_TRAIN_H_
 #define DCR_CORE_INCLUDE_DCR_TRAIN_H_
@@ -149,41 +150,6 @@ struct ShardSet {
   static ShardSet Zeros(const TrainStructure& s);
 };
 
-struct TrainOptions {
-  uint64_t seed = 1;
-  double lr = 0;               // 0: calibrate to change_rate on the first step
-  double change_rate = 0.03;   // target BF16 change rate per step (when lr == 0)
-  int warmup_steps = 3;
-  int threads = 0;             // 0 = hardware concurrency; never changes the bytes
-  AdamWHyper hyper;            // lr here is ignored (see lr above)
-};
-
-// Shards with FP32 masters and AdamW moments, stepped deterministically. Replicas get identical
-// values (same key, same gradients), as all-reduced gradients give in a real run.
-class TrainState {
- public:
-  static StatusOr<std::unique_ptr<TrainState>> Create(std::shared_ptr<const TrainStructure> s,
-                                                      const TrainOptions& options);
-  ~TrainState();
-  // One optimizer step on every parameter whose name passes `filter` (all when null).
-  void Step(const std::function<bool(const LocalParam&)>& filter = nullptr);
-  const ShardSet& shards() const { return shards_; }
-  const TrainStructure& structure() const { return *s_; }
-  double lr() const { return lr_; }
-  int64_t step() const { return t_; }
-
- private:
-  TrainState() = default;
-  void StepImpl(double lr, const std::function<bool(const LocalParam&)>& filter);
-  std::shared_ptr<const TrainStructure> s_;
-  TrainOptions options_;
-  ShardSet shards_;
-  struct Opt;
-  std::unique_ptr<Opt> opt_;
-  double lr_ = 0;
-  int64_t t_ = 0;
-};
-
 // Read access to rank shards (lets map discovery observe what the exporter reads).
 class ShardReader {
  public:
@@ -202,13 +168,16 @@ class ShardSetReader : public ShardReader {
   const ShardSet& set_;
 };
 
-// The framework's converter: rank shards -> canonical tensors. Knows nothing about deltas.
+// The framework's converter: rank shards -> canonical tensors. Knows nothing about deltas. The
+// training framework implements ExportTensor (its ordinary conversion code); map discovery probes
+// it and the delta builder re-runs it for residual tensors.
 class Exporter {
  public:
   explicit Exporter(std::shared_ptr<const TrainStructure> s) : s_(std::move(s)) {}
+  virtual ~Exporter() = default;
   // Writes canonical tensor `t` (index into structure().canonical()) to `out`
-  // (canonical()[t].nbytes() bytes).
-  Status ExportTensor(const ShardReader& shards, size_t t, uint8_t* out) const;
+  // (canonical()[t].nbytes() bytes). Must be safe to call concurrently for distinct tensors.
+  virtual Status ExportTensor(const ShardReader& shards, size_t t, uint8_t* out) const = 0;
   // All canonical tensors back to back in canonical order.
   StatusOr<std::vector<uint8_t>> ExportAll(const ShardReader& shards, int threads = 0) const;
   // A safetensors file image / file of the canonical checkpoint.
@@ -314,10 +283,12 @@ struct TrainDeltaStats {
 class TrainDeltaBuilder {
  public:
   // Prepares the units' chunks and computes the content hash of the canonical checkpoint of
-  // `base` from the shards (each rank its own elements, residual tensors via the exporter).
+  // `base` from the shards (each rank its own elements, residual tensors via `exporter`, the one
+  // `map` was discovered from). kInvalidArgument if the exporter's structure is not `s`.
   static StatusOr<std::unique_ptr<TrainDeltaBuilder>> Create(
       std::shared_ptr<const TrainStructure> s, std::shared_ptr<const LayoutMap> map,
-      const ShardSet& base, const TrainDeltaOptions& options);
+      std::shared_ptr<const Exporter> exporter, const ShardSet& base,
+      const TrainDeltaOptions& options);
   ~TrainDeltaBuilder();
 
   // Units: (model-parallel rank r, data-parallel rank d), id = r * dp + d.
@@ -346,7 +317,7 @@ class TrainDeltaBuilder {
   struct Unit;
   std::shared_ptr<const TrainStructure> s_;
   std::shared_ptr<const LayoutMap> map_;
-  std::unique_ptr<Exporter> exporter_;
+  std::shared_ptr<const Exporter> exporter_;
   TrainDeltaOptions options_;
   std::vector<Unit> units_;
   std::vector<uint64_t> salts_;

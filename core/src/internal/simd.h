@@ -1,6 +1,6 @@
 // Hot loops with an AVX2 build chosen at run time (internal).
 //
-// The AVX2 builds live in core/src/simd/simd_avx2.cc, the one file compiled with -mavx2. That file
+// The AVX2 builds live in core/src/format/simd_avx2.cc, the one file compiled with -mavx2. That file
 // includes no C++ library headers, so no inline library code built for AVX2 can be picked by the
 // linker for other files. Results are identical to the portable builds (same masks; XXH3 is
 // defined independently of the vector width).

@@ -201,15 +201,19 @@ int TrainDeltaBuilder::num_units() const { return static_cast<int>(units_.size()
 
 StatusOr<std::unique_ptr<TrainDeltaBuilder>> TrainDeltaBuilder::Create(
     std::shared_ptr<const TrainStructure> s, std::shared_ptr<const LayoutMap> map,
-    const ShardSet& base, const TrainDeltaOptions& options) {
+    std::shared_ptr<const Exporter> exporter, const ShardSet& base,
+    const TrainDeltaOptions& options) {
   if (options.chunk_elems == 0) return InvalidArgumentError("train delta: chunk_elems must be > 0");
+  if (exporter == nullptr || &exporter->structure() != s.get()) {
+    return InvalidArgumentError("train delta: the exporter is not the layout's");
+  }
   if (base.buffers.size() != s->ranks().size()) {
     return InvalidArgumentError("train delta: base shards do not match the layout's ranks");
   }
   auto bld = std::unique_ptr<TrainDeltaBuilder>(new TrainDeltaBuilder());
   bld->s_ = s;
   bld->map_ = map;
-  bld->exporter_ = std::make_unique<Exporter>(s);
+  bld->exporter_ = std::move(exporter);
   bld->options_ = options;
   const auto& ranks = s->ranks();
   const auto& canon = s->canonical();

@@ -12,6 +12,7 @@
 #include "dcr/apply.h"
 #include "dcr/checkpoint.h"
 #include "dcr/delta.h"
+#include "dcr/testing/reference_trainer.h"
 #include "dcr/train.h"
 
 namespace dcr {
@@ -49,7 +50,7 @@ std::string TempPath(const std::string& name) {
 
 struct Rig {
   std::shared_ptr<const TrainStructure> s;
-  std::unique_ptr<Exporter> ex;
+  std::shared_ptr<const Exporter> ex;
   std::shared_ptr<const LayoutMap> map;
   std::unique_ptr<TrainState> state;
 };
@@ -60,7 +61,7 @@ Rig Make(const ModelConfig& cfg, const TrainLayout& l, uint64_t seed = 1, double
   EXPECT_TRUE(s.ok()) << s.status() << " layout " << l.ToString();
   if (!s.ok()) return st;
   st.s = *s;
-  st.ex = std::make_unique<Exporter>(st.s);
+  st.ex = std::make_shared<ReferenceExporter>(st.s);
   auto m = LayoutMap::Discover(*st.ex, 2);
   EXPECT_TRUE(m.ok()) << m.status();
   if (!m.ok()) return st;
@@ -84,7 +85,7 @@ void CheckRoundTrip(Rig& st, int steps, uint64_t chunk_elems, const std::string&
   TrainDeltaOptions o;
   o.chunk_elems = chunk_elems;
   o.threads = 2;
-  auto b = TrainDeltaBuilder::Create(st.s, st.map, st.state->shards(), o);
+  auto b = TrainDeltaBuilder::Create(st.s, st.map, st.ex, st.state->shards(), o);
   ASSERT_TRUE(b.ok()) << b.status();
   auto& builder = **b;
   const std::string base_path = TempPath(tag + "_base.safetensors");
@@ -289,7 +290,7 @@ TEST(TrainDeltaTest, WrongShardsAreRejected) {
   l.tp = 2;
   Rig st = Make(DenseConfig(), l);
   ASSERT_TRUE(st.state);
-  auto b = TrainDeltaBuilder::Create(st.s, st.map, st.state->shards(), TrainDeltaOptions{});
+  auto b = TrainDeltaBuilder::Create(st.s, st.map, st.ex, st.state->shards(), TrainDeltaOptions{});
   ASSERT_TRUE(b.ok());
   std::vector<std::vector<uint8_t>> wrong = st.state->shards().buffers[0];
   wrong[0].pop_back();
@@ -311,8 +312,8 @@ TEST(TrainDeltaTest, BytesDoNotDependOnThreads) {
   for (int threads : {1, 2, 3}) {
     auto s = TrainStructure::Create(MoeConfig(), *l);
     ASSERT_TRUE(s.ok());
-    Exporter ex(*s);
-    auto map = LayoutMap::Discover(ex, threads);
+    auto ex = std::make_shared<ReferenceExporter>(*s);
+    auto map = LayoutMap::Discover(*ex, threads);
     ASSERT_TRUE(map.ok());
     TrainOptions to;
     to.threads = threads;
@@ -322,7 +323,7 @@ TEST(TrainDeltaTest, BytesDoNotDependOnThreads) {
     TrainDeltaOptions o;
     o.threads = threads;
     o.chunk_elems = 500;
-    auto b = TrainDeltaBuilder::Create(*s, *map, (*state)->shards(), o);
+    auto b = TrainDeltaBuilder::Create(*s, *map, ex, (*state)->shards(), o);
     ASSERT_TRUE(b.ok());
     ShardSet prev = (*state)->shards();
     (*state)->Step();

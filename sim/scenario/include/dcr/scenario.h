@@ -118,7 +118,7 @@ struct ReceiversSpec {
 // Fault injection (`faults:` block; docs in scenarios/README.md). For each change rate, `dcr run`
 // adds `runs` fault-injection refits of the same checkpoints, tree shape and long link: the real
 // transport state machines, codec, object store and journaled receivers on a deterministic clock
-// (dcr/fault_injection.h), `per_run` faults each. Results: ScenarioResult::faults.
+// (dcr/testing/fault_injection.h), `per_run` faults each. Results: ScenarioResult::faults.
 struct FaultsSpec {
   bool enabled = false;            // true when the scenario has a `faults` block
   int runs = 1;                    // seeded fault runs per change rate

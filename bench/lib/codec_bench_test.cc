@@ -1,0 +1,97 @@
+#include "codec_bench.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+namespace dcr::internal {
+namespace {
+
+CodecBenchReport FakeReport() {
+  CodecBenchReport rep;
+  rep.memcpy_bytes_per_s = 10e9;
+  for (double rate : {0.01, 0.03, 0.05}) {
+    CodecRateResult r;
+    r.change_rate = rate;
+    r.ratio_vs_dense = 0.6 / rate;  // 60x at 1%, 20x at 3%
+    r.ratio_vs_bound0 = 1.05;
+    r.encode_vs_memcpy = 0.3;
+    r.decode_apply_vs_memcpy = 0.9;
+    rep.rates.push_back(r);
+  }
+  return rep;
+}
+
+TEST(CodecThresholdsTest, PassesFailsAndAppliesSpeedMarginOnly) {
+  const std::string ok = R"({"codec": {"speed_margin": 0.5, "rates": [
+      {"change_rate": 0.03, "min_ratio_vs_dense": 19, "max_ratio_vs_bound0": 1.1,
+       "min_encode_vs_memcpy": 0.5, "min_decode_apply_vs_memcpy": 1.5}]}})";
+  std::vector<std::string> lines;
+  EXPECT_TRUE(CheckCodecThresholds(FakeReport(), ok, &lines).ok());
+  EXPECT_EQ(lines.size(), 4u);
+  // Size ratios get no margin: 20x < 21x fails even though 21 * 0.5 would pass.
+  const std::string size_fail = R"({"codec": {"speed_margin": 0.5, "rates": [
+      {"change_rate": 0.03, "min_ratio_vs_dense": 21}]}})";
+  Status s = CheckCodecThresholds(FakeReport(), size_fail, nullptr);
+  EXPECT_TRUE(s.IsFailedPrecondition()) << s;
+  EXPECT_NE(s.message().find("min_ratio_vs_dense"), std::string::npos);
+  const std::string speed_fail = R"({"codec": {"speed_margin": 0.5, "rates": [
+      {"change_rate": 0.01, "min_encode_vs_memcpy": 0.7}]}})";
+  EXPECT_TRUE(CheckCodecThresholds(FakeReport(), speed_fail, nullptr).IsFailedPrecondition());
+  const std::string bound_fail = R"({"codec": {"rates": [
+      {"change_rate": 0.05, "max_ratio_vs_bound0": 1.0}]}})";
+  EXPECT_TRUE(CheckCodecThresholds(FakeReport(), bound_fail, nullptr).IsFailedPrecondition());
+  const std::string missing_rate = R"({"codec": {"rates": [{"change_rate": 0.10}]}})";
+  EXPECT_TRUE(CheckCodecThresholds(FakeReport(), missing_rate, nullptr).IsFailedPrecondition());
+}
+
+TEST(CodecThresholdsTest, MalformedFilesAreInvalidArgument) {
+  for (const char* bad :
+       {"", "[]", R"({"codec": 3})", R"({"codec": {"rates": []}})",
+        R"({"codec": {"speed_margin": 2, "rates": [{"change_rate": 0.03}]}})",
+        R"({"codec": {"rates": [{"min_ratio_vs_dense": 3}]}})",
+        R"({"codec": {"rates": [{"change_rate": 0.03, "min_ratio_vs_dense": "x"}]}})"}) {
+    EXPECT_TRUE(CheckCodecThresholds(FakeReport(), bad, nullptr).IsInvalidArgument()) << bad;
+  }
+}
+
+TEST(CodecThresholdsTest, RepositoryThresholdsFileParses) {
+  auto bytes = ReadFile("bench/thresholds.json");
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  std::string text(bytes.value().begin(), bytes.value().end());
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  ASSERT_FALSE(j.is_discarded());
+  EXPECT_EQ(j["codec"]["rates"].size(), 3u);
+  // The issue's numbers.
+  EXPECT_EQ(j["codec"]["rates"][1]["min_ratio_vs_dense"].get<double>(), 52);
+  Status s = CheckCodecThresholds(FakeReport(), text, nullptr);
+  EXPECT_TRUE(s.IsFailedPrecondition()) << s;  // the fake report is far below them
+}
+
+TEST(CodecBenchTest, SmallRunIsBitExactAndCompresses) {
+  CodecBenchConfig cfg;
+  cfg.elements = 1 << 18;
+  cfg.reps = 1;
+  cfg.rates = {0.03};
+  cfg.data_threads = 2;
+  auto rep = RunCodecBench(cfg, nullptr);
+  ASSERT_TRUE(rep.ok()) << rep.status();
+  ASSERT_EQ(rep.value().rates.size(), 1u);
+  const CodecRateResult& r = rep.value().rates[0];
+  EXPECT_NEAR(r.measured_change_rate, 0.03, 0.004);
+  EXPECT_GT(r.ratio_vs_dense, 30.0);
+  EXPECT_GT(r.bound0_vs_dense, 40.0);
+  EXPECT_GT(r.encode_bytes_per_s, 0.0);
+  EXPECT_GT(rep.value().memcpy_bytes_per_s, 0.0);
+  auto j = nlohmann::json::parse(CodecBenchJson(rep.value(), "abc"));
+  EXPECT_GT(j["memcpy_bytes_per_s"].get<double>(), 0);
+  EXPECT_EQ(j["rates"][0]["change_rate"].get<double>(), 0.03);
+  for (const char* k : {"ratio_vs_dense", "ratio_vs_bound0", "encode_bytes_per_s",
+                        "decode_apply_bytes_per_s", "encode_vs_memcpy", "decode_apply_vs_memcpy"})
+    EXPECT_TRUE(j["rates"][0].contains(k)) << k;
+  EXPECT_EQ(j["commit"], "abc");
+  EXPECT_TRUE(j["machine"].contains("cpu"));
+}
+
+}  // namespace
+}  // namespace dcr::internal

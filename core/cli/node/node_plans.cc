@@ -1,0 +1,103 @@
+#include "node/node_plans.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <string>
+
+#include "dcr/relay_policy.h"
+#include "dcr/status_macros.h"
+#include "transport/net.h"
+
+namespace dcr::cli {
+
+namespace {
+
+// Listening addresses of `n` relay nodes: network.hosts, else loopback ports (network.base_port +
+// rank, or free ports).
+StatusOr<std::vector<std::string>> NodeAddresses(const Scenario& s, int n) {
+  if (!s.network.hosts.empty()) return s.network.hosts;
+  std::vector<std::string> addresses;
+  for (int r = 0; r < n; ++r) {
+    int port = 0;
+    if (s.network.base_port > 0) {
+      port = s.network.base_port + r;
+    } else {
+      DCR_ASSIGN_OR_RETURN(port, internal::FreePort());
+    }
+    addresses.push_back("127.0.0.1:" + std::to_string(port));
+  }
+  return addresses;
+}
+
+// The object store URL of the scenario (a directory under `work_dir` by default).
+std::string StoreUrl(const Scenario& s, const std::string& work_dir) {
+  const auto& os = s.transport.object_store;
+  if (os.kind == StoreKind::kDir) return "dir:" + (os.path.empty() ? work_dir + "/store" : os.path);
+  std::string store = "s3://" + os.bucket + "?endpoint=" + os.endpoint + "&region=" + os.region +
+                      "&create_bucket=1";
+  if (!os.credentials_file.empty()) store += "&credentials_file=" + os.credentials_file;
+  return store;
+}
+
+}  // namespace
+
+StatusOr<std::vector<NodePlan>> MakePlans(const Scenario& s, Method method, TransportKind transport,
+                                          const std::string& base, const std::string& target,
+                                          const std::string& run_dir, const std::string& work_dir,
+                                          const std::string& store_prefix) {
+  const int n = s.receivers.count + 1;
+  DCR_ASSIGN_OR_RETURN(Topology topo, TopologyFor(s));
+  const std::vector<int> parents = topo.parent;
+  std::vector<std::string> addresses;
+  if (transport == TransportKind::kRelayTree) {
+    DCR_ASSIGN_OR_RETURN(addresses, NodeAddresses(s, n));
+  }
+  const std::string store =
+      transport == TransportKind::kObjectStore ? StoreUrl(s, work_dir) : std::string();
+  std::vector<NodePlan> plans;
+  for (int r = 0; r < n; ++r) {
+    NodePlan p;
+    p.rank = r;
+    p.transport = TransportKindName(transport);
+    p.method = MethodName(method);
+    p.parents = parents;
+    p.addresses = addresses;
+    p.relay = RelayOptionsFor(s, store_prefix);
+    p.emulate_wan = s.network.emulation == WanEmulation::kTransport;
+    p.long_bandwidth_Bps = s.network.long_link.bandwidth_Bps;
+    p.long_latency_s = s.network.long_link.latency_s;
+    p.store = store;
+    p.base_path = base;
+    p.target_path = target;
+    p.chunk_elems = s.delta.chunk_elems;
+    p.zstd_level = s.delta.zstd_level;
+    p.build_threads = s.delta.threads;
+    p.full_slice_bytes = s.delta.chunk_elems * 2;
+    p.receiver_base_path = base;
+    p.verify_path = s.receivers.verify ? target : "";
+    p.timeout_s = s.timeout_s;
+    p.result_path = run_dir + "/node-" + std::to_string(r) + ".json";
+    p.ready_path = run_dir + "/ready-" + std::to_string(r);
+    p.go_path = run_dir + "/go";
+    plans.push_back(std::move(p));
+  }
+  return plans;
+}
+
+StatusOr<std::string> NodeExe() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return ErrnoError("readlink /proc/self/exe", errno);
+  buf[n] = '\0';
+  std::string exe(buf);
+  const size_t slash = exe.rfind('/');
+  std::string node = (slash == std::string::npos ? std::string(".") : exe.substr(0, slash)) +
+                     "/dcr-node";
+  if (access(node.c_str(), X_OK) != 0) {
+    return NotFoundError("dcr-node not found beside " + exe + " (build the dcr-node target)");
+  }
+  return node;
+}
+
+}  // namespace dcr::cli

@@ -1,0 +1,31 @@
+// Node plans: what each `dcr-node` process of a refit runs, derived from a scenario. Shared by
+// `dcr run` (which starts one dcr-node per rank on loopback) and `dcr-node SCENARIO.yaml --rank R`
+// (one process per host, multi-host). Product code only: no fixtures.
+//
+// Thread safety: pure functions (FreePort asks the kernel for a port).
+#ifndef DCR_CORE_CLI_NODE_NODE_PLANS_H_
+#define DCR_CORE_CLI_NODE_NODE_PLANS_H_
+
+#include <string>
+#include <vector>
+
+#include "dcr/scenario.h"
+#include "dcr/statusor.h"
+#include "dcr/transport.h"
+
+namespace dcr::cli {
+
+// The plans of every rank of one run. `addresses` (relay tree) come from network.hosts or free
+// loopback ports; `run_dir` holds results; `store_prefix` names the run's objects.
+StatusOr<std::vector<NodePlan>> MakePlans(const Scenario& s, Method method, TransportKind transport,
+                                          const std::string& base, const std::string& target,
+                                          const std::string& run_dir, const std::string& work_dir,
+                                          const std::string& store_prefix);
+
+// The dcr-node executable beside the running binary (/proc/self/exe's directory). kNotFound if
+// it is not there or not executable.
+StatusOr<std::string> NodeExe();
+
+}  // namespace dcr::cli
+
+#endif  // DCR_CORE_CLI_NODE_NODE_PLANS_H_

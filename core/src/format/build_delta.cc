@@ -1,0 +1,432 @@
+// BuildDelta: scan base and target cell by cell, encode changed cells, stream them to a sink.
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <unordered_map>
+
+#include "dcr/delta.h"
+#include "dcr/hash.h"
+#include "dcr/status_macros.h"
+#include "internal/chunk_scan.h"
+#include "internal/element_ops.h"
+#include "internal/parallel.h"
+#include "internal/diff_scan.h"
+#include "internal/range_hasher.h"
+#include "internal/simd.h"
+
+namespace dcr {
+namespace {
+
+double BinaryEntropyBits(uint64_t n, uint64_t k) {
+  if (k == 0 || k == n) return 0;
+  double p = static_cast<double>(k) / static_cast<double>(n);
+  return static_cast<double>(n) * (-(p * std::log2(p) + (1 - p) * std::log2(1 - p)));
+}
+
+// Changes of one cell, found by comparing base and target.
+struct CellScan {
+  // The changes found, in buffers reused across cells: grown by doubling, never shrunk. Plain
+  // arrays (not vectors) so the scan appends with register-held pointers.
+  std::unique_ptr<uint64_t[]> pos, old_bits, new_bits;
+  uint64_t cap = 0;
+  uint64_t n = 0;
+  // Makes room for `more` further changes.
+  void Reserve(uint64_t more) {
+    if (n + more <= cap) return;
+    const uint64_t want = std::max<uint64_t>({cap * 2, n + more, 1024});
+    auto grow = [&](std::unique_ptr<uint64_t[]>* a) {
+      std::unique_ptr<uint64_t[]> b(new uint64_t[want]);
+      if (n > 0) std::memcpy(b.get(), a->get(), n * sizeof(uint64_t));
+      *a = std::move(b);
+    };
+    grow(&pos);
+    grow(&old_bits);
+    grow(&new_bits);
+    cap = want;
+  }
+  // Per segment: number of changes (for stats attribution).
+  std::vector<uint64_t> seg_changes;
+  // XOR value histogram per segment (only with collect_entropy).
+  std::vector<std::unordered_map<uint64_t, uint64_t>> seg_hist;
+};
+
+// Appends the changes among n elements (the caller reserved n more).
+template <typename T>
+void ScanRange(const T* a, const T* b, uint64_t n, uint64_t pos_base, bool avx2, CellScan* out) {
+  uint64_t* __restrict pos = out->pos.get() + out->n;
+  uint64_t* __restrict ob = out->old_bits.get() + out->n;
+  uint64_t* __restrict nb = out->new_bits.get() + out->n;
+  uint64_t m = 0;
+  internal::ForEachDifference(a, b, n, avx2, [&](uint64_t j) {
+    pos[m] = pos_base + j;
+    ob[m] = static_cast<uint64_t>(a[j]);
+    nb[m] = static_cast<uint64_t>(b[j]);
+    ++m;
+  });
+  out->n += m;
+}
+
+void ScanBytes(const uint8_t* a, const uint8_t* b, int width, uint64_t n, uint64_t pos_base,
+               bool avx2, CellScan* out) {
+  switch (width) {
+    case 1: ScanRange(a, b, n, pos_base, avx2, out); break;
+    case 2: ScanRange(reinterpret_cast<const uint16_t*>(a), reinterpret_cast<const uint16_t*>(b), n, pos_base, avx2, out); break;
+    case 4: ScanRange(reinterpret_cast<const uint32_t*>(a), reinterpret_cast<const uint32_t*>(b), n, pos_base, avx2, out); break;
+    default: ScanRange(reinterpret_cast<const uint64_t*>(a), reinterpret_cast<const uint64_t*>(b), n, pos_base, avx2, out); break;
+  }
+}
+
+// The scan buffers of the calling thread, reused across windows and calls (no page faults from
+// fresh allocations). Called on the caller's thread: a thread_local named inside a worker would
+// be the worker's own, empty one.
+std::vector<CellScan>& CallerScans() {
+  thread_local std::vector<CellScan> scans;
+  return scans;
+}
+
+// One BuildDelta call: the inputs bound to the target's inventory, the running statistics and
+// the position in the output stream. BuildDelta runs its steps in production order (delta.h
+// ProductionOrder): Bind, EmitHeader, BuildWindow per window, EmitTrailer, Finish.
+class DeltaBuilder {
+ public:
+  DeltaBuilder(const Checkpoint* base, const Checkpoint& target, const DeltaOptions& options,
+               DeltaSink* sink)
+      : base_(base),
+        target_(target),
+        options_(options),
+        sink_(sink),
+        inv_(Inventory::FromCheckpoint(target)),
+        avx2_(internal::CpuHasAvx2()),
+        threads_(internal::ResolveThreads(options.threads)),
+        scans_(CallerScans()) {}
+
+  // Checks that base and target have the same tensors (names, dtypes, shapes) unless
+  // options.full, and records each tensor's bytes in both. kFailedPrecondition otherwise.
+  Status Bind();
+  // Serializes the file header and hands it to the sink.
+  Status EmitHeader();
+  // Scans and encodes cells [begin, end) of the grid on all threads, then hands their chunks to
+  // the sink in cell order.
+  Status BuildWindow(uint64_t begin, uint64_t end);
+  // Serializes the trailer (chunk table and target hash) and hands it to the sink.
+  Status EmitTrailer();
+  // The statistics of the finished delta.
+  DeltaStats Finish();
+
+  uint64_t cells() const { return grid_.size(); }
+  int threads() const { return threads_; }
+
+ private:
+  // Encodes `cell` into `*out`, its changes collected in `sc`; false on failure.
+  bool EncodeCell(const GridCell& cell, CellScan* sc, StatusOr<std::vector<uint8_t>>* out) const;
+  // EncodeCell for one contiguous range with a base: scan and encode in one pass.
+  bool EncodeContiguousCell(const GridCell& cell, CellScan* sc,
+                            StatusOr<std::vector<uint8_t>>* out) const;
+  // Collects the changes of a cell into `sc` (every element with options.full) and returns the
+  // hash of its target bytes; `all_float` says whether every segment has a float dtype.
+  Hash128 ScanCell(const GridCell& cell, CellScan* sc, bool* all_float) const;
+  // Adds a cell's changes, bytes and histogram to the per-tensor statistics.
+  void AccountCell(const GridCell& cell, const CellScan& sc, const std::vector<uint8_t>& bytes);
+  // Hands one encoded chunk to the sink and records it in the chunk table.
+  Status EmitChunk(const std::vector<uint8_t>& bytes);
+
+  const Checkpoint* base_;
+  const Checkpoint& target_;
+  const DeltaOptions& options_;
+  DeltaSink* sink_;
+  const Inventory inv_;
+  const bool avx2_;
+  const int threads_;
+  std::vector<CellScan>& scans_;
+  std::vector<const uint8_t*> base_ptr_, target_ptr_;
+  std::vector<GridCell> grid_;
+  DeltaStats stats_;
+  Trailer trailer_;
+  Hash128 target_hash_;
+  uint64_t offset_ = 0;
+  std::vector<std::unordered_map<uint64_t, uint64_t>> tensor_hist_;
+};
+
+Status DeltaBuilder::Bind() {
+  if (!options_.full && base_ == nullptr) {
+    return InvalidArgumentError("a delta needs a base checkpoint (or options.full for a full frame)");
+  }
+  if (options_.chunk_elems == 0) return InvalidArgumentError("chunk_elems must be positive");
+  base_ptr_.assign(inv_.tensors.size(), nullptr);
+  target_ptr_.assign(inv_.tensors.size(), nullptr);
+  for (size_t i = 0; i < inv_.tensors.size(); ++i) {
+    const TensorInfo& t = inv_.tensors[i];
+    target_ptr_[i] = target_.data(t);
+    if (options_.full) continue;
+    const TensorInfo* bt = base_->Find(t.name);
+    if (bt == nullptr) {
+      return FailedPreconditionError("tensor '" + t.name +
+                                     "' is in the target but not in the base; build a full delta");
+    }
+    if (bt->dtype_name != t.dtype_name || bt->shape != t.shape) {
+      return FailedPreconditionError("tensor '" + t.name +
+                                     "' differs in dtype or shape between base and target");
+    }
+    base_ptr_[i] = base_->data(*bt);
+  }
+  if (!options_.full && base_->tensors().size() != inv_.tensors.size()) {
+    return FailedPreconditionError("the base has tensors the target lacks; build a full delta");
+  }
+  stats_.tensors.resize(inv_.tensors.size());
+  for (size_t i = 0; i < inv_.tensors.size(); ++i) {
+    stats_.tensors[i].name = inv_.tensors[i].name;
+    stats_.tensors[i].dtype_name = inv_.tensors[i].dtype_name;
+    stats_.tensors[i].elements = inv_.tensors[i].num_elements();
+    stats_.tensors[i].dense_bytes = inv_.tensors[i].nbytes;
+    stats_.elements += inv_.tensors[i].num_elements();
+    stats_.dense_bytes += inv_.tensors[i].nbytes;
+  }
+  if (options_.collect_entropy) tensor_hist_.resize(inv_.tensors.size());
+  return Status::OK();
+}
+
+Status DeltaBuilder::EmitHeader() {
+  FileHeader fh;
+  fh.flags = options_.full ? kFlagNoBase : 0;
+  fh.base_version = options_.base_version;
+  fh.target_version = options_.target_version;
+  if (!options_.full) {
+    fh.base_hash = options_.known_base_hash != Hash128{} ? options_.known_base_hash
+                                                         : base_->ContentHash(options_.threads);
+  }
+  fh.inventory = inv_.json;
+  fh.chunk_elems = options_.chunk_elems;
+  std::vector<uint8_t> hb = SerializeFileHeader(fh);
+  DCR_RETURN_IF_ERROR(sink_->OnHeader(hb));
+  offset_ = hb.size();
+  stats_.base_hash = fh.base_hash;
+  target_hash_ = fh.base_hash;
+  grid_ = BuildGrid(inv_, options_);
+  return Status::OK();
+}
+
+bool DeltaBuilder::EncodeContiguousCell(const GridCell& cell, CellScan* sc,
+                                        StatusOr<std::vector<uint8_t>>* out) const {
+  const Segment& sg = cell.segments[0];
+  ChunkScanInput in;
+  in.chunk_id = cell.chunk_id;
+  in.width = cell.width;
+  in.segments = &cell.segments;
+  in.base = base_ptr_[sg.tensor_index] + sg.offset * cell.width;
+  in.target = target_ptr_[sg.tensor_index] + sg.offset * cell.width;
+  in.avx2 = avx2_;
+  in.emit_unchanged = options_.emit_unchanged;
+  const DType dt = inv_.tensors[sg.tensor_index].dtype;
+  ChunkScanResult res;
+  *out = EncodeChunkScan(
+      in, ChooseValueMode(options_.value_policy, DTypeIsFloat(dt) ? DType::kBF16 : DType::kU8),
+      inv_.salts, options_.zstd_level, &res);
+  sc->n = res.num_changes;
+  sc->seg_hist.clear();
+  sc->seg_changes.assign(1, res.num_changes);
+  return out->ok();
+}
+
+Hash128 DeltaBuilder::ScanCell(const GridCell& cell, CellScan* sc, bool* all_float) const {
+  sc->n = 0;
+  sc->Reserve(0);  // buffers exist (non-null) even for a cell without changes
+  sc->seg_hist.clear();
+  sc->seg_changes.assign(cell.segments.size(), 0);
+  if (options_.collect_entropy) sc->seg_hist.resize(cell.segments.size());
+  internal::RangeHasher rh(avx2_);
+  uint64_t pos_base = 0;
+  *all_float = true;
+  for (size_t s = 0; s < cell.segments.size(); ++s) {
+    const Segment& sg = cell.segments[s];
+    const TensorInfo& t = inv_.tensors[sg.tensor_index];
+    *all_float = *all_float && DTypeIsFloat(t.dtype);
+    const uint64_t byte_off = sg.offset * cell.width;
+    const uint64_t n = sg.count[0];
+    const uint8_t* tp = target_ptr_[sg.tensor_index] + byte_off;
+    const uint64_t before = sc->n;
+    if (options_.full) {
+      rh.Update(tp, n * cell.width);
+      sc->Reserve(n);
+      for (uint64_t i = 0; i < n; ++i) {
+        sc->pos[sc->n + i] = pos_base + i;
+        sc->new_bits[sc->n + i] = LoadBits(tp, cell.width, i);
+      }
+      sc->n += n;
+    } else {
+      // Scan and hash block by block: the hash reads the target bytes while the scan has just
+      // brought them into cache (one pass over memory instead of two).
+      const uint8_t* bp = base_ptr_[sg.tensor_index] + byte_off;
+      const uint64_t block = internal::kScanBlockBytes / cell.width;
+      for (uint64_t b0 = 0; b0 < n; b0 += block) {
+        const uint64_t m = std::min(block, n - b0);
+        const uint64_t off = b0 * cell.width;
+        sc->Reserve(m);
+        ScanBytes(bp + off, tp + off, cell.width, m, pos_base + b0, avx2_, sc);
+        rh.Update(tp + off, m * cell.width);
+      }
+    }
+    sc->seg_changes[s] = sc->n - before;
+    if (options_.collect_entropy) {
+      for (uint64_t i = before; i < sc->n; ++i) {
+        ++sc->seg_hist[s][sc->old_bits[i] ^ sc->new_bits[i]];
+      }
+    }
+    pos_base += n;
+  }
+  return rh.Digest();
+}
+
+bool DeltaBuilder::EncodeCell(const GridCell& cell, CellScan* sc,
+                              StatusOr<std::vector<uint8_t>>* out) const {
+  if (!options_.full && !options_.collect_entropy && cell.segments.size() == 1 &&
+      cell.segments[0].IsContiguous()) {
+    // One contiguous range (every cell of a large tensor).
+    return EncodeContiguousCell(cell, sc, out);
+  }
+  bool all_float = true;
+  ChunkChangesView ch;
+  ch.target_range_hash = ScanCell(cell, sc, &all_float);
+  ch.chunk_id = cell.chunk_id;
+  ch.width = cell.width;
+  ch.segments = &cell.segments;
+  ch.num_elements = cell.num_elements;
+  ch.num_changes = sc->n;
+  ch.positions = sc->pos.get();
+  ch.old_bits = options_.full ? nullptr : sc->old_bits.get();
+  ch.new_bits = sc->new_bits.get();
+  if (sc->n == 0 && !options_.emit_unchanged && !options_.full) {
+    *out = std::vector<uint8_t>();
+    return true;
+  }
+  ch.dense = options_.full;
+  ValueMode mode = options_.full ? ValueMode::kAbsolute
+                                 : ChooseValueMode(options_.value_policy,
+                                                   all_float ? DType::kBF16 : DType::kU8);
+  *out = EncodeChunk(ch, mode, inv_.salts, options_.zstd_level);
+  return out->ok();
+}
+
+void DeltaBuilder::AccountCell(const GridCell& cell, const CellScan& sc,
+                               const std::vector<uint8_t>& bytes) {
+  const uint64_t cell_changes = sc.n;
+  for (size_t s = 0; s < cell.segments.size(); ++s) {
+    auto& ts = stats_.tensors[cell.segments[s].tensor_index];
+    ts.changed += options_.full ? 0 : sc.seg_changes[s];
+    if (!bytes.empty()) {
+      // Attribute the chunk's bytes by changes (by elements when none changed).
+      double share = cell_changes > 0
+                         ? static_cast<double>(sc.seg_changes[s]) / cell_changes
+                         : static_cast<double>(cell.segments[s].num_elements()) /
+                               cell.num_elements;
+      ts.payload_bytes += static_cast<uint64_t>(std::llround(share * bytes.size()));
+    }
+    if (options_.collect_entropy) {
+      for (const auto& [v, c] : sc.seg_hist[s]) {
+        tensor_hist_[cell.segments[s].tensor_index][v] += c;
+      }
+    }
+  }
+}
+
+Status DeltaBuilder::EmitChunk(const std::vector<uint8_t>& bytes) {
+  size_t hsize = 0, rsize = 0;
+  DCR_ASSIGN_OR_RETURN(ChunkHeader h, ParseChunkHeader(bytes.data(), bytes.size(), &hsize, &rsize));
+  HashAdd(&target_hash_, h.version_delta);
+  DCR_RETURN_IF_ERROR(sink_->OnChunk(h, bytes));
+  trailer_.chunks.push_back({h.chunk_id, offset_, bytes.size()});
+  offset_ += bytes.size();
+  stats_.chunks++;
+  return Status::OK();
+}
+
+Status DeltaBuilder::BuildWindow(uint64_t begin, uint64_t end) {
+  const size_t cells = end - begin;
+  std::vector<StatusOr<std::vector<uint8_t>>> encoded(cells,
+                                                      Status(StatusCode::kInternal, "not run"));
+  if (scans_.size() < cells) scans_.resize(cells);
+  internal::ParallelFor(cells, threads_, [&](uint64_t k) {
+    return EncodeCell(grid_[begin + k], &scans_[k], &encoded[k]);
+  });
+  for (size_t k = 0; k < cells; ++k) {
+    if (!encoded[k].ok()) return encoded[k].status();
+    const std::vector<uint8_t>& bytes = *encoded[k];
+    AccountCell(grid_[begin + k], scans_[k], bytes);
+    if (!bytes.empty()) DCR_RETURN_IF_ERROR(EmitChunk(bytes));
+  }
+  return Status::OK();
+}
+
+Status DeltaBuilder::EmitTrailer() {
+  if (options_.full) target_hash_ = target_.ContentHash(options_.threads);
+  trailer_.target_hash = target_hash_;
+  std::vector<uint8_t> tb = SerializeTrailer(trailer_, offset_);
+  DCR_RETURN_IF_ERROR(sink_->OnTrailer(tb));
+  stats_.payload_bytes = offset_ + tb.size();
+  stats_.target_hash = target_hash_;
+  return Status::OK();
+}
+
+DeltaStats DeltaBuilder::Finish() {
+  for (size_t i = 0; i < stats_.tensors.size(); ++i) {
+    auto& ts = stats_.tensors[i];
+    stats_.changed += ts.changed;
+    if (options_.collect_entropy) {
+      double bits = BinaryEntropyBits(ts.elements, ts.changed);
+      for (const auto& [v, c] : tensor_hist_[i]) {
+        double p = static_cast<double>(c) / static_cast<double>(ts.changed);
+        bits -= static_cast<double>(c) * std::log2(p);
+      }
+      ts.xor_entropy_bits = bits;
+      stats_.entropy_bound_bits += bits;
+    }
+  }
+  return std::move(stats_);
+}
+
+}  // namespace
+
+ProductionOrder::ProductionOrder(uint64_t units, uint64_t window)
+    : units_(units), window_(std::max<uint64_t>(window, 1)) {}
+
+ProductionOrder ProductionOrder::ForBuild(uint64_t cells, int threads) {
+  return ProductionOrder(cells, BuildWindowCells(threads));
+}
+
+ProductionOrder ProductionOrder::ForMergedCells(uint64_t chunks, double cells_per_chunk,
+                                                int threads) {
+  const double window =
+      std::ceil(static_cast<double>(BuildWindowCells(threads)) / cells_per_chunk - 1e-9);
+  return ProductionOrder(chunks, window >= 1 ? static_cast<uint64_t>(window) : 1);
+}
+
+uint64_t ProductionOrder::GroupFirst(uint64_t blob) const {
+  if (blob == 0 || blob > units_) return blob;
+  return 1 + WindowBegin((blob - 1) / window_);
+}
+
+uint64_t ProductionOrder::GroupLast(uint64_t blob) const {
+  if (blob == 0 || blob > units_) return blob;
+  return WindowEnd((blob - 1) / window_);
+}
+
+uint64_t BuildWindowCells(int threads) {
+  return static_cast<uint64_t>(std::max(threads, 1)) * kBuildWindowCellsPerThread;
+}
+
+StatusOr<DeltaStats> BuildDelta(const Checkpoint* base, const Checkpoint& target,
+                                const DeltaOptions& options, DeltaSink* sink) {
+  DeltaBuilder builder(base, target, options, sink);
+  DCR_RETURN_IF_ERROR(builder.Bind());
+  DCR_RETURN_IF_ERROR(builder.EmitHeader());
+  const ProductionOrder order = ProductionOrder::ForBuild(builder.cells(), builder.threads());
+  for (uint64_t w = 0; w < order.num_windows(); ++w) {
+    DCR_RETURN_IF_ERROR(builder.BuildWindow(order.WindowBegin(w), order.WindowEnd(w)));
+  }
+  DCR_RETURN_IF_ERROR(builder.EmitTrailer());
+  return builder.Finish();
+}
+
+}  // namespace dcr

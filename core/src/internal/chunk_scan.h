@@ -1,0 +1,39 @@
+// The scanning chunk encoder used by BuildDelta (and its tests): encodes one chunk straight from
+// base and target bytes. Internal: its input carries the caller's CPU dispatch decision.
+#ifndef DCR_CORE_SRC_INTERNAL_CHUNK_SCAN_H_
+#define DCR_CORE_SRC_INTERNAL_CHUNK_SCAN_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "dcr/delta.h"
+#include "dcr/format.h"
+#include "dcr/statusor.h"
+
+namespace dcr {
+
+// One chunk of a single contiguous segment given as its base and target bytes (width-byte
+// elements, little-endian): EncodeChunkScan finds the changes itself, emitting each while the
+// scan has its block in cache (no change arrays), and hashes the covered target bytes.
+struct ChunkScanInput {
+  uint64_t chunk_id = 0;
+  uint8_t width = 2;
+  const std::vector<Segment>* segments = nullptr;  // exactly one, contiguous
+  const uint8_t* base = nullptr;    // the segment's first element in the base
+  const uint8_t* target = nullptr;  // ... and in the target
+  bool avx2 = false;                // internal::CpuHasAvx2(): the caller checked it once
+  bool emit_unchanged = false;      // encode a record even when nothing changed
+};
+struct ChunkScanResult {
+  uint64_t num_changes = 0;
+  Hash128 target_range_hash;  // XXH3-128 of the covered target bytes
+};
+// The record EncodeChunk would write for the same changes (same bytes), or an empty vector when
+// nothing changed and !emit_unchanged. Any value mode (the scan always has the old bits).
+StatusOr<std::vector<uint8_t>> EncodeChunkScan(const ChunkScanInput& input, ValueMode value_mode,
+                                               const std::vector<uint64_t>& salts, int zstd_level,
+                                               ChunkScanResult* result);
+
+}  // namespace dcr
+
+#endif  // DCR_CORE_SRC_INTERNAL_CHUNK_SCAN_H_
