@@ -1,6 +1,13 @@
-// dcr verify A B: byte comparison of two files, naming the first difference.
+// dcr verify A B: byte comparison of two checkpoint files, or of two directories of safetensors
+// shards (same shard names, each byte-identical), naming the first difference.
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "command.h"
@@ -23,55 +30,155 @@ std::string Locate(const Checkpoint* ck, uint64_t off) {
   return "";
 }
 
+// Result of comparing two regular files: 0 identical, 1 different, or an error status.
+struct Compared {
+  int rc = 0;
+  uint64_t bytes = 0;
+};
+
+// Compares the regular files `a` and `b` block by block; prints "DIFFER ..." (prefixed by
+// `label`) at the first difference.
+StatusOr<Compared> CompareFiles(const std::string& a, const std::string& b, const std::string& label) {
+  auto ca = Checkpoint::Open(a);  // parsed only to name tensors
+  FILE* fa = std::fopen(a.c_str(), "rb");
+  if (!fa) return ErrnoError("open " + a, errno);
+  FILE* fb = std::fopen(b.c_str(), "rb");
+  if (!fb) {
+    std::fclose(fa);
+    return ErrnoError("open " + b, errno);
+  }
+  std::vector<uint8_t> x(1 << 20), y(1 << 20);
+  Compared out;
+  out.rc = -1;
+  Status err;
+  while (out.rc < 0) {
+    size_t nx = std::fread(x.data(), 1, x.size(), fa);
+    size_t ny = std::fread(y.data(), 1, y.size(), fb);
+    if (std::ferror(fa) || std::ferror(fb)) {
+      err = ErrnoError("read " + std::string(std::ferror(fa) ? a : b), errno);
+      break;
+    }
+    size_t n = std::min(nx, ny);
+    for (size_t i = 0; i < n; ++i) {
+      if (x[i] != y[i]) {
+        std::printf("DIFFER%s at byte %llu%s: %02x vs %02x\n", label.c_str(),
+                    static_cast<unsigned long long>(out.bytes + i),
+                    Locate(ca.ok() ? ca->get() : nullptr, out.bytes + i).c_str(), x[i], y[i]);
+        out.rc = 1;
+        break;
+      }
+    }
+    if (out.rc >= 0) break;
+    out.bytes += n;
+    if (nx != ny) {
+      std::printf("DIFFER%s in size: one file ends at byte %llu\n", label.c_str(),
+                  static_cast<unsigned long long>(out.bytes));
+      out.rc = 1;
+    } else if (nx == 0) {
+      out.rc = 0;
+    }
+  }
+  std::fclose(fa);
+  std::fclose(fb);
+  if (!err.ok()) return err;
+  return out;
+}
+
+enum class Kind { kFile, kDirectory };
+
+StatusOr<Kind> KindOf(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return ErrnoError("stat " + path, errno);
+  if (S_ISDIR(st.st_mode)) return Kind::kDirectory;
+  if (!S_ISREG(st.st_mode)) return InvalidArgumentError(path + ": not a regular file");
+  return Kind::kFile;
+}
+
+bool IsShardName(const std::string& n) {
+  auto ends = [&](const std::string& s) {
+    return n.size() >= s.size() && n.compare(n.size() - s.size(), s.size(), s) == 0;
+  };
+  return ends(".safetensors") || n == "model.safetensors.index.json";
+}
+
+// The shard files (*.safetensors and model.safetensors.index.json) directly inside `dir`.
+StatusOr<std::set<std::string>> ShardNames(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return ErrnoError("open directory " + dir, errno);
+  std::set<std::string> names;
+  while (dirent* e = ::readdir(d)) {
+    std::string n = e->d_name;
+    if (!IsShardName(n)) continue;
+    auto k = KindOf(dir + "/" + n);
+    if (k.ok() && *k == Kind::kFile) names.insert(n);
+  }
+  ::closedir(d);
+  return names;
+}
+
+int VerifyDirectories(const std::string& a, const std::string& b) {
+  auto na = ShardNames(a);
+  if (!na.ok()) return ReportStatus("verify", na.status());
+  auto nb = ShardNames(b);
+  if (!nb.ok()) return ReportStatus("verify", nb.status());
+  for (const auto& [dir, names] : {std::pair{a, &*na}, std::pair{b, &*nb}}) {
+    if (names->empty()) {
+      return ReportStatus("verify", InvalidArgumentError(
+                                        dir + " is a directory without safetensors shards; nothing to compare"));
+    }
+  }
+  for (const auto& n : *na) {
+    if (!nb->count(n)) {
+      std::printf("DIFFER: shard %s is in %s but not in %s\n", n.c_str(), a.c_str(), b.c_str());
+      return 1;
+    }
+  }
+  for (const auto& n : *nb) {
+    if (!na->count(n)) {
+      std::printf("DIFFER: shard %s is in %s but not in %s\n", n.c_str(), b.c_str(), a.c_str());
+      return 1;
+    }
+  }
+  uint64_t total = 0;
+  for (const auto& n : *na) {
+    auto c = CompareFiles(a + "/" + n, b + "/" + n, " in shard " + n);
+    if (!c.ok()) return ReportStatus("verify", c.status());
+    if (c->rc != 0) return c->rc;
+    total += c->bytes;
+  }
+  std::printf("IDENTICAL: %zu shards, %llu bytes\n", na->size(), static_cast<unsigned long long>(total));
+  return 0;
+}
+
 }  // namespace
 
-DCR_REGISTER_COMMAND("verify", "Compare two files byte for byte; exit 1 and name the first difference",
-                     [](CLI::App* app) {
-                       auto a = std::make_shared<std::pair<std::string, std::string>>();
-                       app->add_option("a", a->first, "First file")->required();
-                       app->add_option("b", a->second, "Second file")->required();
-                       return [a]() {
-                         auto ca = Checkpoint::Open(a->first);
-                         // Compare raw bytes in blocks; parse only to name tensors.
-                         FILE* fa = std::fopen(a->first.c_str(), "rb");
-                         if (!fa) return ReportStatus("verify", ErrnoError("open " + a->first, errno));
-                         FILE* fb = std::fopen(a->second.c_str(), "rb");
-                         if (!fb) {
-                           std::fclose(fa);
-                           return ReportStatus("verify", ErrnoError("open " + a->second, errno));
-                         }
-                         std::vector<uint8_t> x(1 << 20), y(1 << 20);
-                         uint64_t off = 0;
-                         int rc = -1;
-                         while (rc < 0) {
-                           size_t nx = std::fread(x.data(), 1, x.size(), fa);
-                           size_t ny = std::fread(y.data(), 1, y.size(), fb);
-                           size_t n = std::min(nx, ny);
-                           for (size_t i = 0; i < n; ++i) {
-                             if (x[i] != y[i]) {
-                               std::printf("DIFFER at byte %llu%s: %02x vs %02x\n",
-                                           static_cast<unsigned long long>(off + i),
-                                           Locate(ca.ok() ? ca->get() : nullptr, off + i).c_str(), x[i], y[i]);
-                               rc = 1;
-                               break;
-                             }
-                           }
-                           if (rc >= 0) break;
-                           off += n;
-                           if (nx != ny) {
-                             std::printf("DIFFER in size: one file ends at byte %llu\n",
-                                         static_cast<unsigned long long>(off));
-                             rc = 1;
-                           } else if (nx == 0) {
-                             rc = 0;
-                           }
-                         }
-                         std::fclose(fa);
-                         std::fclose(fb);
-                         if (rc != 0) return rc;
-                         std::printf("IDENTICAL: %llu bytes\n", static_cast<unsigned long long>(off));
-                         return 0;
-                       };
-                     });
+DCR_REGISTER_COMMAND(
+    "verify",
+    "Compare two checkpoint files (or two directories of safetensors shards) byte for byte; exit 1 "
+    "and name the first difference",
+    [](CLI::App* app) {
+      auto a = std::make_shared<std::pair<std::string, std::string>>();
+      app->add_option("a", a->first, "First checkpoint file or shard directory")->required();
+      app->add_option("b", a->second, "Second checkpoint file or shard directory")->required();
+      return [a]() {
+        auto ka = KindOf(a->first);
+        if (!ka.ok()) return ReportStatus("verify", ka.status());
+        auto kb = KindOf(a->second);
+        if (!kb.ok()) return ReportStatus("verify", kb.status());
+        if (*ka != *kb) {
+          const std::string& dir = *ka == Kind::kDirectory ? a->first : a->second;
+          const std::string& file = *ka == Kind::kDirectory ? a->second : a->first;
+          return ReportStatus("verify", InvalidArgumentError(
+                                            dir + " is a directory but " + file +
+                                            " is a file; give two checkpoint files or two shard directories"));
+        }
+        if (*ka == Kind::kDirectory) return VerifyDirectories(a->first, a->second);
+        auto c = CompareFiles(a->first, a->second, "");
+        if (!c.ok()) return ReportStatus("verify", c.status());
+        if (c->rc != 0) return c->rc;
+        std::printf("IDENTICAL: %llu bytes\n", static_cast<unsigned long long>(c->bytes));
+        return 0;
+      };
+    });
 
 }  // namespace dcr::cli

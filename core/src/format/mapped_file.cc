@@ -21,6 +21,12 @@ Status MapReadOnly(const std::string& path, void** map, uint64_t* size) {
     ::close(fd);
     return ErrnoError("stat " + path, e);
   }
+  if (S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    return InvalidArgumentError(path +
+                                " is a directory; a checkpoint is one .safetensors file (sharded "
+                                "checkpoint directories are read only by `dcr verify`)");
+  }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
     return InvalidArgumentError(path + ": not a regular file");

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The real `dcr` binary given the wrong kind of input: directories, shard directories, deltas or
+# JSON where a checkpoint is expected. Each is refused by name (or compared, for two shard
+# directories), never reported as a success it did not check.
+set -u
+dcr="$1"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+check() {  # check NAME EXPECTED_RC ACTUAL_RC
+  if [ "$2" != "$3" ]; then echo "FAIL $1: exit $3, expected $2"; fail=1; else echo "ok   $1"; fi
+}
+has() {  # has NAME FILE PATTERN: FILE contains PATTERN (fixed string)
+  if grep -qF -- "$3" "$2"; then echo "ok   $1"; else echo "FAIL $1: no '$3' in:"; cat "$2"; fail=1; fi
+}
+lacks() {  # lacks NAME FILE PATTERN
+  if grep -qF -- "$3" "$2"; then echo "FAIL $1: '$3' in:"; cat "$2"; fail=1; else echo "ok   $1"; fi
+}
+"$dcr" synth --preset tiny --rate 3% --steps 2 --out "$tmp/ck" >/dev/null 2>&1; check synth 0 $?
+s0="$tmp/ck/step0.safetensors"; s1="$tmp/ck/step1.safetensors"
+
+# verify with directories: two shard directories are compared shard by shard.
+mkdir "$tmp/A" "$tmp/B" "$tmp/E1" "$tmp/E2"
+cp "$s0" "$tmp/A/model-00001-of-00002.safetensors"; cp "$s1" "$tmp/A/model-00002-of-00002.safetensors"
+cp "$tmp/A/"* "$tmp/B/"
+"$dcr" verify "$tmp/A" "$tmp/B" > "$tmp/o.txt" 2>&1; check verify-dirs-identical 0 $?
+has verify-dirs-identical-says "$tmp/o.txt" "IDENTICAL: 2 shards"
+cp "$s0" "$tmp/B/model-00002-of-00002.safetensors"
+"$dcr" verify "$tmp/A" "$tmp/B" > "$tmp/o.txt" 2>&1; check verify-dirs-differ 1 $?
+has verify-dirs-differ-names-shard "$tmp/o.txt" "DIFFER in shard model-00002-of-00002.safetensors at byte"
+lacks verify-dirs-differ-not-identical "$tmp/o.txt" "IDENTICAL"
+rm "$tmp/B/model-00002-of-00002.safetensors"
+"$dcr" verify "$tmp/A" "$tmp/B" > "$tmp/o.txt" 2>&1; check verify-dirs-missing-shard 1 $?
+has verify-dirs-missing-shard-names-it "$tmp/o.txt" "shard model-00002-of-00002.safetensors is in $tmp/A but not in $tmp/B"
+"$dcr" verify "$tmp/E1" "$tmp/E2" > "$tmp/o.txt" 2>&1; check verify-empty-dirs 11 $?
+has verify-empty-dirs-says "$tmp/o.txt" "$tmp/E1 is a directory without safetensors shards"
+lacks verify-empty-dirs-not-identical "$tmp/o.txt" "IDENTICAL"
+"$dcr" verify "$tmp/A" "$s0" > "$tmp/o.txt" 2>&1; check verify-dir-vs-file 11 $?
+has verify-dir-vs-file-says "$tmp/o.txt" "$tmp/A is a directory but $s0 is a file"
+"$dcr" verify "$s0" "$tmp/A" > "$tmp/o.txt" 2>&1; check verify-file-vs-dir 11 $?
+has verify-file-vs-dir-says "$tmp/o.txt" "$tmp/A is a directory but $s0 is a file"
+
+# A directory where one checkpoint file is expected.
+"$dcr" diff "$tmp/A" "$s1" -o "$tmp/d.dcr" > "$tmp/o.txt" 2>&1; check diff-dir-base 11 $?
+has diff-dir-base-says "$tmp/o.txt" "$tmp/A is a directory"
+[ ! -e "$tmp/d.dcr" ]; check diff-dir-base-no-output 0 $?
+"$dcr" diff "$s0" "$s1" -o "$tmp/d01.dcr" -q; check diff 0 $?
+"$dcr" apply "$tmp/A" "$tmp/d01.dcr" -o "$tmp/out.safetensors" > "$tmp/o.txt" 2>&1; check apply-dir-base 11 $?
+has apply-dir-base-says "$tmp/o.txt" "$tmp/A is a directory"
+[ ! -e "$tmp/out.safetensors" ]; check apply-dir-base-no-output 0 $?
+exit $fail
