@@ -7,9 +7,10 @@
 // policy owns no threads, sockets, files, clocks or buffers: every event carries the driver's
 // "now", deadlines are SetTimer actions reported back as TimerFired, and the driver does the work
 // the actions name (closing links, creating a DownloaderPolicy, reloading storage, fetching an
-// overwrite form). The same code is driven by the deterministic fault harness
-// (fault_injection.h), which injects the faults and executes these actions; a socket driver feeds
-// the same events from its connections, timers and journal.
+// overwrite form) through a RecoveryEnvironment, one call per action (PerformRecovery). The same
+// code is driven by the deterministic fault harness (dcr/testing/fault_injection.h), which
+// injects the faults and implements the environment; a socket driver feeds the same events from
+// its connections, timers and journal.
 //
 // Rules and their costs (RecoveryOptions names every parameter):
 //
@@ -242,6 +243,29 @@ class RecoveryPolicy {
 };
 
 const char* RecoveryModeName(RecoveryPolicy::Mode mode);
+
+// What a driver provides to carry out recovery actions: one call per action, named and shaped as
+// the action. Only SetTimer has a completion (TimerFired, fed back to RecoveryPolicy::Handle);
+// the other calls start work whose progress belongs elsewhere (a download to its
+// DownloaderPolicy, an overwrite form to the node's apply path).
+class RecoveryEnvironment {
+ public:
+  virtual ~RecoveryEnvironment() = default;
+  virtual void SetTimer(TimePoint at) = 0;
+  virtual void FallBackToStore(const std::string& reason) = 0;
+  virtual void LeaveTree() = 0;
+  virtual void StartDownload() = 0;
+  virtual void Reparent(NodeId to) = 0;
+  virtual void ReloadCommitted() = 0;
+  virtual void RequestOverwrite(uint64_t chunk_id, const std::string& key) = 0;
+  virtual void StopUpload() = 0;
+  virtual void Republish() = 0;
+  virtual void GiveUp(const std::string& message) = 0;
+};
+
+// Carries out `actions` on `env`, in order, exactly one environment call per action.
+// REQUIRES: env non-null.
+void PerformRecovery(const std::vector<recovery::Action>& actions, RecoveryEnvironment* env);
 
 }  // namespace dcr
 

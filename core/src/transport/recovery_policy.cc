@@ -242,4 +242,22 @@ void RecoveryPolicy::Handle(TimePoint now, const recovery::Event& event, Actions
       event);
 }
 
+void PerformRecovery(const std::vector<recovery::Action>& actions, RecoveryEnvironment* env) {
+  for (const recovery::Action& a : actions) {
+    std::visit(Overloaded{
+                   [env](const SetTimer& x) { env->SetTimer(x.at); },
+                   [env](const FallBackToStore& x) { env->FallBackToStore(x.reason); },
+                   [env](const LeaveTree&) { env->LeaveTree(); },
+                   [env](const StartDownload&) { env->StartDownload(); },
+                   [env](const Reparent& x) { env->Reparent(x.to); },
+                   [env](const ReloadCommitted&) { env->ReloadCommitted(); },
+                   [env](const RequestOverwrite& x) { env->RequestOverwrite(x.chunk_id, x.key); },
+                   [env](const StopUpload&) { env->StopUpload(); },
+                   [env](const Republish&) { env->Republish(); },
+                   [env](const GiveUp& x) { env->GiveUp(x.message); },
+               },
+               a);
+  }
+}
+
 }  // namespace dcr

@@ -238,6 +238,49 @@ TEST(RecoveryPolicy, SenderDecisions) {
   EXPECT_EQ(s.role(), RecoveryRole::kSender);
 }
 
+// Records each environment call as the action's ToString form.
+class RecordingEnv : public RecoveryEnvironment {
+ public:
+  Strings calls;
+  void SetTimer(TimePoint at) override { Add(recovery::SetTimer{at}); }
+  void FallBackToStore(const std::string& r) override { Add(recovery::FallBackToStore{r}); }
+  void LeaveTree() override { Add(recovery::LeaveTree{}); }
+  void StartDownload() override { Add(recovery::StartDownload{}); }
+  void Reparent(NodeId to) override { Add(recovery::Reparent{to}); }
+  void ReloadCommitted() override { Add(recovery::ReloadCommitted{}); }
+  void RequestOverwrite(uint64_t id, const std::string& key) override {
+    Add(recovery::RequestOverwrite{id, key});
+  }
+  void StopUpload() override { Add(recovery::StopUpload{}); }
+  void Republish() override { Add(recovery::Republish{}); }
+  void GiveUp(const std::string& m) override { Add(recovery::GiveUp{m}); }
+
+ private:
+  void Add(const Action& a) { calls.push_back(recovery::ToString(a)); }
+};
+
+TEST(RecoveryPolicy, PerformRecoveryMakesOneCallPerActionInOrder) {
+  const std::vector<Action> all = {recovery::SetTimer{2},
+                                   recovery::FallBackToStore{"why"},
+                                   recovery::LeaveTree{},
+                                   recovery::StartDownload{},
+                                   recovery::Reparent{3},
+                                   recovery::ReloadCommitted{},
+                                   recovery::RequestOverwrite{5, "ow/p/5"},
+                                   recovery::StopUpload{},
+                                   recovery::Republish{},
+                                   recovery::GiveUp{"spent"}};
+  RecordingEnv env;
+  PerformRecovery(all, &env);
+  Strings want;
+  for (const Action& a : all) want.push_back(recovery::ToString(a));
+  EXPECT_EQ(env.calls, want);
+  // Reversed order in, reversed calls out.
+  RecordingEnv rev;
+  PerformRecovery(std::vector<Action>(all.rbegin(), all.rend()), &rev);
+  EXPECT_EQ(rev.calls, Strings(want.rbegin(), want.rend()));
+}
+
 // Seeded random event sequences: the same events give the same actions, the budget holds, GiveUp
 // is terminal, and every StartDownload follows a timer the policy set.
 TEST(RecoveryPolicy, DeterministicReplayOfSeededTraces) {

@@ -2,7 +2,8 @@
 // store and journaled receivers on a deterministic discrete-event clock, with faults injected by
 // the driver. The harness decides nothing about recovery: it injects a fault, reports what a
 // real node's transport and supervisor would see (a lost link, a failed stream, a restart with
-// its journal) to the node's RecoveryPolicy, and carries out the actions it returns.
+// its journal) to the node's RecoveryPolicy, and carries out the actions it returns as the
+// policy's RecoveryEnvironment (HarnessRecovery).
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <random>
 #include <set>
@@ -208,6 +210,31 @@ class HarnessEnv : public NodeEnvironment {
   const NodePolicy* policy_;
 };
 
+// The recovery environment of one node: each call is World's execution of that action. An
+// overwrite form is requested only while a chunk is being applied; `overwrite` carries it out
+// there.
+class HarnessRecovery : public RecoveryEnvironment {
+ public:
+  using OverwriteFn = std::function<void(uint64_t chunk_id, const std::string& key)>;
+  HarnessRecovery(World* world, int node, OverwriteFn overwrite)
+      : world_(world), node_(node), overwrite_(std::move(overwrite)) {}
+  void SetTimer(TimePoint at) override;
+  void FallBackToStore(const std::string& reason) override;
+  void LeaveTree() override;
+  void StartDownload() override;
+  void Reparent(NodeId to) override;
+  void ReloadCommitted() override;
+  void RequestOverwrite(uint64_t chunk_id, const std::string& key) override;
+  void StopUpload() override;
+  void Republish() override;
+  void GiveUp(const std::string& message) override;
+
+ private:
+  World* world_;
+  int node_;
+  OverwriteFn overwrite_;
+};
+
 class World {
  public:
   World(const Checkpoint& base, const Checkpoint& target, const DeltaOptions& dopts,
@@ -271,11 +298,15 @@ class World {
   // The transport of `node`'s children: their links to `node` are gone (ParentLost).
   void ChildrenLost(int node);
   void KillSender();
-  // Feeds `ev` to `node`'s recovery policy and returns its actions (recorded in the trace).
-  std::vector<recovery::Action> Decide(int node, const recovery::Event& ev);
-  // Decide, then carry out every action.
-  void Recover(int node, const recovery::Event& ev);
-  void DoRecovery(int node, const recovery::Action& a);
+  // Feeds `ev` to `node`'s recovery policy (recorded in the trace) and carries out its actions
+  // through HarnessRecovery; `overwrite` serves RequestOverwrite (only during an apply).
+  void Recover(int node, const recovery::Event& ev,
+               HarnessRecovery::OverwriteFn overwrite = nullptr);
+  friend class HarnessRecovery;
+  void FallBackToStore(int node, const std::string& reason);
+  void LeaveTree(int node);
+  void StartDownload(int node);
+  void GiveUp(int node, const std::string& message);
   void ReloadCommitted(Node& n);
   void Republish();
   StatusOr<std::vector<uint8_t>> Overwrite(const std::string& key, uint64_t chunk_id);
@@ -481,7 +512,8 @@ void HarnessEnv::Do(const Action& a) {
   world_->Do(node_, slot_, a);
 }
 
-std::vector<recovery::Action> World::Decide(int node, const recovery::Event& ev) {
+void World::Recover(int node, const recovery::Event& ev,
+                    HarnessRecovery::OverwriteFn overwrite) {
   std::vector<recovery::Action> acts;
   nodes_[node].recovery->Handle(now_, ev, &acts);
   if (opts_.record_trace) {
@@ -489,59 +521,73 @@ std::vector<recovery::Action> World::Decide(int node, const recovery::Event& ev)
     for (const recovery::Action& a : acts) t.actions.push_back(recovery::ToString(a));
     report_.trace.push_back(std::move(t));
   }
-  return acts;
+  HarnessRecovery env(this, node, std::move(overwrite));
+  PerformRecovery(acts, &env);
 }
 
-void World::Recover(int node, const recovery::Event& ev) {
-  for (const recovery::Action& a : Decide(node, ev)) DoRecovery(node, a);
+void HarnessRecovery::SetTimer(TimePoint at) {
+  QEvent q;
+  q.node = node_;
+  q.slot = kRecoverySlot;
+  q.is_timer = true;
+  q.timer_gen = ++world_->nodes_[node_].timer_gen[kRecoverySlot];
+  world_->Schedule(std::max(at, world_->now_), std::move(q));
 }
-
-void World::DoRecovery(int node, const recovery::Action& a) {
-  Node& n = nodes_[node];
-  if (const auto* t = std::get_if<recovery::SetTimer>(&a)) {
-    QEvent q;
-    q.node = node;
-    q.slot = kRecoverySlot;
-    q.is_timer = true;
-    q.timer_gen = ++n.timer_gen[kRecoverySlot];
-    Schedule(std::max(t->at, now_), std::move(q));
-  } else if (const auto* f = std::get_if<recovery::FallBackToStore>(&a)) {
-    ++report_.fallbacks_to_store;
-    report_.log.push_back(Fmt("t=%.3f %s falls back to the object store: %s", now_,
-                              Name(node).c_str(), f->reason.c_str()));
-    ++n.incarnation;  // drops everything in flight for the stream policy it leaves
-    n.store_mode = true;
-    n.policy.reset();
-  } else if (std::holds_alternative<recovery::LeaveTree>(a)) {
-    if (node == 0) {
-      n.tree_dead = true;
-      n.policy.reset();
-    }
-    n.store_mode = node != 0;
-    ChildrenLost(node);
-  } else if (std::holds_alternative<recovery::StartDownload>(a)) {
-    n.store_mode = true;
-    n.policy = MakeDownloaderPolicy(relay_);
-    Deliver(node, kStreamSlot, event::Start{});
-  } else if (const auto* r = std::get_if<recovery::Reparent>(&a)) {
-    // ChildrenLost offers no adopter: the tree policies here have a fixed child set.
-    report_.error = Name(node) + ": re-parent to node " + std::to_string(r->to) +
-                    " without an adopter offered";
-  } else if (std::holds_alternative<recovery::ReloadCommitted>(a)) {
-    ReloadCommitted(n);
-  } else if (const auto* g = std::get_if<recovery::GiveUp>(&a)) {
-    report_.log.push_back(Fmt("t=%.3f %s: %s%s", now_, Name(node).c_str(), g->message.c_str(),
-                              n.restarting ? ", left dead" : ""));
-    n.policy.reset();
-    if (n.restarting) n.alive = false;
-  } else if (std::holds_alternative<recovery::StopUpload>(a)) {
-    n.uploader.reset();
-  } else if (std::holds_alternative<recovery::Republish>(a)) {
-    Republish();
-  } else if (std::holds_alternative<recovery::RequestOverwrite>(a)) {
-    // Carried out inside Apply, where the refused chunk is.
-    report_.error = Name(node) + ": overwrite requested outside an apply";
+void HarnessRecovery::FallBackToStore(const std::string& reason) {
+  world_->FallBackToStore(node_, reason);
+}
+void HarnessRecovery::LeaveTree() { world_->LeaveTree(node_); }
+void HarnessRecovery::StartDownload() { world_->StartDownload(node_); }
+void HarnessRecovery::Reparent(NodeId to) {
+  // ChildrenLost offers no adopter: the tree policies here have a fixed child set.
+  world_->report_.error = world_->Name(node_) + ": re-parent to node " + std::to_string(to) +
+                          " without an adopter offered";
+}
+void HarnessRecovery::ReloadCommitted() { world_->ReloadCommitted(world_->nodes_[node_]); }
+void HarnessRecovery::RequestOverwrite(uint64_t chunk_id, const std::string& key) {
+  if (overwrite_) {
+    overwrite_(chunk_id, key);
+  } else {
+    world_->report_.error = world_->Name(node_) + ": overwrite requested outside an apply";
   }
+}
+void HarnessRecovery::StopUpload() { world_->nodes_[node_].uploader.reset(); }
+void HarnessRecovery::Republish() { world_->Republish(); }
+void HarnessRecovery::GiveUp(const std::string& message) { world_->GiveUp(node_, message); }
+
+void World::FallBackToStore(int node, const std::string& reason) {
+  Node& n = nodes_[node];
+  ++report_.fallbacks_to_store;
+  report_.log.push_back(Fmt("t=%.3f %s falls back to the object store: %s", now_,
+                            Name(node).c_str(), reason.c_str()));
+  ++n.incarnation;  // drops everything in flight for the stream policy it leaves
+  n.store_mode = true;
+  n.policy.reset();
+}
+
+void World::LeaveTree(int node) {
+  Node& n = nodes_[node];
+  if (node == 0) {
+    n.tree_dead = true;
+    n.policy.reset();
+  }
+  n.store_mode = node != 0;
+  ChildrenLost(node);
+}
+
+void World::StartDownload(int node) {
+  Node& n = nodes_[node];
+  n.store_mode = true;
+  n.policy = MakeDownloaderPolicy(relay_);
+  Deliver(node, kStreamSlot, event::Start{});
+}
+
+void World::GiveUp(int node, const std::string& message) {
+  Node& n = nodes_[node];
+  report_.log.push_back(Fmt("t=%.3f %s: %s%s", now_, Name(node).c_str(), message.c_str(),
+                            n.restarting ? ", left dead" : ""));
+  n.policy.reset();
+  if (n.restarting) n.alive = false;
 }
 
 void World::DoSend(int from, const action::Send& s) {
@@ -687,21 +733,19 @@ ApplyResult World::Apply(Node& n, const BlobInfo& blob) {
   if (!s.ok() && s.IsFailedPrecondition() &&
       n.journal->Lookup(id, nullptr) == JournalChunkState::kDoubtful) {
     ++report_.payloads_refused;
-    for (const recovery::Action& a : Decide(n.id, recovery::ChunkDoubtful{id})) {
-      const auto* req = std::get_if<recovery::RequestOverwrite>(&a);
-      if (req == nullptr) {
-        DoRecovery(n.id, a);
-        continue;
+    Recover(n.id, recovery::ChunkDoubtful{id}, [&](uint64_t chunk_id, const std::string& key) {
+      StatusOr<std::vector<uint8_t>> ow = Overwrite(key, chunk_id);
+      if (!ow.ok()) {
+        s = ow.status();
+        return;
       }
-      StatusOr<std::vector<uint8_t>> ow = Overwrite(req->key, req->chunk_id);
-      if (!ow.ok()) return fail(ow.status());
       s = n.ja->ApplyRecord(ow->data(), ow->size());
       if (s.ok()) {
         ++report_.overwrite_repairs;
         report_.log.push_back(Fmt("t=%.3f %s: chunk %" PRIu64 " repaired with its overwrite form",
                                   now_, Name(n.id).c_str(), id));
       }
-    }
+    });
   }
   if (!s.ok()) return fail(s);
   if (dup_apply_.erase({n.id, blob.id})) {
@@ -823,11 +867,8 @@ void World::RestartNode(int node) {
   n.storage_lost = false;
   n.committed = st.committed && *st.committed == v1_;
   n.restarting = true;
-  for (const recovery::Action& a :
-       Decide(node, recovery::Restarted{storage_lost, n.committed, st.applied.size(),
-                                        st.doubtful.size()})) {
-    DoRecovery(node, a);
-  }
+  Recover(node, recovery::Restarted{storage_lost, n.committed, st.applied.size(),
+                                    st.doubtful.size()});
   n.restarting = false;
   if (!n.alive) return;
   ++report_.restarts;

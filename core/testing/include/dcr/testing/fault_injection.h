@@ -8,7 +8,8 @@
 // The harness decides nothing about recovery: every node's decisions come from its
 // RecoveryPolicy (recovery_policy.h, rules R1-R9); the harness injects the faults, reports to
 // each policy what a real node's transport and supervisor would see (a lost link, a failed
-// stream, a restart with its journal, a doubtful chunk refused) and carries out the actions.
+// stream, a restart with its journal, a doubtful chunk refused) and carries out the actions as
+// its RecoveryEnvironment.
 //
 // Failure model (the policy's rules as they play out here; see core/docs/fault-tolerance.md):
 //   * a receiver or relay killed (at a chunk boundary, inside a chunk, with its journal's last
