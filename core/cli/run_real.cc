@@ -306,7 +306,7 @@ CpuPoint SampleCpu(std::vector<Child>* children) {
   return p;
 }
 
-// Starts `dcr node --plan FILE` for every plan and waits for all of them, sampling their CPU every
+// Starts `dcr-node --plan FILE` for every plan and waits for all of them, sampling their CPU every
 // 20 ms into `cpu`. The first node failure or the scenario's timeout (+30 s) stops the rest.
 Status SpawnAndWait(const Scenario& s, const std::vector<NodePlan>& plans,
                     const std::string& run_dir, const std::string& label,
