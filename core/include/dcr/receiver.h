@@ -31,7 +31,9 @@
 //     progress (more records may arrive; a later Commit may succeed).
 //   * Verify compares the storage byte for byte with a dense load of `target` through the
 //     receiver's own loader (the identity for plain buffers; the serving runtime's native loader
-//     for a serving replica). OK if equal; kDataLoss naming the first differing tensor and byte.
+//     for a serving replica; a replica attached to a runtime's own buffers, whose loader dcr cannot
+//     run, compares every element it placed and every shadow). OK if equal; kDataLoss naming the
+//     first differing tensor and byte.
 //
 // Thread safety: ApplyRecord may be called concurrently for distinct chunks of the delta in
 // progress; every other method must not run concurrently with any call. Queries (held,
@@ -86,7 +88,8 @@ class Receiver {
   // over storage that survived it (a journal proves that; JournaledReceiver calls this on
   // resume). `version_delta` is the chunk's (its move of the content hash). The receiver cannot
   // check the claim: Commit's hash check then rests on it. REQUIRES: a delta in progress
-  // (kFailedPrecondition otherwise).
+  // (kFailedPrecondition otherwise). kUnimplemented from a receiver without chunk accounting
+  // (the full-stream receiver of transport.h).
   virtual Status MarkApplied(uint64_t chunk_id, const Hash128& version_delta) = 0;
 
   // Byte-for-byte comparison with a dense load of `target`. See the file comment.
