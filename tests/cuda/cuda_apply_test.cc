@@ -47,7 +47,7 @@ TEST(CudaTest, NoDeviceGivesAStatusNotAnAbort) {
 }
 
 // Random tensors of every width with special values; deltas in every value mode; chunks in random
-// order on the device vs the host runtime's StorageReceiver.
+// order on the device, compared byte for byte with the target storage image.
 TEST(CudaTest, DeviceApplierMatchesHostForEveryWidthAndMode) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(5);
