@@ -21,8 +21,6 @@
 namespace dcr {
 namespace {
 
-constexpr uint64_t kMaxHeaderSize = uint64_t{100} << 20;  // the safetensors reference limit
-
 Status WriteAll(int fd, const void* data, size_t size, const std::string& what) {
   const uint8_t* p = static_cast<const uint8_t*>(data);
   while (size > 0) {
@@ -179,7 +177,7 @@ Status Checkpoint::Parse() {
   if (file_size_ < 8) return DataLossError("truncated safetensors file: fewer than 8 bytes");
   uint64_t n = 0;
   std::memcpy(&n, file_, 8);
-  if (n > kMaxHeaderSize) {
+  if (n > internal::kMaxSafetensorsHeaderBytes) {
     return DataLossError("safetensors header size " + std::to_string(n) + " exceeds the 100 MiB limit");
   }
   if (n > file_size_ - 8) {

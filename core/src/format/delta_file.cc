@@ -134,6 +134,11 @@ StatusOr<FileHeader> ParseFileHeader(const uint8_t* data, size_t size, size_t* c
   h.target_version = r.U64();
   uint32_t inv_size = r.U32();
   if (r.failed()) return DataLossError("truncated delta header");
+  if (inv_size > internal::kMaxSafetensorsHeaderBytes) {
+    return DataLossError("delta header: inventory of " + std::to_string(inv_size) +
+                         " bytes exceeds the " +
+                         std::to_string(internal::kMaxSafetensorsHeaderBytes) + "-byte cap");
+  }
   if (inv_size > r.remaining()) return DataLossError("truncated delta header (inventory)");
   h.inventory.assign(reinterpret_cast<const char*>(r.pos()), inv_size);
   r.Skip(inv_size);

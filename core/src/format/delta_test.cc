@@ -603,6 +603,24 @@ TEST(Delta, ImpossibleStreamSizesAreRefusedBeforeAllocating) {
   EXPECT_NE(dc.status().message().find("claims"), std::string::npos) << dc.status();
 }
 
+// A (checksummed) delta header whose inventory exceeds the safetensors header cap is refused
+// before the inventory is copied or parsed.
+TEST(Delta, InventoryOverTheHeaderCapIsRefused) {
+  FileHeader h;
+  h.format_version = kFormatVersion;
+  h.flags = kFlagNoBase;
+  h.inventory.assign(150u << 20, ' ');  // 150 MB of JSON whitespace
+  h.inventory.front() = '{';
+  h.inventory.back() = '}';
+  std::vector<uint8_t> bytes = SerializeFileHeader(h);
+  size_t consumed = 0;
+  auto parsed = ParseFileHeader(bytes.data(), bytes.size(), &consumed);
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_TRUE(parsed.status().IsDataLoss()) << parsed.status();
+  EXPECT_NE(parsed.status().message().find("exceeds the 104857600-byte cap"), std::string::npos)
+      << parsed.status();
+}
+
 TEST(Delta, WrongBaseIsRefusedAndLeavesNoOutput) {
   std::mt19937_64 rng(13);
   TempDir dir;

@@ -11,6 +11,10 @@
 
 namespace dcr::internal {
 
+// The largest safetensors JSON header read (the safetensors reference limit, 100 MiB); a delta
+// header's inventory (the target's header, verbatim) has the same cap.
+inline constexpr uint64_t kMaxSafetensorsHeaderBytes = uint64_t{100} << 20;
+
 // Parses the JSON header `json[0..n)`. Offsets must lie within `data_size` bytes (pass
 // UINT64_MAX when the data section is not present). Tensors come back sorted by data offset,
 // checked for overlap; `data_end` receives the largest end offset.
