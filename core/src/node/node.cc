@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -26,6 +27,7 @@
 #include "dcr/status_macros.h"
 #include "dcr/transport.h"
 #include "internal/mapped_file.h"
+#include "internal/safetensors.h"
 #include "transport/net.h"
 
 namespace dcr {
@@ -44,6 +46,24 @@ struct BlobBuf {
   std::vector<uint8_t> bytes;
 };
 using BlobPtr = std::shared_ptr<BlobBuf>;
+
+// The largest blob of `kind` the stream of `plan` can carry; a frame or a store object that
+// claims more is refused before anything is allocated. Headers carry at most a safetensors
+// header (the full stream) or a delta header with its inventory, trailers a chunk table (24
+// bytes per chunk): both within kMaxSafetensorsHeaderBytes + 64 KiB. A full-stream chunk is an
+// 8-byte offset and full_slice_bytes of data. A delta chunk record covers at most chunk_elems
+// elements: at most 8 value bytes, 5 position bytes and one 80-byte segment per element, plus
+// fixed headers and frame overhead: chunk_elems * 96 + 1 MiB.
+uint64_t MaxBlobBytes(const NodePlan& plan, BlobKind kind) {
+  constexpr uint64_t kMetaCap = internal::kMaxSafetensorsHeaderBytes + (64 << 10);
+  if (kind != BlobKind::kChunk) return kMetaCap;
+  const uint64_t cap = std::numeric_limits<uint64_t>::max() / 2;
+  if (plan.method == "full") return std::min(cap, plan.full_slice_bytes) + 8;
+  return std::min(cap / 96, plan.chunk_elems) * 96 + (1 << 20);
+}
+
+// Seconds a connection to a receiver has to send its hello before it is dropped.
+constexpr double kHelloTimeoutS = 5.0;
 
 // ---- event loop: events from every thread, one timer ----
 
@@ -144,13 +164,18 @@ class NodeState {
     fn(result_);
   }
   // A blob received from the network: one buffer of its size (created on its first piece).
+  // Null when the buffer cannot be allocated.
   BlobPtr GetOrCreate(const BlobInfo& info) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = blobs_.find(info.id);
     if (it != blobs_.end()) return it->second;
     auto b = std::make_shared<BlobBuf>();
     b->info = info;
-    b->bytes.resize(info.size);
+    try {
+      b->bytes.resize(info.size);
+    } catch (const std::bad_alloc&) {
+      return nullptr;
+    }
     blobs_[info.id] = b;
     return b;
   }
@@ -320,28 +345,28 @@ class TreeLinks {
   Status AcceptParent(const Link& parent, int listen_fd, double deadline) {
     const int me = plan_.rank;
     const int expected = parent.streams;
-    std::vector<int> fds(expected, -1);
-    for (int i = 0; i < expected; ++i) {
-      auto fd = internal::Accept(listen_fd, deadline);
-      if (!fd.ok()) {
-        close(listen_fd);
-        return UnavailableError("node " + std::to_string(me) + ": waiting for parent node " +
-                                std::to_string(parent.peer) + ": " + fd.status().message());
+    std::vector<bool> seen(expected, false);
+    auto is_parent_hello = [&](const FrameHeader& h) {
+      if (h.magic != internal::kFrameMagic || h.type != static_cast<uint8_t>(FrameType::kHello) ||
+          static_cast<int>(h.from_rank) != parent.peer ||
+          h.blob != static_cast<uint64_t>(expected) ||
+          h.stream >= static_cast<uint32_t>(expected) || seen[h.stream]) {
+        std::fprintf(stderr, "node %d: dropped a connection without a valid hello from parent "
+                     "node %d\n", me, parent.peer);
+        return false;
       }
-      FrameHeader hello;
-      Status s = internal::ReadFull(*fd, &hello, sizeof(hello));
-      if (!s.ok() || hello.magic != internal::kFrameMagic ||
-          hello.type != static_cast<uint8_t>(FrameType::kHello) ||
-          static_cast<int>(hello.from_rank) != parent.peer ||
-          hello.stream >= static_cast<uint32_t>(expected) || fds[hello.stream] != -1) {
-        close(*fd);
-        close(listen_fd);
-        return UnavailableError("node " + std::to_string(me) +
-                                ": bad hello on a connection (expected parent node " +
-                                std::to_string(parent.peer) + ")");
-      }
-      fds[hello.stream] = *fd;
+      seen[h.stream] = true;
+      return true;
+    };
+    auto hellos = internal::AcceptHellos(listen_fd, expected, deadline, kHelloTimeoutS,
+                                         is_parent_hello);
+    if (!hellos.ok()) {
+      close(listen_fd);
+      return UnavailableError("node " + std::to_string(me) + ": waiting for parent node " +
+                              std::to_string(parent.peer) + ": " + hellos.status().message());
     }
+    std::vector<int> fds(expected, -1);
+    for (const auto& h : *hellos) fds[h.header.stream] = h.fd;
     close(listen_fd);
     parent_fds_ = fds;
     const bool long_up = parent.peer == 0 && plan_.emulate_wan;
@@ -369,7 +394,22 @@ class TreeLinks {
         return;
       }
       BlobInfo info{h.blob, static_cast<BlobKind>(h.blob_kind), h.blob_size};
+      const uint64_t limit = MaxBlobBytes(plan_, info.kind);
+      if (h.blob_size > limit) {
+        queue_->Fatal(DataLossError(
+            "node " + std::to_string(plan_.rank) + ": parent node " + std::to_string(parent) +
+            " sent a piece of blob " + std::to_string(h.blob) + " claiming " +
+            std::to_string(h.blob_size) + " bytes, more than the " + std::to_string(limit) +
+            " bytes the plan allows for a " + BlobKindName(info.kind)));
+        return;
+      }
       BlobPtr b = state_->GetOrCreate(info);
+      if (b == nullptr) {
+        queue_->Fatal(ResourceExhaustedError("node " + std::to_string(plan_.rank) +
+                                             ": out of memory for blob " + std::to_string(h.blob) +
+                                             " of " + std::to_string(h.blob_size) + " bytes"));
+        return;
+      }
       if (b->info.size != h.blob_size) {
         queue_->Fatal(
             DataLossError("parent sent blob " + std::to_string(h.blob) + " with two sizes"));
@@ -487,7 +527,13 @@ class StoreJobs {
   }
 
   void FetchJob(const BlobInfo& info, const std::string& key) {
-    auto got = store_->Get(key);
+    // One byte past the limit tells an oversized object from one of exactly the limit.
+    const uint64_t limit = MaxBlobBytes(plan_, info.kind);
+    auto got = store_->GetRange(key, 0, limit + 1);
+    if (got.ok() && got->size() > limit) {
+      got = DataLossError("object " + key + " is larger than the " + std::to_string(limit) +
+                          " bytes the plan allows for a " + BlobKindName(info.kind));
+    }
     if (!got.ok()) {
       queue_->Post(event::FetchDone{info.id, false, got.status().ToString()});
       return;

@@ -130,7 +130,14 @@ StatusOr<std::vector<uint8_t>> DirectoryStore::GetRange(const std::string& key, 
                                 " beyond size " + std::to_string(size));
   }
   uint64_t n = std::min(length, size - offset);
-  std::vector<uint8_t> out(n);
+  std::vector<uint8_t> out;
+  try {
+    out.resize(n);
+  } catch (const std::bad_alloc&) {
+    ::close(fd);
+    return ResourceExhaustedError("dir store get " + key + ": no memory for " +
+                                  std::to_string(n) + " bytes");
+  }
   uint64_t done = 0;
   while (done < n) {
     ssize_t r = ::pread(fd, out.data() + done, n - done, static_cast<off_t>(offset + done));

@@ -127,6 +127,87 @@ StatusOr<int> Accept(int listen_fd, double deadline) {
   }
 }
 
+StatusOr<std::vector<Hello>> AcceptHellos(int listen_fd, int want, double deadline,
+                                          double hello_timeout_s,
+                                          const std::function<bool(const FrameHeader&)>& accept_hello) {
+  constexpr size_t kMaxPendingHellos = 64;
+  struct Pending {
+    int fd;
+    double until;
+    size_t got = 0;
+    FrameHeader header;
+  };
+  std::vector<Pending> pending;
+  std::vector<Hello> out;
+  int dropped = 0;
+  auto drop = [&](size_t i) {
+    close(pending[i].fd);
+    pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+    ++dropped;
+  };
+  auto fail = [&](Status s) {
+    for (auto& p : pending) close(p.fd);
+    for (auto& h : out) close(h.fd);
+    return s;
+  };
+  while (static_cast<int>(out.size()) < want) {
+    const double now = SteadyNow();
+    if (now >= deadline) {
+      return fail(DeadlineExceededError(
+          "no connection from the parent before the deadline (" + std::to_string(out.size()) +
+          " of " + std::to_string(want) + " streams, " + std::to_string(dropped) +
+          " connections without a valid hello dropped)"));
+    }
+    for (size_t i = pending.size(); i-- > 0;) {
+      if (now >= pending[i].until) drop(i);
+    }
+    double wake = std::min(deadline, now + 1.0);
+    for (const auto& p : pending) wake = std::min(wake, p.until);
+    std::vector<pollfd> fds;
+    fds.push_back(pollfd{listen_fd, POLLIN, 0});
+    for (const auto& p : pending) fds.push_back(pollfd{p.fd, POLLIN, 0});
+    int rc = poll(fds.data(), fds.size(), static_cast<int>((wake - now) * 1000) + 1);
+    if (rc < 0) {
+      if (errno == EINTR) continue;
+      return fail(UnavailableError(ErrnoError("poll", errno).message()));
+    }
+    if (rc == 0) continue;
+    // Connections first (indices shift as they are dropped: walk backwards).
+    for (size_t i = pending.size(); i-- > 0;) {
+      const short ev = fds[i + 1].revents;
+      if (ev == 0) continue;
+      Pending& p = pending[i];
+      auto* dst = reinterpret_cast<uint8_t*>(&p.header) + p.got;
+      ssize_t r = recv(p.fd, dst, sizeof(FrameHeader) - p.got, MSG_DONTWAIT);
+      if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      if (r <= 0) {
+        drop(i);
+        continue;
+      }
+      p.got += static_cast<size_t>(r);
+      if (p.got < sizeof(FrameHeader)) continue;
+      if (!accept_hello(p.header)) {
+        drop(i);
+        continue;
+      }
+      out.push_back(Hello{p.fd, p.header});
+      pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    if (fds[0].revents != 0) {
+      int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED) continue;
+        return fail(UnavailableError(ErrnoError("accept", errno).message()));
+      }
+      TuneSocket(fd);
+      if (pending.size() >= kMaxPendingHellos) drop(0);  // the oldest
+      pending.push_back(Pending{fd, SteadyNow() + hello_timeout_s});
+    }
+  }
+  for (auto& p : pending) close(p.fd);
+  return out;
+}
+
 Status WriteFull(int fd, const void* data, size_t size) {
   const auto* p = static_cast<const uint8_t*>(data);
   while (size > 0) {

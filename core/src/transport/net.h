@@ -50,6 +50,23 @@ StatusOr<int> Listen(const std::string& address);
 StatusOr<int> Connect(const std::string& address, double deadline);
 // Accept with a deadline (steady seconds). kDeadlineExceeded on timeout.
 StatusOr<int> Accept(int listen_fd, double deadline);
+// Accepts connections on `listen_fd` until `want` of them have sent a 48-byte FrameHeader that
+// `accept_hello` takes (it may keep per-stream state; returns false to refuse), and returns them
+// with their hellos in arrival order. Every connection has `hello_timeout_s` (steady seconds from
+// its accept) to send its hello; one that stays silent, closes early or sends a header
+// `accept_hello` refuses is closed and the loop keeps listening, so a stray or
+// hostile connection never takes the place of the real peer. Connections are served
+// concurrently: a silent one does not delay the others; at most 64 wait at once (a new one
+// closes the oldest). Errors: kDeadlineExceeded when
+// `deadline` passes first (the message counts the connections dropped), kUnavailable when
+// accept or poll fail.
+struct Hello {
+  int fd = -1;
+  FrameHeader header;
+};
+StatusOr<std::vector<Hello>> AcceptHellos(int listen_fd, int want, double deadline,
+                                          double hello_timeout_s,
+                                          const std::function<bool(const FrameHeader&)>& accept_hello);
 Status WriteFull(int fd, const void* data, size_t size);
 // kUnavailable on EOF before `size` bytes ("peer closed").
 Status ReadFull(int fd, void* data, size_t size);
