@@ -40,7 +40,7 @@
 //      min(backoff_max_s, backoff_initial_s * 2^min(k, 10)) seconds (defaults: 10 ms, 20 ms, ...,
 //      0.5 s), so a sender that is down or a partitioned store is not polled in a tight loop. The
 //      download fetches the whole stream again: chunks the journal shows applied are fetched and
-//      then skipped by the journaled applier (their bytes cross the link again; nothing is
+//      then skipped by the journaled receiver (their bytes cross the link again; nothing is
 //      written twice).
 //   R5 Restart. Restarted reports a process restart with the replayed journal. Storage that
 //      survived is re-attached as it is; storage that was lost is reloaded from the journal's
@@ -138,7 +138,7 @@ struct Restarted {
   uint64_t applied = 0;
   uint64_t doubtful = 0;
 };
-// The journaled applier refused the relative form of chunk `chunk_id`, which the journal shows
+// The journaled receiver refused the relative form of chunk `chunk_id`, which the journal shows
 // doubtful (R6).
 struct ChunkDoubtful {
   uint64_t chunk_id = 0;

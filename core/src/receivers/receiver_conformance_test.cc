@@ -549,6 +549,35 @@ TEST_P(ReceiverConformance, WrongBaseRefusedWithNothingWritten) {
   EXPECT_TRUE(rig->rx()->Verify(*c0).ok());
 }
 
+// Begin while a delta is in progress: another delta is refused with nothing written; the same
+// delta again resumes it in a journaled receiver and is refused by the others.
+TEST_P(ReceiverConformance, BeginWhileADeltaIsInProgress) {
+  Model m0 = RandomModel(21);
+  Model m1 = Next(m0, 0.05, 22), mx = Next(m0, 0.05, 23);
+  auto c0 = ToCheckpoint(m0), c1 = ToCheckpoint(m1), cx = ToCheckpoint(mx);
+  std::unique_ptr<Rig> rig = GetParam().make(*c0);
+  auto d = Reader(rig->MakeDelta(*c0, *c1, Options(0, 1, ValuePolicy::kXor)));
+  auto dx = Reader(rig->MakeDelta(*c0, *cx, Options(0, 2, ValuePolicy::kXor)));
+  ASSERT_TRUE(BeginDelta(*d, rig->rx()).ok());
+  ASSERT_TRUE(rig->rx()->ApplyRecord(d->chunk_data(0), d->chunk_size(0)).ok());
+  const std::vector<uint8_t> before = rig->Snapshot();
+  Status other = BeginDelta(*dx, rig->rx());
+  EXPECT_TRUE(other.IsFailedPrecondition()) << other;
+  EXPECT_EQ(rig->Snapshot(), before);
+  Status same = BeginDelta(*d, rig->rx());
+  if (rig->skips_duplicates()) {
+    EXPECT_TRUE(same.ok()) << same;
+  } else {
+    EXPECT_TRUE(same.IsFailedPrecondition()) << same;
+  }
+  EXPECT_TRUE(rig->rx()->in_delta());
+  for (size_t i = 1; i < d->num_chunks(); ++i) {
+    ASSERT_TRUE(rig->rx()->ApplyRecord(d->chunk_data(i), d->chunk_size(i)).ok());
+  }
+  ASSERT_TRUE(CommitDelta(*d, rig->rx()).ok());
+  rig->ExpectHolds(*c1, "after a second Begin");
+}
+
 // A duplicate record writes nothing: skipped (OK) by a journaled receiver and for absolute
 // payloads, refused (kFailedPrecondition) for relative ones otherwise; the delta still commits.
 TEST_P(ReceiverConformance, DuplicateRecordWritesNothing) {
