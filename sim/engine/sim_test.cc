@@ -137,6 +137,28 @@ TEST(SimTest, BuilderWindowIsBuildDeltasProductionOrder) {
   }
 }
 
+// The paper sweep's calibrated long link: the kimi-k2-1t preset's full checkpoint (2.05 TB) crosses
+// it in 87.5 min (+-1%), the paper's full-checkpoint transfer. The committed paper-1t-3 scenario
+// with one receiver behind the link, so the time is the long link's; with the paper's 64
+// receivers the rollout hosts' NICs add to it (eight relays on a host forward to 32 children).
+TEST(SimTest, CalibratedLongLinkMovesTheOneTerabytePresetIn87AndAHalfMinutes) {
+  auto s = LoadScenario(std::string(DCR_TEST_SRC) + "/../../scenarios/paper/paper-1t-3.yaml");
+  ASSERT_TRUE(s.ok()) << s.status();
+  s->methods = {Method::kFull};
+  s->transport.kinds = {TransportKind::kRelayTree};
+  s->receivers.count = 1;
+  s->receivers.per_node = 1;
+  auto r = Simulate(*s);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->runs.size(), 1u);
+  const RunResult& run = r->runs[0];
+  EXPECT_EQ(run.error, "");
+  EXPECT_EQ(run.receivers_verified, 1);
+  EXPECT_GT(static_cast<double>(run.wire_bytes), 2.05e12);  // the preset's bytes, not 2 TB
+  const double minutes = run.refit_seconds / 60.0;
+  EXPECT_NEAR(minutes, 87.5, 87.5 * 0.01) << run.refit_seconds << " s";
+}
+
 TEST(SimTest, BadScenariosNameTheKey) {
   Scenario s = Parse(kSmall);
   s.sim.extra["bogus"] = "1";
