@@ -44,6 +44,16 @@ st("st_shape_mismatch.safetensors", json.dumps({"a": {"dtype": "F32", "shape": [
 st("st_absurd_header.safetensors", b"{}", raw_len=1 << 40)
 st("st_shape_overflow.safetensors", json.dumps({"a": {"dtype": "U8", "shape": [1 << 40, 1 << 40], "data_offsets": [0, 0]}}))
 w("st_tiny.safetensors", b"\x01\x02")
+st("st_duplicate_name.safetensors", '{"a": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]}, '
+                                    '"a": {"dtype": "BF16", "shape": [2], "data_offsets": [4, 8]}}', b"\0" * 8)
+st("st_duplicate_field.safetensors", '{"a": {"dtype": "F32", "dtype": "BF16", "shape": [2], "data_offsets": [0, 4]}}',
+   b"\0" * 4)
+st("st_gap.safetensors", json.dumps({"a": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]},
+                                     "b": {"dtype": "BF16", "shape": [2], "data_offsets": [8, 12]}}), b"\0" * 12)
+st("st_trailing_bytes.safetensors", json.dumps({"a": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]}}),
+   b"\0" * 12)
+st("st_unknown_dtype_huge_shape.safetensors",
+   json.dumps({"a": {"dtype": "X9", "shape": [1 << 40, 1 << 20], "data_offsets": [0, 4]}}), b"\0" * 4)
 PY
 cat > "$e/MANIFEST" <<'M'
 # file kind expected-status message-substring   (read by tests/golden/golden_test.cc)
@@ -69,5 +79,10 @@ st_shape_mismatch.safetensors checkpoint DATA_LOSS shape needs 3 elements
 st_absurd_header.safetensors checkpoint DATA_LOSS exceeds the 100 MiB limit
 st_shape_overflow.safetensors checkpoint DATA_LOSS shape overflows
 st_tiny.safetensors checkpoint DATA_LOSS fewer than 8 bytes
+st_duplicate_name.safetensors checkpoint DATA_LOSS safetensors header names 'a' twice
+st_duplicate_field.safetensors checkpoint DATA_LOSS safetensors header names 'dtype' twice
+st_gap.safetensors checkpoint DATA_LOSS tensor 'b': gap of 4 bytes
+st_trailing_bytes.safetensors checkpoint DATA_LOSS 8 bytes after the last tensor 'a'
+st_unknown_dtype_huge_shape.safetensors checkpoint DATA_LOSS tensor 'a': unknown dtype 'X9'
 M
 echo "corpus: $(ls "$e" | wc -l) files in $e"

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "dcr/hash.h"
 #include "dcr/status_macros.h"
@@ -93,11 +94,30 @@ namespace internal {
 Status ParseSafetensorsJson(const char* json, size_t n, uint64_t data_size,
                             std::vector<TensorInfo>* tensors,
                             std::map<std::string, std::string>* metadata, uint64_t* data_end) {
+  // JSON keeps the last of duplicate keys: a second tensor of the same name (or a second
+  // "dtype" in one tensor) would silently replace the first. Every object's keys are checked.
+  std::vector<std::set<std::string>> keys;  // one set per open object
+  std::string duplicate;
+  auto callback = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    using E = nlohmann::json::parse_event_t;
+    if (event == E::object_start) {
+      keys.emplace_back();
+    } else if (event == E::object_end) {
+      if (!keys.empty()) keys.pop_back();
+    } else if (event == E::key && !keys.empty() && duplicate.empty()) {
+      std::string k = parsed.get<std::string>();
+      if (!keys.back().insert(k).second) duplicate = k;
+    }
+    return true;
+  };
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(json, json + n);
+    j = nlohmann::json::parse(json, json + n, callback);
   } catch (const std::exception& e) {
     return DataLossError(std::string("malformed safetensors JSON header: ") + e.what());
+  }
+  if (!duplicate.empty()) {
+    return DataLossError("safetensors header names '" + duplicate + "' twice");
   }
   if (!j.is_object()) return DataLossError("safetensors header is not a JSON object");
   tensors->clear();
@@ -133,6 +153,10 @@ Status ParseSafetensorsJson(const char* json, size_t n, uint64_t data_size,
     for (const auto& d : sh) {
       if (!d.is_number_unsigned()) return DataLossError("tensor '" + name + "': bad shape entry");
       uint64_t x = d.get<uint64_t>();
+      if (x > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        return DataLossError("tensor '" + name + "': shape overflows (dimension " +
+                             std::to_string(x) + ")");
+      }
       if (x != 0 && elems > std::numeric_limits<uint64_t>::max() / x) {
         return DataLossError("tensor '" + name + "': shape overflows");
       }
@@ -155,18 +179,38 @@ Status ParseSafetensorsJson(const char* json, size_t n, uint64_t data_size,
                              " elements of " + t.dtype_name + " but data_offsets give " +
                              std::to_string(t.nbytes) + " bytes");
       }
+    } else if (elems / 8 > t.nbytes || t.nbytes / 16 > elems || (elems == 0) != (t.nbytes == 0)) {
+      // A dtype this build does not know is carried as bytes, but its shape must still fit
+      // them for some element size between 1 bit and 16 bytes.
+      return DataLossError("tensor '" + name + "': unknown dtype '" + t.dtype_name +
+                           "' with " + std::to_string(elems) + " elements cannot occupy " +
+                           std::to_string(t.nbytes) + " bytes");
     }
     tensors->push_back(std::move(t));
   }
   std::sort(tensors->begin(), tensors->end(), [](const TensorInfo& a, const TensorInfo& b) {
     return a.offset != b.offset ? a.offset < b.offset : a.nbytes < b.nbytes;
   });
-  for (size_t i = 1; i < tensors->size(); ++i) {
-    const auto& p = (*tensors)[i - 1];
-    if (p.offset + p.nbytes > (*tensors)[i].offset) {
-      return DataLossError("tensors '" + p.name + "' and '" + (*tensors)[i].name +
+  // The tensors tile the data section from offset 0: no overlap, no gap, nothing after the
+  // last one (bytes no tensor owns would be carried by no delta).
+  uint64_t next = 0;
+  for (size_t i = 0; i < tensors->size(); ++i) {
+    const auto& t = (*tensors)[i];
+    if (t.offset < next) {
+      return DataLossError("tensors '" + (*tensors)[i - 1].name + "' and '" + t.name +
                            "' overlap in the data section");
     }
+    if (t.offset > next) {
+      return DataLossError("tensor '" + t.name + "': gap of " + std::to_string(t.offset - next) +
+                           " bytes before it in the data section (at offset " +
+                           std::to_string(next) + ")");
+    }
+    next = t.offset + t.nbytes;
+  }
+  if (data_size != UINT64_MAX && next != data_size) {
+    return DataLossError("data section has " + std::to_string(data_size - next) +
+                         " bytes after the last tensor" +
+                         (tensors->empty() ? std::string() : " '" + tensors->back().name + "'"));
   }
   return Status::OK();
 }

@@ -16,8 +16,12 @@ namespace dcr::internal {
 inline constexpr uint64_t kMaxSafetensorsHeaderBytes = uint64_t{100} << 20;
 
 // Parses the JSON header `json[0..n)`. Offsets must lie within `data_size` bytes (pass
-// UINT64_MAX when the data section is not present). Tensors come back sorted by data offset,
-// checked for overlap; `data_end` receives the largest end offset.
+// UINT64_MAX when the data section is not present). Strict: refuses (kDataLoss, naming the
+// tensor) duplicate keys in any object, a dimension above INT64_MAX, a shape whose elements
+// overflow or do not match the bytes of a known dtype (or, for a dtype this build does not
+// know, could not occupy them at 1 bit to 16 bytes each), and tensors that do not tile the data
+// section from offset 0 without gap or overlap (with a data section: up to its end). Tensors
+// come back sorted by data offset; `data_end` receives the largest end offset.
 Status ParseSafetensorsJson(const char* json, size_t n, uint64_t data_size,
                             std::vector<TensorInfo>* tensors,
                             std::map<std::string, std::string>* metadata, uint64_t* data_end);
