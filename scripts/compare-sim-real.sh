@@ -42,7 +42,7 @@ PY
 python3 - "$OUT/real.json" "$OUT/sim.json" "$TOL" <<'PY'
 import json, sys
 real, sim, tol = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), float(sys.argv[3])
-key = lambda r: (r["method"], r["transport"], round(r["change_rate"], 6))
+key = lambda r: (r["method"], r["transport"], round(r.get("configured_change_rate", r["change_rate"]), 6))
 s = {key(r): r for r in sim["runs"]}
 # Every step of a real run is alike (same rate, same code): the median refit over the steps is
 # what the simulation (one run per method) predicts.

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -18,8 +19,11 @@
 #include <sstream>
 
 #include "dcr/checkpoint.h"
+#include "dcr/delta.h"
 #include "dcr/status_macros.h"
 #include "dcr/testing/synth.h"
+#include "internal/diff_scan.h"
+#include "internal/simd.h"
 #include "node/node_plans.h"
 #include "transport/net.h"
 
@@ -139,6 +143,33 @@ double AvailableCores(const std::vector<CpuPoint>& pts, double a, double b) {
 }
 
 }  // namespace
+
+StatusOr<double> MeasureChangeRate(const std::string& base_path, const std::string& target_path) {
+  DCR_ASSIGN_OR_RETURN(auto base, Checkpoint::Open(base_path));
+  DCR_ASSIGN_OR_RETURN(auto target, Checkpoint::Open(target_path));
+  DCR_RETURN_IF_ERROR(CheckDeltaCompatible(*base, *target)
+                          .WithContext(base_path + " -> " + target_path));
+  const bool avx2 = internal::CpuHasAvx2();
+  uint64_t elements = 0, changed = 0;
+  for (const TensorInfo& t : target->tensors()) {
+    const TensorInfo& b = *base->Find(t.name);  // present: CheckDeltaCompatible
+    const uint64_t n = t.num_elements();
+    elements += n;
+    auto count = [&](auto zero) {
+      using T = decltype(zero);
+      internal::ForEachDifference(reinterpret_cast<const T*>(base->data(b)),
+                                  reinterpret_cast<const T*>(target->data(t)), n, avx2,
+                                  [&](uint64_t) { ++changed; });
+    };
+    switch (t.width()) {
+      case 2: count(uint16_t{0}); break;
+      case 4: count(uint32_t{0}); break;
+      case 8: count(uint64_t{0}); break;
+      default: count(uint8_t{0}); break;
+    }
+  }
+  return elements ? static_cast<double>(changed) / static_cast<double>(elements) : 0.0;
+}
 
 StatusOr<std::vector<std::string>> PrepareCheckpoints(const Scenario& s, double rate,
                                                       const std::string& work_dir) {
@@ -438,7 +469,10 @@ ReceiverTotals CollectReceivers(const std::vector<NodeResult>& results,
 void RecordRunCpu(const std::vector<CpuPoint>& cpu, const RunResult& rr, double first_blob,
                   double last_commit, ScenarioResult* out) {
   const std::string key = std::string(MethodName(rr.method)) + "." +
-                          TransportKindName(rr.transport) + "." + RateTag(rr.change_rate) + "." +
+                          TransportKindName(rr.transport) + "." +
+                          RateTag(rr.configured_change_rate > 0 ? rr.configured_change_rate
+                                                                : rr.change_rate) +
+                          "." +
                           std::to_string(rr.step);
   char buf[64];
   std::snprintf(buf, sizeof(buf), "%.4f", AvailableCores(cpu, first_blob, last_commit));
@@ -472,10 +506,14 @@ void FillRunTotals(const std::vector<NodeResult>& results, const ReceiverTotals&
 // One refit: base ckpts[step - 1] to target ckpts[step] by `method` over `transport`, its node
 // processes in run folder `run_index`. A failed run is recorded in the result's error.
 StatusOr<RunResult> RunOneRefit(const Scenario& s, const std::vector<std::string>& ckpts,
-                                Method method, TransportKind transport, double rate, int step,
-                                int run_index, const std::string& work_dir, ScenarioResult* out) {
+                                Method method, TransportKind transport, double rate,
+                                double measured_rate, int step, int run_index,
+                                const std::string& work_dir, ScenarioResult* out) {
+  const bool synthetic = s.model.checkpoints.empty();
+  char change[48];
+  std::snprintf(change, sizeof(change), "%.2f%% changed", measured_rate * 100);
   const std::string label = std::string(MethodName(method)) + " / " +
-                            TransportKindName(transport) + " / " + RateTag(rate) + "% / step " +
+                            TransportKindName(transport) + " / " + change + " / step " +
                             std::to_string(step);
   const std::string run_dir = work_dir + "/run-" + std::to_string(run_index);
   DCR_RETURN_IF_ERROR(MkdirP(run_dir));
@@ -485,7 +523,8 @@ StatusOr<RunResult> RunOneRefit(const Scenario& s, const std::vector<std::string
   RunResult rr;
   rr.method = method;
   rr.transport = transport;
-  rr.change_rate = rate;
+  rr.change_rate = measured_rate;
+  rr.configured_change_rate = synthetic ? rate : 0;
   rr.step = step;
   rr.receivers = s.receivers.count;
   DCR_ASSIGN_OR_RETURN(std::vector<NodePlan> plans,
@@ -534,11 +573,28 @@ StatusOr<ScenarioResult> RunScenarioReal(const Scenario& s) {
       DCR_RETURN_IF_ERROR(RunScenarioFaults(s, rate, ckpts, work_dir, &out));
     }
     if (s.faults.only) continue;
+    // The change of every step, measured before any node starts; a delta run needs base and
+    // target to have the same tensors (a full run does not).
+    const bool any_delta =
+        std::find(s.methods.begin(), s.methods.end(), Method::kDelta) != s.methods.end();
+    std::vector<double> measured(s.steps + 1, 0.0);
+    for (int step = 1; step <= s.steps; ++step) {
+      auto m = MeasureChangeRate(ckpts[step - 1], ckpts[step]);
+      if (m.ok()) {
+        measured[step] = *m;
+      } else if (any_delta || !m.status().IsFailedPrecondition()) {
+        return m.status().WithContext("step " + std::to_string(step));
+      } else {
+        out.setup["change_rate.step" + std::to_string(step)] =
+            "not measured (no delta can be built): " + m.status().ToString();
+      }
+    }
     for (TransportKind transport : s.transport.kinds) {
       for (Method method : s.methods) {
         for (int step = 1; step <= s.steps; ++step) {
-          DCR_ASSIGN_OR_RETURN(RunResult rr, RunOneRefit(s, ckpts, method, transport, rate, step,
-                                                         ++run_index, work_dir, &out));
+          DCR_ASSIGN_OR_RETURN(RunResult rr,
+                               RunOneRefit(s, ckpts, method, transport, rate, measured[step],
+                                           step, ++run_index, work_dir, &out));
           out.runs.push_back(std::move(rr));
         }
       }

@@ -25,6 +25,11 @@ namespace dcr::cli {
 StatusOr<std::vector<std::string>> PrepareCheckpoints(const Scenario& s, double rate,
                                                       const std::string& work_dir);
 
+// The fraction of elements that differ between two checkpoints: the changed elements of the delta
+// from `base_path` to `target_path` over all its elements (what a run reports as change_rate).
+// Errors: those of Checkpoint::Open, kFailedPrecondition as CheckDeltaCompatible (delta.h).
+StatusOr<double> MeasureChangeRate(const std::string& base_path, const std::string& target_path);
+
 // Runs every (method x transport x rate x step) of a mode-real scenario.
 StatusOr<ScenarioResult> RunScenarioReal(const Scenario& s);
 

@@ -36,7 +36,7 @@ TEST(ReportTest, ComputesSpeedupPerTransportAndHeadline) {
   EXPECT_DOUBLE_EQ(r.rows[3].speedup, 50.0);
   EXPECT_EQ(r.rows[0].speedup, 0.0);
   std::string md = RenderMarkdown(r);
-  EXPECT_NE(md.find("| kimi-k2-1t | 3% | relay_tree | delta | 108.0 | 40.00 | 64/64 | 50.0x"),
+  EXPECT_NE(md.find("| kimi-k2-1t | 3% | - | relay_tree | delta | 108.0 | 40.00 | 64/64 | 50.0x"),
             std::string::npos)
       << md;
   EXPECT_NE(md.find("the paper (NeMo-DCR) reports 150 s"), std::string::npos);
@@ -45,6 +45,35 @@ TEST(ReportTest, ComputesSpeedupPerTransportAndHeadline) {
   EXPECT_NE(md.find("commit: abc"), std::string::npos);
   std::string csv = RenderCsv(r);
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 5);
+}
+
+TEST(ReportTest, MeasuredRateBesideTheTrainerRate) {
+  // A result of synthetic checkpoints: the measured change, the trainer's input beside it; the
+  // headline picks the run by the trainer's rate and the speedup pairs runs of the same rates.
+  const char* result = R"({
+    "scenario": "s", "mode": "real", "model": "kimi-k2-1t",
+    "runs": [
+      {"method": "full", "transport": "relay_tree", "change_rate": 0.0649,
+       "configured_change_rate": 0.03, "refit_seconds": 500, "wire_bytes": 2.0e12,
+       "receivers": 2, "receivers_verified": 2},
+      {"method": "delta", "transport": "relay_tree", "change_rate": 0.0649,
+       "configured_change_rate": 0.03, "refit_seconds": 50, "wire_bytes": 4.0e10,
+       "receivers": 2, "receivers_verified": 2},
+      {"method": "full", "transport": "relay_tree", "change_rate": 0.1,
+       "configured_change_rate": 0.05, "refit_seconds": 1000, "wire_bytes": 2.0e12,
+       "receivers": 2, "receivers_verified": 2}
+    ]})";
+  Report r;
+  ASSERT_TRUE(AddResult(result, "b.json", &r).ok());
+  ComputeDerived(&r);
+  EXPECT_DOUBLE_EQ(r.rows[1].configured_change_rate, 0.03);
+  EXPECT_DOUBLE_EQ(r.rows[1].speedup, 10.0);  // against the 3% full run, not the 5% one
+  std::string md = RenderMarkdown(r);
+  EXPECT_NE(md.find("| kimi-k2-1t | 6.49% | 3% | relay_tree | delta | 50.0 |"), std::string::npos)
+      << md;
+  EXPECT_NE(md.find("**1T, 3% change, relay tree (real):** refit 50.0 s"), std::string::npos) << md;
+  std::string csv = RenderCsv(r);
+  EXPECT_NE(csv.find(",0.0649,0.03,"), std::string::npos) << csv;
 }
 
 TEST(ReportTest, MalformedResultsNameTheKey) {

@@ -387,7 +387,8 @@ RunResult CollectRun(const Scenario& s, const internal::PlatformSpec& plat, cons
   RunResult rr;
   rr.method = pr.method;
   rr.transport = pr.kind;
-  rr.change_rate = pr.rate;
+  rr.change_rate = pm.measured_rate;
+  rr.configured_change_rate = pr.rate;
   rr.step = 1;
   rr.refit_seconds = outcome.refit_seconds;
   rr.wire_bytes = static_cast<uint64_t>(std::llround(outcome.wire_bytes));

@@ -17,6 +17,7 @@ json RunJson(const ScenarioResult& r, const RunResult& run) {
   j["method"] = MethodName(run.method);
   j["transport"] = TransportKindName(run.transport);
   j["change_rate"] = run.change_rate;
+  if (run.configured_change_rate > 0) j["configured_change_rate"] = run.configured_change_rate;
   j["step"] = run.step;
   j["refit_seconds"] = run.refit_seconds;
   j["wire_bytes"] = run.wire_bytes;
@@ -62,7 +63,8 @@ double SpeedupVsFull(const ScenarioResult& r, const RunResult& d) {
   if (!d.error.empty() || d.refit_seconds <= 0) return 0;
   for (const auto& f : r.runs) {
     if (f.method == Method::kFull && f.transport == d.transport && f.step == d.step &&
-        f.error.empty() && std::abs(f.change_rate - d.change_rate) < 1e-12) {
+        f.error.empty() && std::abs(f.change_rate - d.change_rate) < 1e-12 &&
+        std::abs(f.configured_change_rate - d.configured_change_rate) < 1e-12) {
       return f.refit_seconds / d.refit_seconds;
     }
   }
@@ -133,6 +135,7 @@ StatusOr<ScenarioResult> ResultFromJson(const std::string& text) {
                           ? TransportKind::kObjectStore
                           : TransportKind::kRelayTree;
       run.change_rate = rj.at("change_rate").get<double>();
+      run.configured_change_rate = GetOr<double>(rj, "configured_change_rate", 0.0);
       run.step = GetOr<int>(rj, "step", 1);
       run.refit_seconds = rj.at("refit_seconds").get<double>();
       run.wire_bytes = rj.at("wire_bytes").get<uint64_t>();
@@ -194,17 +197,21 @@ std::string ResultToMarkdown(const ScenarioResult& r) {
   std::ostringstream o;
   o << "Scenario `" << r.scenario << "` (mode " << RunModeName(r.mode) << ", model " << r.model
     << ", " << HumanBytes(r.model_bytes) << ")\n\n";
-  o << "| method | transport | change | step | refit s | build s | transfer s | wire bytes | "
-       "payload | verified | speedup vs full |\n";
-  o << "|---|---|---|---|---|---|---|---|---|---|---|\n";
+  o << "| method | transport | change (measured) | trainer rate | step | refit s | build s | "
+       "transfer s | wire bytes | payload | verified | speedup vs full |\n";
+  o << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   char buf[512];
   for (const auto& run : r.runs) {
     double sp = run.method == Method::kDelta ? SpeedupVsFull(r, run) : 0;
     std::string speed = sp > 0 ? (std::to_string(sp).substr(0, std::to_string(sp).find('.') + 2) + "x")
                                : "-";
-    std::snprintf(buf, sizeof(buf), "| %s | %s | %.2f%% | %d | %.3f | %.3f | %.3f | %s | %s | %d/%d | %s |\n",
+    char trainer[32] = "-";
+    if (run.configured_change_rate > 0) {
+      std::snprintf(trainer, sizeof(trainer), "%.2f%%", run.configured_change_rate * 100);
+    }
+    std::snprintf(buf, sizeof(buf), "| %s | %s | %.2f%% | %s | %d | %.3f | %.3f | %.3f | %s | %s | %d/%d | %s |\n",
                   MethodName(run.method), TransportKindName(run.transport), run.change_rate * 100,
-                  run.step, run.refit_seconds, run.phases.build_s, run.phases.transfer_s,
+                  trainer, run.step, run.refit_seconds, run.phases.build_s, run.phases.transfer_s,
                   HumanBytes(run.wire_bytes).c_str(), HumanBytes(run.payload_bytes).c_str(),
                   run.receivers_verified, run.receivers, speed.c_str());
     o << buf;

@@ -23,7 +23,7 @@ for f in scenarios/paper/*.yaml; do
   python3 - "$ref" "$out/$name.json" "$name" <<'PY' || status=1
 import json, sys
 ref, got, name = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), sys.argv[3]
-key = lambda r: (r["method"], r["transport"], round(r["change_rate"], 6))
+key = lambda r: (r["method"], r["transport"], round(r.get("configured_change_rate", r["change_rate"]), 6))
 want = {key(r): r for r in ref["runs"]}
 have = {key(r): r for r in got["runs"]}
 bad = []

@@ -213,8 +213,14 @@ struct DeltaStats {
   std::vector<TensorDeltaStats> tensors;
 };
 
+// Whether a delta from `base` to `target` can be built: the same tensor names, each with the same
+// dtype and shape. kFailedPrecondition otherwise, naming the first tensor that is missing from one
+// side or differs (with both shapes and dtypes) and saying that a full frame is the way
+// (`dcr diff --full`, method full). Reads only the headers.
+Status CheckDeltaCompatible(const Checkpoint& base, const Checkpoint& target);
+
 // Builds the delta from `base` to `target` (base may be null only with options.full).
-// Errors: kFailedPrecondition if the inventories differ (names, dtypes, shapes) and !full;
+// Errors: kFailedPrecondition as CheckDeltaCompatible if the inventories differ and !full;
 // sink errors are returned as is. The sink receives the blobs in the order of
 // ProductionOrder::ForBuild (below); the grid is BuildGrid(Inventory::FromCheckpoint(target)).
 StatusOr<DeltaStats> BuildDelta(const Checkpoint* base, const Checkpoint& target,

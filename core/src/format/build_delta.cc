@@ -150,30 +150,31 @@ class DeltaBuilder {
   std::vector<std::unordered_map<uint64_t, uint64_t>> tensor_hist_;
 };
 
+std::string ShapeText(const TensorInfo& t) {
+  std::string s = "[";
+  for (size_t i = 0; i < t.shape.size(); ++i) s += (i ? ", " : "") + std::to_string(t.shape[i]);
+  return s + "] " + t.dtype_name;
+}
+
+Status Incompatible(const std::string& what) {
+  return FailedPreconditionError(
+      what + "; a delta needs the same tensor names, dtypes and shapes in base and target: send a "
+             "full frame instead (`dcr diff --full TARGET -o OUT`, or method full in a scenario)");
+}
+
 Status DeltaBuilder::Bind() {
   if (!options_.full && base_ == nullptr) {
     return InvalidArgumentError("a delta needs a base checkpoint (or options.full for a full frame)");
   }
   if (options_.chunk_elems == 0) return InvalidArgumentError("chunk_elems must be positive");
+  if (!options_.full) DCR_RETURN_IF_ERROR(CheckDeltaCompatible(*base_, target_));
   base_ptr_.assign(inv_.tensors.size(), nullptr);
   target_ptr_.assign(inv_.tensors.size(), nullptr);
   for (size_t i = 0; i < inv_.tensors.size(); ++i) {
     const TensorInfo& t = inv_.tensors[i];
     target_ptr_[i] = target_.data(t);
     if (options_.full) continue;
-    const TensorInfo* bt = base_->Find(t.name);
-    if (bt == nullptr) {
-      return FailedPreconditionError("tensor '" + t.name +
-                                     "' is in the target but not in the base; build a full delta");
-    }
-    if (bt->dtype_name != t.dtype_name || bt->shape != t.shape) {
-      return FailedPreconditionError("tensor '" + t.name +
-                                     "' differs in dtype or shape between base and target");
-    }
-    base_ptr_[i] = base_->data(*bt);
-  }
-  if (!options_.full && base_->tensors().size() != inv_.tensors.size()) {
-    return FailedPreconditionError("the base has tensors the target lacks; build a full delta");
+    base_ptr_[i] = base_->data(*base_->Find(t.name));  // present: CheckDeltaCompatible
   }
   stats_.tensors.resize(inv_.tensors.size());
   for (size_t i = 0; i < inv_.tensors.size(); ++i) {
@@ -387,6 +388,24 @@ DeltaStats DeltaBuilder::Finish() {
 }
 
 }  // namespace
+
+Status CheckDeltaCompatible(const Checkpoint& base, const Checkpoint& target) {
+  for (const TensorInfo& t : target.tensors()) {
+    const TensorInfo* bt = base.Find(t.name);
+    if (bt == nullptr) return Incompatible("tensor '" + t.name + "' is in the target but not in the base");
+    if (bt->dtype_name != t.dtype_name || bt->shape != t.shape) {
+      return Incompatible("tensor '" + t.name + "' is " + ShapeText(*bt) + " in the base but " +
+                          ShapeText(t) + " in the target");
+    }
+  }
+  for (const TensorInfo& t : base.tensors()) {
+    if (target.Find(t.name) == nullptr) {
+      return Incompatible("tensor '" + t.name + "' is in the base but not in the target (removed)");
+    }
+  }
+  return Status::OK();
+}
+
 
 ProductionOrder::ProductionOrder(uint64_t units, uint64_t window)
     : units_(units), window_(std::max<uint64_t>(window, 1)) {}

@@ -30,12 +30,13 @@ struct ReportRow {
   std::string model;
   std::string method;
   std::string transport;
-  double change_rate = 0;
+  double change_rate = 0;             // measured (the result's change_rate)
+  double configured_change_rate = 0;  // the synthetic trainer's input; 0 if absent
   double refit_seconds = 0;
   double wire_bytes = 0;
   int64_t receivers = 0;
   int64_t receivers_verified = 0;
-  double speedup = 0;      // delta rows: full / delta of the same file+transport; 0 if unknown
+  double speedup = 0;      // delta rows: full / delta of the same file+transport+rates; 0 if unknown
   double delta_ratio = 0;  // delta rows: full wire bytes / delta wire bytes; 0 if unknown
 };
 

@@ -243,7 +243,13 @@ struct LinkBytes {
 struct RunResult {
   Method method = Method::kDelta;
   TransportKind transport = TransportKind::kRelayTree;
+  // Measured fraction of the elements that differ between the step's base and target: the changed
+  // elements of the delta built from them (real runs: counted over the checkpoints, for delta and
+  // full runs alike; simulations: the payload model's sampled delta).
   double change_rate = 0;
+  // The change rate the synthetic trainer was asked for (scenario `change_rates`); 0 when the
+  // scenario gives its checkpoints (model.checkpoints). An input, never a measurement.
+  double configured_change_rate = 0;
   int step = 1;
   double refit_seconds = 0;   // first chunk built -> last receiver committed
   uint64_t wire_bytes = 0;    // bytes over the long link
@@ -287,8 +293,8 @@ struct ScenarioResult {
   std::map<std::string, std::string> setup;
 };
 
-// The result JSON (keys: scenario, mode, model, runs[{method, transport, change_rate,
-// refit_seconds, wire_bytes, receivers, receivers_verified, ...}], plus speedups and setup).
+// The result JSON (keys: scenario, mode, model, runs[{method, transport, change_rate (measured),
+// configured_change_rate (the synthetic trainer's input, absent for given checkpoints), refit_seconds, wire_bytes, receivers, receivers_verified, ...}], plus speedups and setup).
 std::string ResultToJson(const ScenarioResult& r);
 // Parses ResultToJson output (reports, comparisons). kInvalidArgument on malformed JSON.
 StatusOr<ScenarioResult> ResultFromJson(const std::string& json);
