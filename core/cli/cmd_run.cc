@@ -48,11 +48,17 @@ int RunMain(const RunArgs& a) {
     Status w = WriteFileAtomic(a.out, js.data(), js.size());
     if (!w.ok()) return ReportStatus("run", w);
   }
+  bool failed = false;
   for (const auto& run : r->runs) {
-    if (!run.error.empty() || run.receivers_verified != run.receivers) {
-      std::fprintf(stderr, "dcr run: a run failed or was not verified on every receiver\n");
-      return 1;
+    if (!run.error.empty()) {
+      std::fprintf(stderr, "dcr run: %s / %s / step %d failed: %s\n", MethodName(run.method),
+                   TransportKindName(run.transport), run.step, run.error.c_str());
     }
+    failed |= !run.error.empty() || run.receivers_verified != run.receivers;
+  }
+  if (failed) {
+    std::fprintf(stderr, "dcr run: a run failed or was not verified on every receiver\n");
+    return 1;
   }
   if (r->faults.enabled && (!r->faults.errors.empty() ||
                             r->faults.faults_survived != r->faults.faults_injected)) {

@@ -276,10 +276,28 @@ StatusOr<std::vector<Child>> StartNodes(const std::vector<NodePlan>& plans,
   return children;
 }
 
-// Reaps the children that exited; the first one that failed sets `failure` (with its log's tail).
-// Returns how many exited in this call.
+// A failed node's own message: the "dcr node: ..." lines of its log (the last 600 bytes of the log
+// when it has none, e.g. a node killed by a signal).
+std::string NodeMessage(const Child& c) {
+  const std::string log = ReadText(c.log);
+  std::string own;
+  std::istringstream in(log);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("dcr node: ", 0) == 0) own += (own.empty() ? "" : "; ") + line.substr(10);
+  }
+  if (!own.empty()) return own;
+  std::string tail = log.size() > 600 ? log.substr(log.size() - 600) : log;
+  while (!tail.empty() && (tail.back() == '\n' || tail.back() == ' ')) tail.pop_back();
+  return tail.empty() ? "no message" : tail;
+}
+
+// Reaps the children that exited. The first failure is the root cause: the node that failed
+// before the others (whose errors, such as a closed connection, follow from it); among nodes
+// reaped in the same poll, the lowest rank (the sender first). It sets `failure`, naming the
+// node, its exit, its own message and its log. Returns how many exited in this call.
 size_t ReapExited(std::vector<Child>* children, Status* failure) {
   size_t exited = 0;
+  const Child* cause = nullptr;
   for (auto& c : *children) {
     if (c.exited) continue;
     int st = 0;
@@ -288,14 +306,18 @@ size_t ReapExited(std::vector<Child>* children, Status* failure) {
     c.exited = true;
     c.status = st;
     ++exited;
-    if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0) && failure->ok()) {
-      std::string tail = ReadText(c.log);
-      if (tail.size() > 600) tail = tail.substr(tail.size() - 600);
-      *failure = UnavailableError("node " + std::to_string(c.rank) + " failed (" +
-                                  (WIFEXITED(st) ? "exit " + std::to_string(WEXITSTATUS(st))
-                                                 : "signal " + std::to_string(WTERMSIG(st))) +
-                                  "): " + tail);
+    if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0) && (cause == nullptr || c.rank < cause->rank)) {
+      cause = &c;
     }
+  }
+  if (cause != nullptr && failure->ok()) {
+    const int st = cause->status;
+    *failure = UnavailableError(
+        "node " + std::to_string(cause->rank) + (cause->rank == 0 ? " (sender)" : "") +
+        " failed first (" +
+        (WIFEXITED(st) ? "exit " + std::to_string(WEXITSTATUS(st))
+                       : "signal " + std::to_string(WTERMSIG(st))) +
+        "): " + NodeMessage(*cause) + " [log: " + cause->log + "]");
   }
   return exited;
 }

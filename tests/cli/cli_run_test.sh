@@ -57,4 +57,67 @@ lacks run-table-not-configured "$tmp/table.md" "3.00%"
 "$dcr" report "$tmp/r.json" -o "$tmp/rep" > /dev/null 2>&1; check report 0 $?
 gpct=$(python3 -c "import json,sys; print('%g%%' % (100*json.load(open(sys.argv[1]))['runs'][0]['change_rate']))" "$tmp/r.json")
 has report-measured "$tmp/rep/summary.md" "| $gpct | - | relay_tree | delta |"
+
+# Base and target that no delta can join: refused before any node starts (no node log), naming
+# the tensor, both shapes and the way out; a full refit of the same pair works.
+python3 - "$s1" "$tmp" <<'PY'
+import json, struct, sys
+src, out = sys.argv[1], sys.argv[2]
+raw = open(src, "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+hdr = json.loads(raw[8:8 + n]); data = raw[8 + n:]
+names = [k for k in hdr if k != "__metadata__"]
+def write(path, tensors):  # tensors: [(name, dtype, shape, bytes)]
+    h, off, blob = {}, 0, b""
+    for name, dt, shape, b in tensors:
+        h[name] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(b)]}
+        off += len(b); blob += b
+    j = json.dumps(h).encode(); j += b" " * (-len(j) % 8)
+    open(path, "wb").write(struct.pack("<Q", len(j)) + j + blob)
+ts = sorted(((k, hdr[k]["dtype"], hdr[k]["shape"], data[slice(*hdr[k]["data_offsets"])]) for k in names),
+            key=lambda t: hdr[t[0]]["data_offsets"][0])
+big = next(i for i, t in enumerate(ts) if len(t[2]) == 2 and t[2][0] != t[2][1])
+reshaped = list(ts); n0, dt, sh, b = ts[big]; reshaped[big] = (n0, dt, [sh[1], sh[0]], b)
+write(out + "/reshaped.safetensors", reshaped)
+write(out + "/removed.safetensors", ts[:big] + ts[big + 1:])
+open(out + "/names.txt", "w").write("%s\n[%d, %d] %s\n[%d, %d] %s\n" % (n0, sh[0], sh[1], dt, sh[1], sh[0], dt))
+PY
+check make-incompatible 0 $?
+name=$(sed -n 1p "$tmp/names.txt"); was=$(sed -n 2p "$tmp/names.txt"); now=$(sed -n 3p "$tmp/names.txt")
+rm -rf "$tmp/work"
+scenario "$tmp/shape.yaml" "$s0" "$tmp/reshaped.safetensors"
+"$dcr" run "$tmp/shape.yaml" -q > /dev/null 2> "$tmp/err.txt"; check run-shape-refused 14 $?
+has run-shape-names-tensor "$tmp/err.txt" "tensor '$name' is $was in the base but $now in the target"
+has run-shape-says-full "$tmp/err.txt" "method full"
+[ -z "$(find "$tmp/work" -name 'node-*.log' 2>/dev/null)" ]; check run-shape-no-node-started 0 $?
+scenario "$tmp/removed.yaml" "$s0" "$tmp/removed.safetensors"
+"$dcr" run "$tmp/removed.yaml" -q > /dev/null 2> "$tmp/err.txt"; check run-removed-refused 14 $?
+has run-removed-names-tensor "$tmp/err.txt" "tensor '$name' is in the base but not in the target (removed)"
+scenario "$tmp/shape-full.yaml" "$s0" "$tmp/reshaped.safetensors" full
+"$dcr" run "$tmp/shape-full.yaml" -q --out "$tmp/rf.json" > /dev/null 2> "$tmp/err.txt"; check run-shape-full-works 0 $?
+"$dcr" diff "$s0" "$tmp/reshaped.safetensors" -o "$tmp/x.dcr" > /dev/null 2> "$tmp/err.txt"; check diff-shape-refused 14 $?
+has diff-shape-names-tensor "$tmp/err.txt" "tensor '$name' is $was in the base but $now in the target"
+has diff-shape-says-full "$tmp/err.txt" "dcr diff --full"
+
+# The sender dies mid-refit: the console names it (node 0, the signal), not a receiver's
+# closed connection.
+rm -rf "$tmp/work"
+scenario "$tmp/slow.yaml" "$s0" "$s1" full
+sed -i 's|bandwidth: 1Gbit/s, latency: 1ms|bandwidth: 8Mbit/s, latency: 1ms|' "$tmp/slow.yaml"
+"$dcr" run "$tmp/slow.yaml" -q > /dev/null 2> "$tmp/err.txt" &
+runner=$!
+plan="$tmp/work/run-1/plan-0.json"
+sender=""
+for _ in $(seq 100); do
+  for p in /proc/[0-9]*; do
+    if tr '\0' ' ' < "$p/cmdline" 2>/dev/null | grep -qF -- "--plan $plan"; then sender=${p#/proc/}; fi
+  done
+  [ -n "$sender" ] && [ -e "$tmp/work/run-1/go" ] && break
+  sleep 0.1
+done
+sleep 0.5
+[ -n "$sender" ] && kill -9 "$sender"; check found-sender 0 $?
+wait "$runner"; check run-sender-killed 1 $?
+has run-sender-root-cause "$tmp/err.txt" "node 0 (sender) failed first (signal 9)"
+has run-sender-log-named "$tmp/err.txt" "[log: $tmp/work/run-1/node-0.log]"
 exit $fail
