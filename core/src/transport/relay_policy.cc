@@ -3,12 +3,13 @@
 
 #include <algorithm>
 #include <cinttypes>
-#include <cstdarg>
 #include <cstdio>
 #include <deque>
 #include <functional>
 #include <map>
 #include <set>
+
+#include "internal/str_format.h"
 
 namespace dcr {
 
@@ -153,22 +154,8 @@ StatusOr<BlobInfo> ParseObjectKey(const std::string& prefix, const std::string& 
 // ---- ToString ----
 
 namespace {
-template <class... Ts>
-struct Overloaded : Ts... {
-  using Ts::operator()...;
-};
-template <class... Ts>
-Overloaded(Ts...) -> Overloaded<Ts...>;
-
-std::string Fmt(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-std::string Fmt(const char* fmt, ...) {
-  char buf[512];
-  va_list ap;
-  va_start(ap, fmt);
-  std::vsnprintf(buf, sizeof(buf), fmt, ap);
-  va_end(ap);
-  return buf;
-}
+using internal::Fmt;
+using internal::Overloaded;
 using ULL = unsigned long long;
 }  // namespace
 

@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdarg>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -29,20 +28,13 @@
 #include "dcr/status_macros.h"
 #include "dcr/testing/fault_injection.h"
 #include "dcr/versioning.h"
+#include "internal/str_format.h"
 
 namespace dcr {
 
 namespace {
 
-std::string Fmt(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-std::string Fmt(const char* fmt, ...) {
-  char buf[512];
-  va_list ap;
-  va_start(ap, fmt);
-  std::vsnprintf(buf, sizeof(buf), fmt, ap);
-  va_end(ap);
-  return buf;
-}
+using internal::Fmt;
 
 // Captures the blobs of a delta stream in order.
 class BlobSink : public DeltaSink {

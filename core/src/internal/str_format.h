@@ -1,0 +1,32 @@
+// String helpers shared by the policies' trace printers and the fault harness (internal).
+#ifndef DCR_CORE_SRC_INTERNAL_STR_FORMAT_H_
+#define DCR_CORE_SRC_INTERNAL_STR_FORMAT_H_
+
+#include <cstdarg>
+#include <cstdio>
+#include <string>
+
+namespace dcr::internal {
+
+// printf into a std::string; output past 511 characters is cut off (trace lines are short).
+inline std::string Fmt(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+inline std::string Fmt(const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  return buf;
+}
+
+// One visitor from several lambdas, for std::visit over an event or action variant.
+template <class... Ts>
+struct Overloaded : Ts... {
+  using Ts::operator()...;
+};
+template <class... Ts>
+Overloaded(Ts...) -> Overloaded<Ts...>;
+
+}  // namespace dcr::internal
+
+#endif  // DCR_CORE_SRC_INTERNAL_STR_FORMAT_H_
