@@ -1,10 +1,12 @@
-// String helpers shared by the policies' trace printers and the fault harness (internal).
+// String helpers for trace lines and error messages (internal).
 #ifndef DCR_CORE_SRC_INTERNAL_STR_FORMAT_H_
 #define DCR_CORE_SRC_INTERNAL_STR_FORMAT_H_
 
 #include <cstdarg>
+#include <cstdint>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 namespace dcr::internal {
 
@@ -17,6 +19,17 @@ inline std::string Fmt(const char* fmt, ...) {
   std::vsnprintf(buf, sizeof(buf), fmt, ap);
   va_end(ap);
   return buf;
+}
+
+// The first eight of `ids`, comma separated, then ", ... (N in all)" when there are more.
+inline std::string IdList(const std::vector<uint64_t>& ids) {
+  std::string s;
+  for (size_t i = 0; i < ids.size() && i < 8; ++i) {
+    if (i) s += ", ";
+    s += std::to_string(ids[i]);
+  }
+  if (ids.size() > 8) s += ", ... (" + std::to_string(ids.size()) + " in all)";
+  return s;
 }
 
 // One visitor from several lambdas, for std::visit over an event or action variant.

@@ -6,21 +6,11 @@
 #include "dcr/hash.h"
 #include "dcr/journal.h"
 #include "dcr/status_macros.h"
+#include "internal/str_format.h"
 
 namespace dcr {
-namespace {
 
-std::string IdList(const std::vector<uint64_t>& ids) {
-  std::string s;
-  for (size_t i = 0; i < ids.size() && i < 8; ++i) {
-    if (i) s += ", ";
-    s += std::to_string(ids[i]);
-  }
-  if (ids.size() > 8) s += ", ... (" + std::to_string(ids.size()) + " in all)";
-  return s;
-}
-
-}  // namespace
+using internal::IdList;
 
 JournaledReceiver::JournaledReceiver(Receiver* inner, ReceiverJournal* journal, ServingGate* gate)
     : inner_(inner), journal_(journal), gate_(gate) {}

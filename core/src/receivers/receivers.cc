@@ -18,8 +18,11 @@
 #include "dcr/receiver.h"
 #include "dcr/status_macros.h"
 #include "dcr/transport.h"
+#include "internal/str_format.h"
 
 namespace dcr {
+
+using internal::IdList;
 
 namespace {
 
@@ -60,16 +63,6 @@ Status CompareTensors(const std::vector<TensorInfo>& tensors,
     }
   }
   return Status();
-}
-
-std::string IdList(const std::vector<uint64_t>& ids) {
-  std::string s;
-  for (size_t i = 0; i < ids.size() && i < 8; ++i) {
-    if (i) s += ", ";
-    s += std::to_string(ids[i]);
-  }
-  if (ids.size() > 8) s += ", ... (" + std::to_string(ids.size()) + " in all)";
-  return s;
 }
 
 // The receiver of the full-checkpoint reference stream (FullStreamBlobs): rebuilds the file
