@@ -16,7 +16,7 @@
 // code therefore runs
 //   * over POSIX TCP and object stores (`dcr run`, `dcr node`),
 //   * over SimGrid (sim/): one actor per node, now = Engine::get_clock(), and
-//   * in the deterministic fault harness (fault_injection.h) on a discrete-event clock.
+//   * in the deterministic fault harness (dcr/testing/fault_injection.h) on a discrete-event clock.
 //
 // Node roles (NodeRole):
 //   kSender     root of a relay tree: gets blobs from the delta builder (BlobProduced) and sends
