@@ -2,20 +2,7 @@
 # The real `dcr` binary given the wrong kind of input: directories, shard directories, deltas or
 # JSON where a checkpoint is expected. Each is refused by name (or compared, for two shard
 # directories), never reported as a success it did not check.
-set -u
-dcr="$1"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-check() {  # check NAME EXPECTED_RC ACTUAL_RC
-  if [ "$2" != "$3" ]; then echo "FAIL $1: exit $3, expected $2"; fail=1; else echo "ok   $1"; fi
-}
-has() {  # has NAME FILE PATTERN: FILE contains PATTERN (fixed string)
-  if grep -qF -- "$3" "$2"; then echo "ok   $1"; else echo "FAIL $1: no '$3' in:"; cat "$2"; fail=1; fi
-}
-lacks() {  # lacks NAME FILE PATTERN
-  if grep -qF -- "$3" "$2"; then echo "FAIL $1: '$3' in:"; cat "$2"; fail=1; else echo "ok   $1"; fi
-}
+source "$(dirname "$0")/cli_lib.sh" "$@"
 "$dcr" synth --preset tiny --rate 3% --steps 2 --out "$tmp/ck" >/dev/null 2>&1; check synth 0 $?
 s0="$tmp/ck/step0.safetensors"; s1="$tmp/ck/step1.safetensors"
 

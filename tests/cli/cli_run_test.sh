@@ -2,20 +2,7 @@
 # `dcr run` (mode real, real dcr-node processes on loopback) on given checkpoints: the result
 # carries the change rate measured on the checkpoints, not the configured one; an incompatible
 # base and target are refused before any node starts, naming the tensor and the way out.
-set -u
-dcr="$1"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-check() {  # check NAME EXPECTED_RC ACTUAL_RC
-  if [ "$2" != "$3" ]; then echo "FAIL $1: exit $3, expected $2"; fail=1; else echo "ok   $1"; fi
-}
-has() {  # has NAME FILE PATTERN: FILE contains PATTERN (fixed string)
-  if grep -qF -- "$3" "$2"; then echo "ok   $1"; else echo "FAIL $1: no '$3' in:"; cat "$2"; fail=1; fi
-}
-lacks() {  # lacks NAME FILE PATTERN
-  if grep -qF -- "$3" "$2"; then echo "FAIL $1: '$3' in:"; cat "$2"; fail=1; else echo "ok   $1"; fi
-}
+source "$(dirname "$0")/cli_lib.sh" "$@"
 scenario() {  # scenario FILE BASE TARGET [METHODS]
   cat > "$1" <<YAML
 name: cli-run

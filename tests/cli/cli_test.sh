@@ -1,13 +1,6 @@
 #!/usr/bin/env bash
 # dcr synth -> diff -> apply -> verify -> inspect, plus the refusals and exit codes.
-set -u
-dcr="$1"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-check() {  # check NAME EXPECTED_RC ACTUAL_RC
-  if [ "$2" != "$3" ]; then echo "FAIL $1: exit $3, expected $2"; fail=1; else echo "ok   $1"; fi
-}
+source "$(dirname "$0")/cli_lib.sh" "$@"
 "$dcr" synth --preset tiny --rate 3% --steps 3 --out "$tmp/ck" >/dev/null 2>&1; check synth 0 $?
 s0="$tmp/ck/step0.safetensors"; s1="$tmp/ck/step1.safetensors"; s2="$tmp/ck/step2.safetensors"
 "$dcr" diff "$s0" "$s1" -o "$tmp/d01.dcr" > "$tmp/diff.txt"; check diff 0 $?
