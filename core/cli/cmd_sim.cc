@@ -4,11 +4,11 @@
 #ifdef DCR_HAVE_SIM
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <string>
 
 #include "command.h"
+#include "dcr/checkpoint.h"
 #include "dcr/scenario.h"
 #include "dcr/sim/sim.h"
 
@@ -35,19 +35,9 @@ int RunSim(const SimArgs& a) {
   std::printf("%s", ResultToMarkdown(*r).c_str());
   std::printf("\nsimulated in %.2f s wall\n", wall);
   if (!a.out.empty()) {
-    std::string tmp = a.out + ".tmp";
-    {
-      std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-      f << ResultToJson(*r);
-      if (!f) {
-        std::remove(tmp.c_str());
-        return ReportStatus("sim", InternalError("cannot write '" + tmp + "'"));
-      }
-    }
-    if (std::rename(tmp.c_str(), a.out.c_str()) != 0) {
-      std::remove(tmp.c_str());
-      return ReportStatus("sim", InternalError("cannot rename to '" + a.out + "'"));
-    }
+    const std::string js = ResultToJson(*r);
+    Status w = WriteFileAtomic(a.out, js.data(), js.size());
+    if (!w.ok()) return ReportStatus("sim", w);
   }
   for (const RunResult& run : r->runs) {
     if (!run.error.empty() || run.receivers_verified != run.receivers) return 1;

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dcr/checkpoint.h"
 #include "dcr/status_macros.h"
 
 namespace dcr::reports {
@@ -31,23 +32,7 @@ std::string Fmt(const char* fmt, double v) {
 std::string Pct(double rate) { return Fmt("%g%%", rate * 100.0); }
 
 Status WriteFileAtomic(const std::string& path, const std::string& content) {
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return ErrnoError("cannot create '" + tmp + "'", errno);
-    out << content;
-    out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      return ErrnoError("cannot write '" + tmp + "'", errno);
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    std::remove(tmp.c_str());
-    return ErrnoError("cannot rename to '" + path + "'", err);
-  }
-  return Status::OK();
+  return dcr::WriteFileAtomic(path, content.data(), content.size());
 }
 
 Status MakeDirs(const std::string& dir) {

@@ -119,12 +119,15 @@ std::string BuildSafetensorsHeader(const std::vector<TensorView>& tensors,
 std::vector<uint8_t> SafetensorsImage(const std::vector<TensorView>& tensors,
                                       const std::map<std::string, std::string>& metadata = {});
 
-// Writes a safetensors file atomically: `path`.tmp.<pid> is written, fsynced and renamed over
-// `path`; on any error nothing is left at `path` or at the temporary name.
+// Writes a safetensors file atomically: a fresh temporary `path`.tmp.XXXXXX (random suffix,
+// created exclusively: nothing planted at the name is followed) is allocated in full, written,
+// fsynced and renamed over `path`, keeping an existing `path`'s permission bits; on any error
+// nothing is left at `path` or at the temporary name. A full filesystem is kResourceExhausted;
+// EACCES / EROFS are kFailedPrecondition.
 Status WriteSafetensors(const std::string& path, const std::vector<TensorView>& tensors,
                         const std::map<std::string, std::string>& metadata = {});
 
-// Writes `size` bytes atomically to `path` (temp file + fsync + rename); removes the temp on error.
+// Writes `size` bytes atomically to `path`, as WriteSafetensors writes its file.
 Status WriteFileAtomic(const std::string& path, const void* data, size_t size);
 // Reads a whole file.
 StatusOr<std::vector<uint8_t>> ReadFile(const std::string& path);

@@ -173,8 +173,13 @@ class DeltaMemorySink : public DeltaSink {
   std::vector<uint8_t> bytes_;
 };
 
-// Writes a delta file atomically: chunks go to `path`.tmp.<pid>; OnTrailer fsyncs and renames.
+// Writes a delta file atomically: chunks go to a fresh temporary `path`.tmp.XXXXXX (as
+// WriteSafetensors makes it); OnTrailer fsyncs and renames it over `path`.
 // If destroyed before the trailer, the temporary file is removed and `path` is untouched.
+namespace internal {
+class AtomicFile;
+}  // namespace internal
+
 class DeltaFileSink : public DeltaSink {
  public:
   explicit DeltaFileSink(std::string path);
@@ -184,10 +189,8 @@ class DeltaFileSink : public DeltaSink {
   Status OnTrailer(const std::vector<uint8_t>& bytes) override;
 
  private:
-  Status Write(const std::vector<uint8_t>& bytes);
   std::string path_;
-  std::string tmp_;
-  int fd_ = -1;
+  std::unique_ptr<internal::AtomicFile> file_;  // the temporary, from OnHeader to OnTrailer
 };
 
 // Per-tensor statistics of a built delta (also what `dcr inspect` reports).

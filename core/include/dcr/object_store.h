@@ -2,8 +2,9 @@
 //
 // Three implementations share one interface:
 //   * DirectoryStore: a local (or shared-filesystem) directory, the embedded default. Keys are
-//     relative paths; Put writes "<key>.tmp.<pid>.<n>", fsyncs and renames, so a reader sees an
-//     object completely or not at all.
+//     relative paths; Put writes a fresh ".dcr-tmp.<name>.XXXXXX" beside the object (random
+//     suffix, created exclusively), fsyncs and renames it, so a reader sees an object completely
+//     or not at all.
 //   * S3Store: any S3-compatible endpoint over libcurl with AWS SigV4 (path-style URLs
 //     "<endpoint>/<bucket>/<key>", region, UNSIGNED-PAYLOAD, multipart upload for large objects,
 //     ranged GET). Verified against OpenStack Swift s3api (scripts/start-s3-server.sh).

@@ -14,6 +14,7 @@
 
 #include "dcr/hash.h"
 #include "dcr/status_macros.h"
+#include "internal/atomic_file.h"
 #include "internal/chunk_streams.h"
 #include "internal/element_ops.h"
 #include "internal/positions.h"
@@ -381,43 +382,39 @@ void BufferApplier::AddVersionDelta(const Hash128& d) {
 
 namespace {
 
-// A writable temp file mapped in memory; removed unless Commit() succeeds.
+// A writable temporary file mapped in memory; removed unless Commit() succeeds. Its blocks are
+// allocated before it is mapped, so a full filesystem is an error from Create (kResourceExhausted)
+// and never a SIGBUS on a store into the mapping.
 class MappedOutput {
  public:
-  explicit MappedOutput(std::string path)
-      : path_(std::move(path)), tmp_(path_ + ".tmp." + std::to_string(::getpid())) {}
+  explicit MappedOutput(std::string path) : path_(std::move(path)) {}
   ~MappedOutput() {
     if (map_ != nullptr) ::munmap(map_, size_);
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(tmp_.c_str());
   }
   Status Create(uint64_t size) {
-    fd_ = ::open(tmp_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) return ErrnoError("create " + tmp_, errno);
-    if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) return ErrnoError("ftruncate " + tmp_, errno);
+    DCR_ASSIGN_OR_RETURN(file_, internal::AtomicFile::Create(path_));
+    DCR_RETURN_IF_ERROR(file_->Reserve(size));
     size_ = size;
     if (size > 0) {
-      void* m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
-      if (m == MAP_FAILED) return ErrnoError("mmap " + tmp_, errno);
+      void* m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, file_->fd(), 0);
+      if (m == MAP_FAILED) return ErrnoError("mmap " + file_->tmp_path(), errno);
       map_ = static_cast<uint8_t*>(m);
     }
     return Status::OK();
   }
   uint8_t* data() { return map_; }
   Status Commit() {
-    if (map_ != nullptr && ::msync(map_, size_, MS_SYNC) != 0) return ErrnoError("msync " + tmp_, errno);
-    if (::fsync(fd_) != 0) return ErrnoError("fsync " + tmp_, errno);
-    if (::rename(tmp_.c_str(), path_.c_str()) != 0) return ErrnoError("rename to " + path_, errno);
-    committed_ = true;
-    return Status::OK();
+    if (map_ != nullptr && ::msync(map_, size_, MS_SYNC) != 0) {
+      return ErrnoError("msync " + file_->tmp_path(), errno);
+    }
+    return file_->Commit();
   }
 
  private:
-  std::string path_, tmp_;
-  int fd_ = -1;
+  std::string path_;
+  std::unique_ptr<internal::AtomicFile> file_;
   uint8_t* map_ = nullptr;
   uint64_t size_ = 0;
-  bool committed_ = false;
 };
 
 }  // namespace

@@ -16,25 +16,12 @@
 
 #include "dcr/hash.h"
 #include "dcr/status_macros.h"
+#include "internal/atomic_file.h"
 #include "internal/mapped_file.h"
 #include "internal/safetensors.h"
 
 namespace dcr {
 namespace {
-
-Status WriteAll(int fd, const void* data, size_t size, const std::string& what) {
-  const uint8_t* p = static_cast<const uint8_t*>(data);
-  while (size > 0) {
-    ssize_t n = ::write(fd, p, std::min<size_t>(size, size_t{1} << 30));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError("write " + what, errno);
-    }
-    p += n;
-    size -= static_cast<size_t>(n);
-  }
-  return Status::OK();
-}
 
 std::string JsonEscape(const std::string& s) {
   std::string out;
@@ -325,19 +312,16 @@ std::string BuildSafetensorsHeader(const std::vector<TensorView>& tensors,
 
 Status WriteFileAtomicParts(const std::string& path,
                             const std::vector<std::pair<const void*, size_t>>& parts) {
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError("create " + tmp, errno);
-  Status s;
+  DCR_ASSIGN_OR_RETURN(auto file, internal::AtomicFile::Create(path));
+  uint64_t total = 0;
+  for (const auto& part : parts) total += part.second;
+  DCR_RETURN_IF_ERROR(file->Reserve(total));
+  uint64_t off = 0;
   for (const auto& [p, n] : parts) {
-    s = WriteAll(fd, p, n, tmp);
-    if (!s.ok()) break;
+    DCR_RETURN_IF_ERROR(file->PWrite(p, n, off));
+    off += n;
   }
-  if (s.ok() && ::fsync(fd) != 0) s = ErrnoError("fsync " + tmp, errno);
-  if (::close(fd) != 0 && s.ok()) s = ErrnoError("close " + tmp, errno);
-  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) s = ErrnoError("rename to " + path, errno);
-  if (!s.ok()) ::unlink(tmp.c_str());
-  return s;
+  return file->Commit();
 }
 
 Status WriteSafetensors(const std::string& path, const std::vector<TensorView>& tensors,

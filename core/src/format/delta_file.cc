@@ -14,6 +14,7 @@
 #include "dcr/delta.h"
 #include "dcr/hash.h"
 #include "dcr/status_macros.h"
+#include "internal/atomic_file.h"
 #include "internal/byte_io.h"
 #include "internal/mapped_file.h"
 #include "internal/safetensors.h"
@@ -212,57 +213,26 @@ Status DeltaMemorySink::OnTrailer(const std::vector<uint8_t>& b) {
   return Status::OK();
 }
 
-DeltaFileSink::DeltaFileSink(std::string path)
-    : path_(std::move(path)), tmp_(path_ + ".tmp." + std::to_string(::getpid())) {}
+DeltaFileSink::DeltaFileSink(std::string path) : path_(std::move(path)) {}
 
-DeltaFileSink::~DeltaFileSink() {
-  if (fd_ >= 0) {
-    ::close(fd_);
-    ::unlink(tmp_.c_str());
-  }
-}
-
-Status DeltaFileSink::Write(const std::vector<uint8_t>& bytes) {
-  if (fd_ < 0) return FailedPreconditionError("delta file sink is not open");
-  const uint8_t* p = bytes.data();
-  size_t left = bytes.size();
-  while (left > 0) {
-    ssize_t n = ::write(fd_, p, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError("write " + tmp_, errno);
-    }
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
-  return Status::OK();
-}
+DeltaFileSink::~DeltaFileSink() = default;
 
 Status DeltaFileSink::OnHeader(const std::vector<uint8_t>& bytes) {
-  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0) return ErrnoError("create " + tmp_, errno);
-  return Write(bytes);
+  DCR_ASSIGN_OR_RETURN(file_, internal::AtomicFile::Create(path_));
+  return file_->Write(bytes.data(), bytes.size());
 }
 
 Status DeltaFileSink::OnChunk(const ChunkHeader&, const std::vector<uint8_t>& bytes) {
-  return Write(bytes);
+  if (!file_) return FailedPreconditionError("delta file sink is not open");
+  return file_->Write(bytes.data(), bytes.size());
 }
 
 Status DeltaFileSink::OnTrailer(const std::vector<uint8_t>& bytes) {
-  DCR_RETURN_IF_ERROR(Write(bytes));
-  if (::fsync(fd_) != 0) return ErrnoError("fsync " + tmp_, errno);
-  int fd = fd_;
-  fd_ = -1;
-  if (::close(fd) != 0) {
-    ::unlink(tmp_.c_str());
-    return ErrnoError("close " + tmp_, errno);
-  }
-  if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
-    int e = errno;
-    ::unlink(tmp_.c_str());
-    return ErrnoError("rename to " + path_, e);
-  }
-  return Status::OK();
+  if (!file_) return FailedPreconditionError("delta file sink is not open");
+  DCR_RETURN_IF_ERROR(file_->Write(bytes.data(), bytes.size()));
+  Status s = file_->Commit();
+  file_.reset();  // removes the temporary when the commit failed
+  return s;
 }
 
 // ---- reader ----

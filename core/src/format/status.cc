@@ -83,6 +83,10 @@ Status ErrnoError(std::string_view what, int err) {
     case ECONNREFUSED: case ECONNRESET: case EPIPE: case EHOSTUNREACH: case ENETUNREACH:
     case ETIMEDOUT: code = StatusCode::kUnavailable; break;
     case EINVAL: case EISDIR: case ENOTDIR: code = StatusCode::kInvalidArgument; break;
+    // The filesystem refuses (permissions, read-only mount, a symlink where none may be).
+    case EACCES: case EPERM: case EROFS: case ELOOP: case ETXTBSY:
+      code = StatusCode::kFailedPrecondition;
+      break;
     default: break;
   }
   return Status(code, m);

@@ -12,6 +12,7 @@
 
 #include "dcr/object_store.h"
 #include "dcr/status_macros.h"
+#include "internal/atomic_file.h"
 
 namespace dcr {
 
@@ -33,20 +34,6 @@ Status MkdirAll(const std::string& dir) {
   return Status();
 }
 
-Status WriteAll(int fd, const uint8_t* p, size_t n, const std::string& what) {
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError(what, errno);
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return Status();
-}
-
-std::atomic<uint64_t> g_tmp_counter{0};
 }  // namespace
 
 Status ValidateObjectKey(const std::string& key) {
@@ -89,18 +76,11 @@ Status DirectoryStore::Put(const std::string& key, const void* data, size_t size
   std::string dir = path.substr(0, slash);
   Status s = MkdirAll(dir);
   if (!s.ok()) return UnavailableError("dir store put " + key + ": " + s.message());
-  std::string tmp = dir + "/" + kTmpPrefix + path.substr(slash + 1) + "." +
-                    std::to_string(::getpid()) + "." + std::to_string(g_tmp_counter++);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return UnavailableError("dir store put " + key + ": " + ErrnoError("open " + tmp, errno).message());
-  s = WriteAll(fd, static_cast<const uint8_t*>(data), size, "write " + tmp);
-  if (s.ok() && ::fsync(fd) != 0) s = ErrnoError("fsync " + tmp, errno);
-  if (::close(fd) != 0 && s.ok()) s = ErrnoError("close " + tmp, errno);
-  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) s = ErrnoError("rename to " + path, errno);
-  if (!s.ok()) {
-    ::unlink(tmp.c_str());
-    return UnavailableError("dir store put " + key + ": " + s.message());
-  }
+  auto file = internal::AtomicFile::Create(path, kTmpPrefix);
+  s = file.status();
+  if (s.ok()) s = (*file)->Write(data, size);
+  if (s.ok()) s = (*file)->Commit();
+  if (!s.ok()) return Status(s.code(), "dir store put " + key + ": " + s.message());
   return Status();
 }
 
