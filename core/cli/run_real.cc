@@ -397,12 +397,53 @@ Status SpawnAndWait(const Scenario& s, const std::vector<NodePlan>& plans,
   return failure;
 }
 
-// Where a scenario's checkpoints and run folders go: model.work_dir, else
-// $TMPDIR/dcr-run-<name>.
-std::string WorkDir(const Scenario& s) {
-  if (!s.model.work_dir.empty()) return s.model.work_dir;
+// Where a scenario's checkpoints and run folders go. model.work_dir is created (0700) when
+// missing; an existing one must be a real directory (not a symlink) owned by this user and
+// writable by nobody else, since its checkpoints are trusted and its files overwritten. Without
+// model.work_dir: a fresh private directory $TMPDIR/dcr-run-<name>.XXXXXX (mkdtemp, 0700),
+// named on stderr and kept. Errors: kFailedPrecondition for an unsafe directory, errno codes.
+StatusOr<std::string> PrepareWorkDir(const Scenario& s) {
+  if (!s.model.work_dir.empty()) {
+    const std::string& dir = s.model.work_dir;
+    struct stat st;
+    if (lstat(dir.c_str(), &st) != 0) {
+      if (errno != ENOENT) return ErrnoError("model.work_dir " + dir, errno);
+      size_t slash = dir.find_last_of('/');
+      if (slash != std::string::npos && slash > 0) DCR_RETURN_IF_ERROR(MkdirP(dir.substr(0, slash)));
+      if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+        return ErrnoError("mkdir " + dir, errno);
+      }
+      if (lstat(dir.c_str(), &st) != 0) return ErrnoError("model.work_dir " + dir, errno);
+    }
+    if (S_ISLNK(st.st_mode) || !S_ISDIR(st.st_mode)) {
+      return FailedPreconditionError("model.work_dir " + dir +
+                                     ": not a directory (a symlink or another file); refusing it");
+    }
+    if (st.st_uid != geteuid()) {
+      return FailedPreconditionError("model.work_dir " + dir + ": owned by uid " +
+                                     std::to_string(st.st_uid) + ", not by this user (uid " +
+                                     std::to_string(geteuid()) + "); refusing its contents");
+    }
+    if ((st.st_mode & 022) != 0) {
+      char mode[8];
+      std::snprintf(mode, sizeof mode, "%03o", static_cast<unsigned>(st.st_mode & 0777));
+      return FailedPreconditionError("model.work_dir " + dir + ": mode " + mode +
+                                     " lets other users write into it; chmod go-w it first");
+    }
+    return dir;
+  }
   const char* tmp = std::getenv("TMPDIR");
-  return std::string(tmp && *tmp ? tmp : "/tmp") + "/dcr-run-" + s.name;
+  std::string name = s.name;
+  for (char& c : name) {
+    if (c == '/') c = '_';
+  }
+  std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/dcr-run-" + name + ".XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  if (mkdtemp(buf.data()) == nullptr) return ErrnoError("mkdtemp " + tmpl, errno);
+  std::fprintf(stderr, "dcr run: work dir %s (kept; set model.work_dir to reuse it)\n",
+               buf.data());
+  return std::string(buf.data());
 }
 
 // The result's scenario, model and setup fields (host, emulation, what the CPU keys mean).
@@ -581,8 +622,7 @@ StatusOr<ScenarioResult> RunScenarioReal(const Scenario& s) {
         "network.emulation: netns is set up by the netns test harness (tests/netns/); "
         "`dcr run` emulates the long link in the transport layer (emulation: transport)");
   }
-  const std::string work_dir = WorkDir(s);
-  DCR_RETURN_IF_ERROR(MkdirP(work_dir));
+  DCR_ASSIGN_OR_RETURN(const std::string work_dir, PrepareWorkDir(s));
   ScenarioResult out = DescribeRealRun(s, work_dir);
   int run_index = 0;
   for (double rate : s.change_rates) {

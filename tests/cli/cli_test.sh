@@ -43,4 +43,59 @@ check chain 0 $?
 cmp -s "$tmp/out2.safetensors" "$s2"; check chain-identical 0 $?
 # Usage errors: 2.
 "$dcr" apply 2>/dev/null; check usage 2 $?
+
+# ---- local attackers and hostile filesystems ----
+# Temporaries have unpredictable names, created exclusively: symlinks planted at every name a
+# pid-based scheme would use are never followed.
+echo precious > "$tmp/victim"
+for i in $(seq 0 200); do ln -s "$tmp/victim" "$tmp/planted.safetensors.tmp.$(( $$ + i ))"; done
+"$dcr" apply "$s0" "$tmp/d01.dcr" -o "$tmp/planted.safetensors" -q; check planted-tmp 0 $?
+[ "$(cat "$tmp/victim")" = precious ] && cmp -s "$tmp/planted.safetensors" "$s1"; check planted-tmp-not-followed 0 $?
+rm -f "$tmp"/planted.safetensors.tmp.*
+# Replacing an output keeps its permission bits.
+cp "$s0" "$tmp/mode.safetensors"; chmod 600 "$tmp/mode.safetensors"
+"$dcr" apply "$s0" "$tmp/d01.dcr" -o "$tmp/mode.safetensors" -q; check mode-apply 0 $?
+[ "$(stat -c %a "$tmp/mode.safetensors")" = 600 ]; check mode-kept 0 $?
+# A full filesystem: exit 19 (resource exhausted), nothing left behind. A read-only one: 14.
+if [ "$(id -u)" = 0 ] && mkdir -p "$tmp/small" && mount -t tmpfs -o size=1m tmpfs "$tmp/small" 2>/dev/null; then
+  "$dcr" apply "$s0" "$tmp/d01.dcr" -o "$tmp/small/out.safetensors" 2>"$tmp/err.txt"; check enospc 19 $?
+  grep -q "No space left" "$tmp/err.txt" && [ -z "$(ls -A "$tmp/small")" ]; check enospc-nothing-left 0 $?
+  "$dcr" diff "$s0" "$s1" -o "$tmp/small/big.dcr" --full -q 2>/dev/null; check enospc-diff 19 $?
+  [ -z "$(ls -A "$tmp/small")" ]; check enospc-diff-nothing-left 0 $?
+  mount -o remount,ro "$tmp/small"
+  "$dcr" apply "$s0" "$tmp/d01.dcr" -o "$tmp/small/out.safetensors" 2>"$tmp/err.txt"; check erofs 14 $?
+  grep -q "Read-only file system" "$tmp/err.txt"; check erofs-message 0 $?
+  umount "$tmp/small"
+else
+  echo "skip enospc/erofs: needs root to mount a small tmpfs"
+fi
+if [ "$(id -u)" != 0 ]; then
+  mkdir "$tmp/ro"; chmod 555 "$tmp/ro"
+  "$dcr" apply "$s0" "$tmp/d01.dcr" -o "$tmp/ro/out.safetensors" 2>/dev/null; check eacces 14 $?
+  chmod 755 "$tmp/ro"
+fi
+# dcr run: the default work dir is fresh and private; a planted one (symlink) is not used. A
+# named work dir that is a symlink or writable by others is refused (14) before anything runs.
+cat > "$tmp/run.yaml" <<'Y'
+name: planted
+model: {preset: tiny}
+change_rate: 3%
+methods: [delta]
+transport:
+  kinds: [relay_tree]
+receivers: 1
+timeout: 60s
+Y
+mkdir "$tmp/tmpdir" "$tmp/plantdir"
+ln -s "$tmp/plantdir" "$tmp/tmpdir/dcr-run-planted"
+TMPDIR="$tmp/tmpdir" "$dcr" run "$tmp/run.yaml" -q --out "$tmp/run.json" >/dev/null 2>&1; check run-default-dir 0 $?
+[ -z "$(ls -A "$tmp/plantdir")" ] && [ "$(stat -c %a "$tmp"/tmpdir/dcr-run-planted.*)" = 700 ]
+check run-default-dir-private 0 $?
+sed "s|preset: tiny}|preset: tiny, work_dir: $tmp/tmpdir/dcr-run-planted}|" "$tmp/run.yaml" > "$tmp/run-link.yaml"
+"$dcr" run "$tmp/run-link.yaml" -q 2>"$tmp/err.txt" >/dev/null; check run-symlink-dir 14 $?
+grep -q "not a directory" "$tmp/err.txt" && [ -z "$(ls -A "$tmp/plantdir")" ]; check run-symlink-dir-message 0 $?
+mkdir "$tmp/open"; chmod 777 "$tmp/open"
+sed "s|preset: tiny}|preset: tiny, work_dir: $tmp/open}|" "$tmp/run.yaml" > "$tmp/run-open.yaml"
+"$dcr" run "$tmp/run-open.yaml" -q 2>"$tmp/err.txt" >/dev/null; check run-open-dir 14 $?
+grep -q "lets other users write" "$tmp/err.txt" && [ -z "$(ls -A "$tmp/open")" ]; check run-open-dir-message 0 $?
 exit $fail
