@@ -54,6 +54,11 @@ st("st_trailing_bytes.safetensors", json.dumps({"a": {"dtype": "BF16", "shape": 
    b"\0" * 12)
 st("st_unknown_dtype_huge_shape.safetensors",
    json.dumps({"a": {"dtype": "X9", "shape": [1 << 40, 1 << 20], "data_offsets": [0, 4]}}), b"\0" * 4)
+# Other files given where a checkpoint is expected: a delta, a sharded checkpoint's index, JSON.
+w("st_is_delta.safetensors", d)
+w("st_is_index.safetensors", json.dumps({"metadata": {"total_size": 16}, "weight_map": {
+    "a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}, indent=2).encode())
+w("st_is_json.safetensors", b'{"architectures": ["LlamaForCausalLM"], "hidden_size": 4096}\n')
 PY
 cat > "$e/MANIFEST" <<'M'
 # file kind expected-status message-substring   (read by tests/golden/golden_test.cc)
@@ -84,5 +89,8 @@ st_duplicate_field.safetensors checkpoint DATA_LOSS safetensors header names 'dt
 st_gap.safetensors checkpoint DATA_LOSS tensor 'b': gap of 4 bytes
 st_trailing_bytes.safetensors checkpoint DATA_LOSS 8 bytes after the last tensor 'a'
 st_unknown_dtype_huge_shape.safetensors checkpoint DATA_LOSS tensor 'a': unknown dtype 'X9'
+st_is_delta.safetensors checkpoint INVALID_ARGUMENT a dcr delta file (magic DCRDELTA), not a safetensors checkpoint
+st_is_index.safetensors checkpoint INVALID_ARGUMENT the index of a sharded checkpoint (model.safetensors.index.json
+st_is_json.safetensors checkpoint INVALID_ARGUMENT JSON text, not a safetensors checkpoint
 M
 echo "corpus: $(ls "$e" | wc -l) files in $e"

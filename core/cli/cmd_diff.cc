@@ -48,18 +48,26 @@ int RunDiff(const DiffArgs& a) {
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!a.quiet) {
     double bound_bytes = st->entropy_bound_bits / 8;
-    std::printf("%s: %llu chunks, %llu of %llu elements changed (%.4f%%)\n", a.out.c_str(),
-                static_cast<unsigned long long>(st->chunks),
-                static_cast<unsigned long long>(st->changed),
-                static_cast<unsigned long long>(st->elements),
-                st->elements ? 100.0 * st->changed / st->elements : 0.0);
+    if (a.full) {
+      std::printf("%s: %llu chunks, a full frame of all %llu elements (no base: every element is "
+                  "sent, nothing is compared)\n",
+                  a.out.c_str(), static_cast<unsigned long long>(st->chunks),
+                  static_cast<unsigned long long>(st->elements));
+    } else {
+      std::printf("%s: %llu chunks, %llu of %llu elements changed (%.4f%%)\n", a.out.c_str(),
+                  static_cast<unsigned long long>(st->chunks),
+                  static_cast<unsigned long long>(st->changed),
+                  static_cast<unsigned long long>(st->elements),
+                  st->elements ? 100.0 * st->changed / st->elements : 0.0);
+    }
     std::printf("delta %llu bytes, dense %llu bytes: %.1fx smaller", 
                 static_cast<unsigned long long>(st->payload_bytes),
                 static_cast<unsigned long long>(st->dense_bytes),
                 st->payload_bytes ? static_cast<double>(st->dense_bytes) / st->payload_bytes : 0.0);
     if (bound_bytes > 0) std::printf("; %.3fx the order-0 XOR bound", st->payload_bytes / bound_bytes);
     std::printf("; built in %.2f s\n", secs);
-    std::printf("base hash %s -> target hash %s\n", st->base_hash.ToHex().c_str(),
+    std::printf("base %s -> target hash %s\n",
+                a.full ? "none (full frame)" : ("hash " + st->base_hash.ToHex()).c_str(),
                 st->target_hash.ToHex().c_str());
   }
   return 0;

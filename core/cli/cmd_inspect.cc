@@ -36,10 +36,23 @@ int RunInspect(const std::string& path, const std::string& base_path, bool json)
   const DeltaReader& d = **r;
   const Inventory& inv = d.inventory();
   std::unique_ptr<Checkpoint> base;
+  std::string warning;
   if (!base_path.empty()) {
     auto b = Checkpoint::Open(base_path);
     if (!b.ok()) return ReportStatus("inspect", b.status());
-    base = std::move(*b);
+    const bool full_frame = (d.header().flags & kFlagNoBase) != 0;
+    const Hash128 have = (*b)->ContentHash();
+    if (full_frame) {
+      warning = "--base " + base_path + " ignored: the delta is a full frame (it has no base)";
+    } else if (have != d.header().base_hash) {
+      // Values XORed with another checkpoint's bits would give a meaningless bound.
+      warning = "--base " + base_path + " has content hash " + have.ToHex() +
+                " but the delta was built for base " + d.header().base_hash.ToHex() +
+                "; it is ignored (the bound is of the coded values)";
+    } else {
+      base = std::move(*b);
+    }
+    if (!warning.empty()) std::fprintf(stderr, "dcr inspect: warning: %s\n", warning.c_str());
   }
   std::vector<TensorAcc> acc(inv.tensors.size());
   std::map<std::string, uint64_t> modes;
@@ -83,6 +96,7 @@ int RunInspect(const std::string& path, const std::string& base_path, bool json)
   out["chunks"] = d.num_chunks();
   out["chunk_modes"] = modes;
   out["entropy_of"] = base ? "xor" : "payload values (xor or ulp delta as coded)";
+  if (!warning.empty()) out["warning"] = warning;
   uint64_t te = 0, tc = 0, td = 0;
   double tb = 0;
   nlohmann::json tensors = nlohmann::json::array();
@@ -142,7 +156,7 @@ int RunInspect(const std::string& path, const std::string& base_path, bool json)
               te ? 100.0 * tc / te : 0.0, static_cast<unsigned long long>(d.size()),
               tot["ratio"].get<double>(), tot["payload_vs_bound"].get<double>());
   std::printf("bound = order-0 entropy of positions + %s\n",
-              base ? "XOR values" : "coded values (pass --base for the XOR bound)");
+              base ? "XOR values" : "coded values (pass the delta's base as --base for the XOR bound)");
   return 0;
 }
 

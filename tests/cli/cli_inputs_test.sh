@@ -35,4 +35,31 @@ has diff-dir-base-says "$tmp/o.txt" "$tmp/A is a directory"
 "$dcr" apply "$tmp/A" "$tmp/d01.dcr" -o "$tmp/out.safetensors" > "$tmp/o.txt" 2>&1; check apply-dir-base 11 $?
 has apply-dir-base-says "$tmp/o.txt" "$tmp/A is a directory"
 [ ! -e "$tmp/out.safetensors" ]; check apply-dir-base-no-output 0 $?
+
+# Other files where a checkpoint is expected are named for what they are.
+"$dcr" diff "$tmp/d01.dcr" "$s1" -o "$tmp/x.dcr" > "$tmp/o.txt" 2>&1; check diff-delta-as-base 11 $?
+has diff-delta-as-base-says "$tmp/o.txt" "$tmp/d01.dcr: a dcr delta file (magic DCRDELTA), not a safetensors checkpoint"
+lacks diff-delta-as-base-not-header "$tmp/o.txt" "header size"
+printf '{"weight_map": {"a": "model-00001-of-00002.safetensors"}}' > "$tmp/A/model.safetensors.index.json"
+"$dcr" apply "$tmp/A/model.safetensors.index.json" "$tmp/d01.dcr" -o "$tmp/out.safetensors" > "$tmp/o.txt" 2>&1
+check apply-index-as-base 11 $?
+has apply-index-as-base-says "$tmp/o.txt" "the index of a sharded checkpoint (model.safetensors.index.json"
+printf '{"hidden_size": 64}\n' > "$tmp/config.json"
+"$dcr" diff "$s0" "$tmp/config.json" -o "$tmp/x.dcr" > "$tmp/o.txt" 2>&1; check diff-json-as-target 11 $?
+has diff-json-as-target-says "$tmp/o.txt" "$tmp/config.json: JSON text, not a safetensors checkpoint"
+[ ! -e "$tmp/x.dcr" ]; check diff-refused-no-output 0 $?
+
+# inspect --base with another checkpoint: a warning naming both hashes, the base not used.
+h0=$("$dcr" diff "$s0" "$s1" -o "$tmp/d01b.dcr" | sed -n 's/^base hash \([0-9a-f]*\) .*/\1/p')
+"$dcr" diff --full "$s1" -o "$tmp/full.dcr" > "$tmp/o.txt"; check diff-full 0 $?
+h1=$(sed -n 's/.*target hash \([0-9a-f]*\).*/\1/p' "$tmp/o.txt")
+has diff-full-says-full-frame "$tmp/o.txt" "a full frame of all"
+lacks diff-full-no-changed-count "$tmp/o.txt" "elements changed"
+has diff-full-no-base-hash "$tmp/o.txt" "base none (full frame)"
+"$dcr" inspect "$tmp/d01.dcr" --base "$s1" --json > "$tmp/i.json" 2> "$tmp/o.txt"; check inspect-wrong-base 0 $?
+has inspect-wrong-base-warns "$tmp/o.txt" "warning: --base $s1 has content hash $h1 but the delta was built for base $h0"
+python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert j['entropy_of'] != 'xor' and 'warning' in j, j" "$tmp/i.json"
+check inspect-wrong-base-not-used 0 $?
+"$dcr" inspect "$tmp/d01.dcr" --base "$s0" > /dev/null 2> "$tmp/o.txt"; check inspect-right-base 0 $?
+lacks inspect-right-base-no-warning "$tmp/o.txt" "warning"
 exit $fail

@@ -61,7 +61,8 @@ class Checkpoint {
  public:
   // Maps `path` read-only and parses its header. Errors: kNotFound (no file), kDataLoss
   // (truncated, malformed JSON, overlapping or out-of-range offsets, absurd sizes, shape/size
-  // mismatch), kInvalidArgument (not a safetensors file).
+  // mismatch), kInvalidArgument (not a safetensors file: a directory, a dcr delta, a sharded
+  // checkpoint's model.safetensors.index.json or other JSON text are named as such).
   static StatusOr<std::unique_ptr<Checkpoint>> Open(const std::string& path);
   // Parses an in-memory file image (takes ownership).
   static StatusOr<std::unique_ptr<Checkpoint>> FromBytes(std::vector<uint8_t> bytes);

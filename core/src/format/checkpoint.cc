@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "dcr/format.h"
 #include "dcr/hash.h"
 #include "dcr/status_macros.h"
 #include "internal/atomic_file.h"
@@ -204,10 +206,40 @@ Status ParseSafetensorsJson(const char* json, size_t n, uint64_t data_size,
 
 }  // namespace internal
 
+namespace {
+
+// For the error about a file whose safetensors header length is impossible: what the file is
+// instead, when it is recognisable (a dcr delta, a sharded checkpoint's index, other JSON text);
+// empty otherwise.
+std::string RecognizeNonSafetensors(const uint8_t* p, uint64_t n) {
+  if (n >= sizeof(kFileMagic) && std::memcmp(p, kFileMagic, sizeof(kFileMagic)) == 0) {
+    return "a dcr delta file (magic DCRDELTA), not a safetensors checkpoint: a delta is the DELTA "
+           "of `dcr apply BASE DELTA -o OUT` and what `dcr inspect` reads";
+  }
+  uint64_t i = 0;
+  while (i < n && i < 4096 && std::isspace(p[i])) ++i;
+  if (i >= n || (p[i] != '{' && p[i] != '[')) return "";
+  const std::string head(reinterpret_cast<const char*>(p), std::min<uint64_t>(n, 1 << 16));
+  if (head.find("\"weight_map\"") != std::string::npos) {
+    return "the index of a sharded checkpoint (model.safetensors.index.json: a weight_map naming "
+           "the shard files), not a safetensors file: dcr reads one .safetensors file (`dcr "
+           "verify DIR_A DIR_B` compares two shard directories)";
+  }
+  return "JSON text, not a safetensors checkpoint (a safetensors file starts with the 8-byte "
+         "length of its JSON header)";
+}
+
+}  // namespace
+
 Status Checkpoint::Parse() {
-  if (file_size_ < 8) return DataLossError("truncated safetensors file: fewer than 8 bytes");
   uint64_t n = 0;
-  std::memcpy(&n, file_, 8);
+  if (file_size_ >= 8) std::memcpy(&n, file_, 8);
+  if (file_size_ < 8 || n > internal::kMaxSafetensorsHeaderBytes || n > file_size_ - 8) {
+    // An impossible header length: name the file's kind when it is recognisably another one.
+    const std::string what = RecognizeNonSafetensors(file_, file_size_);
+    if (!what.empty()) return InvalidArgumentError(what);
+  }
+  if (file_size_ < 8) return DataLossError("truncated safetensors file: fewer than 8 bytes");
   if (n > internal::kMaxSafetensorsHeaderBytes) {
     return DataLossError("safetensors header size " + std::to_string(n) + " exceeds the 100 MiB limit");
   }
