@@ -330,7 +330,6 @@ class World {
   std::map<std::pair<double, uint64_t>, QEvent> queue_;
   uint64_t seq_ = 0;
   double now_ = 0;
-  std::map<std::tuple<int, int, int>, double> link_free_;
   bool sender_alive_ = true;
   bool published_ = false;
   double part_start_ = -1, part_end_ = -1;
@@ -599,10 +598,9 @@ void World::DoSend(int from, const action::Send& s) {
   }
   const double bw = long_edge ? opts_.long_bandwidth_Bps : opts_.short_bandwidth_Bps;
   const double lat = long_edge ? opts_.long_latency_s : opts_.short_latency_s;
-  double& free = link_free_[{from, s.to, s.stream}];
-  const double start = std::max(now_, free);
-  const double end = start + static_cast<double>(s.length) / bw;
-  free = end;
+  // The policy hands a stream its next piece only after SendDone of the last, so the stream is
+  // idle: the piece's bytes go out from now at the link's rate.
+  const double end = now_ + static_cast<double>(s.length) / bw;
   PolicyEvent(end, from, 0, event::SendDone{s.to, s.stream, s.blob.id, s.offset, s.length});
   Node& to = nodes_[s.to];
   if (!to.alive || to.store_mode) return;  // the peer is gone: bytes go nowhere
