@@ -4,7 +4,8 @@
 //   * DirectoryStore: a local (or shared-filesystem) directory, the embedded default. Keys are
 //     relative paths; Put writes a fresh ".dcr-tmp.<name>.XXXXXX" beside the object (random
 //     suffix, created exclusively), fsyncs and renames it, so a reader sees an object completely
-//     or not at all.
+//     or not at all. Objects stay inside the root: a key whose path crosses a symlink is refused
+//     (kFailedPrecondition) and List skips symlinks.
 //   * S3Store: any S3-compatible endpoint over libcurl with AWS SigV4 (path-style URLs
 //     "<endpoint>/<bucket>/<key>", region, UNSIGNED-PAYLOAD, multipart upload for large objects,
 //     ranged GET). Verified against OpenStack Swift s3api (scripts/start-s3-server.sh).

@@ -34,6 +34,25 @@ Status MkdirAll(const std::string& dir) {
   return Status();
 }
 
+// Objects stay inside the root: no component of `key` under `root` (existing ones; Put creates
+// the rest) may be a symlink, or a key would read or write wherever the link points.
+Status CheckBeneath(const std::string& root, const std::string& key) {
+  std::string path = root;
+  size_t start = 0;
+  while (start <= key.size()) {
+    size_t end = key.find('/', start);
+    if (end == std::string::npos) end = key.size();
+    path += "/" + key.substr(start, end - start);
+    struct stat st;
+    if (::lstat(path.c_str(), &st) != 0) return Status();  // the rest does not exist yet
+    if (S_ISLNK(st.st_mode)) {
+      return FailedPreconditionError("dir store: " + path +
+                                     " is a symlink; objects stay inside " + root);
+    }
+    start = end + 1;
+  }
+  return Status();
+}
 }  // namespace
 
 Status ValidateObjectKey(const std::string& key) {
@@ -74,8 +93,10 @@ Status DirectoryStore::Put(const std::string& key, const void* data, size_t size
   std::string path = root_ + "/" + key;
   size_t slash = path.find_last_of('/');
   std::string dir = path.substr(0, slash);
+  DCR_RETURN_IF_ERROR(CheckBeneath(root_, key));
   Status s = MkdirAll(dir);
   if (!s.ok()) return UnavailableError("dir store put " + key + ": " + s.message());
+  DCR_RETURN_IF_ERROR(CheckBeneath(root_, key));
   auto file = internal::AtomicFile::Create(path, kTmpPrefix);
   s = file.status();
   if (s.ok()) s = (*file)->Write(data, size);
@@ -91,10 +112,15 @@ StatusOr<std::vector<uint8_t>> DirectoryStore::Get(const std::string& key) {
 StatusOr<std::vector<uint8_t>> DirectoryStore::GetRange(const std::string& key, uint64_t offset,
                                                         uint64_t length) {
   DCR_RETURN_IF_ERROR(ValidateObjectKey(key));
+  DCR_RETURN_IF_ERROR(CheckBeneath(root_, key));
   std::string path = root_ + "/" + key;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) {
     if (errno == ENOENT) return NotFoundError("dir store: no object '" + key + "' in " + root_);
+    if (errno == ELOOP) {
+      return FailedPreconditionError("dir store: " + path + " is a symlink; objects stay inside " +
+                                     root_);
+    }
     return UnavailableError(ErrnoError("dir store get " + path, errno).message());
   }
   struct stat st;
@@ -135,9 +161,10 @@ StatusOr<std::vector<uint8_t>> DirectoryStore::GetRange(const std::string& key, 
 
 StatusOr<ObjectInfo> DirectoryStore::Head(const std::string& key) {
   DCR_RETURN_IF_ERROR(ValidateObjectKey(key));
+  DCR_RETURN_IF_ERROR(CheckBeneath(root_, key));
   struct stat st;
   std::string path = root_ + "/" + key;
-  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
     return NotFoundError("dir store: no object '" + key + "' in " + root_);
   }
   return ObjectInfo{key, static_cast<uint64_t>(st.st_size)};
@@ -163,7 +190,9 @@ StatusOr<std::vector<ObjectInfo>> DirectoryStore::List(const std::string& prefix
       }
       std::string key = rel.empty() ? name : rel + "/" + name;
       struct stat st;
-      if (::stat((root_ + "/" + key).c_str(), &st) != 0) continue;  // raced with a delete
+      // lstat: a symlink is neither a directory to descend nor an object (objects stay inside
+      // the root).
+      if (::lstat((root_ + "/" + key).c_str(), &st) != 0) continue;  // raced with a delete
       if (S_ISDIR(st.st_mode)) {
         // Descend only where keys can still match the prefix.
         std::string k = key + "/";
@@ -190,6 +219,7 @@ StatusOr<std::vector<ObjectInfo>> DirectoryStore::List(const std::string& prefix
 
 Status DirectoryStore::Delete(const std::string& key) {
   DCR_RETURN_IF_ERROR(ValidateObjectKey(key));
+  DCR_RETURN_IF_ERROR(CheckBeneath(root_, key));
   std::string path = root_ + "/" + key;
   if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
     return UnavailableError(ErrnoError("dir store delete " + path, errno).message());

@@ -180,6 +180,37 @@ TEST(DirectoryStore, PublishIsAtomicAndTempFilesAreHidden) {
   EXPECT_NE(bad.status().message().find("/proc/dcr-cannot-create"), std::string::npos);
 }
 
+// Symlinks inside the root (planted by anyone who can write there) never take a key outside
+// it: Put, Get, Head, Delete refuse with kFailedPrecondition and List skips them.
+TEST(DirectoryStore, SymlinksNeverLeadOutOfTheRoot) {
+  const std::string base = TempDir();
+  const std::string root = base + "/store", outside = base + "/outside";
+  auto s = DirectoryStore::Open(root);
+  ASSERT_TRUE(s.ok());
+  ASSERT_EQ(mkdir(outside.c_str(), 0755), 0);
+  FILE* f = fopen((outside + "/secret").c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  fputs("secret", f);
+  fclose(f);
+  ASSERT_EQ(symlink(outside.c_str(), (root + "/evil").c_str()), 0);
+  ASSERT_EQ(symlink((outside + "/secret").c_str(), (root + "/leak").c_str()), 0);
+  auto d = Bytes(10, 3);
+  Status put = (*s)->Put("evil/planted", d.data(), d.size());
+  EXPECT_TRUE(put.IsFailedPrecondition()) << put;
+  EXPECT_NE(put.message().find("symlink"), std::string::npos) << put;
+  EXPECT_NE(access((outside + "/planted").c_str(), F_OK), 0) << "written outside the root";
+  for (const std::string key : {"leak", "evil/secret"}) {
+    auto got = (*s)->Get(key);
+    EXPECT_TRUE(got.status().IsFailedPrecondition()) << key << ": " << got.status();
+    EXPECT_FALSE((*s)->Head(key).ok()) << key;
+    EXPECT_TRUE((*s)->Delete(key).IsFailedPrecondition()) << key;
+  }
+  EXPECT_EQ(access((outside + "/secret").c_str(), F_OK), 0);
+  auto list = (*s)->List("");
+  ASSERT_TRUE(list.ok()) << list.status();
+  EXPECT_TRUE(list->empty()) << (*list)[0].key;
+}
+
 TEST(OpenObjectStore, Specs) {
   EXPECT_TRUE(OpenObjectStore("mem:").ok());
   EXPECT_TRUE(OpenObjectStore("dir:" + TempDir() + "/x").ok());
