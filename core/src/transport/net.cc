@@ -12,7 +12,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <mutex>
+#include <random>
 
 #include "dcr/status_macros.h"
 
@@ -237,22 +240,58 @@ Status ReadFull(int fd, void* data, size_t size) {
   return Status();
 }
 
-StatusOr<int> FreePort() {
+namespace {
+
+// Binds a TCP socket to 127.0.0.1:port (0: the kernel picks) and returns the bound port, or -1
+// with errno set.
+int BindLoopback(int port) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return UnavailableError(ErrnoError("socket", errno).message());
+  if (fd < 0) return -1;
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
+  a.sin_port = htons(static_cast<uint16_t>(port));
   socklen_t len = sizeof(a);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    int e = errno;
-    close(fd);
-    return UnavailableError(ErrnoError("bind 127.0.0.1:0", e).message());
+  int bound = -1;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    bound = ntohs(a.sin_port);
   }
-  int port = ntohs(a.sin_port);
+  int e = errno;
   close(fd);
+  errno = e;
+  return bound;
+}
+
+// The first port of the kernel's ephemeral range (32768 when it cannot be read).
+int EphemeralLow() {
+  int low = 32768, high = 60999;
+  if (FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    if (std::fscanf(f, "%d %d", &low, &high) != 2) low = 32768;
+    std::fclose(f);
+  }
+  return low;
+}
+
+}  // namespace
+
+StatusOr<int> FreePort() {
+  constexpr int kFirst = 10000;  // below: well-known and registered services cluster
+  const int low = EphemeralLow();
+  if (low - kFirst >= 1024) {
+    static std::mutex mu;
+    static std::mt19937_64 rng{std::random_device{}()};
+    for (int attempt = 0; attempt < 64; ++attempt) {
+      int port;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        port = kFirst + static_cast<int>(rng() % static_cast<uint64_t>(low - kFirst));
+      }
+      if (BindLoopback(port) == port) return port;
+    }
+  }
+  int port = BindLoopback(0);
+  if (port < 0) return UnavailableError(ErrnoError("bind 127.0.0.1:0", errno).message());
   return port;
 }
 

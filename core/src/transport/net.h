@@ -70,7 +70,12 @@ StatusOr<std::vector<Hello>> AcceptHellos(int listen_fd, int want, double deadli
 Status WriteFull(int fd, const void* data, size_t size);
 // kUnavailable on EOF before `size` bytes ("peer closed").
 Status ReadFull(int fd, void* data, size_t size);
-// Picks a free TCP port on 127.0.0.1 (bind to 0, read, close).
+// Picks a TCP port on 127.0.0.1 that is free now, for a plan that names every node's address
+// before the nodes start. The port is drawn at random below the kernel's ephemeral range
+// (/proc/sys/net/ipv4/ip_local_port_range), so that the source port of an outgoing connection --
+// which the kernel takes from that range -- cannot claim it between this call and the node's
+// listen; it is checked by binding it. Falls back to a kernel-chosen port (bind to 0) when no
+// port below the range binds in 64 draws. Errors: kUnavailable (socket or bind failed).
 StatusOr<int> FreePort();
 
 // Shared token bucket: Acquire(n) blocks until n bytes may pass at `rate` bytes/s. burst bytes
