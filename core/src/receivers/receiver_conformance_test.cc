@@ -601,7 +601,9 @@ TEST_P(ReceiverConformance, DuplicateRecordWritesNothing) {
     }
     EXPECT_EQ(rig->Snapshot(), before);
     for (size_t i = 0; i < d->num_chunks(); ++i) {
-      if (i != 1) ASSERT_TRUE(rig->rx()->ApplyRecord(d->chunk_data(i), d->chunk_size(i)).ok());
+      if (i != 1) {
+        ASSERT_TRUE(rig->rx()->ApplyRecord(d->chunk_data(i), d->chunk_size(i)).ok());
+      }
     }
     Status c = CommitDelta(*d, rig->rx());
     ASSERT_TRUE(c.ok()) << c;
@@ -650,7 +652,9 @@ TEST_P(ReceiverConformance, CommitWithAMissingChunkRefused) {
   ASSERT_TRUE(BeginDelta(*d, rig->rx()).ok());
   const size_t skip = d->num_chunks() / 2;
   for (size_t i = 0; i < d->num_chunks(); ++i) {
-    if (i != skip) ASSERT_TRUE(rig->rx()->ApplyRecord(d->chunk_data(i), d->chunk_size(i)).ok());
+    if (i != skip) {
+      ASSERT_TRUE(rig->rx()->ApplyRecord(d->chunk_data(i), d->chunk_size(i)).ok());
+    }
   }
   Status c = CommitDelta(*d, rig->rx());
   EXPECT_TRUE(c.IsFailedPrecondition()) << c;

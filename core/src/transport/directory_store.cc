@@ -42,7 +42,8 @@ Status CheckBeneath(const std::string& root, const std::string& key) {
   while (start <= key.size()) {
     size_t end = key.find('/', start);
     if (end == std::string::npos) end = key.size();
-    path += "/" + key.substr(start, end - start);
+    path += '/';
+    path.append(key, start, end - start);
     struct stat st;
     if (::lstat(path.c_str(), &st) != 0) return Status();  // the rest does not exist yet
     if (S_ISLNK(st.st_mode)) {
