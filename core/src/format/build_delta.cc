@@ -14,6 +14,7 @@
 #include "internal/element_ops.h"
 #include "internal/parallel.h"
 #include "internal/diff_scan.h"
+#include "internal/mapped_file.h"
 #include "internal/range_hasher.h"
 #include "internal/simd.h"
 
@@ -176,6 +177,11 @@ Status DeltaBuilder::Bind() {
     if (options_.full) continue;
     base_ptr_[i] = base_->data(*base_->Find(t.name));  // present: CheckDeltaCompatible
   }
+  // Both checkpoints are read once, window by window, in grid order: sequential reads whose
+  // pages are marked done after each window (BuildWindow), so checkpoints larger than memory are
+  // diffed with a bounded working set.
+  internal::AdviseSequential(target_.file_data(), target_.file_size());
+  if (!options_.full) internal::AdviseSequential(base_->file_data(), base_->file_size());
   stats_.tensors.resize(inv_.tensors.size());
   for (size_t i = 0; i < inv_.tensors.size(); ++i) {
     stats_.tensors[i].name = inv_.tensors[i].name;
@@ -356,6 +362,12 @@ Status DeltaBuilder::BuildWindow(uint64_t begin, uint64_t end) {
     const std::vector<uint8_t>& bytes = *encoded[k];
     AccountCell(grid_[begin + k], scans_[k], bytes);
     if (!bytes.empty()) DCR_RETURN_IF_ERROR(EmitChunk(bytes));
+    for (const Segment& sg : grid_[begin + k].segments) {
+      const uint64_t off = sg.offset * grid_[begin + k].width;
+      const uint64_t n = sg.num_elements() * grid_[begin + k].width;
+      internal::AdviseDone(target_ptr_[sg.tensor_index] + off, n);
+      if (!options_.full) internal::AdviseDone(base_ptr_[sg.tensor_index] + off, n);
+    }
   }
   return Status::OK();
 }

@@ -276,11 +276,27 @@ uint64_t Checkpoint::total_tensor_bytes() const {
 
 Hash128 Checkpoint::ContentHash(int threads) const {
   if (!hash_valid_) {
+    // In groups of about kGroupBytes in file order, each group's bytes marked done once hashed
+    // (internal::AdviseDone): a checkpoint larger than memory is hashed with a bounded working
+    // set. The hash is a sum (hash.h), so the grouping does not change it.
+    constexpr uint64_t kGroupBytes = uint64_t{256} << 20;
+    Hash128 total;
     std::vector<TensorView> views;
-    views.reserve(tensors_.size());
-    for (const auto& t : tensors_)
+    uint64_t group_bytes = 0;
+    auto flush = [&]() {
+      if (views.empty()) return;
+      HashAdd(&total, ContentHashOf(views, threads));
+      for (const TensorView& v : views) internal::AdviseDone(v.data, v.nbytes);
+      views.clear();
+      group_bytes = 0;
+    };
+    for (const auto& t : tensors_) {
       views.push_back(TensorView{t.name, t.dtype_name, t.shape, data(t), t.nbytes});
-    hash_ = ContentHashOf(views, threads);
+      group_bytes += t.nbytes;
+      if (group_bytes >= kGroupBytes) flush();
+    }
+    flush();
+    hash_ = total;
     hash_valid_ = true;
   }
   return hash_;

@@ -70,4 +70,25 @@ Status MakeResident(const void* data, uint64_t size, const std::string& what) {
   return Status::OK();
 }
 
+void AdviseSequential(const void* data, uint64_t size) {
+  if (data == nullptr || size == 0) return;
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(data) & ~(page - 1);
+  const uintptr_t end = reinterpret_cast<uintptr_t>(data) + size;
+  (void)::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_SEQUENTIAL);
+}
+
+void AdviseDone(const void* data, uint64_t size) {
+#ifdef MADV_COLD
+  if (data == nullptr || size == 0) return;
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + page - 1) & ~(page - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + size) & ~(page - 1);
+  if (end > begin) (void)::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_COLD);
+#else
+  (void)data;
+  (void)size;
+#endif
+}
+
 }  // namespace dcr::internal

@@ -21,6 +21,21 @@ Status MapReadOnly(const std::string& path, void** map, uint64_t* size);
 // I/O error reading the file) from madvise, named with `what`.
 Status MakeResident(const void* data, uint64_t size, const std::string& what);
 
+// Access hints for a range that is read once, front to back, with a bounded working set (diff and
+// apply over checkpoints larger than memory). Both only advise the kernel: they never change the
+// bytes, are harmless on memory that is not a file mapping, and a kernel without the advice
+// ignores it.
+//
+// AdviseSequential: the range will be read sequentially (MADV_SEQUENTIAL): aggressive readahead,
+// and pages read through it are not promoted to the active list, so the page cache they fill is
+// the first reclaimed under memory pressure (a memory cgroup's limit) instead of growing the
+// working set.
+void AdviseSequential(const void* data, uint64_t size);
+// AdviseDone: the range is processed and will not be read again soon (MADV_COLD on the pages
+// that lie wholly inside it, so a neighbour's partial page stays as it is): its pages become the
+// first candidates for reclaim, while staying cached when memory is plentiful.
+void AdviseDone(const void* data, uint64_t size);
+
 }  // namespace dcr::internal
 
 #endif  // DCR_CORE_SRC_INTERNAL_MAPPED_FILE_H_
