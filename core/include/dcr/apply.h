@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "dcr/delta.h"
+#include "dcr/progress.h"
 #include "dcr/status.h"
 
 namespace dcr {
@@ -80,6 +81,10 @@ struct ApplyOptions {
   int threads = 0;            // 0 = hardware concurrency
   bool verify_base = true;    // hash the base and compare with the delta's base_hash
   bool verify_full = false;   // recompute the output's content hash from scratch at the end
+  // Progress (dcr/progress.h), called on ApplyDeltaFile's thread: phases "hash base" (with
+  // verify_base and a base), "copy base" (tensor bytes, per tensor), "apply" (the delta's chunk
+  // bytes, as chunks finish), "rehash" (with verify_full). Empty (the default) = none.
+  ProgressCallback progress;
 };
 
 struct ApplyStats {

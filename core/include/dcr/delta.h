@@ -31,6 +31,7 @@
 
 #include "dcr/checkpoint.h"
 #include "dcr/format.h"
+#include "dcr/progress.h"
 #include "dcr/status.h"
 #include "dcr/statusor.h"
 
@@ -67,6 +68,11 @@ struct DeltaOptions {
   // The base's content hash if already known (e.g. the committed version); saves a full scan.
   // Zero = compute it.
   Hash128 known_base_hash;
+  // Progress (dcr/progress.h), called on BuildDelta's thread: phase "hash base" (the base's
+  // tensor bytes; only when its hash is computed), then "diff" (or "encode" with full: the
+  // target's tensor bytes scanned, once per build window), then "hash target" with full. Empty
+  // (the default) = none.
+  ProgressCallback progress;
 };
 
 // The target checkpoint's tensors in canonical order (sorted by name): tensor_index is the position

@@ -19,6 +19,7 @@
 #include "internal/element_ops.h"
 #include "internal/positions.h"
 #include "internal/parallel.h"
+#include "internal/phase_progress.h"
 #include "internal/range_hasher.h"
 #include "internal/simd.h"
 
@@ -439,7 +440,9 @@ StatusOr<ApplyStats> ApplyDeltaFile(const std::string& base_path, const std::str
       return FailedPreconditionError("base " + base_path + " has tensors the delta's target lacks");
     }
     if (options.verify_base) {
+      internal::PhaseProgress progress(options.progress, "hash base", base->total_tensor_bytes());
       Hash128 bh = base->ContentHash(options.threads);
+      progress.Finish();
       if (bh != fh.base_hash) {
         return FailedPreconditionError("base " + base_path + " has content hash " + bh.ToHex() +
                                        " but the delta was built for " + fh.base_hash.ToHex());
@@ -455,12 +458,22 @@ StatusOr<ApplyStats> ApplyDeltaFile(const std::string& base_path, const std::str
   uint8_t* data_section = file + 8 + inv.json.size();
   std::vector<TensorBuffer> buffers;
   std::vector<TensorView> views;
-  for (size_t i = 0; i < inv.tensors.size(); ++i) {
-    const TensorInfo& t = inv.tensors[i];
-    uint8_t* dst = data_section + t.offset;
-    if (!no_base) std::memcpy(dst, base->data(*base->Find(t.name)), t.nbytes);
-    buffers.push_back(TensorBuffer{dst, t.num_elements(), t.width(), inv.salts[i]});
-    views.push_back(TensorView{t.name, t.dtype_name, t.shape, dst, t.nbytes});
+  uint64_t tensor_bytes = 0;
+  for (const TensorInfo& t : inv.tensors) tensor_bytes += t.nbytes;
+  {
+    const ProgressCallback none;
+    internal::PhaseProgress progress(no_base ? none : options.progress, "copy base", tensor_bytes);
+    for (size_t i = 0; i < inv.tensors.size(); ++i) {
+      const TensorInfo& t = inv.tensors[i];
+      uint8_t* dst = data_section + t.offset;
+      if (!no_base) {
+        std::memcpy(dst, base->data(*base->Find(t.name)), t.nbytes);
+        progress.Add(t.nbytes);
+      }
+      buffers.push_back(TensorBuffer{dst, t.num_elements(), t.width(), inv.salts[i]});
+      views.push_back(TensorView{t.name, t.dtype_name, t.shape, dst, t.nbytes});
+    }
+    progress.Finish();
   }
   // Starting hash: the base's (verified above) or, without a base, the identity terms alone (a
   // full frame's version_delta carries every element's term).
@@ -473,11 +486,15 @@ StatusOr<ApplyStats> ApplyDeltaFile(const std::string& base_path, const std::str
   std::mutex mu;
   Status first_error;
   std::atomic<uint64_t> changes{0};
+  uint64_t chunk_bytes = 0;
+  for (size_t i = 0; i < delta->num_chunks(); ++i) chunk_bytes += delta->chunk_size(i);
+  internal::PhaseProgress progress(options.progress, "apply", chunk_bytes);
   internal::ParallelFor(delta->num_chunks(), options.threads, [&](uint64_t i) {
     uint64_t k = 0;
     Status s = applier.ApplyRecord(delta->chunk_data(i), delta->chunk_size(i), &k);
     if (s.ok()) {
       changes += k;
+      progress.Add(delta->chunk_size(i));
       return true;
     }
     std::lock_guard<std::mutex> lock(mu);
@@ -485,6 +502,7 @@ StatusOr<ApplyStats> ApplyDeltaFile(const std::string& base_path, const std::str
     return false;
   });
   DCR_RETURN_IF_ERROR(first_error);
+  progress.Finish();
   Hash128 result = start;
   Hash128 d = applier.hash_delta();
   HashAdd(&result, d);
@@ -493,7 +511,9 @@ StatusOr<ApplyStats> ApplyDeltaFile(const std::string& base_path, const std::str
                          delta->trailer().target_hash.ToHex());
   }
   if (options.verify_full) {
+    internal::PhaseProgress rehash(options.progress, "rehash", tensor_bytes);
     Hash128 full = ContentHashOf(views, options.threads);
+    rehash.Finish();
     if (full != delta->trailer().target_hash) {
       return DataLossError("full rehash of the output differs from the delta's target hash");
     }

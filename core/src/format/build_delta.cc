@@ -13,6 +13,7 @@
 #include "internal/chunk_scan.h"
 #include "internal/element_ops.h"
 #include "internal/parallel.h"
+#include "internal/phase_progress.h"
 #include "internal/diff_scan.h"
 #include "internal/mapped_file.h"
 #include "internal/range_hasher.h"
@@ -119,6 +120,13 @@ class DeltaBuilder {
 
   uint64_t cells() const { return grid_.size(); }
   int threads() const { return threads_; }
+  // Tensor bytes of the target, and those covered by cells [begin, end) of the grid.
+  uint64_t dense_bytes() const { return stats_.dense_bytes; }
+  uint64_t CellBytes(uint64_t begin, uint64_t end) const {
+    uint64_t bytes = 0;
+    for (uint64_t c = begin; c < end; ++c) bytes += grid_[c].num_elements * grid_[c].width;
+    return bytes;
+  }
 
  private:
   // Encodes `cell` into `*out`, its changes collected in `sc`; false on failure.
@@ -201,8 +209,13 @@ Status DeltaBuilder::EmitHeader() {
   fh.base_version = options_.base_version;
   fh.target_version = options_.target_version;
   if (!options_.full) {
-    fh.base_hash = options_.known_base_hash != Hash128{} ? options_.known_base_hash
-                                                         : base_->ContentHash(options_.threads);
+    if (options_.known_base_hash != Hash128{}) {
+      fh.base_hash = options_.known_base_hash;
+    } else {
+      internal::PhaseProgress progress(options_.progress, "hash base", base_->total_tensor_bytes());
+      fh.base_hash = base_->ContentHash(options_.threads);
+      progress.Finish();
+    }
   }
   fh.inventory = inv_.json;
   fh.chunk_elems = options_.chunk_elems;
@@ -373,7 +386,11 @@ Status DeltaBuilder::BuildWindow(uint64_t begin, uint64_t end) {
 }
 
 Status DeltaBuilder::EmitTrailer() {
-  if (options_.full) target_hash_ = target_.ContentHash(options_.threads);
+  if (options_.full) {
+    internal::PhaseProgress progress(options_.progress, "hash target", stats_.dense_bytes);
+    target_hash_ = target_.ContentHash(options_.threads);
+    progress.Finish();
+  }
   trailer_.target_hash = target_hash_;
   std::vector<uint8_t> tb = SerializeTrailer(trailer_, offset_);
   DCR_RETURN_IF_ERROR(sink_->OnTrailer(tb));
@@ -453,9 +470,13 @@ StatusOr<DeltaStats> BuildDelta(const Checkpoint* base, const Checkpoint& target
   DCR_RETURN_IF_ERROR(builder.Bind());
   DCR_RETURN_IF_ERROR(builder.EmitHeader());
   const ProductionOrder order = ProductionOrder::ForBuild(builder.cells(), builder.threads());
+  internal::PhaseProgress progress(options.progress, options.full ? "encode" : "diff",
+                                   builder.dense_bytes());
   for (uint64_t w = 0; w < order.num_windows(); ++w) {
     DCR_RETURN_IF_ERROR(builder.BuildWindow(order.WindowBegin(w), order.WindowEnd(w)));
+    progress.Add(builder.CellBytes(order.WindowBegin(w), order.WindowEnd(w)));
   }
+  progress.Finish();
   DCR_RETURN_IF_ERROR(builder.EmitTrailer());
   return builder.Finish();
 }
