@@ -4,6 +4,7 @@
 
 #include "command.h"
 #include "dcr/apply.h"
+#include "progress_line.h"
 
 namespace dcr::cli {
 
@@ -21,13 +22,16 @@ DCR_REGISTER_COMMAND(
       app->add_option("-o,--out", a->out, "Output checkpoint")->required();
       app->add_option("--threads", a->threads, "Threads (0 = all cores)");
       app->add_flag("--verify", a->verify, "Also rehash the whole output and compare with the target hash");
-      app->add_flag("-q,--quiet", a->quiet, "No summary");
+      app->add_flag("-q,--quiet", a->quiet, "No progress on stderr, no summary");
       return [a]() {
         auto t0 = std::chrono::steady_clock::now();
         ApplyOptions opt;
         opt.threads = a->threads;
         opt.verify_full = a->verify;
+        ProgressLine progress = ProgressLine::ForStderr(!a->quiet);
+        opt.progress = progress.Callback();
         auto st = ApplyDeltaFile(a->base, a->delta, a->out, opt);
+        progress.Finish();
         if (!st.ok()) return ReportStatus("apply", st.status());
         double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (!a->quiet) {

@@ -4,6 +4,7 @@
 
 #include "command.h"
 #include "dcr/delta.h"
+#include "progress_line.h"
 
 namespace dcr::cli {
 namespace {
@@ -41,9 +42,12 @@ int RunDiff(const DiffArgs& a) {
   else if (a.values == "ulp") opt.value_policy = ValuePolicy::kUlpDelta;
   else if (a.values == "absolute") opt.value_policy = ValuePolicy::kAbsolute;
   else opt.value_policy = ValuePolicy::kAuto;
+  ProgressLine progress = ProgressLine::ForStderr(!a.quiet);
+  opt.progress = progress.Callback();
   auto t0 = std::chrono::steady_clock::now();
   DeltaFileSink sink(a.out);
   auto st = BuildDelta(base.get(), **t, opt, &sink);
+  progress.Finish();
   if (!st.ok()) return ReportStatus("diff", st.status());
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!a.quiet) {
@@ -95,7 +99,7 @@ DCR_REGISTER_COMMAND("diff", "Build the delta that turns BASE into TARGET (bit-e
                        app->add_option("--base-version", a->base_version, "Version number of BASE");
                        app->add_option("--target-version", a->target_version, "Version number of TARGET");
                        app->add_flag("--full", a->full, "Full frame for a receiver without a base (BASE ignored)");
-                       app->add_flag("-q,--quiet", a->quiet, "No summary");
+                       app->add_flag("-q,--quiet", a->quiet, "No progress on stderr, no summary");
                        return [a]() {
                          if (a->files.size() == 2) {
                            a->base = a->files[0];

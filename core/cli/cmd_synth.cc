@@ -1,6 +1,4 @@
 // `dcr synth`: consecutive synthetic BF16 checkpoints of a model preset at a requested change rate.
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -8,6 +6,7 @@
 
 #include "command.h"
 #include "dcr/testing/synth.h"
+#include "progress_line.h"
 
 namespace dcr::cli {
 namespace {
@@ -142,27 +141,28 @@ int Run(const SynthFlags& f) {
         cfg.name.c_str(), HumanCount(static_cast<double>(ModelParameterCount(cfg))).c_str(),
         HumanBytes(static_cast<double>(ModelBytes(cfg))).c_str(), o.steps, 100.0 * o.change_rate);
   const auto start = std::chrono::steady_clock::now();
-  // On a terminal: one refreshed status line (at most 5 updates/s); otherwise one line per phase.
-  const bool tty = isatty(2) != 0;
-  double last_print = -1;
+  // init and step: bytes, rate and time left (progress_line.h); the other phases count
+  // iterations or checkpoints, shown with the seconds since the start.
+  ProgressLine line = ProgressLine::ForStderr(!flags.quiet);
   ProgressFn progress = [&](uint64_t done, uint64_t total, const std::string& phase) {
-    if (flags.quiet) return;
+    if (phase == "init" || phase == "step") {
+      line.Update(ProgressUpdate{phase == "init" ? "init" : "step", done, total});
+      return;
+    }
     const double s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    char at[32];
+    std::snprintf(at, sizeof(at), "[%7.1fs] ", s);
     if (phase.rfind("wrote ", 0) == 0) {
-      std::fprintf(stderr, "%s[%7.1fs] %s\n", tty ? "\r\033[K" : "", s, phase.c_str());
-      return;
+      line.Show(at + phase, true);
+    } else if (done == total) {
+      line.Show(at + phase + " done", true);
+    } else {
+      line.Show(at + phase + " " + std::to_string(done) + "/" + std::to_string(total), false);
     }
-    if (done == total && phase != "step") {
-      std::fprintf(stderr, "%s[%7.1fs] %s done\n", tty ? "\r\033[K" : "", s, phase.c_str());
-      return;
-    }
-    if (!tty || s - last_print < 0.2) return;
-    last_print = s;
-    std::fprintf(stderr, "\r\033[K[%7.1fs] %s %llu/%llu", s, phase.c_str(),
-                 static_cast<unsigned long long>(done), static_cast<unsigned long long>(total));
   };
   auto paths = SynthesizeCheckpoints(o, flags.out, progress);
+  line.Finish();
   if (!paths.ok()) return ReportStatus("synth", paths.status());
   for (const auto& p : paths.value()) std::printf("%s\n", p.c_str());
   return 0;

@@ -12,6 +12,8 @@
 
 #include "command.h"
 #include "dcr/checkpoint.h"
+#include "internal/phase_progress.h"
+#include "progress_line.h"
 
 namespace dcr::cli {
 namespace {
@@ -30,6 +32,28 @@ std::string Locate(const Checkpoint* ck, uint64_t off) {
   return "";
 }
 
+// The progress of one `dcr verify` on stderr: bytes compared of all the files to compare.
+class VerifyProgress {
+ public:
+  VerifyProgress(bool enabled, uint64_t total)
+      : line_(ProgressLine::ForStderr(enabled)), callback_(line_.Callback()),
+        phase_(callback_, "verify", total) {}
+  void Add(uint64_t bytes) { phase_.Add(bytes); }
+  void Done() { phase_.Finish(); }
+  // Clears an unfinished terminal line before a result is printed.
+  void Clear() { line_.Finish(); }
+
+ private:
+  ProgressLine line_;
+  const ProgressCallback callback_;
+  internal::PhaseProgress phase_;
+};
+
+uint64_t FileSize(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+}
+
 // Result of comparing two regular files: 0 identical, 1 different, or an error status.
 struct Compared {
   int rc = 0;
@@ -37,8 +61,9 @@ struct Compared {
 };
 
 // Compares the regular files `a` and `b` block by block; prints "DIFFER ..." (prefixed by
-// `label`) at the first difference.
-StatusOr<Compared> CompareFiles(const std::string& a, const std::string& b, const std::string& label) {
+// `label`) at the first difference. Reports the bytes compared to `progress`.
+StatusOr<Compared> CompareFiles(const std::string& a, const std::string& b, const std::string& label,
+                                VerifyProgress* progress) {
   auto ca = Checkpoint::Open(a);  // parsed only to name tensors
   FILE* fa = std::fopen(a.c_str(), "rb");
   if (!fa) return ErrnoError("open " + a, errno);
@@ -61,6 +86,7 @@ StatusOr<Compared> CompareFiles(const std::string& a, const std::string& b, cons
     size_t n = std::min(nx, ny);
     for (size_t i = 0; i < n; ++i) {
       if (x[i] != y[i]) {
+        progress->Clear();
         std::printf("DIFFER%s at byte %llu%s: %02x vs %02x\n", label.c_str(),
                     static_cast<unsigned long long>(out.bytes + i),
                     Locate(ca.ok() ? ca->get() : nullptr, out.bytes + i).c_str(), x[i], y[i]);
@@ -70,7 +96,9 @@ StatusOr<Compared> CompareFiles(const std::string& a, const std::string& b, cons
     }
     if (out.rc >= 0) break;
     out.bytes += n;
+    progress->Add(n);
     if (nx != ny) {
+      progress->Clear();
       std::printf("DIFFER%s in size: one file ends at byte %llu\n", label.c_str(),
                   static_cast<unsigned long long>(out.bytes));
       out.rc = 1;
@@ -116,7 +144,7 @@ StatusOr<std::set<std::string>> ShardNames(const std::string& dir) {
   return names;
 }
 
-int VerifyDirectories(const std::string& a, const std::string& b) {
+int VerifyDirectories(const std::string& a, const std::string& b, bool quiet) {
   auto na = ShardNames(a);
   if (!na.ok()) return ReportStatus("verify", na.status());
   auto nb = ShardNames(b);
@@ -139,13 +167,17 @@ int VerifyDirectories(const std::string& a, const std::string& b) {
       return 1;
     }
   }
-  uint64_t total = 0;
+  uint64_t total = 0, to_compare = 0;
+  for (const auto& n : *na) to_compare += FileSize(a + "/" + n);
+  VerifyProgress progress(!quiet, to_compare);
   for (const auto& n : *na) {
-    auto c = CompareFiles(a + "/" + n, b + "/" + n, " in shard " + n);
+    auto c = CompareFiles(a + "/" + n, b + "/" + n, " in shard " + n, &progress);
+    progress.Clear();
     if (!c.ok()) return ReportStatus("verify", c.status());
     if (c->rc != 0) return c->rc;
     total += c->bytes;
   }
+  progress.Done();
   std::printf("IDENTICAL: %zu shards, %llu bytes\n", na->size(), static_cast<unsigned long long>(total));
   return 0;
 }
@@ -160,7 +192,9 @@ DCR_REGISTER_COMMAND(
       auto a = std::make_shared<std::pair<std::string, std::string>>();
       app->add_option("a", a->first, "First checkpoint file or shard directory")->required();
       app->add_option("b", a->second, "Second checkpoint file or shard directory")->required();
-      return [a]() {
+      auto quiet = std::make_shared<bool>(false);
+      app->add_flag("-q,--quiet", *quiet, "No progress on stderr");
+      return [a, quiet]() {
         auto ka = KindOf(a->first);
         if (!ka.ok()) return ReportStatus("verify", ka.status());
         auto kb = KindOf(a->second);
@@ -172,10 +206,13 @@ DCR_REGISTER_COMMAND(
                                             dir + " is a directory but " + file +
                                             " is a file; give two checkpoint files or two shard directories"));
         }
-        if (*ka == Kind::kDirectory) return VerifyDirectories(a->first, a->second);
-        auto c = CompareFiles(a->first, a->second, "");
+        if (*ka == Kind::kDirectory) return VerifyDirectories(a->first, a->second, *quiet);
+        VerifyProgress progress(!*quiet, FileSize(a->first));
+        auto c = CompareFiles(a->first, a->second, "", &progress);
+        progress.Clear();
         if (!c.ok()) return ReportStatus("verify", c.status());
         if (c->rc != 0) return c->rc;
+        progress.Done();
         std::printf("IDENTICAL: %llu bytes\n", static_cast<unsigned long long>(c->bytes));
         return 0;
       };

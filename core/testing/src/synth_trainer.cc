@@ -30,6 +30,13 @@ constexpr float kGradScale = 1e-3f;
 constexpr float kInitStd = 0.02f;
 constexpr float kNormStd = 0.05f;
 
+// Stored (BF16 or F32) bytes of all tensors: the unit of the init and step progress.
+uint64_t StoredBytes(const std::vector<TensorSpec>& specs) {
+  uint64_t bytes = 0;
+  for (const TensorSpec& t : specs) bytes += t.nbytes();
+  return bytes;
+}
+
 enum Stream : uint64_t { kInitStream = 1, kPersistStream = 2, kNoiseStream = 3 };
 
 uint64_t SplitMix64(uint64_t x) {
@@ -401,7 +408,8 @@ StatusOr<std::unique_ptr<SynthTrainer>> SynthTrainer::Create(std::vector<TensorS
   }
   std::mutex mu;
   uint64_t done = 0;
-  const uint64_t total_items = st.items.size();
+  const uint64_t total_bytes = StoredBytes(tr->specs_);
+  if (progress) progress(0, total_bytes, "init");
   ParallelFor(st.items.size(), options.threads, [&](size_t w) {
     Lane l = st.set.lanes[st.items[w].first];
     const uint64_t off = st.items[w].second;
@@ -416,7 +424,8 @@ StatusOr<std::unique_ptr<SynthTrainer>> SynthTrainer::Create(std::vector<TensorS
     InitLane(st.sim, st.kinds[l.tensor], sub);
     if (progress) {
       std::lock_guard<std::mutex> lock(mu);
-      progress(++done, total_items, "init");
+      done += sub.n * (sub.bf16 ? sizeof(uint16_t) : sizeof(float));
+      progress(done, total_bytes, "init");
     }
   });
   for (int w = 0; w < options.warmup_steps; ++w) {
@@ -434,7 +443,8 @@ void SynthTrainer::Step(const ProgressFn& progress) {
   std::vector<uint64_t> changed(st.items.size(), 0);
   std::mutex mu;
   uint64_t done = 0;
-  const uint64_t total_items = st.items.size();
+  const uint64_t total_bytes = StoredBytes(specs_);
+  if (progress) progress(0, total_bytes, "step");
   ParallelFor(st.items.size(), options_.threads, [&](size_t w) {
     const Lane& l = st.set.lanes[st.items[w].first];
     const uint64_t off = st.items[w].second;
@@ -449,7 +459,8 @@ void SynthTrainer::Step(const ProgressFn& progress) {
     changed[w] = StepLane(st.sim, st.kinds[l.tensor], sub, t_);
     if (progress) {
       std::lock_guard<std::mutex> lock(mu);
-      progress(++done, total_items, "step");
+      done += sub.n * (sub.bf16 ? sizeof(uint16_t) : sizeof(float));
+      progress(done, total_bytes, "step");
     }
   });
   last_changed_ = 0;

@@ -53,7 +53,9 @@ struct SynthOptions {
   uint64_t calibration_sample = uint64_t{1} << 17;
 };
 
-// Progress callback: (done, total, phase).
+// Progress callback: (done, total, phase). Phases "init" and "step" count the stored bytes of the
+// tensors processed; "calibrate" and "warmup" count iterations; "wrote PATH ..." counts
+// checkpoints written. Calls are serialized (never concurrent) but may come from worker threads.
 using ProgressFn = std::function<void(uint64_t, uint64_t, const std::string&)>;
 
 // The in-memory synthetic trainer behind SynthesizeCheckpoints (also used by benches and the
