@@ -85,6 +85,11 @@ struct NodePlan {
   std::string verify_path;         // compare with this target after commit ("" = skip)
   double timeout_s = 600;
   std::string result_path;      // node result JSON ("" = none)
+  // Progress JSON ("" = none), rewritten (temporary + rename, so a reader never sees a partial
+  // file) about once a second while the node runs: {"bytes_received", "bytes_sent",
+  // "payload_bytes", "stream_complete"}, payload_bytes being the sender's stream bytes produced so
+  // far and stream_complete whether that stream is whole (its trailer produced).
+  std::string progress_path;
   // Start barrier (so that no node's setup -- loading and hashing its base -- overlaps the timed
   // refit): a non-sender creates `ready_path` once it is set up and connected; the sender waits
   // for `go_path` to exist before it starts building. Empty = no barrier.

@@ -3,6 +3,7 @@
 // environment; its parts are the event loop (EventQueue, one timer), the tree links (sockets,
 // writers and readers of the edges the policy names), the store jobs, the apply pool and the
 // sender's builder.
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -761,6 +762,8 @@ class SocketNode : public NodeEnvironment {
     if (s.ok()) s = Barrier();
     if (s.ok() && plan_.rank == 0) builder_.Start();
     if (s.ok()) s = Loop();
+    next_progress_ = 0;  // the final counts, also after a failure
+    WriteProgressIfDue();
     if (s.ok() && applier_.open() && committed_ && !plan_.verify_path.empty()) {
       Status v = applier_.Verify(plan_.verify_path);
       r->verified = v.ok();
@@ -866,13 +869,22 @@ class SocketNode : public NodeEnvironment {
     while (!host_->done()) {
       double until = deadline_;
       if (timer_at_ >= 0) until = std::min(until, t0_ + timer_at_);
+      if (!plan_.progress_path.empty()) until = std::min(until, next_progress_);
       QItem item;
-      if (!queue_.Wait(until, &item)) {
-        if (SteadyNow() >= deadline_) {
+      const bool got = queue_.Wait(until, &item);
+      if (got) {
+        const auto* produced = std::get_if<event::BlobProduced>(&item.event);
+        if (produced != nullptr && produced->blob.kind == BlobKind::kTrailer) stream_complete_ = true;
+      }
+      WriteProgressIfDue();
+      if (!got) {
+        const double now = SteadyNow();
+        if (now >= deadline_) {
           return DeadlineExceededError("node " + std::to_string(plan_.rank) + " (" +
                                        state_.result()->role + "): not done after " +
                                        std::to_string(plan_.timeout_s) + " s");
         }
+        if (timer_at_ < 0 || now < t0_ + timer_at_) continue;  // woken for the progress file
         timer_at_ = -1;
         item.event = event::TimerFired{};
       }
@@ -881,6 +893,29 @@ class SocketNode : public NodeEnvironment {
       DCR_RETURN_IF_ERROR(error_);
     }
     return Status();
+  }
+
+  // Rewrites plan.progress_path when a second has passed since the last write. Best effort: a
+  // failed write only leaves the previous progress in place.
+  void WriteProgressIfDue() {
+    if (plan_.progress_path.empty()) return;
+    const double now = SteadyNow();
+    if (now < next_progress_) return;
+    next_progress_ = now + 1.0;
+    nlohmann::json j;
+    state_.Update([&](NodeResult* r) {
+      j["bytes_received"] = r->bytes_received;
+      j["bytes_sent"] = r->bytes_sent;
+      j["payload_bytes"] = r->payload_bytes;
+    });
+    j["stream_complete"] = stream_complete_;
+    const std::string text = j.dump() + "\n";
+    const std::string tmp = plan_.progress_path + ".tmp";
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return;
+    const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    ::close(fd);
+    if (!written || ::rename(tmp.c_str(), plan_.progress_path.c_str()) != 0) ::unlink(tmp.c_str());
   }
 
   void Teardown() {
@@ -902,6 +937,8 @@ class SocketNode : public NodeEnvironment {
   std::unique_ptr<PolicyHost> host_;
   double t0_ = 0, deadline_ = 0;
   double timer_at_ = -1;  // policy time of the armed timer; -1 = none
+  double next_progress_ = 0;  // steady time of the next progress file write
+  bool stream_complete_ = false;  // sender: the trailer blob is produced
   bool committed_ = false;
   bool torn_down_ = false;
   Status error_;
@@ -987,6 +1024,7 @@ std::string NodePlanToJson(const NodePlan& p) {
   j["verify_path"] = p.verify_path;
   j["timeout_s"] = p.timeout_s;
   j["result_path"] = p.result_path;
+  if (!p.progress_path.empty()) j["progress_path"] = p.progress_path;
   j["ready_path"] = p.ready_path;
   j["go_path"] = p.go_path;
   return j.dump(1);
@@ -1030,6 +1068,7 @@ StatusOr<NodePlan> NodePlanFromJson(const std::string& text) {
     p.timeout_s = j.at("timeout_s").get<double>();
     p.result_path = j.at("result_path").get<std::string>();
     if (j.contains("ready_path")) p.ready_path = j["ready_path"].get<std::string>();
+    if (j.contains("progress_path")) p.progress_path = j["progress_path"].get<std::string>();
     if (j.contains("go_path")) p.go_path = j["go_path"].get<std::string>();
   } catch (const std::exception& e) {
     return InvalidArgumentError(std::string("node plan JSON: ") + e.what());
