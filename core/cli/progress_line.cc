@@ -83,23 +83,25 @@ ProgressLine::ProgressLine(Options options) : options_(std::move(options)) {
   }
 }
 
-ProgressLine ProgressLine::ForStderr(bool enabled) {
-  Options o;
-  o.tty = isatty(STDERR_FILENO) != 0;
-  ProgressLine line(std::move(o));
+ProgressLine ProgressLine::ForStderr(bool enabled, Options options) {
+  options.tty = isatty(STDERR_FILENO) != 0;
+  ProgressLine line(std::move(options));
   line.enabled_ = enabled;
   return line;
 }
 
 ProgressLine::~ProgressLine() { Finish(); }
 
+bool ProgressLine::Due() const {
+  const double interval = options_.tty ? options_.tty_interval_s : options_.plain_interval_s;
+  return enabled_ && options_.now() - last_write_ >= interval;
+}
+
 void ProgressLine::Show(const std::string& text, bool final) {
   if (!enabled_) return;
-  const double now = options_.now();
-  const double interval = options_.tty ? options_.tty_interval_s : options_.plain_interval_s;
-  if (!final && now - last_write_ < interval) return;
-  last_write_ = now;
-  std::string out = options_.tty ? "\r\033[K" + text : text;
+  if (!final && !Due()) return;
+  last_write_ = options_.now();
+  std::string out = (options_.tty ? "\r\033[K" : "") + options_.prefix + text;
   if (final || !options_.tty) out += '\n';
   open_line_ = options_.tty && !final;
   options_.write(out);

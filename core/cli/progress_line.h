@@ -40,11 +40,15 @@ class ProgressLine {
     std::function<double()> now;
     // Receives the output (default: stderr, flushed).
     std::function<void(std::string_view)> write;
+    // Written before the text of every line, e.g. "  synth tiny 3%: ".
+    std::string prefix;
   };
 
   explicit ProgressLine(Options options);
-  // A display on stderr (tty = isatty(stderr)); a disabled one writes nothing at all.
-  static ProgressLine ForStderr(bool enabled);
+  // A display on stderr (tty = isatty(stderr)) with `options`' intervals and prefix; a disabled
+  // one writes nothing at all.
+  static ProgressLine ForStderr(bool enabled, Options options);
+  static ProgressLine ForStderr(bool enabled) { return ForStderr(enabled, Options()); }
   ~ProgressLine();  // Finish()
 
   // A library progress update: the phase's line, throttled as above; a phase's first final
@@ -54,6 +58,9 @@ class ProgressLine {
   // A caller-formatted line: throttled like Update unless `final` (always written, ending in
   // '\n').
   void Show(const std::string& text, bool final);
+  // Whether a Show(text, false) now would write (the interval since the last line passed), so
+  // that a caller can skip gathering what a line would say.
+  bool Due() const;
   // Clears a line left unfinished on a terminal, so that other output starts on a clean line.
   void Finish();
   // A callback for an options struct that calls Update; valid while this object lives.

@@ -108,6 +108,21 @@ TEST(ProgressLine, TerminalRedrawsOneLineAndEndsIt) {
   EXPECT_EQ(c.out, "");
 }
 
+TEST(ProgressLine, PrefixAndDue) {
+  Capture c;
+  ProgressLine::Options o = c.Options(false);
+  o.prefix = "  synth tiny 3%: ";
+  ProgressLine line(std::move(o));
+  EXPECT_FALSE(line.Due());
+  line.Show("calibrate 1/48", false);  // within the first interval: not written
+  c.t = 5;
+  EXPECT_TRUE(line.Due());
+  line.Show("calibrate 30/48", false);
+  EXPECT_FALSE(line.Due());
+  line.Show("calibrate done", true);
+  EXPECT_EQ(c.out, "  synth tiny 3%: calibrate 30/48\n  synth tiny 3%: calibrate done\n");
+}
+
 TEST(ProgressLine, DisabledWritesNothing) {
   ProgressLine line = ProgressLine::ForStderr(false);
   ProgressCallback cb = line.Callback();

@@ -18,6 +18,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "dcr/checkpoint.h"
 #include "dcr/delta.h"
 #include "dcr/status_macros.h"
@@ -25,6 +27,7 @@
 #include "internal/diff_scan.h"
 #include "internal/simd.h"
 #include "node/node_plans.h"
+#include "progress_line.h"
 #include "transport/net.h"
 
 namespace dcr::cli {
@@ -202,14 +205,17 @@ StatusOr<std::vector<std::string>> PrepareCheckpoints(const Scenario& s, double 
   o.seed = s.model.seed;
   o.steps = s.steps + 1;
   o.change_rate = rate;
-  double last = 0;
+  // init and step: bytes, rate and time left; calibrate and warmup: iterations.
+  ProgressLine::Options lo;
+  lo.prefix = "  synth " + cfg.name + " " + RateTag(rate) + "%: ";
+  ProgressLine line = ProgressLine::ForStderr(s.progress, lo);
   ProgressFn progress = [&](uint64_t done, uint64_t total, const std::string& phase) {
-    double now = internal::SteadyNow();
-    if (s.progress && (now - last > 0.5 || done == total)) {
-      last = now;
-      std::fprintf(stderr, "\r  synth %s %s: %s %llu/%llu   ", cfg.name.c_str(),
-                   (RateTag(rate) + "%").c_str(), phase.c_str(), (unsigned long long)done,
-                   (unsigned long long)total);
+    if (phase == "init" || phase == "step") {
+      line.Update(ProgressUpdate{phase == "init" ? "init" : "step", done, total});
+    } else if (done == total) {
+      line.Show(phase + " done", true);
+    } else {
+      line.Show(phase + " " + std::to_string(done) + "/" + std::to_string(total), false);
     }
   };
   if (s.progress) {
@@ -222,7 +228,7 @@ StatusOr<std::vector<std::string>> PrepareCheckpoints(const Scenario& s, double 
     std::map<std::string, std::string> meta{{"dcr_preset", cfg.name}};
     DCR_RETURN_IF_ERROR(WriteSafetensors(paths[k], trainer->Views(), meta));
   }
-  if (s.progress) std::fprintf(stderr, "\n");
+  line.Finish();
   DCR_RETURN_IF_ERROR(WriteFileAtomic(stamp, "ok\n", 3));
   return paths;
 }
@@ -246,7 +252,7 @@ StatusOr<std::vector<Child>> StartNodes(const std::vector<NodePlan>& plans,
   std::vector<Child> children;
   // Stale files of an earlier invocation would fake readiness or results.
   for (const auto& p : plans) {
-    for (const std::string& f : {p.ready_path, p.go_path, p.result_path}) {
+    for (const std::string& f : {p.ready_path, p.go_path, p.result_path, p.progress_path}) {
       if (!f.empty()) unlink(f.c_str());
     }
   }
@@ -359,6 +365,53 @@ CpuPoint SampleCpu(std::vector<Child>* children) {
   return p;
 }
 
+// What the nodes' progress files (NodePlan::progress_path) add up to.
+struct NodesProgress {
+  uint64_t received = 0;     // bytes received by all receivers
+  uint64_t expected = 0;     // bytes every receiver receives in all, once the stream is whole
+};
+
+// Sums the receivers' bytes received; the expected total once the sender's stream is complete
+// (every receiver receives all of it, over the relay tree and from the store alike). A missing or
+// unreadable file counts as nothing received yet.
+NodesProgress ReadNodesProgress(const std::vector<NodePlan>& plans) {
+  NodesProgress out;
+  for (const NodePlan& p : plans) {
+    if (p.progress_path.empty()) continue;
+    const nlohmann::json j = nlohmann::json::parse(ReadText(p.progress_path), nullptr, false);
+    if (!j.is_object()) continue;
+    if (p.rank == 0) {
+      if (j.value("stream_complete", false)) {
+        out.expected = j.value("payload_bytes", uint64_t{0}) * (plans.size() - 1);
+      }
+    } else {
+      out.received += j.value("bytes_received", uint64_t{0});
+    }
+  }
+  return out;
+}
+
+// The waiting line of one refit: elapsed time, nodes done and, with progress files, the bytes the
+// receivers received since the start signal, their rate and the time left.
+std::string WaitLine(const std::string& label, double elapsed, size_t exited, size_t nodes,
+                     const NodesProgress& np, double since_go) {
+  char head[160];
+  std::snprintf(head, sizeof(head), "%-40s %6.1f s  %zu/%zu nodes done", label.c_str(), elapsed,
+                exited, nodes);
+  std::string line = head;
+  if (np.received == 0 && np.expected == 0) return line;
+  line += ", received " + FormatBytes(static_cast<double>(np.received));
+  if (np.expected > 0) line += " / " + FormatBytes(static_cast<double>(np.expected));
+  if (since_go > 0 && np.received > 0) {
+    const double rate = static_cast<double>(np.received) / since_go;
+    line += ", " + FormatBytes(rate) + "/s";
+    if (np.expected > np.received) {
+      line += ", " + FormatDuration(static_cast<double>(np.expected - np.received) / rate) + " left";
+    }
+  }
+  return line;
+}
+
 // Starts `dcr-node --plan FILE` for every plan and waits for all of them, sampling their CPU every
 // 20 ms into `cpu`. The first node failure or the scenario's timeout (+30 s) stops the rest.
 Status SpawnAndWait(const Scenario& s, const std::vector<NodePlan>& plans,
@@ -367,14 +420,20 @@ Status SpawnAndWait(const Scenario& s, const std::vector<NodePlan>& plans,
   DCR_ASSIGN_OR_RETURN(std::vector<Child> children, StartNodes(plans, run_dir));
   const double start = internal::SteadyNow();
   const double deadline = start + s.timeout_s + 30;
-  double last_print = 0;
+  // A terminal gets one line redrawn every 0.5 s; a file (or pipe) a plain line every 5 s.
+  ProgressLine::Options lo;
+  lo.tty_interval_s = 0.5;
+  lo.prefix = "  ";
+  ProgressLine line = ProgressLine::ForStderr(s.progress, lo);
   size_t exited = 0;
   bool go = false;
+  double go_at = 0;
   Status failure;
   while (exited < children.size()) {
     exited += ReapExited(&children, &failure);
     if (!go) {
       DCR_ASSIGN_OR_RETURN(go, SignalGoWhenReady(plans));
+      if (go) go_at = internal::SteadyNow();
     }
     double now = internal::SteadyNow();
     if (!failure.ok() || now > deadline) {
@@ -382,18 +441,18 @@ Status SpawnAndWait(const Scenario& s, const std::vector<NodePlan>& plans,
       StopAll(&children);
       break;
     }
-    if (s.progress && now - last_print > 0.5) {
-      last_print = now;
-      std::fprintf(stderr, "\r  %-40s %6.1f s  %zu/%zu nodes done ", label.c_str(), now - start,
-                   exited, children.size());
+    if (line.Due()) {
+      line.Show(WaitLine(label, now - start, exited, children.size(), ReadNodesProgress(plans),
+                         go ? now - go_at : 0),
+                false);
     }
     cpu->push_back(SampleCpu(&children));
     usleep(20000);
   }
-  if (s.progress) {
-    std::fprintf(stderr, "\r  %-40s %6.1f s  %zu/%zu nodes done\n", label.c_str(),
-                 internal::SteadyNow() - start, exited, children.size());
-  }
+  const double now = internal::SteadyNow();
+  line.Show(WaitLine(label, now - start, exited, children.size(), ReadNodesProgress(plans),
+                     go ? now - go_at : 0),
+            true);
   return failure;
 }
 
@@ -593,6 +652,9 @@ StatusOr<RunResult> RunOneRefit(const Scenario& s, const std::vector<std::string
   DCR_ASSIGN_OR_RETURN(std::vector<NodePlan> plans,
                        MakePlans(s, method, transport, ckpts[step - 1], ckpts[step], run_dir,
                                  work_dir, prefix));
+  if (s.progress) {
+    for (NodePlan& p : plans) p.progress_path = run_dir + "/progress-" + std::to_string(p.rank) + ".json";
+  }
   std::vector<CpuPoint> cpu;
   Status st = SpawnAndWait(s, plans, run_dir, label, &cpu);
   if (!st.ok()) rr.error = st.ToString();

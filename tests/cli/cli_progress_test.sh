@@ -38,6 +38,41 @@ has verify-result "$tmp/v.out" "IDENTICAL"
 "$dcr" verify -q "$tmp/out.safetensors" "$s1" > /dev/null 2> "$tmp/q.err"; check verify-quiet 0 $?
 [ ! -s "$tmp/q.err" ]; check verify-quiet-silent 0 $?
 
+# dcr run: per refit the nodes done and the bytes the receivers received (from the nodes'
+# progress files), with a rate; plain lines into a file; nothing with -q.
+cat > "$tmp/run.yaml" <<YAML
+name: cli-progress
+mode: real
+model: {checkpoints: [$s0, $s1], work_dir: $tmp/work}
+steps: 1
+methods: [delta, full]
+transport: {kinds: [relay_tree]}
+receivers: {count: 2}
+network:
+  regions: [{name: train}, {name: rollout, bandwidth: 10Gbit/s, latency: 0.1ms}]
+  long_link: {bandwidth: 1Gbit/s, latency: 1ms}
+  emulation: transport
+YAML
+"$dcr" run "$tmp/run.yaml" > /dev/null 2> "$tmp/run.err"; check run 0 $?
+noncr run-plain "$tmp/run.err"
+for m in delta full; do
+  if grep -Eq "^  $m / relay_tree / .* 3/3 nodes done, received [0-9.]+ (KiB|MiB) / [0-9.]+ (KiB|MiB), [0-9.]+ (B|KiB|MiB|GiB)/s\$" "$tmp/run.err"; then
+    echo "ok   run-$m-bytes"; else echo "FAIL run-$m-bytes:"; cat -A "$tmp/run.err"; fail=1; fi
+done
+# full: every receiver receives the whole stream (the checkpoint file and a few bytes of framing):
+# all of the expected total, about 2 x the file.
+python3 - "$tmp/run.err" "$s1" <<'PY'; check run-full-bytes-exact 0 $?
+import os, re, sys
+line = [l for l in open(sys.argv[1]) if l.startswith("  full /")][0]
+got, want = re.search(r"received (\S+ \S+) / (\S+ \S+),", line).groups()
+assert got == want, line
+size = 2 * os.path.getsize(sys.argv[2]) / 2**20
+value, unit = want.split()
+assert unit == "MiB" and abs(float(value) - size) < 0.01 * size, (want, size)
+PY
+"$dcr" run "$tmp/run.yaml" -q > /dev/null 2> "$tmp/q.err"; check run-quiet 0 $?
+[ ! -s "$tmp/q.err" ]; check run-quiet-silent 0 $?
+
 # A terminal (script(1) gives the command one): the line is redrawn in place.
 if command -v script > /dev/null; then
   script -qec "'$dcr' diff '$s0' '$s1' -o '$tmp/dt.dcr'" /dev/null > "$tmp/tty.out" 2>&1; check diff-tty 0 $?
