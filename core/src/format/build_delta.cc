@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <unordered_map>
 
 #include "dcr/delta.h"
@@ -55,6 +56,14 @@ struct CellScan {
   std::vector<std::unordered_map<uint64_t, uint64_t>> seg_hist;
 };
 
+// What the statistics keep of a cell's scan once it is encoded (its change arrays go back to the
+// pool for the next cell).
+struct CellStats {
+  uint64_t n = 0;
+  std::vector<uint64_t> seg_changes;
+  std::vector<std::unordered_map<uint64_t, uint64_t>> seg_hist;
+};
+
 // Appends the changes among n elements (the caller reserved n more).
 template <typename T>
 void ScanRange(const T* a, const T* b, uint64_t n, uint64_t pos_base, bool avx2, CellScan* out) {
@@ -82,8 +91,10 @@ void ScanBytes(const uint8_t* a, const uint8_t* b, int width, uint64_t n, uint64
 }
 
 // The scan buffers of the calling thread, reused across windows and calls (no page faults from
-// fresh allocations). Called on the caller's thread: a thread_local named inside a worker would
-// be the worker's own, empty one.
+// fresh allocations): one per worker, each taken by a worker for one cell at a time, so their
+// memory (24 bytes per change of the largest cell) grows with the thread count, not with the
+// window. Called on the caller's thread: a thread_local named inside a worker would be the
+// worker's own, empty one.
 std::vector<CellScan>& CallerScans() {
   thread_local std::vector<CellScan> scans;
   return scans;
@@ -138,7 +149,7 @@ class DeltaBuilder {
   // hash of its target bytes; `all_float` says whether every segment has a float dtype.
   Hash128 ScanCell(const GridCell& cell, CellScan* sc, bool* all_float) const;
   // Adds a cell's changes, bytes and histogram to the per-tensor statistics.
-  void AccountCell(const GridCell& cell, const CellScan& sc, const std::vector<uint8_t>& bytes);
+  void AccountCell(const GridCell& cell, const CellStats& sc, const std::vector<uint8_t>& bytes);
   // Hands one encoded chunk to the sink and records it in the chunk table.
   Status EmitChunk(const std::vector<uint8_t>& bytes);
 
@@ -329,7 +340,7 @@ bool DeltaBuilder::EncodeCell(const GridCell& cell, CellScan* sc,
   return out->ok();
 }
 
-void DeltaBuilder::AccountCell(const GridCell& cell, const CellScan& sc,
+void DeltaBuilder::AccountCell(const GridCell& cell, const CellStats& sc,
                                const std::vector<uint8_t>& bytes) {
   const uint64_t cell_changes = sc.n;
   for (size_t s = 0; s < cell.segments.size(); ++s) {
@@ -366,14 +377,31 @@ Status DeltaBuilder::BuildWindow(uint64_t begin, uint64_t end) {
   const size_t cells = end - begin;
   std::vector<StatusOr<std::vector<uint8_t>>> encoded(cells,
                                                       Status(StatusCode::kInternal, "not run"));
-  if (scans_.size() < cells) scans_.resize(cells);
+  const size_t workers = std::min<size_t>(cells, static_cast<size_t>(threads_));
+  if (scans_.size() < workers) scans_.resize(workers);
+  std::mutex mu;
+  std::vector<CellScan*> idle;
+  for (size_t w = 0; w < workers; ++w) idle.push_back(&scans_[w]);
+  std::vector<CellStats> stats(cells);
   internal::ParallelFor(cells, threads_, [&](uint64_t k) {
-    return EncodeCell(grid_[begin + k], &scans_[k], &encoded[k]);
+    CellScan* sc;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      sc = idle.back();  // at most `workers` cells are encoded at once
+      idle.pop_back();
+    }
+    const bool ok = EncodeCell(grid_[begin + k], sc, &encoded[k]);
+    stats[k].n = sc->n;
+    stats[k].seg_changes.swap(sc->seg_changes);
+    stats[k].seg_hist.swap(sc->seg_hist);
+    std::lock_guard<std::mutex> lock(mu);
+    idle.push_back(sc);
+    return ok;
   });
   for (size_t k = 0; k < cells; ++k) {
     if (!encoded[k].ok()) return encoded[k].status();
     const std::vector<uint8_t>& bytes = *encoded[k];
-    AccountCell(grid_[begin + k], scans_[k], bytes);
+    AccountCell(grid_[begin + k], stats[k], bytes);
     if (!bytes.empty()) DCR_RETURN_IF_ERROR(EmitChunk(bytes));
     for (const Segment& sg : grid_[begin + k].segments) {
       const uint64_t off = sg.offset * grid_[begin + k].width;
