@@ -1,4 +1,6 @@
-// dcr inspect DELTA [--json] [--base BASE]: per-tensor and total statistics of a delta.
+// dcr inspect DELTA [--json] [--base BASE] [--sort KEY] [--top N]: per-tensor and total statistics
+// of a delta: dense and payload bytes, their ratio, change rate, entropy bound.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -30,7 +32,36 @@ struct TensorAcc {
   std::unordered_map<uint64_t, uint64_t> hist;
 };
 
-int RunInspect(const std::string& path, const std::string& base_path, bool json) {
+// Which tensor rows `dcr inspect` lists, in which order.
+struct Listing {
+  std::string sort = "name";  // name | payload | changed | ratio
+  size_t top = 0;             // 0 = every tensor
+};
+
+// The order of the tensor rows: by name (canonical order), the largest payload or change count
+// first, or the smallest ratio first (the tensors that compress worst; unchanged ones, which
+// cost nothing, last). Ties keep name order.
+std::vector<size_t> RowOrder(const nlohmann::json& tensors, const Listing& l) {
+  std::vector<size_t> order(tensors.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  auto num = [&](size_t i, const char* k) { return tensors[i][k].get<double>(); };
+  auto before = [&](size_t x, size_t y) {
+    if (l.sort == "payload") return num(x, "payload_bytes") > num(y, "payload_bytes");
+    if (l.sort == "changed") return num(x, "changed") > num(y, "changed");
+    if (l.sort == "ratio") {
+      const bool nx = tensors[x]["ratio"].is_null(), ny = tensors[y]["ratio"].is_null();
+      if (nx || ny) return !nx && ny;
+      return num(x, "ratio") < num(y, "ratio");
+    }
+    return false;  // name: the canonical order already is
+  };
+  std::stable_sort(order.begin(), order.end(), before);
+  if (l.top > 0 && order.size() > l.top) order.resize(l.top);
+  return order;
+}
+
+int RunInspect(const std::string& path, const std::string& base_path, bool json,
+               const Listing& listing) {
   auto r = DeltaReader::Open(path);
   if (!r.ok()) return ReportStatus("inspect", r.status());
   const DeltaReader& d = **r;
@@ -110,18 +141,24 @@ int RunInspect(const std::string& path, const std::string& base_path, bool json)
     j["elements"] = t.num_elements();
     j["changed"] = a.changed;
     j["change_rate"] = t.num_elements() ? static_cast<double>(a.changed) / t.num_elements() : 0.0;
+    j["unchanged"] = a.changed == 0;
     j["payload_bytes"] = static_cast<uint64_t>(std::llround(a.payload));
     j["dense_bytes"] = t.nbytes;
-    j["ratio"] = a.payload > 0 ? t.nbytes / a.payload : 0.0;
+    // Undefined (null) without payload or bound: an unchanged tensor costs no chunk bytes.
+    j["ratio"] = a.payload > 0 ? nlohmann::json(t.nbytes / a.payload) : nlohmann::json();
     j["bound_bytes"] = bound;
-    j["payload_vs_bound"] = bound > 0 ? a.payload / bound : 0.0;
+    j["payload_vs_bound"] = bound > 0 ? nlohmann::json(a.payload / bound) : nlohmann::json();
     tensors.push_back(j);
     te += t.num_elements();
     tc += a.changed;
     td += t.nbytes;
     tb += bound;
   }
-  out["tensors"] = tensors;
+  nlohmann::json rows = nlohmann::json::array();
+  for (size_t i : RowOrder(tensors, listing)) rows.push_back(tensors[i]);
+  out["sort"] = listing.sort;
+  out["tensor_count"] = tensors.size();
+  out["tensors"] = rows;
   nlohmann::json tot;
   tot["elements"] = te;
   tot["changed"] = tc;
@@ -140,21 +177,38 @@ int RunInspect(const std::string& path, const std::string& base_path, bool json)
               d.header().format_version, static_cast<unsigned long long>(d.header().base_version),
               static_cast<unsigned long long>(d.header().target_version), d.num_chunks(),
               out["full_frame"].get<bool>() ? " (full frame)" : "");
-  std::printf("%-60s %6s %12s %10s %8s %12s %9s %9s\n", "tensor", "dtype", "elements", "changed",
-              "rate%", "payload", "ratio", "/bound");
-  for (const auto& j : tensors) {
-    std::printf("%-60s %6s %12llu %10llu %8.4f %12llu %9.1f %9.3f\n",
-                j["name"].get<std::string>().substr(0, 60).c_str(), j["dtype"].get<std::string>().c_str(),
-                static_cast<unsigned long long>(j["elements"].get<uint64_t>()),
-                static_cast<unsigned long long>(j["changed"].get<uint64_t>()),
-                100 * j["change_rate"].get<double>(),
-                static_cast<unsigned long long>(j["payload_bytes"].get<uint64_t>()),
-                j["ratio"].get<double>(), j["payload_vs_bound"].get<double>());
+  // Unchanged tensors say so instead of zero rates and ratios.
+  auto row = [](const std::string& name, const std::string& dtype, uint64_t elements,
+                const std::string& changed, const std::string& rate, uint64_t dense,
+                uint64_t payload, const std::string& ratio, const std::string& bound) {
+    std::printf("%-60s %6s %12llu %10s %8s %12llu %12llu %9s %9s\n", name.substr(0, 60).c_str(),
+                dtype.c_str(), static_cast<unsigned long long>(elements), changed.c_str(),
+                rate.c_str(), static_cast<unsigned long long>(dense),
+                static_cast<unsigned long long>(payload), ratio.c_str(), bound.c_str());
+  };
+  auto fixed = [](const nlohmann::json& v, const char* fmt, double scale = 1) {
+    if (v.is_null()) return std::string("-");
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), fmt, scale * v.get<double>());
+    return std::string(buf);
+  };
+  std::printf("%-60s %6s %12s %10s %8s %12s %12s %9s %9s\n", "tensor", "dtype", "elements",
+              "changed", "rate%", "dense", "payload", "ratio", "/bound");
+  for (const auto& j : rows) {
+    const bool unchanged = j["unchanged"].get<bool>();
+    row(j["name"].get<std::string>(), j["dtype"].get<std::string>(), j["elements"].get<uint64_t>(),
+        unchanged ? "unchanged" : std::to_string(j["changed"].get<uint64_t>()),
+        unchanged ? "-" : fixed(j["change_rate"], "%.4f", 100), j["dense_bytes"].get<uint64_t>(),
+        j["payload_bytes"].get<uint64_t>(), fixed(j["ratio"], "%.1f"),
+        fixed(j["payload_vs_bound"], "%.3f"));
   }
-  std::printf("%-60s %6s %12llu %10llu %8.4f %12llu %9.1f %9.3f\n", "TOTAL", "",
-              static_cast<unsigned long long>(te), static_cast<unsigned long long>(tc),
-              te ? 100.0 * tc / te : 0.0, static_cast<unsigned long long>(d.size()),
-              tot["ratio"].get<double>(), tot["payload_vs_bound"].get<double>());
+  row("TOTAL", "", te, std::to_string(tc), fixed(tot["change_rate"], "%.4f", 100), td, d.size(),
+      fixed(tot["ratio"], "%.1f"), fixed(tot["payload_vs_bound"], "%.3f"));
+  if (rows.size() < tensors.size() || listing.sort != "name") {
+    std::printf("%zu of %zu tensors shown, sorted by %s; TOTAL covers all of them (payload: the "
+                "whole delta)\n",
+                rows.size(), tensors.size(), listing.sort.c_str());
+  }
   std::printf("bound = order-0 entropy of positions + %s\n",
               base ? "XOR values" : "coded values (pass the delta's base as --base for the XOR bound)");
   return 0;
@@ -164,12 +218,20 @@ int RunInspect(const std::string& path, const std::string& base_path, bool json)
 
 DCR_REGISTER_COMMAND("inspect", "Per-tensor and total statistics of a delta (sizes, rates, entropy bound)",
                      [](CLI::App* app) {
-                       struct Args { std::string path, base; bool json = false; };
+                       struct Args { std::string path, base; bool json = false; Listing listing; };
                        auto a = std::make_shared<Args>();
                        app->add_option("delta", a->path, "Delta file")->required();
                        app->add_option("--base", a->base, "Base checkpoint: report the XOR-delta bound exactly");
                        app->add_flag("--json", a->json, "Machine-readable output");
-                       return [a]() { return RunInspect(a->path, a->base, a->json); };
+                       app->add_option("--sort", a->listing.sort,
+                                       "Row order: name, payload or changed (largest first), ratio "
+                                       "(smallest first: the tensors that compress worst)")
+                           ->check(CLI::IsMember({"name", "payload", "changed", "ratio"}))
+                           ->capture_default_str();
+                       app->add_option("--top", a->listing.top,
+                                       "Show only the first N tensors of that order (0 = all); the "
+                                       "totals cover every tensor");
+                       return [a]() { return RunInspect(a->path, a->base, a->json, a->listing); };
                      });
 
 }  // namespace dcr::cli
