@@ -7,6 +7,10 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <string>
 
 namespace dcr::internal {
 
@@ -89,6 +93,73 @@ void AdviseDone(const void* data, uint64_t size) {
   (void)data;
   (void)size;
 #endif
+}
+
+namespace {
+
+// The mount point of the first mount of filesystem type `fstype` whose options include `option`
+// (any options when empty); empty when there is none.
+std::string MountPoint(const std::string& fstype, const std::string& option) {
+  std::ifstream mounts("/proc/mounts");
+  std::string dev, dir, type, opts;
+  while (mounts >> dev >> dir >> type >> opts) {
+    std::string rest;
+    std::getline(mounts, rest);
+    if (type != fstype) continue;
+    if (option.empty() || ("," + opts + ",").find("," + option + ",") != std::string::npos) {
+      return dir;
+    }
+  }
+  return "";
+}
+
+// The first number in `path` (after `key` and a space when key is not empty); UINT64_MAX when
+// absent or "max".
+uint64_t ReadLimit(const std::string& path, const std::string& key) {
+  std::ifstream f(path);
+  std::string line;
+  while (std::getline(f, line)) {
+    std::string value = line;
+    if (!key.empty()) {
+      if (line.compare(0, key.size() + 1, key + " ") != 0) continue;
+      value = line.substr(key.size() + 1);
+    }
+    if (value.empty() || value[0] < '0' || value[0] > '9') return UINT64_MAX;
+    return std::stoull(value);
+  }
+  return UINT64_MAX;
+}
+
+}  // namespace
+
+uint64_t MemoryCgroupLimit() {
+  std::ifstream self("/proc/self/cgroup");
+  std::string line;
+  uint64_t limit = UINT64_MAX;
+  while (std::getline(self, line)) {
+    // "hierarchy-id:controllers:path"
+    const size_t a = line.find(':');
+    const size_t b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1);
+    std::string path = line.substr(b + 1);
+    if (line.compare(0, a, "0") == 0 && controllers.empty()) {
+      const std::string root = MountPoint("cgroup2", "");
+      if (root.empty()) continue;
+      while (true) {
+        limit = std::min(limit, ReadLimit(root + path + "/memory.max", ""));
+        if (path.empty() || path == "/") break;
+        path = path.substr(0, path.find_last_of('/'));
+      }
+    } else if (("," + controllers + ",").find(",memory,") != std::string::npos) {
+      const std::string root = MountPoint("cgroup", "memory");
+      if (root.empty()) continue;
+      limit = std::min(limit, ReadLimit(root + path + "/memory.stat", "hierarchical_memory_limit"));
+    }
+  }
+  // cgroup v1 reports "no limit" as the largest page-aligned signed value.
+  if (limit >= (uint64_t{1} << 62)) return UINT64_MAX;
+  return limit;
 }
 
 }  // namespace dcr::internal

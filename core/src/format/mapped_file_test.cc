@@ -1,8 +1,11 @@
 // MapReadOnly / MakeResident: a mapped file made resident has every page in memory.
+// MemoryCgroupLimit: the limit of a memory cgroup the process is moved into.
 #include "internal/mapped_file.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -74,6 +77,46 @@ TEST(MakeResidentTest, UnmappedRangeIsAnErrorNamingIt) {
   Status s = MakeResident(m, 4 * page, "gone.safetensors");
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("gone.safetensors"), std::string::npos) << s;
+}
+
+// A child moved into a fresh memory cgroup of 300 MiB (v1, or v2 when its memory controller is
+// enabled for children of the root) reads that limit. Needs root and a writable hierarchy.
+TEST(MemoryCgroupLimit, ReadsTheLimitOfTheProcesssCgroup) {
+  const uint64_t want = uint64_t{300} << 20;
+  const std::string name = "dcr-mapped-file-test-" + std::to_string(::getpid());
+  std::string dir, limit_file;
+  for (const auto& [root, file] : {std::pair<std::string, std::string>{"/sys/fs/cgroup/memory", "memory.limit_in_bytes"},
+                                   {"/sys/fs/cgroup", "memory.max"}}) {
+    if (::mkdir((root + "/" + name).c_str(), 0755) != 0) continue;
+    struct stat st;
+    if (::stat((root + "/" + name + "/" + file).c_str(), &st) != 0) {  // not a memory cgroup
+      ::rmdir((root + "/" + name).c_str());
+      continue;
+    }
+    std::ofstream f(root + "/" + name + "/" + file);
+    f << want;
+    f.close();
+    if (f) {
+      dir = root + "/" + name;
+      limit_file = file;
+      break;
+    }
+    ::rmdir((root + "/" + name).c_str());
+  }
+  if (dir.empty()) GTEST_SKIP() << "no writable memory cgroup hierarchy (needs root)";
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    std::ofstream procs(dir + "/cgroup.procs");
+    procs << ::getpid();
+    procs.close();
+    ::_exit(procs && MemoryCgroupLimit() == want ? 0 : 1);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ::rmdir(dir.c_str());
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "the child in " << dir << " (" << limit_file << " = " << want
+      << ") did not read that limit";
 }
 
 }  // namespace

@@ -36,6 +36,12 @@ void AdviseSequential(const void* data, uint64_t size);
 // first candidates for reclaim, while staying cached when memory is plentiful.
 void AdviseDone(const void* data, uint64_t size);
 
+// The memory limit of the calling process's memory cgroup, in bytes: the smallest memory.max of
+// its cgroup v2 directory and their ancestors, or cgroup v1's hierarchical_memory_limit; UINT64_MAX
+// when there is none (or it cannot be read). The page cache of files the process reads is charged
+// against it, so e.g. making checkpoints resident beyond it only evicts them again.
+uint64_t MemoryCgroupLimit();
+
 }  // namespace dcr::internal
 
 #endif  // DCR_CORE_SRC_INTERNAL_MAPPED_FILE_H_

@@ -646,8 +646,9 @@ class SenderBuilder {
   // the base's content hash known. The refit clock (first blob) then times the build itself,
   // not checkpoint I/O or page faults, which depend on what the page cache kept since the files
   // were written (on a VM with proactive reclaim, cold files cost ~0.2-0.5 s of a 0.5 s refit).
-  // Checkpoints that do not fit in half the free memory stay mapped lazily and are read during
-  // the build: making them resident would only evict one with the other.
+  // Checkpoints that do not fit in half the free memory (or half the memory cgroup's limit) stay
+  // mapped lazily and are read during the build, a window at a time (BuildDelta's advice):
+  // making them resident would only evict one with the other.
   Status LoadCheckpoints() {
     auto open = [](const std::string& path, std::unique_ptr<Checkpoint>* out) -> Status {
       auto c = Checkpoint::Open(path);
@@ -661,8 +662,12 @@ class SenderBuilder {
     if (delta) DCR_RETURN_IF_ERROR(open(plan_.base_path, &base_ckpt_));
     const double bytes = static_cast<double>(target_ckpt_->file_size()) +
                          (delta ? static_cast<double>(base_ckpt_->file_size()) : 0.0);
-    const double free_bytes = static_cast<double>(sysconf(_SC_AVPHYS_PAGES)) *
-                              static_cast<double>(sysconf(_SC_PAGESIZE));
+    // Free memory, or the memory cgroup's limit when that is smaller (the page cache is charged
+    // against it).
+    const double free_bytes =
+        std::min(static_cast<double>(sysconf(_SC_AVPHYS_PAGES)) *
+                     static_cast<double>(sysconf(_SC_PAGESIZE)),
+                 static_cast<double>(internal::MemoryCgroupLimit()));
     if (bytes <= 0.5 * free_bytes) {
       DCR_RETURN_IF_ERROR(internal::MakeResident(target_ckpt_->file_data(),
                                                  target_ckpt_->file_size(), plan_.target_path));
