@@ -8,7 +8,7 @@ dcr="${1:-build/dcr}"
 g=tests/golden
 e=tests/golden-errors
 mkdir -p "$e"
-"$dcr" diff -q "$g/v4_target.safetensors" "$g/v4_base.safetensors" -o "$e/wrong_base.dcr"
+"$dcr" diff -q "$g/target.safetensors" "$g/base.safetensors" -o "$e/wrong_base.dcr"
 python3 - "$g" "$e" <<'PY'
 import json, struct, sys
 g, e = sys.argv[1], sys.argv[2]
@@ -31,6 +31,13 @@ t = d.rindex(b"DCRTABLE")
 bad = bytearray(d); bad[t + 8:t + 16] = struct.pack("<Q", (1 << 62)); w("huge_chunk_count.dcr", bad)
 bad = bytearray(d); bad[-24:-16] = struct.pack("<Q", len(d) + 1000); w("bad_trailer_offset.dcr", bad)
 bad = bytearray(d); bad[t + 20] ^= 0x02; w("trailer_bitflip.dcr", bad)
+# Version 5 header sections (the delta to a sharded target): counts and sizes are checked before
+# anything is allocated; a bit flip in a shard's header fails the checksum.
+v5 = open(f"{g}/v5_sharded.dcr", "rb").read()
+bad = bytearray(v5); bad[48:52] = struct.pack("<I", 0xFFFFFFFF); w("v5_absurd_sections.dcr", bad)
+bad = bytearray(v5); bad[56:60] = struct.pack("<I", 0xFFFFFFF0); w("v5_section_over_cap.dcr", bad)
+bad = bytearray(v5); bad[v5.index(b'"dtype"')] ^= 0x01; w("v5_shard_header_bitflip.dcr", bad)
+w("v5_truncated_sections.dcr", v5[:200])
 # Malformed safetensors.
 def st(name, header, data=b"", raw_len=None):
     h = header.encode() if isinstance(header, str) else header
@@ -75,6 +82,10 @@ chunk_payload_bitflip.dcr delta DATA_LOSS payload checksum mismatch
 huge_chunk_count.dcr delta DATA_LOSS chunk count is absurd
 bad_trailer_offset.dcr delta DATA_LOSS bad trailer offset
 trailer_bitflip.dcr delta DATA_LOSS trailer
+v5_absurd_sections.dcr delta DATA_LOSS 4294967295 sections is absurd
+v5_section_over_cap.dcr delta DATA_LOSS exceed the cap
+v5_shard_header_bitflip.dcr delta DATA_LOSS delta header checksum mismatch
+v5_truncated_sections.dcr delta DATA_LOSS truncated delta header
 old_version_v1.dcr delta FAILED_PRECONDITION unsupported delta format version 1
 wrong_base.dcr delta FAILED_PRECONDITION but the delta was built for
 st_bad_json.safetensors checkpoint DATA_LOSS malformed safetensors JSON header
@@ -90,7 +101,7 @@ st_gap.safetensors checkpoint DATA_LOSS tensor 'b': gap of 4 bytes
 st_trailing_bytes.safetensors checkpoint DATA_LOSS 8 bytes after the last tensor 'a'
 st_unknown_dtype_huge_shape.safetensors checkpoint DATA_LOSS tensor 'a': unknown dtype 'X9'
 st_is_delta.safetensors checkpoint INVALID_ARGUMENT a dcr delta file (magic DCRDELTA), not a safetensors checkpoint
-st_is_index.safetensors checkpoint INVALID_ARGUMENT the index of a sharded checkpoint (model.safetensors.index.json
+st_is_index.safetensors checkpoint INVALID_ARGUMENT the index of a sharded checkpoint (a weight_map
 st_is_json.safetensors checkpoint INVALID_ARGUMENT JSON text, not a safetensors checkpoint
 M
 echo "corpus: $(ls "$e" | wc -l) files in $e"

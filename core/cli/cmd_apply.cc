@@ -17,9 +17,15 @@ DCR_REGISTER_COMMAND(
         bool verify = false, quiet = false;
       };
       auto a = std::make_shared<Args>();
-      app->add_option("base", a->base, "Base checkpoint (ignored for a full-frame delta)")->required();
+      app->add_option("base", a->base,
+                     "Base checkpoint: a .safetensors file or a shard directory (ignored for a "
+                     "full-frame delta)")
+          ->required();
       app->add_option("delta", a->delta, "Delta file")->required();
-      app->add_option("-o,--out", a->out, "Output checkpoint")->required();
+      app->add_option("-o,--out", a->out,
+                     "Output checkpoint: a file, or a directory when the delta's target is sharded "
+                     "(written whole under a temporary name, then moved into place)")
+          ->required();
       app->add_option("--threads", a->threads, "Threads (0 = all cores)");
       app->add_flag("--verify", a->verify, "Also rehash the whole output and compare with the target hash");
       app->add_flag("-q,--quiet", a->quiet, "No progress on stderr, no summary");

@@ -70,6 +70,10 @@ int RunDiff(const DiffArgs& a) {
                 st->payload_bytes ? static_cast<double>(st->dense_bytes) / st->payload_bytes : 0.0);
     if (bound_bytes > 0) std::printf("; %.3fx the order-0 XOR bound", st->payload_bytes / bound_bytes);
     std::printf("; built in %.2f s\n", secs);
+    if ((*t)->sharded()) {
+      std::printf("target: %zu shards%s%s\n", (*t)->files().size(),
+                  (*t)->index_name().empty() ? "" : " and ", (*t)->index_name().c_str());
+    }
     std::printf("base %s -> target hash %s\n",
                 a.full ? "none (full frame)" : ("hash " + st->base_hash.ToHex()).c_str(),
                 st->target_hash.ToHex().c_str());
@@ -83,7 +87,8 @@ DCR_REGISTER_COMMAND("diff", "Build the delta that turns BASE into TARGET (bit-e
                      [](CLI::App* app) {
                        auto a = std::make_shared<DiffArgs>();
                        app->add_option("files", a->files,
-                                       "BASE TARGET (.safetensors); with --full just TARGET")
+                                       "BASE TARGET (.safetensors files or shard directories, "
+                                       "also mixed); with --full just TARGET")
                            ->required();
                        app->add_option("-o,--out", a->out, "Output delta file")->required();
                        app->add_option("--chunk-elems", a->chunk_elems, "Grid cell size in elements")

@@ -125,6 +125,12 @@ int RunInspect(const std::string& path, const std::string& base_path, bool json,
   out["target_hash"] = d.trailer().target_hash.ToHex();
   out["full_frame"] = (d.header().flags & kFlagNoBase) != 0;
   out["chunks"] = d.num_chunks();
+  if (inv.sharded()) {
+    nlohmann::json files = nlohmann::json::array();
+    for (const InventoryFile& f : inv.files) files.push_back({{"name", f.name}, {"bytes", f.file_size()}});
+    out["target_files"] = files;
+    out["target_index"] = inv.index_name;
+  }
   out["chunk_modes"] = modes;
   out["entropy_of"] = base ? "xor" : "payload values (xor or ulp delta as coded)";
   if (!warning.empty()) out["warning"] = warning;
@@ -177,6 +183,11 @@ int RunInspect(const std::string& path, const std::string& base_path, bool json,
               d.header().format_version, static_cast<unsigned long long>(d.header().base_version),
               static_cast<unsigned long long>(d.header().target_version), d.num_chunks(),
               out["full_frame"].get<bool>() ? " (full frame)" : "");
+  if (inv.sharded()) {
+    std::printf("target: a directory of %zu shards (%s ... %s)%s%s\n", inv.files.size(),
+                inv.files.front().name.c_str(), inv.files.back().name.c_str(),
+                inv.index_name.empty() ? ", no index" : " and ", inv.index_name.c_str());
+  }
   // Unchanged tensors say so instead of zero rates and ratios.
   auto row = [](const std::string& name, const std::string& dtype, uint64_t elements,
                 const std::string& changed, const std::string& rate, uint64_t dense,

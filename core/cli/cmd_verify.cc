@@ -126,10 +126,10 @@ bool IsShardName(const std::string& n) {
   auto ends = [&](const std::string& s) {
     return n.size() >= s.size() && n.compare(n.size() - s.size(), s.size(), s) == 0;
   };
-  return ends(".safetensors") || n == "model.safetensors.index.json";
+  return ends(".safetensors") || ends(".safetensors.index.json");
 }
 
-// The shard files (*.safetensors and model.safetensors.index.json) directly inside `dir`.
+// The shard files (*.safetensors and *.safetensors.index.json) directly inside `dir`.
 StatusOr<std::set<std::string>> ShardNames(const std::string& dir) {
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) return ErrnoError("open directory " + dir, errno);

@@ -27,13 +27,13 @@ has verify-dir-vs-file-says "$tmp/o.txt" "$tmp/A is a directory but $s0 is a fil
 "$dcr" verify "$s0" "$tmp/A" > "$tmp/o.txt" 2>&1; check verify-file-vs-dir 11 $?
 has verify-file-vs-dir-says "$tmp/o.txt" "$tmp/A is a directory but $s0 is a file"
 
-# A directory where one checkpoint file is expected.
-"$dcr" diff "$tmp/A" "$s1" -o "$tmp/d.dcr" > "$tmp/o.txt" 2>&1; check diff-dir-base 11 $?
-has diff-dir-base-says "$tmp/o.txt" "$tmp/A is a directory"
+# A directory is a sharded checkpoint; two shards holding the same tensors are refused by name.
+"$dcr" diff "$tmp/A" "$s1" -o "$tmp/d.dcr" > "$tmp/o.txt" 2>&1; check diff-dir-base-two-shards 13 $?
+has diff-dir-base-two-shards-says "$tmp/o.txt" "is in two shards, model-00001-of-00002.safetensors and model-00002-of-00002.safetensors"
 [ ! -e "$tmp/d.dcr" ]; check diff-dir-base-no-output 0 $?
 "$dcr" diff "$s0" "$s1" -o "$tmp/d01.dcr" -q; check diff 0 $?
-"$dcr" apply "$tmp/A" "$tmp/d01.dcr" -o "$tmp/out.safetensors" > "$tmp/o.txt" 2>&1; check apply-dir-base 11 $?
-has apply-dir-base-says "$tmp/o.txt" "$tmp/A is a directory"
+"$dcr" apply "$tmp/A" "$tmp/d01.dcr" -o "$tmp/out.safetensors" > "$tmp/o.txt" 2>&1; check apply-dir-base-two-shards 13 $?
+has apply-dir-base-two-shards-says "$tmp/o.txt" "is in two shards"
 [ ! -e "$tmp/out.safetensors" ]; check apply-dir-base-no-output 0 $?
 
 # Other files where a checkpoint is expected are named for what they are.
@@ -42,8 +42,8 @@ has diff-delta-as-base-says "$tmp/o.txt" "$tmp/d01.dcr: a dcr delta file (magic 
 lacks diff-delta-as-base-not-header "$tmp/o.txt" "header size"
 printf '{"weight_map": {"a": "model-00001-of-00002.safetensors"}}' > "$tmp/A/model.safetensors.index.json"
 "$dcr" apply "$tmp/A/model.safetensors.index.json" "$tmp/d01.dcr" -o "$tmp/out.safetensors" > "$tmp/o.txt" 2>&1
-check apply-index-as-base 11 $?
-has apply-index-as-base-says "$tmp/o.txt" "the index of a sharded checkpoint (model.safetensors.index.json"
+check apply-index-disagrees 13 $?
+has apply-index-disagrees-says "$tmp/o.txt" "is in shard model-00001-of-00002.safetensors but the index does not name it"
 printf '{"hidden_size": 64}\n' > "$tmp/config.json"
 "$dcr" diff "$s0" "$tmp/config.json" -o "$tmp/x.dcr" > "$tmp/o.txt" 2>&1; check diff-json-as-target 11 $?
 has diff-json-as-target-says "$tmp/o.txt" "$tmp/config.json: JSON text, not a safetensors checkpoint"

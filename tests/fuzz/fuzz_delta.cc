@@ -19,7 +19,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!r.ok()) return 0;
   const DeltaReader& d = **r;
   const Inventory& inv = d.inventory();
-  if (inv.data_size > (uint64_t{8} << 20)) return 0;  // keep memory bounded
+  if (inv.data_size() > (uint64_t{8} << 20)) return 0;  // keep memory bounded
   std::vector<std::vector<uint8_t>> store;
   std::vector<ReceiverTensor> tensors;
   for (size_t i = 0; i < inv.tensors.size(); ++i) {

@@ -1,5 +1,6 @@
-// Pins the bytes of the current format (v4), checks that version 2 and 3 deltas still apply, and
-// checks the malformed-input corpus.
+// Pins the bytes of the current format (v5: a single-file delta, a full frame, and a delta to a
+// sharded target), checks that version 2 to 4 deltas still apply, and checks the malformed-input
+// corpus.
 //
 // The checkpoints are generated here from a fixed integer recipe (no std distributions, no float
 // math), so they are identical on every compiler. Regenerate the files, after a deliberate format
@@ -121,43 +122,83 @@ class Golden : public ::testing::Test {
   Tmp tmp_;
 };
 
+// The sharded target: the golden pair's target in three shards (and its index).
+constexpr uint64_t kShardBytes = 12000;
+
 TEST_F(Golden, EncoderOutputIsPinned) {
+  const bool update = std::getenv("DCR_UPDATE_GOLDEN") != nullptr;
   for (bool full : {false, true}) {
-    const fs::path file = kGolden / (full ? "v4_full.dcr" : "v4_delta.dcr");
+    const fs::path file = kGolden / (full ? "v5_full.dcr" : "v5_delta.dcr");
     std::vector<uint8_t> bytes = Build(full);
-    if (std::getenv("DCR_UPDATE_GOLDEN")) {
+    if (update) {
       ASSERT_TRUE(WriteFileAtomic(file.string(), bytes.data(), bytes.size()).ok());
       std::vector<uint8_t> b = Read(tmp_.dir / "base.safetensors");
       std::vector<uint8_t> t = Read(tmp_.dir / "target.safetensors");
-      ASSERT_TRUE(WriteFileAtomic((kGolden / "v4_base.safetensors").string(), b.data(), b.size()).ok());
-      ASSERT_TRUE(WriteFileAtomic((kGolden / "v4_target.safetensors").string(), t.data(), t.size()).ok());
+      ASSERT_TRUE(WriteFileAtomic((kGolden / "base.safetensors").string(), b.data(), b.size()).ok());
+      ASSERT_TRUE(WriteFileAtomic((kGolden / "target.safetensors").string(), t.data(), t.size()).ok());
     }
     ASSERT_TRUE(fs::exists(file)) << file << " missing (run from the source root)";
     EXPECT_EQ(bytes, Read(file)) << "encoder output for " << file
                                  << " changed: bump kFormatVersion and regenerate the golden files";
   }
   // The committed checkpoints are the ones generated here.
-  EXPECT_EQ(Read(tmp_.dir / "base.safetensors"), Read(kGolden / "v4_base.safetensors"));
-  EXPECT_EQ(Read(tmp_.dir / "target.safetensors"), Read(kGolden / "v4_target.safetensors"));
+  EXPECT_EQ(Read(tmp_.dir / "base.safetensors"), Read(kGolden / "base.safetensors"));
+  EXPECT_EQ(Read(tmp_.dir / "target.safetensors"), Read(kGolden / "target.safetensors"));
+
+  // The sharded target directory and the delta to it from the single-file base.
+  const fs::path shards = tmp_.dir / "sharded_target";
+  ASSERT_TRUE(WriteShardedCheckpoint(shards.string(), pair_.tv, kShardBytes).ok());
+  auto b = Checkpoint::Open((tmp_.dir / "base.safetensors").string());
+  auto t = Checkpoint::Open(shards.string());
+  ASSERT_TRUE(b.ok() && t.ok()) << t.status();
+  ASSERT_GE((*t)->files().size(), 3u);
+  DeltaMemorySink sink;
+  ASSERT_TRUE(BuildDelta(b->get(), **t, GoldenOptions(), &sink).ok());
+  const fs::path file = kGolden / "v5_sharded.dcr";
+  if (update) {
+    ASSERT_TRUE(WriteFileAtomic(file.string(), sink.bytes().data(), sink.bytes().size()).ok());
+    fs::remove_all(kGolden / "sharded_target");
+    fs::copy(shards, kGolden / "sharded_target");
+  }
+  EXPECT_EQ(sink.bytes(), Read(file)) << "encoder output for " << file << " changed";
+  for (const auto& e : fs::directory_iterator(shards)) {
+    const std::string n = e.path().filename().string();
+    EXPECT_EQ(Read(e.path()), Read(kGolden / "sharded_target" / n)) << n;
+  }
+  EXPECT_EQ(std::distance(fs::directory_iterator(shards), fs::directory_iterator()),
+            std::distance(fs::directory_iterator(kGolden / "sharded_target"), fs::directory_iterator()));
 }
 
 TEST_F(Golden, GoldenDeltaAppliesToTheTarget) {
   const fs::path out = tmp_.dir / "out.safetensors";
-  auto st = ApplyDeltaFile((kGolden / "v4_base.safetensors").string(),
-                           (kGolden / "v4_delta.dcr").string(), out.string(), ApplyOptions{1, true, true});
+  auto st = ApplyDeltaFile((kGolden / "base.safetensors").string(),
+                           (kGolden / "v5_delta.dcr").string(), out.string(), ApplyOptions{1, true, true});
   ASSERT_TRUE(st.ok()) << st.status();
-  EXPECT_EQ(Read(out), Read(kGolden / "v4_target.safetensors"));
-  auto full = ApplyDeltaFile("", (kGolden / "v4_full.dcr").string(), out.string(), ApplyOptions{1, true, true});
+  EXPECT_EQ(Read(out), Read(kGolden / "target.safetensors"));
+  auto full = ApplyDeltaFile("", (kGolden / "v5_full.dcr").string(), out.string(), ApplyOptions{1, true, true});
   ASSERT_TRUE(full.ok()) << full.status();
-  EXPECT_EQ(Read(out), Read(kGolden / "v4_target.safetensors"));
+  EXPECT_EQ(Read(out), Read(kGolden / "target.safetensors"));
+  // The sharded delta rebuilds every file of the sharded target, index included.
+  const fs::path dir = tmp_.dir / "out_dir";
+  auto sh = ApplyDeltaFile((kGolden / "base.safetensors").string(),
+                           (kGolden / "v5_sharded.dcr").string(), dir.string(), ApplyOptions{1, true, true});
+  ASSERT_TRUE(sh.ok()) << sh.status();
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(kGolden / "sharded_target")) {
+    const std::string n = e.path().filename().string();
+    EXPECT_EQ(Read(dir / n), Read(e.path())) << n;
+    ++files;
+  }
+  EXPECT_GE(files, 4);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), files);
 }
 
-// The golden deltas of older format versions with the same layout (2: older zstd parameters for
-// value planes; 3: value planes with the match finder on) are still read and give the same
-// target, and differ from version 4's only in header version and compressed bytes.
+// The golden deltas of older format versions (2: older zstd parameters for value planes; 3:
+// value planes with the match finder on; 4: the target's header as one inventory field) are
+// still read and give the same target, with the same chunks as version 5's.
 TEST_F(Golden, OlderVersionDeltasStillApply) {
   const fs::path out = tmp_.dir / "out.safetensors";
-  for (uint32_t old : {2u, 3u}) {
+  for (uint32_t old : {2u, 3u, 4u}) {
     for (const bool full : {false, true}) {
       // Appended piecewise: g++ 12 warns (-Wrestrict, a known false positive) on "v" + string.
       std::string name = "v";
@@ -169,15 +210,16 @@ TEST_F(Golden, OlderVersionDeltasStillApply) {
       uint32_t version = 0;
       std::memcpy(&version, bytes.data() + 8, 4);
       EXPECT_EQ(version, old);
-      auto st = ApplyDeltaFile(full ? "" : (kGolden / "v4_base.safetensors").string(),
+      auto st = ApplyDeltaFile(full ? "" : (kGolden / "base.safetensors").string(),
                                (kGolden / name).string(), out.string(), ApplyOptions{1, true, true});
       ASSERT_TRUE(st.ok()) << st.status();
-      EXPECT_EQ(Read(out), Read(kGolden / "v4_target.safetensors"));
+      EXPECT_EQ(Read(out), Read(kGolden / "target.safetensors"));
       auto dold = DeltaReader::FromBytes(bytes);
-      auto dnew = DeltaReader::FromBytes(Read(kGolden / (full ? "v4_full.dcr" : "v4_delta.dcr")));
+      auto dnew = DeltaReader::FromBytes(Read(kGolden / (full ? "v5_full.dcr" : "v5_delta.dcr")));
       ASSERT_TRUE(dold.ok() && dnew.ok());
       EXPECT_EQ((*dold)->header().format_version, old);
-      EXPECT_EQ((*dnew)->header().format_version, 4u);
+      EXPECT_EQ((*dnew)->header().format_version, 5u);
+      EXPECT_TRUE((*dold)->header().SameTarget((*dnew)->header()));
       EXPECT_EQ((*dold)->trailer().target_hash, (*dnew)->trailer().target_hash);
       ASSERT_EQ((*dold)->num_chunks(), (*dnew)->num_chunks());
       for (size_t i = 0; i < (*dold)->num_chunks(); ++i) {
@@ -212,7 +254,7 @@ TEST(GoldenErrors, EveryMalformedInputGivesItsClearError) {
     Status s;
     const fs::path out = tmp.dir / "out.safetensors";
     if (kind == "delta") {
-      s = ApplyDeltaFile((kGolden / "v4_base.safetensors").string(), path.string(), out.string(),
+      s = ApplyDeltaFile((kGolden / "base.safetensors").string(), path.string(), out.string(),
                          ApplyOptions{1, true, false})
               .status();
       EXPECT_FALSE(fs::exists(out)) << file << ": output left behind";

@@ -15,8 +15,8 @@ fail() { echo "link_test: FAIL: $*" >&2; status=1; }
 
 mkdir -p "$work"
 echo "== decode-only program: $decode"
-"$decode" "$root/tests/golden/v4_base.safetensors" "$root/tests/golden/v4_delta.dcr" \
-  "$root/tests/golden/v4_target.safetensors" "$work/v4_out.safetensors" || fail "decode-only apply"
+"$decode" "$root/tests/golden/base.safetensors" "$root/tests/golden/v4_delta.dcr" \
+  "$root/tests/golden/target.safetensors" "$work/v4_out.safetensors" || fail "decode-only apply"
 
 needed=$(readelf -d "$decode" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
 echo "NEEDED: $(echo $needed)"

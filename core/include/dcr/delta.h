@@ -75,20 +75,39 @@ struct DeltaOptions {
   ProgressCallback progress;
 };
 
-// The target checkpoint's tensors in canonical order (sorted by name): tensor_index is the position
-// here. Built from the safetensors JSON header carried in the delta header.
-struct Inventory {
-  std::string json;                 // verbatim safetensors JSON header
-  std::vector<TensorInfo> tensors;  // sorted by name; offsets as in the target file
-  std::vector<uint64_t> salts;      // TensorSalt(name) per tensor
-  uint64_t data_size = 0;           // bytes of the data section
-
-  // Parses a safetensors JSON header (without the u64 length prefix). kDataLoss if malformed.
-  static StatusOr<Inventory> Parse(const std::string& json);
-  static Inventory FromCheckpoint(const Checkpoint& ckpt);
-  int Find(const std::string& name) const;  // -1 if absent
-  // Full file size of a safetensors file with this header.
+// One file of the target checkpoint.
+struct InventoryFile {
+  std::string name;        // file name in the checkpoint directory; empty for a single file
+  std::string json;        // its safetensors JSON header, verbatim
+  uint64_t data_size = 0;  // bytes of its data section
+  // Size of the safetensors file with this header.
   uint64_t file_size() const { return 8 + json.size() + data_size; }
+};
+
+// The target checkpoint's tensors in canonical order (sorted by name): tensor_index is the position
+// here. Built from the target's files and their safetensors JSON headers, carried in the delta
+// header; the files of a sharded target name which file holds each tensor.
+struct Inventory {
+  std::vector<InventoryFile> files;  // at least one; one unnamed for a single-file checkpoint
+  std::string index_name;            // the index file of a sharded target; empty: none
+  std::string index_json;            // its bytes, verbatim
+  std::vector<TensorInfo> tensors;   // sorted by name; file and offsets as in the target's files
+  std::vector<uint64_t> salts;       // TensorSalt(name) per tensor
+
+  // Parses a single file's safetensors JSON header (without the u64 length prefix). kDataLoss if
+  // malformed.
+  static StatusOr<Inventory> Parse(const std::string& json);
+  // The target of a delta header: its files' headers and index. kDataLoss if malformed, a
+  // tensor is in two files, the file names are not plain unique names, or the index disagrees
+  // with the files (the rules of Checkpoint::Open for a directory).
+  static StatusOr<Inventory> FromHeader(const FileHeader& header);
+  static Inventory FromCheckpoint(const Checkpoint& ckpt);
+  // Sets header->files, index_name and index from this inventory.
+  void ToHeader(FileHeader* header) const;
+  int Find(const std::string& name) const;  // -1 if absent
+  bool sharded() const { return files.size() != 1 || !files[0].name.empty(); }
+  // Bytes of all data sections together.
+  uint64_t data_size() const;
 };
 
 // One cell of the chunk grid.

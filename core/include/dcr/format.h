@@ -1,13 +1,18 @@
-// The dcr delta format, version 4 (normative text: core/FORMAT.md; this comment mirrors it).
+// The dcr delta format, version 5 (normative text: core/FORMAT.md; this comment mirrors it).
 //
 // All integers little-endian. A delta is a byte stream:
 //
 //  1. FileHeader (variable size):
-//       magic "DCRDELTA" (8) | u32 format_version (=4; 2 and 3 are read too) | u32 flags
+//       magic "DCRDELTA" (8) | u32 format_version (=5; 2 to 4 are read too) | u32 flags
 //       | u64 base_version | Hash128 base_hash (lo,hi) | u64 target_version
-//       | u32 inventory_size | inventory bytes (the target safetensors JSON header, verbatim)
+//       | u32 num_sections | per section: u32 kind, u32 size, size bytes
 //       | u64 chunk_elems (grid option) | u64 header_checksum (XXH3-64 of all previous bytes)
 //     flags bit 0: kFlagNoBase (every chunk is a full frame; base_hash is zero).
+//     Sections: kFile (u32 name_size | name | the file's safetensors JSON header, verbatim), one
+//     per file of the target in order (a single-file target has one, with an empty name); kIndex
+//     (u32 name_size | name | the index file's bytes, verbatim), at most one. A kind with bit 31
+//     set must be understood by the reader (refused otherwise); others are skipped and kept.
+//     Versions 2 to 4 have, instead of the sections, u32 inventory_size | the target's JSON header.
 //  2. Chunk records, any number, in any order (each independently decodable given the header):
 //       ChunkHeader:
 //         magic "DCRC" (4) | u32 header_size (bytes of this header incl. magic & checksum)
@@ -56,8 +61,8 @@
 
 namespace dcr {
 
-inline constexpr uint32_t kFormatVersion = 4;
-// The oldest version this build reads (version 2 and 3 records are read as version 4's: core/FORMAT.md
+inline constexpr uint32_t kFormatVersion = 5;
+// The oldest version this build reads (versions 2 to 4 are read as version 5's: core/FORMAT.md
 // section 5).
 inline constexpr uint32_t kOldestReadableFormatVersion = 2;
 inline constexpr char kFileMagic[8] = {'D', 'C', 'R', 'D', 'E', 'L', 'T', 'A'};
@@ -66,6 +71,10 @@ inline constexpr char kTrailerMagic[8] = {'D', 'C', 'R', 'T', 'A', 'B', 'L', 'E'
 inline constexpr char kEndMagic[8] = {'D', 'C', 'R', 'E', 'N', 'D', '\0', '\0'};
 inline constexpr uint32_t kFlagNoBase = 1u << 0;
 inline constexpr uint32_t kMaxSegmentDims = 4;
+// Header section kinds (version 5). Bit 31: a reader that does not know the kind must refuse.
+inline constexpr uint32_t kSectionCritical = 1u << 31;
+inline constexpr uint32_t kSectionFile = kSectionCritical | 1;
+inline constexpr uint32_t kSectionIndex = kSectionCritical | 2;
 
 enum class PositionMode : uint8_t { kGaps = 0, kBitmap = 1, kDense = 2 };
 enum class ValueMode : uint8_t { kXor = 0, kUlpDelta = 1, kAbsolute = 2 };
@@ -134,14 +143,44 @@ struct ChunkHeader {
   uint64_t payload_checksum = 0;
 };
 
+// One file of the target checkpoint as a delta header names it.
+struct TargetFile {
+  std::string name;    // file name in the checkpoint directory; empty for a single-file target
+  std::string header;  // its safetensors JSON header bytes (without the length prefix)
+  bool operator==(const TargetFile& o) const { return name == o.name && header == o.header; }
+  bool operator!=(const TargetFile& o) const { return !(*this == o); }
+};
+
+// A header section this build does not interpret (not critical): skipped, kept verbatim.
+struct HeaderSection {
+  uint32_t kind = 0;
+  std::string bytes;
+};
+
 struct FileHeader {
   uint32_t format_version = kFormatVersion;
   uint32_t flags = 0;
   uint64_t base_version = 0;
   Hash128 base_hash;
   uint64_t target_version = 0;
-  std::string inventory;  // target safetensors JSON header bytes
+  std::vector<TargetFile> files;  // the target's files, at least one
+  std::string index_name;         // the target's index file; empty: none
+  std::string index;              // its bytes
+  std::vector<HeaderSection> other_sections;
   uint64_t chunk_elems = 0;
+
+  // A single-file target whose safetensors JSON header is `json`.
+  void SetSingleFile(std::string json) {
+    files.assign(1, TargetFile{std::string(), std::move(json)});
+    index_name.clear();
+    index.clear();
+  }
+  // Whether two headers describe the same target layout (files, headers, index).
+  bool SameTarget(const FileHeader& o) const {
+    return files == o.files && index_name == o.index_name && index == o.index;
+  }
+  // True when the target is a directory of shards.
+  bool sharded() const { return files.size() != 1 || !files[0].name.empty(); }
 };
 
 struct ChunkTableEntry {

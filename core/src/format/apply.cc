@@ -449,13 +449,23 @@ StatusOr<ApplyStats> ApplyDeltaFile(const std::string& base_path, const std::str
       }
     }
   }
-  MappedOutput out(out_path);
-  DCR_RETURN_IF_ERROR(out.Create(inv.file_size()));
-  uint8_t* file = out.data();
-  uint64_t hlen = inv.json.size();
-  std::memcpy(file, &hlen, 8);
-  std::memcpy(file + 8, inv.json.data(), inv.json.size());
-  uint8_t* data_section = file + 8 + inv.json.size();
+  // The output: one file, or a directory of the target's shards (and its index) that appears
+  // whole on commit.
+  std::unique_ptr<internal::AtomicDirectory> dir;
+  if (inv.sharded()) {
+    DCR_ASSIGN_OR_RETURN(dir, internal::AtomicDirectory::Create(out_path));
+  }
+  std::vector<std::unique_ptr<MappedOutput>> outs;
+  std::vector<uint8_t*> data_sections;
+  for (const InventoryFile& f : inv.files) {
+    outs.push_back(std::make_unique<MappedOutput>(dir ? dir->FilePath(f.name) : out_path));
+    DCR_RETURN_IF_ERROR(outs.back()->Create(f.file_size()));
+    uint8_t* file = outs.back()->data();
+    const uint64_t hlen = f.json.size();
+    std::memcpy(file, &hlen, 8);
+    std::memcpy(file + 8, f.json.data(), f.json.size());
+    data_sections.push_back(file + 8 + f.json.size());
+  }
   std::vector<TensorBuffer> buffers;
   std::vector<TensorView> views;
   uint64_t tensor_bytes = 0;
@@ -465,7 +475,7 @@ StatusOr<ApplyStats> ApplyDeltaFile(const std::string& base_path, const std::str
     internal::PhaseProgress progress(no_base ? none : options.progress, "copy base", tensor_bytes);
     for (size_t i = 0; i < inv.tensors.size(); ++i) {
       const TensorInfo& t = inv.tensors[i];
-      uint8_t* dst = data_section + t.offset;
+      uint8_t* dst = data_sections[t.file] + t.offset;
       if (!no_base) {
         std::memcpy(dst, base->data(*base->Find(t.name)), t.nbytes);
         progress.Add(t.nbytes);
@@ -518,7 +528,14 @@ StatusOr<ApplyStats> ApplyDeltaFile(const std::string& base_path, const std::str
       return DataLossError("full rehash of the output differs from the delta's target hash");
     }
   }
-  DCR_RETURN_IF_ERROR(out.Commit());
+  for (auto& out : outs) DCR_RETURN_IF_ERROR(out->Commit());
+  if (dir) {
+    if (!inv.index_name.empty()) {
+      DCR_RETURN_IF_ERROR(WriteFileAtomic(dir->FilePath(inv.index_name), inv.index_json.data(),
+                                          inv.index_json.size()));
+    }
+    DCR_RETURN_IF_ERROR(dir->Commit());
+  }
   ApplyStats st;
   st.chunks = delta->num_chunks();
   st.changes = changes.load();

@@ -228,7 +228,7 @@ Status DeltaBuilder::EmitHeader() {
       progress.Finish();
     }
   }
-  fh.inventory = inv_.json;
+  inv_.ToHeader(&fh);
   fh.chunk_elems = options_.chunk_elems;
   std::vector<uint8_t> hb = SerializeFileHeader(fh);
   DCR_RETURN_IF_ERROR(sink_->OnHeader(hb));

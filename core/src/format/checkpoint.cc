@@ -2,6 +2,7 @@
 #include "dcr/checkpoint.h"
 
 #include <fcntl.h>
+#include <dirent.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -56,26 +57,249 @@ std::string Hash128::ToHex() const {
 }
 
 Checkpoint::~Checkpoint() {
-  if (map_ != nullptr) ::munmap(map_, map_size_);
+  for (const Mapping& m : maps_) {
+    if (m.map != nullptr) ::munmap(m.map, m.size);
+  }
 }
+
+std::string CheckpointFile::header_json() const {
+  return std::string(reinterpret_cast<const char*>(data + 8), data_section_offset - 8);
+}
+
+namespace {
+
+bool EndsWith(const std::string& s, const char* suffix) {
+  const size_t k = std::strlen(suffix);
+  return s.size() >= k && s.compare(s.size() - k, k, suffix) == 0;
+}
+
+// Upper bound on the shards of one checkpoint (the largest public checkpoints have ~200).
+constexpr size_t kMaxShards = 100000;
+
+bool IsPlainFileName(const std::string& n) {
+  return !n.empty() && n.size() <= 255 && n.find('/') == std::string::npos &&
+         n.find('\0') == std::string::npos && n[0] != '.';
+}
+
+}  // namespace
 
 StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& path) {
   std::unique_ptr<Checkpoint> ck(new Checkpoint());
-  DCR_RETURN_IF_ERROR(internal::MapReadOnly(path, &ck->map_, &ck->map_size_));
-  ck->file_ = static_cast<const uint8_t*>(ck->map_);
-  ck->file_size_ = ck->map_size_;
-  Status s = ck->Parse();
+  ck->path_ = path;
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    Status s = ck->OpenDirectory(path, "");
+    if (!s.ok()) return s;
+    return ck;
+  }
+  if (EndsWith(path, ".safetensors.index.json")) {
+    size_t slash = path.find_last_of('/');
+    std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
+    if (dir.empty()) dir = "/";
+    ck->path_ = dir;
+    Status s = ck->OpenDirectory(dir, path);
+    if (!s.ok()) return s;
+    return ck;
+  }
+  Mapping m;
+  DCR_RETURN_IF_ERROR(internal::MapReadOnly(path, &m.map, &m.size));
+  ck->maps_.push_back(m);
+  CheckpointFile f;
+  f.data = static_cast<const uint8_t*>(m.map);
+  f.size = m.size;
+  ck->files_.push_back(f);
+  Status s = ck->ParseFile(0, &ck->metadata_);
   if (!s.ok()) return s.WithContext(path);
+  DCR_RETURN_IF_ERROR(ck->BuildIndex());
   return ck;
 }
 
 StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::FromBytes(std::vector<uint8_t> bytes) {
   std::unique_ptr<Checkpoint> ck(new Checkpoint());
   ck->owned_ = std::move(bytes);
-  ck->file_ = ck->owned_.data();
-  ck->file_size_ = ck->owned_.size();
-  DCR_RETURN_IF_ERROR(ck->Parse());
+  CheckpointFile f;
+  f.data = ck->owned_.data();
+  f.size = ck->owned_.size();
+  ck->files_.push_back(f);
+  DCR_RETURN_IF_ERROR(ck->ParseFile(0, &ck->metadata_));
+  DCR_RETURN_IF_ERROR(ck->BuildIndex());
   return ck;
+}
+
+Status Checkpoint::OpenDirectory(const std::string& dir, const std::string& index_path) {
+  sharded_ = true;
+  // The directory's entries: safetensors files and index files.
+  std::vector<std::string> shards, indexes;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return ErrnoError("open directory " + dir, errno);
+  while (dirent* e = ::readdir(d)) {
+    std::string n = e->d_name;
+    if (n.empty() || n[0] == '.') continue;
+    if (EndsWith(n, ".safetensors")) shards.push_back(n);
+    if (EndsWith(n, ".safetensors.index.json")) indexes.push_back(n);
+    if (shards.size() > kMaxShards) {
+      ::closedir(d);
+      return InvalidArgumentError(dir + ": more than " + std::to_string(kMaxShards) +
+                                  " safetensors files");
+    }
+  }
+  ::closedir(d);
+  std::sort(shards.begin(), shards.end());
+  std::sort(indexes.begin(), indexes.end());
+  std::string index_file;
+  if (!index_path.empty()) {
+    size_t slash = index_path.find_last_of('/');
+    index_file = slash == std::string::npos ? index_path : index_path.substr(slash + 1);
+  } else if (std::find(indexes.begin(), indexes.end(), kIndexFileName) != indexes.end()) {
+    index_file = kIndexFileName;
+  } else if (indexes.size() == 1) {
+    index_file = indexes[0];
+  } else if (indexes.size() > 1) {
+    return InvalidArgumentError(dir + " holds several index files (" + indexes[0] + ", " +
+                                indexes[1] + ", ...) and no " + kIndexFileName +
+                                ": give the index file to open instead of the directory");
+  }
+  ShardIndex index;
+  std::vector<std::string> names = shards;
+  if (!index_file.empty()) {
+    const std::string ipath = dir + "/" + index_file;
+    struct stat st;
+    if (::stat(ipath.c_str(), &st) != 0) return ErrnoError("open " + ipath, errno);
+    if (!S_ISREG(st.st_mode)) return InvalidArgumentError(ipath + ": not a regular file");
+    if (static_cast<uint64_t>(st.st_size) > internal::kMaxSafetensorsHeaderBytes) {
+      return DataLossError(ipath + ": index of " + std::to_string(st.st_size) +
+                           " bytes exceeds the 100 MiB limit");
+    }
+    DCR_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, ReadFile(ipath));
+    index_name_ = index_file;
+    index_json_.assign(bytes.begin(), bytes.end());
+    auto parsed = ParseShardIndex(index_json_);
+    if (!parsed.ok()) return parsed.status().WithContext(ipath);
+    index = std::move(*parsed);
+    names = index.shards;
+    for (const std::string& n : names) {
+      if (!std::binary_search(shards.begin(), shards.end(), n)) {
+        std::string tensor;
+        for (const auto& [t, f] : index.weight_map) {
+          if (f == n) {
+            tensor = t;
+            break;
+          }
+        }
+        return NotFoundError(ipath + " maps tensor '" + tensor + "' to shard " + n +
+                             ", which is not in " + dir);
+      }
+    }
+  }
+  if (names.empty()) {
+    return InvalidArgumentError(dir + " is a directory without safetensors files; a checkpoint "
+                                      "is a .safetensors file or a directory of shards");
+  }
+  for (const std::string& n : names) {
+    const std::string fpath = dir + "/" + n;
+    Mapping m;
+    DCR_RETURN_IF_ERROR(internal::MapReadOnly(fpath, &m.map, &m.size));
+    maps_.push_back(m);
+    CheckpointFile f;
+    f.name = n;
+    f.data = static_cast<const uint8_t*>(m.map);
+    f.size = m.size;
+    files_.push_back(f);
+    std::map<std::string, std::string> meta;
+    Status s = ParseFile(static_cast<uint32_t>(files_.size() - 1), &meta);
+    if (!s.ok()) return s.WithContext(fpath);
+    if (files_.size() == 1) metadata_ = std::move(meta);
+  }
+  // A tensor in two files.
+  {
+    std::map<std::string, uint32_t> seen;
+    for (const TensorInfo& t : tensors_) {
+      auto [it, fresh] = seen.emplace(t.name, t.file);
+      if (!fresh) {
+        return DataLossError(dir + ": tensor '" + t.name + "' is in two shards, " +
+                             files_[it->second].name + " and " + files_[t.file].name);
+      }
+    }
+  }
+  if (!index_name_.empty()) {
+    Status s = CheckShardIndex(index, names, tensors_);
+    if (!s.ok()) return s.WithContext(dir + "/" + index_name_);
+  }
+  return BuildIndex();
+}
+
+Status Checkpoint::BuildIndex() {
+  index_.clear();
+  for (size_t i = 0; i < tensors_.size(); ++i) index_[tensors_[i].name] = i;
+  return Status::OK();
+}
+
+StatusOr<ShardIndex> ParseShardIndex(const std::string& json) {
+  std::vector<std::set<std::string>> keys;
+  std::string duplicate;
+  auto callback = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    using E = nlohmann::json::parse_event_t;
+    if (event == E::object_start) {
+      keys.emplace_back();
+    } else if (event == E::object_end) {
+      if (!keys.empty()) keys.pop_back();
+    } else if (event == E::key && !keys.empty() && duplicate.empty()) {
+      std::string k = parsed.get<std::string>();
+      if (!keys.back().insert(k).second) duplicate = k;
+    }
+    return true;
+  };
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(json.begin(), json.end(), callback);
+  } catch (const std::exception& e) {
+    return DataLossError(std::string("malformed checkpoint index JSON: ") + e.what());
+  }
+  if (!duplicate.empty()) return DataLossError("checkpoint index names '" + duplicate + "' twice");
+  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object()) {
+    return DataLossError("checkpoint index has no \"weight_map\" object");
+  }
+  ShardIndex out;
+  std::set<std::string> files;
+  for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+    if (!it.value().is_string()) {
+      return DataLossError("checkpoint index: weight_map entry '" + it.key() + "' is not a file name");
+    }
+    std::string f = it.value().get<std::string>();
+    if (!IsPlainFileName(f)) {
+      return InvalidArgumentError("checkpoint index maps tensor '" + it.key() + "' to '" + f +
+                                  "', which is not a plain file name in the checkpoint directory");
+    }
+    out.weight_map[it.key()] = f;
+    files.insert(f);
+    if (files.size() > kMaxShards) return DataLossError("checkpoint index names too many shards");
+  }
+  out.shards.assign(files.begin(), files.end());
+  return out;
+}
+
+Status CheckShardIndex(const ShardIndex& index, const std::vector<std::string>& files,
+                       const std::vector<TensorInfo>& tensors) {
+  std::set<std::string> present;
+  for (const TensorInfo& t : tensors) {
+    present.insert(t.name);
+    auto it = index.weight_map.find(t.name);
+    if (it == index.weight_map.end()) {
+      return DataLossError("tensor '" + t.name + "' is in shard " + files[t.file] +
+                           " but the index does not name it");
+    }
+    if (it->second != files[t.file]) {
+      return DataLossError("tensor '" + t.name + "' is in shard " + files[t.file] +
+                           " but the index maps it to " + it->second);
+    }
+  }
+  for (const auto& [name, file] : index.weight_map) {
+    if (!present.count(name)) {
+      return DataLossError("the index maps tensor '" + name + "' to shard " + file +
+                           ", which does not hold it");
+    }
+  }
+  return Status::OK();
 }
 
 namespace internal {
@@ -221,9 +445,9 @@ std::string RecognizeNonSafetensors(const uint8_t* p, uint64_t n) {
   if (i >= n || (p[i] != '{' && p[i] != '[')) return "";
   const std::string head(reinterpret_cast<const char*>(p), std::min<uint64_t>(n, 1 << 16));
   if (head.find("\"weight_map\"") != std::string::npos) {
-    return "the index of a sharded checkpoint (model.safetensors.index.json: a weight_map naming "
-           "the shard files), not a safetensors file: dcr reads one .safetensors file (`dcr "
-           "verify DIR_A DIR_B` compares two shard directories)";
+    return "the index of a sharded checkpoint (a weight_map naming the shard files), not a "
+           "safetensors file: give the index's name ending in .safetensors.index.json, or the "
+           "checkpoint's directory";
   }
   return "JSON text, not a safetensors checkpoint (a safetensors file starts with the 8-byte "
          "length of its JSON header)";
@@ -231,29 +455,35 @@ std::string RecognizeNonSafetensors(const uint8_t* p, uint64_t n) {
 
 }  // namespace
 
-Status Checkpoint::Parse() {
+Status Checkpoint::ParseFile(uint32_t i, std::map<std::string, std::string>* metadata) {
+  CheckpointFile& f = files_[i];
+  const uint8_t* file = f.data;
+  const uint64_t file_size = f.size;
   uint64_t n = 0;
-  if (file_size_ >= 8) std::memcpy(&n, file_, 8);
-  if (file_size_ < 8 || n > internal::kMaxSafetensorsHeaderBytes || n > file_size_ - 8) {
+  if (file_size >= 8) std::memcpy(&n, file, 8);
+  if (file_size < 8 || n > internal::kMaxSafetensorsHeaderBytes || n > file_size - 8) {
     // An impossible header length: name the file's kind when it is recognisably another one.
-    const std::string what = RecognizeNonSafetensors(file_, file_size_);
+    const std::string what = RecognizeNonSafetensors(file, file_size);
     if (!what.empty()) return InvalidArgumentError(what);
   }
-  if (file_size_ < 8) return DataLossError("truncated safetensors file: fewer than 8 bytes");
+  if (file_size < 8) return DataLossError("truncated safetensors file: fewer than 8 bytes");
   if (n > internal::kMaxSafetensorsHeaderBytes) {
     return DataLossError("safetensors header size " + std::to_string(n) + " exceeds the 100 MiB limit");
   }
-  if (n > file_size_ - 8) {
+  if (n > file_size - 8) {
     return DataLossError("truncated safetensors file: header of " + std::to_string(n) +
-                         " bytes but file has " + std::to_string(file_size_));
+                         " bytes but file has " + std::to_string(file_size));
   }
-  data_section_ = file_ + 8 + n;
-  const uint64_t data_size = file_size_ - 8 - n;
+  f.data_section_offset = 8 + n;
+  const uint64_t data_size = file_size - 8 - n;
   uint64_t data_end = 0;
-  DCR_RETURN_IF_ERROR(internal::ParseSafetensorsJson(reinterpret_cast<const char*>(file_ + 8), n,
-                                                     data_size, &tensors_, &metadata_, &data_end));
-  index_.clear();
-  for (size_t i = 0; i < tensors_.size(); ++i) index_[tensors_[i].name] = i;
+  std::vector<TensorInfo> tensors;
+  DCR_RETURN_IF_ERROR(internal::ParseSafetensorsJson(reinterpret_cast<const char*>(file + 8), n,
+                                                     data_size, &tensors, metadata, &data_end));
+  for (TensorInfo& t : tensors) {
+    t.file = i;
+    tensors_.push_back(std::move(t));
+  }
   return Status::OK();
 }
 
@@ -262,10 +492,10 @@ const TensorInfo* Checkpoint::Find(const std::string& name) const {
   return it == index_.end() ? nullptr : &tensors_[it->second];
 }
 
-std::string Checkpoint::header_json() const {
-  uint64_t n = 0;
-  std::memcpy(&n, file_, 8);
-  return std::string(reinterpret_cast<const char*>(file_ + 8), n);
+uint64_t Checkpoint::total_file_bytes() const {
+  uint64_t s = 0;
+  for (const auto& f : files_) s += f.size;
+  return s;
 }
 
 uint64_t Checkpoint::total_tensor_bytes() const {
@@ -407,6 +637,45 @@ std::vector<uint8_t> SafetensorsImage(const std::vector<TensorView>& tensors,
     out.insert(out.end(), p, p + t.nbytes);
   }
   return out;
+}
+
+Status WriteShardedCheckpoint(const std::string& dir, const std::vector<TensorView>& tensors,
+                              uint64_t max_shard_bytes,
+                              const std::map<std::string, std::string>& metadata) {
+  if (tensors.empty()) return InvalidArgumentError("a sharded checkpoint needs at least one tensor");
+  // Shards: consecutive tensors while they fit.
+  std::vector<std::pair<size_t, size_t>> shards;  // [begin, end) into tensors
+  uint64_t bytes = 0, total = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (shards.empty() || (bytes > 0 && bytes + tensors[i].nbytes > max_shard_bytes)) {
+      shards.emplace_back(i, i);
+      bytes = 0;
+    }
+    shards.back().second = i + 1;
+    bytes += tensors[i].nbytes;
+    total += tensors[i].nbytes;
+  }
+  DCR_ASSIGN_OR_RETURN(auto out, internal::AtomicDirectory::Create(dir));
+  std::map<std::string, std::string> weight_map;
+  for (size_t k = 0; k < shards.size(); ++k) {
+    char name[64];
+    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", k + 1, shards.size());
+    std::vector<TensorView> part(tensors.begin() + static_cast<std::ptrdiff_t>(shards[k].first),
+                                 tensors.begin() + static_cast<std::ptrdiff_t>(shards[k].second));
+    for (const TensorView& t : part) {
+      if (!weight_map.emplace(t.name, name).second) {
+        return InvalidArgumentError("tensor '" + t.name + "' given twice");
+      }
+    }
+    DCR_RETURN_IF_ERROR(WriteSafetensors(out->FilePath(name), part, metadata));
+  }
+  nlohmann::ordered_json index;
+  index["metadata"] = {{"total_size", total}};
+  index["weight_map"] = nlohmann::ordered_json::object();
+  for (const auto& [t, f] : weight_map) index["weight_map"][t] = f;
+  const std::string text = index.dump(2) + "\n";
+  DCR_RETURN_IF_ERROR(WriteFileAtomic(out->FilePath(kIndexFileName), text.data(), text.size()));
+  return out->Commit();
 }
 
 Status WriteFileAtomic(const std::string& path, const void* data, size_t size) {

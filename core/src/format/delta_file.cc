@@ -23,27 +23,109 @@ namespace dcr {
 
 // ---- inventory and grid ----
 
-StatusOr<Inventory> Inventory::Parse(const std::string& json) {
-  Inventory inv;
-  std::map<std::string, std::string> metadata;
-  DCR_RETURN_IF_ERROR(internal::ParseSafetensorsJson(json.data(), json.size(), ~uint64_t{0},
-                                                     &inv.tensors, &metadata, &inv.data_size));
-  inv.json = json;
-  std::sort(inv.tensors.begin(), inv.tensors.end(),
+namespace {
+
+void SortByName(Inventory* inv) {
+  std::sort(inv->tensors.begin(), inv->tensors.end(),
             [](const TensorInfo& a, const TensorInfo& b) { return a.name < b.name; });
-  for (const auto& t : inv.tensors) inv.salts.push_back(TensorSalt(t.name));
+  inv->salts.clear();
+  for (const auto& t : inv->tensors) inv->salts.push_back(TensorSalt(t.name));
+}
+
+bool IsPlainName(const std::string& n) {
+  return !n.empty() && n.size() <= 255 && n.find('/') == std::string::npos &&
+         n.find('\0') == std::string::npos && n[0] != '.';
+}
+
+}  // namespace
+
+StatusOr<Inventory> Inventory::Parse(const std::string& json) {
+  FileHeader h;
+  h.SetSingleFile(json);
+  return FromHeader(h);
+}
+
+StatusOr<Inventory> Inventory::FromHeader(const FileHeader& header) {
+  Inventory inv;
+  if (header.files.empty()) return DataLossError("delta header names no target file");
+  const bool sharded = header.sharded();
+  std::set<std::string> names;
+  for (size_t i = 0; i < header.files.size(); ++i) {
+    const TargetFile& f = header.files[i];
+    if (sharded && !IsPlainName(f.name)) {
+      return DataLossError("delta header: target file name '" + f.name +
+                           "' is not a plain file name");
+    }
+    if (sharded && !names.insert(f.name).second) {
+      return DataLossError("delta header names target file " + f.name + " twice");
+    }
+    InventoryFile file;
+    file.name = f.name;
+    file.json = f.header;
+    std::vector<TensorInfo> tensors;
+    std::map<std::string, std::string> metadata;
+    Status s = internal::ParseSafetensorsJson(f.header.data(), f.header.size(), ~uint64_t{0},
+                                              &tensors, &metadata, &file.data_size);
+    if (!s.ok()) return sharded ? s.WithContext("target file " + f.name) : s;
+    for (TensorInfo& t : tensors) {
+      t.file = static_cast<uint32_t>(i);
+      inv.tensors.push_back(std::move(t));
+    }
+    inv.files.push_back(std::move(file));
+  }
+  SortByName(&inv);
+  for (size_t i = 1; i < inv.tensors.size(); ++i) {
+    if (inv.tensors[i].name == inv.tensors[i - 1].name) {
+      return DataLossError("delta header: tensor '" + inv.tensors[i].name + "' is in two target files, " +
+                           inv.files[inv.tensors[i - 1].file].name + " and " +
+                           inv.files[inv.tensors[i].file].name);
+    }
+  }
+  if (!header.index_name.empty()) {
+    if (!sharded || !IsPlainName(header.index_name)) {
+      return DataLossError("delta header: an index file '" + header.index_name +
+                           "' needs a sharded target and a plain file name");
+    }
+    if (names.count(header.index_name)) {
+      return DataLossError("delta header: index file " + header.index_name + " is also a shard");
+    }
+    DCR_ASSIGN_OR_RETURN(ShardIndex index, ParseShardIndex(header.index));
+    std::vector<std::string> file_names;
+    for (const auto& f : inv.files) file_names.push_back(f.name);
+    DCR_RETURN_IF_ERROR(CheckShardIndex(index, file_names, inv.tensors));
+    inv.index_name = header.index_name;
+    inv.index_json = header.index;
+  }
   return inv;
 }
 
 Inventory Inventory::FromCheckpoint(const Checkpoint& ckpt) {
   Inventory inv;
-  inv.json = ckpt.header_json();
+  for (const CheckpointFile& f : ckpt.files()) {
+    InventoryFile file;
+    file.name = f.name;
+    file.json = f.header_json();
+    file.data_size = f.size - f.data_section_offset;
+    inv.files.push_back(std::move(file));
+  }
+  inv.index_name = ckpt.index_name();
+  inv.index_json = ckpt.index_json();
   inv.tensors = ckpt.tensors();
-  std::sort(inv.tensors.begin(), inv.tensors.end(),
-            [](const TensorInfo& a, const TensorInfo& b) { return a.name < b.name; });
-  for (const auto& t : inv.tensors) inv.salts.push_back(TensorSalt(t.name));
-  inv.data_size = ckpt.file_size() - ckpt.data_section_offset();
+  SortByName(&inv);
   return inv;
+}
+
+void Inventory::ToHeader(FileHeader* header) const {
+  header->files.clear();
+  for (const InventoryFile& f : files) header->files.push_back(TargetFile{f.name, f.json});
+  header->index_name = index_name;
+  header->index = index_json;
+}
+
+uint64_t Inventory::data_size() const {
+  uint64_t n = 0;
+  for (const auto& f : files) n += f.data_size;
+  return n;
 }
 
 int Inventory::Find(const std::string& name) const {
@@ -95,20 +177,57 @@ std::vector<GridCell> BuildGrid(const Inventory& inv, const DeltaOptions& option
 
 // ---- header / trailer ----
 
+namespace {
+
+std::string NamedSection(const std::string& name, const std::string& bytes) {
+  std::string out(4, '\0');
+  const uint32_t n = static_cast<uint32_t>(name.size());
+  std::memcpy(out.data(), &n, 4);
+  out += name;
+  out += bytes;
+  return out;
+}
+
+// Splits a named section (u32 name_size | name | bytes). False if malformed.
+bool SplitNamedSection(const std::string& section, std::string* name, std::string* bytes) {
+  if (section.size() < 4) return false;
+  uint32_t n = 0;
+  std::memcpy(&n, section.data(), 4);
+  if (n > section.size() - 4) return false;
+  name->assign(section, 4, n);
+  bytes->assign(section, 4 + n, std::string::npos);
+  return true;
+}
+
+// Upper bound on the sections of a header (one per target file, and a few more).
+constexpr uint32_t kMaxSections = 1u << 20;
+
+}  // namespace
+
 std::vector<uint8_t> SerializeFileHeader(const FileHeader& h) {
+  std::vector<std::pair<uint32_t, std::string>> sections;
+  for (const TargetFile& f : h.files) sections.emplace_back(kSectionFile, NamedSection(f.name, f.header));
+  if (!h.index_name.empty()) sections.emplace_back(kSectionIndex, NamedSection(h.index_name, h.index));
+  for (const HeaderSection& s : h.other_sections) sections.emplace_back(s.kind, s.bytes);
+  size_t size = 8 + 4 + 4 + 8 + 16 + 8 + 4 + 8 + 8;
+  for (const auto& s : sections) size += 8 + s.second.size();
   std::vector<uint8_t> out;
   // Its final size up front: one allocation (which also keeps g++ 12 from reporting a false
   // -Wstringop-overflow for the magic written into an empty vector).
-  out.reserve(8 + 4 + 4 + 8 + 16 + 8 + 4 + h.inventory.size() + 8 + 8);
+  out.reserve(size);
   internal::ByteWriter w(&out);
   w.Raw(kFileMagic, 8);
-  w.U32(h.format_version);
+  w.U32(kFormatVersion);
   w.U32(h.flags);
   w.U64(h.base_version);
   w.H128(h.base_hash);
   w.U64(h.target_version);
-  w.U32(static_cast<uint32_t>(h.inventory.size()));
-  w.Raw(h.inventory.data(), h.inventory.size());
+  w.U32(static_cast<uint32_t>(sections.size()));
+  for (const auto& [kind, bytes] : sections) {
+    w.U32(kind);
+    w.U32(static_cast<uint32_t>(bytes.size()));
+    w.Raw(bytes.data(), bytes.size());
+  }
   w.U64(h.chunk_elems);
   w.U64(XXH3_64bits(out.data(), out.size()));
   return out;
@@ -133,21 +252,70 @@ StatusOr<FileHeader> ParseFileHeader(const uint8_t* data, size_t size, size_t* c
   h.base_version = r.U64();
   h.base_hash = r.H128();
   h.target_version = r.U64();
-  uint32_t inv_size = r.U32();
   if (r.failed()) return DataLossError("truncated delta header");
-  if (inv_size > internal::kMaxSafetensorsHeaderBytes) {
-    return DataLossError("delta header: inventory of " + std::to_string(inv_size) +
-                         " bytes exceeds the " +
-                         std::to_string(internal::kMaxSafetensorsHeaderBytes) + "-byte cap");
+  const uint64_t cap = internal::kMaxSafetensorsHeaderBytes;
+  uint32_t unknown_critical = 0;  // refused once the checksum says the header is intact
+  if (h.format_version < 5) {
+    uint32_t inv_size = r.U32();
+    if (r.failed()) return DataLossError("truncated delta header");
+    if (inv_size > cap) {
+      return DataLossError("delta header: inventory of " + std::to_string(inv_size) +
+                           " bytes exceeds the " + std::to_string(cap) + "-byte cap");
+    }
+    if (inv_size > r.remaining()) return DataLossError("truncated delta header (inventory)");
+    h.SetSingleFile(std::string(reinterpret_cast<const char*>(r.pos()), inv_size));
+    r.Skip(inv_size);
+  } else {
+    const uint32_t n = r.U32();
+    if (r.failed()) return DataLossError("truncated delta header");
+    if (n > kMaxSections || n > r.remaining() / 8) {
+      return DataLossError("delta header: " + std::to_string(n) + " sections is absurd");
+    }
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < n; ++i) {
+      const uint32_t kind = r.U32();
+      const uint32_t bytes = r.U32();
+      if (r.failed()) return DataLossError("truncated delta header (section table)");
+      total += bytes;
+      if (total > cap) {
+        return DataLossError("delta header: sections of more than " + std::to_string(cap) +
+                             " bytes exceed the cap");
+      }
+      if (bytes > r.remaining()) return DataLossError("truncated delta header (section)");
+      std::string body(reinterpret_cast<const char*>(r.pos()), bytes);
+      r.Skip(bytes);
+      if (kind == kSectionFile || kind == kSectionIndex) {
+        std::string name, content;
+        if (!SplitNamedSection(body, &name, &content)) {
+          return DataLossError("delta header: malformed file section");
+        }
+        if (kind == kSectionFile) {
+          h.files.push_back(TargetFile{std::move(name), std::move(content)});
+        } else {
+          if (!h.index_name.empty()) return DataLossError("delta header: two index sections");
+          if (name.empty()) return DataLossError("delta header: index section without a name");
+          h.index_name = std::move(name);
+          h.index = std::move(content);
+        }
+      } else if ((kind & kSectionCritical) != 0) {
+        if (unknown_critical == 0) unknown_critical = kind;
+      } else {
+        h.other_sections.push_back(HeaderSection{kind, std::move(body)});
+      }
+    }
   }
-  if (inv_size > r.remaining()) return DataLossError("truncated delta header (inventory)");
-  h.inventory.assign(reinterpret_cast<const char*>(r.pos()), inv_size);
-  r.Skip(inv_size);
   h.chunk_elems = r.U64();
   size_t body = r.offset();
   uint64_t checksum = r.U64();
   if (r.failed()) return DataLossError("truncated delta header");
   if (XXH3_64bits(data, body) != checksum) return DataLossError("delta header checksum mismatch");
+  if (unknown_critical != 0) {
+    return FailedPreconditionError("delta header has a section of kind " +
+                                   std::to_string(unknown_critical & ~kSectionCritical) +
+                                   " that this build does not know and may not skip: a newer "
+                                   "dcr wrote it");
+  }
+  if (h.files.empty()) return DataLossError("delta header names no target file");
   if (h.flags & ~kFlagNoBase) return DataLossError("unknown delta header flags");
   if (consumed) *consumed = r.offset();
   return h;
@@ -279,7 +447,7 @@ Status DeltaReader::Init() {
     }
     if (!ids.insert(e.chunk_id).second) return DataLossError("duplicate chunk id in the chunk table");
   }
-  DCR_ASSIGN_OR_RETURN(inventory_, Inventory::Parse(header_.inventory));
+  DCR_ASSIGN_OR_RETURN(inventory_, Inventory::FromHeader(header_));
   return Status::OK();
 }
 

@@ -54,6 +54,42 @@ class AtomicFile {
   bool committed_ = false;
 };
 
+// A directory that appears whole or not at all (a sharded checkpoint written by apply or by
+// WriteShardedCheckpoint). Files are written into a fresh private directory beside the
+// destination, "<parent>/.<name>.tmp.XXXXXX" (mkdtemp: unpredictable, created exclusively); Commit
+// fsyncs the directory and moves it into place: with renameat2(RENAME_NOREPLACE) when the
+// destination does not exist, or with renameat2(RENAME_EXCHANGE) when it is an existing directory
+// that holds only checkpoint files (*.safetensors, *.safetensors.index.json), whose old contents are
+// then removed. A destination holding anything else is refused (kFailedPrecondition, naming the
+// file) before anything is written, so no other data is ever deleted. Until Commit succeeds,
+// destruction removes the temporary directory and everything in it. Not thread-safe.
+class AtomicDirectory {
+ public:
+  static StatusOr<std::unique_ptr<AtomicDirectory>> Create(const std::string& path);
+  ~AtomicDirectory();
+  AtomicDirectory(const AtomicDirectory&) = delete;
+  AtomicDirectory& operator=(const AtomicDirectory&) = delete;
+
+  const std::string& path() const { return path_; }
+  const std::string& tmp_path() const { return tmp_; }
+  // Path of `name` (a plain file name) inside the temporary directory: where to write it.
+  // Files written there must be complete (fsynced) before Commit.
+  std::string FilePath(const std::string& name) const { return tmp_ + "/" + name; }
+  // fsync the directory, move it into place, remove any replaced contents.
+  Status Commit();
+
+ private:
+  AtomicDirectory(std::string path, std::string tmp, bool replace)
+      : path_(std::move(path)), tmp_(std::move(tmp)), replace_(replace) {}
+  std::string path_, tmp_;
+  bool replace_;
+  bool committed_ = false;
+};
+
+// Removes the regular files (and symlinks) directly inside `dir`, then `dir` itself. Best effort:
+// errors are ignored (cleanup of a temporary).
+void RemoveFlatDirectory(const std::string& dir);
+
 }  // namespace dcr::internal
 
 #endif  // DCR_CORE_SRC_INTERNAL_ATOMIC_FILE_H_

@@ -33,9 +33,9 @@ Status JournaledReceiver::Begin(const uint8_t* bytes, size_t size) {
         " refused: the receiver is in the middle of the delta to v" +
         std::to_string(in_flight->target_number) + " (finish it or abandon it)");
   }
-  if (d.full_frame && !header.inventory.empty()) {
+  if (d.full_frame) {
     // Validate the inventory now: the ledger needs it for the identity terms.
-    DCR_ASSIGN_OR_RETURN(Inventory inv, Inventory::Parse(header.inventory));
+    DCR_ASSIGN_OR_RETURN(Inventory inv, Inventory::FromHeader(header));
     (void)inv;
   }
   const bool began_inner = !inner_->in_delta();
@@ -167,7 +167,7 @@ Hash128 JournaledReceiver::Ledger() const {
       header = header_;
     }
     if (header) {
-      StatusOr<Inventory> inv = Inventory::Parse(header->inventory);
+      StatusOr<Inventory> inv = Inventory::FromHeader(*header);
       if (inv.ok()) {
         for (const TensorInfo& t : inv->tensors) {
           HashAdd(&h, TensorIdentityTerm(t.name, t.dtype_name, t.shape));

@@ -167,7 +167,7 @@ Status BufferReceiver::Begin(const uint8_t* header, size_t size) {
                                    " but this receiver holds " + held_.ToString() + " (" +
                                    held_.hash.ToHex() + ")");
   }
-  DCR_ASSIGN_OR_RETURN(Inventory inv, Inventory::Parse(fh.inventory));
+  DCR_ASSIGN_OR_RETURN(Inventory inv, Inventory::FromHeader(fh));
   if (inv.tensors.size() != tensors_.size()) {
     return InvalidArgumentError("receiver holds " + std::to_string(tensors_.size()) +
                                 " tensors, the delta's inventory has " +

@@ -228,7 +228,7 @@ Status ServingReplica::Begin(const uint8_t* bytes, size_t size) {
                                    m.hash.ToHex() + ") but the delta's base is " +
                                    header.base_hash.ToHex());
   }
-  DCR_ASSIGN_OR_RETURN(Inventory inv, Inventory::Parse(header.inventory));
+  DCR_ASSIGN_OR_RETURN(Inventory inv, Inventory::FromHeader(header));
   if (inv.tensors.size() != m.tensors.size()) {
     return InvalidArgumentError("replica: the delta's inventory has " +
                                 std::to_string(inv.tensors.size()) + " tensors, the runtime loaded " +

@@ -208,7 +208,7 @@ StatusOr<CatchUpStats> ComposeDeltas(const std::vector<const DeltaReader*>& delt
     if (h.flags & kFlagNoBase) {
       return InvalidArgumentError("compose: delta " + std::to_string(i) + " is a full frame");
     }
-    if (h.inventory != first.inventory || h.chunk_elems != first.chunk_elems) {
+    if (!h.SameTarget(first) || h.chunk_elems != first.chunk_elems) {
       return InvalidArgumentError("compose: delta " + std::to_string(i) +
                                   " has a different inventory or grid");
     }

@@ -493,7 +493,7 @@ StatusOr<TrainDeltaStats> TrainDeltaBuilder::Merge(std::vector<UnitDelta> units,
   fh.base_version = version_;
   fh.base_hash = base_hash_;
   fh.target_version = version_ + 1;
-  fh.inventory = inventory_json_;
+  fh.SetSingleFile(inventory_json_);
   fh.chunk_elems = options_.chunk_elems;
   const std::vector<uint8_t> hb = SerializeFileHeader(fh);
   DCR_RETURN_IF_ERROR(sink->OnHeader(hb));
