@@ -22,6 +22,7 @@ struct SynthFlags {
   int warmup = 10;
   int threads = 0;
   double snr = 0.1;
+  uint64_t shard_bytes = 0;
   std::string out;
   bool list = false;
   bool quiet = false;
@@ -126,6 +127,7 @@ int Run(const SynthFlags& f) {
   o.warmup_steps = flags.warmup;
   o.threads = flags.threads;
   o.grad_snr = flags.snr;
+  o.shard_bytes = flags.shard_bytes;
   if (!ParseRate(flags.rate, &o.change_rate)) {
     std::fprintf(stderr,
                  "dcr synth: --rate wants a fraction or a percentage (0.03 or 3%%), got '%s'\n",
@@ -198,7 +200,13 @@ DCR_REGISTER_COMMAND(
           ->capture_default_str();
       app->add_option("--threads", f->threads, "Worker threads (0 = all cores; output is the same)")
           ->capture_default_str();
-      app->add_option("--out,-o", f->out, "Output directory (stepK.safetensors)");
+      app->add_option("--shard-bytes", f->shard_bytes,
+                      "Write each step as a Hugging Face shard directory stepK/ "
+                      "(model-0000i-of-0000n.safetensors + model.safetensors.index.json) with at "
+                      "most this many bytes per shard (0 = one stepK.safetensors file)")
+          ->capture_default_str();
+      app->add_option("--out,-o", f->out,
+                      "Output directory (stepK.safetensors, or stepK/ with --shard-bytes)");
       app->add_flag("--list", f->list,
                     "List presets with parameter counts and sizes (with --scale: scaled)");
       app->add_flag("--quiet,-q", f->quiet, "No progress on stderr");

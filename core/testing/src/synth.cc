@@ -1,4 +1,5 @@
-// SynthesizeCheckpoints: a SynthTrainer over a preset's inventory, one safetensors file per step.
+// SynthesizeCheckpoints: a SynthTrainer over a preset's inventory, one safetensors file or
+// shard directory per step.
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -37,8 +38,11 @@ StatusOr<std::vector<std::string>> SynthesizeCheckpoints(const SynthOptions& opt
                         static_cast<double>(trainer->bf16_elements()));
       note = buf;
     }
+    const std::string stem = "step" + std::to_string(k);
     const std::string path =
-        (std::filesystem::path(out_dir) / ("step" + std::to_string(k) + ".safetensors")).string();
+        (std::filesystem::path(out_dir) /
+         (options.shard_bytes > 0 ? stem : stem + ".safetensors"))
+            .string();
     std::map<std::string, std::string> meta = {
         {"dcr.preset", cfg.name},
         {"dcr.seed", std::to_string(options.seed)},
@@ -46,7 +50,12 @@ StatusOr<std::vector<std::string>> SynthesizeCheckpoints(const SynthOptions& opt
         {"dcr.optimizer_step", std::to_string(trainer->optimizer_steps())},
         {"dcr.lr", lr_text},
     };
-    DCR_RETURN_IF_ERROR(WriteSafetensors(path, trainer->Views(), meta));
+    if (options.shard_bytes > 0) {
+      DCR_RETURN_IF_ERROR(
+          WriteShardedCheckpoint(path, trainer->Views(), options.shard_bytes, meta));
+    } else {
+      DCR_RETURN_IF_ERROR(WriteSafetensors(path, trainer->Views(), meta));
+    }
     paths.push_back(path);
     if (progress)
       progress(static_cast<uint64_t>(k + 1), static_cast<uint64_t>(options.steps),

@@ -81,6 +81,38 @@ TEST(SynthesizeCheckpointsTest, WritesConsecutiveCheckpointsAtTheRate) {
   std::filesystem::remove_all(dir2);
 }
 
+TEST(SynthesizeCheckpointsTest, ShardDirectoriesHoldTheSameTensors) {
+  const std::string one = TempDir("one"), sharded = TempDir("sharded");
+  SynthOptions o;
+  o.steps = 2;
+  o.seed = 9;
+  auto files = SynthesizeCheckpoints(o, one);
+  ASSERT_TRUE(files.ok()) << files.status();
+  o.shard_bytes = 3000000;
+  auto dirs = SynthesizeCheckpoints(o, sharded);
+  ASSERT_TRUE(dirs.ok()) << dirs.status();
+  ASSERT_EQ(dirs.value().size(), 2u);
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_EQ(dirs.value()[k], (std::filesystem::path(sharded) / ("step" + std::to_string(k))).string());
+    EXPECT_TRUE(std::filesystem::is_regular_file(std::filesystem::path(dirs.value()[k]) /
+                                                 kIndexFileName));
+    auto a = Checkpoint::Open(files.value()[k]);
+    auto b = Checkpoint::Open(dirs.value()[k]);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_TRUE(b.value()->sharded());
+    EXPECT_GE(b.value()->files().size(), 3u);
+    ASSERT_EQ(a.value()->tensors().size(), b.value()->tensors().size());
+    for (const TensorInfo& t : a.value()->tensors()) {
+      const TensorInfo* u = b.value()->Find(t.name);
+      ASSERT_NE(u, nullptr) << t.name;
+      ASSERT_EQ(t.nbytes, u->nbytes);
+      EXPECT_EQ(std::memcmp(a.value()->data(t), b.value()->data(*u), t.nbytes), 0) << t.name;
+    }
+  }
+  std::filesystem::remove_all(one);
+  std::filesystem::remove_all(sharded);
+}
+
 TEST(SynthesizeCheckpointsTest, ScaledMoeAndErrors) {
   const std::string dir = TempDir("mla");
   SynthOptions o;

@@ -48,6 +48,9 @@ struct SynthOptions {
   int warmup_steps = 10;       // optimizer steps before step0 (leaves the first-step spike behind)
   int threads = 0;             // 0 = hardware concurrency; never changes the output
   double grad_snr = 0.1;       // std of the persistent gradient part / std of the per-step noise
+  // 0: each step is one file stepK.safetensors. Otherwise each step is a Hugging Face shard
+  // directory stepK/ written by WriteShardedCheckpoint with this many bytes per shard at most.
+  uint64_t shard_bytes = 0;
   // Elements simulated per lr-calibration probe (contiguous runs spread over the BF16 tensors);
   // a model with fewer BF16 elements is calibrated on all of them. Default 2^17.
   uint64_t calibration_sample = uint64_t{1} << 17;
