@@ -182,7 +182,7 @@ StatusOr<std::vector<std::string>> PrepareCheckpoints(const Scenario& s, double 
                                   " steps need " + std::to_string(s.steps + 1) + " checkpoints");
     }
     for (const auto& p : s.model.checkpoints) {
-      if (!Exists(p)) return NotFoundError("model.checkpoints: no file " + p);
+      if (!Exists(p)) return NotFoundError("model.checkpoints: no file or shard directory " + p);
     }
     return s.model.checkpoints;
   }
@@ -711,6 +711,18 @@ StatusOr<ScenarioResult> RunScenarioReal(const Scenario& s) {
       } else {
         out.setup["change_rate.step" + std::to_string(step)] =
             "not measured (no delta can be built): " + m.status().ToString();
+      }
+    }
+    // The full-checkpoint stream sends one safetensors file image: refused for a shard
+    // directory before any node starts.
+    if (std::find(s.methods.begin(), s.methods.end(), Method::kFull) != s.methods.end()) {
+      for (int step = 1; step <= s.steps; ++step) {
+        auto c = Checkpoint::Open(ckpts[step]);
+        if (c.ok() && (*c)->sharded()) {
+          return InvalidArgumentError("method full: " + ckpts[step] +
+                                      " is a sharded checkpoint; the full stream sends one "
+                                      "safetensors file: use methods: [delta]");
+        }
       }
     }
     for (TransportKind transport : s.transport.kinds) {

@@ -64,7 +64,8 @@ void dcr_copy_hook_note(void* dst, const void* src, size_t n, int kind);
 typedef struct dcr_recorder dcr_recorder;
 typedef struct dcr_receiver dcr_receiver;
 
-/* Maps the safetensors file at `path` and starts recording copies. */
+/* Maps the safetensors file at `path` and starts recording copies. A sharded checkpoint (a
+ * directory of shards) is refused with DCR_INVALID_ARGUMENT: pass one safetensors file. */
 int dcr_recorder_begin(const char* path, dcr_recorder** out);
 /* Pointer to tensor `name`'s bytes in dcr's mapping (NULL if absent). */
 const void* dcr_recorder_tensor_data(dcr_recorder* r, const char* name, uint64_t* nbytes);

@@ -133,8 +133,9 @@ class BufferReceiver : public Receiver {
   // `tensors` (any order, distinct names) describe storage that must outlive the receiver;
   // `held.hash` must be the content hash of its bytes (Begin relies on it).
   BufferReceiver(std::vector<ReceiverTensor> tensors, VersionId held);
-  // A receiver owning a private in-memory copy of the checkpoint at `path` (read and hashed
-  // here), holding version `number`. Errors: those of Checkpoint::Open.
+  // A receiver owning a private in-memory copy of the checkpoint at `path` (a file or a shard
+  // directory; read and hashed here), holding version `number`. Errors: those of
+  // Checkpoint::Open.
   static StatusOr<std::unique_ptr<BufferReceiver>> Load(const std::string& path,
                                                         uint64_t number = 0);
   // The same over an in-memory copy of `ckpt`.

@@ -207,7 +207,7 @@ struct RecordOptions {
 // Recording load of `ckpt` through `factory(rank)` into `*storage` (fresh; filled with 0).
 // Errors: the loader's own; kFailedPrecondition when the checks above find writes that dcr cannot
 // attribute (the message names the buffer and byte offset); kInternal if another recording is
-// active.
+// active; kInvalidArgument for a sharded checkpoint (copies are recorded from one file image).
 StatusOr<PlacementMap> RecordLoad(const Checkpoint& ckpt, const LoaderFactory& factory, int rank,
                                   std::unique_ptr<ModelLoader>* loader, Storage* storage,
                                   const RecordOptions& options = {});

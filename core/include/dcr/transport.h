@@ -51,7 +51,8 @@ std::unique_ptr<Receiver> MakeFullReceiver();
 // Cuts a checkpoint file into the blobs of the full-checkpoint reference stream: header =
 // u64 file size + the safetensors header bytes; chunks = u64 file offset + up to slice_bytes of
 // the data section; trailer = u64 file size + u64 number of chunks + u64 XXH3-64 of the file.
-// `emit` is called for each blob in order. Errors: I/O, or those of `emit`.
+// `emit` is called for each blob in order. Errors: I/O, or those of `emit`; kInvalidArgument for
+// a sharded checkpoint (the stream carries one file image), before anything is emitted.
 Status FullStreamBlobs(const std::string& path, uint64_t slice_bytes,
                        const std::function<Status(BlobKind, std::vector<uint8_t>)>& emit);
 

@@ -660,8 +660,20 @@ class SenderBuilder {
     state_->result()->dense_bytes = target_ckpt_->total_tensor_bytes();
     const bool delta = plan_.method == "delta";
     if (delta) DCR_RETURN_IF_ERROR(open(plan_.base_path, &base_ckpt_));
-    const double bytes = static_cast<double>(target_ckpt_->file_size()) +
-                         (delta ? static_cast<double>(base_ckpt_->file_size()) : 0.0);
+    // Every file of a checkpoint (each shard of a directory).
+    auto files_bytes = [](const Checkpoint& c) {
+      double sum = 0;
+      for (const CheckpointFile& f : c.files()) sum += static_cast<double>(f.size);
+      return sum;
+    };
+    auto make_resident = [](const Checkpoint& c, const std::string& path) -> Status {
+      for (const CheckpointFile& f : c.files()) {
+        DCR_RETURN_IF_ERROR(internal::MakeResident(
+            f.data, f.size, f.name.empty() ? path : path + "/" + f.name));
+      }
+      return Status();
+    };
+    const double bytes = files_bytes(*target_ckpt_) + (delta ? files_bytes(*base_ckpt_) : 0.0);
     // Free memory, or the memory cgroup's limit when that is smaller (the page cache is charged
     // against it).
     const double free_bytes =
@@ -669,12 +681,8 @@ class SenderBuilder {
                      static_cast<double>(sysconf(_SC_PAGESIZE)),
                  static_cast<double>(internal::MemoryCgroupLimit()));
     if (bytes <= 0.5 * free_bytes) {
-      DCR_RETURN_IF_ERROR(internal::MakeResident(target_ckpt_->file_data(),
-                                                 target_ckpt_->file_size(), plan_.target_path));
-      if (delta) {
-        DCR_RETURN_IF_ERROR(internal::MakeResident(base_ckpt_->file_data(),
-                                                   base_ckpt_->file_size(), plan_.base_path));
-      }
+      DCR_RETURN_IF_ERROR(make_resident(*target_ckpt_, plan_.target_path));
+      if (delta) DCR_RETURN_IF_ERROR(make_resident(*base_ckpt_, plan_.base_path));
     } else {
       std::fprintf(stderr, "sender: checkpoints (%.1f GB) exceed half the free memory (%.1f GB): "
                    "read during the build\n", bytes / 1e9, free_bytes / 1e9);

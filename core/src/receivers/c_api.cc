@@ -43,6 +43,13 @@ int dcr_recorder_begin(const char* path, dcr_recorder** out) {
   auto r = std::make_unique<dcr_recorder>();
   auto ck = dcr::Checkpoint::Open(path);
   if (!ck.ok()) return Fail(ck.status());
+  if ((*ck)->sharded()) {
+    return Fail(dcr::InvalidArgumentError(
+        std::string("dcr_recorder_begin: ") + path + " is a sharded checkpoint (" +
+        std::to_string((*ck)->files().size()) +
+        " shards); the recorder records copies from one safetensors file: give it a single-file "
+        "checkpoint"));
+  }
   r->ckpt = std::move(ck).value();
   r->rec = std::make_unique<dcr::internal::CopyRecorder>(*r->ckpt);
   dcr::Status s = r->rec->Start();

@@ -143,11 +143,23 @@ StatusOr<std::unique_ptr<BufferReceiver>> BufferReceiver::Load(const std::string
 
 std::unique_ptr<BufferReceiver> BufferReceiver::Copy(const Checkpoint& ckpt, uint64_t number) {
   // The receiver's storage: a private in-memory copy of the data section (what a serving process
-  // holds), filled here, before any delta arrives.
-  const uint64_t off = ckpt.data_section_offset();
-  std::vector<uint8_t> bytes(ckpt.file_data() + off, ckpt.file_data() + ckpt.file_size());
+  // holds), filled here, before any delta arrives. A sharded checkpoint's tensors are copied
+  // back to back, in the checkpoint's tensor order.
+  std::vector<uint8_t> bytes;
   std::vector<ReceiverTensor> tensors;
-  for (const TensorInfo& t : ckpt.tensors()) tensors.push_back({t, bytes.data() + t.offset});
+  if (!ckpt.sharded()) {
+    const uint64_t off = ckpt.data_section_offset();
+    bytes.assign(ckpt.file_data() + off, ckpt.file_data() + ckpt.file_size());
+    for (const TensorInfo& t : ckpt.tensors()) tensors.push_back({t, bytes.data() + t.offset});
+  } else {
+    bytes.resize(ckpt.total_tensor_bytes());
+    uint64_t at = 0;
+    for (const TensorInfo& t : ckpt.tensors()) {
+      if (t.nbytes > 0) std::memcpy(bytes.data() + at, ckpt.data(t), t.nbytes);
+      tensors.push_back({t, bytes.data() + at});
+      at += t.nbytes;
+    }
+  }
   auto r = std::make_unique<BufferReceiver>(std::move(tensors),
                                             VersionId{number, ckpt.ContentHash()});
   r->owned_ = std::move(bytes);  // the vector's buffer does not move
@@ -330,6 +342,13 @@ Status FullStreamBlobs(const std::string& path, uint64_t slice_bytes,
                        const std::function<Status(BlobKind, std::vector<uint8_t>)>& emit) {
   if (slice_bytes == 0) return InvalidArgumentError("full stream: slice_bytes must be > 0");
   DCR_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(path));
+  if (ckpt->sharded()) {
+    return InvalidArgumentError(
+        "full stream: " + path + " is a sharded checkpoint (" +
+        std::to_string(ckpt->files().size()) +
+        " shards); the full-checkpoint stream sends one safetensors file: use method delta, or "
+        "one file per checkpoint");
+  }
   const uint8_t* file = ckpt->file_data();
   const uint64_t size = ckpt->file_size();
   const uint64_t data_off = ckpt->data_section_offset();

@@ -56,6 +56,12 @@ StatusOr<std::unique_ptr<Checkpoint>> ProbeCheckpoint(const Checkpoint& ckpt) {
 StatusOr<PlacementMap> RecordLoad(const Checkpoint& ckpt, const LoaderFactory& factory, int rank,
                                   std::unique_ptr<ModelLoader>* loader_out, Storage* storage,
                                   const RecordOptions& options) {
+  if (ckpt.sharded()) {
+    return InvalidArgumentError(
+        "recording load: the checkpoint is sharded (" + std::to_string(ckpt.files().size()) +
+        " shards); a serving replica's loader is recorded copying from one safetensors file: "
+        "give the replica a single-file checkpoint, or use a buffer receiver");
+  }
   DCR_ASSIGN_OR_RETURN(std::unique_ptr<ModelLoader> loader, factory(rank));
   internal::CopyRecorder rec(ckpt);
   DCR_RETURN_IF_ERROR(rec.Start());
