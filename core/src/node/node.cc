@@ -307,6 +307,20 @@ class TreeLinks {
     parent_writer_->Send(h, nullptr, nullptr, [](Status) {});
   }
 
+  // Tells every child that the refit is refused, with the reason (a kAbort frame on stream 0,
+  // queued behind nothing: no piece was sent yet). Close() flushes it.
+  void AbortChildren(const std::string& reason) {
+    auto text = std::make_shared<std::string>(reason.substr(0, internal::kMaxAbortMessageBytes));
+    for (auto& c : children_) {
+      if (c.writers.empty()) continue;
+      FrameHeader h;
+      h.type = static_cast<uint8_t>(FrameType::kAbort);
+      h.from_rank = static_cast<uint32_t>(plan_.rank);
+      h.length = text->size();
+      c.writers[0]->Send(h, reinterpret_cast<const uint8_t*>(text->data()), text, [](Status) {});
+    }
+  }
+
   // Flushes what is queued (final acks / reports), then closes every socket so readers end.
   void Close() {
     if (closed_) return;
@@ -381,6 +395,20 @@ class TreeLinks {
     while (true) {
       FrameHeader h;
       Status s = internal::ReadFull(fd, &h, sizeof(h));
+      if (s.ok() && h.magic == internal::kFrameMagic &&
+          h.type == static_cast<uint8_t>(FrameType::kAbort) &&
+          h.length <= internal::kMaxAbortMessageBytes) {
+        std::string reason(h.length, '\0');
+        s = internal::ReadFull(fd, reason.data(), reason.size());
+        if (s.ok()) {
+          // Forwarded down before this node stops, so the whole subtree reports the cause.
+          AbortChildren(reason);
+          queue_->Fatal(AbortedError("node " + std::to_string(plan_.rank) +
+                                     ": the refit was refused upstream (received from node " +
+                                     std::to_string(h.from_rank) + "): " + reason));
+          return;
+        }
+      }
       if (s.ok() && (h.magic != internal::kFrameMagic ||
                      h.type != static_cast<uint8_t>(FrameType::kPiece) || h.blob_kind > 2 ||
                      h.offset > h.blob_size || h.length > h.blob_size - h.offset)) {
@@ -659,7 +687,12 @@ class SenderBuilder {
     DCR_RETURN_IF_ERROR(open(plan_.target_path, &target_ckpt_));
     state_->result()->dense_bytes = target_ckpt_->total_tensor_bytes();
     const bool delta = plan_.method == "delta";
-    if (delta) DCR_RETURN_IF_ERROR(open(plan_.base_path, &base_ckpt_));
+    if (delta) {
+      DCR_RETURN_IF_ERROR(open(plan_.base_path, &base_ckpt_));
+      // Refused here, at start, not when the build reaches the tensor: headers only.
+      Status compatible = CheckDeltaCompatible(*base_ckpt_, *target_ckpt_);
+      if (!compatible.ok()) return compatible.WithContext("sender");
+    }
     // Every file of a checkpoint (each shard of a directory).
     auto files_bytes = [](const Checkpoint& c) {
       double sum = 0;
@@ -853,7 +886,15 @@ class SocketNode : public NodeEnvironment {
       DCR_RETURN_IF_ERROR(store_.Open(sender ? plan_.relay.max_parallel_puts
                                              : plan_.relay.max_parallel_fetches));
     }
-    if (sender) DCR_RETURN_IF_ERROR(builder_.LoadCheckpoints());
+    if (sender) {
+      // A refusal (checkpoints missing, unreadable, or unable to make a delta) reaches every
+      // node of the tree, so each one's console names the cause rather than a closed peer.
+      Status s = builder_.LoadCheckpoints();
+      if (!s.ok()) {
+        links_.AbortChildren(s.ToString());
+        return s;
+      }
+    }
     state_.result()->role = NodeRoleName(host_->policy().role());
     state_.result()->t_start = WallNow();
     return Status();

@@ -4,8 +4,11 @@
 // Wire (little-endian), every frame starts with a 48-byte FrameHeader:
 //   u32 magic "DCRF" | u8 type | u8 blob_kind | u16 reserved | u32 from_rank | u32 stream
 //   | u64 blob (or receivers for kReport) | u64 blob_size | u64 offset | u64 length
-// followed by `length` payload bytes for kPiece (none for the others). The first frame on every
-// connection is a kHello from the parent (stream = stream index, blob = number of streams).
+// followed by `length` payload bytes for kPiece and kAbort (none for the others). The first frame
+// on every connection is a kHello from the parent (stream = stream index, blob = number of
+// streams). kAbort travels down the tree on stream 0: the sender refused the refit before sending
+// anything (e.g. checkpoints that cannot make a delta); its payload is the reason, at most
+// kMaxAbortMessageBytes of text. A relay forwards it to its children; every node stops with it.
 #ifndef DCR_CORE_SRC_TRANSPORT_NET_H_
 #define DCR_CORE_SRC_TRANSPORT_NET_H_
 
@@ -24,8 +27,9 @@
 
 namespace dcr::internal {
 
-enum class FrameType : uint8_t { kHello = 1, kPiece = 2, kAck = 3, kReport = 4 };
+enum class FrameType : uint8_t { kHello = 1, kPiece = 2, kAck = 3, kReport = 4, kAbort = 5 };
 inline constexpr uint32_t kFrameMagic = 0x46524344;  // "DCRF"
+inline constexpr uint64_t kMaxAbortMessageBytes = 4096;
 
 struct FrameHeader {
   uint32_t magic = kFrameMagic;

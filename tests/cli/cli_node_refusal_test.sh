@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Multi-host form (`dcr node SCENARIO --rank R`, one process per rank, as a cluster launcher starts
+# them) with checkpoints that cannot make a delta: the sender refuses at start, before any piece,
+# and every node of the tree -- the relay and the receivers below it -- exits naming that cause
+# (the tensor), not a closed connection or a timeout.
+source "$(dirname "$0")/cli_lib.sh" "$@"
+"$dcr" synth --preset tiny --rate 3% --steps 1 --out "$tmp/a" -q >/dev/null 2>&1; check synth-a 0 $?
+"$dcr" synth --preset tiny-moe --rate 3% --steps 1 --out "$tmp/b" -q >/dev/null 2>&1; check synth-b 0 $?
+base="$tmp/a/step0.safetensors"; target="$tmp/b/step0.safetensors"
+port=$(( 20000 + RANDOM % 20000 ))
+cat > "$tmp/s.yaml" <<YAML
+name: refusal
+model: {checkpoints: [$base, $target]}
+transport:
+  relay_tree: {fan_out: 2, root_fan_out: 1, streams: 1}
+receivers: {count: 3}
+network:
+  hosts: ["127.0.0.1:$port", "127.0.0.1:$((port + 1))", "127.0.0.1:$((port + 2))", "127.0.0.1:$((port + 3))"]
+timeout: 60s
+YAML
+pids=()
+for r in 3 2 1; do
+  "$dcr" node "$tmp/s.yaml" --rank "$r" --base "$base" --target "$target" \
+    >"$tmp/node-$r.out" 2>"$tmp/node-$r.err" &
+  pids+=($!)
+done
+SLURM_PROCID=0 "$dcr" node "$tmp/s.yaml" --base "$base" --target "$target" \
+  >"$tmp/node-0.out" 2>"$tmp/node-0.err"
+check sender-refuses 14 $?
+has sender-names-tensor "$tmp/node-0.err" "sender: "
+has sender-says-full "$tmp/node-0.err" "full frame"
+cause=$(sed -n 's/.*FAILED_PRECONDITION: sender: \(.*\)/\1/p' "$tmp/node-0.err" | head -c 60)
+[ -n "$cause" ]; check sender-cause-found 0 $?
+i=0
+for r in 3 2 1; do
+  wait "${pids[$i]}"; check "node-$r-aborted" 20 $?
+  has "node-$r-names-the-cause" "$tmp/node-$r.err" "refused upstream (node"
+  has "node-$r-carries-the-sender-message" "$tmp/node-$r.err" "$cause"
+  lacks "node-$r-no-closed-peer" "$tmp/node-$r.err" "peer closed"
+  i=$((i + 1))
+done
+exit $fail
