@@ -34,7 +34,7 @@ cause=$(sed -n 's/.*FAILED_PRECONDITION: sender: \(.*\)/\1/p' "$tmp/node-0.err" 
 i=0
 for r in 3 2 1; do
   wait "${pids[$i]}"; check "node-$r-aborted" 20 $?
-  has "node-$r-names-the-cause" "$tmp/node-$r.err" "refused upstream (node"
+  has "node-$r-names-the-cause" "$tmp/node-$r.err" "the refit was refused upstream (received from node"
   has "node-$r-carries-the-sender-message" "$tmp/node-$r.err" "$cause"
   lacks "node-$r-no-closed-peer" "$tmp/node-$r.err" "peer closed"
   i=$((i + 1))
