@@ -401,7 +401,10 @@ class TreeLinks {
         std::string reason(h.length, '\0');
         s = internal::ReadFull(fd, reason.data(), reason.size());
         if (s.ok()) {
-          // Forwarded down before this node stops, so the whole subtree reports the cause.
+          // Forwarded down before this node stops, so the whole subtree reports the cause. The
+          // children then close their connections: stopping_ keeps that from being reported as
+          // a lost child, whichever event the loop sees first.
+          stopping_ = true;
           AbortChildren(reason);
           queue_->Fatal(AbortedError("node " + std::to_string(plan_.rank) +
                                      ": the refit was refused upstream (received from node " +
