@@ -17,6 +17,7 @@
 #include "internal/atomic_file.h"
 #include "internal/chunk_streams.h"
 #include "internal/element_ops.h"
+#include "internal/mapped_file.h"
 #include "internal/positions.h"
 #include "internal/parallel.h"
 #include "internal/phase_progress.h"
@@ -383,40 +384,157 @@ void BufferApplier::AddVersionDelta(const Hash128& d) {
 
 namespace {
 
-// A writable temporary file mapped in memory; removed unless Commit() succeeds. Its blocks are
-// allocated before it is mapped, so a full filesystem is an error from Create (kResourceExhausted)
-// and never a SIGBUS on a store into the mapping.
-class MappedOutput {
- public:
-  explicit MappedOutput(std::string path) : path_(std::move(path)) {}
-  ~MappedOutput() {
-    if (map_ != nullptr) ::munmap(map_, size_);
-  }
-  Status Create(uint64_t size) {
-    DCR_ASSIGN_OR_RETURN(file_, internal::AtomicFile::Create(path_));
-    DCR_RETURN_IF_ERROR(file_->Reserve(size));
-    size_ = size;
-    if (size > 0) {
-      void* m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, file_->fd(), 0);
-      if (m == MAP_FAILED) return ErrnoError("mmap " + file_->tmp_path(), errno);
-      map_ = static_cast<uint8_t*>(m);
-    }
-    return Status::OK();
-  }
-  uint8_t* data() { return map_; }
-  Status Commit() {
-    if (map_ != nullptr && ::msync(map_, size_, MS_SYNC) != 0) {
-      return ErrnoError("msync " + file_->tmp_path(), errno);
-    }
-    return file_->Commit();
-  }
+// ---- the offline refit's output writer ----
+//
+// The output is written with pwrite into an AtomicFile whose blocks are allocated first
+// (posix_fallocate: a full filesystem is kResourceExhausted before anything is written), never
+// through a writable mapping (where a full disk or an I/O error would be a SIGBUS). Memory: the
+// base is copied from its read-only mapping in blocks of kCopyBlockBytes, and each chunk's covered
+// elements are read into a per-thread scratch buffer (the chunk's num_elements x elem_width
+// bytes: chunk_elems x width for BuildDelta's grid), patched there and written back. Anonymous
+// memory therefore does not grow with the checkpoint.
 
- private:
-  std::string path_;
-  std::unique_ptr<internal::AtomicFile> file_;
-  uint8_t* map_ = nullptr;
-  uint64_t size_ = 0;
+constexpr uint64_t kCopyBlockBytes = uint64_t{8} << 20;
+// The largest covered range of one chunk the writer takes into memory (the per-thread scratch);
+// a record covering more is refused (kResourceExhausted) rather than allocated.
+constexpr uint64_t kMaxChunkWindowBytes = uint64_t{1} << 30;
+
+// Where an output tensor lives: element e is at byte offset + e * width of `file`.
+struct OutputTensor {
+  internal::AtomicFile* file = nullptr;
+  uint64_t offset = 0;
+  uint64_t num_elements = 0;
+  int width = 1;
+  const uint8_t* base = nullptr;  // the tensor's bytes in the base mapping; null: zeros
 };
+
+// Calls fn(file, file offset, bytes) for the covered elements of `h`'s segments in covered
+// order, as runs of contiguous bytes (the innermost dimension when its stride is 1, else single
+// elements; adjacent runs merged). REQUIRES: CheckSegments(h, ...) passed for these tensors.
+template <typename Fn>
+Status ForEachRun(const ChunkHeader& h, const std::vector<OutputTensor>& tensors, Fn&& fn) {
+  const uint64_t w = h.elem_width;
+  internal::AtomicFile* run_file = nullptr;
+  uint64_t run_off = 0, run_bytes = 0;
+  for (const Segment& sg : h.segments) {
+    const OutputTensor& t = tensors[sg.tensor_index];
+    const uint32_t last = sg.ndim - 1;
+    const uint64_t inner = sg.stride[last] == 1 ? sg.count[last] : 1;
+    const uint64_t runs = sg.num_elements() / inner;
+    for (uint64_t r = 0; r < runs; ++r) {
+      const uint64_t off = t.offset + sg.ElementAt(r * inner) * w;
+      if (run_file == t.file && run_bytes > 0 && run_off + run_bytes == off) {
+        run_bytes += inner * w;
+        continue;
+      }
+      if (run_bytes > 0) DCR_RETURN_IF_ERROR(fn(run_file, run_off, run_bytes));
+      run_file = t.file;
+      run_off = off;
+      run_bytes = inner * w;
+    }
+  }
+  if (run_bytes > 0) DCR_RETURN_IF_ERROR(fn(run_file, run_off, run_bytes));
+  return Status::OK();
+}
+
+Status PRead(internal::AtomicFile* f, uint8_t* p, uint64_t n, uint64_t off) {
+  while (n > 0) {
+    ssize_t got = ::pread(f->fd(), p, std::min<uint64_t>(n, uint64_t{1} << 30),
+                          static_cast<off_t>(off));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError("read " + f->tmp_path(), errno);
+    }
+    if (got == 0) return DataLossError("read " + f->tmp_path() + ": unexpected end of file");
+    p += got;
+    off += static_cast<uint64_t>(got);
+    n -= static_cast<uint64_t>(got);
+  }
+  return Status::OK();
+}
+
+// Copies every tensor's base bytes into its file (a tensor without a base stays as allocated:
+// zeros), in blocks on `threads` threads; writeback of each block is started at once, so dirty
+// pages do not pile up, and the base block read is marked done.
+Status CopyBaseTensors(const std::vector<OutputTensor>& tensors, int threads,
+                       internal::PhaseProgress* progress) {
+  struct Block { size_t t; uint64_t begin, bytes; };
+  std::vector<Block> blocks;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (tensors[i].base == nullptr) continue;
+    const uint64_t n = tensors[i].num_elements * static_cast<uint64_t>(tensors[i].width);
+    for (uint64_t b = 0; b < n; b += kCopyBlockBytes) {
+      blocks.push_back({i, b, std::min(kCopyBlockBytes, n - b)});
+    }
+  }
+  std::mutex mu;
+  Status first_error;
+  internal::ParallelFor(blocks.size(), threads, [&](uint64_t k) {
+    const Block& b = blocks[k];
+    const OutputTensor& t = tensors[b.t];
+    Status s = t.file->PWrite(t.base + b.begin, b.bytes, t.offset + b.begin);
+    if (s.ok()) {
+      (void)::sync_file_range(t.file->fd(), static_cast<off_t>(t.offset + b.begin),
+                              static_cast<off_t>(b.bytes), SYNC_FILE_RANGE_WRITE);
+      internal::AdviseDone(t.base + b.begin, b.bytes);
+      progress->Add(b.bytes);
+      return true;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    if (first_error.ok()) first_error = s;
+    return false;
+  });
+  return first_error;
+}
+
+// Decodes one chunk record and applies it to the output files: its covered elements are read
+// (in covered order) into the calling thread's scratch, which is then one contiguous range of
+// elements, patched with the checks of BufferApplier::ApplyRecord, and written back. Thread-safe
+// for chunks covering disjoint elements. Nothing is written back when a check fails.
+Status ApplyRecordToFiles(const uint8_t* data, size_t size, const std::vector<OutputTensor>& out,
+                          const std::vector<TensorBuffer>& shapes, uint64_t* num_changes,
+                          Hash128* version_delta) {
+  internal::ChunkStreams cs;
+  DCR_RETURN_IF_ERROR(internal::DecodeChunkStreams(data, size, &cs));
+  ChunkHeader& h = cs.header;
+  DCR_RETURN_IF_ERROR(CheckSegments(h, shapes));
+  const uint64_t bytes = h.num_elements * h.elem_width;  // num_elements <= 2^34: no overflow
+  if (bytes > kMaxChunkWindowBytes) {
+    return ResourceExhaustedError("chunk " + std::to_string(h.chunk_id) + " covers " +
+                                  std::to_string(bytes) + " bytes, over the " +
+                                  std::to_string(kMaxChunkWindowBytes) +
+                                  "-byte window the offline refit holds per thread");
+  }
+  thread_local std::vector<uint8_t> scratch;
+  if (scratch.size() < bytes) scratch.resize(bytes);
+  uint8_t* p = scratch.data();
+  DCR_RETURN_IF_ERROR(ForEachRun(h, out, [&](internal::AtomicFile* f, uint64_t off, uint64_t n) {
+    Status s = PRead(f, p, n, off);
+    p += n;
+    return s;
+  }));
+  // The covered elements, gathered, are elements 0 .. num_elements-1 of one buffer: the chunk
+  // applies there as a chunk of one contiguous segment (positions index covered elements).
+  const std::vector<Segment> segments = std::move(h.segments);
+  h.segments = {Segment::Range(0, 0, h.num_elements)};
+  const std::vector<TensorBuffer> window = {
+      TensorBuffer{scratch.data(), h.num_elements, h.elem_width, 0}};
+  DCR_RETURN_IF_ERROR(WithWidth(h.elem_width, [&](auto t) {
+    return WithOp(h.value_mode, [&](auto op) {
+      return ApplyStreamedOp<decltype(t), op.value>(cs, window, false);
+    });
+  }));
+  h.segments = segments;
+  p = scratch.data();
+  DCR_RETURN_IF_ERROR(ForEachRun(h, out, [&](internal::AtomicFile* f, uint64_t off, uint64_t n) {
+    Status s = f->PWrite(p, n, off);
+    p += n;
+    return s;
+  }));
+  *num_changes = h.num_changes;
+  *version_delta = h.version_delta;
+  return Status::OK();
+}
 
 }  // namespace
 
@@ -439,6 +557,8 @@ StatusOr<ApplyStats> ApplyDeltaFile(const std::string& base_path, const std::str
     if (base->tensors().size() != inv.tensors.size()) {
       return FailedPreconditionError("base " + base_path + " has tensors the delta's target lacks");
     }
+    // Read once front to back (the hash, then the copy): sequential, marked done as it goes.
+    for (const TensorInfo& t : base->tensors()) internal::AdviseSequential(base->data(t), t.nbytes);
     if (options.verify_base) {
       internal::PhaseProgress progress(options.progress, "hash base", base->total_tensor_bytes());
       Hash128 bh = base->ContentHash(options.threads);
@@ -450,39 +570,43 @@ StatusOr<ApplyStats> ApplyDeltaFile(const std::string& base_path, const std::str
     }
   }
   // The output: one file, or a directory of the target's shards (and its index) that appears
-  // whole on commit.
+  // whole on commit. Each file is allocated in full and its header written first.
   std::unique_ptr<internal::AtomicDirectory> dir;
   if (inv.sharded()) {
     DCR_ASSIGN_OR_RETURN(dir, internal::AtomicDirectory::Create(out_path));
   }
-  std::vector<std::unique_ptr<MappedOutput>> outs;
-  std::vector<uint8_t*> data_sections;
+  std::vector<std::unique_ptr<internal::AtomicFile>> files;
+  std::vector<uint64_t> data_sections;
   for (const InventoryFile& f : inv.files) {
-    outs.push_back(std::make_unique<MappedOutput>(dir ? dir->FilePath(f.name) : out_path));
-    DCR_RETURN_IF_ERROR(outs.back()->Create(f.file_size()));
-    uint8_t* file = outs.back()->data();
+    DCR_ASSIGN_OR_RETURN(auto file,
+                         internal::AtomicFile::Create(dir ? dir->FilePath(f.name) : out_path));
+    DCR_RETURN_IF_ERROR(file->Reserve(f.file_size()));
+    std::string head(8, '\0');
     const uint64_t hlen = f.json.size();
-    std::memcpy(file, &hlen, 8);
-    std::memcpy(file + 8, f.json.data(), f.json.size());
-    data_sections.push_back(file + 8 + f.json.size());
+    std::memcpy(head.data(), &hlen, 8);
+    head += f.json;
+    DCR_RETURN_IF_ERROR(file->PWrite(head.data(), head.size(), 0));
+    data_sections.push_back(head.size());
+    files.push_back(std::move(file));
   }
-  std::vector<TensorBuffer> buffers;
-  std::vector<TensorView> views;
+  std::vector<OutputTensor> out;
+  std::vector<TensorBuffer> shapes;  // sizes and widths for CheckSegments (no storage)
+  for (size_t i = 0; i < inv.tensors.size(); ++i) {
+    const TensorInfo& t = inv.tensors[i];
+    OutputTensor o;
+    o.file = files[t.file].get();
+    o.offset = data_sections[t.file] + t.offset;
+    o.num_elements = t.num_elements();
+    o.width = t.width();
+    if (!no_base) o.base = base->data(*base->Find(t.name));
+    out.push_back(o);
+    shapes.push_back(TensorBuffer{nullptr, t.num_elements(), t.width(), inv.salts[i]});
+  }
   uint64_t tensor_bytes = 0;
   for (const TensorInfo& t : inv.tensors) tensor_bytes += t.nbytes;
-  {
-    const ProgressCallback none;
-    internal::PhaseProgress progress(no_base ? none : options.progress, "copy base", tensor_bytes);
-    for (size_t i = 0; i < inv.tensors.size(); ++i) {
-      const TensorInfo& t = inv.tensors[i];
-      uint8_t* dst = data_sections[t.file] + t.offset;
-      if (!no_base) {
-        std::memcpy(dst, base->data(*base->Find(t.name)), t.nbytes);
-        progress.Add(t.nbytes);
-      }
-      buffers.push_back(TensorBuffer{dst, t.num_elements(), t.width(), inv.salts[i]});
-      views.push_back(TensorView{t.name, t.dtype_name, t.shape, dst, t.nbytes});
-    }
+  if (!no_base) {
+    internal::PhaseProgress progress(options.progress, "copy base", tensor_bytes);
+    DCR_RETURN_IF_ERROR(CopyBaseTensors(out, options.threads, &progress));
     progress.Finish();
   }
   // Starting hash: the base's (verified above) or, without a base, the identity terms alone (a
@@ -492,43 +616,67 @@ StatusOr<ApplyStats> ApplyDeltaFile(const std::string& base_path, const std::str
     start = Hash128{};
     for (const TensorInfo& t : inv.tensors) HashAdd(&start, TensorIdentityTerm(t.name, t.dtype_name, t.shape));
   }
-  BufferApplier applier(std::move(buffers));
   std::mutex mu;
   Status first_error;
+  Hash128 moved;
   std::atomic<uint64_t> changes{0};
   uint64_t chunk_bytes = 0;
   for (size_t i = 0; i < delta->num_chunks(); ++i) chunk_bytes += delta->chunk_size(i);
   internal::PhaseProgress progress(options.progress, "apply", chunk_bytes);
   internal::ParallelFor(delta->num_chunks(), options.threads, [&](uint64_t i) {
     uint64_t k = 0;
-    Status s = applier.ApplyRecord(delta->chunk_data(i), delta->chunk_size(i), &k);
+    Hash128 d;
+    Status s = ApplyRecordToFiles(delta->chunk_data(i), delta->chunk_size(i), out, shapes, &k, &d);
+    if (s.ok()) progress.Add(delta->chunk_size(i));
+    std::lock_guard<std::mutex> lock(mu);
     if (s.ok()) {
       changes += k;
-      progress.Add(delta->chunk_size(i));
+      HashAdd(&moved, d);
       return true;
     }
-    std::lock_guard<std::mutex> lock(mu);
     if (first_error.ok()) first_error = s.WithContext("chunk table entry " + std::to_string(i));
     return false;
   });
   DCR_RETURN_IF_ERROR(first_error);
   progress.Finish();
   Hash128 result = start;
-  Hash128 d = applier.hash_delta();
-  HashAdd(&result, d);
+  HashAdd(&result, moved);
   if (result != delta->trailer().target_hash) {
     return DataLossError("refit result hash " + result.ToHex() + " differs from the delta's target " +
                          delta->trailer().target_hash.ToHex());
   }
   if (options.verify_full) {
+    // Rehash what is in the files, through read-only mappings of them.
+    struct Map {
+      void* data = nullptr;
+      uint64_t size = 0;
+      ~Map() {
+        if (data != nullptr) ::munmap(data, size);
+      }
+    };
+    std::vector<Map> maps(files.size());
+    for (size_t f = 0; f < files.size(); ++f) {
+      DCR_RETURN_IF_ERROR(internal::MapReadOnly(files[f]->tmp_path(), &maps[f].data, &maps[f].size));
+      if (maps[f].size != inv.files[f].file_size()) {
+        return DataLossError(files[f]->tmp_path() + " has " + std::to_string(maps[f].size) +
+                             " bytes, not " + std::to_string(inv.files[f].file_size()));
+      }
+      internal::AdviseSequential(maps[f].data, maps[f].size);
+    }
+    std::vector<TensorView> views;
+    for (const TensorInfo& t : inv.tensors) {
+      const auto* bytes = static_cast<const uint8_t*>(maps[t.file].data);
+      views.push_back(TensorView{t.name, t.dtype_name, t.shape,
+                                 bytes + data_sections[t.file] + t.offset, t.nbytes});
+    }
     internal::PhaseProgress rehash(options.progress, "rehash", tensor_bytes);
-    Hash128 full = ContentHashOf(views, options.threads);
+    const Hash128 full = ContentHashOf(views, options.threads);
     rehash.Finish();
     if (full != delta->trailer().target_hash) {
       return DataLossError("full rehash of the output differs from the delta's target hash");
     }
   }
-  for (auto& out : outs) DCR_RETURN_IF_ERROR(out->Commit());
+  for (auto& file : files) DCR_RETURN_IF_ERROR(file->Commit());
   if (dir) {
     if (!inv.index_name.empty()) {
       DCR_RETURN_IF_ERROR(WriteFileAtomic(dir->FilePath(inv.index_name), inv.index_json.data(),
