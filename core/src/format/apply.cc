@@ -392,7 +392,9 @@ namespace {
 // base is copied from its read-only mapping in blocks of kCopyBlockBytes, and each chunk's covered
 // elements are read into a per-thread scratch buffer (the chunk's num_elements x elem_width
 // bytes: chunk_elems x width for BuildDelta's grid), patched there and written back. Anonymous
-// memory therefore does not grow with the checkpoint.
+// memory therefore does not grow with the checkpoint. A chunk of one contiguous range that no other
+// chunk overlaps (every chunk of BuildDelta's grid for a large tensor) reads its range from the
+// base instead and the base copy skips it, so each of those output bytes is written once.
 
 constexpr uint64_t kCopyBlockBytes = uint64_t{8} << 20;
 // The largest covered range of one chunk the writer takes into memory (the per-thread scratch);
@@ -408,13 +410,14 @@ struct OutputTensor {
   const uint8_t* base = nullptr;  // the tensor's bytes in the base mapping; null: zeros
 };
 
-// Calls fn(file, file offset, bytes) for the covered elements of `h`'s segments in covered
-// order, as runs of contiguous bytes (the innermost dimension when its stride is 1, else single
-// elements; adjacent runs merged). REQUIRES: CheckSegments(h, ...) passed for these tensors.
+// Calls fn(tensor, byte offset in the tensor, bytes) for the covered elements of `h`'s segments
+// in covered order, as runs of contiguous bytes (the innermost dimension when its stride is 1,
+// else single elements; adjacent runs of one tensor merged). REQUIRES: CheckSegments(h, ...)
+// passed for these tensors.
 template <typename Fn>
 Status ForEachRun(const ChunkHeader& h, const std::vector<OutputTensor>& tensors, Fn&& fn) {
   const uint64_t w = h.elem_width;
-  internal::AtomicFile* run_file = nullptr;
+  const OutputTensor* run_tensor = nullptr;
   uint64_t run_off = 0, run_bytes = 0;
   for (const Segment& sg : h.segments) {
     const OutputTensor& t = tensors[sg.tensor_index];
@@ -422,19 +425,62 @@ Status ForEachRun(const ChunkHeader& h, const std::vector<OutputTensor>& tensors
     const uint64_t inner = sg.stride[last] == 1 ? sg.count[last] : 1;
     const uint64_t runs = sg.num_elements() / inner;
     for (uint64_t r = 0; r < runs; ++r) {
-      const uint64_t off = t.offset + sg.ElementAt(r * inner) * w;
-      if (run_file == t.file && run_bytes > 0 && run_off + run_bytes == off) {
+      const uint64_t off = sg.ElementAt(r * inner) * w;
+      if (run_tensor == &t && run_bytes > 0 && run_off + run_bytes == off) {
         run_bytes += inner * w;
         continue;
       }
-      if (run_bytes > 0) DCR_RETURN_IF_ERROR(fn(run_file, run_off, run_bytes));
-      run_file = t.file;
+      if (run_bytes > 0) DCR_RETURN_IF_ERROR(fn(*run_tensor, run_off, run_bytes));
+      run_tensor = &t;
       run_off = off;
       run_bytes = inner * w;
     }
   }
-  if (run_bytes > 0) DCR_RETURN_IF_ERROR(fn(run_file, run_off, run_bytes));
+  if (run_bytes > 0) DCR_RETURN_IF_ERROR(fn(*run_tensor, run_off, run_bytes));
   return Status::OK();
+}
+
+// A byte range [begin, end) of tensor `tensor` that one chunk covers alone.
+struct Span {
+  size_t tensor;
+  uint64_t begin, end;
+};
+
+// The chunks of the delta that cover one contiguous range each (every chunk of BuildDelta's grid
+// for a large tensor) and whose ranges overlap no other such chunk: fused[i] says whether chunk
+// i is one, and *spans lists their ranges sorted. For these the base bytes are not copied first:
+// the chunk reads them from the base itself and writes the output once. A chunk whose header does
+// not parse or check is left to the apply pass, which reports it.
+void FusedChunks(const DeltaReader& delta, const std::vector<TensorBuffer>& shapes,
+                 std::vector<bool>* fused, std::vector<Span>* spans) {
+  fused->assign(delta.num_chunks(), false);
+  std::vector<std::pair<Span, size_t>> found;
+  for (size_t i = 0; i < delta.num_chunks(); ++i) {
+    size_t hsize = 0, rsize = 0;
+    auto h = ParseChunkHeader(delta.chunk_data(i), delta.chunk_size(i), &hsize, &rsize);
+    if (!h.ok() || h->segments.size() != 1 || !h->segments[0].IsContiguous()) continue;
+    if (!CheckSegments(*h, shapes).ok()) continue;
+    const Segment& sg = h->segments[0];
+    const uint64_t w = h->elem_width;
+    found.push_back({Span{sg.tensor_index, sg.offset * w, (sg.offset + sg.count[0]) * w}, i});
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
+    return a.first.tensor != b.first.tensor ? a.first.tensor < b.first.tensor
+                                            : a.first.begin < b.first.begin;
+  });
+  std::vector<bool> overlaps(found.size(), false);
+  for (size_t k = 1; k < found.size(); ++k) {
+    if (found[k].first.tensor == found[k - 1].first.tensor &&
+        found[k].first.begin < found[k - 1].first.end) {
+      overlaps[k] = overlaps[k - 1] = true;
+    }
+  }
+  spans->clear();
+  for (size_t k = 0; k < found.size(); ++k) {
+    if (overlaps[k]) continue;
+    (*fused)[found[k].second] = true;
+    spans->push_back(found[k].first);
+  }
 }
 
 Status PRead(internal::AtomicFile* f, uint8_t* p, uint64_t n, uint64_t off) {
@@ -453,25 +499,36 @@ Status PRead(internal::AtomicFile* f, uint8_t* p, uint64_t n, uint64_t off) {
   return Status::OK();
 }
 
-// Copies every tensor's base bytes into its file (a tensor without a base stays as allocated:
-// zeros), in blocks on `threads` threads; writeback of each block is started at once, so dirty
-// pages do not pile up, and the base block read is marked done.
-Status CopyBaseTensors(const std::vector<OutputTensor>& tensors, int threads,
-                       internal::PhaseProgress* progress) {
+// Copies every tensor's base bytes into its file except the ranges in `skip` (sorted; the fused
+// chunks write those), in blocks on `threads` threads; writeback of each block is started at
+// once, so dirty pages do not pile up, and the base block read is marked done. A tensor without a
+// base stays as allocated: zeros.
+Status CopyBaseTensors(const std::vector<OutputTensor>& tensors, const std::vector<Span>& skip,
+                       int threads, internal::PhaseProgress* progress) {
   struct Block { size_t t; uint64_t begin, bytes; };
   std::vector<Block> blocks;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    if (tensors[i].base == nullptr) continue;
-    const uint64_t n = tensors[i].num_elements * static_cast<uint64_t>(tensors[i].width);
-    for (uint64_t b = 0; b < n; b += kCopyBlockBytes) {
-      blocks.push_back({i, b, std::min(kCopyBlockBytes, n - b)});
+  auto add = [&](size_t t, uint64_t begin, uint64_t end) {
+    for (uint64_t b = begin; b < end; b += kCopyBlockBytes) {
+      blocks.push_back({t, b, std::min(kCopyBlockBytes, end - b)});
     }
+  };
+  size_t k = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const uint64_t n = tensors[i].num_elements * static_cast<uint64_t>(tensors[i].width);
+    uint64_t at = 0;
+    for (; k < skip.size() && skip[k].tensor == i; ++k) {
+      add(i, at, skip[k].begin);
+      at = skip[k].end;
+    }
+    add(i, at, n);
   }
+  if (tensors.empty() || blocks.empty()) return Status::OK();
   std::mutex mu;
   Status first_error;
   internal::ParallelFor(blocks.size(), threads, [&](uint64_t k) {
     const Block& b = blocks[k];
     const OutputTensor& t = tensors[b.t];
+    if (t.base == nullptr) return true;
     Status s = t.file->PWrite(t.base + b.begin, b.bytes, t.offset + b.begin);
     if (s.ok()) {
       (void)::sync_file_range(t.file->fd(), static_cast<off_t>(t.offset + b.begin),
@@ -491,9 +548,11 @@ Status CopyBaseTensors(const std::vector<OutputTensor>& tensors, int threads,
 // (in covered order) into the calling thread's scratch, which is then one contiguous range of
 // elements, patched with the checks of BufferApplier::ApplyRecord, and written back. Thread-safe
 // for chunks covering disjoint elements. Nothing is written back when a check fails.
+// With `from_base` the covered elements are read from the base instead (zeros without one): for
+// the fused chunks, whose range the base copy skipped.
 Status ApplyRecordToFiles(const uint8_t* data, size_t size, const std::vector<OutputTensor>& out,
-                          const std::vector<TensorBuffer>& shapes, uint64_t* num_changes,
-                          Hash128* version_delta) {
+                          const std::vector<TensorBuffer>& shapes, bool from_base,
+                          uint64_t* num_changes, Hash128* version_delta) {
   internal::ChunkStreams cs;
   DCR_RETURN_IF_ERROR(internal::DecodeChunkStreams(data, size, &cs));
   ChunkHeader& h = cs.header;
@@ -508,8 +567,16 @@ Status ApplyRecordToFiles(const uint8_t* data, size_t size, const std::vector<Ou
   thread_local std::vector<uint8_t> scratch;
   if (scratch.size() < bytes) scratch.resize(bytes);
   uint8_t* p = scratch.data();
-  DCR_RETURN_IF_ERROR(ForEachRun(h, out, [&](internal::AtomicFile* f, uint64_t off, uint64_t n) {
-    Status s = PRead(f, p, n, off);
+  DCR_RETURN_IF_ERROR(ForEachRun(h, out, [&](const OutputTensor& t, uint64_t off, uint64_t n) {
+    Status s;
+    if (!from_base) {
+      s = PRead(t.file, p, n, t.offset + off);
+    } else if (t.base != nullptr) {
+      std::memcpy(p, t.base + off, n);
+      internal::AdviseDone(t.base + off, n);
+    } else {
+      std::memset(p, 0, n);
+    }
     p += n;
     return s;
   }));
@@ -526,8 +593,8 @@ Status ApplyRecordToFiles(const uint8_t* data, size_t size, const std::vector<Ou
   }));
   h.segments = segments;
   p = scratch.data();
-  DCR_RETURN_IF_ERROR(ForEachRun(h, out, [&](internal::AtomicFile* f, uint64_t off, uint64_t n) {
-    Status s = f->PWrite(p, n, off);
+  DCR_RETURN_IF_ERROR(ForEachRun(h, out, [&](const OutputTensor& t, uint64_t off, uint64_t n) {
+    Status s = t.file->PWrite(p, n, t.offset + off);
     p += n;
     return s;
   }));
@@ -604,9 +671,15 @@ StatusOr<ApplyStats> ApplyDeltaFile(const std::string& base_path, const std::str
   }
   uint64_t tensor_bytes = 0;
   for (const TensorInfo& t : inv.tensors) tensor_bytes += t.nbytes;
+  std::vector<bool> fused;
+  std::vector<Span> spans;
+  FusedChunks(*delta, shapes, &fused, &spans);
   if (!no_base) {
+    // The phase counts every tensor byte; the fused chunks' ranges, which the apply pass takes
+    // from the base, are counted at its start.
     internal::PhaseProgress progress(options.progress, "copy base", tensor_bytes);
-    DCR_RETURN_IF_ERROR(CopyBaseTensors(out, options.threads, &progress));
+    for (const Span& sp : spans) progress.Add(sp.end - sp.begin);
+    DCR_RETURN_IF_ERROR(CopyBaseTensors(out, spans, options.threads, &progress));
     progress.Finish();
   }
   // Starting hash: the base's (verified above) or, without a base, the identity terms alone (a
@@ -623,20 +696,30 @@ StatusOr<ApplyStats> ApplyDeltaFile(const std::string& base_path, const std::str
   uint64_t chunk_bytes = 0;
   for (size_t i = 0; i < delta->num_chunks(); ++i) chunk_bytes += delta->chunk_size(i);
   internal::PhaseProgress progress(options.progress, "apply", chunk_bytes);
-  internal::ParallelFor(delta->num_chunks(), options.threads, [&](uint64_t i) {
-    uint64_t k = 0;
-    Hash128 d;
-    Status s = ApplyRecordToFiles(delta->chunk_data(i), delta->chunk_size(i), out, shapes, &k, &d);
-    if (s.ok()) progress.Add(delta->chunk_size(i));
-    std::lock_guard<std::mutex> lock(mu);
-    if (s.ok()) {
-      changes += k;
-      HashAdd(&moved, d);
-      return true;
-    }
-    if (first_error.ok()) first_error = s.WithContext("chunk table entry " + std::to_string(i));
-    return false;
-  });
+  // The fused chunks first (they write ranges no other chunk was found to cover), then the rest,
+  // which read their covered elements back from the output as the base copy and the fused chunks
+  // left it.
+  std::vector<uint64_t> order[2];
+  for (uint64_t i = 0; i < delta->num_chunks(); ++i) order[fused[i] ? 0 : 1].push_back(i);
+  for (int pass = 0; pass < 2 && first_error.ok(); ++pass) {
+    const std::vector<uint64_t>& chunks = order[pass];
+    internal::ParallelFor(chunks.size(), options.threads, [&](uint64_t j) {
+      const uint64_t i = chunks[j];
+      uint64_t k = 0;
+      Hash128 d;
+      Status s = ApplyRecordToFiles(delta->chunk_data(i), delta->chunk_size(i), out, shapes,
+                                    pass == 0, &k, &d);
+      if (s.ok()) progress.Add(delta->chunk_size(i));
+      std::lock_guard<std::mutex> lock(mu);
+      if (s.ok()) {
+        changes += k;
+        HashAdd(&moved, d);
+        return true;
+      }
+      if (first_error.ok()) first_error = s.WithContext("chunk table entry " + std::to_string(i));
+      return false;
+    });
+  }
   DCR_RETURN_IF_ERROR(first_error);
   progress.Finish();
   Hash128 result = start;
