@@ -1,7 +1,7 @@
 // Applying decoded chunks to storage.
 //
-// An Applier owns a destination for canonical elements. The offline applier (BufferApplier) holds
-// one mutable buffer per inventory tensor (e.g. a mapped output file). Serving runtimes implement
+// An Applier owns a destination for canonical elements. BufferApplier holds one mutable buffer per
+// inventory tensor (host memory). Serving runtimes implement
 // Applier over their own storage and placement maps (receiver side), CUDA over device memory.
 //
 // Chunk application is atomic per chunk: for relative payloads (XOR, ulp) the current bits at the
@@ -97,6 +97,12 @@ struct ApplyStats {
 // content hash differs from the delta's base_hash (kFailedPrecondition) and leaves no output on
 // any error. The result is proven by the incremental content hash (and, with verify_full, a full
 // rehash) matching the delta's target_hash.
+// Memory: base and delta are read through read-only mappings; the output is allocated in full
+// first (a full filesystem is kResourceExhausted) and written with pwrite, never through a
+// writable mapping. Anonymous memory is a per-thread buffer of the largest chunk's covered
+// elements plus its decoded streams (about (3 x width + 2) x chunk_elems bytes), not the
+// checkpoint: core/docs/large-checkpoints.md. A chunk covering over 1 GiB is refused
+// (kResourceExhausted).
 StatusOr<ApplyStats> ApplyDeltaFile(const std::string& base_path, const std::string& delta_path,
                                     const std::string& out_path, const ApplyOptions& options);
 
