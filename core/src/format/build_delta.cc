@@ -198,9 +198,12 @@ Status DeltaBuilder::Bind() {
   }
   // Both checkpoints are read once, window by window, in grid order: sequential reads whose
   // pages are marked done after each window (BuildWindow), so checkpoints larger than memory are
-  // diffed with a bounded working set.
-  internal::AdviseSequential(target_.file_data(), target_.file_size());
-  if (!options_.full) internal::AdviseSequential(base_->file_data(), base_->file_size());
+  // diffed with a bounded working set. Advised per tensor: a checkpoint's tensors may lie in
+  // several files.
+  for (size_t i = 0; i < inv_.tensors.size(); ++i) {
+    internal::AdviseSequential(target_ptr_[i], inv_.tensors[i].nbytes);
+    if (!options_.full) internal::AdviseSequential(base_ptr_[i], inv_.tensors[i].nbytes);
+  }
   stats_.tensors.resize(inv_.tensors.size());
   for (size_t i = 0; i < inv_.tensors.size(); ++i) {
     stats_.tensors[i].name = inv_.tensors[i].name;
