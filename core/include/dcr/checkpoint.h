@@ -24,9 +24,11 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dcr/dtype.h"
+#include "dcr/progress.h"
 #include "dcr/status.h"
 #include "dcr/statusor.h"
 
@@ -136,6 +138,9 @@ class Checkpoint {
   // Content hash of the checkpoint (hash.h ContentHash over all tensors). Computed once, cached;
   // uses `threads` worker threads (0 = hardware concurrency). Thread-compatible, not thread-safe.
   Hash128 ContentHash(int threads = 0) const;
+  // The same, reporting the tensor bytes hashed to `progress` (dcr/progress.h) as phase `phase`
+  // (static storage), about every 256 MiB; a cached hash reports its total at once.
+  Hash128 ContentHash(int threads, const ProgressCallback& progress, std::string_view phase) const;
 
  private:
   struct Mapping {

@@ -69,9 +69,9 @@ struct DeltaOptions {
   // Zero = compute it.
   Hash128 known_base_hash;
   // Progress (dcr/progress.h), called on BuildDelta's thread: phase "hash base" (the base's
-  // tensor bytes; only when its hash is computed), then "diff" (or "encode" with full: the
-  // target's tensor bytes scanned, once per build window), then "hash target" with full. Empty
-  // (the default) = none.
+  // tensor bytes, about every 256 MiB; not with known_base_hash), then "diff" (or "encode" with
+  // full: the target's tensor bytes scanned, once per build window), then "hash target" with
+  // full. Empty (the default) = none.
   ProgressCallback progress;
 };
 

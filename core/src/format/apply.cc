@@ -627,9 +627,7 @@ StatusOr<ApplyStats> ApplyDeltaFile(const std::string& base_path, const std::str
     // Read once front to back (the hash, then the copy): sequential, marked done as it goes.
     for (const TensorInfo& t : base->tensors()) internal::AdviseSequential(base->data(t), t.nbytes);
     if (options.verify_base) {
-      internal::PhaseProgress progress(options.progress, "hash base", base->total_tensor_bytes());
-      Hash128 bh = base->ContentHash(options.threads);
-      progress.Finish();
+      Hash128 bh = base->ContentHash(options.threads, options.progress, "hash base");
       if (bh != fh.base_hash) {
         return FailedPreconditionError("base " + base_path + " has content hash " + bh.ToHex() +
                                        " but the delta was built for " + fh.base_hash.ToHex());

@@ -226,9 +226,7 @@ Status DeltaBuilder::EmitHeader() {
     if (options_.known_base_hash != Hash128{}) {
       fh.base_hash = options_.known_base_hash;
     } else {
-      internal::PhaseProgress progress(options_.progress, "hash base", base_->total_tensor_bytes());
-      fh.base_hash = base_->ContentHash(options_.threads);
-      progress.Finish();
+      fh.base_hash = base_->ContentHash(options_.threads, options_.progress, "hash base");
     }
   }
   inv_.ToHeader(&fh);
@@ -418,9 +416,7 @@ Status DeltaBuilder::BuildWindow(uint64_t begin, uint64_t end) {
 
 Status DeltaBuilder::EmitTrailer() {
   if (options_.full) {
-    internal::PhaseProgress progress(options_.progress, "hash target", stats_.dense_bytes);
-    target_hash_ = target_.ContentHash(options_.threads);
-    progress.Finish();
+    target_hash_ = target_.ContentHash(options_.threads, options_.progress, "hash target");
   }
   trailer_.target_hash = target_hash_;
   std::vector<uint8_t> tb = SerializeTrailer(trailer_, offset_);

@@ -21,6 +21,7 @@
 #include "dcr/status_macros.h"
 #include "internal/atomic_file.h"
 #include "internal/mapped_file.h"
+#include "internal/phase_progress.h"
 #include "internal/safetensors.h"
 
 namespace dcr {
@@ -504,7 +505,11 @@ uint64_t Checkpoint::total_tensor_bytes() const {
   return s;
 }
 
-Hash128 Checkpoint::ContentHash(int threads) const {
+Hash128 Checkpoint::ContentHash(int threads) const { return ContentHash(threads, nullptr, "hash"); }
+
+Hash128 Checkpoint::ContentHash(int threads, const ProgressCallback& progress_callback,
+                                std::string_view phase) const {
+  internal::PhaseProgress progress(progress_callback, phase, total_tensor_bytes());
   if (!hash_valid_) {
     // In groups of about kGroupBytes in file order, each group's bytes marked done once hashed
     // (internal::AdviseDone): a checkpoint larger than memory is hashed with a bounded working
@@ -518,6 +523,7 @@ Hash128 Checkpoint::ContentHash(int threads) const {
       HashAdd(&total, ContentHashOf(views, threads));
       for (const TensorView& v : views) internal::AdviseDone(v.data, v.nbytes);
       views.clear();
+      progress.Add(group_bytes);
       group_bytes = 0;
     };
     for (const auto& t : tensors_) {
@@ -529,6 +535,7 @@ Hash128 Checkpoint::ContentHash(int threads) const {
     hash_ = total;
     hash_valid_ = true;
   }
+  progress.Finish();
   return hash_;
 }
 
