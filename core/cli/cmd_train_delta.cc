@@ -2,6 +2,7 @@
 // layout description, merged into one delta per step.
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -27,6 +28,7 @@ struct TrainDeltaArgs {
   uint64_t chunk_elems = uint64_t{1} << 22;
   int level = 1, threads = 0;
   bool write_shards = false, verify = false, json = false;
+  uint64_t shard_bytes = 0;  // > 0: checkpoints as Hugging Face shard directories
 };
 
 // A YAML map of layout keys (tp: 2, dist_opt: true, ...) as the "k=v,..." form.
@@ -47,6 +49,26 @@ StatusOr<std::string> LayoutFromYaml(const std::string& path) {
     text += kv.first.as<std::string>("") + "=" + v + ",";
   }
   return text;
+}
+
+// Whether two checkpoints (files, or directories of files) hold the same bytes.
+StatusOr<bool> SameFiles(const std::string& a, const std::string& b) {
+  if (!std::filesystem::is_directory(a)) {
+    DCR_ASSIGN_OR_RETURN(auto x, ReadFile(a));
+    DCR_ASSIGN_OR_RETURN(auto y, ReadFile(b));
+    return x == y;
+  }
+  std::vector<std::string> na, nb;
+  for (const auto& e : std::filesystem::directory_iterator(a)) na.push_back(e.path().filename());
+  for (const auto& e : std::filesystem::directory_iterator(b)) nb.push_back(e.path().filename());
+  std::sort(na.begin(), na.end());
+  std::sort(nb.begin(), nb.end());
+  if (na != nb) return false;
+  for (const std::string& n : na) {
+    DCR_ASSIGN_OR_RETURN(bool same, SameFiles(a + "/" + n, b + "/" + n));
+    if (!same) return false;
+  }
+  return true;
 }
 
 Status WriteRankShards(const TrainStructure& s, const ShardSet& set, const std::string& dir) {
@@ -97,9 +119,20 @@ Status Run(const TrainDeltaArgs& a) {
   o.chunk_elems = a.chunk_elems;
   o.zstd_level = a.level;
   o.threads = a.threads;
+  o.shard_bytes = a.shard_bytes;
   DCR_ASSIGN_OR_RETURN(auto builder, TrainDeltaBuilder::Create(s, map, ex, state->shards(), o));
-  const std::string base_path = a.out + "/step0.safetensors";
-  DCR_RETURN_IF_ERROR(ex->ExportFile(ShardSetReader(*s, state->shards()), base_path, a.threads));
+  // The exporter's checkpoint: one file, or a shard directory with --shard-bytes.
+  const bool sharded = a.shard_bytes > 0;
+  auto ckpt_path = [&](const std::string& stem) {
+    return a.out + "/" + stem + (sharded ? "" : ".safetensors");
+  };
+  auto export_to = [&](const std::string& path) {
+    return sharded ? ex->ExportDirectory(ShardSetReader(*s, state->shards()), path, a.shard_bytes,
+                                         a.threads)
+                   : ex->ExportFile(ShardSetReader(*s, state->shards()), path, a.threads);
+  };
+  const std::string base_path = ckpt_path("step0");
+  DCR_RETURN_IF_ERROR(export_to(base_path));
   if (a.write_shards) DCR_RETURN_IF_ERROR(WriteRankShards(*s, state->shards(), a.out + "/shards/step0"));
   const MapStats& ms = map->stats();
   if (!a.json) {
@@ -134,16 +167,15 @@ Status Run(const TrainDeltaArgs& a) {
     }
     bool verified = false;
     if (a.verify) {
-      const std::string want = a.out + "/step" + std::to_string(k) + ".safetensors";
-      const std::string got = a.out + "/step" + std::to_string(k) + ".applied.safetensors";
-      DCR_RETURN_IF_ERROR(ex->ExportFile(ShardSetReader(*s, state->shards()), want, a.threads));
+      const std::string want = ckpt_path("step" + std::to_string(k));
+      const std::string got = ckpt_path("step" + std::to_string(k) + ".applied");
+      DCR_RETURN_IF_ERROR(export_to(want));
       ApplyOptions ao;
       ao.threads = a.threads;
       DCR_RETURN_IF_ERROR(ApplyDeltaFile(prev_path, delta_path, got, ao).status());
-      DCR_ASSIGN_OR_RETURN(auto x, ReadFile(want));
-      DCR_ASSIGN_OR_RETURN(auto y, ReadFile(got));
-      std::filesystem::remove(got);
-      if (x != y) {
+      DCR_ASSIGN_OR_RETURN(bool same, SameFiles(want, got));
+      std::filesystem::remove_all(got);
+      if (!same) {
         return InternalError("step " + std::to_string(k) +
                              ": applied delta differs from the exporter's checkpoint");
       }
@@ -212,6 +244,9 @@ DCR_REGISTER_COMMAND(
       app->add_option("--threads", a->threads, "Worker threads (0 = all cores)")->capture_default_str();
       app->add_flag("--write-shards", a->write_shards,
                     "Also write every rank's buffers per step to OUT/shards/step{k}/rank{r}.safetensors");
+      app->add_option("--shard-bytes", a->shard_bytes,
+                      "Export every step as a Hugging Face shard directory OUT/step{k}/ (shards of at "
+                      "most N bytes, and the index); the deltas then name those files");
       app->add_flag("--verify", a->verify,
                     "Export step{k}.safetensors and check apply(step{k-1}, delta) equals it byte for byte");
       app->add_flag("--json", a->json, "One JSON object on stdout");

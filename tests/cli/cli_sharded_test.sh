@@ -89,4 +89,13 @@ scenario "$tmp/full.yaml" full "$s0" "$s1"
 has run-full-sharded-says "$tmp/err.txt" "$s1 is a sharded checkpoint"
 has run-full-sharded-way-out "$tmp/err.txt" "methods: [delta]"
 [ -z "$(find "$tmp/work" -name 'node-*.log' 2>/dev/null)" ]; check run-full-no-node-started 0 $?
+
+# The training side: per-rank deltas whose target is the exporter's shard directory.
+"$dcr" train-delta --preset tiny --layout tp=2,pp=2,dp=2,dist_opt=1 --steps 2 -o "$tmp/td" \
+  --verify --shard-bytes 3000000 > "$tmp/td.txt" 2>&1; check train-delta-sharded 0 $?
+has train-delta-sharded-verified "$tmp/td.txt" "step 2: $tmp/td/step2.dcr"
+has train-delta-sharded-bit-exact "$tmp/td.txt" "verified bit-exact against the exporter"
+[ "$(ls "$tmp/td/step2" | grep -c 'safetensors$')" -ge 3 ]; check train-delta-three-shards 0 $?
+"$dcr" apply "$tmp/td/step1" "$tmp/td/step2.dcr" -o "$tmp/td/out2" -q; check train-delta-apply 0 $?
+"$dcr" verify "$tmp/td/out2" "$tmp/td/step2" > "$tmp/o.txt"; check train-delta-verify 0 $?
 exit $fail

@@ -203,6 +203,17 @@ std::vector<uint8_t> SafetensorsImage(const std::vector<TensorView>& tensors,
 Status WriteSafetensors(const std::string& path, const std::vector<TensorView>& tensors,
                         const std::map<std::string, std::string>& metadata = {});
 
+// How WriteShardedCheckpoint splits `tensors` (only names and nbytes are read): shard k holds
+// tensors [ranges[k].first, ranges[k].second) under names[k]; index_json is the index file's
+// bytes. kInvalidArgument for no tensors or a name given twice.
+struct ShardedLayout {
+  std::vector<std::string> names;
+  std::vector<std::pair<size_t, size_t>> ranges;
+  std::string index_json;
+};
+StatusOr<ShardedLayout> PlanShardedCheckpoint(const std::vector<TensorView>& tensors,
+                                              uint64_t max_shard_bytes);
+
 // Writes a sharded checkpoint as Hugging Face lays it out: tensors in the given order, a new
 // shard file whenever the next tensor would take the current one past `max_shard_bytes` (a
 // tensor larger than that gets a shard of its own), files

@@ -183,6 +183,9 @@ class Exporter {
   // A safetensors file image / file of the canonical checkpoint.
   StatusOr<std::vector<uint8_t>> ExportFileImage(const ShardReader& shards, int threads = 0) const;
   Status ExportFile(const ShardReader& shards, const std::string& path, int threads = 0) const;
+  // The same checkpoint as a Hugging Face shard directory (WriteShardedCheckpoint).
+  Status ExportDirectory(const ShardReader& shards, const std::string& dir, uint64_t shard_bytes,
+                         int threads = 0) const;
   const TrainStructure& structure() const { return *s_; }
 
  private:
@@ -251,6 +254,10 @@ struct TrainDeltaOptions {
   int zstd_level = 1;
   int threads = 0;  // 0 = hardware concurrency; never changes the output
   ValuePolicy value_policy = ValuePolicy::kAuto;  // affine chunks; residual chunks are absolute
+  // 0: the target is the exporter's single safetensors file. > 0: the exporter's checkpoint as a
+  // shard directory split at this many bytes (Exporter::ExportDirectory, PlanShardedCheckpoint);
+  // the delta's header names those files and the index, so applying it writes that directory.
+  uint64_t shard_bytes = 0;
 };
 
 // Output of one work unit (one rank's contribution to a delta).
@@ -321,7 +328,8 @@ class TrainDeltaBuilder {
   TrainDeltaOptions options_;
   std::vector<Unit> units_;
   std::vector<uint64_t> salts_;
-  std::string inventory_json_;
+  std::string inventory_json_;  // the exporter's single-file header
+  FileHeader target_;           // files and index of the target (its other fields unused)
   Hash128 base_hash_;
   uint64_t version_ = 0;
 };

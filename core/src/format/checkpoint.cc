@@ -646,42 +646,51 @@ std::vector<uint8_t> SafetensorsImage(const std::vector<TensorView>& tensors,
   return out;
 }
 
-Status WriteShardedCheckpoint(const std::string& dir, const std::vector<TensorView>& tensors,
-                              uint64_t max_shard_bytes,
-                              const std::map<std::string, std::string>& metadata) {
+StatusOr<ShardedLayout> PlanShardedCheckpoint(const std::vector<TensorView>& tensors,
+                                              uint64_t max_shard_bytes) {
   if (tensors.empty()) return InvalidArgumentError("a sharded checkpoint needs at least one tensor");
-  // Shards: consecutive tensors while they fit.
-  std::vector<std::pair<size_t, size_t>> shards;  // [begin, end) into tensors
+  ShardedLayout out;
   uint64_t bytes = 0, total = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    if (shards.empty() || (bytes > 0 && bytes + tensors[i].nbytes > max_shard_bytes)) {
-      shards.emplace_back(i, i);
+    if (out.ranges.empty() || (bytes > 0 && bytes + tensors[i].nbytes > max_shard_bytes)) {
+      out.ranges.emplace_back(i, i);
       bytes = 0;
     }
-    shards.back().second = i + 1;
+    out.ranges.back().second = i + 1;
     bytes += tensors[i].nbytes;
     total += tensors[i].nbytes;
   }
-  DCR_ASSIGN_OR_RETURN(auto out, internal::AtomicDirectory::Create(dir));
   std::map<std::string, std::string> weight_map;
-  for (size_t k = 0; k < shards.size(); ++k) {
+  for (size_t k = 0; k < out.ranges.size(); ++k) {
     char name[64];
-    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", k + 1, shards.size());
-    std::vector<TensorView> part(tensors.begin() + static_cast<std::ptrdiff_t>(shards[k].first),
-                                 tensors.begin() + static_cast<std::ptrdiff_t>(shards[k].second));
-    for (const TensorView& t : part) {
-      if (!weight_map.emplace(t.name, name).second) {
-        return InvalidArgumentError("tensor '" + t.name + "' given twice");
+    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", k + 1, out.ranges.size());
+    out.names.push_back(name);
+    for (size_t i = out.ranges[k].first; i < out.ranges[k].second; ++i) {
+      if (!weight_map.emplace(tensors[i].name, name).second) {
+        return InvalidArgumentError("tensor '" + tensors[i].name + "' given twice");
       }
     }
-    DCR_RETURN_IF_ERROR(WriteSafetensors(out->FilePath(name), part, metadata));
   }
   nlohmann::ordered_json index;
   index["metadata"] = {{"total_size", total}};
   index["weight_map"] = nlohmann::ordered_json::object();
   for (const auto& [t, f] : weight_map) index["weight_map"][t] = f;
-  const std::string text = index.dump(2) + "\n";
-  DCR_RETURN_IF_ERROR(WriteFileAtomic(out->FilePath(kIndexFileName), text.data(), text.size()));
+  out.index_json = index.dump(2) + "\n";
+  return out;
+}
+
+Status WriteShardedCheckpoint(const std::string& dir, const std::vector<TensorView>& tensors,
+                              uint64_t max_shard_bytes,
+                              const std::map<std::string, std::string>& metadata) {
+  DCR_ASSIGN_OR_RETURN(ShardedLayout layout, PlanShardedCheckpoint(tensors, max_shard_bytes));
+  DCR_ASSIGN_OR_RETURN(auto out, internal::AtomicDirectory::Create(dir));
+  for (size_t k = 0; k < layout.names.size(); ++k) {
+    std::vector<TensorView> part(tensors.begin() + static_cast<std::ptrdiff_t>(layout.ranges[k].first),
+                                 tensors.begin() + static_cast<std::ptrdiff_t>(layout.ranges[k].second));
+    DCR_RETURN_IF_ERROR(WriteSafetensors(out->FilePath(layout.names[k]), part, metadata));
+  }
+  DCR_RETURN_IF_ERROR(WriteFileAtomic(out->FilePath(kIndexFileName), layout.index_json.data(),
+                                      layout.index_json.size()));
   return out->Commit();
 }
 

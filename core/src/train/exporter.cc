@@ -41,4 +41,10 @@ Status Exporter::ExportFile(const ShardReader& shards, const std::string& path, 
   return WriteSafetensors(path, Views(structure().canonical(), data.data()));
 }
 
+Status Exporter::ExportDirectory(const ShardReader& shards, const std::string& dir,
+                                 uint64_t shard_bytes, int threads) const {
+  DCR_ASSIGN_OR_RETURN(std::vector<uint8_t> data, ExportAll(shards, threads));
+  return WriteShardedCheckpoint(dir, Views(structure().canonical(), data.data()), shard_bytes);
+}
+
 }  // namespace dcr

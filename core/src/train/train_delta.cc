@@ -220,8 +220,22 @@ StatusOr<std::unique_ptr<TrainDeltaBuilder>> TrainDeltaBuilder::Create(
   for (const auto& t : canon) bld->salts_.push_back(TensorSalt(t.name));
   {
     std::vector<uint64_t> offs;
-    const std::string h = BuildSafetensorsHeader(HeaderViews(canon), {}, &offs);
+    const std::vector<TensorView> views = HeaderViews(canon);
+    const std::string h = BuildSafetensorsHeader(views, {}, &offs);
     bld->inventory_json_ = h.substr(8);
+    bld->target_.SetSingleFile(bld->inventory_json_);
+    if (options.shard_bytes > 0) {
+      DCR_ASSIGN_OR_RETURN(ShardedLayout layout, PlanShardedCheckpoint(views, options.shard_bytes));
+      bld->target_.files.clear();
+      for (size_t k = 0; k < layout.names.size(); ++k) {
+        std::vector<TensorView> part(views.begin() + static_cast<std::ptrdiff_t>(layout.ranges[k].first),
+                                     views.begin() + static_cast<std::ptrdiff_t>(layout.ranges[k].second));
+        bld->target_.files.push_back(
+            TargetFile{layout.names[k], BuildSafetensorsHeader(part, {}, nullptr).substr(8)});
+      }
+      bld->target_.index_name = kIndexFileName;
+      bld->target_.index = layout.index_json;
+    }
   }
   const int dp = s->layout().dp;
   const auto& pieces = map->pieces();
@@ -493,7 +507,9 @@ StatusOr<TrainDeltaStats> TrainDeltaBuilder::Merge(std::vector<UnitDelta> units,
   fh.base_version = version_;
   fh.base_hash = base_hash_;
   fh.target_version = version_ + 1;
-  fh.SetSingleFile(inventory_json_);
+  fh.files = target_.files;
+  fh.index_name = target_.index_name;
+  fh.index = target_.index;
   fh.chunk_elems = options_.chunk_elems;
   const std::vector<uint8_t> hb = SerializeFileHeader(fh);
   DCR_RETURN_IF_ERROR(sink->OnHeader(hb));
