@@ -77,12 +77,44 @@ bool EndsWith(const std::string& s, const char* suffix) {
 // Upper bound on the shards of one checkpoint (the largest public checkpoints have ~200).
 constexpr size_t kMaxShards = 100000;
 
+// Parses JSON text refusing duplicate keys in any object (nlohmann keeps the last of them, so a
+// duplicate would silently replace the first). kDataLoss: "malformed <what>: ..." or "<whose>
+// names 'key' twice".
+Status ParseJsonStrict(const char* text, size_t n, const char* what, const char* whose,
+                       nlohmann::json* out) {
+  std::vector<std::set<std::string>> keys;  // one set per open object
+  std::string duplicate;
+  auto callback = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    using E = nlohmann::json::parse_event_t;
+    if (event == E::object_start) {
+      keys.emplace_back();
+    } else if (event == E::object_end) {
+      if (!keys.empty()) keys.pop_back();
+    } else if (event == E::key && !keys.empty() && duplicate.empty()) {
+      std::string k = parsed.get<std::string>();
+      if (!keys.back().insert(k).second) duplicate = k;
+    }
+    return true;
+  };
+  try {
+    *out = nlohmann::json::parse(text, text + n, callback);
+  } catch (const std::exception& e) {
+    return DataLossError(std::string("malformed ") + what + ": " + e.what());
+  }
+  if (!duplicate.empty()) return DataLossError(std::string(whose) + " names '" + duplicate + "' twice");
+  return Status::OK();
+}
+
+}  // namespace
+
+namespace internal {
+
 bool IsPlainFileName(const std::string& n) {
   return !n.empty() && n.size() <= 255 && n.find('/') == std::string::npos &&
          n.find('\0') == std::string::npos && n[0] != '.';
 }
 
-}  // namespace
+}  // namespace internal
 
 StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& path) {
   std::unique_ptr<Checkpoint> ck(new Checkpoint());
@@ -236,27 +268,9 @@ Status Checkpoint::BuildIndex() {
 }
 
 StatusOr<ShardIndex> ParseShardIndex(const std::string& json) {
-  std::vector<std::set<std::string>> keys;
-  std::string duplicate;
-  auto callback = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    using E = nlohmann::json::parse_event_t;
-    if (event == E::object_start) {
-      keys.emplace_back();
-    } else if (event == E::object_end) {
-      if (!keys.empty()) keys.pop_back();
-    } else if (event == E::key && !keys.empty() && duplicate.empty()) {
-      std::string k = parsed.get<std::string>();
-      if (!keys.back().insert(k).second) duplicate = k;
-    }
-    return true;
-  };
   nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(json.begin(), json.end(), callback);
-  } catch (const std::exception& e) {
-    return DataLossError(std::string("malformed checkpoint index JSON: ") + e.what());
-  }
-  if (!duplicate.empty()) return DataLossError("checkpoint index names '" + duplicate + "' twice");
+  DCR_RETURN_IF_ERROR(ParseJsonStrict(json.data(), json.size(), "checkpoint index JSON",
+                                      "checkpoint index", &j));
   if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object()) {
     return DataLossError("checkpoint index has no \"weight_map\" object");
   }
@@ -267,7 +281,7 @@ StatusOr<ShardIndex> ParseShardIndex(const std::string& json) {
       return DataLossError("checkpoint index: weight_map entry '" + it.key() + "' is not a file name");
     }
     std::string f = it.value().get<std::string>();
-    if (!IsPlainFileName(f)) {
+    if (!internal::IsPlainFileName(f)) {
       return InvalidArgumentError("checkpoint index maps tensor '" + it.key() + "' to '" + f +
                                   "', which is not a plain file name in the checkpoint directory");
     }
@@ -308,31 +322,9 @@ namespace internal {
 Status ParseSafetensorsJson(const char* json, size_t n, uint64_t data_size,
                             std::vector<TensorInfo>* tensors,
                             std::map<std::string, std::string>* metadata, uint64_t* data_end) {
-  // JSON keeps the last of duplicate keys: a second tensor of the same name (or a second
-  // "dtype" in one tensor) would silently replace the first. Every object's keys are checked.
-  std::vector<std::set<std::string>> keys;  // one set per open object
-  std::string duplicate;
-  auto callback = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    using E = nlohmann::json::parse_event_t;
-    if (event == E::object_start) {
-      keys.emplace_back();
-    } else if (event == E::object_end) {
-      if (!keys.empty()) keys.pop_back();
-    } else if (event == E::key && !keys.empty() && duplicate.empty()) {
-      std::string k = parsed.get<std::string>();
-      if (!keys.back().insert(k).second) duplicate = k;
-    }
-    return true;
-  };
+  // A second tensor of the same name (or a second "dtype" in one tensor) is refused, not kept.
   nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(json, json + n, callback);
-  } catch (const std::exception& e) {
-    return DataLossError(std::string("malformed safetensors JSON header: ") + e.what());
-  }
-  if (!duplicate.empty()) {
-    return DataLossError("safetensors header names '" + duplicate + "' twice");
-  }
+  DCR_RETURN_IF_ERROR(ParseJsonStrict(json, n, "safetensors JSON header", "safetensors header", &j));
   if (!j.is_object()) return DataLossError("safetensors header is not a JSON object");
   tensors->clear();
   metadata->clear();

@@ -32,11 +32,6 @@ void SortByName(Inventory* inv) {
   for (const auto& t : inv->tensors) inv->salts.push_back(TensorSalt(t.name));
 }
 
-bool IsPlainName(const std::string& n) {
-  return !n.empty() && n.size() <= 255 && n.find('/') == std::string::npos &&
-         n.find('\0') == std::string::npos && n[0] != '.';
-}
-
 }  // namespace
 
 StatusOr<Inventory> Inventory::Parse(const std::string& json) {
@@ -52,7 +47,7 @@ StatusOr<Inventory> Inventory::FromHeader(const FileHeader& header) {
   std::set<std::string> names;
   for (size_t i = 0; i < header.files.size(); ++i) {
     const TargetFile& f = header.files[i];
-    if (sharded && !IsPlainName(f.name)) {
+    if (sharded && !internal::IsPlainFileName(f.name)) {
       return DataLossError("delta header: target file name '" + f.name +
                            "' is not a plain file name");
     }
@@ -82,7 +77,7 @@ StatusOr<Inventory> Inventory::FromHeader(const FileHeader& header) {
     }
   }
   if (!header.index_name.empty()) {
-    if (!sharded || !IsPlainName(header.index_name)) {
+    if (!sharded || !internal::IsPlainFileName(header.index_name)) {
       return DataLossError("delta header: an index file '" + header.index_name +
                            "' needs a sharded target and a plain file name");
     }

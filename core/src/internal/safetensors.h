@@ -26,6 +26,11 @@ Status ParseSafetensorsJson(const char* json, size_t n, uint64_t data_size,
                             std::vector<TensorInfo>* tensors,
                             std::map<std::string, std::string>* metadata, uint64_t* data_end);
 
+// A name a checkpoint directory may hold as a shard or index: not empty, at most 255 bytes, no '/'
+// or NUL, not hidden (so also not "." or ".."). Shard names from an index or a delta header are
+// checked with it, so that no name leads out of the directory.
+bool IsPlainFileName(const std::string& name);
+
 }  // namespace dcr::internal
 
 #endif  // DCR_CORE_SRC_INTERNAL_SAFETENSORS_H_
