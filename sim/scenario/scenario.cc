@@ -4,6 +4,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <fstream>
@@ -222,6 +223,19 @@ class MapReader {
     DCR_ASSIGN_OR_RETURN(*out, ParseDuration(n.as<std::string>(), Path(key)));
     return OkStatus();
   }
+  // A device name (kDeviceNames).
+  Status Device(const std::string& key, std::string* out) const {
+    YAML::Node n = node_[key];
+    if (!n) return OkStatus();
+    std::string s = n.IsScalar() ? n.as<std::string>() : "";
+    for (const char* name : kDeviceNames) {
+      if (s == name) {
+        *out = s;
+        return OkStatus();
+      }
+    }
+    return InvalidArgumentError(Path(key) + ": unknown device '" + s + "' (cpu, host, cuda)");
+  }
   // A scalar or a sequence of scalars.
   Status StrList(const std::string& key, std::vector<std::string>* out) const {
     YAML::Node n = node_[key];
@@ -410,8 +424,8 @@ Status ParseTop(const YAML::Node& root, Scenario* s) {
   MapReader top(root, "");
   DCR_RETURN_IF_ERROR(top.Init({"name", "description", "mode", "model", "change_rate",
                                 "change_rates", "steps", "methods", "delta", "training",
-                                "serving", "transport", "receivers", "network", "sim", "timeout",
-                                "progress", "faults"}));
+                                "serving", "transport", "receivers", "sender", "network", "sim",
+                                "timeout", "progress", "faults"}));
   DCR_RETURN_IF_ERROR(top.Str("name", &s->name));
   DCR_RETURN_IF_ERROR(top.Str("description", &s->description));
   std::string mode = "real";
@@ -504,12 +518,35 @@ Status ParseTop(const YAML::Node& root, Scenario* s) {
       DCR_RETURN_IF_ERROR(top.Int("receivers", &s->receivers.count, 1, 1 << 20));
     } else {
       MapReader r(n, "receivers");
-      DCR_RETURN_IF_ERROR(r.Init({"count", "per_node", "apply_threads", "verify"}));
+      DCR_RETURN_IF_ERROR(r.Init(
+          {"count", "per_node", "apply_threads", "verify", "device", "devices"}));
       DCR_RETURN_IF_ERROR(r.Int("count", &s->receivers.count, 1, 1 << 20));
       DCR_RETURN_IF_ERROR(r.Int("per_node", &s->receivers.per_node, 1, 1024));
       DCR_RETURN_IF_ERROR(r.Int("apply_threads", &s->receivers.apply_threads, 1, 1024));
       DCR_RETURN_IF_ERROR(r.Bool("verify", &s->receivers.verify));
+      DCR_RETURN_IF_ERROR(r.Device("device", &s->receivers.device));
+      if (r.Has("devices")) {
+        std::vector<std::string> devices;
+        DCR_RETURN_IF_ERROR(r.StrList("devices", &devices));
+        if (devices.empty()) return InvalidArgumentError("receivers.devices: empty list");
+        s->receivers.devices.clear();
+        for (size_t i = 0; i < devices.size(); ++i) {
+          char* end = nullptr;
+          const long v = std::strtol(devices[i].c_str(), &end, 10);
+          if (devices[i].empty() || *end != '\0' || v < 0 || v > 1023) {
+            return InvalidArgumentError("receivers.devices[" + std::to_string(i) +
+                                        "]: expected a device index in [0, 1023], got '" +
+                                        devices[i] + "'");
+          }
+          s->receivers.devices.push_back(static_cast<int>(v));
+        }
+      }
     }
+  }
+  if (top.Has("sender")) {
+    MapReader r(top.Get("sender"), "sender");
+    DCR_RETURN_IF_ERROR(r.Init({"device"}));
+    DCR_RETURN_IF_ERROR(r.Device("device", &s->sender.device));
   }
   DCR_RETURN_IF_ERROR(ParseNetwork(top, s));
   if (top.Has("sim")) {
@@ -578,6 +615,23 @@ Status ValidateScenario(const Scenario& s) {
   if (s.network.long_link.bandwidth_Bps < 0) {
     return InvalidArgumentError("network.long_link.bandwidth: must be >= 0");
   }
+  auto known_device = [](const std::string& d) {
+    return std::find_if(std::begin(kDeviceNames), std::end(kDeviceNames),
+                        [&](const char* n) { return d == n; }) != std::end(kDeviceNames);
+  };
+  if (!known_device(s.receivers.device)) {
+    return InvalidArgumentError("receivers.device: unknown device '" + s.receivers.device +
+                                "' (cpu, host, cuda)");
+  }
+  if (!known_device(s.sender.device)) {
+    return InvalidArgumentError("sender.device: unknown device '" + s.sender.device +
+                                "' (cpu, host, cuda)");
+  }
+  for (size_t i = 0; i < s.receivers.devices.size(); ++i) {
+    if (s.receivers.devices[i] < 0) {
+      return InvalidArgumentError("receivers.devices[" + std::to_string(i) + "]: must be >= 0");
+    }
+  }
   return Status();
 }
 
@@ -622,6 +676,20 @@ StatusOr<Topology> TopologyFor(const Scenario& s) {
                             s.transport.relay_tree.root_fan_out);
   if (!t.ok()) return t.status().WithContext("transport.relay_tree.fan_out");
   return t;
+}
+
+int ReceiverHost(const Scenario& s, int node) {
+  return node <= 0 ? 0 : (node - 1) / std::max(1, s.receivers.per_node);
+}
+
+int ReceiverLocalIndex(const Scenario& s, int node) {
+  return node <= 0 ? 0 : (node - 1) % std::max(1, s.receivers.per_node);
+}
+
+int DeviceIndexFor(const Scenario& s, int local_index) {
+  const std::vector<int>& d = s.receivers.devices;
+  if (d.empty()) return local_index;
+  return d[static_cast<size_t>(local_index) % d.size()];
 }
 
 RelayOptions RelayOptionsFor(const Scenario& s, const std::string& prefix,

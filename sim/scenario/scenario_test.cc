@@ -137,6 +137,63 @@ TEST(Scenario, ErrorsNameTheKey) {
               "network.regions[0].name");
 }
 
+TEST(Scenario, DeviceKeys) {
+  auto d = ParseScenario("model: tiny\n");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->receivers.device, "cpu");
+  EXPECT_EQ(d->sender.device, "cpu");
+  EXPECT_TRUE(d->receivers.devices.empty());
+  auto s = ParseScenario(
+      "model: tiny\nreceivers: {count: 4, per_node: 2, device: cuda, devices: [3, 1]}\n"
+      "sender: {device: host}\n");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->receivers.device, "cuda");
+  EXPECT_EQ(s->sender.device, "host");
+  EXPECT_EQ(s->receivers.devices, (std::vector<int>{3, 1}));
+  auto one = ParseScenario("model: tiny\nreceivers: {device: host, devices: 0}\n");
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->receivers.devices, (std::vector<int>{0}));
+
+  ExpectError("model: tiny\nreceivers: {device: gpu}\n",
+              "receivers.device: unknown device 'gpu' (cpu, host, cuda)");
+  ExpectError("model: tiny\nreceivers: {device: [cuda]}\n", "receivers.device: unknown device");
+  ExpectError("model: tiny\nsender: {device: CUDA}\n", "sender.device: unknown device 'CUDA'");
+  ExpectError("model: tiny\nsender: {devices: [0]}\n", "sender: unknown key 'devices'");
+  ExpectError("model: tiny\nsender: cuda\n", "sender: expected a mapping");
+  ExpectError("model: tiny\nreceivers: {devices: [0, x]}\n",
+              "receivers.devices[1]: expected a device index");
+  ExpectError("model: tiny\nreceivers: {devices: [-1]}\n", "receivers.devices[0]");
+  ExpectError("model: tiny\nreceivers: {devices: []}\n", "receivers.devices: empty list");
+  ExpectError("model: tiny\nreceivers: {devices: [[0]]}\n", "receivers.devices[0]");
+
+  Scenario bad = *d;
+  bad.receivers.device = "tpu";
+  EXPECT_NE(ValidateScenario(bad).message().find("receivers.device"), std::string::npos);
+  bad = *d;
+  bad.sender.device = "";
+  EXPECT_NE(ValidateScenario(bad).message().find("sender.device"), std::string::npos);
+}
+
+TEST(Scenario, DeviceIndexByLocalIndex) {
+  auto s = ParseScenario("model: tiny\nreceivers: {count: 6, per_node: 3, device: cuda}\n");
+  ASSERT_TRUE(s.ok()) << s.status();
+  // Nodes 1..3 on host 0, 4..6 on host 1.
+  EXPECT_EQ(ReceiverHost(*s, 1), 0);
+  EXPECT_EQ(ReceiverHost(*s, 3), 0);
+  EXPECT_EQ(ReceiverHost(*s, 4), 1);
+  EXPECT_EQ(ReceiverLocalIndex(*s, 1), 0);
+  EXPECT_EQ(ReceiverLocalIndex(*s, 3), 2);
+  EXPECT_EQ(ReceiverLocalIndex(*s, 5), 1);
+  EXPECT_EQ(DeviceIndexFor(*s, 2), 2);  // no list: the local index
+  s->receivers.devices = {0};
+  EXPECT_EQ(DeviceIndexFor(*s, 0), 0);
+  EXPECT_EQ(DeviceIndexFor(*s, 2), 0);  // every receiver of the host shares device 0
+  s->receivers.devices = {4, 5};
+  EXPECT_EQ(DeviceIndexFor(*s, 0), 4);
+  EXPECT_EQ(DeviceIndexFor(*s, 1), 5);
+  EXPECT_EQ(DeviceIndexFor(*s, 2), 4);
+}
+
 TEST(Scenario, ShippedScenariosParse) {
   // Every scenario in scenarios/ (the test runs from the source root) must parse.
   DIR* d = opendir("scenarios");

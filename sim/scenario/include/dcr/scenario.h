@@ -108,11 +108,25 @@ struct TransportSpec {
   RelayTreeSpec relay_tree;
 };
 
+// Where a node keeps the weights it diffs or applies (dcr/device.h DeviceKind by name): "cpu" =
+// host memory through the plain host receiver and sender (no device interface); "host" = the
+// device path on the host backend (every device operation run by the CPU over host memory);
+// "cuda" = the CUDA backend. Real mode only; the simulator ignores it.
+inline constexpr const char* kDeviceNames[] = {"cpu", "host", "cuda"};
+
 struct ReceiversSpec {
   int count = 4;
   int per_node = 1;         // receivers sharing a host (sim: GPUs per node)
   int apply_threads = 2;    // parallel chunk applies per receiver
   bool verify = true;       // compare every receiver's bytes with the target after the run
+  std::string device = "cpu";  // "cpu" | "host" | "cuda" (kDeviceNames)
+  // Device indices a host's receivers use: its receiver with local index k (ReceiverLocalIndex)
+  // opens devices[k % devices.size()]. Empty = device k. Ignored with device "cpu".
+  std::vector<int> devices;
+};
+
+struct SenderSpec {
+  std::string device = "cpu";  // "cpu" | "host" | "cuda": where the delta's diff runs
 };
 
 // Fault injection (`faults:` block; docs in scenarios/README.md). For each change rate, `dcr run`
@@ -171,6 +185,7 @@ struct Scenario {
   ServingLayout serving;
   TransportSpec transport;
   ReceiversSpec receivers;
+  SenderSpec sender;
   NetworkSpec network;
   FaultsSpec faults;
   SimSpec sim;
@@ -192,6 +207,17 @@ Status ValidateScenario(const Scenario& s);
 // receivers.count + 1 nodes with relay_tree.fan_out and root_fan_out. Errors: kInvalidArgument
 // naming the key.
 StatusOr<Topology> TopologyFor(const Scenario& s);
+
+// The rollout host of receiver node `node` (1-based; node 0 is the sender): (node - 1) /
+// receivers.per_node. The simulator places receivers so.
+int ReceiverHost(const Scenario& s, int node);
+// The index of receiver node `node` among the receivers of its host: (node - 1) %
+// receivers.per_node (0 for the sender).
+int ReceiverLocalIndex(const Scenario& s, int node);
+// The device index receiver `node` opens when its local index on the host is `local_index`:
+// receivers.devices[local_index % size], or local_index when the list is empty.
+// REQUIRES: local_index >= 0.
+int DeviceIndexFor(const Scenario& s, int local_index);
 
 // How the simulator scales a run's transport so that its message count stays within budget:
 // pieces of piece_factor x relay_tree.chunk bytes, downloader polls at least min_poll_interval_s
