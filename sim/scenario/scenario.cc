@@ -667,14 +667,37 @@ StatusOr<Scenario> LoadScenario(const std::string& path) {
 }
 
 StatusOr<Topology> TopologyFor(const Scenario& s) {
-  if (!s.transport.relay_tree.topology.empty()) {
-    auto t = Topology::FromParents(s.transport.relay_tree.topology);
+  const RelayTreeSpec& rt = s.transport.relay_tree;
+  if (!rt.topology.empty()) {
+    auto t = Topology::FromParents(rt.topology);
     if (!t.ok()) return t.status().WithContext("transport.relay_tree.topology");
     return t;
   }
-  auto t = Topology::FanOut(s.receivers.count + 1, s.transport.relay_tree.fan_out,
-                            s.transport.relay_tree.root_fan_out);
-  if (!t.ok()) return t.status().WithContext("transport.relay_tree.fan_out");
+  const int receivers = s.receivers.count;
+  const int per_host = std::max(1, s.receivers.per_node);
+  if (per_host == 1 || receivers <= 1) {
+    auto t = Topology::FanOut(receivers + 1, rt.fan_out, rt.root_fan_out);
+    if (!t.ok()) return t.status().WithContext("transport.relay_tree.fan_out");
+    return t;
+  }
+  // The tree of the sender and the host leaders (virtual node h + 1 = leader of host h), then
+  // every receiver's parent in node ids.
+  const int hosts = (receivers + per_host - 1) / per_host;
+  auto leaders = Topology::FanOut(hosts + 1, rt.fan_out, rt.root_fan_out);
+  if (!leaders.ok()) return leaders.status().WithContext("transport.relay_tree.fan_out");
+  auto leader_node = [per_host](int host) { return 1 + host * per_host; };
+  std::vector<NodeId> parents(receivers + 1, kNoNode);
+  for (int node = 1; node <= receivers; ++node) {
+    const int host = ReceiverHost(s, node);
+    if (node == leader_node(host)) {
+      const NodeId up = leaders->parent[host + 1];
+      parents[node] = up == 0 ? 0 : leader_node(up - 1);
+    } else {
+      parents[node] = leader_node(host);
+    }
+  }
+  auto t = Topology::FromParents(parents);
+  if (!t.ok()) return t.status().WithContext("receivers.per_node");
   return t;
 }
 

@@ -194,6 +194,64 @@ TEST(Scenario, DeviceIndexByLocalIndex) {
   EXPECT_EQ(DeviceIndexFor(*s, 2), 4);
 }
 
+// The parents of TopologyFor(scenario `yaml`).
+std::vector<NodeId> TreeOf(const std::string& yaml) {
+  auto s = ParseScenario("model: tiny\n" + yaml);
+  EXPECT_TRUE(s.ok()) << s.status();
+  if (!s.ok()) return {};
+  auto t = TopologyFor(*s);
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? t->parent : std::vector<NodeId>{};
+}
+
+TEST(TopologyFor, OneReceiverPerHostIsTheFanOutTree) {
+  auto fan = Topology::FanOut(8, 2, 1);
+  ASSERT_TRUE(fan.ok());
+  EXPECT_EQ(TreeOf("receivers: {count: 7}\ntransport: {relay_tree: {fan_out: 2}}\n"),
+            fan->parent);
+  EXPECT_EQ(TreeOf("receivers: {count: 7, per_node: 1}\n"), fan->parent);
+}
+
+TEST(TopologyFor, PerNodeCrossesBetweenHostsOncePerHost) {
+  // 3 hosts of 2: leaders 1, 3, 5; leader tree fan_out 2, root_fan_out 1: 0 -> 1 -> {3, 5}.
+  EXPECT_EQ(TreeOf("receivers: {count: 6, per_node: 2}\n"
+                   "transport: {relay_tree: {fan_out: 2, root_fan_out: 1}}\n"),
+            (std::vector<NodeId>{-1, 0, 1, 1, 3, 1, 5}));
+  // A short last host (7 receivers, 3 per host: hosts {1,2,3} {4,5,6} {7}); root_fan_out 2
+  // feeds leaders 1 and 4 over the long link, leader 1 feeds 7.
+  EXPECT_EQ(TreeOf("receivers: {count: 7, per_node: 3}\n"
+                   "transport: {relay_tree: {fan_out: 1, root_fan_out: 2}}\n"),
+            (std::vector<NodeId>{-1, 0, 1, 1, 0, 4, 4, 1}));
+  // The paper shape: 64 receivers, 8 per host, fan_out 4.
+  auto s = ParseScenario("model: tiny\nreceivers: {count: 64, per_node: 8}\n"
+                         "transport: {relay_tree: {fan_out: 4, root_fan_out: 1}}\n");
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto t = TopologyFor(*s);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->size(), 65);
+  int cross_host = 0, from_sender = 0;
+  for (int node = 1; node < t->size(); ++node) {
+    const NodeId p = t->parent[node];
+    if (p == 0) {
+      ++from_sender;
+    } else if (ReceiverHost(*s, p) != ReceiverHost(*s, node)) {
+      ++cross_host;
+      EXPECT_EQ(ReceiverLocalIndex(*s, node), 0) << "only leaders receive from another host";
+      EXPECT_EQ(ReceiverLocalIndex(*s, p), 0) << "only leaders send to another host";
+    } else {
+      EXPECT_EQ(p, 1 + ReceiverHost(*s, node) * 8) << "siblings hang off their leader";
+    }
+  }
+  EXPECT_EQ(from_sender, 1);
+  EXPECT_EQ(cross_host, 7);  // 8 hosts: one long-link entry, 7 host-to-host edges
+}
+
+TEST(TopologyFor, ExplicitTopologyWinsOverPerNode) {
+  EXPECT_EQ(TreeOf("receivers: {count: 3, per_node: 3}\n"
+                   "transport: {relay_tree: {topology: [-1, 0, 1, 2]}}\n"),
+            (std::vector<NodeId>{-1, 0, 1, 2}));
+}
+
 TEST(Scenario, ShippedScenariosParse) {
   // Every scenario in scenarios/ (the test runs from the source root) must parse.
   DIR* d = opendir("scenarios");

@@ -203,13 +203,19 @@ StatusOr<Scenario> LoadScenario(const std::string& path);
 // s3 needs endpoint and bucket, ...). ParseScenario calls it.
 Status ValidateScenario(const Scenario& s);
 
-// The relay tree of `s`: transport.relay_tree.topology when given, else Topology::FanOut over
-// receivers.count + 1 nodes with relay_tree.fan_out and root_fan_out. Errors: kInvalidArgument
-// naming the key.
+// The relay tree of `s`, one shape for `dcr run`, `dcr node` and the simulator:
+//   * transport.relay_tree.topology when given;
+//   * else, with receivers.per_node = P > 1, a host-aware tree in which the payload crosses between
+//     hosts once per host. Receiver node i (1-based) is on host (i - 1) / P (ReceiverHost); the
+//     first receiver of each host, its leader, takes part in a fan-out tree of the sender and the
+//     leaders (Topology::FanOut over hosts + 1 nodes with root_fan_out and fan_out, leaders in host
+//     order), and the host's other receivers are children of its leader (loopback);
+//   * else (P = 1) Topology::FanOut over receivers.count + 1 nodes with fan_out and root_fan_out.
+// Errors: kInvalidArgument naming the key.
 StatusOr<Topology> TopologyFor(const Scenario& s);
 
 // The rollout host of receiver node `node` (1-based; node 0 is the sender): (node - 1) /
-// receivers.per_node. The simulator places receivers so.
+// receivers.per_node. The simulator places receivers so, and TopologyFor's tree follows it.
 int ReceiverHost(const Scenario& s, int node);
 // The index of receiver node `node` among the receivers of its host: (node - 1) %
 // receivers.per_node (0 for the sender).
