@@ -92,7 +92,38 @@ __global__ void RangeHashKernel(uint64_t salt, const uint8_t* data, int width, u
   }
 }
 
+// 8-byte words where both ranges are 8-byte aligned (the first differing byte of a word is its
+// lowest set byte of a ^ b: little-endian), single bytes otherwise and for the tail.
+__global__ void FirstDifferenceKernel(const uint8_t* a, const uint8_t* b, uint64_t bytes,
+                                      bool words, unsigned long long* first) {
+  const uint64_t stride = uint64_t{gridDim.x} * blockDim.x;
+  const uint64_t start = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x;
+  uint64_t tail = 0;
+  if (words) {
+    const uint64_t nw = bytes / 8;
+    const auto* wa = reinterpret_cast<const unsigned long long*>(a);
+    const auto* wb = reinterpret_cast<const unsigned long long*>(b);
+    for (uint64_t i = start; i < nw; i += stride) {
+      const unsigned long long x = wa[i] ^ wb[i];
+      if (x != 0) atomicMin(first, i * 8 + static_cast<unsigned long long>((__ffsll(x) - 1) / 8));
+    }
+    tail = nw * 8;
+  }
+  for (uint64_t i = tail + start; i < bytes; i += stride) {
+    if (a[i] != b[i]) atomicMin(first, static_cast<unsigned long long>(i));
+  }
+}
+
 }  // namespace
+
+Status LaunchFirstDifference(const void* a, const void* b, uint64_t bytes,
+                             unsigned long long* first, cudaStream_t s) {
+  if (bytes == 0) return Status::OK();
+  const bool words = ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b)) & 7) == 0;
+  FirstDifferenceKernel<<<Blocks(words ? bytes / 8 + 1 : bytes), kThreads, 0, s>>>(
+      static_cast<const uint8_t*>(a), static_cast<const uint8_t*>(b), bytes, words, first);
+  return CudaStatus(cudaGetLastError(), "first difference kernel");
+}
 
 Status LaunchGather(const uint64_t* read_addr, const uint64_t* values, uint64_t* old_bits,
                     uint64_t* new_bits, uint64_t n, int width, uint8_t mode, cudaStream_t s) {

@@ -1,4 +1,4 @@
-// Kernels of dcr::cuda: apply (gather/scatter), diff (compare + compact), range hash.
+// Kernels of dcr::cuda: apply (gather/scatter), diff (compare + compact), range hash, byte compare.
 #ifndef DCR_CORE_CUDA_KERNELS_CUH_
 #define DCR_CORE_CUDA_KERNELS_CUH_
 
@@ -29,6 +29,11 @@ Status ExclusiveScan(const uint32_t* flags, uint64_t* index, uint64_t n, cudaStr
 // acc[0..1] += sum of ElementTerm lanes over elements [begin, begin+count).
 Status LaunchRangeHash(uint64_t salt, const void* data, int width, uint64_t begin, uint64_t count,
                        unsigned long long* acc, cudaStream_t s);
+
+// *first = min(*first, index of the first byte where a[0, bytes) and b[0, bytes) differ); left as
+// is when they are equal (the caller sets it to `bytes` first).
+Status LaunchFirstDifference(const void* a, const void* b, uint64_t bytes,
+                             unsigned long long* first, cudaStream_t s);
 
 }  // namespace cuda
 }  // namespace dcr

@@ -1,4 +1,5 @@
-// CUDA receivers (dcr::cuda): apply, diff and hash kernels behind a header without CUDA types.
+// CUDA receivers (dcr::cuda): the CUDA backend of dcr/device.h and stream-taking entry points over
+// it, behind a header without CUDA types.
 //
 // Device pointers are void*; streams are opaque (a cudaStream_t passed as void*, nullptr = the
 // default stream). Every function returns a dcr::Status: CUDA errors become kInternal (or
@@ -12,7 +13,7 @@
 // change (and, for placement maps, every destination address) is computed on the host and uploaded
 // with the values: the cost is proportional to the change, never to the model.
 //
-// Thread safety: an applier is used by one thread at a time (it owns staging buffers).
+// Thread safety: as dcr/device.h (appliers take concurrent chunks covering disjoint elements).
 #ifndef DCR_CORE_INCLUDE_DCR_CUDA_APPLY_H_
 #define DCR_CORE_INCLUDE_DCR_CUDA_APPLY_H_
 
@@ -22,6 +23,7 @@
 
 #include "dcr/apply.h"
 #include "dcr/checkpoint.h"
+#include "dcr/device.h"
 #include "dcr/format.h"
 #include "dcr/runtime.h"
 #include "dcr/status.h"
@@ -32,24 +34,27 @@ namespace cuda {
 
 // True when a CUDA device is usable (driver present, at least one device).
 bool DeviceAvailable();
-// "NVIDIA H200, cc 9.0, 139 GiB" or the reason there is none.
+// "cuda:0 (NVIDIA H200, cc 9.0, 139 GiB)" or the reason there is none.
 std::string DeviceDescription();
 
-// A canonical tensor in device memory (like TensorBuffer).
-struct DeviceTensor {
-  void* data = nullptr;
-  uint64_t num_elements = 0;
-  int width = 2;
-  uint64_t salt = 0;  // TensorSalt(name)
-};
+// The CUDA backend of dcr/device.h on device `index`. `stream` (a cudaStream_t as void*) null:
+// each concurrent call runs on a stream of its own; otherwise every call runs on `stream`,
+// ordered with the caller's work on it. Errors as OpenDevice(DeviceKind::kCuda, index).
+// dcr::OpenDevice is the entry point of product code; this is for callers holding a stream.
+StatusOr<std::unique_ptr<Device>> OpenCudaDevice(int index, void* stream = nullptr);
+// The checks of OpenCudaDevice, nothing kept open.
+Status ProbeCudaDevice(int index);
+
+// The device types of dcr/device.h under their names in this header.
+using DeviceTensor = ::dcr::DeviceTensor;
+using DeviceApplier = ::dcr::DeviceApplier;
+using DeviceDiffResult = ::dcr::DeviceDiffResult;
+
+// The functions below run on the current CUDA device through OpenCudaDevice(current, stream)
+// and the generic appliers of dcr/device.h (kUnavailable without a usable device).
 
 // An Applier over device tensors indexed like the delta's inventory (an offline refit on the GPU,
-// or a rank's storage image under serving-space deltas). hash_delta() accumulates the additive
-// version-hash movement of the applied chunks (terms of the actual old and new bits).
-class DeviceApplier : public Applier {
- public:
-  virtual Hash128 hash_delta() const = 0;
-};
+// or a rank's storage image under serving-space deltas): dcr::MakeDeviceApplier.
 StatusOr<std::unique_ptr<DeviceApplier>> MakeDeviceApplier(std::vector<DeviceTensor> tensors,
                                                            void* stream);
 
@@ -65,12 +70,6 @@ StatusOr<std::unique_ptr<DeviceApplier>> MakePlacementApplier(const PlacementMap
 // Delta construction on the GPU: compares `n` elements of `width` bytes at old/new (device) and
 // returns the changed positions (ascending) and their values under `mode` (XOR mask, zigzag ulp
 // difference or new bits), copied to the host.
-struct DeviceDiffResult {
-  std::vector<uint64_t> positions;
-  std::vector<uint64_t> values;
-  std::vector<uint64_t> old_bits;
-  std::vector<uint64_t> new_bits;
-};
 StatusOr<DeviceDiffResult> DeviceDiff(const void* old_data, const void* new_data, uint64_t n,
                                       int width, ValueMode mode, void* stream);
 
