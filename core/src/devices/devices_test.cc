@@ -81,6 +81,10 @@ TEST(OpenDeviceTest, CudaOpensOrSaysWhyNot) {
   }
   EXPECT_TRUE(d.status().IsUnavailable()) << d.status();
   EXPECT_EQ(d.status().message().rfind("CUDA: ", 0), 0u) << d.status();
+  const std::string& m = d.status().message();
+  EXPECT_TRUE(m.find("no usable device: ") != std::string::npos ||
+              m.find("dcr was built without CUDA") != std::string::npos)
+      << m;
   EXPECT_TRUE(probe.IsUnavailable());
   EXPECT_TRUE(OpenDevice(DeviceKind::kCuda, 4096).status().IsUnavailable());
 }
