@@ -37,6 +37,8 @@
 
 namespace dcr {
 
+class Device;  // dcr/device.h
+
 enum class ValuePolicy : uint8_t {
   kAuto = 0,      // ulp delta for float dtypes, XOR for the rest
   kXor = 1,       // always XOR masks
@@ -253,6 +255,54 @@ Status CheckDeltaCompatible(const Checkpoint& base, const Checkpoint& target);
 // ProductionOrder::ForBuild (below); the grid is BuildGrid(Inventory::FromCheckpoint(target)).
 StatusOr<DeltaStats> BuildDelta(const Checkpoint* base, const Checkpoint& target,
                                 const DeltaOptions& options, DeltaSink* sink);
+
+// ---- building on a device (dcr/device.h) ----
+//
+// The three functions below find the changed elements with Device::Diff over device memory and
+// encode them on BuildDelta's host worker threads with the same encoder, so the delta's bytes
+// equal BuildDelta's for the same (base, target, options), on every backend. Only how changes are
+// found (and, for tensors resident on the device, how content hashes are computed) differs. Each
+// cell's covered target bytes are hashed on the host (the chunk's target_range_hash is XXH3-128,
+// format.h). Errors: those of BuildDelta, and the device's with the device and chunk named
+// (kResourceExhausted when it cannot hold an allocation); on any error the sink gets no trailer,
+// so a DeltaFileSink leaves no file. `device` must stay usable for the call; it is used from the
+// worker threads concurrently (Device methods are thread-safe).
+
+// BuildDelta with the changes found on `device`: each worker thread uploads its cell's base and
+// target bytes from the checkpoints into two device allocations of the largest cell's size, so
+// device memory stays at 2 x threads x the largest cell's bytes (2 x 16 x 8 MiB with 16 threads
+// and BF16 cells of 2^22 elements). The base's content hash is the checkpoint's (host). A full
+// frame (options.full) compares nothing and uploads nothing. `device` null = BuildDelta.
+StatusOr<DeltaStats> BuildDeltaOnDevice(const Checkpoint* base, const Checkpoint& target,
+                                        const DeltaOptions& options, Device* device,
+                                        DeltaSink* sink);
+
+// BuildDeltaOnDevice of the checkpoints at `base_path` and `target_path` (safetensors files or
+// shard directories, as Checkpoint::Open takes them; base_path unused with options.full): what a
+// sender process's builder thread calls. Errors of Checkpoint::Open as they are.
+StatusOr<DeltaStats> BuildDeltaFiles(const std::string& base_path, const std::string& target_path,
+                                     const DeltaOptions& options, Device* device,
+                                     DeltaSink* sink);
+
+// A delta's base and target resident in device memory, as a training process holds its
+// parameters: one device address per tensor of the target's inventory, element 0 of the tensor's
+// bytes (inventory.tensors[i].nbytes, little-endian as in a safetensors file). The base has the
+// same tensors (names, dtypes, shapes) as the inventory.
+struct DeviceDeltaInputs {
+  Inventory inventory;              // the target's tensors (canonical order) and files
+  std::vector<const void*> base;    // per inventory tensor; may be empty with options.full
+  std::vector<const void*> target;  // per inventory tensor
+};
+
+// The delta from the resident base to the resident target: Device::Diff over the tensors where
+// they are; each cell's target bytes downloaded into a host buffer of the largest cell's size per
+// worker thread for its range hash (the model is never copied to the host as a whole). The base's
+// content hash (unless options.known_base_hash), and the target's with options.full, are
+// computed with Device::RangeHash on the device. kInvalidArgument when `device` is null or the
+// address lists do not match the inventory.
+StatusOr<DeltaStats> BuildDeltaFromDevice(const DeviceDeltaInputs& inputs,
+                                          const DeltaOptions& options, Device* device,
+                                          DeltaSink* sink);
 
 // ---- production order ----
 

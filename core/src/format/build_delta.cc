@@ -1,4 +1,6 @@
 // BuildDelta: scan base and target cell by cell, encode changed cells, stream them to a sink.
+// With a Device the changes of each cell are found by Device::Diff over device memory; the
+// encoding that follows is the same code either way.
 #include <xxhash.h>
 
 #include <algorithm>
@@ -9,6 +11,7 @@
 #include <unordered_map>
 
 #include "dcr/delta.h"
+#include "dcr/device.h"
 #include "dcr/hash.h"
 #include "dcr/status_macros.h"
 #include "internal/chunk_scan.h"
@@ -100,24 +103,124 @@ std::vector<CellScan>& CallerScans() {
   return scans;
 }
 
+// Where a build on a device finds base and target: `device` null = the host scan over the
+// checkpoints' bytes. With `base`/`target` set, the tensors are resident in device memory (one
+// device address per inventory tensor); otherwise each cell is uploaded from the checkpoints.
+struct DeviceInputs {
+  Device* device = nullptr;
+  const std::vector<const void*>* base = nullptr;
+  const std::vector<const void*>* target = nullptr;
+  bool resident() const { return target != nullptr; }
+};
+
+// One worker's scratch for a build on a device: device allocations holding a cell's uploaded
+// base and target, and host memory holding a resident cell's target bytes for the range hash.
+// Grown to the largest cell, freed with the build.
+class DeviceSlot {
+ public:
+  explicit DeviceSlot(Device* device) : device_(device) {}
+  ~DeviceSlot() {
+    device_->Free(base_);
+    device_->Free(target_);
+  }
+  DeviceSlot(const DeviceSlot&) = delete;
+  DeviceSlot& operator=(const DeviceSlot&) = delete;
+
+  // Makes the device allocations at least `bytes` long (the base's only when `with_base`).
+  Status Reserve(uint64_t bytes, bool with_base) {
+    if (bytes <= cap_ && (base_ != nullptr || !with_base)) return Status::OK();
+    const uint64_t want = std::max(bytes, cap_);
+    device_->Free(base_);
+    device_->Free(target_);
+    base_ = target_ = nullptr;
+    cap_ = 0;
+    DCR_ASSIGN_OR_RETURN(target_, device_->Allocate(want));
+    if (with_base) {
+      DCR_ASSIGN_OR_RETURN(base_, device_->Allocate(want));
+    }
+    cap_ = want;
+    return Status::OK();
+  }
+  uint8_t* base() const { return static_cast<uint8_t*>(base_); }
+  uint8_t* target() const { return static_cast<uint8_t*>(target_); }
+  std::vector<uint8_t>& host() { return host_; }
+
+ private:
+  Device* device_;
+  void* base_ = nullptr;
+  void* target_ = nullptr;
+  uint64_t cap_ = 0;
+  std::vector<uint8_t> host_;
+};
+
+// Checks a device's diff of n elements before its changes are used: the arrays agree in length
+// and the positions ascend below n.
+Status CheckDiffResult(const DeviceDiffResult& r, uint64_t n, const Device& device) {
+  const size_t k = r.positions.size();
+  bool ok = r.old_bits.size() == k && r.new_bits.size() == k && k <= n;
+  for (size_t i = 0; ok && i < k; ++i) {
+    ok = r.positions[i] < n && (i == 0 || r.positions[i - 1] < r.positions[i]);
+  }
+  if (ok) return Status::OK();
+  return InternalError("device " + device.name() + ": its diff of " + std::to_string(n) +
+                       " elements returned malformed changes");
+}
+
+// The content hash (hash.h) of tensors resident on `device`: identity terms plus RangeHash of
+// each tensor in blocks of 2^20 elements, computed on the device by `threads` threads.
+StatusOr<Hash128> DeviceContentHash(Device* device, const std::vector<TensorInfo>& tensors,
+                                    const std::vector<uint64_t>& salts,
+                                    const std::vector<const void*>& data, int threads) {
+  constexpr uint64_t kBlock = uint64_t{1} << 20;
+  struct Item { size_t t; uint64_t begin, count; };
+  std::vector<Item> items;
+  Hash128 total;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorInfo& t = tensors[i];
+    HashAdd(&total, TensorIdentityTerm(t.name, t.dtype_name, t.shape));
+    const uint64_t n = t.num_elements();
+    for (uint64_t b = 0; b < n; b += kBlock) items.push_back({i, b, std::min(kBlock, n - b)});
+  }
+  std::mutex mu;
+  Status first;
+  internal::ParallelFor(items.size(), threads, [&](uint64_t k) {
+    const Item& it = items[k];
+    StatusOr<Hash128> h = device->RangeHash(salts[it.t], data[it.t], DTypeWidth(tensors[it.t].dtype),
+                                            it.begin, it.count);
+    std::lock_guard<std::mutex> lock(mu);
+    if (!h.ok()) {
+      if (first.ok()) first = h.status();
+      return false;
+    }
+    HashAdd(&total, *h);
+    return true;
+  });
+  if (!first.ok()) return first.WithContext("content hash on device " + device->name());
+  return total;
+}
+
 // One BuildDelta call: the inputs bound to the target's inventory, the running statistics and
 // the position in the output stream. BuildDelta runs its steps in production order (delta.h
 // ProductionOrder): Bind, EmitHeader, BuildWindow per window, EmitTrailer, Finish.
 class DeltaBuilder {
  public:
-  DeltaBuilder(const Checkpoint* base, const Checkpoint& target, const DeltaOptions& options,
-               DeltaSink* sink)
+  // `base` and `target` are the checkpoints (null when `dev` is resident; base null with
+  // options.full); `inv` is the target's inventory.
+  DeltaBuilder(const Checkpoint* base, const Checkpoint* target, Inventory inv,
+               const DeviceInputs& dev, const DeltaOptions& options, DeltaSink* sink)
       : base_(base),
         target_(target),
+        dev_(dev),
         options_(options),
         sink_(sink),
-        inv_(Inventory::FromCheckpoint(target)),
+        inv_(std::move(inv)),
         avx2_(internal::CpuHasAvx2()),
         threads_(internal::ResolveThreads(options.threads)),
         scans_(CallerScans()) {}
 
   // Checks that base and target have the same tensors (names, dtypes, shapes) unless
-  // options.full, and records each tensor's bytes in both. kFailedPrecondition otherwise.
+  // options.full, and records each tensor's bytes in both. kFailedPrecondition otherwise;
+  // kInvalidArgument when resident device tensors do not match the inventory.
   Status Bind();
   // Serializes the file header and hands it to the sink.
   Status EmitHeader();
@@ -140,27 +243,36 @@ class DeltaBuilder {
   }
 
  private:
-  // Encodes `cell` into `*out`, its changes collected in `sc`; false on failure.
-  bool EncodeCell(const GridCell& cell, CellScan* sc, StatusOr<std::vector<uint8_t>>* out) const;
+  // Encodes `cell` into `*out`, its changes collected in `sc` (and on a device through `slot`);
+  // false on failure.
+  bool EncodeCell(const GridCell& cell, CellScan* sc, DeviceSlot* slot,
+                  StatusOr<std::vector<uint8_t>>* out) const;
   // EncodeCell for one contiguous range with a base: scan and encode in one pass.
   bool EncodeContiguousCell(const GridCell& cell, CellScan* sc,
                             StatusOr<std::vector<uint8_t>>* out) const;
   // Collects the changes of a cell into `sc` (every element with options.full) and returns the
   // hash of its target bytes; `all_float` says whether every segment has a float dtype.
   Hash128 ScanCell(const GridCell& cell, CellScan* sc, bool* all_float) const;
+  // ScanCell on the device: the cell's base and target uploaded into `slot` (or read where they
+  // are resident), the changes found by Device::Diff, the range hash over the target's bytes on
+  // the host (downloaded into `slot` when resident).
+  Status DeviceScanCell(const GridCell& cell, CellScan* sc, DeviceSlot* slot, bool* all_float,
+                        Hash128* range_hash) const;
   // Adds a cell's changes, bytes and histogram to the per-tensor statistics.
   void AccountCell(const GridCell& cell, const CellStats& sc, const std::vector<uint8_t>& bytes);
   // Hands one encoded chunk to the sink and records it in the chunk table.
   Status EmitChunk(const std::vector<uint8_t>& bytes);
 
   const Checkpoint* base_;
-  const Checkpoint& target_;
+  const Checkpoint* target_;
+  const DeviceInputs dev_;
   const DeltaOptions& options_;
   DeltaSink* sink_;
   const Inventory inv_;
   const bool avx2_;
   const int threads_;
   std::vector<CellScan>& scans_;
+  std::vector<std::unique_ptr<DeviceSlot>> slots_;  // per worker, with a device
   std::vector<const uint8_t*> base_ptr_, target_ptr_;
   std::vector<GridCell> grid_;
   DeltaStats stats_;
@@ -183,26 +295,42 @@ Status Incompatible(const std::string& what) {
 }
 
 Status DeltaBuilder::Bind() {
-  if (!options_.full && base_ == nullptr) {
+  if (!options_.full && base_ == nullptr && !dev_.resident()) {
     return InvalidArgumentError("a delta needs a base checkpoint (or options.full for a full frame)");
   }
   if (options_.chunk_elems == 0) return InvalidArgumentError("chunk_elems must be positive");
-  if (!options_.full) DCR_RETURN_IF_ERROR(CheckDeltaCompatible(*base_, target_));
   base_ptr_.assign(inv_.tensors.size(), nullptr);
   target_ptr_.assign(inv_.tensors.size(), nullptr);
-  for (size_t i = 0; i < inv_.tensors.size(); ++i) {
-    const TensorInfo& t = inv_.tensors[i];
-    target_ptr_[i] = target_.data(t);
-    if (options_.full) continue;
-    base_ptr_[i] = base_->data(*base_->Find(t.name));  // present: CheckDeltaCompatible
-  }
-  // Both checkpoints are read once, window by window, in grid order: sequential reads whose
-  // pages are marked done after each window (BuildWindow), so checkpoints larger than memory are
-  // diffed with a bounded working set. Advised per tensor: a checkpoint's tensors may lie in
-  // several files.
-  for (size_t i = 0; i < inv_.tensors.size(); ++i) {
-    internal::AdviseSequential(target_ptr_[i], inv_.tensors[i].nbytes);
-    if (!options_.full) internal::AdviseSequential(base_ptr_[i], inv_.tensors[i].nbytes);
+  if (dev_.resident()) {
+    const size_t n = inv_.tensors.size();
+    if (dev_.target->size() != n || (!options_.full && dev_.base->size() != n)) {
+      return InvalidArgumentError(
+          "device delta: " + std::to_string(n) + " tensors in the inventory but " +
+          std::to_string(dev_.target->size()) + " target and " + std::to_string(dev_.base->size()) +
+          " base device addresses");
+    }
+    for (size_t i = 0; i < n; ++i) {
+      if ((*dev_.target)[i] == nullptr || (!options_.full && (*dev_.base)[i] == nullptr)) {
+        return InvalidArgumentError("device delta: no device address for tensor '" +
+                                    inv_.tensors[i].name + "'");
+      }
+    }
+  } else {
+    if (!options_.full) DCR_RETURN_IF_ERROR(CheckDeltaCompatible(*base_, *target_));
+    for (size_t i = 0; i < inv_.tensors.size(); ++i) {
+      const TensorInfo& t = inv_.tensors[i];
+      target_ptr_[i] = target_->data(t);
+      if (options_.full) continue;
+      base_ptr_[i] = base_->data(*base_->Find(t.name));  // present: CheckDeltaCompatible
+    }
+    // Both checkpoints are read once, window by window, in grid order: sequential reads whose
+    // pages are marked done after each window (BuildWindow), so checkpoints larger than memory
+    // are diffed with a bounded working set. Advised per tensor: a checkpoint's tensors may lie
+    // in several files.
+    for (size_t i = 0; i < inv_.tensors.size(); ++i) {
+      internal::AdviseSequential(target_ptr_[i], inv_.tensors[i].nbytes);
+      if (!options_.full) internal::AdviseSequential(base_ptr_[i], inv_.tensors[i].nbytes);
+    }
   }
   stats_.tensors.resize(inv_.tensors.size());
   for (size_t i = 0; i < inv_.tensors.size(); ++i) {
@@ -225,6 +353,12 @@ Status DeltaBuilder::EmitHeader() {
   if (!options_.full) {
     if (options_.known_base_hash != Hash128{}) {
       fh.base_hash = options_.known_base_hash;
+    } else if (dev_.resident()) {
+      internal::PhaseProgress progress(options_.progress, "hash base", inv_.data_size());
+      DCR_ASSIGN_OR_RETURN(fh.base_hash, DeviceContentHash(dev_.device, inv_.tensors, inv_.salts,
+                                                           *dev_.base, options_.threads));
+      progress.Add(inv_.data_size());
+      progress.Finish();
     } else {
       fh.base_hash = base_->ContentHash(options_.threads, options_.progress, "hash base");
     }
@@ -311,16 +445,124 @@ Hash128 DeltaBuilder::ScanCell(const GridCell& cell, CellScan* sc, bool* all_flo
   return rh.Digest();
 }
 
-bool DeltaBuilder::EncodeCell(const GridCell& cell, CellScan* sc,
-                              StatusOr<std::vector<uint8_t>>* out) const {
-  if (!options_.full && !options_.collect_entropy && cell.segments.size() == 1 &&
-      cell.segments[0].IsContiguous()) {
-    // One contiguous range (every cell of a large tensor).
-    return EncodeContiguousCell(cell, sc, out);
+Status DeltaBuilder::DeviceScanCell(const GridCell& cell, CellScan* sc, DeviceSlot* slot,
+                                    bool* all_float, Hash128* range_hash) const {
+  Device* device = dev_.device;
+  const std::vector<Segment>& segs = cell.segments;
+  const uint64_t w = cell.width;
+  sc->n = 0;
+  sc->Reserve(0);  // buffers exist (non-null) even for a cell without changes
+  sc->seg_hist.clear();
+  sc->seg_changes.assign(segs.size(), 0);
+  if (options_.collect_entropy) sc->seg_hist.resize(segs.size());
+  *all_float = true;
+  for (const Segment& sg : segs) *all_float = *all_float && DTypeIsFloat(inv_.tensors[sg.tensor_index].dtype);
+  const ValueMode mode =
+      ChooseValueMode(options_.value_policy, *all_float ? DType::kBF16 : DType::kU8);
+  // The cell's bytes on the device: resident tensors where they are, otherwise the segments
+  // uploaded back to back into the slot (so one Diff covers the whole cell).
+  const uint64_t cell_bytes = cell.num_elements * w;
+  if (dev_.resident()) {
+    slot->host().resize(cell_bytes);
+  } else if (!options_.full) {
+    DCR_RETURN_IF_ERROR(slot->Reserve(cell_bytes, true));
   }
+  internal::RangeHasher rh(avx2_);
+  uint64_t pos_base = 0;
+  for (const Segment& sg : segs) {
+    const uint64_t byte_off = sg.offset * w;
+    const uint64_t bytes = sg.count[0] * w;
+    const uint8_t* tp;  // the segment's target bytes on the host
+    if (dev_.resident()) {
+      uint8_t* host = slot->host().data() + pos_base * w;
+      DCR_RETURN_IF_ERROR(device->Download(
+          host, static_cast<const uint8_t*>((*dev_.target)[sg.tensor_index]) + byte_off, bytes));
+      tp = host;
+    } else {
+      tp = target_ptr_[sg.tensor_index] + byte_off;
+      if (!options_.full) {  // a full frame compares nothing: its bytes stay on the host
+        DCR_RETURN_IF_ERROR(device->Upload(slot->target() + pos_base * w, tp, bytes));
+        DCR_RETURN_IF_ERROR(device->Upload(slot->base() + pos_base * w,
+                                           base_ptr_[sg.tensor_index] + byte_off, bytes));
+      }
+    }
+    rh.Update(tp, bytes);
+    if (options_.full) {
+      const uint64_t n = sg.count[0];
+      sc->Reserve(n);
+      for (uint64_t i = 0; i < n; ++i) {
+        sc->pos[sc->n + i] = pos_base + i;
+        sc->new_bits[sc->n + i] = LoadBits(tp, cell.width, i);
+      }
+      sc->n += n;
+    }
+    pos_base += sg.count[0];
+  }
+  *range_hash = rh.Digest();
+  if (options_.full) {
+    for (size_t s = 0; s < segs.size(); ++s) sc->seg_changes[s] = segs[s].count[0];
+    return Status::OK();
+  }
+  // Appends the changes of n elements whose first is at position pos0 of the cell.
+  auto diff = [&](const void* old_data, const void* new_data, uint64_t n,
+                  uint64_t pos0) -> Status {
+    DCR_ASSIGN_OR_RETURN(DeviceDiffResult r, device->Diff(old_data, new_data, n, cell.width, mode));
+    DCR_RETURN_IF_ERROR(CheckDiffResult(r, n, *device));
+    const uint64_t k = r.positions.size();
+    sc->Reserve(k);
+    for (uint64_t i = 0; i < k; ++i) sc->pos[sc->n + i] = pos0 + r.positions[i];
+    if (k > 0) {
+      std::memcpy(sc->old_bits.get() + sc->n, r.old_bits.data(), k * sizeof(uint64_t));
+      std::memcpy(sc->new_bits.get() + sc->n, r.new_bits.data(), k * sizeof(uint64_t));
+    }
+    sc->n += k;
+    return Status::OK();
+  };
+  if (dev_.resident()) {
+    pos_base = 0;
+    for (const Segment& sg : segs) {
+      const uint64_t byte_off = sg.offset * w;
+      DCR_RETURN_IF_ERROR(
+          diff(static_cast<const uint8_t*>((*dev_.base)[sg.tensor_index]) + byte_off,
+               static_cast<const uint8_t*>((*dev_.target)[sg.tensor_index]) + byte_off,
+               sg.count[0], pos_base));
+      pos_base += sg.count[0];
+    }
+  } else {
+    DCR_RETURN_IF_ERROR(diff(slot->base(), slot->target(), cell.num_elements, 0));
+  }
+  // Changes per segment (positions ascend through the segments in order).
+  uint64_t i = 0, end = 0;
+  for (size_t s = 0; s < segs.size(); ++s) {
+    end += segs[s].count[0];
+    const uint64_t before = i;
+    while (i < sc->n && sc->pos[i] < end) ++i;
+    sc->seg_changes[s] = i - before;
+    if (options_.collect_entropy) {
+      for (uint64_t j = before; j < i; ++j) ++sc->seg_hist[s][sc->old_bits[j] ^ sc->new_bits[j]];
+    }
+  }
+  return Status::OK();
+}
+
+bool DeltaBuilder::EncodeCell(const GridCell& cell, CellScan* sc, DeviceSlot* slot,
+                              StatusOr<std::vector<uint8_t>>* out) const {
   bool all_float = true;
   ChunkChangesView ch;
-  ch.target_range_hash = ScanCell(cell, sc, &all_float);
+  if (dev_.device != nullptr) {
+    Status s = DeviceScanCell(cell, sc, slot, &all_float, &ch.target_range_hash);
+    if (!s.ok()) {
+      *out = s.WithContext("chunk " + std::to_string(cell.chunk_id) + " on device " +
+                           dev_.device->name());
+      return false;
+    }
+  } else if (!options_.full && !options_.collect_entropy && cell.segments.size() == 1 &&
+             cell.segments[0].IsContiguous()) {
+    // One contiguous range (every cell of a large tensor).
+    return EncodeContiguousCell(cell, sc, out);
+  } else {
+    ch.target_range_hash = ScanCell(cell, sc, &all_float);
+  }
   ch.chunk_id = cell.chunk_id;
   ch.width = cell.width;
   ch.segments = &cell.segments;
@@ -380,23 +622,28 @@ Status DeltaBuilder::BuildWindow(uint64_t begin, uint64_t end) {
                                                       Status(StatusCode::kInternal, "not run"));
   const size_t workers = std::min<size_t>(cells, static_cast<size_t>(threads_));
   if (scans_.size() < workers) scans_.resize(workers);
+  if (dev_.device != nullptr) {
+    while (slots_.size() < workers) slots_.push_back(std::make_unique<DeviceSlot>(dev_.device));
+  }
   std::mutex mu;
-  std::vector<CellScan*> idle;
-  for (size_t w = 0; w < workers; ++w) idle.push_back(&scans_[w]);
+  std::vector<size_t> idle;  // worker slots: scans_[i] and slots_[i]
+  for (size_t w = 0; w < workers; ++w) idle.push_back(w);
   std::vector<CellStats> stats(cells);
   internal::ParallelFor(cells, threads_, [&](uint64_t k) {
-    CellScan* sc;
+    size_t slot;
     {
       std::lock_guard<std::mutex> lock(mu);
-      sc = idle.back();  // at most `workers` cells are encoded at once
+      slot = idle.back();  // at most `workers` cells are encoded at once
       idle.pop_back();
     }
-    const bool ok = EncodeCell(grid_[begin + k], sc, &encoded[k]);
+    CellScan* sc = &scans_[slot];
+    const bool ok = EncodeCell(grid_[begin + k], sc,
+                               dev_.device != nullptr ? slots_[slot].get() : nullptr, &encoded[k]);
     stats[k].n = sc->n;
     stats[k].seg_changes.swap(sc->seg_changes);
     stats[k].seg_hist.swap(sc->seg_hist);
     std::lock_guard<std::mutex> lock(mu);
-    idle.push_back(sc);
+    idle.push_back(slot);
     return ok;
   });
   for (size_t k = 0; k < cells; ++k) {
@@ -404,6 +651,7 @@ Status DeltaBuilder::BuildWindow(uint64_t begin, uint64_t end) {
     const std::vector<uint8_t>& bytes = *encoded[k];
     AccountCell(grid_[begin + k], stats[k], bytes);
     if (!bytes.empty()) DCR_RETURN_IF_ERROR(EmitChunk(bytes));
+    if (dev_.resident()) continue;
     for (const Segment& sg : grid_[begin + k].segments) {
       const uint64_t off = sg.offset * grid_[begin + k].width;
       const uint64_t n = sg.num_elements() * grid_[begin + k].width;
@@ -415,8 +663,14 @@ Status DeltaBuilder::BuildWindow(uint64_t begin, uint64_t end) {
 }
 
 Status DeltaBuilder::EmitTrailer() {
-  if (options_.full) {
-    target_hash_ = target_.ContentHash(options_.threads, options_.progress, "hash target");
+  if (options_.full && dev_.resident()) {
+    internal::PhaseProgress progress(options_.progress, "hash target", inv_.data_size());
+    DCR_ASSIGN_OR_RETURN(target_hash_, DeviceContentHash(dev_.device, inv_.tensors, inv_.salts,
+                                                         *dev_.target, options_.threads));
+    progress.Add(inv_.data_size());
+    progress.Finish();
+  } else if (options_.full) {
+    target_hash_ = target_->ContentHash(options_.threads, options_.progress, "hash target");
   }
   trailer_.target_hash = target_hash_;
   std::vector<uint8_t> tb = SerializeTrailer(trailer_, offset_);
@@ -491,9 +745,9 @@ uint64_t BuildWindowCells(int threads) {
   return static_cast<uint64_t>(std::max(threads, 1)) * kBuildWindowCellsPerThread;
 }
 
-StatusOr<DeltaStats> BuildDelta(const Checkpoint* base, const Checkpoint& target,
-                                const DeltaOptions& options, DeltaSink* sink) {
-  DeltaBuilder builder(base, target, options, sink);
+namespace {
+
+StatusOr<DeltaStats> Build(DeltaBuilder& builder, const DeltaOptions& options) {
   DCR_RETURN_IF_ERROR(builder.Bind());
   DCR_RETURN_IF_ERROR(builder.EmitHeader());
   const ProductionOrder order = ProductionOrder::ForBuild(builder.cells(), builder.threads());
@@ -506,6 +760,45 @@ StatusOr<DeltaStats> BuildDelta(const Checkpoint* base, const Checkpoint& target
   progress.Finish();
   DCR_RETURN_IF_ERROR(builder.EmitTrailer());
   return builder.Finish();
+}
+
+}  // namespace
+
+StatusOr<DeltaStats> BuildDelta(const Checkpoint* base, const Checkpoint& target,
+                                const DeltaOptions& options, DeltaSink* sink) {
+  return BuildDeltaOnDevice(base, target, options, nullptr, sink);
+}
+
+StatusOr<DeltaStats> BuildDeltaOnDevice(const Checkpoint* base, const Checkpoint& target,
+                                        const DeltaOptions& options, Device* device,
+                                        DeltaSink* sink) {
+  DeviceInputs dev;
+  dev.device = device;
+  DeltaBuilder builder(base, &target, Inventory::FromCheckpoint(target), dev, options, sink);
+  return Build(builder, options);
+}
+
+StatusOr<DeltaStats> BuildDeltaFromDevice(const DeviceDeltaInputs& inputs,
+                                          const DeltaOptions& options, Device* device,
+                                          DeltaSink* sink) {
+  if (device == nullptr) return InvalidArgumentError("device delta: no device");
+  DeviceInputs dev;
+  dev.device = device;
+  dev.base = &inputs.base;
+  dev.target = &inputs.target;
+  DeltaBuilder builder(nullptr, nullptr, inputs.inventory, dev, options, sink);
+  return Build(builder, options);
+}
+
+StatusOr<DeltaStats> BuildDeltaFiles(const std::string& base_path, const std::string& target_path,
+                                     const DeltaOptions& options, Device* device,
+                                     DeltaSink* sink) {
+  std::unique_ptr<Checkpoint> base;
+  if (!options.full) {
+    DCR_ASSIGN_OR_RETURN(base, Checkpoint::Open(base_path));
+  }
+  DCR_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> target, Checkpoint::Open(target_path));
+  return BuildDeltaOnDevice(base.get(), *target, options, device, sink);
 }
 
 }  // namespace dcr
