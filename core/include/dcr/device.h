@@ -174,19 +174,39 @@ StatusOr<std::unique_ptr<DeviceApplier>> MakeDevicePlacementApplier(std::shared_
 
 // ---- the device receiver ----
 
+// One tensor of a DeviceReceiver's storage: its description and its device address.
+struct DeviceReceiverTensor {
+  TensorInfo info;
+  void* data = nullptr;
+};
+
 // A Receiver (receiver.h contract, the conformance suite runs it) whose storage is device memory:
-// one allocation per tensor of the checkpoint at `base_path` (a file or a shard directory, as
-// BufferReceiver::Load takes it), loaded through Upload and holding version `number`. The content
-// hash is computed with RangeHash on the device (and must equal the file's). Chunk records are
-// decoded on the calling (host) thread and applied by a DeviceApplier (concurrent ApplyRecord for
+// one allocation per tensor of the base checkpoint, loaded through Upload. The content hash is
+// computed with RangeHash on the device (it equals the file's). Chunk records are decoded on the
+// calling (host) thread and applied by a DeviceApplier (ApplyRecord runs concurrently for
 // distinct chunks). Verify uploads the target, tensor by tensor in pieces of at most 64 MiB, into
-// one device scratch allocation and compares with FirstDifference: the model is never copied
-// back. Errors of the load: those of Checkpoint::Open; kResourceExhausted when the device cannot
-// hold the checkpoint (everything allocated is freed). The receiver frees its allocations when
-// destroyed; `device` must stay usable until then (the receiver holds a reference).
-StatusOr<std::unique_ptr<Receiver>> MakeDeviceReceiver(std::shared_ptr<Device> device,
-                                                       const std::string& base_path,
-                                                       uint64_t number = 0);
+// one device scratch allocation reused for every piece and compares with FirstDifference: the
+// model is never copied back. The receiver frees its allocations when destroyed and holds a
+// reference to its device.
+class DeviceReceiver : public Receiver {
+ public:
+  // The storage, in the base checkpoint's tensor order (device addresses of device()). Written in
+  // place by ApplyRecord; a caller may read it between calls.
+  virtual const std::vector<DeviceReceiverTensor>& tensors() const = 0;
+  virtual Device* device() const = 0;
+};
+
+// A device receiver holding the checkpoint at `base_path` (a file or a shard directory, as
+// BufferReceiver::Load takes it) as version `number`. Errors: those of Checkpoint::Open;
+// kResourceExhausted when the device cannot hold the checkpoint (everything allocated is freed
+// first); the device's errors.
+StatusOr<std::unique_ptr<DeviceReceiver>> MakeDeviceReceiver(std::shared_ptr<Device> device,
+                                                             const std::string& base_path,
+                                                             uint64_t number = 0);
+// The same from a checkpoint already open.
+StatusOr<std::unique_ptr<DeviceReceiver>> MakeDeviceReceiver(std::shared_ptr<Device> device,
+                                                             const Checkpoint& base,
+                                                             uint64_t number = 0);
 
 }  // namespace dcr
 

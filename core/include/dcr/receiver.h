@@ -128,11 +128,16 @@ struct ReceiverTensor {
 // BufferApplier::ApplyRecord (chunks of one contiguous range are patched straight from their
 // streams). The content hash is tracked as held hash + the applied chunks' version_delta
 // (hash.h is additive); Verify compares each tensor with the target's tensor of the same name.
+namespace internal {
+class ChunkLedger;
+}  // namespace internal
+
 class BufferReceiver : public Receiver {
  public:
   // `tensors` (any order, distinct names) describe storage that must outlive the receiver;
   // `held.hash` must be the content hash of its bytes (Begin relies on it).
   BufferReceiver(std::vector<ReceiverTensor> tensors, VersionId held);
+  ~BufferReceiver() override;
   // A receiver owning a private in-memory copy of the checkpoint at `path` (a file or a shard
   // directory; read and hashed here), holding version `number`. Errors: those of
   // Checkpoint::Open.
@@ -162,9 +167,7 @@ class BufferReceiver : public Receiver {
   std::unique_ptr<BufferApplier> applier_;  // null when none
   uint64_t target_number_ = 0;
   Hash128 start_;  // held hash, or the identity terms of a full frame
-  mutable std::mutex mu_;
-  std::set<uint64_t> applied_;  // claimed (being applied) or applied; guarded by mu_
-  Hash128 marked_;              // sum of MarkApplied version deltas; guarded by mu_
+  std::unique_ptr<internal::ChunkLedger> ledger_;  // the chunks claimed, applied or marked
 };
 
 }  // namespace dcr

@@ -1,6 +1,6 @@
-// The receiver conformance suite: every Receiver implementation (BufferReceiver, ServingReplica,
-// JournaledReceiver over each of them, StorageReceiver, and the C API's receiver) runs the same
-// cases of the receiver.h contract. Random layouts and dtypes (BF16, F16, F32, F8, integers) with
+// The receiver conformance suite: every Receiver implementation (BufferReceiver, the device
+// receiver on the host backend, ServingReplica, JournaledReceiver over each of them,
+// StorageReceiver, and the C API's receiver) runs the same cases of the receiver.h contract. Random layouts and dtypes (BF16, F16, F32, F8, integers) with
 // special values (NaN payloads, infinities, -0, denormals); change rates 0%, 1%, 50% and 100%;
 // records applied in random order; each commit is checked byte for byte against a dense load of
 // the target, both through the receiver's Verify and independently by the rig.
@@ -18,6 +18,7 @@
 
 #include "dcr/dcr_c.h"
 #include "dcr/delta.h"
+#include "dcr/device.h"
 #include "dcr/journal.h"
 #include "dcr/receiver.h"
 #include "dcr/runtime.h"
@@ -262,6 +263,39 @@ class BufferRig : public Rig {
 
  protected:
   std::unique_ptr<BufferReceiver> rx_;
+};
+
+// The device receiver on the host backend (the code the CUDA backend runs, without a GPU).
+class DeviceRig : public Rig {
+ public:
+  explicit DeviceRig(const Checkpoint& base) {
+    auto r = MakeDeviceReceiver(std::shared_ptr<Device>(MakeHostDevice()), base, 0);
+    EXPECT_TRUE(r.ok()) << r.status();
+    rx_ = std::move(r).value();
+  }
+  Receiver* rx() override { return rx_.get(); }
+  void ExpectHolds(const Checkpoint& target, const std::string& what) override {
+    for (const DeviceReceiverTensor& t : rx_->tensors()) {
+      const TensorInfo* tt = target.Find(t.info.name);
+      ASSERT_NE(tt, nullptr);
+      ASSERT_EQ(tt->nbytes, t.info.nbytes);
+      std::vector<uint8_t> h(t.info.nbytes);
+      ASSERT_TRUE(rx_->device()->Download(h.data(), t.data, h.size()).ok());
+      EXPECT_EQ(std::memcmp(target.data(*tt), h.data(), tt->nbytes), 0) << what << ": " << t.info.name;
+    }
+  }
+  std::vector<uint8_t> Snapshot() override {
+    std::vector<uint8_t> out;
+    for (const DeviceReceiverTensor& t : rx_->tensors()) {
+      std::vector<uint8_t> h(t.info.nbytes);
+      EXPECT_TRUE(rx_->device()->Download(h.data(), t.data, h.size()).ok());
+      out.insert(out.end(), h.begin(), h.end());
+    }
+    return out;
+  }
+
+ private:
+  std::unique_ptr<DeviceReceiver> rx_;
 };
 
 // JournaledReceiver over another rig's receiver (the decorator works over any receiver).
@@ -687,6 +721,11 @@ INSTANTIATE_TEST_SUITE_P(
         Kind{"Journaled",
              [](const Checkpoint& b) {
                return std::unique_ptr<Rig>(new JournaledRig(std::make_unique<BufferRig>(b)));
+             }},
+        Kind{"Device", [](const Checkpoint& b) { return std::unique_ptr<Rig>(new DeviceRig(b)); }},
+        Kind{"JournaledDevice",
+             [](const Checkpoint& b) {
+               return std::unique_ptr<Rig>(new JournaledRig(std::make_unique<DeviceRig>(b)));
              }},
         Kind{"ServingReplica", [](const Checkpoint& b) { return std::unique_ptr<Rig>(new ReplicaRig(b)); }},
         Kind{"JournaledServingReplica",

@@ -19,6 +19,7 @@
 #include "dcr/status_macros.h"
 #include "dcr/transport.h"
 #include "internal/str_format.h"
+#include "receivers/delta_session.h"
 
 namespace dcr {
 
@@ -40,26 +41,15 @@ void PutU64(std::vector<uint8_t>* out, uint64_t v) {
 // byte: same tensor set, names, dtypes, shapes and bytes.
 Status CompareTensors(const std::vector<TensorInfo>& tensors,
                       const std::vector<const uint8_t*>& data, const Checkpoint& target) {
-  if (target.tensors().size() != tensors.size()) {
-    return DataLossError("receiver holds " + std::to_string(tensors.size()) +
-                         " tensors, the target has " + std::to_string(target.tensors().size()));
-  }
+  std::vector<const TensorInfo*> target_of;
+  DCR_RETURN_IF_ERROR(internal::CheckTensorSet(tensors, target, &target_of));
   for (size_t k = 0; k < tensors.size(); ++k) {
-    const TensorInfo& t = tensors[k];
-    const TensorInfo* tt = target.Find(t.name);
-    if (tt == nullptr || tt->nbytes != t.nbytes || tt->dtype_name != t.dtype_name ||
-        tt->shape != t.shape) {
-      return DataLossError("tensor '" + t.name + "' differs from the target in name/dtype/shape");
-    }
     const uint8_t* a = data[k];
-    const uint8_t* b = target.data(*tt);
-    if (std::memcmp(a, b, t.nbytes) != 0) {
+    const uint8_t* b = target.data(*target_of[k]);
+    if (std::memcmp(a, b, tensors[k].nbytes) != 0) {
       uint64_t i = 0;
-      while (i < t.nbytes && a[i] == b[i]) ++i;
-      int w = std::max(1, t.width());
-      return DataLossError("tensor '" + t.name + "' differs from the target at element " +
-                           std::to_string(i / static_cast<uint64_t>(w)) + " (byte " +
-                           std::to_string(i) + ")");
+      while (i < tensors[k].nbytes && a[i] == b[i]) ++i;
+      return internal::TensorDiffers(tensors[k], i);
     }
   }
   return Status();
@@ -133,7 +123,9 @@ std::string VersionId::ToString() const {
 // ---- BufferReceiver ----
 
 BufferReceiver::BufferReceiver(std::vector<ReceiverTensor> tensors, VersionId held)
-    : tensors_(std::move(tensors)), held_(held) {}
+    : tensors_(std::move(tensors)), held_(held), ledger_(std::make_unique<internal::ChunkLedger>()) {}
+
+BufferReceiver::~BufferReceiver() = default;
 
 StatusOr<std::unique_ptr<BufferReceiver>> BufferReceiver::Load(const std::string& path,
                                                                uint64_t number) {
@@ -167,53 +159,25 @@ std::unique_ptr<BufferReceiver> BufferReceiver::Copy(const Checkpoint& ckpt, uin
 }
 
 Status BufferReceiver::Begin(const uint8_t* header, size_t size) {
-  size_t consumed = 0;
-  DCR_ASSIGN_OR_RETURN(FileHeader fh, ParseFileHeader(header, size, &consumed));
-  if (applier_) {
-    return FailedPreconditionError("receiver: the delta to v" + std::to_string(target_number_) +
-                                   " is in progress");
-  }
-  const bool no_base = (fh.flags & kFlagNoBase) != 0;
-  if (!no_base && fh.base_hash != held_.hash) {
-    return FailedPreconditionError("delta is for base " + fh.base_hash.ToHex() +
-                                   " but this receiver holds " + held_.ToString() + " (" +
-                                   held_.hash.ToHex() + ")");
-  }
-  DCR_ASSIGN_OR_RETURN(Inventory inv, Inventory::FromHeader(fh));
-  if (inv.tensors.size() != tensors_.size()) {
-    return InvalidArgumentError("receiver holds " + std::to_string(tensors_.size()) +
-                                " tensors, the delta's inventory has " +
-                                std::to_string(inv.tensors.size()));
-  }
-  std::map<std::string, const ReceiverTensor*> by_name;
-  for (const ReceiverTensor& t : tensors_) by_name[t.info.name] = &t;
+  std::vector<const TensorInfo*> storage;
+  for (const ReceiverTensor& t : tensors_) storage.push_back(&t.info);
+  DCR_ASSIGN_OR_RETURN(internal::DeltaStart ds,
+                       internal::CheckBegin(header, size, held_, storage, applier_ != nullptr,
+                                            target_number_));
   std::vector<TensorBuffer> buffers;
-  Hash128 start = held_.hash;
-  if (no_base) start = Hash128{};
-  for (size_t i = 0; i < inv.tensors.size(); ++i) {
-    const TensorInfo& t = inv.tensors[i];
-    auto it = by_name.find(t.name);
-    if (it == by_name.end() || it->second->info.dtype_name != t.dtype_name ||
-        it->second->info.shape != t.shape || it->second->info.nbytes != t.nbytes) {
-      return InvalidArgumentError("receiver lacks tensor '" + t.name +
-                                  "' with the delta's dtype/shape");
-    }
+  for (size_t i = 0; i < ds.inventory.tensors.size(); ++i) {
+    const TensorInfo& t = ds.inventory.tensors[i];
     TensorBuffer tb;
-    tb.data = it->second->data;
+    tb.data = tensors_[ds.storage[i]].data;
     tb.width = std::max(1, t.width());
     tb.num_elements = t.nbytes / static_cast<uint64_t>(tb.width);
-    tb.salt = inv.salts[i];
+    tb.salt = ds.inventory.salts[i];
     buffers.push_back(tb);
-    // Without a base the start is the identity terms alone (a full frame's version_delta carries
-    // every element's term).
-    if (no_base) HashAdd(&start, TensorIdentityTerm(t.name, t.dtype_name, t.shape));
   }
   applier_ = std::make_unique<BufferApplier>(std::move(buffers));
-  target_number_ = fh.target_version;
-  start_ = start;
-  std::lock_guard<std::mutex> lock(mu_);
-  applied_.clear();
-  marked_ = Hash128{};
+  target_number_ = ds.target_number;
+  start_ = ds.start;
+  ledger_->Reset();
   return Status();
 }
 
@@ -221,43 +185,18 @@ Status BufferReceiver::ApplyRecord(const uint8_t* record, size_t size) {
   if (!applier_) return FailedPreconditionError("receiver: chunk record before the delta header");
   size_t header_size = 0, record_size = 0;
   DCR_ASSIGN_OR_RETURN(ChunkHeader h, ParseChunkHeader(record, size, &header_size, &record_size));
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!applied_.insert(h.chunk_id).second) {
-      if (IsRelative(h.value_mode)) {
-        return FailedPreconditionError("chunk " + std::to_string(h.chunk_id) +
-                                       " is already applied; its relative payload is refused, "
-                                       "nothing written");
-      }
-      return Status();  // an absolute payload again: idempotent, skipped
-    }
-  }
+  DCR_ASSIGN_OR_RETURN(bool claimed, ledger_->Claim(h));
+  if (!claimed) return Status();
   Status s = applier_->ApplyRecord(record, size);
-  if (!s.ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
-    applied_.erase(h.chunk_id);
-  }
+  if (!s.ok()) ledger_->Release(h.chunk_id);
   return s;
 }
 
 Status BufferReceiver::Commit(const uint8_t* trailer, size_t size) {
   if (!applier_) return FailedPreconditionError("receiver: trailer with no delta in progress");
-  DCR_ASSIGN_OR_RETURN(Trailer tr, ParseTrailer(trailer, size));
-  std::vector<uint64_t> missing = MissingChunks(tr);
-  if (!missing.empty()) {
-    return FailedPreconditionError("receiver: chunks not applied: " + IdList(missing) +
-                                   "; v" + std::to_string(target_number_) + " not committed");
-  }
   Hash128 h = start_;
   HashAdd(&h, applier_->hash_delta());
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    HashAdd(&h, marked_);
-  }
-  if (h != tr.target_hash) {
-    return DataLossError("receiver content hash " + h.ToHex() + " differs from the target's " +
-                         tr.target_hash.ToHex() + " after all chunks");
-  }
+  DCR_ASSIGN_OR_RETURN(Trailer tr, internal::CheckCommit(trailer, size, *ledger_, h, target_number_));
   held_ = VersionId{target_number_, tr.target_hash};
   Abort();
   return Status();
@@ -265,15 +204,12 @@ Status BufferReceiver::Commit(const uint8_t* trailer, size_t size) {
 
 void BufferReceiver::Abort() {
   applier_.reset();
-  std::lock_guard<std::mutex> lock(mu_);
-  applied_.clear();
-  marked_ = Hash128{};
+  ledger_->Reset();
 }
 
 Status BufferReceiver::MarkApplied(uint64_t chunk_id, const Hash128& version_delta) {
   if (!applier_) return FailedPreconditionError("receiver: no delta in progress");
-  std::lock_guard<std::mutex> lock(mu_);
-  if (applied_.insert(chunk_id).second) HashAdd(&marked_, version_delta);
+  ledger_->Mark(chunk_id, version_delta);
   return Status();
 }
 
@@ -291,13 +227,7 @@ VersionId BufferReceiver::held() const { return held_; }
 bool BufferReceiver::in_delta() const { return applier_ != nullptr; }
 
 std::vector<uint64_t> BufferReceiver::MissingChunks(const Trailer& trailer) const {
-  std::vector<uint64_t> ids;
-  std::lock_guard<std::mutex> lock(mu_);
-  for (const ChunkTableEntry& e : trailer.chunks) {
-    if (!applier_ || applied_.count(e.chunk_id) == 0) ids.push_back(e.chunk_id);
-  }
-  std::sort(ids.begin(), ids.end());
-  return ids;
+  return ledger_->Missing(trailer, applier_ != nullptr);
 }
 
 // ---- whole-delta helpers ----

@@ -1,0 +1,204 @@
+// The device receiver (dcr/device.h): receiver.h's contract over device memory. The contract's
+// storage-independent half is delta_session.h (shared with BufferReceiver); this file holds the
+// device half: the load, the applier over the allocations, and Verify on the device.
+#include <algorithm>
+#include <mutex>
+
+#include "dcr/checkpoint.h"
+#include "dcr/delta.h"
+#include "dcr/device.h"
+#include "dcr/hash.h"
+#include "dcr/status_macros.h"
+#include "internal/parallel.h"
+#include "receivers/delta_session.h"
+
+namespace dcr {
+namespace {
+
+// Verify's scratch: at most this many bytes of the target on the device at a time.
+constexpr uint64_t kVerifyPiece = uint64_t{64} << 20;
+// The content hash of the load is summed over groups of this many elements (run concurrently).
+constexpr uint64_t kHashGroup = uint64_t{1} << 22;
+
+int Width(const TensorInfo& t) { return std::max(1, t.width()); }
+
+class DeviceReceiverImpl : public DeviceReceiver {
+ public:
+  explicit DeviceReceiverImpl(std::shared_ptr<Device> device) : device_(std::move(device)) {}
+  ~DeviceReceiverImpl() override {
+    for (const DeviceReceiverTensor& t : tensors_) device_->Free(t.data);
+  }
+
+  // Allocates and uploads every tensor of `base`, then hashes the device copy.
+  Status Load(const Checkpoint& base, uint64_t number) {
+    for (const TensorInfo& t : base.tensors()) {
+      auto p = device_->Allocate(t.nbytes);
+      if (!p.ok()) {
+        return p.status().WithContext("loading tensor '" + t.name + "' (" +
+                                      std::to_string(t.nbytes) + " bytes) onto " +
+                                      device_->name());
+      }
+      tensors_.push_back({t, *p});
+      DCR_RETURN_IF_ERROR(device_->Upload(*p, base.data(t), t.nbytes)
+                              .WithContext("uploading tensor '" + t.name + "'"));
+    }
+    struct Group {
+      size_t tensor;
+      uint64_t begin, count;
+    };
+    std::vector<Group> groups;
+    Hash128 hash;
+    for (size_t k = 0; k < tensors_.size(); ++k) {
+      const TensorInfo& t = tensors_[k].info;
+      HashAdd(&hash, TensorIdentityTerm(t.name, t.dtype_name, t.shape));
+      const uint64_t n = t.nbytes / static_cast<uint64_t>(Width(t));
+      for (uint64_t b = 0; b < n; b += kHashGroup) groups.push_back({k, b, std::min(kHashGroup, n - b)});
+    }
+    std::mutex mu;
+    Status error;
+    internal::ParallelFor(groups.size(), 0, [&](uint64_t i) {
+      const Group& g = groups[i];
+      const DeviceReceiverTensor& t = tensors_[g.tensor];
+      auto h = device_->RangeHash(TensorSalt(t.info.name), t.data, Width(t.info), g.begin, g.count);
+      std::lock_guard<std::mutex> lock(mu);
+      if (!h.ok()) {
+        if (error.ok()) error = h.status().WithContext("hashing tensor '" + t.info.name + "'");
+        return false;
+      }
+      HashAdd(&hash, *h);
+      return true;
+    });
+    DCR_RETURN_IF_ERROR(error);
+    held_ = VersionId{number, hash};
+    return Status();
+  }
+
+  Status Begin(const uint8_t* header, size_t size) override {
+    std::vector<const TensorInfo*> storage;
+    for (const DeviceReceiverTensor& t : tensors_) storage.push_back(&t.info);
+    DCR_ASSIGN_OR_RETURN(internal::DeltaStart ds,
+                         internal::CheckBegin(header, size, held_, storage, applier_ != nullptr,
+                                              target_number_));
+    std::vector<DeviceTensor> dt;
+    for (size_t i = 0; i < ds.inventory.tensors.size(); ++i) {
+      const TensorInfo& t = ds.inventory.tensors[i];
+      DeviceTensor d;
+      d.data = tensors_[ds.storage[i]].data;
+      d.width = Width(t);
+      d.num_elements = t.nbytes / static_cast<uint64_t>(d.width);
+      d.salt = ds.inventory.salts[i];
+      dt.push_back(d);
+    }
+    applier_ = MakeDeviceApplier(device_, std::move(dt));
+    target_number_ = ds.target_number;
+    start_ = ds.start;
+    ledger_.Reset();
+    return Status();
+  }
+
+  Status ApplyRecord(const uint8_t* record, size_t size) override {
+    if (!applier_) return FailedPreconditionError("receiver: chunk record before the delta header");
+    size_t header_size = 0, record_size = 0;
+    DCR_ASSIGN_OR_RETURN(ChunkHeader h, ParseChunkHeader(record, size, &header_size, &record_size));
+    DCR_ASSIGN_OR_RETURN(bool claimed, ledger_.Claim(h));
+    if (!claimed) return Status();
+    // Decoded on the calling thread into its own reused buffers.
+    thread_local DecodedChunk chunk;
+    Status s = DecodeChunkInto(record, size, &chunk);
+    if (s.ok()) s = applier_->ApplyChunk(chunk);
+    if (!s.ok()) ledger_.Release(h.chunk_id);
+    return s;
+  }
+
+  Status Commit(const uint8_t* trailer, size_t size) override {
+    if (!applier_) return FailedPreconditionError("receiver: trailer with no delta in progress");
+    Hash128 h = start_;
+    HashAdd(&h, applier_->hash_delta());
+    DCR_ASSIGN_OR_RETURN(Trailer tr,
+                         internal::CheckCommit(trailer, size, ledger_, h, target_number_));
+    held_ = VersionId{target_number_, tr.target_hash};
+    Abort();
+    return Status();
+  }
+
+  void Abort() override {
+    applier_.reset();
+    ledger_.Reset();
+  }
+
+  Status MarkApplied(uint64_t chunk_id, const Hash128& version_delta) override {
+    if (!applier_) return FailedPreconditionError("receiver: no delta in progress");
+    ledger_.Mark(chunk_id, version_delta);
+    return Status();
+  }
+
+  Status Verify(const Checkpoint& target) const override {
+    std::vector<TensorInfo> infos;
+    uint64_t largest = 0;
+    for (const DeviceReceiverTensor& t : tensors_) {
+      infos.push_back(t.info);
+      largest = std::max(largest, t.info.nbytes);
+    }
+    std::vector<const TensorInfo*> target_of;
+    DCR_RETURN_IF_ERROR(internal::CheckTensorSet(infos, target, &target_of));
+    const uint64_t piece = std::min(largest, kVerifyPiece);
+    DCR_ASSIGN_OR_RETURN(void* scratch, device_->Allocate(piece));
+    struct Scratch {
+      Device* d;
+      void* p;
+      ~Scratch() { d->Free(p); }
+    } hold{device_.get(), scratch};
+    for (size_t k = 0; k < tensors_.size(); ++k) {
+      const DeviceReceiverTensor& t = tensors_[k];
+      const uint8_t* want = target.data(*target_of[k]);
+      for (uint64_t off = 0; off < t.info.nbytes; off += piece) {
+        const uint64_t n = std::min(piece, t.info.nbytes - off);
+        DCR_RETURN_IF_ERROR(device_->Upload(scratch, want + off, n));
+        DCR_ASSIGN_OR_RETURN(uint64_t at, device_->FirstDifference(
+                                              static_cast<const uint8_t*>(t.data) + off, scratch, n));
+        if (at < n) return internal::TensorDiffers(t.info, off + at);
+      }
+    }
+    return Status();
+  }
+
+  VersionId held() const override { return held_; }
+  bool in_delta() const override { return applier_ != nullptr; }
+  std::vector<uint64_t> MissingChunks(const Trailer& trailer) const override {
+    return ledger_.Missing(trailer, applier_ != nullptr);
+  }
+
+  const std::vector<DeviceReceiverTensor>& tensors() const override { return tensors_; }
+  Device* device() const override { return device_.get(); }
+
+ private:
+  const std::shared_ptr<Device> device_;
+  std::vector<DeviceReceiverTensor> tensors_;
+  VersionId held_;
+  // The delta in progress.
+  std::unique_ptr<DeviceApplier> applier_;  // null when none
+  uint64_t target_number_ = 0;
+  Hash128 start_;
+  internal::ChunkLedger ledger_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<DeviceReceiver>> MakeDeviceReceiver(std::shared_ptr<Device> device,
+                                                             const Checkpoint& base,
+                                                             uint64_t number) {
+  if (device == nullptr) return InvalidArgumentError("MakeDeviceReceiver: no device");
+  auto r = std::make_unique<DeviceReceiverImpl>(std::move(device));
+  // On error the receiver is destroyed here, freeing whatever was allocated.
+  DCR_RETURN_IF_ERROR(r->Load(base, number));
+  return std::unique_ptr<DeviceReceiver>(std::move(r));
+}
+
+StatusOr<std::unique_ptr<DeviceReceiver>> MakeDeviceReceiver(std::shared_ptr<Device> device,
+                                                             const std::string& base_path,
+                                                             uint64_t number) {
+  DCR_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(base_path));
+  return MakeDeviceReceiver(std::move(device), *ckpt, number);
+}
+
+}  // namespace dcr
