@@ -63,6 +63,15 @@ struct NodePlan {
   std::string method = "delta";          // "delta" | "full"
   std::vector<int> parents;     // topology (relay_tree): parents[0] == -1
   std::vector<std::string> addresses;  // "host:port" per rank (relay_tree)
+  // Mutual TLS 1.3 on every relay-tree edge: the run's CA certificate, this node's certificate
+  // and its private key (PEM files; the key must not be readable by group or others). A node
+  // accepts a parent only with a sender or relay certificate of its run, a child only with a
+  // relay or receiver certificate of its run, each for the rank it claims. All empty (the
+  // default): plain TCP. `dcr run` sets them (a fresh CA per refit); `dcr keys` makes them for
+  // a cluster.
+  std::string tls_ca;
+  std::string tls_cert;
+  std::string tls_key;
   RelayOptions relay;           // pieces, windows, streams, applies, store parallelism, prefix
   // Long link (edges out of rank 0; uploads to the store) emulation. 0 bandwidth = unlimited.
   bool emulate_wan = true;

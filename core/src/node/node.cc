@@ -35,6 +35,7 @@ namespace dcr {
 
 namespace {
 
+using internal::Conn;
 using internal::FrameHeader;
 using internal::FrameType;
 using internal::FrameWriter;
@@ -217,8 +218,19 @@ class TreeLinks {
   // Opens exactly the edges of `links` (NodePolicy::links): connects every stream to each child
   // (children listen before anything else, so this only waits for their startup) and accepts the
   // parent's streams. Edges out of the sender cross the emulated long link when plan.emulate_wan.
+  // With plan.tls_* set, every stream is mutual TLS 1.3 (transport/tls.h: peers of this run, in
+  // a role the edge allows, with the rank they claim).
   Status Open(const std::vector<Link>& links, double deadline) {
     const int me = plan_.rank;
+    if (!plan_.tls_ca.empty() || !plan_.tls_cert.empty() || !plan_.tls_key.empty()) {
+      DCR_ASSIGN_OR_RETURN(tls_, internal::TlsContext::Load(plan_.tls_ca, plan_.tls_cert,
+                                                            plan_.tls_key));
+      if (tls_->self().rank != me) {
+        return FailedPreconditionError("node " + std::to_string(me) + ": TLS certificate " +
+                                       plan_.tls_cert + " is for rank " +
+                                       std::to_string(tls_->self().rank));
+      }
+    }
     if (plan_.emulate_wan && plan_.long_bandwidth_Bps > 0) {
       // Burst: one segment, so the rate holds at fine time scales.
       long_bucket_ = std::make_shared<TokenBucket>(plan_.long_bandwidth_Bps, 64 << 10);
@@ -237,28 +249,30 @@ class TreeLinks {
       ChildLink link;
       link.id = l.peer;
       for (int s = 0; s < l.streams; ++s) {
-        auto fd = internal::Connect(plan_.addresses[l.peer], deadline);
-        if (!fd.ok()) {
+        auto conn = internal::ConnectTo(plan_.addresses[l.peer], deadline, tls_.get(), l.peer,
+                                        kHelloTimeoutS);
+        if (!conn.ok()) {
           if (listen_fd >= 0) close(listen_fd);
-          return UnavailableError("node " + std::to_string(me) + ": child node " +
-                                  std::to_string(l.peer) + " at " + plan_.addresses[l.peer] +
-                                  ": " + fd.status().message());
+          return Status(conn.status().IsFailedPrecondition() ? conn.status().code()
+                                                             : StatusCode::kUnavailable,
+                        "node " + std::to_string(me) + ": child node " + std::to_string(l.peer) +
+                            " at " + plan_.addresses[l.peer] + ": " + conn.status().message());
         }
         FrameHeader hello;
         hello.type = static_cast<uint8_t>(FrameType::kHello);
         hello.from_rank = static_cast<uint32_t>(me);
         hello.stream = static_cast<uint32_t>(s);
         hello.blob = static_cast<uint64_t>(l.streams);
-        DCR_RETURN_IF_ERROR(internal::WriteFull(*fd, &hello, sizeof(hello)));
-        link.fds.push_back(*fd);
+        DCR_RETURN_IF_ERROR((*conn)->Write(&hello, sizeof(hello)));
         link.writers.push_back(std::make_unique<FrameWriter>(
-            *fd, long_edges ? long_bucket_ : nullptr, long_edges ? plan_.long_latency_s : 0.0,
-            plan_.relay.window_bytes));
+            conn->get(), long_edges ? long_bucket_ : nullptr,
+            long_edges ? plan_.long_latency_s : 0.0, plan_.relay.window_bytes));
+        link.conns.push_back(std::move(*conn));
       }
-      const int fd0 = link.fds[0];
+      Conn* conn0 = link.conns[0].get();
       const NodeId c = l.peer;
       children_.push_back(std::move(link));
-      readers_.emplace_back([this, c, fd0] { ChildReader(c, fd0); });
+      readers_.emplace_back([this, c, conn0] { ChildReader(c, conn0); });
     }
     if (parent != nullptr) {
       DCR_RETURN_IF_ERROR(AcceptParent(*parent, listen_fd, deadline));
@@ -330,24 +344,22 @@ class TreeLinks {
     for (auto& c : children_) {
       for (auto& w : c.writers) w->Close();
     }
-    for (int fd : parent_fds_) shutdown(fd, SHUT_RDWR);
+    for (auto& conn : parent_conns_) conn->Shutdown();
     for (auto& c : children_) {
-      for (int fd : c.fds) shutdown(fd, SHUT_RDWR);
+      for (auto& conn : c.conns) conn->Shutdown();
     }
     for (auto& t : readers_) t.join();
     readers_.clear();
-    for (int fd : parent_fds_) close(fd);
-    for (auto& c : children_) {
-      for (int fd : c.fds) close(fd);
-    }
-    parent_fds_.clear();
+    parent_writer_.reset();
+    parent_conns_.clear();
     children_.clear();
   }
 
  private:
   struct ChildLink {
     NodeId id = kNoNode;
-    std::vector<int> fds;
+    // Writers before connections: a writer is destroyed (joined) before the connection it uses.
+    std::vector<std::unique_ptr<Conn>> conns;
     std::vector<std::unique_ptr<FrameWriter>> writers;
   };
   ChildLink* FindChild(NodeId id) {
@@ -361,7 +373,7 @@ class TreeLinks {
     const int me = plan_.rank;
     const int expected = parent.streams;
     std::vector<bool> seen(expected, false);
-    auto is_parent_hello = [&](const FrameHeader& h) {
+    auto is_parent_hello = [&](const FrameHeader& h, const internal::TlsIdentity* peer) {
       if (h.magic != internal::kFrameMagic || h.type != static_cast<uint8_t>(FrameType::kHello) ||
           static_cast<int>(h.from_rank) != parent.peer ||
           h.blob != static_cast<uint64_t>(expected) ||
@@ -370,36 +382,45 @@ class TreeLinks {
                      "node %d\n", me, parent.peer);
         return false;
       }
+      if (peer != nullptr && peer->rank != static_cast<int>(h.from_rank)) {
+        std::fprintf(stderr, "node %d: dropped a connection: its hello claims rank %u, its TLS "
+                     "certificate is rank %d\n", me, h.from_rank, peer->rank);
+        return false;
+      }
       seen[h.stream] = true;
       return true;
     };
+    auto refused = [me](const std::string& why) {
+      std::fprintf(stderr, "node %d: dropped a connection: %s\n", me, why.c_str());
+    };
     auto hellos = internal::AcceptHellos(listen_fd, expected, deadline, kHelloTimeoutS,
-                                         is_parent_hello);
+                                         tls_.get(), is_parent_hello, refused);
     if (!hellos.ok()) {
       close(listen_fd);
       return UnavailableError("node " + std::to_string(me) + ": waiting for parent node " +
                               std::to_string(parent.peer) + ": " + hellos.status().message());
     }
-    std::vector<int> fds(expected, -1);
-    for (const auto& h : *hellos) fds[h.header.stream] = h.fd;
+    parent_conns_.resize(expected);
+    for (auto& h : *hellos) parent_conns_[h.header.stream] = std::move(h.conn);
     close(listen_fd);
-    parent_fds_ = fds;
     const bool long_up = parent.peer == 0 && plan_.emulate_wan;
-    parent_writer_ =
-        std::make_unique<FrameWriter>(fds[0], nullptr, long_up ? plan_.long_latency_s : 0.0);
-    for (int fd : fds) readers_.emplace_back([this, p = parent.peer, fd] { ParentReader(p, fd); });
+    parent_writer_ = std::make_unique<FrameWriter>(parent_conns_[0].get(), nullptr,
+                                                   long_up ? plan_.long_latency_s : 0.0);
+    for (auto& conn : parent_conns_) {
+      readers_.emplace_back([this, p = parent.peer, c = conn.get()] { ParentReader(p, c); });
+    }
     return Status();
   }
 
-  void ParentReader(NodeId parent, int fd) {
+  void ParentReader(NodeId parent, Conn* conn) {
     while (true) {
       FrameHeader h;
-      Status s = internal::ReadFull(fd, &h, sizeof(h));
+      Status s = conn->Read(&h, sizeof(h));
       if (s.ok() && h.magic == internal::kFrameMagic &&
           h.type == static_cast<uint8_t>(FrameType::kAbort) &&
           h.length <= internal::kMaxAbortMessageBytes) {
         std::string reason(h.length, '\0');
-        s = internal::ReadFull(fd, reason.data(), reason.size());
+        s = conn->Read(reason.data(), reason.size());
         if (s.ok()) {
           // Forwarded down before this node stops, so the whole subtree reports the cause. The
           // children then close their connections: stopping_ keeps that from being reported as
@@ -447,7 +468,7 @@ class TreeLinks {
             DataLossError("parent sent blob " + std::to_string(h.blob) + " with two sizes"));
         return;
       }
-      s = internal::ReadFull(fd, b->bytes.data() + h.offset, h.length);
+      s = conn->Read(b->bytes.data() + h.offset, h.length);
       if (!s.ok()) {
         if (!stopping_) {
           queue_->Fatal(UnavailableError("node " + std::to_string(plan_.rank) + ": parent node " +
@@ -465,11 +486,11 @@ class TreeLinks {
     }
   }
 
-  void ChildReader(NodeId child, int fd) {
+  void ChildReader(NodeId child, Conn* conn) {
     bool reported = false;
     while (true) {
       FrameHeader h;
-      Status s = internal::ReadFull(fd, &h, sizeof(h));
+      Status s = conn->Read(&h, sizeof(h));
       if (!s.ok() || h.magic != internal::kFrameMagic) {
         if (!reported && !stopping_) {
           queue_->Post(event::SendFailed{child, "node " + std::to_string(child) + " (" +
@@ -491,8 +512,9 @@ class TreeLinks {
   NodeState* state_;
   EventQueue* queue_;
   std::shared_ptr<TokenBucket> long_bucket_;
+  std::shared_ptr<const internal::TlsContext> tls_;  // null: plain TCP
   std::vector<ChildLink> children_;
-  std::vector<int> parent_fds_;
+  std::vector<std::unique_ptr<Conn>> parent_conns_;
   std::unique_ptr<FrameWriter> parent_writer_;
   std::vector<std::thread> readers_;
   std::atomic<bool> stopping_{false};
@@ -1054,6 +1076,9 @@ std::string NodePlanToJson(const NodePlan& p) {
   j["method"] = p.method;
   j["parents"] = p.parents;
   j["addresses"] = p.addresses;
+  if (!p.tls_ca.empty() || !p.tls_cert.empty() || !p.tls_key.empty()) {
+    j["tls"] = {{"ca", p.tls_ca}, {"cert", p.tls_cert}, {"key", p.tls_key}};
+  }
   j["relay"] = {{"piece_bytes", p.relay.piece_bytes},
                 {"window_bytes", p.relay.window_bytes},
                 {"root_streams", p.relay.root_streams},
@@ -1096,6 +1121,12 @@ StatusOr<NodePlan> NodePlanFromJson(const std::string& text) {
     p.method = j.at("method").get<std::string>();
     p.parents = j.at("parents").get<std::vector<int>>();
     p.addresses = j.at("addresses").get<std::vector<std::string>>();
+    if (j.contains("tls")) {
+      const auto& t = j["tls"];
+      p.tls_ca = t.at("ca").get<std::string>();
+      p.tls_cert = t.at("cert").get<std::string>();
+      p.tls_key = t.at("key").get<std::string>();
+    }
     const auto& r = j.at("relay");
     p.relay.piece_bytes = r.at("piece_bytes").get<uint64_t>();
     p.relay.window_bytes = r.at("window_bytes").get<uint64_t>();

@@ -5,6 +5,8 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -130,28 +132,222 @@ StatusOr<int> Accept(int listen_fd, double deadline) {
   }
 }
 
-StatusOr<std::vector<Hello>> AcceptHellos(int listen_fd, int want, double deadline,
-                                          double hello_timeout_s,
-                                          const std::function<bool(const FrameHeader&)>& accept_hello) {
+namespace {
+
+void SetNonBlocking(int fd) {
+  int flags = fcntl(fd, F_GETFL, 0);
+  if (flags >= 0) fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+}
+
+}  // namespace
+
+// ---- Conn ----
+
+Conn::Conn(int fd, bool owns) : fd_(fd), owns_(owns) {}
+
+Conn::Conn(int fd, ssl_st* ssl, TlsIdentity peer)
+    : fd_(fd), owns_(true), ssl_(ssl), peer_(std::move(peer)) {}
+
+Conn::~Conn() {
+  if (ssl_ != nullptr) SSL_free(ssl_);
+  if (owns_ && fd_ >= 0) close(fd_);
+}
+
+void Conn::Shutdown() {
+  shut_ = true;
+  shutdown(fd_, SHUT_RDWR);
+}
+
+Status Conn::WaitFor(short events) {
+  while (true) {
+    if (shut_) return UnavailableError("connection shut down");
+    pollfd p{fd_, events, 0};
+    int rc = poll(&p, 1, 1000);
+    if (rc < 0 && errno != EINTR) return UnavailableError(ErrnoError("poll", errno).message());
+    if (rc > 0) return Status();
+  }
+}
+
+Status Conn::Write(const void* data, size_t size) {
+  if (ssl_ == nullptr) return WriteFull(fd_, data, size);
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (size > 0) {
+    int n, err = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ERR_clear_error();
+      n = SSL_write(ssl_, p, static_cast<int>(std::min<size_t>(size, 1 << 30)));
+      if (n <= 0) err = SSL_get_error(ssl_, n);
+    }
+    if (n > 0) {
+      p += n;
+      size -= static_cast<size_t>(n);
+      continue;
+    }
+    if (err == SSL_ERROR_WANT_WRITE || err == SSL_ERROR_WANT_READ) {
+      DCR_RETURN_IF_ERROR(WaitFor(err == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN));
+      continue;
+    }
+    return UnavailableError("TLS send: " + (err == SSL_ERROR_SYSCALL
+                                                 ? std::string("peer closed the connection")
+                                                 : TlsErrors()));
+  }
+  return Status();
+}
+
+Status Conn::Read(void* data, size_t size) {
+  if (ssl_ == nullptr) return ReadFull(fd_, data, size);
+  auto* p = static_cast<uint8_t*>(data);
+  while (size > 0) {
+    int n, err = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ERR_clear_error();
+      n = SSL_read(ssl_, p, static_cast<int>(std::min<size_t>(size, 1 << 30)));
+      if (n <= 0) err = SSL_get_error(ssl_, n);
+    }
+    if (n > 0) {
+      p += n;
+      size -= static_cast<size_t>(n);
+      continue;
+    }
+    if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
+      DCR_RETURN_IF_ERROR(WaitFor(err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT));
+      continue;
+    }
+    if (err == SSL_ERROR_ZERO_RETURN || err == SSL_ERROR_SYSCALL) {
+      ERR_clear_error();
+      return UnavailableError("peer closed the connection");
+    }
+    return UnavailableError("TLS receive: " + TlsErrors());
+  }
+  return Status();
+}
+
+StatusOr<std::unique_ptr<Conn>> ConnectTo(const std::string& address, double deadline,
+                                          const TlsContext* tls, int child_rank,
+                                          double handshake_timeout_s) {
+  DCR_ASSIGN_OR_RETURN(int fd, Connect(address, deadline));
+  if (tls == nullptr) return std::make_unique<Conn>(fd);
+  SetNonBlocking(fd);
+  SSL* ssl = tls->NewSsl(fd, /*server=*/false);
+  if (ssl == nullptr) {
+    close(fd);
+    return InternalError("SSL_new: " + TlsErrors());
+  }
+  Status s = TlsHandshake(ssl, fd, std::min(deadline, SteadyNow() + handshake_timeout_s));
+  StatusOr<TlsIdentity> id = s.ok() ? tls->CheckPeer(ssl, TlsPeer::kChild) : StatusOr<TlsIdentity>(s);
+  if (id.ok() && id->rank != child_rank) {
+    id = FailedPreconditionError("the peer's certificate is rank " + std::to_string(id->rank) +
+                                 ", not rank " + std::to_string(child_rank));
+  }
+  if (!id.ok()) {
+    SSL_free(ssl);
+    close(fd);
+    const Status& e = id.status();
+    return Status(e.code(), "peer " + address + " refused: " + e.message());
+  }
+  return std::make_unique<Conn>(fd, ssl, *id);
+}
+
+StatusOr<std::vector<Hello>> AcceptHellos(
+    int listen_fd, int want, double deadline, double hello_timeout_s, const TlsContext* tls,
+    const std::function<bool(const FrameHeader&, const TlsIdentity*)>& accept_hello,
+    const std::function<void(const std::string&)>& refused) {
   constexpr size_t kMaxPendingHellos = 64;
   struct Pending {
     int fd;
     double until;
     size_t got = 0;
     FrameHeader header;
+    SSL* ssl = nullptr;       // TLS: the connection's SSL object
+    bool handshaken = false;  // TLS: handshake done and peer accepted
+    short events = POLLIN;
+    TlsIdentity peer;
   };
   std::vector<Pending> pending;
   std::vector<Hello> out;
   int dropped = 0;
-  auto drop = [&](size_t i) {
+  auto drop = [&](size_t i, const std::string& why) {
+    if (refused && !why.empty()) refused(why);
+    if (pending[i].ssl != nullptr) SSL_free(pending[i].ssl);
     close(pending[i].fd);
     pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
     ++dropped;
   };
   auto fail = [&](Status s) {
-    for (auto& p : pending) close(p.fd);
-    for (auto& h : out) close(h.fd);
+    for (auto& p : pending) {
+      if (p.ssl != nullptr) SSL_free(p.ssl);
+      close(p.fd);
+    }
+    out.clear();
     return s;
+  };
+  // Advances connection i as far as its bytes allow: handshake, peer check, hello. Returns
+  // the reason to drop it ("" and *drop_it false to keep waiting, or when it is done).
+  auto advance = [&](size_t i, bool* drop_it, bool* done) {
+    Pending& p = pending[i];
+    *drop_it = false;
+    *done = false;
+    if (p.ssl != nullptr && !p.handshaken) {
+      ERR_clear_error();
+      int rc = SSL_do_handshake(p.ssl);
+      if (rc != 1) {
+        int err = SSL_get_error(p.ssl, rc);
+        if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
+          p.events = err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT;
+          return std::string();
+        }
+        *drop_it = true;
+        const long verify = SSL_get_verify_result(p.ssl);
+        std::string why = err == SSL_ERROR_SYSCALL || err == SSL_ERROR_ZERO_RETURN
+                              ? "closed during the TLS handshake"
+                              : "TLS handshake failed: " + TlsErrors();
+        if (verify != X509_V_OK) why += std::string(" (") + X509_verify_cert_error_string(verify) + ")";
+        ERR_clear_error();
+        return why;
+      }
+      auto id = tls->CheckPeer(p.ssl, TlsPeer::kParent);
+      if (!id.ok()) {
+        *drop_it = true;
+        return "refused: " + id.status().message();
+      }
+      p.peer = *id;
+      p.handshaken = true;
+    }
+    while (p.got < sizeof(FrameHeader)) {
+      auto* dst = reinterpret_cast<uint8_t*>(&p.header) + p.got;
+      const size_t left = sizeof(FrameHeader) - p.got;
+      if (p.ssl != nullptr) {
+        ERR_clear_error();
+        int n = SSL_read(p.ssl, dst, static_cast<int>(left));
+        if (n <= 0) {
+          int err = SSL_get_error(p.ssl, n);
+          if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
+            p.events = err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT;
+            return std::string();
+          }
+          ERR_clear_error();
+          *drop_it = true;
+          return std::string("closed before its hello");
+        }
+        p.got += static_cast<size_t>(n);
+      } else {
+        ssize_t r = recv(p.fd, dst, left, MSG_DONTWAIT);
+        if (r < 0 && (errno == EINTR || errno == EAGAIN)) return std::string();
+        if (r <= 0) {
+          *drop_it = true;
+          return std::string("closed before its hello");
+        }
+        p.got += static_cast<size_t>(r);
+      }
+    }
+    if (!accept_hello(p.header, p.ssl != nullptr ? &p.peer : nullptr)) {
+      *drop_it = true;
+      return std::string();  // accept_hello says why
+    }
+    *done = true;
+    return std::string();
   };
   while (static_cast<int>(out.size()) < want) {
     const double now = SteadyNow();
@@ -162,13 +358,13 @@ StatusOr<std::vector<Hello>> AcceptHellos(int listen_fd, int want, double deadli
           " connections without a valid hello dropped)"));
     }
     for (size_t i = pending.size(); i-- > 0;) {
-      if (now >= pending[i].until) drop(i);
+      if (now >= pending[i].until) drop(i, "no hello within the deadline");
     }
     double wake = std::min(deadline, now + 1.0);
     for (const auto& p : pending) wake = std::min(wake, p.until);
     std::vector<pollfd> fds;
     fds.push_back(pollfd{listen_fd, POLLIN, 0});
-    for (const auto& p : pending) fds.push_back(pollfd{p.fd, POLLIN, 0});
+    for (const auto& p : pending) fds.push_back(pollfd{p.fd, p.events, 0});
     int rc = poll(fds.data(), fds.size(), static_cast<int>((wake - now) * 1000) + 1);
     if (rc < 0) {
       if (errno == EINTR) continue;
@@ -177,23 +373,18 @@ StatusOr<std::vector<Hello>> AcceptHellos(int listen_fd, int want, double deadli
     if (rc == 0) continue;
     // Connections first (indices shift as they are dropped: walk backwards).
     for (size_t i = pending.size(); i-- > 0;) {
-      const short ev = fds[i + 1].revents;
-      if (ev == 0) continue;
+      if (fds[i + 1].revents == 0) continue;
+      bool drop_it = false, done = false;
+      const std::string why = advance(i, &drop_it, &done);
+      if (drop_it) {
+        drop(i, why);
+        continue;
+      }
+      if (!done) continue;
       Pending& p = pending[i];
-      auto* dst = reinterpret_cast<uint8_t*>(&p.header) + p.got;
-      ssize_t r = recv(p.fd, dst, sizeof(FrameHeader) - p.got, MSG_DONTWAIT);
-      if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-      if (r <= 0) {
-        drop(i);
-        continue;
-      }
-      p.got += static_cast<size_t>(r);
-      if (p.got < sizeof(FrameHeader)) continue;
-      if (!accept_hello(p.header)) {
-        drop(i);
-        continue;
-      }
-      out.push_back(Hello{p.fd, p.header});
+      std::unique_ptr<Conn> conn = p.ssl != nullptr ? std::make_unique<Conn>(p.fd, p.ssl, p.peer)
+                                                    : std::make_unique<Conn>(p.fd);
+      out.push_back(Hello{std::move(conn), p.header});
       pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
     }
     if (fds[0].revents != 0) {
@@ -203,11 +394,23 @@ StatusOr<std::vector<Hello>> AcceptHellos(int listen_fd, int want, double deadli
         return fail(UnavailableError(ErrnoError("accept", errno).message()));
       }
       TuneSocket(fd);
-      if (pending.size() >= kMaxPendingHellos) drop(0);  // the oldest
-      pending.push_back(Pending{fd, SteadyNow() + hello_timeout_s});
+      if (pending.size() >= kMaxPendingHellos) drop(0, "too many connections waiting");
+      Pending p{fd, SteadyNow() + hello_timeout_s};
+      if (tls != nullptr) {
+        SetNonBlocking(fd);
+        p.ssl = tls->NewSsl(fd, /*server=*/true);
+        if (p.ssl == nullptr) {
+          close(fd);
+          return fail(InternalError("SSL_new: " + TlsErrors()));
+        }
+      }
+      pending.push_back(p);
     }
   }
-  for (auto& p : pending) close(p.fd);
+  for (auto& p : pending) {
+    if (p.ssl != nullptr) SSL_free(p.ssl);
+    close(p.fd);
+  }
   return out;
 }
 
@@ -323,7 +526,13 @@ void TokenBucket::Acquire(uint64_t n) {
 
 FrameWriter::FrameWriter(int fd, std::shared_ptr<TokenBucket> bucket, double latency_s,
                          uint64_t window_bytes)
-    : fd_(fd), bucket_(std::move(bucket)), latency_s_(latency_s), window_bytes_(window_bytes) {
+    : FrameWriter(new Conn(fd, /*owns=*/false), std::move(bucket), latency_s, window_bytes) {
+  own_conn_.reset(conn_);
+}
+
+FrameWriter::FrameWriter(Conn* conn, std::shared_ptr<TokenBucket> bucket, double latency_s,
+                         uint64_t window_bytes)
+    : conn_(conn), bucket_(std::move(bucket)), latency_s_(latency_s), window_bytes_(window_bytes) {
   pacer_ = std::thread([this] { PaceLoop(); });
   delayer_ = std::thread([this] { DelayLoop(); });
 }
@@ -422,9 +631,9 @@ void FrameWriter::DelayLoop() {
       s = error_;
     }
     if (s.ok() && !seg.header_bytes.empty()) {
-      s = WriteFull(fd_, seg.header_bytes.data(), seg.header_bytes.size());
+      s = conn_->Write(seg.header_bytes.data(), seg.header_bytes.size());
     }
-    if (s.ok() && seg.size > 0) s = WriteFull(fd_, seg.data, seg.size);
+    if (s.ok() && seg.size > 0) s = conn_->Write(seg.data, seg.size);
     std::lock_guard<std::mutex> lock(mu_);
     if (!s.ok() && error_.ok()) error_ = s;
     line_bytes_ -= seg.line_bytes;

@@ -12,6 +12,7 @@
 #ifndef DCR_CORE_SRC_TRANSPORT_NET_H_
 #define DCR_CORE_SRC_TRANSPORT_NET_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -24,6 +25,7 @@
 
 #include "dcr/status.h"
 #include "dcr/statusor.h"
+#include "transport/tls.h"
 
 namespace dcr::internal {
 
@@ -54,23 +56,69 @@ StatusOr<int> Listen(const std::string& address);
 StatusOr<int> Connect(const std::string& address, double deadline);
 // Accept with a deadline (steady seconds). kDeadlineExceeded on timeout.
 StatusOr<int> Accept(int listen_fd, double deadline);
+// One connected TCP stream of a tree edge: plain, or TLS 1.3 once its handshake completed. One
+// thread may Read while another Writes (the SSL object is used under a lock, the socket is
+// non-blocking and waited on with poll outside it); Shutdown, from any thread, makes both return
+// kUnavailable. Reads and writes go straight between the socket (through OpenSSL's record
+// buffer under TLS) and the caller's memory: a piece lands in its blob buffer with no copy here.
+class Conn {
+ public:
+  // Plain TCP on `fd` (closed by the destructor when `owns`).
+  explicit Conn(int fd, bool owns = true);
+  // TLS: `ssl` (handshake done) on non-blocking `fd`; takes ownership of both.
+  Conn(int fd, ssl_st* ssl, TlsIdentity peer);
+  ~Conn();
+  Conn(const Conn&) = delete;
+  Conn& operator=(const Conn&) = delete;
+
+  Status Write(const void* data, size_t size);
+  // kUnavailable on EOF before `size` bytes ("peer closed").
+  Status Read(void* data, size_t size);
+  void Shutdown();
+  int fd() const { return fd_; }
+  bool tls() const { return ssl_ != nullptr; }
+  // The peer's certificate identity (TLS only).
+  const TlsIdentity& peer() const { return peer_; }
+
+ private:
+  Status WaitFor(short events);
+  int fd_;
+  bool owns_;
+  ssl_st* ssl_ = nullptr;
+  TlsIdentity peer_;
+  std::mutex mu_;  // guards ssl_'s state
+  std::atomic<bool> shut_{false};
+};
+
+// Connects to a child at `address` (retrying until `deadline` while it is not yet listening).
+// With `tls`: completes the handshake within `handshake_timeout_s` and requires the child's
+// certificate to be a relay or receiver of this run with rank `child_rank`. Errors name the
+// address: kUnavailable, kDeadlineExceeded, kFailedPrecondition (the child's certificate refused).
+StatusOr<std::unique_ptr<Conn>> ConnectTo(const std::string& address, double deadline,
+                                          const TlsContext* tls, int child_rank,
+                                          double handshake_timeout_s);
+
 // Accepts connections on `listen_fd` until `want` of them have sent a 48-byte FrameHeader that
 // `accept_hello` takes (it may keep per-stream state; returns false to refuse), and returns them
-// with their hellos in arrival order. Every connection has `hello_timeout_s` (steady seconds from
-// its accept) to send its hello; one that stays silent, closes early or sends a header
-// `accept_hello` refuses is closed and the loop keeps listening, so a stray or
-// hostile connection never takes the place of the real peer. Connections are served
-// concurrently: a silent one does not delay the others; at most 64 wait at once (a new one
-// closes the oldest). Errors: kDeadlineExceeded when
-// `deadline` passes first (the message counts the connections dropped), kUnavailable when
-// accept or poll fail.
+// with their hellos in arrival order. With `tls`, each connection first completes a TLS 1.3
+// handshake whose client certificate TlsContext::CheckPeer accepts as a parent (sender or relay
+// of this run); `accept_hello` then gets the peer's identity (null without TLS). Every
+// connection has `hello_timeout_s` (steady seconds from its accept) to finish its handshake and
+// send its hello; one that stays silent, closes early, fails the handshake (a plain-TCP peer, a
+// certificate of another run or of the wrong role) or sends a header `accept_hello` refuses is
+// closed, `refused` (if set) is told why, and the loop keeps listening, so a stray or hostile
+// connection never takes the place of the real peer. Connections are served concurrently: a
+// silent one does not delay the others; at most 64 wait at once (a new one closes the oldest).
+// Errors: kDeadlineExceeded when `deadline` passes first (the message counts the connections
+// dropped), kUnavailable when accept or poll fail.
 struct Hello {
-  int fd = -1;
+  std::unique_ptr<Conn> conn;
   FrameHeader header;
 };
-StatusOr<std::vector<Hello>> AcceptHellos(int listen_fd, int want, double deadline,
-                                          double hello_timeout_s,
-                                          const std::function<bool(const FrameHeader&)>& accept_hello);
+StatusOr<std::vector<Hello>> AcceptHellos(
+    int listen_fd, int want, double deadline, double hello_timeout_s, const TlsContext* tls,
+    const std::function<bool(const FrameHeader&, const TlsIdentity*)>& accept_hello,
+    const std::function<void(const std::string&)>& refused = nullptr);
 Status WriteFull(int fd, const void* data, size_t size);
 // kUnavailable on EOF before `size` bytes ("peer closed").
 Status ReadFull(int fd, void* data, size_t size);
@@ -108,6 +156,10 @@ class TokenBucket {
 // alive until they are.
 class FrameWriter {
  public:
+  // Writes to `conn`, which must outlive the writer.
+  FrameWriter(Conn* conn, std::shared_ptr<TokenBucket> bucket, double latency_s,
+              uint64_t window_bytes = 0);
+  // Writes to plain socket `fd` (not closed by the writer).
   FrameWriter(int fd, std::shared_ptr<TokenBucket> bucket, double latency_s,
               uint64_t window_bytes = 0);
   ~FrameWriter();  // Close()s
@@ -117,7 +169,7 @@ class FrameWriter {
             std::function<void(Status)> accepted);
   // Stops the threads after the queued frames (or at the first error) and joins them.
   void Close();
-  int fd() const { return fd_; }
+  int fd() const { return conn_->fd(); }
 
  private:
   struct Item {
@@ -137,7 +189,8 @@ class FrameWriter {
   void PaceLoop();
   void DelayLoop();
 
-  int fd_;
+  std::unique_ptr<Conn> own_conn_;
+  Conn* conn_;
   std::shared_ptr<TokenBucket> bucket_;
   double latency_s_;
   uint64_t window_bytes_;

@@ -1,0 +1,104 @@
+// Internal: mutual TLS 1.3 for relay-tree edges (OpenSSL 3), and the per-run credentials it uses.
+//
+// Trust model. Every run has its own certificate authority: an Ed25519 CA key and certificate,
+// and one certificate per rank signed by it, whose subjectAltName is the URI
+//   dcr://<run id>/<role>/<rank>        role: sender | relay | receiver
+// (the role the rank has in the run's tree: rank 0 sends, a rank with children relays, the
+// others receive). A node trusts only its run's CA certificate, and a peer only when
+//   - the peer's certificate chains to that CA (so a certificate of another run fails), and
+//   - it names the node's own run id (read from the node's own certificate), and
+//   - its role is one the edge allows: a node accepts its parent's connection only from a sender
+//     or a relay; a parent accepts a child only as a relay or a receiver; and
+//   - its rank is the one the connection claims (the parent's hello, the child's plan address).
+// Authorization is by role, not by a fixed edge list: any relay of the run may feed any node of
+// the run, so a tree that is re-shaped (re-parenting, late joiners) needs no new certificates.
+//
+// A certificate authority per run rather than a pre-shared key: a PSK is one secret that every
+// node holds, so any node (a receiver) could impersonate the sender; certificates give every rank
+// its own key, bind its role, and let a cluster hand each host only its own key (the CA key never
+// leaves the machine that ran `dcr keys`).
+//
+// Thread safety: TlsContext is immutable after Load and may be shared by every thread; a Conn
+// (net.h) serialises its own use of its SSL object.
+#ifndef DCR_CORE_SRC_TRANSPORT_TLS_H_
+#define DCR_CORE_SRC_TRANSPORT_TLS_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dcr/status.h"
+#include "dcr/statusor.h"
+
+struct ssl_st;
+struct ssl_ctx_st;
+
+namespace dcr::internal {
+
+// What a node certificate says about its holder.
+struct TlsIdentity {
+  std::string run_id;
+  std::string role;  // "sender" | "relay" | "receiver"
+  int rank = -1;
+};
+
+// The roles a peer may have on each end of an edge.
+enum class TlsPeer { kParent, kChild };
+
+class TlsContext {
+ public:
+  ~TlsContext();
+  TlsContext(const TlsContext&) = delete;
+  TlsContext& operator=(const TlsContext&) = delete;
+
+  // Loads the run's CA certificate, this node's certificate and its private key (PEM files).
+  // Errors: kNotFound (a file is missing), kFailedPrecondition (the key file is readable by group
+  // or others, the key does not match the certificate, the certificate is not a dcr node
+  // certificate or not signed by the CA), kInvalidArgument (unparsable PEM).
+  static StatusOr<std::shared_ptr<const TlsContext>> Load(const std::string& ca_path,
+                                                          const std::string& cert_path,
+                                                          const std::string& key_path);
+
+  const TlsIdentity& self() const { return self_; }
+
+  // A new SSL object on `fd` (a non-blocking TCP socket), client (connecting) or server side.
+  // The socket is written with MSG_NOSIGNAL. Null when OpenSSL cannot allocate it.
+  ssl_st* NewSsl(int fd, bool server) const;
+
+  // After a completed handshake: the peer's identity when its certificate chains to this run's
+  // CA, names this run and has a role allowed for `peer`. Refusals are kFailedPrecondition
+  // naming what was wrong (no certificate, verify result, run, role).
+  StatusOr<TlsIdentity> CheckPeer(ssl_st* ssl, TlsPeer peer) const;
+
+ private:
+  TlsContext() = default;
+  ssl_ctx_st* ctx_ = nullptr;
+  TlsIdentity self_;
+};
+
+// Drives the handshake of `ssl` on non-blocking `fd` until it completes or `deadline` (steady
+// seconds) passes. kUnavailable with OpenSSL's reason (e.g. "certificate verify failed"),
+// kDeadlineExceeded.
+Status TlsHandshake(ssl_st* ssl, int fd, double deadline);
+
+// The last OpenSSL error queue entries as text (and clears the queue).
+std::string TlsErrors();
+
+// 32 hex digits from the system's random source: the id of one run.
+StatusOr<std::string> NewRunId();
+
+// The role of every rank of a tree (parents[0] == -1): "sender", "relay" or "receiver".
+std::vector<std::string> TreeRoles(const std::vector<int>& parents);
+
+// Writes a fresh run CA and one certificate per rank into `dir` (created 0700 if missing; it
+// must be owned by the caller and not writable by others):
+//   ca.crt, ca.key, node-<rank>.crt, node-<rank>.key      (keys 0600, certificates 0644)
+// `roles[r]` is rank r's role. Files are created exclusively (O_EXCL | O_NOFOLLOW): an existing
+// file is an error (kFailedPrecondition naming it) unless `replace` is set, in which case the
+// old files of these names are removed first. Certificates are valid for `valid_days`.
+Status WriteRunCredentials(const std::string& dir, const std::string& run_id,
+                           const std::vector<std::string>& roles, int valid_days, bool replace);
+
+}  // namespace dcr::internal
+
+#endif  // DCR_CORE_SRC_TRANSPORT_TLS_H_
