@@ -529,6 +529,10 @@ ScenarioResult DescribeRealRun(const Scenario& s, const std::string& work_dir) {
                 s.network.long_link.bandwidth_Bps * 8 / 1e6, s.network.long_link.latency_s * 1e3);
   out.setup["long_link"] = buf;
   out.setup["work_dir"] = work_dir;
+  out.setup["tls"] = !s.network.tls.enabled ? "off (network.tls: false): plain TCP tree edges"
+                     : s.network.tls.ca.empty()
+                         ? "mutual TLS 1.3 on every tree edge, a fresh CA per refit"
+                         : "mutual TLS 1.3 on every tree edge, CA " + s.network.tls.ca;
   out.setup["available_cores"] =
       "per run: (CPU of the run's node processes + idle time of all CPUs) / wall time over the "
       "refit window (first blob to last commit), sampled every 20 ms from /proc: the cores "
@@ -652,6 +656,7 @@ StatusOr<RunResult> RunOneRefit(const Scenario& s, const std::vector<std::string
   DCR_ASSIGN_OR_RETURN(std::vector<NodePlan> plans,
                        MakePlans(s, method, transport, ckpts[step - 1], ckpts[step], run_dir,
                                  work_dir, prefix));
+  DCR_RETURN_IF_ERROR(AddTls(s, run_dir + "/tls", &plans));
   if (s.progress) {
     for (NodePlan& p : plans) p.progress_path = run_dir + "/progress-" + std::to_string(p.rank) + ".json";
   }

@@ -368,7 +368,7 @@ Status ParseNetwork(const MapReader& top, Scenario* s) {
   if (!top.Has("network")) return Status();
   MapReader r(top.Get("network"), "network");
   DCR_RETURN_IF_ERROR(
-      r.Init({"regions", "long_link", "emulation", "hosts", "base_port"}));
+      r.Init({"regions", "long_link", "emulation", "hosts", "base_port", "tls"}));
   if (r.Has("regions")) {
     YAML::Node regions = r.Get("regions");
     if (!regions.IsSequence()) return InvalidArgumentError("network.regions: expected a list");
@@ -402,6 +402,22 @@ Status ParseNetwork(const MapReader& top, Scenario* s) {
   }
   DCR_RETURN_IF_ERROR(r.StrList("hosts", &net.hosts));
   DCR_RETURN_IF_ERROR(r.Int("base_port", &net.base_port, 0, 65535));
+  if (r.Has("tls")) {
+    if (r.Get("tls").IsScalar()) {
+      DCR_RETURN_IF_ERROR(r.Bool("tls", &net.tls.enabled));
+    } else {
+      MapReader t(r.Get("tls"), "network.tls");
+      DCR_RETURN_IF_ERROR(t.Init({"enabled", "ca", "cert", "key"}));
+      DCR_RETURN_IF_ERROR(t.Bool("enabled", &net.tls.enabled));
+      DCR_RETURN_IF_ERROR(t.Str("ca", &net.tls.ca));
+      DCR_RETURN_IF_ERROR(t.Str("cert", &net.tls.cert));
+      DCR_RETURN_IF_ERROR(t.Str("key", &net.tls.key));
+      const int named = !net.tls.ca.empty() + !net.tls.cert.empty() + !net.tls.key.empty();
+      if (named != 0 && named != 3) {
+        return InvalidArgumentError("network.tls: give all of ca, cert and key, or none");
+      }
+    }
+  }
   return Status();
 }
 

@@ -18,6 +18,8 @@ network:
   hosts: ["127.0.0.1:$port", "127.0.0.1:$((port + 1))", "127.0.0.1:$((port + 2))", "127.0.0.1:$((port + 3))"]
 timeout: 60s
 YAML
+"$dcr" keys "$tmp/s.yaml" -o "$tmp/keys" >/dev/null 2>&1; check keys 0 $?
+sed -i "/^network:/a\\  tls: {ca: '$tmp/keys/ca.crt', cert: '$tmp/keys/node-{rank}.crt', key: '$tmp/keys/node-{rank}.key'}" "$tmp/s.yaml"
 pids=()
 for r in 3 2 1; do
   "$dcr" node "$tmp/s.yaml" --rank "$r" --base "$base" --target "$target" \

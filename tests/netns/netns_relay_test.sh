@@ -60,6 +60,8 @@ network:
   hosts: ["$NET.10:7400", "$NET.11:7400", "$NET.12:7400", "$NET.13:7400"]
 timeout: 120s
 YAML
+"$DCR" keys "$WORK/s.yaml" -o "$WORK/keys" >/dev/null 2>"$WORK/keys.log" || fail "dcr keys"
+sed -i "/^network:/a\\  tls: {ca: '$WORK/keys/ca.crt', cert: '$WORK/keys/node-{rank}.crt', key: '$WORK/keys/node-{rank}.key'}" "$WORK/s.yaml"
 
 run_refit() {  # $1 = method; writes "refit_seconds payload_bytes" to $WORK/<method>.time
   local method=$1

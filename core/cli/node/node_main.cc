@@ -58,6 +58,7 @@ StatusOr<NodePlan> PlanFromArgs(const NodeArgs& a) {
   }
   DCR_ASSIGN_OR_RETURN(auto plans, MakePlans(s, m, t, a.base, a.target, a.work_dir, a.work_dir,
                                              a.prefix));
+  DCR_RETURN_IF_ERROR(AddTls(s, "", &plans));
   NodePlan p = plans[rank];
   p.result_path = a.out;
   // No runner here: the start barrier is the connection set-up itself.

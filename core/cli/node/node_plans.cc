@@ -8,6 +8,7 @@
 #include "dcr/relay_policy.h"
 #include "dcr/status_macros.h"
 #include "transport/net.h"
+#include "transport/tls.h"
 
 namespace dcr::cli {
 
@@ -83,6 +84,45 @@ StatusOr<std::vector<NodePlan>> MakePlans(const Scenario& s, Method method, Tran
     plans.push_back(std::move(p));
   }
   return plans;
+}
+
+namespace {
+
+std::string WithRank(std::string path, int rank) {
+  const std::string token = "{rank}";
+  for (size_t at; (at = path.find(token)) != std::string::npos;) {
+    path.replace(at, token.size(), std::to_string(rank));
+  }
+  return path;
+}
+
+}  // namespace
+
+Status AddTls(const Scenario& s, const std::string& generate_dir, std::vector<NodePlan>* plans) {
+  const TlsSpec& tls = s.network.tls;
+  if (!tls.enabled || plans->empty() || (*plans)[0].transport != "relay_tree") return Status();
+  std::string ca = tls.ca, cert = tls.cert, key = tls.key;
+  if (ca.empty()) {
+    if (generate_dir.empty()) {
+      return FailedPreconditionError(
+          "network.tls: a multi-host relay tree needs its run's certificates: make them with "
+          "`dcr keys SCENARIO -o DIR` and set network.tls {ca: DIR/ca.crt, cert: "
+          "DIR/node-{rank}.crt, key: DIR/node-{rank}.key}, or turn TLS off with network.tls: "
+          "false");
+    }
+    DCR_ASSIGN_OR_RETURN(const std::string run_id, internal::NewRunId());
+    DCR_RETURN_IF_ERROR(internal::WriteRunCredentials(
+        generate_dir, run_id, internal::TreeRoles((*plans)[0].parents), 7, /*replace=*/true));
+    ca = generate_dir + "/ca.crt";
+    cert = generate_dir + "/node-{rank}.crt";
+    key = generate_dir + "/node-{rank}.key";
+  }
+  for (NodePlan& p : *plans) {
+    p.tls_ca = ca;
+    p.tls_cert = WithRank(cert, p.rank);
+    p.tls_key = WithRank(key, p.rank);
+  }
+  return Status();
 }
 
 StatusOr<std::string> NodeExe() {

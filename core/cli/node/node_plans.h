@@ -22,6 +22,15 @@ StatusOr<std::vector<NodePlan>> MakePlans(const Scenario& s, Method method, Tran
                                           const std::string& run_dir, const std::string& work_dir,
                                           const std::string& store_prefix);
 
+// Mutual TLS for relay-tree `plans` (network.tls): the scenario's files ("{rank}" in cert and
+// key replaced by each plan's rank) when it names them; else, with `generate_dir` set, a fresh
+// run CA and node certificates written there (transport/tls.h WriteRunCredentials; files of an
+// earlier refit in that directory are replaced). Leaves the plans plain when network.tls is off
+// or the transport is not a relay tree. Errors: kFailedPrecondition when TLS is on, the scenario
+// names no files and `generate_dir` is empty (a multi-host node cannot make its run's CA
+// alone), and WriteRunCredentials' errors.
+Status AddTls(const Scenario& s, const std::string& generate_dir, std::vector<NodePlan>* plans);
+
 // The dcr-node executable beside the running binary (/proc/self/exe's directory). kNotFound if
 // it is not there or not executable.
 StatusOr<std::string> NodeExe();

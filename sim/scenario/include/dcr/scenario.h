@@ -150,6 +150,17 @@ struct RegionSpec {
   LinkSpec intra{12.5e9, 0.0001};  // links inside the region: default 100 Gbit/s, 0.1 ms
 };
 
+// Mutual TLS 1.3 on relay-tree edges (`network.tls`; transport/tls.h in the core describes the
+// trust model). On by default. `dcr run` makes a fresh CA and node certificates for every refit
+// unless ca/cert/key name files; `dcr node SCENARIO --rank R` (multi-host) needs the files,
+// written by `dcr keys`. "{rank}" in cert and key is replaced by the node's rank.
+struct TlsSpec {
+  bool enabled = true;
+  std::string ca;    // the run's CA certificate
+  std::string cert;  // this node's certificate, e.g. keys/node-{rank}.crt
+  std::string key;   // its private key (mode 0600), e.g. keys/node-{rank}.key
+};
+
 struct NetworkSpec {
   std::vector<RegionSpec> regions;  // default: "train", "rollout"
   LinkSpec long_link{12.5e6, 0.035};  // inter-region: default 100 Mbit/s, 35 ms
@@ -157,6 +168,7 @@ struct NetworkSpec {
   // Multi-host (`dcr node`): "host:port" per rank (rank 0 = sender). Empty: loopback ports.
   std::vector<std::string> hosts;
   int base_port = 0;  // loopback: first port (0 = pick free ports)
+  TlsSpec tls;
 };
 
 // Simulator-only settings (mode: sim); parsed here, interpreted by dcr::sim.
