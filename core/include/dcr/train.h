@@ -62,6 +62,10 @@
 
 namespace dcr {
 
+namespace internal {
+class RankBuffers;  // train_delta.cc
+}  // namespace internal
+
 struct TrainLayout {
   int tp = 1;             // tensor parallel
   int pp = 1;             // pipeline parallel (layers split into contiguous stages)
@@ -305,6 +309,20 @@ class TrainDeltaBuilder {
   // (or Create). Thread-safe for distinct units.
   StatusOr<UnitDelta> BuildUnit(int unit, const std::vector<std::vector<uint8_t>>& prev_rank,
                                 const std::vector<std::vector<uint8_t>>& next_rank) const;
+  // BuildUnit over the rank's buffers in memory of `device` (dcr/device.h), as a training rank
+  // holds them: prev_rank[b] / next_rank[b] are device addresses of buffer b's element 0 (its
+  // numel x width bytes). The same UnitDelta as BuildUnit for the same bytes: changes found by
+  // Device::Diff, one call per span of each chunk (the chunk's runs in buffer order, grouped
+  // where they are at most 2^16 elements apart: the device work of a chunk of contiguous pieces is
+  // its covered elements), encoded on the calling thread; each chunk's covered new bytes
+  // downloaded for its range hash (one span at a time: host memory of about one chunk); residual
+  // dependencies compared with Device::FirstDifference. Errors: kInvalidArgument for a bad unit,
+  // a null device or address, or a buffer count unlike the layout's; the device's, with the unit
+  // and device named. Thread-safe for distinct units. REQUIRES: the buffers have the layout's
+  // sizes.
+  StatusOr<UnitDelta> BuildUnitOnDevice(int unit, Device* device,
+                                        const std::vector<const void*>& prev_rank,
+                                        const std::vector<const void*>& next_rank) const;
   // Residual overwrites for the tensors flagged by the units (exporter run on prev and next).
   StatusOr<UnitDelta> BuildResidual(const std::vector<UnitDelta>& units, const ShardSet& prev,
                                     const ShardSet& next) const;
@@ -314,6 +332,14 @@ class TrainDeltaBuilder {
   // All of the above (units in parallel).
   StatusOr<TrainDeltaStats> BuildStep(const ShardSet& prev, const ShardSet& next,
                                       DeltaSink* sink);
+  // BuildStep with the units built on `device`: one model-parallel rank at a time, its old and
+  // new buffers uploaded (device memory holds two copies of one rank's buffers) and its
+  // data-parallel units built in parallel by BuildUnitOnDevice; residual tensors re-exported on
+  // the host from `prev` and `next`. The same delta bytes as BuildStep. Errors: BuildStep's, and
+  // the device's (kResourceExhausted when it cannot hold a rank) with the rank or unit named;
+  // nothing reaches `sink` before every unit is built.
+  StatusOr<TrainDeltaStats> BuildStepOnDevice(const ShardSet& prev, const ShardSet& next,
+                                              Device* device, DeltaSink* sink);
 
   Hash128 base_hash() const { return base_hash_; }
   uint64_t version() const { return version_; }
@@ -322,6 +348,8 @@ class TrainDeltaBuilder {
  private:
   TrainDeltaBuilder() = default;
   struct Unit;
+  // BuildUnit over the old and new buffers of the unit's rank, in host or device memory.
+  StatusOr<UnitDelta> BuildUnitWith(int unit, internal::RankBuffers* buffers) const;
   std::shared_ptr<const TrainStructure> s_;
   std::shared_ptr<const LayoutMap> map_;
   std::shared_ptr<const Exporter> exporter_;

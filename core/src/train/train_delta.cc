@@ -8,6 +8,7 @@
 
 #include <xxhash.h>
 
+#include "dcr/device.h"
 #include "dcr/hash.h"
 #include "dcr/status_macros.h"
 #include "dcr/train.h"
@@ -195,6 +196,196 @@ struct TrainDeltaBuilder::Unit {
   std::vector<DepRange> deps;
 };
 
+namespace internal {
+
+// How a unit reads the buffers of its rank, old (`prev`) and new (`next`): what
+// TrainDeltaBuilder::BuildUnitWith needs of them.
+class RankBuffers {
+ public:
+  virtual ~RankBuffers() = default;
+  // Writes the changed elements of chunk `c` in position order to (pos, old_bits, new_bits),
+  // which have room for c.n entries, and their number to *k.
+  virtual Status DiffChunk(const UChunk& c, uint64_t* pos, uint64_t* old_bits, uint64_t* new_bits,
+                           size_t* k) = 0;
+  // The chunk's target_range_hash: XXH3-128 of its covered new bytes in position order.
+  virtual StatusOr<Hash128> RangeHash(const UChunk& c) = 0;
+  // Whether elements [begin, end) of buffer `b` (`width` bytes each) differ between old and new.
+  virtual StatusOr<bool> Differs(int b, uint64_t begin, uint64_t end, uint64_t width) = 0;
+};
+
+}  // namespace internal
+
+namespace {
+
+// A rank's buffers in host memory: the difference scan of internal/diff_scan.h.
+class HostRankBuffers : public internal::RankBuffers {
+ public:
+  HostRankBuffers(const std::vector<std::vector<uint8_t>>& prev,
+                  const std::vector<std::vector<uint8_t>>& next)
+      : prev_(prev), next_(next), xs_(XXH3_createState(), &XXH3_freeState) {}
+  Status Init() const {
+    return xs_ ? Status::OK() : ResourceExhaustedError("train delta: cannot allocate a hash state");
+  }
+  Status DiffChunk(const UChunk& c, uint64_t* pos, uint64_t* old_bits, uint64_t* new_bits,
+                   size_t* k) override {
+    *k = 0;
+    for (const Run& r : c.runs) {
+      DiffRun(c.width, prev_[c.buffer].data(), next_[c.buffer].data(), r, pos, old_bits, new_bits,
+              k);
+    }
+    return Status::OK();
+  }
+  StatusOr<Hash128> RangeHash(const UChunk& c) override {
+    return ChunkRangeHash(c, next_[c.buffer].data(), xs_.get());
+  }
+  StatusOr<bool> Differs(int b, uint64_t begin, uint64_t end, uint64_t width) override {
+    return std::memcmp(prev_[b].data() + begin * width, next_[b].data() + begin * width,
+                       (end - begin) * width) != 0;
+  }
+
+ private:
+  const std::vector<std::vector<uint8_t>>& prev_;
+  const std::vector<std::vector<uint8_t>>& next_;
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> xs_;
+};
+
+// A chunk's runs grouped by source position for the device: runs (in source order) at most
+// kSpanGap elements apart share a span, and each span is one Device::Diff and one Download.
+constexpr uint64_t kSpanGap = uint64_t{1} << 16;
+
+struct Span {
+  uint64_t begin = 0, end = 0;  // buffer elements
+  uint64_t host = 0;            // element offset of its downloaded new bytes in the host buffer
+};
+
+// A rank's buffers in device memory (device addresses of each buffer's element 0).
+class DeviceRankBuffers : public internal::RankBuffers {
+ public:
+  DeviceRankBuffers(Device* device, const std::vector<const void*>& prev,
+                    const std::vector<const void*>& next)
+      : device_(device), prev_(prev), next_(next) {}
+
+  Status DiffChunk(const UChunk& c, uint64_t* pos, uint64_t* old_bits, uint64_t* new_bits,
+                   size_t* k) override {
+    DCR_RETURN_IF_ERROR(Plan(c));
+    const uint64_t w = static_cast<uint64_t>(c.width);
+    changes_.clear();
+    for (size_t si = 0; si < spans_.size(); ++si) {
+      const Span& sp = spans_[si];
+      const uint64_t n = sp.end - sp.begin;
+      DCR_ASSIGN_OR_RETURN(
+          DeviceDiffResult d,
+          device_->Diff(Addr(prev_[c.buffer], sp.begin * w), Addr(next_[c.buffer], sp.begin * w),
+                        n, c.width, ValueMode::kXor));
+      const size_t m = d.positions.size();
+      if (d.old_bits.size() != m || d.new_bits.size() != m ||
+          !std::is_sorted(d.positions.begin(), d.positions.end()) ||
+          (m > 0 && d.positions.back() >= n)) {
+        return InternalError("device " + device_->name() + ": its diff of " + std::to_string(n) +
+                             " elements returned malformed changes");
+      }
+      // The changes inside each run of this span, relabelled to chunk positions.
+      for (size_t ri = span_runs_[si]; ri < span_runs_[si + 1]; ++ri) {
+        const Run& r = c.runs[order_[ri]];
+        const uint64_t lo = r.src - sp.begin, hi = lo + r.len;
+        auto it = std::lower_bound(d.positions.begin(), d.positions.end(), lo);
+        for (; it != d.positions.end() && *it < hi; ++it) {
+          const size_t j = static_cast<size_t>(it - d.positions.begin());
+          changes_.push_back({r.pos + (*it - lo), d.old_bits[j], d.new_bits[j]});
+        }
+      }
+    }
+    std::sort(changes_.begin(), changes_.end(),
+              [](const Change& a, const Change& b) { return a.pos < b.pos; });
+    for (size_t i = 0; i < changes_.size(); ++i) {
+      pos[i] = changes_[i].pos;
+      old_bits[i] = changes_[i].old_bits;
+      new_bits[i] = changes_[i].new_bits;
+    }
+    *k = changes_.size();
+    return Status::OK();
+  }
+
+  StatusOr<Hash128> RangeHash(const UChunk& c) override {
+    DCR_RETURN_IF_ERROR(Plan(c));
+    const uint64_t w = static_cast<uint64_t>(c.width);
+    host_.resize(static_cast<size_t>(spans_.empty() ? 0 : (spans_.back().host + spans_.back().end -
+                                                          spans_.back().begin) * w));
+    for (const Span& sp : spans_) {
+      DCR_RETURN_IF_ERROR(device_->Download(host_.data() + sp.host * w,
+                                            Addr(next_[c.buffer], sp.begin * w),
+                                            (sp.end - sp.begin) * w));
+    }
+    // The covered bytes in position order (runs are in position order).
+    XXH3_state_t* xs = XXH3_createState();
+    if (xs == nullptr) return ResourceExhaustedError("train delta: cannot allocate a hash state");
+    XXH3_128bits_reset(xs);
+    for (size_t i = 0; i < c.runs.size(); ++i) {
+      const Run& r = c.runs[i];
+      const Span& sp = spans_[run_span_[i]];
+      XXH3_128bits_update(xs, host_.data() + (sp.host + r.src - sp.begin) * w, r.len * w);
+    }
+    const XXH128_hash_t h = XXH3_128bits_digest(xs);
+    XXH3_freeState(xs);
+    return Hash128{h.low64, h.high64};
+  }
+
+  StatusOr<bool> Differs(int b, uint64_t begin, uint64_t end, uint64_t width) override {
+    const uint64_t bytes = (end - begin) * width;
+    DCR_ASSIGN_OR_RETURN(uint64_t first, device_->FirstDifference(Addr(prev_[b], begin * width),
+                                                                  Addr(next_[b], begin * width),
+                                                                  bytes));
+    return first != bytes;
+  }
+
+ private:
+  struct Change {
+    uint64_t pos, old_bits, new_bits;
+  };
+  static const void* Addr(const void* base, uint64_t byte_offset) {
+    return static_cast<const uint8_t*>(base) + byte_offset;
+  }
+  // Groups the runs of `c` into spans (once per chunk: DiffChunk and RangeHash share it).
+  Status Plan(const UChunk& c) {
+    if (planned_ == &c) return Status::OK();
+    order_.resize(c.runs.size());
+    for (size_t i = 0; i < order_.size(); ++i) order_[i] = i;
+    std::stable_sort(order_.begin(), order_.end(),
+                     [&](size_t a, size_t b) { return c.runs[a].src < c.runs[b].src; });
+    spans_.clear();
+    span_runs_.clear();
+    run_span_.assign(c.runs.size(), 0);
+    uint64_t host = 0;
+    for (size_t i = 0; i < order_.size(); ++i) {
+      const Run& r = c.runs[order_[i]];
+      if (spans_.empty() || r.src > spans_.back().end + kSpanGap) {
+        if (!spans_.empty()) host += spans_.back().end - spans_.back().begin;
+        spans_.push_back(Span{r.src, r.src + r.len, host});
+        span_runs_.push_back(i);
+      } else {
+        spans_.back().end = std::max(spans_.back().end, r.src + r.len);
+      }
+      run_span_[order_[i]] = spans_.size() - 1;
+    }
+    span_runs_.push_back(order_.size());
+    planned_ = &c;
+    return Status::OK();
+  }
+
+  Device* device_;
+  const std::vector<const void*>& prev_;
+  const std::vector<const void*>& next_;
+  const UChunk* planned_ = nullptr;
+  std::vector<size_t> order_;      // run indices in source order
+  std::vector<Span> spans_;
+  std::vector<size_t> span_runs_;  // spans_[s] holds order_[span_runs_[s] .. span_runs_[s + 1])
+  std::vector<size_t> run_span_;   // per run (position order): its span
+  std::vector<Change> changes_;
+  std::vector<uint8_t> host_;
+};
+
+}  // namespace
+
 TrainDeltaBuilder::~TrainDeltaBuilder() = default;
 
 int TrainDeltaBuilder::num_units() const { return static_cast<int>(units_.size()); }
@@ -365,15 +556,46 @@ StatusOr<UnitDelta> TrainDeltaBuilder::BuildUnit(
                                   rk.buffers[b].name + " has the wrong size");
     }
   }
+  HostRankBuffers buffers(prev_rank, next_rank);
+  DCR_RETURN_IF_ERROR(buffers.Init());
+  return BuildUnitWith(unit, &buffers);
+}
+
+StatusOr<UnitDelta> TrainDeltaBuilder::BuildUnitOnDevice(
+    int unit, Device* device, const std::vector<const void*>& prev_rank,
+    const std::vector<const void*>& next_rank) const {
+  if (unit < 0 || unit >= num_units()) return InvalidArgumentError("train delta: unit out of range");
+  if (device == nullptr) return InvalidArgumentError("train delta: no device");
+  const Unit& u = units_[unit];
+  const RankSpec& rk = s_->ranks()[u.rank];
+  if (prev_rank.size() != rk.buffers.size() || next_rank.size() != rk.buffers.size()) {
+    return InvalidArgumentError("train delta: rank " + std::to_string(u.rank) +
+                                " device buffers do not match the layout (buffer count)");
+  }
+  for (size_t b = 0; b < rk.buffers.size(); ++b) {
+    if (prev_rank[b] == nullptr || next_rank[b] == nullptr) {
+      return InvalidArgumentError("train delta: rank " + std::to_string(u.rank) + " buffer " +
+                                  rk.buffers[b].name + " has no device address");
+    }
+  }
+  DeviceRankBuffers buffers(device, prev_rank, next_rank);
+  StatusOr<UnitDelta> out = BuildUnitWith(unit, &buffers);
+  if (!out.ok()) {
+    return out.status().WithContext("train delta: unit " + std::to_string(unit) + " on device " +
+                                    device->name());
+  }
+  return out;
+}
+
+StatusOr<UnitDelta> TrainDeltaBuilder::BuildUnitWith(int unit,
+                                                    internal::RankBuffers* buffers) const {
+  const Unit& u = units_[unit];
+  const RankSpec& rk = s_->ranks()[u.rank];
   UnitDelta out;
   out.unit = unit;
-  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> xs(XXH3_createState(), &XXH3_freeState);
-  if (!xs) return ResourceExhaustedError("train delta: cannot allocate a hash state");
   std::unique_ptr<uint64_t[]> pos, olds, news;
   uint64_t cap = 0;
   for (const UChunk& c : u.chunks) {
-    const uint8_t* prev = prev_rank[c.buffer].data();
-    const uint8_t* next = next_rank[c.buffer].data();
     // Room for every covered element (uninitialized); only the changes found are copied out.
     if (cap < c.n) {
       cap = c.n;
@@ -382,10 +604,8 @@ StatusOr<UnitDelta> TrainDeltaBuilder::BuildUnit(
       news.reset(new uint64_t[cap]);
     }
     size_t k = 0;
-    for (const Run& r : c.runs) {
-      DiffRun(c.width, prev, next, r, pos.get(), olds.get(), news.get(), &k);
-      out.scanned_bytes += r.len * static_cast<uint64_t>(c.width);
-    }
+    DCR_RETURN_IF_ERROR(buffers->DiffChunk(c, pos.get(), olds.get(), news.get(), &k));
+    for (const Run& r : c.runs) out.scanned_bytes += r.len * static_cast<uint64_t>(c.width);
     if (k == 0) continue;
     // Encoded straight from the scan's arrays (no copy into vectors).
     ChunkChangesView cc;
@@ -398,7 +618,7 @@ StatusOr<UnitDelta> TrainDeltaBuilder::BuildUnit(
     cc.old_bits = olds.get();
     cc.new_bits = news.get();
     cc.dense = false;
-    cc.target_range_hash = ChunkRangeHash(c, next, xs.get());
+    DCR_ASSIGN_OR_RETURN(cc.target_range_hash, buffers->RangeHash(c));
     out.changes += k;
     DCR_ASSIGN_OR_RETURN(std::vector<uint8_t> rec,
                          EncodeChunk(cc, ChooseValueMode(options_.value_policy, c.dtype), salts_,
@@ -410,10 +630,8 @@ StatusOr<UnitDelta> TrainDeltaBuilder::BuildUnit(
     const uint64_t w = static_cast<uint64_t>(rk.buffers[d.buffer].width());
     out.scanned_bytes += (d.end - d.begin) * w;
     if (flagged.count(d.residual)) continue;
-    if (std::memcmp(prev_rank[d.buffer].data() + d.begin * w, next_rank[d.buffer].data() + d.begin * w,
-                    (d.end - d.begin) * w) != 0) {
-      flagged.insert(d.residual);
-    }
+    DCR_ASSIGN_OR_RETURN(bool differs, buffers->Differs(d.buffer, d.begin, d.end, w));
+    if (differs) flagged.insert(d.residual);
   }
   out.affected_residual.assign(flagged.begin(), flagged.end());
   return out;
@@ -552,6 +770,59 @@ StatusOr<TrainDeltaStats> TrainDeltaBuilder::BuildStep(const ShardSet& prev, con
     if (!x.ok()) return x.status();
     units.push_back(std::move(x).value());
   }
+  DCR_ASSIGN_OR_RETURN(UnitDelta residual, BuildResidual(units, prev, next));
+  return Merge(std::move(units), std::move(residual), sink);
+}
+
+StatusOr<TrainDeltaStats> TrainDeltaBuilder::BuildStepOnDevice(const ShardSet& prev,
+                                                               const ShardSet& next,
+                                                               Device* device, DeltaSink* sink) {
+  if (device == nullptr) return InvalidArgumentError("train delta: no device");
+  if (prev.buffers.size() != s_->ranks().size() || next.buffers.size() != s_->ranks().size()) {
+    return InvalidArgumentError("train delta: shards do not match the layout's ranks");
+  }
+  std::vector<StatusOr<UnitDelta>> res(units_.size(), StatusOr<UnitDelta>(InternalError("not run")));
+  const int dp = s_->layout().dp;
+  for (size_t r = 0; r < s_->ranks().size(); ++r) {
+    const RankSpec& rk = s_->ranks()[r];
+    // The rank's old and new buffers in device memory, freed when its units are built.
+    std::vector<void*> held;
+    struct Release {
+      Device* device;
+      std::vector<void*>* held;
+      ~Release() {
+        for (void* p : *held) device->Free(p);
+      }
+    } release{device, &held};
+    std::vector<const void*> dprev, dnext;
+    for (size_t b = 0; b < rk.buffers.size(); ++b) {
+      const uint64_t nb = rk.buffers[b].numel * rk.buffers[b].width();
+      for (const ShardSet* set : {&prev, &next}) {
+        if (set->buffers[r].size() != rk.buffers.size() || set->buffers[r][b].size() != nb) {
+          return InvalidArgumentError("train delta: rank " + std::to_string(r) + " buffer " +
+                                      rk.buffers[b].name + " has the wrong size");
+        }
+        StatusOr<void*> p = device->Allocate(nb);
+        if (!p.ok()) {
+          return p.status().WithContext("train delta: rank " + std::to_string(r) + " on device " +
+                                        device->name());
+        }
+        held.push_back(*p);
+        DCR_RETURN_IF_ERROR(device->Upload(*p, set->buffers[r][b].data(), nb));
+        (set == &prev ? dprev : dnext).push_back(*p);
+      }
+    }
+    internal::ParallelForEach(static_cast<uint64_t>(dp), options_.threads, [&](uint64_t d) {
+      const uint64_t k = r * static_cast<uint64_t>(dp) + d;
+      res[k] = BuildUnitOnDevice(static_cast<int>(k), device, dprev, dnext);
+    });
+    for (int d = 0; d < dp; ++d) {
+      const StatusOr<UnitDelta>& x = res[r * static_cast<uint64_t>(dp) + static_cast<uint64_t>(d)];
+      if (!x.ok()) return x.status();
+    }
+  }
+  std::vector<UnitDelta> units;
+  for (auto& x : res) units.push_back(std::move(x).value());
   DCR_ASSIGN_OR_RETURN(UnitDelta residual, BuildResidual(units, prev, next));
   return Merge(std::move(units), std::move(residual), sink);
 }
