@@ -4,6 +4,7 @@
 
 #include "command.h"
 #include "dcr/delta.h"
+#include "device_option.h"
 #include "progress_line.h"
 
 namespace dcr::cli {
@@ -18,9 +19,13 @@ struct DiffArgs {
   std::string values = "auto";
   uint64_t base_version = 0, target_version = 1;
   bool full = false, quiet = false;
+  DeviceOption device;
 };
 
 int RunDiff(const DiffArgs& a) {
+  // The device first: a refusal (no usable CUDA device) comes before any file is read.
+  auto device = a.device.Open();
+  if (!device.ok()) return ReportStatus("diff", device.status());
   std::unique_ptr<Checkpoint> base;
   if (!a.full) {
     auto b = Checkpoint::Open(a.base);
@@ -46,7 +51,7 @@ int RunDiff(const DiffArgs& a) {
   opt.progress = progress.Callback();
   auto t0 = std::chrono::steady_clock::now();
   DeltaFileSink sink(a.out);
-  auto st = BuildDelta(base.get(), **t, opt, &sink);
+  auto st = BuildDeltaOnDevice(base.get(), **t, opt, device->get(), &sink);
   progress.Finish();
   if (!st.ok()) return ReportStatus("diff", st.status());
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -69,7 +74,9 @@ int RunDiff(const DiffArgs& a) {
                 static_cast<unsigned long long>(st->dense_bytes),
                 st->payload_bytes ? static_cast<double>(st->dense_bytes) / st->payload_bytes : 0.0);
     if (bound_bytes > 0) std::printf("; %.3fx the order-0 XOR bound", st->payload_bytes / bound_bytes);
-    std::printf("; built in %.2f s\n", secs);
+    std::printf("; built in %.2f s", secs);
+    if (*device) std::printf(" on device %s", (*device)->name().c_str());
+    std::printf("\n");
     if ((*t)->sharded()) {
       std::printf("target: %zu shards%s%s\n", (*t)->files().size(),
                   (*t)->index_name().empty() ? "" : " and ", (*t)->index_name().c_str());
@@ -105,6 +112,7 @@ DCR_REGISTER_COMMAND("diff", "Build the delta that turns BASE into TARGET (bit-e
                        app->add_option("--target-version", a->target_version, "Version number of TARGET");
                        app->add_flag("--full", a->full, "Full frame for a receiver without a base (BASE ignored)");
                        app->add_flag("-q,--quiet", a->quiet, "No progress on stderr, no summary");
+                       a->device.AddTo(app);
                        return [a]() {
                          if (a->files.size() == 2) {
                            a->base = a->files[0];

@@ -13,6 +13,7 @@
 #include "dcr/status_macros.h"
 #include "dcr/testing/reference_trainer.h"
 #include "dcr/train.h"
+#include "device_option.h"
 
 namespace dcr::cli {
 namespace {
@@ -28,6 +29,7 @@ struct TrainDeltaArgs {
   uint64_t chunk_elems = uint64_t{1} << 22;
   int level = 1, threads = 0;
   bool write_shards = false, verify = false, json = false;
+  DeviceOption device;
   uint64_t shard_bytes = 0;  // > 0: checkpoints as Hugging Face shard directories
 };
 
@@ -91,6 +93,8 @@ Status WriteRankShards(const TrainStructure& s, const ShardSet& set, const std::
 }
 
 Status Run(const TrainDeltaArgs& a) {
+  // The device first: a refusal (no usable CUDA device) comes before anything is written.
+  DCR_ASSIGN_OR_RETURN(std::unique_ptr<Device> device, a.device.Open());
   DCR_ASSIGN_OR_RETURN(ModelConfig cfg, GetPreset(a.preset));
   cfg = ScaleModel(cfg, a.depth_div, a.width_div, a.expert_div);
   std::string text = a.layout;
@@ -160,7 +164,9 @@ Status Run(const TrainDeltaArgs& a) {
     const std::string delta_path = a.out + "/step" + std::to_string(k) + ".dcr";
     auto b0 = std::chrono::steady_clock::now();
     DeltaFileSink sink(delta_path);
-    DCR_ASSIGN_OR_RETURN(TrainDeltaStats st, builder->BuildStep(prev, state->shards(), &sink));
+    DCR_ASSIGN_OR_RETURN(TrainDeltaStats st,
+                         device ? builder->BuildStepOnDevice(prev, state->shards(), device.get(), &sink)
+                                : builder->BuildStep(prev, state->shards(), &sink));
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - b0).count();
     if (a.write_shards) {
       DCR_RETURN_IF_ERROR(WriteRankShards(*s, state->shards(), a.out + "/shards/step" + std::to_string(k)));
@@ -250,6 +256,7 @@ DCR_REGISTER_COMMAND(
       app->add_flag("--verify", a->verify,
                     "Export step{k}.safetensors and check apply(step{k-1}, delta) equals it byte for byte");
       app->add_flag("--json", a->json, "One JSON object on stdout");
+      a->device.AddTo(app);
       return [a]() { return ReportStatus("train-delta", Run(*a)); };
     });
 
