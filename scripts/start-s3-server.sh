@@ -5,16 +5,20 @@
 # /etc/swift is never touched. Needs root (Swift runs as `user = root` on a root-owned devices
 # dir) and the packages from `DCR_WITH_S3_SERVER=1 scripts/install-deps.sh`.
 #
+# In front of it, stunnel4 terminates TLS on 127.0.0.1:8443 with a certificate (SAN IP:127.0.0.1)
+# signed by a test CA made here ($DCR_S3_DIR/tls/ca.crt), so that the S3 tests run over https with
+# libcurl verifying the server against that CA.
 # On success it prints the environment the S3 tests read:
-#   export DCR_S3_ENDPOINT=http://127.0.0.1:8080 DCR_S3_ACCESS_KEY=test:tester DCR_S3_SECRET_KEY=testing
-#   export DCR_S3_REGION=us-east-1
+#   export DCR_S3_ENDPOINT=https://127.0.0.1:8443 DCR_S3_CA_FILE=$DCR_S3_DIR/tls/ca.crt
+#   export DCR_S3_ACCESS_KEY=test:tester DCR_S3_SECRET_KEY=testing DCR_S3_REGION=us-east-1
 # and writes the same lines to $DCR_S3_DIR/env. Stop with scripts/stop-s3-server.sh.
 set -euo pipefail
 DIR=${DCR_S3_DIR:-/tmp/dcr-swift}
 PORT=${DCR_S3_PORT:-8080}
+TLS_PORT=${DCR_S3_TLS_PORT:-8443}
 MEMCACHED_PORT=${DCR_S3_MEMCACHED_PORT:-11311}
 for b in swift-proxy-server swift-account-server swift-container-server swift-object-server \
-         swift-ring-builder memcached; do
+         swift-ring-builder memcached stunnel4 openssl; do
   command -v "$b" >/dev/null || { echo "start-s3-server: $b missing (DCR_WITH_S3_SERVER=1 scripts/install-deps.sh)" >&2; exit 1; }
 done
 if [ -f "$DIR/pids" ]; then
@@ -118,11 +122,38 @@ for s in account container object proxy; do
   echo $! >> "$DIR/pids"
 done
 
-# Ready when the proxy answers HTTP at all (an unsigned request gets 4xx).
+# The TLS terminator: a test CA, a server certificate for 127.0.0.1, stunnel forwarding to Swift.
+T=$DIR/tls
+mkdir -p "$T"
+chmod 700 "$T"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 7 -subj "/CN=dcr test CA" \
+  -keyout "$T/ca.key" -out "$T/ca.crt" >/dev/null 2>&1
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=127.0.0.1" \
+  -keyout "$T/server.key" -out "$T/server.csr" >/dev/null 2>&1
+printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' > "$T/ext.cnf"
+openssl x509 -req -in "$T/server.csr" -CA "$T/ca.crt" -CAkey "$T/ca.key" -CAcreateserial -days 7 \
+  -extfile "$T/ext.cnf" -out "$T/server.crt" >/dev/null 2>&1
+chmod 600 "$T/ca.key" "$T/server.key"
+cat > "$C/stunnel.conf" <<CONF
+pid = $DIR/stunnel.pid
+foreground = no
+output = $DIR/logs/stunnel.log
+[s3]
+accept = 127.0.0.1:$TLS_PORT
+connect = 127.0.0.1:$PORT
+cert = $T/server.crt
+key = $T/server.key
+sslVersionMin = TLSv1.2
+CONF
+stunnel4 "$C/stunnel.conf"
+for i in $(seq 1 50); do [ -s "$DIR/stunnel.pid" ] && break; sleep 0.1; done
+cat "$DIR/stunnel.pid" >> "$DIR/pids"
+
+# Ready when the proxy answers through the terminator at all (an unsigned request gets 4xx).
 for i in $(seq 1 300); do
-  code=$(curl -s -m 2 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/" || true)
+  code=$(curl -s -m 2 --cacert "$T/ca.crt" -o /dev/null -w '%{http_code}' "https://127.0.0.1:$TLS_PORT/" || true)
   if [ "${code:0:1}" = "4" ] || [ "${code:0:1}" = "2" ]; then
-    ENV="export DCR_S3_ENDPOINT=http://127.0.0.1:$PORT DCR_S3_ACCESS_KEY=test:tester DCR_S3_SECRET_KEY=testing DCR_S3_REGION=us-east-1"
+    ENV="export DCR_S3_ENDPOINT=https://127.0.0.1:$TLS_PORT DCR_S3_CA_FILE=$T/ca.crt DCR_S3_ACCESS_KEY=test:tester DCR_S3_SECRET_KEY=testing DCR_S3_REGION=us-east-1"
     echo "$ENV" > "$DIR/env"
     echo "$ENV"
     exit 0

@@ -312,8 +312,8 @@ Status ParseTransport(const MapReader& top, Scenario* s) {
   if (r.Has("object_store")) {
     MapReader o(r.Get("object_store"), "transport.object_store");
     DCR_RETURN_IF_ERROR(o.Init({"kind", "path", "endpoint", "bucket", "region",
-                                "credentials_file", "parallel", "poll", "sim_bandwidth",
-                                "sim_latency"}));
+                                "credentials_file", "ca_file", "allow_http", "parallel", "poll",
+                                "sim_bandwidth", "sim_latency"}));
     auto& os = s->transport.object_store;
     std::string kind = "dir";
     DCR_RETURN_IF_ERROR(o.Str("kind", &kind));
@@ -330,6 +330,8 @@ Status ParseTransport(const MapReader& top, Scenario* s) {
     DCR_RETURN_IF_ERROR(o.Str("bucket", &os.bucket));
     DCR_RETURN_IF_ERROR(o.Str("region", &os.region));
     DCR_RETURN_IF_ERROR(o.Str("credentials_file", &os.credentials_file));
+    DCR_RETURN_IF_ERROR(o.Str("ca_file", &os.ca_file));
+    DCR_RETURN_IF_ERROR(o.Bool("allow_http", &os.allow_http));
     DCR_RETURN_IF_ERROR(o.Int("parallel", &os.parallel, 1, 1024));
     DCR_RETURN_IF_ERROR(o.Duration("poll", &os.poll_s));
     DCR_RETURN_IF_ERROR(o.Bandwidth("sim_bandwidth", &os.sim_link.bandwidth_Bps));
@@ -621,6 +623,12 @@ Status ValidateScenario(const Scenario& s) {
   if (uses_store && os.kind == StoreKind::kS3) {
     if (os.endpoint.empty()) return InvalidArgumentError("transport.object_store.endpoint: required for s3");
     if (os.bucket.empty()) return InvalidArgumentError("transport.object_store.bucket: required for s3");
+    if (s.mode == RunMode::kReal && os.endpoint.compare(0, 7, "http://") == 0 && !os.allow_http) {
+      return InvalidArgumentError(
+          "transport.object_store.endpoint: '" + os.endpoint +
+          "' is plain http (requests, signatures and objects unencrypted): use https://, or set "
+          "transport.object_store.allow_http: true for a local test server");
+    }
   }
   if (!s.network.hosts.empty() &&
       static_cast<int>(s.network.hosts.size()) != s.receivers.count + 1) {

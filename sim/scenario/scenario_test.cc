@@ -54,7 +54,7 @@ training: {tp: 2, pp: 1}
 serving: {tp: 4, fp8: true}
 transport:
   kinds: [relay_tree, object_store]
-  object_store: {kind: s3, endpoint: "http://127.0.0.1:8080", bucket: b, region: us-east-1}
+  object_store: {kind: s3, endpoint: "http://127.0.0.1:8080", allow_http: true, bucket: b, region: us-east-1}
   relay_tree: {fan_out: 3, streams: 4, window: 16MiB, chunk: 512KiB}
 receivers: {count: 6, apply_threads: 1}
 network:
@@ -303,4 +303,32 @@ TEST(Result, JsonRoundTripAndSpeedup) {
 }
 
 }  // namespace
+TEST(Scenario, PlainHttpStoreNeedsAllowHttpAndTlsKeysParse) {
+  const std::string head = R"(
+name: t
+mode: real
+model: {preset: tiny}
+transport:
+  kinds: [object_store]
+  object_store: {kind: s3, endpoint: "http://127.0.0.1:8080", bucket: b)";
+  auto refused = ParseScenario(head + "}\n");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("allow_http"), std::string::npos) << refused.status();
+  auto allowed = ParseScenario(head + ", allow_http: true}\n");
+  ASSERT_TRUE(allowed.ok()) << allowed.status();
+  EXPECT_TRUE(allowed->transport.object_store.allow_http);
+  EXPECT_TRUE(allowed->network.tls.enabled);  // TLS on by default
+
+  auto off = ParseScenario("name: t\nmodel: {preset: tiny}\nnetwork: {tls: false}\n");
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_FALSE(off->network.tls.enabled);
+  auto files = ParseScenario(
+      "name: t\nmodel: {preset: tiny}\nnetwork:\n  tls: {ca: k/ca.crt, cert: 'k/node-{rank}.crt', "
+      "key: 'k/node-{rank}.key'}\n");
+  ASSERT_TRUE(files.ok()) << files.status();
+  EXPECT_EQ(files->network.tls.cert, "k/node-{rank}.crt");
+  auto partial = ParseScenario("name: t\nmodel: {preset: tiny}\nnetwork: {tls: {ca: k/ca.crt}}\n");
+  EXPECT_FALSE(partial.ok());
+}
+
 }  // namespace dcr

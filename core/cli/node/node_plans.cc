@@ -38,6 +38,8 @@ std::string StoreUrl(const Scenario& s, const std::string& work_dir) {
   std::string store = "s3://" + os.bucket + "?endpoint=" + os.endpoint + "&region=" + os.region +
                       "&create_bucket=1";
   if (!os.credentials_file.empty()) store += "&credentials_file=" + os.credentials_file;
+  if (!os.ca_file.empty()) store += "&ca_file=" + os.ca_file;
+  if (os.allow_http) store += "&allow_http=1";
   return store;
 }
 

@@ -87,8 +87,15 @@ class DirectoryStore : public ObjectStore {
 // ---- S3 store ----
 
 struct S3Options {
-  // "http://127.0.0.1:8080" or "https://s3.us-east-1.amazonaws.com" (no trailing path).
+  // "https://s3.us-east-1.amazonaws.com" or "https://127.0.0.1:8443" (no trailing path). The
+  // server's certificate is verified (peer and host name) against `ca_file`, else the system's
+  // CA store. A plain "http://" endpoint is refused unless `allow_http` is set.
   std::string endpoint;
+  // PEM file of the CAs that may sign the endpoint's certificate ("" = the system's store).
+  std::string ca_file;
+  // Accept an http:// endpoint: requests, the SigV4-signed headers and every object then cross
+  // the network in the clear. Only for a local test server. Default false.
+  bool allow_http = false;
   std::string bucket;
   std::string region = "us-east-1";
   // Credentials. Empty: taken by S3Store::Open from the environment, first DCR_S3_ACCESS_KEY /
@@ -154,7 +161,8 @@ class MemoryStore : public ObjectStore {
 };
 
 // Opens a store from a spec string: "dir:/path" (or a plain path), "mem:", or
-// "s3://bucket?endpoint=http://host:port&region=us-east-1" (credentials as in S3Options).
+// "s3://bucket?endpoint=https://host:port&region=us-east-1" (credentials as in S3Options; also
+// ca_file=PATH, allow_http=1, credentials_file=PATH, create_bucket=1).
 // kInvalidArgument for anything else.
 StatusOr<std::unique_ptr<ObjectStore>> OpenObjectStore(const std::string& spec);
 

@@ -313,6 +313,10 @@ StatusOr<std::unique_ptr<ObjectStore>> OpenObjectStore(const std::string& spec) 
           o.credentials_file = v;
         } else if (k == "create_bucket") {
           o.create_bucket = v == "1" || v == "true";
+        } else if (k == "allow_http") {
+          o.allow_http = v == "1" || v == "true";
+        } else if (k == "ca_file") {
+          o.ca_file = v;
         } else if (!k.empty()) {
           return InvalidArgumentError("store spec '" + spec + "': unknown parameter '" + k + "'");
         }

@@ -36,6 +36,8 @@ std::string UniqueBucket() {
   return "dcr-test-" + std::to_string(::getpid()) + "-" + std::to_string(std::random_device{}() % 100000);
 }
 
+bool IsHttp(const std::string& endpoint) { return endpoint.rfind("http://", 0) == 0; }
+
 std::unique_ptr<ObjectStore> MakeStore(const std::string& kind) {
   if (kind == "mem") return std::make_unique<MemoryStore>();
   if (kind == "dir") {
@@ -45,6 +47,8 @@ std::unique_ptr<ObjectStore> MakeStore(const std::string& kind) {
   }
   S3Options o;
   o.endpoint = Env("DCR_S3_ENDPOINT");
+  o.ca_file = Env("DCR_S3_CA_FILE");
+  o.allow_http = IsHttp(o.endpoint);  // a local test server without a TLS terminator
   o.region = Env("DCR_S3_REGION").empty() ? "us-east-1" : Env("DCR_S3_REGION");
   o.bucket = UniqueBucket();
   o.create_bucket = true;
@@ -231,6 +235,7 @@ TEST(S3Store, OptionErrorsNameTheField) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("http://"), std::string::npos);
   o.endpoint = "http://127.0.0.1:1";
+  o.allow_http = true;
   o.access_key = "a";
   o.secret_key = "b";
   o.part_bytes = 1 << 20;
@@ -242,6 +247,7 @@ TEST(S3Store, OptionErrorsNameTheField) {
 TEST(S3Store, UnreachableEndpointIsUnavailable) {
   S3Options o;
   o.endpoint = "http://127.0.0.1:9";  // discard port: nothing listens
+  o.allow_http = true;
   o.bucket = "b";
   o.access_key = "a";
   o.secret_key = "b";
@@ -262,6 +268,7 @@ TEST(S3Store, CredentialsFromFile) {
   fclose(f);
   S3Options o;
   o.endpoint = "http://127.0.0.1:9";
+  o.allow_http = true;
   o.bucket = "b";
   o.credentials_file = path;
   // Environment credentials take precedence; clear them for this check.
@@ -281,6 +288,8 @@ TEST(S3Store, WrongSecretIsForbidden) {
   }
   S3Options o;
   o.endpoint = Env("DCR_S3_ENDPOINT");
+  o.ca_file = Env("DCR_S3_CA_FILE");
+  o.allow_http = IsHttp(o.endpoint);
   o.bucket = UniqueBucket();
   o.access_key = Env("DCR_S3_ACCESS_KEY");
   o.secret_key = Env("DCR_S3_SECRET_KEY") + "-wrong";
@@ -291,6 +300,68 @@ TEST(S3Store, WrongSecretIsForbidden) {
   EXPECT_TRUE(put.IsFailedPrecondition()) << put;
   EXPECT_NE(put.message().find("403"), std::string::npos) << put;
   EXPECT_NE(put.message().find("SignatureDoesNotMatch"), std::string::npos) << put;
+}
+
+TEST(S3Store, PlainHttpNeedsAllowHttp) {
+  S3Options o;
+  o.endpoint = "http://127.0.0.1:9";
+  o.bucket = "b";
+  o.access_key = "a";
+  o.secret_key = "b";
+  auto r = S3Store::Open(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(r.status().IsInvalidArgument()) << r.status();
+  EXPECT_NE(r.status().message().find("allow_http"), std::string::npos) << r.status();
+  o.allow_http = true;
+  EXPECT_TRUE(S3Store::Open(o).ok());
+  // The same through a store spec.
+  auto spec = OpenObjectStore("s3://b?endpoint=http://127.0.0.1:9");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_NE(spec.status().message().find("allow_http"), std::string::npos) << spec.status();
+  const std::string creds = TempDir() + "/creds";
+  FILE* f = fopen(creds.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  fputs("access_key = a\nsecret_key = b\n", f);
+  fclose(f);
+  auto allowed =
+      OpenObjectStore("s3://b?endpoint=http://127.0.0.1:9&allow_http=1&credentials_file=" + creds);
+  EXPECT_TRUE(allowed.ok()) << allowed.status();
+  o.endpoint = "https://127.0.0.1:9";
+  o.allow_http = false;
+  o.ca_file = TempDir() + "/missing.pem";
+  EXPECT_TRUE(S3Store::Open(o).status().IsNotFound());
+}
+
+// The https endpoint (the test server's TLS terminator) is refused when its certificate is
+// checked against a CA that did not sign it.
+TEST(S3Store, HttpsEndpointIsVerifiedAgainstTheCa) {
+  const std::string endpoint = Env("DCR_S3_ENDPOINT");
+  if (endpoint.rfind("https://", 0) != 0 || Env("DCR_S3_CA_FILE").empty()) {
+    GTEST_SKIP() << "no https test endpoint (scripts/start-s3-server.sh with stunnel4)";
+  }
+  const std::string dir = TempDir();
+  const std::string other_ca = dir + "/other.pem";
+  ASSERT_EQ(std::system(("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes "
+                         "-days 1 -subj /CN=other -keyout " + dir + "/other.key -out " + other_ca +
+                         " >/dev/null 2>&1").c_str()),
+            0);
+  S3Options o;
+  o.endpoint = endpoint;
+  o.ca_file = other_ca;
+  o.bucket = UniqueBucket();
+  o.access_key = Env("DCR_S3_ACCESS_KEY");
+  o.secret_key = Env("DCR_S3_SECRET_KEY");
+  auto s = S3Store::Open(o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  Status put = (*s)->Put("k", "x", 1);
+  ASSERT_FALSE(put.ok()) << "an https endpoint passed verification against a CA that did not sign it";
+  EXPECT_TRUE(put.IsUnavailable()) << put;
+  EXPECT_NE(put.message().find("certificate"), std::string::npos) << put;
+  o.ca_file = Env("DCR_S3_CA_FILE");
+  o.create_bucket = true;
+  auto good = S3Store::Open(o);
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_TRUE((*good)->Put("k", "x", 1).ok());
 }
 
 }  // namespace

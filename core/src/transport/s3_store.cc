@@ -5,6 +5,7 @@
 // is sent explicitly (UNSIGNED-PAYLOAD); Expect: 100-continue is left to curl's default (an empty
 // Expect header would be signed but not sent).
 #include <curl/curl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -193,6 +194,10 @@ class S3Request {
     std::string url = Url();
     curl_easy_setopt(c, CURLOPT_URL, url.c_str());
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, o_.allow_http ? "http,https" : "https");
+    curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
+    curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);
+    if (!o_.ca_file.empty()) curl_easy_setopt(c, CURLOPT_CAINFO, o_.ca_file.c_str());
     std::string sigv4 = "aws:amz:" + o_.region + ":s3";
     curl_easy_setopt(c, CURLOPT_AWS_SIGV4, sigv4.c_str());
     curl_easy_setopt(c, CURLOPT_USERNAME, o_.access_key.c_str());
@@ -277,9 +282,22 @@ StatusOr<Response> Do(S3Request& req, std::initializer_list<long> ok_codes) {
 
 StatusOr<std::unique_ptr<S3Store>> S3Store::Open(const S3Options& options) {
   S3Options o = options;
-  if (o.endpoint.empty()) return InvalidArgumentError("s3.endpoint: required (e.g. http://127.0.0.1:8080)");
-  if (o.endpoint.compare(0, 7, "http://") != 0 && o.endpoint.compare(0, 8, "https://") != 0) {
-    return InvalidArgumentError("s3.endpoint: '" + o.endpoint + "' must start with http:// or https://");
+  if (o.endpoint.empty()) {
+    return InvalidArgumentError("s3.endpoint: required (e.g. https://s3.us-east-1.amazonaws.com)");
+  }
+  const bool http = o.endpoint.compare(0, 7, "http://") == 0;
+  if (!http && o.endpoint.compare(0, 8, "https://") != 0) {
+    return InvalidArgumentError("s3.endpoint: '" + o.endpoint + "' must start with https:// (or "
+                                "http:// with allow_http)");
+  }
+  if (http && !o.allow_http) {
+    return InvalidArgumentError(
+        "s3.endpoint: '" + o.endpoint + "' is plain http: requests, signatures and objects would "
+        "cross the network unencrypted; use https://, or set allow_http (scenario key "
+        "transport.object_store.allow_http: true) for a local test server");
+  }
+  if (!o.ca_file.empty() && access(o.ca_file.c_str(), R_OK) != 0) {
+    return NotFoundError("s3.ca_file: cannot read '" + o.ca_file + "'");
   }
   while (!o.endpoint.empty() && o.endpoint.back() == '/') o.endpoint.pop_back();
   if (o.bucket.empty()) return InvalidArgumentError("s3.bucket: required");

@@ -86,6 +86,8 @@ struct ObjectStoreSpec {
   std::string bucket;    // s3
   std::string region = "us-east-1";
   std::string credentials_file;
+  std::string ca_file;     // s3: CAs for the https endpoint's certificate ("" = the system's)
+  bool allow_http = false; // s3: accept a plain http:// endpoint (a local test server only)
   int parallel = 4;        // concurrent puts / fetches per node
   double poll_s = 0.05;    // downloader list interval
   // Simulation: store bandwidth and first-byte latency (ignored by mode real).
