@@ -14,7 +14,6 @@
 #include "dcr/apply.h"
 #include "dcr/checkpoint.h"
 #include "dcr/delta.h"
-#include "dcr/device.h"
 #include "dcr/testing/reference_trainer.h"
 #include "dcr/train.h"
 
@@ -397,89 +396,6 @@ TEST(TrainDeltaTest, BytesDoNotDependOnThreads) {
   EXPECT_GT(outs[0].size(), 0u);
   EXPECT_EQ(outs[0], outs[1]);
   EXPECT_EQ(outs[0], outs[2]);
-}
-
-// The units built on a device (host backend) give the same delta bytes as the host units, over
-// random layouts (strided and transposed pieces, residual tensors, several chunk sizes) and steps
-// that change everything, some parameters or nothing.
-TEST(TrainDeltaTest, DeviceUnitsGiveTheSameBytes) {
-  std::shared_ptr<Device> device = MakeHostDevice();
-  std::mt19937_64 rng(20261201);
-  auto pick = [&](std::vector<int> v) { return v[rng() % v.size()]; };
-  for (int i = 0; i < 10; ++i) {
-    const bool moe = i % 2 == 0;
-    TrainLayout l;
-    l.tp = pick({1, 2, 4});
-    l.pp = pick({1, 2});
-    l.ep = moe ? pick({1, 2, 4}) : 1;
-    l.dp = pick({1, 2, 3});
-    l.dist_opt = rng() % 2;
-    l.tied = static_cast<int>(rng() % 2);
-    l.fold_layers = static_cast<int>(rng() % 2);
-    l.vocab_pad = pick({1, 8, 128});
-    TrainDeltaOptions o;
-    o.chunk_elems = static_cast<uint64_t>(pick({97, 1000, 1 << 22}));
-    o.threads = pick({1, 3});
-    SCOPED_TRACE(l.ToString() + " chunk=" + std::to_string(o.chunk_elems));
-    Rig st = Make(moe ? MoeConfig() : DenseConfig(), l, 100 + i);
-    ASSERT_TRUE(st.state);
-    auto host = TrainDeltaBuilder::Create(st.s, st.map, st.ex, st.state->shards(), o);
-    auto dev = TrainDeltaBuilder::Create(st.s, st.map, st.ex, st.state->shards(), o);
-    ASSERT_TRUE(host.ok() && dev.ok());
-    const std::function<bool(const LocalParam&)> filters[] = {
-        nullptr,
-        [](const LocalParam& p) { return p.name.find("mlp") != std::string::npos; },
-        [](const LocalParam&) { return false; }};
-    for (const auto& filter : filters) {
-      ShardSet prev = st.state->shards();
-      st.state->Step(filter);
-      DeltaMemorySink hs, ds;
-      auto a = (*host)->BuildStep(prev, st.state->shards(), &hs);
-      ASSERT_TRUE(a.ok()) << a.status();
-      auto b = (*dev)->BuildStepOnDevice(prev, st.state->shards(), device.get(), &ds);
-      ASSERT_TRUE(b.ok()) << b.status();
-      EXPECT_GT(hs.bytes().size(), 0u);
-      EXPECT_TRUE(hs.bytes() == ds.bytes());
-      EXPECT_EQ(a->affine_changes, b->affine_changes);
-      EXPECT_EQ(a->residual_tensors_exported, b->residual_tensors_exported);
-      EXPECT_EQ(a->scanned_bytes, b->scanned_bytes);
-      EXPECT_EQ(a->target_hash, b->target_hash);
-    }
-  }
-}
-
-TEST(TrainDeltaTest, DeviceErrorsAreStatusesBeforeAnyOutput) {
-  auto l = TrainLayout::Parse("tp=2,dp=2,dist_opt=1");
-  ASSERT_TRUE(l.ok());
-  Rig st = Make(DenseConfig(), *l, 5);
-  ASSERT_TRUE(st.state);
-  TrainDeltaOptions o;
-  o.chunk_elems = 1000;
-  auto b = TrainDeltaBuilder::Create(st.s, st.map, st.ex, st.state->shards(), o);
-  ASSERT_TRUE(b.ok());
-  ShardSet prev = st.state->shards();
-  st.state->Step();
-  HostDeviceOptions small;
-  small.memory_bytes = 4096;  // less than one rank's buffers
-  std::unique_ptr<Device> device = MakeHostDevice(small);
-  DeltaMemorySink sink;
-  auto r = (*b)->BuildStepOnDevice(prev, st.state->shards(), device.get(), &sink);
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted) << r.status();
-  EXPECT_NE(r.status().message().find("rank 0 on device host"), std::string::npos) << r.status();
-  EXPECT_TRUE(sink.bytes().empty());
-  EXPECT_EQ((*b)->version(), 0u);  // nothing merged
-  // Host arrays are not device addresses; a null device or address is refused.
-  std::unique_ptr<Device> big = MakeHostDevice();
-  const RankSpec& rk = st.s->ranks()[0];
-  std::vector<const void*> host_ptrs;
-  for (const auto& v : prev.buffers[0]) host_ptrs.push_back(v.data());
-  EXPECT_FALSE((*b)->BuildUnitOnDevice(0, big.get(), host_ptrs, host_ptrs).ok());
-  EXPECT_TRUE((*b)->BuildUnitOnDevice(0, nullptr, host_ptrs, host_ptrs).status().IsInvalidArgument());
-  std::vector<const void*> nulls(rk.buffers.size(), nullptr);
-  EXPECT_TRUE((*b)->BuildUnitOnDevice(0, big.get(), nulls, nulls).status().IsInvalidArgument());
-  EXPECT_TRUE((*b)->BuildStepOnDevice(prev, st.state->shards(), nullptr, &sink)
-                  .status().IsInvalidArgument());
 }
 
 }  // namespace

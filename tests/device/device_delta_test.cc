@@ -1,23 +1,43 @@
-// Deltas built on a device (delta.h BuildDeltaOnDevice, BuildDeltaFiles, BuildDeltaFromDevice)
-// over the host backend: the same bytes as BuildDelta for random layouts, dtypes, special values,
-// change rates from none to all, options and sharded targets; device errors as Status with no
-// output file.
+// Deltas built on a Device, one suite for every backend (compiled into dcr_device_host_tests and,
+// with CUDA, dcr_device_cuda_tests, as device_backend_test.cc): BuildDeltaOnDevice,
+// BuildDeltaFiles and BuildDeltaFromDevice write the same bytes as BuildDelta for random layouts,
+// dtypes, special values (NaN, -0, inf), change rates from none to all, options and sharded
+// targets; TrainDeltaBuilder's units built on the device the same bytes as its host units; device
+// errors are Status values with no output.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <random>
 
 #include "dcr/delta.h"
 #include "dcr/device.h"
 #include "dcr/dtype.h"
+#include "dcr/testing/reference_trainer.h"
+#include "dcr/train.h"
 
 namespace dcr {
 namespace {
 
 namespace fs = std::filesystem;
+
+#if DCR_TEST_DEVICE_KIND == 2
+constexpr DeviceKind kKind = DeviceKind::kCuda;
+#else
+constexpr DeviceKind kKind = DeviceKind::kHost;
+#endif
+
+// The backend under test, or a skip naming why it cannot be opened.
+#define OPEN_DEVICE_OR_SKIP(var)                              \
+  std::shared_ptr<Device> var;                                \
+  {                                                           \
+    auto opened = OpenDevice(kKind);                          \
+    if (!opened.ok()) GTEST_SKIP() << opened.status();        \
+    var = std::shared_ptr<Device>(std::move(opened).value()); \
+  }
 
 struct OwnedTensor {
   std::string name, dtype;
@@ -144,7 +164,7 @@ void ExpectSameStats(const DeltaStats& a, const DeltaStats& b) {
 }
 
 TEST(DeviceDeltaTest, SameBytesAsTheHostScanOverRandomInputs) {
-  std::unique_ptr<Device> device = MakeHostDevice();
+  OPEN_DEVICE_OR_SKIP(device);
   const double rates[] = {0.0, 0.0005, 0.01, 0.2, 0.7, 1.0};
   int built = 0;
   for (uint64_t seed = 1; seed <= 60; ++seed) {
@@ -185,7 +205,7 @@ TEST(DeviceDeltaTest, SameBytesAsTheHostScanOverRandomInputs) {
 }
 
 TEST(DeviceDeltaTest, KnownBaseHashIsUsedAsGiven) {
-  std::unique_ptr<Device> device = MakeHostDevice();
+  OPEN_DEVICE_OR_SKIP(device);
   std::mt19937_64 rng(7);
   std::vector<OwnedTensor> b, t;
   MakePair(rng, 0.1, &b, &t);
@@ -217,7 +237,7 @@ struct TempDir {
 };
 
 TEST(DeviceDeltaTest, ShardedTargetFromFilesSameBytes) {
-  std::unique_ptr<Device> device = MakeHostDevice();
+  OPEN_DEVICE_OR_SKIP(device);
   TempDir dir;
   for (uint64_t seed = 100; seed < 106; ++seed) {
     std::mt19937_64 rng(seed);
@@ -247,7 +267,9 @@ TEST(DeviceDeltaTest, ShardedTargetFromFilesSameBytes) {
   }
 }
 
+// The host backend with a memory limit stands for a full GPU.
 TEST(DeviceDeltaTest, OutOfDeviceMemoryIsAStatusAndLeavesNoFile) {
+  if (kKind != DeviceKind::kHost) GTEST_SKIP() << "a memory limit is a host backend option";
   HostDeviceOptions small;
   small.memory_bytes = 1024;  // less than two cells of 2^12 BF16 elements
   std::unique_ptr<Device> device = MakeHostDevice(small);
@@ -277,7 +299,7 @@ TEST(DeviceDeltaTest, OutOfDeviceMemoryIsAStatusAndLeavesNoFile) {
 }
 
 TEST(DeviceDeltaTest, ResidentAddressesMustMatchTheInventory) {
-  std::unique_ptr<Device> device = MakeHostDevice();
+  OPEN_DEVICE_OR_SKIP(device);
   std::vector<OwnedTensor> b = {{"a", "F32", {4}, std::vector<uint8_t>(16)},
                                 {"b", "F32", {4}, std::vector<uint8_t>(16)}};
   auto target = InMemory(b);
@@ -301,9 +323,151 @@ TEST(DeviceDeltaTest, ResidentAddressesMustMatchTheInventory) {
   EXPECT_TRUE(st.status().IsInvalidArgument()) << st.status().ToString();
   EXPECT_TRUE(sink.bytes().empty());
   // Host addresses are not device addresses: the host backend refuses them as a GPU would.
+  if (kKind != DeviceKind::kHost) return;
   in.base = {b[0].bytes.data(), b[1].bytes.data()};
   st = BuildDeltaFromDevice(in, DeltaOptions{}, device.get(), &sink);
   EXPECT_FALSE(st.ok());
+}
+
+// ---- per-rank train deltas ----
+
+ModelConfig DenseConfig() {
+  ModelConfig c;
+  c.name = "t-dense";
+  c.vocab = 250;
+  c.hidden = 64;
+  c.layers = 4;
+  c.heads = 16;
+  c.kv_heads = 8;
+  c.head_dim = 4;
+  c.intermediate = 96;
+  return c;
+}
+
+ModelConfig MoeConfig() {
+  ModelConfig c = DenseConfig();
+  c.name = "t-moe";
+  c.vocab = 200;
+  c.experts = 8;
+  c.moe_intermediate = 16;
+  c.shared_experts = 1;
+  c.experts_per_token = 2;
+  c.first_dense_layers = 1;
+  c.qk_norm = true;
+  return c;
+}
+
+struct Rig {
+  std::shared_ptr<const TrainStructure> s;
+  std::shared_ptr<const Exporter> ex;
+  std::shared_ptr<const LayoutMap> map;
+  std::unique_ptr<TrainState> state;
+};
+
+Rig Make(const ModelConfig& cfg, const TrainLayout& l, uint64_t seed) {
+  Rig st;
+  auto s = TrainStructure::Create(cfg, l);
+  EXPECT_TRUE(s.ok()) << s.status() << " layout " << l.ToString();
+  if (!s.ok()) return st;
+  st.s = *s;
+  st.ex = std::make_shared<ReferenceExporter>(st.s);
+  auto m = LayoutMap::Discover(*st.ex, 2);
+  EXPECT_TRUE(m.ok()) << m.status();
+  if (!m.ok()) return st;
+  st.map = *m;
+  TrainOptions to;
+  to.seed = seed;
+  to.threads = 2;
+  to.warmup_steps = 2;
+  auto state = TrainState::Create(st.s, to);
+  EXPECT_TRUE(state.ok()) << state.status();
+  if (state.ok()) st.state = std::move(*state);
+  return st;
+}
+
+// The units built on the device give the same delta bytes as the host units, over
+// random layouts (strided and transposed pieces, residual tensors, several chunk sizes) and steps
+// that change everything, some parameters or nothing.
+TEST(DeviceTrainDeltaTest, UnitsGiveTheSameBytes) {
+  OPEN_DEVICE_OR_SKIP(device);
+  std::mt19937_64 rng(20261201);
+  auto pick = [&](std::vector<int> v) { return v[rng() % v.size()]; };
+  for (int i = 0; i < 10; ++i) {
+    const bool moe = i % 2 == 0;
+    TrainLayout l;
+    l.tp = pick({1, 2, 4});
+    l.pp = pick({1, 2});
+    l.ep = moe ? pick({1, 2, 4}) : 1;
+    l.dp = pick({1, 2, 3});
+    l.dist_opt = rng() % 2;
+    l.tied = static_cast<int>(rng() % 2);
+    l.fold_layers = static_cast<int>(rng() % 2);
+    l.vocab_pad = pick({1, 8, 128});
+    TrainDeltaOptions o;
+    o.chunk_elems = static_cast<uint64_t>(pick({97, 1000, 1 << 22}));
+    o.threads = pick({1, 3});
+    SCOPED_TRACE(l.ToString() + " chunk=" + std::to_string(o.chunk_elems));
+    Rig st = Make(moe ? MoeConfig() : DenseConfig(), l, 100 + i);
+    ASSERT_TRUE(st.state);
+    auto host = TrainDeltaBuilder::Create(st.s, st.map, st.ex, st.state->shards(), o);
+    auto dev = TrainDeltaBuilder::Create(st.s, st.map, st.ex, st.state->shards(), o);
+    ASSERT_TRUE(host.ok() && dev.ok());
+    const std::function<bool(const LocalParam&)> filters[] = {
+        nullptr,
+        [](const LocalParam& p) { return p.name.find("mlp") != std::string::npos; },
+        [](const LocalParam&) { return false; }};
+    for (const auto& filter : filters) {
+      ShardSet prev = st.state->shards();
+      st.state->Step(filter);
+      DeltaMemorySink hs, ds;
+      auto a = (*host)->BuildStep(prev, st.state->shards(), &hs);
+      ASSERT_TRUE(a.ok()) << a.status();
+      auto b = (*dev)->BuildStepOnDevice(prev, st.state->shards(), device.get(), &ds);
+      ASSERT_TRUE(b.ok()) << b.status();
+      EXPECT_GT(hs.bytes().size(), 0u);
+      EXPECT_TRUE(hs.bytes() == ds.bytes());
+      EXPECT_EQ(a->affine_changes, b->affine_changes);
+      EXPECT_EQ(a->residual_tensors_exported, b->residual_tensors_exported);
+      EXPECT_EQ(a->scanned_bytes, b->scanned_bytes);
+      EXPECT_EQ(a->target_hash, b->target_hash);
+    }
+  }
+}
+
+// The host backend with a memory limit stands for a full GPU.
+TEST(DeviceTrainDeltaTest, ErrorsAreStatusesBeforeAnyOutput) {
+  if (kKind != DeviceKind::kHost) GTEST_SKIP() << "a memory limit is a host backend option";
+  auto l = TrainLayout::Parse("tp=2,dp=2,dist_opt=1");
+  ASSERT_TRUE(l.ok());
+  Rig st = Make(DenseConfig(), *l, 5);
+  ASSERT_TRUE(st.state);
+  TrainDeltaOptions o;
+  o.chunk_elems = 1000;
+  auto b = TrainDeltaBuilder::Create(st.s, st.map, st.ex, st.state->shards(), o);
+  ASSERT_TRUE(b.ok());
+  ShardSet prev = st.state->shards();
+  st.state->Step();
+  HostDeviceOptions small;
+  small.memory_bytes = 4096;  // less than one rank's buffers
+  std::unique_ptr<Device> device = MakeHostDevice(small);
+  DeltaMemorySink sink;
+  auto r = (*b)->BuildStepOnDevice(prev, st.state->shards(), device.get(), &sink);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted) << r.status();
+  EXPECT_NE(r.status().message().find("rank 0 on device host"), std::string::npos) << r.status();
+  EXPECT_TRUE(sink.bytes().empty());
+  EXPECT_EQ((*b)->version(), 0u);  // nothing merged
+  // Host arrays are not device addresses; a null device or address is refused.
+  std::unique_ptr<Device> big = MakeHostDevice();
+  const RankSpec& rk = st.s->ranks()[0];
+  std::vector<const void*> host_ptrs;
+  for (const auto& v : prev.buffers[0]) host_ptrs.push_back(v.data());
+  EXPECT_FALSE((*b)->BuildUnitOnDevice(0, big.get(), host_ptrs, host_ptrs).ok());
+  EXPECT_TRUE((*b)->BuildUnitOnDevice(0, nullptr, host_ptrs, host_ptrs).status().IsInvalidArgument());
+  std::vector<const void*> nulls(rk.buffers.size(), nullptr);
+  EXPECT_TRUE((*b)->BuildUnitOnDevice(0, big.get(), nulls, nulls).status().IsInvalidArgument());
+  EXPECT_TRUE((*b)->BuildStepOnDevice(prev, st.state->shards(), nullptr, &sink)
+                  .status().IsInvalidArgument());
 }
 
 }  // namespace
