@@ -128,7 +128,7 @@ class CudaDevice : public Device {
       return ResourceExhaustedError("out of device memory on " + name_ + ": " +
                                     std::to_string(bytes) + " bytes requested" + have);
     }
-    DCR_CUDA_RETURN_IF_ERROR(e);
+    DCR_RETURN_IF_ERROR(CudaStatus(e, "cudaMalloc").WithContext(name_));
     return p;
   }
 
@@ -206,7 +206,11 @@ class CudaDevice : public Device {
     DCR_RETURN_IF_ERROR(flags.Reserve(n * 4, name_));
     DCR_RETURN_IF_ERROR(index.Reserve(n * 8, name_));
     DCR_RETURN_IF_ERROR(LaunchCompare(old_data, new_data, n, width, flags.as<uint32_t>(), l.stream));
-    DCR_RETURN_IF_ERROR(ExclusiveScan(flags.as<uint32_t>(), index.as<uint64_t>(), n, l.stream));
+    Status scan = ExclusiveScan(flags.as<uint32_t>(), index.as<uint64_t>(), n, l.stream);
+    if (scan.code() == StatusCode::kResourceExhausted) {
+      return ResourceExhaustedError("out of device memory on " + name_ + ": " + scan.message());
+    }
+    DCR_RETURN_IF_ERROR(scan);
     uint64_t last_index = 0;
     uint32_t last_flag = 0;
     DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&last_index, index.as<uint64_t>() + (n - 1), 8, cudaMemcpyDeviceToHost, l.stream));
