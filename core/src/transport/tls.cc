@@ -204,8 +204,10 @@ StatusOr<std::shared_ptr<const TlsContext>> TlsContext::Load(const std::string& 
   SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
   SSL_CTX_set_num_tickets(ctx, 0);  // no resumption: every edge is a full mutual handshake
   SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
-  SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
-                            SSL_MODE_RELEASE_BUFFERS);
+  SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  // AES-128-GCM first: with AES-NI the fastest suite per core (AES-256 runs ~14 rounds, not 10).
+  SSL_CTX_set_ciphersuites(ctx, "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:"
+                                "TLS_CHACHA20_POLY1305_SHA256");
   X509_STORE* store = SSL_CTX_get_cert_store(ctx);
   if (X509_STORE_add_cert(store, ca.get()) != 1 || SSL_CTX_use_certificate(ctx, cert.get()) != 1 ||
       SSL_CTX_use_PrivateKey(ctx, key.get()) != 1) {
