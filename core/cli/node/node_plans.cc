@@ -77,6 +77,13 @@ StatusOr<std::vector<NodePlan>> MakePlans(const Scenario& s, Method method, Tran
     p.zstd_level = s.delta.zstd_level;
     p.build_threads = s.delta.threads;
     p.full_slice_bytes = s.delta.chunk_elems * 2;
+    if (r == 0) {
+      p.device = s.sender.device;
+      p.device_index = 0;
+    } else {
+      p.device = s.receivers.device;
+      p.device_index = DeviceIndexFor(s, ReceiverLocalIndex(s, r));
+    }
     p.receiver_base_path = base;
     p.verify_path = s.receivers.verify ? target : "";
     p.timeout_s = s.timeout_s;

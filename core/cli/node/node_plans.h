@@ -16,7 +16,9 @@
 namespace dcr::cli {
 
 // The plans of every rank of one run. `addresses` (relay tree) come from network.hosts or free
-// loopback ports; `run_dir` holds results; `store_prefix` names the run's objects.
+// loopback ports; `run_dir` holds results; `store_prefix` names the run's objects. Devices: rank 0
+// gets sender.device (device 0), receiver rank r receivers.device on device
+// DeviceIndexFor(s, ReceiverLocalIndex(s, r)) (dcr/scenario.h).
 StatusOr<std::vector<NodePlan>> MakePlans(const Scenario& s, Method method, TransportKind transport,
                                           const std::string& base, const std::string& target,
                                           const std::string& run_dir, const std::string& work_dir,

@@ -90,6 +90,12 @@ struct NodePlan {
   // Tests: when non-zero, the sender holds the chunks back and sends them in an order permuted
   // with this seed (header first, trailer last) instead of as they are built. Default 0.
   uint64_t shuffle_seed = 0;
+  // Where this node holds the weights it diffs or applies (DeviceKind names, dcr/device.h):
+  // "cpu" = host memory without the device interface (BufferReceiver; the sender's host diff);
+  // "host" | "cuda" = the device path on OpenDevice(kind, device_index): a delta receiver is a
+  // MakeDeviceReceiver, the sender diffs on the device. Default "cpu", device 0.
+  std::string device = "cpu";
+  int device_index = 0;
   // Receiver inputs.
   std::string receiver_base_path;  // checkpoint the receiver holds (delta)
   std::string verify_path;         // compare with this target after commit ("" = skip)

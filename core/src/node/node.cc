@@ -1102,6 +1102,8 @@ std::string NodePlanToJson(const NodePlan& p) {
   j["build_threads"] = p.build_threads;
   j["full_slice_bytes"] = p.full_slice_bytes;
   j["shuffle_seed"] = p.shuffle_seed;
+  j["device"] = p.device;
+  j["device_index"] = p.device_index;
   j["receiver_base_path"] = p.receiver_base_path;
   j["verify_path"] = p.verify_path;
   j["timeout_s"] = p.timeout_s;
@@ -1151,6 +1153,8 @@ StatusOr<NodePlan> NodePlanFromJson(const std::string& text) {
     p.build_threads = j.at("build_threads").get<int>();
     p.full_slice_bytes = j.at("full_slice_bytes").get<uint64_t>();
     if (j.contains("shuffle_seed")) p.shuffle_seed = j["shuffle_seed"].get<uint64_t>();
+    if (j.contains("device")) p.device = j["device"].get<std::string>();
+    if (j.contains("device_index")) p.device_index = j["device_index"].get<int>();
     p.receiver_base_path = j.at("receiver_base_path").get<std::string>();
     p.verify_path = j.at("verify_path").get<std::string>();
     p.timeout_s = j.at("timeout_s").get<double>();
