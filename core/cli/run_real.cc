@@ -533,6 +533,17 @@ ScenarioResult DescribeRealRun(const Scenario& s, const std::string& work_dir) {
                      : s.network.tls.ca.empty()
                          ? "mutual TLS 1.3 on every tree edge, a fresh CA per refit"
                          : "mutual TLS 1.3 on every tree edge, CA " + s.network.tls.ca;
+  out.setup["devices"] =
+      "receivers: " + s.receivers.device +
+      (s.receivers.device == "cuda" && !s.receivers.devices.empty()
+           ? " (devices by local index: " + [&] {
+               std::string l;
+               for (int d : s.receivers.devices) l += (l.empty() ? "" : ", ") + std::to_string(d);
+               return l;
+             }() + ")"
+           : "") +
+      "; sender: " + s.sender.device +
+      (s.faults.enabled ? "; fault-injection runs: host-memory receivers" : "");
   out.setup["available_cores"] =
       "per run: (CPU of the run's node processes + idle time of all CPUs) / wall time over the "
       "refit window (first blob to last commit), sampled every 20 ms from /proc: the cores "
@@ -689,6 +700,8 @@ StatusOr<ScenarioResult> RunScenarioReal(const Scenario& s) {
         "network.emulation: netns is set up by the netns test harness (tests/netns/); "
         "`dcr run` emulates the long link in the transport layer (emulation: transport)");
   }
+  // A device that cannot be used is refused here, before the work dir or any node exists.
+  DCR_RETURN_IF_ERROR(ProbeScenarioDevices(s));
   DCR_ASSIGN_OR_RETURN(const std::string work_dir, PrepareWorkDir(s));
   ScenarioResult out = DescribeRealRun(s, work_dir);
   int run_index = 0;

@@ -304,6 +304,11 @@ void DescribeSetup(const Scenario& s, const SimInputs& in, const internal::Platf
                                      "available_cores)"
                                : "");
   if (s.steps > 1) result->setup["steps"] = "simulated once per run (every step is alike)";
+  if (s.receivers.device != "cpu" || s.sender.device != "cpu") {
+    result->setup["devices"] = "receivers.device " + s.receivers.device + ", sender.device " +
+                               s.sender.device +
+                               ": not simulated (build and apply at the calibration's host speeds)";
+  }
 }
 
 // The payload model of every change rate (the real codec on sampled tensors).

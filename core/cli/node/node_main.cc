@@ -13,6 +13,7 @@
 #include <CLI/CLI.hpp>
 
 #include "command.h"
+#include "dcr/device.h"
 #include "dcr/scenario.h"
 #include "dcr/status_macros.h"
 #include "dcr/transport.h"
@@ -60,6 +61,11 @@ StatusOr<NodePlan> PlanFromArgs(const NodeArgs& a) {
                                              a.prefix));
   DCR_RETURN_IF_ERROR(AddTls(s, "", &plans));
   NodePlan p = plans[rank];
+  // One process per host rank: the launcher's local rank picks the device when it is set.
+  const int local = LocalRankFromEnvironment();
+  if (local >= 0 && p.device == "cuda") {
+    p.device_index = rank == 0 ? local : DeviceIndexFor(s, local);
+  }
   p.result_path = a.out;
   // No runner here: the start barrier is the connection set-up itself.
   p.ready_path.clear();
@@ -71,6 +77,9 @@ int NodeMain(const NodeArgs& a) {
   UseDataPlaneAllocator();
   auto plan = PlanFromArgs(a);
   if (!plan.ok()) return ReportStatus("node", plan.status());
+  // A device that cannot be used is refused before the node connects or loads anything.
+  Status probe = ProbePlanDevice(*plan);
+  if (!probe.ok()) return ReportStatus("node", probe);
   NodeResult r;
   Status s = RunNode(*plan, &r);
   if (a.plan.empty()) std::printf("%s\n", NodeResultToJson(r).c_str());

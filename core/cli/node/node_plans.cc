@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <set>
 #include <string>
 
+#include "dcr/device.h"
 #include "dcr/relay_policy.h"
 #include "dcr/status_macros.h"
 #include "transport/net.h"
@@ -43,7 +45,40 @@ std::string StoreUrl(const Scenario& s, const std::string& work_dir) {
   return store;
 }
 
+// The device index of receiver rank `r`: its local index's entry of receivers.devices for cuda;
+// the host backend has the one device 0.
+int ReceiverDeviceIndex(const Scenario& s, int r) {
+  return s.receivers.device == "cuda" ? DeviceIndexFor(s, ReceiverLocalIndex(s, r)) : 0;
+}
+
+// ProbeDevice of device `name` number `index`, the error prefixed with `what`.
+Status Probe(const std::string& name, int index, const std::string& what) {
+  auto kind = ParseDeviceKind(name);
+  if (!kind.ok()) return kind.status().WithContext(what);
+  if (*kind == DeviceKind::kCpu) return Status();
+  Status st = ProbeDevice(*kind, index);
+  if (!st.ok()) return st.WithContext(what + " (device " + name + ":" + std::to_string(index) + ")");
+  return Status();
+}
+
 }  // namespace
+
+Status ProbeScenarioDevices(const Scenario& s) {
+  DCR_RETURN_IF_ERROR(Probe(s.sender.device, 0, "sender.device"));
+  std::set<int> probed;
+  for (int r = 1; r <= s.receivers.count; ++r) {
+    const int index = ReceiverDeviceIndex(s, r);
+    if (!probed.insert(index).second) continue;
+    DCR_RETURN_IF_ERROR(
+        Probe(s.receivers.device, index, "receivers.device of receiver " + std::to_string(r)));
+  }
+  return Status();
+}
+
+Status ProbePlanDevice(const NodePlan& plan) {
+  return Probe(plan.device, plan.device_index,
+               plan.rank == 0 ? std::string("sender") : "receiver " + std::to_string(plan.rank));
+}
 
 StatusOr<std::vector<NodePlan>> MakePlans(const Scenario& s, Method method, TransportKind transport,
                                           const std::string& base, const std::string& target,
@@ -77,13 +112,8 @@ StatusOr<std::vector<NodePlan>> MakePlans(const Scenario& s, Method method, Tran
     p.zstd_level = s.delta.zstd_level;
     p.build_threads = s.delta.threads;
     p.full_slice_bytes = s.delta.chunk_elems * 2;
-    if (r == 0) {
-      p.device = s.sender.device;
-      p.device_index = 0;
-    } else {
-      p.device = s.receivers.device;
-      p.device_index = DeviceIndexFor(s, ReceiverLocalIndex(s, r));
-    }
+    p.device = r == 0 ? s.sender.device : s.receivers.device;
+    p.device_index = r == 0 ? 0 : ReceiverDeviceIndex(s, r);
     p.receiver_base_path = base;
     p.verify_path = s.receivers.verify ? target : "";
     p.timeout_s = s.timeout_s;
