@@ -23,6 +23,7 @@
 
 #include "dcr/checkpoint.h"
 #include "dcr/delta.h"
+#include "dcr/device.h"
 #include "dcr/object_store.h"
 #include "dcr/policy_host.h"
 #include "dcr/status_macros.h"
@@ -746,6 +747,18 @@ class SenderBuilder {
                    "read during the build\n", bytes / 1e9, free_bytes / 1e9);
     }
     if (delta) base_ckpt_->ContentHash(plan_.build_threads);  // cached: BuildDelta's header uses it
+    // The delta's changes are found on the plan's device (plan.device "host" | "cuda"); the full
+    // reference streams file bytes and needs none.
+    auto kind = ParseDeviceKind(plan_.device);
+    if (!kind.ok()) return kind.status().WithContext("plan.device");
+    if (delta && *kind != DeviceKind::kCpu) {
+      auto device = OpenDevice(*kind, plan_.device_index);
+      if (!device.ok()) {
+        return device.status().WithContext("sender on device " + plan_.device + ":" +
+                                           std::to_string(plan_.device_index));
+      }
+      device_ = std::move(*device);
+    }
     return Status();
   }
 
@@ -795,7 +808,8 @@ class SenderBuilder {
       o.zstd_level = plan_.zstd_level;
       o.threads = plan_.build_threads;
       StreamingSink sink(emit);
-      auto st = BuildDelta(base_ckpt_.get(), *target_ckpt_, o, &sink);
+      // device_ null (device "cpu"): BuildDelta's host diff.
+      auto st = BuildDeltaOnDevice(base_ckpt_.get(), *target_ckpt_, o, device_.get(), &sink);
       if (st.ok()) state_->Update([&](NodeResult* r) { r->dense_bytes = st->dense_bytes; });
       s = st.status();
     } else {
@@ -808,6 +822,7 @@ class SenderBuilder {
   NodeState* state_;
   EventQueue* queue_;
   std::unique_ptr<Checkpoint> base_ckpt_, target_ckpt_;
+  std::unique_ptr<Device> device_;  // the delta's diff device; null = the host diff
   std::thread thread_;
 };
 
