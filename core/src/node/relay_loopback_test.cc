@@ -80,6 +80,7 @@ struct Config {
   uint64_t shuffle = 0;
   double bandwidth = 0, latency = 0;
   std::string wrong_base_rank_path;  // receiver 1 holds this base instead
+  std::string device = "cpu";        // every node's plan.device
 };
 
 std::vector<NodePlan> Plans(const Config& c, const std::string& tag) {
@@ -116,6 +117,7 @@ std::vector<NodePlan> Plans(const Config& c, const std::string& tag) {
     p.receiver_base_path = (r == 1 && !c.wrong_base_rank_path.empty()) ? c.wrong_base_rank_path : f.base;
     p.verify_path = f.target;
     p.timeout_s = 30;
+    p.device = c.device;
     plans.push_back(p);
   }
   return plans;
@@ -193,6 +195,60 @@ TEST(RelayLoopback, ObjectStoreDelta) {
   ExpectAllVerified(c, "store");
   c.shuffle = 9;
   ExpectAllVerified(c, "store-shuffled");
+}
+
+TEST(RelayLoopback, DevicePathOnTheHostBackend) {
+  // Receivers holding their base in device memory (MakeDeviceReceiver), the sender diffing on the
+  // device: verified on the device, and the same stream as the host path.
+  Config c;
+  c.receivers = 5;
+  c.fan_out = 2;
+  c.streams = 2;
+  c.device = "host";
+  ExpectAllVerified(c, "device-tree");
+  c.shuffle = 4;
+  ExpectAllVerified(c, "device-shuffled");
+  c.shuffle = 0;
+  c.transport = "object_store";
+  ExpectAllVerified(c, "device-store");
+  c.transport = "relay_tree";
+  c.receivers = 1;
+  auto host = RunAll(Plans(c, "device-bytes"));
+  c.device = "cpu";
+  auto cpu = RunAll(Plans(c, "cpu-bytes"));
+  ASSERT_TRUE(host[0].first.ok() && cpu[0].first.ok()) << host[0].first << " " << cpu[0].first;
+  EXPECT_EQ(host[0].second.payload_bytes, cpu[0].second.payload_bytes);
+  EXPECT_EQ(host[0].second.blobs, cpu[0].second.blobs);
+}
+
+TEST(RelayLoopback, DeviceReceiverRefusals) {
+  Config c;
+  c.receivers = 1;
+  auto plans = Plans(c, "device-refusals");
+  NodePlan rx = plans[1];
+  rx.method = "full";
+  rx.device = "host";
+  NodeResult r;
+  Status s = RunNode(rx, &r);  // refused at setup: nothing connects or loads
+  EXPECT_TRUE(s.IsInvalidArgument()) << s;
+  EXPECT_NE(s.message().find("method full with device 'host'"), std::string::npos) << s;
+  rx = plans[1];
+  rx.device = "gpu";
+  s = RunNode(rx, &r);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s;
+  EXPECT_NE(s.message().find("plan.device"), std::string::npos) << s;
+  rx = plans[1];
+  rx.device = "host";
+  rx.device_index = 3;  // the host backend has device 0 only
+  s = RunNode(rx, &r);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s;
+  EXPECT_NE(s.message().find("receiver 1 on device host:3"), std::string::npos) << s;
+  rx = plans[1];
+  rx.device = "host";
+  rx.receiver_base_path = Checkpoints().dir + "/missing.safetensors";
+  s = RunNode(rx, &r);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("loading the base"), std::string::npos) << s;
 }
 
 TEST(RelayLoopback, EmulatedLongLinkPacesTheSender) {
