@@ -533,17 +533,15 @@ ScenarioResult DescribeRealRun(const Scenario& s, const std::string& work_dir) {
                      : s.network.tls.ca.empty()
                          ? "mutual TLS 1.3 on every tree edge, a fresh CA per refit"
                          : "mutual TLS 1.3 on every tree edge, CA " + s.network.tls.ca;
-  out.setup["devices"] =
-      "receivers: " + s.receivers.device +
-      (s.receivers.device == "cuda" && !s.receivers.devices.empty()
-           ? " (devices by local index: " + [&] {
-               std::string l;
-               for (int d : s.receivers.devices) l += (l.empty() ? "" : ", ") + std::to_string(d);
-               return l;
-             }() + ")"
-           : "") +
-      "; sender: " + s.sender.device +
-      (s.faults.enabled ? "; fault-injection runs: host-memory receivers" : "");
+  std::string devices = "receivers: " + s.receivers.device;
+  if (s.receivers.device == "cuda" && !s.receivers.devices.empty()) {
+    devices += " (devices by local index:";
+    for (int d : s.receivers.devices) devices += " " + std::to_string(d);
+    devices += ")";
+  }
+  devices += "; sender: " + s.sender.device;
+  if (s.faults.enabled) devices += "; fault-injection runs: host-memory receivers";
+  out.setup["devices"] = devices;
   out.setup["available_cores"] =
       "per run: (CPU of the run's node processes + idle time of all CPUs) / wall time over the "
       "refit window (first blob to last commit), sampled every 20 ms from /proc: the cores "

@@ -151,7 +151,8 @@ TEST(Scenario, DeviceKeys) {
   EXPECT_EQ(s->receivers.device, "cuda");
   EXPECT_EQ(s->sender.device, "host");
   EXPECT_EQ(s->receivers.devices, (std::vector<int>{3, 1}));
-  auto one = ParseScenario("model: tiny\nmethods: [delta]\nreceivers: {device: host, devices: 0}\n");
+  auto one =
+      ParseScenario("model: tiny\nmethods: [delta]\nreceivers: {device: host, devices: 0}\n");
   ASSERT_TRUE(one.ok()) << one.status();
   EXPECT_EQ(one->receivers.devices, (std::vector<int>{0}));
 
@@ -169,7 +170,8 @@ TEST(Scenario, DeviceKeys) {
 
   // The full-checkpoint reference receives into host memory: refused with a device (real mode),
   // ignored by the simulator; the sender's device does not matter to it.
-  ExpectError("model: tiny\nreceivers: {device: host}\n", "methods: full with receivers.device host");
+  ExpectError("model: tiny\nreceivers: {device: host}\n",
+              "methods: full with receivers.device host");
   EXPECT_TRUE(ParseScenario("model: tiny\nmode: sim\nreceivers: {device: cuda}\n").ok());
   EXPECT_TRUE(ParseScenario("model: tiny\nsender: {device: cuda}\n").ok());
 
@@ -182,7 +184,8 @@ TEST(Scenario, DeviceKeys) {
 }
 
 TEST(Scenario, DeviceIndexByLocalIndex) {
-  auto s = ParseScenario("model: tiny\nmethods: [delta]\nreceivers: {count: 6, per_node: 3, device: cuda}\n");
+  auto s = ParseScenario(
+      "model: tiny\nmethods: [delta]\nreceivers: {count: 6, per_node: 3, device: cuda}\n");
   ASSERT_TRUE(s.ok()) << s.status();
   // Nodes 1..3 on host 0, 4..6 on host 1.
   EXPECT_EQ(ReceiverHost(*s, 1), 0);

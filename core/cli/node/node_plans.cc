@@ -57,8 +57,8 @@ Status Probe(const std::string& name, int index, const std::string& what) {
   if (!kind.ok()) return kind.status().WithContext(what);
   if (*kind == DeviceKind::kCpu) return Status();
   Status st = ProbeDevice(*kind, index);
-  if (!st.ok()) return st.WithContext(what + " (device " + name + ":" + std::to_string(index) + ")");
-  return Status();
+  if (st.ok()) return st;
+  return st.WithContext(what + " (device " + name + ":" + std::to_string(index) + ")");
 }
 
 }  // namespace
