@@ -274,8 +274,13 @@ class CudaDevice : public Device {
   class LaneLease {
    public:
     explicit LaneLease(CudaDevice* d) : d_(d) { status_ = d_->Checkout(&lane_); }
+    // Waits for the lane's stream first: a call that failed midway may have left copies in
+    // flight, and nothing of a call may outlive it.
     ~LaneLease() {
-      if (lane_) d_->Return(std::move(lane_));
+      if (!lane_) return;
+      cudaStreamSynchronize(lane_->stream);
+      cudaGetLastError();
+      d_->Return(std::move(lane_));
     }
     Status status() const { return status_; }
     Lane& operator*() { return *lane_; }

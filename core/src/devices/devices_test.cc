@@ -201,6 +201,31 @@ TEST(HostDeviceTest, OperationsMatchTheReference) {
   }
 }
 
+// Arrays of several scan blocks: the positions come back ascending and complete.
+TEST(HostDeviceTest, DiffOfALargeArrayIsCompleteAndOrdered) {
+  auto d = MakeHostDevice();
+  const uint64_t n = (uint64_t{5} << 20) / 2 + 12345;
+  auto a = RandomBytes(n * 2, 21);
+  auto b = a;
+  std::vector<uint64_t> want;
+  for (uint64_t i = 0; i < n; i += 1 + (i * 7919) % 613) {
+    b[2 * i + 1] ^= 0x40;
+    want.push_back(i);
+  }
+  void* da = Put(d.get(), a);
+  void* db = Put(d.get(), b);
+  auto r = d->Diff(da, db, n, 2, ValueMode::kXor);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->positions, want);
+  ASSERT_EQ(r->values.size(), want.size());
+  for (size_t k = 0; k < want.size(); ++k) {
+    EXPECT_EQ(r->values[k], 0x4000u);
+    EXPECT_EQ(r->old_bits[k] ^ r->new_bits[k], 0x4000u);
+  }
+  d->Free(da);
+  d->Free(db);
+}
+
 TEST(HostDeviceTest, ConcurrentCallsFromManyThreads) {
   auto d = MakeHostDevice();
   const auto bytes = RandomBytes(1 << 16, 3);

@@ -10,6 +10,7 @@
 #include "dcr/hash.h"
 #include "dcr/status_macros.h"
 #include "internal/element_ops.h"
+#include "internal/parallel.h"
 
 namespace dcr {
 
@@ -46,7 +47,7 @@ namespace {
 bool ValidWidth(int w) { return w == 1 || w == 2 || w == 4 || w == 8; }
 
 // The host backend: allocations are 256-byte aligned host memory, every operation a loop over
-// element_ops.h on the calling thread.
+// element_ops.h on the calling thread (Diff splits large arrays over worker threads).
 class HostDevice : public Device {
  public:
   explicit HostDevice(const HostDeviceOptions& o) : options_(o) {}
@@ -135,14 +136,35 @@ class HostDevice : public Device {
     const auto* a = static_cast<const uint8_t*>(old_data);
     const auto* b = static_cast<const uint8_t*>(new_data);
     const uint8_t op = static_cast<uint8_t>(mode);
+    // Blocks scanned concurrently, each into its own result, concatenated in order.
+    constexpr uint64_t kBlock = uint64_t{1} << 20;
+    std::vector<DeviceDiffResult> parts((n + kBlock - 1) / kBlock);
+    internal::ParallelFor(parts.size(), 0, [&](uint64_t k) {
+      DeviceDiffResult& r = parts[k];
+      const uint64_t end = std::min(n, (k + 1) * kBlock);
+      for (uint64_t i = k * kBlock; i < end; ++i) {
+        const uint64_t o = internal::LoadElem(a, width, i), nb = internal::LoadElem(b, width, i);
+        if (o == nb) continue;
+        r.positions.push_back(i);
+        r.values.push_back(internal::EncodeValue(op, width, o, nb));
+        r.old_bits.push_back(o);
+        r.new_bits.push_back(nb);
+      }
+      return true;
+    });
+    if (parts.size() == 1) return std::move(parts[0]);
     DeviceDiffResult r;
-    for (uint64_t i = 0; i < n; ++i) {
-      const uint64_t o = internal::LoadElem(a, width, i), nb = internal::LoadElem(b, width, i);
-      if (o == nb) continue;
-      r.positions.push_back(i);
-      r.values.push_back(internal::EncodeValue(op, width, o, nb));
-      r.old_bits.push_back(o);
-      r.new_bits.push_back(nb);
+    uint64_t total = 0;
+    for (const DeviceDiffResult& p : parts) total += p.positions.size();
+    r.positions.reserve(total);
+    r.values.reserve(total);
+    r.old_bits.reserve(total);
+    r.new_bits.reserve(total);
+    for (const DeviceDiffResult& p : parts) {
+      r.positions.insert(r.positions.end(), p.positions.begin(), p.positions.end());
+      r.values.insert(r.values.end(), p.values.begin(), p.values.end());
+      r.old_bits.insert(r.old_bits.end(), p.old_bits.begin(), p.old_bits.end());
+      r.new_bits.insert(r.new_bits.end(), p.new_bits.begin(), p.new_bits.end());
     }
     return r;
   }
