@@ -97,6 +97,22 @@ LOCAL_RANK=0 timeout 60 "$dcr" node "$tmp/cuda-rx.yaml" --rank 2 --base "$s0" --
 check node-cuda-refused 15 $?
 has node-cuda-names-cuda "$tmp/node.err" "CUDA"
 has node-cuda-names-receiver "$tmp/node.err" "receiver 2 (device cuda:0)"
+# The launcher's local rank picks the device: receivers.devices[local % size], else device local;
+# without one, the receiver's index among its host's receivers (rank 2 is the second of host 0).
+env -u LOCAL_RANK SLURM_LOCALID=5 timeout 60 "$dcr" node "$tmp/cuda-rx.yaml" --rank 1 --base "$s0" --target "$s1" \
+  > /dev/null 2> "$tmp/node.err"
+check node-cuda-local-rank-list-refused 15 $?
+has node-cuda-local-rank-list "$tmp/node.err" "receiver 1 (device cuda:0)"
+sed 's/, devices: \[0\]//' "$tmp/cuda-rx.yaml" > "$tmp/cuda-local.yaml"
+LOCAL_RANK=3 timeout 60 "$dcr" node "$tmp/cuda-local.yaml" --rank 1 --base "$s0" --target "$s1" \
+  > /dev/null 2> "$tmp/node.err"
+check node-cuda-local-rank-refused 15 $?
+has node-cuda-local-rank-device "$tmp/node.err" "receiver 1 (device cuda:3)"
+env -u LOCAL_RANK -u SLURM_LOCALID -u OMPI_COMM_WORLD_LOCAL_RANK \
+  timeout 60 "$dcr" node "$tmp/cuda-local.yaml" --rank 2 --base "$s0" --target "$s1" \
+  > /dev/null 2> "$tmp/node.err"
+check node-cuda-host-index-refused 15 $?
+has node-cuda-host-index-device "$tmp/node.err" "receiver 2 (device cuda:1)"
 python3 - "$tmp/work/run-1/plan-1.json" "$tmp/plan-cuda.json" <<'PY'; check make-cuda-plan 0 $?
 import json, sys
 p = json.load(open(sys.argv[1])); p["device"] = "cuda"; p["device_index"] = 0
