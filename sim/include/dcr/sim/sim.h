@@ -6,7 +6,8 @@
 //   * the platform: two regions (star zones; hosts with their own NIC links at the region's
 //     bandwidth/latency), gateways joined by a split-duplex long link, an object-store host with
 //     its bandwidth and first-byte latency (in the rollout region unless
-//     sim.extra.object_store_region: train), receivers.per_node receivers sharing a host;
+//     sim.extra.object_store_region: train), receivers.per_node receivers sharing a host, in the
+//     relay tree of TopologyFor (dcr/scenario.h), the one `dcr run` builds;
 //   * the sender builds chunks (encode cost from the calibration, sim.gpus_per_node jobs in
 //     parallel) and runs the same Sender/Relay/Receiver or Uploader/Downloader policies as
 //     `dcr run` in mode real; receivers apply chunks (decode+apply cost from the calibration;
