@@ -82,6 +82,11 @@ has run-cuda-names-key "$tmp/err.txt" "sender.device"
 [ ! -e "$tmp/work-cuda" ]; check run-cuda-no-work-dir 0 $?
 lacks run-cuda-no-work-dir-line "$tmp/err.txt" "work dir"
 [ -z "$(pgrep -f -- "--plan $tmp/work-cuda" 2>/dev/null)" ]; check run-cuda-no-node 0 $?
+# The full-checkpoint reference alone builds no delta: the sender's device is not needed.
+scenario "$tmp/cuda-full.yaml" cuda "$tmp/work-cuda-full"
+sed -i 's/methods: \[delta\]/methods: [full]/; s/, device: cuda}/, device: cpu}/' "$tmp/cuda-full.yaml"
+"$dcr" run "$tmp/cuda-full.yaml" -q --out "$tmp/rf.json" > /dev/null 2> "$tmp/err.txt"
+check run-full-sender-cuda-unused 0 $?
 # Receivers alone on cuda (the sender on the host): the receivers' key is named.
 sed 's/^sender: {device: cuda}/sender: {device: host}/' "$tmp/cuda.yaml" > "$tmp/cuda-rx.yaml"
 "$dcr" run "$tmp/cuda-rx.yaml" -q > /dev/null 2> "$tmp/err.txt"; check run-cuda-rx-refused 15 $?

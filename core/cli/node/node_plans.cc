@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <set>
 #include <string>
@@ -64,7 +65,10 @@ Status Probe(const std::string& name, int index, const std::string& what) {
 }  // namespace
 
 Status ProbeScenarioDevices(const Scenario& s) {
-  DCR_RETURN_IF_ERROR(Probe(s.sender.device, 0, "sender.device"));
+  // Only a delta's build uses the sender's device.
+  if (std::find(s.methods.begin(), s.methods.end(), Method::kDelta) != s.methods.end()) {
+    DCR_RETURN_IF_ERROR(Probe(s.sender.device, 0, "sender.device"));
+  }
   std::set<int> probed;
   for (int r = 1; r <= s.receivers.count; ++r) {
     const int index = ReceiverDeviceIndex(s, r);
@@ -76,6 +80,7 @@ Status ProbeScenarioDevices(const Scenario& s) {
 }
 
 Status ProbePlanDevice(const NodePlan& plan) {
+  if (plan.rank == 0 && plan.method != "delta") return Status();  // the full stream uses none
   return Probe(plan.device, plan.device_index,
                plan.rank == 0 ? std::string("sender") : "receiver " + std::to_string(plan.rank));
 }

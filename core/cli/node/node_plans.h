@@ -34,12 +34,13 @@ StatusOr<std::vector<NodePlan>> MakePlans(const Scenario& s, Method method, Tran
 Status AddTls(const Scenario& s, const std::string& generate_dir, std::vector<NodePlan>* plans);
 
 // Checks, before any node starts, that every device the nodes of a mode-real run of `s` open is
-// usable: ProbeDevice (dcr/device.h) of sender.device (device 0) and of receivers.device on each
-// receiver's device index (MakePlans). Device "cpu" needs none. Errors: ProbeDevice's, with the
+// usable: ProbeDevice (dcr/device.h) of sender.device (device 0; when the scenario has the delta
+// method, whose build uses it) and of receivers.device on each receiver's device index
+// (MakePlans). Device "cpu" needs none. Errors: ProbeDevice's, with the
 // key and the node named (kUnavailable naming CUDA and the reason when no usable GPU is present).
 Status ProbeScenarioDevices(const Scenario& s);
-// The same check for one node's plan (plan.device on plan.device_index). kInvalidArgument for an
-// unknown device name.
+// The same check for one node's plan (plan.device on plan.device_index; none for a sender of the
+// full stream). kInvalidArgument for an unknown device name.
 Status ProbePlanDevice(const NodePlan& plan);
 
 // The dcr-node executable beside the running binary (/proc/self/exe's directory). kNotFound if
