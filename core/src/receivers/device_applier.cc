@@ -12,6 +12,7 @@
 #include "dcr/hash.h"
 #include "dcr/status_macros.h"
 #include "receivers/chunk_apply.h"
+#include "receivers/device_applier.h"
 
 namespace dcr {
 namespace {
@@ -25,6 +26,9 @@ class Locator {
   // Appends every device address of element `e` of tensor `t`; false if it has none.
   virtual bool Addresses(uint32_t t, uint64_t e, std::vector<uint64_t>* out) const = 0;
   virtual uint64_t Salt(uint32_t t) const = 0;
+  // When every element has exactly one address: that of element 0 of tensor `t` (elements are
+  // then contiguous, `width` bytes apart); 0 when elements may have several or none.
+  virtual uint64_t Base(uint32_t t) const { return 0; }
 };
 
 class TensorLocator : public Locator {
@@ -40,6 +44,7 @@ class TensorLocator : public Locator {
     return true;
   }
   uint64_t Salt(uint32_t t) const override { return t_[t].salt; }
+  uint64_t Base(uint32_t t) const override { return reinterpret_cast<uint64_t>(t_[t].data); }
 
  private:
   std::vector<DeviceTensor> t_;
@@ -91,8 +96,11 @@ class PlacementLocator : public Locator {
 
 class GenericDeviceApplier : public DeviceApplier {
  public:
-  GenericDeviceApplier(std::shared_ptr<Device> device, std::unique_ptr<Locator> loc)
-      : device_(std::move(device)), loc_(std::move(loc)) {}
+  // `version_deltas`: hash_delta() sums the applied chunks' version_delta (BufferApplier's
+  // accounting) instead of the terms of the actual bits.
+  GenericDeviceApplier(std::shared_ptr<Device> device, std::unique_ptr<Locator> loc,
+                       bool version_deltas)
+      : device_(std::move(device)), loc_(std::move(loc)), version_deltas_(version_deltas) {}
 
   Status ApplyChunk(const DecodedChunk& chunk) override {
     const ChunkHeader& h = chunk.header;
@@ -115,29 +123,59 @@ class GenericDeviceApplier : public DeviceApplier {
       if (PackedBitsHash(nullptr, 0, w) != h.target_change_hash) {
         return DataLossError(id + ": decoded values do not produce the target bits");
       }
+      if (version_deltas_) AddDelta(h.version_delta);
       return Status::OK();
     }
     // Per-thread scratch reused across chunks: concurrent chunks each have their own.
-    thread_local std::vector<uint64_t> read, write, begin, elem, old_bits, new_bits, addrs;
+    thread_local std::vector<uint64_t> read, write, begin, elem, old_bits, new_bits, addrs, iota;
     thread_local std::vector<uint32_t> tensor;
-    read.clear();
-    write.clear();
-    begin.assign(1, 0);
-    tensor.resize(k);
-    elem.resize(k);
+    // The canonical element of every change is kept only when the hash needs its terms.
+    const bool terms = !version_deltas_ && !IsRelative(h.value_mode);
+    read.resize(k);
+    if (terms) {
+      tensor.resize(k);
+      elem.resize(k);
+    }
+    const bool single = h.segments.empty() ? false : loc_->Base(h.segments[0].tensor_index) != 0;
+    if (single) {
+      // One address per element: the writes go where the reads came from.
+      if (iota.size() < k + 1) {
+        const size_t from = iota.size();
+        iota.resize(k + 1);
+        for (size_t i = from; i <= k; ++i) iota[i] = i;
+      }
+    } else {
+      write.clear();
+      begin.assign(1, 0);
+    }
     SegmentCursor cursor(h.segments);
+    uint32_t current = ~0u;
+    uint64_t base = 0;
     for (uint64_t i = 0; i < k; ++i) {
       const uint64_t pos = dense ? i : chunk.positions[i];
       if (pos >= h.num_elements) return DataLossError(id + ": position out of range");
       uint32_t sgi;
-      cursor.Locate(pos, &sgi, &elem[i]);
-      tensor[i] = h.segments[sgi].tensor_index;
+      uint64_t e;
+      cursor.Locate(pos, &sgi, &e);
+      const uint32_t t = h.segments[sgi].tensor_index;
+      if (terms) {
+        tensor[i] = t;
+        elem[i] = e;
+      }
+      if (single) {
+        if (sgi != current) {
+          current = sgi;
+          base = loc_->Base(t);
+        }
+        read[i] = base + e * static_cast<uint64_t>(w);
+        continue;
+      }
       addrs.clear();
-      if (!loc_->Addresses(tensor[i], elem[i], &addrs)) {
-        return FailedPreconditionError(id + ": element " + std::to_string(elem[i]) +
+      if (!loc_->Addresses(t, e, &addrs)) {
+        return FailedPreconditionError(id + ": element " + std::to_string(e) +
                                        " of a changed tensor is not placed on this device");
       }
-      read.push_back(addrs[0]);
+      read[i] = addrs[0];
       write.insert(write.end(), addrs.begin(), addrs.end());
       begin.push_back(write.size());
     }
@@ -153,16 +191,23 @@ class GenericDeviceApplier : public DeviceApplier {
     if (PackedBitsHash(new_bits.data(), k, w) != h.target_change_hash) {
       return DataLossError(id + ": decoded values do not produce the target bits; nothing written");
     }
-    DCR_RETURN_IF_ERROR(
-        device_->Scatter(write.data(), begin.data(), new_bits.data(), k, w).WithContext(id));
+    DCR_RETURN_IF_ERROR(device_->Scatter(single ? read.data() : write.data(),
+                                         single ? iota.data() : begin.data(),
+                                         new_bits.data(), k, w)
+                            .WithContext(id));
+    if (!terms) {
+      // A relative chunk's old bits are the base's (checked above), so its version_delta is
+      // exactly the terms of the actual bits.
+      AddDelta(h.version_delta);
+      return Status::OK();
+    }
     Hash128 d;
     for (uint64_t i = 0; i < k; ++i) {
       const uint64_t salt = loc_->Salt(tensor[i]);
       HashSub(&d, ElementTerm(salt, elem[i], old_bits[i]));
       HashAdd(&d, ElementTerm(salt, elem[i], new_bits[i]));
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    HashAdd(&delta_, d);
+    AddDelta(d);
     return Status::OK();
   }
 
@@ -172,8 +217,14 @@ class GenericDeviceApplier : public DeviceApplier {
   }
 
  private:
+  void AddDelta(const Hash128& d) {
+    std::lock_guard<std::mutex> lock(mu_);
+    HashAdd(&delta_, d);
+  }
+
   const std::shared_ptr<Device> device_;
   const std::unique_ptr<Locator> loc_;
+  const bool version_deltas_;
   mutable std::mutex mu_;
   Hash128 delta_;  // guarded by mu_
 };
@@ -183,8 +234,18 @@ class GenericDeviceApplier : public DeviceApplier {
 std::unique_ptr<DeviceApplier> MakeDeviceApplier(std::shared_ptr<Device> device,
                                                  std::vector<DeviceTensor> tensors) {
   return std::make_unique<GenericDeviceApplier>(
-      std::move(device), std::make_unique<TensorLocator>(std::move(tensors)));
+      std::move(device), std::make_unique<TensorLocator>(std::move(tensors)), false);
 }
+
+namespace internal {
+
+std::unique_ptr<DeviceApplier> MakeVersionDeltaDeviceApplier(std::shared_ptr<Device> device,
+                                                             std::vector<DeviceTensor> tensors) {
+  return std::make_unique<GenericDeviceApplier>(
+      std::move(device), std::make_unique<TensorLocator>(std::move(tensors)), true);
+}
+
+}  // namespace internal
 
 StatusOr<std::unique_ptr<DeviceApplier>> MakeDevicePlacementApplier(std::shared_ptr<Device> device,
                                                                     const PlacementMap& map,
@@ -195,7 +256,7 @@ StatusOr<std::unique_ptr<DeviceApplier>> MakeDevicePlacementApplier(std::shared_
                                 " buffers of the placement map");
   }
   return std::unique_ptr<DeviceApplier>(std::make_unique<GenericDeviceApplier>(
-      std::move(device), std::make_unique<PlacementLocator>(map, std::move(buffers))));
+      std::move(device), std::make_unique<PlacementLocator>(map, std::move(buffers)), false));
 }
 
 }  // namespace dcr

@@ -11,6 +11,7 @@
 #include "dcr/status_macros.h"
 #include "internal/parallel.h"
 #include "receivers/delta_session.h"
+#include "receivers/device_applier.h"
 
 namespace dcr {
 namespace {
@@ -89,7 +90,7 @@ class DeviceReceiverImpl : public DeviceReceiver {
       d.salt = ds.inventory.salts[i];
       dt.push_back(d);
     }
-    applier_ = MakeDeviceApplier(device_, std::move(dt));
+    applier_ = internal::MakeVersionDeltaDeviceApplier(device_, std::move(dt));
     target_number_ = ds.target_number;
     start_ = ds.start;
     ledger_.Reset();

@@ -216,6 +216,35 @@ TEST(DeviceReceiverTest, WrongBaseBitsLeaveTheDeviceStorageUnchanged) {
   EXPECT_TRUE(CommitDelta(*d, rx->get()).IsFailedPrecondition());
 }
 
+// A full frame (no base) repairs any storage with the same inventory: committed and verified
+// over a receiver holding another version, and again over the frame's own target.
+TEST(DeviceReceiverTest, AFullFrameRepairsAnyVersion) {
+  Model m0 = RandomModel(15);
+  Model m1 = Next(m0, 0.4, 16);
+  auto c0 = ToCheckpoint(m0), c1 = ToCheckpoint(m1);
+  DeltaOptions o;
+  o.full = true;
+  o.chunk_elems = 1 << 10;
+  o.threads = 1;
+  o.target_version = 7;
+  DeltaMemorySink sink;
+  ASSERT_TRUE(BuildDelta(nullptr, *c1, o, &sink).ok());
+  auto d = DeltaReader::FromBytes(sink.Release());
+  ASSERT_TRUE(d.ok());
+  auto rx = MakeDeviceReceiver(std::shared_ptr<Device>(MakeHostDevice()), *c0, 0);
+  ASSERT_TRUE(rx.ok());
+  auto buf = BufferReceiver::Copy(*c0, 0);
+  for (int pass = 0; pass < 2; ++pass) {
+    Status s = ApplyConcurrently(**d, rx->get());
+    ASSERT_TRUE(s.ok()) << "pass " << pass << ": " << s;
+    ASSERT_TRUE(ApplyDelta(**d, buf.get()).ok());
+    EXPECT_EQ((*rx)->held(), buf->held());
+    EXPECT_EQ((*rx)->held().number, 7u);
+    EXPECT_TRUE((*rx)->Verify(*c1).ok());
+    EXPECT_EQ(Download(**rx), Bytes(*c1));
+  }
+}
+
 TEST(DeviceReceiverTest, LoadsFilesAndShardDirectories) {
   const fs::path dir = fs::temp_directory_path() /
                        ("dcr_device_receiver_test_" + std::to_string(::getpid()) + "_" +
