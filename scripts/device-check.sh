@@ -50,7 +50,7 @@ step gpu-tests 120 ctest --test-dir build-gpu -L gpu --output-on-failure
 if grep -q "Skipped\|Not Run" "$OUT_DIR/gpu-tests.txt"; then
   echo "device-check: some GPU tests were skipped (no usable device?)"
 fi
-step gpu-run 180 build-gpu/dcr run scenarios/gpu.yaml -q \
+step gpu-run 240 build-gpu/dcr run scenarios/gpu.yaml -q \
   --out "$OUT_DIR/gpu-run.json"
 step bench-cuda 150 build-gpu/bench/dcr_bench_device --device=cuda --benchmark_min_time=0.2 \
   --benchmark_out="$OUT_DIR/bench-cuda.json" --benchmark_out_format=json
