@@ -42,8 +42,7 @@ if [ ! -f build-gpu/build.ninja ]; then
     -DDCR_BUILD_SIM=OFF -DDCR_BUILD_TESTS=ON -DDCR_BUILD_BENCH=ON \
     -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" || exit $status
 fi
-step build 300 cmake --build build-gpu -j"$jobs" --target dcr dcr-node dcr_cuda_tests \
-  dcr_receivers_tests dcr_bench_device || exit $status
+step build 360 cmake --build build-gpu -j"$jobs" || exit $status
 [ $build_only -eq 1 ] && exit 0
 
 step gpu-tests 120 ctest --test-dir build-gpu -L gpu --output-on-failure
