@@ -651,13 +651,6 @@ Status ValidateScenario(const Scenario& s) {
     return InvalidArgumentError("sender.device: unknown device '" + s.sender.device +
                                 "' (cpu, host, cuda)");
   }
-  if (s.mode == RunMode::kReal && s.receivers.device != "cpu" &&
-      std::find(s.methods.begin(), s.methods.end(), Method::kFull) != s.methods.end()) {
-    return InvalidArgumentError(
-        "methods: full with receivers.device " + s.receivers.device +
-        ": the full-checkpoint reference receives a file image into host memory; give methods: "
-        "[delta] (or receivers.device: cpu)");
-  }
   for (size_t i = 0; i < s.receivers.devices.size(); ++i) {
     if (s.receivers.devices[i] < 0) {
       return InvalidArgumentError("receivers.devices[" + std::to_string(i) + "]: must be >= 0");

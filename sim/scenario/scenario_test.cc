@@ -168,12 +168,9 @@ TEST(Scenario, DeviceKeys) {
   ExpectError("model: tiny\nreceivers: {devices: []}\n", "receivers.devices: empty list");
   ExpectError("model: tiny\nreceivers: {devices: [[0]]}\n", "receivers.devices[0]");
 
-  // The full-checkpoint reference receives into host memory: refused with a device (real mode),
-  // ignored by the simulator; the sender's device does not matter to it.
-  ExpectError("model: tiny\nreceivers: {device: host}\n",
-              "methods: full with receivers.device host");
+  // Both methods with a device; the simulator takes the keys too.
+  EXPECT_TRUE(ParseScenario("model: tiny\nreceivers: {device: host}\n").ok());
   EXPECT_TRUE(ParseScenario("model: tiny\nmode: sim\nreceivers: {device: cuda}\n").ok());
-  EXPECT_TRUE(ParseScenario("model: tiny\nsender: {device: cuda}\n").ok());
 
   Scenario bad = *d;
   bad.receivers.device = "tpu";

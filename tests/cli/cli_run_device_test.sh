@@ -2,7 +2,8 @@
 # `dcr run` on the device path (receivers.device / sender.device: host, the host backend of
 # dcr/device.h): real dcr-node processes whose receivers hold the base in device memory and apply
 # on it, 3 receivers with per_node 2 (the host-aware tree), every receiver verified bit-exact on
-# its device against the target; the plans carry the devices and the tree. `device: cuda` on a
+# its device against the target (the full-checkpoint reference too, loaded onto the device at
+# commit); the plans carry the devices and the tree. `device: cuda` on a
 # machine without a usable GPU is refused before any node starts (exit 15, naming CUDA), by
 # `dcr run` and by `dcr node` in both forms.
 source "$(dirname "$0")/cli_lib.sh" "$@"
@@ -65,10 +66,21 @@ assert h["payload_bytes"] == c["payload_bytes"], (h["payload_bytes"], c["payload
 assert c["receivers_verified"] == 3, c
 PY
 
-# The full-checkpoint reference receives into host memory: refused with a device, naming the way.
-sed 's/methods: \[delta\]/methods: [delta, full]/' "$tmp/host.yaml" > "$tmp/full.yaml"
-"$dcr" run "$tmp/full.yaml" -q > /dev/null 2> "$tmp/err.txt"; check run-full-on-device-refused 11 $?
-has run-full-on-device-names-it "$tmp/err.txt" "methods: full with receivers.device host"
+# The full-checkpoint reference onto the device too: each receiver loads the file image onto
+# its device at commit and verifies there; the delta is faster than it through the same link.
+sed 's/methods: \[delta\]/methods: [delta, full]/; s|work_dir: .*|work_dir: '"$tmp"'/work-full|' \
+  "$tmp/host.yaml" > "$tmp/full.yaml"
+"$dcr" run "$tmp/full.yaml" -q --out "$tmp/rfull.json" > /dev/null 2> "$tmp/err.txt"
+check run-full-on-device 0 $?
+python3 - "$tmp/rfull.json" <<'PY'; check run-full-on-device-result 0 $?
+import json, sys
+runs = {r["method"]: r for r in json.load(open(sys.argv[1]))["runs"]}
+assert set(runs) == {"delta", "full"}, runs.keys()
+for r in runs.values():
+    assert r.get("error", "") == "" and r["receivers_verified"] == 3, r
+    assert all(x["verified"] for x in r["receiver_results"]), r["receiver_results"]
+assert runs["full"]["payload_bytes"] > 10 * runs["delta"]["payload_bytes"], runs
+PY
 
 # CUDA without a usable GPU: refused before any node starts. (Skipped where a GPU is present.)
 if command -v nvidia-smi > /dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q GPU; then

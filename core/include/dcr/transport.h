@@ -43,10 +43,19 @@
 
 namespace dcr {
 
+class Device;  // dcr/device.h
+
 // A receiver of the full-checkpoint reference stream (FullStreamBlobs): rebuilds the file image
 // from its slices (records are slices; the trailer's file checksum proves it). The stream carries
 // no version: held() is {0, zero hash} and MissingChunks is empty.
 std::unique_ptr<Receiver> MakeFullReceiver();
+// The same stream received onto `device` (dcr/device.h), as a serving process loads a full
+// checkpoint onto its GPU: Begin refuses a file the device cannot hold (one allocation of the
+// file's size, freed at once: kResourceExhausted before any slice); the image is rebuilt in host
+// memory, and Commit, after the file checksum, loads its tensors into device memory
+// (MakeDeviceReceiver) and frees the image; Verify compares on the device. Errors of Commit also
+// MakeDeviceReceiver's. REQUIRES: device != nullptr.
+std::unique_ptr<Receiver> MakeFullReceiver(std::shared_ptr<Device> device);
 
 // Cuts a checkpoint file into the blobs of the full-checkpoint reference stream: header =
 // u64 file size + the safetensors header bytes; chunks = u64 file offset + up to slice_bytes of

@@ -621,37 +621,34 @@ class ApplyJobs {
  public:
   ApplyJobs(NodeState* state, EventQueue* queue) : state_(state), queue_(queue) {}
 
-  // The receiver of `plan` (delta: holds plan.receiver_base_path, in host memory for device
-  // "cpu", else in the memory of OpenDevice(plan.device, plan.device_index); full: the file
-  // image, host memory only). A device that cannot be opened, or cannot hold the base, fails here,
-  // before the node takes part in the refit.
+  // The receiver of `plan`, in host memory for device "cpu", else in the memory of
+  // OpenDevice(plan.device, plan.device_index): delta: holds plan.receiver_base_path (a device
+  // that cannot be opened or cannot hold the base fails here, before the node takes part in the
+  // refit); full: the file image, loaded onto the device at commit.
   Status Open(const NodePlan& plan) {
     auto kind = ParseDeviceKind(plan.device);
     if (!kind.ok()) return kind.status().WithContext("plan.device");
+    std::shared_ptr<Device> device;
+    const std::string what = "receiver " + std::to_string(plan.rank) + " on device " + plan.device +
+                             ":" + std::to_string(plan.device_index);
+    if (*kind != DeviceKind::kCpu) {
+      auto opened = OpenDevice(*kind, plan.device_index);
+      if (!opened.ok()) return opened.status().WithContext(what);
+      device = std::move(*opened);
+    }
     if (plan.method == "delta") {
       if (plan.receiver_base_path.empty()) {
         return InvalidArgumentError("plan.receiver_base_path: required for a delta receiver");
       }
-      if (*kind == DeviceKind::kCpu) {
+      if (device == nullptr) {
         DCR_ASSIGN_OR_RETURN(backend_, BufferReceiver::Load(plan.receiver_base_path));
       } else {
-        const std::string what = "receiver " + std::to_string(plan.rank) + " on device " +
-                                 plan.device + ":" + std::to_string(plan.device_index);
-        auto device = OpenDevice(*kind, plan.device_index);
-        if (!device.ok()) return device.status().WithContext(what);
-        auto receiver = MakeDeviceReceiver(std::shared_ptr<Device>(std::move(*device)),
-                                           plan.receiver_base_path);
+        auto receiver = MakeDeviceReceiver(device, plan.receiver_base_path);
         if (!receiver.ok()) return receiver.status().WithContext(what + ": loading the base");
         backend_ = std::move(*receiver);
       }
     } else {
-      if (*kind != DeviceKind::kCpu) {
-        return InvalidArgumentError(
-            "method full with device '" + plan.device +
-            "': the full-checkpoint reference receives a file image into host memory; use "
-            "device cpu for it (or the delta method on the device)");
-      }
-      backend_ = MakeFullReceiver();
+      backend_ = device == nullptr ? MakeFullReceiver() : MakeFullReceiver(device);
     }
     pool_.Start(plan.relay.max_parallel_applies);
     return Status();

@@ -14,6 +14,7 @@
 #include "dcr/apply.h"
 #include "dcr/checkpoint.h"
 #include "dcr/delta.h"
+#include "dcr/device.h"
 #include "dcr/hash.h"
 #include "dcr/receiver.h"
 #include "dcr/status_macros.h"
@@ -58,8 +59,11 @@ Status CompareTensors(const std::vector<TensorInfo>& tensors,
 // The receiver of the full-checkpoint reference stream (FullStreamBlobs): rebuilds the file
 // image from its slices. The stream carries no version: held() is {0, zero hash} and
 // MissingChunks is empty (a missing slice fails Commit's file checksum).
+// With a device, Commit loads the image's tensors onto it (MakeFullReceiver(device)).
 class FullReceiver : public Receiver {
  public:
+  explicit FullReceiver(std::shared_ptr<Device> device = nullptr) : device_(std::move(device)) {}
+
   Status Begin(const uint8_t* data, size_t size) override {
     if (size < 16) return DataLossError("full stream header too short");
     uint64_t file_size = ReadU64(data);
@@ -67,6 +71,12 @@ class FullReceiver : public Receiver {
     if (json_len > size - 16 || 8 + json_len > file_size || file_size > (uint64_t{1} << 44)) {
       return DataLossError("full stream header inconsistent");
     }
+    if (device_ != nullptr) {  // refused before any slice when the device cannot hold the file
+      auto probe = device_->Allocate(file_size);
+      if (!probe.ok()) return probe.status().WithContext("full stream onto " + device_->name());
+      device_->Free(*probe);
+    }
+    on_device_.reset();
     image_.assign(file_size, 0);
     std::memcpy(image_.data(), data + 8, size - 8);
     header_end_ = size - 8;
@@ -89,6 +99,13 @@ class FullReceiver : public Receiver {
     uint64_t want = ReadU64(data + 16);
     uint64_t got = XXH3_64bits(image_.data(), image_.size());
     if (want != got) return DataLossError("full stream: file checksum mismatch after all slices");
+    if (device_ != nullptr) {
+      DCR_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::FromBytes(image_));
+      auto rx = MakeDeviceReceiver(device_, *ckpt);
+      if (!rx.ok()) return rx.status().WithContext("full stream: loading onto " + device_->name());
+      on_device_ = std::move(*rx);
+      std::vector<uint8_t>().swap(image_);
+    }
     committed_ = true;
     return Status();
   }
@@ -97,6 +114,10 @@ class FullReceiver : public Receiver {
     return UnimplementedError("full stream receiver: slices cannot be marked applied");
   }
   Status Verify(const Checkpoint& target) const override {
+    if (device_ != nullptr) {
+      if (on_device_ == nullptr) return FailedPreconditionError("full stream: not committed");
+      return on_device_->Verify(target);
+    }
     DCR_ASSIGN_OR_RETURN(auto mine, Checkpoint::FromBytes(image_));
     std::vector<const uint8_t*> data;
     for (const TensorInfo& t : mine->tensors()) data.push_back(mine->data(t));
@@ -107,6 +128,8 @@ class FullReceiver : public Receiver {
   std::vector<uint64_t> MissingChunks(const Trailer&) const override { return {}; }
 
  private:
+  std::shared_ptr<Device> device_;             // null: the image stays in host memory
+  std::unique_ptr<DeviceReceiver> on_device_;  // device_: the committed file's tensors
   std::vector<uint8_t> image_;
   uint64_t header_end_ = 0;
   bool committed_ = false;
@@ -267,6 +290,10 @@ Status VerifyFile(const Receiver& receiver, const std::string& target_path) {
 // ---- the full-checkpoint reference stream ----
 
 std::unique_ptr<Receiver> MakeFullReceiver() { return std::make_unique<FullReceiver>(); }
+
+std::unique_ptr<Receiver> MakeFullReceiver(std::shared_ptr<Device> device) {
+  return std::make_unique<FullReceiver>(std::move(device));
+}
 
 Status FullStreamBlobs(const std::string& path, uint64_t slice_bytes,
                        const std::function<Status(BlobKind, std::vector<uint8_t>)>& emit) {
