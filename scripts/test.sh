@@ -3,9 +3,11 @@
 #   1. installs missing Debian packages (and the OpenStack Swift S3 server when run as root),
 #   2. configures and builds (CUDA code is compiled when nvcc is present; GPU tests skip without a GPU),
 #   3. starts the S3 server for the S3 tests (skipped with a message when it cannot start),
-#   4. runs the `quick` and `gpu` CTest labels, then the bounded heavy labels (`slow`; `netns` and
-#      `bigmem` when root: bigmem diffs and applies a 2 x 1.5 GiB pair under a 768 MiB memory
-#      cgroup in about a minute, with a 10-minute cap),
+#   4. runs the `quick` and `gpu` CTest labels, then the bounded heavy labels (`slow`; `netns`,
+#      `bigmem` and `adversary` when root: bigmem diffs and applies a 2 x 1.5 GiB pair under a
+#      768 MiB memory cgroup in about a minute, with a 10-minute cap; adversary performs the
+#      attacks of core/docs/security.md, the local ones as a second user it creates, in about a
+#      minute, with a 4-minute cap),
 #   5. runs the codec benchmark check (ratios vs thresholds in bench/thresholds.json) and a bounded fuzz run.
 # Environment: DCR_TEST_JOBS (ctest -j, default nproc), DCR_SKIP_SLOW=1, DCR_SKIP_S3=1, DCR_SKIP_FUZZ=1.
 set -euo pipefail
@@ -43,6 +45,7 @@ if [ "${DCR_SKIP_SLOW:-0}" != "1" ]; then
   if [ "$(id -u)" -eq 0 ]; then
     ctest --test-dir build -L netns --output-on-failure || status=1
     ctest --test-dir build -L bigmem --timeout 600 --output-on-failure || status=1
+    ctest --test-dir build -L adversary --timeout 240 --output-on-failure || status=1
   fi
   # Sim-vs-real agreement: reported, not gating. The full checkpoint agrees within 1%;
   # the delta agrees within 10% on an otherwise idle machine, not yet under other tenants' load
