@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "codec_bench.h"
+#include "diff_bench.h"
 #include "bench_pipeline.h"
 #include "command.h"
 #include "dcr/checkpoint.h"
@@ -28,6 +29,7 @@ struct BenchFlags {
   CLI::Option* reps_opt = nullptr;
   std::string scenario;  // bench pipeline
   int pipeline_reps = 3;
+  internal::DiffBenchConfig diff;  // bench diff
 };
 
 std::string GitCommit() {
@@ -112,6 +114,14 @@ int RunPipeline(const BenchFlags& f) {
   return 0;
 }
 
+int RunDiffBenchCommand(const BenchFlags& f) {
+  auto report = internal::RunDiffBench(
+      f.diff, [](const std::string& line) { std::fprintf(stderr, "bench diff: %s\n", line.c_str()); });
+  if (!report.ok()) return ReportStatus("bench diff", report.status());
+  std::printf("%s", internal::DiffBenchTable(report.value()).c_str());
+  return 0;
+}
+
 DCR_REGISTER_COMMAND(
     "bench",
     "Benchmarks: `dcr bench codec` (size vs dense and vs the order-0 bound, encode and "
@@ -147,7 +157,25 @@ DCR_REGISTER_COMMAND(
       pipeline->add_option("--reps", f->pipeline_reps, "Repetitions (median is reported)")
           ->capture_default_str()
           ->check(CLI::PositiveNumber);
-      return [f, codec]() { return codec->parsed() ? RunCodec(*f) : RunPipeline(*f); };
+      CLI::App* diff = app->add_subcommand(
+          "diff",
+          "The whole `dcr diff` on one thread against a dd read of its target, same run, files "
+          "in page cache, with a breakdown (content hashes, range hashes, scan, encode, write); "
+          "run it under `taskset -c 0`");
+      diff->add_option("--dir", f->diff.dir, "Directory for the two checkpoints and the delta")
+          ->required()
+          ->check(CLI::ExistingDirectory);
+      diff->add_option("--elems", f->diff.elements, "BF16 elements per checkpoint")
+          ->capture_default_str();
+      diff->add_option("--rate", f->diff.rate, "Change rate (fraction)")->capture_default_str();
+      diff->add_option("--reps", f->diff.reps, "Repetitions (best is reported)")
+          ->capture_default_str()
+          ->check(CLI::PositiveNumber);
+      diff->add_option("--seed", f->diff.seed, "Data seed")->capture_default_str();
+      return [f, codec, diff]() {
+        if (diff->parsed()) return RunDiffBenchCommand(*f);
+        return codec->parsed() ? RunCodec(*f) : RunPipeline(*f);
+      };
     });
 
 }  // namespace
