@@ -4,7 +4,12 @@
 //   dcr-node --plan PLAN.json              what `dcr run` starts on this machine
 //   dcr-node SCENARIO.yaml --rank R ...    multi-host: one process per host; the rank comes from
 //                                          --rank, SLURM_PROCID, OMPI_COMM_WORLD_RANK or PMI_RANK;
-//                                          addresses from network.hosts.
+//                                          addresses from network.hosts; a cuda node's GPU
+//                                          from LOCAL_RANK, SLURM_LOCALID or
+//                                          OMPI_COMM_WORLD_LOCAL_RANK when set (through
+//                                          receivers.devices), else its index on its host.
+// Either form probes the plan's device first: one that cannot be used is refused (exit 15 for
+// cuda without a usable GPU, naming CUDA and the reason) before the node connects or loads.
 #include <cstdio>
 #include <fstream>
 #include <memory>
