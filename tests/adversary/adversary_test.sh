@@ -110,7 +110,7 @@ as_attacker ls "$work" >/dev/null 2>&1; check attacker-cannot-list-work-dir 2 $?
 rm -rf "$work"
 
 # A squatter listening on a receiver's port before the run: the run fails naming the port; the
-# sender's relay got a TLS handshake, never a frame; nothing is committed.
+# squatter never gets a frame (at most a TLS handshake); nothing is committed.
 as_attacker "$py" - "$((port + 2))" > "$tmp/squat.txt" 2>&1 <<'PY' &
 import socket, sys
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(8); s.settimeout(20)
@@ -131,7 +131,8 @@ TMPDIR="$pub" "$dcr" run "$tmp/run.yaml" --out "$tmp/squat.json" >/dev/null 2>"$
 check squatted-run-fails 1 $?
 wait $squat_pid
 has squat-error-names-port "$tmp/squat.err" "listen on 127.0.0.1:$((port + 2)): Address already in use"
-has squatter-got-a-tls-hello-only "$tmp/squat.txt" "no frames tls"
+# (the run may end before its relay dials the squatter; when it does, it gets a TLS hello)
+has squatter-got-no-frame "$tmp/squat.txt" "no frames"
 "$py" - "$tmp/squat.json" <<'PY'; check squatted-nothing-committed 0 $?
 import json, sys
 r = json.load(open(sys.argv[1]))["runs"][0]
@@ -200,6 +201,11 @@ network:
   hosts: ["127.0.0.1:$port", "127.0.0.1:$((port + 1))", "127.0.0.1:$((port + 2))"]
 timeout: 90s
 YAML
+# A keys dir the attacker made first (it could swap the CA there later): refused, nothing written.
+as_attacker mkdir -m 777 "$pub/keys"
+"$dcr" keys "$tmp/mh.yaml" -o "$pub/keys" >/dev/null 2>"$tmp/pk.err"; check keys-planted-dir-refused 14 $?
+has keys-planted-dir-says "$tmp/pk.err" "not by this user"
+[ -z "$(ls -A "$pub/keys")" ]; check keys-planted-dir-empty 0 $?
 "$dcr" keys "$tmp/mh.yaml" -o "$tmp/keys" >/dev/null 2>&1; check keys 0 $?
 # The attacker's own certificates, from its own `dcr keys` of the same scenario.
 cp "$tmp/mh.yaml" "$atk/mh.yaml"; chown "$user:" "$atk/mh.yaml"

@@ -2,7 +2,7 @@
 # Multi-host form (`dcr node SCENARIO --rank R`, one process per rank, as a cluster launcher starts
 # them) with checkpoints that cannot make a delta: the sender refuses at start, before any piece,
 # and every node of the tree -- the relay and the receivers below it -- exits naming that cause
-# (the tensor), not a closed connection or a timeout.
+# (the tensor), not a closed connection or a timeout. A directory store without a path is refused.
 source "$(dirname "$0")/cli_lib.sh" "$@"
 "$dcr" synth --preset tiny --rate 3% --steps 1 --out "$tmp/a" -q >/dev/null 2>&1; check synth-a 0 $?
 "$dcr" synth --preset tiny-moe --rate 3% --steps 1 --out "$tmp/b" -q >/dev/null 2>&1; check synth-b 0 $?
@@ -41,4 +41,17 @@ for r in 3 2 1; do
   lacks "node-$r-no-closed-peer" "$tmp/node-$r.err" "peer closed"
   i=$((i + 1))
 done
+
+# A multi-host object-store run over a directory store names its store path: there is no default
+# in the system temp dir for another local user to create first.
+cat > "$tmp/os.yaml" <<YAML
+name: refusal-os
+model: {checkpoints: [$base, $base]}
+receivers: {count: 1}
+timeout: 10s
+YAML
+"$dcr" node "$tmp/os.yaml" --rank 1 --transport object_store --base "$base" --target "$base" \
+  >/dev/null 2>"$tmp/os.err"
+check store-path-required 11 $?
+has store-path-names-key "$tmp/os.err" "transport.object_store.path"
 exit $fail

@@ -33,7 +33,10 @@ struct NodeArgs {
   int rank = -1;
   std::string method = "delta";
   std::string transport = "relay_tree";
-  std::string base, target, out, work_dir = "/tmp/dcr-node";
+  std::string base, target, out;
+  // Run folder of the plans; every file the plans put there is overridden below (result, ready
+  // and go paths), and the store path comes from the scenario.
+  std::string work_dir = ".";
   std::string prefix = "refit/step-1";
 };
 
@@ -61,6 +64,14 @@ StatusOr<NodePlan> PlanFromArgs(const NodeArgs& a) {
                                                   : TransportKind::kRelayTree;
   if (t == TransportKind::kRelayTree && s.network.hosts.empty()) {
     return InvalidArgumentError("network.hosts: a multi-host relay tree needs one host:port per rank");
+  }
+  // No default directory store: a fixed path in the system temp dir is one another local user can
+  // create first and fill with objects of its choosing.
+  if (t == TransportKind::kObjectStore && s.transport.object_store.kind == StoreKind::kDir &&
+      s.transport.object_store.path.empty()) {
+    return InvalidArgumentError(
+        "transport.object_store.path: a multi-host object-store run over a directory store needs "
+        "its path (a directory every host reaches, writable only by the run's user)");
   }
   DCR_ASSIGN_OR_RETURN(auto plans, MakePlans(s, m, t, a.base, a.target, a.work_dir, a.work_dir,
                                              a.prefix));
