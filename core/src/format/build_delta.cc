@@ -57,6 +57,9 @@ struct CellScan {
   std::vector<uint64_t> seg_changes;
   // XOR value histogram per segment (only with collect_entropy).
   std::vector<std::unordered_map<uint64_t, uint64_t>> seg_hist;
+  // The XOR histogram of a cell of one contiguous segment of width 1 or 2, indexed by value,
+  // while the cell is encoded (only with collect_entropy); emptied into seg_hist afterwards.
+  std::vector<uint64_t> flat_hist;
 };
 
 // What the statistics keep of a cell's scan once it is encoded (its change arrays go back to the
@@ -385,6 +388,10 @@ bool DeltaBuilder::EncodeContiguousCell(const GridCell& cell, CellScan* sc,
   in.target = target_ptr_[sg.tensor_index] + sg.offset * cell.width;
   in.avx2 = avx2_;
   in.emit_unchanged = options_.emit_unchanged;
+  if (options_.collect_entropy) {
+    sc->flat_hist.assign(size_t{1} << (8 * cell.width), 0);
+    in.xor_counts = sc->flat_hist.data();
+  }
   const DType dt = inv_.tensors[sg.tensor_index].dtype;
   ChunkScanResult res;
   *out = EncodeChunkScan(
@@ -556,9 +563,10 @@ bool DeltaBuilder::EncodeCell(const GridCell& cell, CellScan* sc, DeviceSlot* sl
                            dev_.device->name());
       return false;
     }
-  } else if (!options_.full && !options_.collect_entropy && cell.segments.size() == 1 &&
-             cell.segments[0].IsContiguous()) {
-    // One contiguous range (every cell of a large tensor).
+  } else if (!options_.full && cell.segments.size() == 1 && cell.segments[0].IsContiguous() &&
+             (!options_.collect_entropy || cell.width <= 2)) {
+    // One contiguous range (every cell of a large tensor); the entropy statistics of 1- and
+    // 2-byte elements are counted by value in the same pass.
     return EncodeContiguousCell(cell, sc, out);
   } else {
     ch.target_range_hash = ScanCell(cell, sc, &all_float);
@@ -641,6 +649,15 @@ Status DeltaBuilder::BuildWindow(uint64_t begin, uint64_t end) {
                                dev_.device != nullptr ? slots_[slot].get() : nullptr, &encoded[k]);
     stats[k].n = sc->n;
     stats[k].seg_changes.swap(sc->seg_changes);
+    if (!sc->flat_hist.empty()) {
+      // The values counted into the histogram of the cell's one segment (the counter array is
+      // kept for the next cell and zeroed when it is used).
+      sc->seg_hist.resize(1);
+      for (size_t v = 0; v < sc->flat_hist.size(); ++v) {
+        if (sc->flat_hist[v] != 0) sc->seg_hist[0][v] = sc->flat_hist[v];
+      }
+      sc->flat_hist.clear();
+    }
     stats[k].seg_hist.swap(sc->seg_hist);
     std::lock_guard<std::mutex> lock(mu);
     idle.push_back(slot);

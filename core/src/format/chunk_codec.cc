@@ -625,6 +625,16 @@ StatusOr<std::vector<uint8_t>> EncodeChunkScan(const ChunkScanInput& in, ValueMo
   });
   result->num_changes = k;
   result->target_range_hash = rh.Digest();
+  if (in.xor_counts != nullptr && w <= 2) {
+    // From the packed bits the scan left for the change hashes: k values each, in cache.
+    if (w == 1) {
+      for (uint64_t i = 0; i < k; ++i) ++in.xor_counts[packed_old[i] ^ packed_new[i]];
+    } else {
+      const uint16_t* o = reinterpret_cast<const uint16_t*>(packed_old);
+      const uint16_t* nw = reinterpret_cast<const uint16_t*>(packed_new);
+      for (uint64_t i = 0; i < k; ++i) ++in.xor_counts[o[i] ^ nw[i]];
+    }
+  }
   if (k == 0 && !in.emit_unchanged) return std::vector<uint8_t>();
 
   ChunkHeader h;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -298,6 +299,50 @@ TEST(Delta, BuildDeltaEmitsInProductionOrder) {
         const uint64_t window_begin = order.WindowBegin(c / order.window());
         EXPECT_EQ(marking.num_changes[grid[c].chunk_id], 1 + window_begin) << "cell " << c;
       }
+    }
+  }
+}
+
+// The entropy statistics change no byte of the delta, whichever encoder path a cell takes (the
+// scan encoder counts 1- and 2-byte values in its pass; other cells list their changes), and
+// give each tensor the order-0 bound of its own XOR values.
+TEST(Delta, EntropyStatisticsMatchTheTensorsAndKeepTheBytes) {
+  std::mt19937_64 rng(77);
+  for (int round = 0; round < 4; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    std::vector<OwnedTensor> b, t;
+    MakePair(rng, round == 0 ? 0.3 : 0.03, &b, &t);
+    auto base = Checkpoint::FromBytes(SafetensorsImage(Views(b)));
+    auto target = Checkpoint::FromBytes(SafetensorsImage(Views(t)));
+    ASSERT_TRUE(base.ok() && target.ok());
+    DeltaOptions opt;
+    opt.chunk_elems = 4096;  // large tensors span several contiguous cells
+    opt.small_tensor_elems = 2048;
+    opt.threads = 1 + round % 3;
+    DeltaMemorySink plain, counted;
+    ASSERT_TRUE(BuildDelta(base->get(), **target, opt, &plain).ok());
+    opt.collect_entropy = true;
+    auto st = BuildDelta(base->get(), **target, opt, &counted);
+    ASSERT_TRUE(st.ok()) << st.status();
+    EXPECT_EQ(plain.bytes(), counted.bytes());
+    ASSERT_EQ(st->tensors.size(), t.size());
+    for (size_t i = 0; i < t.size(); ++i) {
+      const int w = DTypeWidth(DTypeFromName(t[i].dtype));
+      const uint64_t n = t[i].bytes.size() / w;
+      std::map<uint64_t, uint64_t> hist;
+      uint64_t k = 0;
+      for (uint64_t e = 0; e < n; ++e) {
+        const uint64_t x = GetBits(b[i].bytes, w, e) ^ GetBits(t[i].bytes, w, e);
+        if (x != 0) ++hist[x], ++k;
+      }
+      double bits = 0;
+      if (k > 0 && k < n) {
+        const double p = static_cast<double>(k) / n;
+        bits = n * -(p * std::log2(p) + (1 - p) * std::log2(1 - p));
+      }
+      for (const auto& [v, c] : hist) bits -= c * std::log2(static_cast<double>(c) / k);
+      EXPECT_EQ(st->tensors[i].changed, k) << t[i].name;
+      EXPECT_NEAR(st->tensors[i].xor_entropy_bits, bits, 1e-9 * (1 + bits)) << t[i].name;
     }
   }
 }

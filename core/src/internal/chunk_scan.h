@@ -23,6 +23,10 @@ struct ChunkScanInput {
   const uint8_t* target = nullptr;  // ... and in the target
   bool avx2 = false;                // internal::CpuHasAvx2(): the caller checked it once
   bool emit_unchanged = false;      // encode a record even when nothing changed
+  // The XOR histogram of the entropy statistics, or null. With width 1 or 2: 2^(8 * width)
+  // counters, of which xor_counts[old ^ new] is incremented once per change; ignored for wider
+  // elements.
+  uint64_t* xor_counts = nullptr;
 };
 struct ChunkScanResult {
   uint64_t num_changes = 0;
