@@ -4,8 +4,9 @@
 //   dcr-node --plan PLAN.json              what `dcr run` starts on this machine
 //   dcr-node SCENARIO.yaml --rank R ...    multi-host: one process per host; the rank comes from
 //                                          --rank, SLURM_PROCID, OMPI_COMM_WORLD_RANK or PMI_RANK;
-//                                          addresses from network.hosts; a cuda node's GPU
-//                                          from LOCAL_RANK, SLURM_LOCALID or
+//                                          addresses from network.hosts; TLS credentials
+//                                          from network.tls (`dcr keys` makes them); a cuda
+//                                          node's GPU from LOCAL_RANK, SLURM_LOCALID or
 //                                          OMPI_COMM_WORLD_LOCAL_RANK when set (through
 //                                          receivers.devices), else its index on its host.
 // Either form probes the plan's device first: one that cannot be used is refused (exit 15 for

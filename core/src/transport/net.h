@@ -9,6 +9,8 @@
 // streams). kAbort travels down the tree on stream 0: the sender refused the refit before sending
 // anything (e.g. checkpoints that cannot make a delta); its payload is the reason, at most
 // kMaxAbortMessageBytes of text. A relay forwards it to its children; every node stops with it.
+// With mutual TLS (tls.h) the same frames travel inside each connection's TLS 1.3 stream, the
+// handshake completing before the hello.
 #ifndef DCR_CORE_SRC_TRANSPORT_NET_H_
 #define DCR_CORE_SRC_TRANSPORT_NET_H_
 
