@@ -299,4 +299,17 @@ has store-upload-says "$tmp/os0.err" "is a symlink; objects stay inside"
 wait $po; rc=$?; [ $rc -ne 0 ]; check store-download-fails 0 $?
 [ -z "$(ls -A "$atk/elsewhere")" ]; check store-nothing-outside-root 0 $?
 lacks store-nothing-committed "$tmp/os1.out" '"committed": true'
+
+echo "== a 1 TB sparse object planted in a shared directory store"
+mkdir -m 1777 "$pub/store2"; as_attacker mkdir -p -m 777 "$pub/store2/refit/step-1"
+as_attacker truncate -s 1T "$pub/store2/refit/step-1/0000000000.hdr"
+sed "s|$pub/store|$pub/store2|" "$tmp/os.yaml" > "$tmp/os2.yaml"
+maxrss "$tmp/os2.out" "$tmp/os2.err" "$dcr" node "$tmp/os2.yaml" --rank 1 --transport object_store \
+  --base "$base" --target "$target" > "$tmp/os2.rss"
+read -r rc rss < "$tmp/os2.rss"
+echo "     downloader exit $rc, peak RSS $rss kB"
+[ "$rc" -ne 0 ]; check sparse-object-refused 0 $?
+has sparse-object-names-size "$tmp/os2.err" "is 1099511627776 bytes, larger than"
+[ "$rss" -lt $((256 * 1024)) ]; check sparse-object-rss-bounded 0 $?
+lacks sparse-nothing-committed "$tmp/os2.out" '"committed": true'
 exit $fail

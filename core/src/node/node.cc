@@ -582,8 +582,19 @@ class StoreJobs {
   }
 
   void FetchJob(const BlobInfo& info, const std::string& key) {
-    // One byte past the limit tells an oversized object from one of exactly the limit.
     const uint64_t limit = MaxBlobBytes(plan_, info.kind);
+    // An object listed larger than the plan allows is refused unread (a sparse 1 TB file would
+    // otherwise cost a read of the limit on every retry).
+    if (info.size > limit) {
+      queue_->Post(event::FetchDone{
+          info.id, false,
+          DataLossError("object " + key + " is " + std::to_string(info.size) + " bytes, larger "
+                        "than the " + std::to_string(limit) + " bytes the plan allows for a " +
+                        BlobKindName(info.kind)).ToString()});
+      return;
+    }
+    // One byte past the limit tells an oversized object from one of exactly the limit (the
+    // listing may be older than the object).
     auto got = store_->GetRange(key, 0, limit + 1);
     if (got.ok() && got->size() > limit) {
       got = DataLossError("object " + key + " is larger than the " + std::to_string(limit) +
