@@ -23,6 +23,12 @@ namespace {
 
 bool ValidWidth(int w) { return w == 1 || w == 2 || w == 4 || w == 8; }
 
+// kInvalidArgument "<op>: element width must be 1, 2, 4 or 8" unless `width` is one of those.
+Status CheckWidth(const char* op, int width) {
+  if (ValidWidth(width)) return Status::OK();
+  return InvalidArgumentError(std::string(op) + ": element width must be 1, 2, 4 or 8");
+}
+
 // "cuda:0 (NVIDIA H200, cc 9.0, 139 GiB)" of a present device.
 std::string Describe(int index, const cudaDeviceProp& p) {
   return "cuda:" + std::to_string(index) + " (" + p.name + ", cc " + std::to_string(p.major) +
@@ -151,121 +157,108 @@ class CudaDevice : public Device {
 
   Status Gather(const uint64_t* read_addr, const uint64_t* values, uint64_t n, int width,
                 ValueMode mode, uint64_t* old_bits, uint64_t* new_bits) override {
-    if (!ValidWidth(width)) return InvalidArgumentError("Gather: element width must be 1, 2, 4 or 8");
+    DCR_RETURN_IF_ERROR(CheckWidth("Gather", width));
     if (n == 0) return Status::OK();
-    DCR_RETURN_IF_ERROR(Current());
-    LaneLease lane(this);
-    DCR_RETURN_IF_ERROR(lane.status());
-    Lane& l = *lane;
-    for (int i = 0; i < 4; ++i) DCR_RETURN_IF_ERROR(l.a[i].Reserve(n * 8, name_));
-    DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(l.a[0].as<void>(), read_addr, n * 8, cudaMemcpyHostToDevice, l.stream));
-    DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(l.a[1].as<void>(), values, n * 8, cudaMemcpyHostToDevice, l.stream));
-    DCR_RETURN_IF_ERROR(LaunchGather(l.a[0].as<uint64_t>(), l.a[1].as<uint64_t>(),
-                                     l.a[2].as<uint64_t>(), l.a[3].as<uint64_t>(), n, width,
-                                     static_cast<uint8_t>(mode), l.stream));
-    DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(old_bits, l.a[2].as<void>(), n * 8, cudaMemcpyDeviceToHost, l.stream));
-    DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(new_bits, l.a[3].as<void>(), n * 8, cudaMemcpyDeviceToHost, l.stream));
-    DCR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(l.stream));
-    return Status::OK();
+    return OnLane([&](Lane& l) -> Status {
+      for (int i = 0; i < 4; ++i) DCR_RETURN_IF_ERROR(l.a[i].Reserve(n * 8, name_));
+      DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(l.a[0].as<void>(), read_addr, n * 8, cudaMemcpyHostToDevice, l.stream));
+      DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(l.a[1].as<void>(), values, n * 8, cudaMemcpyHostToDevice, l.stream));
+      DCR_RETURN_IF_ERROR(LaunchGather(l.a[0].as<uint64_t>(), l.a[1].as<uint64_t>(),
+                                       l.a[2].as<uint64_t>(), l.a[3].as<uint64_t>(), n, width,
+                                       static_cast<uint8_t>(mode), l.stream));
+      DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(old_bits, l.a[2].as<void>(), n * 8, cudaMemcpyDeviceToHost, l.stream));
+      DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(new_bits, l.a[3].as<void>(), n * 8, cudaMemcpyDeviceToHost, l.stream));
+      return Status::OK();
+    });
   }
 
   Status Scatter(const uint64_t* write_addr, const uint64_t* write_begin, const uint64_t* new_bits,
                  uint64_t n, int width) override {
-    if (!ValidWidth(width)) return InvalidArgumentError("Scatter: element width must be 1, 2, 4 or 8");
+    DCR_RETURN_IF_ERROR(CheckWidth("Scatter", width));
     if (n == 0) return Status::OK();
-    DCR_RETURN_IF_ERROR(Current());
-    LaneLease lane(this);
-    DCR_RETURN_IF_ERROR(lane.status());
-    Lane& l = *lane;
-    const uint64_t m = write_begin[n];
-    DCR_RETURN_IF_ERROR(l.a[0].Reserve(m * 8, name_));
-    DCR_RETURN_IF_ERROR(l.a[1].Reserve((n + 1) * 8, name_));
-    DCR_RETURN_IF_ERROR(l.a[2].Reserve(n * 8, name_));
-    if (m > 0) {
-      DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(l.a[0].as<void>(), write_addr, m * 8, cudaMemcpyHostToDevice, l.stream));
-    }
-    DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(l.a[1].as<void>(), write_begin, (n + 1) * 8, cudaMemcpyHostToDevice, l.stream));
-    DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(l.a[2].as<void>(), new_bits, n * 8, cudaMemcpyHostToDevice, l.stream));
-    DCR_RETURN_IF_ERROR(LaunchScatter(l.a[0].as<uint64_t>(), l.a[1].as<uint64_t>(),
-                                      l.a[2].as<uint64_t>(), n, width, l.stream));
-    DCR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(l.stream));
-    return Status::OK();
+    return OnLane([&](Lane& l) -> Status {
+      const uint64_t m = write_begin[n];
+      DCR_RETURN_IF_ERROR(l.a[0].Reserve(m * 8, name_));
+      DCR_RETURN_IF_ERROR(l.a[1].Reserve((n + 1) * 8, name_));
+      DCR_RETURN_IF_ERROR(l.a[2].Reserve(n * 8, name_));
+      if (m > 0) {
+        DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(l.a[0].as<void>(), write_addr, m * 8, cudaMemcpyHostToDevice, l.stream));
+      }
+      DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(l.a[1].as<void>(), write_begin, (n + 1) * 8, cudaMemcpyHostToDevice, l.stream));
+      DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(l.a[2].as<void>(), new_bits, n * 8, cudaMemcpyHostToDevice, l.stream));
+      return LaunchScatter(l.a[0].as<uint64_t>(), l.a[1].as<uint64_t>(), l.a[2].as<uint64_t>(), n,
+                           width, l.stream);
+    });
   }
 
   StatusOr<DeviceDiffResult> Diff(const void* old_data, const void* new_data, uint64_t n, int width,
                                   ValueMode mode) override {
-    if (!ValidWidth(width)) return InvalidArgumentError("Diff: element width must be 1, 2, 4 or 8");
+    DCR_RETURN_IF_ERROR(CheckWidth("Diff", width));
     DeviceDiffResult r;
     if (n == 0) return r;
-    DCR_RETURN_IF_ERROR(Current());
-    LaneLease lane(this);
-    DCR_RETURN_IF_ERROR(lane.status());
-    Lane& l = *lane;
-    StagingArray& flags = l.a[0];
-    StagingArray& index = l.a[1];
-    DCR_RETURN_IF_ERROR(flags.Reserve(n * 4, name_));
-    DCR_RETURN_IF_ERROR(index.Reserve(n * 8, name_));
-    DCR_RETURN_IF_ERROR(LaunchCompare(old_data, new_data, n, width, flags.as<uint32_t>(), l.stream));
-    Status scan = ExclusiveScan(flags.as<uint32_t>(), index.as<uint64_t>(), n, l.stream);
-    if (scan.code() == StatusCode::kResourceExhausted) {
-      return ResourceExhaustedError("out of device memory on " + name_ + ": " + scan.message());
-    }
-    DCR_RETURN_IF_ERROR(scan);
-    uint64_t last_index = 0;
-    uint32_t last_flag = 0;
-    DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&last_index, index.as<uint64_t>() + (n - 1), 8, cudaMemcpyDeviceToHost, l.stream));
-    DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&last_flag, flags.as<uint32_t>() + (n - 1), 4, cudaMemcpyDeviceToHost, l.stream));
-    DCR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(l.stream));
-    const uint64_t k = last_index + last_flag;
-    for (int i = 2; i < 6; ++i) DCR_RETURN_IF_ERROR(l.a[i].Reserve(k * 8, name_));
-    DCR_RETURN_IF_ERROR(LaunchCompact(old_data, new_data, n, width, static_cast<uint8_t>(mode),
-                                      flags.as<uint32_t>(), index.as<uint64_t>(),
-                                      l.a[2].as<uint64_t>(), l.a[3].as<uint64_t>(),
-                                      l.a[4].as<uint64_t>(), l.a[5].as<uint64_t>(), l.stream));
-    r.positions.resize(k);
-    r.values.resize(k);
-    r.old_bits.resize(k);
-    r.new_bits.resize(k);
-    if (k > 0) {
-      uint64_t* out[4] = {r.positions.data(), r.values.data(), r.old_bits.data(), r.new_bits.data()};
-      for (int i = 0; i < 4; ++i) {
-        DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out[i], l.a[2 + i].as<void>(), k * 8, cudaMemcpyDeviceToHost, l.stream));
+    DCR_RETURN_IF_ERROR(OnLane([&](Lane& l) -> Status {
+      StagingArray& flags = l.a[0];
+      StagingArray& index = l.a[1];
+      DCR_RETURN_IF_ERROR(flags.Reserve(n * 4, name_));
+      DCR_RETURN_IF_ERROR(index.Reserve(n * 8, name_));
+      DCR_RETURN_IF_ERROR(LaunchCompare(old_data, new_data, n, width, flags.as<uint32_t>(), l.stream));
+      Status scan = ExclusiveScan(flags.as<uint32_t>(), index.as<uint64_t>(), n, l.stream);
+      if (scan.code() == StatusCode::kResourceExhausted) {
+        return ResourceExhaustedError("out of device memory on " + name_ + ": " + scan.message());
       }
-    }
-    DCR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(l.stream));
+      DCR_RETURN_IF_ERROR(scan);
+      uint64_t last_index = 0;
+      uint32_t last_flag = 0;
+      DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&last_index, index.as<uint64_t>() + (n - 1), 8, cudaMemcpyDeviceToHost, l.stream));
+      DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&last_flag, flags.as<uint32_t>() + (n - 1), 4, cudaMemcpyDeviceToHost, l.stream));
+      DCR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(l.stream));
+      const uint64_t k = last_index + last_flag;
+      for (int i = 2; i < 6; ++i) DCR_RETURN_IF_ERROR(l.a[i].Reserve(k * 8, name_));
+      DCR_RETURN_IF_ERROR(LaunchCompact(old_data, new_data, n, width, static_cast<uint8_t>(mode),
+                                        flags.as<uint32_t>(), index.as<uint64_t>(),
+                                        l.a[2].as<uint64_t>(), l.a[3].as<uint64_t>(),
+                                        l.a[4].as<uint64_t>(), l.a[5].as<uint64_t>(), l.stream));
+      r.positions.resize(k);
+      r.values.resize(k);
+      r.old_bits.resize(k);
+      r.new_bits.resize(k);
+      if (k > 0) {
+        uint64_t* out[4] = {r.positions.data(), r.values.data(), r.old_bits.data(), r.new_bits.data()};
+        for (int i = 0; i < 4; ++i) {
+          DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out[i], l.a[2 + i].as<void>(), k * 8, cudaMemcpyDeviceToHost, l.stream));
+        }
+      }
+      return Status::OK();
+    }));
     return r;
   }
 
   StatusOr<Hash128> RangeHash(uint64_t salt, const void* data, int width, uint64_t begin,
                               uint64_t count) override {
-    if (!ValidWidth(width)) return InvalidArgumentError("RangeHash: element width must be 1, 2, 4 or 8");
+    DCR_RETURN_IF_ERROR(CheckWidth("RangeHash", width));
     if (count == 0) return Hash128{};
-    DCR_RETURN_IF_ERROR(Current());
-    LaneLease lane(this);
-    DCR_RETURN_IF_ERROR(lane.status());
-    Lane& l = *lane;
-    DCR_RETURN_IF_ERROR(l.a[0].Reserve(16, name_));
-    DCR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(l.a[0].as<void>(), 0, 16, l.stream));
-    DCR_RETURN_IF_ERROR(LaunchRangeHash(salt, data, width, begin, count,
-                                        l.a[0].as<unsigned long long>(), l.stream));
     unsigned long long h[2] = {0, 0};
-    DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h, l.a[0].as<void>(), 16, cudaMemcpyDeviceToHost, l.stream));
-    DCR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(l.stream));
+    DCR_RETURN_IF_ERROR(OnLane([&](Lane& l) -> Status {
+      DCR_RETURN_IF_ERROR(l.a[0].Reserve(16, name_));
+      DCR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(l.a[0].as<void>(), 0, 16, l.stream));
+      DCR_RETURN_IF_ERROR(LaunchRangeHash(salt, data, width, begin, count,
+                                          l.a[0].as<unsigned long long>(), l.stream));
+      DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h, l.a[0].as<void>(), 16, cudaMemcpyDeviceToHost, l.stream));
+      return Status::OK();
+    }));
     return Hash128{h[0], h[1]};
   }
 
   StatusOr<uint64_t> FirstDifference(const void* a, const void* b, uint64_t bytes) override {
     if (bytes == 0) return uint64_t{0};
-    DCR_RETURN_IF_ERROR(Current());
-    LaneLease lane(this);
-    DCR_RETURN_IF_ERROR(lane.status());
-    Lane& l = *lane;
-    DCR_RETURN_IF_ERROR(l.a[0].Reserve(8, name_));
     unsigned long long first = bytes;
-    DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(l.a[0].as<void>(), &first, 8, cudaMemcpyHostToDevice, l.stream));
-    DCR_RETURN_IF_ERROR(LaunchFirstDifference(a, b, bytes, l.a[0].as<unsigned long long>(), l.stream));
-    DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&first, l.a[0].as<void>(), 8, cudaMemcpyDeviceToHost, l.stream));
-    DCR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(l.stream));
+    DCR_RETURN_IF_ERROR(OnLane([&](Lane& l) -> Status {
+      DCR_RETURN_IF_ERROR(l.a[0].Reserve(8, name_));
+      DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(l.a[0].as<void>(), &first, 8, cudaMemcpyHostToDevice, l.stream));
+      DCR_RETURN_IF_ERROR(LaunchFirstDifference(a, b, bytes, l.a[0].as<unsigned long long>(), l.stream));
+      DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&first, l.a[0].as<void>(), 8, cudaMemcpyDeviceToHost, l.stream));
+      return Status::OK();
+    }));
     return static_cast<uint64_t>(first);
   }
 
@@ -292,6 +285,20 @@ class CudaDevice : public Device {
   };
 
   Status Current() const { return CudaStatus(cudaSetDevice(index_), "cudaSetDevice"); }
+
+  // Runs one call's work `body(lane)` (returning a Status) on a lane of this device, made current,
+  // then waits for the lane's stream. The first error of these is returned; the lane goes back to
+  // the pool only once its stream is idle.
+  template <typename Body>
+  Status OnLane(Body&& body) {
+    DCR_RETURN_IF_ERROR(Current());
+    LaneLease lane(this);
+    DCR_RETURN_IF_ERROR(lane.status());
+    Lane& l = *lane;
+    DCR_RETURN_IF_ERROR(body(l));
+    DCR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(l.stream));
+    return Status::OK();
+  }
 
   Status Checkout(std::unique_ptr<Lane>* out) {
     {

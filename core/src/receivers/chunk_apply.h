@@ -30,15 +30,20 @@ struct ChunkSums {
   Hash128 new_sum;  // terms of the bits after
 };
 
-template <typename Store>
-StatusOr<ChunkSums> ApplyChunkTwoPhase(const DecodedChunk& chunk, Store* store) {
+// The checks of a decoded chunk before any element is read, in this order: kDataLoss for an element
+// width other than 1, 2, 4 or 8; the first error of `check_segment(segment)` (a Status: the segment
+// is valid for the store), with context `id`; kDataLoss if the segments do not cover num_elements;
+// kInvalidArgument if the decoded positions or values do not match the header's counts. `id` is
+// "chunk <chunk_id>", the prefix of every message.
+template <typename CheckSegment>
+Status CheckDecodedChunk(const DecodedChunk& chunk, const std::string& id,
+                         CheckSegment&& check_segment) {
   const ChunkHeader& h = chunk.header;
   const int w = h.elem_width;
-  const std::string id = "chunk " + std::to_string(h.chunk_id);
   if (w != 1 && w != 2 && w != 4 && w != 8) return DataLossError(id + ": bad element width");
   uint64_t covered = 0;
   for (const Segment& sg : h.segments) {
-    DCR_RETURN_IF_ERROR(store->Check(sg).WithContext(id));
+    DCR_RETURN_IF_ERROR(check_segment(sg).WithContext(id));
     covered += sg.num_elements();
   }
   if (covered != h.num_elements) return DataLossError(id + ": segments do not cover num_elements");
@@ -48,6 +53,18 @@ StatusOr<ChunkSums> ApplyChunkTwoPhase(const DecodedChunk& chunk, Store* store) 
       (dense && k != h.num_elements)) {
     return InvalidArgumentError(id + ": decoded chunk is inconsistent with its header");
   }
+  return Status::OK();
+}
+
+template <typename Store>
+StatusOr<ChunkSums> ApplyChunkTwoPhase(const DecodedChunk& chunk, Store* store) {
+  const ChunkHeader& h = chunk.header;
+  const int w = h.elem_width;
+  const std::string id = "chunk " + std::to_string(h.chunk_id);
+  DCR_RETURN_IF_ERROR(
+      CheckDecodedChunk(chunk, id, [store](const Segment& sg) { return store->Check(sg); }));
+  const bool dense = h.position_mode == PositionMode::kDense;
+  const uint64_t k = h.num_changes;
   // Per-thread scratch reused across chunks (fresh k-sized vectors cost page faults per chunk).
   thread_local std::vector<uint32_t> tensor;
   thread_local std::vector<uint64_t> elem, obits, nbits;

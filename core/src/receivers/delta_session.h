@@ -5,6 +5,7 @@
 #ifndef DCR_CORE_SRC_RECEIVERS_DELTA_SESSION_H_
 #define DCR_CORE_SRC_RECEIVERS_DELTA_SESSION_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <mutex>
 #include <set>
@@ -34,6 +35,34 @@ struct DeltaStart {
 StatusOr<DeltaStart> CheckBegin(const uint8_t* header, size_t size, const VersionId& held,
                                 const std::vector<const TensorInfo*>& storage, bool in_progress,
                                 uint64_t in_progress_target);
+
+// The descriptions of a receiver's storage, for CheckBegin. `Tensor` has a TensorInfo `info`
+// (ReceiverTensor, DeviceReceiverTensor); the pointers are into `tensors`.
+template <typename Tensor>
+std::vector<const TensorInfo*> StorageInfos(const std::vector<Tensor>& tensors) {
+  std::vector<const TensorInfo*> storage;
+  for (const Tensor& t : tensors) storage.push_back(&t.info);
+  return storage;
+}
+
+// The applier's tensors of the delta `ds` over the receiver's storage `tensors` (those given to
+// CheckBegin): one `Target` (TensorBuffer, DeviceTensor) per inventory tensor, in tensor_index
+// order, over the data of its storage tensor, with the inventory's width (at least 1), element
+// count and salt.
+template <typename Target, typename Tensor>
+std::vector<Target> DeltaTensors(const DeltaStart& ds, const std::vector<Tensor>& tensors) {
+  std::vector<Target> out;
+  for (size_t i = 0; i < ds.inventory.tensors.size(); ++i) {
+    const TensorInfo& t = ds.inventory.tensors[i];
+    Target d;
+    d.data = tensors[ds.storage[i]].data;
+    d.width = std::max(1, t.width());
+    d.num_elements = t.nbytes / static_cast<uint64_t>(d.width);
+    d.salt = ds.inventory.salts[i];
+    out.push_back(d);
+  }
+  return out;
+}
 
 // The chunks of the delta in progress: those claimed (being applied) or applied, and the sum of
 // MarkApplied's version deltas. Thread-safe.

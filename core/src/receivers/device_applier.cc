@@ -106,19 +106,10 @@ class GenericDeviceApplier : public DeviceApplier {
     const ChunkHeader& h = chunk.header;
     const int w = h.elem_width;
     const std::string id = "chunk " + std::to_string(h.chunk_id);
-    if (w != 1 && w != 2 && w != 4 && w != 8) return DataLossError(id + ": bad element width");
-    uint64_t covered = 0;
-    for (const Segment& sg : h.segments) {
-      DCR_RETURN_IF_ERROR(loc_->Check(sg, w).WithContext(id));
-      covered += sg.num_elements();
-    }
-    if (covered != h.num_elements) return DataLossError(id + ": segments do not cover num_elements");
+    DCR_RETURN_IF_ERROR(internal::CheckDecodedChunk(
+        chunk, id, [this, w](const Segment& sg) { return loc_->Check(sg, w); }));
     const bool dense = h.position_mode == PositionMode::kDense;
     const uint64_t k = h.num_changes;
-    if ((!dense && chunk.positions.size() != k) || chunk.values.size() != k ||
-        (dense && k != h.num_elements)) {
-      return InvalidArgumentError(id + ": decoded chunk is inconsistent with its header");
-    }
     if (k == 0) {
       if (PackedBitsHash(nullptr, 0, w) != h.target_change_hash) {
         return DataLossError(id + ": decoded values do not produce the target bits");

@@ -75,22 +75,11 @@ class DeviceReceiverImpl : public DeviceReceiver {
   }
 
   Status Begin(const uint8_t* header, size_t size) override {
-    std::vector<const TensorInfo*> storage;
-    for (const DeviceReceiverTensor& t : tensors_) storage.push_back(&t.info);
     DCR_ASSIGN_OR_RETURN(internal::DeltaStart ds,
-                         internal::CheckBegin(header, size, held_, storage, applier_ != nullptr,
-                                              target_number_));
-    std::vector<DeviceTensor> dt;
-    for (size_t i = 0; i < ds.inventory.tensors.size(); ++i) {
-      const TensorInfo& t = ds.inventory.tensors[i];
-      DeviceTensor d;
-      d.data = tensors_[ds.storage[i]].data;
-      d.width = Width(t);
-      d.num_elements = t.nbytes / static_cast<uint64_t>(d.width);
-      d.salt = ds.inventory.salts[i];
-      dt.push_back(d);
-    }
-    applier_ = internal::MakeVersionDeltaDeviceApplier(device_, std::move(dt));
+                         internal::CheckBegin(header, size, held_, internal::StorageInfos(tensors_),
+                                              applier_ != nullptr, target_number_));
+    applier_ = internal::MakeVersionDeltaDeviceApplier(
+        device_, internal::DeltaTensors<DeviceTensor>(ds, tensors_));
     target_number_ = ds.target_number;
     start_ = ds.start;
     ledger_.Reset();

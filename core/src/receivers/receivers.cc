@@ -182,22 +182,10 @@ std::unique_ptr<BufferReceiver> BufferReceiver::Copy(const Checkpoint& ckpt, uin
 }
 
 Status BufferReceiver::Begin(const uint8_t* header, size_t size) {
-  std::vector<const TensorInfo*> storage;
-  for (const ReceiverTensor& t : tensors_) storage.push_back(&t.info);
   DCR_ASSIGN_OR_RETURN(internal::DeltaStart ds,
-                       internal::CheckBegin(header, size, held_, storage, applier_ != nullptr,
-                                            target_number_));
-  std::vector<TensorBuffer> buffers;
-  for (size_t i = 0; i < ds.inventory.tensors.size(); ++i) {
-    const TensorInfo& t = ds.inventory.tensors[i];
-    TensorBuffer tb;
-    tb.data = tensors_[ds.storage[i]].data;
-    tb.width = std::max(1, t.width());
-    tb.num_elements = t.nbytes / static_cast<uint64_t>(tb.width);
-    tb.salt = ds.inventory.salts[i];
-    buffers.push_back(tb);
-  }
-  applier_ = std::make_unique<BufferApplier>(std::move(buffers));
+                       internal::CheckBegin(header, size, held_, internal::StorageInfos(tensors_),
+                                            applier_ != nullptr, target_number_));
+  applier_ = std::make_unique<BufferApplier>(internal::DeltaTensors<TensorBuffer>(ds, tensors_));
   target_number_ = ds.target_number;
   start_ = ds.start;
   ledger_->Reset();
