@@ -3,7 +3,16 @@
 # real binaries and expects each to fail with a clear error, nothing of the attacker's applied,
 # written or committed. The local-user attacks run as a second, unprivileged user (dcr-adversary,
 # created here when missing), so the test needs root, setpriv and useradd; it skips (exit 77)
-# otherwise. Label `adversary` (not part of `quick`); about a minute.
+# otherwise. Label `adversary` (not part of `quick`); under a minute. The cases, in order:
+#   - a second user races the ports of a loopback `dcr run` with its own delta (no certificate);
+#     it cannot read the run's work dir, plans or keys; a squatter on a receiver port gets no frame;
+#   - planted work dirs (the predictable name, one it owns, a world-writable one, a symlink), a
+#     planted keys dir, outputs planted as symlinks to a root-owned file;
+#   - apply onto a full or read-only tmpfs, into a directory the user may not write;
+#   - hostile peers at a waiting node: its delta with no certificate and with its own `dcr keys`,
+#     garbage, a silent peer, a 2^62-byte claim, and huge claims from a holder of a run
+#     certificate (bounded peak RSS);
+#   - a directory store with a symlink out of its root, a 1 TB sparse object in a shared store.
 #   adversary_test.sh DCR    (dcr-node is found beside DCR)
 set -u
 if [ "$(id -u)" -ne 0 ] || ! command -v setpriv >/dev/null || ! command -v useradd >/dev/null; then
@@ -173,7 +182,7 @@ done
 cmp -s "$pub/out.safetensors" "$target"; check apply-over-link-is-target 0 $?
 [ -z "$(find "$pub" -maxdepth 1 -name '*tmp*')" ]; check no-temporaries-left 0 $?
 
-echo "== dcr apply onto a full filesystem"
+echo "== dcr apply onto a full or read-only filesystem, into a directory it may not write"
 mkdir "$tmp/full"
 if mount -t tmpfs -o size=1m adversary-full "$tmp/full" 2>/dev/null; then
   "$dcr" apply "$base" "$tmp/d.dcr" -o "$tmp/full/out.safetensors" >/dev/null 2>"$tmp/full.err"
@@ -186,9 +195,25 @@ if mount -t tmpfs -o size=1m adversary-full "$tmp/full" 2>/dev/null; then
   check diff-full-fs-exit-19 19 $?
   [ "$(ls -A "$tmp/full")" = filler ]; check diff-full-fs-nothing-left 0 $?
   umount "$tmp/full"
+  mount -t tmpfs -o size=1m,ro adversary-ro "$tmp/full"
+  "$dcr" apply "$base" "$tmp/d.dcr" -o "$tmp/full/out.safetensors" >/dev/null 2>"$tmp/ro.err"
+  check apply-read-only-fs-refused 14 $?
+  has apply-read-only-fs-says "$tmp/ro.err" "Read-only file system"
+  umount "$tmp/full"
 else
   echo "skip full-filesystem cases: cannot mount a tmpfs here"
 fi
+# The second user writing into root's directory: a clear refusal, nothing left behind.
+mkdir -m 755 "$tmp/roots"
+as_attacker "$dcr" apply "$base" "$tmp/d.dcr" -o "$tmp/roots/out.safetensors" >/dev/null 2>"$tmp/acc.err"
+check apply-no-permission-refused 14 $?
+has apply-no-permission-says "$tmp/acc.err" "Permission denied"
+[ -z "$(ls -A "$tmp/roots")" ]; check apply-no-permission-nothing-left 0 $?
+# An existing output keeps its mode (a private 0600 checkpoint stays private).
+cp "$base" "$tmp/roots/private.safetensors"; chmod 600 "$tmp/roots/private.safetensors"
+"$dcr" apply "$base" "$tmp/d.dcr" -o "$tmp/roots/private.safetensors" >/dev/null 2>&1
+check apply-over-private 0 $?
+[ "$(stat -c %a "$tmp/roots/private.safetensors")" = 600 ]; check apply-keeps-mode-0600 0 $?
 
 echo "== hostile peers at a node waiting for its parent (multi-host form)"
 cat > "$tmp/mh.yaml" <<YAML
