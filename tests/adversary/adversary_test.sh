@@ -4,7 +4,8 @@
 # written or committed. The local-user attacks run as a second, unprivileged user (dcr-adversary,
 # created here when missing), so the test needs root, setpriv and useradd; it skips (exit 77)
 # otherwise. Label `adversary` (not part of `quick`); under a minute. The cases, in order:
-#   - a second user races the ports of a loopback `dcr run` with its own delta (no certificate);
+#   - a second user races the ports of a loopback `dcr run` with its own delta (no certificate,
+#     and its own `dcr keys`);
 #     it cannot read the run's work dir, plans or keys; a squatter on a receiver port gets no frame;
 #   - planted work dirs (the predictable name, one it owns, a world-writable one, a symlink), a
 #     planted keys dir, outputs planted as symlinks to a root-owned file;
@@ -90,17 +91,25 @@ echo "== a second user injects its delta into a real dcr run, races its ports, p
 as_attacker mkdir -m 777 "$pub/dcr-run-adv"
 as_attacker ln -s "$tmp/victim" "$pub/dcr-run-adv/run-1"
 run_scenario "$tmp/run.yaml"
+# Its own certificates, from its own `dcr keys` of the same scenario.
+cp "$tmp/run.yaml" "$atk/run.yaml"; chown "$user:" "$atk/run.yaml"
+as_attacker "$dcr" keys "$atk/run.yaml" -o "$atk/keys" >/dev/null 2>&1; check attacker-keys 0 $?
 as_attacker "$py" "$peer" race "$addrs" --send "$atk/evil.dcr" --for 30 --stop "$pub/stop" \
   > "$tmp/race.txt" 2>&1 &
 race_pid=$!
+as_attacker "$py" "$peer" race "$addrs" --send "$atk/evil.dcr" --for 30 --stop "$pub/stop" \
+  --cert "$atk/keys/node-0.crt" --key "$atk/keys/node-0.key" > "$tmp/race-keys.txt" 2>&1 &
+race_keys_pid=$!
 sleep 0.3
 TMPDIR="$pub" "$dcr" run "$tmp/run.yaml" --out "$tmp/run.json" >/dev/null 2>"$tmp/run.err"
 check run-under-attack 0 $?
-touch "$pub/stop"; wait $race_pid
+touch "$pub/stop"; wait $race_pid $race_keys_pid
 verified_run run-verified-at-real-target "$tmp/run.json"
-lacks race-nothing-taken "$tmp/race.txt" "sent"
-has race-ran "$tmp/race.txt" "connections"
-echo "     (the racer got $(sed -n 's/connections //p' "$tmp/race.txt") connection(s) in the listen window)"
+for r in race race-keys; do
+  lacks "$r-nothing-taken" "$tmp/$r.txt" "sent"
+  has "$r-ran" "$tmp/$r.txt" "connections"
+  echo "     ($r got $(sed -n 's/connections //p' "$tmp/$r.txt") connection(s) in the listen window)"
+done
 work=$(sed -n 's/^dcr run: work dir \(.*\) (kept.*/\1/p' "$tmp/run.err")
 [ -d "$work" ] && [ "$work" != "$pub/dcr-run-adv" ]; check work-dir-fresh 0 $?
 [ "$(stat -c '%U %a' "$work")" = "root 700" ]; check work-dir-0700 0 $?
@@ -232,9 +241,6 @@ as_attacker mkdir -m 777 "$pub/keys"
 has keys-planted-dir-says "$tmp/pk.err" "not by this user"
 [ -z "$(ls -A "$pub/keys")" ]; check keys-planted-dir-empty 0 $?
 "$dcr" keys "$tmp/mh.yaml" -o "$tmp/keys" >/dev/null 2>&1; check keys 0 $?
-# The attacker's own certificates, from its own `dcr keys` of the same scenario.
-cp "$tmp/mh.yaml" "$atk/mh.yaml"; chown "$user:" "$atk/mh.yaml"
-as_attacker "$dcr" keys "$atk/mh.yaml" -o "$atk/keys" >/dev/null 2>&1; check attacker-keys 0 $?
 sed -i "/^network:/a\\  tls: {ca: '$tmp/keys/ca.crt', cert: '$tmp/keys/node-{rank}.crt', key: '$tmp/keys/node-{rank}.key'}" "$tmp/mh.yaml"
 "$dcr" node "$tmp/mh.yaml" --rank 2 --base "$base" --target "$target" >"$tmp/n2.out" 2>"$tmp/n2.err" &
 p2=$!
