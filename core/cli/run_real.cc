@@ -666,6 +666,7 @@ StatusOr<RunResult> RunOneRefit(const Scenario& s, const std::vector<std::string
                        MakePlans(s, method, transport, ckpts[step - 1], ckpts[step], run_dir,
                                  work_dir, prefix));
   DCR_RETURN_IF_ERROR(AddTls(s, run_dir + "/tls", &plans));
+  for (NodePlan& p : plans) p.version = static_cast<uint64_t>(step);
   if (s.progress) {
     for (NodePlan& p : plans) p.progress_path = run_dir + "/progress-" + std::to_string(p.rank) + ".json";
   }

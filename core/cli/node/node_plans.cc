@@ -8,6 +8,7 @@
 #include <string>
 
 #include "dcr/device.h"
+#include "dcr/hash.h"
 #include "dcr/relay_policy.h"
 #include "dcr/status_macros.h"
 #include "transport/net.h"
@@ -98,10 +99,16 @@ StatusOr<std::vector<NodePlan>> MakePlans(const Scenario& s, Method method, Tran
   }
   const std::string store =
       transport == TransportKind::kObjectStore ? StoreUrl(s, work_dir) : std::string();
+  // The run id: a hash of what names this refit's objects and nodes, so that every node of a
+  // multi-host run (each making the plans from the same scenario and prefix) gets the same one.
+  std::string ids = std::string(TransportKindName(transport)) + '\n' + store_prefix + '\n' + store;
+  for (const std::string& a : addresses) ids += '\n' + a;
+  const uint64_t run_id = BytesHash128(ids.data(), ids.size()).lo;
   std::vector<NodePlan> plans;
   for (int r = 0; r < n; ++r) {
     NodePlan p;
     p.rank = r;
+    p.run_id = run_id;
     p.transport = TransportKindName(transport);
     p.method = MethodName(method);
     p.parents = parents;

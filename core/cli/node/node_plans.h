@@ -16,7 +16,10 @@
 namespace dcr::cli {
 
 // The plans of every rank of one run. `addresses` (relay tree) come from network.hosts or free
-// loopback ports; `run_dir` holds results; `store_prefix` names the run's objects. Devices: rank 0
+// loopback ports; `run_dir` holds results; `store_prefix` names the run's objects. The run id
+// (NodePlan::run_id) is a hash of the transport, `store_prefix`, the store and the addresses:
+// the same for every host of a multi-host run, distinct for refits of distinct prefixes. The
+// version is left 0 (the caller numbers it). Devices: rank 0
 // gets sender.device (device 0), receiver rank r receivers.device on device
 // DeviceIndexFor(s, ReceiverLocalIndex(s, r)) (dcr/scenario.h).
 StatusOr<std::vector<NodePlan>> MakePlans(const Scenario& s, Method method, TransportKind transport,

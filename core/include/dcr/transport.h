@@ -72,6 +72,14 @@ struct NodePlan {
   std::string method = "delta";          // "delta" | "full"
   std::vector<int> parents;     // topology (relay_tree): parents[0] == -1
   std::vector<std::string> addresses;  // "host:port" per rank (relay_tree)
+  // Ids every relay-tree frame carries (the wire protocol's header, core/docs/transports.md): the
+  // run this refit belongs to and the version number it delivers. A node refuses a parent's
+  // connection whose hello names another run or version (it keeps listening for its real
+  // parent) and stops at any later frame of another run or version. Every node of one refit
+  // has the same two; MakePlans derives the run id from the run's store prefix and addresses.
+  // Defaults 0 and 0.
+  uint64_t run_id = 0;
+  uint64_t version = 0;
   // Mutual TLS 1.3 on every relay-tree edge: the run's CA certificate, this node's certificate
   // and its private key (PEM files; the key must not be readable by group or others). A node
   // accepts a parent only with a sender or relay certificate of its run, a child only with a

@@ -88,7 +88,7 @@ TEST(HostilePeer, StrayGarbageAndSilentConnectionsAreDroppedAndTheParentServed) 
   // that closes at once, a hello from the wrong rank and half a hello.
   int silent = ConnectTo(plans[1].addresses[1]);
   int garbage = ConnectTo(plans[1].addresses[1]);
-  std::vector<uint8_t> junk(48, 0xab);
+  std::vector<uint8_t> junk(sizeof(FrameHeader), 0xab);
   ASSERT_TRUE(internal::WriteFull(garbage, junk.data(), junk.size()).ok());
   close(ConnectTo(plans[1].addresses[1]));
   int wrong = ConnectTo(plans[1].addresses[1]);
@@ -107,6 +107,74 @@ TEST(HostilePeer, StrayGarbageAndSilentConnectionsAreDroppedAndTheParentServed) 
   ASSERT_TRUE(receiver_status.ok()) << receiver_status;
   EXPECT_TRUE(receiver.verified) << receiver.verify_message;
   for (int fd : {silent, garbage, wrong, half}) close(fd);
+}
+
+// Hellos from the parent's rank of another wire protocol, another run and another version are
+// refused; the receiver keeps listening and is served by its real parent.
+TEST(HostilePeer, HellosOfAnotherProtocolRunOrVersionAreDroppedAndTheParentServed) {
+  auto plans = Plans("relay_tree", "wire");
+  for (NodePlan& p : plans) {
+    p.run_id = 0x5eed;
+    p.version = 3;
+  }
+  NodeResult receiver;
+  Status receiver_status;
+  std::thread rx([&] { receiver_status = RunNode(plans[1], &receiver); });
+  std::vector<int> fds;
+  for (int variant = 0; variant < 3; ++variant) {
+    FrameHeader hello;
+    hello.type = static_cast<uint8_t>(FrameType::kHello);
+    hello.from_rank = 0;
+    hello.blob = 1;
+    hello.run = 0x5eed;
+    hello.version = 3;
+    if (variant == 0) hello.protocol = internal::kWireProtocol + 1;
+    if (variant == 1) hello.run = 0x5eee;
+    if (variant == 2) hello.version = 2;
+    fds.push_back(ConnectTo(plans[1].addresses[1]));
+    ASSERT_TRUE(internal::WriteFull(fds.back(), &hello, sizeof(hello)).ok());
+  }
+  // Each refused connection is closed by the receiver.
+  for (int fd : fds) {
+    char c;
+    EXPECT_EQ(read(fd, &c, 1), 0);
+  }
+  NodeResult sender;
+  Status sender_status = RunNode(plans[0], &sender);
+  rx.join();
+  EXPECT_TRUE(sender_status.ok()) << sender_status;
+  ASSERT_TRUE(receiver_status.ok()) << receiver_status;
+  EXPECT_TRUE(receiver.verified) << receiver.verify_message;
+  for (int fd : fds) close(fd);
+}
+
+// A parent whose hello matches but whose piece is of another run stops the receiver with the
+// mismatch named.
+TEST(HostilePeer, PieceOfAnotherRunIsRefused) {
+  auto plans = Plans("relay_tree", "run");
+  plans[1].run_id = 7;
+  NodeResult receiver;
+  Status receiver_status;
+  std::thread rx([&] { receiver_status = RunNode(plans[1], &receiver); });
+  int fd = ConnectTo(plans[1].addresses[1]);
+  FrameHeader hello;
+  hello.type = static_cast<uint8_t>(FrameType::kHello);
+  hello.blob = 1;
+  hello.run = 7;
+  ASSERT_TRUE(internal::WriteFull(fd, &hello, sizeof(hello)).ok());
+  FrameHeader piece;
+  piece.type = static_cast<uint8_t>(FrameType::kPiece);
+  piece.run = 8;
+  piece.blob_size = 16;
+  piece.length = 16;
+  ASSERT_TRUE(internal::WriteFull(fd, &piece, sizeof(piece)).ok());
+  rx.join();
+  close(fd);
+  ASSERT_FALSE(receiver_status.ok());
+  EXPECT_NE(receiver_status.message().find("peer rank 0 is of run 0x0000000000000008, this "
+                                           "node's run 0x0000000000000007"),
+            std::string::npos)
+      << receiver_status;
 }
 
 TEST(HostilePeer, OnlySilentPeersEndInADeadlineNamingTheDrops) {

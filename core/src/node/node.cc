@@ -259,9 +259,7 @@ class TreeLinks {
                         "node " + std::to_string(me) + ": child node " + std::to_string(l.peer) +
                             " at " + plan_.addresses[l.peer] + ": " + conn.status().message());
         }
-        FrameHeader hello;
-        hello.type = static_cast<uint8_t>(FrameType::kHello);
-        hello.from_rank = static_cast<uint32_t>(me);
+        FrameHeader hello = Frame(FrameType::kHello);
         hello.stream = static_cast<uint32_t>(s);
         hello.blob = static_cast<uint64_t>(l.streams);
         DCR_RETURN_IF_ERROR((*conn)->Write(&hello, sizeof(hello)));
@@ -288,10 +286,8 @@ class TreeLinks {
       return InternalError("send to node " + std::to_string(s.to) + " stream " +
                            std::to_string(s.stream) + ": no such link");
     }
-    FrameHeader h;
-    h.type = static_cast<uint8_t>(FrameType::kPiece);
+    FrameHeader h = Frame(FrameType::kPiece);
     h.blob_kind = static_cast<uint8_t>(s.blob.kind);
-    h.from_rank = static_cast<uint32_t>(plan_.rank);
     h.stream = static_cast<uint32_t>(s.stream);
     h.blob = s.blob.id;
     h.blob_size = s.blob.size;
@@ -315,9 +311,7 @@ class TreeLinks {
 
   // A control frame (kAck, kReport) to the parent on stream 0.
   void SendToParent(FrameType type, uint64_t value) {
-    FrameHeader h;
-    h.type = static_cast<uint8_t>(type);
-    h.from_rank = static_cast<uint32_t>(plan_.rank);
+    FrameHeader h = Frame(type);
     h.blob = value;
     parent_writer_->Send(h, nullptr, nullptr, [](Status) {});
   }
@@ -328,9 +322,7 @@ class TreeLinks {
     auto text = std::make_shared<std::string>(reason.substr(0, internal::kMaxAbortMessageBytes));
     for (auto& c : children_) {
       if (c.writers.empty()) continue;
-      FrameHeader h;
-      h.type = static_cast<uint8_t>(FrameType::kAbort);
-      h.from_rank = static_cast<uint32_t>(plan_.rank);
+      FrameHeader h = Frame(FrameType::kAbort);
       h.length = text->size();
       c.writers[0]->Send(h, reinterpret_cast<const uint8_t*>(text->data()), text, [](Status) {});
     }
@@ -363,6 +355,20 @@ class TreeLinks {
     std::vector<std::unique_ptr<Conn>> conns;
     std::vector<std::unique_ptr<FrameWriter>> writers;
   };
+  // A frame of `type` from this node, of its run and version (transport/net.h).
+  FrameHeader Frame(FrameType type) const {
+    FrameHeader h;
+    h.type = static_cast<uint8_t>(type);
+    h.from_rank = static_cast<uint32_t>(plan_.rank);
+    h.run = plan_.run_id;
+    h.version = plan_.version;
+    return h;
+  }
+  // Why `h` is not a frame of this node's wire protocol, run and version ("" when it is).
+  std::string Mismatch(const FrameHeader& h) const {
+    return internal::WireMismatch(h, plan_.run_id, plan_.version);
+  }
+
   ChildLink* FindChild(NodeId id) {
     for (auto& c : children_) {
       if (c.id == id) return &c;
@@ -375,6 +381,13 @@ class TreeLinks {
     const int expected = parent.streams;
     std::vector<bool> seen(expected, false);
     auto is_parent_hello = [&](const FrameHeader& h, const internal::TlsIdentity* peer) {
+      if (h.magic == internal::kFrameMagic && h.type == static_cast<uint8_t>(FrameType::kHello)) {
+        const std::string why = Mismatch(h);
+        if (!why.empty()) {
+          std::fprintf(stderr, "node %d: dropped a connection: %s\n", me, why.c_str());
+          return false;
+        }
+      }
       if (h.magic != internal::kFrameMagic || h.type != static_cast<uint8_t>(FrameType::kHello) ||
           static_cast<int>(h.from_rank) != parent.peer ||
           h.blob != static_cast<uint64_t>(expected) ||
@@ -417,7 +430,7 @@ class TreeLinks {
     while (true) {
       FrameHeader h;
       Status s = conn->Read(&h, sizeof(h));
-      if (s.ok() && h.magic == internal::kFrameMagic &&
+      if (s.ok() && h.magic == internal::kFrameMagic && Mismatch(h).empty() &&
           h.type == static_cast<uint8_t>(FrameType::kAbort) &&
           h.length <= internal::kMaxAbortMessageBytes) {
         std::string reason(h.length, '\0');
@@ -432,6 +445,13 @@ class TreeLinks {
                                      ": the refit was refused upstream (received from node " +
                                      std::to_string(h.from_rank) + "): " + reason));
           return;
+        }
+      }
+      if (s.ok() && h.magic == internal::kFrameMagic) {
+        const std::string why = Mismatch(h);
+        if (!why.empty()) {
+          s = DataLossError("frame from parent node " + std::to_string(parent) + " refused: " +
+                            why);
         }
       }
       if (s.ok() && (h.magic != internal::kFrameMagic ||
@@ -492,11 +512,14 @@ class TreeLinks {
     while (true) {
       FrameHeader h;
       Status s = conn->Read(&h, sizeof(h));
-      if (!s.ok() || h.magic != internal::kFrameMagic) {
+      std::string why;
+      if (s.ok() && h.magic == internal::kFrameMagic) why = Mismatch(h);
+      if (!s.ok() || h.magic != internal::kFrameMagic || !why.empty()) {
         if (!reported && !stopping_) {
-          queue_->Post(event::SendFailed{child, "node " + std::to_string(child) + " (" +
-                                                    plan_.addresses[child] + ") closed: " +
-                                                    (s.ok() ? "bad frame" : s.message())});
+          queue_->Post(event::SendFailed{
+              child, "node " + std::to_string(child) + " (" + plan_.addresses[child] +
+                         ") closed: " +
+                         (!s.ok() ? s.message() : why.empty() ? "bad frame" : "refused: " + why)});
         }
         return;
       }
@@ -1121,6 +1144,8 @@ std::string NodePlanToJson(const NodePlan& p) {
   j["method"] = p.method;
   j["parents"] = p.parents;
   j["addresses"] = p.addresses;
+  j["run_id"] = p.run_id;
+  j["version"] = p.version;
   if (!p.tls_ca.empty() || !p.tls_cert.empty() || !p.tls_key.empty()) {
     j["tls"] = {{"ca", p.tls_ca}, {"cert", p.tls_cert}, {"key", p.tls_key}};
   }
@@ -1168,6 +1193,8 @@ StatusOr<NodePlan> NodePlanFromJson(const std::string& text) {
     p.method = j.at("method").get<std::string>();
     p.parents = j.at("parents").get<std::vector<int>>();
     p.addresses = j.at("addresses").get<std::vector<std::string>>();
+    if (j.contains("run_id")) p.run_id = j["run_id"].get<uint64_t>();
+    if (j.contains("version")) p.version = j["version"].get<uint64_t>();
     if (j.contains("tls")) {
       const auto& t = j["tls"];
       p.tls_ca = t.at("ca").get<std::string>();

@@ -17,6 +17,8 @@ TEST(NodePlanJson, RoundTripKeepsTheDevice) {
   p.parents = {-1, 0, 1, 1};
   p.addresses = {"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3", "127.0.0.1:4"};
   p.relay.prefix = "refit/step-2";
+  p.run_id = 0xfedcba9876543210;
+  p.version = 2;
   p.device = "cuda";
   p.device_index = 5;
   p.receiver_base_path = "/b.safetensors";
@@ -28,6 +30,8 @@ TEST(NodePlanJson, RoundTripKeepsTheDevice) {
   EXPECT_EQ(back->parents, p.parents);
   EXPECT_EQ(back->addresses, p.addresses);
   EXPECT_EQ(back->relay.prefix, "refit/step-2");
+  EXPECT_EQ(back->run_id, 0xfedcba9876543210);
+  EXPECT_EQ(back->version, 2u);
   EXPECT_EQ(back->device, "cuda");
   EXPECT_EQ(back->device_index, 5);
   EXPECT_EQ(back->receiver_base_path, "/b.safetensors");

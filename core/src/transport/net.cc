@@ -23,6 +23,25 @@
 
 namespace dcr::internal {
 
+std::string WireMismatch(const FrameHeader& h, uint64_t run, uint64_t version) {
+  const std::string peer = "peer rank " + std::to_string(h.from_rank);
+  if (h.protocol != kWireProtocol) {
+    return peer + " speaks dcr wire protocol " + std::to_string(h.protocol) + ", this node " +
+           std::to_string(kWireProtocol);
+  }
+  char ids[80];
+  if (h.run != run) {
+    std::snprintf(ids, sizeof(ids), "run 0x%016llx, this node's run 0x%016llx",
+                  static_cast<unsigned long long>(h.run), static_cast<unsigned long long>(run));
+    return peer + " is of " + ids;
+  }
+  if (h.version != version) {
+    return peer + " sends version " + std::to_string(h.version) +
+           ", this node waits for version " + std::to_string(version);
+  }
+  return std::string();
+}
+
 double WallNow() {
   timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);

@@ -1,14 +1,21 @@
 // Internal: POSIX TCP helpers, the relay wire frames, and the WAN emulation (token bucket + delay
 // line) used by the node driver.
 //
-// Wire (little-endian), every frame starts with a 48-byte FrameHeader:
-//   u32 magic "DCRF" | u8 type | u8 blob_kind | u16 reserved | u32 from_rank | u32 stream
-//   | u64 blob (or receivers for kReport) | u64 blob_size | u64 offset | u64 length
-// followed by `length` payload bytes for kPiece and kAbort (none for the others). The first frame
-// on every connection is a kHello from the parent (stream = stream index, blob = number of
-// streams). kAbort travels down the tree on stream 0: the sender refused the refit before sending
-// anything (e.g. checkpoints that cannot make a delta); its payload is the reason, at most
-// kMaxAbortMessageBytes of text. A relay forwards it to its children; every node stops with it.
+// Wire (little-endian), dcr wire protocol kWireProtocol; every frame starts with a 64-byte
+// FrameHeader:
+//   u32 magic "DCRF" | u8 type | u8 blob_kind | u16 protocol | u32 from_rank | u32 stream
+//   | u64 run | u64 version | u64 blob (or receivers for kReport) | u64 blob_size | u64 offset
+//   | u64 length
+// followed by `length` payload bytes for kPiece and kAbort (none for the others). `protocol` is
+// the wire protocol the writer speaks (kWireProtocol); `run` the run id of the refit
+// (NodePlan::run_id) and `version` the version number it delivers (NodePlan::version), in every
+// frame. The first frame on every connection is a kHello from the parent (stream = stream index,
+// blob = number of streams); a node refuses a hello of another protocol, run or version (the
+// connection is dropped and it keeps listening for its parent) and treats any later frame of
+// another protocol, run or version as malformed. kAbort travels down the tree on stream 0: the
+// sender refused the refit before sending anything (e.g. checkpoints that cannot make a delta);
+// its payload is the reason, at most kMaxAbortMessageBytes of text. A relay forwards it to its
+// children; every node stops with it.
 // With mutual TLS (tls.h) the same frames travel inside each connection's TLS 1.3 stream, the
 // handshake completing before the hello.
 #ifndef DCR_CORE_SRC_TRANSPORT_NET_H_
@@ -34,20 +41,31 @@ namespace dcr::internal {
 enum class FrameType : uint8_t { kHello = 1, kPiece = 2, kAck = 3, kReport = 4, kAbort = 5 };
 inline constexpr uint32_t kFrameMagic = 0x46524344;  // "DCRF"
 inline constexpr uint64_t kMaxAbortMessageBytes = 4096;
+// The wire protocol this build speaks: the FrameHeader layout and frame semantics above. Any
+// change to either takes the next number.
+inline constexpr uint16_t kWireProtocol = 1;
 
 struct FrameHeader {
   uint32_t magic = kFrameMagic;
   uint8_t type = 0;
   uint8_t blob_kind = 0;
-  uint16_t reserved = 0;
+  uint16_t protocol = kWireProtocol;
   uint32_t from_rank = 0;
   uint32_t stream = 0;
+  uint64_t run = 0;
+  uint64_t version = 0;
   uint64_t blob = 0;
   uint64_t blob_size = 0;
   uint64_t offset = 0;
   uint64_t length = 0;
 };
-static_assert(sizeof(FrameHeader) == 48, "wire frame header is 48 bytes");
+static_assert(sizeof(FrameHeader) == 64, "wire frame header is 64 bytes");
+
+// Why header `h` is not a frame of this node's wire protocol (kWireProtocol), run `run` and
+// version `version`: "peer rank 3 speaks dcr wire protocol 2, this node 1", "peer rank 3 is of
+// run 0x..., this node's run 0x...", "peer rank 3 sends version 4, this node waits for version
+// 5". Empty when it is one.
+std::string WireMismatch(const FrameHeader& h, uint64_t run, uint64_t version);
 
 double WallNow();    // CLOCK_REALTIME seconds
 double SteadyNow();  // CLOCK_MONOTONIC seconds
@@ -100,7 +118,7 @@ StatusOr<std::unique_ptr<Conn>> ConnectTo(const std::string& address, double dea
                                           const TlsContext* tls, int child_rank,
                                           double handshake_timeout_s);
 
-// Accepts connections on `listen_fd` until `want` of them have sent a 48-byte FrameHeader that
+// Accepts connections on `listen_fd` until `want` of them have sent a 64-byte FrameHeader that
 // `accept_hello` takes (it may keep per-stream state; returns false to refuse), and returns them
 // with their hellos in arrival order. With `tls`, each connection first completes a TLS 1.3
 // handshake whose client certificate TlsContext::CheckPeer accepts as a parent (sender or relay

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -47,6 +48,53 @@ TEST(FreePort, BelowTheEphemeralRangeAndListenable) {
   }
   // Drawn at random: 32 draws from thousands of ports are not all one port.
   EXPECT_GT(seen.size(), 1u);
+}
+
+// The header's bytes are the wire layout of transports.md (little-endian, no padding), the
+// protocol, run and version in every frame.
+TEST(FrameHeader, WireLayoutOfSixtyFourBytes) {
+  internal::FrameHeader h;
+  h.type = 2;
+  h.blob_kind = 1;
+  h.from_rank = 0x01020304;
+  h.stream = 0x05060708;
+  h.run = 0x1112131415161718;
+  h.version = 0x2122232425262728;
+  h.blob = 0x3132333435363738;
+  h.blob_size = 0x4142434445464748;
+  h.offset = 0x5152535455565758;
+  h.length = 0x6162636465666768;
+  ASSERT_EQ(sizeof(h), 64u);
+  uint8_t b[64];
+  std::memcpy(b, &h, sizeof(b));
+  const uint8_t want[64] = {
+      'D', 'C', 'R', 'F', 2, 1, internal::kWireProtocol, 0,
+      0x04, 0x03, 0x02, 0x01, 0x08, 0x07, 0x06, 0x05,
+      0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,
+      0x28, 0x27, 0x26, 0x25, 0x24, 0x23, 0x22, 0x21,
+      0x38, 0x37, 0x36, 0x35, 0x34, 0x33, 0x32, 0x31,
+      0x48, 0x47, 0x46, 0x45, 0x44, 0x43, 0x42, 0x41,
+      0x58, 0x57, 0x56, 0x55, 0x54, 0x53, 0x52, 0x51,
+      0x68, 0x67, 0x66, 0x65, 0x64, 0x63, 0x62, 0x61};
+  for (int i = 0; i < 64; ++i) EXPECT_EQ(b[i], want[i]) << "byte " << i;
+  EXPECT_EQ(internal::kWireProtocol, 1);
+}
+
+TEST(WireMismatch, NamesTheProtocolRunOrVersionThatDiffers) {
+  internal::FrameHeader h;
+  h.from_rank = 3;
+  h.run = 0xabc;
+  h.version = 4;
+  EXPECT_EQ(internal::WireMismatch(h, 0xabc, 4), "");
+  h.protocol = internal::kWireProtocol + 1;
+  EXPECT_EQ(internal::WireMismatch(h, 0xabc, 4),
+            "peer rank 3 speaks dcr wire protocol " + std::to_string(internal::kWireProtocol + 1) +
+                ", this node " + std::to_string(internal::kWireProtocol));
+  h.protocol = internal::kWireProtocol;
+  EXPECT_EQ(internal::WireMismatch(h, 0xdef, 4),
+            "peer rank 3 is of run 0x0000000000000abc, this node's run 0x0000000000000def");
+  EXPECT_EQ(internal::WireMismatch(h, 0xabc, 5),
+            "peer rank 3 sends version 4, this node waits for version 5");
 }
 
 }  // namespace
