@@ -3,6 +3,7 @@
 
   hostile_peer.py MODE HOST:PORT[,HOST:PORT...] [--send FILE] [--cert C --key K] [--plain]
                   [--for SECONDS] [--stop FILE] [--rank R] [--claim BYTES]
+                  [--run ID] [--version N]
 
 MODE:
   race     until --for seconds pass or --stop FILE exists, connect to every address in turn as fast as
@@ -16,7 +17,7 @@ MODE:
            it, "kept" when it is still open after 20 s.
   huge     TLS (C/K) or --plain: a valid hello from --rank (default 0) then one piece frame claiming a blob of
            --claim bytes (default 2^62); prints "refused: ..." or "kept" as garbage.
-Exit 0 whatever the node did; 2 on usage errors. Uses only the standard library.
+Frames carry run id ID and version N (default 0 and 0). Exit 0 whatever the node did; 2 on usage errors. Uses only the standard library.
 """
 import argparse
 import os
@@ -28,9 +29,14 @@ import time
 MAGIC = 0x46524344
 
 
+RUN = 0      # --run: the run id its frames carry
+VERSION = 0  # --version: the version number its frames carry
+PROTOCOL = 1  # dcr wire protocol of core/src/transport/net.h
+
+
 def frame(ftype, from_rank, stream, blob, blob_size, offset, length, blob_kind=0):
-    return struct.pack("<IBBHIIQQQQ", MAGIC, ftype, blob_kind, 0, from_rank, stream, blob,
-                       blob_size, offset, length)
+    return struct.pack("<IBBHIIQQQQQQ", MAGIC, ftype, blob_kind, PROTOCOL, from_rank, stream, RUN,
+                       VERSION, blob, blob_size, offset, length)
 
 
 def wrap(raw, a):
@@ -105,7 +111,12 @@ def main():
     ap.add_argument("--stop")
     ap.add_argument("--rank", type=int, default=0, help="huge: the rank its hello claims")
     ap.add_argument("--claim", type=int, default=1 << 62, help="huge: the blob size claimed")
+    ap.add_argument("--run", type=lambda x: int(x, 0), default=0,
+                    help="the run id its frames carry (e.g. 0x1f...)")
+    ap.add_argument("--version", type=int, default=0, help="the version number its frames carry")
     a = ap.parse_args()
+    global RUN, VERSION
+    RUN, VERSION = a.run, a.version
     addrs = [(h, int(p)) for h, p in (x.rsplit(":", 1) for x in a.addresses.split(","))]
     if a.mode == "race":
         if not a.send:

@@ -101,7 +101,11 @@ for _ in $(seq 100); do
   python3 -c "import socket,sys; socket.create_connection(('127.0.0.1', $((port + 2))), 0.2)" 2>/dev/null && break
   sleep 0.1
 done
-python3 "$peer" "127.0.0.1:$((port + 2))" --rank 1 --send "$tmp/evil.dcr" --plain > "$tmp/off.out"
+# Its first hello, of run 0, is dropped naming the node's run id; it then speaks for that run.
+python3 "$peer" "127.0.0.1:$((port + 2))" --rank 1 --send "$tmp/evil.dcr" --plain > "$tmp/off-run0.out"
+has control-other-run-dropped "$tmp/off.err" "dropped a connection: peer rank 1 is of run 0x0000000000000000, this node's run 0x"
+run_id=$(grep -o "this node's run 0x[0-9a-f]*" "$tmp/off.err" | head -1 | sed 's/.* //')
+python3 "$peer" "127.0.0.1:$((port + 2))" --rank 1 --send "$tmp/evil.dcr" --plain --run "$run_id" > "$tmp/off.out"
 wait $poff
 has control-plain-taken "$tmp/off.out" "sent"
 lacks control-not-dropped "$tmp/off.err" "dropped a connection: TLS"

@@ -3,12 +3,14 @@
 its parent and streams the bytes of FILE as pieces (the frames of core/src/transport/net.h).
 
   tls_peer.py HOST:PORT --rank R --send FILE [--plain | --cert C --key K] [--ca CA]
+              [--run ID] [--version N]
 
 --plain: plain TCP (no TLS). Otherwise TLS 1.3 with the client certificate C/K if given (none
 otherwise); the node's own certificate is checked against CA when given. Prints one line, the
 outcome: "refused: ..." when the node closed the connection or failed the handshake before the
 whole stream was taken, "sent" when every byte went out and the node kept the connection open
-for 2 s afterwards (that is: the node did not drop it). Exit 0 either way; 2 on usage errors.
+for 2 s afterwards (that is: the node did not drop it). Its frames carry run id ID and version N
+(default 0 and 0); a node of another run or version drops its hello. Exit 0 either way; 2 on usage errors.
 """
 import argparse
 import socket
@@ -20,9 +22,14 @@ import time
 MAGIC = 0x46524344
 
 
+RUN = 0      # --run: the run id its frames carry
+VERSION = 0  # --version: the version number its frames carry
+PROTOCOL = 1  # dcr wire protocol of core/src/transport/net.h
+
+
 def frame(ftype, from_rank, stream, blob, blob_size, offset, length, blob_kind=0):
-    return struct.pack("<IBBHIIQQQQ", MAGIC, ftype, blob_kind, 0, from_rank, stream, blob,
-                       blob_size, offset, length)
+    return struct.pack("<IBBHIIQQQQQQ", MAGIC, ftype, blob_kind, PROTOCOL, from_rank, stream, RUN,
+                       VERSION, blob, blob_size, offset, length)
 
 
 def main():
@@ -34,7 +41,12 @@ def main():
     ap.add_argument("--cert")
     ap.add_argument("--key")
     ap.add_argument("--ca")
+    ap.add_argument("--run", type=lambda x: int(x, 0), default=0,
+                    help="the run id its frames carry (e.g. 0x1f...)")
+    ap.add_argument("--version", type=int, default=0, help="the version number its frames carry")
     a = ap.parse_args()
+    global RUN, VERSION
+    RUN, VERSION = a.run, a.version
     host, port = a.address.rsplit(":", 1)
     payload = open(a.send, "rb").read()
     raw = socket.create_connection((host, int(port)), timeout=10)
