@@ -23,6 +23,7 @@
 #include "dcr/runtime.h"
 #include "dcr/testing/reference_loader.h"
 #include "dcr/testing/synth.h"
+#include "dcr/testing/synth_pair.h"
 
 namespace dcr {
 namespace {
@@ -49,8 +50,8 @@ ServingConfig Serving(bool fp8) {
   return s;
 }
 
-std::unique_ptr<Checkpoint> ImageOf(const std::vector<TensorView>& views) {
-  auto c = Checkpoint::FromBytes(SafetensorsImage(views));
+std::unique_ptr<Checkpoint> ImageOf(std::vector<uint8_t> image) {
+  auto c = Checkpoint::FromBytes(std::move(image));
   return c.ok() ? std::move(c).value() : nullptr;
 }
 
@@ -68,15 +69,14 @@ const Pair& Checkpoints(int rate_pct) {
   o.steps = 2;
   o.seed = 7;
   o.threads = 1;
-  auto tr = SynthTrainer::Create(ModelInventory(BenchModel()), o);
-  if (!tr.ok()) {
-    std::fprintf(stderr, "synth: %s\n", tr.status().ToString().c_str());
+  auto images = testing::SynthStepImages(ModelInventory(BenchModel()), o);
+  if (!images.ok()) {
+    std::fprintf(stderr, "synth: %s\n", images.status().ToString().c_str());
     std::abort();
   }
   Pair p;
-  p.v0 = ImageOf((*tr)->Views());
-  (*tr)->Step();
-  p.v1 = ImageOf((*tr)->Views());
+  p.v0 = ImageOf(std::move(images->before));
+  p.v1 = ImageOf(std::move(images->after));
   return cache[rate_pct] = std::move(p);
 }
 

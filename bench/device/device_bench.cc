@@ -38,6 +38,7 @@
 #include "dcr/receiver.h"
 #include "dcr/scenario.h"
 #include "dcr/testing/synth.h"
+#include "dcr/testing/synth_pair.h"
 
 namespace dcr {
 namespace {
@@ -132,17 +133,17 @@ const Pair& Checkpoints(int rate_pct) {
   o.change_rate = rate_pct / 100.0;
   o.steps = 2;
   o.seed = 7;
-  auto tr = std::move(SynthTrainer::Create(ModelInventory(BenchModel()), o)).value();
+  testing::SynthImagePair images =
+      std::move(testing::SynthStepImages(ModelInventory(BenchModel()), o)).value();
   Pair p;
-  std::vector<uint8_t> img0 = SafetensorsImage(tr->Views());
+  std::vector<uint8_t>& img0 = images.before;
   p.v0_path = TempDir() + "/v0-" + std::to_string(rate_pct) + ".safetensors";
   if (FILE* f = std::fopen(p.v0_path.c_str(), "wb")) {
     std::fwrite(img0.data(), 1, img0.size(), f);
     std::fclose(f);
   }
   p.v0 = std::move(Checkpoint::FromBytes(std::move(img0))).value();
-  tr->Step();
-  p.v1 = std::move(Checkpoint::FromBytes(SafetensorsImage(tr->Views()))).value();
+  p.v1 = std::move(Checkpoint::FromBytes(std::move(images.after))).value();
   p.forward = Serialize(*p.v0, *p.v1);
   p.inverse = Serialize(*p.v1, *p.v0);
   return cache[rate_pct] = std::move(p);

@@ -13,6 +13,7 @@
 #include "dcr/hash.h"
 #include "dcr/runtime.h"
 #include "dcr/testing/reference_loader.h"
+#include "dcr/testing/synth_pair.h"
 #include "dcr/testing/test_model.h"
 #include "internal/element_ops.h"
 
@@ -120,22 +121,8 @@ TEST(CudaTest, DeviceApplierMatchesHostForEveryWidthAndMode) {
 // through the placement map; BF16 norms (no converted tensors).
 TEST(CudaTest, PlacementApplierRefitsAServingRankOnTheDevice) {
   SKIP_WITHOUT_GPU();
-  ServingConfig cfg;
-  cfg.model.vocab = 1000;
-  cfg.model.hidden = 128;
-  cfg.model.layers = 2;
-  cfg.model.heads = 8;
-  cfg.model.kv_heads = 2;
-  cfg.model.head_dim = 16;
-  cfg.model.intermediate = 256;
-  cfg.model.experts = 4;
-  cfg.model.moe_intermediate = 64;
-  cfg.fp32_norms = false;
-  cfg.max_positions = 16;
-  auto model = internal::MakeSyntheticModel(cfg.model, 3);
-  auto v0 = model.ToCheckpoint();
-  internal::StepSyntheticModel(&model, 0.05, 4, true);
-  auto v1 = model.ToCheckpoint();
+  const ServingConfig cfg = testing::SmallMoeServingConfig();
+  auto [v0, v1] = testing::SyntheticCheckpointPair(cfg.model, 3, 0.05, 4, true);
   Storage st(0);
   std::unique_ptr<ModelLoader> loader;
   auto map = RecordLoad(*v0, ReferenceLoaderFactory(cfg), 0, &loader, &st);

@@ -10,6 +10,7 @@
 #include "dcr/cuda_apply.h"
 #include "dcr/cuda_copy_interposers.h"
 #include "dcr/delta.h"
+#include "dcr/testing/synth_pair.h"
 #include "dcr/testing/test_model.h"
 #include "receivers/recorder.h"
 
@@ -29,10 +30,7 @@ TEST(CudaRecordTest, CudaMemcpy2DTransposeIsRecordedAndRefitted) {
   m.kv_heads = 2;
   m.head_dim = 16;
   m.intermediate = 128;
-  auto model = internal::MakeSyntheticModel(m, 8);
-  auto v0 = model.ToCheckpoint();
-  internal::StepSyntheticModel(&model, 0.05, 9, true);
-  auto v1 = model.ToCheckpoint();
+  auto [v0, v1] = testing::SyntheticCheckpointPair(m, 8, 0.05, 9, true);
   // A device "runtime": every 2-D weight stored transposed with element-wide cudaMemcpy2D column
   // copies, 1-D weights copied with cudaMemcpy.
   internal::CopyRecorder rec(*v0);

@@ -16,6 +16,7 @@
 #include "dcr/delta.h"
 #include "dcr/device.h"
 #include "dcr/dtype.h"
+#include "dcr/testing/fixtures.h"
 #include "dcr/testing/reference_trainer.h"
 #include "dcr/train.h"
 
@@ -39,17 +40,9 @@ constexpr DeviceKind kKind = DeviceKind::kHost;
     var = std::shared_ptr<Device>(std::move(opened).value()); \
   }
 
-struct OwnedTensor {
-  std::string name, dtype;
-  std::vector<int64_t> shape;
-  std::vector<uint8_t> bytes;
-};
-
-std::vector<TensorView> Views(const std::vector<OwnedTensor>& ts) {
-  std::vector<TensorView> v;
-  for (const auto& t : ts) v.push_back({t.name, t.dtype, t.shape, t.bytes.data(), t.bytes.size()});
-  return v;
-}
+using dcr::testing::OwnedTensor;
+using dcr::testing::TempDir;
+using dcr::testing::Views;
 
 void StoreBits(uint8_t* p, int w, uint64_t i, uint64_t bits) {
   std::memcpy(p + i * static_cast<uint64_t>(w), &bits, static_cast<size_t>(w));  // little-endian
@@ -224,17 +217,6 @@ TEST(DeviceDeltaTest, KnownBaseHashIsUsedAsGiven) {
   ASSERT_TRUE(BuildDeltaFromDevice(in, o, device.get(), &dev_sink).ok());
   EXPECT_TRUE(dev_sink.bytes() == host_sink.bytes());
 }
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("dcr_device_delta_test_" + std::to_string(::getpid()) +
-                                        "_" + std::to_string(std::random_device{}()));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string operator/(const std::string& f) const { return (path / f).string(); }
-};
 
 TEST(DeviceDeltaTest, ShardedTargetFromFilesSameBytes) {
   OPEN_DEVICE_OR_SKIP(device);

@@ -15,6 +15,7 @@
 #include "dcr/apply.h"
 #include "dcr/delta.h"
 #include "dcr/hash.h"
+#include "dcr/testing/fixtures.h"
 #include "internal/chunk_scan.h"
 #include "internal/simd.h"
 
@@ -23,28 +24,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("dcr_delta_test_" + std::to_string(::getpid()) + "_" +
-                                        std::to_string(std::random_device{}()));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string operator/(const std::string& f) const { return (path / f).string(); }
-};
-
-struct OwnedTensor {
-  std::string name, dtype;
-  std::vector<int64_t> shape;
-  std::vector<uint8_t> bytes;
-};
-
-std::vector<TensorView> Views(const std::vector<OwnedTensor>& ts) {
-  std::vector<TensorView> v;
-  for (const auto& t : ts) v.push_back({t.name, t.dtype, t.shape, t.bytes.data(), t.bytes.size()});
-  return v;
-}
+using dcr::testing::OwnedTensor;
+using dcr::testing::TempDir;
+using dcr::testing::Views;
 
 // Special bit patterns per width: NaN payloads, +-Inf, -0, subnormals, max/min.
 std::vector<uint64_t> SpecialValues(int width) {

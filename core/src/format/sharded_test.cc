@@ -13,34 +13,16 @@
 #include "dcr/apply.h"
 #include "dcr/delta.h"
 #include "dcr/format.h"
+#include "dcr/testing/fixtures.h"
 
 namespace dcr {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("dcr_sharded_test_" + std::to_string(::getpid()) + "_" +
-                                        std::to_string(std::random_device{}()));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string operator/(const std::string& f) const { return (path / f).string(); }
-};
-
-struct OwnedTensor {
-  std::string name, dtype;
-  std::vector<int64_t> shape;
-  std::vector<uint8_t> bytes;
-};
-
-std::vector<TensorView> Views(const std::vector<OwnedTensor>& ts) {
-  std::vector<TensorView> v;
-  for (const auto& t : ts) v.push_back({t.name, t.dtype, t.shape, t.bytes.data(), t.bytes.size()});
-  return v;
-}
+using dcr::testing::OwnedTensor;
+using dcr::testing::TempDir;
+using dcr::testing::Views;
 
 std::vector<uint8_t> Read(const std::string& p) {
   std::ifstream f(p, std::ios::binary);

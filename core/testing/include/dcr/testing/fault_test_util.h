@@ -20,23 +20,9 @@
 #include "dcr/delta.h"
 #include "dcr/hash.h"
 #include "dcr/receiver.h"
+#include "dcr/testing/fixtures.h"
 
 namespace dcr::testing {
-
-struct OwnedTensor {
-  std::string name, dtype;
-  std::vector<int64_t> shape;
-  std::vector<uint8_t> bytes;
-  int width() const { return DTypeWidth(DTypeFromName(dtype)); }
-  uint64_t n() const { return bytes.size() / static_cast<uint64_t>(width()); }
-};
-using Model = std::vector<OwnedTensor>;
-
-inline std::vector<TensorView> Views(const Model& m) {
-  std::vector<TensorView> v;
-  for (const auto& t : m) v.push_back({t.name, t.dtype, t.shape, t.bytes.data(), t.bytes.size()});
-  return v;
-}
 
 // The safetensors image of a model (tensors back to back in the given order).
 inline std::vector<uint8_t> SafetensorsBytes(const Model& m) {
@@ -210,17 +196,6 @@ inline void ApplyPartially(const DecodedChunk& c, Storage* s, uint64_t count) {
     PutBits(&buf, w, e, ApplyValue(h.value_mode, w, old, c.values[k]));
   }
 }
-
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    path = std::filesystem::temp_directory_path() /
-           ("dcr_fault_" + std::to_string(::getpid()) + "_" + std::to_string(std::random_device{}()));
-    std::filesystem::create_directories(path);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::string operator/(const std::string& f) const { return (path / f).string(); }
-};
 
 }  // namespace dcr::testing
 
