@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "internal/parallel.h"
+#include "internal/simd.h"
 
 namespace dcr {
 
@@ -47,6 +48,11 @@ Hash128 RangeHashT(uint64_t salt, const uint8_t* data, uint64_t begin, uint64_t 
 }  // namespace
 
 Hash128 RangeHash(uint64_t salt, const uint8_t* data, int width, uint64_t begin, uint64_t count) {
+  if (width <= 4 && internal::CpuHasAvx2()) {
+    Hash128 h;
+    internal::ElementTermSumAvx2(salt, data, width, begin, count, &h.lo, &h.hi);
+    return h;
+  }
   switch (width) {
     case 1: return RangeHashT<uint8_t>(salt, data, begin, count);
     case 2: return RangeHashT<uint16_t>(salt, data, begin, count);

@@ -89,6 +89,98 @@ void Xxh3Avx2Digest(void* state, uint64_t* low64, uint64_t* high64) {
 }
 void Xxh3Avx2Free(void* state) { XXH3_freeState(static_cast<XXH3_state_t*>(state)); }
 
+namespace {
+
+// lo ^ hi of the 128-bit products x * b of four 64-bit lanes, from 32x32->64-bit products;
+// b_hi = b >> 32 per lane.
+inline __m256i MulFold(__m256i x, __m256i b, __m256i b_hi) {
+  const __m256i m32 = _mm256_set1_epi64x(0xFFFFFFFFLL);
+  const __m256i x_hi = _mm256_srli_epi64(x, 32);
+  const __m256i ll = _mm256_mul_epu32(x, b);
+  const __m256i lh = _mm256_mul_epu32(x, b_hi);
+  const __m256i hl = _mm256_mul_epu32(x_hi, b);
+  const __m256i hh = _mm256_mul_epu32(x_hi, b_hi);
+  const __m256i mid = _mm256_add_epi64(
+      _mm256_add_epi64(_mm256_srli_epi64(ll, 32), _mm256_and_si256(lh, m32)),
+      _mm256_and_si256(hl, m32));
+  const __m256i lo = _mm256_or_si256(_mm256_and_si256(ll, m32), _mm256_slli_epi64(mid, 32));
+  const __m256i hi =
+      _mm256_add_epi64(_mm256_add_epi64(hh, _mm256_srli_epi64(lh, 32)),
+                       _mm256_add_epi64(_mm256_srli_epi64(hl, 32), _mm256_srli_epi64(mid, 32)));
+  return _mm256_xor_si256(lo, hi);
+}
+
+// Four elements [i, i + 4) zero-extended to 64-bit lanes.
+template <int kWidth>
+inline __m256i LoadFour(const uint8_t* data, uint64_t i) {
+  if constexpr (kWidth == 1) {
+    int32_t v;
+    __builtin_memcpy(&v, data + i, 4);
+    return _mm256_cvtepu8_epi64(_mm_cvtsi32_si128(v));
+  } else if constexpr (kWidth == 2) {
+    return _mm256_cvtepu16_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(data + 2 * i)));
+  } else {
+    return _mm256_cvtepu32_epi64(_mm_loadu_si128(reinterpret_cast<const __m128i*>(data + 4 * i)));
+  }
+}
+
+template <int kWidth>
+void TermSum(uint64_t salt, const uint8_t* data, uint64_t begin, uint64_t count, uint64_t* lo,
+             uint64_t* hi) {
+  // hash.h ElementTerm, four elements at a time. Element bits are below 2^32 for these widths,
+  // so the high half of (bits ^ Kb) is Kb's and its 32-bit products need no per-element split.
+  constexpr uint64_t kG = 0x9E3779B97F4A7C15ULL;
+  constexpr uint64_t kKeyA = 0xA0761D6478BD642FULL, kBitsA = 0xE7037ED1A0B428DBULL;
+  constexpr uint64_t kKeyB = 0x8EBC6AF09C88C6E3ULL, kBitsB = 0x589965CC75374CC3ULL;
+  const __m256i key_a = _mm256_set1_epi64x(static_cast<long long>(salt ^ kKeyA));
+  const __m256i key_b = _mm256_set1_epi64x(static_cast<long long>(salt ^ kKeyB));
+  const __m256i bits_a = _mm256_set1_epi64x(static_cast<long long>(kBitsA));
+  const __m256i bits_b = _mm256_set1_epi64x(static_cast<long long>(kBitsB));
+  const __m256i bits_a_hi = _mm256_set1_epi64x(static_cast<long long>(kBitsA >> 32));
+  const __m256i bits_b_hi = _mm256_set1_epi64x(static_cast<long long>(kBitsB >> 32));
+  __m256i idx = _mm256_set_epi64x(
+      static_cast<long long>((begin + 3) * kG), static_cast<long long>((begin + 2) * kG),
+      static_cast<long long>((begin + 1) * kG), static_cast<long long>(begin * kG));
+  const __m256i step = _mm256_set1_epi64x(static_cast<long long>(4 * kG));
+  __m256i acc_a = _mm256_setzero_si256(), acc_b = _mm256_setzero_si256();
+  const uint64_t end = begin + count;
+  uint64_t i = begin;
+  for (; i + 4 <= end; i += 4) {
+    const __m256i v = LoadFour<kWidth>(data, i);
+    acc_a = _mm256_add_epi64(
+        acc_a, MulFold(_mm256_xor_si256(key_a, idx), _mm256_xor_si256(v, bits_a), bits_a_hi));
+    acc_b = _mm256_add_epi64(
+        acc_b, MulFold(_mm256_xor_si256(key_b, idx), _mm256_xor_si256(v, bits_b), bits_b_hi));
+    idx = _mm256_add_epi64(idx, step);
+  }
+  alignas(32) uint64_t a[4], b[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(a), acc_a);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(b), acc_b);
+  uint64_t sum_a = a[0] + a[1] + a[2] + a[3], sum_b = b[0] + b[1] + b[2] + b[3];
+  for (; i < end; ++i) {  // the last 0-3 elements, one at a time
+    uint64_t v = 0;
+    __builtin_memcpy(&v, data + kWidth * i, kWidth);
+    const uint64_t k = salt ^ (i * kG);
+    const unsigned __int128 pa = static_cast<unsigned __int128>(k ^ kKeyA) * (v ^ kBitsA);
+    const unsigned __int128 pb = static_cast<unsigned __int128>(k ^ kKeyB) * (v ^ kBitsB);
+    sum_a += static_cast<uint64_t>(pa) ^ static_cast<uint64_t>(pa >> 64);
+    sum_b += static_cast<uint64_t>(pb) ^ static_cast<uint64_t>(pb >> 64);
+  }
+  *lo = sum_a;
+  *hi = sum_b;
+}
+
+}  // namespace
+
+void ElementTermSumAvx2(uint64_t salt, const uint8_t* data, int width, uint64_t begin,
+                        uint64_t count, uint64_t* lo, uint64_t* hi) {
+  switch (width) {
+    case 1: TermSum<1>(salt, data, begin, count, lo, hi); break;
+    case 2: TermSum<2>(salt, data, begin, count, lo, hi); break;
+    default: TermSum<4>(salt, data, begin, count, lo, hi); break;
+  }
+}
+
 }  // namespace dcr::internal
 
 #else  // no AVX2 build on this target: CpuHasAvx2() is false and these are never called
@@ -101,6 +193,10 @@ void* Xxh3Avx2New() { return nullptr; }
 void Xxh3Avx2Update(void*, const void*, size_t) {}
 void Xxh3Avx2Digest(void*, uint64_t* low64, uint64_t* high64) { *low64 = *high64 = 0; }
 void Xxh3Avx2Free(void*) {}
+void ElementTermSumAvx2(uint64_t, const uint8_t*, int, uint64_t, uint64_t, uint64_t* lo,
+                        uint64_t* hi) {
+  *lo = *hi = 0;
+}
 }  // namespace dcr::internal
 
 #endif

@@ -5,8 +5,11 @@
 #include <gtest/gtest.h>
 #include <xxhash.h>
 
+#include <cstring>
 #include <random>
 #include <vector>
+
+#include "dcr/hash.h"
 
 namespace dcr::internal {
 namespace {
@@ -86,6 +89,38 @@ TEST(Simd, Xxh3Avx2EqualsTheLibrary) {
     Xxh3Avx2Free(st);
     EXPECT_EQ(lo, want.low64) << n;
     EXPECT_EQ(hi, want.high64) << n;
+  }
+}
+
+}  // namespace
+}  // namespace dcr::internal
+
+namespace dcr::internal {
+namespace {
+
+// The AVX2 element-term sum equals hash.h ElementTerm summed one element at a time, for every
+// width it takes, unaligned data, any begin (the lane order of the index) and any tail length.
+TEST(Simd, ElementTermSumAvx2EqualsTheScalarSum) {
+  if (!CpuHasAvx2()) GTEST_SKIP() << "no AVX2 on this CPU";
+  std::mt19937_64 rng(11);
+  for (int width : {1, 2, 4}) {
+    for (uint64_t count : {0, 1, 3, 4, 5, 63, 1000, 4099}) {
+      for (uint64_t begin : {uint64_t{0}, uint64_t{1}, uint64_t{7}, (uint64_t{1} << 20) + 3}) {
+        const uint64_t salt = rng();
+        std::vector<uint8_t> bytes(1 + (count + 1) * width);
+        for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+        if (count > 2) std::memset(bytes.data() + 1, 0xFF, width);  // all-ones bits
+        const uint8_t* data = bytes.data() + 1 - begin * width;     // element `begin` at offset 1
+        Hash128 want;
+        for (uint64_t i = begin; i < begin + count; ++i) {
+          HashAdd(&want, ElementTerm(salt, i, LoadBits(data, width, i)));
+        }
+        Hash128 got;
+        ElementTermSumAvx2(salt, data, width, begin, count, &got.lo, &got.hi);
+        EXPECT_EQ(got, want) << "width " << width << " count " << count << " begin " << begin;
+        EXPECT_EQ(RangeHash(salt, data, width, begin, count), want);
+      }
+    }
   }
 }
 

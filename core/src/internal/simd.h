@@ -33,6 +33,13 @@ void Xxh3Avx2Update(void* state, const void* data, size_t size);
 void Xxh3Avx2Digest(void* state, uint64_t* low64, uint64_t* high64);
 void Xxh3Avx2Free(void* state);
 
+// The sum of hash.h ElementTerm(salt, i, bits of element i) over i in [begin, begin + count) of
+// `width`-byte elements (1, 2 or 4) at `data` (element 0): lane lo into *lo, lane hi into *hi.
+// Equal to hash.h RangeHash; four elements per step, the 64x64->128-bit products from 32-bit
+// halves.
+void ElementTermSumAvx2(uint64_t salt, const uint8_t* data, int width, uint64_t begin,
+                        uint64_t count, uint64_t* lo, uint64_t* hi);
+
 }  // namespace dcr::internal
 
 #endif  // DCR_CORE_SRC_INTERNAL_SIMD_H_
