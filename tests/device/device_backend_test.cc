@@ -16,6 +16,7 @@
 #include "dcr/hash.h"
 #include "dcr/runtime.h"
 #include "dcr/status_macros.h"
+#include "dcr/testing/device_fixtures.h"
 #include "dcr/testing/reference_loader.h"
 #include "dcr/testing/synth_pair.h"
 #include "dcr/testing/test_model.h"
@@ -24,20 +25,8 @@
 namespace dcr {
 namespace {
 
-#if DCR_TEST_DEVICE_KIND == 2
-constexpr DeviceKind kKind = DeviceKind::kCuda;
-#else
-constexpr DeviceKind kKind = DeviceKind::kHost;
-#endif
-
-// The backend under test, or a skip naming why it cannot be opened.
-#define OPEN_DEVICE_OR_SKIP(var)                                                  \
-  std::shared_ptr<Device> var;                                                    \
-  {                                                                               \
-    auto opened = OpenDevice(kKind);                                              \
-    if (!opened.ok()) GTEST_SKIP() << opened.status();                            \
-    var = std::shared_ptr<Device>(std::move(opened).value());                     \
-  }
+constexpr DeviceKind kKind = testing::kTestDeviceKind;
+#define OPEN_DEVICE_OR_SKIP(var) DCR_OPEN_TEST_DEVICE_OR_SKIP(var)
 
 // Device bytes freed with the test.
 struct DeviceBytes {

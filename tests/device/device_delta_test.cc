@@ -16,6 +16,7 @@
 #include "dcr/delta.h"
 #include "dcr/device.h"
 #include "dcr/dtype.h"
+#include "dcr/testing/device_fixtures.h"
 #include "dcr/testing/fixtures.h"
 #include "dcr/testing/reference_trainer.h"
 #include "dcr/train.h"
@@ -25,20 +26,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-#if DCR_TEST_DEVICE_KIND == 2
-constexpr DeviceKind kKind = DeviceKind::kCuda;
-#else
-constexpr DeviceKind kKind = DeviceKind::kHost;
-#endif
-
-// The backend under test, or a skip naming why it cannot be opened.
-#define OPEN_DEVICE_OR_SKIP(var)                              \
-  std::shared_ptr<Device> var;                                \
-  {                                                           \
-    auto opened = OpenDevice(kKind);                          \
-    if (!opened.ok()) GTEST_SKIP() << opened.status();        \
-    var = std::shared_ptr<Device>(std::move(opened).value()); \
-  }
+constexpr DeviceKind kKind = testing::kTestDeviceKind;
+#define OPEN_DEVICE_OR_SKIP(var) DCR_OPEN_TEST_DEVICE_OR_SKIP(var)
 
 using dcr::testing::OwnedTensor;
 using dcr::testing::TempDir;
