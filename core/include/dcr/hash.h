@@ -20,8 +20,11 @@
 
 #include "dcr/checkpoint.h"
 #include "dcr/dtype.h"
+#include "dcr/statusor.h"
 
 namespace dcr {
+
+class Device;  // dcr/device.h
 
 // Salt of a tensor: XXH3-64 of its name.
 uint64_t TensorSalt(std::string_view name);
@@ -61,6 +64,11 @@ Hash128 RangeHash(uint64_t salt, const uint8_t* data, int width, uint64_t begin,
 // Content hash of a set of tensors: sum of identity terms and element terms, computed with
 // `threads` workers (0 = hardware concurrency). Result independent of `threads`.
 Hash128 ContentHashOf(const std::vector<TensorView>& tensors, int threads);
+// The same for tensors in the memory of `device` (dcr/device.h): each view's `data` is a device
+// address, and the element terms are Device::RangeHash of groups of elements, `threads` groups at
+// a time. Errors: the device's, naming the tensor and the device.
+StatusOr<Hash128> DeviceContentHashOf(Device* device, const std::vector<TensorView>& tensors,
+                                      int threads);
 
 // XXH3-128 of bytes (the chunk range hash).
 Hash128 BytesHash128(const void* data, size_t size);

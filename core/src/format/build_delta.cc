@@ -169,37 +169,16 @@ Status CheckDiffResult(const DeviceDiffResult& r, uint64_t n, const Device& devi
                        " elements returned malformed changes");
 }
 
-// The content hash (hash.h) of tensors resident on `device`: identity terms plus RangeHash of
-// each tensor in blocks of 2^20 elements, computed on the device by `threads` threads.
-StatusOr<Hash128> DeviceContentHash(Device* device, const std::vector<TensorInfo>& tensors,
-                                    const std::vector<uint64_t>& salts,
-                                    const std::vector<const void*>& data, int threads) {
-  constexpr uint64_t kBlock = uint64_t{1} << 20;
-  struct Item { size_t t; uint64_t begin, count; };
-  std::vector<Item> items;
-  Hash128 total;
+// Views of resident device tensors (their data: device addresses) for DeviceContentHashOf.
+std::vector<TensorView> DeviceViews(const std::vector<TensorInfo>& tensors,
+                                    const std::vector<const void*>& data) {
+  std::vector<TensorView> views;
+  views.reserve(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
     const TensorInfo& t = tensors[i];
-    HashAdd(&total, TensorIdentityTerm(t.name, t.dtype_name, t.shape));
-    const uint64_t n = t.num_elements();
-    for (uint64_t b = 0; b < n; b += kBlock) items.push_back({i, b, std::min(kBlock, n - b)});
+    views.push_back(TensorView{t.name, t.dtype_name, t.shape, data[i], t.nbytes});
   }
-  std::mutex mu;
-  Status first;
-  internal::ParallelFor(items.size(), threads, [&](uint64_t k) {
-    const Item& it = items[k];
-    StatusOr<Hash128> h = device->RangeHash(salts[it.t], data[it.t], DTypeWidth(tensors[it.t].dtype),
-                                            it.begin, it.count);
-    std::lock_guard<std::mutex> lock(mu);
-    if (!h.ok()) {
-      if (first.ok()) first = h.status();
-      return false;
-    }
-    HashAdd(&total, *h);
-    return true;
-  });
-  if (!first.ok()) return first.WithContext("content hash on device " + device->name());
-  return total;
+  return views;
 }
 
 // One BuildDelta call: the inputs bound to the target's inventory, the running statistics and
@@ -358,8 +337,9 @@ Status DeltaBuilder::EmitHeader() {
       fh.base_hash = options_.known_base_hash;
     } else if (dev_.resident()) {
       internal::PhaseProgress progress(options_.progress, "hash base", inv_.data_size());
-      DCR_ASSIGN_OR_RETURN(fh.base_hash, DeviceContentHash(dev_.device, inv_.tensors, inv_.salts,
-                                                           *dev_.base, options_.threads));
+      DCR_ASSIGN_OR_RETURN(fh.base_hash,
+                           DeviceContentHashOf(dev_.device, DeviceViews(inv_.tensors, *dev_.base),
+                                               options_.threads));
       progress.Add(inv_.data_size());
       progress.Finish();
     } else {
@@ -682,8 +662,9 @@ Status DeltaBuilder::BuildWindow(uint64_t begin, uint64_t end) {
 Status DeltaBuilder::EmitTrailer() {
   if (options_.full && dev_.resident()) {
     internal::PhaseProgress progress(options_.progress, "hash target", inv_.data_size());
-    DCR_ASSIGN_OR_RETURN(target_hash_, DeviceContentHash(dev_.device, inv_.tensors, inv_.salts,
-                                                         *dev_.target, options_.threads));
+    DCR_ASSIGN_OR_RETURN(target_hash_, DeviceContentHashOf(dev_.device,
+                                                           DeviceViews(inv_.tensors, *dev_.target),
+                                                           options_.threads));
     progress.Add(inv_.data_size());
     progress.Finish();
   } else if (options_.full) {

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "dcr/device.h"
 #include "internal/parallel.h"
 #include "internal/simd.h"
 
@@ -61,32 +62,69 @@ Hash128 RangeHash(uint64_t salt, const uint8_t* data, int width, uint64_t begin,
   }
 }
 
-Hash128 ContentHashOf(const std::vector<TensorView>& tensors, int threads) {
-  // Work items: (tensor, block) of up to 1M elements. The sum is commutative, so the split and
-  // the thread count do not change the result.
-  constexpr uint64_t kBlock = uint64_t{1} << 20;
+namespace {
+
+// Identity terms plus range(view, salt, width, begin, count) over (tensor, group) items of up to
+// `group` elements, `threads` items at a time. The sum is commutative, so the split and the thread
+// count do not change the result. The first error of `range` ends the sum.
+template <typename Range>
+StatusOr<Hash128> SumContentTerms(const std::vector<TensorView>& tensors, int threads,
+                                  uint64_t group, const Range& range) {
   struct Item { size_t t; uint64_t begin, count; };
   std::vector<Item> items;
+  std::vector<uint64_t> salts(tensors.size());
+  std::vector<int> widths(tensors.size());
   Hash128 total;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const auto& t = tensors[i];
     HashAdd(&total, TensorIdentityTerm(t.name, t.dtype_name, t.shape));
-    int w = DTypeWidth(DTypeFromName(t.dtype_name));
-    uint64_t n = t.nbytes / static_cast<uint64_t>(w);
-    for (uint64_t b = 0; b < n; b += kBlock) items.push_back({i, b, std::min(kBlock, n - b)});
+    salts[i] = TensorSalt(t.name);
+    widths[i] = DTypeWidth(DTypeFromName(t.dtype_name));
+    const uint64_t n = t.nbytes / static_cast<uint64_t>(widths[i]);
+    for (uint64_t b = 0; b < n; b += group) items.push_back({i, b, std::min(group, n - b)});
   }
   std::mutex mu;
+  Status first;
   internal::ParallelFor(items.size(), threads, [&](uint64_t k) {
     const Item& it = items[k];
-    const auto& t = tensors[it.t];
-    int w = DTypeWidth(DTypeFromName(t.dtype_name));
-    Hash128 h = RangeHash(TensorSalt(t.name), static_cast<const uint8_t*>(t.data), w, it.begin,
-                          it.count);
+    StatusOr<Hash128> h = range(tensors[it.t], salts[it.t], widths[it.t], it.begin, it.count);
     std::lock_guard<std::mutex> lock(mu);
-    HashAdd(&total, h);
+    if (!h.ok()) {
+      if (first.ok()) first = h.status();
+      return false;
+    }
+    HashAdd(&total, *h);
     return true;
   });
+  if (!first.ok()) return first;
   return total;
+}
+
+}  // namespace
+
+Hash128 ContentHashOf(const std::vector<TensorView>& tensors, int threads) {
+  // Groups of up to 1M elements; a host range hash cannot fail.
+  return *SumContentTerms(tensors, threads, uint64_t{1} << 20,
+                          [](const TensorView& t, uint64_t salt, int width, uint64_t begin,
+                             uint64_t count) -> StatusOr<Hash128> {
+                            return RangeHash(salt, static_cast<const uint8_t*>(t.data), width,
+                                             begin, count);
+                          });
+}
+
+StatusOr<Hash128> DeviceContentHashOf(Device* device, const std::vector<TensorView>& tensors,
+                                      int threads) {
+  // Groups of up to 4M elements: each is one device call.
+  return SumContentTerms(tensors, threads, uint64_t{1} << 22,
+                         [device](const TensorView& t, uint64_t salt, int width, uint64_t begin,
+                                  uint64_t count) -> StatusOr<Hash128> {
+                           StatusOr<Hash128> h = device->RangeHash(salt, t.data, width, begin, count);
+                           if (!h.ok()) {
+                             return h.status().WithContext("hashing tensor '" + t.name + "' on " +
+                                                           device->name());
+                           }
+                           return h;
+                         });
 }
 
 Hash128 PackedBitsHash(const uint64_t* bits, size_t k, int width) {

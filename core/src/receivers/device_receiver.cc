@@ -2,14 +2,12 @@
 // storage-independent half is delta_session.h (shared with BufferReceiver); this file holds the
 // device half: the load, the applier over the allocations, and Verify on the device.
 #include <algorithm>
-#include <mutex>
 
 #include "dcr/checkpoint.h"
 #include "dcr/delta.h"
 #include "dcr/device.h"
 #include "dcr/hash.h"
 #include "dcr/status_macros.h"
-#include "internal/parallel.h"
 #include "receivers/delta_session.h"
 #include "receivers/device_applier.h"
 
@@ -18,10 +16,6 @@ namespace {
 
 // Verify's scratch: at most this many bytes of the target on the device at a time.
 constexpr uint64_t kVerifyPiece = uint64_t{64} << 20;
-// The content hash of the load is summed over groups of this many elements (run concurrently).
-constexpr uint64_t kHashGroup = uint64_t{1} << 22;
-
-int Width(const TensorInfo& t) { return std::max(1, t.width()); }
 
 class DeviceReceiverImpl : public DeviceReceiver {
  public:
@@ -43,33 +37,11 @@ class DeviceReceiverImpl : public DeviceReceiver {
       DCR_RETURN_IF_ERROR(device_->Upload(*p, base.data(t), t.nbytes)
                               .WithContext("uploading tensor '" + t.name + "'"));
     }
-    struct Group {
-      size_t tensor;
-      uint64_t begin, count;
-    };
-    std::vector<Group> groups;
-    Hash128 hash;
-    for (size_t k = 0; k < tensors_.size(); ++k) {
-      const TensorInfo& t = tensors_[k].info;
-      HashAdd(&hash, TensorIdentityTerm(t.name, t.dtype_name, t.shape));
-      const uint64_t n = t.nbytes / static_cast<uint64_t>(Width(t));
-      for (uint64_t b = 0; b < n; b += kHashGroup) groups.push_back({k, b, std::min(kHashGroup, n - b)});
+    std::vector<TensorView> views;
+    for (const DeviceReceiverTensor& t : tensors_) {
+      views.push_back(TensorView{t.info.name, t.info.dtype_name, t.info.shape, t.data, t.info.nbytes});
     }
-    std::mutex mu;
-    Status error;
-    internal::ParallelFor(groups.size(), 0, [&](uint64_t i) {
-      const Group& g = groups[i];
-      const DeviceReceiverTensor& t = tensors_[g.tensor];
-      auto h = device_->RangeHash(TensorSalt(t.info.name), t.data, Width(t.info), g.begin, g.count);
-      std::lock_guard<std::mutex> lock(mu);
-      if (!h.ok()) {
-        if (error.ok()) error = h.status().WithContext("hashing tensor '" + t.info.name + "'");
-        return false;
-      }
-      HashAdd(&hash, *h);
-      return true;
-    });
-    DCR_RETURN_IF_ERROR(error);
+    DCR_ASSIGN_OR_RETURN(Hash128 hash, DeviceContentHashOf(device_.get(), views, 0));
     held_ = VersionId{number, hash};
     return Status();
   }
