@@ -380,11 +380,14 @@ class TreeLinks {
     const int me = plan_.rank;
     const int expected = parent.streams;
     std::vector<bool> seen(expected, false);
+    auto refused = [me](const std::string& why) {
+      std::fprintf(stderr, "node %d: dropped a connection: %s\n", me, why.c_str());
+    };
     auto is_parent_hello = [&](const FrameHeader& h, const internal::TlsIdentity* peer) {
       if (h.magic == internal::kFrameMagic && h.type == static_cast<uint8_t>(FrameType::kHello)) {
         const std::string why = Mismatch(h);
         if (!why.empty()) {
-          std::fprintf(stderr, "node %d: dropped a connection: %s\n", me, why.c_str());
+          refused(why);
           return false;
         }
       }
@@ -397,15 +400,12 @@ class TreeLinks {
         return false;
       }
       if (peer != nullptr && peer->rank != static_cast<int>(h.from_rank)) {
-        std::fprintf(stderr, "node %d: dropped a connection: its hello claims rank %u, its TLS "
-                     "certificate is rank %d\n", me, h.from_rank, peer->rank);
+        refused("its hello claims rank " + std::to_string(h.from_rank) +
+                ", its TLS certificate is rank " + std::to_string(peer->rank));
         return false;
       }
       seen[h.stream] = true;
       return true;
-    };
-    auto refused = [me](const std::string& why) {
-      std::fprintf(stderr, "node %d: dropped a connection: %s\n", me, why.c_str());
     };
     auto hellos = internal::AcceptHellos(listen_fd, expected, deadline, kHelloTimeoutS,
                                          tls_.get(), is_parent_hello, refused);
@@ -649,6 +649,26 @@ class StoreJobs {
   WorkPool pool_;
 };
 
+// ---- the node's device ----
+
+// "<device>:<index>" of `plan`, as errors name it.
+std::string PlanDeviceName(const NodePlan& plan) {
+  return plan.device + ":" + std::to_string(plan.device_index);
+}
+
+// OpenDevice(plan.device, plan.device_index) for `who` ("receiver 3", "sender"), or null when
+// `use` is false or the device is "cpu" (host memory, no Device). plan.device is checked either
+// way.
+StatusOr<std::shared_ptr<Device>> OpenPlanDevice(const NodePlan& plan, bool use,
+                                                 const std::string& who) {
+  auto kind = ParseDeviceKind(plan.device);
+  if (!kind.ok()) return kind.status().WithContext("plan.device");
+  if (!use || *kind == DeviceKind::kCpu) return std::shared_ptr<Device>();
+  auto opened = OpenDevice(*kind, plan.device_index);
+  if (!opened.ok()) return opened.status().WithContext(who + " on device " + PlanDeviceName(plan));
+  return std::shared_ptr<Device>(std::move(*opened));
+}
+
 // ---- apply pool: Apply actions through the node's Receiver ----
 
 class ApplyJobs {
@@ -660,16 +680,8 @@ class ApplyJobs {
   // that cannot be opened or cannot hold the base fails here, before the node takes part in the
   // refit); full: the file image, loaded onto the device at commit.
   Status Open(const NodePlan& plan) {
-    auto kind = ParseDeviceKind(plan.device);
-    if (!kind.ok()) return kind.status().WithContext("plan.device");
-    std::shared_ptr<Device> device;
-    const std::string what = "receiver " + std::to_string(plan.rank) + " on device " + plan.device +
-                             ":" + std::to_string(plan.device_index);
-    if (*kind != DeviceKind::kCpu) {
-      auto opened = OpenDevice(*kind, plan.device_index);
-      if (!opened.ok()) return opened.status().WithContext(what);
-      device = std::move(*opened);
-    }
+    const std::string who = "receiver " + std::to_string(plan.rank);
+    DCR_ASSIGN_OR_RETURN(std::shared_ptr<Device> device, OpenPlanDevice(plan, true, who));
     if (plan.method == "delta") {
       if (plan.receiver_base_path.empty()) {
         return InvalidArgumentError("plan.receiver_base_path: required for a delta receiver");
@@ -678,7 +690,8 @@ class ApplyJobs {
         DCR_ASSIGN_OR_RETURN(backend_, BufferReceiver::Load(plan.receiver_base_path));
       } else {
         auto receiver = MakeDeviceReceiver(device, plan.receiver_base_path);
-        if (!receiver.ok()) return receiver.status().WithContext(what + ": loading the base");
+        if (!receiver.ok()) return receiver.status().WithContext(who + " on device " + PlanDeviceName(plan) +
+                                                   ": loading the base");
         backend_ = std::move(*receiver);
       }
     } else {
@@ -802,16 +815,7 @@ class SenderBuilder {
     if (delta) base_ckpt_->ContentHash(plan_.build_threads);  // cached: BuildDelta's header uses it
     // The delta's changes are found on the plan's device (plan.device "host" | "cuda"); the full
     // reference streams file bytes and needs none.
-    auto kind = ParseDeviceKind(plan_.device);
-    if (!kind.ok()) return kind.status().WithContext("plan.device");
-    if (delta && *kind != DeviceKind::kCpu) {
-      auto device = OpenDevice(*kind, plan_.device_index);
-      if (!device.ok()) {
-        return device.status().WithContext("sender on device " + plan_.device + ":" +
-                                           std::to_string(plan_.device_index));
-      }
-      device_ = std::move(*device);
-    }
+    DCR_ASSIGN_OR_RETURN(device_, OpenPlanDevice(plan_, delta, "sender"));
     return Status();
   }
 
@@ -875,7 +879,7 @@ class SenderBuilder {
   NodeState* state_;
   EventQueue* queue_;
   std::unique_ptr<Checkpoint> base_ckpt_, target_ckpt_;
-  std::unique_ptr<Device> device_;  // the delta's diff device; null = the host diff
+  std::shared_ptr<Device> device_;  // the delta's diff device; null = the host diff
   std::thread thread_;
 };
 
