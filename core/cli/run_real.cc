@@ -589,6 +589,32 @@ ReceiverTotals CollectReceivers(const std::vector<NodeResult>& results,
     rec.verify_message = r.ok ? r.verify_message : r.error;
     rec.commit_at_s = r.t_commit > 0 ? r.t_commit - sender.t_first_blob : 0;
     rec.bytes_received = r.bytes_received;
+    if (transport == TransportKind::kRelayTree) {
+      // Committed as the sender knows it: its own report reached the sender, for this version,
+      // with the content hash the sender published.
+      for (const CommitReport& c : sender.reports) {
+        if (c.rank != r.rank) continue;
+        rec.reported = true;
+        rec.report_ok = c.ok;
+        rec.report_version = c.version;
+        rec.report_hash = c.target_hash.ToHex();
+        rec.report_error = c.error;
+      }
+      const bool hash_ok = sender.target_hash == Hash128{} ||
+                           rec.report_hash == sender.target_hash.ToHex();
+      if (!(rec.reported && rec.report_ok && rec.report_version == plans[i].version && hash_ok)) {
+        rec.committed = false;
+        if (rec.verify_message.empty() || r.ok) {
+          rec.verify_message += std::string(rec.verify_message.empty() ? "" : "; ") +
+                                (!rec.reported     ? "no commit report reached the sender"
+                                 : !rec.report_ok  ? "reported a failure: " + rec.report_error
+                                 : !hash_ok        ? "reported content hash " + rec.report_hash +
+                                                       ", the sender published " +
+                                                       sender.target_hash.ToHex()
+                                                   : "reported another version");
+        }
+      }
+    }
     rr->receiver_results.push_back(rec);
     if (rec.verified) ++rr->receivers_verified;
     t.all_committed &= rec.committed;

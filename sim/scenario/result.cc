@@ -34,13 +34,19 @@ json RunJson(const ScenarioResult& r, const RunResult& run) {
   j["links"] = links;
   json recv = json::array();
   for (const auto& rr : run.receiver_results) {
-    recv.push_back(json{{"node", rr.node},
-                        {"host", rr.host},
-                        {"committed", rr.committed},
-                        {"verified", rr.verified},
-                        {"verify_message", rr.verify_message},
-                        {"commit_at_s", rr.commit_at_s},
-                        {"bytes_received", rr.bytes_received}});
+    json x{{"node", rr.node},
+           {"host", rr.host},
+           {"committed", rr.committed},
+           {"verified", rr.verified},
+           {"verify_message", rr.verify_message},
+           {"commit_at_s", rr.commit_at_s},
+           {"bytes_received", rr.bytes_received}};
+    if (rr.reported) {
+      json rep{{"ok", rr.report_ok}, {"version", rr.report_version}, {"target_hash", rr.report_hash}};
+      if (!rr.report_ok) rep["error"] = rr.report_error;
+      x["report"] = rep;
+    }
+    recv.push_back(x);
   }
   j["receiver_results"] = recv;
   if (run.method == Method::kDelta) {
@@ -165,6 +171,14 @@ StatusOr<ScenarioResult> ResultFromJson(const std::string& text) {
           rr.verify_message = GetOr<std::string>(x, "verify_message", "");
           rr.commit_at_s = GetOr<double>(x, "commit_at_s", 0);
           rr.bytes_received = GetOr<uint64_t>(x, "bytes_received", 0);
+          if (x.contains("report") && x["report"].is_object()) {
+            const json& rep = x["report"];
+            rr.reported = true;
+            rr.report_ok = GetOr<bool>(rep, "ok", false);
+            rr.report_version = GetOr<uint64_t>(rep, "version", 0);
+            rr.report_hash = GetOr<std::string>(rep, "target_hash", "");
+            rr.report_error = GetOr<std::string>(rep, "error", "");
+          }
           run.receiver_results.push_back(rr);
         }
       }

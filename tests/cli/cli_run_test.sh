@@ -37,6 +37,15 @@ assert len(j["runs"]) == 2, j["runs"]
 for r in j["runs"]:
     assert abs(r["change_rate"] - want) < 1e-12, (r["change_rate"], want)
     assert "configured_change_rate" not in r, r  # given checkpoints: no trainer input
+    # Every receiver's own commit report reached the sender: committed, this step's version,
+    # one content hash for all of them (a delta's: the target's; the full stream carries none).
+    hashes = set()
+    for rx in r["receiver_results"]:
+        rep = rx["report"]
+        assert rep["ok"] and rep["version"] == r["step"] and rx["committed"], rx
+        hashes.add(rep["target_hash"])
+    assert len(hashes) == 1, hashes
+    assert (hashes.pop() == "0" * 32) == (r["method"] == "full"), r
 PY
 pct=$(python3 -c "import json,sys; print('%.2f%%' % (100*json.load(open(sys.argv[1]))['runs'][0]['change_rate']))" "$tmp/r.json")
 has run-table-measured "$tmp/table.md" "| delta | relay_tree | $pct | - |"

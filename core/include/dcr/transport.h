@@ -135,6 +135,21 @@ struct NodePlan {
 // unknown transport, bad parents or a rank outside them.
 StatusOr<std::unique_ptr<NodePolicy>> MakeNodePolicy(const NodePlan& plan);
 
+// One applying node's commit report (relay tree), as it travels up the tree to the sender: the
+// rank, the run and version it applied, the content hash (hash.h) its storage holds after the
+// commit, or why it failed. Full-stream receivers carry no content hash (zero). Each node
+// reports its own; relays forward their children's verbatim and never make one for another rank
+// (wire form: core/src/node/commit_reports.h).
+struct CommitReport {
+  int rank = 0;
+  uint64_t run = 0;
+  uint64_t version = 0;
+  Hash128 target_hash;
+  bool ok = false;
+  StatusCode code = StatusCode::kOk;  // the failure's code when !ok
+  std::string error;                  // the failure's message when !ok
+};
+
 // What a node measured. Times are wall-clock seconds (CLOCK_REALTIME) so that processes on one
 // machine (or clock-synchronised hosts) can be compared; 0 = did not happen.
 struct NodeResult {
@@ -154,6 +169,14 @@ struct NodeResult {
   uint64_t dense_bytes = 0;      // sender: tensor bytes of the target
   uint64_t blobs = 0;
   int receivers_committed = 0;   // sender (relay tree): subtree count
+  // Relay tree: the commit reports this node received from its subtree, in arrival order (the
+  // sender: one per applying node that reported; a relay: those of its subtree). A record that
+  // names a rank outside the reporting child's subtree, a rank already reported, or another run
+  // or version is refused and not listed.
+  std::vector<CommitReport> reports;
+  // Sender of a delta (relay tree): the content hash of the version it published (the
+  // trailer's target hash), against which the reports' hashes are checked. Zero otherwise.
+  Hash128 target_hash;
   bool verified = false;
   std::string verify_message;
 };

@@ -30,6 +30,7 @@
 #include "dcr/transport.h"
 #include "internal/mapped_file.h"
 #include "internal/safetensors.h"
+#include "node/commit_reports.h"
 #include "transport/net.h"
 
 namespace dcr {
@@ -213,7 +214,10 @@ class NodeState {
 class TreeLinks {
  public:
   TreeLinks(const NodePlan& plan, NodeState* state, EventQueue* queue)
-      : plan_(plan), state_(state), queue_(queue) {}
+      : plan_(plan),
+        state_(state),
+        queue_(queue),
+        reports_(plan.parents, plan.rank, plan.run_id, plan.version) {}
   ~TreeLinks() { Close(); }
 
   // Opens exactly the edges of `links` (NodePolicy::links): connects every stream to each child
@@ -309,12 +313,31 @@ class TreeLinks {
     return Status();
   }
 
-  // A control frame (kAck, kReport) to the parent on stream 0.
+  // A control frame (kAck) to the parent on stream 0.
   void SendToParent(FrameType type, uint64_t value) {
     FrameHeader h = Frame(type);
     h.blob = value;
     parent_writer_->Send(h, nullptr, nullptr, [](Status) {});
   }
+
+  // The subtree's commit report to the parent on stream 0 (commit_reports.h): `own` (this
+  // node's record, when it applies) followed by every record its children reported, verbatim.
+  // Nothing when the node has no parent link.
+  void SendReport(const internal::ReportRecord* own) {
+    if (!parent_writer_) return;
+    std::vector<internal::ReportRecord> records;
+    if (own != nullptr) records.push_back(*own);
+    for (auto& r : reports_.records()) records.push_back(std::move(r));
+    auto payload =
+        std::make_shared<std::vector<uint8_t>>(internal::EncodeReportPayload(records));
+    FrameHeader h = Frame(FrameType::kReport);
+    h.blob = records.size();
+    h.length = payload->size();
+    parent_writer_->Send(h, payload->data(), payload, [](Status) {});
+  }
+  bool has_parent() const { return parent_writer_ != nullptr; }
+  // The records this node's children reported and it kept.
+  std::vector<CommitReport> reports() const { return reports_.reports(); }
 
   // Tells every child that the refit is refused, with the reason (a kAbort frame on stream 0,
   // queued behind nothing: no piece was sent yet). Close() flushes it.
@@ -526,15 +549,63 @@ class TreeLinks {
       if (h.type == static_cast<uint8_t>(FrameType::kAck)) {
         queue_->Post(event::AckReceived{child, h.blob});
       } else if (h.type == static_cast<uint8_t>(FrameType::kReport)) {
-        reported = true;
-        queue_->Post(event::SubtreeCommitted{child, static_cast<int>(h.blob)});
+        bool committed = false;
+        Status rs = ReadReport(child, conn, h, &committed);
+        if (!rs.ok()) {
+          if (!stopping_) {
+            queue_->Post(event::SendFailed{child, "node " + std::to_string(child) + " (" +
+                                                      plan_.addresses[child] +
+                                                      "): " + rs.message()});
+          }
+          return;
+        }
+        // After a committed report the child may close; after a failure its close is the
+        // failure the parent acts on.
+        if (committed) reported = true;
       }
     }
+  }
+
+  // Reads the payload of report frame `h` from `child` and keeps the records the collector
+  // takes (a refused one is named on stderr and left out). A report of committed records ends
+  // the child's part of the commit (SubtreeCommitted with the committed records kept); one
+  // that carries a failure travels on up with this node's own report and ends nothing.
+  // Errors: an oversized or malformed payload (the child is then treated as lost).
+  Status ReadReport(NodeId child, Conn* conn, const FrameHeader& h, bool* committed_report) {
+    const uint64_t cap = internal::MaxReportPayloadBytes(plan_.parents.size());
+    if (h.length > cap) {
+      return DataLossError("commit report of " + std::to_string(h.length) +
+                           " bytes, more than the " + std::to_string(cap) +
+                           " bytes a tree of this size needs");
+    }
+    std::vector<uint8_t> payload(h.length);
+    DCR_RETURN_IF_ERROR(conn->Read(payload.data(), payload.size()));
+    DCR_ASSIGN_OR_RETURN(std::vector<internal::ReportRecord> records,
+                         internal::ParseReportPayload(payload.data(), payload.size(), h.blob));
+    int committed = 0;
+    bool failure = false;
+    for (const internal::ReportRecord& r : records) {
+      Status added = reports_.Add(static_cast<int>(child), r);
+      if (!added.ok()) {
+        std::fprintf(stderr, "node %d: refused a commit report: %s\n", plan_.rank,
+                     added.message().c_str());
+        continue;
+      }
+      if (r.report.ok) {
+        ++committed;
+      } else {
+        failure = true;
+      }
+    }
+    *committed_report = !failure;
+    if (!failure) queue_->Post(event::SubtreeCommitted{child, committed});
+    return Status();
   }
 
   const NodePlan& plan_;
   NodeState* state_;
   EventQueue* queue_;
+  internal::ReportCollector reports_;
   std::shared_ptr<TokenBucket> long_bucket_;
   std::shared_ptr<const internal::TlsContext> tls_;  // null: plain TCP
   std::vector<ChildLink> children_;
@@ -705,6 +776,8 @@ class ApplyJobs {
     pool_.Submit([this, b] { ApplyJob(b); });
   }
   Status Verify(const std::string& target_path) { return VerifyFile(*backend_, target_path); }
+  // The version the storage holds (between applies).
+  VersionId held() const { return backend_->held(); }
   void Stop() { pool_.Stop(); }
 
  private:
@@ -912,6 +985,13 @@ class SocketNode : public NodeEnvironment {
       r->verified = v.ok();
       r->verify_message = v.ok() ? "byte-for-byte equal to the target" : v.message();
     }
+    // A node that fails tells its parent why, with what its subtree reported, before its
+    // links close (Teardown flushes the frame).
+    if (!s.ok() && links_.has_parent()) {
+      const internal::ReportRecord own = OwnReport(s);
+      links_.SendReport(applier_.open() ? &own : nullptr);
+    }
+    r->reports = links_.reports();
     Teardown();
     r->ok = s.ok();
     if (!s.ok()) r->error = s.ToString();
@@ -929,8 +1009,10 @@ class SocketNode : public NodeEnvironment {
   void Ack(const action::Ack& ack) override {
     links_.SendToParent(FrameType::kAck, ack.blob);
   }
-  void ReportCommit(const action::ReportCommit& rc) override {
-    links_.SendToParent(FrameType::kReport, static_cast<uint64_t>(rc.receivers));
+  void ReportCommit(const action::ReportCommit&) override {
+    if (!applier_.open()) return links_.SendReport(nullptr);
+    const internal::ReportRecord own = OwnReport(Status());
+    links_.SendReport(&own);
   }
   void Apply(const action::Apply& ap) override {
     BlobPtr b = state_.Find(ap.blob.id);
@@ -958,6 +1040,21 @@ class SocketNode : public NodeEnvironment {
 
  private:
   double Now() const { return SteadyNow() - t0_; }
+  // This node's commit report: committed with the hash its storage holds, or failed with `s`.
+  internal::ReportRecord OwnReport(const Status& s) const {
+    CommitReport r;
+    r.rank = plan_.rank;
+    r.run = plan_.run_id;
+    r.version = plan_.version;
+    r.ok = s.ok();
+    if (s.ok()) {
+      r.target_hash = applier_.held().hash;
+    } else {
+      r.code = s.code();
+      r.error = s.ToString();
+    }
+    return internal::EncodeReportRecord(r);
+  }
   // The first driver or policy error ends the loop.
   void Fault(const Status& s) {
     if (!s.ok() && error_.ok()) error_ = s;
@@ -1025,7 +1122,10 @@ class SocketNode : public NodeEnvironment {
       const bool got = queue_.Wait(until, &item);
       if (got) {
         const auto* produced = std::get_if<event::BlobProduced>(&item.event);
-        if (produced != nullptr && produced->blob.kind == BlobKind::kTrailer) stream_complete_ = true;
+        if (produced != nullptr && produced->blob.kind == BlobKind::kTrailer) {
+          stream_complete_ = true;
+          NoteTargetHash(produced->blob.id);
+        }
       }
       WriteProgressIfDue();
       if (!got) {
@@ -1044,6 +1144,16 @@ class SocketNode : public NodeEnvironment {
       DCR_RETURN_IF_ERROR(error_);
     }
     return Status();
+  }
+
+  // Sender of a delta: the published version's content hash, from its trailer, which the
+  // receivers' reports are checked against.
+  void NoteTargetHash(BlobId trailer) {
+    if (plan_.method != "delta") return;
+    BlobPtr b = state_.Find(trailer);
+    if (!b) return;
+    auto t = ParseTrailer(b->bytes.data(), b->bytes.size());
+    if (t.ok()) state_.result()->target_hash = t->target_hash;
   }
 
   // Rewrites plan.progress_path when a second has passed since the last write. Best effort: a
@@ -1140,6 +1250,54 @@ int RankFromEnvironment() {
 }
 
 // ---- JSON ----
+
+namespace {
+
+// Hash128::ToHex's inverse: 32 hex digits, hi first.
+StatusOr<Hash128> HashFromHex(const std::string& hex) {
+  if (hex.size() != 32) return InvalidArgumentError("hash '" + hex + "': expected 32 hex digits");
+  uint64_t parts[2] = {0, 0};
+  for (size_t i = 0; i < 32; ++i) {
+    const char c = hex[i];
+    int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (v < 0) return InvalidArgumentError("hash '" + hex + "': not hex");
+    parts[i / 16] = parts[i / 16] << 4 | static_cast<uint64_t>(v);
+  }
+  return Hash128{parts[1], parts[0]};
+}
+
+nlohmann::json CommitReportJson(const CommitReport& c) {
+  nlohmann::json j{{"rank", c.rank},
+                   {"run", c.run},
+                   {"version", c.version},
+                   {"target_hash", c.target_hash.ToHex()},
+                   {"ok", c.ok}};
+  if (!c.ok) {
+    j["code"] = std::string(StatusCodeName(c.code));
+    j["error"] = c.error;
+  }
+  return j;
+}
+
+StatusOr<CommitReport> CommitReportFromJson(const nlohmann::json& j) {
+  CommitReport c;
+  c.rank = j.at("rank").get<int>();
+  c.run = j.at("run").get<uint64_t>();
+  c.version = j.at("version").get<uint64_t>();
+  DCR_ASSIGN_OR_RETURN(c.target_hash, HashFromHex(j.at("target_hash").get<std::string>()));
+  c.ok = j.at("ok").get<bool>();
+  if (!c.ok) {
+    c.code = StatusCode::kInternal;
+    const std::string name = j.value("code", std::string());
+    for (int k = 1; k <= static_cast<int>(StatusCode::kAborted); ++k) {
+      if (StatusCodeName(static_cast<StatusCode>(k)) == name) c.code = static_cast<StatusCode>(k);
+    }
+    c.error = j.value("error", std::string());
+  }
+  return c;
+}
+
+}  // namespace
 
 std::string NodePlanToJson(const NodePlan& p) {
   nlohmann::json j;
@@ -1262,6 +1420,10 @@ std::string NodeResultToJson(const NodeResult& r) {
   j["dense_bytes"] = r.dense_bytes;
   j["blobs"] = r.blobs;
   j["receivers_committed"] = r.receivers_committed;
+  nlohmann::json reports = nlohmann::json::array();
+  for (const CommitReport& c : r.reports) reports.push_back(CommitReportJson(c));
+  j["reports"] = reports;
+  j["target_hash"] = r.target_hash.ToHex();
   j["verified"] = r.verified;
   j["verify_message"] = r.verify_message;
   return j.dump(1);
@@ -1287,6 +1449,15 @@ StatusOr<NodeResult> NodeResultFromJson(const std::string& text) {
     r.dense_bytes = j.at("dense_bytes").get<uint64_t>();
     r.blobs = j.at("blobs").get<uint64_t>();
     r.receivers_committed = j.at("receivers_committed").get<int>();
+    if (j.contains("reports")) {
+      for (const auto& c : j["reports"]) {
+        DCR_ASSIGN_OR_RETURN(CommitReport rep, CommitReportFromJson(c));
+        r.reports.push_back(std::move(rep));
+      }
+    }
+    if (j.contains("target_hash")) {
+      DCR_ASSIGN_OR_RETURN(r.target_hash, HashFromHex(j["target_hash"].get<std::string>()));
+    }
     r.verified = j.at("verified").get<bool>();
     r.verify_message = j.at("verify_message").get<std::string>();
   } catch (const std::exception& e) {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <random>
+#include <set>
 #include <thread>
 
 #include "dcr/checkpoint.h"
@@ -118,6 +119,8 @@ std::vector<NodePlan> Plans(const Config& c, const std::string& tag) {
     p.verify_path = f.target;
     p.timeout_s = 30;
     p.device = c.device;
+    p.run_id = 0x5eed;
+    p.version = 7;
     plans.push_back(p);
   }
   return plans;
@@ -144,7 +147,24 @@ void ExpectAllVerified(const Config& c, const std::string& tag) {
     }
   }
   if (c.transport == "relay_tree") {
-    EXPECT_EQ(results[0].second.receivers_committed, c.receivers) << tag;
+    const NodeResult& sender = results[0].second;
+    EXPECT_EQ(sender.receivers_committed, c.receivers) << tag;
+    // One committed report per receiver, each for this run and version with the hash the
+    // receiver's storage holds (the published target's for a delta).
+    ASSERT_EQ(sender.reports.size(), static_cast<size_t>(c.receivers)) << tag;
+    std::set<int> ranks;
+    for (const CommitReport& r : sender.reports) {
+      EXPECT_TRUE(r.ok) << tag << " rank " << r.rank << ": " << r.error;
+      EXPECT_TRUE(ranks.insert(r.rank).second) << tag << " rank " << r.rank << " twice";
+      EXPECT_GE(r.rank, 1);
+      EXPECT_LE(r.rank, c.receivers);
+      EXPECT_EQ(r.version, 7u);
+      EXPECT_EQ(r.run, 0x5eedu);
+      if (c.method == "delta") {
+        EXPECT_EQ(r.target_hash, sender.target_hash) << tag << " rank " << r.rank;
+      }
+    }
+    if (c.method == "delta") EXPECT_NE(sender.target_hash, Hash128{}) << tag;
   }
   EXPECT_GT(results[0].second.payload_bytes, 0u);
 }
@@ -283,6 +303,13 @@ TEST(RelayLoopback, WrongBaseIsRefusedNamingTheHashes) {
   EXPECT_NE(results[1].first.message().find("holds"), std::string::npos) << results[1].first;
   EXPECT_FALSE(results[1].second.verified);
   EXPECT_FALSE(results[0].first.ok());  // the sender sees its child go away
+  // The receiver's failure reached the sender as its report, with its code and message.
+  ASSERT_EQ(results[0].second.reports.size(), 1u);
+  const CommitReport& r = results[0].second.reports[0];
+  EXPECT_EQ(r.rank, 1);
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.code, StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.error.find("holds"), std::string::npos) << r.error;
 }
 
 TEST(RelayLoopback, UnreachableChildIsNamed) {

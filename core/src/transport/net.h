@@ -4,9 +4,11 @@
 // Wire (little-endian), dcr wire protocol kWireProtocol; every frame starts with a 64-byte
 // FrameHeader:
 //   u32 magic "DCRF" | u8 type | u8 blob_kind | u16 protocol | u32 from_rank | u32 stream
-//   | u64 run | u64 version | u64 blob (or receivers for kReport) | u64 blob_size | u64 offset
-//   | u64 length
-// followed by `length` payload bytes for kPiece and kAbort (none for the others). `protocol` is
+//   | u64 run | u64 version | u64 blob (the record count for kReport) | u64 blob_size
+//   | u64 offset | u64 length
+// followed by `length` payload bytes for kPiece, kAbort and kReport (none for the others). A
+// kReport payload is the per-receiver commit records of the sender's subtree
+// (node/commit_reports.h), forwarded verbatim by relays. `protocol` is
 // the wire protocol the writer speaks (kWireProtocol); `run` the run id of the refit
 // (NodePlan::run_id) and `version` the version number it delivers (NodePlan::version), in every
 // frame. The first frame on every connection is a kHello from the parent (stream = stream index,

@@ -279,6 +279,14 @@ struct ReceiverResult {
   std::string verify_message;  // first difference or error
   double commit_at_s = 0;    // since the first chunk was built
   uint64_t bytes_received = 0;
+  // Relay tree (real runs): the receiver's commit report as the sender received it up the tree
+  // (reported false: none reached the sender). report_hash is its content hash in hex (zeros for
+  // the full stream), report_error its failure when !report_ok.
+  bool reported = false;
+  bool report_ok = false;
+  uint64_t report_version = 0;
+  std::string report_hash;
+  std::string report_error;
 };
 
 struct LinkBytes {
