@@ -3,7 +3,10 @@
 // frame header and reading the piece straight into a blob buffer), unthrottled, over plain TCP
 // and over mutual TLS 1.3 with per-run certificates, in the same process. Reports, best of R
 // repetitions of N MiB each: wall throughput, process CPU seconds (sender + receiver threads), and
-// bytes per CPU second ("per core"), and the TLS / plain ratios of both.
+// bytes per CPU second ("per core"), and the TLS / plain ratios of both. Each end's own CPU
+// seconds (the writer's thread, the reader's thread) are recorded too: the JSON's
+// tls_cpu_s_per_byte.{send,recv} (TLS minus plain, per byte, per end) is what the simulator
+// charges each relay-tree endpoint (sim/README.md, "TLS and signatures").
 #include <time.h>
 #include <unistd.h>
 
@@ -22,14 +25,17 @@
 namespace dcr::internal {
 namespace {
 
-double CpuNow() {
+double CpuClock(clockid_t clock) {
   timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  clock_gettime(clock, &ts);
   return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
 }
+double CpuNow() { return CpuClock(CLOCK_PROCESS_CPUTIME_ID); }
+double ThreadCpuNow() { return CpuClock(CLOCK_THREAD_CPUTIME_ID); }
 
 struct Sample {
   double wall_s = 0, cpu_s = 0;
+  double send_cpu_s = 0, recv_cpu_s = 0;  // the writer's and the reader's threads
 };
 
 // One transfer of `bytes` over a fresh edge; `tls_dir` empty = plain.
@@ -69,8 +75,10 @@ StatusOr<Sample> Transfer(const std::string& tls_dir, uint64_t bytes) {
   for (size_t i = 0; i < source->size(); ++i) (*source)[i] = static_cast<uint8_t>(i * 2654435761u);
   std::vector<uint8_t> blob(bytes);
   Status read_status;
+  double recv_cpu = 0;
   const double wall0 = SteadyNow(), cpu0 = CpuNow();
   std::thread reader([&] {
+    const double t0 = ThreadCpuNow();
     for (uint64_t got = 0; got < bytes && read_status.ok();) {
       FrameHeader h;
       read_status = down->Read(&h, sizeof(h));
@@ -80,6 +88,7 @@ StatusOr<Sample> Transfer(const std::string& tls_dir, uint64_t bytes) {
       if (read_status.ok()) read_status = down->Read(blob.data() + h.offset, h.length);
       got += h.length;
     }
+    recv_cpu = ThreadCpuNow() - t0;
   });
   {
     FrameWriter writer(conn->get(), nullptr, 0.0);
@@ -95,7 +104,10 @@ StatusOr<Sample> Transfer(const std::string& tls_dir, uint64_t bytes) {
     writer.Close();
   }
   reader.join();
-  Sample s{SteadyNow() - wall0, CpuNow() - cpu0};
+  Sample s{SteadyNow() - wall0, CpuNow() - cpu0, 0, recv_cpu};
+  // FrameWriter encrypts and writes on its own threads: the sending end is the process's CPU
+  // minus the reader's thread (this thread only queues pieces; its time counts as sending).
+  s.send_cpu_s = std::max(0.0, s.cpu_s - recv_cpu);
   if (!read_status.ok()) return read_status;
   if (std::memcmp(blob.data(), source->data(), std::min<uint64_t>(bytes, kPiece)) != 0) {
     return DataLossError("received bytes differ from the sent ones");
@@ -140,7 +152,11 @@ int Main(int argc, char** argv) {
         return 1;
       }
       if (r == 0 || s->wall_s < best[mode].wall_s) best[mode].wall_s = s->wall_s;
-      if (r == 0 || s->cpu_s < best[mode].cpu_s) best[mode].cpu_s = s->cpu_s;
+      if (r == 0 || s->cpu_s < best[mode].cpu_s) {
+        best[mode].cpu_s = s->cpu_s;
+        best[mode].send_cpu_s = s->send_cpu_s;
+        best[mode].recv_cpu_s = s->recv_cpu_s;
+      }
     }
   }
   std::system(("rm -rf " + std::string(tmpl)).c_str());
@@ -156,12 +172,20 @@ int Main(int argc, char** argv) {
     const double gbps = bytes / best[m].wall_s / 1e9, per_core = bytes / best[m].cpu_s / 1e9;
     std::printf("| %s | %.3f | %.3f | %.3f |\n", names[m], gbps, best[m].cpu_s, per_core);
     j[names[m]] = {{"wall_s", best[m].wall_s}, {"cpu_s", best[m].cpu_s}, {"GBps", gbps},
-                   {"GB_per_cpu_s", per_core}};
+                   {"GB_per_cpu_s", per_core}, {"send_cpu_s", best[m].send_cpu_s},
+                   {"recv_cpu_s", best[m].recv_cpu_s}};
   }
   const double wall_ratio = best[0].wall_s / best[1].wall_s;
   const double core_ratio = best[0].cpu_s / best[1].cpu_s;
   std::printf("tls / plain: throughput %.3f, per core %.3f\n", wall_ratio, core_ratio);
   j["ratio_tls_plain"] = {{"throughput", wall_ratio}, {"per_core", core_ratio}};
+  // What TLS adds to each end, per byte (the simulator's calibration).
+  const double b = static_cast<double>(bytes);
+  const double send_extra = std::max(0.0, best[1].send_cpu_s - best[0].send_cpu_s) / b;
+  const double recv_extra = std::max(0.0, best[1].recv_cpu_s - best[0].recv_cpu_s) / b;
+  j["tls_cpu_s_per_byte"] = {{"send", send_extra}, {"recv", recv_extra}};
+  std::printf("TLS adds per GB: %.3f CPU-s sending, %.3f CPU-s receiving\n", send_extra * 1e9,
+              recv_extra * 1e9);
   if (!json.empty()) {
     FILE* f = std::fopen(json.c_str(), "w");
     if (f == nullptr) return 1;

@@ -99,6 +99,41 @@ StatusOr<Calibration> ParseCalibration(const std::string& json_text, const std::
     p.decode_apply_wall_bytes_per_s = opt("decode_apply_wall_bytes_per_s");
     c.rates.push_back(p);
   }
+  if (j.contains("tls")) {
+    std::string where = "calibration " + source + ": tls";
+    nlohmann::json t = j["tls"];
+    if (t.is_string()) {  // a file beside the calibration
+      std::string path = t.get<std::string>();
+      if (path.empty() || path[0] != '/') {
+        size_t slash = source.rfind('/');
+        path = (slash == std::string::npos ? std::string() : source.substr(0, slash + 1)) + path;
+      }
+      std::ifstream f(path, std::ios::binary);
+      if (!f) return NotFoundError(where + ": file '" + path + "' cannot be read");
+      std::stringstream ss;
+      ss << f.rdbuf();
+      t = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+      where += " (" + path + ")";
+      c.tls_source = path;
+    } else {
+      c.tls_source = source;
+    }
+    if (!t.is_object() || !t.contains("tls_cpu_s_per_byte") ||
+        !t["tls_cpu_s_per_byte"].is_object()) {
+      return InvalidArgumentError(where + ": must be the JSON of dcr_bench_tls --json, with "
+                                  "'tls_cpu_s_per_byte': {send, recv}");
+    }
+    const nlohmann::json& per = t["tls_cpu_s_per_byte"];
+    for (const char* key : {"send", "recv"}) {
+      if (!per.contains(key) || !per[key].is_number() || !(per[key].get<double>() >= 0)) {
+        return InvalidArgumentError(where + ".tls_cpu_s_per_byte: key '" + key +
+                                    "' must be a number >= 0");
+      }
+    }
+    c.has_tls = true;
+    c.tls_send_s_per_byte = per["send"].get<double>();
+    c.tls_recv_s_per_byte = per["recv"].get<double>();
+  }
   std::sort(c.rates.begin(), c.rates.end(),
             [](const RatePoint& a, const RatePoint& b) { return a.change_rate < b.change_rate; });
   return c;

@@ -6,6 +6,10 @@
 //     (the array may also be named "results"; the rate key may be "rate"). Bandwidths are
 //     bytes of dense tensor per second per core.
 // Optional: "device" (a string naming the machine), "cores" (cores used by the bench).
+// Optional "tls": the JSON `dcr_bench_tls --json` writes, inline or as the name of that file
+// (relative to the calibration file's directory); the simulator reads its
+//   tls_cpu_s_per_byte: {send, recv}: CPU seconds mutual TLS adds per byte at the sending and at
+//   the receiving end of one relay-tree edge (TLS minus plain TCP, same run).
 //
 // Thread safety: value types and pure functions.
 #ifndef DCR_SIM_ENGINE_CALIBRATION_H_
@@ -37,6 +41,9 @@ struct Calibration {
   // build (process CPU seconds / wall seconds); 0 when absent.
   double available_cores = 0;
   std::vector<RatePoint> rates;  // sorted by change_rate
+  bool has_tls = false;  // a "tls" block was given
+  std::string tls_source;  // the file it came from
+  double tls_send_s_per_byte = 0, tls_recv_s_per_byte = 0;
 
   // Switches every bandwidth to its wall-clock variant where the file has one.
   void UseWallClock();

@@ -43,6 +43,8 @@ struct Msg {
   BlobInfo blob;
   uint64_t offset = 0, length = 0;
   int receivers = 0;
+  // TLS: the receiving end's decryption of this piece, started with the transfer (kData).
+  sg4::ExecPtr decrypt;
 };
 
 struct World {
@@ -64,13 +66,15 @@ double OneWayNetLatency(const PlatformSpec& p, int region_a, int region_b) {
 }
 
 enum class TagKind {
-  kRecv, kSend, kControl, kBuild, kApply, kPut, kFetch, kList, kTimer, kFetchReq, kStreamFree
+  kRecv, kSend, kControl, kBuild, kApply, kPut, kFetch, kList, kTimer, kFetchReq, kStreamFree,
+  kEncrypt, kDecrypt
 };
 
 struct Tag {
   TagKind kind = TagKind::kRecv;
-  action::Send send;   // kSend
+  action::Send send;   // kSend, kEncrypt
   BlobInfo blob;       // kBuild (id), kApply, kPut, kFetch
+  Msg data;            // kDecrypt: the piece being decrypted
 };
 
 class NodeActor : public NodeEnvironment {
@@ -114,6 +118,7 @@ class NodeActor : public NodeEnvironment {
   // socket.
   struct Stream {
     bool unaccepted = false;  // the last piece handed over is not accepted yet
+    bool encrypting = false;  // TLS: the sending end's CPU is still encrypting that piece
     action::Send piece;
     double free_at = 0;  // when that piece's bytes are out at the stream's rate
     int on_wire = 0;     // Comms started and not completed
@@ -121,7 +126,7 @@ class NodeActor : public NodeEnvironment {
   };
   void TryAccept(NodeId to, int stream) {
     Stream& st = streams_[{to, stream}];
-    if (!st.unaccepted || st.on_wire >= spec().pieces_in_flight) return;
+    if (!st.unaccepted || st.encrypting || st.on_wire >= spec().pieces_in_flight) return;
     if (Now() + 1e-9 < st.free_at) {
       if (!st.timer_armed) {
         st.timer_armed = true;
@@ -255,7 +260,17 @@ class NodeActor : public NodeEnvironment {
              " before the first was accepted");
       return;
     }
-    auto* m = new Msg{Msg::kData, id_, s.blob, s.offset, s.length, 0};
+    auto* m = new Msg{Msg::kData, id_, s.blob, s.offset, s.length, 0, nullptr};
+    if (spec().tls_recv_s_per_byte > 0) {
+      // TLS: the receiving end decrypts the piece's records as they arrive (on one of its cores,
+      // from the start of the transfer); the piece is usable when both are done.
+      const double cpu = static_cast<double>(s.length) * spec().tls_recv_s_per_byte;
+      w_->out.tls_cpu_seconds += cpu;
+      m->decrypt = sg4::this_actor::exec_init(cpu * kHostFlops);
+      m->decrypt->set_host(w_->platform.shared_cpu != nullptr ? w_->platform.shared_cpu
+                                                              : w_->node_host[s.to]);
+      m->decrypt->start();
+    }
     Tag t;
     t.kind = TagKind::kSend;
     t.send = s;
@@ -265,18 +280,29 @@ class NodeActor : public NodeEnvironment {
     st.unaccepted = true;
     st.piece = s;
     st.free_at = cap > 0 ? Now() + static_cast<double>(s.length) / cap : Now();
+    // TLS: the stream's writer encrypts the piece on one core while its bytes go out; the stream
+    // accepts the next piece when both are done.
+    if (spec().tls_send_s_per_byte > 0) {
+      const double cpu = static_cast<double>(s.length) * spec().tls_send_s_per_byte;
+      w_->out.tls_cpu_seconds += cpu;
+      st.encrypting = true;
+      Tag et;
+      et.kind = TagKind::kEncrypt;
+      et.send = s;
+      Add(Compute(cpu * kHostFlops), std::move(et));
+    }
     TryAccept(s.to, s.stream);
   }
 
   void Ack(const action::Ack& ack) override {
     BlobInfo b;
     b.id = ack.blob;
-    auto* m = new Msg{Msg::kAck, id_, b, 0, 0, 0};
+    auto* m = new Msg{Msg::kAck, id_, b, 0, 0, 0, nullptr};
     SendMsg(ack.to, m, kControlBytes, Tag{TagKind::kControl, {}, {}});
   }
 
   void ReportCommit(const action::ReportCommit& rc) override {
-    auto* m = new Msg{Msg::kCommit, id_, {}, 0, 0, rc.receivers};
+    auto* m = new Msg{Msg::kCommit, id_, {}, 0, 0, rc.receivers, nullptr};
     SendMsg(rc.to, m, kControlBytes, Tag{TagKind::kControl, {}, {}});
   }
 
@@ -417,7 +443,13 @@ class NodeActor : public NodeEnvironment {
           Msg* m = incoming;
           incoming = nullptr;
           Add(w_->mailbox[id_]->get_async<Msg>(&incoming), Tag{TagKind::kRecv, {}, {}});
-          if (m->type == Msg::kData) {
+          if (m->type == Msg::kData && m->decrypt != nullptr && !m->decrypt->test()) {
+            // TLS: the piece is usable once this end has decrypted it.
+            Tag dt;
+            dt.kind = TagKind::kDecrypt;
+            dt.data = *m;
+            Add(m->decrypt, std::move(dt));
+          } else if (m->type == Msg::kData) {
             if (id_ > 0) w_->out.receivers[id_ - 1].bytes_received += m->length;
             Feed(event::DataReceived{m->blob, m->offset, m->length});
           } else if (m->type == Msg::kAck) {
@@ -432,6 +464,16 @@ class NodeActor : public NodeEnvironment {
           --streams_[{tag.send.to, tag.send.stream}].on_wire;
           TryAccept(tag.send.to, tag.send.stream);
           break;
+        case TagKind::kEncrypt:
+          streams_[{tag.send.to, tag.send.stream}].encrypting = false;
+          TryAccept(tag.send.to, tag.send.stream);
+          break;
+        case TagKind::kDecrypt: {
+          const Msg& m = tag.data;
+          if (id_ > 0) w_->out.receivers[id_ - 1].bytes_received += m.length;
+          Feed(event::DataReceived{m.blob, m.offset, m.length});
+          break;
+        }
         case TagKind::kStreamFree:
           streams_[{tag.send.to, tag.send.stream}].timer_armed = false;
           TryAccept(tag.send.to, tag.send.stream);
@@ -517,6 +559,7 @@ nlohmann::json OutcomeToJson(const RunOutcome& o) {
           {"refit_seconds", o.refit_seconds}, {"wire_bytes", o.wire_bytes},
           {"store_put_bytes", o.store_put_bytes}, {"store_get_bytes", o.store_get_bytes},
           {"comms", o.comms}, {"sim_clock", o.sim_clock}, {"receivers", rs},
+          {"tls_cpu_seconds", o.tls_cpu_seconds},
           {"error", o.error}};
 }
 
@@ -531,6 +574,7 @@ RunOutcome OutcomeFromJson(const nlohmann::json& j) {
   o.store_put_bytes = j.at("store_put_bytes");
   o.store_get_bytes = j.at("store_get_bytes");
   o.comms = j.at("comms");
+  o.tls_cpu_seconds = j.at("tls_cpu_seconds");
   o.sim_clock = j.at("sim_clock");
   o.error = j.at("error");
   for (const auto& r : j.at("receivers")) {

@@ -65,6 +65,13 @@ struct RunSpec {
   int pieces_in_flight = 8;         // window / piece of the simulated transport (>= 1)
   std::string network_model = "CM02";
   double loopback_bandwidth = 1e10; // same-host messages
+  // Mutual TLS on relay-tree edges (network.tls): CPU seconds per byte that each data piece costs
+  // the sending end (encryption on the stream's writer, concurrent with its transfer; the stream
+  // accepts the next piece when both are done) and the receiving end (decryption as the records
+  // arrive: concurrent with the transfer; the piece is usable when both are done). Each is one
+  // exec job on the end's host (one core). 0: not charged.
+  double tls_send_s_per_byte = 0;
+  double tls_recv_s_per_byte = 0;
 };
 
 struct NodeOutcome {
@@ -84,6 +91,7 @@ struct RunOutcome {
   double wire_bytes = 0;     // over the inter-region link
   double store_put_bytes = 0, store_get_bytes = 0;
   uint64_t comms = 0;        // Comms started (messages simulated)
+  double tls_cpu_seconds = 0;  // CPU charged for TLS on every endpoint together
   double sim_clock = 0;      // Engine clock when run() returned
   std::vector<NodeOutcome> receivers;  // index = node - 1
   std::string error;         // first failure, or a deadlock note

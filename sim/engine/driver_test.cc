@@ -164,6 +164,37 @@ TEST(DriverTest, RelayTreeDeliversToEveryReceiverAndObjectStoreToo) {
   EXPECT_NEAR(st->store_get_bytes, 7 * (4e9 + 8192), 10.0);
 }
 
+TEST(DriverTest, TlsCostsEachEndItsCores) {
+  // 16 streams could fill the 381 MB/s link; with TLS at 50 MB/s per core the 4 cores of the
+  // sending (then the receiving) host encrypt (decrypt) 200 MB/s: the edge runs at that rate.
+  const double total = 2e10, per_byte = 1 / 50e6, cores = 4;
+  RunSpec plain = FullTransfer(total, 100, 1, 16, 381e6);
+  auto p = RunForked(plain);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->tls_cpu_seconds, 0);
+  EXPECT_NEAR(p->refit_seconds, total / 381e6, total / 381e6 * 0.02);
+  for (int end = 0; end < 2; ++end) {
+    SCOPED_TRACE(end == 0 ? "sending end" : "receiving end");
+    RunSpec r = plain;
+    (end == 0 ? r.tls_send_s_per_byte : r.tls_recv_s_per_byte) = per_byte;
+    auto out = RunForked(r);
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_EQ(out->error, "");
+    ASSERT_EQ(out->receivers.size(), 1u);
+    EXPECT_TRUE(out->receivers[0].committed && out->receivers[0].complete);
+    EXPECT_NEAR(out->tls_cpu_seconds, (total + 8192) * per_byte, 1e-6 * total * per_byte);
+    const double cpu_bound = total * per_byte / cores;
+    EXPECT_NEAR(out->refit_seconds, cpu_bound, cpu_bound * 0.03);
+  }
+  // Cheap TLS hides behind the link: 1 GB/s per core on each end.
+  RunSpec cheap = plain;
+  cheap.tls_send_s_per_byte = cheap.tls_recv_s_per_byte = 1e-9;
+  auto c = RunForked(cheap);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_NEAR(c->refit_seconds, p->refit_seconds, p->refit_seconds * 0.01);
+  EXPECT_GE(c->refit_seconds, p->refit_seconds);
+}
+
 TEST(DriverTest, DeterministicAcrossRuns) {
   RunSpec r = FullTransfer(1e9, 20, 5, 2, 381e6);
   auto a = RunForked(r);

@@ -303,6 +303,19 @@ void DescribeSetup(const Scenario& s, const SimInputs& in, const internal::Platf
                                      Num(plat.shared_cpu_share) + " of a core (calibration "
                                      "available_cores)"
                                : "");
+  if (!s.network.tls.enabled) {
+    result->setup["tls"] = "off (network.tls: false): relay-tree edges are plain TCP";
+  } else if (!cal.has_tls) {
+    result->setup["tls"] = "on (network.tls), not charged: the calibration has no 'tls' block "
+                           "(dcr_bench_tls --json)";
+  } else {
+    result->setup["tls"] =
+        "on (network.tls): every relay-tree endpoint is charged " +
+        Num(cal.tls_send_s_per_byte * 1e9) + " CPU-s per GB sent and " +
+        Num(cal.tls_recv_s_per_byte * 1e9) +
+        " CPU-s per GB received (dcr_bench_tls: " + cal.tls_source +
+        "); object-store transfers are not charged";
+  }
   if (s.steps > 1) result->setup["steps"] = "simulated once per run (every step is alike)";
   if (s.receivers.device != "cpu" || s.sender.device != "cpu") {
     result->setup["devices"] = "receivers.device " + s.receivers.device + ", sender.device " +
@@ -376,6 +389,10 @@ std::vector<Pending> PlanRuns(const Scenario& s, const SimInputs& in,
                                      s.delta.threads > 0 ? s.delta.threads : in.build_cores);
         internal::RunSpec spec = internal::PlanRun(s, plat, in.topo, z, kind, payload,
                                                    cal.memcpy_bytes_per_s);
+        if (kind == TransportKind::kRelayTree && s.network.tls.enabled && cal.has_tls) {
+          spec.tls_send_s_per_byte = cal.tls_send_s_per_byte;
+          spec.tls_recv_s_per_byte = cal.tls_recv_s_per_byte;
+        }
         pending.push_back({std::move(spec), std::move(z), method, kind, rate, payload});
       }
     }
@@ -436,7 +453,10 @@ RunResult CollectRun(const Scenario& s, const internal::PlatformSpec& plat, cons
       " messages; " + std::to_string(z.chunks) + " chunks (grid " +
       std::to_string(pm.grid_chunks) + "), piece " + std::to_string(z.piece) + " B, window " +
       std::to_string(z.window) + " B (coarsened x" + std::to_string(z.coarsen) +
-      "), builder window " + std::to_string(z.build_window) + " chunks";
+      "), builder window " + std::to_string(z.build_window) + " chunks" +
+      (pr.spec.tls_send_s_per_byte > 0 || pr.spec.tls_recv_s_per_byte > 0
+           ? "; TLS " + Num(outcome.tls_cpu_seconds) + " CPU-s on all endpoints"
+           : "");
   return rr;
 }
 

@@ -81,6 +81,31 @@ TEST(SimTest, SmallScenarioMatchesGolden) {
   }
 }
 
+TEST(SimTest, TlsIsChargedWhenOnAndSaysSo) {
+  // The default calibration carries dcr_bench_tls's costs; network.tls is on by default.
+  Scenario s = Parse(kSmall);
+  s.change_rates = {0.03};
+  s.transport.kinds = {TransportKind::kRelayTree};
+  s.methods = {Method::kFull};
+  auto on = Simulate(s);
+  s.network.tls.enabled = false;
+  auto off = Simulate(s);
+  ASSERT_TRUE(on.ok() && off.ok());
+  EXPECT_EQ(on->setup.at("tls").rfind("on (network.tls): every relay-tree endpoint is charged", 0),
+            0u)
+      << on->setup.at("tls");
+  EXPECT_EQ(off->setup.at("tls").rfind("off", 0), 0u) << off->setup.at("tls");
+  const std::string key = "run.full.relay_tree.0.03";
+  EXPECT_NE(on->setup.at(key).find("; TLS "), std::string::npos) << on->setup.at(key);
+  EXPECT_EQ(off->setup.at(key).find("TLS"), std::string::npos) << off->setup.at(key);
+  EXPECT_EQ(on->runs[0].receivers_verified, 6);
+  EXPECT_EQ(on->runs[0].wire_bytes, off->runs[0].wire_bytes);
+  // At the calibrated costs the endpoints' cores keep up with the 100 Mbit/s link: TLS costs CPU,
+  // not refit time.
+  EXPECT_NEAR(on->runs[0].refit_seconds, off->runs[0].refit_seconds,
+              off->runs[0].refit_seconds * 0.01);
+}
+
 TEST(SimTest, CoarseningDoesNotMoveTheResult) {
   Scenario s = Parse(kSmall);
   s.change_rates = {0.03};

@@ -1,0 +1,70 @@
+// The calibration file's optional blocks: TLS costs from dcr_bench_tls --json, inline or as a file
+// beside the calibration, and the errors that name a bad key.
+#include "calibration.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace dcr::sim::internal {
+namespace {
+
+const char* kRates = R"("memcpy_bytes_per_s": 6e9,
+  "rates": [{"change_rate": 0.03, "encode_bytes_per_s": 2e9, "decode_apply_bytes_per_s": 5e9}])";
+
+TEST(CalibrationTest, TlsBlockInline) {
+  auto c = ParseCalibration(std::string("{") + kRates +
+                                R"(, "tls": {"bytes": 1, "tls_cpu_s_per_byte": {"send": 5e-10, "recv": 7e-10}}})",
+                            "inline.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->has_tls);
+  EXPECT_EQ(c->tls_send_s_per_byte, 5e-10);
+  EXPECT_EQ(c->tls_recv_s_per_byte, 7e-10);
+  EXPECT_EQ(c->tls_source, "inline.json");
+}
+
+TEST(CalibrationTest, NoTlsBlockChargesNothing) {
+  auto c = ParseCalibration(std::string("{") + kRates + "}", "x.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->has_tls);
+  EXPECT_EQ(c->tls_send_s_per_byte, 0);
+}
+
+TEST(CalibrationTest, TlsBlockFromAFileBesideTheCalibration) {
+  char dir[] = "/tmp/dcr_sim_cal_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string d = dir;
+  std::ofstream(d + "/tls.json") << R"({"tls_cpu_s_per_byte": {"send": 1e-9, "recv": 2e-9}})";
+  std::ofstream(d + "/cal.json") << "{" << kRates << R"(, "tls": "tls.json"})";
+  auto c = LoadCalibration(d + "/cal.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->has_tls);
+  EXPECT_EQ(c->tls_send_s_per_byte, 1e-9);
+  EXPECT_EQ(c->tls_recv_s_per_byte, 2e-9);
+  EXPECT_EQ(c->tls_source, d + "/tls.json");
+
+  std::ofstream(d + "/missing.json") << "{" << kRates << R"(, "tls": "nope.json"})";
+  auto m = LoadCalibration(d + "/missing.json");
+  EXPECT_TRUE(m.status().IsNotFound()) << m.status();
+  EXPECT_NE(m.status().message().find("nope.json"), std::string::npos) << m.status();
+  for (const char* f : {"tls.json", "cal.json", "missing.json"}) std::remove((d + "/" + f).c_str());
+  ::rmdir(dir);
+}
+
+TEST(CalibrationTest, BadTlsBlockNamesTheKey) {
+  auto a = ParseCalibration(std::string("{") + kRates + R"(, "tls": {"wall_s": 1}})", "a.json");
+  EXPECT_TRUE(a.status().IsInvalidArgument());
+  EXPECT_NE(a.status().message().find("tls_cpu_s_per_byte"), std::string::npos) << a.status();
+  auto b = ParseCalibration(
+      std::string("{") + kRates + R"(, "tls": {"tls_cpu_s_per_byte": {"send": -1, "recv": 0}}})",
+      "b.json");
+  EXPECT_TRUE(b.status().IsInvalidArgument());
+  EXPECT_NE(b.status().message().find("'send'"), std::string::npos) << b.status();
+}
+
+}  // namespace
+}  // namespace dcr::sim::internal
