@@ -370,7 +370,8 @@ Status ParseNetwork(const MapReader& top, Scenario* s) {
   if (!top.Has("network")) return Status();
   MapReader r(top.Get("network"), "network");
   DCR_RETURN_IF_ERROR(
-      r.Init({"regions", "long_link", "emulation", "hosts", "base_port", "tls"}));
+      r.Init({"regions", "long_link", "emulation", "hosts", "base_port", "tls", "heartbeat",
+              "read_deadline"}));
   if (r.Has("regions")) {
     YAML::Node regions = r.Get("regions");
     if (!regions.IsSequence()) return InvalidArgumentError("network.regions: expected a list");
@@ -404,6 +405,14 @@ Status ParseNetwork(const MapReader& top, Scenario* s) {
   }
   DCR_RETURN_IF_ERROR(r.StrList("hosts", &net.hosts));
   DCR_RETURN_IF_ERROR(r.Int("base_port", &net.base_port, 0, 65535));
+  DCR_RETURN_IF_ERROR(r.Duration("heartbeat", &net.heartbeat_interval_s));
+  DCR_RETURN_IF_ERROR(r.Duration("read_deadline", &net.read_deadline_s));
+  if (!(net.heartbeat_interval_s > 0)) {
+    return InvalidArgumentError("network.heartbeat: must be > 0");
+  }
+  if (r.Has("read_deadline") && !(net.read_deadline_s >= 2 * net.heartbeat_interval_s)) {
+    return InvalidArgumentError("network.read_deadline: must be at least twice network.heartbeat");
+  }
   if (r.Has("tls")) {
     if (r.Get("tls").IsScalar()) {
       DCR_RETURN_IF_ERROR(r.Bool("tls", &net.tls.enabled));
@@ -737,6 +746,15 @@ int DeviceIndexFor(const Scenario& s, int local_index) {
   const std::vector<int>& d = s.receivers.devices;
   if (d.empty()) return local_index;
   return d[static_cast<size_t>(local_index) % d.size()];
+}
+
+double ReadDeadlineFor(const Scenario& s) {
+  if (s.network.read_deadline_s > 0) return s.network.read_deadline_s;
+  const auto& rt = s.transport.relay_tree;
+  const double streams = std::max(1, rt.root_fan_out) * std::max(1, rt.streams);
+  const double bw = s.network.long_link.bandwidth_Bps;
+  const double round = (bw > 0 ? 65536.0 * streams / bw : 0.0) + s.network.long_link.latency_s;
+  return std::max({10.0, 2 * s.network.heartbeat_interval_s, 4 * round});
 }
 
 RelayOptions RelayOptionsFor(const Scenario& s, const std::string& prefix,

@@ -137,6 +137,26 @@ TEST(Scenario, ErrorsNameTheKey) {
               "network.regions[0].name");
 }
 
+TEST(Scenario, HeartbeatAndReadDeadline) {
+  auto d = ParseScenario("model: tiny\n");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_DOUBLE_EQ(d->network.heartbeat_interval_s, 1.0);
+  EXPECT_DOUBLE_EQ(ReadDeadlineFor(*d), 10.0);  // 100 Mbit/s: one segment round is far below
+  auto slow = ParseScenario(
+      "model: tiny\nnetwork: {long_link: {bandwidth: 1Mbit/s, latency: 100ms}}\n"
+      "transport: {relay_tree: {root_fan_out: 2, streams: 4}}\n");
+  ASSERT_TRUE(slow.ok()) << slow.status();
+  // 8 streams x 64 KiB at 125 kB/s = 4.19 s, + 0.1 s latency, x 4.
+  EXPECT_NEAR(ReadDeadlineFor(*slow), 4 * (8 * 65536 / 125e3 + 0.1), 1e-9);
+  auto s = ParseScenario("model: tiny\nnetwork: {heartbeat: 250ms, read_deadline: 2s}\n");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_DOUBLE_EQ(s->network.heartbeat_interval_s, 0.25);
+  EXPECT_DOUBLE_EQ(ReadDeadlineFor(*s), 2.0);
+  ExpectError("model: tiny\nnetwork: {heartbeat: 0s}\n", "network.heartbeat: must be > 0");
+  ExpectError("model: tiny\nnetwork: {heartbeat: 1s, read_deadline: 1500ms}\n",
+              "network.read_deadline: must be at least twice network.heartbeat");
+}
+
 TEST(Scenario, DeviceKeys) {
   auto d = ParseScenario("model: tiny\n");
   ASSERT_TRUE(d.ok()) << d.status();

@@ -31,7 +31,7 @@ MAGIC = 0x46524344
 
 RUN = 0      # --run: the run id its frames carry
 VERSION = 0  # --version: the version number its frames carry
-PROTOCOL = 1  # dcr wire protocol of core/src/transport/net.h
+PROTOCOL = 2  # dcr wire protocol of core/src/transport/net.h
 
 
 def frame(ftype, from_rank, stream, blob, blob_size, offset, length, blob_kind=0):

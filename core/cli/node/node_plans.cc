@@ -114,6 +114,8 @@ StatusOr<std::vector<NodePlan>> MakePlans(const Scenario& s, Method method, Tran
     p.parents = parents;
     p.addresses = addresses;
     p.relay = RelayOptionsFor(s, store_prefix);
+    p.heartbeat_interval_s = s.network.heartbeat_interval_s;
+    p.read_deadline_s = ReadDeadlineFor(s);
     p.emulate_wan = s.network.emulation == WanEmulation::kTransport;
     p.long_bandwidth_Bps = s.network.long_link.bandwidth_Bps;
     p.long_latency_s = s.network.long_link.latency_s;

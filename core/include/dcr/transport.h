@@ -90,6 +90,14 @@ struct NodePlan {
   std::string tls_cert;
   std::string tls_key;
   RelayOptions relay;           // pieces, windows, streams, applies, store parallelism, prefix
+  // Liveness of relay-tree edges (core/docs/transports.md): every stream whose writer was given
+  // nothing for heartbeat_interval_s carries a heartbeat frame (parent to child on each stream,
+  // child to parent on stream 0), and a connection on which no byte moves for read_deadline_s is
+  // a lost link, as if the peer had closed it: a dead host, a partition or a stopped process is
+  // noticed within the deadline, not at timeout_s. REQUIRES: heartbeat_interval_s > 0,
+  // read_deadline_s >= 2 * heartbeat_interval_s. Defaults 1 s and 10 s.
+  double heartbeat_interval_s = 1.0;
+  double read_deadline_s = 10.0;
   // Long link (edges out of rank 0; uploads to the store) emulation. 0 bandwidth = unlimited.
   bool emulate_wan = true;
   double long_bandwidth_Bps = 0;

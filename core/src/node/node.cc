@@ -31,6 +31,7 @@
 #include "internal/mapped_file.h"
 #include "internal/safetensors.h"
 #include "node/commit_reports.h"
+#include "transport/heartbeat.h"
 #include "transport/net.h"
 
 namespace dcr {
@@ -256,6 +257,7 @@ class TreeLinks {
       for (int s = 0; s < l.streams; ++s) {
         auto conn = internal::ConnectTo(plan_.addresses[l.peer], deadline, tls_.get(), l.peer,
                                         kHelloTimeoutS);
+        if (conn.ok()) (*conn)->SetIdleTimeout(plan_.read_deadline_s);
         if (!conn.ok()) {
           if (listen_fd >= 0) close(listen_fd);
           return Status(conn.status().IsFailedPrecondition() ? conn.status().code()
@@ -277,8 +279,11 @@ class TreeLinks {
       children_.push_back(std::move(link));
       readers_.emplace_back([this, c, conn0] { ChildReader(c, conn0); });
     }
+    // The children hear from this node from here on, however long its parent takes to come.
+    StartHeartbeats();
     if (parent != nullptr) {
       DCR_RETURN_IF_ERROR(AcceptParent(*parent, listen_fd, deadline));
+      heartbeats_->Add(parent_writer_.get(), Frame(FrameType::kHeartbeat));
     }
     return Status();
   }
@@ -356,6 +361,7 @@ class TreeLinks {
     if (closed_) return;
     closed_ = true;
     stopping_ = true;
+    if (heartbeats_) heartbeats_->Stop();
     if (parent_writer_) parent_writer_->Close();
     for (auto& c : children_) {
       for (auto& w : c.writers) w->Close();
@@ -390,6 +396,27 @@ class TreeLinks {
   // Why `h` is not a frame of this node's wire protocol, run and version ("" when it is).
   std::string Mismatch(const FrameHeader& h) const {
     return internal::WireMismatch(h, plan_.run_id, plan_.version);
+  }
+
+  // Heartbeats on every stream to a child (transport/heartbeat.h; the parent's stream 0 joins
+  // once it is up); those out of the sender cross the emulated long link and count in its bytes.
+  void StartHeartbeats() {
+    heartbeats_ = std::make_unique<internal::Heartbeats>(plan_.heartbeat_interval_s);
+    const bool long_link = plan_.rank == 0 && plan_.emulate_wan;
+    for (auto& c : children_) {
+      for (size_t s = 0; s < c.writers.size(); ++s) {
+        FrameHeader h = Frame(FrameType::kHeartbeat);
+        h.stream = static_cast<uint32_t>(s);
+        std::function<void(Status)> counted;
+        if (long_link) {
+          counted = [this](Status st) {
+            if (st.ok()) state_->Update([](NodeResult* r) { r->bytes_sent_long += sizeof(FrameHeader); });
+          };
+        }
+        heartbeats_->Add(c.writers[s].get(), h, std::move(counted));
+      }
+    }
+    heartbeats_->Start();
   }
 
   ChildLink* FindChild(NodeId id) {
@@ -438,7 +465,10 @@ class TreeLinks {
                               std::to_string(parent.peer) + ": " + hellos.status().message());
     }
     parent_conns_.resize(expected);
-    for (auto& h : *hellos) parent_conns_[h.header.stream] = std::move(h.conn);
+    for (auto& h : *hellos) {
+      h.conn->SetIdleTimeout(plan_.read_deadline_s);
+      parent_conns_[h.header.stream] = std::move(h.conn);
+    }
     close(listen_fd);
     const bool long_up = parent.peer == 0 && plan_.emulate_wan;
     parent_writer_ = std::make_unique<FrameWriter>(parent_conns_[0].get(), nullptr,
@@ -476,6 +506,10 @@ class TreeLinks {
           s = DataLossError("frame from parent node " + std::to_string(parent) + " refused: " +
                             why);
         }
+      }
+      if (s.ok() && h.magic == internal::kFrameMagic &&
+          h.type == static_cast<uint8_t>(FrameType::kHeartbeat) && h.length == 0) {
+        continue;  // the parent is alive; the read deadline restarts
       }
       if (s.ok() && (h.magic != internal::kFrameMagic ||
                      h.type != static_cast<uint8_t>(FrameType::kPiece) || h.blob_kind > 2 ||
@@ -541,12 +575,14 @@ class TreeLinks {
         if (!reported && !stopping_) {
           queue_->Post(event::SendFailed{
               child, "node " + std::to_string(child) + " (" + plan_.addresses[child] +
-                         ") closed: " +
+                         ") lost: " +
                          (!s.ok() ? s.message() : why.empty() ? "bad frame" : "refused: " + why)});
         }
         return;
       }
-      if (h.type == static_cast<uint8_t>(FrameType::kAck)) {
+      if (h.type == static_cast<uint8_t>(FrameType::kHeartbeat)) {
+        continue;  // the child is alive
+      } else if (h.type == static_cast<uint8_t>(FrameType::kAck)) {
         queue_->Post(event::AckReceived{child, h.blob});
       } else if (h.type == static_cast<uint8_t>(FrameType::kReport)) {
         bool committed = false;
@@ -611,6 +647,7 @@ class TreeLinks {
   std::vector<ChildLink> children_;
   std::vector<std::unique_ptr<Conn>> parent_conns_;
   std::unique_ptr<FrameWriter> parent_writer_;
+  std::unique_ptr<internal::Heartbeats> heartbeats_;  // stopped first in Close
   std::vector<std::thread> readers_;
   std::atomic<bool> stopping_{false};
   bool closed_ = false;
@@ -1067,6 +1104,8 @@ class SocketNode : public NodeEnvironment {
     if (plan_.method != "delta" && plan_.method != "full") {
       return InvalidArgumentError("plan.method: unknown '" + plan_.method + "'");
     }
+    DCR_RETURN_IF_ERROR(internal::CheckLiveness(
+        internal::LivenessOptions{plan_.heartbeat_interval_s, plan_.read_deadline_s}, "plan"));
     const bool sender = plan_.rank == 0;
     if (!sender) DCR_RETURN_IF_ERROR(applier_.Open(plan_));
     DCR_ASSIGN_OR_RETURN(std::unique_ptr<NodePolicy> policy, MakeNodePolicy(plan_));
@@ -1323,6 +1362,8 @@ std::string NodePlanToJson(const NodePlan& p) {
                 {"poll_timeout_s", p.relay.poll_timeout_s},
                 {"retry_backoff_s", p.relay.retry_backoff_s},
                 {"max_retries", p.relay.max_retries}};
+  j["heartbeat_interval_s"] = p.heartbeat_interval_s;
+  j["read_deadline_s"] = p.read_deadline_s;
   j["emulate_wan"] = p.emulate_wan;
   j["long_bandwidth_Bps"] = p.long_bandwidth_Bps;
   j["long_latency_s"] = p.long_latency_s;
@@ -1376,6 +1417,10 @@ StatusOr<NodePlan> NodePlanFromJson(const std::string& text) {
     p.relay.poll_timeout_s = r.at("poll_timeout_s").get<double>();
     p.relay.retry_backoff_s = r.at("retry_backoff_s").get<double>();
     p.relay.max_retries = r.at("max_retries").get<int>();
+    if (j.contains("heartbeat_interval_s")) {
+      p.heartbeat_interval_s = j["heartbeat_interval_s"].get<double>();
+    }
+    if (j.contains("read_deadline_s")) p.read_deadline_s = j["read_deadline_s"].get<double>();
     p.emulate_wan = j.at("emulate_wan").get<bool>();
     p.long_bandwidth_Bps = j.at("long_bandwidth_Bps").get<double>();
     p.long_latency_s = j.at("long_latency_s").get<double>();

@@ -177,19 +177,52 @@ void Conn::Shutdown() {
   shutdown(fd_, SHUT_RDWR);
 }
 
-Status Conn::WaitFor(short events) {
+double Conn::IdleUntil() const {
+  return idle_timeout_s_ > 0 ? SteadyNow() + idle_timeout_s_ : 0;
+}
+
+Status Conn::WaitFor(short events, double until, const char* what) {
   while (true) {
     if (shut_) return UnavailableError("connection shut down");
+    int wait_ms = 1000;
+    if (until > 0) {
+      const double left = until - SteadyNow();
+      if (left <= 0) {
+        char text[128];
+        std::snprintf(text, sizeof(text), "%s for %.1f s (read deadline)",
+                      what != nullptr ? what : "no progress", idle_timeout_s_);
+        return UnavailableError(text);
+      }
+      wait_ms = std::min(wait_ms, static_cast<int>(left * 1000) + 1);
+    }
     pollfd p{fd_, events, 0};
-    int rc = poll(&p, 1, 1000);
+    int rc = poll(&p, 1, wait_ms);
     if (rc < 0 && errno != EINTR) return UnavailableError(ErrnoError("poll", errno).message());
     if (rc > 0) return Status();
   }
 }
 
 Status Conn::Write(const void* data, size_t size) {
-  if (ssl_ == nullptr) return WriteFull(fd_, data, size);
+  static constexpr char kStalled[] = "the peer took no bytes";
   const auto* p = static_cast<const uint8_t*>(data);
+  double until = IdleUntil();
+  if (ssl_ == nullptr) {
+    while (size > 0) {
+      ssize_t w = send(fd_, p, size, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN) {
+          DCR_RETURN_IF_ERROR(WaitFor(POLLOUT, until, kStalled));
+          continue;
+        }
+        return UnavailableError(ErrnoError("send", errno).message());
+      }
+      p += w;
+      size -= static_cast<size_t>(w);
+      until = IdleUntil();
+    }
+    return Status();
+  }
   while (size > 0) {
     int n, err = 0;
     {
@@ -201,10 +234,11 @@ Status Conn::Write(const void* data, size_t size) {
     if (n > 0) {
       p += n;
       size -= static_cast<size_t>(n);
+      until = IdleUntil();
       continue;
     }
     if (err == SSL_ERROR_WANT_WRITE || err == SSL_ERROR_WANT_READ) {
-      DCR_RETURN_IF_ERROR(WaitFor(err == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN));
+      DCR_RETURN_IF_ERROR(WaitFor(err == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN, until, kStalled));
       continue;
     }
     return UnavailableError("TLS send: " + (err == SSL_ERROR_SYSCALL
@@ -215,8 +249,27 @@ Status Conn::Write(const void* data, size_t size) {
 }
 
 Status Conn::Read(void* data, size_t size) {
-  if (ssl_ == nullptr) return ReadFull(fd_, data, size);
+  static constexpr char kSilent[] = "no bytes from the peer";
   auto* p = static_cast<uint8_t*>(data);
+  double until = IdleUntil();
+  if (ssl_ == nullptr) {
+    while (size > 0) {
+      ssize_t r = recv(fd_, p, size, MSG_DONTWAIT);
+      if (r == 0) return UnavailableError("peer closed the connection");
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN) {
+          DCR_RETURN_IF_ERROR(WaitFor(POLLIN, until, kSilent));
+          continue;
+        }
+        return UnavailableError(ErrnoError("recv", errno).message());
+      }
+      p += r;
+      size -= static_cast<size_t>(r);
+      until = IdleUntil();
+    }
+    return Status();
+  }
   while (size > 0) {
     int n, err = 0;
     {
@@ -228,10 +281,11 @@ Status Conn::Read(void* data, size_t size) {
     if (n > 0) {
       p += n;
       size -= static_cast<size_t>(n);
+      until = IdleUntil();
       continue;
     }
     if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
-      DCR_RETURN_IF_ERROR(WaitFor(err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT));
+      DCR_RETURN_IF_ERROR(WaitFor(err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, until, kSilent));
       continue;
     }
     if (err == SSL_ERROR_ZERO_RETURN || err == SSL_ERROR_SYSCALL) {
@@ -552,6 +606,7 @@ FrameWriter::FrameWriter(int fd, std::shared_ptr<TokenBucket> bucket, double lat
 FrameWriter::FrameWriter(Conn* conn, std::shared_ptr<TokenBucket> bucket, double latency_s,
                          uint64_t window_bytes)
     : conn_(conn), bucket_(std::move(bucket)), latency_s_(latency_s), window_bytes_(window_bytes) {
+  last_send_ = SteadyNow();
   pacer_ = std::thread([this] { PaceLoop(); });
   delayer_ = std::thread([this] { DelayLoop(); });
 }
@@ -560,6 +615,7 @@ FrameWriter::~FrameWriter() { Close(); }
 
 void FrameWriter::Send(const FrameHeader& header, const uint8_t* payload,
                        std::shared_ptr<const void> keep, std::function<void(Status)> accepted) {
+  last_send_ = SteadyNow();
   std::lock_guard<std::mutex> lock(mu_);
   items_.push_back(Item{header, payload, std::move(keep), std::move(accepted)});
   cv_.notify_all();

@@ -17,7 +17,11 @@
 // another protocol, run or version as malformed. kAbort travels down the tree on stream 0: the
 // sender refused the refit before sending anything (e.g. checkpoints that cannot make a delta);
 // its payload is the reason, at most kMaxAbortMessageBytes of text. A relay forwards it to its
-// children; every node stops with it.
+// children; every node stops with it. kHeartbeat (no payload; stream = the stream it travels on)
+// says the writer is alive: a parent sends one on each stream to a child, a child on stream 0 to
+// its parent, whenever that stream has been given nothing to send for the heartbeat interval
+// (heartbeat.h). A reader that gets no byte on a stream for the read deadline treats the link
+// as lost (Conn::SetIdleTimeout).
 // With mutual TLS (tls.h) the same frames travel inside each connection's TLS 1.3 stream, the
 // handshake completing before the hello.
 #ifndef DCR_CORE_SRC_TRANSPORT_NET_H_
@@ -40,12 +44,19 @@
 
 namespace dcr::internal {
 
-enum class FrameType : uint8_t { kHello = 1, kPiece = 2, kAck = 3, kReport = 4, kAbort = 5 };
+enum class FrameType : uint8_t {
+  kHello = 1,
+  kPiece = 2,
+  kAck = 3,
+  kReport = 4,
+  kAbort = 5,
+  kHeartbeat = 6,
+};
 inline constexpr uint32_t kFrameMagic = 0x46524344;  // "DCRF"
 inline constexpr uint64_t kMaxAbortMessageBytes = 4096;
 // The wire protocol this build speaks: the FrameHeader layout and frame semantics above. Any
 // change to either takes the next number.
-inline constexpr uint16_t kWireProtocol = 1;
+inline constexpr uint16_t kWireProtocol = 2;
 
 struct FrameHeader {
   uint32_t magic = kFrameMagic;
@@ -83,6 +94,9 @@ StatusOr<int> Accept(int listen_fd, double deadline);
 // non-blocking and waited on with poll outside it); Shutdown, from any thread, makes both return
 // kUnavailable. Reads and writes go straight between the socket (through OpenSSL's record
 // buffer under TLS) and the caller's memory: a piece lands in its blob buffer with no copy here.
+// With an idle timeout set, a Read or Write that makes no progress (not one byte moved) for that
+// long fails with kUnavailable naming the silence, so a peer that is gone without closing (a dead
+// host, a partition, a frozen process) is noticed like a closed one.
 class Conn {
  public:
   // Plain TCP on `fd` (closed by the destructor when `owns`).
@@ -96,6 +110,10 @@ class Conn {
   Status Write(const void* data, size_t size);
   // kUnavailable on EOF before `size` bytes ("peer closed").
   Status Read(void* data, size_t size);
+  // Seconds without progress after which Read and Write fail ("no bytes from the peer for 10.0 s
+  // (read deadline)"); 0 (the default) = wait as long as the connection is up. Set before the
+  // connection is shared between threads.
+  void SetIdleTimeout(double seconds) { idle_timeout_s_ = seconds; }
   void Shutdown();
   int fd() const { return fd_; }
   bool tls() const { return ssl_ != nullptr; }
@@ -103,8 +121,13 @@ class Conn {
   const TlsIdentity& peer() const { return peer_; }
 
  private:
-  Status WaitFor(short events);
+  // Waits until the socket is ready for `events`; kUnavailable when it is shut down or, with an
+  // idle timeout, when `until` (steady seconds) passes first (`what`: "no bytes from the peer").
+  Status WaitFor(short events, double until = 0, const char* what = nullptr);
+  // The steady time at which an operation starting now gives up (0: never).
+  double IdleUntil() const;
   int fd_;
+  double idle_timeout_s_ = 0;
   bool owns_;
   ssl_st* ssl_ = nullptr;
   TlsIdentity peer_;
@@ -192,6 +215,9 @@ class FrameWriter {
   // Stops the threads after the queued frames (or at the first error) and joins them.
   void Close();
   int fd() const { return conn_->fd(); }
+  // Steady time of the last Send (the writer's creation before any): heartbeat.h sends a
+  // heartbeat on a writer given nothing for an interval.
+  double last_send() const { return last_send_.load(); }
 
  private:
   struct Item {
@@ -223,6 +249,7 @@ class FrameWriter {
   uint64_t line_bytes_ = 0;  // bytes in the delay line
   bool closing_ = false;
   bool pacer_done_ = false;
+  std::atomic<double> last_send_{0};
   Status error_;
   std::thread pacer_, delayer_;
 };

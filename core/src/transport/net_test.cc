@@ -77,7 +77,7 @@ TEST(FrameHeader, WireLayoutOfSixtyFourBytes) {
       0x58, 0x57, 0x56, 0x55, 0x54, 0x53, 0x52, 0x51,
       0x68, 0x67, 0x66, 0x65, 0x64, 0x63, 0x62, 0x61};
   for (int i = 0; i < 64; ++i) EXPECT_EQ(b[i], want[i]) << "byte " << i;
-  EXPECT_EQ(internal::kWireProtocol, 1);
+  EXPECT_EQ(internal::kWireProtocol, 2);
 }
 
 TEST(WireMismatch, NamesTheProtocolRunOrVersionThatDiffers) {

@@ -171,6 +171,12 @@ struct NetworkSpec {
   std::vector<std::string> hosts;
   int base_port = 0;  // loopback: first port (0 = pick free ports)
   TlsSpec tls;
+  // Liveness of relay-tree edges (real mode): a heartbeat on every stream silent for
+  // `heartbeat_interval_s`; a link without a byte for `read_deadline_s` is lost. 0 read deadline
+  // (unset) = the larger of 10 s and four times what one 64 KiB segment per long-link stream
+  // takes at the long link's rate, plus its latency (ReadDeadlineFor).
+  double heartbeat_interval_s = 1.0;
+  double read_deadline_s = 0;
 };
 
 // Simulator-only settings (mode: sim); parsed here, interpreted by dcr::sim.
@@ -255,6 +261,12 @@ struct TransportScale {
 // timeout_s, prefix = `prefix`; apply, retry_backoff_s and max_retries keep their defaults.
 RelayOptions RelayOptionsFor(const Scenario& s, const std::string& prefix,
                              const TransportScale& scale = {});
+
+// The read deadline of the relay-tree edges of `s` (NodePlan::read_deadline_s): network.read_deadline
+// when set; else the largest of 10 s, twice network.heartbeat and 4 x (64 KiB x root_fan_out x
+// streams / long-link bandwidth + long-link latency), so that a stream waiting its turn for the
+// shared long link is never mistaken for a silent one.
+double ReadDeadlineFor(const Scenario& s);
 
 // Unit parsers (exposed for tests and the CLI). `what` prefixes errors.
 StatusOr<uint64_t> ParseSize(const std::string& text, const std::string& what);
