@@ -55,6 +55,16 @@ double Calibration::DecodeApplyBytesPerS(double rate) const {
   return Interp(rates, rate, &RatePoint::decode_apply_bytes_per_s);
 }
 
+double Calibration::ContextSizeRatio(double rate) const {
+  return Interp(rates, rate, &RatePoint::context_size_ratio);
+}
+double Calibration::ContextEncodeBytesPerS(double rate) const {
+  return Interp(rates, rate, &RatePoint::context_encode_bytes_per_s);
+}
+double Calibration::ContextTranscodeBytesPerS(double rate) const {
+  return Interp(rates, rate, &RatePoint::context_transcode_bytes_per_s);
+}
+
 StatusOr<Calibration> ParseCalibration(const std::string& json_text, const std::string& source) {
   nlohmann::json j = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
@@ -97,6 +107,25 @@ StatusOr<Calibration> ParseCalibration(const std::string& json_text, const std::
     };
     p.encode_wall_bytes_per_s = opt("encode_wall_bytes_per_s");
     p.decode_apply_wall_bytes_per_s = opt("decode_apply_wall_bytes_per_s");
+    const bool context = e.contains("context_payload_bytes");
+    if (i == 0) c.has_context = context;
+    if (context != c.has_context) {
+      return InvalidArgumentError(where + ": context_* keys must be given for every rate or none");
+    }
+    if (context) {
+      DCR_ASSIGN_OR_RETURN(double cpayload, PositiveNumber(e, "context_payload_bytes", where));
+      DCR_ASSIGN_OR_RETURN(double payload, PositiveNumber(e, "payload_bytes", where));
+      p.context_size_ratio = cpayload / payload;
+      DCR_ASSIGN_OR_RETURN(p.context_encode_bytes_per_s,
+                           PositiveNumber(e, "context_encode_bytes_per_s", where));
+      DCR_ASSIGN_OR_RETURN(p.context_decode_apply_bytes_per_s,
+                           PositiveNumber(e, "context_decode_apply_bytes_per_s", where));
+      p.context_transcode_bytes_per_s = opt("context_transcode_bytes_per_s");
+      if (!(p.context_transcode_bytes_per_s > 0)) {
+        p.context_transcode_bytes_per_s =
+            1 / (1 / p.context_decode_apply_bytes_per_s + 1 / p.encode_bytes_per_s);
+      }
+    }
     c.rates.push_back(p);
   }
   if (j.contains("tls")) {

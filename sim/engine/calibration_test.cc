@@ -66,5 +66,28 @@ TEST(CalibrationTest, BadTlsBlockNamesTheKey) {
   EXPECT_NE(b.status().message().find("'send'"), std::string::npos) << b.status();
 }
 
+TEST(CalibrationTest, ContextKeysPerRate) {
+  const std::string rate =
+      R"("encode_bytes_per_s": 2e9, "decode_apply_bytes_per_s": 5e9, "payload_bytes": 900,
+         "context_payload_bytes": 600, "context_encode_bytes_per_s": 1e9,
+         "context_decode_apply_bytes_per_s": 3e9)";
+  auto c = ParseCalibration(R"({"memcpy_bytes_per_s": 6e9, "rates": [{"change_rate": 0.03, )" +
+                                rate + "}]}",
+                            "ctx.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->has_context);
+  EXPECT_DOUBLE_EQ(c->ContextSizeRatio(0.03), 600.0 / 900.0);
+  EXPECT_EQ(c->ContextEncodeBytesPerS(0.03), 1e9);
+  // No transcoding speed given: context decode+apply, then the plain encoder.
+  EXPECT_DOUBLE_EQ(c->ContextTranscodeBytesPerS(0.03), 1 / (1 / 3e9 + 1 / 2e9));
+
+  auto mixed = ParseCalibration(
+      R"({"memcpy_bytes_per_s": 6e9, "rates": [{"change_rate": 0.03, )" + rate +
+          R"(}, {"change_rate": 0.05, "encode_bytes_per_s": 2e9, "decode_apply_bytes_per_s": 5e9}]})",
+      "mixed.json");
+  EXPECT_TRUE(mixed.status().IsInvalidArgument());
+  EXPECT_NE(mixed.status().message().find("rates[1]"), std::string::npos) << mixed.status();
+}
+
 }  // namespace
 }  // namespace dcr::sim::internal

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -38,7 +39,8 @@ constexpr uint64_t kControlBytes = 64;
 constexpr uint64_t kListReplyBytes = 256;
 
 struct Msg {
-  enum Type { kData, kAck, kCommit } type = kData;
+  // kProduced: an edge relay tells the root of its subtree that a blob's plain form is ready.
+  enum Type { kData, kAck, kCommit, kProduced } type = kData;
   NodeId from = kNoNode;
   BlobInfo blob;
   uint64_t offset = 0, length = 0;
@@ -77,9 +79,24 @@ struct Tag {
   Msg data;            // kDecrypt: the piece being decrypted
 };
 
+// What one actor is: its place in the world (actor index; the mailbox, host and region tables)
+// and in the tree its policy runs over (policy id; actor index = offset + policy id).
+struct ActorRole {
+  int actor = 0;
+  NodeId policy_id = 0;
+  int offset = 0;
+  bool receiver = false;  // one of the measured receivers (outcome index actor - 1)
+  bool producer = false;  // builds the blobs (the sender or uploader)
+  bool fed = false;       // its blobs are produced by an edge relay's transcoding (kProduced)
+  int notify = -1;        // edge relay: the actor to tell when a blob's plain form is ready
+  const std::vector<SimBlob>* blobs = nullptr;
+  std::function<std::unique_ptr<NodePolicy>()> policy;
+};
+
 class NodeActor : public NodeEnvironment {
  public:
-  NodeActor(World* w, NodeId id) : w_(w), id_(id) {}
+  NodeActor(World* w, ActorRole role)
+      : w_(w), id_(role.actor), pid_(role.policy_id), role_(std::move(role)) {}
 
   void operator()() {
     try {
@@ -91,11 +108,13 @@ class NodeActor : public NodeEnvironment {
 
  private:
   const RunSpec& spec() const { return *w_->spec; }
+  const std::vector<SimBlob>& blobs() const { return *role_.blobs; }
+  int ActorOf(NodeId policy_node) const { return role_.offset + policy_node; }
   static double Now() { return sg4::Engine::get_clock(); }
 
   void Record(const std::string& error) {
     if (w_->out.error.empty()) w_->out.error = error;
-    if (id_ > 0) w_->out.receivers[id_ - 1].error = error;
+    if (role_.receiver) w_->out.receivers[id_ - 1].error = error;
   }
 
   void Add(const sg4::ActivityPtr& a, Tag tag) {
@@ -228,8 +247,8 @@ class NodeActor : public NodeEnvironment {
   }
 
   void SendMsg(NodeId to, Msg* m, uint64_t bytes, Tag tag) {
-    sg4::CommPtr c = w_->mailbox[to]->put_init(m, bytes);
-    int ra = w_->node_region[id_], rb = w_->node_region[to];
+    sg4::CommPtr c = w_->mailbox[ActorOf(to)]->put_init(m, bytes);
+    int ra = w_->node_region[id_], rb = w_->node_region[ActorOf(to)];
     if (m->type == Msg::kData) {
       double cap = StreamCap(ra, rb);
       if (cap > 0) c->set_rate(cap);
@@ -260,7 +279,7 @@ class NodeActor : public NodeEnvironment {
              " before the first was accepted");
       return;
     }
-    auto* m = new Msg{Msg::kData, id_, s.blob, s.offset, s.length, 0, nullptr};
+    auto* m = new Msg{Msg::kData, pid_, s.blob, s.offset, s.length, 0, nullptr};
     if (spec().tls_recv_s_per_byte > 0) {
       // TLS: the receiving end decrypts the piece's records as they arrive (on one of its cores,
       // from the start of the transfer); the piece is usable when both are done.
@@ -268,14 +287,14 @@ class NodeActor : public NodeEnvironment {
       w_->out.tls_cpu_seconds += cpu;
       m->decrypt = sg4::this_actor::exec_init(cpu * kHostFlops);
       m->decrypt->set_host(w_->platform.shared_cpu != nullptr ? w_->platform.shared_cpu
-                                                              : w_->node_host[s.to]);
+                                                              : w_->node_host[ActorOf(s.to)]);
       m->decrypt->start();
     }
     Tag t;
     t.kind = TagKind::kSend;
     t.send = s;
     SendMsg(s.to, m, s.length, std::move(t));
-    const double cap = StreamCap(w_->node_region[id_], w_->node_region[s.to]);
+    const double cap = StreamCap(w_->node_region[id_], w_->node_region[ActorOf(s.to)]);
     ++st.on_wire;
     st.unaccepted = true;
     st.piece = s;
@@ -297,17 +316,17 @@ class NodeActor : public NodeEnvironment {
   void Ack(const action::Ack& ack) override {
     BlobInfo b;
     b.id = ack.blob;
-    auto* m = new Msg{Msg::kAck, id_, b, 0, 0, 0, nullptr};
+    auto* m = new Msg{Msg::kAck, pid_, b, 0, 0, 0, nullptr};
     SendMsg(ack.to, m, kControlBytes, Tag{TagKind::kControl, {}, {}});
   }
 
   void ReportCommit(const action::ReportCommit& rc) override {
-    auto* m = new Msg{Msg::kCommit, id_, {}, 0, 0, rc.receivers, nullptr};
+    auto* m = new Msg{Msg::kCommit, pid_, {}, 0, 0, rc.receivers, nullptr};
     SendMsg(rc.to, m, kControlBytes, Tag{TagKind::kControl, {}, {}});
   }
 
   void Apply(const action::Apply& ap) override {
-    const SimBlob& sb = spec().blobs.at(ap.blob.id);
+    const SimBlob& sb = blobs().at(ap.blob.id);
     sg4::ExecPtr e = Compute(std::max(sb.apply_flops, 1.0));
     Tag t;
     t.kind = TagKind::kApply;
@@ -348,7 +367,7 @@ class NodeActor : public NodeEnvironment {
   }
 
   void Committed() override {
-    if (id_ == 0) return;
+    if (!role_.receiver) return;
     NodeOutcome& n = w_->out.receivers[id_ - 1];
     n.committed = true;
     n.commit_at = Now();
@@ -364,19 +383,19 @@ class NodeActor : public NodeEnvironment {
     Record("node " + std::to_string(id_) + " failed: " + status.message());
   }
 
-  bool Producer() const { return id_ == 0; }
+  bool Producer() const { return role_.producer; }
 
   // The order in which the builder produces the blobs (header, windows of chunks, trailer), as
   // BuildDelta does (dcr/delta.h ProductionOrder).
   ProductionOrder Order() const {
-    return ProductionOrder(spec().blobs.size() - 2, static_cast<uint64_t>(spec().build_window));
+    return ProductionOrder(blobs().size() - 2, static_cast<uint64_t>(spec().build_window));
   }
   // First and last blob index of the production group holding blob i.
   size_t WindowFirst(size_t i) const { return Order().GroupFirst(i); }
   size_t WindowLast(size_t i) const { return Order().GroupLast(i); }
 
   void LaunchBuilds() {
-    const auto& blobs = spec().blobs;
+    const auto& blobs = this->blobs();
     for (bool progress = true; progress;) {
       progress = false;
       while (next_launch_ < blobs.size() && running_builds_ < spec().build_parallel &&
@@ -412,19 +431,32 @@ class NodeActor : public NodeEnvironment {
     }
   }
 
+  // The root of an edge relay's subtree: blob `id`'s plain form is ready; blobs are handed to the
+  // policy in id order, as a builder produces them.
+  void OnProduced(BlobId id) {
+    const auto& bl = blobs();
+    if (id >= bl.size()) return;
+    built_[id] = true;
+    while (next_deliver_ < bl.size() && built_[next_deliver_]) {
+      Feed(event::BlobProduced{bl[next_deliver_].info});
+      ++next_deliver_;
+    }
+  }
+
   void Run() {
     host_ = sg4::this_actor::get_host();
-    const size_t n = spec().blobs.size();
+    const size_t n = blobs().size();
     applied_.assign(n, 0);
-    policy_ = std::make_unique<PolicyHost>(MakeSimPolicy(spec(), id_), this);
+    policy_ = std::make_unique<PolicyHost>(role_.policy(), this);
     Msg* incoming = nullptr;
-    bool receives = !spec().object_store || id_ > 0;
+    bool receives = !spec().object_store || pid_ > 0;
     if (receives) Add(w_->mailbox[id_]->get_async<Msg>(&incoming), Tag{TagKind::kRecv, {}, {}});
     Feed(event::Start{});
     if (Producer()) {
       built_.assign(n, false);
       LaunchBuilds();
     }
+    if (role_.fed) built_.assign(n, false);
     while (!policy_->done()) {
       if (acts_.empty()) {
         Record("node " + std::to_string(id_) + " is stuck: nothing to wait for");
@@ -450,8 +482,10 @@ class NodeActor : public NodeEnvironment {
             dt.data = *m;
             Add(m->decrypt, std::move(dt));
           } else if (m->type == Msg::kData) {
-            if (id_ > 0) w_->out.receivers[id_ - 1].bytes_received += m->length;
+            if (role_.receiver) w_->out.receivers[id_ - 1].bytes_received += m->length;
             Feed(event::DataReceived{m->blob, m->offset, m->length});
+          } else if (m->type == Msg::kProduced) {
+            OnProduced(m->blob.id);
           } else if (m->type == Msg::kAck) {
             Feed(event::AckReceived{m->from, m->blob.id});
           } else {
@@ -470,7 +504,7 @@ class NodeActor : public NodeEnvironment {
           break;
         case TagKind::kDecrypt: {
           const Msg& m = tag.data;
-          if (id_ > 0) w_->out.receivers[id_ - 1].bytes_received += m.length;
+          if (role_.receiver) w_->out.receivers[id_ - 1].bytes_received += m.length;
           Feed(event::DataReceived{m.blob, m.offset, m.length});
           break;
         }
@@ -490,6 +524,16 @@ class NodeActor : public NodeEnvironment {
           event::ApplyDone done;
           done.blob = tag.blob.id;
           Feed(done);
+          if (role_.notify >= 0) {
+            // Edge relay: the blob's plain form is ready for the subtree's root (same host).
+            BlobInfo b;
+            b.id = tag.blob.id;
+            auto* m = new Msg{Msg::kProduced, pid_, b, 0, 0, 0, nullptr};
+            sg4::CommPtr c = w_->mailbox[role_.notify]->put_init(m, kControlBytes);
+            c->start();
+            ++w_->out.comms;
+            Add(c, Tag{TagKind::kControl, {}, {}});
+          }
           break;
         }
         case TagKind::kPut:
@@ -501,7 +545,7 @@ class NodeActor : public NodeEnvironment {
           StartFetchReply(tag.blob);
           break;
         case TagKind::kFetch:
-          if (id_ > 0) w_->out.receivers[id_ - 1].bytes_received += tag.blob.size;
+          if (role_.receiver) w_->out.receivers[id_ - 1].bytes_received += tag.blob.size;
           Feed(event::FetchDone{tag.blob.id, true, ""});
           break;
         case TagKind::kTimer:
@@ -534,7 +578,9 @@ class NodeActor : public NodeEnvironment {
   }
 
   World* w_;
-  NodeId id_;
+  int id_;      // actor index
+  NodeId pid_;  // id in the tree its policy runs over
+  ActorRole role_;
   sg4::Host* host_ = nullptr;
   std::unique_ptr<PolicyHost> policy_;
   std::vector<sg4::ActivityPtr> acts_;
@@ -621,10 +667,18 @@ RunOutcome RunInThisProcess(const RunSpec& spec) {
                                                           spec.relay.max_parallel_puts));
   w.platform = BuildPlatform(plat);
 
-  const int nodes = spec.receivers + 1;
+  // Actors 0 .. receivers: the tree (0 = its root). With an edge relay, the root is the edge relay's
+  // forwarding side on the edge host, and two more actors carry the long-link stream: the sender
+  // (receivers + 1, on the train host) and the edge relay's receiving side (receivers + 2).
+  const bool edge = spec.edge_relay;
+  const int wan_sender = spec.receivers + 1, edge_receiver = spec.receivers + 2;
+  const int nodes = spec.receivers + (edge ? 3 : 1);
   const int rollout_hosts = static_cast<int>(w.platform.hosts[1].size());
   for (int i = 0; i < nodes; ++i) {
-    if (i == 0) {
+    if ((i == 0 && edge) || i == edge_receiver) {
+      w.node_host.push_back(w.platform.edge);
+      w.node_region.push_back(1);
+    } else if (i == 0 || i == wan_sender) {
       w.node_host.push_back(w.platform.hosts[0][0]);
       w.node_region.push_back(0);
     } else {
@@ -634,10 +688,33 @@ RunOutcome RunInThisProcess(const RunSpec& spec) {
     }
     w.mailbox.push_back(sg4::Mailbox::by_name("node-" + std::to_string(i)));
   }
+  const Topology wan_tree = *Topology::FanOut(2, 1, 1);  // sender -> edge relay
+  RelayOptions edge_options = spec.relay;
+  edge_options.apply = true;  // the edge relay's apply is its transcoding, chunk-parallel
+  edge_options.max_parallel_applies = std::max(1, spec.platform.edge_cores);
   for (int i = 0; i < nodes; ++i) {
-    sg4::ActorPtr a =
-        sg4::Actor::create("node-" + std::to_string(i), w.node_host[i], [&w, i]() {
-          NodeActor node(&w, i);
+    ActorRole role;
+    role.actor = i;
+    role.policy_id = i;
+    role.receiver = i >= 1 && i <= spec.receivers;
+    role.blobs = &spec.blobs;
+    role.producer = i == 0 && !edge;
+    role.fed = i == 0 && edge;
+    role.policy = [&spec, i]() { return MakeSimPolicy(spec, i); };
+    if (i == wan_sender || i == edge_receiver) {
+      role.policy_id = i - wan_sender;
+      role.offset = wan_sender;
+      role.blobs = &spec.wan_blobs;
+      role.producer = i == wan_sender;
+      role.notify = i == edge_receiver ? 0 : -1;
+      const RelayOptions* opts = i == wan_sender ? &spec.relay : &edge_options;
+      role.policy = [&wan_tree, opts, pid = role.policy_id]() {
+        return MakeTreePolicy(wan_tree, pid, *opts);
+      };
+    }
+    sg4::ActorPtr a = sg4::Actor::create(
+        "node-" + std::to_string(i), w.node_host[i], [&w, role]() {
+          NodeActor node(&w, role);
           node();
         });
     w.mailbox[i]->set_receiver(a);

@@ -22,6 +22,11 @@
 // windows of `build_window` chunks: a window is built, then emitted at once, then the next one
 // starts); BlobProduced in blob order.
 //
+// Edge relay (RunSpec::edge_relay): the sender streams `wan_blobs` over the long link to the edge
+// relay's receiving side, a leaf whose Apply is the transcoding; each transcoded blob is handed
+// (a 64-byte same-host message) to the edge relay's forwarding side, the root of `topology`, as
+// BlobProduced in id order. Both sides are tree policies (MakeTreePolicy), as every other node.
+//
 // Rate caps: SimGrid's own TCP-gamma cap is disabled (TCP-gamma = 0) and every Comm gets an
 // explicit rate = the cap of one real TCP stream, min(window, tcp_gamma) / RTT of its route, shared
 // by the pieces in flight on that stream (window / piece). This models one TCP socket per stream
@@ -72,6 +77,15 @@ struct RunSpec {
   // exec job on the end's host (one core). 0: not charged.
   double tls_send_s_per_byte = 0;
   double tls_recv_s_per_byte = 0;
+  // Edge relay (relay tree only; platform.edge_cores > 0 names its host): the long link carries
+  // `wan_blobs` (the context-coded stream: sizes, build cost on the sender; apply_flops = the edge
+  // relay's transcoding of the blob, context decode + apply onto its canonical base + plain
+  // re-encode) from the sender to the edge relay, a leaf of a two-node tree that transcodes up to
+  // edge_cores blobs at once; each transcoded blob is produced, in id order, at the root of
+  // `topology`, which runs on the edge host and forwards `blobs` (the plain form) to the
+  // receivers. Same blob ids in both streams.
+  bool edge_relay = false;
+  std::vector<SimBlob> wan_blobs;
 };
 
 struct NodeOutcome {

@@ -195,6 +195,49 @@ TEST(DriverTest, TlsCostsEachEndItsCores) {
   EXPECT_GE(c->refit_seconds, p->refit_seconds);
 }
 
+// The relay tree behind an edge relay: the long link carries a stream `shrink` times smaller,
+// which the edge relay transcodes (`transcode_s` per chunk on one of its `cores`) into the plain
+// stream it forwards.
+RunSpec BehindEdgeRelay(RunSpec r, double shrink, int cores, double transcode_s) {
+  r.edge_relay = true;
+  r.platform.edge_cores = cores;
+  r.wan_blobs = r.blobs;
+  for (SimBlob& b : r.wan_blobs) {
+    if (b.info.kind != BlobKind::kChunk) continue;
+    b.info.size = static_cast<uint64_t>(static_cast<double>(b.info.size) / shrink);
+    b.apply_flops = transcode_s * kHostFlops;
+  }
+  return r;
+}
+
+TEST(DriverTest, EdgeRelayTranscodesWhatTheLongLinkCarries) {
+  const double total = 2e10;
+  RunSpec plain = FullTransfer(total, 100, 7, 16, 381e6);
+  auto p = RunForked(plain);
+  ASSERT_TRUE(p.ok()) << p.status();
+  // A stream 4x smaller on the link, transcoded fast (8 cores, 10 ms a chunk): the link's time
+  // for a quarter of the bytes; every receiver gets the plain stream.
+  auto fast = RunForked(BehindEdgeRelay(plain, 4, 8, 0.01));
+  ASSERT_TRUE(fast.ok()) << fast.status();
+  EXPECT_EQ(fast->error, "");
+  for (const NodeOutcome& n : fast->receivers) {
+    EXPECT_TRUE(n.committed && n.complete);
+    EXPECT_EQ(n.bytes_received, total / 100 * 100 + 8192);
+  }
+  EXPECT_NEAR(fast->wire_bytes, total / 4 + 8192, 100.0);
+  const double link = total / 4 / 381e6;
+  EXPECT_GT(fast->refit_seconds, link);
+  EXPECT_LT(fast->refit_seconds, link * 1.1);
+  EXPECT_LT(fast->refit_seconds * 3, p->refit_seconds);
+  // A lagging edge relay (one core, 1 s a chunk) bounds the refit: 100 chunks in turn.
+  auto slow = RunForked(BehindEdgeRelay(plain, 4, 1, 1.0));
+  ASSERT_TRUE(slow.ok()) << slow.status();
+  EXPECT_EQ(slow->error, "");
+  for (const NodeOutcome& n : slow->receivers) EXPECT_TRUE(n.committed && n.complete);
+  EXPECT_GT(slow->refit_seconds, 100.0);
+  EXPECT_LT(slow->refit_seconds, 100.0 * 1.05);
+}
+
 TEST(DriverTest, DeterministicAcrossRuns) {
   RunSpec r = FullTransfer(1e9, 20, 5, 2, 381e6);
   auto a = RunForked(r);

@@ -26,6 +26,10 @@ struct Extra {
   int build_cores = 0;      // 0 = sim.gpus_per_node
   bool wall_clock = false;  // calibration_clock: wall
   int shared_cpu = 0;       // > 0: every node computes on one shared CPU of this many cores
+  // wan_context: the long link carries the context-coded delta to an edge relay in the rollout
+  // region that transcodes it to the plain form for the tree (relay-tree delta runs).
+  bool wan_context = false;
+  int edge_cores = 64;      // edge_relay_cores: the edge relay's cores
 };
 // kInvalidArgument naming the sim.extra key for an unknown key or a bad value.
 StatusOr<Extra> ParseExtra(const Scenario& s);
@@ -40,6 +44,18 @@ struct Sizing {
   int build_parallel = 1;  // concurrent chunk builds (each on build_cores / build_parallel cores)
   int build_window = 1;    // chunks built and emitted together (BuildDelta's window of cells)
 };
+
+// The sender's encoding for the long link when an edge relay can decode the context form: context
+// when the edge relay keeps up with what the link delivers (its cores x the per-core transcoding
+// speed, in dense bytes per second, at least the link's rate x dense / context payload), else the
+// plain form (the edge relay would lag: the tree falls back to plain).
+struct WanChoice {
+  bool context = false;
+  double edge_dense_Bps = 0;  // the edge relay's transcoding throughput
+  double link_dense_Bps = 0;  // dense bytes per second the link delivers in the context form
+};
+WanChoice ChooseWanEncoding(double link_Bps, double dense, double context_payload, int edge_cores,
+                            double transcode_Bps);
 
 // Blobs of one run: header, K chunks, trailer, coarsened within the message budget.
 Sizing SizeRun(const Scenario& s, const Extra& extra, double payload, double header,

@@ -56,6 +56,12 @@ Platform BuildPlatform(const PlatformSpec& spec) {
       AttachNic(zone, h->get_netpoint(), name, reg.nic_bandwidth, reg.nic_latency);
       p.hosts[r].push_back(h);
     }
+    if (r == 1 && spec.edge_cores > 0) {
+      sg4::Host* h = zone->create_host("edge-relay", kHostFlops)->set_core_count(spec.edge_cores);
+      h->seal();
+      AttachNic(zone, h->get_netpoint(), "edge-relay", reg.nic_bandwidth, reg.nic_latency);
+      p.edge = h;
+    }
     if (spec.object_store && static_cast<int>(r) == spec.store_region) {
       sg4::Host* h = zone->create_host("object-store", kHostFlops);
       h->seal();

@@ -48,7 +48,19 @@ StatusOr<Extra> ParseExtra(const Scenario& s) {
   Extra e;
   for (const auto& [key, value] : s.sim.extra) {
     std::string path = "sim.extra." + key;
-    if (key == "comm_budget" || key == "build_cores") {
+    if (key == "wan_context") {
+      if (value == "on" || value == "true") e.wan_context = true;
+      else if (value == "off" || value == "false") e.wan_context = false;
+      else return InvalidArgumentError(path + ": must be 'on' or 'off', got '" + value + "'");
+    } else if (key == "edge_relay_cores") {
+      char* end = nullptr;
+      long v = std::strtol(value.c_str(), &end, 10);
+      if (end == value.c_str() || *end != '\0' || v < 1 || v > 4096) {
+        return InvalidArgumentError(path + ": must be a core count in [1, 4096], got '" + value +
+                                    "'");
+      }
+      e.edge_cores = static_cast<int>(v);
+    } else if (key == "comm_budget" || key == "build_cores") {
       char* end = nullptr;
       double v = std::strtod(value.c_str(), &end);
       if (end == value.c_str() || *end != '\0' || !(v >= 1)) {
@@ -78,7 +90,8 @@ StatusOr<Extra> ParseExtra(const Scenario& s) {
       else return InvalidArgumentError(path + ": must be 'train' or 'rollout', got '" + value + "'");
     } else {
       return InvalidArgumentError(path + ": unknown key (known: comm_budget, build_cores, "
-                                  "calibration_clock, object_store_region, shared_cpu)");
+                                  "calibration_clock, object_store_region, shared_cpu, "
+                                  "wan_context, edge_relay_cores)");
     }
   }
   return e;
@@ -107,6 +120,15 @@ StatusOr<std::string> ResolveCalibration(const Scenario& s, const SimOptions& o)
 }  // namespace
 
 namespace internal {
+
+WanChoice ChooseWanEncoding(double link_Bps, double dense, double context_payload, int edge_cores,
+                            double transcode_Bps) {
+  WanChoice c;
+  c.edge_dense_Bps = std::max(0, edge_cores) * transcode_Bps;
+  c.link_dense_Bps = context_payload > 0 ? link_Bps * dense / context_payload : 0;
+  c.context = context_payload > 0 && c.edge_dense_Bps >= c.link_dense_Bps;
+  return c;
+}
 
 Sizing SizeRun(const Scenario& s, const Extra& extra, double payload, double header,
                double trailer, double dense, uint64_t grid_chunks, double build_Bps,
@@ -240,6 +262,11 @@ StatusOr<SimInputs> LoadInputs(const Scenario& s, const SimOptions& options) {
   if (!cal_or.ok()) return cal_or.status().WithContext("sim.calibration");
   in.cal = std::move(*cal_or);
   if (in.extra.wall_clock) in.cal.UseWallClock();
+  if (in.extra.wan_context && !in.cal.has_context) {
+    return InvalidArgumentError("sim.extra.wan_context: the calibration " + in.cal.source +
+                                " has no context_* keys per rate (dcr bench codec --json of the "
+                                "context-coded delta)");
+  }
   DCR_ASSIGN_OR_RETURN(in.topo, TopologyFor(s));
   in.build_cores = in.extra.build_cores > 0 ? in.extra.build_cores : s.sim.gpus_per_node;
   return in;
@@ -364,7 +391,45 @@ struct Pending {
   TransportKind kind;
   double rate;
   double payload;
+  std::string wan;  // the long link's encoding and the edge relay, when wan_context
 };
+
+// wan_context on a relay-tree delta run: the context-coded stream on the long link to an edge
+// relay (if it keeps up, ChooseWanEncoding; else the run stays plain). Returns the setup text.
+std::string PlanEdgeRelay(const SimInputs& in,
+                          const internal::PlatformSpec& plat, const PayloadModel& pm, double rate,
+                          double build_Bps, internal::RunSpec* spec) {
+  const Calibration& cal = in.cal;
+  const double ratio = cal.ContextSizeRatio(rate);
+  const double transcode_Bps = cal.ContextTranscodeBytesPerS(rate);
+  const double ctx_encode_Bps = cal.ContextEncodeBytesPerS(rate);
+  std::vector<internal::SimBlob> wan = spec->blobs;
+  double context_payload = 0;
+  for (internal::SimBlob& b : wan) {
+    if (b.info.kind == BlobKind::kChunk) {
+      b.info.size = static_cast<uint64_t>(std::llround(static_cast<double>(b.info.size) * ratio));
+      b.build_flops = b.build_flops * build_Bps / ctx_encode_Bps;
+      b.apply_flops = internal::ComputeFlops(pm.dense_bytes / (wan.size() - 2), transcode_Bps);
+    }
+    context_payload += static_cast<double>(b.info.size);
+  }
+  const internal::WanChoice choice = internal::ChooseWanEncoding(
+      plat.wan_bandwidth, pm.dense_bytes, context_payload, in.extra.edge_cores, transcode_Bps);
+  std::string text =
+      "context form " + Num(context_payload) + " B (" + Num(ratio) +
+      " of the plain chunks, calibration context_payload_bytes / payload_bytes), encode " +
+      Num(ctx_encode_Bps) + " B/s per core; edge relay: 1 host in region " +
+      plat.regions[1].name + ", " + std::to_string(in.extra.edge_cores) +
+      " cores, holding the canonical base (" + Num(pm.dense_bytes / 1e9) +
+      " GB in memory) and transcoding (context decode + apply + plain re-encode) at " +
+      Num(transcode_Bps) + " B/s per core: " + Num(choice.edge_dense_Bps) +
+      " dense B/s against the " + Num(choice.link_dense_Bps) + " the link delivers";
+  if (!choice.context) return text + ": it would lag, the long link carries the plain form";
+  spec->edge_relay = true;
+  spec->platform.edge_cores = in.extra.edge_cores;
+  spec->wan_blobs = std::move(wan);
+  return text + ": it keeps up, the long link carries the context form";
+}
 
 // Every (rate x transport x method) run of the scenario, sized and planned.
 std::vector<Pending> PlanRuns(const Scenario& s, const SimInputs& in,
@@ -393,7 +458,11 @@ std::vector<Pending> PlanRuns(const Scenario& s, const SimInputs& in,
           spec.tls_send_s_per_byte = cal.tls_send_s_per_byte;
           spec.tls_recv_s_per_byte = cal.tls_recv_s_per_byte;
         }
-        pending.push_back({std::move(spec), std::move(z), method, kind, rate, payload});
+        std::string wan;
+        if (in.extra.wan_context && delta && kind == TransportKind::kRelayTree) {
+          wan = PlanEdgeRelay(in, plat, pm, rate, build_Bps, &spec);
+        }
+        pending.push_back({std::move(spec), std::move(z), method, kind, rate, payload, wan});
       }
     }
   }
@@ -456,7 +525,8 @@ RunResult CollectRun(const Scenario& s, const internal::PlatformSpec& plat, cons
       "), builder window " + std::to_string(z.build_window) + " chunks" +
       (pr.spec.tls_send_s_per_byte > 0 || pr.spec.tls_recv_s_per_byte > 0
            ? "; TLS " + Num(outcome.tls_cpu_seconds) + " CPU-s on all endpoints"
-           : "");
+           : "") +
+      (pr.wan.empty() ? "" : "; long link: " + pr.wan);
   return rr;
 }
 

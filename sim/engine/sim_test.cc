@@ -2,6 +2,8 @@
 // coarsening invariance, and errors naming the scenario key. Each simulation runs in a child.
 #include "dcr/sim/sim.h"
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -104,6 +106,84 @@ TEST(SimTest, TlsIsChargedWhenOnAndSaysSo) {
   // not refit time.
   EXPECT_NEAR(on->runs[0].refit_seconds, off->runs[0].refit_seconds,
               off->runs[0].refit_seconds * 0.01);
+}
+
+// The default calibration with a context-coded delta `shrink` times smaller than the plain one at
+// every rate, decoded + applied at 4 GB/s per core and transcoded at `transcode` B/s per core
+// (shrink 0: without context keys).
+std::string ContextCalibration(double shrink, double transcode) {
+  std::ifstream in(std::string(DCR_TEST_SRC) + "/../calibration/default.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  for (auto& r : j["rates"]) {
+    for (auto it = r.begin(); it != r.end();) {
+      it = it.key().rfind("context_", 0) == 0 ? r.erase(it) : std::next(it);
+    }
+    if (shrink <= 0) continue;
+    r["context_payload_bytes"] = r["payload_bytes"].get<double>() / shrink;
+    r["context_encode_bytes_per_s"] = r["encode_bytes_per_s"].get<double>() / 2;
+    r["context_decode_apply_bytes_per_s"] = 4e9;
+    r["context_transcode_bytes_per_s"] = transcode;
+  }
+  j["tls"] = std::string(DCR_TEST_SRC) + "/../calibration/tls.json";
+  char path[] = "/tmp/dcr_sim_ctx_cal_XXXXXX";
+  int fd = ::mkstemp(path);
+  EXPECT_GE(fd, 0);
+  ::close(fd);
+  std::ofstream(path) << j.dump();
+  return path;
+}
+
+TEST(SimTest, WanContextSendsTheContextFormToAnEdgeRelay) {
+  Scenario s = Parse(kSmall);
+  s.change_rates = {0.03};
+  s.transport.kinds = {TransportKind::kRelayTree};
+  s.methods = {Method::kDelta};
+  auto plain = Simulate(s);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  SimOptions o;
+  o.calibration_path = ContextCalibration(1.5, 2e9);
+  s.sim.extra["wan_context"] = "on";
+  s.sim.extra["edge_relay_cores"] = "8";
+  auto ctx = Simulate(s, o);
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  const RunResult& p = plain->runs[0];
+  const RunResult& c = ctx->runs[0];
+  EXPECT_EQ(c.error, "");
+  EXPECT_EQ(c.receivers_verified, 6);
+  EXPECT_EQ(c.payload_bytes, p.payload_bytes);  // the receivers get the plain delta
+  // The long link carries the chunks 1.5x smaller (header and trailer as they are).
+  EXPECT_LT(static_cast<double>(c.wire_bytes), p.wire_bytes / 1.45);
+  EXPECT_GT(static_cast<double>(c.wire_bytes), p.wire_bytes / 1.55);
+  EXPECT_LT(c.refit_seconds, p.refit_seconds / 1.3);  // bound by the 100 Mbit/s link
+  const std::string line = ctx->setup.at("run.delta.relay_tree.0.03");
+  EXPECT_NE(line.find("it keeps up, the long link carries the context form"), std::string::npos)
+      << line;
+  EXPECT_NE(line.find("8 cores"), std::string::npos) << line;
+
+  // An edge relay that cannot keep up (one core at 1 MB/s): the long link carries the plain form.
+  SimOptions slow;
+  slow.calibration_path = ContextCalibration(1.5, 1e6);
+  s.sim.extra["edge_relay_cores"] = "1";
+  auto lag = Simulate(s, slow);
+  ASSERT_TRUE(lag.ok()) << lag.status();
+  EXPECT_NE(lag->setup.at("run.delta.relay_tree.0.03").find("it would lag"), std::string::npos);
+  EXPECT_EQ(lag->runs[0].wire_bytes, p.wire_bytes);
+  EXPECT_EQ(lag->runs[0].refit_seconds, p.refit_seconds);
+  std::remove(o.calibration_path.c_str());
+  std::remove(slow.calibration_path.c_str());
+
+  // Without context keys in the calibration the key is refused, named.
+  SimOptions none;
+  none.calibration_path = ContextCalibration(0, 0);
+  auto bad = Simulate(s, none);
+  std::remove(none.calibration_path.c_str());
+  EXPECT_TRUE(bad.status().IsInvalidArgument());
+  EXPECT_NE(bad.status().message().find("sim.extra.wan_context"), std::string::npos)
+      << bad.status();
+  s.sim.extra["wan_context"] = "maybe";
+  bad = Simulate(s);
+  EXPECT_NE(bad.status().message().find("sim.extra.wan_context"), std::string::npos)
+      << bad.status();
 }
 
 TEST(SimTest, CoarseningDoesNotMoveTheResult) {
