@@ -4,6 +4,7 @@
 
 #include "command.h"
 #include "dcr/delta.h"
+#include "dcr/signing.h"
 #include "device_option.h"
 #include "progress_line.h"
 
@@ -20,12 +21,21 @@ struct DiffArgs {
   uint64_t base_version = 0, target_version = 1;
   bool full = false, quiet = false;
   DeviceOption device;
+  std::string sign_key;  // --sign: the trainer's Ed25519 key (PEM)
+  uint64_t run_id = 0;
+  uint32_t chunks_per_manifest = 32;
 };
 
 int RunDiff(const DiffArgs& a) {
   // The device first: a refusal (no usable CUDA device) comes before any file is read.
   auto device = a.device.Open();
   if (!device.ok()) return ReportStatus("diff", device.status());
+  std::unique_ptr<SigningKey> key;
+  if (!a.sign_key.empty()) {
+    auto k = SigningKey::Load(a.sign_key);
+    if (!k.ok()) return ReportStatus("diff", k.status());
+    key = std::move(*k);
+  }
   std::unique_ptr<Checkpoint> base;
   if (!a.full) {
     auto b = Checkpoint::Open(a.base);
@@ -50,8 +60,13 @@ int RunDiff(const DiffArgs& a) {
   ProgressLine progress = ProgressLine::ForStderr(!a.quiet);
   opt.progress = progress.Callback();
   auto t0 = std::chrono::steady_clock::now();
-  DeltaFileSink sink(a.out);
-  auto st = BuildDeltaOnDevice(base.get(), **t, opt, device->get(), &sink);
+  DeltaFileSink file_sink(a.out);
+  SignOptions so;
+  so.run_id = a.run_id;
+  so.chunks_per_manifest = a.chunks_per_manifest;
+  SigningSink signing_sink(key.get(), so, &file_sink);
+  DeltaSink* sink = key ? static_cast<DeltaSink*>(&signing_sink) : &file_sink;
+  auto st = BuildDeltaOnDevice(base.get(), **t, opt, device->get(), sink);
   progress.Finish();
   if (!st.ok()) return ReportStatus("diff", st.status());
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -75,6 +90,7 @@ int RunDiff(const DiffArgs& a) {
                 st->payload_bytes ? static_cast<double>(st->dense_bytes) / st->payload_bytes : 0.0);
     if (bound_bytes > 0) std::printf("; %.3fx the order-0 XOR bound", st->payload_bytes / bound_bytes);
     std::printf("; built in %.2f s", secs);
+    if (key) std::printf("; signed by %s", KeyFingerprint(key->public_key()).c_str());
     if (*device) std::printf(" on device %s", (*device)->name().c_str());
     std::printf("\n");
     if ((*t)->sharded()) {
@@ -112,6 +128,16 @@ DCR_REGISTER_COMMAND("diff", "Build the delta that turns BASE into TARGET (bit-e
                        app->add_option("--target-version", a->target_version, "Version number of TARGET");
                        app->add_flag("--full", a->full, "Full frame for a receiver without a base (BASE ignored)");
                        app->add_flag("-q,--quiet", a->quiet, "No progress on stderr, no summary");
+                       app->add_option("--sign", a->sign_key,
+                                       "Sign the delta with this Ed25519 key (PEM, 0600; `dcr keys` "
+                                       "makes one): format version 6 with manifest records");
+                       app->add_option("--run-id", a->run_id,
+                                       "With --sign: the run the delta is for (receivers of another "
+                                       "run refuse it); default 0, none");
+                       app->add_option("--chunks-per-manifest", a->chunks_per_manifest,
+                                       "With --sign: chunks per signed manifest record")
+                           ->check(CLI::Range(1, 65536))
+                           ->capture_default_str();
                        a->device.AddTo(app);
                        return [a]() {
                          if (a->files.size() == 2) {

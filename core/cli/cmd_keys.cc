@@ -1,6 +1,8 @@
 // dcr keys SCENARIO.yaml -o DIR: the credentials of one multi-host run (mutual TLS on the relay
 // tree): a fresh CA and one certificate per rank, named by the run id and the rank's role in the
-// scenario's tree. Hand each host its node-<rank>.crt / .key and ca.crt; ca.key stays here.
+// scenario's tree, and the trainer's signing key pair (trainer.key, trainer.pub). Hand each host its
+// node-<rank>.crt / .key, ca.crt and trainer.pub; trainer.key only to the trainer; ca.key stays
+// here. Without a scenario: only the signing key pair.
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -8,6 +10,7 @@
 #include "command.h"
 #include "dcr/relay_policy.h"
 #include "dcr/scenario.h"
+#include "dcr/signing.h"
 #include "dcr/status_macros.h"
 #include "transport/tls.h"
 
@@ -20,7 +23,21 @@ struct KeysArgs {
   int days = 30;
 };
 
+// The trainer's signing key pair in `dir` (trainer.key 0600, trainer.pub).
+Status WriteTrainerKey(const std::string& dir) {
+  DCR_ASSIGN_OR_RETURN(auto key, SigningKey::Generate());
+  DCR_RETURN_IF_ERROR(key->Write(dir + "/trainer.key", dir + "/trainer.pub"));
+  std::fprintf(stderr, "dcr keys: trainer signing key %s in %s/trainer.key (0600), public key "
+               "%s/trainer.pub\n",
+               KeyFingerprint(key->public_key()).c_str(), dir.c_str(), dir.c_str());
+  return Status();
+}
+
 Status KeysMain(const KeysArgs& a) {
+  if (a.scenario.empty()) {
+    DCR_RETURN_IF_ERROR(internal::PrepareCredentialDir(a.out));
+    return WriteTrainerKey(a.out);
+  }
   DCR_ASSIGN_OR_RETURN(Scenario s, LoadScenario(a.scenario));
   DCR_ASSIGN_OR_RETURN(Topology topo, TopologyFor(s));
   DCR_ASSIGN_OR_RETURN(const std::string run_id, internal::NewRunId());
@@ -29,11 +46,13 @@ Status KeysMain(const KeysArgs& a) {
                                                     /*replace=*/false));
   std::fprintf(stderr, "dcr keys: run %s: CA and %zu node certificates in %s (keys 0600)\n",
                run_id.c_str(), roles.size(), a.out.c_str());
+  DCR_RETURN_IF_ERROR(WriteTrainerKey(a.out));
   std::printf(
       "# Add to the scenario (network:); copy ca.crt and node-<rank>.crt/.key to host <rank>,\n"
-      "# keep ca.key off the hosts.\n"
-      "  tls:\n    ca: %s/ca.crt\n    cert: %s/node-{rank}.crt\n    key: %s/node-{rank}.key\n",
-      a.out.c_str(), a.out.c_str(), a.out.c_str());
+      "# keep ca.key off the hosts; trainer.key goes only to rank 0, trainer.pub to every host.\n"
+      "  tls:\n    ca: %s/ca.crt\n    cert: %s/node-{rank}.crt\n    key: %s/node-{rank}.key\n"
+      "  signing:\n    key: %s/trainer.key\n    trust: %s/trainer.pub\n",
+      a.out.c_str(), a.out.c_str(), a.out.c_str(), a.out.c_str(), a.out.c_str());
   return Status();
 }
 
@@ -41,12 +60,15 @@ Status KeysMain(const KeysArgs& a) {
 
 DCR_REGISTER_COMMAND(
     "keys",
-    "Make the TLS credentials of a multi-host run: a fresh CA and one certificate per rank of "
-    "the scenario's relay tree (-o DIR: ca.crt, ca.key, node-<rank>.crt, node-<rank>.key; keys "
-    "0600, never overwritten); prints the network.tls scenario keys",
+    "Make the credentials of a multi-host run: a fresh CA and one certificate per rank of the "
+    "scenario's relay tree (-o DIR: ca.crt, ca.key, node-<rank>.crt, node-<rank>.key) and the "
+    "trainer's Ed25519 signing key (trainer.key, trainer.pub); keys 0600, never overwritten; "
+    "prints the scenario keys",
     [](CLI::App* app) {
       auto a = std::make_shared<KeysArgs>();
-      app->add_option("scenario", a->scenario, "Scenario YAML file (its tree shape)")->required();
+      app->add_option("scenario", a->scenario,
+                      "Scenario YAML file (its tree shape); without it only the trainer's "
+                      "signing key is made");
       app->add_option("-o,--out", a->out, "Directory for the credentials (created 0700)")
           ->required();
       app->add_option("--days", a->days, "Validity of the certificates in days (default 30)")

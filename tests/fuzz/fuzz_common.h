@@ -3,6 +3,7 @@
 #ifndef DCR_TESTS_FUZZ_FUZZ_COMMON_H_
 #define DCR_TESTS_FUZZ_FUZZ_COMMON_H_
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -14,6 +15,11 @@
 #include "dcr/receiver.h"
 
 namespace dcr::fuzz {
+
+// The Ed25519 seed of the key that signs the signed seeds (dcr_fuzz_signed trusts it).
+inline constexpr std::array<uint8_t, 32> kSigningSeed = {
+    7, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+    16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
 
 // Tensors (sorted by name) of the fixed fuzz inventory: widths 2, 4, 1, 8, 2.
 struct FixedModel {

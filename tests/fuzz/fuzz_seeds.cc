@@ -1,6 +1,7 @@
 // Writes seed inputs for the fuzz targets: real deltas (ulp, XOR, full frame, small and batched
-// tensors), their chunk records and overwrite forms, and journals of real applies.
-//   dcr_fuzz_seeds OUT_DIR   ->  OUT_DIR/{chunk,delta,journal}/seed-*
+// tensors), the same signed, their chunk records and overwrite forms, and journals of real
+// applies.
+//   dcr_fuzz_seeds OUT_DIR   ->  OUT_DIR/{chunk,delta,journal,signed}/seed-*
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 
 #include "dcr/delta.h"
 #include "dcr/journal.h"
+#include "dcr/signing.h"
 #include "dcr/versioning.h"
 #include "fuzz_common.h"
 
@@ -32,7 +34,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::string out = argv[1];
-  for (const char* d : {"", "/chunk", "/delta", "/journal"}) ::mkdir((out + d).c_str(), 0755);
+  for (const char* d : {"", "/chunk", "/delta", "/journal", "/signed"}) {
+    ::mkdir((out + d).c_str(), 0755);
+  }
+  auto signing_key = SigningKey::FromSeed(fuzz::kSigningSeed);
+  if (!signing_key.ok()) return 1;
   fuzz::FixedModel m;
   m.Buffers();
   auto base = Checkpoint::FromBytes(SafetensorsImage(m.Views()));
@@ -71,6 +77,15 @@ int main(int argc, char** argv) {
     }
     std::vector<uint8_t> bytes = sink.Release();
     Write(out + "/delta/seed-" + std::to_string(n), bytes);
+    {  // the same delta signed (run 1, 2 chunks per manifest)
+      DeltaMemorySink signed_mem;
+      SignOptions so;
+      so.run_id = 1;
+      so.chunks_per_manifest = 2;
+      SigningSink signing(signing_key.get(), so, &signed_mem);
+      if (!BuildDelta(v.full ? nullptr : base->get(), **target, o, &signing).ok()) return 1;
+      Write(out + "/signed/seed-" + std::to_string(n), signed_mem.bytes());
+    }
     auto r = DeltaReader::FromBytes(bytes);
     if (!r.ok()) return 1;
     for (size_t i = 0; i < (*r)->num_chunks(); ++i) {

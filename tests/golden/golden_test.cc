@@ -1,6 +1,6 @@
 // Pins the bytes of the current format (v5: a single-file delta, a full frame, and a delta to a
-// sharded target), checks that version 2 to 4 deltas still apply, and checks the malformed-input
-// corpus.
+// sharded target; v6: the single-file delta signed with a fixed test key), checks that version 2
+// to 4 deltas still apply, and checks the malformed-input corpus.
 //
 // The checkpoints are generated here from a fixed integer recipe (no std distributions, no float
 // math), so they are identical on every compiler. Regenerate the files, after a deliberate format
@@ -16,6 +16,7 @@
 
 #include "dcr/apply.h"
 #include "dcr/delta.h"
+#include "dcr/signing.h"
 
 namespace dcr {
 namespace {
@@ -232,6 +233,49 @@ TEST_F(Golden, OlderVersionDeltasStillApply) {
       }
     }
   }
+}
+
+// The golden delta signed (format version 6) with the key of seed 0, 1, ..., 31, run 1, two chunks
+// per manifest: its bytes are pinned (Ed25519 signatures are deterministic), it verifies with the
+// key, it applies like the version 5 delta, and its chunk records are version 5's.
+TEST_F(Golden, SignedDeltaIsPinned) {
+  std::array<uint8_t, 32> seed;
+  for (int i = 0; i < 32; ++i) seed[i] = static_cast<uint8_t>(i);
+  auto key = SigningKey::FromSeed(seed);
+  ASSERT_TRUE(key.ok()) << key.status();
+  auto b = Checkpoint::Open((tmp_.dir / "base.safetensors").string());
+  auto t = Checkpoint::Open((tmp_.dir / "target.safetensors").string());
+  ASSERT_TRUE(b.ok() && t.ok());
+  DeltaMemorySink mem;
+  SignOptions so;
+  so.run_id = 1;
+  so.chunks_per_manifest = 2;
+  SigningSink sink(key->get(), so, &mem);
+  ASSERT_TRUE(BuildDelta(b->get(), **t, GoldenOptions(), &sink).ok());
+  const fs::path file = kGolden / "v6_signed.dcr";
+  if (std::getenv("DCR_UPDATE_GOLDEN") != nullptr) {
+    ASSERT_TRUE(WriteFileAtomic(file.string(), mem.bytes().data(), mem.bytes().size()).ok());
+  }
+  EXPECT_EQ(mem.bytes(), Read(file)) << "encoder output for " << file << " changed";
+  auto d6 = DeltaReader::FromBytes(Read(file));
+  auto d5 = DeltaReader::FromBytes(Read(kGolden / "v5_delta.dcr"));
+  ASSERT_TRUE(d6.ok() && d5.ok()) << d6.status();
+  EXPECT_EQ((*d6)->header().format_version, 6u);
+  auto trust = TrustKey::FromRaw((*key)->public_key());
+  ASSERT_TRUE(trust.ok());
+  Status v = VerifyDeltaFile(**d6, *trust, 1);
+  EXPECT_TRUE(v.ok()) << v;
+  ASSERT_EQ((*d6)->num_chunks(), (*d5)->num_chunks());
+  for (size_t i = 0; i < (*d5)->num_chunks(); ++i) {
+    ASSERT_EQ((*d6)->chunk_size(i), (*d5)->chunk_size(i));
+    EXPECT_EQ(0, std::memcmp((*d6)->chunk_data(i), (*d5)->chunk_data(i), (*d5)->chunk_size(i)));
+  }
+  const fs::path out = tmp_.dir / "out6.safetensors";
+  ApplyOptions o{1, true, true};
+  o.check_delta = [&](const DeltaReader& d) { return VerifyDeltaFile(d, *trust, 1); };
+  auto st = ApplyDeltaFile((kGolden / "base.safetensors").string(), file.string(), out.string(), o);
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(Read(out), Read(kGolden / "target.safetensors"));
 }
 
 // tests/golden-errors/MANIFEST: "<file> <kind: delta|checkpoint> <STATUS_CODE> <message substring>".

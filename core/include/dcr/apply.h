@@ -18,6 +18,7 @@
 #define DCR_CORE_INCLUDE_DCR_APPLY_H_
 
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -86,6 +87,10 @@ struct ApplyOptions {
   // "apply" (the delta's chunk bytes, as chunks finish), "rehash" (with verify_full). Empty (the
   // default) = none.
   ProgressCallback progress;
+  // Called with the opened delta before anything is read from the base or written; an error
+  // ends the apply with no output (e.g. VerifyDeltaFile of dcr/signing.h: only a delta signed by
+  // a trusted key is applied). Empty (the default) = none.
+  std::function<Status(const DeltaReader&)> check_delta;
 };
 
 struct ApplyStats {

@@ -178,12 +178,16 @@ StatusOr<std::vector<uint8_t>> EncodeChunk(const ChunkChangesView& changes, Valu
 ValueMode ChooseValueMode(ValuePolicy policy, DType dtype);
 
 // Receives a delta as it is built. Calls arrive in order: header, chunks (ascending chunk_id),
-// trailer.
+// trailer; in a signed stream (kFlagSigned, dcr/signing.h's SigningSink) each manifest record
+// comes before the chunks it lists.
 class DeltaSink {
  public:
   virtual ~DeltaSink() = default;
   virtual Status OnHeader(const std::vector<uint8_t>& bytes) = 0;
   virtual Status OnChunk(const ChunkHeader& header, const std::vector<uint8_t>& bytes) = 0;
+  // A manifest record (dcr/manifest.h), part of the stream like a chunk but not in the trailer's
+  // chunk table. The default refuses it (kUnimplemented): a sink that cannot place it.
+  virtual Status OnManifest(const std::vector<uint8_t>& bytes);
   virtual Status OnTrailer(const std::vector<uint8_t>& bytes) = 0;
 };
 
@@ -192,6 +196,7 @@ class DeltaMemorySink : public DeltaSink {
  public:
   Status OnHeader(const std::vector<uint8_t>& bytes) override;
   Status OnChunk(const ChunkHeader& header, const std::vector<uint8_t>& bytes) override;
+  Status OnManifest(const std::vector<uint8_t>& bytes) override;
   Status OnTrailer(const std::vector<uint8_t>& bytes) override;
   const std::vector<uint8_t>& bytes() const { return bytes_; }
   std::vector<uint8_t> Release() { return std::move(bytes_); }
@@ -213,6 +218,7 @@ class DeltaFileSink : public DeltaSink {
   ~DeltaFileSink() override;
   Status OnHeader(const std::vector<uint8_t>& bytes) override;
   Status OnChunk(const ChunkHeader& header, const std::vector<uint8_t>& bytes) override;
+  Status OnManifest(const std::vector<uint8_t>& bytes) override;
   Status OnTrailer(const std::vector<uint8_t>& bytes) override;
 
  private:
@@ -360,7 +366,12 @@ class ProductionOrder {
 // Header bytes: parses and checks magic, version, checksum. `consumed` receives its size.
 // kDataLoss on truncation/corruption, kFailedPrecondition on an unsupported format version.
 StatusOr<FileHeader> ParseFileHeader(const uint8_t* data, size_t size, size_t* consumed);
+// Writes `header` with the format version EncodedFormatVersion(header) (its format_version field
+// is not used).
 std::vector<uint8_t> SerializeFileHeader(const FileHeader& header);
+// The version a header is written with: 6 when it uses a version-6 feature (kFlagSigned), else
+// kPlainFormatVersion (5), so a delta without one is the same bytes as a version 5 encoder's.
+uint32_t EncodedFormatVersion(const FileHeader& header);
 
 // One chunk record starting at `data`: header checked; `record_size` receives header+streams.
 StatusOr<ChunkHeader> ParseChunkHeader(const uint8_t* data, size_t size, size_t* header_size,

@@ -1,13 +1,15 @@
-// The dcr delta format, version 5 (normative text: core/FORMAT.md; this comment mirrors it).
+// The dcr delta format, version 6 (normative text: core/FORMAT.md; this comment mirrors it).
 //
 // All integers little-endian. A delta is a byte stream:
 //
 //  1. FileHeader (variable size):
-//       magic "DCRDELTA" (8) | u32 format_version (=5; 2 to 4 are read too) | u32 flags
+//       magic "DCRDELTA" (8) | u32 format_version (5, or 6 with kFlagSigned; 2 to 4 are read too)
+//       | u32 flags
 //       | u64 base_version | Hash128 base_hash (lo,hi) | u64 target_version
 //       | u32 num_sections | per section: u32 kind, u32 size, size bytes
 //       | u64 chunk_elems (grid option) | u64 header_checksum (XXH3-64 of all previous bytes)
-//     flags bit 0: kFlagNoBase (every chunk is a full frame; base_hash is zero).
+//     flags bit 0: kFlagNoBase (every chunk is a full frame; base_hash is zero); bit 1 (version 6):
+//     kFlagSigned (manifest records precede the chunks they list, see 2a).
 //     Sections: kFile (u32 name_size | name | the file's safetensors JSON header, verbatim), one
 //     per file of the target in order (a single-file target has one, with an empty name); kIndex
 //     (u32 name_size | name | the index file's bytes, verbatim), at most one. A kind with bit 31
@@ -35,6 +37,14 @@
 //     offset + sum_d digit_d * stride_d, digits row-major over counts (last dimension fastest).
 //     A change position is an index into the covered elements (0 .. num_elements-1), strictly
 //     increasing. All segments of a chunk have the element width elem_width.
+// 2a. Manifest records (version 6, kFlagSigned), each before the chunks it lists:
+//       magic "DCRM" (4) | u32 record_size (whole record) | u32 flags (bit 0 final) | u32 sequence
+//       | u64 run_id | u64 base_version | Hash128 base_hash | u64 target_version
+//       | u8[32] header_sha256 (SHA-256 of the file header bytes) | u32 num_entries
+//       | per entry: u64 chunk_id | u8 forms (1 plain; 2 plain and context-coded)
+//                   | u8[32] SHA-256 of the plain record | [u8[32] SHA-256 of the context form]
+//       | final only: u64 num_chunks (of the delta) | Hash128 target_hash
+//       | u8[32] signer's Ed25519 public key | u8[64] Ed25519 signature of all previous bytes.
 //  3. Trailer:
 //       magic "DCRTABLE" (8) | u64 num_chunks | num_chunks x (u64 chunk_id, u64 offset, u64 size)
 //       | Hash128 target_hash | u64 trailer_offset (offset of this trailer's magic)
@@ -61,7 +71,11 @@
 
 namespace dcr {
 
-inline constexpr uint32_t kFormatVersion = 5;
+// The newest version this build reads and writes. An encoder writes version 6 only for a delta
+// that uses a version-6 feature (manifest records: kFlagSigned); any other delta is written as
+// version 5, byte for byte (kPlainFormatVersion).
+inline constexpr uint32_t kFormatVersion = 6;
+inline constexpr uint32_t kPlainFormatVersion = 5;
 // The oldest version this build reads (versions 2 to 4 are read as version 5's: core/FORMAT.md
 // section 5).
 inline constexpr uint32_t kOldestReadableFormatVersion = 2;
@@ -70,6 +84,9 @@ inline constexpr char kChunkMagic[4] = {'D', 'C', 'R', 'C'};
 inline constexpr char kTrailerMagic[8] = {'D', 'C', 'R', 'T', 'A', 'B', 'L', 'E'};
 inline constexpr char kEndMagic[8] = {'D', 'C', 'R', 'E', 'N', 'D', '\0', '\0'};
 inline constexpr uint32_t kFlagNoBase = 1u << 0;
+// Version 6: the stream carries signed manifest records (dcr/manifest.h) before its chunks.
+inline constexpr uint32_t kFlagSigned = 1u << 1;
+inline constexpr char kManifestMagic[4] = {'D', 'C', 'R', 'M'};
 inline constexpr uint32_t kMaxSegmentDims = 4;
 // Header section kinds (version 5). Bit 31: a reader that does not know the kind must refuse.
 inline constexpr uint32_t kSectionCritical = 1u << 31;

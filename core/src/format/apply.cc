@@ -608,6 +608,10 @@ Status ApplyRecordToFiles(const uint8_t* data, size_t size, const std::vector<Ou
 StatusOr<ApplyStats> ApplyDeltaFile(const std::string& base_path, const std::string& delta_path,
                                     const std::string& out_path, const ApplyOptions& options) {
   DCR_ASSIGN_OR_RETURN(auto delta, DeltaReader::Open(delta_path));
+  if (options.check_delta) {
+    Status checked = options.check_delta(*delta);
+    if (!checked.ok()) return checked.WithContext(delta_path);
+  }
   const FileHeader& fh = delta->header();
   const Inventory& inv = delta->inventory();
   const bool no_base = (fh.flags & kFlagNoBase) != 0;

@@ -199,6 +199,10 @@ constexpr uint32_t kMaxSections = 1u << 20;
 
 }  // namespace
 
+uint32_t EncodedFormatVersion(const FileHeader& h) {
+  return (h.flags & kFlagSigned) != 0 ? 6 : kPlainFormatVersion;
+}
+
 std::vector<uint8_t> SerializeFileHeader(const FileHeader& h) {
   std::vector<std::pair<uint32_t, std::string>> sections;
   for (const TargetFile& f : h.files) sections.emplace_back(kSectionFile, NamedSection(f.name, f.header));
@@ -212,7 +216,7 @@ std::vector<uint8_t> SerializeFileHeader(const FileHeader& h) {
   out.reserve(size);
   internal::ByteWriter w(&out);
   w.Raw(kFileMagic, 8);
-  w.U32(kFormatVersion);
+  w.U32(EncodedFormatVersion(h));
   w.U32(h.flags);
   w.U64(h.base_version);
   w.H128(h.base_hash);
@@ -311,7 +315,11 @@ StatusOr<FileHeader> ParseFileHeader(const uint8_t* data, size_t size, size_t* c
                                    "dcr wrote it");
   }
   if (h.files.empty()) return DataLossError("delta header names no target file");
-  if (h.flags & ~kFlagNoBase) return DataLossError("unknown delta header flags");
+  if (h.flags & ~(kFlagNoBase | kFlagSigned)) return DataLossError("unknown delta header flags");
+  if ((h.flags & kFlagSigned) != 0 && h.format_version < 6) {
+    return DataLossError("delta header: the signed flag needs format version 6, not " +
+                         std::to_string(h.format_version));
+  }
   if (consumed) *consumed = r.offset();
   return h;
 }
@@ -371,6 +379,13 @@ Status DeltaMemorySink::OnChunk(const ChunkHeader&, const std::vector<uint8_t>& 
   bytes_.insert(bytes_.end(), b.begin(), b.end());
   return Status::OK();
 }
+Status DeltaSink::OnManifest(const std::vector<uint8_t>&) {
+  return UnimplementedError("this delta sink cannot carry manifest records (a signed stream)");
+}
+Status DeltaMemorySink::OnManifest(const std::vector<uint8_t>& b) {
+  bytes_.insert(bytes_.end(), b.begin(), b.end());
+  return Status::OK();
+}
 Status DeltaMemorySink::OnTrailer(const std::vector<uint8_t>& b) {
   bytes_.insert(bytes_.end(), b.begin(), b.end());
   return Status::OK();
@@ -386,6 +401,11 @@ Status DeltaFileSink::OnHeader(const std::vector<uint8_t>& bytes) {
 }
 
 Status DeltaFileSink::OnChunk(const ChunkHeader&, const std::vector<uint8_t>& bytes) {
+  if (!file_) return FailedPreconditionError("delta file sink is not open");
+  return file_->Write(bytes.data(), bytes.size());
+}
+
+Status DeltaFileSink::OnManifest(const std::vector<uint8_t>& bytes) {
   if (!file_) return FailedPreconditionError("delta file sink is not open");
   return file_->Write(bytes.data(), bytes.size());
 }

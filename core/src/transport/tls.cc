@@ -419,11 +419,7 @@ StatusOr<Owned<EVP_PKEY>> NewKey() {
 
 }  // namespace
 
-Status WriteRunCredentials(const std::string& dir, const std::string& run_id,
-                           const std::vector<std::string>& roles, int valid_days, bool replace) {
-  if (run_id.empty() || run_id.find('/') != std::string::npos) {
-    return InvalidArgumentError("run id '" + run_id + "': must be non-empty, without '/'");
-  }
+Status PrepareCredentialDir(const std::string& dir) {
   if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoError("mkdir " + dir, errno);
   struct stat st;
   if (lstat(dir.c_str(), &st) != 0) return ErrnoError(dir, errno);
@@ -435,6 +431,15 @@ Status WriteRunCredentials(const std::string& dir, const std::string& run_id,
   if ((st.st_mode & 022) != 0) {
     return FailedPreconditionError(dir + ": writable by group or others");
   }
+  return Status();
+}
+
+Status WriteRunCredentials(const std::string& dir, const std::string& run_id,
+                           const std::vector<std::string>& roles, int valid_days, bool replace) {
+  if (run_id.empty() || run_id.find('/') != std::string::npos) {
+    return InvalidArgumentError("run id '" + run_id + "': must be non-empty, without '/'");
+  }
+  DCR_RETURN_IF_ERROR(PrepareCredentialDir(dir));
   const std::string org = "dcr run " + run_id;
   DCR_ASSIGN_OR_RETURN(Owned<EVP_PKEY> ca_key, NewKey());
   DCR_ASSIGN_OR_RETURN(Owned<X509> ca, MakeCert(ca_key.get(), org, "dcr run CA", nullptr,

@@ -90,6 +90,10 @@ StatusOr<std::string> NewRunId();
 // The role of every rank of a tree (parents[0] == -1): "sender", "relay" or "receiver".
 std::vector<std::string> TreeRoles(const std::vector<int>& parents);
 
+// Creates `dir` (0700) if missing and checks that it is a directory owned by the caller and not
+// writable by group or others (kFailedPrecondition otherwise): where credentials may be written.
+Status PrepareCredentialDir(const std::string& dir);
+
 // Writes a fresh run CA and one certificate per rank into `dir` (created 0700 if missing; it
 // must be owned by the caller and not writable by others):
 //   ca.crt, ca.key, node-<rank>.crt, node-<rank>.key      (keys 0600, certificates 0644)
