@@ -692,6 +692,11 @@ StatusOr<RunResult> RunOneRefit(const Scenario& s, const std::vector<std::string
                        MakePlans(s, method, transport, ckpts[step - 1], ckpts[step], run_dir,
                                  work_dir, prefix));
   DCR_RETURN_IF_ERROR(AddTls(s, run_dir + "/tls", &plans));
+  // One fleet of receivers per (rate, transport, method) series, from step 0 up: its version
+  // floors live as long as the series.
+  const std::string fleet_dir = work_dir + "/fleet-" + std::to_string((run_index - 1) / s.steps);
+  DCR_RETURN_IF_ERROR(MkdirP(fleet_dir));
+  DCR_RETURN_IF_ERROR(AddSigning(s, run_dir + "/tls", fleet_dir, &plans));
   for (NodePlan& p : plans) p.version = static_cast<uint64_t>(step);
   if (s.progress) {
     for (NodePlan& p : plans) p.progress_path = run_dir + "/progress-" + std::to_string(p.rank) + ".json";

@@ -371,7 +371,7 @@ Status ParseNetwork(const MapReader& top, Scenario* s) {
   MapReader r(top.Get("network"), "network");
   DCR_RETURN_IF_ERROR(
       r.Init({"regions", "long_link", "emulation", "hosts", "base_port", "tls", "heartbeat",
-              "read_deadline"}));
+              "read_deadline", "signing"}));
   if (r.Has("regions")) {
     YAML::Node regions = r.Get("regions");
     if (!regions.IsSequence()) return InvalidArgumentError("network.regions: expected a list");
@@ -426,6 +426,24 @@ Status ParseNetwork(const MapReader& top, Scenario* s) {
       const int named = !net.tls.ca.empty() + !net.tls.cert.empty() + !net.tls.key.empty();
       if (named != 0 && named != 3) {
         return InvalidArgumentError("network.tls: give all of ca, cert and key, or none");
+      }
+    }
+  }
+  if (r.Has("signing")) {
+    if (r.Get("signing").IsScalar()) {
+      DCR_RETURN_IF_ERROR(r.Bool("signing", &net.signing.enabled));
+    } else {
+      MapReader g(r.Get("signing"), "network.signing");
+      DCR_RETURN_IF_ERROR(g.Init({"enabled", "key", "trust", "freeze_after_s"}));
+      DCR_RETURN_IF_ERROR(g.Bool("enabled", &net.signing.enabled));
+      DCR_RETURN_IF_ERROR(g.Str("key", &net.signing.key));
+      DCR_RETURN_IF_ERROR(g.Str("trust", &net.signing.trust));
+      DCR_RETURN_IF_ERROR(g.Double("freeze_after_s", &net.signing.freeze_after_s));
+      if (net.signing.freeze_after_s < 0) {
+        return InvalidArgumentError("network.signing.freeze_after_s: must be >= 0");
+      }
+      if (net.signing.key.empty() != net.signing.trust.empty()) {
+        return InvalidArgumentError("network.signing: give both key and trust, or neither");
       }
     }
   }

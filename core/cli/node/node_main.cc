@@ -77,6 +77,7 @@ StatusOr<NodePlan> PlanFromArgs(const NodeArgs& a) {
   DCR_ASSIGN_OR_RETURN(auto plans, MakePlans(s, m, t, a.base, a.target, a.work_dir, a.work_dir,
                                              a.prefix));
   DCR_RETURN_IF_ERROR(AddTls(s, "", &plans));
+  DCR_RETURN_IF_ERROR(AddSigning(s, "", a.work_dir, &plans));
   NodePlan p = plans[rank];
   // One process per host rank: the launcher's local rank picks the device when it is set.
   const int local = LocalRankFromEnvironment();
@@ -100,6 +101,7 @@ int NodeMain(const NodeArgs& a) {
   NodeResult r;
   Status s = RunNode(*plan, &r);
   if (a.plan.empty()) std::printf("%s\n", NodeResultToJson(r).c_str());
+  if (!r.freeze.empty()) std::fprintf(stderr, "dcr node: rank %d: %s\n", r.rank, r.freeze.c_str());
   if (!s.ok()) return ReportStatus("node", s);
   if (!plan->verify_path.empty() && plan->rank != 0 && !r.verified) {
     std::fprintf(stderr, "dcr node: %s\n", r.verify_message.c_str());

@@ -12,6 +12,7 @@
 #include "dcr/relay_policy.h"
 #include "dcr/status_macros.h"
 #include "transport/net.h"
+#include "dcr/signing.h"
 #include "transport/tls.h"
 
 namespace dcr::cli {
@@ -174,6 +175,35 @@ Status AddTls(const Scenario& s, const std::string& generate_dir, std::vector<No
     p.tls_ca = ca;
     p.tls_cert = WithRank(cert, p.rank);
     p.tls_key = WithRank(key, p.rank);
+  }
+  return Status();
+}
+
+Status AddSigning(const Scenario& s, const std::string& generate_dir,
+                  const std::string& floor_dir, std::vector<NodePlan>* plans) {
+  const SigningSpec& g = s.network.signing;
+  if (!g.enabled || plans->empty() || (*plans)[0].method != "delta") return Status();
+  std::string key = g.key, trust = g.trust;
+  if (key.empty()) {
+    if (generate_dir.empty()) return Status();  // multi-host without named keys: unsigned
+    DCR_RETURN_IF_ERROR(internal::PrepareCredentialDir(generate_dir));
+    key = generate_dir + "/trainer.key";
+    trust = generate_dir + "/trainer.pub";
+    std::remove(key.c_str());
+    std::remove(trust.c_str());
+    DCR_ASSIGN_OR_RETURN(auto k, SigningKey::Generate());
+    DCR_RETURN_IF_ERROR(k->Write(key, trust));
+  }
+  for (NodePlan& p : *plans) {
+    if (p.rank == 0) {
+      p.signing_key = key;
+    } else {
+      p.trust_key = trust;
+      if (!floor_dir.empty()) {
+        p.version_floor_path = floor_dir + "/version-floor-" + std::to_string(p.rank);
+      }
+      p.freeze_after_s = g.freeze_after_s;
+    }
   }
   return Status();
 }

@@ -36,6 +36,17 @@ StatusOr<std::vector<NodePlan>> MakePlans(const Scenario& s, Method method, Tran
 // alone), and WriteRunCredentials' errors.
 Status AddTls(const Scenario& s, const std::string& generate_dir, std::vector<NodePlan>* plans);
 
+// Signed deltas for delta `plans` (network.signing, on by default): the sender signs with the
+// scenario's key, every receiver trusts its public key, keeps its version floor in
+// `floor_dir`/version-floor-<rank> (none when `floor_dir` is empty) and reports a freeze past
+// network.signing.freeze_after_s. Without named files and with `generate_dir` set, a fresh key
+// pair is written there (trainer.key 0600, trainer.pub; files of an earlier refit replaced).
+// Leaves the plans unsigned when signing is off, the method is the full checkpoint, or the
+// scenario names no key pair and `generate_dir` is empty (the multi-host form: `dcr keys` makes
+// the pair and prints the scenario keys). Errors: the key writer's.
+Status AddSigning(const Scenario& s, const std::string& generate_dir,
+                  const std::string& floor_dir, std::vector<NodePlan>* plans);
+
 // Checks, before any node starts, that every device the nodes of a mode-real run of `s` open is
 // usable: ProbeDevice (dcr/device.h) of sender.device (device 0; when the scenario has the delta
 // method, whose build uses it) and of receivers.device on each receiver's device index

@@ -89,6 +89,19 @@ struct NodePlan {
   std::string tls_ca;
   std::string tls_cert;
   std::string tls_key;
+  // Signed deltas (dcr/signing.h). The sender signs its delta stream with `signing_key` (the
+  // trainer's Ed25519 private key, PEM, 0600; empty: unsigned). A delta receiver with
+  // `trust_key` (the trainer's public key, PEM) applies only what that key signed for this
+  // plan's run_id and refuses an unsigned or forged delta; empty: unsigned deltas are applied.
+  // `version_floor_path`: the receiver's version floor file (refuses a delta below the highest
+  // version it committed; records each commit); empty: none. `freeze_after_s` > 0: a receiver
+  // that commits no version for longer than this (since its last commit, else since it started)
+  // says so in its result's `freeze` and on stderr. `dcr run` sets all of them (a fresh key per
+  // run); `dcr keys` makes the key pair for a cluster. The full-checkpoint method is not signed.
+  std::string signing_key;
+  std::string trust_key;
+  std::string version_floor_path;
+  double freeze_after_s = 0;
   RelayOptions relay;           // pieces, windows, streams, applies, store parallelism, prefix
   // Liveness of relay-tree edges (core/docs/transports.md): every stream whose writer was given
   // nothing for heartbeat_interval_s carries a heartbeat frame (parent to child on each stream,
@@ -187,6 +200,9 @@ struct NodeResult {
   Hash128 target_hash;
   bool verified = false;
   std::string verify_message;
+  // Receiver with plan.freeze_after_s: why it reports a freeze (no new version within the
+  // limit); empty: none.
+  std::string freeze;
 };
 
 // Runs one node to completion (or failure / timeout). The returned Status is the node's error;

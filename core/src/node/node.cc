@@ -26,11 +26,13 @@
 #include "dcr/device.h"
 #include "dcr/object_store.h"
 #include "dcr/policy_host.h"
+#include "dcr/signing.h"
 #include "dcr/status_macros.h"
 #include "dcr/transport.h"
 #include "internal/mapped_file.h"
 #include "internal/safetensors.h"
 #include "node/commit_reports.h"
+#include "node/node_trust.h"
 #include "transport/heartbeat.h"
 #include "transport/net.h"
 
@@ -802,6 +804,8 @@ class ApplyJobs {
                                                    ": loading the base");
         backend_ = std::move(*receiver);
       }
+      // Only what the trainer's key signed, never below the version floor (node_trust.h).
+      DCR_ASSIGN_OR_RETURN(backend_, internal::WithPlanTrust(plan, std::move(backend_), &floor_));
     } else {
       backend_ = device == nullptr ? MakeFullReceiver() : MakeFullReceiver(device);
     }
@@ -816,6 +820,8 @@ class ApplyJobs {
   // The version the storage holds (between applies).
   VersionId held() const { return backend_->held(); }
   void Stop() { pool_.Stop(); }
+  // The receiver's version floor (plan.version_floor_path); null without one.
+  const VersionFloor* floor() const { return floor_.get(); }
 
  private:
   void ApplyJob(const BlobPtr& b) {
@@ -840,6 +846,7 @@ class ApplyJobs {
   NodeState* state_;
   EventQueue* queue_;
   std::unique_ptr<Receiver> backend_;
+  std::unique_ptr<VersionFloor> floor_;
   WorkPool pool_;
 };
 
@@ -854,6 +861,11 @@ class StreamingSink : public DeltaSink {
     return emit_(BlobKind::kHeader, bytes);
   }
   Status OnChunk(const ChunkHeader&, const std::vector<uint8_t>& bytes) override {
+    return emit_(BlobKind::kChunk, bytes);
+  }
+  // A manifest record travels as a chunk blob: relays forward it like any record, receivers
+  // tell it by its magic.
+  Status OnManifest(const std::vector<uint8_t>& bytes) override {
     return emit_(BlobKind::kChunk, bytes);
   }
   Status OnTrailer(const std::vector<uint8_t>& bytes) override {
@@ -926,6 +938,11 @@ class SenderBuilder {
     // The delta's changes are found on the plan's device (plan.device "host" | "cuda"); the full
     // reference streams file bytes and needs none.
     DCR_ASSIGN_OR_RETURN(device_, OpenPlanDevice(plan_, delta, "sender"));
+    if (delta && !plan_.signing_key.empty()) {
+      auto key = SigningKey::Load(plan_.signing_key);
+      if (!key.ok()) return key.status().WithContext("sender");
+      signing_key_ = std::move(*key);
+    }
     return Status();
   }
 
@@ -974,9 +991,17 @@ class SenderBuilder {
       o.chunk_elems = plan_.chunk_elems;
       o.zstd_level = plan_.zstd_level;
       o.threads = plan_.build_threads;
-      StreamingSink sink(emit);
+      if (plan_.version > 0) {  // the version this refit delivers, from the one before it
+        o.base_version = plan_.version - 1;
+        o.target_version = plan_.version;
+      }
+      StreamingSink stream(emit);
+      SignOptions so;
+      so.run_id = plan_.run_id;
+      SigningSink signing(signing_key_.get(), so, &stream);
+      DeltaSink* sink = signing_key_ ? static_cast<DeltaSink*>(&signing) : &stream;
       // device_ null (device "cpu"): BuildDelta's host diff.
-      auto st = BuildDeltaOnDevice(base_ckpt_.get(), *target_ckpt_, o, device_.get(), &sink);
+      auto st = BuildDeltaOnDevice(base_ckpt_.get(), *target_ckpt_, o, device_.get(), sink);
       if (st.ok()) state_->Update([&](NodeResult* r) { r->dense_bytes = st->dense_bytes; });
       s = st.status();
     } else {
@@ -990,6 +1015,7 @@ class SenderBuilder {
   EventQueue* queue_;
   std::unique_ptr<Checkpoint> base_ckpt_, target_ckpt_;
   std::shared_ptr<Device> device_;  // the delta's diff device; null = the host diff
+  std::unique_ptr<SigningKey> signing_key_;  // plan.signing_key; null = an unsigned stream
   std::thread thread_;
 };
 
@@ -1030,6 +1056,9 @@ class SocketNode : public NodeEnvironment {
     }
     r->reports = links_.reports();
     Teardown();
+    if (plan_.rank != 0 && !committed_) {
+      r->freeze = internal::PlanFreezeReport(plan_, applier_.floor(), r->t_start);
+    }
     r->ok = s.ok();
     if (!s.ok()) r->error = s.ToString();
     return s;
@@ -1350,6 +1379,10 @@ std::string NodePlanToJson(const NodePlan& p) {
   if (!p.tls_ca.empty() || !p.tls_cert.empty() || !p.tls_key.empty()) {
     j["tls"] = {{"ca", p.tls_ca}, {"cert", p.tls_cert}, {"key", p.tls_key}};
   }
+  if (!p.signing_key.empty()) j["signing_key"] = p.signing_key;
+  if (!p.trust_key.empty()) j["trust_key"] = p.trust_key;
+  if (!p.version_floor_path.empty()) j["version_floor_path"] = p.version_floor_path;
+  if (p.freeze_after_s > 0) j["freeze_after_s"] = p.freeze_after_s;
   j["relay"] = {{"piece_bytes", p.relay.piece_bytes},
                 {"window_bytes", p.relay.window_bytes},
                 {"root_streams", p.relay.root_streams},
@@ -1404,6 +1437,12 @@ StatusOr<NodePlan> NodePlanFromJson(const std::string& text) {
       p.tls_cert = t.at("cert").get<std::string>();
       p.tls_key = t.at("key").get<std::string>();
     }
+    if (j.contains("signing_key")) p.signing_key = j["signing_key"].get<std::string>();
+    if (j.contains("trust_key")) p.trust_key = j["trust_key"].get<std::string>();
+    if (j.contains("version_floor_path")) {
+      p.version_floor_path = j["version_floor_path"].get<std::string>();
+    }
+    if (j.contains("freeze_after_s")) p.freeze_after_s = j["freeze_after_s"].get<double>();
     const auto& r = j.at("relay");
     p.relay.piece_bytes = r.at("piece_bytes").get<uint64_t>();
     p.relay.window_bytes = r.at("window_bytes").get<uint64_t>();
@@ -1471,6 +1510,7 @@ std::string NodeResultToJson(const NodeResult& r) {
   j["target_hash"] = r.target_hash.ToHex();
   j["verified"] = r.verified;
   j["verify_message"] = r.verify_message;
+  if (!r.freeze.empty()) j["freeze"] = r.freeze;
   return j.dump(1);
 }
 
@@ -1505,6 +1545,7 @@ StatusOr<NodeResult> NodeResultFromJson(const std::string& text) {
     }
     r.verified = j.at("verified").get<bool>();
     r.verify_message = j.at("verify_message").get<std::string>();
+    if (j.contains("freeze")) r.freeze = j["freeze"].get<std::string>();
   } catch (const std::exception& e) {
     return InvalidArgumentError(std::string("node result JSON: ") + e.what());
   }

@@ -163,6 +163,14 @@ struct TlsSpec {
   std::string key;   // its private key (mode 0600), e.g. keys/node-{rank}.key
 };
 
+// Signed deltas (network.signing): the trainer's Ed25519 key pair and receivers' freeze limit.
+struct SigningSpec {
+  bool enabled = true;
+  std::string key;    // the trainer's private key (rank 0; mode 0600), from `dcr keys`
+  std::string trust;  // its public key (every receiver)
+  double freeze_after_s = 0;  // receivers report a freeze past this many seconds (0 = off)
+};
+
 struct NetworkSpec {
   std::vector<RegionSpec> regions;  // default: "train", "rollout"
   LinkSpec long_link{12.5e6, 0.035};  // inter-region: default 100 Mbit/s, 35 ms
@@ -177,6 +185,7 @@ struct NetworkSpec {
   // takes at the long link's rate, plus its latency (ReadDeadlineFor).
   double heartbeat_interval_s = 1.0;
   double read_deadline_s = 0;
+  SigningSpec signing;
 };
 
 // Simulator-only settings (mode: sim); parsed here, interpreted by dcr::sim.
