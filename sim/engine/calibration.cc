@@ -36,6 +36,29 @@ StatusOr<double> PositiveNumber(const nlohmann::json& obj, const std::string& ke
   return it->get<double>();
 }
 
+// A calibration block given inline (a JSON object) or as the name of a JSON file (relative to the
+// calibration file's directory). `where` gets the file's name appended; `from` is set to the file
+// the block came from.
+StatusOr<nlohmann::json> InlineOrFile(const nlohmann::json& block, const std::string& source,
+                                      std::string* where, std::string* from) {
+  if (!block.is_string()) {
+    *from = source;
+    return block;
+  }
+  std::string path = block.get<std::string>();
+  if (path.empty() || path[0] != '/') {
+    size_t slash = source.rfind('/');
+    path = (slash == std::string::npos ? std::string() : source.substr(0, slash + 1)) + path;
+  }
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return NotFoundError(*where + ": file '" + path + "' cannot be read");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  *where += " (" + path + ")";
+  *from = path;
+  return nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+}
+
 }  // namespace
 
 void Calibration::UseWallClock() {
@@ -130,23 +153,7 @@ StatusOr<Calibration> ParseCalibration(const std::string& json_text, const std::
   }
   if (j.contains("tls")) {
     std::string where = "calibration " + source + ": tls";
-    nlohmann::json t = j["tls"];
-    if (t.is_string()) {  // a file beside the calibration
-      std::string path = t.get<std::string>();
-      if (path.empty() || path[0] != '/') {
-        size_t slash = source.rfind('/');
-        path = (slash == std::string::npos ? std::string() : source.substr(0, slash + 1)) + path;
-      }
-      std::ifstream f(path, std::ios::binary);
-      if (!f) return NotFoundError(where + ": file '" + path + "' cannot be read");
-      std::stringstream ss;
-      ss << f.rdbuf();
-      t = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-      where += " (" + path + ")";
-      c.tls_source = path;
-    } else {
-      c.tls_source = source;
-    }
+    DCR_ASSIGN_OR_RETURN(nlohmann::json t, InlineOrFile(j["tls"], source, &where, &c.tls_source));
     if (!t.is_object() || !t.contains("tls_cpu_s_per_byte") ||
         !t["tls_cpu_s_per_byte"].is_object()) {
       return InvalidArgumentError(where + ": must be the JSON of dcr_bench_tls --json, with "
@@ -162,6 +169,30 @@ StatusOr<Calibration> ParseCalibration(const std::string& json_text, const std::
     c.has_tls = true;
     c.tls_send_s_per_byte = per["send"].get<double>();
     c.tls_recv_s_per_byte = per["recv"].get<double>();
+  }
+  if (j.contains("signing")) {
+    std::string where = "calibration " + source + ": signing";
+    DCR_ASSIGN_OR_RETURN(nlohmann::json t,
+                         InlineOrFile(j["signing"], source, &where, &c.signing_source));
+    if (!t.is_object()) {
+      return InvalidArgumentError(where + ": must be the JSON of dcr_bench_sign --json");
+    }
+    DCR_ASSIGN_OR_RETURN(double sha, PositiveNumber(t, "sha256_bytes_per_s", where));
+    DCR_ASSIGN_OR_RETURN(double signs, PositiveNumber(t, "ed25519_signs_per_s", where));
+    DCR_ASSIGN_OR_RETURN(double verifies, PositiveNumber(t, "ed25519_verifies_per_s", where));
+    c.has_signing = true;
+    c.sha256_s_per_byte = 1 / sha;
+    c.sign_s_per_manifest = 1 / signs;
+    c.verify_s_per_manifest = 1 / verifies;
+    if (t.contains("chunks") && t.contains("manifests") && t["chunks"].is_number() &&
+        t["manifests"].is_number() && t["manifests"].get<double>() > 0) {
+      c.chunks_per_manifest = t["chunks"].get<double>() / t["manifests"].get<double>();
+    }
+    if (t.contains("delta_bytes") && t.contains("signed_delta_bytes") &&
+        t["delta_bytes"].is_number() && t["signed_delta_bytes"].is_number() &&
+        t["delta_bytes"].get<double>() > 0) {
+      c.signed_size_ratio = t["signed_delta_bytes"].get<double>() / t["delta_bytes"].get<double>();
+    }
   }
   std::sort(c.rates.begin(), c.rates.end(),
             [](const RatePoint& a, const RatePoint& b) { return a.change_rate < b.change_rate; });

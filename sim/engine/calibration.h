@@ -16,6 +16,10 @@
 // (relative to the calibration file's directory); the simulator reads its
 //   tls_cpu_s_per_byte: {send, recv}: CPU seconds mutual TLS adds per byte at the sending and at
 //   the receiving end of one relay-tree edge (TLS minus plain TCP, same run).
+// Optional "signing": the JSON `dcr_bench_sign --json` writes, inline or as a file name; read:
+//   sha256_bytes_per_s, ed25519_signs_per_s, ed25519_verifies_per_s (one core), and when given
+//   chunks / manifests (chunks per manifest record) and signed_delta_bytes / delta_bytes (the
+//   manifest records' share of the stream).
 //
 // Thread safety: value types and pure functions.
 #ifndef DCR_SIM_ENGINE_CALIBRATION_H_
@@ -54,6 +58,13 @@ struct Calibration {
   std::vector<RatePoint> rates;  // sorted by change_rate
   bool has_tls = false;  // a "tls" block was given
   std::string tls_source;  // the file it came from
+  bool has_signing = false;  // a "signing" block was given
+  std::string signing_source;
+  double sha256_s_per_byte = 0;       // SHA-256 of chunk records, one core
+  double sign_s_per_manifest = 0;     // Ed25519 signature of one manifest record
+  double verify_s_per_manifest = 0;   // its verification
+  double chunks_per_manifest = 32;
+  double signed_size_ratio = 1;       // signed stream bytes / unsigned
   double tls_send_s_per_byte = 0, tls_recv_s_per_byte = 0;
 
   // Switches every bandwidth to its wall-clock variant where the file has one.

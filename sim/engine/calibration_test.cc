@@ -89,5 +89,26 @@ TEST(CalibrationTest, ContextKeysPerRate) {
   EXPECT_NE(mixed.status().message().find("rates[1]"), std::string::npos) << mixed.status();
 }
 
+TEST(CalibrationTest, SigningBlock) {
+  auto c = ParseCalibration(
+      std::string("{") + kRates +
+          R"(, "signing": {"sha256_bytes_per_s": 2e9, "ed25519_signs_per_s": 2e4,
+               "ed25519_verifies_per_s": 1e4, "chunks": 320, "manifests": 10,
+               "delta_bytes": 1000, "signed_delta_bytes": 1002}})",
+      "sign.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->has_signing);
+  EXPECT_DOUBLE_EQ(c->sha256_s_per_byte, 0.5e-9);
+  EXPECT_DOUBLE_EQ(c->sign_s_per_manifest, 50e-6);
+  EXPECT_DOUBLE_EQ(c->verify_s_per_manifest, 100e-6);
+  EXPECT_DOUBLE_EQ(c->chunks_per_manifest, 32);
+  EXPECT_DOUBLE_EQ(c->signed_size_ratio, 1.002);
+  auto bad = ParseCalibration(
+      std::string("{") + kRates + R"(, "signing": {"sha256_bytes_per_s": 2e9}})", "bad.json");
+  EXPECT_TRUE(bad.status().IsInvalidArgument());
+  EXPECT_NE(bad.status().message().find("ed25519_signs_per_s"), std::string::npos)
+      << bad.status();
+}
+
 }  // namespace
 }  // namespace dcr::sim::internal

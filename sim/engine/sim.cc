@@ -48,10 +48,12 @@ StatusOr<Extra> ParseExtra(const Scenario& s) {
   Extra e;
   for (const auto& [key, value] : s.sim.extra) {
     std::string path = "sim.extra." + key;
-    if (key == "wan_context") {
-      if (value == "on" || value == "true") e.wan_context = true;
-      else if (value == "off" || value == "false") e.wan_context = false;
+    if (key == "wan_context" || key == "signed") {
+      bool on;
+      if (value == "on" || value == "true") on = true;
+      else if (value == "off" || value == "false") on = false;
       else return InvalidArgumentError(path + ": must be 'on' or 'off', got '" + value + "'");
+      (key == "signed" ? e.signed_deltas : e.wan_context) = on;
     } else if (key == "edge_relay_cores") {
       char* end = nullptr;
       long v = std::strtol(value.c_str(), &end, 10);
@@ -91,7 +93,7 @@ StatusOr<Extra> ParseExtra(const Scenario& s) {
     } else {
       return InvalidArgumentError(path + ": unknown key (known: comm_budget, build_cores, "
                                   "calibration_clock, object_store_region, shared_cpu, "
-                                  "wan_context, edge_relay_cores)");
+                                  "wan_context, edge_relay_cores, signed)");
     }
   }
   return e;
@@ -343,6 +345,21 @@ void DescribeSetup(const Scenario& s, const SimInputs& in, const internal::Platf
         " CPU-s per GB received (dcr_bench_tls: " + cal.tls_source +
         "); object-store transfers are not charged";
   }
+  if (!in.extra.signed_deltas) {
+    result->setup["signing"] = "off (sim.extra.signed: off): unsigned deltas";
+  } else if (!cal.has_signing) {
+    result->setup["signing"] = "on (sim.extra.signed), not charged: the calibration has no "
+                               "'signing' block (dcr_bench_sign --json)";
+  } else {
+    result->setup["signing"] =
+        "on (sim.extra.signed): the sender hashes every chunk record (SHA-256 at " +
+        Num(1 / cal.sha256_s_per_byte) + " B/s per core) and signs one manifest per " +
+        Num(cal.chunks_per_manifest) + " chunks (" + Num(cal.sign_s_per_manifest * 1e6) +
+        " us each); every receiver hashes every record it applies and verifies every manifest (" +
+        Num(cal.verify_s_per_manifest * 1e6) + " us each); the stream is " +
+        Num(cal.signed_size_ratio) + "x the unsigned bytes (dcr_bench_sign: " +
+        cal.signing_source + ")";
+  }
   if (s.steps > 1) result->setup["steps"] = "simulated once per run (every step is alike)";
   if (s.receivers.device != "cpu" || s.sender.device != "cpu") {
     result->setup["devices"] = "receivers.device " + s.receivers.device + ", sender.device " +
@@ -392,7 +409,36 @@ struct Pending {
   double rate;
   double payload;
   std::string wan;  // the long link's encoding and the edge relay, when wan_context
+  std::string signing;  // the signing cost charged, when signed
 };
+
+// A signed delta: every chunk grows by the manifest records' share; the sender hashes each chunk
+// record and signs its share of the manifests (spread over the cores that build the chunk), each
+// receiver hashes each record and verifies its share of the manifests in the chunk's apply (on one
+// core). Returns the setup text.
+std::string ChargeSigning(const Calibration& cal, const PayloadModel& pm, const Sizing& z,
+                          int build_cores, int receivers, internal::RunSpec* spec) {
+  const double chunks = static_cast<double>(z.chunks);
+  const double manifests_per_chunk =
+      static_cast<double>(std::max<uint64_t>(1, pm.grid_chunks)) / chunks /
+      std::max(1.0, cal.chunks_per_manifest);
+  const int cores_per_chunk = std::max(1, build_cores / std::max(1, z.build_parallel));
+  double sender = 0, receiver = 0;
+  for (internal::SimBlob& b : spec->blobs) {
+    if (b.info.kind != BlobKind::kChunk) continue;
+    b.info.size = static_cast<uint64_t>(
+        std::llround(static_cast<double>(b.info.size) * cal.signed_size_ratio));
+    const double hash = static_cast<double>(b.info.size) * cal.sha256_s_per_byte;
+    const double build = hash + manifests_per_chunk * cal.sign_s_per_manifest;
+    const double apply = hash + manifests_per_chunk * cal.verify_s_per_manifest;
+    b.build_flops += build / cores_per_chunk * internal::kHostFlops;
+    b.apply_flops += apply * internal::kHostFlops;
+    sender += build;
+    receiver += apply;
+  }
+  return "signing " + Num(sender) + " CPU-s at the sender, " + Num(receiver) +
+         " CPU-s per receiver (" + std::to_string(receivers) + " receivers)";
+}
 
 // wan_context on a relay-tree delta run: the context-coded stream on the long link to an edge
 // relay (if it keeps up, ChooseWanEncoding; else the run stays plain). Returns the setup text.
@@ -458,11 +504,16 @@ std::vector<Pending> PlanRuns(const Scenario& s, const SimInputs& in,
           spec.tls_send_s_per_byte = cal.tls_send_s_per_byte;
           spec.tls_recv_s_per_byte = cal.tls_recv_s_per_byte;
         }
+        std::string signing;
+        if (in.extra.signed_deltas && cal.has_signing && delta) {
+          signing = ChargeSigning(cal, pm, z, in.build_cores, s.receivers.count, &spec);
+        }
         std::string wan;
         if (in.extra.wan_context && delta && kind == TransportKind::kRelayTree) {
           wan = PlanEdgeRelay(in, plat, pm, rate, build_Bps, &spec);
         }
-        pending.push_back({std::move(spec), std::move(z), method, kind, rate, payload, wan});
+        pending.push_back(
+            {std::move(spec), std::move(z), method, kind, rate, payload, wan, signing});
       }
     }
   }
@@ -526,6 +577,7 @@ RunResult CollectRun(const Scenario& s, const internal::PlatformSpec& plat, cons
       (pr.spec.tls_send_s_per_byte > 0 || pr.spec.tls_recv_s_per_byte > 0
            ? "; TLS " + Num(outcome.tls_cpu_seconds) + " CPU-s on all endpoints"
            : "") +
+      (pr.signing.empty() ? "" : "; " + pr.signing) +
       (pr.wan.empty() ? "" : "; long link: " + pr.wan);
   return rr;
 }
