@@ -255,6 +255,9 @@ StatusOr<std::vector<Child>> StartNodes(const std::vector<NodePlan>& plans,
     for (const std::string& f : {p.ready_path, p.go_path, p.result_path, p.progress_path}) {
       if (!f.empty()) unlink(f.c_str());
     }
+    for (const NodeVersion& v : p.versions) {
+      if (!v.result_path.empty()) unlink(v.result_path.c_str());
+    }
   }
   for (int i = static_cast<int>(plans.size()) - 1; i >= 0; --i) {
     const NodePlan& p = plans[i];
@@ -722,6 +725,85 @@ StatusOr<RunResult> RunOneRefit(const Scenario& s, const std::vector<std::string
   return rr;
 }
 
+// The refits of steps 1..s.steps by `method` over `transport` in ONE set of long-lived node
+// processes (NodePlan::versions: version k = step k), in run folder `run_index`: the nodes
+// stay up from step to step, the sender building each step's delta from the joint commit's
+// baseline. One RunResult per step, each receiver verified at each step; the steps after a
+// failure carry it as their error.
+StatusOr<std::vector<RunResult>> RunLongLivedRefits(const Scenario& s,
+                                                    const std::vector<std::string>& ckpts,
+                                                    Method method, TransportKind transport,
+                                                    double rate,
+                                                    const std::vector<double>& measured,
+                                                    int run_index, const std::string& work_dir,
+                                                    ScenarioResult* out) {
+  const bool synthetic = s.model.checkpoints.empty();
+  const std::string label = std::string(MethodName(method)) + " / " +
+                            TransportKindName(transport) + " / steps 1-" +
+                            std::to_string(s.steps) + ", one set of nodes";
+  const std::string run_dir = work_dir + "/run-" + std::to_string(run_index);
+  DCR_RETURN_IF_ERROR(MkdirP(run_dir));
+  auto prefix_of = [&](int step) {
+    char prefix[64];
+    std::snprintf(prefix, sizeof(prefix), "refit-%d-%ld/step-%d", run_index,
+                  static_cast<long>(getpid()), step);
+    return std::string(prefix);
+  };
+  DCR_ASSIGN_OR_RETURN(std::vector<NodePlan> plans,
+                       MakePlans(s, method, transport, ckpts[0], ckpts[1], run_dir, work_dir,
+                                 prefix_of(1)));
+  DCR_RETURN_IF_ERROR(AddTls(s, run_dir + "/tls", &plans));
+  for (NodePlan& p : plans) {
+    for (int step = 1; step <= s.steps; ++step) {
+      NodeVersion v;
+      v.version = static_cast<uint64_t>(step);
+      v.target_path = ckpts[step];
+      v.verify_path = p.verify_path.empty() ? "" : ckpts[step];
+      v.prefix = prefix_of(step);
+      v.result_path = run_dir + "/node-" + std::to_string(p.rank) + "-v" +
+                      std::to_string(step) + ".json";
+      p.versions.push_back(v);
+    }
+    if (s.progress) p.progress_path = run_dir + "/progress-" + std::to_string(p.rank) + ".json";
+  }
+  Scenario whole = s;  // the session's deadline covers every step
+  whole.timeout_s = s.timeout_s * s.steps;
+  std::vector<CpuPoint> cpu;
+  const Status st = SpawnAndWait(whole, plans, run_dir, label, &cpu);
+  std::vector<RunResult> runs;
+  for (int step = 1; step <= s.steps; ++step) {
+    RunResult rr;
+    rr.method = method;
+    rr.transport = transport;
+    rr.change_rate = measured[step];
+    rr.configured_change_rate = synthetic ? rate : 0;
+    rr.step = step;
+    rr.receivers = s.receivers.count;
+    std::vector<NodePlan> at = plans;  // the step's version and result files
+    for (NodePlan& p : at) {
+      p.version = static_cast<uint64_t>(step);
+      p.result_path = p.versions[step - 1].result_path;
+    }
+    const std::vector<NodeResult> results = ReadNodeResults(at);
+    const NodeResult& sender = results[0];
+    const ReceiverTotals t = CollectReceivers(results, at, transport, &rr);
+    if (t.all_committed && sender.t_first_blob > 0) {
+      rr.refit_seconds = t.last_commit - sender.t_first_blob;
+      RecordRunCpu(cpu, rr, sender.t_first_blob, t.last_commit, out);
+    } else {
+      rr.error = !st.ok() ? st.ToString() : "not every receiver committed";
+    }
+    FillRunTotals(results, t, &rr);
+    if (s.progress) {
+      std::fprintf(stderr, "    step %d: refit %.3f s, %.2f MB over the long link, %d/%d verified%s%s\n",
+                   step, rr.refit_seconds, rr.wire_bytes / 1e6, rr.receivers_verified,
+                   rr.receivers, rr.error.empty() ? "" : ", error: ", rr.error.c_str());
+    }
+    runs.push_back(std::move(rr));
+  }
+  return runs;
+}
+
 }  // namespace
 
 StatusOr<ScenarioResult> RunScenarioReal(const Scenario& s) {
@@ -775,6 +857,13 @@ StatusOr<ScenarioResult> RunScenarioReal(const Scenario& s) {
     }
     for (TransportKind transport : s.transport.kinds) {
       for (Method method : s.methods) {
+        if (s.steps > 1) {  // one set of long-lived nodes for every step
+          DCR_ASSIGN_OR_RETURN(std::vector<RunResult> runs,
+                               RunLongLivedRefits(s, ckpts, method, transport, rate, measured,
+                                                  ++run_index, work_dir, &out));
+          for (RunResult& rr : runs) out.runs.push_back(std::move(rr));
+          continue;
+        }
         for (int step = 1; step <= s.steps; ++step) {
           DCR_ASSIGN_OR_RETURN(RunResult rr,
                                RunOneRefit(s, ckpts, method, transport, rate, measured[step],

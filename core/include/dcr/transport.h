@@ -65,6 +65,15 @@ std::unique_ptr<Receiver> MakeFullReceiver(std::shared_ptr<Device> device);
 Status FullStreamBlobs(const std::string& path, uint64_t slice_bytes,
                        const std::function<Status(BlobKind, std::vector<uint8_t>)>& emit);
 
+// One version a long-lived node takes part in (NodePlan::versions).
+struct NodeVersion {
+  uint64_t version = 0;     // its number: every frame of it carries it (> the one before)
+  std::string target_path;  // the checkpoint of this version (sender: the one it publishes)
+  std::string verify_path;  // receiver: compare with this after the commit ("" = skip)
+  std::string prefix;       // object store: the version's prefix ("" = plan.relay.prefix)
+  std::string result_path;  // this version's node result JSON ("" = none)
+};
+
 // Everything one node process needs (serialised as JSON for `dcr node --plan`).
 struct NodePlan {
   int rank = 0;                 // this node; 0 is the sender / uploader
@@ -80,6 +89,20 @@ struct NodePlan {
   // Defaults 0 and 0.
   uint64_t run_id = 0;
   uint64_t version = 0;
+  // Sender of a delta with version > 0: the number of the version the delta is built from (its
+  // header carries base_version -> version); -1 (the default): version - 1.
+  int64_t base_version = -1;
+  // A long-lived node (empty: one refit, version `version`): the process takes part in these
+  // versions one after another, in order, keeping its receiver's storage from one to the next;
+  // between versions it listens for the next version's hello. The sender runs the joint commit
+  // (CommitCoordinator, dcr/versioning.h) over the relay tree's per-receiver reports: it builds
+  // each version's delta from the baseline -- the newest version every live receiver reported
+  // committed, with its hash -- whose checkpoint is base_path (version 0) or the target_path of
+  // that earlier version; a receiver whose report is missing or failed is declared dead. Over
+  // the object store no report reaches the uploader and each version is built from the one
+  // before. The start barrier (ready_path, go_path) is taken before the first version only.
+  // The first failure ends the node.
+  std::vector<NodeVersion> versions;
   // Mutual TLS 1.3 on every relay-tree edge: the run's CA certificate, this node's certificate
   // and its private key (PEM files; the key must not be readable by group or others). A node
   // accepts a parent only with a sender or relay certificate of its run, a child only with a
@@ -175,6 +198,7 @@ struct CommitReport {
 // machine (or clock-synchronised hosts) can be compared; 0 = did not happen.
 struct NodeResult {
   int rank = 0;
+  int64_t pid = 0;           // the node's process id (a long-lived node: the same every version)
   std::string role;
   bool ok = false;
   std::string error;

@@ -33,6 +33,7 @@
 #include "internal/safetensors.h"
 #include "node/commit_reports.h"
 #include "node/node_trust.h"
+#include "node/versions.h"
 #include "transport/heartbeat.h"
 #include "transport/net.h"
 
@@ -812,6 +813,17 @@ class ApplyJobs {
     pool_.Start(plan.relay.max_parallel_applies);
     return Status();
   }
+  // A receiver that stays up across versions: the storage of the version before (`backend`)
+  // instead of one loaded from plan.receiver_base_path.
+  void Adopt(std::unique_ptr<Receiver> backend, const NodePlan& plan) {
+    backend_ = std::move(backend);
+    pool_.Start(plan.relay.max_parallel_applies);
+  }
+  // Hands the storage back once the pool has stopped (null when none was opened).
+  std::unique_ptr<Receiver> Release() {
+    pool_.Stop();
+    return std::move(backend_);
+  }
   bool open() const { return backend_ != nullptr; }
   void Apply(const BlobPtr& b) {
     pool_.Submit([this, b] { ApplyJob(b); });
@@ -991,8 +1003,9 @@ class SenderBuilder {
       o.chunk_elems = plan_.chunk_elems;
       o.zstd_level = plan_.zstd_level;
       o.threads = plan_.build_threads;
-      if (plan_.version > 0) {  // the version this refit delivers, from the one before it
-        o.base_version = plan_.version - 1;
+      if (plan_.version > 0) {  // the version this refit delivers, from its base version
+        o.base_version = plan_.base_version >= 0 ? static_cast<uint64_t>(plan_.base_version)
+                                                 : plan_.version - 1;
         o.target_version = plan_.version;
       }
       StreamingSink stream(emit);
@@ -1023,8 +1036,12 @@ class SenderBuilder {
 
 class SocketNode : public NodeEnvironment {
  public:
-  SocketNode(const NodePlan& plan, NodeResult* result)
-      : plan_(plan),
+  // `carry` (may be null): a receiver's storage kept across the versions of a long-lived node;
+  // a non-null *carry is applied to instead of loading plan.receiver_base_path, and the
+  // storage is handed back in it when the node is done, whatever the outcome.
+  SocketNode(const NodePlan& plan, NodeResult* result, std::unique_ptr<Receiver>* carry = nullptr)
+      : carry_(carry),
+        plan_(plan),
         state_(result),
         links_(plan, &state_, &queue_),
         store_(plan, &state_, &queue_),
@@ -1035,6 +1052,7 @@ class SocketNode : public NodeEnvironment {
   Status Run() {
     NodeResult* r = state_.result();
     r->rank = plan_.rank;
+    r->pid = static_cast<int64_t>(getpid());
     t0_ = SteadyNow();
     deadline_ = t0_ + plan_.timeout_s;
     Status s = Setup();
@@ -1136,7 +1154,11 @@ class SocketNode : public NodeEnvironment {
     DCR_RETURN_IF_ERROR(internal::CheckLiveness(
         internal::LivenessOptions{plan_.heartbeat_interval_s, plan_.read_deadline_s}, "plan"));
     const bool sender = plan_.rank == 0;
-    if (!sender) DCR_RETURN_IF_ERROR(applier_.Open(plan_));
+    if (!sender && carry_ != nullptr && *carry_ != nullptr) {
+      applier_.Adopt(std::move(*carry_), plan_);
+    } else if (!sender) {
+      DCR_RETURN_IF_ERROR(applier_.Open(plan_));
+    }
     DCR_ASSIGN_OR_RETURN(std::unique_ptr<NodePolicy> policy, MakeNodePolicy(plan_));
     host_ = std::make_unique<PolicyHost>(std::move(policy), this);
     if (plan_.transport == "relay_tree") {
@@ -1252,10 +1274,15 @@ class SocketNode : public NodeEnvironment {
     torn_down_ = true;
     links_.Close();
     builder_.Join();
-    applier_.Stop();
+    if (carry_ != nullptr) {
+      *carry_ = applier_.Release();
+    } else {
+      applier_.Stop();
+    }
     store_.Stop();
   }
 
+  std::unique_ptr<Receiver>* carry_;
   const NodePlan& plan_;
   NodeState state_;
   EventQueue queue_;
@@ -1290,7 +1317,28 @@ StatusOr<std::unique_ptr<NodePolicy>> MakeNodePolicy(const NodePlan& plan) {
   return MakeTreePolicy(topo, plan.rank, plan.relay);
 }
 
+namespace internal {
+
+Status RunNodeVersion(const NodePlan& plan, NodeResult* result,
+                      std::unique_ptr<Receiver>* storage) {
+  *result = NodeResult();
+  Status s;
+  {
+    SocketNode node(plan, result, storage);
+    s = node.Run();
+  }
+  if (!plan.result_path.empty()) {
+    std::string js = NodeResultToJson(*result);
+    Status w = WriteFileAtomic(plan.result_path, js.data(), js.size());
+    if (s.ok() && !w.ok()) s = w;
+  }
+  return s;
+}
+
+}  // namespace internal
+
 Status RunNode(const NodePlan& plan, NodeResult* result) {
+  if (!plan.versions.empty()) return internal::RunNodeVersions(plan, result);
   *result = NodeResult();
   Status s;
   {
@@ -1376,6 +1424,18 @@ std::string NodePlanToJson(const NodePlan& p) {
   j["addresses"] = p.addresses;
   j["run_id"] = p.run_id;
   j["version"] = p.version;
+  if (p.base_version >= 0) j["base_version"] = p.base_version;
+  if (!p.versions.empty()) {
+    nlohmann::json vs = nlohmann::json::array();
+    for (const NodeVersion& v : p.versions) {
+      vs.push_back({{"version", v.version},
+                    {"target_path", v.target_path},
+                    {"verify_path", v.verify_path},
+                    {"prefix", v.prefix},
+                    {"result_path", v.result_path}});
+    }
+    j["versions"] = vs;
+  }
   if (!p.tls_ca.empty() || !p.tls_cert.empty() || !p.tls_key.empty()) {
     j["tls"] = {{"ca", p.tls_ca}, {"cert", p.tls_cert}, {"key", p.tls_key}};
   }
@@ -1431,6 +1491,18 @@ StatusOr<NodePlan> NodePlanFromJson(const std::string& text) {
     p.addresses = j.at("addresses").get<std::vector<std::string>>();
     if (j.contains("run_id")) p.run_id = j["run_id"].get<uint64_t>();
     if (j.contains("version")) p.version = j["version"].get<uint64_t>();
+    if (j.contains("base_version")) p.base_version = j["base_version"].get<int64_t>();
+    if (j.contains("versions")) {
+      for (const auto& v : j["versions"]) {
+        NodeVersion nv;
+        nv.version = v.at("version").get<uint64_t>();
+        nv.target_path = v.at("target_path").get<std::string>();
+        nv.verify_path = v.value("verify_path", std::string());
+        nv.prefix = v.value("prefix", std::string());
+        nv.result_path = v.value("result_path", std::string());
+        p.versions.push_back(std::move(nv));
+      }
+    }
     if (j.contains("tls")) {
       const auto& t = j["tls"];
       p.tls_ca = t.at("ca").get<std::string>();
@@ -1489,6 +1561,7 @@ StatusOr<NodePlan> NodePlanFromJson(const std::string& text) {
 std::string NodeResultToJson(const NodeResult& r) {
   nlohmann::json j;
   j["rank"] = r.rank;
+  j["pid"] = r.pid;
   j["role"] = r.role;
   j["ok"] = r.ok;
   j["error"] = r.error;
@@ -1520,6 +1593,7 @@ StatusOr<NodeResult> NodeResultFromJson(const std::string& text) {
     auto j = nlohmann::json::parse(text);
     r.rank = j.at("rank").get<int>();
     r.role = j.at("role").get<std::string>();
+    r.pid = j.value("pid", int64_t{0});
     r.ok = j.at("ok").get<bool>();
     r.error = j.at("error").get<std::string>();
     r.t_start = j.at("t_start").get<double>();

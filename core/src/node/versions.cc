@@ -1,0 +1,143 @@
+#include "node/versions.h"
+
+#include <cstdio>
+#include <map>
+
+#include "dcr/checkpoint.h"
+#include "dcr/status_macros.h"
+
+namespace dcr::internal {
+
+namespace {
+
+std::string RankName(int rank) { return std::to_string(rank); }
+
+}  // namespace
+
+SenderJointCommit::SenderJointCommit(const std::vector<int>& receivers, const VersionId& initial)
+    : coordinator_(initial, CommitOptions{}) {
+  for (int r : receivers) {
+    // Names are distinct ranks and `initial` is the only published version: cannot fail.
+    (void)coordinator_.AddReceiver(RankName(r), initial);
+  }
+}
+
+StatusOr<std::vector<std::pair<int, std::string>>> SenderJointCommit::Published(
+    const VersionId& base, const VersionId& published, const std::vector<CommitReport>& reports) {
+  DCR_RETURN_IF_ERROR(coordinator_.Publish(base, published));
+  std::map<int, const CommitReport*> by_rank;
+  for (const CommitReport& r : reports) by_rank[r.rank] = &r;
+  std::vector<std::pair<int, std::string>> dead;
+  for (const auto& [name, held] : coordinator_.receivers()) {
+    const int rank = std::stoi(name);
+    auto it = by_rank.find(rank);
+    std::string why;
+    if (it == by_rank.end()) {
+      why = "no commit report of version " + std::to_string(published.number);
+    } else if (!it->second->ok) {
+      why = "reported a failure: " + it->second->error;
+    } else if (it->second->version != published.number ||
+               it->second->target_hash != published.hash) {
+      why = "reported version " + std::to_string(it->second->version) + " with content hash " +
+            it->second->target_hash.ToHex() + ", not " + published.ToString() + " (" +
+            published.hash.ToHex() + ")";
+    } else {
+      Status s = coordinator_.OnCommitted(name, published);
+      if (s.ok()) continue;
+      why = s.message();
+    }
+    dead.emplace_back(rank, why);
+  }
+  for (const auto& d : dead) (void)coordinator_.RemoveReceiver(RankName(d.first));
+  return dead;
+}
+
+std::vector<int> SenderJointCommit::live() const {
+  std::vector<int> out;
+  for (const auto& [name, held] : coordinator_.receivers()) out.push_back(std::stoi(name));
+  return out;
+}
+
+Status RunNodeVersions(const NodePlan& plan, NodeResult* result) {
+  *result = NodeResult();
+  result->rank = plan.rank;
+  uint64_t last = 0;
+  for (const NodeVersion& v : plan.versions) {
+    if (v.version <= last) {
+      return InvalidArgumentError("plan.versions: version " + std::to_string(v.version) +
+                                  " follows version " + std::to_string(last) +
+                                  " (numbers must increase from above 0)");
+    }
+    last = v.version;
+  }
+  const bool sender = plan.rank == 0;
+  const bool delta = plan.method == "delta";
+  const bool joint = sender && delta && plan.transport == "relay_tree";
+  // The checkpoint of every version number the sender may build from: 0 is plan.base_path.
+  std::map<uint64_t, std::string> checkpoint_of{{0, plan.base_path}};
+  for (const NodeVersion& v : plan.versions) checkpoint_of[v.version] = v.target_path;
+  std::unique_ptr<SenderJointCommit> commit;
+  VersionId base{0, Hash128{}};
+  if (joint) {
+    DCR_ASSIGN_OR_RETURN(auto c, Checkpoint::Open(plan.base_path));
+    base.hash = c->ContentHash(plan.build_threads);
+    std::vector<int> receivers;
+    for (int r = 1; r < static_cast<int>(plan.parents.size()); ++r) receivers.push_back(r);
+    if (!plan.relay.apply) receivers.clear();
+    commit = std::make_unique<SenderJointCommit>(receivers, base);
+  }
+  std::unique_ptr<Receiver> storage;  // a delta receiver's storage, version to version
+  Hash128 built_from;                  // the sender's base hash for the version in flight
+  Status s;
+  for (size_t i = 0; i < plan.versions.size(); ++i) {
+    const NodeVersion& v = plan.versions[i];
+    NodePlan p = plan;
+    p.versions.clear();
+    p.version = v.version;
+    p.target_path = v.target_path;
+    p.verify_path = v.verify_path;
+    if (!v.prefix.empty()) p.relay.prefix = v.prefix;
+    p.result_path = v.result_path;
+    if (i > 0) {
+      p.ready_path.clear();
+      p.go_path.clear();
+    }
+    if (sender && delta) {
+      // Over the tree: the baseline of the joint commit. Over the store (no reports reach the
+      // uploader): the version before.
+      const uint64_t from = joint ? commit->baseline().number : (i == 0 ? 0 : plan.versions[i - 1].version);
+      p.base_version = static_cast<int64_t>(from);
+      p.base_path = checkpoint_of.at(from);
+      if (joint) built_from = commit->baseline().hash;
+    }
+    NodeResult r;
+    s = RunNodeVersion(p, &r, delta && !sender ? &storage : nullptr);
+    *result = r;
+    if (!s.ok()) break;
+    if (joint) {
+      const VersionId published{v.version, r.target_hash};
+      auto dead = commit->Published(VersionId{static_cast<uint64_t>(p.base_version), built_from}, published, r.reports);
+      if (!dead.ok()) {
+        s = dead.status().WithContext("sender: joint commit of version " +
+                                      std::to_string(v.version));
+        break;
+      }
+      for (const auto& [rank, why] : *dead) {
+        std::fprintf(stderr, "sender: receiver %d declared dead at version %llu: %s\n", rank,
+                     static_cast<unsigned long long>(v.version), why.c_str());
+      }
+    }
+  }
+  if (!s.ok()) {
+    result->ok = false;
+    if (result->error.empty()) result->error = s.ToString();
+  }
+  if (!plan.result_path.empty()) {
+    std::string js = NodeResultToJson(*result);
+    Status w = WriteFileAtomic(plan.result_path, js.data(), js.size());
+    if (s.ok() && !w.ok()) s = w;
+  }
+  return s;
+}
+
+}  // namespace dcr::internal

@@ -1,0 +1,60 @@
+// Long-lived nodes: one dcr-node process taking part in version after version of a run
+// (NodePlan::versions), and the sender's side of the joint commit over the relay tree's
+// per-receiver commit reports (commit_reports.h).
+//
+// Thread safety: SenderJointCommit is thread-compatible (a pure state machine over
+// CommitCoordinator); the Run functions are self-contained like RunNode.
+#ifndef DCR_CORE_SRC_NODE_VERSIONS_H_
+#define DCR_CORE_SRC_NODE_VERSIONS_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dcr/receiver.h"
+#include "dcr/status.h"
+#include "dcr/transport.h"
+#include "dcr/versioning.h"
+
+namespace dcr::internal {
+
+// One version of a node (RunNode's body for `plan`, which has no versions): a receiver applies
+// to `storage` when *storage is set (else it loads plan.receiver_base_path) and hands its
+// storage back in it when done, whatever the outcome. Writes plan.result_path when set.
+Status RunNodeVersion(const NodePlan& plan, NodeResult* result, std::unique_ptr<Receiver>* storage);
+
+// RunNode for a plan with versions: each version in turn through RunNodeVersion with the
+// version's fields (number, target, verify path, prefix, result path) and, for the sender of a
+// delta over the relay tree, the base SenderJointCommit names. The start barrier is kept for the
+// first version only. `result` gets the last version's result (the failed one's on error),
+// also written to plan.result_path. Errors: kInvalidArgument for version numbers that do not
+// increase from above 0; the first version's error otherwise.
+Status RunNodeVersions(const NodePlan& plan, NodeResult* result);
+
+// The sender's joint commit: which version the next delta is built from, from what the receivers
+// reported. Receivers are named by rank.
+class SenderJointCommit {
+ public:
+  // `receivers`: the ranks that apply (each reports once per version); `initial`: the version
+  // they all hold at the start (number and content hash).
+  SenderJointCommit(const std::vector<int>& receivers, const VersionId& initial);
+
+  // The version the next delta must be built from (CommitCoordinator::baseline).
+  VersionId baseline() const { return coordinator_.baseline(); }
+  // Records that version `published` (built from `base`) went out and what the sender heard
+  // back: every live receiver with a committed report of `published` (its number and hash) has
+  // committed it; any other live receiver (no report, a failure, another version or hash) is
+  // declared dead and stops holding the baseline back. Returns the ranks declared dead, each with
+  // why. Errors: CommitCoordinator::Publish's (a base other than the baseline).
+  StatusOr<std::vector<std::pair<int, std::string>>> Published(
+      const VersionId& base, const VersionId& published, const std::vector<CommitReport>& reports);
+  // Ranks still live.
+  std::vector<int> live() const;
+
+ private:
+  CommitCoordinator coordinator_;
+};
+
+}  // namespace dcr::internal
+
+#endif  // DCR_CORE_SRC_NODE_VERSIONS_H_

@@ -1,0 +1,156 @@
+// Long-lived nodes: one RunNode per rank (threads, real TCP on 127.0.0.1) taking part in several
+// versions, every receiver verified byte for byte at every version; and the sender's joint commit
+// over per-receiver reports.
+#include "node/versions.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <random>
+#include <thread>
+
+#include "dcr/checkpoint.h"
+#include "dcr/relay_policy.h"
+#include "transport/net.h"
+
+namespace dcr::internal {
+namespace {
+
+// v0 .. v<n>: each version changes ~3% of the bytes of the one before.
+std::vector<std::string> VersionChain(const std::string& dir, int n) {
+  std::mt19937_64 rng(7);
+  std::vector<uint8_t> a(128 * 384 * 2), b(1000 * 4);
+  for (auto& x : a) x = static_cast<uint8_t>(rng());
+  for (auto& x : b) x = static_cast<uint8_t>(rng());
+  std::vector<std::string> paths;
+  for (int k = 0; k <= n; ++k) {
+    if (k > 0) {
+      for (size_t i = 0; i < a.size(); i += 2) {
+        if (rng() % 100 < 3) a[i] ^= static_cast<uint8_t>(1 + rng() % 255);
+      }
+      b[rng() % b.size()] ^= 1;
+    }
+    std::vector<TensorView> views = {{"a.weight", "BF16", {128, 384}, a.data(), a.size()},
+                                     {"b.bias", "F32", {1000}, b.data(), b.size()}};
+    paths.push_back(dir + "/v" + std::to_string(k) + ".safetensors");
+    EXPECT_TRUE(WriteSafetensors(paths.back(), views).ok());
+  }
+  return paths;
+}
+
+TEST(SenderJointCommit, BaselineFollowsEveryLiveReceiverAndDropsTheDead) {
+  const VersionId v0{0, Hash128{1, 1}}, v1{1, Hash128{2, 2}}, v2{2, Hash128{3, 3}};
+  SenderJointCommit c({1, 2, 3}, v0);
+  EXPECT_EQ(c.baseline(), v0);
+  auto ok = [](int rank, const VersionId& v) {
+    CommitReport r;
+    r.rank = rank;
+    r.version = v.number;
+    r.target_hash = v.hash;
+    r.ok = true;
+    return r;
+  };
+  auto dead = c.Published(v0, v1, {ok(1, v1), ok(2, v1), ok(3, v1)});
+  ASSERT_TRUE(dead.ok()) << dead.status();
+  EXPECT_TRUE(dead->empty());
+  EXPECT_EQ(c.baseline(), v1);
+  // A base other than the baseline is refused.
+  EXPECT_TRUE(c.Published(v0, v2, {}).status().IsFailedPrecondition());
+  // Rank 2 reports a wrong hash, rank 3 nothing: both declared dead; rank 1 holds the baseline.
+  CommitReport wrong = ok(2, v2);
+  wrong.target_hash = Hash128{9, 9};
+  dead = c.Published(v1, v2, {ok(1, v2), wrong});
+  ASSERT_TRUE(dead.ok()) << dead.status();
+  ASSERT_EQ(dead->size(), 2u);
+  EXPECT_EQ((*dead)[0].first, 2);
+  EXPECT_NE((*dead)[0].second.find("content hash"), std::string::npos) << (*dead)[0].second;
+  EXPECT_EQ((*dead)[1].first, 3);
+  EXPECT_EQ(c.live(), (std::vector<int>{1}));
+  EXPECT_EQ(c.baseline(), v2);
+}
+
+TEST(LongLivedNodes, OneSetOfNodesAppliesThreeVersionsOverARelayTree) {
+  char tmpl[] = "/tmp/dcr_versions_XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::vector<std::string> ckpt = VersionChain(dir, 3);
+  const std::vector<int> parents = {-1, 0, 0, 1, 1, 2};  // two relays, three leaves
+  std::vector<std::string> addresses;
+  for (size_t r = 0; r < parents.size(); ++r) {
+    addresses.push_back("127.0.0.1:" + std::to_string(FreePort().value()));
+  }
+  std::vector<NodePlan> plans;
+  for (int r = 0; r < static_cast<int>(parents.size()); ++r) {
+    NodePlan p;
+    p.rank = r;
+    p.parents = parents;
+    p.addresses = addresses;
+    p.relay.piece_bytes = 8 << 10;
+    p.relay.window_bytes = 32 << 10;
+    p.relay.root_streams = 2;
+    p.emulate_wan = false;
+    p.run_id = 0xabc;
+    p.base_path = ckpt[0];
+    p.receiver_base_path = ckpt[0];
+    p.chunk_elems = 4096;
+    p.timeout_s = 30;
+    for (int k = 1; k <= 3; ++k) {
+      NodeVersion v;
+      v.version = static_cast<uint64_t>(k);
+      v.target_path = ckpt[k];
+      v.verify_path = ckpt[k];
+      v.result_path = dir + "/result-" + std::to_string(r) + "-v" + std::to_string(k) + ".json";
+      p.versions.push_back(v);
+    }
+    plans.push_back(p);
+  }
+  std::vector<Status> status(plans.size());
+  std::vector<NodeResult> results(plans.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    threads.emplace_back([&, i] { status[i] = RunNode(plans[i], &results[i]); });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < plans.size(); ++i) EXPECT_TRUE(status[i].ok()) << i << ": " << status[i];
+  for (int k = 1; k <= 3; ++k) {
+    std::vector<NodeResult> at;
+    for (size_t r = 0; r < plans.size(); ++r) {
+      std::string text;
+      FILE* fp = std::fopen(plans[r].versions[k - 1].result_path.c_str(), "rb");
+      ASSERT_NE(fp, nullptr) << r << " v" << k;
+      char buf[4096];
+      for (size_t n; (n = std::fread(buf, 1, sizeof(buf), fp)) > 0;) text.append(buf, n);
+      std::fclose(fp);
+      auto res = NodeResultFromJson(text);
+      ASSERT_TRUE(res.ok()) << res.status();
+      at.push_back(*res);
+    }
+    const NodeResult& sender = at[0];
+    EXPECT_TRUE(sender.ok) << "v" << k << ": " << sender.error;
+    ASSERT_EQ(sender.reports.size(), parents.size() - 1) << "v" << k;
+    for (const CommitReport& c : sender.reports) {
+      EXPECT_TRUE(c.ok) << "v" << k << " rank " << c.rank;
+      EXPECT_EQ(c.version, static_cast<uint64_t>(k));
+      EXPECT_EQ(c.target_hash, sender.target_hash);
+    }
+    auto want = Checkpoint::Open(ckpt[k]);
+    ASSERT_TRUE(want.ok());
+    EXPECT_EQ(sender.target_hash, (*want)->ContentHash());
+    for (size_t r = 1; r < at.size(); ++r) {
+      EXPECT_TRUE(at[r].verified) << "v" << k << " rank " << r << ": " << at[r].verify_message;
+    }
+    // Each version's delta carries only that version's changes, not the way from v0.
+    EXPECT_LT(sender.payload_bytes, (*want)->total_tensor_bytes() / 4) << "v" << k;
+  }
+}
+
+TEST(LongLivedNodes, VersionNumbersMustIncrease) {
+  NodePlan p;
+  p.rank = 1;
+  p.versions = {NodeVersion{2, "a", "", "", ""}, NodeVersion{2, "b", "", "", ""}};
+  NodeResult r;
+  Status s = RunNode(p, &r);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s;
+}
+
+}  // namespace
+}  // namespace dcr::internal
