@@ -256,7 +256,11 @@ StatusOr<std::vector<Child>> StartNodes(const std::vector<NodePlan>& plans,
       if (!f.empty()) unlink(f.c_str());
     }
     for (const NodeVersion& v : p.versions) {
-      if (!v.result_path.empty()) unlink(v.result_path.c_str());
+      const std::string tag = ".v" + std::to_string(v.version);
+      for (const std::string& f : {v.result_path, p.ready_path.empty() ? "" : p.ready_path + tag,
+                                   p.go_path.empty() ? "" : p.go_path + tag}) {
+        if (!f.empty()) unlink(f.c_str());
+      }
     }
   }
   for (int i = static_cast<int>(plans.size()) - 1; i >= 0; --i) {
@@ -340,6 +344,23 @@ StatusOr<bool> SignalGoWhenReady(const std::vector<NodePlan>& plans) {
   if (plans.empty() || plans[0].go_path.empty()) return false;
   DCR_RETURN_IF_ERROR(WriteFileAtomic(plans[0].go_path, "go\n", 3));
   return true;
+}
+
+// Long-lived nodes: once every receiver has written its ready file of a later version
+// (ready_path + ".v<k>", NodePlan::versions), writes the sender's go file of that version.
+Status SignalLaterVersionsWhenReady(const std::vector<NodePlan>& plans, size_t* next) {
+  if (plans.empty() || plans[0].go_path.empty()) return Status();
+  const auto& versions = plans[0].versions;
+  if (*next == 0) *next = 1;  // the first version is the plain barrier
+  while (*next < versions.size()) {
+    const std::string tag = ".v" + std::to_string(versions[*next].version);
+    for (const auto& p : plans) {
+      if (p.rank != 0 && !p.ready_path.empty() && !Exists(p.ready_path + tag)) return Status();
+    }
+    DCR_RETURN_IF_ERROR(WriteFileAtomic(plans[0].go_path + tag, "go\n", 3));
+    ++*next;
+  }
+  return Status();
 }
 
 // Stops every child still running (SIGTERM) and waits for it.
@@ -431,12 +452,17 @@ Status SpawnAndWait(const Scenario& s, const std::vector<NodePlan>& plans,
   size_t exited = 0;
   bool go = false;
   double go_at = 0;
+  size_t next_version = 0;  // long-lived nodes: the next version whose barrier is open
   Status failure;
   while (exited < children.size()) {
     exited += ReapExited(&children, &failure);
     if (!go) {
       DCR_ASSIGN_OR_RETURN(go, SignalGoWhenReady(plans));
       if (go) go_at = internal::SteadyNow();
+    }
+    if (go) {
+      Status signalled = SignalLaterVersionsWhenReady(plans, &next_version);
+      if (!signalled.ok() && failure.ok()) failure = signalled;
     }
     double now = internal::SteadyNow();
     if (!failure.ok() || now > deadline) {

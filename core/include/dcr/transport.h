@@ -100,7 +100,8 @@ struct NodePlan {
   // committed, with its hash -- whose checkpoint is base_path (version 0) or the target_path of
   // that earlier version; a receiver whose report is missing or failed is declared dead. Over
   // the object store no report reaches the uploader and each version is built from the one
-  // before. The start barrier (ready_path, go_path) is taken before the first version only.
+  // before. Every version takes the start barrier (ready_path, go_path): the first at those
+  // paths, version k after it at the paths with ".v<k>" appended.
   // The first failure ends the node.
   std::vector<NodeVersion> versions;
   // Mutual TLS 1.3 on every relay-tree edge: the run's CA certificate, this node's certificate

@@ -98,9 +98,10 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result) {
     p.verify_path = v.verify_path;
     if (!v.prefix.empty()) p.relay.prefix = v.prefix;
     p.result_path = v.result_path;
-    if (i > 0) {
-      p.ready_path.clear();
-      p.go_path.clear();
+    if (i > 0) {  // this version's own barrier files
+      const std::string tag = ".v" + std::to_string(v.version);
+      if (!p.ready_path.empty()) p.ready_path += tag;
+      if (!p.go_path.empty()) p.go_path += tag;
     }
     if (sender && delta) {
       // Over the tree: the baseline of the joint commit. Over the store (no reports reach the

@@ -25,8 +25,9 @@ Status RunNodeVersion(const NodePlan& plan, NodeResult* result, std::unique_ptr<
 
 // RunNode for a plan with versions: each version in turn through RunNodeVersion with the
 // version's fields (number, target, verify path, prefix, result path) and, for the sender of a
-// delta over the relay tree, the base SenderJointCommit names. The start barrier is kept for the
-// first version only. `result` gets the last version's result (the failed one's on error),
+// delta over the relay tree, the base SenderJointCommit names. Every version takes the start
+// barrier: the first at plan.ready_path / plan.go_path, version k after it at those paths with
+// ".v<k>" appended (so a version's clock starts only once every node is connected for it). `result` gets the last version's result (the failed one's on error),
 // also written to plan.result_path. Errors: kInvalidArgument for version numbers that do not
 // increase from above 0; the first version's error otherwise.
 Status RunNodeVersions(const NodePlan& plan, NodeResult* result);
