@@ -6,7 +6,7 @@
 // bytes per CPU second ("per core"), and the TLS / plain ratios of both. Each end's own CPU
 // seconds (the writer's thread, the reader's thread) are recorded too: the JSON's
 // tls_cpu_s_per_byte.{send,recv} (TLS minus plain, per byte, per end) is what the simulator
-// charges each relay-tree endpoint (sim/README.md, "TLS and signatures").
+// charges each relay-tree endpoint (sim/README.md, "TLS").
 #include <time.h>
 #include <unistd.h>
 

@@ -30,8 +30,6 @@ struct Extra {
   // region that transcodes it to the plain form for the tree (relay-tree delta runs).
   bool wan_context = false;
   int edge_cores = 64;      // edge_relay_cores: the edge relay's cores
-  // signed: delta runs are signed deltas (manifest records; the calibration's signing costs).
-  bool signed_deltas = false;
 };
 // kInvalidArgument naming the sim.extra key for an unknown key or a bad value.
 StatusOr<Extra> ParseExtra(const Scenario& s);

@@ -48,12 +48,10 @@ StatusOr<Extra> ParseExtra(const Scenario& s) {
   Extra e;
   for (const auto& [key, value] : s.sim.extra) {
     std::string path = "sim.extra." + key;
-    if (key == "wan_context" || key == "signed") {
-      bool on;
-      if (value == "on" || value == "true") on = true;
-      else if (value == "off" || value == "false") on = false;
+    if (key == "wan_context") {
+      if (value == "on" || value == "true") e.wan_context = true;
+      else if (value == "off" || value == "false") e.wan_context = false;
       else return InvalidArgumentError(path + ": must be 'on' or 'off', got '" + value + "'");
-      (key == "signed" ? e.signed_deltas : e.wan_context) = on;
     } else if (key == "edge_relay_cores") {
       char* end = nullptr;
       long v = std::strtol(value.c_str(), &end, 10);
@@ -93,7 +91,7 @@ StatusOr<Extra> ParseExtra(const Scenario& s) {
     } else {
       return InvalidArgumentError(path + ": unknown key (known: comm_budget, build_cores, "
                                   "calibration_clock, object_store_region, shared_cpu, "
-                                  "wan_context, edge_relay_cores, signed)");
+                                  "wan_context, edge_relay_cores)");
     }
   }
   return e;
@@ -345,14 +343,14 @@ void DescribeSetup(const Scenario& s, const SimInputs& in, const internal::Platf
         " CPU-s per GB received (dcr_bench_tls: " + cal.tls_source +
         "); object-store transfers are not charged";
   }
-  if (!in.extra.signed_deltas) {
-    result->setup["signing"] = "off (sim.extra.signed: off): unsigned deltas";
+  if (!s.network.signing.enabled) {
+    result->setup["signing"] = "off (network.signing: false): unsigned deltas";
   } else if (!cal.has_signing) {
-    result->setup["signing"] = "on (sim.extra.signed), not charged: the calibration has no "
+    result->setup["signing"] = "on (network.signing), not charged: the calibration has no "
                                "'signing' block (dcr_bench_sign --json)";
   } else {
     result->setup["signing"] =
-        "on (sim.extra.signed): the sender hashes every chunk record (SHA-256 at " +
+        "on (network.signing): delta runs are signed; the sender hashes every chunk record (SHA-256 at " +
         Num(1 / cal.sha256_s_per_byte) + " B/s per core) and signs one manifest per " +
         Num(cal.chunks_per_manifest) + " chunks (" + Num(cal.sign_s_per_manifest * 1e6) +
         " us each); every receiver hashes every record it applies and verifies every manifest (" +
@@ -505,7 +503,7 @@ std::vector<Pending> PlanRuns(const Scenario& s, const SimInputs& in,
           spec.tls_recv_s_per_byte = cal.tls_recv_s_per_byte;
         }
         std::string signing;
-        if (in.extra.signed_deltas && cal.has_signing && delta) {
+        if (s.network.signing.enabled && cal.has_signing && delta) {
           signing = ChargeSigning(cal, pm, z, in.build_cores, s.receivers.count, &spec);
         }
         std::string wan;

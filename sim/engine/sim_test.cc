@@ -125,6 +125,7 @@ std::string ContextCalibration(double shrink, double transcode) {
     r["context_transcode_bytes_per_s"] = transcode;
   }
   j["tls"] = std::string(DCR_TEST_SRC) + "/../calibration/tls.json";
+  j["signing"] = std::string(DCR_TEST_SRC) + "/../calibration/signing.json";
   char path[] = "/tmp/dcr_sim_ctx_cal_XXXXXX";
   int fd = ::mkstemp(path);
   EXPECT_GE(fd, 0);
@@ -190,17 +191,29 @@ TEST(SimTest, SignedDeltasChargeHashingAndManifestsAndSaySo) {
   Scenario s = Parse(kSmall);
   s.change_rates = {0.03};
   s.methods = {Method::kDelta};
+  s.network.signing.enabled = false;
   auto plain = Simulate(s);
   ASSERT_TRUE(plain.ok()) << plain.status();
   EXPECT_EQ(plain->setup.at("signing").rfind("off", 0), 0u) << plain->setup.at("signing");
-  s.sim.extra["signed"] = "on";
-  auto uncharged = Simulate(s);  // the default calibration has no signing block
-  ASSERT_TRUE(uncharged.ok()) << uncharged.status();
-  EXPECT_NE(uncharged->setup.at("signing").find("not charged"), std::string::npos);
+  s.network.signing.enabled = true;  // the default
 
   std::ifstream in(std::string(DCR_TEST_SRC) + "/../calibration/default.json");
   nlohmann::json j = nlohmann::json::parse(in);
   j["tls"] = std::string(DCR_TEST_SRC) + "/../calibration/tls.json";
+  j.erase("signing");
+  {
+    char path[] = "/tmp/dcr_sim_nosign_cal_XXXXXX";
+    int fd = ::mkstemp(path);
+    ASSERT_GE(fd, 0);
+    ::close(fd);
+    std::ofstream(path) << j.dump();
+    SimOptions o;
+    o.calibration_path = path;
+    auto uncharged = Simulate(s, o);
+    std::remove(path);
+    ASSERT_TRUE(uncharged.ok()) << uncharged.status();
+    EXPECT_NE(uncharged->setup.at("signing").find("not charged"), std::string::npos);
+  }
   // Slow primitives, so the charge shows: 100 MB/s SHA-256, 1 ms per signature / verification.
   j["signing"] = {{"sha256_bytes_per_s", 1e8}, {"ed25519_signs_per_s", 1e3},
                   {"ed25519_verifies_per_s", 1e3}, {"chunks", 64}, {"manifests", 2},
@@ -215,7 +228,7 @@ TEST(SimTest, SignedDeltasChargeHashingAndManifestsAndSaySo) {
   auto sig = Simulate(s, o);
   std::remove(path);
   ASSERT_TRUE(sig.ok()) << sig.status();
-  EXPECT_EQ(sig->setup.at("signing").rfind("on (sim.extra.signed): the sender hashes", 0), 0u)
+  EXPECT_EQ(sig->setup.at("signing").rfind("on (network.signing): delta runs are signed", 0), 0u)
       << sig->setup.at("signing");
   ASSERT_EQ(sig->runs.size(), plain->runs.size());
   for (size_t i = 0; i < sig->runs.size(); ++i) {
