@@ -9,7 +9,9 @@
 #   - `dcr node` downloaders trusting the trainer's key: a delta planted in the store by a process
 #     with its own key or none, a chunk object altered after the real upload, a chunk object of
 #     another signed delta, a correctly signed delta below the receiver's version floor; and the
-#     honest upload, committed and verified, with the floor recorded.
+#     honest upload, committed and verified, with the floor recorded;
+#   - a relay of the run (its real certificate) reporting commits of itself and its child that it
+#     made up: the sender refuses both records and counts no receiver.
 #   signed_test.sh DCR    (dcr-node is found beside DCR)
 set -u
 source "$(dirname "$0")/../cli/cli_lib.sh" "$@"
@@ -155,5 +157,39 @@ download store-rollback "$tmp/ok.yaml" "$tmp/rx-rb" 14
 has store-rollback-says "$tmp/rx-rb/err" "rollback refused"
 has store-rollback-floor-kept "$tmp/rx-rb/version-floor-1" "version 5"
 lacks store-rollback-not-committed "$tmp/rx-rb/out.json" '"verified": true'
+
+echo "== a relay of the run forging commit reports (relay tree, mutual TLS)"
+# The relay holds its real certificate (rank 1 of the run's `dcr keys`), takes the sender's
+# connection and reports that it and its child committed. The sender must refuse both records
+# (unsigned by ranks 1 and 2) and count no receiver.
+port=$(( 20000 + RANDOM % 20000 ))
+cat > "$tmp/mh.yaml" <<YAML
+name: adv-signed-mh
+model: {checkpoints: [$base, $target]}
+transport:
+  relay_tree: {fan_out: 1, root_fan_out: 1, streams: 1}
+receivers: {count: 2}
+network:
+  hosts: ["127.0.0.1:$port", "127.0.0.1:$((port + 1))", "127.0.0.1:$((port + 2))"]
+timeout: 8s
+YAML
+"$dcr" keys "$tmp/mh.yaml" -o "$tmp/run-keys" >/dev/null 2>&1; check run-keys 0 $?
+sed -i "/^network:/a\\  tls: {ca: '$tmp/run-keys/ca.crt', cert: '$tmp/run-keys/node-{rank}.crt', key: '$tmp/run-keys/node-{rank}.key'}\\n  signing: {key: '$tmp/run-keys/trainer.key', trust: '$tmp/run-keys/trainer.pub'}" "$tmp/mh.yaml"
+"$py" "$(dirname "$0")/forging_relay.py" "127.0.0.1:$((port + 1))" --rank 1 --claim 1,2 \
+  --cert "$tmp/run-keys/node-1.crt" --key "$tmp/run-keys/node-1.key" --for 30 > "$tmp/forger.txt" &
+fpid=$!
+sleep 0.5
+(cd "$tmp" && "$dcr" node "$tmp/mh.yaml" --rank 0 --base "$base" --target "$target" \
+  > "$tmp/mh0.json" 2> "$tmp/mh0.err")
+echo "     sender exit $?"
+wait $fpid
+has forger-reported "$tmp/forger.txt" "reported 2"
+has forged-report-refused "$tmp/mh0.err" "a relay may have forged it"
+"$py" - "$tmp/mh0.json" <<'PY'; check forged-reports-not-counted 0 $?
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["receivers_committed"] == 0, s
+assert not any(r.get("ok") for r in s.get("reports", [])), s
+PY
 
 exit $fail

@@ -50,6 +50,18 @@ ReportRecord EncodeReportRecord(const CommitReport& report) {
   return r;
 }
 
+void SetReportTail(ReportRecord* record, std::vector<uint8_t> tail) {
+  const uint32_t body_bytes = GetU32(record->bytes.data());
+  record->bytes.resize(4 + body_bytes);
+  PutU32(&record->bytes, static_cast<uint32_t>(tail.size()));
+  record->bytes.insert(record->bytes.end(), tail.begin(), tail.end());
+  record->tail = std::move(tail);
+}
+
+std::pair<const uint8_t*, size_t> ReportBody(const ReportRecord& record) {
+  return {record.bytes.data() + 4, GetU32(record.bytes.data())};
+}
+
 StatusOr<ReportRecord> ParseReportRecord(const uint8_t* data, size_t size, size_t* consumed) {
   if (size < 4) return DataLossError("commit report: truncated record");
   const uint32_t body_bytes = GetU32(data);
@@ -162,6 +174,10 @@ Status ReportCollector::Add(int child, const ReportRecord& record) {
                   static_cast<unsigned long long>(version_));
     return FailedPreconditionError("child node " + std::to_string(child) + " reported rank " +
                                    std::to_string(rep.rank) + " for " + ids);
+  }
+  if (verifier_) {
+    Status v = verifier_(record);
+    if (!v.ok()) return v.WithContext("child node " + std::to_string(child));
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (!ranks_.insert(rep.rank).second) {

@@ -18,6 +18,8 @@
 #define DCR_CORE_SRC_NODE_COMMIT_REPORTS_H_
 
 #include <cstdint>
+#include <functional>
+#include <utility>
 #include <mutex>
 #include <set>
 #include <string>
@@ -49,6 +51,12 @@ ReportRecord EncodeReportRecord(const CommitReport& report);
 // kDataLoss when it is truncated or its lengths exceed the bounds above.
 StatusOr<ReportRecord> ParseReportRecord(const uint8_t* data, size_t size, size_t* consumed);
 
+// `record` with `tail` as its tail, its bytes rebuilt (REQUIRES: tail.size() <=
+// kMaxReportTailBytes).
+void SetReportTail(ReportRecord* record, std::vector<uint8_t> tail);
+// The body bytes of `record` (what a signature in its tail covers): [first, first + size).
+std::pair<const uint8_t*, size_t> ReportBody(const ReportRecord& record);
+
 // A kReport payload of `records` (their bytes concatenated behind the count).
 std::vector<uint8_t> EncodeReportPayload(const std::vector<ReportRecord>& records);
 
@@ -74,6 +82,12 @@ class ReportCollector {
   // another run or version.
   Status Add(int child, const ReportRecord& record);
 
+  // Checks each record before Add keeps it (e.g. its signature, at the sender); an error refuses
+  // it like the checks above. Empty (the default): none. Set before the first Add.
+  void set_verifier(std::function<Status(const ReportRecord&)> verifier) {
+    verifier_ = std::move(verifier);
+  }
+
   // Every record kept, in arrival order.
   std::vector<ReportRecord> records() const;
   std::vector<CommitReport> reports() const;
@@ -85,6 +99,7 @@ class ReportCollector {
   const int self_;
   const uint64_t run_;
   const uint64_t version_;
+  std::function<Status(const ReportRecord&)> verifier_;
   mutable std::mutex mu_;
   std::vector<ReportRecord> records_;
   std::set<int> ranks_;

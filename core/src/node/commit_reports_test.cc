@@ -98,5 +98,27 @@ TEST(CommitReports, CollectorKeepsOnlyTheChildsSubtreeOnceForThisRunAndVersion) 
   EXPECT_EQ(ranks, (std::vector<int>{3, 1, 5}));
 }
 
+TEST(CommitReports, SetTailKeepsTheBodyAndTheVerifierDecides) {
+  ReportRecord rec = EncodeReportRecord(Committed(2));
+  const auto before = ReportBody(rec);
+  const std::vector<uint8_t> body(before.first, before.first + before.second);
+  SetReportTail(&rec, {9, 8, 7});
+  const auto after = ReportBody(rec);
+  EXPECT_EQ(std::vector<uint8_t>(after.first, after.first + after.second), body);
+  size_t used = 0;
+  auto parsed = ParseReportRecord(rec.bytes.data(), rec.bytes.size(), &used);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->tail, (std::vector<uint8_t>{9, 8, 7}));
+  // Parents {-1, 0, 1}: a verifier at the sender refuses what it cannot attribute.
+  ReportCollector c({-1, 0, 1}, 0, Committed(1).run, Committed(1).version);
+  c.set_verifier([](const ReportRecord& r) {
+    return r.tail.empty() ? FailedPreconditionError("unsigned") : Status();
+  });
+  Status s = c.Add(1, EncodeReportRecord(Committed(2)));
+  EXPECT_TRUE(s.IsFailedPrecondition()) << s;
+  EXPECT_TRUE(c.Add(1, *parsed).ok());
+  EXPECT_EQ(c.records().size(), 1u);
+}
+
 }  // namespace
 }  // namespace dcr::internal

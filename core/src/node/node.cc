@@ -234,6 +234,15 @@ class TreeLinks {
     if (!plan_.tls_ca.empty() || !plan_.tls_cert.empty() || !plan_.tls_key.empty()) {
       DCR_ASSIGN_OR_RETURN(tls_, internal::TlsContext::Load(plan_.tls_ca, plan_.tls_cert,
                                                             plan_.tls_key));
+      if (me == 0) {
+        // The sender counts only reports each rank signed itself: a relay cannot forge them.
+        const internal::TlsContext* tls = tls_.get();
+        reports_.set_verifier([tls](const internal::ReportRecord& r) {
+          const auto body = internal::ReportBody(r);
+          return tls->CheckReportSignature(r.tail.data(), r.tail.size(), body.first, body.second,
+                                           r.report.rank);
+        });
+      }
       if (tls_->self().rank != me) {
         return FailedPreconditionError("node " + std::to_string(me) + ": TLS certificate " +
                                        plan_.tls_cert + " is for rank " +
@@ -344,6 +353,8 @@ class TreeLinks {
     parent_writer_->Send(h, payload->data(), payload, [](Status) {});
   }
   bool has_parent() const { return parent_writer_ != nullptr; }
+  // The run's TLS context; null on plain TCP.
+  const internal::TlsContext* tls() const { return tls_.get(); }
   // The records this node's children reported and it kept.
   std::vector<CommitReport> reports() const { return reports_.reports(); }
 
@@ -1137,7 +1148,14 @@ class SocketNode : public NodeEnvironment {
       r.code = s.code();
       r.error = s.ToString();
     }
-    return internal::EncodeReportRecord(r);
+    internal::ReportRecord record = internal::EncodeReportRecord(r);
+    // Signed with this node's key (tls.h SignReport) so that the sender can attribute it.
+    if (const internal::TlsContext* tls = links_.tls(); tls != nullptr) {
+      const auto body = internal::ReportBody(record);
+      auto tail = tls->SignReport(body.first, body.second);
+      if (tail.ok()) internal::SetReportTail(&record, std::move(*tail));
+    }
+    return record;
   }
   // The first driver or policy error ends the loop.
   void Fault(const Status& s) {

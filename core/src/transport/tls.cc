@@ -259,6 +259,99 @@ StatusOr<TlsIdentity> TlsContext::CheckPeer(ssl_st* ssl, TlsPeer peer) const {
   return *id;
 }
 
+namespace {
+
+constexpr uint32_t kReportSignatureField = 1;
+
+void PutU32Le(std::vector<uint8_t>* out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out->push_back(static_cast<uint8_t>(v >> (8 * i)));
+}
+uint32_t GetU32Le(const uint8_t* p) {
+  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 |
+         static_cast<uint32_t>(p[2]) << 16 | static_cast<uint32_t>(p[3]) << 24;
+}
+
+}  // namespace
+
+StatusOr<std::vector<uint8_t>> TlsContext::SignReport(const uint8_t* body, size_t size) const {
+  X509* cert = SSL_CTX_get0_certificate(ctx_);
+  EVP_PKEY* key = SSL_CTX_get0_privatekey(ctx_);
+  if (cert == nullptr || key == nullptr) return InternalError("no node certificate or key loaded");
+  unsigned char* der = nullptr;
+  const int der_size = i2d_X509(cert, &der);
+  if (der_size <= 0) return InternalError("i2d_X509: " + TlsErrors());
+  std::vector<uint8_t> cert_der(der, der + der_size);
+  OPENSSL_free(der);
+  unsigned char sig[64];
+  size_t sig_size = sizeof(sig);
+  EVP_MD_CTX* md = EVP_MD_CTX_new();
+  const bool ok = md != nullptr && EVP_DigestSignInit(md, nullptr, nullptr, nullptr, key) == 1 &&
+                  EVP_DigestSign(md, sig, &sig_size, body, size) == 1 && sig_size == 64;
+  EVP_MD_CTX_free(md);
+  if (!ok) return InternalError("signing the commit report: " + TlsErrors());
+  std::vector<uint8_t> field;
+  PutU32Le(&field, kReportSignatureField);
+  PutU32Le(&field, static_cast<uint32_t>(4 + cert_der.size() + 64));
+  PutU32Le(&field, static_cast<uint32_t>(cert_der.size()));
+  field.insert(field.end(), cert_der.begin(), cert_der.end());
+  field.insert(field.end(), sig, sig + 64);
+  return field;
+}
+
+Status TlsContext::CheckReportSignature(const uint8_t* tail, size_t tail_size,
+                                        const uint8_t* body, size_t size, int rank) const {
+  const std::string who = "the commit report of rank " + std::to_string(rank);
+  size_t off = 0;
+  while (off < tail_size) {
+    if (tail_size - off < 8) return DataLossError(who + ": truncated tail field");
+    const uint32_t kind = GetU32Le(tail + off);
+    const uint32_t field_size = GetU32Le(tail + off + 4);
+    if (field_size > tail_size - off - 8) return DataLossError(who + ": truncated tail field");
+    const uint8_t* f = tail + off + 8;
+    off += 8 + static_cast<size_t>(field_size);
+    if (kind != kReportSignatureField) continue;
+    if (field_size < 4 + 64) return DataLossError(who + ": malformed signature field");
+    const uint32_t cert_size = GetU32Le(f);
+    if (cert_size != field_size - 4 - 64) return DataLossError(who + ": malformed signature field");
+    const unsigned char* p = f + 4;
+    Owned<X509> cert(d2i_X509(nullptr, &p, static_cast<long>(cert_size)));
+    if (!cert) {
+      ERR_clear_error();
+      return FailedPreconditionError(who + ": its signature carries no readable certificate");
+    }
+    X509_STORE_CTX* sctx = X509_STORE_CTX_new();
+    const bool chained = sctx != nullptr &&
+                         X509_STORE_CTX_init(sctx, SSL_CTX_get_cert_store(ctx_), cert.get(),
+                                             nullptr) == 1 &&
+                         X509_verify_cert(sctx) == 1;
+    const int verr = sctx != nullptr ? X509_STORE_CTX_get_error(sctx) : 0;
+    X509_STORE_CTX_free(sctx);
+    ERR_clear_error();
+    if (!chained) {
+      return FailedPreconditionError(who + " is signed with a certificate this run's CA did not "
+                                     "issue (" + X509_verify_cert_error_string(verr) + ")");
+    }
+    auto id = IdentityOf(cert.get());
+    if (!id.ok()) return FailedPreconditionError(who + ": " + id.status().message());
+    if (id->run_id != self_.run_id || id->rank != rank ||
+        (id->role != "relay" && id->role != "receiver")) {
+      return FailedPreconditionError(who + " is signed by " + id->role + " " +
+                                     std::to_string(id->rank) + " of run " + id->run_id +
+                                     ", not by rank " + std::to_string(rank) + " itself");
+    }
+    EVP_PKEY* key = X509_get0_pubkey(cert.get());
+    EVP_MD_CTX* md = EVP_MD_CTX_new();
+    const bool ok = key != nullptr && md != nullptr &&
+                    EVP_DigestVerifyInit(md, nullptr, nullptr, nullptr, key) == 1 &&
+                    EVP_DigestVerify(md, f + 4 + cert_size, 64, body, size) == 1;
+    EVP_MD_CTX_free(md);
+    ERR_clear_error();
+    if (!ok) return FailedPreconditionError(who + ": bad signature (forged or altered report)");
+    return Status();
+  }
+  return FailedPreconditionError(who + " is not signed by the rank: a relay may have forged it");
+}
+
 Status TlsHandshake(ssl_st* ssl, int fd, double deadline) {
   while (true) {
     ERR_clear_error();

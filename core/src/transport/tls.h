@@ -65,6 +65,18 @@ class TlsContext {
   // The socket is written with MSG_NOSIGNAL. Null when OpenSSL cannot allocate it.
   ssl_st* NewSsl(int fd, bool server) const;
 
+  // Commit-report signatures. A receiver signs its report's body with its node key; the tail field
+  // this returns carries its certificate and the signature (u32 kind 1 | u32 size | u32 cert_size
+  // | certificate DER | 64-byte Ed25519 signature), so the sender can check it against the run's
+  // CA without holding every rank's certificate. kInternal only if OpenSSL fails.
+  StatusOr<std::vector<uint8_t>> SignReport(const uint8_t* body, size_t size) const;
+  // OK when `tail` holds a signature field whose certificate chains to this run's CA, names this
+  // run, the role relay or receiver and rank `rank`, and whose key signed `body`. Other tail
+  // fields are skipped. kFailedPrecondition naming what failed (no signature, a certificate of
+  // another run or rank, a bad signature); kDataLoss for a malformed field.
+  Status CheckReportSignature(const uint8_t* tail, size_t tail_size, const uint8_t* body,
+                              size_t size, int rank) const;
+
   // After a completed handshake: the peer's identity when its certificate chains to this run's
   // CA, names this run and has a role allowed for `peer`. Refusals are kFailedPrecondition
   // naming what was wrong (no certificate, verify result, run, role).

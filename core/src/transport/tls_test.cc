@@ -259,5 +259,44 @@ TEST(Tls, ClientWithoutCertificateIsRefused) {
       << refusals[0];
 }
 
+// A commit report signed by its rank verifies at the sender; unsigned, altered, signed by another
+// rank (a relay forging its child's report) or by another run's certificate does not.
+TEST(Tls, CommitReportSignaturesAttributeReportsToTheirRank) {
+  RunKeys run = NewRun();
+  RunKeys other = NewRun();
+  auto sender = run.Node(0);
+  auto relay = run.Node(1);
+  auto receiver = run.Node(2);
+  auto stranger = other.Node(2);
+  ASSERT_TRUE(sender && relay && receiver && stranger);
+  const std::vector<uint8_t> body = {1, 2, 3, 4, 5, 6, 7, 8};
+  auto tail = receiver->SignReport(body.data(), body.size());
+  ASSERT_TRUE(tail.ok()) << tail.status().ToString();
+  EXPECT_LE(tail->size(), 1024u);
+  EXPECT_TRUE(sender->CheckReportSignature(tail->data(), tail->size(), body.data(), body.size(), 2)
+                  .ok());
+  // Unsigned.
+  Status s = sender->CheckReportSignature(nullptr, 0, body.data(), body.size(), 2);
+  EXPECT_TRUE(s.IsFailedPrecondition()) << s.ToString();
+  // Another body (a relay changing the version or hash it reports).
+  std::vector<uint8_t> altered = body;
+  altered[0] ^= 1;
+  s = sender->CheckReportSignature(tail->data(), tail->size(), altered.data(), altered.size(), 2);
+  EXPECT_NE(s.message().find("bad signature"), std::string::npos) << s.ToString();
+  // The relay signing a report for its child.
+  auto forged = relay->SignReport(body.data(), body.size());
+  ASSERT_TRUE(forged.ok());
+  s = sender->CheckReportSignature(forged->data(), forged->size(), body.data(), body.size(), 2);
+  EXPECT_NE(s.message().find("not by rank 2 itself"), std::string::npos) << s.ToString();
+  // A certificate of another run's CA.
+  auto foreign = stranger->SignReport(body.data(), body.size());
+  ASSERT_TRUE(foreign.ok());
+  s = sender->CheckReportSignature(foreign->data(), foreign->size(), body.data(), body.size(), 2);
+  EXPECT_NE(s.message().find("did not issue"), std::string::npos) << s.ToString();
+  // A truncated field.
+  s = sender->CheckReportSignature(tail->data(), tail->size() - 1, body.data(), body.size(), 2);
+  EXPECT_TRUE(s.IsDataLoss()) << s.ToString();
+}
+
 }  // namespace
 }  // namespace dcr::internal
