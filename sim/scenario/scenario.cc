@@ -371,7 +371,7 @@ Status ParseNetwork(const MapReader& top, Scenario* s) {
   MapReader r(top.Get("network"), "network");
   DCR_RETURN_IF_ERROR(
       r.Init({"regions", "long_link", "emulation", "hosts", "base_port", "tls", "heartbeat",
-              "read_deadline", "signing"}));
+              "read_deadline", "signing", "metrics_port"}));
   if (r.Has("regions")) {
     YAML::Node regions = r.Get("regions");
     if (!regions.IsSequence()) return InvalidArgumentError("network.regions: expected a list");
@@ -405,6 +405,7 @@ Status ParseNetwork(const MapReader& top, Scenario* s) {
   }
   DCR_RETURN_IF_ERROR(r.StrList("hosts", &net.hosts));
   DCR_RETURN_IF_ERROR(r.Int("base_port", &net.base_port, 0, 65535));
+  DCR_RETURN_IF_ERROR(r.Int("metrics_port", &net.metrics_port, 0, 65535));
   DCR_RETURN_IF_ERROR(r.Duration("heartbeat", &net.heartbeat_interval_s));
   DCR_RETURN_IF_ERROR(r.Duration("read_deadline", &net.read_deadline_s));
   if (!(net.heartbeat_interval_s > 0)) {

@@ -115,6 +115,19 @@ StatusOr<std::vector<NodePlan>> MakePlans(const Scenario& s, Method method, Tran
     p.parents = parents;
     p.addresses = addresses;
     p.relay = RelayOptionsFor(s, store_prefix);
+    if (s.network.metrics_port > 0) {
+      std::string host = "127.0.0.1";
+      if (r < static_cast<int>(s.network.hosts.size())) {
+        const std::string& a = s.network.hosts[r];
+        host = a.substr(0, a.rfind(':'));
+      }
+      const int port = s.network.metrics_port + r;
+      if (port > 65535) {
+        return InvalidArgumentError("network.metrics_port: port " + std::to_string(port) +
+                                    " of node " + std::to_string(r) + " is above 65535");
+      }
+      p.metrics_address = host + ":" + std::to_string(port);
+    }
     p.heartbeat_interval_s = s.network.heartbeat_interval_s;
     p.read_deadline_s = ReadDeadlineFor(s);
     p.emulate_wan = s.network.emulation == WanEmulation::kTransport;

@@ -135,6 +135,12 @@ struct NodePlan {
   // read_deadline_s >= 2 * heartbeat_interval_s. Defaults 1 s and 10 s.
   double heartbeat_interval_s = 1.0;
   double read_deadline_s = 10.0;
+  // Metrics and health endpoint ("host:port"; "" = none, the default): while the node runs it
+  // answers HTTP GET /metrics in the Prometheus text format (version held, target, bytes
+  // received and sent, chunks applied, lag, last error, up; core/docs/operations.md) and GET
+  // /healthz (200 "ok", or 503 with the node's error). A port that cannot be bound fails the
+  // node at its start.
+  std::string metrics_address;
   // Long link (edges out of rank 0; uploads to the store) emulation. 0 bandwidth = unlimited.
   bool emulate_wan = true;
   double long_bandwidth_Bps = 0;

@@ -32,6 +32,7 @@
 #include "internal/mapped_file.h"
 #include "internal/safetensors.h"
 #include "node/commit_reports.h"
+#include "node/metrics.h"
 #include "node/node_trust.h"
 #include "node/versions.h"
 #include "transport/heartbeat.h"
@@ -206,10 +207,29 @@ class NodeState {
     if (r->t_first_blob == 0) r->t_first_blob = now;
     r->t_last_blob = now;
   }
+  // Runs `fn` on what the metrics endpoint reports (node/metrics.h) under the lock.
+  template <class Fn>
+  void UpdateMetrics(Fn fn) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fn(&metrics_);
+  }
+  // The endpoint's snapshot: the fields kept by UpdateMetrics and the result's counters.
+  internal::NodeMetrics Metrics() {
+    std::lock_guard<std::mutex> lock(mu_);
+    internal::NodeMetrics m = metrics_;
+    m.bytes_received = result_->bytes_received;
+    m.bytes_sent = result_->bytes_sent;
+    m.bytes_sent_long = result_->bytes_sent_long;
+    m.apply_seconds = result_->apply_seconds;
+    m.last_byte_at = result_->t_last_blob;
+    m.now = WallNow();
+    return m;
+  }
 
  private:
   std::mutex mu_;
   NodeResult* result_;
+  internal::NodeMetrics metrics_;
   std::map<BlobId, BlobPtr> blobs_;
 };
 
@@ -821,6 +841,7 @@ class ApplyJobs {
     } else {
       backend_ = device == nullptr ? MakeFullReceiver() : MakeFullReceiver(device);
     }
+    ReportHeld();
     pool_.Start(plan.relay.max_parallel_applies);
     return Status();
   }
@@ -828,6 +849,7 @@ class ApplyJobs {
   // instead of one loaded from plan.receiver_base_path.
   void Adopt(std::unique_ptr<Receiver> backend, const NodePlan& plan) {
     backend_ = std::move(backend);
+    ReportHeld();
     pool_.Start(plan.relay.max_parallel_applies);
   }
   // Hands the storage back once the pool has stopped (null when none was opened).
@@ -863,7 +885,22 @@ class ApplyJobs {
     }
     const double spent = SteadyNow() - t;
     state_->Update([&](NodeResult* r) { r->apply_seconds += spent; });
+    if (s.ok() && b->info.kind == BlobKind::kChunk) {
+      state_->UpdateMetrics([](internal::NodeMetrics* m) { ++m->chunks_applied; });
+    } else if (s.ok() && b->info.kind == BlobKind::kTrailer) {
+      ReportHeld();  // committed: no other call runs
+    }
     queue_->Post(event::ApplyDone{b->info.id, s.ok(), s.code(), s.message()});
+  }
+
+  // The version the storage holds, for the metrics endpoint (called when no Receiver call runs).
+  void ReportHeld() {
+    const VersionId held = backend_->held();
+    state_->UpdateMetrics([&](internal::NodeMetrics* m) {
+      m->holds_version = true;
+      m->version_held = held.number;
+      m->hash_held = held.hash;
+    });
   }
 
   NodeState* state_;
@@ -1066,10 +1103,26 @@ class SocketNode : public NodeEnvironment {
     r->pid = static_cast<int64_t>(getpid());
     t0_ = SteadyNow();
     deadline_ = t0_ + plan_.timeout_s;
+    state_.UpdateMetrics([&](internal::NodeMetrics* m) {
+      m->rank = plan_.rank;
+      m->run_id = plan_.run_id;
+      m->version_target = plan_.version;
+      m->started_at = WallNow();
+      m->up = true;
+    });
+    if (!plan_.metrics_address.empty()) {
+      internal::MetricsBoard::Process().Attach([this] { return state_.Metrics(); });
+    }
     Status s = Setup();
     if (s.ok()) s = Barrier();
     if (s.ok() && plan_.rank == 0) builder_.Start();
     if (s.ok()) s = Loop();
+    if (!s.ok()) {
+      state_.UpdateMetrics([&](internal::NodeMetrics* m) {
+        m->up = false;
+        m->last_error = s.ToString();
+      });
+    }
     next_progress_ = 0;  // the final counts, also after a failure
     WriteProgressIfDue();
     if (s.ok() && applier_.open() && committed_ && !plan_.verify_path.empty()) {
@@ -1125,12 +1178,17 @@ class SocketNode : public NodeEnvironment {
   void Committed() override {
     committed_ = true;
     state_.result()->t_commit = WallNow();
+    MarkCommittedInMetrics();
   }
   void TreeCommitted(int receivers) override {
     state_.result()->t_commit = WallNow();
     state_.result()->receivers_committed = receivers;
+    MarkCommittedInMetrics();
   }
-  void Published() override { state_.result()->t_commit = WallNow(); }
+  void Published() override {
+    state_.result()->t_commit = WallNow();
+    MarkCommittedInMetrics();
+  }
   void Failed(const Status& status) override { Fault(status); }
 
  private:
@@ -1157,6 +1215,13 @@ class SocketNode : public NodeEnvironment {
     }
     return record;
   }
+  void MarkCommittedInMetrics() {
+    const double at = state_.result()->t_commit;
+    state_.UpdateMetrics([at](internal::NodeMetrics* m) {
+      m->committed = true;
+      m->committed_at = at;
+    });
+  }
   // The first driver or policy error ends the loop.
   void Fault(const Status& s) {
     if (!s.ok() && error_.ok()) error_ = s;
@@ -1179,6 +1244,8 @@ class SocketNode : public NodeEnvironment {
     }
     DCR_ASSIGN_OR_RETURN(std::unique_ptr<NodePolicy> policy, MakeNodePolicy(plan_));
     host_ = std::make_unique<PolicyHost>(std::move(policy), this);
+    const std::string role = NodeRoleName(host_->policy().role());
+    state_.UpdateMetrics([&](internal::NodeMetrics* m) { m->role = role; });
     if (plan_.transport == "relay_tree") {
       if (static_cast<int>(plan_.addresses.size()) != static_cast<int>(plan_.parents.size())) {
         return InvalidArgumentError("plan.addresses: need one per node");
@@ -1290,6 +1357,7 @@ class SocketNode : public NodeEnvironment {
   void Teardown() {
     if (torn_down_) return;
     torn_down_ = true;
+    if (!plan_.metrics_address.empty()) internal::MetricsBoard::Process().Detach();
     links_.Close();
     builder_.Join();
     if (carry_ != nullptr) {
@@ -1356,6 +1424,18 @@ Status RunNodeVersion(const NodePlan& plan, NodeResult* result,
 }  // namespace internal
 
 Status RunNode(const NodePlan& plan, NodeResult* result) {
+  // One endpoint for the life of the process, whichever version runs (MetricsBoard).
+  internal::MetricsServer metrics;
+  if (!plan.metrics_address.empty()) {
+    Status m = metrics.Start(plan.metrics_address,
+                             [] { return internal::MetricsBoard::Process().Snapshot(); });
+    if (!m.ok()) {
+      *result = NodeResult();
+      result->rank = plan.rank;
+      result->error = m.WithContext("node " + std::to_string(plan.rank)).ToString();
+      return m.WithContext("node " + std::to_string(plan.rank));
+    }
+  }
   if (!plan.versions.empty()) return internal::RunNodeVersions(plan, result);
   *result = NodeResult();
   Status s;
@@ -1473,6 +1553,7 @@ std::string NodePlanToJson(const NodePlan& p) {
                 {"poll_timeout_s", p.relay.poll_timeout_s},
                 {"retry_backoff_s", p.relay.retry_backoff_s},
                 {"max_retries", p.relay.max_retries}};
+  if (!p.metrics_address.empty()) j["metrics_address"] = p.metrics_address;
   j["heartbeat_interval_s"] = p.heartbeat_interval_s;
   j["read_deadline_s"] = p.read_deadline_s;
   j["emulate_wan"] = p.emulate_wan;
@@ -1550,6 +1631,7 @@ StatusOr<NodePlan> NodePlanFromJson(const std::string& text) {
       p.heartbeat_interval_s = j["heartbeat_interval_s"].get<double>();
     }
     if (j.contains("read_deadline_s")) p.read_deadline_s = j["read_deadline_s"].get<double>();
+    if (j.contains("metrics_address")) p.metrics_address = j["metrics_address"].get<std::string>();
     p.emulate_wan = j.at("emulate_wan").get<bool>();
     p.long_bandwidth_Bps = j.at("long_bandwidth_Bps").get<double>();
     p.long_latency_s = j.at("long_latency_s").get<double>();

@@ -186,6 +186,9 @@ struct NetworkSpec {
   double heartbeat_interval_s = 1.0;
   double read_deadline_s = 0;
   SigningSpec signing;
+  // Metrics endpoint of every node (real mode; 0 = none): node r serves HTTP on port
+  // metrics_port + r of its host (network.hosts[r]'s host, else 127.0.0.1).
+  int metrics_port = 0;
 };
 
 // Simulator-only settings (mode: sim); parsed here, interpreted by dcr::sim.

@@ -1,0 +1,229 @@
+#include "node/metrics.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "transport/net.h"
+
+namespace dcr::internal {
+
+namespace {
+
+constexpr size_t kMaxRequestBytes = 8 << 10;
+constexpr double kRequestTimeoutS = 2.0;
+
+// A label value with \, " and newline escaped (the text format's rules).
+std::string Escape(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '"') {
+      out += "\\\"";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string Number(double v) {
+  char b[64];
+  std::snprintf(b, sizeof(b), "%.17g", v);
+  return b;
+}
+
+std::string Number(uint64_t v) { return std::to_string(v); }
+
+void SendAll(int fd, const std::string& bytes) {
+  size_t off = 0;
+  while (off < bytes.size()) {
+    ssize_t w = send(fd, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return;
+    off += static_cast<size_t>(w);
+  }
+}
+
+void Respond(int fd, int code, const char* reason, const std::string& type,
+             const std::string& body) {
+  std::string head = "HTTP/1.1 " + std::to_string(code) + " " + reason + "\r\nContent-Type: " +
+                     type + "\r\nContent-Length: " + std::to_string(body.size()) +
+                     "\r\nConnection: close\r\n\r\n";
+  SendAll(fd, head + body);
+}
+
+}  // namespace
+
+std::string RenderMetrics(const NodeMetrics& m) {
+  const std::string labels = "rank=\"" + std::to_string(m.rank) + "\",role=\"" + Escape(m.role) + "\"";
+  std::string out;
+  auto metric = [&](const char* name, const char* type, const char* help, const std::string& value,
+                    const std::string& extra = "") {
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+    out += std::string(name) + "{" + labels + extra + "} " + value + "\n";
+  };
+  metric("dcr_node_up", "gauge", "1 while the node runs (setting up, waiting for its parent, refitting) without an error.",
+         m.up ? "1" : "0");
+  metric("dcr_node_committed", "gauge",
+         "1 once this receiver committed its version (the sender: its tree did).",
+         m.committed ? "1" : "0");
+  metric("dcr_version_target", "gauge", "The version number this node's refit delivers.",
+         Number(m.version_target));
+  if (m.holds_version) {
+    metric("dcr_version_held", "gauge",
+           "The version number the node's storage holds (label: its content hash).",
+           Number(m.version_held), ",hash=\"" + m.hash_held.ToHex() + "\"");
+  }
+  const double lag = m.committed || m.started_at == 0 ? 0.0 : m.now - m.started_at;
+  metric("dcr_lag_seconds", "gauge",
+         "Seconds since the node started while its version is not committed; 0 after.",
+         Number(lag < 0 ? 0.0 : lag));
+  metric("dcr_bytes_received_total", "counter", "Blob bytes received from the parent or store.",
+         Number(m.bytes_received));
+  metric("dcr_bytes_sent_total", "counter", "Blob bytes sent to children or put to the store.",
+         Number(m.bytes_sent));
+  metric("dcr_bytes_sent_long_total", "counter",
+         "Bytes sent over the emulated long link (frame headers and heartbeats included).",
+         Number(m.bytes_sent_long));
+  metric("dcr_chunks_applied_total", "counter", "Chunk records applied to the node's storage.",
+         Number(m.chunks_applied));
+  metric("dcr_apply_seconds_total", "counter", "Seconds spent inside receiver calls.",
+         Number(m.apply_seconds));
+  metric("dcr_start_time_seconds", "gauge", "Unix time the node started.", Number(m.started_at));
+  metric("dcr_last_byte_time_seconds", "gauge",
+         "Unix time of the last blob byte built or received (0: none yet).",
+         Number(m.last_byte_at));
+  metric("dcr_commit_time_seconds", "gauge", "Unix time of the commit (0: not yet).",
+         Number(m.committed_at));
+  if (!m.last_error.empty()) {
+    metric("dcr_last_error_info", "gauge", "The node's error, in the message label.", "1",
+           ",message=\"" + Escape(m.last_error) + "\"");
+  }
+  return out;
+}
+
+MetricsBoard& MetricsBoard::Process() {
+  static MetricsBoard* board = new MetricsBoard();  // never destroyed: threads may outlive main
+  return *board;
+}
+
+void MetricsBoard::Attach(std::function<NodeMetrics()> source) {
+  std::lock_guard<std::mutex> lock(mu_);
+  source_ = std::move(source);
+}
+
+void MetricsBoard::Detach() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (source_) last_ = source_();
+  source_ = nullptr;
+}
+
+NodeMetrics MetricsBoard::Snapshot() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (source_) return source_();
+  NodeMetrics m = last_;
+  m.now = WallNow();
+  return m;
+}
+
+Status MetricsServer::Start(const std::string& address, std::function<NodeMetrics()> snapshot) {
+  auto fd = Listen(address);
+  if (!fd.ok()) return Status(fd.status().code(), "metrics endpoint: " + fd.status().message());
+  if (pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
+    close(*fd);
+    return UnavailableError(ErrnoError("metrics endpoint: pipe", errno).message());
+  }
+  listen_fd_ = *fd;
+  snapshot_ = std::move(snapshot);
+  thread_ = std::thread([this] { Loop(); });
+  return Status();
+}
+
+void MetricsServer::Stop() {
+  if (thread_.joinable()) {
+    const char b = 1;
+    while (write(wake_[1], &b, 1) < 0 && errno == EINTR) {
+    }
+    thread_.join();
+  }
+  for (int* fd : {&listen_fd_, &wake_[0], &wake_[1]}) {
+    if (*fd >= 0) close(*fd);
+    *fd = -1;
+  }
+}
+
+void MetricsServer::Loop() {
+  while (true) {
+    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
+    int rc = poll(fds, 2, -1);
+    if (rc < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    if (fds[1].revents != 0) return;
+    if (fds[0].revents == 0) continue;
+    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) continue;
+    Serve(fd);
+    close(fd);
+  }
+}
+
+void MetricsServer::Serve(int fd) {
+  std::string req;
+  const double until = SteadyNow() + kRequestTimeoutS;
+  char buf[1024];
+  while (req.find("\r\n\r\n") == std::string::npos && req.find("\n\n") == std::string::npos) {
+    if (req.size() > kMaxRequestBytes) {
+      Respond(fd, 431, "Request Header Fields Too Large", "text/plain", "request too large\n");
+      return;
+    }
+    const double left = until - SteadyNow();
+    if (left <= 0) return;
+    pollfd p[2] = {{fd, POLLIN, 0}, {wake_[0], POLLIN, 0}};
+    int rc = poll(p, 2, static_cast<int>(left * 1000) + 1);
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc <= 0 || p[1].revents != 0) return;
+    ssize_t r = recv(fd, buf, sizeof(buf), 0);
+    if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (r <= 0) return;
+    req.append(buf, static_cast<size_t>(r));
+  }
+  const std::string line = req.substr(0, req.find_first_of("\r\n"));
+  const size_t sp1 = line.find(' ');
+  const size_t sp2 = sp1 == std::string::npos ? std::string::npos : line.find(' ', sp1 + 1);
+  if (sp2 == std::string::npos) {
+    Respond(fd, 400, "Bad Request", "text/plain", "bad request line\n");
+    return;
+  }
+  const std::string method = line.substr(0, sp1);
+  std::string path = line.substr(sp1 + 1, sp2 - sp1 - 1);
+  path = path.substr(0, path.find('?'));
+  if (method != "GET") {
+    Respond(fd, 405, "Method Not Allowed", "text/plain", "only GET\n");
+    return;
+  }
+  if (path == "/metrics") {
+    Respond(fd, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", RenderMetrics(snapshot_()));
+  } else if (path == "/healthz") {
+    const NodeMetrics m = snapshot_();
+    if (m.last_error.empty()) {
+      Respond(fd, 200, "OK", "text/plain", "ok\n");
+    } else {
+      Respond(fd, 503, "Service Unavailable", "text/plain", m.last_error + "\n");
+    }
+  } else {
+    Respond(fd, 404, "Not Found", "text/plain", "try /metrics or /healthz\n");
+  }
+}
+
+}  // namespace dcr::internal
