@@ -1,6 +1,6 @@
 // Writes seed inputs for the fuzz targets: real deltas (ulp, XOR, full frame, small and batched
-// tensors), the same signed, their chunk records and overwrite forms, and journals of real
-// applies.
+// tensors), the same signed, their chunk records, overwrite forms and context-coded forms, and
+// journals of real applies.
 //   dcr_fuzz_seeds OUT_DIR   ->  OUT_DIR/{chunk,delta,journal,signed}/seed-*
 #include <sys/stat.h>
 
@@ -12,6 +12,7 @@
 #include <random>
 #include <string>
 
+#include "dcr/context.h"
 #include "dcr/delta.h"
 #include "dcr/journal.h"
 #include "dcr/signing.h"
@@ -95,6 +96,13 @@ int main(int argc, char** argv) {
       if (!v.full) {
         auto ow = OverwriteChunkFromRelative(c, (*r)->chunk_size(i), (*r)->inventory(), **base);
         if (ow.ok()) Write(out + "/chunk/seed-" + std::to_string(n) + "-" + std::to_string(i) + "-ow", *ow);
+        // Its context-coded form against the fixed model's bits (the base of these deltas).
+        auto h = ParseChunkHeader(c, (*r)->chunk_size(i), nullptr, nullptr);
+        std::vector<uint8_t> covered;
+        if (h.ok() && ContextCodable(*h) && GatherCoveredBits(*h, m.Buffers(), &covered).ok()) {
+          auto ctx = EncodeContextChunk(c, (*r)->chunk_size(i), covered.data(), covered.size());
+          if (ctx.ok()) Write(out + "/chunk/seed-" + std::to_string(n) + "-" + std::to_string(i) + "-ctx", *ctx);
+        }
       }
     }
     // A journal of a real apply that stopped mid-delta, and one that committed.

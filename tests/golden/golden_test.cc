@@ -1,6 +1,7 @@
 // Pins the bytes of the current format (v5: a single-file delta, a full frame, and a delta to a
-// sharded target; v6: the single-file delta signed with a fixed test key), checks that version 2
-// to 4 deltas still apply, and checks the malformed-input corpus.
+// sharded target; v6: the single-file delta signed with a fixed test key, and a delta with
+// context-coded chunks), checks that version 2 to 4 deltas still apply, and checks the
+// malformed-input corpus.
 //
 // The checkpoints are generated here from a fixed integer recipe (no std distributions, no float
 // math), so they are identical on every compiler. Regenerate the files, after a deliberate format
@@ -15,6 +16,7 @@
 #include <sstream>
 
 #include "dcr/apply.h"
+#include "dcr/context.h"
 #include "dcr/delta.h"
 #include "dcr/signing.h"
 
@@ -278,6 +280,111 @@ TEST_F(Golden, SignedDeltaIsPinned) {
   EXPECT_EQ(Read(out), Read(kGolden / "target.safetensors"));
 }
 
+// A float-like pair for the context-coded golden delta: BF16 weights whose small magnitudes change
+// more often, by one or two ulp (integer recipe, as MakePair's).
+Pair MakeFloatPair() {
+  struct Spec { const char* name; std::vector<int64_t> shape; };
+  const std::vector<Spec> specs = {{"model.layers.0.mlp.up_proj.weight", {40, 1000}},
+                                   {"model.layers.0.self_attn.o_proj.weight", {30, 200}},
+                                   {"model.layers.1.self_attn.k_proj.weight", {16, 200}}};
+  Pair p;
+  uint64_t seed = 777;
+  for (const Spec& s : specs) {
+    uint64_t n = 1;
+    for (int64_t d : s.shape) n *= static_cast<uint64_t>(d);
+    std::vector<uint8_t> b(n * 2), t;
+    std::vector<int> exps(n);
+    for (uint64_t i = 0; i < n; ++i) {
+      const uint64_t r = Mix(seed++);
+      const int e = 124 - static_cast<int>(r % 7) - static_cast<int>((r >> 3) % 7);
+      exps[i] = e;
+      const uint16_t v = static_cast<uint16_t>(((r >> 20) & 1) << 15 | e << 7 | ((r >> 8) & 0x7F));
+      std::memcpy(&b[i * 2], &v, 2);
+    }
+    t = b;
+    for (uint64_t i = 0; i < n; ++i) {
+      const uint64_t r = Mix(seed++);
+      if (r % 1024 >= (uint64_t{4} << ((124 - exps[i]) / 2))) continue;
+      uint16_t v;
+      std::memcpy(&v, &t[i * 2], 2);
+      v = static_cast<uint16_t>(((r >> 10) & 1) ? v + 1 + ((r >> 11) & 1) : v - 1);
+      std::memcpy(&t[i * 2], &v, 2);
+    }
+    p.base.push_back(std::move(b));
+    p.target.push_back(std::move(t));
+  }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    p.bv.push_back({specs[i].name, "BF16", specs[i].shape, p.base[i].data(), p.base[i].size()});
+    p.tv.push_back({specs[i].name, "BF16", specs[i].shape, p.target[i].data(), p.target[i].size()});
+  }
+  return p;
+}
+
+// The context-coded delta (format version 6) of the float-like pair is pinned, applies to its
+// target, and each of its context-coded chunks converts back to the plain delta's record.
+TEST(GoldenContext, ContextDeltaIsPinnedAndConvertsToPlain) {
+  const bool update = std::getenv("DCR_UPDATE_GOLDEN") != nullptr;
+  Tmp tmp;
+  const Pair pair = MakeFloatPair();
+  const fs::path bp = tmp.dir / "float_base.safetensors", tp = tmp.dir / "float_target.safetensors";
+  ASSERT_TRUE(WriteSafetensors(bp.string(), pair.bv).ok());
+  ASSERT_TRUE(WriteSafetensors(tp.string(), pair.tv).ok());
+  auto b = Checkpoint::Open(bp.string());
+  auto t = Checkpoint::Open(tp.string());
+  ASSERT_TRUE(b.ok() && t.ok());
+  DeltaOptions o = GoldenOptions();
+  DeltaMemorySink plain;
+  ASSERT_TRUE(BuildDelta(b->get(), **t, o, &plain).ok());
+  o.context_coding = true;
+  DeltaMemorySink ctx;
+  ASSERT_TRUE(BuildDelta(b->get(), **t, o, &ctx).ok());
+  const fs::path file = kGolden / "v6_context.dcr";
+  if (update) {
+    ASSERT_TRUE(WriteFileAtomic(file.string(), ctx.bytes().data(), ctx.bytes().size()).ok());
+    for (const fs::path& f : {bp, tp}) {
+      const std::vector<uint8_t> bytes = Read(f);
+      const fs::path to = kGolden / f.filename();
+      ASSERT_TRUE(WriteFileAtomic(to.string(), bytes.data(), bytes.size()).ok());
+    }
+  }
+  // The committed float-like checkpoints (the error corpus's ctxdelta base) are the ones generated here.
+  EXPECT_EQ(Read(bp), Read(kGolden / "float_base.safetensors"));
+  EXPECT_EQ(Read(tp), Read(kGolden / "float_target.safetensors"));
+  ASSERT_TRUE(fs::exists(file)) << file << " missing (run from the source root)";
+  EXPECT_EQ(ctx.bytes(), Read(file)) << "encoder output for " << file << " changed";
+  const fs::path out = tmp.dir / "out.safetensors";
+  auto st = ApplyDeltaFile(bp.string(), file.string(), out.string(), ApplyOptions{1, true, true});
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(Read(out), Read(tp));
+  auto d = DeltaReader::FromBytes(Read(file));
+  auto pd = DeltaReader::FromBytes(plain.bytes());
+  ASSERT_TRUE(d.ok() && pd.ok());
+  EXPECT_EQ((*d)->header().format_version, 6u);
+  EXPECT_EQ((*pd)->header().format_version, 5u);
+  ASSERT_EQ((*d)->num_chunks(), (*pd)->num_chunks());
+  int context_chunks = 0;
+  for (size_t i = 0; i < (*d)->num_chunks(); ++i) {
+    const std::vector<uint8_t> want((*pd)->chunk_data(i), (*pd)->chunk_data(i) + (*pd)->chunk_size(i));
+    auto h = ParseChunkHeader((*d)->chunk_data(i), (*d)->chunk_size(i), nullptr, nullptr);
+    ASSERT_TRUE(h.ok());
+    if (!IsContextCoded(*h)) {
+      EXPECT_EQ(std::vector<uint8_t>((*d)->chunk_data(i), (*d)->chunk_data(i) + (*d)->chunk_size(i)), want);
+      continue;
+    }
+    ++context_chunks;
+    std::vector<TensorBuffer> tbs;
+    for (size_t k = 0; k < pair.bv.size(); ++k) {
+      tbs.push_back(TensorBuffer{const_cast<uint8_t*>(pair.base[k].data()), pair.base[k].size() / 2, 2, 0});
+    }
+    std::vector<uint8_t> covered;
+    ASSERT_TRUE(GatherCoveredBits(*h, tbs, &covered).ok());
+    auto p = ContextChunkToPlain((*d)->chunk_data(i), (*d)->chunk_size(i), covered.data(), covered.size());
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ(*p, want);
+  }
+  EXPECT_GE(context_chunks, 5);
+}
+
 // tests/golden-errors/MANIFEST: "<file> <kind: delta|checkpoint> <STATUS_CODE> <message substring>".
 TEST(GoldenErrors, EveryMalformedInputGivesItsClearError) {
   std::ifstream manifest(kErrors / "MANIFEST");
@@ -297,9 +404,10 @@ TEST(GoldenErrors, EveryMalformedInputGivesItsClearError) {
     ASSERT_TRUE(fs::exists(path)) << path;
     Status s;
     const fs::path out = tmp.dir / "out.safetensors";
-    if (kind == "delta") {
-      s = ApplyDeltaFile((kGolden / "base.safetensors").string(), path.string(), out.string(),
-                         ApplyOptions{1, true, false})
+    if (kind == "delta" || kind == "ctxdelta") {
+      // ctxdelta: context-coded deltas of the float-like golden pair, applied to its base.
+      const fs::path base = kGolden / (kind == "delta" ? "base.safetensors" : "float_base.safetensors");
+      s = ApplyDeltaFile(base.string(), path.string(), out.string(), ApplyOptions{1, true, false})
               .status();
       EXPECT_FALSE(fs::exists(out)) << file << ": output left behind";
     } else {

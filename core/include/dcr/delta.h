@@ -64,6 +64,12 @@ struct DeltaOptions {
   bool emit_unchanged = false;
   // Build a no-base delta: every chunk is a full frame (dense absolute values).
   bool full = false;
+  // Context-code each chunk that has a context form (dcr/context.h: relative values, elements of
+  // 2, 4 or 8 bytes) when that form is smaller than the plain one; the delta is then format
+  // version 6 (core/FORMAT.md section 2.5). Its receivers need the base bits of every covered
+  // element to decode it. Needs the base on the host (not with BuildDeltaFromDevice). Default
+  // false: plain chunks, format version 5.
+  bool context_coding = false;
   // Collect the per-tensor order-0 entropy bound of the XOR delta in DeltaStats (costs a histogram
   // update per change). Default false.
   bool collect_entropy = false;
@@ -241,6 +247,7 @@ struct DeltaStats {
   uint64_t elements = 0;
   uint64_t changed = 0;
   uint64_t chunks = 0;
+  uint64_t context_chunks = 0;  // of them, context-coded (DeltaOptions::context_coding)
   uint64_t payload_bytes = 0;  // whole delta stream
   uint64_t dense_bytes = 0;    // tensor bytes of the target
   double entropy_bound_bits = 0;
@@ -369,7 +376,8 @@ StatusOr<FileHeader> ParseFileHeader(const uint8_t* data, size_t size, size_t* c
 // Writes `header` with the format version EncodedFormatVersion(header) (its format_version field
 // is not used).
 std::vector<uint8_t> SerializeFileHeader(const FileHeader& header);
-// The version a header is written with: 6 when it uses a version-6 feature (kFlagSigned), else
+// The version a header is written with: 6 when it uses a version-6 feature (kFlagSigned,
+// kFlagContext), else
 // kPlainFormatVersion (5), so a delta without one is the same bytes as a version 5 encoder's.
 uint32_t EncodedFormatVersion(const FileHeader& header);
 

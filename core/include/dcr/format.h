@@ -3,13 +3,14 @@
 // All integers little-endian. A delta is a byte stream:
 //
 //  1. FileHeader (variable size):
-//       magic "DCRDELTA" (8) | u32 format_version (5, or 6 with kFlagSigned; 2 to 4 are read too)
-//       | u32 flags
+//       magic "DCRDELTA" (8) | u32 format_version (5, or 6 with kFlagSigned or kFlagContext; 2
+//       to 4 are read too) | u32 flags
 //       | u64 base_version | Hash128 base_hash (lo,hi) | u64 target_version
 //       | u32 num_sections | per section: u32 kind, u32 size, size bytes
 //       | u64 chunk_elems (grid option) | u64 header_checksum (XXH3-64 of all previous bytes)
 //     flags bit 0: kFlagNoBase (every chunk is a full frame; base_hash is zero); bit 1 (version 6):
-//     kFlagSigned (manifest records precede the chunks they list, see 2a).
+//     kFlagSigned (manifest records precede the chunks they list, see 2a); bit 2 (version 6):
+//     kFlagContext (chunks may be context-coded).
 //     Sections: kFile (u32 name_size | name | the file's safetensors JSON header, verbatim), one
 //     per file of the target in order (a single-file target has one, with an empty name); kIndex
 //     (u32 name_size | name | the index file's bytes, verbatim), at most one. A kind with bit 31
@@ -51,7 +52,10 @@
 //       | u64 trailer_checksum (XXH3-64 of the trailer bytes before this field) | "DCREND\0\0" (8)
 //
 // Position modes: kGaps (varint LEB128 of gap-1 between sorted positions, first gap from -1),
-// kBitmap (num_elements bits, LSB first), kDense (every covered element changes; no positions).
+// kBitmap (num_elements bits, LSB first), kDense (every covered element changes; no positions),
+// kContext (version 6: one raw stream, the context body of FORMAT.md section 2.5: positions and
+// values rANS-coded per class of base exponents; decodable only with the base bits of every
+// covered element: dcr/context.h).
 // Value modes: kXor (bits ^ base), kUlpDelta (zigzag(ord(new) - ord(old)) mod 2^(8w), ord = the
 // order-preserving integer map of sign-magnitude floats; identity for integers), kAbsolute (new bits).
 // Streams: [positions (absent for kDense)] then elem_width value byte planes (byte 0 = least
@@ -72,8 +76,9 @@
 namespace dcr {
 
 // The newest version this build reads and writes. An encoder writes version 6 only for a delta
-// that uses a version-6 feature (manifest records: kFlagSigned); any other delta is written as
-// version 5, byte for byte (kPlainFormatVersion).
+// that uses a version-6 feature (manifest records: kFlagSigned; context-coded chunks:
+// kFlagContext); any other
+// delta is written as version 5, byte for byte (kPlainFormatVersion).
 inline constexpr uint32_t kFormatVersion = 6;
 inline constexpr uint32_t kPlainFormatVersion = 5;
 // The oldest version this build reads (versions 2 to 4 are read as version 5's: core/FORMAT.md
@@ -86,6 +91,8 @@ inline constexpr char kEndMagic[8] = {'D', 'C', 'R', 'E', 'N', 'D', '\0', '\0'};
 inline constexpr uint32_t kFlagNoBase = 1u << 0;
 // Version 6: the stream carries signed manifest records (dcr/manifest.h) before its chunks.
 inline constexpr uint32_t kFlagSigned = 1u << 1;
+// Version 6: chunks may be context-coded (position mode kContext; dcr/context.h).
+inline constexpr uint32_t kFlagContext = 1u << 2;
 inline constexpr char kManifestMagic[4] = {'D', 'C', 'R', 'M'};
 inline constexpr uint32_t kMaxSegmentDims = 4;
 // Header section kinds (version 5). Bit 31: a reader that does not know the kind must refuse.
@@ -93,7 +100,9 @@ inline constexpr uint32_t kSectionCritical = 1u << 31;
 inline constexpr uint32_t kSectionFile = kSectionCritical | 1;
 inline constexpr uint32_t kSectionIndex = kSectionCritical | 2;
 
-enum class PositionMode : uint8_t { kGaps = 0, kBitmap = 1, kDense = 2 };
+// kContext (version 6): positions and values coded against the base exponents in one stream
+// (dcr/context.h).
+enum class PositionMode : uint8_t { kGaps = 0, kBitmap = 1, kDense = 2, kContext = 3 };
 enum class ValueMode : uint8_t { kXor = 0, kUlpDelta = 1, kAbsolute = 2 };
 enum class StreamCodec : uint8_t { kRaw = 0, kZstd = 1 };
 

@@ -12,10 +12,12 @@
 #include <mutex>
 #include <type_traits>
 
+#include "dcr/context.h"
 #include "dcr/hash.h"
 #include "dcr/status_macros.h"
 #include "internal/atomic_file.h"
 #include "internal/chunk_streams.h"
+#include "internal/context_codec.h"
 #include "internal/element_ops.h"
 #include "internal/mapped_file.h"
 #include "internal/positions.h"
@@ -356,7 +358,37 @@ Status BufferApplier::ApplyChunk(const DecodedChunk& chunk) {
   return Status::OK();
 }
 
+namespace {
+
+// Whether a record's header says it is context-coded (the position mode byte; the header is
+// checked in full by whatever decodes it).
+bool LooksContextCoded(const uint8_t* data, size_t size) {
+  return size > 16 && data[16] == static_cast<uint8_t>(PositionMode::kContext);
+}
+
+}  // namespace
+
 Status BufferApplier::ApplyRecord(const uint8_t* data, size_t size, uint64_t* num_changes) {
+  if (LooksContextCoded(data, size)) {
+    // Decoded against the buffers' current bits (the base), then applied as a plain chunk.
+    size_t hsize = 0, rsize = 0;
+    DCR_ASSIGN_OR_RETURN(ChunkHeader h, ParseChunkHeader(data, size, &hsize, &rsize));
+    DCR_RETURN_IF_ERROR(CheckSegments(h, tensors_));
+    if (num_changes != nullptr) *num_changes = h.num_changes;
+    thread_local std::vector<uint8_t> gathered;
+    const uint8_t* base;
+    const uint64_t bytes = h.num_elements * h.elem_width;
+    if (h.segments.size() == 1 && h.segments[0].IsContiguous()) {
+      base = tensors_[h.segments[0].tensor_index].data + h.segments[0].offset * h.elem_width;
+    } else {
+      DCR_RETURN_IF_ERROR(GatherCoveredBits(h, tensors_, &gathered));
+      base = gathered.data();
+    }
+    // ApplyChunk checks the change hashes (and takes the chunk back on a mismatch).
+    thread_local DecodedChunk dc;
+    DCR_RETURN_IF_ERROR(internal::DecodeContextRecord(data, size, base, bytes, &dc, false));
+    return ApplyChunk(dc);
+  }
   internal::ChunkStreams cs;
   DCR_RETURN_IF_ERROR(internal::DecodeChunkStreams(data, size, &cs));
   const ChunkHeader& h = cs.header;
@@ -554,7 +586,13 @@ Status ApplyRecordToFiles(const uint8_t* data, size_t size, const std::vector<Ou
                           const std::vector<TensorBuffer>& shapes, bool from_base,
                           uint64_t* num_changes, Hash128* version_delta) {
   internal::ChunkStreams cs;
-  DCR_RETURN_IF_ERROR(internal::DecodeChunkStreams(data, size, &cs));
+  const bool context = LooksContextCoded(data, size);
+  if (context) {
+    size_t hsize = 0, rsize = 0;
+    DCR_ASSIGN_OR_RETURN(cs.header, ParseChunkHeader(data, size, &hsize, &rsize));
+  } else {
+    DCR_RETURN_IF_ERROR(internal::DecodeChunkStreams(data, size, &cs));
+  }
   ChunkHeader& h = cs.header;
   DCR_RETURN_IF_ERROR(CheckSegments(h, shapes));
   const uint64_t bytes = h.num_elements * h.elem_width;  // num_elements <= 2^34: no overflow
@@ -586,11 +624,21 @@ Status ApplyRecordToFiles(const uint8_t* data, size_t size, const std::vector<Ou
   h.segments = {Segment::Range(0, 0, h.num_elements)};
   const std::vector<TensorBuffer> window = {
       TensorBuffer{scratch.data(), h.num_elements, h.elem_width, 0}};
-  DCR_RETURN_IF_ERROR(WithWidth(h.elem_width, [&](auto t) {
-    return WithOp(h.value_mode, [&](auto op) {
-      return ApplyStreamedOp<decltype(t), op.value>(cs, window, false);
-    });
-  }));
+  if (context) {
+    // Decoded against the gathered base bits, then applied to them as a plain chunk.
+    thread_local DecodedChunk dc;
+    DCR_RETURN_IF_ERROR(internal::DecodeContextRecord(data, size, scratch.data(), bytes, &dc, false));
+    dc.header.segments = h.segments;
+    DCR_RETURN_IF_ERROR(WithWidth(h.elem_width, [&](auto t) {
+      return ApplyTyped<decltype(t)>(dc, window, false);
+    }));
+  } else {
+    DCR_RETURN_IF_ERROR(WithWidth(h.elem_width, [&](auto t) {
+      return WithOp(h.value_mode, [&](auto op) {
+        return ApplyStreamedOp<decltype(t), op.value>(cs, window, false);
+      });
+    }));
+  }
   h.segments = segments;
   p = scratch.data();
   DCR_RETURN_IF_ERROR(ForEachRun(h, out, [&](const OutputTensor& t, uint64_t off, uint64_t n) {

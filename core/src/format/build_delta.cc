@@ -10,6 +10,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "dcr/context.h"
 #include "dcr/delta.h"
 #include "dcr/device.h"
 #include "dcr/hash.h"
@@ -242,6 +243,9 @@ class DeltaBuilder {
                         Hash128* range_hash) const;
   // Adds a cell's changes, bytes and histogram to the per-tensor statistics.
   void AccountCell(const GridCell& cell, const CellStats& sc, const std::vector<uint8_t>& bytes);
+  // Replaces the plain record `*bytes` of `cell` with its context-coded form when it has one and
+  // that is smaller.
+  Status ContextCode(const GridCell& cell, std::vector<uint8_t>* bytes) const;
   // Hands one encoded chunk to the sink and records it in the chunk table.
   Status EmitChunk(const std::vector<uint8_t>& bytes);
 
@@ -281,6 +285,11 @@ Status DeltaBuilder::Bind() {
     return InvalidArgumentError("a delta needs a base checkpoint (or options.full for a full frame)");
   }
   if (options_.chunk_elems == 0) return InvalidArgumentError("chunk_elems must be positive");
+  if (options_.context_coding && !options_.full && dev_.resident()) {
+    return InvalidArgumentError(
+        "context coding needs the base on the host; a delta built from device-resident tensors "
+        "is plain");
+  }
   base_ptr_.assign(inv_.tensors.size(), nullptr);
   target_ptr_.assign(inv_.tensors.size(), nullptr);
   if (dev_.resident()) {
@@ -330,6 +339,7 @@ Status DeltaBuilder::Bind() {
 Status DeltaBuilder::EmitHeader() {
   FileHeader fh;
   fh.flags = options_.full ? kFlagNoBase : 0;
+  if (options_.context_coding && !options_.full) fh.flags |= kFlagContext;
   fh.base_version = options_.base_version;
   fh.target_version = options_.target_version;
   if (!options_.full) {
@@ -593,6 +603,30 @@ void DeltaBuilder::AccountCell(const GridCell& cell, const CellStats& sc,
   }
 }
 
+Status DeltaBuilder::ContextCode(const GridCell& cell, std::vector<uint8_t>* bytes) const {
+  size_t hsize = 0, rsize = 0;
+  DCR_ASSIGN_OR_RETURN(ChunkHeader h, ParseChunkHeader(bytes->data(), bytes->size(), &hsize, &rsize));
+  if (!ContextCodable(h)) return Status::OK();
+  const uint64_t w = cell.width;
+  thread_local std::vector<uint8_t> gathered;
+  const uint8_t* base;
+  if (cell.segments.size() == 1) {
+    base = base_ptr_[cell.segments[0].tensor_index] + cell.segments[0].offset * w;
+  } else {
+    gathered.resize(cell.num_elements * w);
+    uint8_t* p = gathered.data();
+    for (const Segment& sg : cell.segments) {
+      std::memcpy(p, base_ptr_[sg.tensor_index] + sg.offset * w, sg.count[0] * w);
+      p += sg.count[0] * w;
+    }
+    base = gathered.data();
+  }
+  DCR_ASSIGN_OR_RETURN(std::vector<uint8_t> ctx,
+                       EncodeContextChunk(bytes->data(), bytes->size(), base, cell.num_elements * w));
+  if (ctx.size() < bytes->size()) *bytes = std::move(ctx);
+  return Status::OK();
+}
+
 Status DeltaBuilder::EmitChunk(const std::vector<uint8_t>& bytes) {
   size_t hsize = 0, rsize = 0;
   DCR_ASSIGN_OR_RETURN(ChunkHeader h, ParseChunkHeader(bytes.data(), bytes.size(), &hsize, &rsize));
@@ -601,6 +635,7 @@ Status DeltaBuilder::EmitChunk(const std::vector<uint8_t>& bytes) {
   trailer_.chunks.push_back({h.chunk_id, offset_, bytes.size()});
   offset_ += bytes.size();
   stats_.chunks++;
+  if (IsContextCoded(h)) stats_.context_chunks++;
   return Status::OK();
 }
 
@@ -625,8 +660,15 @@ Status DeltaBuilder::BuildWindow(uint64_t begin, uint64_t end) {
       idle.pop_back();
     }
     CellScan* sc = &scans_[slot];
-    const bool ok = EncodeCell(grid_[begin + k], sc,
-                               dev_.device != nullptr ? slots_[slot].get() : nullptr, &encoded[k]);
+    bool ok = EncodeCell(grid_[begin + k], sc,
+                         dev_.device != nullptr ? slots_[slot].get() : nullptr, &encoded[k]);
+    if (ok && options_.context_coding && !options_.full && !encoded[k]->empty()) {
+      Status s = ContextCode(grid_[begin + k], &*encoded[k]);
+      if (!s.ok()) {
+        encoded[k] = s;
+        ok = false;
+      }
+    }
     stats[k].n = sc->n;
     stats[k].seg_changes.swap(sc->seg_changes);
     if (!sc->flat_hist.empty()) {

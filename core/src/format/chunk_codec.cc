@@ -13,6 +13,7 @@
 #include "internal/byte_io.h"
 #include "internal/chunk_scan.h"
 #include "internal/chunk_streams.h"
+#include "internal/context_codec.h"
 #include "internal/element_ops.h"
 #include "internal/diff_scan.h"
 #include "internal/positions.h"
@@ -309,6 +310,7 @@ const char* PositionModeName(PositionMode m) {
     case PositionMode::kGaps: return "gaps";
     case PositionMode::kBitmap: return "bitmap";
     case PositionMode::kDense: return "dense";
+    case PositionMode::kContext: return "context";
   }
   return "?";
 }
@@ -376,6 +378,9 @@ struct PassProducts {
   const uint8_t* packed_old = nullptr;
   const uint8_t* packed_new = nullptr;
   Hash128 plus, minus;
+  // The header's hashes are set already (a record rebuilt from decoded changes): packed bits
+  // and sums unused.
+  bool hashes_given = false;
 };
 
 // Packs the streams of a pass and serializes the record; `h` has the chunk's identity filled in.
@@ -383,11 +388,13 @@ std::vector<uint8_t> FinishChunk(ChunkHeader& h, const PassProducts& pp, uint64_
                                  int zstd_level, EncodeScratch& sc) {
   const uint64_t k = pp.k;
   const int w = h.elem_width;
-  h.version_delta = pp.plus;
-  HashSub(&h.version_delta, pp.minus);
-  // Packed little-endian bits (the packed arrays hold T values: little-endian on x86-64/arm64).
-  if (pp.have_old) h.base_change_hash = BytesHash128(pp.packed_old, k * w);
-  h.target_change_hash = BytesHash128(pp.packed_new, k * w);
+  if (!pp.hashes_given) {
+    h.version_delta = pp.plus;
+    HashSub(&h.version_delta, pp.minus);
+    // Packed little-endian bits (the packed arrays hold T values: little-endian on x86-64/arm64).
+    if (pp.have_old) h.base_change_hash = BytesHash128(pp.packed_old, k * w);
+    h.target_change_hash = BytesHash128(pp.packed_new, k * w);
+  }
 
   // Position stream.
   std::vector<uint8_t>& payload = sc.payload;
@@ -689,7 +696,7 @@ StatusOr<ChunkHeader> ParseChunkHeader(const uint8_t* data, size_t size, size_t*
   h.target_range_hash = r.H128();
   uint32_t nstreams = r.U32();
   if (r.failed()) return DataLossError("truncated chunk header");
-  if (pm > 2) return DataLossError("unknown position mode " + std::to_string(pm));
+  if (pm > 3) return DataLossError("unknown position mode " + std::to_string(pm));
   if (vm > 2) return DataLossError("unknown value mode " + std::to_string(vm));
   h.position_mode = static_cast<PositionMode>(pm);
   h.value_mode = static_cast<ValueMode>(vm);
@@ -700,7 +707,15 @@ StatusOr<ChunkHeader> ParseChunkHeader(const uint8_t* data, size_t size, size_t*
     return DataLossError("bad chunk element count " + std::to_string(h.num_elements));
   }
   if (h.num_changes > h.num_elements) return DataLossError("more changes than covered elements");
-  uint32_t want_streams = static_cast<uint32_t>(w) + (h.position_mode == PositionMode::kDense ? 0 : 1);
+  const bool context = h.position_mode == PositionMode::kContext;
+  if (context && (w == 1 || !IsRelative(h.value_mode) || h.num_changes == 0 ||
+                  h.num_changes >= h.num_elements)) {
+    return DataLossError("context-coded chunk with absolute values, 1-byte elements, no change or "
+                         "every element changed");
+  }
+  uint32_t want_streams = context ? 1
+                                  : static_cast<uint32_t>(w) +
+                                        (h.position_mode == PositionMode::kDense ? 0 : 1);
   if (nstreams != want_streams || nstreams > kMaxStreams) {
     return DataLossError("chunk has " + std::to_string(nstreams) + " streams, expected " +
                          std::to_string(want_streams));
@@ -718,6 +733,9 @@ StatusOr<ChunkHeader> ParseChunkHeader(const uint8_t* data, size_t size, size_t*
     s.codec = static_cast<StreamCodec>(codec);
     if (s.codec == StreamCodec::kRaw && s.raw_size != s.stored_size) {
       return DataLossError("raw stream with differing sizes");
+    }
+    if (context && s.codec != StreamCodec::kRaw) {
+      return DataLossError("context-coded chunk with a compressed stream");
     }
     if (s.stored_size > size) return DataLossError("stream larger than the chunk");
     stored_total += s.stored_size;
@@ -812,6 +830,11 @@ namespace internal {
 Status DecodeChunkStreams(const uint8_t* data, size_t size, ChunkStreams* out) {
   size_t hsize = 0, rsize = 0;
   DCR_ASSIGN_OR_RETURN(ChunkHeader h, ParseChunkHeader(data, size, &hsize, &rsize));
+  if (h.position_mode == PositionMode::kContext) {
+    return FailedPreconditionError("chunk " + std::to_string(h.chunk_id) +
+                                   " is context-coded: it decodes only against its base bits "
+                                   "(DecodeContextChunkInto, or ContextChunkToPlain first)");
+  }
   const uint8_t* payload = data + hsize;
   const size_t payload_size = rsize - hsize;
   if (XXH3_64bits(payload, payload_size) != h.payload_checksum) {
@@ -920,6 +943,46 @@ std::vector<uint8_t> AssembleChunkRecord(ChunkHeader h,
                                    i < first_value ? StreamKind::kPositions : StreamKind::kValues));
   }
   return SealChunkRecord(h, payload);
+}
+
+std::vector<uint8_t> SealRecord(ChunkHeader& h, const std::vector<uint8_t>& payload) {
+  return SealChunkRecord(h, payload);
+}
+
+std::vector<uint8_t> EncodePlainRecord(ChunkHeader h, const uint64_t* positions,
+                                       const uint64_t* values, int zstd_level) {
+  const uint64_t k = h.num_changes;
+  const int w = h.elem_width;
+  EncodeScratch& sc = Scratch();
+  const bool dense = k == h.num_elements;
+  uint8_t* const gaps = Grow(&sc.gaps, dense ? 1 : k * 10);
+  uint8_t* const planes = Grow(&sc.planes, k * w);
+  uint8_t* g = gaps;
+  uint64_t next = 0;
+  for (uint64_t i = 0; i < k; ++i) {
+    if (!dense) {
+      uint64_t v = positions[i] - next;
+      next = positions[i] + 1;
+      while (v >= 0x80) {
+        *g++ = static_cast<uint8_t>(v) | 0x80;
+        v >>= 7;
+      }
+      *g++ = static_cast<uint8_t>(v);
+    }
+    for (int b = 0; b < w; ++b) planes[b * k + i] = static_cast<uint8_t>(values[i] >> (8 * b));
+  }
+  h.streams.clear();
+  PassProducts pp;
+  pp.k = k;
+  pp.dense = dense;
+  pp.have_old = IsRelative(h.value_mode);
+  pp.positions = positions;
+  pp.gaps = gaps;
+  pp.gaps_size = static_cast<size_t>(g - gaps);
+  pp.planes = planes;
+  pp.plane_stride = k;
+  pp.hashes_given = true;
+  return FinishChunk(h, pp, h.num_elements, zstd_level, sc);
 }
 
 }  // namespace internal

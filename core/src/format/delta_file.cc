@@ -200,7 +200,7 @@ constexpr uint32_t kMaxSections = 1u << 20;
 }  // namespace
 
 uint32_t EncodedFormatVersion(const FileHeader& h) {
-  return (h.flags & kFlagSigned) != 0 ? 6 : kPlainFormatVersion;
+  return (h.flags & (kFlagSigned | kFlagContext)) != 0 ? 6 : kPlainFormatVersion;
 }
 
 std::vector<uint8_t> SerializeFileHeader(const FileHeader& h) {
@@ -315,7 +315,13 @@ StatusOr<FileHeader> ParseFileHeader(const uint8_t* data, size_t size, size_t* c
                                    "dcr wrote it");
   }
   if (h.files.empty()) return DataLossError("delta header names no target file");
-  if (h.flags & ~(kFlagNoBase | kFlagSigned)) return DataLossError("unknown delta header flags");
+  if (h.flags & ~(kFlagNoBase | kFlagSigned | kFlagContext)) {
+    return DataLossError("unknown delta header flags");
+  }
+  if ((h.flags & kFlagContext) != 0 && h.format_version < 6) {
+    return DataLossError("delta header: the context-coding flag needs format version 6, not " +
+                         std::to_string(h.format_version));
+  }
   if ((h.flags & kFlagSigned) != 0 && h.format_version < 6) {
     return DataLossError("delta header: the signed flag needs format version 6, not " +
                          std::to_string(h.format_version));

@@ -181,6 +181,30 @@ void ElementTermSumAvx2(uint64_t salt, const uint8_t* data, int width, uint64_t 
   }
 }
 
+void ContextMasks16Avx2(const uint16_t* base, const uint8_t* bounds, int k, uint64_t* masks) {
+  const __m256i low = _mm256_set1_epi16(0xFF);
+  auto exps = [&](const uint16_t* p) {
+    const __m256i x0 = _mm256_and_si256(
+        _mm256_srli_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), 7), low);
+    const __m256i x1 = _mm256_and_si256(
+        _mm256_srli_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)), 7), low);
+    return _mm256_permute4x64_epi64(_mm256_packus_epi16(x0, x1), 0xD8);
+  };
+  const __m256i e0 = exps(base), e1 = exps(base + 32);
+  uint64_t ge = ~uint64_t{0};  // elements with context >= bounds[c] (bounds[0] = 0: all)
+  for (int c = 0; c + 1 < k; ++c) {
+    const __m256i b = _mm256_set1_epi8(static_cast<char>(bounds[c + 1]));
+    const uint64_t g0 = static_cast<uint32_t>(
+        _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_max_epu8(e0, b), e0)));
+    const uint64_t g1 = static_cast<uint32_t>(
+        _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_max_epu8(e1, b), e1)));
+    const uint64_t next = g0 | (g1 << 32);
+    masks[c] = ge & ~next;
+    ge = next;
+  }
+  masks[k - 1] = ge;
+}
+
 }  // namespace dcr::internal
 
 #else  // no AVX2 build on this target: CpuHasAvx2() is false and these are never called
@@ -196,6 +220,9 @@ void Xxh3Avx2Free(void*) {}
 void ElementTermSumAvx2(uint64_t, const uint8_t*, int, uint64_t, uint64_t, uint64_t* lo,
                         uint64_t* hi) {
   *lo = *hi = 0;
+}
+void ContextMasks16Avx2(const uint16_t*, const uint8_t*, int k, uint64_t* masks) {
+  for (int c = 0; c < k; ++c) masks[c] = 0;
 }
 }  // namespace dcr::internal
 

@@ -85,6 +85,8 @@ class PositionReader {
       case PositionMode::kBitmap:
         NextBits(n, out);
         return nullptr;
+      case PositionMode::kContext:
+        break;  // never given one: DecodeChunkStreams refuses context-coded chunks
     }
     return "unknown position mode";
   }

@@ -40,6 +40,12 @@ void Xxh3Avx2Free(void* state);
 void ElementTermSumAvx2(uint64_t salt, const uint8_t* data, int width, uint64_t begin,
                         uint64_t count, uint64_t* lo, uint64_t* hi);
 
+// Class masks of a context-coded chunk's walk (internal/context_walk.h) for 64 elements of 2
+// bytes at `base`: masks[c] bit i is set when (base[i] >> 7) & 0xFF lies in [bounds[c],
+// bounds[c + 1]) (the last class: up to 255). REQUIRES: 1 <= k <= 16, bounds[0] == 0, bounds
+// increasing.
+void ContextMasks16Avx2(const uint16_t* base, const uint8_t* bounds, int k, uint64_t* masks);
+
 }  // namespace dcr::internal
 
 #endif  // DCR_CORE_SRC_INTERNAL_SIMD_H_

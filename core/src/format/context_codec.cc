@@ -1,0 +1,761 @@
+// Context-coded chunk records (dcr/context.h, core/FORMAT.md section 2.5): the body's models,
+// the rANS stage, the class walk over the base exponents, and the conversions to and from the
+// plain form.
+#include "dcr/context.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "dcr/hash.h"
+#include "dcr/status_macros.h"
+#include "internal/byte_io.h"
+#include "internal/context_codec.h"
+#include "internal/context_walk.h"
+#include "internal/element_ops.h"
+
+namespace dcr {
+namespace internal {
+namespace {
+
+constexpr int kScaleBits = 12;
+constexpr uint32_t kScale = 1u << kScaleBits;
+constexpr uint32_t kRansLow = 1u << 16;  // states live in [kRansLow, 2^32)
+constexpr int kMaxClasses = kMaxContextClasses;
+constexpr int kSymbols = 256;
+
+// ---- varints ----
+
+void PutVarint(std::vector<uint8_t>* out, uint64_t v) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<uint8_t>(v) | 0x80);
+    v >>= 7;
+  }
+  out->push_back(static_cast<uint8_t>(v));
+}
+
+// Reads a LEB128 u64 from [*p, end): false on truncation or more than 64 bits.
+bool GetVarint(const uint8_t** p, const uint8_t* end, uint64_t* v) {
+  uint64_t r = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    if (*p >= end) return false;
+    const uint8_t b = *(*p)++;
+    if (shift == 63 && (b & 0x7E) != 0) return false;
+    r |= static_cast<uint64_t>(b & 0x7F) << shift;
+    if ((b & 0x80) == 0) {
+      *v = r;
+      return true;
+    }
+  }
+  return false;
+}
+
+// ---- symbols: a value v is symbol v below 16, else its bit length and two bits below the top,
+// the remaining low bits raw ----
+
+struct Sym {
+  uint8_t sym;
+  uint8_t nbits;  // extra raw bits
+  uint64_t extra;
+};
+
+inline Sym SymbolOf(uint64_t v) {
+  if (v < 16) return Sym{static_cast<uint8_t>(v), 0, 0};
+  const int top = 63 - __builtin_clzll(v);  // >= 4
+  const uint64_t m = (v >> (top - 2)) & 3;
+  const int nb = top - 2;
+  return Sym{static_cast<uint8_t>(16 + 4 * (top - 4) + m), static_cast<uint8_t>(nb),
+             v & ((uint64_t{1} << nb) - 1)};
+}
+
+// The extra bit count of a symbol, and its value from them.
+inline int ExtraBits(uint8_t sym) { return sym < 16 ? 0 : (sym - 16) / 4 + 2; }
+inline uint64_t ValueOf(uint8_t sym, uint64_t extra) {
+  if (sym < 16) return sym;
+  const int top = (sym - 16) / 4 + 4;
+  const uint64_t m = (sym - 16) % 4;
+  return (uint64_t{1} << top) | (m << (top - 2)) | extra;
+}
+
+// ---- deterministic integer log2 (16 fractional bits): the encoder's cost estimates use no
+// floating point, so its choices are identical on every machine ----
+
+uint64_t Log2Fx(uint64_t x) {
+  if (x <= 1) return 0;
+  const int e = 63 - __builtin_clzll(x);
+  uint64_t m = e >= 31 ? x >> (e - 31) : x << (31 - e);  // [2^31, 2^32): 1.31 fixed point
+  uint64_t r = static_cast<uint64_t>(e) << 16;
+  for (int i = 15; i >= 0; --i) {
+    m = (m * m) >> 31;
+    if (m >= (uint64_t{1} << 32)) {
+      m >>= 1;
+      r |= uint64_t{1} << i;
+    }
+  }
+  return r;
+}
+
+// x * log2(x) in 1/65536 bits (0 for x <= 1); small x from a table.
+uint64_t XLogX(uint64_t x) {
+  static const std::vector<uint64_t> table = [] {
+    std::vector<uint64_t> t(4096);
+    for (uint64_t i = 0; i < t.size(); ++i) t[i] = i * Log2Fx(i);
+    return t;
+  }();
+  return x < table.size() ? table[x] : x * Log2Fx(x);
+}
+
+// ---- frequency tables ----
+
+// Normalizes counts (c[s], not all zero) to frequencies summing to kScale, every counted symbol
+// at least 1: proportional shares rounded down, then the remainder handed out (or taken back) one
+// at a time where it costs the fewest bits (largest count per frequency; comparisons in integers).
+void Normalize(const uint64_t* c, int nsym, uint32_t* f) {
+  uint64_t total = 0;
+  for (int s = 0; s < nsym; ++s) total += c[s];
+  int64_t sum = 0;
+  for (int s = 0; s < nsym; ++s) {
+    if (c[s] == 0) {
+      f[s] = 0;
+      continue;
+    }
+    const uint64_t share = static_cast<uint64_t>((static_cast<unsigned __int128>(c[s]) * kScale) / total);
+    f[s] = static_cast<uint32_t>(std::max<uint64_t>(1, share));
+    sum += f[s];
+  }
+  while (sum < static_cast<int64_t>(kScale)) {
+    int best = -1;
+    for (int s = 0; s < nsym; ++s) {
+      if (c[s] == 0) continue;
+      // c[s] / f[s] largest: c[s] * f[best] > c[best] * f[s].
+      if (best < 0 || static_cast<unsigned __int128>(c[s]) * f[best] >
+                          static_cast<unsigned __int128>(c[best]) * f[s]) {
+        best = s;
+      }
+    }
+    ++f[best];
+    ++sum;
+  }
+  while (sum > static_cast<int64_t>(kScale)) {
+    int best = -1;
+    for (int s = 0; s < nsym; ++s) {
+      if (f[s] <= 1) continue;
+      // c[s] / (f[s] - 1) smallest.
+      if (best < 0 || static_cast<unsigned __int128>(c[s]) * (f[best] - 1) <
+                          static_cast<unsigned __int128>(c[best]) * (f[s] - 1)) {
+        best = s;
+      }
+    }
+    --f[best];
+    --sum;
+  }
+}
+
+// A model on the wire: varint S (symbols listed, 1..256), then for symbols 0..S-1 a varint
+// frequency, where a 0 is followed by a varint count of further zero symbols.
+void PutModel(const uint32_t* f, std::vector<uint8_t>* out) {
+  int n = kSymbols;
+  while (n > 1 && f[n - 1] == 0) --n;
+  PutVarint(out, static_cast<uint64_t>(n));
+  for (int s = 0; s < n;) {
+    if (f[s] != 0) {
+      PutVarint(out, f[s]);
+      ++s;
+      continue;
+    }
+    int z = 1;
+    while (s + z < n && f[s + z] == 0) ++z;
+    PutVarint(out, 0);
+    PutVarint(out, static_cast<uint64_t>(z - 1));
+    s += z;
+  }
+}
+
+// A decoding table: frequencies, cumulative starts and the symbol of every slot.
+struct DecodeModel {
+  uint16_t freq[kSymbols];
+  uint16_t cum[kSymbols];
+  uint8_t slot_sym[kScale];
+};
+
+const char* ParseModel(const uint8_t** p, const uint8_t* end, DecodeModel* m) {
+  uint64_t n;
+  if (!GetVarint(p, end, &n) || n < 1 || n > kSymbols) return "bad model size";
+  uint32_t f[kSymbols] = {};
+  uint64_t sum = 0;
+  for (uint64_t s = 0; s < n;) {
+    uint64_t v;
+    if (!GetVarint(p, end, &v)) return "truncated model";
+    if (v > 0) {
+      if (v > kScale) return "model frequency out of range";
+      f[s++] = static_cast<uint32_t>(v);
+      sum += v;
+      continue;
+    }
+    uint64_t z;
+    if (!GetVarint(p, end, &z) || z >= n - s) return "bad zero run in a model";
+    s += z + 1;
+  }
+  if (sum != kScale) return "model frequencies do not sum to 4096";
+  uint32_t c = 0;
+  for (int s = 0; s < kSymbols; ++s) {
+    m->freq[s] = static_cast<uint16_t>(f[s]);
+    m->cum[s] = static_cast<uint16_t>(c);
+    if (f[s] != 0) std::memset(m->slot_sym + c, s, f[s]);
+    c += f[s];
+  }
+  return nullptr;
+}
+
+// ---- raw bits, least significant first ----
+
+class BitWriter {
+ public:
+  explicit BitWriter(std::vector<uint8_t>* out) : out_(out) {}
+  void Put(uint64_t v, int n) {  // n <= 61
+    while (n > 0) {
+      const int take = std::min(n, 32);
+      acc_ |= (v & ((uint64_t{1} << take) - 1)) << fill_;
+      fill_ += take;
+      v >>= take;
+      n -= take;
+      while (fill_ >= 8) {
+        out_->push_back(static_cast<uint8_t>(acc_));
+        acc_ >>= 8;
+        fill_ -= 8;
+      }
+    }
+  }
+  void Flush() {
+    if (fill_ > 0) out_->push_back(static_cast<uint8_t>(acc_));
+    acc_ = 0;
+    fill_ = 0;
+  }
+
+ private:
+  std::vector<uint8_t>* out_;
+  uint64_t acc_ = 0;
+  int fill_ = 0;
+};
+
+class BitReader {
+ public:
+  BitReader(const uint8_t* p, size_t size) : p_(p), size_(size) {}
+  // n <= 61. False past the end.
+  bool Get(int n, uint64_t* v) {
+    uint64_t r = 0;
+    int got = 0;
+    while (got < n) {
+      const int take = std::min(n - got, 32);
+      if (pos_ + static_cast<uint64_t>(take) > uint64_t{8} * size_) return false;
+      const size_t byte = pos_ >> 3;
+      uint64_t w = 0;
+      std::memcpy(&w, p_ + byte, std::min<size_t>(8, size_ - byte));
+      w >>= pos_ & 7;
+      r |= (w & ((uint64_t{1} << take) - 1)) << got;
+      pos_ += static_cast<uint64_t>(take);
+      got += take;
+    }
+    *v = r;
+    return true;
+  }
+  // Every byte used and the padding bits of the last one zero.
+  bool Done() const {
+    if ((pos_ + 7) / 8 != size_) return false;
+    if ((pos_ & 7) == 0) return true;
+    return (p_[size_ - 1] >> (pos_ & 7)) == 0;
+  }
+
+ private:
+  const uint8_t* p_;
+  size_t size_;
+  uint64_t pos_ = 0;
+};
+
+// ---- class choice (encoder) ----
+
+struct ClassStats {
+  int lo = 0;  // lowest exponent of the class (exponents up to the next class's lo belong to it)
+  uint64_t n = 0, k = 0;
+  std::vector<uint64_t> hist;  // value symbol counts
+  uint64_t cost = 0;           // estimated bits (1/65536 units)
+};
+
+uint64_t GapSymbolsEstimate(uint64_t n, uint64_t k) {
+  if (k == 0) return 0;
+  const uint64_t mean = n / k + 1;
+  return std::min<uint64_t>(40, 6 + 4 * static_cast<uint64_t>(63 - __builtin_clzll(mean)));
+}
+
+uint64_t ClassCost(const ClassStats& c) {
+  if (c.k == 0) return 0;
+  const uint64_t pos = XLogX(c.n) - XLogX(c.k) - XLogX(c.n - c.k);
+  uint64_t val = XLogX(c.k);
+  uint64_t nz = 0;
+  for (uint64_t h : c.hist) {
+    if (h == 0) continue;
+    val -= XLogX(h);
+    ++nz;
+  }
+  const uint64_t table = (nz + GapSymbolsEstimate(c.n, c.k)) * (uint64_t{8} << 16);
+  return pos + val + table;
+}
+
+ClassStats Merged(const ClassStats& a, const ClassStats& b) {
+  ClassStats m;
+  m.lo = a.lo;
+  m.n = a.n + b.n;
+  m.k = a.k + b.k;
+  m.hist.assign(std::max(a.hist.size(), b.hist.size()), 0);
+  for (size_t i = 0; i < a.hist.size(); ++i) m.hist[i] += a.hist[i];
+  for (size_t i = 0; i < b.hist.size(); ++i) m.hist[i] += b.hist[i];
+  m.cost = ClassCost(m);
+  return m;
+}
+
+// Picks at most kMaxClasses classes, each a run of exponents, from per-exponent element counts
+// (`ne`), change counts (`ke`) and value symbol histograms: adjacent classes are merged, the
+// merge that saves the most estimated bits first, while one saves any or there are too many.
+// Writes the classes' lowest exponents to bounds[0..K) (bounds[0] = 0) and returns K.
+int ChooseClasses(const uint64_t* ne, const uint64_t* ke, const std::vector<std::vector<uint64_t>>& hv,
+                  uint8_t* bounds) {
+  std::vector<ClassStats> cls;
+  for (int e = 0; e < 256; ++e) {
+    if (ne[e] == 0 && ke[e] == 0) continue;
+    ClassStats c;
+    c.lo = cls.empty() ? 0 : e;
+    c.n = std::max(ne[e], ke[e]);
+    c.k = ke[e];
+    c.hist = hv[e];
+    c.cost = ClassCost(c);
+    cls.push_back(std::move(c));
+  }
+  if (cls.empty()) {
+    bounds[0] = 0;
+    return 1;
+  }
+  // gain[i]: bits saved by merging classes i and i+1 (may be negative).
+  auto gain = [&](size_t i) {
+    const ClassStats m = Merged(cls[i], cls[i + 1]);
+    return static_cast<int64_t>(cls[i].cost + cls[i + 1].cost) - static_cast<int64_t>(m.cost);
+  };
+  std::vector<int64_t> gains;
+  for (size_t i = 0; i + 1 < cls.size(); ++i) gains.push_back(gain(i));
+  while (cls.size() > 1) {
+    size_t best = 0;
+    for (size_t i = 1; i < gains.size(); ++i)
+      if (gains[i] > gains[best]) best = i;
+    if (gains[best] <= 0 && cls.size() <= static_cast<size_t>(kMaxClasses)) break;
+    cls[best] = Merged(cls[best], cls[best + 1]);
+    cls.erase(cls.begin() + static_cast<ptrdiff_t>(best) + 1);
+    gains.erase(gains.begin() + static_cast<ptrdiff_t>(best));
+    if (best < gains.size()) gains[best] = gain(best);
+    if (best > 0) gains[best - 1] = gain(best - 1);
+  }
+  for (size_t i = 0; i < cls.size(); ++i) bounds[i] = static_cast<uint8_t>(cls[i].lo);
+  return static_cast<int>(cls.size());
+}
+
+// ---- rANS (two interleaved 32-bit states, 16-bit words, 12-bit frequencies) ----
+
+struct EncSym {
+  uint8_t model;  // gap models 0..K-1, value models K..2K-1
+  uint8_t sym;
+};
+
+// Per-thread encoder scratch.
+struct EncodeScratch {
+  std::vector<uint64_t> gaps;
+  std::vector<uint8_t> cls;
+  std::vector<uint64_t> order;  // change indices grouped by class
+  std::vector<EncSym> syms;
+  std::vector<uint16_t> words;
+};
+EncodeScratch& EScratch() {
+  thread_local EncodeScratch s;
+  return s;
+}
+
+struct DecodeScratch {
+  DecodeModel models[2 * kMaxClasses];
+  std::vector<uint64_t> gaps, vals;
+};
+DecodeScratch& DScratch() {
+  thread_local DecodeScratch s;
+  return s;
+}
+
+}  // namespace
+
+std::vector<uint8_t> EncodeContextBody(const uint8_t* base, uint64_t n, int w,
+                                       const uint64_t* positions, const uint64_t* values,
+                                       uint64_t k) {
+  EncodeScratch& sc = EScratch();
+  // Element counts per exponent: every element of a small chunk, every 16th of a large one (the
+  // class choice needs proportions, not exact counts).
+  uint64_t ne[256] = {}, ke[256] = {};
+  const uint64_t step = n >= 65536 ? 16 : 1;
+  for (uint64_t i = 0; i < n; i += step) ++ne[ContextOf(base, w, i)];
+  if (step > 1)
+    for (uint64_t& c : ne) c *= step;
+  std::vector<std::vector<uint64_t>> hv(256);
+  for (uint64_t i = 0; i < k; ++i) {
+    const uint8_t e = ContextOf(base, w, positions[i]);
+    ++ke[e];
+    const uint8_t s = SymbolOf(values[i]).sym;
+    if (hv[e].size() <= s) hv[e].resize(s + 1, 0);
+    ++hv[e][s];
+  }
+  uint8_t bounds[kMaxClasses] = {};
+  const int K = ChooseClasses(ne, ke, hv, bounds);
+  ClassMap map(bounds, K);
+
+  // Class-local gaps, block by block over the covered elements.
+  sc.gaps.resize(k);
+  sc.cls.resize(k);
+  ClassGaps(base, w, n, map, positions, k, sc.gaps.data(), sc.cls.data(), CpuHasAvx2());
+  // Changes grouped by class, in position order within each.
+  uint64_t kc[kMaxClasses] = {};
+  for (uint64_t i = 0; i < k; ++i) ++kc[sc.cls[i]];
+  uint64_t start_of[kMaxClasses + 1] = {};
+  for (int c = 0; c < K; ++c) start_of[c + 1] = start_of[c] + kc[c];
+  sc.order.resize(k);
+  {
+    uint64_t at[kMaxClasses];
+    std::memcpy(at, start_of, sizeof(at));
+    for (uint64_t i = 0; i < k; ++i) sc.order[at[sc.cls[i]]++] = i;
+  }
+  // Models.
+  std::vector<uint64_t> counts(static_cast<size_t>(2 * K) * kSymbols, 0);
+  for (uint64_t i = 0; i < k; ++i) {
+    const int c = sc.cls[i];
+    ++counts[static_cast<size_t>(c) * kSymbols + SymbolOf(sc.gaps[i]).sym];
+    ++counts[static_cast<size_t>(K + c) * kSymbols + SymbolOf(values[i]).sym];
+  }
+  std::vector<uint32_t> freq(counts.size(), 0), cum(counts.size(), 0);
+  for (int m = 0; m < 2 * K; ++m) {
+    if (kc[m % K] == 0) continue;
+    Normalize(&counts[static_cast<size_t>(m) * kSymbols], kSymbols, &freq[static_cast<size_t>(m) * kSymbols]);
+    uint32_t c = 0;
+    for (int s = 0; s < kSymbols; ++s) {
+      cum[static_cast<size_t>(m) * kSymbols + s] = c;
+      c += freq[static_cast<size_t>(m) * kSymbols + s];
+    }
+  }
+
+  std::vector<uint8_t> out;
+  out.reserve(64 + k);
+  // positions hash
+  {
+    XXH3_state_t* st = XXH3_createState();
+    XXH3_64bits_reset(st);
+    XXH3_64bits_update(st, positions, k * sizeof(uint64_t));
+    const uint64_t h = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    const uint8_t* b = reinterpret_cast<const uint8_t*>(&h);
+    out.insert(out.end(), b, b + 8);
+  }
+  out.push_back(static_cast<uint8_t>(K));
+  for (int c = 1; c < K; ++c) out.push_back(bounds[c]);
+  for (int c = 0; c < K; ++c) PutVarint(&out, kc[c]);
+  for (int c = 0; c < K; ++c) {
+    if (kc[c] == 0) continue;
+    PutModel(&freq[static_cast<size_t>(c) * kSymbols], &out);
+    PutModel(&freq[static_cast<size_t>(K + c) * kSymbols], &out);
+  }
+  // The symbol sequence: every class's gaps, then every class's values.
+  sc.syms.resize(2 * k);
+  std::vector<uint8_t> bits;
+  BitWriter bw(&bits);
+  for (uint64_t j = 0; j < k; ++j) {
+    const uint64_t i = sc.order[j];
+    const Sym s = SymbolOf(sc.gaps[i]);
+    sc.syms[j] = EncSym{sc.cls[i], s.sym};
+    bw.Put(s.extra, s.nbits);
+  }
+  for (uint64_t j = 0; j < k; ++j) {
+    const uint64_t i = sc.order[j];
+    const Sym s = SymbolOf(values[i]);
+    sc.syms[k + j] = EncSym{static_cast<uint8_t>(K + sc.cls[i]), s.sym};
+    bw.Put(s.extra, s.nbits);
+  }
+  bw.Flush();
+  // rANS, last symbol first.
+  sc.words.clear();
+  uint32_t x[2] = {kRansLow, kRansLow};
+  for (uint64_t i = 2 * k; i-- > 0;) {
+    const EncSym& e = sc.syms[i];
+    const size_t at = static_cast<size_t>(e.model) * kSymbols + e.sym;
+    const uint32_t f = freq[at];
+    uint32_t& s = x[i & 1];
+    if (static_cast<uint64_t>(s) >= (static_cast<uint64_t>(f) << (32 - kScaleBits))) {
+      sc.words.push_back(static_cast<uint16_t>(s));
+      s >>= 16;
+    }
+    s = ((s / f) << kScaleBits) + (s % f) + cum[at];
+  }
+  const uint64_t rans_size = 8 + 2 * sc.words.size();
+  PutVarint(&out, rans_size);
+  const size_t r0 = out.size();
+  out.resize(r0 + rans_size);
+  std::memcpy(out.data() + r0, &x[0], 4);
+  std::memcpy(out.data() + r0 + 4, &x[1], 4);
+  uint8_t* wp = out.data() + r0 + 8;
+  for (size_t i = sc.words.size(); i-- > 0;) {
+    std::memcpy(wp, &sc.words[i], 2);
+    wp += 2;
+  }
+  out.insert(out.end(), bits.begin(), bits.end());
+  return out;
+}
+
+Status DecodeContextBody(const ChunkHeader& h, const uint8_t* body, size_t body_size,
+                         const uint8_t* base, uint64_t* positions, uint64_t* values) {
+  const std::string id = "chunk " + std::to_string(h.chunk_id);
+  auto bad = [&](const char* what) { return DataLossError(id + ": context body: " + what); };
+  const int w = h.elem_width;
+  const uint64_t n = h.num_elements;
+  const uint64_t k = h.num_changes;
+  const uint8_t* p = body;
+  const uint8_t* const end = body + body_size;
+  if (body_size < 9) return bad("truncated");
+  uint64_t want_hash;
+  std::memcpy(&want_hash, p, 8);
+  p += 8;
+  const int K = *p++;
+  if (K < 1 || K > kMaxClasses) return bad("bad class count");
+  uint8_t bounds[kMaxClasses] = {0};
+  if (end - p < K - 1) return bad("truncated");
+  for (int c = 1; c < K; ++c) {
+    bounds[c] = *p++;
+    if (bounds[c] <= bounds[c - 1]) return bad("class bounds not increasing");
+  }
+  uint64_t kc[kMaxClasses] = {};
+  uint64_t total = 0;
+  for (int c = 0; c < K; ++c) {
+    if (!GetVarint(&p, end, &kc[c])) return bad("truncated class counts");
+    if (kc[c] > k - total) return bad("class change counts exceed num_changes");
+    total += kc[c];
+  }
+  if (total != k) return bad("class change counts differ from num_changes");
+  DecodeScratch& sc = DScratch();
+  for (int c = 0; c < K; ++c) {
+    if (kc[c] == 0) continue;
+    if (const char* e = ParseModel(&p, end, &sc.models[c])) return bad(e);
+    if (const char* e = ParseModel(&p, end, &sc.models[K + c])) return bad(e);
+  }
+  uint64_t rans_size;
+  if (!GetVarint(&p, end, &rans_size) || rans_size < 8 || rans_size % 2 != 0 ||
+      rans_size > static_cast<uint64_t>(end - p)) {
+    return bad("bad rANS stream size");
+  }
+  const uint8_t* rp = p;
+  const uint8_t* const rend = p + rans_size;
+  BitReader br(rend, static_cast<size_t>(end - rend));
+  uint32_t x[2];
+  std::memcpy(&x[0], rp, 4);
+  std::memcpy(&x[1], rp + 4, 4);
+  rp += 8;
+  if (x[0] < kRansLow || x[1] < kRansLow) return bad("bad rANS state");
+  // Decodes symbol i of the sequence with model m; the value with its extra bits.
+  uint64_t i = 0;
+  auto next = [&](const DecodeModel& m, uint64_t* v) -> const char* {
+    uint32_t& s = x[i & 1];
+    ++i;
+    const uint32_t slot = s & (kScale - 1);
+    const uint8_t sym = m.slot_sym[slot];
+    s = m.freq[sym] * (s >> kScaleBits) + slot - m.cum[sym];
+    if (s < kRansLow) {
+      if (rend - rp < 2) return "rANS stream ends early";
+      uint16_t wd;
+      std::memcpy(&wd, rp, 2);
+      rp += 2;
+      s = (s << 16) | wd;
+    }
+    uint64_t extra = 0;
+    const int nb = ExtraBits(sym);
+    if (nb > 0 && !br.Get(nb, &extra)) return "raw bits end early";
+    *v = ValueOf(sym, extra);
+    return nullptr;
+  };
+  sc.gaps.resize(k);
+  sc.vals.resize(k);
+  uint64_t start_of[kMaxClasses + 1] = {};
+  for (int c = 0; c < K; ++c) start_of[c + 1] = start_of[c] + kc[c];
+  for (int c = 0; c < K; ++c) {
+    for (uint64_t j = start_of[c]; j < start_of[c + 1]; ++j) {
+      if (const char* e = next(sc.models[c], &sc.gaps[j])) return bad(e);
+    }
+  }
+  const uint64_t vmask = WidthMask(w);
+  for (int c = 0; c < K; ++c) {
+    for (uint64_t j = start_of[c]; j < start_of[c + 1]; ++j) {
+      if (const char* e = next(sc.models[K + c], &sc.vals[j])) return bad(e);
+      if (sc.vals[j] > vmask) return bad("value wider than the element");
+    }
+  }
+  if (x[0] != kRansLow || x[1] != kRansLow || rp != rend) return bad("rANS stream does not end");
+  if (!br.Done()) return bad("trailing raw bits");
+  // The walk: positions from the class-local gaps and the base exponents.
+  ClassMap map(bounds, K);
+  if (!WalkClasses(base, w, n, map, kc, start_of, sc.gaps.data(), sc.vals.data(), positions,
+                   values, CpuHasAvx2())) {
+    return FailedPreconditionError(id + ": context-coded changes do not fit these base bits "
+                                        "(wrong base, or the chunk was already applied)");
+  }
+  if (XXH3_64bits(positions, k * sizeof(uint64_t)) != want_hash) {
+    return FailedPreconditionError(id + ": context-coded positions differ from the encoder's "
+                                        "(wrong base, or the chunk was already applied)");
+  }
+  return Status::OK();
+}
+
+std::vector<uint8_t> SealContextRecord(ChunkHeader h, const std::vector<uint8_t>& body) {
+  h.position_mode = PositionMode::kContext;
+  h.streams.assign(1, StreamInfo{StreamCodec::kRaw, body.size(), body.size()});
+  return SealRecord(h, body);
+}
+
+}  // namespace internal
+
+namespace {
+
+// The packed bits hash of `k` elements of width w at the positions of `base`.
+Hash128 HashAt(const uint8_t* base, int w, const uint64_t* pos, uint64_t k,
+               std::vector<uint8_t>* scratch) {
+  scratch->resize(k * static_cast<uint64_t>(w));
+  for (uint64_t i = 0; i < k; ++i) std::memcpy(scratch->data() + i * w, base + pos[i] * w, w);
+  return BytesHash128(scratch->data(), scratch->size());
+}
+
+Hash128 HashApplied(const uint8_t* base, int w, ValueMode mode, const uint64_t* pos,
+                    const uint64_t* values, uint64_t k, std::vector<uint8_t>* scratch) {
+  scratch->resize(k * static_cast<uint64_t>(w));
+  for (uint64_t i = 0; i < k; ++i) {
+    const uint64_t o = internal::LoadElem(base, w, pos[i]);
+    const uint64_t nb = internal::ApplyOp(static_cast<uint8_t>(mode), w, o, values[i]);
+    std::memcpy(scratch->data() + i * w, &nb, w);
+  }
+  return BytesHash128(scratch->data(), scratch->size());
+}
+
+}  // namespace
+
+bool ContextCodable(const ChunkHeader& h) {
+  return IsRelative(h.value_mode) && (h.elem_width == 2 || h.elem_width == 4 || h.elem_width == 8) &&
+         h.num_changes > 0 && h.num_changes < h.num_elements;
+}
+
+StatusOr<std::vector<uint8_t>> EncodeContextChunk(const uint8_t* plain, size_t size,
+                                                  const uint8_t* base, size_t base_size) {
+  thread_local DecodedChunk dc;
+  DCR_RETURN_IF_ERROR(DecodeChunkInto(plain, size, &dc));
+  const ChunkHeader& h = dc.header;
+  if (IsContextCoded(h)) return InvalidArgumentError("chunk is context-coded already");
+  if (!ContextCodable(h)) {
+    return InvalidArgumentError("chunk " + std::to_string(h.chunk_id) +
+                                " has no context-coded form (absolute values, 1-byte elements, "
+                                "no change or every element changed)");
+  }
+  if (base_size != h.num_elements * h.elem_width) {
+    return InvalidArgumentError("base bits of " + std::to_string(base_size) + " bytes for a chunk of " +
+                                std::to_string(h.num_elements) + " elements of " +
+                                std::to_string(h.elem_width) + " bytes");
+  }
+  thread_local std::vector<uint8_t> scratch;
+  if (HashAt(base, h.elem_width, dc.positions.data(), h.num_changes, &scratch) != h.base_change_hash) {
+    return FailedPreconditionError("chunk " + std::to_string(h.chunk_id) +
+                                   ": the base bits given differ from the chunk's base");
+  }
+  std::vector<uint8_t> body = internal::EncodeContextBody(
+      base, h.num_elements, h.elem_width, dc.positions.data(), dc.values.data(), h.num_changes);
+  return internal::SealContextRecord(h, body);
+}
+
+Status DecodeContextChunkInto(const uint8_t* record, size_t size, const uint8_t* base,
+                              size_t base_size, DecodedChunk* out) {
+  return internal::DecodeContextRecord(record, size, base, base_size, out, true);
+}
+
+Status internal::DecodeContextRecord(const uint8_t* record, size_t size, const uint8_t* base,
+                                     size_t base_size, DecodedChunk* out, bool verify_hashes) {
+  size_t hsize = 0, rsize = 0;
+  DCR_ASSIGN_OR_RETURN(out->header, ParseChunkHeader(record, size, &hsize, &rsize));
+  const ChunkHeader& h = out->header;
+  const std::string id = "chunk " + std::to_string(h.chunk_id);
+  if (!IsContextCoded(h)) return InvalidArgumentError(id + " is not context-coded");
+  if (base_size != h.num_elements * h.elem_width) {
+    return InvalidArgumentError(id + ": base bits of " + std::to_string(base_size) +
+                                " bytes, the chunk covers " + std::to_string(h.num_elements) +
+                                " elements of " + std::to_string(h.elem_width) + " bytes");
+  }
+  const uint8_t* body = record + hsize;
+  const size_t body_size = rsize - hsize;
+  if (XXH3_64bits(body, body_size) != h.payload_checksum) {
+    return DataLossError(id + ": payload checksum mismatch");
+  }
+  const uint64_t k = h.num_changes;
+  out->positions.resize(k);
+  out->values.resize(k);
+  DCR_RETURN_IF_ERROR(internal::DecodeContextBody(h, body, body_size, base, out->positions.data(),
+                                                  out->values.data()));
+  if (!verify_hashes) return Status::OK();
+  thread_local std::vector<uint8_t> scratch;
+  if (HashAt(base, h.elem_width, out->positions.data(), k, &scratch) != h.base_change_hash) {
+    return FailedPreconditionError(id + ": current bits differ from the delta's base (wrong base, "
+                                        "or the chunk was already applied)");
+  }
+  if (HashApplied(base, h.elem_width, h.value_mode, out->positions.data(), out->values.data(), k,
+                  &scratch) != h.target_change_hash) {
+    return DataLossError(id + ": decoded values do not produce the target bits");
+  }
+  return Status::OK();
+}
+
+StatusOr<std::vector<uint8_t>> ContextChunkToPlain(const uint8_t* record, size_t size,
+                                                   const uint8_t* base, size_t base_size,
+                                                   int zstd_level) {
+  thread_local DecodedChunk dc;
+  DCR_RETURN_IF_ERROR(DecodeContextChunkInto(record, size, base, base_size, &dc));
+  return internal::EncodePlainRecord(dc.header, dc.positions.data(), dc.values.data(), zstd_level);
+}
+
+Status GatherCoveredBits(const ChunkHeader& h, const std::vector<TensorBuffer>& tensors,
+                         std::vector<uint8_t>* out) {
+  const int w = h.elem_width;
+  out->resize(h.num_elements * static_cast<uint64_t>(w));
+  uint8_t* p = out->data();
+  uint64_t covered = 0;
+  for (const Segment& sg : h.segments) {
+    if (sg.tensor_index >= tensors.size()) {
+      return DataLossError("chunk " + std::to_string(h.chunk_id) + ": tensor index out of range");
+    }
+    const TensorBuffer& tb = tensors[sg.tensor_index];
+    if (tb.width != w) {
+      return DataLossError("chunk " + std::to_string(h.chunk_id) + ": element width differs from the tensor's");
+    }
+    int64_t lo = static_cast<int64_t>(sg.offset), hi = lo;
+    for (uint32_t d = 0; d < sg.ndim; ++d) {
+      const int64_t span = static_cast<int64_t>(sg.count[d] - 1) * sg.stride[d];
+      if (span < 0) lo += span; else hi += span;
+    }
+    const uint64_t m = sg.num_elements();
+    if (lo < 0 || static_cast<uint64_t>(hi) >= tb.num_elements || covered + m > h.num_elements) {
+      return DataLossError("chunk " + std::to_string(h.chunk_id) + ": segment outside its tensor's elements");
+    }
+    if (sg.IsContiguous()) {
+      std::memcpy(p, tb.data + sg.offset * w, m * w);
+    } else {
+      for (uint64_t i = 0; i < m; ++i) std::memcpy(p + i * w, tb.data + sg.ElementAt(i) * w, w);
+    }
+    p += m * w;
+    covered += m;
+  }
+  if (covered != h.num_elements) {
+    return DataLossError("chunk " + std::to_string(h.chunk_id) + ": segments do not cover num_elements");
+  }
+  return Status::OK();
+}
+
+}  // namespace dcr

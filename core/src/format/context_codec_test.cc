@@ -1,0 +1,324 @@
+// Context-coded chunks: round trips against the plain form, the conversion back to plain bytes,
+// deltas built with context coding applied offline and through BufferApplier, wrong bases,
+// corruption and truncation.
+#include "dcr/context.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "dcr/apply.h"
+#include "dcr/delta.h"
+#include "dcr/hash.h"
+#include "dcr/testing/fixtures.h"
+#include "dcr/testing/synth.h"
+#include "internal/context_codec.h"
+
+namespace dcr {
+namespace {
+
+using dcr::testing::OwnedTensor;
+using dcr::testing::TempDir;
+using dcr::testing::Views;
+
+// A float-like base of width w: small magnitudes, varied exponents; `rate` of the elements move
+// by a few ulp (more often where the magnitude is small), a few get arbitrary bits.
+void MakeFloatPair(std::mt19937_64& rng, int w, uint64_t n, double rate, std::vector<uint8_t>* base,
+                   std::vector<uint8_t>* target) {
+  base->resize(n * w);
+  target->resize(n * w);
+  const int mant = w == 2 ? 7 : (w == 4 ? 23 : 52);
+  const int ebias = w == 2 ? 127 : (w == 4 ? 127 : 1023);
+  const uint64_t mask = w == 8 ? ~0ull : ((1ull << (8 * w)) - 1);
+  for (uint64_t i = 0; i < n; ++i) {
+    const int e = ebias - 2 - static_cast<int>(rng() % 24);
+    const uint64_t sign = rng() & 1;
+    uint64_t bits = (sign << (8 * w - 1)) | (static_cast<uint64_t>(e) << mant) |
+                    (rng() & ((1ull << mant) - 1));
+    if (rng() % 500 == 0) bits = rng() & mask;  // NaNs, infinities, anything
+    uint64_t t = bits;
+    const double scale = std::ldexp(1.0, -(ebias - 2 - e) / 4);  // small exponents change more
+    if (std::uniform_real_distribution<double>(0, 1)(rng) < rate / scale * 0.25) {
+      const int64_t d = 1 + static_cast<int64_t>(rng() % 3);
+      t = (rng() & 1) ? bits + d : bits - d;
+      if (rng() % 200 == 0) t = rng();
+      t &= mask;
+      if (t == bits) t ^= 1;
+    }
+    std::memcpy(base->data() + i * w, &bits, w);
+    std::memcpy(target->data() + i * w, &t, w);
+  }
+}
+
+// A plain chunk record of one contiguous tensor range, and its changes.
+std::vector<uint8_t> PlainRecord(const std::vector<uint8_t>& base, const std::vector<uint8_t>& target,
+                                 int w, ValueMode mode) {
+  ChunkChanges c;
+  c.chunk_id = 7;
+  c.width = static_cast<uint8_t>(w);
+  const uint64_t n = base.size() / w;
+  c.num_elements = n;
+  c.segments = {Segment::Range(0, 0, n)};
+  for (uint64_t i = 0; i < n; ++i) {
+    uint64_t a = 0, b = 0;
+    std::memcpy(&a, base.data() + i * w, w);
+    std::memcpy(&b, target.data() + i * w, w);
+    if (a != b) {
+      c.positions.push_back(i);
+      c.old_bits.push_back(a);
+      c.new_bits.push_back(b);
+    }
+  }
+  c.target_range_hash = BytesHash128(target.data(), target.size());
+  auto r = EncodeChunk(c, mode, {0x1234}, 1);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *r : std::vector<uint8_t>{};
+}
+
+class ContextRoundTrip : public ::testing::TestWithParam<std::tuple<int, double, int>> {};
+
+TEST_P(ContextRoundTrip, DecodesToThePlainChangesAndConvertsBackToItsBytes) {
+  const auto [w, rate, mode] = GetParam();
+  std::mt19937_64 rng(static_cast<uint64_t>(w * 1000 + rate * 1e5 + mode));
+  for (uint64_t n : {70ull, 4096ull, 100000ull}) {
+    std::vector<uint8_t> base, target;
+    MakeFloatPair(rng, w, n, rate, &base, &target);
+    const ValueMode vm = static_cast<ValueMode>(mode);
+    const std::vector<uint8_t> plain = PlainRecord(base, target, w, vm);
+    auto pd = DecodeChunk(plain.data(), plain.size());
+    ASSERT_TRUE(pd.ok()) << pd.status();
+    if (!ContextCodable(pd->header)) continue;
+    auto ctx = EncodeContextChunk(plain.data(), plain.size(), base.data(), base.size());
+    ASSERT_TRUE(ctx.ok()) << ctx.status();
+    // Deterministic.
+    auto again = EncodeContextChunk(plain.data(), plain.size(), base.data(), base.size());
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(*ctx, *again);
+    // Same identity and hashes.
+    auto ch = ParseChunkHeader(ctx->data(), ctx->size(), nullptr, nullptr);
+    ASSERT_TRUE(ch.ok()) << ch.status();
+    EXPECT_TRUE(IsContextCoded(*ch));
+    EXPECT_EQ(ch->chunk_id, pd->header.chunk_id);
+    EXPECT_EQ(ch->num_changes, pd->header.num_changes);
+    EXPECT_EQ(ch->base_change_hash, pd->header.base_change_hash);
+    EXPECT_EQ(ch->target_change_hash, pd->header.target_change_hash);
+    EXPECT_EQ(ch->version_delta, pd->header.version_delta);
+    EXPECT_EQ(ch->target_range_hash, pd->header.target_range_hash);
+    // A plain decoder refuses it cleanly.
+    auto refused = DecodeChunk(ctx->data(), ctx->size());
+    ASSERT_FALSE(refused.ok());
+    EXPECT_TRUE(refused.status().IsFailedPrecondition()) << refused.status();
+    DecodedChunk dc;
+    ASSERT_TRUE(DecodeContextChunkInto(ctx->data(), ctx->size(), base.data(), base.size(), &dc).ok());
+    EXPECT_EQ(dc.positions, pd->positions);
+    EXPECT_EQ(dc.values, pd->values);
+    auto back = ContextChunkToPlain(ctx->data(), ctx->size(), base.data(), base.size(), 1);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(*back, plain);
+    // Applied through BufferApplier onto the base: the target.
+    std::vector<uint8_t> buf = base;
+    BufferApplier ap({TensorBuffer{buf.data(), n, w, 0x1234}});
+    ASSERT_TRUE(ap.ApplyRecord(ctx->data(), ctx->size()).ok());
+    EXPECT_EQ(buf, target);
+    // Applied again (the base is gone): refused, nothing written.
+    Status twice = ap.ApplyRecord(ctx->data(), ctx->size());
+    EXPECT_TRUE(twice.IsFailedPrecondition()) << twice;
+    EXPECT_EQ(buf, target);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(WidthsRatesModes, ContextRoundTrip,
+                         ::testing::Combine(::testing::Values(2, 4, 8),
+                                            ::testing::Values(0.001, 0.03, 0.3),
+                                            ::testing::Values(0, 1)));
+
+// Against a base that differs (in one element's exponent, or everywhere) the decoder refuses
+// with kFailedPrecondition and never reads outside its inputs.
+TEST(Context, WrongBaseIsRefused) {
+  std::mt19937_64 rng(5);
+  std::vector<uint8_t> base, target;
+  MakeFloatPair(rng, 2, 50000, 0.03, &base, &target);
+  const std::vector<uint8_t> plain = PlainRecord(base, target, 2, ValueMode::kUlpDelta);
+  auto ctx = EncodeContextChunk(plain.data(), plain.size(), base.data(), base.size());
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  auto pd = DecodeChunk(plain.data(), plain.size());
+  ASSERT_TRUE(pd.ok());
+  int refused = 0, decoded = 0;
+  for (int trial = 0; trial < 50; ++trial) {
+    std::vector<uint8_t> wrong = base;
+    if (trial == 0) {
+      for (auto& b : wrong) b = static_cast<uint8_t>(rng());
+    } else {
+      const uint64_t i = rng() % 50000;
+      wrong[2 * i + 1] ^= static_cast<uint8_t>(1 + rng() % 127);
+    }
+    DecodedChunk dc;
+    Status s = DecodeContextChunkInto(ctx->data(), ctx->size(), wrong.data(), wrong.size(), &dc);
+    auto p = ContextChunkToPlain(ctx->data(), ctx->size(), wrong.data(), wrong.size());
+    if (s.ok()) {
+      // The element changed kept its class and is not a changed one: the changes decode as
+      // they are, and so does the plain form.
+      ASSERT_TRUE(p.ok()) << p.status();
+      EXPECT_EQ(*p, plain);
+      EXPECT_EQ(dc.positions, pd->positions);
+      EXPECT_EQ(dc.values, pd->values);
+      ++decoded;
+      continue;
+    }
+    ++refused;
+    EXPECT_TRUE(s.IsFailedPrecondition()) << trial << ": " << s;
+    EXPECT_FALSE(p.ok());
+  }
+  EXPECT_GT(refused, 10);
+  // A base of the wrong size is an argument error.
+  DecodedChunk dc;
+  EXPECT_TRUE(DecodeContextChunkInto(ctx->data(), ctx->size(), base.data(), base.size() - 2, &dc)
+                  .IsInvalidArgument());
+  // Encoding against bits that are not the chunk's base is refused too.
+  std::vector<uint8_t> other = target;
+  auto bad = EncodeContextChunk(plain.data(), plain.size(), other.data(), other.size());
+  EXPECT_TRUE(bad.status().IsFailedPrecondition()) << bad.status();
+}
+
+// Every truncation and every single-byte corruption is an error (never a crash, never a wrong
+// result); corruptions inside the body with fixed-up checksums are caught by the body's checks.
+TEST(Context, CorruptionAndTruncationAreErrors) {
+  std::mt19937_64 rng(9);
+  std::vector<uint8_t> base, target;
+  MakeFloatPair(rng, 2, 20000, 0.05, &base, &target);
+  const std::vector<uint8_t> plain = PlainRecord(base, target, 2, ValueMode::kUlpDelta);
+  auto ctx = EncodeContextChunk(plain.data(), plain.size(), base.data(), base.size());
+  ASSERT_TRUE(ctx.ok());
+  auto pd = DecodeChunk(plain.data(), plain.size());
+  ASSERT_TRUE(pd.ok());
+  DecodedChunk dc;
+  for (size_t cut = 0; cut < ctx->size(); cut += 1 + cut / 16) {
+    std::vector<uint8_t> t(ctx->begin(), ctx->begin() + static_cast<ptrdiff_t>(cut));
+    EXPECT_FALSE(DecodeContextChunkInto(t.data(), t.size(), base.data(), base.size(), &dc).ok()) << cut;
+  }
+  size_t hsize = 0, rsize = 0;
+  auto h = ParseChunkHeader(ctx->data(), ctx->size(), &hsize, &rsize);
+  ASSERT_TRUE(h.ok());
+  for (int trial = 0; trial < 400; ++trial) {
+    std::vector<uint8_t> body(ctx->begin() + static_cast<ptrdiff_t>(hsize), ctx->end());
+    const size_t at = rng() % body.size();
+    body[at] ^= static_cast<uint8_t>(1 + rng() % 255);
+    if (trial % 3 == 0) body.resize(rng() % body.size());
+    std::vector<uint8_t> rec = internal::SealContextRecord(*h, body);
+    Status s = DecodeContextChunkInto(rec.data(), rec.size(), base.data(), base.size(), &dc);
+    if (s.ok()) {
+      // Only a change that leaves the decoded changes as they were passes every check (a class
+      // bound moved across contexts no element has): the result is the plain chunk's.
+      EXPECT_EQ(dc.positions, pd->positions) << trial;
+      EXPECT_EQ(dc.values, pd->values) << trial;
+      continue;
+    }
+    EXPECT_TRUE(s.IsDataLoss() || s.IsFailedPrecondition()) << s;
+  }
+}
+
+// A delta built with context coding: version 6, same target hash and chunk table ids as the
+// plain delta, applied offline and chunk by chunk; each chunk converts back to the plain delta's
+// record byte for byte; the output does not depend on the thread count.
+TEST(Context, DeltaWithContextCodingAppliesAndConvertsToThePlainDelta) {
+  TempDir dir;
+  std::vector<TensorSpec> specs = {
+      {"a.weight", "BF16", {300, 512}}, {"b.weight", "BF16", {64, 64}}, {"c.norm", "BF16", {512}},
+      {"d.weight", "F32", {100, 300}}, {"e.weight", "BF16", {7000}}};
+  SynthOptions so;
+  so.change_rate = 0.03;
+  so.steps = 2;
+  so.threads = 2;
+  so.calibration_sample = 1 << 14;
+  auto tr = SynthTrainer::Create(specs, so);
+  ASSERT_TRUE(tr.ok()) << tr.status();
+  ASSERT_TRUE(WriteSafetensors(dir / "b.st", (*tr)->Views()).ok());
+  (*tr)->Step();
+  ASSERT_TRUE(WriteSafetensors(dir / "t.st", (*tr)->Views()).ok());
+  auto b = Checkpoint::Open(dir / "b.st");
+  auto t = Checkpoint::Open(dir / "t.st");
+  ASSERT_TRUE(b.ok() && t.ok());
+  DeltaOptions opt;
+  opt.chunk_elems = 40000;
+  opt.small_tensor_elems = 10000;
+  DeltaMemorySink plain_sink;
+  opt.threads = 1;
+  ASSERT_TRUE(BuildDelta(b->get(), **t, opt, &plain_sink).ok());
+  opt.context_coding = true;
+  std::vector<uint8_t> first;
+  for (int threads : {1, 3}) {
+    opt.threads = threads;
+    DeltaMemorySink sink;
+    auto st = BuildDelta(b->get(), **t, opt, &sink);
+    ASSERT_TRUE(st.ok()) << st.status();
+    if (first.empty()) first = sink.bytes();
+    EXPECT_EQ(sink.bytes(), first) << threads;
+  }
+  EXPECT_LT(first.size(), plain_sink.bytes().size());
+  auto d = DeltaReader::FromBytes(first);
+  auto pd = DeltaReader::FromBytes(plain_sink.bytes());
+  ASSERT_TRUE(d.ok() && pd.ok()) << d.status();
+  EXPECT_EQ((*d)->header().format_version, 6u);
+  EXPECT_EQ((*pd)->header().format_version, 5u);
+  EXPECT_EQ((*d)->trailer().target_hash, (*pd)->trailer().target_hash);
+  ASSERT_EQ((*d)->num_chunks(), (*pd)->num_chunks());
+  // Chunk by chunk against a copy of the base; the context ones convert back to plain bytes.
+  const Inventory& inv = (*d)->inventory();
+  std::vector<std::vector<uint8_t>> bufs;
+  std::vector<TensorBuffer> tbs;
+  for (size_t i = 0; i < inv.tensors.size(); ++i) {
+    const TensorInfo* bt = (*b)->Find(inv.tensors[i].name);
+    bufs.emplace_back((*b)->data(*bt), (*b)->data(*bt) + bt->nbytes);
+  }
+  for (size_t i = 0; i < inv.tensors.size(); ++i) {
+    tbs.push_back(TensorBuffer{bufs[i].data(), inv.tensors[i].num_elements(), inv.tensors[i].width(),
+                               inv.salts[i]});
+  }
+  int context_chunks = 0;
+  for (size_t i = 0; i < (*d)->num_chunks(); ++i) {
+    auto h = ParseChunkHeader((*d)->chunk_data(i), (*d)->chunk_size(i), nullptr, nullptr);
+    ASSERT_TRUE(h.ok());
+    if (!IsContextCoded(*h)) {
+      EXPECT_EQ(std::vector<uint8_t>((*d)->chunk_data(i), (*d)->chunk_data(i) + (*d)->chunk_size(i)),
+                std::vector<uint8_t>((*pd)->chunk_data(i), (*pd)->chunk_data(i) + (*pd)->chunk_size(i)));
+      continue;
+    }
+    ++context_chunks;
+    std::vector<uint8_t> covered;
+    ASSERT_TRUE(GatherCoveredBits(*h, tbs, &covered).ok());
+    auto p = ContextChunkToPlain((*d)->chunk_data(i), (*d)->chunk_size(i), covered.data(), covered.size());
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ(*p, std::vector<uint8_t>((*pd)->chunk_data(i), (*pd)->chunk_data(i) + (*pd)->chunk_size(i)));
+  }
+  EXPECT_GT(context_chunks, 2);
+  BufferApplier ap(tbs);
+  for (size_t i = 0; i < (*d)->num_chunks(); ++i) {
+    ASSERT_TRUE(ap.ApplyRecord((*d)->chunk_data(i), (*d)->chunk_size(i)).ok()) << i;
+  }
+  for (size_t i = 0; i < inv.tensors.size(); ++i) {
+    const TensorInfo* tt = (*t)->Find(inv.tensors[i].name);
+    EXPECT_EQ(0, std::memcmp(bufs[i].data(), (*t)->data(*tt), tt->nbytes)) << inv.tensors[i].name;
+  }
+  // Offline refit.
+  ASSERT_TRUE(WriteFileAtomic(dir / "d.dcr", first.data(), first.size()).ok());
+  auto ap2 = ApplyDeltaFile(dir / "b.st", dir / "d.dcr", dir / "out.st", ApplyOptions{2, true, true});
+  ASSERT_TRUE(ap2.ok()) << ap2.status();
+  auto out = ReadFile(dir / "out.st");
+  auto want = ReadFile(dir / "t.st");
+  ASSERT_TRUE(out.ok() && want.ok());
+  EXPECT_EQ(*out, *want);
+  // The size sample over every cell is the two builds' chunk bytes.
+  auto sample = SampleContextSize(**b, **t, opt, 0);
+  ASSERT_TRUE(sample.ok()) << sample.status();
+  uint64_t ctx_bytes = 0, plain_bytes = 0;
+  for (size_t i = 0; i < (*d)->num_chunks(); ++i) ctx_bytes += (*d)->chunk_size(i);
+  for (size_t i = 0; i < (*pd)->num_chunks(); ++i) plain_bytes += (*pd)->chunk_size(i);
+  EXPECT_EQ(sample->context_bytes, ctx_bytes);
+  EXPECT_EQ(sample->plain_bytes, plain_bytes);
+  EXPECT_EQ(sample->chunks, (*d)->num_chunks());
+  EXPECT_EQ(sample->context_chunks, static_cast<uint64_t>(context_chunks));
+}
+
+}  // namespace
+}  // namespace dcr

@@ -1,0 +1,249 @@
+// The class walk of context-coded chunks (core/FORMAT.md section 2.5), internal and header-only
+// so its loops inline into the encoder and the decoder.
+//
+// An element's context is 8 bits of its base bits below the sign (the exponent of BF16, FP32,
+// and the top of FP64's); classes are runs of contexts. A change's position is coded as its gap
+// among the covered elements of its class: the walk goes over the covered elements 64 at a time,
+// with one mask per class of the block's elements in it, and finds each class's next change by
+// counting set bits.
+//
+// Thread safety: pure functions.
+#ifndef DCR_CORE_SRC_INTERNAL_CONTEXT_WALK_H_
+#define DCR_CORE_SRC_INTERNAL_CONTEXT_WALK_H_
+
+#include <cstdint>
+#include <cstring>
+
+#include "internal/simd.h"
+
+namespace dcr::internal {
+
+inline constexpr int kMaxContextClasses = 16;
+
+// The context of covered element i of base bits with width w (2, 4 or 8 bytes).
+inline uint8_t ContextOf(const uint8_t* base, int w, uint64_t i) {
+  switch (w) {
+    case 2: {
+      uint16_t v;
+      std::memcpy(&v, base + 2 * i, 2);
+      return static_cast<uint8_t>(v >> 7);
+    }
+    case 4: {
+      uint32_t v;
+      std::memcpy(&v, base + 4 * i, 4);
+      return static_cast<uint8_t>(v >> 23);
+    }
+    default: {
+      uint64_t v;
+      std::memcpy(&v, base + 8 * i, 8);
+      return static_cast<uint8_t>(v >> 55);
+    }
+  }
+}
+
+// Classes as runs of contexts: class c holds contexts [bounds[c], bounds[c + 1]) (the last up to
+// 255). REQUIRES: bounds[0] == 0, bounds strictly increasing, 1 <= K <= kMaxContextClasses.
+struct ClassMap {
+  ClassMap(const uint8_t* b, int k) : K(k) {
+    for (int c = 0; c < k; ++c) bounds[c] = b[c];
+    int c = 0;
+    for (int e = 0; e < 256; ++e) {
+      while (c + 1 < k && e >= b[c + 1]) ++c;
+      lut[e] = static_cast<uint8_t>(c);
+    }
+  }
+  int ClassOf(uint8_t e) const { return lut[e]; }
+  int K;
+  uint8_t bounds[kMaxContextClasses] = {};
+  uint8_t lut[256];
+};
+
+// masks[c] (c < K) bit i: covered element start + i is in class c, for i < len (<= 64). With
+// `avx2` (CpuHasAvx2()) a whole block of 2-byte elements takes the AVX2 build.
+__attribute__((always_inline)) inline void ClassMasks(const uint8_t* base, int w, uint64_t start,
+                                                     uint64_t len, const ClassMap& map,
+                                                     uint64_t* masks, bool avx2) {
+  if (avx2 && w == 2 && len == 64) {
+    ContextMasks16Avx2(reinterpret_cast<const uint16_t*>(base) + start, map.bounds, map.K, masks);
+    return;
+  }
+  for (int c = 0; c < map.K; ++c) masks[c] = 0;
+  for (uint64_t i = 0; i < len; ++i) masks[map.lut[ContextOf(base, w, start + i)]] |= uint64_t{1} << i;
+}
+
+// Bit counts: the popcnt instruction in the kFast builds (compiled for it, run only when
+// CpuHasAvx2(), which implies POPCNT and BMI1), a branch-free count otherwise (g++ calls a libgcc
+// routine for __builtin_popcountll without -mpopcnt, several times slower).
+template <bool kFast>
+__attribute__((always_inline)) inline uint64_t Pop(uint64_t x) {
+  if constexpr (kFast) {
+    return static_cast<uint64_t>(__builtin_popcountll(x));
+  } else {
+    x = x - ((x >> 1) & 0x5555555555555555ULL);
+    x = (x & 0x3333333333333333ULL) + ((x >> 2) & 0x3333333333333333ULL);
+    x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0FULL;
+    return (x * 0x0101010101010101ULL) >> 56;
+  }
+}
+
+// The index of the r-th set bit of m (r < popcount(m)): halves narrowed by counts, then the last
+// byte bit by bit.
+template <bool kFast>
+__attribute__((always_inline)) inline int SelectBit(uint64_t m, uint64_t r) {
+  int at = 0;
+  for (int half = 32; half >= 8; half /= 2) {
+    const uint64_t low = m & ((uint64_t{1} << half) - 1);
+    const uint64_t c = Pop<kFast>(low);
+    if (r >= c) {
+      r -= c;
+      m >>= half;
+      at += half;
+    } else {
+      m = low;
+    }
+  }
+  for (; r > 0; --r) m &= m - 1;
+  return at + __builtin_ctzll(m);
+}
+
+// Positions and values from class-local gaps: class c's changes are gaps[start_of[c] ..
+// start_of[c] + kc[c]) (the first counted from the class's first element, each further one from
+// the element after the previous change) and their values vals[...] in the same order. Writes
+// the changes in position order to positions[] and values[]. False when a class's gaps run past
+// its elements (the base is not the encoder's).
+// The walk goes over windows of kWalkBlocks blocks: the class masks of a window first, then each
+// class in turn skips its gaps block by block (one subtraction per block, a loop that predicts
+// well) and marks its changes in the window's change bitmaps; the changes then come out in
+// position order.
+inline constexpr uint64_t kWalkBlocks = 64;
+
+template <bool kFast>
+__attribute__((always_inline)) inline bool WalkClassesImpl(
+    const uint8_t* base, int w, uint64_t n, const ClassMap& map, const uint64_t* kc,
+    const uint64_t* start_of, const uint64_t* gaps, const uint64_t* vals, uint64_t* positions,
+    uint64_t* values) {
+  const int K = map.K;
+  uint64_t rem[kMaxContextClasses], used[kMaxContextClasses];
+  uint32_t active = 0;
+  for (int c = 0; c < K; ++c) {
+    used[c] = 0;
+    rem[c] = 0;
+    if (kc[c] > 0) {
+      active |= 1u << c;
+      rem[c] = gaps[start_of[c]];
+    }
+  }
+  uint64_t out = 0;
+  uint64_t masks[kWalkBlocks][kMaxContextClasses];
+  uint8_t counts[kMaxContextClasses][kWalkBlocks];
+  uint64_t chg[kWalkBlocks];
+  uint64_t slot[kWalkBlocks * 64];
+  for (uint64_t w0 = 0; w0 < n && active != 0; w0 += kWalkBlocks * 64) {
+    const uint64_t span = n - w0 < kWalkBlocks * 64 ? n - w0 : kWalkBlocks * 64;
+    const uint64_t nb = (span + 63) / 64;
+    for (uint64_t b = 0; b < nb; ++b) {
+      const uint64_t start = w0 + b * 64;
+      const uint64_t len = n - start < 64 ? n - start : 64;
+      ClassMasks(base, w, start, len, map, masks[b], kFast);
+      for (int c = 0; c < K; ++c) counts[c][b] = static_cast<uint8_t>(Pop<kFast>(masks[b][c]));
+      chg[b] = 0;
+    }
+    for (uint32_t a = active; a != 0; a &= a - 1) {
+      const int c = __builtin_ctz(a);
+      uint64_t r = rem[c];
+      const uint8_t* cnt = counts[c];
+      uint64_t b = 0;
+      while (true) {
+        while (b < nb && r >= cnt[b]) r -= cnt[b++];
+        if (b == nb) break;
+        // The change is member r of block b; further changes of this block follow it.
+        uint64_t m = masks[b][c];
+        bool done = false;
+        do {
+          const int bit = SelectBit<kFast>(m, r);
+          chg[b] |= uint64_t{1} << bit;
+          slot[b * 64 + static_cast<uint64_t>(bit)] = vals[start_of[c] + used[c]];
+          if (++used[c] == kc[c]) {
+            done = true;
+            break;
+          }
+          r = gaps[start_of[c] + used[c]];
+          m = bit == 63 ? 0 : m & (~uint64_t{0} << (bit + 1));
+        } while (r < Pop<kFast>(m));
+        if (done) {
+          active &= ~(1u << c);
+          break;
+        }
+        r -= Pop<kFast>(m);
+        ++b;
+      }
+      rem[c] = r;
+    }
+    for (uint64_t b = 0; b < nb; ++b) {
+      for (uint64_t m = chg[b]; m != 0; m &= m - 1) {
+        const uint64_t bit = static_cast<uint64_t>(__builtin_ctzll(m));
+        positions[out] = w0 + b * 64 + bit;
+        values[out] = slot[b * 64 + bit];
+        ++out;
+      }
+    }
+  }
+  return active == 0;
+}
+
+// The class-local gap of each change (sorted positions[0..k) among n covered elements), and its
+// class: the inverse of WalkClassesImpl.
+template <bool kFast>
+__attribute__((always_inline)) inline void ClassGapsImpl(const uint8_t* base, int w, uint64_t n,
+                                                         const ClassMap& map,
+                                                         const uint64_t* positions, uint64_t k,
+                                                         uint64_t* gaps, uint8_t* cls) {
+  const int K = map.K;
+  uint64_t count[kMaxContextClasses] = {}, next[kMaxContextClasses] = {};
+  uint64_t ci = 0;
+  for (uint64_t start = 0; start < n && ci < k; start += 64) {
+    const uint64_t len = n - start < 64 ? n - start : 64;
+    uint64_t masks[kMaxContextClasses];
+    ClassMasks(base, w, start, len, map, masks, kFast);
+    for (; ci < k && positions[ci] < start + len; ++ci) {
+      const uint64_t bit = positions[ci] - start;
+      const int c = map.ClassOf(ContextOf(base, w, positions[ci]));
+      const uint64_t below = bit == 0 ? 0 : masks[c] & (~uint64_t{0} >> (64 - bit));
+      const uint64_t j = count[c] + Pop<kFast>(below);
+      gaps[ci] = j - next[c];
+      cls[ci] = static_cast<uint8_t>(c);
+      next[c] = j + 1;
+    }
+    for (int c = 0; c < K; ++c) count[c] += Pop<kFast>(masks[c]);
+  }
+}
+
+// The walk and its inverse, portable and (`fast`: REQUIRES CpuHasAvx2()) compiled for POPCNT and
+// BMI1 with the AVX2 class masks.
+__attribute__((target("popcnt,bmi"))) inline bool WalkClassesFast(
+    const uint8_t* base, int w, uint64_t n, const ClassMap& map, const uint64_t* kc,
+    const uint64_t* start_of, const uint64_t* gaps, const uint64_t* vals, uint64_t* positions,
+    uint64_t* values) {
+  return WalkClassesImpl<true>(base, w, n, map, kc, start_of, gaps, vals, positions, values);
+}
+inline bool WalkClasses(const uint8_t* base, int w, uint64_t n, const ClassMap& map,
+                        const uint64_t* kc, const uint64_t* start_of, const uint64_t* gaps,
+                        const uint64_t* vals, uint64_t* positions, uint64_t* values, bool fast) {
+  if (fast) return WalkClassesFast(base, w, n, map, kc, start_of, gaps, vals, positions, values);
+  return WalkClassesImpl<false>(base, w, n, map, kc, start_of, gaps, vals, positions, values);
+}
+__attribute__((target("popcnt,bmi"))) inline void ClassGapsFast(
+    const uint8_t* base, int w, uint64_t n, const ClassMap& map, const uint64_t* positions,
+    uint64_t k, uint64_t* gaps, uint8_t* cls) {
+  ClassGapsImpl<true>(base, w, n, map, positions, k, gaps, cls);
+}
+inline void ClassGaps(const uint8_t* base, int w, uint64_t n, const ClassMap& map,
+                      const uint64_t* positions, uint64_t k, uint64_t* gaps, uint8_t* cls,
+                      bool fast) {
+  if (fast) return ClassGapsFast(base, w, n, map, positions, k, gaps, cls);
+  ClassGapsImpl<false>(base, w, n, map, positions, k, gaps, cls);
+}
+
+}  // namespace dcr::internal
+
+#endif  // DCR_CORE_SRC_INTERNAL_CONTEXT_WALK_H_
