@@ -67,6 +67,59 @@ w("st_is_index.safetensors", json.dumps({"metadata": {"total_size": 16}, "weight
     "a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}, indent=2).encode())
 w("st_is_json.safetensors", b'{"architectures": ["LlamaForCausalLM"], "hidden_size": 4096}\n')
 PY
+# Context-coded chunks (format version 6), against tests/golden/float_base.safetensors (kind
+# ctxdelta). Checksums are resealed, so the body's own checks answer: the positions hash (the
+# body's first 8 bytes), the value mode byte (a context chunk has relative values), the last byte of
+# the extra bits; and a delta encoded against another base whose header names this base (its
+# chunks do not decode against this base).
+python3 - "$g" "$e" <<'PY'
+import ctypes, struct, sys
+g, e = sys.argv[1], sys.argv[2]
+x = ctypes.CDLL("libxxhash.so.0")
+x.XXH3_64bits.restype = ctypes.c_uint64
+x.XXH3_64bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+def h64(b): return x.XXH3_64bits(bytes(b), len(b))
+def w(name, data): open(f"{e}/{name}", "wb").write(bytes(data))
+d = bytearray(open(f"{g}/v6_context.dcr", "rb").read())
+c = d.index(b"DCRC")
+while d[c + 16] != 3: c = d.index(b"DCRC", c + 4)  # the first context-coded chunk
+hsize = struct.unpack_from("<I", d, c + 4)[0]
+body_size = struct.unpack_from("<Q", d, c + 117)[0]  # its one stream's stored_size
+def reseal(b):
+    body = b[c + hsize:c + hsize + body_size]
+    struct.pack_into("<Q", b, c + hsize - 16, h64(body))
+    struct.pack_into("<Q", b, c + hsize - 8, h64(b[c:c + hsize - 8]))
+    return b
+bad = bytearray(d); bad[c + hsize + 2] ^= 0x55; w("ctx_positions_hash.dcr", reseal(bad))
+bad = bytearray(d); bad[c + 17] = 2; w("ctx_absolute.dcr", reseal(bad))
+bad = bytearray(d); bad[c + hsize + body_size - 1] ^= 0x80; w("ctx_extra_bits.dcr", reseal(bad))
+b = bytearray(open(f"{g}/float_base.safetensors", "rb").read())
+t = bytearray(open(f"{g}/float_target.safetensors", "rb").read())
+n = struct.unpack_from("<Q", b, 0)[0]
+# Every 7th BF16 element that does not change gets another exponent in both.
+for off in range(8 + n, len(b) - 1, 14):
+    if b[off:off + 2] == t[off:off + 2]:
+        b[off + 1] ^= 0x01
+        t[off + 1] ^= 0x01
+w(".wrong_base.safetensors", b)
+w(".wrong_target.safetensors", t)
+PY
+"$dcr" diff -q --wan-context --chunk-elems 4096 --small-elems 1000 --base-version 1 --target-version 2 \
+  "$e/.wrong_base.safetensors" "$e/.wrong_target.safetensors" -o "$e/.wrong_base.dcr"
+python3 - "$g" "$e" <<'PY'
+import ctypes, struct, sys
+g, e = sys.argv[1], sys.argv[2]
+x = ctypes.CDLL("libxxhash.so.0")
+x.XXH3_64bits.restype = ctypes.c_uint64
+x.XXH3_64bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+right = open(f"{g}/v6_context.dcr", "rb").read()
+d = bytearray(open(f"{e}/.wrong_base.dcr", "rb").read())
+d[24:40] = right[24:40]  # base_hash: the golden float base's
+hend = d.index(b"DCRC")  # the header ends where the first chunk starts
+struct.pack_into("<Q", d, hend - 8, x.XXH3_64bits(bytes(d[:hend - 8]), hend - 8))
+open(f"{e}/ctx_wrong_base.dcr", "wb").write(d)
+PY
+rm -f "$e/.wrong_base.safetensors" "$e/.wrong_target.safetensors" "$e/.wrong_base.dcr"
 cat > "$e/MANIFEST" <<'M'
 # file kind expected-status message-substring   (read by tests/golden/golden_test.cc)
 empty.dcr delta DATA_LOSS truncated delta
@@ -88,6 +141,10 @@ v5_shard_header_bitflip.dcr delta DATA_LOSS delta header checksum mismatch
 v5_truncated_sections.dcr delta DATA_LOSS truncated delta header
 old_version_v1.dcr delta FAILED_PRECONDITION unsupported delta format version 1
 wrong_base.dcr delta FAILED_PRECONDITION but the delta was built for
+ctx_positions_hash.dcr ctxdelta FAILED_PRECONDITION context-coded positions differ from the encoder's
+ctx_absolute.dcr ctxdelta DATA_LOSS context-coded chunk with absolute values
+ctx_extra_bits.dcr ctxdelta DATA_LOSS context body: trailing raw bits
+ctx_wrong_base.dcr ctxdelta FAILED_PRECONDITION context-coded
 st_bad_json.safetensors checkpoint DATA_LOSS malformed safetensors JSON header
 st_overlap.safetensors checkpoint DATA_LOSS overlap
 st_out_of_range.safetensors checkpoint DATA_LOSS outside the data section
