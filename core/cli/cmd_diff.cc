@@ -19,7 +19,7 @@ struct DiffArgs {
   int level = 1, threads = 0;
   std::string values = "auto";
   uint64_t base_version = 0, target_version = 1;
-  bool full = false, quiet = false;
+  bool full = false, quiet = false, wan_context = false;
   DeviceOption device;
   std::string sign_key;  // --sign: the trainer's Ed25519 key (PEM)
   uint64_t run_id = 0;
@@ -52,6 +52,7 @@ int RunDiff(const DiffArgs& a) {
   opt.base_version = a.base_version;
   opt.target_version = a.target_version;
   opt.full = a.full;
+  opt.context_coding = a.wan_context;
   opt.collect_entropy = !a.quiet;
   if (a.values == "xor") opt.value_policy = ValuePolicy::kXor;
   else if (a.values == "ulp") opt.value_policy = ValuePolicy::kUlpDelta;
@@ -89,6 +90,11 @@ int RunDiff(const DiffArgs& a) {
                 static_cast<unsigned long long>(st->dense_bytes),
                 st->payload_bytes ? static_cast<double>(st->dense_bytes) / st->payload_bytes : 0.0);
     if (bound_bytes > 0) std::printf("; %.3fx the order-0 XOR bound", st->payload_bytes / bound_bytes);
+    if (a.wan_context) {
+      std::printf("; %llu of %llu chunks context-coded (format version 6)",
+                  static_cast<unsigned long long>(st->context_chunks),
+                  static_cast<unsigned long long>(st->chunks));
+    }
     std::printf("; built in %.2f s", secs);
     if (key) std::printf("; signed by %s", KeyFingerprint(key->public_key()).c_str());
     if (*device) std::printf(" on device %s", (*device)->name().c_str());
@@ -127,6 +133,10 @@ DCR_REGISTER_COMMAND("diff", "Build the delta that turns BASE into TARGET (bit-e
                        app->add_option("--base-version", a->base_version, "Version number of BASE");
                        app->add_option("--target-version", a->target_version, "Version number of TARGET");
                        app->add_flag("--full", a->full, "Full frame for a receiver without a base (BASE ignored)");
+                       app->add_flag("--wan-context", a->wan_context,
+                                     "Context-code chunks against the base exponents where that is "
+                                     "smaller (format version 6: a receiver decodes them with the "
+                                     "base bits of every covered element; for the long link)");
                        app->add_flag("-q,--quiet", a->quiet, "No progress on stderr, no summary");
                        app->add_option("--sign", a->sign_key,
                                        "Sign the delta with this Ed25519 key (PEM, 0600; `dcr keys` "

@@ -1,5 +1,8 @@
 // dcr inspect DELTA [--json] [--base BASE] [--sort KEY] [--top N]: per-tensor and total statistics
-// of a delta: dense and payload bytes, their ratio, change rate, entropy bound.
+// of a delta: dense and payload bytes, their ratio, change rate, entropy bounds (bound0 and, with
+// the base, bound2: positions and ulp values conditioned on each element's base exponent).
+// Context-coded chunks (format version 6) decode only against the base: without --base they are
+// counted from their headers.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -9,6 +12,7 @@
 
 #include "command.h"
 #include "dcr/apply.h"
+#include "dcr/context.h"
 #include "dcr/delta.h"
 #include "dcr/hash.h"
 
@@ -30,7 +34,41 @@ struct TensorAcc {
   uint64_t changed = 0;
   double payload = 0;
   std::unordered_map<uint64_t, uint64_t> hist;
+  // bound2 (with the base): changes and zigzag ulp values per base exponent.
+  uint64_t ke[256] = {};
+  std::map<std::pair<int, uint64_t>, uint64_t> ulp;
 };
+
+// The 8 bits below the sign of an element (its exponent for BF16, FP32 and FP64's top bits): the
+// context the bound2 conditions on; 0 for 1-byte elements.
+int ContextBits(uint64_t bits, int w) {
+  return w >= 2 ? static_cast<int>((bits >> (8 * w - 9)) & 0xFF) : 0;
+}
+
+// zigzag(ord(new) - ord(old)) in w bytes (core/FORMAT.md section 2.2).
+uint64_t ZigZagUlp(uint64_t old_bits, uint64_t new_bits, int w) {
+  const uint64_t mask = w >= 8 ? ~uint64_t{0} : (uint64_t{1} << (8 * w)) - 1;
+  const uint64_t sign = uint64_t{1} << (8 * w - 1);
+  auto ord = [&](uint64_t b) { return (b & sign) ? (~b & mask) : (b | sign); };
+  const uint64_t d = (ord(new_bits) - ord(old_bits)) & mask;
+  return ((d << 1) ^ ((d & sign) ? mask : 0)) & mask;
+}
+
+// bound2 of one tensor in bits: n_e H(k_e / n_e) over the base exponents e, plus the conditional
+// entropy of the zigzag ulp values given e.
+double Bound2Bits(const uint8_t* base, int w, uint64_t n, const TensorAcc& a) {
+  uint64_t ne[256] = {};
+  for (uint64_t i = 0; i < n; ++i) ++ne[ContextBits(LoadBits(base, w, i), w)];
+  double bits = 0;
+  for (int e = 0; e < 256; ++e) {
+    const uint64_t k = a.ke[e];
+    if (k == 0 || k >= ne[e]) continue;
+    const double p = static_cast<double>(k) / ne[e];
+    bits += ne[e] * -(p * std::log2(p) + (1 - p) * std::log2(1 - p));
+  }
+  for (const auto& [key, c] : a.ulp) bits -= c * std::log2(static_cast<double>(c) / a.ke[key.first]);
+  return bits;
+}
 
 // Which tensor rows `dcr inspect` lists, in which order.
 struct Listing {
@@ -87,9 +125,44 @@ int RunInspect(const std::string& path, const std::string& base_path, bool json,
   }
   std::vector<TensorAcc> acc(inv.tensors.size());
   std::map<std::string, uint64_t> modes;
+  uint64_t context_chunks = 0, uncounted = 0;
+  // The base's tensors as buffers (inventory order), for decoding context-coded chunks.
+  std::vector<TensorBuffer> base_bufs;
+  if (base) {
+    for (size_t i = 0; i < inv.tensors.size(); ++i) {
+      const TensorInfo* bt = base->Find(inv.tensors[i].name);
+      if (bt == nullptr) return ReportStatus("inspect", DataLossError("base lacks tensor " + inv.tensors[i].name));
+      base_bufs.push_back(TensorBuffer{const_cast<uint8_t*>(base->data(*bt)), bt->num_elements(),
+                                       bt->width(), inv.salts[i]});
+    }
+  }
   for (size_t i = 0; i < d.num_chunks(); ++i) {
-    auto dc = d.Decode(i);
-    if (!dc.ok()) return ReportStatus("inspect", dc.status().WithContext("chunk table entry " + std::to_string(i)));
+    const std::string where = "chunk table entry " + std::to_string(i);
+    auto ph = ParseChunkHeader(d.chunk_data(i), d.chunk_size(i), nullptr, nullptr);
+    if (!ph.ok()) return ReportStatus("inspect", ph.status().WithContext(where));
+    StatusOr<DecodedChunk> dc = DecodedChunk{};
+    if (IsContextCoded(*ph)) {
+      ++context_chunks;
+      if (!base) {
+        // Counted from the header: changes and bytes shared over the segments by elements.
+        modes["context+" + std::string(ValueModeName(ph->value_mode))]++;
+        for (const Segment& sg : ph->segments) {
+          if (sg.tensor_index >= acc.size()) return ReportStatus("inspect", DataLossError("tensor index out of range"));
+          const double share = static_cast<double>(sg.num_elements()) / ph->num_elements;
+          acc[sg.tensor_index].payload += share * d.chunk_size(i);
+          acc[sg.tensor_index].changed += static_cast<uint64_t>(std::llround(share * ph->num_changes));
+        }
+        uncounted += ph->num_changes;
+        continue;
+      }
+      std::vector<uint8_t> covered;
+      Status s = GatherCoveredBits(*ph, base_bufs, &covered);
+      if (s.ok()) s = DecodeContextChunkInto(d.chunk_data(i), d.chunk_size(i), covered.data(), covered.size(), &*dc);
+      if (!s.ok()) return ReportStatus("inspect", s.WithContext(where));
+    } else {
+      dc = d.Decode(i);
+    }
+    if (!dc.ok()) return ReportStatus("inspect", dc.status().WithContext(where));
     const ChunkHeader& h = dc->header;
     modes[std::string(PositionModeName(h.position_mode)) + "+" + ValueModeName(h.value_mode)]++;
     SegmentCursor cur(h.segments);
@@ -106,11 +179,15 @@ int RunInspect(const std::string& path, const std::string& base_path, bool json,
       a.changed++;
       a.payload += per_change;
       uint64_t v = dc->values[k];
-      if (base && h.value_mode != ValueMode::kXor) {
+      if (base) {
         const TensorInfo* bt = base->Find(inv.tensors[ti].name);
         if (bt && e < bt->num_elements()) {
-          uint64_t old = LoadBits(base->data(*bt), h.elem_width, e);
-          v = old ^ ApplyValue(h.value_mode, h.elem_width, old, v);
+          const uint64_t old = LoadBits(base->data(*bt), h.elem_width, e);
+          const uint64_t nw = ApplyValue(h.value_mode, h.elem_width, old, v);
+          v = old ^ nw;
+          const int ctx = ContextBits(old, h.elem_width);
+          a.ke[ctx]++;
+          a.ulp[{ctx, ZigZagUlp(old, nw, h.elem_width)}]++;
         }
       }
       a.hist[v]++;
@@ -132,10 +209,12 @@ int RunInspect(const std::string& path, const std::string& base_path, bool json,
     out["target_index"] = inv.index_name;
   }
   out["chunk_modes"] = modes;
+  out["context_chunks"] = context_chunks;
+  if (uncounted > 0) out["changes_without_values"] = uncounted;
   out["entropy_of"] = base ? "xor" : "payload values (xor or ulp delta as coded)";
   if (!warning.empty()) out["warning"] = warning;
   uint64_t te = 0, tc = 0, td = 0;
-  double tb = 0;
+  double tb = 0, tb2 = 0;
   nlohmann::json tensors = nlohmann::json::array();
   for (size_t i = 0; i < inv.tensors.size(); ++i) {
     const TensorInfo& t = inv.tensors[i];
@@ -154,6 +233,13 @@ int RunInspect(const std::string& path, const std::string& base_path, bool json,
     j["ratio"] = a.payload > 0 ? nlohmann::json(t.nbytes / a.payload) : nlohmann::json();
     j["bound_bytes"] = bound;
     j["payload_vs_bound"] = bound > 0 ? nlohmann::json(a.payload / bound) : nlohmann::json();
+    if (base) {
+      const TensorInfo* bt = base->Find(t.name);
+      const double b2 = Bound2Bits(base->data(*bt), t.width(), t.num_elements(), a) / 8;
+      j["bound2_bytes"] = b2;
+      j["payload_vs_bound2"] = b2 > 0 ? nlohmann::json(a.payload / b2) : nlohmann::json();
+      tb2 += b2;
+    }
     tensors.push_back(j);
     te += t.num_elements();
     tc += a.changed;
@@ -174,6 +260,10 @@ int RunInspect(const std::string& path, const std::string& base_path, bool json,
   tot["ratio"] = d.size() ? static_cast<double>(td) / d.size() : 0.0;
   tot["bound_bytes"] = tb;
   tot["payload_vs_bound"] = tb > 0 ? d.size() / tb : 0.0;
+  if (base) {
+    tot["bound2_bytes"] = tb2;
+    tot["payload_vs_bound2"] = tb2 > 0 ? d.size() / tb2 : 0.0;
+  }
   out["total"] = tot;
   if (json) {
     std::printf("%s\n", out.dump(2).c_str());
@@ -222,6 +312,16 @@ int RunInspect(const std::string& path, const std::string& base_path, bool json,
   }
   std::printf("bound = order-0 entropy of positions + %s\n",
               base ? "XOR values" : "coded values (pass the delta's base as --base for the XOR bound)");
+  if (base) {
+    std::printf("bound2 = positions and ulp values conditioned on the base exponent: %.0f bytes; "
+                "delta %.3fx bound0, %.3fx bound2; %llu of %zu chunks context-coded\n",
+                tb2, tb > 0 ? d.size() / tb : 0.0, tb2 > 0 ? d.size() / tb2 : 0.0,
+                static_cast<unsigned long long>(context_chunks), d.num_chunks());
+  } else if (context_chunks > 0) {
+    std::printf("%llu of %zu chunks context-coded: their changes are counted from the chunk "
+                "headers (pass the delta's base as --base to decode them and for bound2)\n",
+                static_cast<unsigned long long>(context_chunks), d.num_chunks());
+  }
   return 0;
 }
 
@@ -232,7 +332,9 @@ DCR_REGISTER_COMMAND("inspect", "Per-tensor and total statistics of a delta (siz
                        struct Args { std::string path, base; bool json = false; Listing listing; };
                        auto a = std::make_shared<Args>();
                        app->add_option("delta", a->path, "Delta file")->required();
-                       app->add_option("--base", a->base, "Base checkpoint: report the XOR-delta bound exactly");
+                       app->add_option("--base", a->base,
+                                       "Base checkpoint: report the XOR-delta bound exactly and "
+                                       "bound2 (exponent-conditioned), decode context-coded chunks");
                        app->add_flag("--json", a->json, "Machine-readable output");
                        app->add_option("--sort", a->listing.sort,
                                        "Row order: name, payload or changed (largest first), ratio "
