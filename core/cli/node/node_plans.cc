@@ -138,6 +138,7 @@ StatusOr<std::vector<NodePlan>> MakePlans(const Scenario& s, Method method, Tran
     p.target_path = target;
     p.chunk_elems = s.delta.chunk_elems;
     p.zstd_level = s.delta.zstd_level;
+    p.context_coding = s.delta.wan_context;
     p.build_threads = s.delta.threads;
     p.full_slice_bytes = s.delta.chunk_elems * 2;
     p.device = r == 0 ? s.sender.device : s.receivers.device;

@@ -153,6 +153,8 @@ struct NodePlan {
   std::string target_path;      // new version
   uint64_t chunk_elems = uint64_t{1} << 22;
   int zstd_level = 1;
+  // Context-coded chunks (DeltaOptions::context_coding). Default false.
+  bool context_coding = false;
   int build_threads = 0;
   uint64_t full_slice_bytes = uint64_t{8} << 20;  // full reference: data bytes per chunk blob
   // Tests: when non-zero, the sender holds the chunks back and sends them in an order permuted

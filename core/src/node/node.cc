@@ -1050,6 +1050,7 @@ class SenderBuilder {
       DeltaOptions o;
       o.chunk_elems = plan_.chunk_elems;
       o.zstd_level = plan_.zstd_level;
+      o.context_coding = plan_.context_coding;
       o.threads = plan_.build_threads;
       if (plan_.version > 0) {  // the version this refit delivers, from its base version
         o.base_version = plan_.base_version >= 0 ? static_cast<uint64_t>(plan_.base_version)
@@ -1564,6 +1565,7 @@ std::string NodePlanToJson(const NodePlan& p) {
   j["target_path"] = p.target_path;
   j["chunk_elems"] = p.chunk_elems;
   j["zstd_level"] = p.zstd_level;
+  j["context_coding"] = p.context_coding;
   j["build_threads"] = p.build_threads;
   j["full_slice_bytes"] = p.full_slice_bytes;
   j["shuffle_seed"] = p.shuffle_seed;
@@ -1640,6 +1642,7 @@ StatusOr<NodePlan> NodePlanFromJson(const std::string& text) {
     p.target_path = j.at("target_path").get<std::string>();
     p.chunk_elems = j.at("chunk_elems").get<uint64_t>();
     p.zstd_level = j.at("zstd_level").get<int>();
+    if (j.contains("context_coding")) p.context_coding = j["context_coding"].get<bool>();
     p.build_threads = j.at("build_threads").get<int>();
     p.full_slice_bytes = j.at("full_slice_bytes").get<uint64_t>();
     if (j.contains("shuffle_seed")) p.shuffle_seed = j["shuffle_seed"].get<uint64_t>();
