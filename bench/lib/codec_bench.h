@@ -2,7 +2,8 @@
 //
 // Data: one BF16 tensor trained by the synthetic AdamW trainer (dcr/testing/synth.h) at a calibrated change
 // rate; base = the checkpoint after warm-up, target = one optimizer step later. Measured on one
-// core, in one run, on the same buffers:
+// core, in one run, on the same buffers, for the plain delta and for the context-coded one
+// (DeltaOptions::context_coding; its size against bound2, the exponent-conditioned bound):
 //   encode        BuildDelta(base, target) into memory, threads = 1; the base's content hash is
 //                 passed as known (a trainer holds its committed version's hash, hash.h is
 //                 additive), the target range hashes and everything else are timed.
@@ -48,6 +49,9 @@ struct CodecBenchInput {
   uint64_t changed = 0;
   uint64_t dense_bytes = 0;
   double bound0_bits = 0;  // n*H(p) + k*H(XOR value)
+  // Positions and zigzag ulp values conditioned on the base element's exponent:
+  // sum_e n_e*H(k_e/n_e) + k*H(ulp value | e).
+  double bound2_bits = 0;
   std::unique_ptr<Checkpoint> base;
   std::unique_ptr<Checkpoint> target;
   Hash128 base_hash;
@@ -58,11 +62,13 @@ struct CodecBenchInput {
 StatusOr<CodecBenchInput> MakeCodecBenchInput(uint64_t elements, double rate, uint64_t seed,
                                               int threads);
 
-// The options the benchmark encodes with (threads = 1, the base hash passed as known).
-DeltaOptions CodecBenchDeltaOptions(const CodecBenchInput& in);
+// The options the benchmark encodes with (threads = 1, the base hash passed as known; context
+// coding with `context`).
+DeltaOptions CodecBenchDeltaOptions(const CodecBenchInput& in, bool context = false);
 
-// Encodes once into `delta`; returns the time spent in BuildDelta.
-StatusOr<Timing> CodecBenchEncode(const CodecBenchInput& in, std::vector<uint8_t>* delta);
+// Encodes once into `delta` (context-coded with `context`); returns the time spent in BuildDelta.
+StatusOr<Timing> CodecBenchEncode(const CodecBenchInput& in, std::vector<uint8_t>* delta,
+                                  bool context = false);
 
 // Decode+apply of a delta onto a reusable copy of the base.
 class CodecBenchApplier {
@@ -112,6 +118,17 @@ struct CodecRateResult {
   double decode_apply_wall_bytes_per_s = 0;
   double encode_vs_memcpy = 0;
   double decode_apply_vs_memcpy = 0;
+  // The same pair context-coded (DeltaOptions::context_coding, format version 6).
+  double bound2_bytes = 0;
+  uint64_t context_payload_bytes = 0;
+  double context_ratio_vs_dense = 0;
+  double context_ratio_vs_bound2 = 0;  // context payload / bound2
+  double context_encode_bytes_per_s = 0;
+  double context_decode_apply_bytes_per_s = 0;
+  double context_encode_wall_bytes_per_s = 0;
+  double context_decode_apply_wall_bytes_per_s = 0;
+  double context_encode_vs_memcpy = 0;
+  double context_decode_apply_vs_memcpy = 0;
 };
 
 struct CodecBenchConfig {
