@@ -3,7 +3,7 @@
 #   1. installs missing Debian packages (and the OpenStack Swift S3 server when run as root),
 #   2. configures and builds (CUDA code is compiled when nvcc is present; GPU tests skip without a GPU),
 #   3. starts the S3 server for the S3 tests (skipped with a message when it cannot start),
-#   4. runs the `quick` and `gpu` CTest labels, then the bounded heavy labels (`slow`; `netns`,
+#   4. runs the `quick` and `gpu` CTest labels, then the bounded heavy labels (`slow`, `kills`; `netns`,
 #      `bigmem` and `adversary` when root: bigmem diffs and applies a 2 x 1.5 GiB pair under a
 #      768 MiB memory cgroup in about a minute, with a 10-minute cap; adversary performs the
 #      attacks of core/docs/security.md, the local ones as a second user it creates, in about a
@@ -42,6 +42,8 @@ ctest --test-dir build -L gpu --output-on-failure || status=1
 if [ "${DCR_SKIP_SLOW:-0}" != "1" ]; then
   ctest --test-dir build -L slow -j"$jobs" --timeout 900 --no-tests=error --output-on-failure ||
     status=1
+  # The real-process fault matrix: >= 50 SIGKILLs of dcr-node processes, about two minutes.
+  ctest --test-dir build -L kills --timeout 900 --no-tests=error --output-on-failure || status=1
   if [ "$(id -u)" -eq 0 ]; then
     ctest --test-dir build -L netns --output-on-failure || status=1
     ctest --test-dir build -L bigmem --timeout 600 --output-on-failure || status=1

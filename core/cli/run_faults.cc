@@ -3,10 +3,14 @@
 
 #include <chrono>
 #include <cstdio>
+#include <memory>
+#include <random>
 
 #include "dcr/checkpoint.h"
+#include "dcr/delta.h"
 #include "dcr/status_macros.h"
 #include "dcr/testing/fault_injection.h"
+#include "run_real.h"
 
 namespace dcr::cli {
 
@@ -74,6 +78,141 @@ Status RunScenarioFaults(const Scenario& s, double rate, const std::vector<std::
                    std::min(r.receivers_verified, r.receivers_committed), r.receivers,
                    r.error.empty() ? "" : ": ", r.error.c_str());
     }
+  }
+  sum.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return Status::OK();
+}
+
+namespace {
+
+// Counts the chunks of a delta as it is built.
+class ChunkCounter : public DeltaSink {
+ public:
+  Status OnHeader(const std::vector<uint8_t>&) override { return Status(); }
+  Status OnChunk(const ChunkHeader&, const std::vector<uint8_t>&) override {
+    ++chunks;
+    return Status();
+  }
+  Status OnTrailer(const std::vector<uint8_t>&) override { return Status(); }
+  uint64_t chunks = 0;
+};
+
+// One planned process kill.
+struct PlannedKill {
+  std::string kind;
+  int rank = 0;
+};
+
+}  // namespace
+
+const std::vector<std::string>& ProcessFaultKinds() {
+  static const std::vector<std::string> kinds = {
+      "process:receiver_between_chunks", "process:receiver_inside_chunk",
+      "process:relay_mid_stream", "process:sender_mid_stream", "process:kill_from_outside"};
+  return kinds;
+}
+
+Status RunScenarioProcessFaults(const Scenario& s, double rate,
+                                const std::vector<std::string>& ckpts,
+                                const std::string& work_dir, int* run_index,
+                                ScenarioResult* out) {
+  if (ckpts.size() < 2) return InvalidArgumentError("faults: needs a base and a target checkpoint");
+  // The stream's shape, for the kill points: its chunks (blobs: header, chunks, trailer).
+  uint64_t chunks = 0;
+  {
+    DCR_ASSIGN_OR_RETURN(auto base, Checkpoint::Open(ckpts[0]));
+    DCR_ASSIGN_OR_RETURN(auto target, Checkpoint::Open(ckpts[1]));
+    DeltaOptions d;
+    d.chunk_elems = s.delta.chunk_elems;
+    d.zstd_level = s.delta.zstd_level;
+    ChunkCounter counter;
+    DCR_RETURN_IF_ERROR(BuildDelta(base.get(), *target, d, &counter).status());
+    chunks = counter.chunks;
+  }
+  if (chunks == 0) return FailedPreconditionError("faults: the delta has no chunk to kill inside");
+  DCR_ASSIGN_OR_RETURN(double measured, MeasureChangeRate(ckpts[0], ckpts[1]));
+  FaultSummary& sum = out->faults;
+  sum.enabled = true;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<std::string>& kinds = ProcessFaultKinds();
+  size_t next_kind = 0;
+  for (int run = 0; run < s.faults.process_runs; ++run) {
+    std::mt19937_64 rng(s.faults.seed * 1000003 + static_cast<uint64_t>(run));
+    auto pick = [&](uint64_t n) { return n == 0 ? 0 : static_cast<int64_t>(rng() % n); };
+    std::vector<PlannedKill> planned;
+    RefitFaults f;
+    f.set_points = [&](std::vector<NodePlan>* plans) {
+      const int n = static_cast<int>(plans->size());
+      std::vector<bool> used(n, false);
+      std::vector<int> relays;
+      for (int r = 1; r < n; ++r) {
+        for (int c = 1; c < n; ++c) {
+          if ((*plans)[c].parents[c] == r) {
+            relays.push_back(r);
+            break;
+          }
+        }
+      }
+      for (int k = 0; k < s.faults.process_kills; ++k) {
+        const std::string kind = kinds[next_kind++ % kinds.size()];
+        int rank = -1;
+        if (kind == "process:sender_mid_stream") {
+          rank = 0;
+        } else if (kind == "process:relay_mid_stream" && !relays.empty()) {
+          rank = relays[pick(relays.size())];
+        } else if (n > 1) {
+          rank = 1 + static_cast<int>(pick(n - 1));
+          if (kind == "process:kill_from_outside" && pick(4) == 0) rank = 0;
+        }
+        if (rank < 0 || used[rank]) continue;  // one fault point per process
+        used[rank] = true;
+        NodePlan& p = (*plans)[rank];
+        if (kind == "process:receiver_between_chunks" || kind == "process:receiver_inside_chunk") {
+          p.fault_kill_chunk = pick(chunks);
+          p.fault_kill_inside = kind == "process:receiver_inside_chunk";
+        } else if (kind == "process:relay_mid_stream" || kind == "process:sender_mid_stream") {
+          p.fault_kill_blob = 1 + pick(chunks);
+        } else {
+          // From outside, at a seeded moment of the refit's first half second.
+          f.kills.push_back(ExternalKill{static_cast<double>(pick(500)) / 1000.0, rank, false});
+        }
+        planned.push_back(PlannedKill{kind, rank});
+      }
+    };
+    ++*run_index;
+    DCR_ASSIGN_OR_RETURN(RunResult rr,
+                         RunOneRefit(s, ckpts, Method::kDelta, TransportKind::kRelayTree, rate,
+                                     measured, 1, *run_index, work_dir, out, &f));
+    // A planned kill was injected when its node died (the supervisor restarted it).
+    const bool whole = rr.error.empty() && rr.receivers_verified == rr.receivers;
+    int injected = 0;
+    for (const PlannedKill& k : planned) {
+      const std::string who = "node " + std::to_string(k.rank) + ":";
+      bool died = false;
+      for (const std::string& line : rr.restarts) died |= line.rfind(who, 0) == 0;
+      if (!died) continue;
+      ++injected;
+      ++sum.injected_by_kind[k.kind];
+      if (whole) ++sum.survived_by_kind[k.kind];
+    }
+    ++sum.runs;
+    sum.faults_injected += injected;
+    if (whole) sum.faults_survived += injected;
+    sum.receivers += rr.receivers;
+    sum.receivers_verified += rr.receivers_verified;
+    sum.restarts += rr.restarts.size();
+    sum.overwrite_repairs += rr.recovery["overwrite_repairs"];
+    sum.fallbacks_to_store += rr.recovery["fallbacks"];
+    if (!whole) {
+      sum.errors.push_back("process run " + std::to_string(run + 1) + ": " +
+                           (rr.error.empty() ? "not every receiver bit-exact" : rr.error));
+    }
+    if (s.progress) {
+      std::fprintf(stderr, "  faults / %g%% / process run %d: %d kills, %d/%d receivers bit-exact%s%s\n",
+                   rate * 100, run + 1, injected, rr.receivers_verified, rr.receivers,
+                   rr.error.empty() ? "" : ": ", rr.error.c_str());
+    }
+    out->runs.push_back(std::move(rr));
   }
   sum.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return Status::OK();

@@ -27,6 +27,21 @@ FaultRunOptions FaultRunOptionsFor(const Scenario& s, double rate, int run,
 Status RunScenarioFaults(const Scenario& s, double rate, const std::vector<std::string>& ckpts,
                          const std::string& work_dir, ScenarioResult* out);
 
+// The fault kinds of the real process kills, as the result counts them ("process:...").
+const std::vector<std::string>& ProcessFaultKinds();
+
+// Runs s.faults.process_runs real refits of ckpts[0] -> ckpts[1] over the relay tree, each with
+// s.faults.process_kills node processes SIGKILLed at seeded points (kinds cycled: a receiver
+// between chunks and inside one, a relay mid-stream, the sender mid-stream, a kill from outside
+// at a seeded moment), supervised and recovering (run_real.h RunOneRefit). Adds each run to
+// out->runs (numbered from *run_index + 1) and the kills, per kind injected and survived, to
+// out->faults. A planned kill counts as injected only when its node died. Errors: checkpoints
+// that cannot be read or diffed, a run that cannot be started.
+Status RunScenarioProcessFaults(const Scenario& s, double rate,
+                                const std::vector<std::string>& ckpts,
+                                const std::string& work_dir, int* run_index,
+                                ScenarioResult* out);
+
 }  // namespace dcr::cli
 
 #endif  // DCR_CORE_CLI_RUN_FAULTS_H_

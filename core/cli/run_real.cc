@@ -15,7 +15,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -241,8 +243,28 @@ struct Child {
   int status = 0;
   bool exited = false;
   std::string log;
+  std::string plan_path;
+  int restarts = 0;  // by the supervisor (SuperviseExit)
   double cpu = 0;  // last CPU seconds read from /proc
 };
+
+// Starts `exe --plan plan_path` with its output in `log` (appended to when `append`: a restart).
+StatusOr<pid_t> SpawnNode(const std::string& exe, const std::string& plan_path,
+                          const std::string& log, bool append) {
+  pid_t pid = fork();
+  if (pid < 0) return ErrnoError("fork", errno);
+  if (pid == 0) {
+    int fd = open(log.c_str(), O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC), 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+      close(fd);
+    }
+    execl(exe.c_str(), exe.c_str(), "--plan", plan_path.c_str(), (char*)nullptr);
+    _exit(127);
+  }
+  return pid;
+}
 
 // Starts `dcr-node --plan FILE` for every plan, receivers first so their listening sockets exist
 // early (connect retries anyway); each node's output goes to node-<rank>.log in `run_dir`.
@@ -271,19 +293,8 @@ StatusOr<std::vector<Child>> StartNodes(const std::vector<NodePlan>& plans,
     Child c;
     c.rank = p.rank;
     c.log = run_dir + "/node-" + std::to_string(p.rank) + ".log";
-    pid_t pid = fork();
-    if (pid < 0) return ErrnoError("fork", errno);
-    if (pid == 0) {
-      int fd = open(c.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (fd >= 0) {
-        dup2(fd, 1);
-        dup2(fd, 2);
-        close(fd);
-      }
-      execl(exe.c_str(), exe.c_str(), "--plan", plan_path.c_str(), (char*)nullptr);
-      _exit(127);
-    }
-    c.pid = pid;
+    c.plan_path = plan_path;
+    DCR_ASSIGN_OR_RETURN(c.pid, SpawnNode(exe, plan_path, c.log, false));
     children.push_back(c);
   }
   return children;
@@ -308,7 +319,18 @@ std::string NodeMessage(const Child& c) {
 // before the others (whose errors, such as a closed connection, follow from it); among nodes
 // reaped in the same poll, the lowest rank (the sender first). It sets `failure`, naming the
 // node, its exit, its own message and its log. Returns how many exited in this call.
-size_t ReapExited(std::vector<Child>* children, Status* failure) {
+// With `restarts` (the nodes recover: NodePlan::state_dir), a node that died or failed is first
+// restarted with the same plan, as a cluster scheduler restarts a failed task, at most
+// kMaxNodeRestarts times; each restart appends a line to `restarts`.
+constexpr int kMaxNodeRestarts = 8;
+
+std::string ExitName(int st) {
+  return WIFEXITED(st) ? "exit " + std::to_string(WEXITSTATUS(st))
+                       : "killed by signal " + std::to_string(WTERMSIG(st));
+}
+
+size_t ReapExited(std::vector<Child>* children, Status* failure,
+                  std::vector<std::string>* restarts = nullptr) {
   size_t exited = 0;
   const Child* cause = nullptr;
   for (auto& c : *children) {
@@ -316,6 +338,18 @@ size_t ReapExited(std::vector<Child>* children, Status* failure) {
     int st = 0;
     pid_t r = waitpid(c.pid, &st, WNOHANG);
     if (r != c.pid) continue;
+    const bool failed = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    if (failed && restarts != nullptr && c.restarts < kMaxNodeRestarts) {
+      auto exe = NodeExe();
+      auto pid = exe.ok() ? SpawnNode(*exe, c.plan_path, c.log, true) : exe.status();
+      if (pid.ok()) {
+        c.pid = *pid;
+        ++c.restarts;
+        restarts->push_back("node " + std::to_string(c.rank) + ": " + ExitName(st) +
+                            "; restart " + std::to_string(c.restarts));
+        continue;
+      }
+    }
     c.exited = true;
     c.status = st;
     ++exited;
@@ -437,10 +471,13 @@ std::string WaitLine(const std::string& label, double elapsed, size_t exited, si
 }
 
 // Starts `dcr-node --plan FILE` for every plan and waits for all of them, sampling their CPU every
-// 20 ms into `cpu`. The first node failure or the scenario's timeout (+30 s) stops the rest.
+// 20 ms into `cpu`. The first node failure or the scenario's timeout (+30 s) stops the rest; with
+// `restarts` non-null a failed node is restarted first (ReapExited). `kills`: SIGKILL node
+// `rank` once `at_s` seconds after the start signal (the faults block's kill from outside).
 Status SpawnAndWait(const Scenario& s, const std::vector<NodePlan>& plans,
                     const std::string& run_dir, const std::string& label,
-                    std::vector<CpuPoint>* cpu) {
+                    std::vector<CpuPoint>* cpu, std::vector<std::string>* restarts,
+                    std::vector<ExternalKill> kills) {
   DCR_ASSIGN_OR_RETURN(std::vector<Child> children, StartNodes(plans, run_dir));
   const double start = internal::SteadyNow();
   const double deadline = start + s.timeout_s + 30;
@@ -455,7 +492,7 @@ Status SpawnAndWait(const Scenario& s, const std::vector<NodePlan>& plans,
   size_t next_version = 0;  // long-lived nodes: the next version whose barrier is open
   Status failure;
   while (exited < children.size()) {
-    exited += ReapExited(&children, &failure);
+    exited += ReapExited(&children, &failure, restarts);
     if (!go) {
       DCR_ASSIGN_OR_RETURN(go, SignalGoWhenReady(plans));
       if (go) go_at = internal::SteadyNow();
@@ -465,6 +502,13 @@ Status SpawnAndWait(const Scenario& s, const std::vector<NodePlan>& plans,
       if (!signalled.ok() && failure.ok()) failure = signalled;
     }
     double now = internal::SteadyNow();
+    for (ExternalKill& k : kills) {
+      if (!go || k.done || now < go_at + k.at_s) continue;
+      k.done = true;
+      for (const Child& c : children) {
+        if (c.rank == k.rank && !c.exited) kill(c.pid, SIGKILL);
+      }
+    }
     if (!failure.ok() || now > deadline) {
       if (failure.ok()) failure = DeadlineExceededError("run " + label + " timed out");
       StopAll(&children);
@@ -672,6 +716,49 @@ void RecordRunCpu(const std::vector<CpuPoint>& cpu, const RunResult& rr, double 
       std::string(buf) + " (by node: " + RunCpuByRank(cpu, first_blob, last_commit) + ")";
 }
 
+// Recovery for every node of one refit (node_recovery.h in the core): durable state under
+// run_dir/state (emptied first: a journal of an earlier invocation would claim its versions);
+// a relay tree without a store gets an in-region directory store, run_dir/region-store, which
+// the sender's children (the long-link relays) fill with what they receive and every recovery
+// reads.
+Status PrepareRecovery(const std::string& run_dir, TransportKind transport,
+                       std::vector<NodePlan>* plans) {
+  const std::string state = run_dir + "/state";
+  std::error_code ec;
+  std::filesystem::remove_all(state, ec);
+  if (ec) return InternalError("removing " + state + ": " + ec.message());
+  const bool tree = transport == TransportKind::kRelayTree;
+  const std::string region = run_dir + "/region-store";
+  if (tree) {
+    std::filesystem::remove_all(region, ec);
+    if (ec) return InternalError("removing " + region + ": " + ec.message());
+    DCR_RETURN_IF_ERROR(MkdirP(region));
+  }
+  for (NodePlan& p : *plans) {
+    p.state_dir = state;
+    if (tree && p.store.empty()) {
+      p.store = "dir:" + region;
+      p.mirror_to_store = p.rank != 0 && p.parents[p.rank] == 0;
+    }
+  }
+  return Status();
+}
+
+// Sums what every node's (last process's) result says it recovered from into rr.recovery.
+void SumRecovery(const std::vector<NodeResult>& results, RunResult* rr) {
+  std::map<std::string, uint64_t> m;
+  for (const NodeResult& r : results) {
+    m["fallbacks"] += r.fallbacks;
+    m["reloads"] += r.reloads;
+    m["overwrite_repairs"] += r.overwrite_repairs;
+    m["chunks_skipped"] += r.chunks_skipped;
+    m["mirror_puts"] += r.mirror_puts;
+    m["storage_reattached"] += r.storage_reattached ? 1 : 0;
+  }
+  m["node_restarts"] = rr->restarts.size();
+  rr->recovery = m;
+}
+
 // Fills the run's bytes, phases and per-link bytes from the node results.
 void FillRunTotals(const std::vector<NodeResult>& results, const ReceiverTotals& t,
                    RunResult* rr) {
@@ -695,10 +782,13 @@ void FillRunTotals(const std::vector<NodeResult>& results, const ReceiverTotals&
 
 // One refit: base ckpts[step - 1] to target ckpts[step] by `method` over `transport`, its node
 // processes in run folder `run_index`. A failed run is recorded in the result's error.
+}  // namespace
+
 StatusOr<RunResult> RunOneRefit(const Scenario& s, const std::vector<std::string>& ckpts,
                                 Method method, TransportKind transport, double rate,
                                 double measured_rate, int step, int run_index,
-                                const std::string& work_dir, ScenarioResult* out) {
+                                const std::string& work_dir, ScenarioResult* out,
+                                const RefitFaults* faults) {
   const bool synthetic = s.model.checkpoints.empty();
   char change[48];
   std::snprintf(change, sizeof(change), "%.2f%% changed", measured_rate * 100);
@@ -727,13 +817,17 @@ StatusOr<RunResult> RunOneRefit(const Scenario& s, const std::vector<std::string
   DCR_RETURN_IF_ERROR(MkdirP(fleet_dir));
   DCR_RETURN_IF_ERROR(AddSigning(s, run_dir + "/tls", fleet_dir, &plans));
   for (NodePlan& p : plans) p.version = static_cast<uint64_t>(step);
+  DCR_RETURN_IF_ERROR(PrepareRecovery(run_dir, transport, &plans));
+  if (faults != nullptr && faults->set_points) faults->set_points(&plans);
   if (s.progress) {
     for (NodePlan& p : plans) p.progress_path = run_dir + "/progress-" + std::to_string(p.rank) + ".json";
   }
   std::vector<CpuPoint> cpu;
-  Status st = SpawnAndWait(s, plans, run_dir, label, &cpu);
+  Status st = SpawnAndWait(s, plans, run_dir, label, &cpu, &rr.restarts,
+                           faults != nullptr ? faults->kills : std::vector<ExternalKill>());
   if (!st.ok()) rr.error = st.ToString();
   const std::vector<NodeResult> results = ReadNodeResults(plans);
+  SumRecovery(results, &rr);
   const NodeResult& sender = results[0];
   const ReceiverTotals t = CollectReceivers(results, plans, transport, &rr);
   if (t.all_committed && sender.t_first_blob > 0) {
@@ -747,6 +841,7 @@ StatusOr<RunResult> RunOneRefit(const Scenario& s, const std::vector<std::string
     std::fprintf(stderr, "    refit %.3f s, %.2f MB over the long link, %d/%d verified%s%s\n",
                  rr.refit_seconds, rr.wire_bytes / 1e6, rr.receivers_verified, rr.receivers,
                  rr.error.empty() ? "" : ", error: ", rr.error.c_str());
+    for (const std::string& r : rr.restarts) std::fprintf(stderr, "    %s\n", r.c_str());
   }
   return rr;
 }
@@ -756,7 +851,7 @@ StatusOr<RunResult> RunOneRefit(const Scenario& s, const std::vector<std::string
 // stay up from step to step, the sender building each step's delta from the joint commit's
 // baseline. One RunResult per step, each receiver verified at each step; the steps after a
 // failure carry it as their error.
-StatusOr<std::vector<RunResult>> RunLongLivedRefits(const Scenario& s,
+static StatusOr<std::vector<RunResult>> RunLongLivedRefits(const Scenario& s,
                                                     const std::vector<std::string>& ckpts,
                                                     Method method, TransportKind transport,
                                                     double rate,
@@ -795,7 +890,7 @@ StatusOr<std::vector<RunResult>> RunLongLivedRefits(const Scenario& s,
   Scenario whole = s;  // the session's deadline covers every step
   whole.timeout_s = s.timeout_s * s.steps;
   std::vector<CpuPoint> cpu;
-  const Status st = SpawnAndWait(whole, plans, run_dir, label, &cpu);
+  const Status st = SpawnAndWait(whole, plans, run_dir, label, &cpu, nullptr, {});
   std::vector<RunResult> runs;
   for (int step = 1; step <= s.steps; ++step) {
     RunResult rr;
@@ -830,8 +925,6 @@ StatusOr<std::vector<RunResult>> RunLongLivedRefits(const Scenario& s,
   return runs;
 }
 
-}  // namespace
-
 StatusOr<ScenarioResult> RunScenarioReal(const Scenario& s) {
   if (s.network.emulation == WanEmulation::kNetns) {
     return UnimplementedError(
@@ -849,8 +942,12 @@ StatusOr<ScenarioResult> RunScenarioReal(const Scenario& s) {
       auto c = Checkpoint::Open(ckpts[0]);
       if (c.ok()) out.model_bytes = (*c)->total_tensor_bytes();
     }
-    if (s.faults.enabled) {  // fault-injection refits of the same checkpoints (run_faults.h)
+    if (s.faults.enabled && s.faults.runs > 0 && s.faults.per_run > 0) {
+      // fault-injection refits of the same checkpoints (run_faults.h)
       DCR_RETURN_IF_ERROR(RunScenarioFaults(s, rate, ckpts, work_dir, &out));
+    }
+    if (s.faults.enabled && s.faults.process_runs > 0) {  // real process kills (run_faults.h)
+      DCR_RETURN_IF_ERROR(RunScenarioProcessFaults(s, rate, ckpts, work_dir, &run_index, &out));
     }
     if (s.faults.only) continue;
     // The change of every step, measured before any node starts; a delta run needs base and
@@ -893,7 +990,7 @@ StatusOr<ScenarioResult> RunScenarioReal(const Scenario& s) {
         for (int step = 1; step <= s.steps; ++step) {
           DCR_ASSIGN_OR_RETURN(RunResult rr,
                                RunOneRefit(s, ckpts, method, transport, rate, measured[step],
-                                           step, ++run_index, work_dir, &out));
+                                           step, ++run_index, work_dir, &out, nullptr));
           out.runs.push_back(std::move(rr));
         }
       }

@@ -10,6 +10,7 @@
 #ifndef DCR_CORE_CLI_RUN_REAL_H_
 #define DCR_CORE_CLI_RUN_REAL_H_
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,31 @@ StatusOr<std::vector<std::string>> PrepareCheckpoints(const Scenario& s, double 
 // from `base_path` to `target_path` over all its elements (what a run reports as change_rate).
 // Errors: those of Checkpoint::Open, kFailedPrecondition as CheckDeltaCompatible (delta.h).
 StatusOr<double> MeasureChangeRate(const std::string& base_path, const std::string& target_path);
+
+// A SIGKILL sent by the runner to node `rank` `at_s` seconds after the refit's start signal.
+struct ExternalKill {
+  double at_s = 0;
+  int rank = 0;
+  bool done = false;
+};
+
+// Faults of one real refit (the faults block's process runs, run_faults.h): `set_points` sets
+// the plans' fault points (NodePlan::fault_*) before the nodes start; `kills` come from outside.
+struct RefitFaults {
+  std::function<void(std::vector<NodePlan>*)> set_points;
+  std::vector<ExternalKill> kills;
+};
+
+// One real refit: base ckpts[step - 1] to target ckpts[step] by `method` over `transport`, its
+// node processes in run folder <work_dir>/run-<run_index>, supervised (a node that dies or fails
+// is restarted with its plan, at most 8 times) and recovering (NodePlan::state_dir; a relay tree
+// gets an in-region store that the long-link relays fill). `faults` may be null. A failed run is
+// recorded in the result's error; the setup's CPU keys go to `out`.
+StatusOr<RunResult> RunOneRefit(const Scenario& s, const std::vector<std::string>& ckpts,
+                                Method method, TransportKind transport, double rate,
+                                double measured_rate, int step, int run_index,
+                                const std::string& work_dir, ScenarioResult* out,
+                                const RefitFaults* faults);
 
 // Runs every (method x transport x rate x step) of a mode-real scenario.
 StatusOr<ScenarioResult> RunScenarioReal(const Scenario& s);

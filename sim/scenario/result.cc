@@ -54,6 +54,8 @@ json RunJson(const ScenarioResult& r, const RunResult& run) {
     if (s > 0) j["speedup_vs_full"] = s;
   }
   if (!run.error.empty()) j["error"] = run.error;
+  if (!run.recovery.empty()) j["recovery"] = run.recovery;
+  if (!run.restarts.empty()) j["restarts"] = run.restarts;
   return j;
 }
 
@@ -94,6 +96,7 @@ std::string ResultToJson(const ScenarioResult& r) {
                        {"receivers", f.receivers},
                        {"receivers_verified", f.receivers_verified},
                        {"injected_by_kind", f.injected_by_kind},
+                       {"survived_by_kind", f.survived_by_kind},
                        {"overwrite_repairs", f.overwrite_repairs},
                        {"fallbacks_to_store", f.fallbacks_to_store},
                        {"restarts", f.restarts},
@@ -125,6 +128,9 @@ StatusOr<ScenarioResult> ResultFromJson(const std::string& text) {
       r.faults.receivers_verified = GetOr<int>(f, "receivers_verified", 0);
       if (f.contains("injected_by_kind")) {
         r.faults.injected_by_kind = f["injected_by_kind"].get<std::map<std::string, int>>();
+      }
+      if (f.contains("survived_by_kind")) {
+        r.faults.survived_by_kind = f["survived_by_kind"].get<std::map<std::string, int>>();
       }
       r.faults.overwrite_repairs = GetOr<uint64_t>(f, "overwrite_repairs", 0);
       r.faults.fallbacks_to_store = GetOr<uint64_t>(f, "fallbacks_to_store", 0);
@@ -183,6 +189,8 @@ StatusOr<ScenarioResult> ResultFromJson(const std::string& text) {
         }
       }
       run.error = GetOr<std::string>(rj, "error", "");
+      if (rj.contains("recovery")) run.recovery = rj["recovery"].get<std::map<std::string, uint64_t>>();
+      if (rj.contains("restarts")) run.restarts = rj["restarts"].get<std::vector<std::string>>();
       r.runs.push_back(run);
     }
   } catch (const std::exception& e) {
@@ -242,8 +250,13 @@ std::string ResultToMarkdown(const ScenarioResult& r) {
       << f.faults_survived << " survived; " << f.receivers_verified << "/" << f.receivers
       << " receivers bit-exact and committed (" << f.overwrite_repairs << " overwrite repairs, "
       << f.fallbacks_to_store << " fallbacks to the object store, " << f.restarts
-      << " restarts).\n\n| fault | injected |\n|---|---|\n";
-    for (const auto& [k, v] : f.injected_by_kind) o << "| " << k << " | " << v << " |\n";
+      << " restarts).\n\n| fault | injected | survived |\n|---|---|---|\n";
+    for (const auto& [k, v] : f.injected_by_kind) {
+      auto sv = f.survived_by_kind.find(k);
+      o << "| " << k << " | " << v << " | "
+        << (sv == f.survived_by_kind.end() ? std::string("-") : std::to_string(sv->second))
+        << " |\n";
+    }
     for (const auto& e : f.errors) o << "\nfault run failed: " << e << "\n";
   }
   return o.str();

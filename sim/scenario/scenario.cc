@@ -524,9 +524,10 @@ Status ParseTop(const YAML::Node& root, Scenario* s) {
   if (top.Has("faults")) {
     MapReader f(top.Get("faults"), "faults");
     DCR_RETURN_IF_ERROR(f.Init({"runs", "per_run", "kinds", "seed", "chunk_elems",
-                                "detect_timeout", "restart_delay", "only"}));
+                                "detect_timeout", "restart_delay", "only", "process_runs",
+                                "process_kills"}));
     s->faults.enabled = true;
-    DCR_RETURN_IF_ERROR(f.Int("runs", &s->faults.runs, 1, 100000));
+    DCR_RETURN_IF_ERROR(f.Int("runs", &s->faults.runs, 0, 100000));
     DCR_RETURN_IF_ERROR(f.Int("per_run", &s->faults.per_run, 0, 10000));
     DCR_RETURN_IF_ERROR(f.StrList("kinds", &s->faults.kinds));
     for (size_t i = 0; i < s->faults.kinds.size(); ++i) {
@@ -540,6 +541,8 @@ Status ParseTop(const YAML::Node& root, Scenario* s) {
     DCR_RETURN_IF_ERROR(f.Duration("detect_timeout", &s->faults.detect_timeout_s));
     DCR_RETURN_IF_ERROR(f.Duration("restart_delay", &s->faults.restart_delay_s));
     DCR_RETURN_IF_ERROR(f.Bool("only", &s->faults.only));
+    DCR_RETURN_IF_ERROR(f.Int("process_runs", &s->faults.process_runs, 0, 100000));
+    DCR_RETURN_IF_ERROR(f.Int("process_kills", &s->faults.process_kills, 0, 1000));
   }
   if (top.Has("training")) {
     MapReader t(top.Get("training"), "training");

@@ -29,7 +29,13 @@ StatusOr<std::vector<std::string>> NodeAddresses(const Scenario& s, int n) {
     if (s.network.base_port > 0) {
       port = s.network.base_port + r;
     } else {
-      DCR_ASSIGN_OR_RETURN(port, internal::FreePort());
+      // The kernel may hand a port it just gave out again (each probe closes its socket): a
+      // repeat would put two nodes on one address.
+      for (int tries = 0;; ++tries) {
+        DCR_ASSIGN_OR_RETURN(port, internal::FreePort());
+        const std::string a = "127.0.0.1:" + std::to_string(port);
+        if (std::find(addresses.begin(), addresses.end(), a) == addresses.end() || tries > 100) break;
+      }
     }
     addresses.push_back("127.0.0.1:" + std::to_string(port));
   }

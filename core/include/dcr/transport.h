@@ -21,9 +21,13 @@
 //   * an apply pool runs Apply actions through the node's Receiver (receiver.h): a BufferReceiver
 //     over an in-memory copy of its base (delta), or the full-stream receiver;
 //   * object store: a pool runs Put / List / Fetch actions; uploads cross the emulated long link.
-// Faults end the node with a Status naming the peer, key or blob (no retry beyond the policy's
-// store retries): the fault-tolerance layer hooks in at the Receiver (JournaledReceiver: journal,
-// overwrite repair) and at the event loop (re-parenting on SendFailed / parent EOF).
+// Faults: without NodePlan::state_dir and store, a fault ends the node with a Status naming the
+// peer, key or blob (no retry beyond the policy's store retries). With both, a delta receiver
+// applies through a JournaledReceiver (journal, overwrite repair; storage in a file-backed shared
+// mapping on device "cpu") and the event loop reports a lost parent, a failed stream policy, a
+// commit, a restart and a refused doubtful chunk to the node's RecoveryPolicy, whose actions it
+// carries out (fallback to the store, reload, overwrite repair, the sender filling the store):
+// core/docs/fault-tolerance.md, "The shipped nodes".
 //
 // Thread safety: RunNode is self-contained; it calls its Receiver as receiver.h allows
 // (ApplyRecord concurrently for distinct chunks; Begin and Commit never concurrent with anything).
@@ -181,6 +185,28 @@ struct NodePlan {
   // for `go_path` to exist before it starts building. Empty = no barrier.
   std::string ready_path;
   std::string go_path;
+  // Recovery (core/docs/fault-tolerance.md, "The shipped nodes"). `state_dir`: this node's
+  // durable state (its start count; a delta receiver's journal and, on device "cpu", its
+  // file-backed storage); "" = none: the node neither journals nor recovers (every fault ends
+  // it, as the old single-shot node). With `state_dir` and `store` both set, every recovery
+  // decision comes from a RecoveryPolicy (dcr/recovery_policy.h): a relay-tree node whose parent
+  // or stream fails falls back to `store`; a restarted node (start count above one) re-attaches
+  // or reloads its storage, skips applied chunks and repairs doubtful ones by overwrite form;
+  // a restarted sender rebuilds the identical delta and puts what `store` lacks.
+  std::string state_dir;
+  // Relay tree: this node (a child of the sender: the first hop in the rollout region) puts
+  // every blob it receives whole into `store`, trailer last, so the region's recoveries read it
+  // there instead of across the long link. Default false.
+  bool mirror_to_store = false;
+  // Fault points, honoured on the first start only (`dcr run`'s faults: block sets them): a
+  // delta receiver SIGKILLs itself at its chunk application of 0-based ordinal
+  // `fault_kill_chunk`, inside it (after its journal Begin record and its writes, before End)
+  // when `fault_kill_inside`, else right after it; a relay when it holds blob
+  // `fault_kill_blob` whole; the sender when it first sends (or puts) blob `fault_kill_blob`.
+  // -1 = never.
+  int64_t fault_kill_chunk = -1;
+  bool fault_kill_inside = false;
+  int64_t fault_kill_blob = -1;
 };
 
 // The policy `dcr node` hosts for `plan`: uploader (rank 0) or downloader for "object_store",
@@ -236,6 +262,17 @@ struct NodeResult {
   // Receiver with plan.freeze_after_s: why it reports a freeze (no new version within the
   // limit); empty: none.
   std::string freeze;
+  // Recovery (NodePlan::state_dir): this process's start (1 = first), the recoveries its
+  // RecoveryPolicy spent, and what they did in this process.
+  int starts = 1;
+  int recoveries = 0;
+  uint64_t fallbacks = 0;          // FallBackToStore
+  uint64_t reloads = 0;            // ReloadCommitted
+  uint64_t overwrite_repairs = 0;  // doubtful chunks repaired by overwrite form
+  uint64_t chunks_skipped = 0;     // chunks the journal showed applied (not written again)
+  uint64_t mirror_puts = 0;        // blobs put into the store by mirror_to_store
+  bool storage_reattached = false; // the mapped storage of an earlier start was re-attached
+  std::string recovery_log;        // the recovery actions taken, one per line
 };
 
 // Runs one node to completion (or failure / timeout). The returned Status is the node's error;

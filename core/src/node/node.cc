@@ -4,6 +4,7 @@
 // writers and readers of the edges the policy names), the store jobs, the apply pool and the
 // sender's builder.
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -18,7 +19,9 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "dcr/checkpoint.h"
@@ -35,6 +38,7 @@
 #include "node/metrics.h"
 #include "node/node_trust.h"
 #include "node/versions.h"
+#include "node/node_recovery.h"
 #include "transport/heartbeat.h"
 #include "transport/net.h"
 
@@ -76,24 +80,44 @@ constexpr double kHelloTimeoutS = 5.0;
 
 // ---- event loop: events from every thread, one timer ----
 
-// Events for the loop, or a fatal driver error (peer lost, builder failed, ...).
+// Events for the loop, or a fatal driver error (peer lost, builder failed, ...), or an event for
+// the node's RecoveryPolicy (`recovery`; `blob` names the blob a ChunkDoubtful refused). `gen`:
+// the stream generation it was posted in (Bump starts a new one; the loop drops older items).
 struct QItem {
   bool fatal = false;
   Status status;
   Event event;
+  bool is_recovery = false;
+  recovery::Event recovery = recovery::TimerFired{};
+  BlobId blob = 0;
+  uint64_t gen = 0;
 };
 
 class EventQueue {
  public:
   void Post(Event e) {
     std::lock_guard<std::mutex> lock(mu_);
-    q_.push_back(QItem{false, Status(), std::move(e)});
+    q_.push_back(QItem{false, Status(), std::move(e), false, recovery::TimerFired{}, 0, gen_});
     cv_.notify_one();
   }
   void Fatal(Status s) {
     std::lock_guard<std::mutex> lock(mu_);
-    q_.push_back(QItem{true, std::move(s), event::TimerFired{}});
+    q_.push_back(QItem{true, std::move(s), event::TimerFired{}, false, recovery::TimerFired{}, 0, gen_});
     cv_.notify_one();
+  }
+  void PostRecovery(recovery::Event e, BlobId blob = 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    q_.push_back(QItem{false, Status(), event::TimerFired{}, true, std::move(e), blob, gen_});
+    cv_.notify_one();
+  }
+  // A new stream generation: items posted before are stale.
+  uint64_t Bump() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ++gen_;
+  }
+  uint64_t gen() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return gen_;
   }
   // Waits until an item arrives or `until` (steady seconds) passes.
   bool Wait(double until, QItem* out) {
@@ -112,6 +136,7 @@ class EventQueue {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<QItem> q_;
+  uint64_t gen_ = 0;
 };
 
 // A fixed pool of worker threads running closures.
@@ -124,6 +149,11 @@ class WorkPool {
     std::lock_guard<std::mutex> lock(mu_);
     jobs_.push_back(std::move(fn));
     cv_.notify_one();
+  }
+  // Waits until no job is queued or running.
+  void Drain() {
+    std::unique_lock<std::mutex> lock(mu_);
+    idle_.wait(lock, [&] { return jobs_.empty() && running_ == 0; });
   }
   void Stop() {
     {
@@ -148,12 +178,17 @@ class WorkPool {
         if (jobs_.empty()) return;
         fn = std::move(jobs_.front());
         jobs_.pop_front();
+        ++running_;
       }
       fn();
+      std::lock_guard<std::mutex> lock(mu_);
+      --running_;
+      idle_.notify_all();
     }
   }
   std::mutex mu_;
-  std::condition_variable cv_;
+  std::condition_variable cv_, idle_;
+  int running_ = 0;
   std::deque<std::function<void()>> jobs_;
   std::vector<std::thread> threads_;
   bool stop_ = false;
@@ -201,6 +236,18 @@ class NodeState {
   void Erase(BlobId id) {
     std::lock_guard<std::mutex> lock(mu_);
     blobs_.erase(id);
+  }
+  // Drops every blob (a stream left for another source).
+  void Clear() {
+    std::lock_guard<std::mutex> lock(mu_);
+    blobs_.clear();
+  }
+  // Every blob held, in id order.
+  std::vector<BlobPtr> All() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<BlobPtr> out;
+    for (auto& [id, b] : blobs_) out.push_back(b);
+    return out;
   }
   // First / last blob times (a blob built, a piece or object received) at wall time `now`.
   static void MarkBlob(NodeResult* r, double now) {
@@ -390,6 +437,10 @@ class TreeLinks {
     }
   }
 
+  // With recovery, a lost parent connection is reported to the node's RecoveryPolicy
+  // (ParentLost) instead of ending the node.
+  void set_recover(bool on) { recover_ = on; }
+
   // Flushes what is queued (final acks / reports), then closes every socket so readers end.
   void Close() {
     if (closed_) return;
@@ -517,6 +568,10 @@ class TreeLinks {
     while (true) {
       FrameHeader h;
       Status s = conn->Read(&h, sizeof(h));
+      if (!s.ok() && recover_) {
+        if (!stopping_) queue_->PostRecovery(recovery::ParentLost{parent, kNoNode});
+        return;
+      }
       if (s.ok() && h.magic == internal::kFrameMagic && Mismatch(h).empty() &&
           h.type == static_cast<uint8_t>(FrameType::kAbort) &&
           h.length <= internal::kMaxAbortMessageBytes) {
@@ -581,6 +636,10 @@ class TreeLinks {
         return;
       }
       s = conn->Read(b->bytes.data() + h.offset, h.length);
+      if (!s.ok() && recover_) {
+        if (!stopping_) queue_->PostRecovery(recovery::ParentLost{parent, kNoNode});
+        return;
+      }
       if (!s.ok()) {
         if (!stopping_) {
           queue_->Fatal(UnavailableError("node " + std::to_string(plan_.rank) + ": parent node " +
@@ -684,6 +743,7 @@ class TreeLinks {
   std::unique_ptr<internal::Heartbeats> heartbeats_;  // stopped first in Close
   std::vector<std::thread> readers_;
   std::atomic<bool> stopping_{false};
+  bool recover_ = false;
   bool closed_ = false;
 };
 
@@ -702,6 +762,20 @@ class StoreJobs {
   void Put(const BlobPtr& b, const std::string& key) {
     pool_.Submit([this, b, key] { PutJob(b, key); });
   }
+  // From now on, a put of an object the store already holds at `key` with the same size is
+  // skipped (the sender filling what the in-region copy lacks: its bytes are the stream's,
+  // built deterministically): `prefix` is listed once here, and a key not listed is looked up
+  // (Head) just before its put, since the long-link relay's copy may still be growing.
+  Status SkipHeld(const std::string& prefix) {
+    DCR_ASSIGN_OR_RETURN(auto listed, store_->List(prefix + "/"));
+    std::lock_guard<std::mutex> l(held_mu_);
+    for (const auto& o : listed) held_[o.key] = o.size;
+    filling_ = true;
+    return Status();
+  }
+  uint64_t skipped() const { return skipped_.load(); }
+  void Drain() { pool_.Drain(); }
+  bool open() const { return store_ != nullptr; }
   void List(const std::string& prefix) {
     pool_.Submit([this, prefix] { ListJob(prefix); });
   }
@@ -712,6 +786,24 @@ class StoreJobs {
 
  private:
   void PutJob(const BlobPtr& b, const std::string& key) {
+    bool held = false;
+    bool filling = false;
+    {
+      std::lock_guard<std::mutex> l(held_mu_);
+      auto it = held_.find(key);
+      held = it != held_.end() && it->second == b->bytes.size();
+      filling = filling_;
+    }
+    if (!held && filling) {
+      // The in-region copy may have gained the object since the listing (the mirror lags).
+      auto head = store_->Head(key);
+      held = head.ok() && head->size == b->bytes.size();
+    }
+    if (held) {
+      ++skipped_;
+      queue_->Post(event::PutDone{b->info.id, true, ""});
+      return;
+    }
     // The uploader sits in the training region: every put crosses the (emulated) long link.
     if (plan_.emulate_wan) {
       if (plan_.long_bandwidth_Bps > 0) long_bucket_.Acquire(b->bytes.size());
@@ -788,6 +880,10 @@ class StoreJobs {
   std::unique_ptr<ObjectStore> store_;
   // Burst: one segment, so the rate holds at fine time scales.
   TokenBucket long_bucket_{plan_.long_bandwidth_Bps, 64 << 10};
+  std::mutex held_mu_;
+  std::map<std::string, uint64_t> held_;  // SkipHeld: key -> size
+  bool filling_ = false;                   // SkipHeld was called: look before each put
+  std::atomic<uint64_t> skipped_{0};
   WorkPool pool_;
 };
 
@@ -821,10 +917,18 @@ class ApplyJobs {
   // OpenDevice(plan.device, plan.device_index): delta: holds plan.receiver_base_path (a device
   // that cannot be opened or cannot hold the base fails here, before the node takes part in the
   // refit); full: the file image, loaded onto the device at commit.
-  Status Open(const NodePlan& plan) {
+  // With plan.state_dir (delta): the node_recovery.h DurableReceiver (journal; storage mapped
+  // from a file on "cpu"), at start number `starts`.
+  Status Open(const NodePlan& plan, int starts) {
     const std::string who = "receiver " + std::to_string(plan.rank);
     DCR_ASSIGN_OR_RETURN(std::shared_ptr<Device> device, OpenPlanDevice(plan, true, who));
-    if (plan.method == "delta") {
+    if (plan.method == "delta" && !plan.state_dir.empty()) {
+      internal::KillPoint kill{plan.fault_kill_chunk, plan.fault_kill_inside};
+      DCR_ASSIGN_OR_RETURN(durable_, internal::DurableReceiver::Open(plan, device, starts, kill));
+      // Only what the trainer's key signed, never below the version floor (node_trust.h),
+      // checked before the journal records anything.
+      DCR_ASSIGN_OR_RETURN(backend_, internal::WithPlanTrust(plan, durable_->Handle(), &floor_));
+    } else if (plan.method == "delta") {
       if (plan.receiver_base_path.empty()) {
         return InvalidArgumentError("plan.receiver_base_path: required for a delta receiver");
       }
@@ -841,6 +945,7 @@ class ApplyJobs {
     } else {
       backend_ = device == nullptr ? MakeFullReceiver() : MakeFullReceiver(device);
     }
+    if (rx_ == nullptr) rx_ = backend_.get();
     ReportHeld();
     pool_.Start(plan.relay.max_parallel_applies);
     return Status();
@@ -849,21 +954,41 @@ class ApplyJobs {
   // instead of one loaded from plan.receiver_base_path.
   void Adopt(std::unique_ptr<Receiver> backend, const NodePlan& plan) {
     backend_ = std::move(backend);
+    rx_ = backend_.get();
     ReportHeld();
     pool_.Start(plan.relay.max_parallel_applies);
   }
-  // Hands the storage back once the pool has stopped (null when none was opened).
+  // Hands the storage back once the pool has stopped (null when none was opened, and for a
+  // DurableReceiver, whose journal and mapping belong to this process's single version).
   std::unique_ptr<Receiver> Release() {
     pool_.Stop();
+    if (durable_ != nullptr) return nullptr;
     return std::move(backend_);
   }
-  bool open() const { return backend_ != nullptr; }
+  bool open() const { return rx_ != nullptr; }
+  internal::DurableReceiver* durable() { return durable_.get(); }
   void Apply(const BlobPtr& b) {
     pool_.Submit([this, b] { ApplyJob(b); });
   }
-  Status Verify(const std::string& target_path) { return VerifyFile(*backend_, target_path); }
+  // RecoveryPolicy's RequestOverwrite for the refused chunk blob `b`: its overwrite form, built
+  // from the base it applies to, applied in its place; ApplyDone reports the blob.
+  void Repair(const BlobPtr& b) {
+    pool_.Submit([this, b] {
+      double t = SteadyNow();
+      auto ow = durable_->OverwriteForm(b->bytes.data(), b->bytes.size());
+      Status s = ow.ok() ? rx_->ApplyRecord(ow->data(), ow->size())
+                         : ow.status().WithContext("overwrite form");
+      if (s.ok()) ++repairs_;
+      const double spent = SteadyNow() - t;
+      state_->Update([&](NodeResult* r) { r->apply_seconds += spent; });
+      queue_->Post(event::ApplyDone{b->info.id, s.ok(), s.code(), s.message()});
+    });
+  }
+  uint64_t repairs() const { return repairs_.load(); }
+  void Drain() { pool_.Drain(); }
+  Status Verify(const std::string& target_path) { return VerifyFile(*rx_, target_path); }
   // The version the storage holds (between applies).
-  VersionId held() const { return backend_->held(); }
+  VersionId held() const { return rx_->held(); }
   void Stop() { pool_.Stop(); }
   // The receiver's version floor (plan.version_floor_path); null without one.
   const VersionFloor* floor() const { return floor_.get(); }
@@ -874,17 +999,27 @@ class ApplyJobs {
     Status s;
     switch (b->info.kind) {
       case BlobKind::kHeader:
-        s = backend_->Begin(b->bytes.data(), b->bytes.size());
+        s = rx_->Begin(b->bytes.data(), b->bytes.size());
         break;
       case BlobKind::kChunk:
-        s = backend_->ApplyRecord(b->bytes.data(), b->bytes.size());
+        s = rx_->ApplyRecord(b->bytes.data(), b->bytes.size());
         break;
       case BlobKind::kTrailer:
-        s = backend_->Commit(b->bytes.data(), b->bytes.size());
+        s = rx_->Commit(b->bytes.data(), b->bytes.size());
         break;
     }
     const double spent = SteadyNow() - t;
     state_->Update([&](NodeResult* r) { r->apply_seconds += spent; });
+    if (!s.ok() && s.IsFailedPrecondition() && durable_ != nullptr &&
+        b->info.kind == BlobKind::kChunk) {
+      // The relative form of a chunk the journal shows doubtful: the policy decides (R6).
+      size_t header_size = 0, record_size = 0;
+      auto h = ParseChunkHeader(b->bytes.data(), b->bytes.size(), &header_size, &record_size);
+      if (h.ok() && durable_->Doubtful(h->chunk_id)) {
+        queue_->PostRecovery(recovery::ChunkDoubtful{h->chunk_id}, b->info.id);
+        return;
+      }
+    }
     if (s.ok() && b->info.kind == BlobKind::kChunk) {
       state_->UpdateMetrics([](internal::NodeMetrics* m) { ++m->chunks_applied; });
     } else if (s.ok() && b->info.kind == BlobKind::kTrailer) {
@@ -907,6 +1042,9 @@ class ApplyJobs {
   EventQueue* queue_;
   std::unique_ptr<Receiver> backend_;
   std::unique_ptr<VersionFloor> floor_;
+  std::unique_ptr<internal::DurableReceiver> durable_;
+  Receiver* rx_ = nullptr;  // backend_, or durable_'s journaled receiver
+  std::atomic<uint64_t> repairs_{0};
   WorkPool pool_;
 };
 
@@ -1095,7 +1233,8 @@ class SocketNode : public NodeEnvironment {
         links_(plan, &state_, &queue_),
         store_(plan, &state_, &queue_),
         applier_(&state_, &queue_),
-        builder_(plan, &state_, &queue_) {}
+        builder_(plan, &state_, &queue_),
+        recovery_env_(this) {}
   ~SocketNode() override { Teardown(); }
 
   Status Run() {
@@ -1124,8 +1263,14 @@ class SocketNode : public NodeEnvironment {
         m->last_error = s.ToString();
       });
     }
+    if (mirror_ != nullptr) mirror_->Flush();
     next_progress_ = 0;  // the final counts, also after a failure
     WriteProgressIfDue();
+    if (recovery_ != nullptr && recovery_->mode() == RecoveryPolicy::Mode::kCommitted) {
+      committed_ = true;  // also a restart whose journal shows the target committed
+      if (r->t_commit == 0) r->t_commit = WallNow();
+    }
+    RecordRecovery();
     if (s.ok() && applier_.open() && committed_ && !plan_.verify_path.empty()) {
       Status v = applier_.Verify(plan_.verify_path);
       r->verified = v.ok();
@@ -1153,10 +1298,16 @@ class SocketNode : public NodeEnvironment {
   void Send(const action::Send& s) override {
     BlobPtr b = state_.Find(s.blob.id);
     if (!b) return Fault(InternalError("send of unknown blob " + std::to_string(s.blob.id)));
+    MaybeKillAtBlob(s.blob.id);
     Fault(links_.Send(s, b));
   }
   void Ack(const action::Ack& ack) override {
     links_.SendToParent(FrameType::kAck, ack.blob);
+    BlobPtr b = state_.Find(ack.blob);
+    if (mirror_ != nullptr && b != nullptr) {
+      mirror_->Put(b->info, std::shared_ptr<const std::vector<uint8_t>>(b, &b->bytes));
+    }
+    MaybeKillAtBlob(blobs_whole_++);
   }
   void ReportCommit(const action::ReportCommit&) override {
     if (!applier_.open()) return links_.SendReport(nullptr);
@@ -1168,10 +1319,15 @@ class SocketNode : public NodeEnvironment {
     if (!b) return Fault(InternalError("apply of unknown blob " + std::to_string(ap.blob.id)));
     applier_.Apply(b);
   }
-  void Release(BlobId blob) override { state_.Erase(blob); }
+  void Release(BlobId blob) override {
+    // A recovering sender keeps the stream: a failed tree is followed by filling the store.
+    if (plan_.rank == 0 && recovery_ != nullptr) return;
+    state_.Erase(blob);
+  }
   void Put(const action::Put& put) override {
     BlobPtr b = state_.Find(put.blob.id);
     if (!b) return Fault(InternalError("put of unknown blob " + std::to_string(put.blob.id)));
+    if (plan_.rank == 0) MaybeKillAtBlob(put.blob.id);
     store_.Put(b, put.key);
   }
   void List(const action::List& list) override { store_.List(list.prefix); }
@@ -1180,6 +1336,7 @@ class SocketNode : public NodeEnvironment {
     committed_ = true;
     state_.result()->t_commit = WallNow();
     MarkCommittedInMetrics();
+    if (recovery_ != nullptr) pending_recovery_.emplace_back(std::in_place_type<recovery::Committed>);
   }
   void TreeCommitted(int receivers) override {
     state_.result()->t_commit = WallNow();
@@ -1190,9 +1347,157 @@ class SocketNode : public NodeEnvironment {
     state_.result()->t_commit = WallNow();
     MarkCommittedInMetrics();
   }
-  void Failed(const Status& status) override { Fault(status); }
+  void Failed(const Status& status) override {
+    if (recovery_ == nullptr) return Fault(status);
+    // Decided after the policy's Handle returns (the decision may replace the policy).
+    const NodeRole role = host_->policy().role();
+    recovery::StreamFailed f;
+    f.stream = role == NodeRole::kDownloader ? recovery::Stream::kDownload
+               : role == NodeRole::kUploader ? recovery::Stream::kUpload
+                                             : recovery::Stream::kTree;
+    f.code = status.code();
+    f.message = status.message();
+    pending_recovery_.push_back(f);
+  }
 
  private:
+  // ---- recovery: the node's RecoveryPolicy and the environment that carries out its actions ----
+
+  class RecoveryEnv : public RecoveryEnvironment {
+   public:
+    explicit RecoveryEnv(SocketNode* n) : n_(n) {}
+    void SetTimer(TimePoint at) override { n_->recovery_timer_at_ = at; }
+    void FallBackToStore(const std::string& reason) override { n_->DoFallBack(reason); }
+    void LeaveTree() override { n_->DoLeaveTree(); }
+    void StartDownload() override { n_->StartPolicy(MakeDownloaderPolicy(n_->plan_.relay)); }
+    void Reparent(NodeId to) override {
+      // ParentLost never offers an adopter here: no tree node serves a child joining mid-stream.
+      n_->Fault(InternalError("re-parent to node " + std::to_string(to) + " never offered"));
+    }
+    void ReloadCommitted() override { n_->DoReload(); }
+    void RequestOverwrite(uint64_t chunk_id, const std::string&) override {
+      n_->DoRepair(chunk_id);
+    }
+    void StopUpload() override {
+      n_->Fault(UnavailableError("sender: the store upload failed; the stream stays unpublished "
+                                 "until the sender restarts"));
+    }
+    void Republish() override { n_->FillStore(); }
+    void GiveUp(const std::string& message) override {
+      n_->Fault(UnavailableError("node " + std::to_string(n_->plan_.rank) + ": " + message));
+    }
+
+   private:
+    SocketNode* n_;
+  };
+
+  void Recover(const recovery::Event& e) {
+    std::vector<recovery::Action> acts;
+    recovery_->Handle(Now(), e, &acts);
+    for (const recovery::Action& a : acts) {
+      if (std::holds_alternative<recovery::SetTimer>(a)) continue;
+      state_.Update([&](NodeResult* r) {
+        r->recovery_log += recovery::ToString(e) + " -> " + recovery::ToString(a) + "\n";
+      });
+    }
+    PerformRecovery(acts, &recovery_env_);
+  }
+  // Decisions on what the last Handle reported (a policy's Fail, a commit).
+  Status AfterHandle() {
+    while (!pending_recovery_.empty() && error_.ok()) {
+      recovery::Event e = pending_recovery_.front();
+      pending_recovery_.erase(pending_recovery_.begin());
+      Recover(e);
+    }
+    return error_;
+  }
+  // Hosts `policy` as the node's stream policy and starts it.
+  void StartPolicy(std::unique_ptr<NodePolicy> policy) {
+    host_ = std::make_unique<PolicyHost>(std::move(policy), this);
+    timer_at_ = -1;
+    host_->Handle(Now(), event::Start{});
+  }
+  // FallBackToStore: the stream policy and everything in flight for it are dropped.
+  void DoFallBack(const std::string& reason) {
+    (void)reason;
+    state_.Update([](NodeResult* r) { ++r->fallbacks; });
+    links_.Close();
+    applier_.Drain();
+    store_.Drain();
+    queue_.Bump();
+    state_.Clear();
+    doubtful_blobs_.clear();
+    host_.reset();
+    timer_at_ = -1;
+    if (!store_.open()) Fault(UnavailableError("node " + std::to_string(plan_.rank) +
+                                               ": no object store to fall back to"));
+  }
+  void DoLeaveTree() {
+    links_.Close();
+    if (plan_.rank == 0) FillStore();
+  }
+  // Sender: the stream goes to the store (the tree is left, or the sender restarted): an
+  // uploader over every blob built so far and the rest as the builder produces them; objects
+  // the store already holds (the long-link relay's copy) are not put again.
+  void FillStore() {
+    Status st = store_.open() ? store_.SkipHeld(plan_.relay.prefix)
+                              : UnavailableError("sender: no object store to publish to");
+    if (!st.ok()) return Fault(st.WithContext("sender: filling the store"));
+    fed_.clear();
+    StartPolicy(MakeUploaderPolicy(plan_.relay));
+    for (const BlobPtr& b : state_.All()) {
+      fed_.insert(b->info.id);
+      host_->Handle(Now(), event::BlobProduced{b->info});
+    }
+  }
+  void DoReload() {
+    state_.Update([](NodeResult* r) { ++r->reloads; });
+    if (applier_.durable() == nullptr) return;  // the full-stream image starts empty anyway
+    Fault(applier_.durable()->ReloadCommitted().WithContext("reloading the committed version"));
+  }
+  void DoRepair(uint64_t chunk_id) {
+    auto it = doubtful_blobs_.find(chunk_id);
+    BlobPtr b = it == doubtful_blobs_.end() ? nullptr : state_.Find(it->second);
+    if (b == nullptr) {
+      return Fault(InternalError("overwrite of chunk " + std::to_string(chunk_id) +
+                                 " requested without its refused record"));
+    }
+    doubtful_blobs_.erase(it);
+    applier_.Repair(b);
+  }
+  // The fault point of plan.fault_kill_blob (first start only).
+  void MaybeKillAtBlob(uint64_t blob) {
+    if (starts_ == 1 && plan_.fault_kill_blob >= 0 &&
+        blob >= static_cast<uint64_t>(plan_.fault_kill_blob)) {
+      ::raise(SIGKILL);
+    }
+  }
+  void RecordRecovery() {
+    NodeResult* r = state_.result();
+    state_.Update([&](NodeResult*) {
+      if (recovery_ != nullptr) r->recoveries = recovery_->recoveries();
+      if (applier_.durable() != nullptr) {
+        const JournaledApplyStats st = applier_.durable()->stats();
+        r->overwrite_repairs = st.repaired;
+        r->chunks_skipped = st.duplicates_skipped;
+        r->storage_reattached = starts_ > 1 && applier_.durable()->storage_reattached();
+      }
+      if (mirror_ != nullptr) r->mirror_puts = mirror_->puts();
+    });
+  }
+  // Whether the loop is over: the stream policy is done (a failed one only once its failure
+  // left the node committed), or, recovering, the policy holds the node committed.
+  bool Finished() const {
+    if (recovery_ == nullptr) return host_->done();
+    if (recovery_->mode() == RecoveryPolicy::Mode::kGaveUp) return true;
+    if (host_ == nullptr) {
+      return plan_.rank != 0 && recovery_->mode() == RecoveryPolicy::Mode::kCommitted;
+    }
+    if (!host_->done()) return false;
+    if (!host_->failed()) return true;
+    return plan_.rank != 0 && recovery_->mode() == RecoveryPolicy::Mode::kCommitted;
+  }
+
   double Now() const { return SteadyNow() - t0_; }
   // This node's commit report: committed with the hash its storage holds, or failed with `s`.
   internal::ReportRecord OwnReport(const Status& s) const {
@@ -1238,23 +1543,46 @@ class SocketNode : public NodeEnvironment {
     DCR_RETURN_IF_ERROR(internal::CheckLiveness(
         internal::LivenessOptions{plan_.heartbeat_interval_s, plan_.read_deadline_s}, "plan"));
     const bool sender = plan_.rank == 0;
+    if (!plan_.state_dir.empty()) {
+      DCR_ASSIGN_OR_RETURN(starts_, internal::CountNodeStart(plan_.state_dir, plan_.rank));
+    }
+    state_.result()->starts = starts_;
+    const bool recover = !plan_.state_dir.empty() && !plan_.store.empty();
+    const bool restarted = recover && starts_ > 1;
+    const bool tree = plan_.transport == "relay_tree";
     if (!sender && carry_ != nullptr && *carry_ != nullptr) {
       applier_.Adopt(std::move(*carry_), plan_);
     } else if (!sender) {
-      DCR_RETURN_IF_ERROR(applier_.Open(plan_));
+      DCR_RETURN_IF_ERROR(applier_.Open(plan_, starts_));
     }
-    DCR_ASSIGN_OR_RETURN(std::unique_ptr<NodePolicy> policy, MakeNodePolicy(plan_));
-    host_ = std::make_unique<PolicyHost>(std::move(policy), this);
-    const std::string role = NodeRoleName(host_->policy().role());
-    state_.UpdateMetrics([&](internal::NodeMetrics* m) { m->role = role; });
-    if (plan_.transport == "relay_tree") {
-      if (static_cast<int>(plan_.addresses.size()) != static_cast<int>(plan_.parents.size())) {
-        return InvalidArgumentError("plan.addresses: need one per node");
-      }
-      DCR_RETURN_IF_ERROR(links_.Open(host_->links(), deadline_));
-    } else {
+    if (recover) {
+      RecoveryOptions ro;
+      ro.prefix = plan_.relay.prefix;
+      // The supervisor's restarts before this one were each a recovery of this node.
+      recovery_ = std::make_unique<RecoveryPolicy>(
+          sender ? RecoveryRole::kSender : RecoveryRole::kReceiver, ro, tree,
+          std::max(0, starts_ - 2));
+      links_.set_recover(true);
+    }
+    if (!restarted) {
+      DCR_ASSIGN_OR_RETURN(std::unique_ptr<NodePolicy> policy, MakeNodePolicy(plan_));
+      host_ = std::make_unique<PolicyHost>(std::move(policy), this);
+      const std::string role = NodeRoleName(host_->policy().role());
+      state_.UpdateMetrics([&](internal::NodeMetrics* m) { m->role = role; });
+    }
+    if (tree && static_cast<int>(plan_.addresses.size()) != static_cast<int>(plan_.parents.size())) {
+      return InvalidArgumentError("plan.addresses: need one per node");
+    }
+    // A restarted node does not rejoin the tree: its peers were told it left when it died.
+    if (tree && !restarted) DCR_RETURN_IF_ERROR(links_.Open(host_->links(), deadline_));
+    if (!tree || recover) {
       DCR_RETURN_IF_ERROR(store_.Open(sender ? plan_.relay.max_parallel_puts
                                              : plan_.relay.max_parallel_fetches));
+    }
+    if (recover && tree && plan_.mirror_to_store && !restarted) {
+      DCR_ASSIGN_OR_RETURN(std::unique_ptr<ObjectStore> mirror_store, OpenObjectStore(plan_.store));
+      mirror_ = std::make_unique<internal::StoreMirror>(std::move(mirror_store),
+                                                        plan_.relay.prefix);
     }
     if (sender) {
       // A refusal (checkpoints missing, unreadable, or unable to make a delta) reaches every
@@ -1265,8 +1593,19 @@ class SocketNode : public NodeEnvironment {
         return s;
       }
     }
-    state_.result()->role = NodeRoleName(host_->policy().role());
+    state_.result()->role = host_ != nullptr ? NodeRoleName(host_->policy().role())
+                            : sender                ? "sender"
+                                                    : "receiver";
     state_.result()->t_start = WallNow();
+    if (restarted) {
+      recovery::Restarted r;
+      if (!sender) {
+        r = applier_.durable() != nullptr ? applier_.durable()->restart_event()
+                                          : recovery::Restarted{true, false, 0, 0};
+      }
+      Recover(r);
+      DCR_RETURN_IF_ERROR(error_);
+    }
     return Status();
   }
 
@@ -1288,22 +1627,22 @@ class SocketNode : public NodeEnvironment {
   // Events in, one at a time, until the policy is done; the one timer and the deadline bound
   // every wait.
   Status Loop() {
-    host_->Handle(Now(), event::Start{});
-    DCR_RETURN_IF_ERROR(error_);
-    while (!host_->done()) {
+    if (host_ != nullptr) host_->Handle(Now(), event::Start{});
+    DCR_RETURN_IF_ERROR(AfterHandle());
+    while (!Finished()) {
       double until = deadline_;
       if (timer_at_ >= 0) until = std::min(until, t0_ + timer_at_);
+      if (recovery_timer_at_ >= 0) until = std::min(until, t0_ + recovery_timer_at_);
       if (!plan_.progress_path.empty()) until = std::min(until, next_progress_);
       QItem item;
       const bool got = queue_.Wait(until, &item);
-      if (got) {
-        const auto* produced = std::get_if<event::BlobProduced>(&item.event);
-        if (produced != nullptr && produced->blob.kind == BlobKind::kTrailer) {
-          stream_complete_ = true;
-          NoteTargetHash(produced->blob.id);
-        }
+      const auto* produced = got ? std::get_if<event::BlobProduced>(&item.event) : nullptr;
+      if (produced != nullptr && produced->blob.kind == BlobKind::kTrailer) {
+        stream_complete_ = true;
+        NoteTargetHash(produced->blob.id);
       }
       WriteProgressIfDue();
+      if (got && !item.fatal && item.gen != queue_.gen()) continue;  // of a stream left behind
       if (!got) {
         const double now = SteadyNow();
         if (now >= deadline_) {
@@ -1311,13 +1650,28 @@ class SocketNode : public NodeEnvironment {
                                        state_.result()->role + "): not done after " +
                                        std::to_string(plan_.timeout_s) + " s");
         }
+        if (recovery_timer_at_ >= 0 && now >= t0_ + recovery_timer_at_) {
+          recovery_timer_at_ = -1;
+          Recover(recovery::TimerFired{});
+          DCR_RETURN_IF_ERROR(AfterHandle());
+          continue;
+        }
         if (timer_at_ < 0 || now < t0_ + timer_at_) continue;  // woken for the progress file
         timer_at_ = -1;
         item.event = event::TimerFired{};
       }
       if (item.fatal) return item.status;
-      host_->Handle(Now(), item.event);
-      DCR_RETURN_IF_ERROR(error_);
+      if (item.is_recovery) {
+        if (const auto* d = std::get_if<recovery::ChunkDoubtful>(&item.recovery)) {
+          doubtful_blobs_[d->chunk_id] = item.blob;
+        }
+        Recover(item.recovery);
+      } else if (host_ != nullptr) {
+        // A sender filling the store was fed every blob built so far.
+        if (produced != nullptr && !fed_.insert(produced->blob.id).second) continue;
+        host_->Handle(Now(), item.event);
+      }
+      DCR_RETURN_IF_ERROR(AfterHandle());
     }
     return Status();
   }
@@ -1377,7 +1731,16 @@ class SocketNode : public NodeEnvironment {
   StoreJobs store_;
   ApplyJobs applier_;
   SenderBuilder builder_;
-  std::unique_ptr<PolicyHost> host_;
+  std::unique_ptr<PolicyHost> host_;  // null while a recovery waits to start the next stream
+  RecoveryEnv recovery_env_;
+  std::unique_ptr<RecoveryPolicy> recovery_;  // null: no recovery (no state_dir or store)
+  std::vector<recovery::Event> pending_recovery_;
+  std::map<uint64_t, BlobId> doubtful_blobs_;  // chunk id -> the blob whose relative form was refused
+  std::unique_ptr<internal::StoreMirror> mirror_;
+  std::set<BlobId> fed_;  // sender: blobs produced that the current policy was given
+  int starts_ = 1;
+  uint64_t blobs_whole_ = 0;
+  double recovery_timer_at_ = -1;
   double t0_ = 0, deadline_ = 0;
   double timer_at_ = -1;  // policy time of the armed timer; -1 = none
   double next_progress_ = 0;  // steady time of the next progress file write
@@ -1425,6 +1788,11 @@ Status RunNodeVersion(const NodePlan& plan, NodeResult* result,
 }  // namespace internal
 
 Status RunNode(const NodePlan& plan, NodeResult* result) {
+  if (!plan.versions.empty() && !plan.state_dir.empty()) {
+    return InvalidArgumentError(
+        "plan.state_dir: recovery (journal, durable storage, restarts) covers a node of one "
+        "version; a plan with versions runs without it");
+  }
   // One endpoint for the life of the process, whichever version runs (MetricsBoard).
   internal::MetricsServer metrics;
   if (!plan.metrics_address.empty()) {
@@ -1578,6 +1946,13 @@ std::string NodePlanToJson(const NodePlan& p) {
   if (!p.progress_path.empty()) j["progress_path"] = p.progress_path;
   j["ready_path"] = p.ready_path;
   j["go_path"] = p.go_path;
+  if (!p.state_dir.empty()) j["state_dir"] = p.state_dir;
+  if (p.mirror_to_store) j["mirror_to_store"] = true;
+  if (p.fault_kill_chunk >= 0 || p.fault_kill_blob >= 0) {
+    j["fault"] = {{"kill_chunk", p.fault_kill_chunk},
+                  {"kill_inside", p.fault_kill_inside},
+                  {"kill_blob", p.fault_kill_blob}};
+  }
   return j.dump(1);
 }
 
@@ -1655,6 +2030,14 @@ StatusOr<NodePlan> NodePlanFromJson(const std::string& text) {
     if (j.contains("ready_path")) p.ready_path = j["ready_path"].get<std::string>();
     if (j.contains("progress_path")) p.progress_path = j["progress_path"].get<std::string>();
     if (j.contains("go_path")) p.go_path = j["go_path"].get<std::string>();
+    if (j.contains("state_dir")) p.state_dir = j["state_dir"].get<std::string>();
+    if (j.contains("mirror_to_store")) p.mirror_to_store = j["mirror_to_store"].get<bool>();
+    if (j.contains("fault")) {
+      const auto& f = j["fault"];
+      p.fault_kill_chunk = f.at("kill_chunk").get<int64_t>();
+      p.fault_kill_inside = f.at("kill_inside").get<bool>();
+      p.fault_kill_blob = f.at("kill_blob").get<int64_t>();
+    }
   } catch (const std::exception& e) {
     return InvalidArgumentError(std::string("node plan JSON: ") + e.what());
   }
@@ -1687,6 +2070,15 @@ std::string NodeResultToJson(const NodeResult& r) {
   j["verified"] = r.verified;
   j["verify_message"] = r.verify_message;
   if (!r.freeze.empty()) j["freeze"] = r.freeze;
+  j["recovery"] = {{"starts", r.starts},
+                   {"recoveries", r.recoveries},
+                   {"fallbacks", r.fallbacks},
+                   {"reloads", r.reloads},
+                   {"overwrite_repairs", r.overwrite_repairs},
+                   {"chunks_skipped", r.chunks_skipped},
+                   {"mirror_puts", r.mirror_puts},
+                   {"storage_reattached", r.storage_reattached},
+                   {"log", r.recovery_log}};
   return j.dump(1);
 }
 
@@ -1723,6 +2115,18 @@ StatusOr<NodeResult> NodeResultFromJson(const std::string& text) {
     r.verified = j.at("verified").get<bool>();
     r.verify_message = j.at("verify_message").get<std::string>();
     if (j.contains("freeze")) r.freeze = j["freeze"].get<std::string>();
+    if (j.contains("recovery")) {
+      const auto& v = j["recovery"];
+      r.starts = v.value("starts", 1);
+      r.recoveries = v.value("recoveries", 0);
+      r.fallbacks = v.value("fallbacks", uint64_t{0});
+      r.reloads = v.value("reloads", uint64_t{0});
+      r.overwrite_repairs = v.value("overwrite_repairs", uint64_t{0});
+      r.chunks_skipped = v.value("chunks_skipped", uint64_t{0});
+      r.mirror_puts = v.value("mirror_puts", uint64_t{0});
+      r.storage_reattached = v.value("storage_reattached", false);
+      r.recovery_log = v.value("log", std::string());
+    }
   } catch (const std::exception& e) {
     return InvalidArgumentError(std::string("node result JSON: ") + e.what());
   }

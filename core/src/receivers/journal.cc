@@ -409,7 +409,12 @@ Status ReceiverJournal::AppendLocked(uint8_t type, const std::vector<uint8_t>& p
   std::vector<uint8_t> rec;
   AppendRecord(&rec, type, payload);
   Status w = WriteAll(fd_, rec.data(), rec.size(), size_);
-  if (w.ok() && sync) w = SyncFd(fd_, path_);
+  if (w.ok() && sync) {
+    w = SyncFd(fd_, path_);
+    if (w.ok()) unsynced_ = 0;
+  } else if (w.ok()) {
+    ++unsynced_;
+  }
   if (!w.ok()) {
     // Do not leave a partial record in the middle of the file.
     if (::ftruncate(fd_, static_cast<off_t>(size_)) != 0) {
@@ -449,7 +454,8 @@ Status ReceiverJournal::BeginDelta(const DeltaRef& d) {
 Status ReceiverJournal::BeginChunk(uint64_t chunk_id, const JournalChunk& chunk) {
   std::lock_guard<std::mutex> l(mu_);
   if (!state_.in_flight) return FailedPreconditionError("journal: BeginChunk with no delta");
-  return AppendLocked(kBeginChunk, ChunkPayload(chunk_id, chunk), /*sync=*/true);
+  const bool sync = !options_.group_commit || unsynced_ + 1 >= options_.group_records;
+  return AppendLocked(kBeginChunk, ChunkPayload(chunk_id, chunk), sync);
 }
 
 Status ReceiverJournal::EndChunk(uint64_t chunk_id) {

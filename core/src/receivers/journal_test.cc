@@ -3,6 +3,8 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -109,6 +111,48 @@ TEST(JournalTest, ChunkBeginWithoutEndIsDoubtfulAfterRestart) {
   EXPECT_EQ((*j)->Lookup(1, &got), JournalChunkState::kDoubtful);
   EXPECT_EQ((*j)->Lookup(2, &got), JournalChunkState::kApplied);
   EXPECT_EQ((*j)->Lookup(5, &got), JournalChunkState::kNone);
+}
+
+// Group commit: ChunkBegin records are written at once and fsynced with their group; a process
+// killed (SIGKILL) before any group sync loses none of them, so every begun chunk is doubtful and
+// every ended one applied after the restart.
+TEST(JournalTest, GroupCommitLosesNoRecordWhenTheProcessIsKilled) {
+  TempDir dir;
+  std::string p = dir / "j";
+  JournalOptions o;
+  o.group_commit = true;
+  o.group_records = 1000;
+  {
+    auto j = ReceiverJournal::Open(p, o);
+    ASSERT_TRUE(j.ok());
+    ASSERT_TRUE((*j)->RecordCommitted(V(1)).ok());
+    ASSERT_TRUE((*j)->BeginDelta(D(1, 2)).ok());
+  }
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    auto j = ReceiverJournal::Open(p, o);
+    if (!j.ok()) ::_exit(3);
+    for (uint64_t id = 0; id < 40; ++id) {
+      if (!(*j)->BeginChunk(id, C(id)).ok()) ::_exit(4);
+      if (id % 2 == 0 && !(*j)->EndChunk(id).ok()) ::_exit(4);
+    }
+    ::raise(SIGKILL);
+    ::_exit(5);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "child exited with " << WEXITSTATUS(status);
+  auto j = ReceiverJournal::Open(p, o);
+  ASSERT_TRUE(j.ok()) << j.status();
+  JournalState st = (*j)->state();
+  EXPECT_EQ(st.applied.size(), 20u);
+  EXPECT_EQ(st.doubtful.size(), 20u);
+  EXPECT_EQ(st.torn_bytes, 0u);
+  for (uint64_t id = 0; id < 40; ++id) {
+    EXPECT_EQ((*j)->Lookup(id, nullptr),
+              id % 2 == 0 ? JournalChunkState::kApplied : JournalChunkState::kDoubtful);
+  }
 }
 
 TEST(JournalTest, FailedRepairOfDoubtfulChunkStaysDoubtful) {

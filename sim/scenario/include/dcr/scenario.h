@@ -147,6 +147,12 @@ struct FaultsSpec {
   double detect_timeout_s = 0.25;  // a child notices a dead parent after this long
   double restart_delay_s = 0.2;    // a killed receiver restarts after this long
   bool only = false;               // skip the ordinary runs (fault runs only)
+  // Real process kills: refits through the shipped dcr-node processes, each with
+  // `process_kills` nodes SIGKILLed at seeded points (receivers between and inside chunks,
+  // relays mid-stream, the sender, a kill -9 from outside at a seeded moment); `dcr run`'s
+  // supervisor restarts them. 0 = none.
+  int process_runs = 0;
+  int process_kills = 3;
 };
 
 struct RegionSpec {
@@ -341,6 +347,11 @@ struct RunResult {
   std::vector<LinkBytes> links;
   std::vector<ReceiverResult> receiver_results;
   std::string error;          // empty on success
+  // Real runs: what the nodes recovered from (summed over every node's last process: fallbacks,
+  // reloads, overwrite_repairs, chunks_skipped, mirror_puts, node_restarts), and one line per
+  // node process that died and was restarted ("node 3: killed by signal 9; restart 1").
+  std::map<std::string, uint64_t> recovery;
+  std::vector<std::string> restarts;
 };
 
 // Totals of the fault-injection runs of a scenario (`faults:`); absent from the JSON when the
@@ -353,6 +364,7 @@ struct FaultSummary {
   int receivers = 0;           // summed over runs
   int receivers_verified = 0;  // byte-equal to the target and committed
   std::map<std::string, int> injected_by_kind;
+  std::map<std::string, int> survived_by_kind;  // real process kills (process_runs)
   uint64_t overwrite_repairs = 0;
   uint64_t fallbacks_to_store = 0;
   uint64_t restarts = 0;

@@ -1,0 +1,333 @@
+// Durable parts of a dcr-node (see node_recovery.h).
+#include "node/node_recovery.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "dcr/checkpoint.h"
+#include "dcr/delta.h"
+#include "dcr/status_macros.h"
+#include "dcr/versioning.h"
+
+namespace dcr::internal {
+
+namespace {
+
+std::string RankFile(const std::string& state_dir, int rank, const char* suffix) {
+  return state_dir + "/rank-" + std::to_string(rank) + suffix;
+}
+
+// This boot's id (empty when the kernel does not say).
+std::string BootId() {
+  auto b = ReadFile("/proc/sys/kernel/random/boot_id");
+  if (!b.ok()) return "";
+  std::string s(b->begin(), b->end());
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+Status MkdirOne(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoError("mkdir " + dir, errno);
+  return Status();
+}
+
+}  // namespace
+
+StatusOr<int> CountNodeStart(const std::string& state_dir, int rank) {
+  DCR_RETURN_IF_ERROR(MkdirOne(state_dir));
+  const std::string path = RankFile(state_dir, rank, ".starts");
+  int count = 0;
+  auto old = ReadFile(path);
+  if (old.ok()) count = std::atoi(std::string(old->begin(), old->end()).c_str());
+  ++count;
+  const std::string text = std::to_string(count) + "\n";
+  DCR_RETURN_IF_ERROR(WriteFileAtomic(path, text.data(), text.size()));
+  return count;
+}
+
+// A Receiver decorator: the fault point of KillPoint (inside or after the chunk application of
+// the chosen ordinal) and, over a mapping, the msync that makes a committed version durable
+// before the journal records it.
+class DurableReceiver::KillingReceiver : public Receiver {
+ public:
+  // `inventory` (may be null) is set to the inventory of every delta begun.
+  KillingReceiver(Receiver* inner, KillPoint kill, bool inside_layer, uint8_t* map, uint64_t size,
+                  Inventory* inventory)
+      : inner_(inner), kill_(kill), inside_layer_(inside_layer), map_(map), size_(size),
+        inventory_(inventory) {}
+  Status Begin(const uint8_t* h, size_t n) override {
+    DCR_RETURN_IF_ERROR(inner_->Begin(h, n));
+    if (inventory_ != nullptr) {
+      size_t consumed = 0;
+      DCR_ASSIGN_OR_RETURN(FileHeader header, ParseFileHeader(h, n, &consumed));
+      DCR_ASSIGN_OR_RETURN(*inventory_, Inventory::FromHeader(header));
+    }
+    return Status();
+  }
+  Status ApplyRecord(const uint8_t* r, size_t n) override {
+    const int64_t ord = ordinal_.fetch_add(1);
+    const bool here = ord == kill_.chunk && kill_.inside == inside_layer_;
+    Status s = inner_->ApplyRecord(r, n);
+    if (here) ::raise(SIGKILL);
+    return s;
+  }
+  Status Commit(const uint8_t* t, size_t n) override {
+    DCR_RETURN_IF_ERROR(inner_->Commit(t, n));
+    if (map_ != nullptr && ::msync(map_, size_, MS_SYNC) != 0) {
+      return ErrnoError("receiver storage: msync", errno);
+    }
+    return Status();
+  }
+  void Abort() override { inner_->Abort(); }
+  Status MarkApplied(uint64_t id, const Hash128& d) override { return inner_->MarkApplied(id, d); }
+  Status Verify(const Checkpoint& target) const override { return inner_->Verify(target); }
+  VersionId held() const override { return inner_->held(); }
+  bool in_delta() const override { return inner_->in_delta(); }
+  std::vector<uint64_t> MissingChunks(const Trailer& t) const override {
+    return inner_->MissingChunks(t);
+  }
+
+ private:
+  Receiver* inner_;
+  KillPoint kill_;
+  bool inside_layer_;
+  uint8_t* map_;
+  uint64_t size_;
+  Inventory* inventory_;
+  std::atomic<int64_t> ordinal_{0};
+};
+
+DurableReceiver::~DurableReceiver() {
+  outer_.reset();
+  journaled_.reset();
+  killing_.reset();
+  backend_.reset();
+  if (map_ != nullptr) ::munmap(map_, map_size_);
+}
+
+Status DurableReceiver::OpenMapped(const NodePlan& plan, bool restarted) {
+  (void)restarted;
+  storage_path_ = RankFile(plan.state_dir, plan.rank, ".storage");
+  for (const CheckpointFile& f : base_->files()) map_size_ += f.size;
+  const std::string meta_path = storage_path_ + ".meta";
+  const std::string boot = BootId();
+  // Re-attach: the file is the right size and written under this boot, or the journal has no
+  // delta in flight (the last commit msynced it).
+  struct stat st;
+  bool exists = ::stat(storage_path_.c_str(), &st) == 0 &&
+                static_cast<uint64_t>(st.st_size) == map_size_;
+  if (exists) {
+    auto meta = ReadFile(meta_path);
+    const std::string was = meta.ok() ? std::string(meta->begin(), meta->end()) : "";
+    exists = meta.ok() && (was == boot || !journal_->in_flight());
+  }
+  const int fd = ::open(storage_path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrnoError("receiver storage " + storage_path_, errno);
+  if (::ftruncate(fd, static_cast<off_t>(map_size_)) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return ErrnoError("receiver storage " + storage_path_ + ": size", err);
+  }
+  void* m = map_size_ == 0 ? nullptr
+                           : ::mmap(nullptr, map_size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int err = errno;
+  ::close(fd);
+  if (m == MAP_FAILED) return ErrnoError("receiver storage " + storage_path_ + ": mmap", err);
+  map_ = static_cast<uint8_t*>(m);
+  DCR_RETURN_IF_ERROR(WriteFileAtomic(meta_path, boot.data(), boot.size()));
+  reattached_ = exists;
+  return Status();
+}
+
+Status DurableReceiver::CopyBaseIntoMapping() {
+  uint64_t off = 0;
+  for (const CheckpointFile& f : base_->files()) {
+    if (f.size > 0) std::memcpy(map_ + off, f.data, f.size);
+    off += f.size;
+  }
+  if (map_size_ > 0 && ::msync(map_, map_size_, MS_SYNC) != 0) {
+    return ErrnoError("receiver storage " + storage_path_ + ": msync", errno);
+  }
+  return Status();
+}
+
+StatusOr<std::unique_ptr<DurableReceiver>> DurableReceiver::Open(const NodePlan& plan,
+                                                                 std::shared_ptr<Device> device,
+                                                                 int starts, const KillPoint& kill) {
+  if (plan.receiver_base_path.empty()) {
+    return InvalidArgumentError("plan.receiver_base_path: required for a delta receiver");
+  }
+  std::unique_ptr<DurableReceiver> r(new DurableReceiver());
+  DCR_ASSIGN_OR_RETURN(r->base_, Checkpoint::Open(plan.receiver_base_path));
+  r->base_version_ = VersionId{0, r->base_->ContentHash(0)};
+  const std::string journal_path = RankFile(plan.state_dir, plan.rank, ".journal");
+  JournalOptions jo;
+  jo.group_commit = true;
+  DCR_ASSIGN_OR_RETURN(r->journal_, ReceiverJournal::Open(journal_path, jo));
+  const bool restarted = starts > 1;
+  std::optional<VersionId> committed = r->journal_->committed();
+  const bool mapped = device == nullptr;
+  if (mapped) {
+    DCR_RETURN_IF_ERROR(r->OpenMapped(plan, restarted));
+    // The mapping holds whatever version the journal last committed; a lost one that is not the
+    // base cannot be reloaded here: the node starts over from the base.
+    if (committed && !r->reattached_ && *committed != r->base_version_) committed.reset();
+  } else if (committed && *committed != r->base_version_) {
+    committed.reset();  // device memory died with the process; the base file is what reloads
+  }
+  if (!committed) {
+    // First start (or a start over): the storage is the base, and the journal says so.
+    r->journal_.reset();
+    ::unlink(journal_path.c_str());
+    DCR_ASSIGN_OR_RETURN(r->journal_, ReceiverJournal::Open(journal_path, jo));
+    if (mapped) DCR_RETURN_IF_ERROR(r->CopyBaseIntoMapping());
+    DCR_RETURN_IF_ERROR(r->journal_->RecordCommitted(r->base_version_));
+    r->reattached_ = mapped;
+    committed = r->base_version_;
+  }
+  const JournalState js = r->journal_->state();
+  r->restart_.storage_lost = mapped ? !r->reattached_ : restarted;
+  r->restart_.target_committed = *committed != r->base_version_;
+  r->restart_.applied = js.applied.size();
+  r->restart_.doubtful = js.doubtful.size();
+  if (mapped) {
+    std::vector<ReceiverTensor> tensors;
+    const auto& files = r->base_->files();
+    std::vector<uint64_t> file_off;
+    uint64_t off = 0;
+    for (const CheckpointFile& f : files) {
+      file_off.push_back(off);
+      off += f.size;
+    }
+    for (const TensorInfo& t : r->base_->tensors()) {
+      const uint8_t* p = r->base_->data(t);
+      for (size_t i = 0; i < files.size(); ++i) {
+        if (p >= files[i].data && p < files[i].data + files[i].size) {
+          tensors.push_back({t, r->map_ + file_off[i] + (p - files[i].data)});
+          break;
+        }
+      }
+    }
+    r->backend_ = std::make_unique<BufferReceiver>(std::move(tensors), *committed);
+  } else {
+    auto d = MakeDeviceReceiver(device, *r->base_);
+    if (!d.ok()) return d.status().WithContext("receiver " + std::to_string(plan.rank));
+    r->backend_ = std::move(*d);
+  }
+  const KillPoint k = starts == 1 ? kill : KillPoint{};
+  r->killing_ = std::make_unique<KillingReceiver>(r->backend_.get(), k, true, r->map_, r->map_size_,
+                                                 nullptr);
+  r->journaled_ = std::make_unique<JournaledReceiver>(r->killing_.get(), r->journal_.get());
+  r->outer_ = std::make_unique<KillingReceiver>(r->journaled_.get(), k, false, nullptr, 0,
+                                               &r->inventory_);
+  return r;
+}
+
+Receiver* DurableReceiver::receiver() { return outer_.get(); }
+
+std::unique_ptr<Receiver> DurableReceiver::Handle() {
+  return std::make_unique<KillingReceiver>(outer_.get(), KillPoint{}, false, nullptr, 0, nullptr);
+}
+
+Status DurableReceiver::ReloadCommitted() {
+  if (map_ != nullptr) DCR_RETURN_IF_ERROR(CopyBaseIntoMapping());
+  return journal_->AbandonDelta();
+}
+
+StatusOr<std::vector<uint8_t>> DurableReceiver::OverwriteForm(const uint8_t* record,
+                                                              size_t size) const {
+  return OverwriteChunkFromRelative(record, size, inventory_, *base_);
+}
+
+bool DurableReceiver::Doubtful(uint64_t chunk_id) const {
+  return journal_->Lookup(chunk_id, nullptr) == JournalChunkState::kDoubtful;
+}
+
+JournaledApplyStats DurableReceiver::stats() const { return journaled_->stats(); }
+
+// ---- StoreMirror ----
+
+StoreMirror::StoreMirror(std::unique_ptr<ObjectStore> store, std::string prefix)
+    : store_(std::move(store)), prefix_(std::move(prefix)) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+StoreMirror::~StoreMirror() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+    cv_.notify_all();
+  }
+  thread_.join();
+}
+
+void StoreMirror::Put(const BlobInfo& info, std::shared_ptr<const std::vector<uint8_t>> bytes) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (info.kind == BlobKind::kTrailer) {
+    trailer_ = {info, std::move(bytes)};
+    have_trailer_ = true;
+  } else {
+    queue_.emplace_back(info, std::move(bytes));
+  }
+  cv_.notify_all();
+}
+
+void StoreMirror::Flush() {
+  std::unique_lock<std::mutex> l(mu_);
+  cv_.wait(l, [&] {
+    return queue_.empty() && !busy_ && !(have_trailer_ && put_ == trailer_.first.id);
+  });
+}
+
+uint64_t StoreMirror::puts() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return put_;
+}
+
+uint64_t StoreMirror::failures() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return failed_;
+}
+
+void StoreMirror::Loop() {
+  std::unique_lock<std::mutex> l(mu_);
+  while (true) {
+    // The trailer publishes the stream: it goes once every blob before it (ids 0 .. id-1) is in.
+    cv_.wait(l, [&] {
+      return stop_ || !queue_.empty() || (have_trailer_ && put_ == trailer_.first.id);
+    });
+    if (queue_.empty() && !(have_trailer_ && put_ == trailer_.first.id)) {
+      if (stop_) return;
+      continue;
+    }
+    std::pair<BlobInfo, std::shared_ptr<const std::vector<uint8_t>>> job;
+    if (!queue_.empty()) {
+      job = std::move(queue_.front());
+      queue_.pop_front();
+    } else {
+      job = std::move(trailer_);
+      have_trailer_ = false;
+    }
+    busy_ = true;
+    l.unlock();
+    Status s = store_->Put(ObjectKey(prefix_, job.first), job.second->data(), job.second->size());
+    l.lock();
+    busy_ = false;
+    if (s.ok()) {
+      ++put_;
+    } else {
+      ++failed_;
+    }
+    cv_.notify_all();
+    if (stop_ && queue_.empty()) return;
+  }
+}
+
+}  // namespace dcr::internal
