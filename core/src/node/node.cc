@@ -775,6 +775,12 @@ class StoreJobs {
   }
   uint64_t skipped() const { return skipped_.load(); }
   void Drain() { pool_.Drain(); }
+  // Synchronous store calls of the loop thread (commit reports).
+  Status PutNow(const std::string& key, const std::vector<uint8_t>& bytes) {
+    return store_->Put(key, bytes.data(), bytes.size());
+  }
+  StatusOr<std::vector<ObjectInfo>> ListNow(const std::string& prefix) { return store_->List(prefix); }
+  StatusOr<std::vector<uint8_t>> GetNow(const std::string& key) { return store_->Get(key); }
   bool open() const { return store_ != nullptr; }
   void List(const std::string& prefix) {
     pool_.Submit([this, prefix] { ListJob(prefix); });
@@ -1283,6 +1289,16 @@ class SocketNode : public NodeEnvironment {
       links_.SendReport(applier_.open() ? &own : nullptr);
     }
     r->reports = links_.reports();
+    // Recovering nodes also leave their report in the store, where a sender whose tree is gone
+    // collects the reports that could not travel up it.
+    if (recovery_ != nullptr && store_.open() && plan_.rank != 0 && applier_.open() &&
+        (committed_ || !s.ok())) {
+      (void)store_.PutNow(ReportKey(plan_.rank), OwnReport(s).bytes);
+    }
+    if (s.ok() && recovery_ != nullptr && plan_.rank == 0 && filled_store_ &&
+        plan_.transport == "relay_tree") {
+      s = CollectStoreReports(&r->reports);
+    }
     Teardown();
     if (plan_.rank != 0 && !committed_) {
       r->freeze = internal::PlanFreezeReport(plan_, applier_.floor(), r->t_start);
@@ -1440,6 +1456,7 @@ class SocketNode : public NodeEnvironment {
   // uploader over every blob built so far and the rest as the builder produces them; objects
   // the store already holds (the long-link relay's copy) are not put again.
   void FillStore() {
+    filled_store_ = true;
     Status st = store_.open() ? store_.SkipHeld(plan_.relay.prefix)
                               : UnavailableError("sender: no object store to publish to");
     if (!st.ok()) return Fault(st.WithContext("sender: filling the store"));
@@ -1499,6 +1516,40 @@ class SocketNode : public NodeEnvironment {
   }
 
   double Now() const { return SteadyNow() - t0_; }
+  // Store key of rank `rank`'s commit report: "<prefix>/reports/<rank>".
+  std::string ReportKey(int rank) const {
+    return plan_.relay.prefix + "/reports/" + std::to_string(rank);
+  }
+  // Sender whose tree is gone: waits (polling the store, within the node's deadline) until every
+  // receiver rank has a report, from the tree (`reports`) or from the store, and adds the
+  // store's to `reports`. A record of another run or version is not taken.
+  Status CollectStoreReports(std::vector<CommitReport>* reports) {
+    std::set<int> have;
+    for (const CommitReport& c : *reports) have.insert(c.rank);
+    const int n = static_cast<int>(plan_.parents.size());
+    while (true) {
+      for (int rank = 1; rank < n; ++rank) {
+        if (have.count(rank)) continue;
+        auto got = store_.GetNow(ReportKey(rank));
+        if (!got.ok()) continue;
+        size_t consumed = 0;
+        auto rec = internal::ParseReportRecord(got->data(), got->size(), &consumed);
+        if (!rec.ok() || rec->report.rank != rank || rec->report.run != plan_.run_id ||
+            rec->report.version != plan_.version) {
+          continue;
+        }
+        reports->push_back(rec->report);
+        have.insert(rank);
+      }
+      if (static_cast<int>(have.size()) >= n - 1) return Status();
+      if (SteadyNow() > deadline_) {
+        return DeadlineExceededError("sender: commit reports of " +
+                                     std::to_string(n - 1 - static_cast<int>(have.size())) +
+                                     " receivers never reached the tree or the store");
+      }
+      usleep(20000);
+    }
+  }
   // This node's commit report: committed with the hash its storage holds, or failed with `s`.
   internal::ReportRecord OwnReport(const Status& s) const {
     CommitReport r;
@@ -1739,6 +1790,7 @@ class SocketNode : public NodeEnvironment {
   std::unique_ptr<internal::StoreMirror> mirror_;
   std::set<BlobId> fed_;  // sender: blobs produced that the current policy was given
   int starts_ = 1;
+  bool filled_store_ = false;  // sender: the stream went to the store (tree left, or restarted)
   uint64_t blobs_whole_ = 0;
   double recovery_timer_at_ = -1;
   double t0_ = 0, deadline_ = 0;
