@@ -78,9 +78,6 @@ double Calibration::DecodeApplyBytesPerS(double rate) const {
   return Interp(rates, rate, &RatePoint::decode_apply_bytes_per_s);
 }
 
-double Calibration::ContextSizeRatio(double rate) const {
-  return Interp(rates, rate, &RatePoint::context_size_ratio);
-}
 double Calibration::ContextEncodeBytesPerS(double rate) const {
   return Interp(rates, rate, &RatePoint::context_encode_bytes_per_s);
 }
@@ -130,15 +127,12 @@ StatusOr<Calibration> ParseCalibration(const std::string& json_text, const std::
     };
     p.encode_wall_bytes_per_s = opt("encode_wall_bytes_per_s");
     p.decode_apply_wall_bytes_per_s = opt("decode_apply_wall_bytes_per_s");
-    const bool context = e.contains("context_payload_bytes");
+    const bool context = e.contains("context_encode_bytes_per_s");
     if (i == 0) c.has_context = context;
     if (context != c.has_context) {
       return InvalidArgumentError(where + ": context_* keys must be given for every rate or none");
     }
     if (context) {
-      DCR_ASSIGN_OR_RETURN(double cpayload, PositiveNumber(e, "context_payload_bytes", where));
-      DCR_ASSIGN_OR_RETURN(double payload, PositiveNumber(e, "payload_bytes", where));
-      p.context_size_ratio = cpayload / payload;
       DCR_ASSIGN_OR_RETURN(p.context_encode_bytes_per_s,
                            PositiveNumber(e, "context_encode_bytes_per_s", where));
       DCR_ASSIGN_OR_RETURN(p.context_decode_apply_bytes_per_s,

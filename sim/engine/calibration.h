@@ -6,9 +6,9 @@
 //     (the array may also be named "results"; the rate key may be "rate"). Bandwidths are
 //     bytes of dense tensor per second per core.
 // Optional: "device" (a string naming the machine), "cores" (cores used by the bench).
-// Optional per rate, the context-coded delta (format version 6, `dcr bench codec --json`):
-//   context_payload_bytes with payload_bytes (the same pair's plain delta): the context form's size
-//   relative to the plain one; context_encode_bytes_per_s, context_decode_apply_bytes_per_s;
+// Optional per rate, the context-coded delta's speeds (format version 6, `dcr bench codec --json`;
+// its size comes from the payload model, not from here): context_encode_bytes_per_s,
+//   context_decode_apply_bytes_per_s;
 //   context_transcode_bytes_per_s (decode context + apply + plain re-encode, what an edge relay
 //   does; when absent, decode+apply followed by the plain encoder's speed, a bound from above).
 //   Present for every rate or for none.
@@ -41,7 +41,6 @@ struct RatePoint {
   double encode_wall_bytes_per_s = 0;
   double decode_apply_wall_bytes_per_s = 0;
   // Context-coded (0 when absent).
-  double context_size_ratio = 0;  // context_payload_bytes / payload_bytes
   double context_encode_bytes_per_s = 0;
   double context_decode_apply_bytes_per_s = 0;
   double context_transcode_bytes_per_s = 0;
@@ -73,9 +72,8 @@ struct Calibration {
   // Linear interpolation in change rate, clamped to the measured range.
   double EncodeBytesPerS(double rate) const;
   double DecodeApplyBytesPerS(double rate) const;
-  // Context-coded delta (has_context): size relative to the plain delta, and speeds per core.
+  // Context-coded delta (has_context): speeds per core.
   bool has_context = false;
-  double ContextSizeRatio(double rate) const;
   double ContextEncodeBytesPerS(double rate) const;
   double ContextTranscodeBytesPerS(double rate) const;
 };

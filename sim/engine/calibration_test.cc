@@ -76,7 +76,6 @@ TEST(CalibrationTest, ContextKeysPerRate) {
                             "ctx.json");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_TRUE(c->has_context);
-  EXPECT_DOUBLE_EQ(c->ContextSizeRatio(0.03), 600.0 / 900.0);
   EXPECT_EQ(c->ContextEncodeBytesPerS(0.03), 1e9);
   // No transcoding speed given: context decode+apply, then the plain encoder.
   EXPECT_DOUBLE_EQ(c->ContextTranscodeBytesPerS(0.03), 1 / (1 / 3e9 + 1 / 2e9));

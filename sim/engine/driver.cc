@@ -691,7 +691,8 @@ RunOutcome RunInThisProcess(const RunSpec& spec) {
   const Topology wan_tree = *Topology::FanOut(2, 1, 1);  // sender -> edge relay
   RelayOptions edge_options = spec.relay;
   edge_options.apply = true;  // the edge relay's apply is its transcoding, chunk-parallel
-  edge_options.max_parallel_applies = std::max(1, spec.platform.edge_cores);
+  edge_options.max_parallel_applies =
+      spec.edge_parallel > 0 ? spec.edge_parallel : std::max(1, spec.platform.edge_cores);
   for (int i = 0; i < nodes; ++i) {
     ActorRole role;
     role.actor = i;

@@ -80,12 +80,13 @@ struct RunSpec {
   // Edge relay (relay tree only; platform.edge_cores > 0 names its host): the long link carries
   // `wan_blobs` (the context-coded stream: sizes, build cost on the sender; apply_flops = the edge
   // relay's transcoding of the blob, context decode + apply onto its canonical base + plain
-  // re-encode) from the sender to the edge relay, a leaf of a two-node tree that transcodes up to
-  // edge_cores blobs at once; each transcoded blob is produced, in id order, at the root of
-  // `topology`, which runs on the edge host and forwards `blobs` (the plain form) to the
-  // receivers. Same blob ids in both streams.
+  // re-encode, per core) from the sender to the edge relay, a leaf of a two-node tree that
+  // transcodes up to `edge_parallel` blobs at once (0: platform.edge_cores); each transcoded blob
+  // is produced, in id order, at the root of `topology`, which runs on the edge host and forwards
+  // `blobs` (the plain form) to the receivers. Same blob ids in both streams.
   bool edge_relay = false;
   std::vector<SimBlob> wan_blobs;
+  int edge_parallel = 0;
 };
 
 struct NodeOutcome {

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 
+#include "dcr/context.h"
 #include "dcr/delta.h"
 #include "dcr/dtype.h"
 #include "dcr/hash.h"
@@ -209,7 +210,7 @@ StatusOr<PayloadModel> MeasurePayload(const ModelConfig& cfg, double change_rate
   for (uint64_t e : small_elems_by_width) pm.grid_chunks += (e + o.chunk_elems - 1) / o.chunk_elems;
 
   pm.lr = CalibrateLr(change_rate, o);
-  double payload = 0, changed = 0;
+  double payload = 0, changed = 0, context_payload = 0;
   uint64_t class_seed = 1;
   for (auto& [name, a] : classes) {
     ClassPayload cp;
@@ -241,6 +242,23 @@ StatusOr<PayloadModel> MeasurePayload(const ModelConfig& cfg, double change_rate
     cp.bytes_per_element = static_cast<double>(bytes.size()) / cp.sample_elems;
     cp.payload_bytes = cp.bytes_per_element * cp.elements;
     payload += cp.payload_bytes;
+    // The context-coded record, against the sample's base bits (elem_width bytes each, little
+    // endian); the plain one where that is not smaller or the chunk has no context form.
+    const size_t width = DTypeWidth(a.dtype);
+    std::vector<uint8_t> base(cp.sample_elems * width);
+    for (uint64_t i = 0; i < cp.sample_elems; ++i) {
+      for (size_t b = 0; b < width; ++b) base[i * width + b] = (t.old_bits[i] >> (8 * b)) & 0xFF;
+    }
+    size_t context_size = bytes.size();
+    auto ctx = EncodeContextChunk(bytes.data(), bytes.size(), base.data(), base.size());
+    if (ctx.ok()) {
+      context_size = std::min(context_size, ctx->size());
+    } else if (!ctx.status().IsInvalidArgument()) {  // not codable: stays plain
+      return ctx.status().WithContext("payload model: context form of " + name);
+    }
+    cp.context_bytes_per_element = static_cast<double>(context_size) / cp.sample_elems;
+    cp.context_payload_bytes = cp.context_bytes_per_element * cp.elements;
+    context_payload += cp.context_payload_bytes;
     changed += cp.measured_rate * cp.elements;
     pm.classes.push_back(cp);
   }
@@ -249,6 +267,7 @@ StatusOr<PayloadModel> MeasurePayload(const ModelConfig& cfg, double change_rate
   pm.header_bytes += 256;
   double trailer = 64.0 + 40.0 * static_cast<double>(pm.grid_chunks);
   pm.delta_bytes = pm.header_bytes + payload + trailer;
+  pm.context_delta_bytes = pm.header_bytes + context_payload + trailer;
   return pm;
 }
 

@@ -45,6 +45,10 @@ struct ClassPayload {
   double bytes_per_element = 0;   // encoded chunk bytes / sampled elements
   double payload_bytes = 0;       // bytes_per_element * elements
   double dense_bytes = 0;
+  // The context-coded form (EncodeContextChunk against the sample's base bits; the plain record
+  // where it is not smaller or the chunk has no context form, as BuildDelta writes it).
+  double context_bytes_per_element = 0;
+  double context_payload_bytes = 0;
 };
 
 struct PayloadModel {
@@ -57,8 +61,19 @@ struct PayloadModel {
   uint64_t grid_chunks = 0;        // chunks of the real delta grid
   double dense_bytes = 0;          // full checkpoint tensor bytes
   double delta_bytes = 0;          // header + chunks + trailer
+  double context_delta_bytes = 0;  // the same, context-coded chunks
   double header_bytes = 0;
   std::vector<ClassPayload> classes;
+
+  // The context-coded chunks' bytes over the plain chunks' bytes (header and trailer excluded).
+  double ContextChunkRatio() const {
+    double plain = 0, context = 0;
+    for (const ClassPayload& c : classes) {
+      plain += c.payload_bytes;
+      context += c.context_payload_bytes;
+    }
+    return plain > 0 ? context / plain : 1;
+  }
 };
 
 // Measures the payload of `cfg` at `change_rate` (0 < rate < 1). kInvalidArgument for a bad rate,

@@ -31,6 +31,32 @@ TEST(PayloadModelTest, HitsTheRateAndShrinksLikeTheCodec) {
   auto again = MeasurePayload(small, 0.03, o);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->delta_bytes, p3->delta_bytes);
+  EXPECT_EQ(again->context_delta_bytes, p3->context_delta_bytes);
+}
+
+TEST(PayloadModelTest, ContextFormIsSmallerWhereItIsKept) {
+  auto cfg = GetPreset("llama3-8b");
+  ASSERT_TRUE(cfg.ok());
+  ModelConfig small = ScaleModel(*cfg, 8, 4, 1);
+  PayloadModelOptions o;
+  o.sample_elems = 1 << 18;
+  auto p3 = MeasurePayload(small, 0.03, o);
+  ASSERT_TRUE(p3.ok()) << p3.status();
+  // Every class keeps the smaller of its two forms, and the exponent-conditioned models code the
+  // BF16 weights' changes in fewer bytes than the plain record.
+  double bf16_plain = 0, bf16_context = 0;
+  for (const ClassPayload& c : p3->classes) {
+    EXPECT_LE(c.context_payload_bytes, c.payload_bytes) << c.name;
+    EXPECT_GT(c.context_payload_bytes, 0) << c.name;
+    if (c.dtype == "BF16") {
+      bf16_plain += c.payload_bytes;
+      bf16_context += c.context_payload_bytes;
+    }
+  }
+  ASSERT_GT(bf16_plain, 0);
+  EXPECT_LT(bf16_context, 0.97 * bf16_plain);
+  EXPECT_LT(p3->ContextChunkRatio(), 0.97);
+  EXPECT_LT(p3->context_delta_bytes, p3->delta_bytes);
 }
 
 TEST(PayloadModelTest, RejectsBadRates) {

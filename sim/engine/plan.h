@@ -26,9 +26,6 @@ struct Extra {
   int build_cores = 0;      // 0 = sim.gpus_per_node
   bool wall_clock = false;  // calibration_clock: wall
   int shared_cpu = 0;       // > 0: every node computes on one shared CPU of this many cores
-  // wan_context: the long link carries the context-coded delta to an edge relay in the rollout
-  // region that transcodes it to the plain form for the tree (relay-tree delta runs).
-  bool wan_context = false;
   int edge_cores = 64;      // edge_relay_cores: the edge relay's cores
 };
 // kInvalidArgument naming the sim.extra key for an unknown key or a bad value.

@@ -48,11 +48,7 @@ StatusOr<Extra> ParseExtra(const Scenario& s) {
   Extra e;
   for (const auto& [key, value] : s.sim.extra) {
     std::string path = "sim.extra." + key;
-    if (key == "wan_context") {
-      if (value == "on" || value == "true") e.wan_context = true;
-      else if (value == "off" || value == "false") e.wan_context = false;
-      else return InvalidArgumentError(path + ": must be 'on' or 'off', got '" + value + "'");
-    } else if (key == "edge_relay_cores") {
+    if (key == "edge_relay_cores") {
       char* end = nullptr;
       long v = std::strtol(value.c_str(), &end, 10);
       if (end == value.c_str() || *end != '\0' || v < 1 || v > 4096) {
@@ -91,7 +87,7 @@ StatusOr<Extra> ParseExtra(const Scenario& s) {
     } else {
       return InvalidArgumentError(path + ": unknown key (known: comm_budget, build_cores, "
                                   "calibration_clock, object_store_region, shared_cpu, "
-                                  "wan_context, edge_relay_cores)");
+                                  "edge_relay_cores)");
     }
   }
   return e;
@@ -262,8 +258,8 @@ StatusOr<SimInputs> LoadInputs(const Scenario& s, const SimOptions& options) {
   if (!cal_or.ok()) return cal_or.status().WithContext("sim.calibration");
   in.cal = std::move(*cal_or);
   if (in.extra.wall_clock) in.cal.UseWallClock();
-  if (in.extra.wan_context && !in.cal.has_context) {
-    return InvalidArgumentError("sim.extra.wan_context: the calibration " + in.cal.source +
+  if (s.delta.wan_context && !in.cal.has_context) {
+    return InvalidArgumentError("delta.wan_context: the calibration " + in.cal.source +
                                 " has no context_* keys per rate (dcr bench codec --json of the "
                                 "context-coded delta)");
   }
@@ -385,13 +381,17 @@ StatusOr<std::map<double, PayloadModel>> MeasurePayloads(const Scenario& s, cons
     result->setup[key] = "lr " + Num(pm->lr) + ", measured change " + Num(pm->measured_rate) +
                          ", delta " + Num(pm->delta_bytes) + " B of " + Num(pm->dense_bytes) +
                          " B dense (" + Num(pm->dense_bytes / pm->delta_bytes) + "x), " +
-                         std::to_string(pm->grid_chunks) + " grid chunks, measured in " +
+                         std::to_string(pm->grid_chunks) + " grid chunks; context-coded " +
+                         Num(pm->context_delta_bytes) + " B (" +
+                         Num(pm->dense_bytes / pm->context_delta_bytes) + "x, chunks " +
+                         Num(pm->ContextChunkRatio()) + " of the plain ones); measured in " +
                          Num(pm_wall) + " s";
     for (const internal::ClassPayload& c : pm->classes) {
       result->setup[key + "." + c.name] =
           std::to_string(c.elements) + " elements in " + std::to_string(c.tensors) +
           " tensors; sample " + std::to_string(c.sample_elems) + ", change " +
-          Num(c.measured_rate) + ", " + Num(c.bytes_per_element) + " B/element";
+          Num(c.measured_rate) + ", " + Num(c.bytes_per_element) + " B/element, " +
+          Num(c.context_bytes_per_element) + " context-coded";
     }
     payloads.emplace(rate, std::move(*pm));
   }
@@ -444,33 +444,46 @@ std::string PlanEdgeRelay(const SimInputs& in,
                           const internal::PlatformSpec& plat, const PayloadModel& pm, double rate,
                           double build_Bps, internal::RunSpec* spec) {
   const Calibration& cal = in.cal;
-  const double ratio = cal.ContextSizeRatio(rate);
+  // The context chunks' size against the plain ones, both measured on the payload model's samples.
+  const double ratio = pm.ContextChunkRatio();
   const double transcode_Bps = cal.ContextTranscodeBytesPerS(rate);
   const double ctx_encode_Bps = cal.ContextEncodeBytesPerS(rate);
   std::vector<internal::SimBlob> wan = spec->blobs;
+  // A merged chunk stands for `cells` grid cells that the edge relay transcodes on its cores as
+  // they arrive: it is transcoded by min(cells, cores) cores at once (as the sender builds it), so
+  // the throughput and the time to transcode the last one stay those of the real grid.
+  const double chunks = static_cast<double>(wan.size() - 2);
+  const double cells = static_cast<double>(std::max<uint64_t>(1, pm.grid_chunks)) / chunks;
+  const int cores_per_chunk = std::max(
+      1, static_cast<int>(std::min<double>(std::floor(cells), in.extra.edge_cores)));
+  const int edge_parallel = std::max(1, in.extra.edge_cores / cores_per_chunk);
   double context_payload = 0;
   for (internal::SimBlob& b : wan) {
     if (b.info.kind == BlobKind::kChunk) {
       b.info.size = static_cast<uint64_t>(std::llround(static_cast<double>(b.info.size) * ratio));
       b.build_flops = b.build_flops * build_Bps / ctx_encode_Bps;
-      b.apply_flops = internal::ComputeFlops(pm.dense_bytes / (wan.size() - 2), transcode_Bps);
+      b.apply_flops =
+          internal::ComputeFlops(pm.dense_bytes / chunks / cores_per_chunk, transcode_Bps);
     }
     context_payload += static_cast<double>(b.info.size);
   }
   const internal::WanChoice choice = internal::ChooseWanEncoding(
-      plat.wan_bandwidth, pm.dense_bytes, context_payload, in.extra.edge_cores, transcode_Bps);
+      plat.wan_bandwidth, pm.dense_bytes, context_payload, edge_parallel * cores_per_chunk,
+      transcode_Bps);
   std::string text =
       "context form " + Num(context_payload) + " B (" + Num(ratio) +
-      " of the plain chunks, calibration context_payload_bytes / payload_bytes), encode " +
+      " of the plain chunks, measured by the payload model), encode " +
       Num(ctx_encode_Bps) + " B/s per core; edge relay: 1 host in region " +
       plat.regions[1].name + ", " + std::to_string(in.extra.edge_cores) +
       " cores, holding the canonical base (" + Num(pm.dense_bytes / 1e9) +
       " GB in memory) and transcoding (context decode + apply + plain re-encode) at " +
-      Num(transcode_Bps) + " B/s per core: " + Num(choice.edge_dense_Bps) +
+      Num(transcode_Bps) + " B/s per core (" + std::to_string(edge_parallel) + " x " +
+      std::to_string(cores_per_chunk) + " cores per merged chunk): " + Num(choice.edge_dense_Bps) +
       " dense B/s against the " + Num(choice.link_dense_Bps) + " the link delivers";
   if (!choice.context) return text + ": it would lag, the long link carries the plain form";
   spec->edge_relay = true;
   spec->platform.edge_cores = in.extra.edge_cores;
+  spec->edge_parallel = edge_parallel;
   spec->wan_blobs = std::move(wan);
   return text + ": it keeps up, the long link carries the context form";
 }
@@ -507,7 +520,7 @@ std::vector<Pending> PlanRuns(const Scenario& s, const SimInputs& in,
           signing = ChargeSigning(cal, pm, z, in.build_cores, s.receivers.count, &spec);
         }
         std::string wan;
-        if (in.extra.wan_context && delta && kind == TransportKind::kRelayTree) {
+        if (s.delta.wan_context && delta && kind == TransportKind::kRelayTree) {
           wan = PlanEdgeRelay(in, plat, pm, rate, build_Bps, &spec);
         }
         pending.push_back(
