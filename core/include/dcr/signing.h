@@ -234,6 +234,16 @@ class TrustedReceiver : public Receiver {
   Status Commit(const uint8_t* trailer, size_t size) override;
   void Abort() override;
   Status MarkApplied(uint64_t chunk_id, const Hash128& version_delta) override;
+  // Applies `derived`, a record the receiving node built itself from the chunk record `source`
+  // (the overwrite form that repairs a doubtful chunk, OverwriteChunkFromRelative), to the inner
+  // receiver, once `source` is verified against a signed manifest of this delta and `derived`
+  // names the same chunk. `derived` is not listed by any manifest: what makes it trusted is that
+  // its values come from `source` and the receiver's own base, and the inner receiver checks its
+  // target hashes, which it copies from `source`. Errors: kFailedPrecondition when `source` is
+  // not (yet) covered by a verified manifest or its hash differs, kInvalidArgument when the two
+  // records name different chunks, and the inner receiver's.
+  Status ApplyDerived(const uint8_t* source, size_t source_size, const uint8_t* derived,
+                      size_t derived_size);
   Status Verify(const Checkpoint& target) const override { return inner_->Verify(target); }
   VersionId held() const override { return inner_->held(); }
   bool in_delta() const override { return inner_->in_delta(); }

@@ -12,6 +12,7 @@
 #include "dcr/manifest.h"
 #include "dcr/receiver.h"
 #include "dcr/signing.h"
+#include "dcr/versioning.h"
 #include "dcr/testing/fixtures.h"
 
 namespace dcr {
@@ -173,6 +174,52 @@ TEST_F(SigningTest, SignedStreamIsVersion6AndApplies) {
   // A receiver without a key applies the signed stream too (manifests skipped).
   auto plain_receiver = Receive(TrustOptions{});
   EXPECT_TRUE(Deliver(plain_receiver.get(), b).ok());
+}
+
+// A doubtful chunk is repaired with an overwrite form the receiving node builds itself: no
+// manifest lists that record, so it is applied through ApplyDerived, which checks the signed
+// record it came from.
+TEST_F(SigningTest, RepairFormsDerivedFromSignedChunksApply) {
+  Blobs b = Split(Build("target", key_.get()));
+  ASSERT_GT(b.records.size(), 6u);
+  auto base = Checkpoint::Open(dir_ / "base");
+  auto target = Checkpoint::Open(dir_ / "target");
+  ASSERT_TRUE(base.ok() && target.ok());
+  auto chunk_id = [](const std::vector<uint8_t>& rec) {
+    size_t hs = 0, rs = 0;
+    auto h = ParseChunkHeader(rec.data(), rec.size(), &hs, &rs);
+    EXPECT_TRUE(h.ok()) << h.status();
+    return h.ok() ? h->chunk_id : ~uint64_t{0};
+  };
+  DeltaOptions o;
+  o.chunk_elems = 1000;
+  const std::vector<uint8_t>& first = b.records[1];   // listed by the first manifest
+  const std::vector<uint8_t>& later = b.records[5];   // listed by the second one
+  auto ow = OverwriteChunkFromCheckpoints(**base, **target, o, chunk_id(first));
+  auto ow_later = OverwriteChunkFromCheckpoints(**base, **target, o, chunk_id(later));
+  ASSERT_TRUE(ow.ok() && ow_later.ok()) << ow.status();
+
+  auto r = Receive(Trusting());
+  ASSERT_TRUE(r->Begin(b.header.data(), b.header.size()).ok());
+  ASSERT_TRUE(r->ApplyRecord(b.records[0].data(), b.records[0].size()).ok());
+  // Its own hash is not the signed one.
+  EXPECT_TRUE(r->ApplyRecord(ow->data(), ow->size()).IsFailedPrecondition());
+  // Derived from another chunk, or from one no verified manifest lists yet: refused.
+  EXPECT_EQ(r->ApplyDerived(b.records[2].data(), b.records[2].size(), ow->data(), ow->size())
+                .code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_TRUE(r->ApplyDerived(later.data(), later.size(), ow_later->data(), ow_later->size())
+                  .IsFailedPrecondition());
+  // Derived from the signed record it repairs: applied.
+  Status s = r->ApplyDerived(first.data(), first.size(), ow->data(), ow->size());
+  ASSERT_TRUE(s.ok()) << s;
+  for (size_t i = 2; i < b.records.size(); ++i) {
+    s = r->ApplyRecord(b.records[i].data(), b.records[i].size());
+    ASSERT_TRUE(s.ok()) << "record " << i << ": " << s;
+  }
+  s = r->Commit(b.trailer.data(), b.trailer.size());
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(r->Verify(**target).ok());
 }
 
 TEST_F(SigningTest, UnsignedDeltaIsRefusedWithAKey) {

@@ -323,6 +323,26 @@ void TrustedReceiver::Abort() {
   pending_bytes_ = 0;
 }
 
+Status TrustedReceiver::ApplyDerived(const uint8_t* source, size_t source_size,
+                                     const uint8_t* derived, size_t derived_size) {
+  size_t hs = 0, rs = 0;
+  DCR_ASSIGN_OR_RETURN(ChunkHeader src, ParseChunkHeader(source, source_size, &hs, &rs));
+  DCR_ASSIGN_OR_RETURN(ChunkHeader der, ParseChunkHeader(derived, derived_size, &hs, &rs));
+  if (src.chunk_id != der.chunk_id) {
+    return InvalidArgumentError("a record derived from chunk " + std::to_string(src.chunk_id) +
+                                " names chunk " + std::to_string(der.chunk_id));
+  }
+  if (verifier_ != nullptr) {
+    DCR_ASSIGN_OR_RETURN(bool verified,
+                         verifier_->CheckChunk(src.chunk_id, Sha256(source, source_size)));
+    if (!verified) {
+      return FailedPreconditionError("chunk " + std::to_string(src.chunk_id) +
+                                     " is listed by no verified manifest yet: its repair waits");
+    }
+  }
+  return inner_->ApplyRecord(derived, derived_size);
+}
+
 Status TrustedReceiver::MarkApplied(uint64_t chunk_id, const Hash128& version_delta) {
   return inner_->MarkApplied(chunk_id, version_delta);
 }
