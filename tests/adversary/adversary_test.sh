@@ -127,11 +127,14 @@ as_attacker ls "$work" >/dev/null 2>&1; check attacker-cannot-list-work-dir 2 $?
 [ -e "$work/run-1/plan-1.json" ]; check plan-file-exists 0 $?
 rm -rf "$work"
 
-# A squatter listening on a receiver's port before the run: the run fails naming the port; the
-# squatter never gets a frame (at most a TLS handshake); nothing is committed.
+# A squatter listening on a receiver's port before the run: that receiver cannot listen (its
+# log names the port) and is restarted by `dcr run`; restarted, it recovers from the run's
+# in-region store instead of the tree, so the run still ends with the real target committed
+# everywhere. The squatter never gets a frame (at most a TLS handshake).
 as_attacker "$py" - "$((port + 2))" > "$tmp/squat.txt" 2>&1 <<'PY' &
 import socket, sys
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(8); s.settimeout(20)
+print("listening", flush=True)
 got = b""
 try:
     c, _ = s.accept(); c.settimeout(3)
@@ -144,18 +147,19 @@ except OSError:
 print("got frames" if b"DCRF" in got else "no frames", "tls" if got[:1] == b"\x16" else "not-tls")
 PY
 squat_pid=$!
-sleep 0.5
+for _ in $(seq 1 100); do grep -q listening "$tmp/squat.txt" 2>/dev/null && break; sleep 0.1; done
 TMPDIR="$pub" "$dcr" run "$tmp/run.yaml" --out "$tmp/squat.json" >/dev/null 2>"$tmp/squat.err"
-check squatted-run-fails 1 $?
-wait $squat_pid
-has squat-error-names-port "$tmp/squat.err" "listen on 127.0.0.1:$((port + 2)): Address already in use"
+check squatted-run-recovers 0 $?
+wait "$squat_pid"
+squat_work=$(sed -n 's/^dcr run: work dir \(.*\) (kept.*/\1/p' "$tmp/squat.err")
+has squat-log-names-port "$squat_work/run-1/node-2.log" "listen on 127.0.0.1:$((port + 2)): Address already in use"
 # (the run may end before its relay dials the squatter; when it does, it gets a TLS hello)
 has squatter-got-no-frame "$tmp/squat.txt" "no frames"
-"$py" - "$tmp/squat.json" <<'PY'; check squatted-nothing-committed 0 $?
+verified_run squatted-target-committed "$tmp/squat.json"
+"$py" - "$tmp/squat.json" <<'PY'; check squatted-receiver-restarted 0 $?
 import json, sys
 r = json.load(open(sys.argv[1]))["runs"][0]
-assert r["error"] and r["receivers_verified"] == 0, r
-assert not any(x.get("committed") for x in r.get("receiver_results", [])), r
+assert any(l.startswith("node 2: exit 15") for l in r.get("restarts", [])), r.get("restarts")
 PY
 rm -rf "$pub"/dcr-run-adv.*
 
