@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
       SignOptions so;
       so.run_id = 1;
       so.chunks_per_manifest = 2;
-      SigningSink signing(signing_key.get(), so, &signed_mem);
+      SigningSink signing(signing_key->get(), so, &signed_mem);
       if (!BuildDelta(v.full ? nullptr : base->get(), **target, o, &signing).ok()) return 1;
       Write(out + "/signed/seed-" + std::to_string(n), signed_mem.bytes());
     }
