@@ -46,6 +46,10 @@ has waiting-type "$tmp/waiting-3.txt" '# TYPE dcr_bytes_received_total counter'
 has waiting-no-bytes "$tmp/waiting-3.txt" 'dcr_bytes_received_total{rank="3",role="receiver"} 0'
 has waiting-holds-the-base "$tmp/waiting-3.txt" 'dcr_version_held{rank="3",role="receiver",hash="'
 has waiting-relay "$tmp/waiting-1.txt" 'dcr_node_up{rank="1",role="relay"} 1'
+has waiting-repairs "$tmp/waiting-3.txt" 'dcr_repairs_total{rank="3",role="receiver"} 0'
+has waiting-repairs-type "$tmp/waiting-3.txt" '# TYPE dcr_repairs_total counter'
+has waiting-starts "$tmp/waiting-3.txt" 'dcr_node_starts{rank="3",role="receiver"} 1'
+has waiting-fallbacks "$tmp/waiting-3.txt" 'dcr_fallbacks_total{rank="3",role="receiver"} 0'
 lacks waiting-no-error "$tmp/waiting-3.txt" "dcr_last_error_info"
 curl -s -D "$tmp/h.txt" -o /dev/null "http://127.0.0.1:$((mport + 3))/metrics"
 has content-type "$tmp/h.txt" "Content-Type: text/plain; version=0.0.4"

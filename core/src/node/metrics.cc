@@ -104,6 +104,24 @@ std::string RenderMetrics(const NodeMetrics& m) {
          Number(m.last_byte_at));
   metric("dcr_commit_time_seconds", "gauge", "Unix time of the commit (0: not yet).",
          Number(m.committed_at));
+  metric("dcr_node_starts", "gauge",
+         "Starts of this node counted in its state directory (1: never restarted).",
+         Number(m.starts));
+  metric("dcr_recoveries_total", "counter", "Recoveries the node's RecoveryPolicy spent.",
+         Number(m.recoveries));
+  metric("dcr_repairs_total", "counter",
+         "Doubtful chunks (interrupted by a crash) repaired with their overwrite form.",
+         Number(m.repairs));
+  metric("dcr_fallbacks_total", "counter",
+         "Times the node left its stream for the object store (a lost parent, a failed tree).",
+         Number(m.fallbacks));
+  metric("dcr_reloads_total", "counter",
+         "Reloads of the committed version into storage lost with a process.", Number(m.reloads));
+  metric("dcr_chunks_skipped_total", "counter",
+         "Chunks the journal showed applied, not written again after a restart.",
+         Number(m.chunks_skipped));
+  metric("dcr_mirror_puts_total", "counter",
+         "Blobs this long-link relay put into the in-region store.", Number(m.mirror_puts));
   if (!m.last_error.empty()) {
     metric("dcr_last_error_info", "gauge", "The node's error, in the message label.", "1",
            ",message=\"" + Escape(m.last_error) + "\"");

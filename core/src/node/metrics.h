@@ -41,13 +41,26 @@ struct NodeMetrics {
   double committed_at = 0;      // wall seconds of the commit (0: not yet)
   double now = 0;               // wall seconds of the snapshot
   std::string last_error;       // the node's error ("" while none)
+  // Recovery actions (NodeResult's fields of the same meaning): the process's start count in
+  // its state directory (1 = first start), the recoveries its RecoveryPolicy spent, doubtful
+  // chunks repaired with their overwrite form, fallbacks to the object store, reloads of the
+  // committed version, chunks the journal showed applied (skipped), blobs mirrored to the store.
+  uint64_t starts = 1;
+  uint64_t recoveries = 0;
+  uint64_t repairs = 0;
+  uint64_t fallbacks = 0;
+  uint64_t reloads = 0;
+  uint64_t chunks_skipped = 0;
+  uint64_t mirror_puts = 0;
 };
 
 // The Prometheus text exposition of `m`: dcr_node_up, dcr_node_committed,
 // dcr_version_target, dcr_version_held (label hash), dcr_lag_seconds (seconds since the start
 // while not committed, 0 after), dcr_bytes_received_total, dcr_bytes_sent_total,
 // dcr_bytes_sent_long_total, dcr_chunks_applied_total, dcr_apply_seconds_total,
-// dcr_start_time_seconds, dcr_last_byte_time_seconds, dcr_commit_time_seconds and, while there is
+// dcr_start_time_seconds, dcr_last_byte_time_seconds, dcr_commit_time_seconds, the recovery
+// counters dcr_node_starts, dcr_recoveries_total, dcr_repairs_total, dcr_fallbacks_total,
+// dcr_reloads_total, dcr_chunks_skipped_total, dcr_mirror_puts_total and, while there is
 // an error, dcr_last_error_info{message="..."} 1; every sample labelled rank and role.
 std::string RenderMetrics(const NodeMetrics& m);
 

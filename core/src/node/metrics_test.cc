@@ -41,6 +41,28 @@ TEST(RenderMetrics, OneSampleLineEachWithTypeAndLabels) {
   EXPECT_EQ(t.find("dcr_last_error_info"), std::string::npos);
 }
 
+TEST(RenderMetrics, RecoveryCountersAreExported) {
+  NodeMetrics m = Sample();
+  m.starts = 2;
+  m.recoveries = 3;
+  m.repairs = 4;
+  m.fallbacks = 1;
+  m.reloads = 5;
+  m.chunks_skipped = 6;
+  m.mirror_puts = 7;
+  const std::string t = RenderMetrics(m);
+  EXPECT_NE(t.find("# TYPE dcr_repairs_total counter\n"
+                   "dcr_repairs_total{rank=\"3\",role=\"receiver\"} 4\n"),
+            std::string::npos) << t;
+  EXPECT_NE(t.find("dcr_node_starts{rank=\"3\",role=\"receiver\"} 2\n"), std::string::npos);
+  EXPECT_NE(t.find("dcr_recoveries_total{rank=\"3\",role=\"receiver\"} 3\n"), std::string::npos);
+  EXPECT_NE(t.find("dcr_fallbacks_total{rank=\"3\",role=\"receiver\"} 1\n"), std::string::npos);
+  EXPECT_NE(t.find("dcr_reloads_total{rank=\"3\",role=\"receiver\"} 5\n"), std::string::npos);
+  EXPECT_NE(t.find("dcr_chunks_skipped_total{rank=\"3\",role=\"receiver\"} 6\n"),
+            std::string::npos);
+  EXPECT_NE(t.find("dcr_mirror_puts_total{rank=\"3\",role=\"receiver\"} 7\n"), std::string::npos);
+}
+
 TEST(RenderMetrics, ErrorIsALabelWithQuotesAndNewlinesEscaped) {
   NodeMetrics m = Sample();
   m.up = false;

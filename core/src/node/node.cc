@@ -269,6 +269,9 @@ class NodeState {
     m.bytes_sent_long = result_->bytes_sent_long;
     m.apply_seconds = result_->apply_seconds;
     m.last_byte_at = result_->t_last_blob;
+    m.starts = static_cast<uint64_t>(result_->starts);
+    m.fallbacks = result_->fallbacks;
+    m.reloads = result_->reloads;
     m.now = WallNow();
     return m;
   }
@@ -1265,7 +1268,11 @@ class SocketNode : public NodeEnvironment {
       m->up = true;
     });
     if (!plan_.metrics_address.empty()) {
-      internal::MetricsBoard::Process().Attach([this] { return state_.Metrics(); });
+      internal::MetricsBoard::Process().Attach([this] {
+        internal::NodeMetrics m = state_.Metrics();
+        m.repairs = applier_.repairs();
+        return m;
+      });
     }
     Status s = Setup();
     if (s.ok()) s = Barrier();
@@ -1425,6 +1432,8 @@ class SocketNode : public NodeEnvironment {
       });
     }
     PerformRecovery(acts, &recovery_env_);
+    const uint64_t spent = static_cast<uint64_t>(recovery_->recoveries());
+    state_.UpdateMetrics([&](internal::NodeMetrics* m) { m->recoveries = spent; });
   }
   // Decisions on what the last Handle reported (a policy's Fail, a commit).
   Status AfterHandle() {
@@ -1508,6 +1517,11 @@ class SocketNode : public NodeEnvironment {
         r->storage_reattached = starts_ > 1 && applier_.durable()->storage_reattached();
       }
       if (mirror_ != nullptr) r->mirror_puts = mirror_->puts();
+    });
+    state_.UpdateMetrics([&](internal::NodeMetrics* m) {
+      m->recoveries = static_cast<uint64_t>(r->recoveries);
+      m->chunks_skipped = r->chunks_skipped;
+      m->mirror_puts = r->mirror_puts;
     });
   }
   // Whether the loop is over: the stream policy is done (a failed one only once its failure
