@@ -1,5 +1,5 @@
 // Writes seed inputs for the fuzz targets: real deltas (ulp, XOR, full frame, small and batched
-// tensors), the same signed, their chunk records, overwrite forms and context-coded forms, and
+// tensors), the same signed (and signed with context coding), their chunk records, overwrite forms and context-coded forms, and
 // journals of real applies.
 //   dcr_fuzz_seeds OUT_DIR   ->  OUT_DIR/{chunk,delta,journal,signed}/seed-*
 #include <sys/stat.h>
@@ -86,6 +86,17 @@ int main(int argc, char** argv) {
       SigningSink signing(signing_key->get(), so, &signed_mem);
       if (!BuildDelta(v.full ? nullptr : base->get(), **target, o, &signing).ok()) return 1;
       Write(out + "/signed/seed-" + std::to_string(n), signed_mem.bytes());
+    }
+    if (!v.full) {  // signed with context coding: manifests list both forms of context chunks
+      DeltaOptions oc = o;
+      oc.context_coding = true;
+      DeltaMemorySink signed_mem;
+      SignOptions so;
+      so.run_id = 1;
+      so.chunks_per_manifest = 2;
+      SigningSink signing(signing_key->get(), so, &signed_mem);
+      if (!BuildDelta(base->get(), **target, oc, &signing).ok()) return 1;
+      Write(out + "/signed/seed-" + std::to_string(n) + "-ctx", signed_mem.bytes());
     }
     auto r = DeltaReader::FromBytes(bytes);
     if (!r.ok()) return 1;

@@ -385,6 +385,124 @@ TEST(GoldenContext, ContextDeltaIsPinnedAndConvertsToPlain) {
   EXPECT_GE(context_chunks, 5);
 }
 
+// The context-coded golden delta signed (key of seed 0..31, run 1, two chunks per manifest) is
+// pinned; every manifest entry of a context-coded chunk lists both forms (forms = 2): the SHA-256
+// of the context record and of its plain record as ContextChunkToPlain rebuilds it from the base,
+// which is the plain golden delta's record. The delta verifies and applies as built and with every
+// context chunk replaced by its plain form (what a relay that decodes for its subtree forwards).
+TEST(GoldenContext, SignedContextDeltaIsPinnedAndListsBothForms) {
+  Tmp tmp;
+  const Pair pair = MakeFloatPair();
+  const fs::path bp = tmp.dir / "float_base.safetensors", tp = tmp.dir / "float_target.safetensors";
+  ASSERT_TRUE(WriteSafetensors(bp.string(), pair.bv).ok());
+  ASSERT_TRUE(WriteSafetensors(tp.string(), pair.tv).ok());
+  auto b = Checkpoint::Open(bp.string());
+  auto t = Checkpoint::Open(tp.string());
+  ASSERT_TRUE(b.ok() && t.ok());
+  std::array<uint8_t, 32> seed;
+  for (int i = 0; i < 32; ++i) seed[i] = static_cast<uint8_t>(i);
+  auto key = SigningKey::FromSeed(seed);
+  ASSERT_TRUE(key.ok()) << key.status();
+  DeltaOptions o = GoldenOptions();
+  o.context_coding = true;
+  DeltaMemorySink mem;
+  SignOptions so;
+  so.run_id = 1;
+  so.chunks_per_manifest = 2;
+  SigningSink sink(key->get(), so, &mem);
+  ASSERT_TRUE(BuildDelta(b->get(), **t, o, &sink).ok());
+  const fs::path file = kGolden / "v6_signed_context.dcr";
+  if (std::getenv("DCR_UPDATE_GOLDEN") != nullptr) {
+    ASSERT_TRUE(WriteFileAtomic(file.string(), mem.bytes().data(), mem.bytes().size()).ok());
+  }
+  ASSERT_TRUE(fs::exists(file)) << file << " missing (run from the source root)";
+  EXPECT_EQ(mem.bytes(), Read(file)) << "encoder output for " << file << " changed";
+  const std::vector<uint8_t> bytes = Read(file);
+  auto d = DeltaReader::FromBytes(bytes);
+  auto c = DeltaReader::FromBytes(Read(kGolden / "v6_context.dcr"));
+  ASSERT_TRUE(d.ok() && c.ok()) << d.status();
+  EXPECT_EQ((*d)->header().flags & (kFlagSigned | kFlagContext), kFlagSigned | kFlagContext);
+  auto trust = TrustKey::FromRaw((*key)->public_key());
+  ASSERT_TRUE(trust.ok());
+  Status v = VerifyDeltaFile(**d, *trust, 1);
+  EXPECT_TRUE(v.ok()) << v;
+  // The chunk records are the unsigned context delta's, moved to make room for the manifests.
+  ASSERT_EQ((*d)->num_chunks(), (*c)->num_chunks());
+  for (size_t i = 0; i < (*c)->num_chunks(); ++i) {
+    ASSERT_EQ((*d)->chunk_size(i), (*c)->chunk_size(i));
+    EXPECT_EQ(0, std::memcmp((*d)->chunk_data(i), (*c)->chunk_data(i), (*c)->chunk_size(i)));
+  }
+  std::vector<TensorBuffer> tbs;
+  for (size_t k = 0; k < pair.bv.size(); ++k) {
+    tbs.push_back(TensorBuffer{const_cast<uint8_t*>(pair.base[k].data()), pair.base[k].size() / 2, 2, 0});
+  }
+  // Walk the stream: manifests, then their chunks; build the decoded stream beside it.
+  size_t hsize = 0;
+  ASSERT_TRUE(ParseFileHeader(bytes.data(), bytes.size(), &hsize).ok());
+  uint64_t trailer_offset = 0;
+  std::memcpy(&trailer_offset, bytes.data() + bytes.size() - 24, 8);
+  std::map<uint64_t, ManifestEntry> listed;
+  std::vector<std::vector<uint8_t>> built, decoded;  // records as built / as a decoding relay sends
+  int both = 0, manifests = 0;
+  for (size_t off = hsize; off < trailer_offset;) {
+    const uint8_t* p = bytes.data() + off;
+    size_t rs = 0, hs = 0;
+    if (IsManifestRecord(p, trailer_offset - off)) {
+      auto m = ParseManifest(p, trailer_offset - off, &rs);
+      ASSERT_TRUE(m.ok()) << m.status();
+      for (const ManifestEntry& e : m->entries) listed[e.chunk_id] = e;
+      ++manifests;
+      built.emplace_back(p, p + rs);
+      decoded.emplace_back(p, p + rs);
+      off += rs;
+      continue;
+    }
+    auto h = ParseChunkHeader(p, trailer_offset - off, &hs, &rs);
+    ASSERT_TRUE(h.ok()) << h.status();
+    ASSERT_TRUE(listed.count(h->chunk_id)) << "chunk " << h->chunk_id << " before its manifest";
+    const ManifestEntry& e = listed[h->chunk_id];
+    built.emplace_back(p, p + rs);
+    EXPECT_EQ(e.has_context, IsContextCoded(*h)) << "chunk " << h->chunk_id;
+    if (IsContextCoded(*h)) {
+      ++both;
+      EXPECT_EQ(e.context, Sha256(p, rs));
+      std::vector<uint8_t> covered;
+      ASSERT_TRUE(GatherCoveredBits(*h, tbs, &covered).ok());
+      auto plain = ContextChunkToPlain(p, rs, covered.data(), covered.size());
+      ASSERT_TRUE(plain.ok()) << plain.status();
+      EXPECT_EQ(e.plain, Sha256(plain->data(), plain->size())) << "chunk " << h->chunk_id;
+      decoded.push_back(*plain);
+    } else {
+      EXPECT_EQ(e.plain, Sha256(p, rs));
+      decoded.emplace_back(p, p + rs);
+    }
+    off += rs;
+  }
+  EXPECT_GE(both, 5);
+  EXPECT_GE(manifests, 2);
+  // Both streams through a TrustedReceiver over the base's bytes.
+  for (int form = 0; form < 2; ++form) {
+    std::vector<std::vector<uint8_t>> store = pair.base;
+    std::vector<ReceiverTensor> tensors;
+    const Inventory& inv = (*d)->inventory();
+    for (size_t i = 0; i < inv.tensors.size(); ++i) tensors.push_back({inv.tensors[i], store[i].data()});
+    TrustOptions to;
+    to.key = *trust;
+    to.run_id = 1;
+    TrustedReceiver rx(std::make_unique<BufferReceiver>(
+                           std::move(tensors), VersionId{(*d)->header().base_version, (*b)->ContentHash(1)}),
+                       to);
+    ASSERT_TRUE(rx.Begin(bytes.data(), hsize).ok());
+    for (const std::vector<uint8_t>& rec : form == 0 ? built : decoded) {
+      Status s = rx.ApplyRecord(rec.data(), rec.size());
+      ASSERT_TRUE(s.ok()) << "form " << form << ": " << s;
+    }
+    Status s = rx.Commit(bytes.data() + trailer_offset, bytes.size() - trailer_offset);
+    ASSERT_TRUE(s.ok()) << "form " << form << ": " << s;
+    EXPECT_EQ(store, pair.target) << "form " << form;
+  }
+}
+
 // tests/golden-errors/MANIFEST: "<file> <kind: delta|checkpoint> <STATUS_CODE> <message substring>".
 TEST(GoldenErrors, EveryMalformedInputGivesItsClearError) {
   std::ifstream manifest(kErrors / "MANIFEST");

@@ -191,6 +191,13 @@ class DeltaSink {
   virtual ~DeltaSink() = default;
   virtual Status OnHeader(const std::vector<uint8_t>& bytes) = 0;
   virtual Status OnChunk(const ChunkHeader& header, const std::vector<uint8_t>& bytes) = 0;
+  // A context-coded chunk record `bytes` (position mode 3, core/FORMAT.md section 2.5) together
+  // with `plain`, the record of the same chunk in its plain encoding: the bytes the encoder wrote
+  // before context coding, which ContextChunkToPlain gives back from `bytes` and the base. Only
+  // `bytes` is part of the stream; `plain` lets a sink vouch for both forms (SigningSink lists
+  // both SHA-256s, so that a relay may forward either). The default passes `bytes` to OnChunk.
+  virtual Status OnContextChunk(const ChunkHeader& header, const std::vector<uint8_t>& bytes,
+                                const std::vector<uint8_t>& plain);
   // A manifest record (dcr/manifest.h), part of the stream like a chunk but not in the trailer's
   // chunk table. The default refuses it (kUnimplemented): a sink that cannot place it.
   virtual Status OnManifest(const std::vector<uint8_t>& bytes);

@@ -101,7 +101,13 @@ struct SignOptions {
 
 // A DeltaSink that turns the unsigned stream a builder produces into a signed one on `inner`: the
 // header with kFlagSigned (format version 6), a signed manifest before each batch of chunks, the
-// trailer's chunk table with the records' new offsets. `key` and `inner` must outlive the sink.
+// trailer's chunk table with the records' new offsets. Each manifest entry lists the SHA-256 of
+// the chunk's plain record and, for a context-coded chunk handed over with its plain form
+// (OnContextChunk, as BuildDelta does), also the SHA-256 of the context-coded record (forms = 2):
+// a receiver accepts either, so a relay that decodes the context form to the plain one (for a
+// subtree without the base bits) forwards a chunk that still verifies. A context-coded chunk that
+// arrives through OnChunk alone is listed with its own SHA-256 in the plain slot (forms = 1).
+// `key` and `inner` must outlive the sink.
 // Errors: the inner sink's, kDataLoss for a header or trailer that does not parse,
 // kInvalidArgument for a stream that already has manifests.
 class SigningSink : public DeltaSink {
@@ -109,10 +115,18 @@ class SigningSink : public DeltaSink {
   SigningSink(const SigningKey* key, SignOptions options, DeltaSink* inner);
   Status OnHeader(const std::vector<uint8_t>& bytes) override;
   Status OnChunk(const ChunkHeader& header, const std::vector<uint8_t>& bytes) override;
+  Status OnContextChunk(const ChunkHeader& header, const std::vector<uint8_t>& bytes,
+                        const std::vector<uint8_t>& plain) override;
   Status OnManifest(const std::vector<uint8_t>& bytes) override;
   Status OnTrailer(const std::vector<uint8_t>& bytes) override;
 
  private:
+  struct Held {
+    ChunkHeader header;
+    std::vector<uint8_t> bytes;
+    std::optional<Sha256Digest> plain_sha;  // set for a context-coded record with its plain form
+  };
+  Status Hold(Held held);
   Status Flush(bool final, const Trailer* trailer);
 
   const SigningKey* key_;
@@ -122,7 +136,7 @@ class SigningSink : public DeltaSink {
   Sha256Digest header_sha_{};
   uint32_t sequence_ = 0;
   uint64_t offset_ = 0;  // bytes passed to inner_
-  std::vector<std::pair<ChunkHeader, std::vector<uint8_t>>> batch_;
+  std::vector<Held> batch_;
   std::map<uint64_t, ChunkTableEntry> placed_;  // chunk id -> where it went
 };
 

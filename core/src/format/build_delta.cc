@@ -244,10 +244,12 @@ class DeltaBuilder {
   // Adds a cell's changes, bytes and histogram to the per-tensor statistics.
   void AccountCell(const GridCell& cell, const CellStats& sc, const std::vector<uint8_t>& bytes);
   // Replaces the plain record `*bytes` of `cell` with its context-coded form when it has one and
-  // that is smaller.
-  Status ContextCode(const GridCell& cell, std::vector<uint8_t>* bytes) const;
-  // Hands one encoded chunk to the sink and records it in the chunk table.
-  Status EmitChunk(const std::vector<uint8_t>& bytes);
+  // that is smaller; the plain record then moves to `*plain` (left empty otherwise).
+  Status ContextCode(const GridCell& cell, std::vector<uint8_t>* bytes,
+                     std::vector<uint8_t>* plain) const;
+  // Hands one encoded chunk to the sink and records it in the chunk table; `plain` is the plain
+  // form of a context-coded record (the sink's OnContextChunk), empty for a plain one.
+  Status EmitChunk(const std::vector<uint8_t>& bytes, const std::vector<uint8_t>& plain);
 
   const Checkpoint* base_;
   const Checkpoint* target_;
@@ -603,7 +605,9 @@ void DeltaBuilder::AccountCell(const GridCell& cell, const CellStats& sc,
   }
 }
 
-Status DeltaBuilder::ContextCode(const GridCell& cell, std::vector<uint8_t>* bytes) const {
+Status DeltaBuilder::ContextCode(const GridCell& cell, std::vector<uint8_t>* bytes,
+                                 std::vector<uint8_t>* plain) const {
+  plain->clear();
   size_t hsize = 0, rsize = 0;
   DCR_ASSIGN_OR_RETURN(ChunkHeader h, ParseChunkHeader(bytes->data(), bytes->size(), &hsize, &rsize));
   if (!ContextCodable(h)) return Status::OK();
@@ -623,15 +627,23 @@ Status DeltaBuilder::ContextCode(const GridCell& cell, std::vector<uint8_t>* byt
   }
   DCR_ASSIGN_OR_RETURN(std::vector<uint8_t> ctx,
                        EncodeContextChunk(bytes->data(), bytes->size(), base, cell.num_elements * w));
-  if (ctx.size() < bytes->size()) *bytes = std::move(ctx);
+  if (ctx.size() < bytes->size()) {
+    *plain = std::move(*bytes);
+    *bytes = std::move(ctx);
+  }
   return Status::OK();
 }
 
-Status DeltaBuilder::EmitChunk(const std::vector<uint8_t>& bytes) {
+Status DeltaBuilder::EmitChunk(const std::vector<uint8_t>& bytes,
+                              const std::vector<uint8_t>& plain) {
   size_t hsize = 0, rsize = 0;
   DCR_ASSIGN_OR_RETURN(ChunkHeader h, ParseChunkHeader(bytes.data(), bytes.size(), &hsize, &rsize));
   HashAdd(&target_hash_, h.version_delta);
-  DCR_RETURN_IF_ERROR(sink_->OnChunk(h, bytes));
+  if (plain.empty()) {
+    DCR_RETURN_IF_ERROR(sink_->OnChunk(h, bytes));
+  } else {
+    DCR_RETURN_IF_ERROR(sink_->OnContextChunk(h, bytes, plain));
+  }
   trailer_.chunks.push_back({h.chunk_id, offset_, bytes.size()});
   offset_ += bytes.size();
   stats_.chunks++;
@@ -652,6 +664,7 @@ Status DeltaBuilder::BuildWindow(uint64_t begin, uint64_t end) {
   std::vector<size_t> idle;  // worker slots: scans_[i] and slots_[i]
   for (size_t w = 0; w < workers; ++w) idle.push_back(w);
   std::vector<CellStats> stats(cells);
+  std::vector<std::vector<uint8_t>> plain(cells);  // plain forms of context-coded records
   internal::ParallelFor(cells, threads_, [&](uint64_t k) {
     size_t slot;
     {
@@ -663,7 +676,7 @@ Status DeltaBuilder::BuildWindow(uint64_t begin, uint64_t end) {
     bool ok = EncodeCell(grid_[begin + k], sc,
                          dev_.device != nullptr ? slots_[slot].get() : nullptr, &encoded[k]);
     if (ok && options_.context_coding && !options_.full && !encoded[k]->empty()) {
-      Status s = ContextCode(grid_[begin + k], &*encoded[k]);
+      Status s = ContextCode(grid_[begin + k], &*encoded[k], &plain[k]);
       if (!s.ok()) {
         encoded[k] = s;
         ok = false;
@@ -689,7 +702,8 @@ Status DeltaBuilder::BuildWindow(uint64_t begin, uint64_t end) {
     if (!encoded[k].ok()) return encoded[k].status();
     const std::vector<uint8_t>& bytes = *encoded[k];
     AccountCell(grid_[begin + k], stats[k], bytes);
-    if (!bytes.empty()) DCR_RETURN_IF_ERROR(EmitChunk(bytes));
+    if (!bytes.empty()) DCR_RETURN_IF_ERROR(EmitChunk(bytes, plain[k]));
+    std::vector<uint8_t>().swap(plain[k]);
     if (dev_.resident()) continue;
     for (const Segment& sg : grid_[begin + k].segments) {
       const uint64_t off = sg.offset * grid_[begin + k].width;

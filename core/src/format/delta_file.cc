@@ -385,6 +385,11 @@ Status DeltaMemorySink::OnChunk(const ChunkHeader&, const std::vector<uint8_t>& 
   bytes_.insert(bytes_.end(), b.begin(), b.end());
   return Status::OK();
 }
+Status DeltaSink::OnContextChunk(const ChunkHeader& header, const std::vector<uint8_t>& bytes,
+                                 const std::vector<uint8_t>&) {
+  return OnChunk(header, bytes);
+}
+
 Status DeltaSink::OnManifest(const std::vector<uint8_t>&) {
   return UnimplementedError("this delta sink cannot carry manifest records (a signed stream)");
 }

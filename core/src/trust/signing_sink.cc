@@ -31,7 +31,16 @@ Status SigningSink::OnHeader(const std::vector<uint8_t>& bytes) {
 }
 
 Status SigningSink::OnChunk(const ChunkHeader& header, const std::vector<uint8_t>& bytes) {
-  batch_.emplace_back(header, bytes);
+  return Hold(Held{header, bytes, std::nullopt});
+}
+
+Status SigningSink::OnContextChunk(const ChunkHeader& header, const std::vector<uint8_t>& bytes,
+                                   const std::vector<uint8_t>& plain) {
+  return Hold(Held{header, bytes, Sha256(plain.data(), plain.size())});
+}
+
+Status SigningSink::Hold(Held held) {
+  batch_.push_back(std::move(held));
   if (batch_.size() >= options_.chunks_per_manifest) return Flush(false, nullptr);
   return Status();
 }
@@ -49,10 +58,17 @@ Status SigningSink::Flush(bool final, const Trailer* trailer) {
   m.base_hash = header_.base_hash;
   m.target_version = header_.target_version;
   m.header_sha256 = header_sha_;
-  for (const auto& [h, rec] : batch_) {
+  for (const Held& held : batch_) {
     ManifestEntry e;
-    e.chunk_id = h.chunk_id;
-    e.plain = Sha256(rec.data(), rec.size());
+    e.chunk_id = held.header.chunk_id;
+    const Sha256Digest own = Sha256(held.bytes.data(), held.bytes.size());
+    if (held.plain_sha.has_value()) {
+      e.plain = *held.plain_sha;
+      e.has_context = true;
+      e.context = own;
+    } else {
+      e.plain = own;
+    }
     m.entries.push_back(e);
   }
   if (final) {
@@ -65,10 +81,11 @@ Status SigningSink::Flush(bool final, const Trailer* trailer) {
   std::copy(m.signature.begin(), m.signature.end(), rec.end() - kManifestSignatureBytes);
   offset_ += rec.size();
   DCR_RETURN_IF_ERROR(inner_->OnManifest(rec));
-  for (auto& [h, bytes] : batch_) {
-    placed_[h.chunk_id] = ChunkTableEntry{h.chunk_id, offset_, bytes.size()};
-    offset_ += bytes.size();
-    DCR_RETURN_IF_ERROR(inner_->OnChunk(h, bytes));
+  for (const Held& held : batch_) {
+    const ChunkHeader& h = held.header;
+    placed_[h.chunk_id] = ChunkTableEntry{h.chunk_id, offset_, held.bytes.size()};
+    offset_ += held.bytes.size();
+    DCR_RETURN_IF_ERROR(inner_->OnChunk(h, held.bytes));
   }
   batch_.clear();
   return Status();

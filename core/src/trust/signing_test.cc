@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <algorithm>
 
+#include "dcr/context.h"
 #include "dcr/delta.h"
 #include "dcr/manifest.h"
 #include "dcr/receiver.h"
@@ -220,6 +221,125 @@ TEST_F(SigningTest, RepairFormsDerivedFromSignedChunksApply) {
   s = r->Commit(b.trailer.data(), b.trailer.size());
   ASSERT_TRUE(s.ok()) << s;
   EXPECT_TRUE(r->Verify(**target).ok());
+}
+
+// BF16 weights of few exponents whose small magnitudes change more often, by one ulp: chunks
+// whose context-coded form is the smaller.
+Model FloatModel(std::mt19937_64& rng, Model* target) {
+  Model m;
+  target->clear();
+  for (int t = 0; t < 2; ++t) {
+    OwnedTensor x{"f" + std::to_string(t), "BF16", {50, 200}, {}};
+    x.bytes.resize(50 * 200 * 2);
+    OwnedTensor y = x;
+    for (size_t i = 0; i < x.bytes.size(); i += 2) {
+      const uint64_t r = rng();
+      const int e = 124 - static_cast<int>(r % 5) - static_cast<int>((r >> 3) % 5);
+      const uint16_t v = static_cast<uint16_t>(((r >> 20) & 1) << 15 | e << 7 | ((r >> 8) & 0x7F));
+      std::memcpy(&x.bytes[i], &v, 2);
+      const bool moves = (rng() % 1024) < (uint64_t{4} << ((124 - e) / 2));
+      const uint16_t w = moves ? static_cast<uint16_t>(v + 1) : v;
+      std::memcpy(&y.bytes[i], &w, 2);
+    }
+    m.push_back(std::move(x));
+    target->push_back(std::move(y));
+  }
+  return m;
+}
+
+// With context coding the signed manifest lists each context-coded chunk twice (forms = 2): the
+// SHA-256 of its plain record, as ContextChunkToPlain rebuilds it from the base, and that of the
+// context-coded record. A receiver accepts the stream as built and the stream a relay forwards
+// after decoding every context chunk to its plain form; an altered plain form is refused.
+TEST_F(SigningTest, SignedContextDeltaListsBothFormsAndEitherApplies) {
+  std::mt19937_64 rng(11);
+  Model target;
+  const Model base = FloatModel(rng, &target);
+  ASSERT_TRUE(WriteSafetensors(dir_ / "fbase", Views(base)).ok());
+  ASSERT_TRUE(WriteSafetensors(dir_ / "ftarget", Views(target)).ok());
+  auto b = Checkpoint::Open(dir_ / "fbase");
+  auto t = Checkpoint::Open(dir_ / "ftarget");
+  ASSERT_TRUE(b.ok() && t.ok());
+  DeltaOptions o;
+  o.chunk_elems = 2000;
+  o.threads = 2;
+  o.target_version = 1;
+  o.context_coding = true;
+  DeltaMemorySink mem;
+  SignOptions so;
+  so.run_id = 9;
+  so.chunks_per_manifest = 3;
+  SigningSink sink(key_.get(), so, &mem);
+  auto st = BuildDelta(b->get(), **t, o, &sink);
+  ASSERT_TRUE(st.ok()) << st.status();
+  ASSERT_GT(st->context_chunks, 2u);
+  auto reader = DeltaReader::FromBytes(mem.bytes());
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_TRUE((*reader)->header().flags & kFlagSigned);
+  EXPECT_TRUE((*reader)->header().flags & kFlagContext);
+  Status v = VerifyDeltaFile(**reader, trust_, 9);
+  EXPECT_TRUE(v.ok()) << v;
+
+  std::vector<std::vector<uint8_t>> bufs;
+  for (const OwnedTensor& x : base) bufs.push_back(x.bytes);
+  std::vector<TensorBuffer> tbs;
+  for (auto& x : bufs) tbs.push_back(TensorBuffer{x.data(), x.size() / 2, 2, 0});
+
+  Blobs blobs = Split(mem.bytes());
+  Blobs decoded = blobs;  // what an edge relay forwards: every context chunk in its plain form
+  std::map<uint64_t, ManifestEntry> listed;
+  int both = 0;
+  for (size_t i = 0; i < blobs.records.size(); ++i) {
+    const std::vector<uint8_t>& rec = blobs.records[i];
+    if (IsManifestRecord(rec.data(), rec.size())) {
+      size_t rs = 0;
+      auto m = ParseManifest(rec.data(), rec.size(), &rs);
+      ASSERT_TRUE(m.ok()) << m.status();
+      for (const ManifestEntry& e : m->entries) listed[e.chunk_id] = e;
+      continue;
+    }
+    auto h = ParseChunkHeader(rec.data(), rec.size(), nullptr, nullptr);
+    ASSERT_TRUE(h.ok()) << h.status();
+    ASSERT_TRUE(listed.count(h->chunk_id));
+    const ManifestEntry& e = listed[h->chunk_id];
+    if (!IsContextCoded(*h)) {
+      EXPECT_FALSE(e.has_context);
+      EXPECT_EQ(e.plain, Sha256(rec.data(), rec.size()));
+      continue;
+    }
+    ++both;
+    EXPECT_TRUE(e.has_context);
+    EXPECT_EQ(e.context, Sha256(rec.data(), rec.size()));
+    std::vector<uint8_t> covered;
+    ASSERT_TRUE(GatherCoveredBits(*h, tbs, &covered).ok());
+    auto plain = ContextChunkToPlain(rec.data(), rec.size(), covered.data(), covered.size());
+    ASSERT_TRUE(plain.ok()) << plain.status();
+    EXPECT_EQ(e.plain, Sha256(plain->data(), plain->size()));
+    decoded.records[i] = *plain;
+  }
+  EXPECT_EQ(static_cast<uint64_t>(both), st->context_chunks);
+
+  for (const Blobs* stream : {&blobs, &decoded}) {
+    auto r = BufferReceiver::Load(dir_ / "fbase");
+    ASSERT_TRUE(r.ok());
+    TrustedReceiver rx(std::move(*r), Trusting());
+    Status s = Deliver(&rx, *stream);
+    ASSERT_TRUE(s.ok()) << (stream == &blobs ? "as built: " : "decoded: ") << s;
+    EXPECT_TRUE(rx.Verify(**t).ok());
+  }
+  // A plain form with one byte altered matches neither listed hash.
+  for (size_t i = 0; i < decoded.records.size(); ++i) {
+    if (decoded.records[i] == blobs.records[i]) continue;
+    Blobs altered = decoded;
+    altered.records[i].back() ^= 0x10;
+    auto r = BufferReceiver::Load(dir_ / "fbase");
+    ASSERT_TRUE(r.ok());
+    TrustedReceiver rx(std::move(*r), Trusting());
+    Status s = Deliver(&rx, altered);
+    EXPECT_TRUE(s.IsFailedPrecondition()) << s;
+    EXPECT_NE(s.message().find("not the one its signed manifest lists"), std::string::npos) << s;
+    break;
+  }
 }
 
 TEST_F(SigningTest, UnsignedDeltaIsRefusedWithAKey) {
