@@ -16,6 +16,7 @@
 #include "dcr/hash.h"
 #include "dcr/status_macros.h"
 #include "internal/chunk_scan.h"
+#include "internal/context_codec.h"
 #include "internal/element_ops.h"
 #include "internal/parallel.h"
 #include "internal/phase_progress.h"
@@ -61,6 +62,10 @@ struct CellScan {
   // The XOR histogram of a cell of one contiguous segment of width 1 or 2, indexed by value,
   // while the cell is encoded (only with collect_entropy); emptied into seg_hist afterwards.
   std::vector<uint64_t> flat_hist;
+  // The changes of the cell as positions and values, when the scan encoder left them for the
+  // context-coded form (ctx_changes set); the next cell's scan overwrites them.
+  bool ctx_changes = false;
+  std::vector<uint64_t> ctx_pos, ctx_val;
 };
 
 // What the statistics keep of a cell's scan once it is encoded (its change arrays go back to the
@@ -244,8 +249,9 @@ class DeltaBuilder {
   // Adds a cell's changes, bytes and histogram to the per-tensor statistics.
   void AccountCell(const GridCell& cell, const CellStats& sc, const std::vector<uint8_t>& bytes);
   // Replaces the plain record `*bytes` of `cell` with its context-coded form when it has one and
-  // that is smaller; the plain record then moves to `*plain` (left empty otherwise).
-  Status ContextCode(const GridCell& cell, std::vector<uint8_t>* bytes,
+  // it is the smaller, from the changes the scan left in `sc` (ctx_changes) or else from the
+  // record itself; the plain record then moves to `*plain` (left empty otherwise).
+  Status ContextCode(const GridCell& cell, const CellScan& sc, std::vector<uint8_t>* bytes,
                      std::vector<uint8_t>* plain) const;
   // Hands one encoded chunk to the sink and records it in the chunk table; `plain` is the plain
   // form of a context-coded record (the sink's OnContextChunk), empty for a plain one.
@@ -383,6 +389,11 @@ bool DeltaBuilder::EncodeContiguousCell(const GridCell& cell, CellScan* sc,
   if (options_.collect_entropy) {
     sc->flat_hist.assign(size_t{1} << (8 * cell.width), 0);
     in.xor_counts = sc->flat_hist.data();
+  }
+  sc->ctx_changes = options_.context_coding && !options_.full;
+  if (sc->ctx_changes) {
+    in.positions = &sc->ctx_pos;
+    in.values = &sc->ctx_val;
   }
   const DType dt = inv_.tensors[sg.tensor_index].dtype;
   ChunkScanResult res;
@@ -548,6 +559,7 @@ bool DeltaBuilder::EncodeCell(const GridCell& cell, CellScan* sc, DeviceSlot* sl
                               StatusOr<std::vector<uint8_t>>* out) const {
   bool all_float = true;
   ChunkChangesView ch;
+  sc->ctx_changes = false;
   if (dev_.device != nullptr) {
     Status s = DeviceScanCell(cell, sc, slot, &all_float, &ch.target_range_hash);
     if (!s.ok()) {
@@ -580,6 +592,17 @@ bool DeltaBuilder::EncodeCell(const GridCell& cell, CellScan* sc, DeviceSlot* sl
                                  : ChooseValueMode(options_.value_policy,
                                                    all_float ? DType::kBF16 : DType::kU8);
   *out = EncodeChunk(ch, mode, inv_.salts, options_.zstd_level);
+  if (out->ok() && options_.context_coding && !options_.full && dev_.device == nullptr) {
+    // The changes for the context-coded form: the scan's positions, the values of `mode`.
+    sc->ctx_changes = true;
+    sc->ctx_pos.assign(sc->pos.get(), sc->pos.get() + sc->n);
+    sc->ctx_val.resize(sc->n);
+    const int w = cell.width;
+    for (uint64_t i = 0; i < sc->n; ++i) {
+      sc->ctx_val[i] = internal::EncodeValue(static_cast<uint8_t>(mode), w, sc->old_bits[i],
+                                             sc->new_bits[i]);
+    }
+  }
   return out->ok();
 }
 
@@ -605,8 +628,8 @@ void DeltaBuilder::AccountCell(const GridCell& cell, const CellStats& sc,
   }
 }
 
-Status DeltaBuilder::ContextCode(const GridCell& cell, std::vector<uint8_t>* bytes,
-                                 std::vector<uint8_t>* plain) const {
+Status DeltaBuilder::ContextCode(const GridCell& cell, const CellScan& sc,
+                                 std::vector<uint8_t>* bytes, std::vector<uint8_t>* plain) const {
   plain->clear();
   size_t hsize = 0, rsize = 0;
   DCR_ASSIGN_OR_RETURN(ChunkHeader h, ParseChunkHeader(bytes->data(), bytes->size(), &hsize, &rsize));
@@ -624,6 +647,15 @@ Status DeltaBuilder::ContextCode(const GridCell& cell, std::vector<uint8_t>* byt
       p += sg.count[0] * w;
     }
     base = gathered.data();
+  }
+  if (sc.ctx_changes && sc.ctx_pos.size() == h.num_changes) {
+    std::vector<uint8_t> ctx =
+        internal::EncodeContextRecord(h, sc.ctx_pos.data(), sc.ctx_val.data(), base);
+    if (ctx.size() < bytes->size()) {
+      *plain = std::move(*bytes);
+      *bytes = std::move(ctx);
+    }
+    return Status::OK();
   }
   DCR_ASSIGN_OR_RETURN(std::vector<uint8_t> ctx,
                        EncodeContextChunk(bytes->data(), bytes->size(), base, cell.num_elements * w));
@@ -676,7 +708,7 @@ Status DeltaBuilder::BuildWindow(uint64_t begin, uint64_t end) {
     bool ok = EncodeCell(grid_[begin + k], sc,
                          dev_.device != nullptr ? slots_[slot].get() : nullptr, &encoded[k]);
     if (ok && options_.context_coding && !options_.full && !encoded[k]->empty()) {
-      Status s = ContextCode(grid_[begin + k], &*encoded[k], &plain[k]);
+      Status s = ContextCode(grid_[begin + k], *sc, &*encoded[k], &plain[k]);
       if (!s.ok()) {
         encoded[k] = s;
         ok = false;

@@ -643,6 +643,30 @@ StatusOr<std::vector<uint8_t>> EncodeChunkScan(const ChunkScanInput& in, ValueMo
     }
   }
   if (k == 0 && !in.emit_unchanged) return std::vector<uint8_t>();
+  if (in.positions != nullptr && in.values != nullptr) {
+    // From the gap bytes and the packed bits of the scan, still in cache.
+    in.positions->resize(k);
+    in.values->resize(k);
+    uint64_t* pos = in.positions->data();
+    uint64_t* val = in.values->data();
+    const uint8_t* g = sc.gaps.data();
+    uint64_t next = 0;
+    for (uint64_t i = 0; i < k; ++i) {
+      uint64_t v = 0;
+      for (int shift = 0;; shift += 7) {
+        const uint8_t b = *g++;
+        v |= static_cast<uint64_t>(b & 0x7F) << shift;
+        if ((b & 0x80) == 0) break;
+      }
+      pos[i] = next + v;
+      next = pos[i] + 1;
+    }
+    const uint8_t mode = static_cast<uint8_t>(value_mode);
+    for (uint64_t i = 0; i < k; ++i) {
+      val[i] = internal::EncodeValue(mode, w, internal::LoadElem(packed_old, w, i),
+                                     internal::LoadElem(packed_new, w, i));
+    }
+  }
 
   ChunkHeader h;
   h.chunk_id = in.chunk_id;

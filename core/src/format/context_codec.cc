@@ -210,57 +210,28 @@ const char* ParseModel(const uint8_t** p, const uint8_t* end, DecodeModel* m) {
 
 // ---- raw bits, least significant first ----
 
-class BitWriter {
- public:
-  explicit BitWriter(std::vector<uint8_t>* out) : out_(out) {}
-  void Put(uint64_t v, int n) {  // n <= 61
-    while (n > 0) {
-      const int take = std::min(n, 32);
-      acc_ |= (v & ((uint64_t{1} << take) - 1)) << fill_;
-      fill_ += take;
-      v >>= take;
-      n -= take;
-      while (fill_ >= 8) {
-        out_->push_back(static_cast<uint8_t>(acc_));
-        acc_ >>= 8;
-        fill_ -= 8;
-      }
-    }
-  }
-  void Flush() {
-    if (fill_ > 0) out_->push_back(static_cast<uint8_t>(acc_));
-    acc_ = 0;
-    fill_ = 0;
-  }
-
- private:
-  std::vector<uint8_t>* out_;
-  uint64_t acc_ = 0;
-  int fill_ = 0;
-};
-
 class BitReader {
  public:
-  BitReader(const uint8_t* p, size_t size) : p_(p), size_(size) {}
-  // n <= 61. False past the end.
-  bool Get(int n, uint64_t* v) {
-    uint64_t r = 0;
-    int got = 0;
-    while (got < n) {
-      const int take = std::min(n - got, 32);
-      if (pos_ + static_cast<uint64_t>(take) > uint64_t{8} * size_) return false;
-      const size_t byte = pos_ >> 3;
-      uint64_t w = 0;
-      std::memcpy(&w, p_ + byte, std::min<size_t>(8, size_ - byte));
-      w >>= pos_ & 7;
-      r |= (w & ((uint64_t{1} << take) - 1)) << got;
-      pos_ += static_cast<uint64_t>(take);
-      got += take;
+  BitReader(const uint8_t* p, size_t size) : p_(p), size_(size), limit_(uint64_t{8} * size) {}
+  // n in [1, 61]. False past the end.
+  __attribute__((always_inline)) bool Get(int n, uint64_t* v) {
+    if (pos_ + static_cast<uint64_t>(n) > limit_) return false;
+    const size_t byte = pos_ >> 3;
+    const int shift = static_cast<int>(pos_ & 7);
+    uint64_t w = 0;
+    if (byte + 8 <= size_) {
+      std::memcpy(&w, p_ + byte, 8);
+    } else {
+      std::memcpy(&w, p_ + byte, size_ - byte);
     }
-    *v = r;
+    uint64_t r = w >> shift;
+    if (n + shift > 64) {  // the bits run into a ninth byte (n > 56)
+      r |= static_cast<uint64_t>(p_[byte + 8]) << (64 - shift);
+    }
+    *v = r & ((uint64_t{1} << n) - 1);
+    pos_ += static_cast<uint64_t>(n);
     return true;
   }
-  // Every byte used and the padding bits of the last one zero.
   bool Done() const {
     if ((pos_ + 7) / 8 != size_) return false;
     if ((pos_ & 7) == 0) return true;
@@ -270,6 +241,7 @@ class BitReader {
  private:
   const uint8_t* p_;
   size_t size_;
+  uint64_t limit_;
   uint64_t pos_ = 0;
 };
 
@@ -359,17 +331,22 @@ int ChooseClasses(const uint64_t* ne, const uint64_t* ke, const std::vector<std:
 
 // ---- rANS (two interleaved 32-bit states, 16-bit words, 12-bit frequencies) ----
 
-struct EncSym {
-  uint8_t model;  // gap models 0..K-1, value models K..2K-1
-  uint8_t sym;
+// The encoder's table entry of a symbol of a model: x >= xmax renormalizes; rcp = ceil(2^64 /
+// freq) for freq >= 2, so floor(x / freq) = (x * rcp) >> 64 for every x < 2^32 (the error of rcp
+// adds less than x * 2^-64 < 2^-32 to x / freq, whose fraction is at most 1 - 1/freq <= 1 - 2^-12).
+struct RansEncSym {
+  uint32_t freq = 0, cum = 0;
+  uint64_t xmax = 0, rcp = 0;
 };
 
 // Per-thread encoder scratch.
 struct EncodeScratch {
   std::vector<uint64_t> gaps;
   std::vector<uint8_t> cls;
-  std::vector<uint64_t> order;  // change indices grouped by class
-  std::vector<EncSym> syms;
+  std::vector<uint8_t> vsym;                // value symbol of change i
+  std::vector<uint64_t> ordered, vordered;  // gaps / values in class order
+  std::vector<uint32_t> flat_hv;       // value symbol counts per exponent (kept zeroed)
+  std::vector<RansEncSym> enc;
   std::vector<uint16_t> words;
 };
 EncodeScratch& EScratch() {
@@ -399,13 +376,25 @@ std::vector<uint8_t> EncodeContextBody(const uint8_t* base, uint64_t n, int w,
   for (uint64_t i = 0; i < n; i += step) ++ne[ContextOf(base, w, i)];
   if (step > 1)
     for (uint64_t& c : ne) c *= step;
-  std::vector<std::vector<uint64_t>> hv(256);
+  // Value symbol counts per exponent, in a flat table whose used rows are cleared afterwards.
+  sc.flat_hv.resize(size_t{256} * kSymbols);
+  uint32_t* const fhv = sc.flat_hv.data();
+  sc.vsym.resize(k);
   for (uint64_t i = 0; i < k; ++i) {
     const uint8_t e = ContextOf(base, w, positions[i]);
     ++ke[e];
-    const uint8_t s = SymbolOf(values[i]).sym;
-    if (hv[e].size() <= s) hv[e].resize(s + 1, 0);
-    ++hv[e][s];
+    const uint8_t vs = SymbolOf(values[i]).sym;
+    sc.vsym[i] = vs;
+    ++fhv[size_t{e} * kSymbols + vs];
+  }
+  std::vector<std::vector<uint64_t>> hv(256);
+  for (int e = 0; e < 256; ++e) {
+    if (ke[e] == 0) continue;
+    uint32_t* row = fhv + static_cast<size_t>(e) * kSymbols;
+    int top = kSymbols;
+    while (top > 0 && row[top - 1] == 0) --top;
+    hv[e].assign(row, row + top);
+    std::memset(row, 0, sizeof(uint32_t) * kSymbols);
   }
   uint8_t bounds[kMaxClasses] = {};
   const int K = ChooseClasses(ne, ke, hv, bounds);
@@ -420,27 +409,41 @@ std::vector<uint8_t> EncodeContextBody(const uint8_t* base, uint64_t n, int w,
   for (uint64_t i = 0; i < k; ++i) ++kc[sc.cls[i]];
   uint64_t start_of[kMaxClasses + 1] = {};
   for (int c = 0; c < K; ++c) start_of[c + 1] = start_of[c] + kc[c];
-  sc.order.resize(k);
+  // Symbol counts of the models, and the gaps and values in class order (ordered[j]: gap of the
+  // class-ordered change j; vordered[j]: its value).
+  std::vector<uint64_t> counts(static_cast<size_t>(2 * K) * kSymbols, 0);
+  sc.ordered.resize(k);
+  sc.vordered.resize(k);
   {
     uint64_t at[kMaxClasses];
     std::memcpy(at, start_of, sizeof(at));
-    for (uint64_t i = 0; i < k; ++i) sc.order[at[sc.cls[i]]++] = i;
+    for (uint64_t i = 0; i < k; ++i) {
+      const int c = sc.cls[i];
+      ++counts[static_cast<size_t>(c) * kSymbols + SymbolOf(sc.gaps[i]).sym];
+      ++counts[static_cast<size_t>(K + c) * kSymbols + sc.vsym[i]];
+      const uint64_t j = at[c]++;
+      sc.ordered[j] = sc.gaps[i];
+      sc.vordered[j] = values[i];
+    }
   }
-  // Models.
-  std::vector<uint64_t> counts(static_cast<size_t>(2 * K) * kSymbols, 0);
-  for (uint64_t i = 0; i < k; ++i) {
-    const int c = sc.cls[i];
-    ++counts[static_cast<size_t>(c) * kSymbols + SymbolOf(sc.gaps[i]).sym];
-    ++counts[static_cast<size_t>(K + c) * kSymbols + SymbolOf(values[i]).sym];
-  }
-  std::vector<uint32_t> freq(counts.size(), 0), cum(counts.size(), 0);
+  // Normalized models and the encoder's per-symbol tables: frequency, start, and the reciprocal
+  // that turns the division by the frequency into a multiplication (exact for states < 2^32).
+  std::vector<uint32_t> freq(counts.size(), 0);
+  sc.enc.resize(counts.size());
   for (int m = 0; m < 2 * K; ++m) {
     if (kc[m % K] == 0) continue;
-    Normalize(&counts[static_cast<size_t>(m) * kSymbols], kSymbols, &freq[static_cast<size_t>(m) * kSymbols]);
+    const size_t row = static_cast<size_t>(m) * kSymbols;
+    Normalize(&counts[row], kSymbols, &freq[row]);
     uint32_t c = 0;
     for (int s = 0; s < kSymbols; ++s) {
-      cum[static_cast<size_t>(m) * kSymbols + s] = c;
-      c += freq[static_cast<size_t>(m) * kSymbols + s];
+      const uint32_t f = freq[row + s];
+      RansEncSym& e = sc.enc[row + s];
+      e.freq = f;
+      e.cum = c;
+      e.xmax = static_cast<uint64_t>(f) << (32 - kScaleBits);
+      e.rcp = f <= 1 ? 0
+                     : static_cast<uint64_t>(((static_cast<unsigned __int128>(1) << 64) + f - 1) / f);
+      c += f;
     }
   }
 
@@ -448,11 +451,7 @@ std::vector<uint8_t> EncodeContextBody(const uint8_t* base, uint64_t n, int w,
   out.reserve(64 + k);
   // positions hash
   {
-    XXH3_state_t* st = XXH3_createState();
-    XXH3_64bits_reset(st);
-    XXH3_64bits_update(st, positions, k * sizeof(uint64_t));
-    const uint64_t h = XXH3_64bits_digest(st);
-    XXH3_freeState(st);
+    const uint64_t h = XXH3_64bits(positions, k * sizeof(uint64_t));
     const uint8_t* b = reinterpret_cast<const uint8_t*>(&h);
     out.insert(out.end(), b, b + 8);
   }
@@ -464,36 +463,73 @@ std::vector<uint8_t> EncodeContextBody(const uint8_t* base, uint64_t n, int w,
     PutModel(&freq[static_cast<size_t>(c) * kSymbols], &out);
     PutModel(&freq[static_cast<size_t>(K + c) * kSymbols], &out);
   }
-  // The symbol sequence: every class's gaps, then every class's values.
-  sc.syms.resize(2 * k);
+  // The raw bits of the symbol sequence (every class's gaps, then every class's values), in order.
   std::vector<uint8_t> bits;
-  BitWriter bw(&bits);
-  for (uint64_t j = 0; j < k; ++j) {
-    const uint64_t i = sc.order[j];
-    const Sym s = SymbolOf(sc.gaps[i]);
-    sc.syms[j] = EncSym{sc.cls[i], s.sym};
-    bw.Put(s.extra, s.nbits);
-  }
-  for (uint64_t j = 0; j < k; ++j) {
-    const uint64_t i = sc.order[j];
-    const Sym s = SymbolOf(values[i]);
-    sc.syms[k + j] = EncSym{static_cast<uint8_t>(K + sc.cls[i]), s.sym};
-    bw.Put(s.extra, s.nbits);
-  }
-  bw.Flush();
-  // rANS, last symbol first.
-  sc.words.clear();
-  uint32_t x[2] = {kRansLow, kRansLow};
-  for (uint64_t i = 2 * k; i-- > 0;) {
-    const EncSym& e = sc.syms[i];
-    const size_t at = static_cast<size_t>(e.model) * kSymbols + e.sym;
-    const uint32_t f = freq[at];
-    uint32_t& s = x[i & 1];
-    if (static_cast<uint64_t>(s) >= (static_cast<uint64_t>(f) << (32 - kScaleBits))) {
-      sc.words.push_back(static_cast<uint16_t>(s));
-      s >>= 16;
+  {
+    uint64_t nbits = 0;
+    for (uint64_t j = 0; j < k; ++j) {
+      nbits += static_cast<uint64_t>(SymbolOf(sc.ordered[j]).nbits) + SymbolOf(sc.vordered[j]).nbits;
     }
-    s = ((s / f) << kScaleBits) + (s % f) + cum[at];
+    bits.resize((nbits + 7) / 8 + 8);
+    uint8_t* bp = bits.data();
+    uint64_t acc = 0;
+    int fill = 0;
+    auto put = [&](uint64_t v, int nb) {
+      if (nb == 0) return;
+      if (fill + nb > 64) {  // split: the low part fills the accumulator
+        const int low = 64 - fill;
+        acc |= v << fill;  // fill > 0 here, since nb <= 61
+        std::memcpy(bp, &acc, 8);
+        bp += 8;
+        acc = v >> low;
+        fill = nb - low;
+        return;
+      }
+      acc |= v << fill;
+      fill += nb;
+      if (fill == 64) {
+        std::memcpy(bp, &acc, 8);
+        bp += 8;
+        acc = 0;
+        fill = 0;
+      }
+    };
+    for (uint64_t j = 0; j < k; ++j) {
+      const Sym g = SymbolOf(sc.ordered[j]);
+      put(g.extra, g.nbits);
+    }
+    for (uint64_t j = 0; j < k; ++j) {
+      const Sym v = SymbolOf(sc.vordered[j]);
+      put(v.extra, v.nbits);
+    }
+    std::memcpy(bp, &acc, 8);
+    bits.resize((nbits + 7) / 8);
+  }
+  // rANS, last symbol first: symbol j < k is class-ordered gap j, k + j its value.
+  sc.words.clear();
+  sc.words.reserve(2 * k + 16);
+  uint32_t x[2] = {kRansLow, kRansLow};
+  auto encode = [&](uint32_t& s, const RansEncSym& e) {
+    uint64_t xs = s;
+    if (xs >= e.xmax) {
+      sc.words.push_back(static_cast<uint16_t>(xs));
+      xs >>= 16;
+    }
+    const uint64_t q = e.freq == 1 ? xs
+                                   : static_cast<uint64_t>(
+                                         (static_cast<unsigned __int128>(xs) * e.rcp) >> 64);
+    s = static_cast<uint32_t>((q << kScaleBits) + (xs - q * e.freq) + e.cum);
+  };
+  for (int c = K; c-- > 0;) {
+    const RansEncSym* tab = &sc.enc[static_cast<size_t>(K + c) * kSymbols];
+    for (uint64_t j = start_of[c + 1]; j-- > start_of[c];) {
+      const uint64_t i = k + j;
+      encode(x[i & 1], tab[SymbolOf(sc.vordered[j]).sym]);
+    }
+  }
+  for (int c = K; c-- > 0;) {
+    const RansEncSym* tab = &sc.enc[static_cast<size_t>(c) * kSymbols];
+    for (uint64_t j = start_of[c + 1]; j-- > start_of[c];) encode(x[j & 1], tab[SymbolOf(sc.ordered[j]).sym]);
   }
   const uint64_t rans_size = 8 + 2 * sc.words.size();
   PutVarint(&out, rans_size);
@@ -552,48 +588,60 @@ Status DecodeContextBody(const ChunkHeader& h, const uint8_t* body, size_t body_
   }
   const uint8_t* rp = p;
   const uint8_t* const rend = p + rans_size;
-  BitReader br(rend, static_cast<size_t>(end - rend));
   uint32_t x[2];
   std::memcpy(&x[0], rp, 4);
   std::memcpy(&x[1], rp + 4, 4);
   rp += 8;
   if (x[0] < kRansLow || x[1] < kRansLow) return bad("bad rANS state");
-  // Decodes symbol i of the sequence with model m; the value with its extra bits.
+  // The symbol sequence, class by class (gaps, then values). Symbol i is decoded with state
+  // x[i & 1]; symbols come in pairs, so the states alternate within each run.
+  BitReader br(rend, static_cast<size_t>(end - rend));
   uint64_t i = 0;
-  auto next = [&](const DecodeModel& m, uint64_t* v) -> const char* {
-    uint32_t& s = x[i & 1];
-    ++i;
-    const uint32_t slot = s & (kScale - 1);
-    const uint8_t sym = m.slot_sym[slot];
-    s = m.freq[sym] * (s >> kScaleBits) + slot - m.cum[sym];
-    if (s < kRansLow) {
-      if (rend - rp < 2) return "rANS stream ends early";
-      uint16_t wd;
-      std::memcpy(&wd, rp, 2);
-      rp += 2;
-      s = (s << 16) | wd;
+  const char* err = nullptr;
+  auto run = [&](const DecodeModel& m, uint64_t* dst, uint64_t count, uint64_t vmax) -> bool {
+    for (uint64_t j = 0; j < count; ++j, ++i) {
+      uint32_t& s = x[i & 1];
+      const uint32_t slot = s & (kScale - 1);
+      const uint8_t sym = m.slot_sym[slot];
+      s = m.freq[sym] * (s >> kScaleBits) + slot - m.cum[sym];
+      if (s < kRansLow) {
+        if (rend - rp < 2) {
+          err = "rANS stream ends early";
+          return false;
+        }
+        uint16_t wd;
+        std::memcpy(&wd, rp, 2);
+        rp += 2;
+        s = (s << 16) | wd;
+      }
+      uint64_t v = sym;
+      if (sym >= 16) {
+        const int nb = ExtraBits(sym);
+        uint64_t extra;
+        if (!br.Get(nb, &extra)) {
+          err = "raw bits end early";
+          return false;
+        }
+        v = ValueOf(sym, extra);
+        if (v > vmax) {
+          err = "value wider than the element";
+          return false;
+        }
+      }
+      dst[j] = v;
     }
-    uint64_t extra = 0;
-    const int nb = ExtraBits(sym);
-    if (nb > 0 && !br.Get(nb, &extra)) return "raw bits end early";
-    *v = ValueOf(sym, extra);
-    return nullptr;
+    return true;
   };
   sc.gaps.resize(k);
   sc.vals.resize(k);
   uint64_t start_of[kMaxClasses + 1] = {};
   for (int c = 0; c < K; ++c) start_of[c + 1] = start_of[c] + kc[c];
   for (int c = 0; c < K; ++c) {
-    for (uint64_t j = start_of[c]; j < start_of[c + 1]; ++j) {
-      if (const char* e = next(sc.models[c], &sc.gaps[j])) return bad(e);
-    }
+    if (!run(sc.models[c], &sc.gaps[start_of[c]], kc[c], ~uint64_t{0})) return bad(err);
   }
   const uint64_t vmask = WidthMask(w);
   for (int c = 0; c < K; ++c) {
-    for (uint64_t j = start_of[c]; j < start_of[c + 1]; ++j) {
-      if (const char* e = next(sc.models[K + c], &sc.vals[j])) return bad(e);
-      if (sc.vals[j] > vmask) return bad("value wider than the element");
-    }
+    if (!run(sc.models[K + c], &sc.vals[start_of[c]], kc[c], vmask)) return bad(err);
   }
   if (x[0] != kRansLow || x[1] != kRansLow || rp != rend) return bad("rANS stream does not end");
   if (!br.Done()) return bad("trailing raw bits");
@@ -615,6 +663,12 @@ std::vector<uint8_t> SealContextRecord(ChunkHeader h, const std::vector<uint8_t>
   h.position_mode = PositionMode::kContext;
   h.streams.assign(1, StreamInfo{StreamCodec::kRaw, body.size(), body.size()});
   return SealRecord(h, body);
+}
+
+std::vector<uint8_t> EncodeContextRecord(const ChunkHeader& h, const uint64_t* positions,
+                                         const uint64_t* values, const uint8_t* base) {
+  return SealContextRecord(
+      h, EncodeContextBody(base, h.num_elements, h.elem_width, positions, values, h.num_changes));
 }
 
 }  // namespace internal
@@ -668,9 +722,7 @@ StatusOr<std::vector<uint8_t>> EncodeContextChunk(const uint8_t* plain, size_t s
     return FailedPreconditionError("chunk " + std::to_string(h.chunk_id) +
                                    ": the base bits given differ from the chunk's base");
   }
-  std::vector<uint8_t> body = internal::EncodeContextBody(
-      base, h.num_elements, h.elem_width, dc.positions.data(), dc.values.data(), h.num_changes);
-  return internal::SealContextRecord(h, body);
+  return internal::EncodeContextRecord(h, dc.positions.data(), dc.values.data(), base);
 }
 
 Status DecodeContextChunkInto(const uint8_t* record, size_t size, const uint8_t* base,

@@ -10,6 +10,7 @@ namespace dcr::internal {
 bool CpuHasAvx2() {
 #if defined(__x86_64__) && defined(DCR_HAVE_AVX2_BUILD)
   static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi") &&
+                          __builtin_cpu_supports("bmi2") &&
                           __builtin_cpu_supports("popcnt");
   return has;
 #else

@@ -190,14 +190,16 @@ void ContextMasks16Avx2(const uint16_t* base, const uint8_t* bounds, int k, uint
         _mm256_srli_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)), 7), low);
     return _mm256_permute4x64_epi64(_mm256_packus_epi16(x0, x1), 0xD8);
   };
-  const __m256i e0 = exps(base), e1 = exps(base + 32);
+  // Contexts biased by 0x80, so that one signed compare orders them: e >= b iff
+  // (e ^ 0x80) > ((b - 1) ^ 0x80) as signed bytes, for b >= 1 (bounds[c + 1] > bounds[0] = 0).
+  const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
+  const __m256i e0 = _mm256_xor_si256(exps(base), bias);
+  const __m256i e1 = _mm256_xor_si256(exps(base + 32), bias);
   uint64_t ge = ~uint64_t{0};  // elements with context >= bounds[c] (bounds[0] = 0: all)
   for (int c = 0; c + 1 < k; ++c) {
-    const __m256i b = _mm256_set1_epi8(static_cast<char>(bounds[c + 1]));
-    const uint64_t g0 = static_cast<uint32_t>(
-        _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_max_epu8(e0, b), e0)));
-    const uint64_t g1 = static_cast<uint32_t>(
-        _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_max_epu8(e1, b), e1)));
+    const __m256i b = _mm256_set1_epi8(static_cast<char>((bounds[c + 1] - 1) ^ 0x80));
+    const uint64_t g0 = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpgt_epi8(e0, b)));
+    const uint64_t g1 = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpgt_epi8(e1, b)));
     const uint64_t next = g0 | (g1 << 32);
     masks[c] = ge & ~next;
     ge = next;

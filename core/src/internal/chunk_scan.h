@@ -27,6 +27,11 @@ struct ChunkScanInput {
   // counters, of which xor_counts[old ^ new] is incremented once per change; ignored for wider
   // elements.
   uint64_t* xor_counts = nullptr;
+  // When not null: the changes as DecodeChunk gives them for the record (chunk positions and the
+  // value mode's values, k each), for an encoder of another form of the same chunk (the
+  // context-coded one) that would otherwise decode the record again.
+  std::vector<uint64_t>* positions = nullptr;
+  std::vector<uint64_t>* values = nullptr;
 };
 struct ChunkScanResult {
   uint64_t num_changes = 0;

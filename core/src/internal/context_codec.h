@@ -21,6 +21,14 @@ std::vector<uint8_t> EncodeContextBody(const uint8_t* base, uint64_t n, int w,
                                        const uint64_t* positions, const uint64_t* values,
                                        uint64_t k);
 
+// The context-coded record of a plain record's changes: `h` is the plain record's header,
+// positions[0..k) and values[0..k) its changes as DecodeChunk gives them (k = h.num_changes) and
+// `base` the chunk's base bits. The bytes EncodeContextChunk writes for that record, without
+// decoding it again or checking the base bits against it. REQUIRES: ContextCodable(h), h not
+// context-coded, the changes are the record's, base holds num_elements * elem_width bytes.
+std::vector<uint8_t> EncodeContextRecord(const ChunkHeader& h, const uint64_t* positions,
+                                         const uint64_t* values, const uint8_t* base);
+
 // Decodes a context body against the base bits of the header's covered elements into
 // positions[0..k) and values[0..k) (k = h.num_changes; the arrays hold k entries). kDataLoss for
 // a malformed body; kFailedPrecondition when the base bits do not give back the encoder's

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 
+
 #include "internal/simd.h"
 
 namespace dcr::internal {
@@ -72,7 +73,7 @@ __attribute__((always_inline)) inline void ClassMasks(const uint8_t* base, int w
 }
 
 // Bit counts: the popcnt instruction in the kFast builds (compiled for it, run only when
-// CpuHasAvx2(), which implies POPCNT and BMI1), a branch-free count otherwise (g++ calls a libgcc
+// CpuHasAvx2(), which implies POPCNT, BMI1 and BMI2), a branch-free count otherwise (g++ calls a libgcc
 // routine for __builtin_popcountll without -mpopcnt, several times slower).
 template <bool kFast>
 __attribute__((always_inline)) inline uint64_t Pop(uint64_t x) {
@@ -86,10 +87,22 @@ __attribute__((always_inline)) inline uint64_t Pop(uint64_t x) {
   }
 }
 
-// The index of the r-th set bit of m (r < popcount(m)): halves narrowed by counts, then the last
-// byte bit by bit.
+// The index of the r-th set bit of m (r < popcount(m)): one PDEP in the kFast builds (BMI2),
+// otherwise halves narrowed by counts, then the last byte bit by bit.
+#if defined(__x86_64__)
+// PDEP as an instruction (run only where CpuHasAvx2() holds, which implies BMI2), so that the
+// templates that use it need no target attribute of their own.
+__attribute__((always_inline)) inline int SelectBitPdep(uint64_t m, uint64_t r) {
+  uint64_t bit;
+  __asm__("pdep %2, %1, %0" : "=r"(bit) : "r"(uint64_t{1} << r), "rm"(m));
+  return __builtin_ctzll(bit);
+}
+#endif
 template <bool kFast>
 __attribute__((always_inline)) inline int SelectBit(uint64_t m, uint64_t r) {
+#if defined(__x86_64__)
+  if constexpr (kFast) return SelectBitPdep(m, r);
+#endif
   int at = 0;
   for (int half = 32; half >= 8; half /= 2) {
     const uint64_t low = m & ((uint64_t{1} << half) - 1);
@@ -111,10 +124,11 @@ __attribute__((always_inline)) inline int SelectBit(uint64_t m, uint64_t r) {
 // the element after the previous change) and their values vals[...] in the same order. Writes
 // the changes in position order to positions[] and values[]. False when a class's gaps run past
 // its elements (the base is not the encoder's).
-// The walk goes over windows of kWalkBlocks blocks: the class masks of a window first, then each
-// class in turn skips its gaps block by block (one subtraction per block, a loop that predicts
-// well) and marks its changes in the window's change bitmaps; the changes then come out in
-// position order.
+// The walk goes over windows of kWalkBlocks blocks: the class masks of a window first, with each
+// class's member count before every block; then each class takes its changes that fall in the
+// window, each one's block found by a branch-free binary search over those counts and its
+// element by a select in the block's mask (no per-block loop, so the branches are per window and
+// class, not per change); the changes then come out in position order.
 inline constexpr uint64_t kWalkBlocks = 64;
 
 template <bool kFast>
@@ -122,62 +136,73 @@ __attribute__((always_inline)) inline bool WalkClassesImpl(
     const uint8_t* base, int w, uint64_t n, const ClassMap& map, const uint64_t* kc,
     const uint64_t* start_of, const uint64_t* gaps, const uint64_t* vals, uint64_t* positions,
     uint64_t* values) {
+  static_assert(kWalkBlocks == 64, "the binary search below covers 64 blocks");
   const int K = map.K;
-  uint64_t rem[kMaxContextClasses], used[kMaxContextClasses];
+  // next[c]: the rank among the class's members, counted from the current window's first
+  // element, of the class's next change; used[c]: its changes placed so far.
+  uint64_t next[kMaxContextClasses], used[kMaxContextClasses];
   uint32_t active = 0;
   for (int c = 0; c < K; ++c) {
     used[c] = 0;
-    rem[c] = 0;
+    next[c] = 0;
     if (kc[c] > 0) {
+      if (gaps[start_of[c]] >= n) return false;
       active |= 1u << c;
-      rem[c] = gaps[start_of[c]];
+      next[c] = gaps[start_of[c]];
     }
   }
   uint64_t out = 0;
   uint64_t masks[kWalkBlocks][kMaxContextClasses];
-  uint8_t counts[kMaxContextClasses][kWalkBlocks];
+  // before[c][b]: members of class c in the window's blocks before block b; blocks past the
+  // window's end hold a count above any rank.
+  uint16_t before[kMaxContextClasses][kWalkBlocks];
   uint64_t chg[kWalkBlocks];
   uint64_t slot[kWalkBlocks * 64];
   for (uint64_t w0 = 0; w0 < n && active != 0; w0 += kWalkBlocks * 64) {
     const uint64_t span = n - w0 < kWalkBlocks * 64 ? n - w0 : kWalkBlocks * 64;
     const uint64_t nb = (span + 63) / 64;
+    uint64_t total[kMaxContextClasses] = {};
     for (uint64_t b = 0; b < nb; ++b) {
       const uint64_t start = w0 + b * 64;
       const uint64_t len = n - start < 64 ? n - start : 64;
       ClassMasks(base, w, start, len, map, masks[b], kFast);
-      for (int c = 0; c < K; ++c) counts[c][b] = static_cast<uint8_t>(Pop<kFast>(masks[b][c]));
+      for (int c = 0; c < K; ++c) {
+        before[c][b] = static_cast<uint16_t>(total[c]);
+        total[c] += Pop<kFast>(masks[b][c]);
+      }
       chg[b] = 0;
+    }
+    for (uint64_t b = nb; b < kWalkBlocks; ++b) {
+      for (int c = 0; c < K; ++c) before[c][b] = 0xFFFF;
     }
     for (uint32_t a = active; a != 0; a &= a - 1) {
       const int c = __builtin_ctz(a);
-      uint64_t r = rem[c];
-      const uint8_t* cnt = counts[c];
-      uint64_t b = 0;
-      while (true) {
-        while (b < nb && r >= cnt[b]) r -= cnt[b++];
-        if (b == nb) break;
-        // The change is member r of block b; further changes of this block follow it.
-        uint64_t m = masks[b][c];
-        bool done = false;
-        do {
-          const int bit = SelectBit<kFast>(m, r);
-          chg[b] |= uint64_t{1} << bit;
-          slot[b * 64 + static_cast<uint64_t>(bit)] = vals[start_of[c] + used[c]];
-          if (++used[c] == kc[c]) {
-            done = true;
-            break;
-          }
-          r = gaps[start_of[c] + used[c]];
-          m = bit == 63 ? 0 : m & (~uint64_t{0} << (bit + 1));
-        } while (r < Pop<kFast>(m));
-        if (done) {
+      uint64_t t = next[c];
+      const uint16_t* bc = before[c];
+      const uint64_t* gc = gaps + start_of[c];
+      const uint64_t* vc = vals + start_of[c];
+      uint64_t u = used[c];
+      while (t < total[c]) {
+        // The last block whose count before it is <= t holds member t.
+        uint64_t b = 0;
+        b += bc[b + 32] <= t ? 32 : 0;
+        b += bc[b + 16] <= t ? 16 : 0;
+        b += bc[b + 8] <= t ? 8 : 0;
+        b += bc[b + 4] <= t ? 4 : 0;
+        b += bc[b + 2] <= t ? 2 : 0;
+        b += bc[b + 1] <= t ? 1 : 0;
+        const int bit = SelectBit<kFast>(masks[b][c], t - bc[b]);
+        chg[b] |= uint64_t{1} << bit;
+        slot[b * 64 + static_cast<uint64_t>(bit)] = vc[u];
+        if (++u == kc[c]) {
           active &= ~(1u << c);
           break;
         }
-        r -= Pop<kFast>(m);
-        ++b;
+        if (gc[u] >= n) return false;
+        t += 1 + gc[u];
       }
-      rem[c] = r;
+      used[c] = u;
+      next[c] = t - total[c];
     }
     for (uint64_t b = 0; b < nb; ++b) {
       for (uint64_t m = chg[b]; m != 0; m &= m - 1) {
@@ -218,9 +243,9 @@ __attribute__((always_inline)) inline void ClassGapsImpl(const uint8_t* base, in
   }
 }
 
-// The walk and its inverse, portable and (`fast`: REQUIRES CpuHasAvx2()) compiled for POPCNT and
-// BMI1 with the AVX2 class masks.
-__attribute__((target("popcnt,bmi"))) inline bool WalkClassesFast(
+// The walk and its inverse, portable and (`fast`: REQUIRES CpuHasAvx2()) compiled for POPCNT,
+// BMI1 and BMI2 with the AVX2 class masks.
+__attribute__((target("popcnt,bmi,bmi2"))) inline bool WalkClassesFast(
     const uint8_t* base, int w, uint64_t n, const ClassMap& map, const uint64_t* kc,
     const uint64_t* start_of, const uint64_t* gaps, const uint64_t* vals, uint64_t* positions,
     uint64_t* values) {
@@ -232,7 +257,7 @@ inline bool WalkClasses(const uint8_t* base, int w, uint64_t n, const ClassMap& 
   if (fast) return WalkClassesFast(base, w, n, map, kc, start_of, gaps, vals, positions, values);
   return WalkClassesImpl<false>(base, w, n, map, kc, start_of, gaps, vals, positions, values);
 }
-__attribute__((target("popcnt,bmi"))) inline void ClassGapsFast(
+__attribute__((target("popcnt,bmi,bmi2"))) inline void ClassGapsFast(
     const uint8_t* base, int w, uint64_t n, const ClassMap& map, const uint64_t* positions,
     uint64_t k, uint64_t* gaps, uint8_t* cls) {
   ClassGapsImpl<true>(base, w, n, map, positions, k, gaps, cls);

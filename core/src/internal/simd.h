@@ -12,7 +12,7 @@
 
 namespace dcr::internal {
 
-// True when the AVX2 builds may run (x86-64 CPU with AVX2, BMI1 and POPCNT; checked once).
+// True when the AVX2 builds may run (x86-64 CPU with AVX2, BMI1, BMI2 and POPCNT; checked once).
 bool CpuHasAvx2();
 
 // masks[j] bit b = (a[64j + b] != b[64j + b]) for the 64-byte blocks of [0, nbytes);
