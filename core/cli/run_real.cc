@@ -915,6 +915,13 @@ static StatusOr<std::vector<RunResult>> RunLongLivedRefits(const Scenario& s,
       rr.error = !st.ok() ? st.ToString() : "not every receiver committed";
     }
     FillRunTotals(results, t, &rr);
+    if (sender.retention_runs > 0) {
+      rr.retention = {{"removed_objects", sender.retention_removed_objects},
+                      {"removed_bytes", sender.retention_removed_bytes},
+                      {"store_bytes", sender.retention_store_bytes}};
+      rr.retention_kept = sender.retention_kept;
+      if (!sender.retention_error.empty()) rr.retention_kept += "; " + sender.retention_error;
+    }
     if (s.progress) {
       std::fprintf(stderr, "    step %d: refit %.3f s, %.2f MB over the long link, %d/%d verified%s%s\n",
                    step, rr.refit_seconds, rr.wire_bytes / 1e6, rr.receivers_verified,

@@ -56,6 +56,10 @@ json RunJson(const ScenarioResult& r, const RunResult& run) {
   if (!run.error.empty()) j["error"] = run.error;
   if (!run.recovery.empty()) j["recovery"] = run.recovery;
   if (!run.restarts.empty()) j["restarts"] = run.restarts;
+  if (!run.retention.empty()) {
+    j["retention"] = run.retention;
+    j["retention_kept"] = run.retention_kept;
+  }
   return j;
 }
 
@@ -191,6 +195,10 @@ StatusOr<ScenarioResult> ResultFromJson(const std::string& text) {
       run.error = GetOr<std::string>(rj, "error", "");
       if (rj.contains("recovery")) run.recovery = rj["recovery"].get<std::map<std::string, uint64_t>>();
       if (rj.contains("restarts")) run.restarts = rj["restarts"].get<std::vector<std::string>>();
+      if (rj.contains("retention")) {
+        run.retention = rj["retention"].get<std::map<std::string, uint64_t>>();
+        run.retention_kept = GetOr<std::string>(rj, "retention_kept", "");
+      }
       r.runs.push_back(run);
     }
   } catch (const std::exception& e) {

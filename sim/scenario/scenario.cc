@@ -471,7 +471,7 @@ Status ParseTop(const YAML::Node& root, Scenario* s) {
   DCR_RETURN_IF_ERROR(top.Init({"name", "description", "mode", "model", "change_rate",
                                 "change_rates", "steps", "methods", "delta", "training",
                                 "serving", "transport", "receivers", "sender", "network", "sim",
-                                "timeout", "progress", "faults"}));
+                                "timeout", "progress", "faults", "retention"}));
   DCR_RETURN_IF_ERROR(top.Str("name", &s->name));
   DCR_RETURN_IF_ERROR(top.Str("description", &s->description));
   std::string mode = "real";
@@ -592,6 +592,13 @@ Status ParseTop(const YAML::Node& root, Scenario* s) {
         }
       }
     }
+  }
+  if (top.Has("retention")) {
+    MapReader r(top.Get("retention"), "retention");
+    DCR_RETURN_IF_ERROR(r.Init({"keep_versions", "budget"}));
+    s->retention.enabled = true;
+    DCR_RETURN_IF_ERROR(r.Int("keep_versions", &s->retention.keep_versions, 1, 1 << 20));
+    DCR_RETURN_IF_ERROR(r.Size("budget", &s->retention.budget_bytes));
   }
   if (top.Has("sender")) {
     MapReader r(top.Get("sender"), "sender");

@@ -134,6 +134,10 @@ StatusOr<std::vector<NodePlan>> MakePlans(const Scenario& s, Method method, Tran
       }
       p.metrics_address = host + ":" + std::to_string(port);
     }
+    if (s.retention.enabled) {
+      p.retain_versions = s.retention.keep_versions;
+      p.retain_budget_bytes = s.retention.budget_bytes;
+    }
     p.heartbeat_interval_s = s.network.heartbeat_interval_s;
     p.read_deadline_s = ReadDeadlineFor(s);
     p.emulate_wan = s.network.emulation == WanEmulation::kTransport;

@@ -198,6 +198,12 @@ struct NodePlan {
   // every blob it receives whole into `store`, trailer last, so the region's recoveries read it
   // there instead of across the long link. Default false.
   bool mirror_to_store = false;
+  // Retention of `store` (dcr/retention.h), by the sender of a plan with versions after each
+  // version's commit: the newest `retain_versions` versions are kept, and the store's objects
+  // under the versions' common prefix are held within `retain_budget_bytes` (0 = no budget)
+  // as far as what is needed allows. retain_versions 0 (the default): no collection.
+  int retain_versions = 0;
+  uint64_t retain_budget_bytes = 0;
   // Fault points, honoured on the first start only (`dcr run`'s faults: block sets them): a
   // delta receiver SIGKILLs itself at its chunk application of 0-based ordinal
   // `fault_kill_chunk`, inside it (after its journal Begin record and its writes, before End)
@@ -273,6 +279,16 @@ struct NodeResult {
   uint64_t mirror_puts = 0;        // blobs put into the store by mirror_to_store
   bool storage_reattached = false; // the mapped storage of an earlier start was re-attached
   std::string recovery_log;        // the recovery actions taken, one per line
+  // Retention (NodePlan::retain_versions; the sender of a plan with versions): the collection
+  // after this version's commit (dcr/retention.h): objects and bytes it removed, the bytes
+  // left under the versions' prefix, the versions kept and needed, and why a budget is not
+  // met ("" when it is, or no collection ran: retention_runs 0).
+  int retention_runs = 0;
+  uint64_t retention_removed_objects = 0;
+  uint64_t retention_removed_bytes = 0;
+  uint64_t retention_store_bytes = 0;
+  std::string retention_kept;      // "v3 kept, v4 needed, ..." (the versions left)
+  std::string retention_error;
 };
 
 // Runs one node to completion (or failure / timeout). The returned Status is the node's error;

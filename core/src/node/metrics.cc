@@ -122,6 +122,19 @@ std::string RenderMetrics(const NodeMetrics& m) {
          Number(m.chunks_skipped));
   metric("dcr_mirror_puts_total", "counter",
          "Blobs this long-link relay put into the in-region store.", Number(m.mirror_puts));
+  if (m.gc_runs > 0) {
+    metric("dcr_gc_runs_total", "counter", "Collections of the store's old versions run.",
+           Number(m.gc_runs));
+    metric("dcr_gc_removed_objects_total", "counter", "Store objects removed by collections.",
+           Number(m.gc_removed_objects));
+    metric("dcr_gc_removed_bytes_total", "counter", "Store bytes removed by collections.",
+           Number(m.gc_removed_bytes));
+    metric("dcr_gc_budget_errors_total", "counter",
+           "Collections that could not meet the budget without removing what is needed.",
+           Number(m.gc_budget_errors));
+    metric("dcr_store_bytes", "gauge", "Bytes under the versions' prefix after the last collection.",
+           Number(m.store_bytes));
+  }
   if (!m.last_error.empty()) {
     metric("dcr_last_error_info", "gauge", "The node's error, in the message label.", "1",
            ",message=\"" + Escape(m.last_error) + "\"");
@@ -147,10 +160,29 @@ void MetricsBoard::Detach() {
 
 NodeMetrics MetricsBoard::Snapshot() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (source_) return source_();
-  NodeMetrics m = last_;
-  m.now = WallNow();
+  NodeMetrics m;
+  if (source_) {
+    m = source_();
+  } else {
+    m = last_;
+    m.now = WallNow();
+  }
+  m.gc_runs = gc_.gc_runs;
+  m.gc_removed_objects = gc_.gc_removed_objects;
+  m.gc_removed_bytes = gc_.gc_removed_bytes;
+  m.gc_budget_errors = gc_.gc_budget_errors;
+  m.store_bytes = gc_.store_bytes;
   return m;
+}
+
+void MetricsBoard::AddCollection(uint64_t removed_objects, uint64_t removed_bytes,
+                                 bool budget_error, uint64_t store_bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++gc_.gc_runs;
+  gc_.gc_removed_objects += removed_objects;
+  gc_.gc_removed_bytes += removed_bytes;
+  if (budget_error) ++gc_.gc_budget_errors;
+  gc_.store_bytes = store_bytes;
 }
 
 Status MetricsServer::Start(const std::string& address, std::function<NodeMetrics()> snapshot) {

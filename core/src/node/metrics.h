@@ -52,6 +52,14 @@ struct NodeMetrics {
   uint64_t reloads = 0;
   uint64_t chunks_skipped = 0;
   uint64_t mirror_puts = 0;
+  // Retention of the store (the sender of a long-lived node, dcr/retention.h), over the
+  // process's life: collections run, objects and bytes removed, collections whose budget could
+  // not be met, and the bytes left after the last one.
+  uint64_t gc_runs = 0;
+  uint64_t gc_removed_objects = 0;
+  uint64_t gc_removed_bytes = 0;
+  uint64_t gc_budget_errors = 0;
+  uint64_t store_bytes = 0;
 };
 
 // The Prometheus text exposition of `m`: dcr_node_up, dcr_node_committed,
@@ -60,7 +68,9 @@ struct NodeMetrics {
 // dcr_bytes_sent_long_total, dcr_chunks_applied_total, dcr_apply_seconds_total,
 // dcr_start_time_seconds, dcr_last_byte_time_seconds, dcr_commit_time_seconds, the recovery
 // counters dcr_node_starts, dcr_recoveries_total, dcr_repairs_total, dcr_fallbacks_total,
-// dcr_reloads_total, dcr_chunks_skipped_total, dcr_mirror_puts_total and, while there is
+// dcr_reloads_total, dcr_chunks_skipped_total, dcr_mirror_puts_total, once a collection ran
+// dcr_gc_runs_total, dcr_gc_removed_objects_total, dcr_gc_removed_bytes_total,
+// dcr_gc_budget_errors_total and dcr_store_bytes and, while there is
 // an error, dcr_last_error_info{message="..."} 1; every sample labelled rank and role.
 std::string RenderMetrics(const NodeMetrics& m);
 
@@ -76,11 +86,16 @@ class MetricsBoard {
   void Attach(std::function<NodeMetrics()> source);
   void Detach();
   NodeMetrics Snapshot();
+  // Records one store collection of this process (its gc_* and store_bytes fields, which every
+  // snapshot carries from then on).
+  void AddCollection(uint64_t removed_objects, uint64_t removed_bytes, bool budget_error,
+                     uint64_t store_bytes);
 
  private:
   std::mutex mu_;
   std::function<NodeMetrics()> source_;
   NodeMetrics last_;
+  NodeMetrics gc_;  // only the gc_* and store_bytes fields
 };
 
 class MetricsServer {

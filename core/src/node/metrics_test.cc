@@ -63,6 +63,38 @@ TEST(RenderMetrics, RecoveryCountersAreExported) {
   EXPECT_NE(t.find("dcr_mirror_puts_total{rank=\"3\",role=\"receiver\"} 7\n"), std::string::npos);
 }
 
+TEST(RenderMetrics, CollectionCountersOnceOneRan) {
+  NodeMetrics m = Sample();
+  EXPECT_EQ(RenderMetrics(m).find("dcr_gc_runs_total"), std::string::npos);
+  m.gc_runs = 2;
+  m.gc_removed_objects = 30;
+  m.gc_removed_bytes = 4096;
+  m.gc_budget_errors = 1;
+  m.store_bytes = 777;
+  const std::string t = RenderMetrics(m);
+  EXPECT_NE(t.find("dcr_gc_runs_total{rank=\"3\",role=\"receiver\"} 2\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("dcr_gc_removed_objects_total{rank=\"3\",role=\"receiver\"} 30\n"),
+            std::string::npos);
+  EXPECT_NE(t.find("dcr_gc_removed_bytes_total{rank=\"3\",role=\"receiver\"} 4096\n"),
+            std::string::npos);
+  EXPECT_NE(t.find("dcr_gc_budget_errors_total{rank=\"3\",role=\"receiver\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(t.find("# TYPE dcr_store_bytes gauge\ndcr_store_bytes{rank=\"3\",role=\"receiver\"} 777\n"),
+            std::string::npos);
+}
+
+TEST(MetricsBoard, CollectionsAccumulateAcrossNodes) {
+  MetricsBoard board;
+  board.AddCollection(3, 300, false, 1000);
+  board.AddCollection(2, 200, true, 900);
+  const NodeMetrics m = board.Snapshot();
+  EXPECT_EQ(m.gc_runs, 2u);
+  EXPECT_EQ(m.gc_removed_objects, 5u);
+  EXPECT_EQ(m.gc_removed_bytes, 500u);
+  EXPECT_EQ(m.gc_budget_errors, 1u);
+  EXPECT_EQ(m.store_bytes, 900u);
+}
+
 TEST(RenderMetrics, ErrorIsALabelWithQuotesAndNewlinesEscaped) {
   NodeMetrics m = Sample();
   m.up = false;

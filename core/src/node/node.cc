@@ -2022,6 +2022,8 @@ std::string NodePlanToJson(const NodePlan& p) {
   j["go_path"] = p.go_path;
   if (!p.state_dir.empty()) j["state_dir"] = p.state_dir;
   if (p.mirror_to_store) j["mirror_to_store"] = true;
+  if (p.retain_versions > 0) j["retain_versions"] = p.retain_versions;
+  if (p.retain_budget_bytes > 0) j["retain_budget_bytes"] = p.retain_budget_bytes;
   if (p.fault_kill_chunk >= 0 || p.fault_kill_blob >= 0) {
     j["fault"] = {{"kill_chunk", p.fault_kill_chunk},
                   {"kill_inside", p.fault_kill_inside},
@@ -2106,6 +2108,10 @@ StatusOr<NodePlan> NodePlanFromJson(const std::string& text) {
     if (j.contains("go_path")) p.go_path = j["go_path"].get<std::string>();
     if (j.contains("state_dir")) p.state_dir = j["state_dir"].get<std::string>();
     if (j.contains("mirror_to_store")) p.mirror_to_store = j["mirror_to_store"].get<bool>();
+    if (j.contains("retain_versions")) p.retain_versions = j["retain_versions"].get<int>();
+    if (j.contains("retain_budget_bytes")) {
+      p.retain_budget_bytes = j["retain_budget_bytes"].get<uint64_t>();
+    }
     if (j.contains("fault")) {
       const auto& f = j["fault"];
       p.fault_kill_chunk = f.at("kill_chunk").get<int64_t>();
@@ -2153,6 +2159,14 @@ std::string NodeResultToJson(const NodeResult& r) {
                    {"mirror_puts", r.mirror_puts},
                    {"storage_reattached", r.storage_reattached},
                    {"log", r.recovery_log}};
+  if (r.retention_runs > 0) {
+    j["retention"] = {{"runs", r.retention_runs},
+                      {"removed_objects", r.retention_removed_objects},
+                      {"removed_bytes", r.retention_removed_bytes},
+                      {"store_bytes", r.retention_store_bytes},
+                      {"kept", r.retention_kept},
+                      {"error", r.retention_error}};
+  }
   return j.dump(1);
 }
 
@@ -2200,6 +2214,15 @@ StatusOr<NodeResult> NodeResultFromJson(const std::string& text) {
       r.mirror_puts = v.value("mirror_puts", uint64_t{0});
       r.storage_reattached = v.value("storage_reattached", false);
       r.recovery_log = v.value("log", std::string());
+    }
+    if (j.contains("retention")) {
+      const auto& v = j["retention"];
+      r.retention_runs = v.value("runs", 0);
+      r.retention_removed_objects = v.value("removed_objects", uint64_t{0});
+      r.retention_removed_bytes = v.value("removed_bytes", uint64_t{0});
+      r.retention_store_bytes = v.value("store_bytes", uint64_t{0});
+      r.retention_kept = v.value("kept", std::string());
+      r.retention_error = v.value("error", std::string());
     }
   } catch (const std::exception& e) {
     return InvalidArgumentError(std::string("node result JSON: ") + e.what());

@@ -5,6 +5,7 @@
 
 #include "dcr/checkpoint.h"
 #include "dcr/status_macros.h"
+#include "node/store_retention.h"
 
 namespace dcr::internal {
 
@@ -126,6 +127,25 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result) {
       for (const auto& [rank, why] : *dead) {
         std::fprintf(stderr, "sender: receiver %d declared dead at version %llu: %s\n", rank,
                      static_cast<unsigned long long>(v.version), why.c_str());
+      }
+    }
+    if (sender && plan.retain_versions > 0 && !plan.store.empty()) {
+      // Retention after the commit (store_retention.h): a failed or unmeetable collection is
+      // reported in the version's result and on stderr; the refit itself stands.
+      const uint64_t committed = joint ? commit->baseline().number : v.version;
+      Status g = CollectAfterVersion(plan, committed, &r);
+      if (!g.ok()) {
+        std::fprintf(stderr, "sender: retention after version %llu: %s\n",
+                     static_cast<unsigned long long>(v.version), g.ToString().c_str());
+      }
+      *result = r;
+      if (!v.result_path.empty()) {
+        const std::string js = NodeResultToJson(r);
+        Status w = WriteFileAtomic(v.result_path, js.data(), js.size());
+        if (!w.ok()) {
+          s = w;
+          break;
+        }
       }
     }
   }

@@ -129,6 +129,15 @@ struct ReceiversSpec {
   std::vector<int> devices;
 };
 
+// Retention of the store's versions in a long-lived run (`retention:` block; dcr/retention.h):
+// the sender keeps the newest `keep_versions` versions and holds the store within
+// `budget_bytes` (0 = no budget) after each version's commit, never removing what is needed.
+struct RetentionSpec {
+  bool enabled = false;      // true when the scenario has a `retention` block
+  int keep_versions = 2;
+  uint64_t budget_bytes = 0;
+};
+
 struct SenderSpec {
   std::string device = "cpu";  // "cpu" | "host" | "cuda": where the delta's diff runs
 };
@@ -228,6 +237,7 @@ struct Scenario {
   SenderSpec sender;
   NetworkSpec network;
   FaultsSpec faults;
+  RetentionSpec retention;
   SimSpec sim;
   double timeout_s = 600;     // whole run
   bool progress = true;       // progress display on stderr
@@ -352,6 +362,11 @@ struct RunResult {
   // node process that died and was restarted ("node 3: killed by signal 9; restart 1").
   std::map<std::string, uint64_t> recovery;
   std::vector<std::string> restarts;
+  // Long-lived runs with a `retention:` block: the sender's collection of the store after this
+  // step's commit (removed_objects, removed_bytes, store_bytes), and the versions left with
+  // why ("v3 kept, v4 needed"), followed by the collection's error when it had one.
+  std::map<std::string, uint64_t> retention;
+  std::string retention_kept;
 };
 
 // Totals of the fault-injection runs of a scenario (`faults:`); absent from the JSON when the
