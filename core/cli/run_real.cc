@@ -612,6 +612,9 @@ ScenarioResult DescribeRealRun(const Scenario& s, const std::string& work_dir) {
     for (int d : s.receivers.devices) devices += " " + std::to_string(d);
     devices += ")";
   }
+  for (const auto& [node, device] : s.receivers.node_devices) {
+    devices += ", node " + std::to_string(node) + ": " + device;
+  }
   devices += "; sender: " + s.sender.device;
   if (s.faults.enabled) devices += "; fault-injection runs: host-memory receivers";
   out.setup["devices"] = devices;

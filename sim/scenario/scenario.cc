@@ -340,7 +340,8 @@ Status ParseTransport(const MapReader& top, Scenario* s) {
   if (r.Has("relay_tree")) {
     MapReader t(r.Get("relay_tree"), "transport.relay_tree");
     DCR_RETURN_IF_ERROR(
-        t.Init({"fan_out", "root_fan_out", "streams", "window", "chunk", "topology"}));
+        t.Init({"fan_out", "root_fan_out", "streams", "window", "chunk", "topology",
+                "edge_relays"}));
     auto& rt = s->transport.relay_tree;
     DCR_RETURN_IF_ERROR(t.Int("fan_out", &rt.fan_out, 1, 1024));
     DCR_RETURN_IF_ERROR(t.Int("root_fan_out", &rt.root_fan_out, 1, 1024));
@@ -359,6 +360,21 @@ Status ParseTransport(const MapReader& top, Scenario* s) {
                                       "]: expected a parent node id, got '" + parents[i] + "'");
         }
         rt.topology.push_back(static_cast<int>(v));
+      }
+    }
+    if (t.Has("edge_relays")) {
+      std::vector<std::string> ids;
+      DCR_RETURN_IF_ERROR(t.StrList("edge_relays", &ids));
+      rt.edge_relays.clear();
+      for (size_t i = 0; i < ids.size(); ++i) {
+        char* end = nullptr;
+        const long v = std::strtol(ids[i].c_str(), &end, 10);
+        if (ids[i].empty() || *end != '\0' || v < 1 || v > (1 << 20)) {
+          return InvalidArgumentError("transport.relay_tree.edge_relays[" + std::to_string(i) +
+                                      "]: expected a receiver node id (>= 1), got '" + ids[i] +
+                                      "'");
+        }
+        rt.edge_relays.push_back(static_cast<int>(v));
       }
     }
   }
@@ -569,7 +585,7 @@ Status ParseTop(const YAML::Node& root, Scenario* s) {
     } else {
       MapReader r(n, "receivers");
       DCR_RETURN_IF_ERROR(r.Init(
-          {"count", "per_node", "apply_threads", "verify", "device", "devices"}));
+          {"count", "per_node", "apply_threads", "verify", "device", "devices", "node_devices"}));
       DCR_RETURN_IF_ERROR(r.Int("count", &s->receivers.count, 1, 1 << 20));
       DCR_RETURN_IF_ERROR(r.Int("per_node", &s->receivers.per_node, 1, 1024));
       DCR_RETURN_IF_ERROR(r.Int("apply_threads", &s->receivers.apply_threads, 1, 1024));
@@ -589,6 +605,25 @@ Status ParseTop(const YAML::Node& root, Scenario* s) {
                                         devices[i] + "'");
           }
           s->receivers.devices.push_back(static_cast<int>(v));
+        }
+      }
+      if (r.Has("node_devices")) {
+        YAML::Node m = r.Get("node_devices");
+        if (!m.IsMap()) {
+          return InvalidArgumentError("receivers.node_devices: expected a map of node id to device");
+        }
+        s->receivers.node_devices.clear();
+        for (const auto& kv : m) {
+          const std::string key = kv.first.IsScalar() ? kv.first.as<std::string>() : "";
+          char* end = nullptr;
+          const long v = std::strtol(key.c_str(), &end, 10);
+          if (key.empty() || *end != '\0' || v < 1 || v > (1 << 20)) {
+            return InvalidArgumentError("receivers.node_devices: expected a receiver node id (>= 1), got '" + key + "'");
+          }
+          MapReader d(m, "receivers.node_devices");
+          std::string dev;
+          DCR_RETURN_IF_ERROR(d.Device(key, &dev));
+          s->receivers.node_devices[static_cast<int>(v)] = dev;
         }
       }
     }
@@ -695,7 +730,60 @@ Status ValidateScenario(const Scenario& s) {
       return InvalidArgumentError("receivers.devices[" + std::to_string(i) + "]: must be >= 0");
     }
   }
+  for (const auto& [node, device] : s.receivers.node_devices) {
+    if (node > s.receivers.count) {
+      return InvalidArgumentError("receivers.node_devices: node " + std::to_string(node) +
+                                  " is not a receiver (1.." + std::to_string(s.receivers.count) +
+                                  ")");
+    }
+  }
+  if (!rt.edge_relays.empty()) {
+    if (!s.delta.wan_context) {
+      return InvalidArgumentError(
+          "transport.relay_tree.edge_relays: an edge relay transcodes the context-coded long "
+          "link; set delta.wan_context: true");
+    }
+    if (s.steps > 1) {
+      return InvalidArgumentError(
+          "transport.relay_tree.edge_relays: an edge relay transcodes against the run's base "
+          "checkpoint, one refit; set steps: 1");
+    }
+    DCR_ASSIGN_OR_RETURN(Topology topo, TopologyFor(s));
+    std::set<int> edges;
+    for (int e : rt.edge_relays) {
+      if (e > s.receivers.count || topo.parent[e] != 0) {
+        return InvalidArgumentError("transport.relay_tree.edge_relays: node " +
+                                    std::to_string(e) +
+                                    " is not a child of the sender (an edge relay takes the long "
+                                    "link)");
+      }
+      edges.insert(e);
+    }
+    // The sender sends one encoding on the long link: the context-coded one, to edge relays.
+    for (int c : topo.children[0]) {
+      if (edges.count(c) == 0) {
+        return InvalidArgumentError("transport.relay_tree.edge_relays: the sender's child node " +
+                                    std::to_string(c) +
+                                    " is not an edge relay (every long-link child must be one)");
+      }
+    }
+  } else if (s.delta.wan_context && s.mode == RunMode::kReal) {
+    for (int r = 1; r <= s.receivers.count; ++r) {
+      if (ReceiverDevice(s, r) != "cpu") {
+        return InvalidArgumentError(
+            "receivers.device: receiver node " + std::to_string(r) + " on device " +
+            ReceiverDevice(s, r) +
+            " cannot decode context-coded chunks (delta.wan_context); name the sender's children "
+            "in transport.relay_tree.edge_relays so they forward the plain encoding");
+      }
+    }
+  }
   return Status();
+}
+
+const std::string& ReceiverDevice(const Scenario& s, int node) {
+  auto it = s.receivers.node_devices.find(node);
+  return it != s.receivers.node_devices.end() ? it->second : s.receivers.device;
 }
 
 StatusOr<Scenario> ParseScenario(const std::string& yaml_text, const std::string& name_hint) {

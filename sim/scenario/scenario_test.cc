@@ -358,4 +358,37 @@ transport:
   EXPECT_FALSE(partial.ok());
 }
 
+TEST(Scenario, EdgeRelaysAndNodeDevices) {
+  const std::string base =
+      "mode: real\nmodel: tiny\ndelta: {wan_context: true}\nreceivers: {count: 4, node_devices: "
+      "{4: host}}\nnetwork: {signing: false}\ntransport: {relay_tree: {fan_out: 3%s}}\n";
+  auto with = [&](const std::string& key) {
+    std::string t = base;
+    t.replace(t.find("%s"), 2, key);
+    return ParseScenario(t);
+  };
+  auto s = with(", edge_relays: [1]");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->transport.relay_tree.edge_relays, std::vector<int>{1});
+  EXPECT_EQ(ReceiverDevice(*s, 4), "host");
+  EXPECT_EQ(ReceiverDevice(*s, 2), "cpu");
+  // A host receiver without an edge relay above it could not decode the context-coded chunks.
+  auto none = with("");
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("edge_relays"), std::string::npos) << none.status().ToString();
+  auto deep = with(", edge_relays: [1, 2]");
+  ASSERT_FALSE(deep.ok());
+  EXPECT_NE(deep.status().message().find("node 2 is not a child of the sender"), std::string::npos)
+      << deep.status().ToString();
+  auto bad = with(", edge_relays: [x]");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("edge_relays[0]"), std::string::npos);
+  std::string plain = base;
+  plain.replace(plain.find("delta: {wan_context: true}"), 26, "delta: {wan_context: false}");
+  plain.replace(plain.find("%s"), 2, ", edge_relays: [1]");
+  auto no_context = ParseScenario(plain);
+  ASSERT_FALSE(no_context.ok());
+  EXPECT_NE(no_context.status().message().find("delta.wan_context"), std::string::npos);
+}
+
 }  // namespace dcr

@@ -57,7 +57,7 @@ std::string StoreUrl(const Scenario& s, const std::string& work_dir) {
 // The device index of receiver rank `r`: its local index's entry of receivers.devices for cuda;
 // the host backend has the one device 0.
 int ReceiverDeviceIndex(const Scenario& s, int r) {
-  return s.receivers.device == "cuda" ? DeviceIndexFor(s, ReceiverLocalIndex(s, r)) : 0;
+  return ReceiverDevice(s, r) == "cuda" ? DeviceIndexFor(s, ReceiverLocalIndex(s, r)) : 0;
 }
 
 // ProbeDevice of device `name` number `index`, the error prefixed with `what`.
@@ -80,9 +80,9 @@ Status ProbeScenarioDevices(const Scenario& s) {
   std::set<int> probed;
   for (int r = 1; r <= s.receivers.count; ++r) {
     const int index = ReceiverDeviceIndex(s, r);
-    if (!probed.insert(index).second) continue;
-    DCR_RETURN_IF_ERROR(
-        Probe(s.receivers.device, index, "receivers.device of receiver " + std::to_string(r)));
+    const std::string& device = ReceiverDevice(s, r);
+    if (device != "cpu" && !probed.insert(index).second) continue;
+    DCR_RETURN_IF_ERROR(Probe(device, index, "receivers.device of receiver " + std::to_string(r)));
   }
   return Status();
 }
@@ -149,9 +149,10 @@ StatusOr<std::vector<NodePlan>> MakePlans(const Scenario& s, Method method, Tran
     p.chunk_elems = s.delta.chunk_elems;
     p.zstd_level = s.delta.zstd_level;
     p.context_coding = s.delta.wan_context;
+    if (transport == TransportKind::kRelayTree) p.edge_relays = s.transport.relay_tree.edge_relays;
     p.build_threads = s.delta.threads;
     p.full_slice_bytes = s.delta.chunk_elems * 2;
-    p.device = r == 0 ? s.sender.device : s.receivers.device;
+    p.device = r == 0 ? s.sender.device : ReceiverDevice(s, r);
     p.device_index = r == 0 ? 0 : ReceiverDeviceIndex(s, r);
     p.receiver_base_path = base;
     p.verify_path = s.receivers.verify ? target : "";

@@ -159,6 +159,13 @@ struct NodePlan {
   int zstd_level = 1;
   // Context-coded chunks (DeltaOptions::context_coding). Default false.
   bool context_coding = false;
+  // Edge relays (relay tree; core/docs/transports.md "Edge relays"): the ranks, children of the
+  // sender, that hold the canonical base at receiver_base_path and transcode every context-coded
+  // chunk arriving over the long link to its plain record (ContextChunkToPlain, at zstd_level)
+  // before their policy acknowledges, applies and forwards it, so their subtree gets the plain
+  // encoding. A sender with edge relays puts the plain form into the store when it fills it
+  // (the tree failed or it restarted), so every receiver can recover from there. Empty = none.
+  std::vector<int> edge_relays;
   int build_threads = 0;
   uint64_t full_slice_bytes = uint64_t{8} << 20;  // full reference: data bytes per chunk blob
   // Tests: when non-zero, the sender holds the chunks back and sends them in an order permuted
@@ -277,6 +284,12 @@ struct NodeResult {
   uint64_t overwrite_repairs = 0;  // doubtful chunks repaired by overwrite form
   uint64_t chunks_skipped = 0;     // chunks the journal showed applied (not written again)
   uint64_t mirror_puts = 0;        // blobs put into the store by mirror_to_store
+  // Edge relay (NodePlan::edge_relays): context-coded chunks transcoded to their plain records,
+  // their bytes in both forms and the CPU seconds the transcoding took (summed over threads).
+  uint64_t edge_chunks = 0;
+  uint64_t edge_context_bytes = 0;
+  uint64_t edge_plain_bytes = 0;
+  double edge_cpu_seconds = 0;
   bool storage_reattached = false; // the mapped storage of an earlier start was re-attached
   std::string recovery_log;        // the recovery actions taken, one per line
   // Retention (NodePlan::retain_versions; the sender of a plan with versions): the collection

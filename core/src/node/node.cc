@@ -35,6 +35,7 @@
 #include "internal/mapped_file.h"
 #include "internal/safetensors.h"
 #include "node/commit_reports.h"
+#include "node/edge_relay.h"
 #include "node/metrics.h"
 #include "node/node_trust.h"
 #include "node/versions.h"
@@ -443,6 +444,9 @@ class TreeLinks {
   // With recovery, a lost parent connection is reported to the node's RecoveryPolicy
   // (ParentLost) instead of ending the node.
   void set_recover(bool on) { recover_ = on; }
+  // An edge relay's ingress (node/edge_relay.h): pieces from the parent go to it instead of the
+  // policy. Set before Open; null: none.
+  void set_ingress(internal::EdgeIngress* ingress) { ingress_ = ingress; }
 
   // Flushes what is queued (final acks / reports), then closes every socket so readers end.
   void Close() {
@@ -626,7 +630,22 @@ class TreeLinks {
             " bytes the plan allows for a " + BlobKindName(info.kind)));
         return;
       }
-      BlobPtr b = state_->GetOrCreate(info);
+      if (ingress_ != nullptr && ingress_->Whole(h.blob)) {
+        // A duplicate of a blob the edge relay holds whole (perhaps transcoded): dropped.
+        std::vector<uint8_t> skip(h.length);
+        s = conn->Read(skip.data(), skip.size());
+        if (s.ok()) continue;
+      }
+      BlobPtr b = s.ok() ? state_->GetOrCreate(info) : nullptr;
+      if (!s.ok()) {
+        if (recover_ && !stopping_) queue_->PostRecovery(recovery::ParentLost{parent, kNoNode});
+        if (!recover_ && !stopping_) {
+          queue_->Fatal(UnavailableError("node " + std::to_string(plan_.rank) + ": parent node " +
+                                         std::to_string(parent) + " lost mid-piece: " +
+                                         s.message()));
+        }
+        return;
+      }
       if (b == nullptr) {
         queue_->Fatal(ResourceExhaustedError("node " + std::to_string(plan_.rank) +
                                              ": out of memory for blob " + std::to_string(h.blob) +
@@ -656,7 +675,11 @@ class TreeLinks {
         NodeState::MarkBlob(r, now);
         r->bytes_received += h.length;
       });
-      queue_->Post(event::DataReceived{info, h.offset, h.length});
+      if (ingress_ != nullptr) {
+        ingress_->Piece(info, h.offset, std::shared_ptr<const std::vector<uint8_t>>(b, &b->bytes));
+      } else {
+        queue_->Post(event::DataReceived{info, h.offset, h.length});
+      }
     }
   }
 
@@ -747,6 +770,7 @@ class TreeLinks {
   std::vector<std::thread> readers_;
   std::atomic<bool> stopping_{false};
   bool recover_ = false;
+  internal::EdgeIngress* ingress_ = nullptr;
   bool closed_ = false;
 };
 
@@ -1455,6 +1479,7 @@ class SocketNode : public NodeEnvironment {
     (void)reason;
     state_.Update([](NodeResult* r) { ++r->fallbacks; });
     links_.Close();
+    if (ingress_ != nullptr) ingress_->Reset();
     applier_.Drain();
     store_.Drain();
     queue_.Bump();
@@ -1481,8 +1506,62 @@ class SocketNode : public NodeEnvironment {
     StartPolicy(MakeUploaderPolicy(plan_.relay));
     for (const BlobPtr& b : state_.All()) {
       fed_.insert(b->info.id);
-      host_->Handle(Now(), event::BlobProduced{b->info});
+      BlobInfo info = b->info;
+      st = PlainForStore(&info);
+      if (!st.ok()) return Fault(st.WithContext("sender: filling the store"));
+      host_->Handle(Now(), event::BlobProduced{info});
     }
+  }
+  // Sender with edge relays filling the store: blob `*info`, when a context-coded chunk record,
+  // is replaced by its plain record (and *info by its size), so that the store holds what every
+  // receiver applies, with or without the base.
+  Status PlainForStore(BlobInfo* info) {
+    if (plan_.edge_relays.empty() || plan_.method != "delta" || info->kind != BlobKind::kChunk) {
+      return Status();
+    }
+    if (store_plain_ == nullptr) {
+      DCR_ASSIGN_OR_RETURN(store_plain_,
+                           internal::EdgeTranscoder::Open(plan_.base_path, plan_.zstd_level));
+    }
+    if (!store_plain_->has_header()) {
+      BlobPtr h = state_.Find(0);
+      if (h == nullptr) return InternalError("the delta header is not held");
+      DCR_RETURN_IF_ERROR(store_plain_->SetHeader(h->bytes.data(), h->bytes.size()));
+    }
+    BlobPtr b = state_.Find(info->id);
+    if (b == nullptr) return InternalError("blob " + std::to_string(info->id) + " is not held");
+    DCR_ASSIGN_OR_RETURN(std::optional<std::vector<uint8_t>> plain,
+                         store_plain_->ToPlain(b->bytes.data(), b->bytes.size()));
+    if (!plain) return Status();
+    auto nb = std::make_shared<BlobBuf>();
+    nb->info = BlobInfo{info->id, info->kind, plain->size()};
+    nb->bytes = std::move(*plain);
+    state_.Store(nb);
+    *info = nb->info;
+    return Status();
+  }
+  // An edge relay's ingress (plan.edge_relays names this rank): its transcoder over the
+  // canonical base the node holds (receiver_base_path), fed by the parent's reader threads.
+  Status StartEdgeIngress() {
+    DCR_ASSIGN_OR_RETURN(std::unique_ptr<internal::EdgeTranscoder> t,
+                         internal::EdgeTranscoder::Open(plan_.receiver_base_path,
+                                                        plan_.zstd_level));
+    internal::EdgeIngress::Callbacks cb;
+    cb.replace = [this](const BlobInfo& info, std::vector<uint8_t> bytes) {
+      auto b = std::make_shared<BlobBuf>();
+      b->info = info;
+      b->bytes = std::move(bytes);
+      state_.Store(b);
+    };
+    cb.post = [this](const Event& e) { queue_.Post(e); };
+    cb.fatal = [this](Status st) {
+      queue_.Fatal(st.WithContext("node " + std::to_string(plan_.rank) + " (edge relay)"));
+    };
+    ingress_ = std::make_unique<internal::EdgeIngress>(
+        std::move(t), plan_.relay.piece_bytes, std::max(1, plan_.relay.max_parallel_applies),
+        std::move(cb));
+    links_.set_ingress(ingress_.get());
+    return Status();
   }
   void DoReload() {
     state_.Update([](NodeResult* r) { ++r->reloads; });
@@ -1517,6 +1596,13 @@ class SocketNode : public NodeEnvironment {
         r->storage_reattached = starts_ > 1 && applier_.durable()->storage_reattached();
       }
       if (mirror_ != nullptr) r->mirror_puts = mirror_->puts();
+      if (ingress_ != nullptr) {
+        const internal::EdgeStats e = ingress_->stats();
+        r->edge_chunks = e.chunks;
+        r->edge_context_bytes = e.context_bytes;
+        r->edge_plain_bytes = e.plain_bytes;
+        r->edge_cpu_seconds = e.cpu_seconds;
+      }
     });
     state_.UpdateMetrics([&](internal::NodeMetrics* m) {
       m->recoveries = static_cast<uint64_t>(r->recoveries);
@@ -1646,6 +1732,9 @@ class SocketNode : public NodeEnvironment {
     if (tree && static_cast<int>(plan_.addresses.size()) != static_cast<int>(plan_.parents.size())) {
       return InvalidArgumentError("plan.addresses: need one per node");
     }
+    const bool edge = std::find(plan_.edge_relays.begin(), plan_.edge_relays.end(),
+                                plan_.rank) != plan_.edge_relays.end();
+    if (tree && !sender && edge && !restarted) DCR_RETURN_IF_ERROR(StartEdgeIngress());
     // A restarted node does not rejoin the tree: its peers were told it left when it died.
     if (tree && !restarted) DCR_RETURN_IF_ERROR(links_.Open(host_->links(), deadline_));
     if (!tree || recover) {
@@ -1742,6 +1831,12 @@ class SocketNode : public NodeEnvironment {
       } else if (host_ != nullptr) {
         // A sender filling the store was fed every blob built so far.
         if (produced != nullptr && !fed_.insert(produced->blob.id).second) continue;
+        if (produced != nullptr && filled_store_) {
+          BlobInfo info = produced->blob;
+          Status st = PlainForStore(&info);
+          if (!st.ok()) return st.WithContext("sender: filling the store");
+          item.event = event::BlobProduced{info};
+        }
         host_->Handle(Now(), item.event);
       }
       DCR_RETURN_IF_ERROR(AfterHandle());
@@ -1813,6 +1908,7 @@ class SocketNode : public NodeEnvironment {
   std::set<BlobId> fed_;  // sender: blobs produced that the current policy was given
   int starts_ = 1;
   bool filled_store_ = false;  // sender: the stream went to the store (tree left, or restarted)
+  std::unique_ptr<internal::EdgeTranscoder> store_plain_;  // sender: PlainForStore's transcoder
   uint64_t blobs_whole_ = 0;
   double recovery_timer_at_ = -1;
   double t0_ = 0, deadline_ = 0;
@@ -1822,6 +1918,8 @@ class SocketNode : public NodeEnvironment {
   bool committed_ = false;
   bool torn_down_ = false;
   Status error_;
+  // Last, so that its threads stop first: they post to queue_ and store into state_.
+  std::unique_ptr<internal::EdgeIngress> ingress_;  // edge relay: the parent's stream, transcoded
 };
 
 }  // namespace
@@ -2008,6 +2106,7 @@ std::string NodePlanToJson(const NodePlan& p) {
   j["chunk_elems"] = p.chunk_elems;
   j["zstd_level"] = p.zstd_level;
   j["context_coding"] = p.context_coding;
+  if (!p.edge_relays.empty()) j["edge_relays"] = p.edge_relays;
   j["build_threads"] = p.build_threads;
   j["full_slice_bytes"] = p.full_slice_bytes;
   j["shuffle_seed"] = p.shuffle_seed;
@@ -2094,6 +2193,7 @@ StatusOr<NodePlan> NodePlanFromJson(const std::string& text) {
     p.chunk_elems = j.at("chunk_elems").get<uint64_t>();
     p.zstd_level = j.at("zstd_level").get<int>();
     if (j.contains("context_coding")) p.context_coding = j["context_coding"].get<bool>();
+    if (j.contains("edge_relays")) p.edge_relays = j["edge_relays"].get<std::vector<int>>();
     p.build_threads = j.at("build_threads").get<int>();
     p.full_slice_bytes = j.at("full_slice_bytes").get<uint64_t>();
     if (j.contains("shuffle_seed")) p.shuffle_seed = j["shuffle_seed"].get<uint64_t>();
@@ -2150,6 +2250,12 @@ std::string NodeResultToJson(const NodeResult& r) {
   j["verified"] = r.verified;
   j["verify_message"] = r.verify_message;
   if (!r.freeze.empty()) j["freeze"] = r.freeze;
+  if (r.edge_chunks > 0 || r.edge_cpu_seconds > 0) {
+    j["edge"] = {{"chunks", r.edge_chunks},
+                 {"context_bytes", r.edge_context_bytes},
+                 {"plain_bytes", r.edge_plain_bytes},
+                 {"cpu_seconds", r.edge_cpu_seconds}};
+  }
   j["recovery"] = {{"starts", r.starts},
                    {"recoveries", r.recoveries},
                    {"fallbacks", r.fallbacks},
@@ -2203,6 +2309,13 @@ StatusOr<NodeResult> NodeResultFromJson(const std::string& text) {
     r.verified = j.at("verified").get<bool>();
     r.verify_message = j.at("verify_message").get<std::string>();
     if (j.contains("freeze")) r.freeze = j["freeze"].get<std::string>();
+    if (j.contains("edge")) {
+      const auto& e = j["edge"];
+      r.edge_chunks = e.value("chunks", uint64_t{0});
+      r.edge_context_bytes = e.value("context_bytes", uint64_t{0});
+      r.edge_plain_bytes = e.value("plain_bytes", uint64_t{0});
+      r.edge_cpu_seconds = e.value("cpu_seconds", 0.0);
+    }
     if (j.contains("recovery")) {
       const auto& v = j["recovery"];
       r.starts = v.value("starts", 1);

@@ -103,6 +103,11 @@ struct RelayTreeSpec {
   uint64_t window = uint64_t{8} << 20;  // bytes a stream keeps on the link (RelayOptions)
   uint64_t chunk = uint64_t{1} << 20;   // cut-through piece size, bytes
   std::vector<int> topology;            // explicit parents (node 0 = sender, -1); empty = fan-out
+  // Edge relays (mode real, delta.wan_context): nodes, children of the sender, that hold the
+  // canonical base and forward the plain encoding of every context-coded chunk to their
+  // subtrees (NodePlan::edge_relays). Empty = none: every receiver decodes the context-coded
+  // delta against its own base.
+  std::vector<int> edge_relays;
 };
 
 struct TransportSpec {
@@ -127,6 +132,8 @@ struct ReceiversSpec {
   // Device indices a host's receivers use: its receiver with local index k (ReceiverLocalIndex)
   // opens devices[k % devices.size()]. Empty = device k. Ignored with device "cpu".
   std::vector<int> devices;
+  // Per-node overrides of `device` (receiver node id -> "cpu" | "host" | "cuda"). Empty = none.
+  std::map<int, std::string> node_devices;
 };
 
 // Retention of the store's versions in a long-lived run (`retention:` block; dcr/retention.h):
@@ -270,6 +277,9 @@ int ReceiverHost(const Scenario& s, int node);
 // The index of receiver node `node` among the receivers of its host: (node - 1) %
 // receivers.per_node (0 for the sender).
 int ReceiverLocalIndex(const Scenario& s, int node);
+// The device receiver node `node` holds its weights on: receivers.node_devices[node], else
+// receivers.device.
+const std::string& ReceiverDevice(const Scenario& s, int node);
 // The device index receiver `node` opens when its local index on the host is `local_index`:
 // receivers.devices[local_index % size], or local_index when the list is empty.
 // REQUIRES: local_index >= 0.

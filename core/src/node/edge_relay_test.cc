@@ -1,0 +1,270 @@
+// The edge relay's transcoding: the chunk records it hands its policy are, blob for blob, those
+// the sender would have built without context coding, whatever order the pieces arrive in; a
+// wrong base is refused; duplicates and a stream left behind hand nothing on.
+#include "node/edge_relay.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <random>
+
+#include "dcr/checkpoint.h"
+#include "dcr/delta.h"
+
+namespace dcr::internal {
+namespace {
+
+// Blobs of a delta as the node's builder cuts them: header, records, trailer.
+class BlobSink : public DeltaSink {
+ public:
+  Status OnHeader(const std::vector<uint8_t>& b) override { return Add(BlobKind::kHeader, b); }
+  Status OnChunk(const ChunkHeader&, const std::vector<uint8_t>& b) override {
+    return Add(BlobKind::kChunk, b);
+  }
+  Status OnManifest(const std::vector<uint8_t>& b) override { return Add(BlobKind::kChunk, b); }
+  Status OnTrailer(const std::vector<uint8_t>& b) override { return Add(BlobKind::kTrailer, b); }
+  std::vector<std::pair<BlobKind, std::vector<uint8_t>>> blobs;
+
+ private:
+  Status Add(BlobKind k, const std::vector<uint8_t>& b) {
+    blobs.emplace_back(k, b);
+    return Status();
+  }
+};
+
+struct Files {
+  std::string dir, base, target, other;
+};
+
+// A base, a target with ~3% of its elements changed and an unrelated checkpoint of the shape.
+const Files& Checkpoints() {
+  static Files* f = [] {
+    auto* fx = new Files;
+    char tmpl[] = "/tmp/dcr_edge_XXXXXX";
+    fx->dir = mkdtemp(tmpl);
+    std::mt19937_64 rng(7);
+    const std::vector<std::pair<std::string, std::vector<int64_t>>> specs = {
+        {"a.weight", {512, 256}}, {"b.weight", {300, 100}}, {"c.norm", {640}}};
+    std::vector<std::vector<uint8_t>> base, target, other;
+    for (const auto& [name, shape] : specs) {
+      uint64_t n = 1;
+      for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+      std::vector<uint8_t> b(n * 2), o(n * 2);
+      for (uint64_t i = 0; i < n; ++i) {  // BF16 around 1 with varied exponents
+        const uint16_t v = static_cast<uint16_t>(0x3C00 + rng() % 0x0800);
+        b[2 * i] = static_cast<uint8_t>(v);
+        b[2 * i + 1] = static_cast<uint8_t>(v >> 8);
+      }
+      for (auto& x : o) x = static_cast<uint8_t>(rng());
+      std::vector<uint8_t> g = b;
+      for (uint64_t i = 0; i < n; ++i) {
+        if (rng() % 100 < 3) g[2 * i] = static_cast<uint8_t>(g[2 * i] + 1 + rng() % 3);
+      }
+      base.push_back(b);
+      target.push_back(g);
+      other.push_back(o);
+    }
+    auto write = [&](const std::string& path, const std::vector<std::vector<uint8_t>>& data) {
+      std::vector<TensorView> views;
+      for (size_t i = 0; i < specs.size(); ++i) {
+        views.push_back(
+            TensorView{specs[i].first, "BF16", specs[i].second, data[i].data(), data[i].size()});
+      }
+      EXPECT_TRUE(WriteSafetensors(path, views).ok());
+    };
+    fx->base = fx->dir + "/base.safetensors";
+    fx->target = fx->dir + "/target.safetensors";
+    fx->other = fx->dir + "/other.safetensors";
+    write(fx->base, base);
+    write(fx->target, target);
+    write(fx->other, other);
+    return fx;
+  }();
+  return *f;
+}
+
+std::vector<std::pair<BlobKind, std::vector<uint8_t>>> Build(bool context) {
+  auto base = Checkpoint::Open(Checkpoints().base);
+  auto target = Checkpoint::Open(Checkpoints().target);
+  EXPECT_TRUE(base.ok() && target.ok());
+  DeltaOptions o;
+  o.chunk_elems = 16384;
+  o.context_coding = context;
+  BlobSink sink;
+  auto st = BuildDelta(base->get(), **target, o, &sink);
+  EXPECT_TRUE(st.ok()) << st.status().ToString();
+  if (context) EXPECT_GT(st->context_chunks, 0u);
+  return sink.blobs;
+}
+
+TEST(PieceTrackerTest, WholeOnceAfterEveryPieceDuplicatesIgnored) {
+  PieceTracker t(4);
+  const BlobInfo b{3, BlobKind::kChunk, 10};  // pieces at 0, 4, 8
+  EXPECT_FALSE(t.Add(b, 8));
+  EXPECT_FALSE(t.Add(b, 8));
+  EXPECT_FALSE(t.Add(b, 0));
+  EXPECT_FALSE(t.Whole(3));
+  EXPECT_TRUE(t.Add(b, 4));
+  EXPECT_TRUE(t.Whole(3));
+  EXPECT_FALSE(t.Add(b, 4));
+  const BlobInfo empty{4, BlobKind::kTrailer, 0};  // one empty piece
+  EXPECT_TRUE(t.Add(empty, 0));
+  t.Clear();
+  EXPECT_FALSE(t.Whole(3));
+}
+
+TEST(EdgeTranscoderTest, ContextRecordsBecomeThePlainEncodersRecords) {
+  const auto ctx = Build(true), plain = Build(false);
+  ASSERT_EQ(ctx.size(), plain.size());
+  auto t = EdgeTranscoder::Open(Checkpoints().base, 1);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_TRUE((*t)->SetHeader(ctx[0].second.data(), ctx[0].second.size()).ok());
+  int transcoded = 0;
+  for (size_t i = 1; i + 1 < ctx.size(); ++i) {
+    auto p = (*t)->ToPlain(ctx[i].second.data(), ctx[i].second.size());
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    if (p->has_value()) {
+      ++transcoded;
+      EXPECT_EQ(**p, plain[i].second) << "chunk blob " << i;
+    } else {
+      EXPECT_EQ(ctx[i].second, plain[i].second) << "chunk blob " << i << " travels as it is";
+    }
+  }
+  EXPECT_GT(transcoded, 0);
+}
+
+TEST(EdgeTranscoderTest, AnotherBaseIsRefused) {
+  const auto ctx = Build(true);
+  auto t = EdgeTranscoder::Open(Checkpoints().other, 1);
+  ASSERT_TRUE(t.ok());
+  ASSERT_TRUE((*t)->SetHeader(ctx[0].second.data(), ctx[0].second.size()).ok());
+  bool refused = false;
+  for (size_t i = 1; i + 1 < ctx.size() && !refused; ++i) {
+    auto p = (*t)->ToPlain(ctx[i].second.data(), ctx[i].second.size());
+    if (!p.ok()) {
+      EXPECT_EQ(p.status().code(), StatusCode::kFailedPrecondition) << p.status().ToString();
+      refused = true;
+    }
+  }
+  EXPECT_TRUE(refused);
+  // A chunk before the header is refused too, not decoded against nothing.
+  auto fresh = EdgeTranscoder::Open(Checkpoints().base, 1);
+  ASSERT_TRUE(fresh.ok());
+  bool before_header = false;
+  for (size_t i = 1; i + 1 < ctx.size(); ++i) {
+    auto p = (*fresh)->ToPlain(ctx[i].second.data(), ctx[i].second.size());
+    if (!p.ok()) before_header = true;
+  }
+  EXPECT_TRUE(before_header);
+}
+
+// The ingress over pieces in a shuffled order (header last): what it hands on is the plain stream.
+TEST(EdgeIngressTest, ShuffledPiecesGiveThePlainStream) {
+  const auto ctx = Build(true), plain = Build(false);
+  const uint64_t piece = 1000;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<BlobId, std::vector<uint8_t>> replaced;
+  std::map<BlobId, uint64_t> received;  // bytes handed on per blob
+  std::map<BlobId, uint64_t> sizes;
+  Status fatal;
+  EdgeIngress::Callbacks cb;
+  cb.replace = [&](const BlobInfo& info, std::vector<uint8_t> bytes) {
+    std::lock_guard<std::mutex> l(mu);
+    EXPECT_EQ(info.size, bytes.size());
+    replaced[info.id] = std::move(bytes);
+  };
+  cb.post = [&](const Event& e) {
+    std::lock_guard<std::mutex> l(mu);
+    const auto* d = std::get_if<event::DataReceived>(&e);
+    ASSERT_NE(d, nullptr);
+    EXPECT_EQ(d->offset % piece, 0u);
+    received[d->blob.id] += d->length;
+    sizes[d->blob.id] = d->blob.size;
+    cv.notify_all();
+  };
+  cb.fatal = [&](Status s) {
+    std::lock_guard<std::mutex> l(mu);
+    fatal = s;
+    cv.notify_all();
+  };
+  auto t = EdgeTranscoder::Open(Checkpoints().base, 1);
+  ASSERT_TRUE(t.ok());
+  EdgeIngress ingress(std::move(*t), piece, 3, cb);
+  std::vector<std::shared_ptr<const std::vector<uint8_t>>> bufs;
+  struct P {
+    BlobInfo info;
+    uint64_t offset;
+    size_t buf;
+  };
+  std::vector<P> pieces;
+  for (size_t i = 0; i < ctx.size(); ++i) {
+    bufs.push_back(std::make_shared<const std::vector<uint8_t>>(ctx[i].second));
+    const BlobInfo info{i, ctx[i].first, ctx[i].second.size()};
+    for (uint64_t k = 0; k < NumPieces(info.size, piece); ++k) pieces.push_back({info, k * piece, i});
+  }
+  std::mt19937_64 rng(3);
+  std::shuffle(pieces.begin(), pieces.end(), rng);
+  // The header's pieces last, so that chunks wait for it; one duplicate of every piece.
+  std::stable_partition(pieces.begin(), pieces.end(),
+                        [](const P& p) { return p.info.kind != BlobKind::kHeader; });
+  for (const P& p : pieces) ingress.Piece(p.info, p.offset, bufs[p.buf]);
+  for (const P& p : pieces) {
+    if (!ingress.Whole(p.info.id)) ingress.Piece(p.info, p.offset, bufs[p.buf]);
+  }
+  std::unique_lock<std::mutex> l(mu);
+  ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(60), [&] {
+    if (!fatal.ok()) return true;
+    for (size_t i = 0; i < plain.size(); ++i) {
+      if (sizes.count(i) == 0 || received[i] != sizes[i]) return false;
+    }
+    return true;
+  }));
+  ASSERT_TRUE(fatal.ok()) << fatal.ToString();
+  // Chunk records are the plain encoder's; header and trailer are the sender's, as they came
+  // (the header's CONTEXT flag, the trailer's chunk ids and target hash are what receivers check).
+  for (size_t i = 0; i < plain.size(); ++i) {
+    const bool chunk = ctx[i].first == BlobKind::kChunk;
+    const std::vector<uint8_t>& want = chunk ? plain[i].second : ctx[i].second;
+    EXPECT_EQ(sizes[i], want.size()) << "blob " << i;
+    EXPECT_EQ(received[i], want.size()) << "blob " << i << ": each piece once";
+    const std::vector<uint8_t>& got = replaced.count(i) ? replaced[i] : ctx[i].second;
+    EXPECT_EQ(got, want) << "blob " << i;
+  }
+  EXPECT_FALSE(replaced.empty());
+  const EdgeStats st = ingress.stats();
+  EXPECT_EQ(st.chunks, replaced.size());
+  EXPECT_LT(st.context_bytes, st.plain_bytes);
+}
+
+// After Reset (the stream left for the store) a whole blob is handed on again only by a new
+// stream; jobs in flight hand nothing on.
+TEST(EdgeIngressTest, ResetForgetsTheStream) {
+  const auto ctx = Build(true);
+  std::mutex mu;
+  int posted = 0;
+  EdgeIngress::Callbacks cb;
+  cb.replace = [](const BlobInfo&, std::vector<uint8_t>) {};
+  cb.post = [&](const Event&) {
+    std::lock_guard<std::mutex> l(mu);
+    ++posted;
+  };
+  cb.fatal = [](Status s) { ADD_FAILURE() << s.ToString(); };
+  auto t = EdgeTranscoder::Open(Checkpoints().base, 1);
+  ASSERT_TRUE(t.ok());
+  EdgeIngress ingress(std::move(*t), uint64_t{1} << 20, 1, cb);
+  auto header = std::make_shared<const std::vector<uint8_t>>(ctx[0].second);
+  ingress.Piece(BlobInfo{0, BlobKind::kHeader, header->size()}, 0, header);
+  EXPECT_TRUE(ingress.Whole(0));
+  ingress.Reset();
+  EXPECT_FALSE(ingress.Whole(0));
+  std::lock_guard<std::mutex> l(mu);
+  EXPECT_EQ(posted, 1);
+}
+
+}  // namespace
+}  // namespace dcr::internal
