@@ -62,10 +62,11 @@ StatusOr<uint64_t> ReadWhole(const std::string& path, std::vector<uint8_t>* buf)
   return total;
 }
 
-DeltaOptions DiffOptions(bool entropy) {
+DeltaOptions DiffOptions(bool entropy, bool context = false) {
   DeltaOptions o;  // `dcr diff` defaults: 2^22-element chunks, zstd 1, auto values
   o.threads = 1;
   o.collect_entropy = entropy;
+  o.context_coding = context;  // --wan-context
   return o;
 }
 
@@ -101,10 +102,11 @@ StatusOr<DiffBenchReport> RunDiffBench(const DiffBenchConfig& config,
   DCR_RETURN_IF_ERROR(ReadWhole(base_path, &buf).status());
   const bool avx2 = CpuHasAvx2();
 
-  enum { kDd, kDiff, kDiffQ, kBaseHash, kTargetHash, kRangeHash, kScan, kEncode, kWrite, kRows };
+  enum { kDd, kDiff, kDiffQ, kDiffContext, kBaseHash, kTargetHash, kRangeHash, kScan, kEncode, kWrite, kRows };
   const char* names[kRows] = {"dd read",
                               "diff",
                               "diff -q",
+                              "diff --wan-context",
                               "  content hash of base",
                               "  content hash of target",
                               "  range hashes of target",
@@ -121,13 +123,15 @@ StatusOr<DiffBenchReport> RunDiffBench(const DiffBenchConfig& config,
       sink_guard += n + buf[0];
       return Status::OK();
     }));
-    for (int q = 0; q < 2; ++q) {
-      DCR_RETURN_IF_ERROR(TimeOnce(&best[q == 0 ? kDiff : kDiffQ], [&]() -> Status {
+    for (int q = 0; q < 3; ++q) {
+      const int row = q == 0 ? kDiff : (q == 1 ? kDiffQ : kDiffContext);
+      DCR_RETURN_IF_ERROR(TimeOnce(&best[row], [&]() -> Status {
         DCR_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> b, Checkpoint::Open(base_path));
         DCR_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> t, Checkpoint::Open(target_path));
         DeltaFileSink sink(delta_path);
-        DCR_ASSIGN_OR_RETURN(DeltaStats st, BuildDelta(b.get(), *t, DiffOptions(q == 0), &sink));
-        rep.delta_bytes = st.payload_bytes;
+        DCR_ASSIGN_OR_RETURN(DeltaStats st,
+                             BuildDelta(b.get(), *t, DiffOptions(q != 1, q == 2), &sink));
+        (q == 2 ? rep.context_delta_bytes : rep.delta_bytes) = st.payload_bytes;
         return Status::OK();
       }));
     }
@@ -183,13 +187,16 @@ StatusOr<DiffBenchReport> RunDiffBench(const DiffBenchConfig& config,
 
 std::string DiffBenchTable(const DiffBenchReport& rep) {
   std::string s;
-  char line[256];
+  char line[384];
   std::snprintf(line, sizeof line,
                 "diff bench: %llu BF16 elements (target file %.1f MiB, in page cache), %.2f%% "
-                "changed, delta %llu bytes; best of %d, one thread, process CPU time; load %.2f\n\n",
+                "changed, delta %llu bytes (--wan-context %llu); best of %d, one thread, process "
+                "CPU time; load %.2f\n\n",
                 static_cast<unsigned long long>(rep.elements), rep.target_bytes / 1048576.0,
                 100.0 * rep.changed / std::max<uint64_t>(rep.elements, 1),
-                static_cast<unsigned long long>(rep.delta_bytes), rep.reps, rep.load_average);
+                static_cast<unsigned long long>(rep.delta_bytes),
+                static_cast<unsigned long long>(rep.context_delta_bytes), rep.reps,
+                rep.load_average);
   s += line;
   s += "| region | CPU s | wall s | GB/s of target | dd read / region |\n|---|---|---|---|---|\n";
   for (const DiffBenchRow& r : rep.rows) {

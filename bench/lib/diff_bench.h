@@ -9,7 +9,7 @@
 //   dd read       read(2) of the target file in 1 MiB blocks into one reused buffer.
 //   diff          what `dcr diff --threads 1` runs: both checkpoints opened, BuildDelta into a
 //                 DeltaFileSink, with the entropy statistics of its summary (`-q` without them:
-//                 row "diff -q").
+//                 row "diff -q"; `--wan-context`, context-coded chunks: row "diff --wan-context").
 //   breakdown     the same work split into parts, each timed alone: the base's content hash
 //                 (hash.h, every element's term), the target's content hash (the same cost; a
 //                 delta needs only the base's), the target's chunk range hashes (XXH3-128 of its
@@ -51,9 +51,11 @@ struct DiffBenchReport {
   uint64_t target_bytes = 0;  // size of the target file
   uint64_t changed = 0;
   uint64_t delta_bytes = 0;
+  uint64_t context_delta_bytes = 0;  // the delta of `dcr diff --wan-context`
   int reps = 0;
   double load_average = 0;
-  std::vector<DiffBenchRow> rows;  // "dd read" first, then "diff", "diff -q" and the breakdown
+  // "dd read" first, then "diff", "diff -q", "diff --wan-context" and the breakdown
+  std::vector<DiffBenchRow> rows;
 };
 
 // Writes the pair into config.dir, then times every region. `log` receives progress lines.

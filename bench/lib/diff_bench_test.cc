@@ -23,9 +23,12 @@ TEST(DiffBenchTest, TimesEveryRegionOnTheFilesItWrites) {
   EXPECT_LT(rep->changed, cfg.elements / 10);
   // The last region wrote the delta the encoder built; `dcr diff` writes the same bytes.
   EXPECT_EQ(std::filesystem::file_size(dir / "delta.dcr"), rep->delta_bytes);
-  ASSERT_EQ(rep->rows.size(), 9u);
+  ASSERT_EQ(rep->rows.size(), 10u);
   EXPECT_EQ(rep->rows[0].name, "dd read");
   EXPECT_EQ(rep->rows[1].name, "diff");
+  EXPECT_EQ(rep->rows[3].name, "diff --wan-context");
+  EXPECT_GT(rep->context_delta_bytes, 0u);
+  EXPECT_LT(rep->context_delta_bytes, rep->delta_bytes);  // BF16 changes code smaller by exponent
   EXPECT_DOUBLE_EQ(rep->rows[0].vs_dd, 1.0);
   const std::string table = DiffBenchTable(*rep);
   EXPECT_NE(table.find("| diff -q |"), std::string::npos);
