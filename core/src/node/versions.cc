@@ -60,6 +60,10 @@ std::vector<int> SenderJointCommit::live() const {
 }
 
 Status RunNodeVersions(const NodePlan& plan, NodeResult* result) {
+  return RunNodeVersions(plan, result, VersionHooks());
+}
+
+Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHooks& hooks) {
   *result = NodeResult();
   result->rank = plan.rank;
   uint64_t last = 0;
@@ -96,6 +100,15 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result) {
     p.versions.clear();
     p.version = v.version;
     p.target_path = v.target_path;
+    if (sender && hooks.content) {  // the trainer hands the version's content now
+      StatusOr<std::string> handed = hooks.content(v);
+      if (!handed.ok()) {
+        s = handed.status();
+        break;
+      }
+      p.target_path = *handed;
+      checkpoint_of[v.version] = *handed;
+    }
     p.verify_path = v.verify_path;
     if (!v.prefix.empty()) p.relay.prefix = v.prefix;
     p.result_path = v.result_path;
@@ -115,7 +128,10 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result) {
     NodeResult r;
     s = RunNodeVersion(p, &r, delta && !sender ? &storage : nullptr);
     *result = r;
-    if (!s.ok()) break;
+    if (!s.ok()) {
+      if (hooks.done) hooks.done(v, r, s);
+      break;
+    }
     if (joint) {
       const VersionId published{v.version, r.target_hash};
       auto dead = commit->Published(VersionId{static_cast<uint64_t>(p.base_version), built_from}, published, r.reports);
@@ -148,6 +164,7 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result) {
         }
       }
     }
+    if (hooks.done) hooks.done(v, r, s);
   }
   if (!s.ok()) {
     result->ok = false;

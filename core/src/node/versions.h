@@ -7,6 +7,7 @@
 #ifndef DCR_CORE_SRC_NODE_VERSIONS_H_
 #define DCR_CORE_SRC_NODE_VERSIONS_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,6 +32,18 @@ Status RunNodeVersion(const NodePlan& plan, NodeResult* result, std::unique_ptr<
 // also written to plan.result_path. Errors: kInvalidArgument for version numbers that do not
 // increase from above 0; the first version's error otherwise.
 Status RunNodeVersions(const NodePlan& plan, NodeResult* result);
+
+// A step-at-a-time feed of RunNodeVersions (the trainer-side API, dcr/publisher_c.h):
+//   * content (the sender only): called before version v is built; returns the path of its
+//     checkpoint, which replaces v.target_path (also as the base of later versions); an error
+//     ends the run with it. May block until the trainer hands the version.
+//   * done: called after each version's node returned, with its result and status.
+// Unset members are not called.
+struct VersionHooks {
+  std::function<StatusOr<std::string>(const NodeVersion&)> content;
+  std::function<void(const NodeVersion&, const NodeResult&, const Status&)> done;
+};
+Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHooks& hooks);
 
 // The sender's joint commit: which version the next delta is built from, from what the receivers
 // reported. Receivers are named by rank.

@@ -1,0 +1,231 @@
+// dcr/publisher_c.h: the long-lived sender (RunNodeVersions) on its own thread, fed version by
+// version through VersionHooks (node/versions.h).
+#include "dcr/publisher_c.h"
+
+#include <sys/stat.h>
+
+#include <condition_variable>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dcr/checkpoint.h"
+#include "dcr/transport.h"
+#include "node/versions.h"
+
+struct dcr_publisher {
+  dcr::NodePlan plan;
+  std::string work_dir;
+  std::string error;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t next = 0;                    // index in plan.versions of the next version to hand
+  std::optional<std::string> handed;  // its checkpoint, until the sender takes it
+  bool closing = false;
+  size_t done = 0;                    // versions the sender finished
+  dcr::Status last_status;
+  dcr::NodeResult last_result;
+  bool finished = false;              // the sender's thread returned
+  dcr::Status run_status;
+  std::thread thread;
+};
+
+namespace {
+
+int Fail(dcr_publisher* p, const dcr::Status& s) {
+  if (p != nullptr) p->error = s.ToString();
+  return s.ok() ? 0 : static_cast<int>(s.code());
+}
+
+dcr::StatusOr<std::string> TakeVersion(dcr_publisher* p, const dcr::NodeVersion& v) {
+  std::unique_lock<std::mutex> lock(p->mu);
+  p->cv.wait(lock, [p] { return p->handed.has_value() || p->closing; });
+  if (!p->handed) {
+    return dcr::AbortedError("publisher closed before version " + std::to_string(v.version) +
+                             " was handed");
+  }
+  std::string path = std::move(*p->handed);
+  p->handed.reset();
+  return path;
+}
+
+void VersionDone(dcr_publisher* p, const dcr::NodeResult& r, const dcr::Status& s) {
+  std::lock_guard<std::mutex> lock(p->mu);
+  ++p->done;
+  p->last_status = s;
+  p->last_result = r;
+  p->cv.notify_all();
+}
+
+int Publish(dcr_publisher* p, uint64_t version, const std::string& path) {
+  size_t want = 0;
+  {
+    std::lock_guard<std::mutex> lock(p->mu);
+    if (p->finished) {
+      return Fail(p, p->run_status.ok()
+                         ? dcr::FailedPreconditionError("the sender has ended")
+                         : p->run_status);
+    }
+    if (p->next >= p->plan.versions.size()) {
+      return Fail(p, dcr::InvalidArgumentError("version " + std::to_string(version) +
+                                               ": the plan names no more versions"));
+    }
+    const uint64_t expected = p->plan.versions[p->next].version;
+    if (version != expected) {
+      return Fail(p, dcr::InvalidArgumentError("version " + std::to_string(version) +
+                                               " handed; the plan's next version is " +
+                                               std::to_string(expected)));
+    }
+    p->handed = path;
+    ++p->next;
+    want = p->next;
+    p->cv.notify_all();
+  }
+  std::unique_lock<std::mutex> lock(p->mu);
+  p->cv.wait(lock, [&] { return p->done >= want || p->finished; });
+  if (p->done >= want) return Fail(p, p->last_status);
+  return Fail(p, p->run_status.ok() ? dcr::InternalError("the sender ended before the version")
+                                    : p->run_status);
+}
+
+}  // namespace
+
+extern "C" {
+
+int dcr_publisher_open(const char* plan_path, const char* work_dir, dcr_publisher** out) {
+  if (out == nullptr) return Fail(nullptr, dcr::InvalidArgumentError("out is NULL"));
+  *out = nullptr;
+  dcr_publisher* p = new (std::nothrow) dcr_publisher();
+  if (p == nullptr) return static_cast<int>(dcr::StatusCode::kResourceExhausted);
+  *out = p;
+  try {
+    if (plan_path == nullptr || work_dir == nullptr) {
+      return Fail(p, dcr::InvalidArgumentError("plan_path and work_dir are required"));
+    }
+    auto text = dcr::ReadFile(plan_path);
+    if (!text.ok()) return Fail(p, text.status());
+    auto plan = dcr::NodePlanFromJson(std::string(text->begin(), text->end()));
+    if (!plan.ok()) return Fail(p, plan.status());
+    if (plan->rank != 0 || plan->versions.empty()) {
+      return Fail(p, dcr::InvalidArgumentError(
+                         std::string(plan_path) +
+                         ": not a sender plan with versions (rank 0, versions [...])"));
+    }
+    if (mkdir(work_dir, 0700) != 0 && errno != EEXIST) {
+      return Fail(p, dcr::ErrnoError(std::string("work_dir ") + work_dir, errno));
+    }
+    p->plan = std::move(*plan);
+    p->work_dir = work_dir;
+    dcr::internal::VersionHooks hooks;
+    hooks.content = [p](const dcr::NodeVersion& v) { return TakeVersion(p, v); };
+    hooks.done = [p](const dcr::NodeVersion&, const dcr::NodeResult& r, const dcr::Status& s) {
+      VersionDone(p, r, s);
+    };
+    p->thread = std::thread([p, hooks] {
+      dcr::NodeResult result;
+      dcr::Status s = dcr::internal::RunNodeVersions(p->plan, &result, hooks);
+      std::lock_guard<std::mutex> lock(p->mu);
+      p->run_status = s;
+      p->finished = true;
+      p->cv.notify_all();
+    });
+    return 0;
+  } catch (const std::exception& e) {
+    return Fail(p, dcr::InternalError(std::string("dcr_publisher_open: ") + e.what()));
+  }
+}
+
+int dcr_publisher_publish_file(dcr_publisher* p, uint64_t version, const char* path) {
+  if (p == nullptr || path == nullptr) {
+    return Fail(p, dcr::InvalidArgumentError("publisher and path are required"));
+  }
+  try {
+    return Publish(p, version, path);
+  } catch (const std::exception& e) {
+    return Fail(p, dcr::InternalError(std::string("dcr_publisher_publish_file: ") + e.what()));
+  }
+}
+
+int dcr_publisher_publish_tensors(dcr_publisher* p, uint64_t version, const dcr_tensor* tensors,
+                                  size_t n, const char* const* meta, size_t n_meta) {
+  if (p == nullptr || (tensors == nullptr && n > 0)) {
+    return Fail(p, dcr::InvalidArgumentError("publisher and tensors are required"));
+  }
+  try {
+    std::vector<dcr::TensorView> views;
+    for (size_t i = 0; i < n; ++i) {
+      const dcr_tensor& t = tensors[i];
+      if (t.name == nullptr || t.dtype == nullptr || (t.ndim > 0 && t.shape == nullptr) ||
+          (t.nbytes > 0 && t.data == nullptr)) {
+        return Fail(p, dcr::InvalidArgumentError("tensor " + std::to_string(i) +
+                                                 ": name, dtype, shape and data are required"));
+      }
+      views.push_back(dcr::TensorView{t.name, t.dtype,
+                                      std::vector<int64_t>(t.shape, t.shape + t.ndim), t.data,
+                                      t.nbytes});
+    }
+    std::map<std::string, std::string> metadata;
+    for (size_t i = 0; i < n_meta; ++i) {
+      if (meta == nullptr || meta[2 * i] == nullptr || meta[2 * i + 1] == nullptr) {
+        return Fail(p, dcr::InvalidArgumentError("metadata entry " + std::to_string(i) +
+                                                 ": key and value are required"));
+      }
+      metadata[meta[2 * i]] = meta[2 * i + 1];
+    }
+    const std::string path =
+        p->work_dir + "/version-" + std::to_string(version) + ".safetensors";
+    dcr::Status w = dcr::WriteSafetensors(path, views, metadata);
+    if (!w.ok()) return Fail(p, w.WithContext("version " + std::to_string(version)));
+    return Publish(p, version, path);
+  } catch (const std::exception& e) {
+    return Fail(p, dcr::InternalError(std::string("dcr_publisher_publish_tensors: ") + e.what()));
+  }
+}
+
+int dcr_publisher_last(const dcr_publisher* p, uint64_t hash[2], int* receivers_committed) {
+  if (p == nullptr) return Fail(nullptr, dcr::InvalidArgumentError("publisher is NULL"));
+  auto* q = const_cast<dcr_publisher*>(p);
+  std::lock_guard<std::mutex> lock(q->mu);
+  if (hash != nullptr) {
+    hash[0] = q->last_result.target_hash.lo;
+    hash[1] = q->last_result.target_hash.hi;
+  }
+  if (receivers_committed != nullptr) *receivers_committed = q->last_result.receivers_committed;
+  return 0;
+}
+
+const char* dcr_publisher_error(const dcr_publisher* p) {
+  return p == nullptr ? "" : p->error.c_str();
+}
+
+int dcr_publisher_close(dcr_publisher* p) {
+  if (p == nullptr) return 0;
+  int rc = 0;
+  try {
+    bool all = false;
+    {
+      std::lock_guard<std::mutex> lock(p->mu);
+      p->closing = true;
+      all = p->next >= p->plan.versions.size();
+      p->cv.notify_all();
+    }
+    if (p->thread.joinable()) p->thread.join();
+    if (!p->run_status.ok()) {
+      rc = static_cast<int>(p->run_status.code());
+    } else if (!all && !p->plan.versions.empty()) {
+      rc = static_cast<int>(dcr::StatusCode::kAborted);
+    }
+  } catch (const std::exception&) {
+    rc = static_cast<int>(dcr::StatusCode::kInternal);
+  }
+  delete p;
+  return rc;
+}
+
+}  // extern "C"
