@@ -1,6 +1,7 @@
 // The `faults:` block of `dcr run`: fault-injection refits (see run_faults.h).
 #include "run_faults.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -131,6 +132,13 @@ Status RunScenarioProcessFaults(const Scenario& s, double rate,
   }
   if (chunks == 0) return FailedPreconditionError("faults: the delta has no chunk to kill inside");
   DCR_ASSIGN_OR_RETURN(double measured, MeasureChangeRate(ckpts[0], ckpts[1]));
+  // A multi-step scenario: each process run is one set of long-lived nodes through every step,
+  // each kill at a seeded step (the fault points of a later step fire in that version).
+  const int steps = std::max(1, s.steps);
+  std::vector<double> measured_of(steps + 1, measured);
+  for (int k = 2; k <= steps && static_cast<int>(ckpts.size()) > k; ++k) {
+    DCR_ASSIGN_OR_RETURN(measured_of[k], MeasureChangeRate(ckpts[k - 1], ckpts[k]));
+  }
   FaultSummary& sum = out->faults;
   sum.enabled = true;
   const auto t0 = std::chrono::steady_clock::now();
@@ -167,6 +175,8 @@ Status RunScenarioProcessFaults(const Scenario& s, double rate,
         if (rank < 0 || used[rank]) continue;  // one fault point per process
         used[rank] = true;
         NodePlan& p = (*plans)[rank];
+        const uint64_t step = steps > 1 ? 1 + static_cast<uint64_t>(pick(steps)) : 0;
+        p.fault_version = step;
         if (kind == "process:receiver_between_chunks" || kind == "process:receiver_inside_chunk") {
           p.fault_kill_chunk = pick(chunks);
           p.fault_kill_inside = kind == "process:receiver_inside_chunk";
@@ -174,17 +184,37 @@ Status RunScenarioProcessFaults(const Scenario& s, double rate,
           p.fault_kill_blob = 1 + pick(chunks);
         } else {
           // From outside, at a seeded moment of the refit's first half second.
-          f.kills.push_back(ExternalKill{static_cast<double>(pick(500)) / 1000.0, rank, false});
+          f.kills.push_back(
+              ExternalKill{static_cast<double>(pick(500)) / 1000.0, rank, false, step});
         }
         planned.push_back(PlannedKill{kind, rank});
       }
     };
     ++*run_index;
-    DCR_ASSIGN_OR_RETURN(RunResult rr,
-                         RunOneRefit(s, ckpts, Method::kDelta, TransportKind::kRelayTree, rate,
-                                     measured, 1, *run_index, work_dir, out, &f));
-    // A planned kill was injected when its node died (the supervisor restarted it).
-    const bool whole = rr.error.empty() && rr.receivers_verified == rr.receivers;
+    std::vector<RunResult> step_runs;
+    if (steps > 1) {
+      DCR_ASSIGN_OR_RETURN(step_runs,
+                           RunLongLivedRefits(s, ckpts, Method::kDelta, TransportKind::kRelayTree,
+                                              rate, measured_of, *run_index, work_dir, out, &f));
+    } else {
+      DCR_ASSIGN_OR_RETURN(RunResult one,
+                           RunOneRefit(s, ckpts, Method::kDelta, TransportKind::kRelayTree, rate,
+                                       measured, 1, *run_index, work_dir, out, &f));
+      step_runs.push_back(std::move(one));
+    }
+    // A planned kill was injected when its node died (the supervisor restarted it); the run is
+    // whole when every step of it is.
+    bool whole = true;
+    RunResult rr;  // the steps' restarts and recovery together
+    rr.error.clear();
+    for (const RunResult& x : step_runs) {
+      whole = whole && x.error.empty() && x.receivers_verified == x.receivers;
+      rr.receivers += x.receivers;
+      rr.receivers_verified += x.receivers_verified;
+      rr.restarts.insert(rr.restarts.end(), x.restarts.begin(), x.restarts.end());
+      for (const auto& [k, v] : x.recovery) rr.recovery[k] += v;
+      if (rr.error.empty() && !x.error.empty()) rr.error = x.error;
+    }
     int injected = 0;
     for (const PlannedKill& k : planned) {
       const std::string who = "node " + std::to_string(k.rank) + ":";
@@ -212,7 +242,7 @@ Status RunScenarioProcessFaults(const Scenario& s, double rate,
                    rate * 100, run + 1, injected, rr.receivers_verified, rr.receivers,
                    rr.error.empty() ? "" : ": ", rr.error.c_str());
     }
-    out->runs.push_back(std::move(rr));
+    for (RunResult& x : step_runs) out->runs.push_back(std::move(x));
   }
   sum.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return Status::OK();

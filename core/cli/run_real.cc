@@ -29,6 +29,7 @@
 #include "internal/diff_scan.h"
 #include "internal/simd.h"
 #include "node/node_plans.h"
+#include "node/version_state.h"
 #include "progress_line.h"
 #include "transport/net.h"
 
@@ -245,6 +246,7 @@ struct Child {
   std::string log;
   std::string plan_path;
   int restarts = 0;  // by the supervisor (SuperviseExit)
+  std::string state_dir;  // long-lived recovering node: its NodePlan::state_dir
   double cpu = 0;  // last CPU seconds read from /proc
 };
 
@@ -294,6 +296,7 @@ StatusOr<std::vector<Child>> StartNodes(const std::vector<NodePlan>& plans,
     c.rank = p.rank;
     c.log = run_dir + "/node-" + std::to_string(p.rank) + ".log";
     c.plan_path = plan_path;
+    if (!p.versions.empty()) c.state_dir = p.state_dir;
     DCR_ASSIGN_OR_RETURN(c.pid, SpawnNode(exe, plan_path, c.log, false));
     children.push_back(c);
   }
@@ -345,8 +348,13 @@ size_t ReapExited(std::vector<Child>* children, Status* failure,
       if (pid.ok()) {
         c.pid = *pid;
         ++c.restarts;
-        restarts->push_back("node " + std::to_string(c.rank) + ": " + ExitName(st) +
-                            "; restart " + std::to_string(c.restarts));
+        std::string line = "node " + std::to_string(c.rank) + ": " + ExitName(st) +
+                           "; restart " + std::to_string(c.restarts);
+        // A long-lived node: the version it was in (internal/version_state.h).
+        if (!c.state_dir.empty()) {
+          line += "; in version " + std::to_string(internal::VersionStarted(c.state_dir, c.rank));
+        }
+        restarts->push_back(line);
         continue;
       }
     }
@@ -490,6 +498,7 @@ Status SpawnAndWait(const Scenario& s, const std::vector<NodePlan>& plans,
   bool go = false;
   double go_at = 0;
   size_t next_version = 0;  // long-lived nodes: the next version whose barrier is open
+  std::map<uint64_t, double> go_of;  // long-lived nodes: version -> when its start signal went
   Status failure;
   while (exited < children.size()) {
     exited += ReapExited(&children, &failure, restarts);
@@ -498,12 +507,20 @@ Status SpawnAndWait(const Scenario& s, const std::vector<NodePlan>& plans,
       if (go) go_at = internal::SteadyNow();
     }
     if (go) {
+      const size_t before = next_version;
       Status signalled = SignalLaterVersionsWhenReady(plans, &next_version);
       if (!signalled.ok() && failure.ok()) failure = signalled;
+      for (size_t i = std::max<size_t>(before, 1); i < next_version; ++i) {
+        go_of[plans[0].versions[i].version] = internal::SteadyNow();
+      }
     }
     double now = internal::SteadyNow();
     for (ExternalKill& k : kills) {
-      if (!go || k.done || now < go_at + k.at_s) continue;
+      if (!go || k.done) continue;
+      const bool first = k.version == 0 || plans[0].versions.empty() ||
+                         k.version == plans[0].versions[0].version;
+      if (!first && go_of.count(k.version) == 0) continue;
+      if (now < (first ? go_at : go_of[k.version]) + k.at_s) continue;
       k.done = true;
       for (const Child& c : children) {
         if (c.rank == k.rank && !c.exited) kill(c.pid, SIGKILL);
@@ -849,18 +866,14 @@ StatusOr<RunResult> RunOneRefit(const Scenario& s, const std::vector<std::string
   return rr;
 }
 
-// The refits of steps 1..s.steps by `method` over `transport` in ONE set of long-lived node
-// processes (NodePlan::versions: version k = step k), in run folder `run_index`: the nodes
-// stay up from step to step, the sender building each step's delta from the joint commit's
-// baseline. One RunResult per step, each receiver verified at each step; the steps after a
-// failure carry it as their error.
-static StatusOr<std::vector<RunResult>> RunLongLivedRefits(const Scenario& s,
+StatusOr<std::vector<RunResult>> RunLongLivedRefits(const Scenario& s,
                                                     const std::vector<std::string>& ckpts,
                                                     Method method, TransportKind transport,
                                                     double rate,
                                                     const std::vector<double>& measured,
                                                     int run_index, const std::string& work_dir,
-                                                    ScenarioResult* out) {
+                                                    ScenarioResult* out,
+                                                    const RefitFaults* faults) {
   const bool synthetic = s.model.checkpoints.empty();
   const std::string label = std::string(MethodName(method)) + " / " +
                             TransportKindName(transport) + " / steps 1-" +
@@ -890,10 +903,17 @@ static StatusOr<std::vector<RunResult>> RunLongLivedRefits(const Scenario& s,
     }
     if (s.progress) p.progress_path = run_dir + "/progress-" + std::to_string(p.rank) + ".json";
   }
+  // Recovering and supervised where every storage outlives its process (device "cpu").
+  const bool recover = std::all_of(plans.begin(), plans.end(),
+                                   [](const NodePlan& p) { return p.rank == 0 || p.device == "cpu"; });
+  if (recover) DCR_RETURN_IF_ERROR(PrepareRecovery(run_dir, transport, &plans));
+  if (faults != nullptr && faults->set_points) faults->set_points(&plans);
   Scenario whole = s;  // the session's deadline covers every step
   whole.timeout_s = s.timeout_s * s.steps;
   std::vector<CpuPoint> cpu;
-  const Status st = SpawnAndWait(whole, plans, run_dir, label, &cpu, nullptr, {});
+  std::vector<std::string> restarts;
+  const Status st = SpawnAndWait(whole, plans, run_dir, label, &cpu, recover ? &restarts : nullptr,
+                                 faults != nullptr ? faults->kills : std::vector<ExternalKill>());
   std::vector<RunResult> runs;
   for (int step = 1; step <= s.steps; ++step) {
     RunResult rr;
@@ -909,6 +929,14 @@ static StatusOr<std::vector<RunResult>> RunLongLivedRefits(const Scenario& s,
       p.result_path = p.versions[step - 1].result_path;
     }
     const std::vector<NodeResult> results = ReadNodeResults(at);
+    const std::string in_step = "; in version " + std::to_string(step);
+    for (const std::string& line : restarts) {
+      if (line.size() >= in_step.size() &&
+          line.compare(line.size() - in_step.size(), in_step.size(), in_step) == 0) {
+        rr.restarts.push_back(line);
+      }
+    }
+    if (recover) SumRecovery(results, &rr);
     const NodeResult& sender = results[0];
     const ReceiverTotals t = CollectReceivers(results, at, transport, &rr);
     if (t.all_committed && sender.t_first_blob > 0) {
@@ -929,6 +957,7 @@ static StatusOr<std::vector<RunResult>> RunLongLivedRefits(const Scenario& s,
       std::fprintf(stderr, "    step %d: refit %.3f s, %.2f MB over the long link, %d/%d verified%s%s\n",
                    step, rr.refit_seconds, rr.wire_bytes / 1e6, rr.receivers_verified,
                    rr.receivers, rr.error.empty() ? "" : ", error: ", rr.error.c_str());
+      for (const std::string& r : rr.restarts) std::fprintf(stderr, "    %s\n", r.c_str());
     }
     runs.push_back(std::move(rr));
   }

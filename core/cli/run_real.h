@@ -10,6 +10,7 @@
 #ifndef DCR_CORE_CLI_RUN_REAL_H_
 #define DCR_CORE_CLI_RUN_REAL_H_
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -31,11 +32,13 @@ StatusOr<std::vector<std::string>> PrepareCheckpoints(const Scenario& s, double 
 // Errors: those of Checkpoint::Open, kFailedPrecondition as CheckDeltaCompatible (delta.h).
 StatusOr<double> MeasureChangeRate(const std::string& base_path, const std::string& target_path);
 
-// A SIGKILL sent by the runner to node `rank` `at_s` seconds after the refit's start signal.
+// A SIGKILL sent by the runner to node `rank` `at_s` seconds after the refit's start signal
+// (long-lived nodes: the start signal of version `version`; 0 = the first).
 struct ExternalKill {
   double at_s = 0;
   int rank = 0;
   bool done = false;
+  uint64_t version = 0;
 };
 
 // Faults of one real refit (the faults block's process runs, run_faults.h): `set_points` sets
@@ -55,6 +58,25 @@ StatusOr<RunResult> RunOneRefit(const Scenario& s, const std::vector<std::string
                                 double measured_rate, int step, int run_index,
                                 const std::string& work_dir, ScenarioResult* out,
                                 const RefitFaults* faults);
+
+// The refits of steps 1..s.steps by `method` over `transport` in ONE set of long-lived node
+// processes (NodePlan::versions: version k = step k), in run folder <work_dir>/run-<run_index>:
+// the nodes stay up from step to step, the sender building each step's delta from the joint
+// commit's baseline. On device "cpu" the nodes recover (NodePlan::state_dir, an in-region store
+// for a relay tree) and are supervised as RunOneRefit's: a node that dies is restarted with its
+// plan, comes back at the version it holds and takes part in the version in flight (each
+// restart line names that version, "...; in version <k>", and goes to that step's result).
+// `faults` (may be null): fault points (NodePlan::fault_version picks the step) and kills from
+// outside (ExternalKill::version). One RunResult per step, each receiver verified at each
+// step; the steps after a failure carry it as their error.
+StatusOr<std::vector<RunResult>> RunLongLivedRefits(const Scenario& s,
+                                                    const std::vector<std::string>& ckpts,
+                                                    Method method, TransportKind transport,
+                                                    double rate,
+                                                    const std::vector<double>& measured,
+                                                    int run_index, const std::string& work_dir,
+                                                    ScenarioResult* out,
+                                                    const RefitFaults* faults = nullptr);
 
 // Runs every (method x transport x rate x step) of a mode-real scenario.
 StatusOr<ScenarioResult> RunScenarioReal(const Scenario& s);

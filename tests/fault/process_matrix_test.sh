@@ -3,21 +3,22 @@
 # processes (receivers between and inside chunks, relays and the sender mid-stream, kills from
 # outside) and restarts them; every receiver must end bit-exact (each verifies its storage byte
 # for byte against the target after committing), every injected kill survived, at least 50.
+# Then the same kinds in three-step runs of long-lived nodes (scenarios/faults-process-steps.yaml),
+# each kill at a seeded step: every receiver bit-exact at every step, every kill survived.
 set -euo pipefail
 DCR=$1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-sed "s|^  seed: 3|  seed: 3\n  work_dir: $work/run|" scenarios/faults-process.yaml > "$work/s.yaml"
-"$DCR" run "$work/s.yaml" --out "$work/result.json" > "$work/out.txt"
-python3 - "$work/result.json" <<'PY'
+check() {  # result.json, the fewest kills it must have injected
+  python3 - "$1" "$2" <<'PY'
 import json, sys
-r = json.load(open(sys.argv[1]))
+r = json.load(open(sys.argv[1])); least = int(sys.argv[2])
 f = r["faults"]
 print("process kills: %d runs, %d injected, %d survived, %d/%d receivers bit-exact" %
       (f["runs"], f["faults_injected"], f["faults_survived"], f["receivers_verified"], f["receivers"]))
 for k, v in sorted(f["injected_by_kind"].items()):
     print("  %-36s injected %3d survived %3d" % (k, v, f["survived_by_kind"].get(k, 0)))
-assert f["faults_injected"] >= 50, "fewer than 50 process kills injected"
+assert f["faults_injected"] >= least, "fewer than %d process kills injected" % least
 assert f["faults_survived"] == f["faults_injected"], f.get("errors")
 assert f["receivers_verified"] == f["receivers"], f.get("errors")
 for k in ["process:receiver_between_chunks", "process:receiver_inside_chunk",
@@ -28,4 +29,20 @@ for run in r["runs"]:
     assert run["receivers_verified"] == run["receivers"]
     for rr in run["receiver_results"]:
         assert rr["verified"], rr
+PY
+}
+sed "s|^  seed: 3|  seed: 3\n  work_dir: $work/run|" scenarios/faults-process.yaml > "$work/s.yaml"
+"$DCR" run "$work/s.yaml" --out "$work/result.json" > "$work/out.txt"
+check "$work/result.json" 50
+sed "s|^  seed: 3|  seed: 3\n  work_dir: $work/steps|" scenarios/faults-process-steps.yaml > "$work/t.yaml"
+"$DCR" run "$work/t.yaml" --out "$work/steps.json" > "$work/out-steps.txt"
+check "$work/steps.json" 12
+python3 - "$work/steps.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+steps = sorted({run["step"] for run in r["runs"]})
+assert steps == [1, 2, 3], steps
+later = [l for run in r["runs"] if run["step"] > 1 for l in run.get("restarts", [])]
+assert later, "no kill landed in a step after the first"
+print("multi-step: %d restarts in steps 2-3" % len(later))
 PY

@@ -94,7 +94,8 @@ struct NodePlan {
   uint64_t run_id = 0;
   uint64_t version = 0;
   // Sender of a delta with version > 0: the number of the version the delta is built from (its
-  // header carries base_version -> version); -1 (the default): version - 1.
+  // header carries base_version -> version); -1 (the default): version - 1. A recovering delta
+  // receiver: the number of the version its receiver_base_path holds (-1 or 0: version 0).
   int64_t base_version = -1;
   // A long-lived node (empty: one refit, version `version`): the process takes part in these
   // versions one after another, in order, keeping its receiver's storage from one to the next;
@@ -106,7 +107,9 @@ struct NodePlan {
   // the object store no report reaches the uploader and each version is built from the one
   // before. Every version takes the start barrier (ready_path, go_path): the first at those
   // paths, version k after it at the paths with ".v<k>" appended.
-  // The first failure ends the node.
+  // Without state_dir the first failure ends the node. With state_dir each version recovers as
+  // a one-version node in <state_dir>/v<k> and a restarted process resumes at the version it
+  // was in (core/src/node/version_state.h; delta receivers on device "cpu" only).
   std::vector<NodeVersion> versions;
   // Mutual TLS 1.3 on every relay-tree edge: the run's CA certificate, this node's certificate
   // and its private key (PEM files; the key must not be readable by group or others). A node
@@ -220,6 +223,9 @@ struct NodePlan {
   int64_t fault_kill_chunk = -1;
   bool fault_kill_inside = false;
   int64_t fault_kill_blob = -1;
+  // A long-lived node: the version whose first start the fault points apply to (0 = the first
+  // version of `versions`); every other version runs without them.
+  uint64_t fault_version = 0;
 };
 
 // The policy `dcr node` hosts for `plan`: uploader (rank 0) or downloader for "object_store",

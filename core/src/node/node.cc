@@ -1334,8 +1334,8 @@ class SocketNode : public NodeEnvironment {
         (committed_ || !s.ok())) {
       (void)store_.PutNow(ReportKey(plan_.rank), OwnReport(s).bytes);
     }
-    if (s.ok() && recovery_ != nullptr && plan_.rank == 0 && filled_store_ &&
-        plan_.transport == "relay_tree") {
+    if (s.ok() && recovery_ != nullptr && plan_.rank == 0 && plan_.transport == "relay_tree" &&
+        (filled_store_ || !AllReportsOk(r->reports))) {
       s = CollectStoreReports(&r->reports);
     }
     Teardown();
@@ -1489,6 +1489,11 @@ class SocketNode : public NodeEnvironment {
     timer_at_ = -1;
     if (!store_.open()) Fault(UnavailableError("node " + std::to_string(plan_.rank) +
                                                ": no object store to fall back to"));
+    // The drained applies may have finished the commit whose completion the stream bump
+    // dropped: the journal says so, and the policy hears it (no second apply of the delta).
+    if (!committed_ && applier_.durable() != nullptr && applier_.durable()->TargetCommittedNow()) {
+      Committed();
+    }
   }
   void DoLeaveTree() {
     links_.Close();
@@ -1628,12 +1633,24 @@ class SocketNode : public NodeEnvironment {
   std::string ReportKey(int rank) const {
     return plan_.relay.prefix + "/reports/" + std::to_string(rank);
   }
-  // Sender whose tree is gone: waits (polling the store, within the node's deadline) until every
-  // receiver rank has a report, from the tree (`reports`) or from the store, and adds the
-  // store's to `reports`. A record of another run or version is not taken.
+  // Whether every receiver rank has a committed report in `reports`.
+  bool AllReportsOk(const std::vector<CommitReport>& reports) const {
+    std::set<int> ok;
+    for (const CommitReport& c : reports) {
+      if (c.ok) ok.insert(c.rank);
+    }
+    return static_cast<int>(ok.size()) >= static_cast<int>(plan_.parents.size()) - 1;
+  }
+  // Sender whose tree is gone, or whose tree lacks a receiver's committed report (a receiver
+  // that restarted recovers outside the tree, and its parent reports it failed): waits (polling
+  // the store, within the node's deadline) until every receiver rank has a committed report
+  // from the tree or any report from the store, which replaces the tree's. A record of another
+  // run or version is not taken.
   Status CollectStoreReports(std::vector<CommitReport>* reports) {
     std::set<int> have;
-    for (const CommitReport& c : *reports) have.insert(c.rank);
+    for (const CommitReport& c : *reports) {
+      if (c.ok) have.insert(c.rank);
+    }
     const int n = static_cast<int>(plan_.parents.size());
     while (true) {
       for (int rank = 1; rank < n; ++rank) {
@@ -1646,6 +1663,9 @@ class SocketNode : public NodeEnvironment {
             rec->report.version != plan_.version) {
           continue;
         }
+        reports->erase(std::remove_if(reports->begin(), reports->end(),
+                                      [rank](const CommitReport& c) { return c.rank == rank; }),
+                       reports->end());
         reports->push_back(rec->report);
         have.insert(rank);
       }
@@ -1960,11 +1980,6 @@ Status RunNodeVersion(const NodePlan& plan, NodeResult* result,
 }  // namespace internal
 
 Status RunNode(const NodePlan& plan, NodeResult* result) {
-  if (!plan.versions.empty() && !plan.state_dir.empty()) {
-    return InvalidArgumentError(
-        "plan.state_dir: recovery (journal, durable storage, restarts) covers a node of one "
-        "version; a plan with versions runs without it");
-  }
   // One endpoint for the life of the process, whichever version runs (MetricsBoard).
   internal::MetricsServer metrics;
   if (!plan.metrics_address.empty()) {
@@ -2126,7 +2141,8 @@ std::string NodePlanToJson(const NodePlan& p) {
   if (p.fault_kill_chunk >= 0 || p.fault_kill_blob >= 0) {
     j["fault"] = {{"kill_chunk", p.fault_kill_chunk},
                   {"kill_inside", p.fault_kill_inside},
-                  {"kill_blob", p.fault_kill_blob}};
+                  {"kill_blob", p.fault_kill_blob},
+                  {"version", p.fault_version}};
   }
   return j.dump(1);
 }
@@ -2217,6 +2233,7 @@ StatusOr<NodePlan> NodePlanFromJson(const std::string& text) {
       p.fault_kill_chunk = f.at("kill_chunk").get<int64_t>();
       p.fault_kill_inside = f.at("kill_inside").get<bool>();
       p.fault_kill_blob = f.at("kill_blob").get<int64_t>();
+      p.fault_version = f.value("version", uint64_t{0});
     }
   } catch (const std::exception& e) {
     return InvalidArgumentError(std::string("node plan JSON: ") + e.what());

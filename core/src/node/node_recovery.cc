@@ -166,7 +166,9 @@ StatusOr<std::unique_ptr<DurableReceiver>> DurableReceiver::Open(const NodePlan&
   }
   std::unique_ptr<DurableReceiver> r(new DurableReceiver());
   DCR_ASSIGN_OR_RETURN(r->base_, Checkpoint::Open(plan.receiver_base_path));
-  r->base_version_ = VersionId{0, r->base_->ContentHash(0)};
+  // The base's version number: a long-lived receiver's base is the version it committed last.
+  r->base_version_ = VersionId{plan.base_version > 0 ? static_cast<uint64_t>(plan.base_version) : 0,
+                               r->base_->ContentHash(0)};
   const std::string journal_path = RankFile(plan.state_dir, plan.rank, ".journal");
   JournalOptions jo;
   jo.group_commit = true;
@@ -244,6 +246,11 @@ Status DurableReceiver::ReloadCommitted() {
 StatusOr<std::vector<uint8_t>> DurableReceiver::OverwriteForm(const uint8_t* record,
                                                               size_t size) const {
   return OverwriteChunkFromRelative(record, size, inventory_, *base_);
+}
+
+bool DurableReceiver::TargetCommittedNow() const {
+  const std::optional<VersionId> c = journal_->committed();
+  return c.has_value() && *c != base_version_;
 }
 
 bool DurableReceiver::Doubtful(uint64_t chunk_id) const {

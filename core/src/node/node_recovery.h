@@ -78,6 +78,9 @@ class DurableReceiver {
   // The version the node held before this refit (the base) and whether the journal shows a
   // later version committed (the refit's target: nothing left to fetch).
   bool target_committed() const { return restart_.target_committed; }
+  // Whether the journal now records a version other than the base committed: the refit's
+  // target (a commit that finished while its completion was being dropped, e.g. by a fallback).
+  bool TargetCommittedNow() const;
   // RecoveryPolicy's ReloadCommitted: the storage is rewritten from the base checkpoint and the
   // in-flight delta abandoned in the journal. Device storage was loaded from the base at Open.
   // REQUIRES: not in a delta (the node's applies drained).

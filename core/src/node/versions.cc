@@ -6,6 +6,7 @@
 #include "dcr/checkpoint.h"
 #include "dcr/status_macros.h"
 #include "node/store_retention.h"
+#include "node/version_state.h"
 
 namespace dcr::internal {
 
@@ -81,9 +82,18 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
   // The checkpoint of every version number the sender may build from: 0 is plan.base_path.
   std::map<uint64_t, std::string> checkpoint_of{{0, plan.base_path}};
   for (const NodeVersion& v : plan.versions) checkpoint_of[v.version] = v.target_path;
+  // With a state_dir: each version recovers as a one-version node (version_state.h), and a
+  // restarted process resumes at the version it was in.
+  std::unique_ptr<VersionRecovery> recovery;
+  if (!plan.state_dir.empty()) {
+    DCR_ASSIGN_OR_RETURN(recovery, VersionRecovery::Open(plan));
+  }
   std::unique_ptr<SenderJointCommit> commit;
   VersionId base{0, Hash128{}};
-  if (joint) {
+  if (joint && recovery != nullptr && recovery->commit().has_value()) {
+    commit = std::make_unique<SenderJointCommit>(recovery->commit()->live,
+                                                 recovery->commit()->baseline);
+  } else if (joint) {
     DCR_ASSIGN_OR_RETURN(auto c, Checkpoint::Open(plan.base_path));
     base.hash = c->ContentHash(plan.build_threads);
     std::vector<int> receivers;
@@ -96,6 +106,14 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
   Status s;
   for (size_t i = 0; i < plan.versions.size(); ++i) {
     const NodeVersion& v = plan.versions[i];
+    if (recovery != nullptr && recovery->Finished(v)) {
+      // Finished by an earlier process of this node: its result stands.
+      auto text = ReadFile(v.result_path);
+      auto r = text.ok() ? NodeResultFromJson(std::string(text->begin(), text->end()))
+                         : StatusOr<NodeResult>(text.status());
+      if (r.ok()) *result = *r;
+      continue;
+    }
     NodePlan p = plan;
     p.versions.clear();
     p.version = v.version;
@@ -112,6 +130,7 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
     p.verify_path = v.verify_path;
     if (!v.prefix.empty()) p.relay.prefix = v.prefix;
     p.result_path = v.result_path;
+    if (recovery != nullptr) recovery->Prepare(v, i, &p);
     if (i > 0) {  // this version's own barrier files
       const std::string tag = ".v" + std::to_string(v.version);
       if (!p.ready_path.empty()) p.ready_path += tag;
@@ -126,7 +145,7 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
       if (joint) built_from = commit->baseline().hash;
     }
     NodeResult r;
-    s = RunNodeVersion(p, &r, delta && !sender ? &storage : nullptr);
+    s = RunNodeVersion(p, &r, delta && !sender && recovery == nullptr ? &storage : nullptr);
     *result = r;
     if (!s.ok()) {
       if (hooks.done) hooks.done(v, r, s);
@@ -144,6 +163,14 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
         std::fprintf(stderr, "sender: receiver %d declared dead at version %llu: %s\n", rank,
                      static_cast<unsigned long long>(v.version), why.c_str());
       }
+      if (recovery != nullptr) {
+        s = recovery->SaveCommit(v.version, commit->baseline(), commit->live());
+        if (!s.ok()) break;
+      }
+    }
+    if (recovery != nullptr) {
+      s = recovery->Done(p);
+      if (!s.ok()) break;
     }
     if (sender && plan.retain_versions > 0 && !plan.store.empty()) {
       // Retention after the commit (store_retention.h): a failed or unmeetable collection is

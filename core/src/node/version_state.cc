@@ -1,0 +1,266 @@
+// Durable state of a long-lived node across versions (see version_state.h).
+#include "node/version_state.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "dcr/checkpoint.h"
+#include "dcr/status_macros.h"
+
+namespace dcr::internal {
+
+namespace {
+
+std::string RankFile(const std::string& dir, int rank, const char* suffix) {
+  return dir + "/rank-" + std::to_string(rank) + suffix;
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+Status SyncDir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError("open " + dir, errno);
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) return ErrnoError("fsync " + dir, err);
+  return Status();
+}
+
+std::optional<nlohmann::json> ReadJson(const std::string& path) {
+  auto bytes = ReadFile(path);
+  if (!bytes.ok()) return std::nullopt;
+  nlohmann::json j = nlohmann::json::parse(bytes->begin(), bytes->end(), nullptr, false);
+  if (!j.is_object()) return std::nullopt;
+  return j;
+}
+
+Status WriteJson(const std::string& path, const nlohmann::json& j) {
+  const std::string text = j.dump() + "\n";
+  return WriteFileAtomic(path, text.data(), text.size());
+}
+
+}  // namespace
+
+std::string VersionStateDir(const std::string& state_dir, uint64_t version) {
+  return state_dir + "/v" + std::to_string(version);
+}
+
+uint64_t VersionStarted(const std::string& state_dir, int rank) {
+  uint64_t best = 0;
+  DIR* d = ::opendir(state_dir.c_str());
+  if (d == nullptr) return 0;
+  while (const dirent* e = ::readdir(d)) {
+    const char* name = e->d_name;
+    if (name[0] != 'v' || name[1] < '0' || name[1] > '9') continue;
+    char* end = nullptr;
+    const uint64_t k = std::strtoull(name + 1, &end, 10);
+    if (end == nullptr || *end != '\0' || k <= best) continue;
+    if (Exists(RankFile(state_dir + "/" + name, rank, ".starts"))) best = k;
+  }
+  ::closedir(d);
+  return best;
+}
+
+std::optional<VersionDone> ReadVersionDone(const std::string& state_dir, uint64_t version,
+                                           int rank) {
+  auto j = ReadJson(RankFile(VersionStateDir(state_dir, version), rank, ".done"));
+  if (!j) return std::nullopt;
+  const auto* n = j->contains("version") ? &(*j)["version"] : nullptr;
+  if (n == nullptr || !n->is_number_unsigned() || n->get<uint64_t>() != version) return std::nullopt;
+  VersionDone d;
+  d.version = version;
+  if (j->contains("checkpoint") && (*j)["checkpoint"].is_string()) {
+    d.checkpoint = (*j)["checkpoint"].get<std::string>();
+  }
+  return d;
+}
+
+Status WriteVersionDone(const std::string& state_dir, int rank, const VersionDone& done) {
+  nlohmann::json j;
+  j["version"] = done.version;
+  if (!done.checkpoint.empty()) j["checkpoint"] = done.checkpoint;
+  return WriteJson(RankFile(VersionStateDir(state_dir, done.version), rank, ".done"), j);
+}
+
+StatusOr<std::string> CommitStorageAsCheckpoint(const std::string& state_dir, uint64_t version,
+                                                int rank, const std::string& layout_path) {
+  const std::string dir = VersionStateDir(state_dir, version);
+  const std::string storage = RankFile(dir, rank, ".storage");
+  DCR_ASSIGN_OR_RETURN(auto layout, Checkpoint::Open(layout_path));
+  uint64_t total = 0;
+  for (const CheckpointFile& f : layout->files()) total += f.size;
+  if (!layout->sharded()) {
+    // The storage of a single-file base is that file's image: it becomes the checkpoint.
+    const std::string out = RankFile(dir, rank, ".committed.safetensors");
+    if (!Exists(storage) && Exists(out)) return out;
+    struct stat st;
+    if (::stat(storage.c_str(), &st) != 0) return ErrnoError("receiver storage " + storage, errno);
+    if (static_cast<uint64_t>(st.st_size) != total) {
+      return FailedPreconditionError("receiver storage " + storage + ": " +
+                                     std::to_string(st.st_size) + " bytes, its base has " +
+                                     std::to_string(total));
+    }
+    if (::rename(storage.c_str(), out.c_str()) != 0) return ErrnoError("rename " + storage, errno);
+    ::unlink((storage + ".meta").c_str());
+    DCR_RETURN_IF_ERROR(SyncDir(dir));
+    return out;
+  }
+  // A sharded base: its files written out of the storage, in a directory renamed into place.
+  const std::string out = RankFile(dir, rank, ".committed");
+  if (Exists(out)) return out;
+  DCR_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, ReadFile(storage));
+  if (bytes.size() != total) {
+    return FailedPreconditionError("receiver storage " + storage + ": " +
+                                   std::to_string(bytes.size()) + " bytes, its base has " +
+                                   std::to_string(total));
+  }
+  const std::string tmp = out + ".tmp";
+  // A partial directory of an earlier attempt is rewritten file by file.
+  if (::mkdir(tmp.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoError("mkdir " + tmp, errno);
+  uint64_t off = 0;
+  for (const CheckpointFile& f : layout->files()) {
+    DCR_RETURN_IF_ERROR(WriteFileAtomic(tmp + "/" + f.name, bytes.data() + off, f.size));
+    off += f.size;
+  }
+  const std::string index = layout->path() + "/" + kIndexFileName;
+  if (Exists(index)) {
+    DCR_ASSIGN_OR_RETURN(std::vector<uint8_t> ix, ReadFile(index));
+    DCR_RETURN_IF_ERROR(WriteFileAtomic(tmp + "/" + kIndexFileName, ix.data(), ix.size()));
+  }
+  DCR_RETURN_IF_ERROR(SyncDir(tmp));
+  if (::rename(tmp.c_str(), out.c_str()) != 0) return ErrnoError("rename " + tmp, errno);
+  DCR_RETURN_IF_ERROR(SyncDir(dir));
+  ::unlink(storage.c_str());
+  ::unlink((storage + ".meta").c_str());
+  return out;
+}
+
+StatusOr<std::optional<JointCommitState>> ReadJointCommitState(const std::string& state_dir) {
+  const std::string path = state_dir + "/rank-0.commit";
+  if (!Exists(path)) return std::optional<JointCommitState>();
+  auto j = ReadJson(path);
+  auto u64 = [&](const nlohmann::json& o, const char* k, uint64_t* out) {
+    if (!o.is_object() || !o.contains(k) || !o[k].is_number_unsigned()) return false;
+    *out = o[k].get<uint64_t>();
+    return true;
+  };
+  JointCommitState s;
+  bool ok = j.has_value() && u64(*j, "done", &s.done) && j->contains("baseline") &&
+            j->contains("live") && (*j)["live"].is_array();
+  if (ok) {
+    const nlohmann::json& b = (*j)["baseline"];
+    ok = u64(b, "number", &s.baseline.number) && u64(b, "hash_lo", &s.baseline.hash.lo) &&
+         u64(b, "hash_hi", &s.baseline.hash.hi);
+    for (const auto& r : (*j)["live"]) {
+      if (!r.is_number_integer()) ok = false;
+      else s.live.push_back(r.get<int>());
+    }
+  }
+  if (!ok) return DataLossError(path + ": not a joint commit state; the sender cannot resume");
+  return std::optional<JointCommitState>(std::move(s));
+}
+
+Status WriteJointCommitState(const std::string& state_dir, const JointCommitState& s) {
+  nlohmann::json j;
+  j["done"] = s.done;
+  j["baseline"] = {{"number", s.baseline.number},
+                   {"hash_lo", s.baseline.hash.lo},
+                   {"hash_hi", s.baseline.hash.hi}};
+  j["live"] = s.live;
+  return WriteJson(state_dir + "/rank-0.commit", j);
+}
+
+StatusOr<std::unique_ptr<VersionRecovery>> VersionRecovery::Open(const NodePlan& plan) {
+  std::unique_ptr<VersionRecovery> r(new VersionRecovery());
+  r->plan_ = plan;
+  r->plan_.versions.clear();
+  const bool receiver = plan.rank != 0 && plan.method == "delta";
+  if (receiver && plan.device != "cpu") {
+    return InvalidArgumentError(
+        "plan.state_dir: a long-lived receiver recovers on device cpu, whose storage is a file "
+        "mapping that holds each committed version; device " + plan.device +
+        " holds it in the process, which a kill loses");
+  }
+  if (::mkdir(plan.state_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return ErrnoError("mkdir " + plan.state_dir, errno);
+  }
+  for (const NodeVersion& v : plan.versions) {
+    const std::string dir = VersionStateDir(plan.state_dir, v.version);
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoError("mkdir " + dir, errno);
+  }
+  r->held_path_ = plan.receiver_base_path;
+  if (plan.rank == 0) {
+    DCR_ASSIGN_OR_RETURN(r->commit_, ReadJointCommitState(plan.state_dir));
+  }
+  return r;
+}
+
+bool VersionRecovery::Finished(const NodeVersion& v) {
+  if (plan_.rank == 0 && commit_.has_value() && commit_->done >= v.version) return true;
+  const std::optional<VersionDone> d = ReadVersionDone(plan_.state_dir, v.version, plan_.rank);
+  if (!d) return false;
+  if (!d->checkpoint.empty()) {
+    held_path_ = d->checkpoint;
+    held_number_ = v.version;
+  }
+  return true;
+}
+
+void VersionRecovery::Prepare(const NodeVersion& v, size_t index, NodePlan* p) const {
+  p->state_dir = VersionStateDir(plan_.state_dir, v.version);
+  if (plan_.rank != 0 && plan_.method == "delta") {
+    p->receiver_base_path = held_path_;
+    p->base_version = static_cast<int64_t>(held_number_);
+  }
+  const bool faulted = plan_.fault_version == 0 ? index == 0 : v.version == plan_.fault_version;
+  if (!faulted) {
+    p->fault_kill_chunk = -1;
+    p->fault_kill_inside = false;
+    p->fault_kill_blob = -1;
+  }
+}
+
+Status VersionRecovery::Done(const NodePlan& p) {
+  VersionDone d;
+  d.version = p.version;
+  if (plan_.rank != 0 && plan_.method == "delta") {
+    DCR_ASSIGN_OR_RETURN(d.checkpoint,
+                         CommitStorageAsCheckpoint(plan_.state_dir, p.version, plan_.rank,
+                                                   held_path_));
+  }
+  DCR_RETURN_IF_ERROR(WriteVersionDone(plan_.state_dir, plan_.rank, d));
+  if (!d.checkpoint.empty()) {
+    // The committed checkpoint of the version before is no longer any version's base.
+    const std::string old = held_path_;
+    held_path_ = d.checkpoint;
+    held_number_ = p.version;
+    if (old != plan_.receiver_base_path && old.rfind(plan_.state_dir + "/", 0) == 0) {
+      std::error_code ec;
+      std::filesystem::remove_all(old, ec);
+    }
+  }
+  return Status();
+}
+
+Status VersionRecovery::SaveCommit(uint64_t done, const VersionId& baseline,
+                                   const std::vector<int>& live) {
+  JointCommitState s{done, baseline, live};
+  DCR_RETURN_IF_ERROR(WriteJointCommitState(plan_.state_dir, s));
+  commit_ = s;
+  return Status();
+}
+
+}  // namespace dcr::internal

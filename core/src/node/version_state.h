@@ -1,0 +1,110 @@
+// The durable state of a long-lived node (NodePlan::versions with NodePlan::state_dir) from one
+// version to the next, so that a killed process comes back at the version it holds and takes
+// part in the version in flight.
+//
+// Layout under the node's state_dir:
+//   * v<k>/: the state directory of version k, as a one-version node keeps it (node_recovery.h):
+//     rank-<r>.starts counts the processes that started version k (a count above one is a
+//     restart *in that version*, and the faults block's kill points fire on the first only);
+//     a delta receiver's journal and, on device "cpu", its storage mapping of that version.
+//   * v<k>/rank-<r>.done: rank r finished version k (written after its result file). For a
+//     delta receiver it names the committed checkpoint that holds version k: the storage mapping
+//     of version k turned into a checkpoint file (a single-file base: renamed, no copy; a sharded
+//     base: its files written out), the base of version k+1 (its storage starts as a copy of it,
+//     its overwrite repairs and reloads read it).
+//   * rank-0.commit: the sender's joint commit (SenderJointCommit) after the last version it
+//     finished: that version, the baseline (number and content hash) and the live receivers.
+//     A restarted sender resumes from it and never publishes a finished version again.
+//
+// Thread safety: free functions over files; one process per rank uses them.
+#ifndef DCR_CORE_SRC_NODE_VERSION_STATE_H_
+#define DCR_CORE_SRC_NODE_VERSION_STATE_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dcr/status.h"
+#include "dcr/statusor.h"
+#include "dcr/transport.h"
+#include "dcr/versioning.h"
+
+namespace dcr::internal {
+
+// <state_dir>/v<version>.
+std::string VersionStateDir(const std::string& state_dir, uint64_t version);
+
+// The highest version under `state_dir` that rank `rank` started (its v<k>/rank-<r>.starts
+// exists); 0 when none. What a supervisor names as the version a dead node was in.
+uint64_t VersionStarted(const std::string& state_dir, int rank);
+
+// What rank `rank` recorded when it finished `version` (v<k>/rank-<r>.done), or nullopt when it
+// has not finished it. `checkpoint`: a delta receiver's committed checkpoint of that version.
+struct VersionDone {
+  uint64_t version = 0;
+  std::string checkpoint;
+};
+std::optional<VersionDone> ReadVersionDone(const std::string& state_dir, uint64_t version,
+                                           int rank);
+// Records `done` for rank `rank` (atomically). Errors: errno errors naming the file.
+Status WriteVersionDone(const std::string& state_dir, int rank, const VersionDone& done);
+
+// Delta receiver on device "cpu", after version `version` committed: turns its storage mapping
+// of that version (<state_dir>/v<k>/rank-<r>.storage, a byte copy of `layout_path`'s files as
+// DurableReceiver keeps it) into a checkpoint in `layout_path`'s layout and returns its path.
+// Idempotent: a second call after a restart returns the path already made. REQUIRES: the
+// mapping is no longer written (the version's receiver is closed). Errors: kFailedPrecondition
+// when the storage's size is not the layout's; errno errors.
+StatusOr<std::string> CommitStorageAsCheckpoint(const std::string& state_dir, uint64_t version,
+                                                int rank, const std::string& layout_path);
+
+// The sender's joint commit as rank-0.commit holds it.
+struct JointCommitState {
+  uint64_t done = 0;      // the last version the sender finished (0: none)
+  VersionId baseline;     // the version the next delta is built from
+  std::vector<int> live;  // receivers still live
+};
+// nullopt when the sender finished no version yet. Errors: kDataLoss for a file that does not
+// parse (the sender cannot know what it published, so it does not guess).
+StatusOr<std::optional<JointCommitState>> ReadJointCommitState(const std::string& state_dir);
+Status WriteJointCommitState(const std::string& state_dir, const JointCommitState& s);
+
+// The recovery side of RunNodeVersions for a plan with versions and state_dir: which versions
+// this rank finished in an earlier process, what each version's one-version plan recovers
+// from, and what a finished version leaves behind.
+class VersionRecovery {
+ public:
+  // REQUIRES: !plan.state_dir.empty(), !plan.versions.empty(). Errors: kInvalidArgument for a
+  // delta receiver on a device other than "cpu" (its storage dies with the process and no file
+  // holds the version it committed); errno errors creating state_dir; ReadJointCommitState's.
+  static StatusOr<std::unique_ptr<VersionRecovery>> Open(const NodePlan& plan);
+
+  // Whether this rank finished version `v` in an earlier process (its result file was written
+  // then; a receiver's committed checkpoint of it is the base of the next version). A sender
+  // finished the versions its joint commit state records.
+  bool Finished(const NodeVersion& v);
+  // The sender's joint commit state of an earlier process; nullopt on a first start.
+  const std::optional<JointCommitState>& commit() const { return commit_; }
+  // Fills the one-version plan `p` of v = plan.versions[index]: state_dir v<k>; a receiver's
+  // base (receiver_base_path, base_version): the committed checkpoint it holds; the fault
+  // points only in plan.fault_version.
+  void Prepare(const NodeVersion& v, size_t index, NodePlan* p) const;
+  // After p's version ended ok: a receiver's storage becomes the committed checkpoint of that
+  // version (the one before it is removed), and the version is recorded done.
+  Status Done(const NodePlan& p);
+  // Sender: records the joint commit after version `done`.
+  Status SaveCommit(uint64_t done, const VersionId& baseline, const std::vector<int>& live);
+
+ private:
+  VersionRecovery() = default;
+  NodePlan plan_;  // the long-lived plan (rank, method, state_dir, fault points)
+  std::string held_path_;  // receiver: the checkpoint of the version it holds
+  uint64_t held_number_ = 0;
+  std::optional<JointCommitState> commit_;
+};
+
+}  // namespace dcr::internal
+
+#endif  // DCR_CORE_SRC_NODE_VERSION_STATE_H_
