@@ -266,6 +266,7 @@ TEST(S3Store, CredentialsFromFile) {
   FILE* f = fopen(path.c_str(), "w");
   fputs("[default]\naws_access_key_id = AK\naws_secret_access_key = SK\n", f);
   fclose(f);
+  chmod(path.c_str(), 0600);
   S3Options o;
   o.endpoint = "http://127.0.0.1:9";
   o.allow_http = true;
@@ -276,6 +277,11 @@ TEST(S3Store, CredentialsFromFile) {
   for (const char* v : {"DCR_S3_ACCESS_KEY", "AWS_ACCESS_KEY_ID"}) unsetenv(v);
   auto s = S3Store::Open(o);
   EXPECT_TRUE(s.ok()) << s.status();
+  // Readable by others: refused, naming the mode.
+  chmod(path.c_str(), 0644);
+  Status open = S3Store::Open(o).status();
+  EXPECT_TRUE(open.IsFailedPrecondition()) << open;
+  EXPECT_NE(open.message().find("mode 0644"), std::string::npos) << open;
   o.credentials_file = dir + "/missing";
   EXPECT_TRUE(S3Store::Open(o).status().IsNotFound());
   if (!saved_dcr.empty()) setenv("DCR_S3_ACCESS_KEY", saved_dcr.c_str(), 1);
@@ -323,6 +329,7 @@ TEST(S3Store, PlainHttpNeedsAllowHttp) {
   ASSERT_NE(f, nullptr);
   fputs("access_key = a\nsecret_key = b\n", f);
   fclose(f);
+  chmod(creds.c_str(), 0600);
   auto allowed =
       OpenObjectStore("s3://b?endpoint=http://127.0.0.1:9&allow_http=1&credentials_file=" + creds);
   EXPECT_TRUE(allowed.ok()) << allowed.status();

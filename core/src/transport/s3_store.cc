@@ -5,9 +5,11 @@
 // is sent explicitly (UNSIGNED-PAYLOAD); Expect: 100-continue is left to curl's default (an empty
 // Expect header would be signed but not sent).
 #include <curl/curl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -319,6 +321,14 @@ StatusOr<std::unique_ptr<S3Store>> S3Store::Open(const S3Options& options) {
     } else {
       std::string file = !o.credentials_file.empty() ? o.credentials_file : env("DCR_S3_CREDENTIALS_FILE");
       if (!file.empty()) {
+        // A secret key others can read is refused, as the node's TLS and signing keys are.
+        struct stat st;
+        if (stat(file.c_str(), &st) == 0 && (st.st_mode & 077) != 0) {
+          char mode[8];
+          std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+          return FailedPreconditionError("s3.credentials_file: '" + file + "' is readable by group "
+                                         "or others (mode " + mode + "): chmod 600 it");
+        }
         std::ifstream in(file);
         if (!in) return NotFoundError("s3.credentials_file: cannot read '" + file + "'");
         std::string line;
