@@ -5,7 +5,9 @@ connection, and answers its hello with a commit report claiming that every rank 
 committed the run and version the hello names, records it made up itself (unsigned). It then
 drains what the parent sends until the parent closes.
 
-  forging_relay.py HOST:PORT --rank R --cert C --key K --claim 1,2 [--for SECONDS]
+  forging_relay.py HOST:PORT --rank R --cert C --key K --claim 1,2 [--for SECONDS] [--plain]
+
+--plain: the edge is plain TCP (network.tls enabled: false), the certificate unused.
 
 Prints "connected", then "reported N" once the report is sent, and "closed" at the end.
 """
@@ -33,6 +35,7 @@ def main():
     ap.add_argument("--key", required=True)
     ap.add_argument("--claim", required=True)
     ap.add_argument("--for", dest="seconds", type=float, default=30)
+    ap.add_argument("--plain", action="store_true")
     a = ap.parse_args()
     host, port = a.address.rsplit(":", 1)
     srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -47,7 +50,7 @@ def main():
     reported = False
     try:
         raw, _ = srv.accept()
-        conn = ctx.wrap_socket(raw, server_side=True)
+        conn = raw if a.plain else ctx.wrap_socket(raw, server_side=True)
         conn.settimeout(a.seconds)
         print("connected", flush=True)
         while True:

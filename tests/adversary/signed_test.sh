@@ -10,8 +10,17 @@
 #     with its own key or none, a chunk object altered after the real upload, a chunk object of
 #     another signed delta, a correctly signed delta below the receiver's version floor; and the
 #     honest upload, committed and verified, with the floor recorded;
+#   - freeze: a receiver whose floor is two minutes old and that gets no version reports it while it
+#     waits, on stderr (repeatedly) and in its dcr_freeze_seconds metric;
+#   - an S3 store over plain http, and an S3 credentials file others can read: refused before any
+#     request;
 #   - a relay of the run (its real certificate) reporting commits of itself and its child that it
-#     made up: the sender refuses both records and counts no receiver.
+#     made up: the sender refuses both records and counts no receiver;
+#   - the same over plain TCP edges (network.tls enabled: false with the run's certificates, which
+#     then only sign reports): refused alike;
+#   - a live relay of the run (its real certificate) between the sender and a real receiver that
+#     alters every chunk record it forwards: the receiver refuses them (exit 14), commits nothing,
+#     writes no floor, and the sender counts no receiver.
 #   signed_test.sh DCR    (dcr-node is found beside DCR)
 set -u
 source "$(dirname "$0")/../cli/cli_lib.sh" "$@"
@@ -158,6 +167,63 @@ has store-rollback-says "$tmp/rx-rb/err" "rollback refused"
 has store-rollback-floor-kept "$tmp/rx-rb/version-floor-1" "version 5"
 lacks store-rollback-not-committed "$tmp/rx-rb/out.json" '"verified": true'
 
+echo "== freeze: a receiver that gets no new version says so while it waits (stderr, metrics)"
+# Its floor says it committed version 4 two minutes ago; no sender ever comes (versions withheld).
+mkdir -p "$tmp/fz"
+fport=$(( 20000 + RANDOM % 20000 ))
+cat > "$tmp/fz/fz.yaml" <<YAML
+name: adv-freeze
+model: {checkpoints: [$base, $target]}
+transport:
+  relay_tree: {fan_out: 1, root_fan_out: 1, streams: 1}
+receivers: {count: 1}
+network:
+  hosts: ["127.0.0.1:$fport", "127.0.0.1:$((fport + 1))"]
+  tls: false
+  metrics_port: $((fport + 10))
+  signing: {key: $key, trust: $pub, freeze_after_s: 1}
+timeout: 6s
+YAML
+printf 'dcr-version-floor 1\nversion 4\ncommitted_unix %s\n' $(( $(date +%s) - 120 )) > "$tmp/fz/version-floor-1"
+(cd "$tmp/fz" && "$dcr" node fz.yaml --rank 1 --base "$base" --target "$target" > out.json 2> err) &
+fzpid=$!
+sleep 3.5
+curl -s --max-time 2 "http://127.0.0.1:$((fport + 11))/metrics" > "$tmp/fz/metrics.txt"
+"$py" - "$tmp/fz/metrics.txt" <<'PY'; check freeze-gauge-while-waiting 0 $?
+import re, sys
+m = re.search(r"^dcr_freeze_seconds\{[^}]*\} (\S+)", open(sys.argv[1]).read(), re.M)
+assert m and float(m.group(1)) > 100, open(sys.argv[1]).read()
+PY
+wait $fzpid
+"$py" - "$tmp/fz/err" <<'PY'; check freeze-said-repeatedly-while-waiting 0 $?
+import sys
+lines = [l for l in open(sys.argv[1]) if l.startswith("node 1: freeze: no new version for")]
+assert len(lines) >= 2 and "the last committed is version 4" in lines[0], open(sys.argv[1]).read()
+PY
+
+echo "== the S3 store: plain http and a credentials file others can read are refused"
+# No server is needed: both are refused before any request (a request would fail with 15).
+s3() {  # s3 FILE ENDPOINT EXTRA: a one-receiver scenario over an S3 store
+  cat > "$1" <<YAML
+name: adv-s3
+model: {checkpoints: [$base, $target]}
+transport: {object_store: {kind: s3, endpoint: "$2", bucket: b, region: us-east-1$3}}
+receivers: {count: 1}
+timeout: 10s
+YAML
+}
+s3 "$tmp/s3-http.yaml" "http://127.0.0.1:9" ""
+(cd "$tmp" && env -u DCR_S3_ACCESS_KEY -u AWS_ACCESS_KEY_ID DCR_S3_ACCESS_KEY=a DCR_S3_SECRET_KEY=b \
+  "$dcr" node "$tmp/s3-http.yaml" --rank 0 --transport object_store --base "$base" --target "$target" \
+  >/dev/null 2>"$tmp/s3-http.err"); check s3-plain-http-refused 11 $?
+has s3-plain-http-says "$tmp/s3-http.err" "is plain http"
+printf 'access_key = a\nsecret_key = b\n' > "$tmp/s3.creds"; chmod 644 "$tmp/s3.creds"
+s3 "$tmp/s3-creds.yaml" "https://127.0.0.1:9" ", credentials_file: $tmp/s3.creds"
+(cd "$tmp" && env -u DCR_S3_ACCESS_KEY -u DCR_S3_SECRET_KEY -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY \
+  "$dcr" node "$tmp/s3-creds.yaml" --rank 0 --transport object_store --base "$base" --target "$target" \
+  >/dev/null 2>"$tmp/s3-creds.err"); check s3-open-credentials-refused 14 $?
+has s3-open-credentials-says "$tmp/s3-creds.err" "readable by group or others (mode 0644)"
+
 echo "== a relay of the run forging commit reports (relay tree, mutual TLS)"
 # The relay holds its real certificate (rank 1 of the run's `dcr keys`), takes the sender's
 # connection and reports that it and its child committed. The sender must refuse both records
@@ -190,6 +256,66 @@ import json, sys
 s = json.load(open(sys.argv[1]))
 assert s["receivers_committed"] == 0, s
 assert not any(r.get("ok") for r in s.get("reports", [])), s
+PY
+
+echo "== the same forging relay over plain TCP (network.tls enabled: false, the run's certificates named)"
+# Plain TCP edges; the certificates only sign commit reports. The relay's made-up records carry
+# no signature of ranks 1 and 2: refused, no receiver counted.
+sed "s|  tls: {ca:|  tls: {enabled: false, ca:|" "$tmp/mh.yaml" > "$tmp/mh-plain.yaml"
+has plain-scenario "$tmp/mh-plain.yaml" "enabled: false"
+"$py" "$(dirname "$0")/forging_relay.py" "127.0.0.1:$((port + 1))" --rank 1 --claim 1,2 --plain \
+  --cert "$tmp/run-keys/node-1.crt" --key "$tmp/run-keys/node-1.key" --for 30 > "$tmp/forger-plain.txt" &
+fpid=$!
+sleep 0.5
+(cd "$tmp" && "$dcr" node "$tmp/mh-plain.yaml" --rank 0 --base "$base" --target "$target" \
+  > "$tmp/mhp0.json" 2> "$tmp/mhp0.err")
+echo "     sender exit $?"
+wait $fpid
+has plain-forger-reported "$tmp/forger-plain.txt" "reported 2"
+has plain-forged-report-refused "$tmp/mhp0.err" "a relay may have forged it"
+"$py" - "$tmp/mhp0.json" <<'PY'; check plain-forged-reports-not-counted 0 $?
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["receivers_committed"] == 0, s
+assert not any(r.get("ok") for r in s.get("reports", [])), s
+PY
+
+echo "== a relay of the run altering the chunk records it forwards (relay tree, mutual TLS)"
+# The relay holds its real certificate (rank 1), takes the sender's connection, dials its child
+# (rank 2, a real dcr node) and forwards every frame, each chunk record with a byte flipped. The
+# child must refuse the altered records against the signed manifests (exit 14), write nothing
+# (no commit, no version floor), and the sender must count no receiver.
+# The same scenario, ports and run credentials as the case above (that relay has closed).
+mkdir -p "$tmp/alt-rx2"
+(cd "$tmp/alt-rx2" && "$dcr" node "$tmp/mh.yaml" --rank 2 --base "$base" --target "$target" \
+  > out.json 2> err) &
+rx2pid=$!
+"$py" "$(dirname "$0")/altering_relay.py" "127.0.0.1:$((port + 1))" "127.0.0.1:$((port + 2))" \
+  --rank 1 --cert "$tmp/run-keys/node-1.crt" --key "$tmp/run-keys/node-1.key" \
+  --ca "$tmp/run-keys/ca.crt" --for 30 > "$tmp/alterer.txt" &
+apid=$!
+sleep 0.5
+(cd "$tmp" && "$dcr" node "$tmp/mh.yaml" --rank 0 --base "$base" --target "$target" \
+  > "$tmp/alt0.json" 2> "$tmp/alt0.err")
+echo "     sender exit $?"
+wait $rx2pid; check altered-relay-child-exit-14 14 $?
+wait $apid
+has alterer-forwarded "$tmp/alterer.txt" "child connected"
+"$py" - "$tmp/alterer.txt" <<'PY'; check alterer-altered-pieces 0 $?
+import re, sys
+m = re.search(r"altered (\d+) pieces", open(sys.argv[1]).read())
+assert m and int(m.group(1)) > 0, open(sys.argv[1]).read()
+PY
+has altered-relay-child-says "$tmp/alt-rx2/err" "not the one its signed manifest lists"
+lacks altered-relay-child-not-committed "$tmp/alt-rx2/out.json" '"verified": true'
+[ ! -e "$tmp/alt-rx2/version-floor-2" ]; check altered-relay-child-no-floor 0 $?
+"$py" - "$tmp/alt0.json" <<'PY'; check altered-relay-nothing-counted 0 $?
+import json, sys
+try:
+    s = json.load(open(sys.argv[1]))
+except ValueError:
+    sys.exit(0)  # the sender failed before writing a result: nothing counted
+assert s.get("receivers_committed", 0) == 0, s
 PY
 
 exit $fail
