@@ -150,6 +150,11 @@ class StreamVerifier {
   // Starts a stream whose header bytes are [header, header + size). kFailedPrecondition for an
   // unsigned delta (no kFlagSigned), kDataLoss for a header that does not parse.
   Status Begin(const uint8_t* header, size_t size);
+  // Starts a stream that is not a delta, whose header bytes are [header, header + size): the
+  // full-checkpoint reference stream (FullStreamBlobs) as the node signs it. Its manifests must
+  // name base version 0, a zero base hash, `target_version` and the SHA-256 of the header bytes;
+  // chunk ids are what that stream makes them (slice offsets).
+  void BeginOther(const uint8_t* header, size_t size, uint64_t target_version);
   // Verifies a manifest record: signed by the trusted key, for this run, this header and its
   // versions, a sequence number not seen with other contents. Appends the chunk ids it newly
   // lists to `listed`. Errors: kFailedPrecondition (another signer, a bad signature, another
@@ -265,6 +270,9 @@ class TrustedReceiver : public Receiver {
     return inner_->MissingChunks(trailer);
   }
   Receiver* inner() const { return inner_.get(); }
+  // Points the version floor at `floor` (null: none), for a receiver kept across the versions of
+  // a long-lived node whose floor object changes owner. REQUIRES: no delta in progress.
+  void SetFloor(VersionFloor* floor) { options_.floor = floor; }
 
  private:
   std::unique_ptr<Receiver> inner_;

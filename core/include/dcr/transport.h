@@ -120,6 +120,10 @@ struct NodePlan {
   std::string tls_ca;
   std::string tls_cert;
   std::string tls_key;
+  // With tls_* set: false = the edges are plain TCP and the certificates only sign this node's
+  // commit report and, at the sender, check every rank's (network.tls: false keeps reports
+  // attributable). Default true.
+  bool tls_links = true;
   // Signed deltas (dcr/signing.h). The sender signs its delta stream with `signing_key` (the
   // trainer's Ed25519 private key, PEM, 0600; empty: unsigned). A delta receiver with
   // `trust_key` (the trainer's public key, PEM) applies only what that key signed for this

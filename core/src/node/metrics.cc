@@ -135,6 +135,10 @@ std::string RenderMetrics(const NodeMetrics& m) {
     metric("dcr_store_bytes", "gauge", "Bytes under the versions' prefix after the last collection.",
            Number(m.store_bytes));
   }
+  metric("dcr_freeze_seconds", "gauge",
+         "Seconds this receiver has gone without a new committed version, once past its freeze "
+         "limit (network.signing.freeze_after_s); 0 while not frozen or without a limit.",
+         Number(m.freeze_seconds));
   if (!m.last_error.empty()) {
     metric("dcr_last_error_info", "gauge", "The node's error, in the message label.", "1",
            ",message=\"" + Escape(m.last_error) + "\"");

@@ -60,6 +60,9 @@ struct NodeMetrics {
   uint64_t gc_removed_bytes = 0;
   uint64_t gc_budget_errors = 0;
   uint64_t store_bytes = 0;
+  // A receiver with a freeze limit (NodePlan::freeze_after_s): seconds without a new committed
+  // version once past the limit (freeze_watch.h); 0 while not frozen.
+  double freeze_seconds = 0;
 };
 
 // The Prometheus text exposition of `m`: dcr_node_up, dcr_node_committed,
@@ -68,10 +71,10 @@ struct NodeMetrics {
 // dcr_bytes_sent_long_total, dcr_chunks_applied_total, dcr_apply_seconds_total,
 // dcr_start_time_seconds, dcr_last_byte_time_seconds, dcr_commit_time_seconds, the recovery
 // counters dcr_node_starts, dcr_recoveries_total, dcr_repairs_total, dcr_fallbacks_total,
-// dcr_reloads_total, dcr_chunks_skipped_total, dcr_mirror_puts_total, once a collection ran
-// dcr_gc_runs_total, dcr_gc_removed_objects_total, dcr_gc_removed_bytes_total,
-// dcr_gc_budget_errors_total and dcr_store_bytes and, while there is
-// an error, dcr_last_error_info{message="..."} 1; every sample labelled rank and role.
+// dcr_reloads_total, dcr_chunks_skipped_total, dcr_mirror_puts_total, dcr_freeze_seconds, once
+// a collection ran dcr_gc_runs_total, dcr_gc_removed_objects_total, dcr_gc_removed_bytes_total,
+// dcr_gc_budget_errors_total and dcr_store_bytes and, while there is an error,
+// dcr_last_error_info{message="..."} 1; every sample labelled rank and role.
 std::string RenderMetrics(const NodeMetrics& m);
 
 // What the endpoint of this process shows: the node that runs now (a long-lived node runs one

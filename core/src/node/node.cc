@@ -36,6 +36,7 @@
 #include "internal/safetensors.h"
 #include "node/commit_reports.h"
 #include "node/edge_relay.h"
+#include "node/freeze_watch.h"
 #include "node/metrics.h"
 #include "node/node_trust.h"
 #include "node/versions.h"
@@ -65,14 +66,14 @@ using BlobPtr = std::shared_ptr<BlobBuf>;
 // claims more is refused before anything is allocated. Headers carry at most a safetensors
 // header (the full stream) or a delta header with its inventory, trailers a chunk table (24
 // bytes per chunk): both within kMaxSafetensorsHeaderBytes + 64 KiB. A full-stream chunk is an
-// 8-byte offset and full_slice_bytes of data. A delta chunk record covers at most chunk_elems
+// 8-byte offset and full_slice_bytes of data (at least 4096: a signed stream's manifest blob). A delta chunk record covers at most chunk_elems
 // elements: at most 8 value bytes, 5 position bytes and one 80-byte segment per element, plus
 // fixed headers and frame overhead: chunk_elems * 96 + 1 MiB.
 uint64_t MaxBlobBytes(const NodePlan& plan, BlobKind kind) {
   constexpr uint64_t kMetaCap = internal::kMaxSafetensorsHeaderBytes + (64 << 10);
   if (kind != BlobKind::kChunk) return kMetaCap;
   const uint64_t cap = std::numeric_limits<uint64_t>::max() / 2;
-  if (plan.method == "full") return std::min(cap, plan.full_slice_bytes) + 8;
+  if (plan.method == "full") return std::max<uint64_t>(std::min(cap, plan.full_slice_bytes), 4096) + 8;
   return std::min(cap / 96, plan.chunk_elems) * 96 + (1 << 20);
 }
 
@@ -319,6 +320,7 @@ class TreeLinks {
                                        plan_.tls_cert + " is for rank " +
                                        std::to_string(tls_->self().rank));
       }
+      if (plan_.tls_links) link_tls_ = tls_;  // else: reports signed, edges plain TCP
     }
     if (plan_.emulate_wan && plan_.long_bandwidth_Bps > 0) {
       // Burst: one segment, so the rate holds at fine time scales.
@@ -338,7 +340,7 @@ class TreeLinks {
       ChildLink link;
       link.id = l.peer;
       for (int s = 0; s < l.streams; ++s) {
-        auto conn = internal::ConnectTo(plan_.addresses[l.peer], deadline, tls_.get(), l.peer,
+        auto conn = internal::ConnectTo(plan_.addresses[l.peer], deadline, link_tls_.get(), l.peer,
                                         kHelloTimeoutS);
         if (conn.ok()) (*conn)->SetIdleTimeout(plan_.read_deadline_s);
         if (!conn.ok()) {
@@ -550,7 +552,7 @@ class TreeLinks {
       return true;
     };
     auto hellos = internal::AcceptHellos(listen_fd, expected, deadline, kHelloTimeoutS,
-                                         tls_.get(), is_parent_hello, refused);
+                                         link_tls_.get(), is_parent_hello, refused);
     if (!hellos.ok()) {
       close(listen_fd);
       return UnavailableError("node " + std::to_string(me) + ": waiting for parent node " +
@@ -762,7 +764,8 @@ class TreeLinks {
   EventQueue* queue_;
   internal::ReportCollector reports_;
   std::shared_ptr<TokenBucket> long_bucket_;
-  std::shared_ptr<const internal::TlsContext> tls_;  // null: plain TCP
+  std::shared_ptr<const internal::TlsContext> tls_;  // the node's certificate; null: none
+  std::shared_ptr<const internal::TlsContext> link_tls_;  // tls_ on the edges; null: plain TCP
   std::vector<ChildLink> children_;
   std::vector<std::unique_ptr<Conn>> parent_conns_;
   std::unique_ptr<FrameWriter> parent_writer_;
@@ -977,6 +980,8 @@ class ApplyJobs {
       DCR_ASSIGN_OR_RETURN(backend_, internal::WithPlanTrust(plan, std::move(backend_), &floor_));
     } else {
       backend_ = device == nullptr ? MakeFullReceiver() : MakeFullReceiver(device);
+      // Only slices the trainer's key signed (node_trust.h).
+      DCR_ASSIGN_OR_RETURN(backend_, internal::WithPlanFullTrust(plan, std::move(backend_)));
     }
     if (rx_ == nullptr) rx_ = backend_.get();
     ReportHeld();
@@ -985,17 +990,20 @@ class ApplyJobs {
   }
   // A receiver that stays up across versions: the storage of the version before (`backend`)
   // instead of one loaded from plan.receiver_base_path.
-  void Adopt(std::unique_ptr<Receiver> backend, const NodePlan& plan) {
+  Status Adopt(std::unique_ptr<Receiver> backend, const NodePlan& plan) {
     backend_ = std::move(backend);
     rx_ = backend_.get();
+    DCR_RETURN_IF_ERROR(internal::AdoptPlanFloor(plan, backend_.get(), &floor_));
     ReportHeld();
     pool_.Start(plan.relay.max_parallel_applies);
+    return Status();
   }
   // Hands the storage back once the pool has stopped (null when none was opened, and for a
   // DurableReceiver, whose journal and mapping belong to this process's single version).
   std::unique_ptr<Receiver> Release() {
     pool_.Stop();
     if (durable_ != nullptr) return nullptr;
+    internal::ReleasePlanFloor(backend_.get());  // floor_ ends with this node
     return std::move(backend_);
   }
   bool open() const { return rx_ != nullptr; }
@@ -1177,7 +1185,7 @@ class SenderBuilder {
     // The delta's changes are found on the plan's device (plan.device "host" | "cuda"); the full
     // reference streams file bytes and needs none.
     DCR_ASSIGN_OR_RETURN(device_, OpenPlanDevice(plan_, delta, "sender"));
-    if (delta && !plan_.signing_key.empty()) {
+    if (!plan_.signing_key.empty()) {  // the delta, or the full stream (node_trust.h)
       auto key = SigningKey::Load(plan_.signing_key);
       if (!key.ok()) return key.status().WithContext("sender");
       signing_key_ = std::move(*key);
@@ -1245,6 +1253,10 @@ class SenderBuilder {
       auto st = BuildDeltaOnDevice(base_ckpt_.get(), *target_ckpt_, o, device_.get(), sink);
       if (st.ok()) state_->Update([&](NodeResult* r) { r->dense_bytes = st->dense_bytes; });
       s = st.status();
+    } else if (signing_key_ != nullptr) {  // signed slices (node_trust.h FullStreamSigner)
+      internal::FullStreamSigner signer(signing_key_.get(), plan_.run_id, plan_.version, emit);
+      s = FullStreamBlobs(plan_.target_path, plan_.full_slice_bytes,
+                          [&signer](BlobKind k, std::vector<uint8_t> b) { return signer(k, std::move(b)); });
     } else {
       s = FullStreamBlobs(plan_.target_path, plan_.full_slice_bytes, emit);
     }
@@ -1390,6 +1402,7 @@ class SocketNode : public NodeEnvironment {
   void Committed() override {
     committed_ = true;
     state_.result()->t_commit = WallNow();
+    if (freeze_watch_ != nullptr) freeze_watch_->Committed(plan_.version, state_.result()->t_commit);
     MarkCommittedInMetrics();
     if (recovery_ != nullptr) pending_recovery_.emplace_back(std::in_place_type<recovery::Committed>);
   }
@@ -1707,6 +1720,18 @@ class SocketNode : public NodeEnvironment {
       m->committed_at = at;
     });
   }
+  // Freeze reporting from here until the node ends, also while it waits for its parent: each
+  // second the dcr_freeze_seconds gauge, and while frozen a line on stderr every freeze_after_s.
+  void StartFreezeWatch() {
+    const VersionFloor* f = applier_.floor();
+    const int rank = plan_.rank;
+    freeze_watch_ = std::make_unique<internal::FreezeWatch>(
+        plan_.freeze_after_s, f != nullptr ? f->committed_unix() : 0, f != nullptr ? f->version() : 0,
+        WallNow(), [this, rank](double frozen_s, const std::string& message) {
+          state_.UpdateMetrics([frozen_s](internal::NodeMetrics* m) { m->freeze_seconds = frozen_s; });
+          if (!message.empty()) std::fprintf(stderr, "node %d: %s\n", rank, message.c_str());
+        });
+  }
   // The first driver or policy error ends the loop.
   void Fault(const Status& s) {
     if (!s.ok() && error_.ok()) error_ = s;
@@ -1730,10 +1755,11 @@ class SocketNode : public NodeEnvironment {
     const bool restarted = recover && starts_ > 1;
     const bool tree = plan_.transport == "relay_tree";
     if (!sender && carry_ != nullptr && *carry_ != nullptr) {
-      applier_.Adopt(std::move(*carry_), plan_);
+      DCR_RETURN_IF_ERROR(applier_.Adopt(std::move(*carry_), plan_));
     } else if (!sender) {
       DCR_RETURN_IF_ERROR(applier_.Open(plan_, starts_));
     }
+    if (!sender && plan_.freeze_after_s > 0) StartFreezeWatch();
     if (recover) {
       RecoveryOptions ro;
       ro.prefix = plan_.relay.prefix;
@@ -1900,6 +1926,7 @@ class SocketNode : public NodeEnvironment {
   void Teardown() {
     if (torn_down_) return;
     torn_down_ = true;
+    freeze_watch_.reset();
     if (!plan_.metrics_address.empty()) internal::MetricsBoard::Process().Detach();
     links_.Close();
     builder_.Join();
@@ -1938,6 +1965,8 @@ class SocketNode : public NodeEnvironment {
   bool committed_ = false;
   bool torn_down_ = false;
   Status error_;
+  // A receiver's freeze reporting while it waits (freeze_watch.h); Teardown stops it first.
+  std::unique_ptr<internal::FreezeWatch> freeze_watch_;
   // Last, so that its threads stop first: they post to queue_ and store into state_.
   std::unique_ptr<internal::EdgeIngress> ingress_;  // edge relay: the parent's stream, transcoded
 };
@@ -2092,6 +2121,7 @@ std::string NodePlanToJson(const NodePlan& p) {
   }
   if (!p.tls_ca.empty() || !p.tls_cert.empty() || !p.tls_key.empty()) {
     j["tls"] = {{"ca", p.tls_ca}, {"cert", p.tls_cert}, {"key", p.tls_key}};
+    if (!p.tls_links) j["tls"]["links"] = false;
   }
   if (!p.signing_key.empty()) j["signing_key"] = p.signing_key;
   if (!p.trust_key.empty()) j["trust_key"] = p.trust_key;
@@ -2175,6 +2205,7 @@ StatusOr<NodePlan> NodePlanFromJson(const std::string& text) {
       p.tls_ca = t.at("ca").get<std::string>();
       p.tls_cert = t.at("cert").get<std::string>();
       p.tls_key = t.at("key").get<std::string>();
+      if (t.contains("links")) p.tls_links = t["links"].get<bool>();
     }
     if (j.contains("signing_key")) p.signing_key = j["signing_key"].get<std::string>();
     if (j.contains("trust_key")) p.trust_key = j["trust_key"].get<std::string>();

@@ -5,10 +5,13 @@
 #ifndef DCR_CORE_SRC_NODE_NODE_TRUST_H_
 #define DCR_CORE_SRC_NODE_NODE_TRUST_H_
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "dcr/receiver.h"
+#include "dcr/relay_policy.h"
 #include "dcr/signing.h"
 #include "dcr/statusor.h"
 #include "dcr/transport.h"
@@ -22,6 +25,52 @@ namespace dcr::internal {
 StatusOr<std::unique_ptr<Receiver>> WithPlanTrust(const NodePlan& plan,
                                                   std::unique_ptr<Receiver> receiver,
                                                   std::unique_ptr<VersionFloor>* floor);
+
+// The full-checkpoint reference stream signed. The blobs are FullStreamBlobs' (header, slices,
+// trailer) with, before each batch of up to `per_manifest` slices, a manifest blob: u64
+// kFullManifestMark, then a manifest record (dcr/manifest.h) naming run `run_id`, base version 0
+// and a zero base hash, target version `version`, the SHA-256 of the header blob, and per slice
+// its file offset as the chunk id and the SHA-256 of the whole slice blob; the final manifest
+// leads the last batch and names the slice count (its target hash is zero: the signed header and
+// slices fix every byte of the file). Not thread-safe; `key` must outlive it.
+inline constexpr uint64_t kFullManifestMark = ~uint64_t{0};
+class FullStreamSigner {
+ public:
+  using Emit = std::function<Status(BlobKind, std::vector<uint8_t>)>;
+  FullStreamSigner(const SigningKey* key, uint64_t run_id, uint64_t version, Emit emit,
+                   uint32_t per_manifest = 32);
+  // One blob of the unsigned stream, in order; passes the signed stream to `emit`. Errors:
+  // emit's, kDataLoss for a slice or trailer too short, kInternal if signing fails.
+  Status operator()(BlobKind kind, std::vector<uint8_t> blob);
+
+ private:
+  Status Flush(bool final, uint64_t slices);
+
+  const SigningKey* key_;
+  uint64_t run_id_, version_;
+  Emit emit_;
+  uint32_t per_manifest_;
+  Sha256Digest header_sha_{};
+  uint32_t sequence_ = 0;
+  std::vector<std::vector<uint8_t>> batch_;
+};
+
+// The full-stream receiver `receiver` for `plan`: with plan.trust_key, it applies a slice only
+// after a manifest signed by that key for plan.run_id and plan.version lists it with this
+// SHA-256 (a slice that comes first waits, at most 1 GiB), and commits only when every manifest
+// up to the final one verified and the slices it lists all arrived; an unsigned stream, another
+// signer, run or version, or an altered slice is kFailedPrecondition and reaches nothing of
+// `receiver`. Without a trust key the manifests are skipped. Errors: those of TrustKey::Load.
+StatusOr<std::unique_ptr<Receiver>> WithPlanFullTrust(const NodePlan& plan,
+                                                      std::unique_ptr<Receiver> receiver);
+
+// A receiver kept from the version before (a long-lived node): when it is a TrustedReceiver, its
+// version floor becomes `*floor`, loaded afresh from plan.version_floor_path (none without one),
+// so that the receiver never points at the floor object of a node that has ended. Errors: those
+// of VersionFloor::Load, with the plan field named.
+Status AdoptPlanFloor(const NodePlan& plan, Receiver* receiver, std::unique_ptr<VersionFloor>* floor);
+// Detaches a TrustedReceiver `receiver` from its version floor before it outlives the floor.
+void ReleasePlanFloor(Receiver* receiver);
 
 // The freeze report of a receiver that committed nothing in this run (VersionFloor::FreezeReport
 // with plan.freeze_after_s, waiting since `t_start_unix`); empty when freeze reporting is off or

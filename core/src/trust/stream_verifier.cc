@@ -43,6 +43,17 @@ Status StreamVerifier::Begin(const uint8_t* header, size_t size) {
   return Status();
 }
 
+void StreamVerifier::BeginOther(const uint8_t* header, size_t size, uint64_t target_version) {
+  std::lock_guard<std::mutex> l(mu_);
+  header_ = FileHeader();
+  header_.target_version = target_version;
+  header_sha_ = Sha256(header, size);
+  begun_ = true;
+  manifests_.clear();
+  final_sequence_.reset();
+  listed_.clear();
+}
+
 bool StreamVerifier::complete_locked() const {
   return final_sequence_.has_value() && manifests_.size() == *final_sequence_ + 1 &&
          manifests_.rbegin()->first == *final_sequence_;
