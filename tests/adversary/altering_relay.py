@@ -4,10 +4,12 @@ run (node-R.crt/.key from the run's `dcr keys`), listens on its rank's address a
 parent's connection, dials its child with the same certificate, and pumps frames both ways as a
 relay does (every frame's from_rank rewritten to its own rank). On the way down it flips the last
 payload byte of every piece of every chunk record (blob starting "DCRC"): the records a signed
-manifest lists, altered in flight. Manifests, header and trailer pass unchanged.
+manifest lists, altered in flight. With --full (the full-checkpoint stream) it alters every slice
+instead (a chunk blob that does not start with the manifest mark, 8 bytes 0xff). Manifests,
+header and trailer pass unchanged.
 
   altering_relay.py LISTEN_HOST:PORT CHILD_HOST:PORT --rank R --cert C --key K --ca CA
-                    [--for SECONDS]
+                    [--for SECONDS] [--full]
 
 Prints "connected", "child connected", "altered N pieces" when the parent's stream ends, and
 "closed" at the end.
@@ -34,7 +36,7 @@ def read_exact(conn, n):
     return bytes(b)
 
 
-def pump(src, dst, rank, alter, counter, done):
+def pump(src, dst, rank, alter, counter, done, full=False):
     starts = {}  # blob -> first 4 payload bytes
     try:
         while True:
@@ -44,8 +46,10 @@ def pump(src, dst, rank, alter, counter, done):
             h[4] = rank
             if alter and ftype == PIECE and kind == CHUNK_KIND and length > 0:
                 if off == 0:
-                    starts[blob] = payload[:4]
-                if starts.get(blob) == b"DCRC":
+                    starts[blob] = payload[:8] if full else payload[:4]
+                altered = (starts.get(blob, b"")[:4] != b"\xff" * 4) if full else \
+                    starts.get(blob) == b"DCRC"
+                if altered:
                     payload = payload[:-1] + bytes([payload[-1] ^ 0x20])
                     counter[0] += 1
             dst.sendall(struct.pack(HEADER, *h) + payload)
@@ -64,6 +68,7 @@ def main():
     ap.add_argument("--key", required=True)
     ap.add_argument("--ca", required=True)
     ap.add_argument("--for", dest="seconds", type=float, default=30)
+    ap.add_argument("--full", action="store_true")
     a = ap.parse_args()
     host, port = a.listen.rsplit(":", 1)
     srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -100,7 +105,7 @@ def main():
         down.settimeout(a.seconds)
         print("child connected", flush=True)
         down_done, up_done = threading.Event(), threading.Event()
-        threading.Thread(target=pump, args=(up, down, a.rank, True, altered, down_done),
+        threading.Thread(target=pump, args=(up, down, a.rank, True, altered, down_done, a.full),
                          daemon=True).start()
         threading.Thread(target=pump, args=(down, up, a.rank, False, [0], up_done),
                          daemon=True).start()

@@ -20,7 +20,8 @@
 #     then only sign reports): refused alike;
 #   - a live relay of the run (its real certificate) between the sender and a real receiver that
 #     alters every chunk record it forwards: the receiver refuses them (exit 14), commits nothing,
-#     writes no floor, and the sender counts no receiver.
+#     writes no floor, and the sender counts no receiver; the same on the signed full-checkpoint
+#     stream (every slice altered): refused alike.
 #   signed_test.sh DCR    (dcr-node is found beside DCR)
 set -u
 source "$(dirname "$0")/../cli/cli_lib.sh" "$@"
@@ -317,5 +318,24 @@ except ValueError:
     sys.exit(0)  # the sender failed before writing a result: nothing counted
 assert s.get("receivers_committed", 0) == 0, s
 PY
+
+echo "== the same altering relay on the full-checkpoint stream (method full, signed slices)"
+mkdir -p "$tmp/altf-rx2"
+(cd "$tmp/altf-rx2" && "$dcr" node "$tmp/mh.yaml" --rank 2 --method full --base "$base" --target "$target" \
+  > out.json 2> err) &
+rx2pid=$!
+"$py" "$(dirname "$0")/altering_relay.py" "127.0.0.1:$((port + 1))" "127.0.0.1:$((port + 2))" --full \
+  --rank 1 --cert "$tmp/run-keys/node-1.crt" --key "$tmp/run-keys/node-1.key" \
+  --ca "$tmp/run-keys/ca.crt" --for 30 > "$tmp/alterer-full.txt" &
+apid=$!
+sleep 0.5
+(cd "$tmp" && "$dcr" node "$tmp/mh.yaml" --rank 0 --method full --base "$base" --target "$target" \
+  > "$tmp/altf0.json" 2> "$tmp/altf0.err")
+echo "     sender exit $?"
+wait $rx2pid; check altered-full-child-exit-14 14 $?
+wait $apid
+has alterer-full-forwarded "$tmp/alterer-full.txt" "child connected"
+has altered-full-child-says "$tmp/altf-rx2/err" "not the one its signed manifest lists"
+lacks altered-full-child-not-committed "$tmp/altf-rx2/out.json" '"verified": true'
 
 exit $fail
