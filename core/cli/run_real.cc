@@ -1,6 +1,7 @@
 // Real-mode scenario runner (see run_real.h). Not a subcommand: used by cmd_run.cc.
 #include "run_real.h"
 #include "run_faults.h"
+#include "run_proxy_faults.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -987,6 +988,9 @@ StatusOr<ScenarioResult> RunScenarioReal(const Scenario& s) {
     }
     if (s.faults.enabled && s.faults.process_runs > 0) {  // real process kills (run_faults.h)
       DCR_RETURN_IF_ERROR(RunScenarioProcessFaults(s, rate, ckpts, work_dir, &run_index, &out));
+    }
+    if (s.faults.enabled && s.faults.proxy_runs > 0) {  // fault proxies on edges (run_proxy_faults.h)
+      DCR_RETURN_IF_ERROR(RunScenarioProxyFaults(s, rate, ckpts, work_dir, &run_index, &out));
     }
     if (s.faults.only) continue;
     // The change of every step, measured before any node starts; a delta run needs base and

@@ -541,7 +541,8 @@ Status ParseTop(const YAML::Node& root, Scenario* s) {
     MapReader f(top.Get("faults"), "faults");
     DCR_RETURN_IF_ERROR(f.Init({"runs", "per_run", "kinds", "seed", "chunk_elems",
                                 "detect_timeout", "restart_delay", "only", "process_runs",
-                                "process_kills"}));
+                                "process_kills", "proxy_runs", "proxy_faults", "proxy_kinds",
+                                "partition", "delay", "store_fail"}));
     s->faults.enabled = true;
     DCR_RETURN_IF_ERROR(f.Int("runs", &s->faults.runs, 0, 100000));
     DCR_RETURN_IF_ERROR(f.Int("per_run", &s->faults.per_run, 0, 10000));
@@ -559,6 +560,22 @@ Status ParseTop(const YAML::Node& root, Scenario* s) {
     DCR_RETURN_IF_ERROR(f.Bool("only", &s->faults.only));
     DCR_RETURN_IF_ERROR(f.Int("process_runs", &s->faults.process_runs, 0, 100000));
     DCR_RETURN_IF_ERROR(f.Int("process_kills", &s->faults.process_kills, 0, 1000));
+    DCR_RETURN_IF_ERROR(f.Int("proxy_runs", &s->faults.proxy_runs, 0, 100000));
+    DCR_RETURN_IF_ERROR(f.Int("proxy_faults", &s->faults.proxy_faults, 1, 64));
+    DCR_RETURN_IF_ERROR(f.StrList("proxy_kinds", &s->faults.proxy_kinds));
+    for (size_t i = 0; i < s->faults.proxy_kinds.size(); ++i) {
+      static const char* const kKinds[] = {"corrupt", "duplicate", "reorder",         "delay",
+                                           "drop",    "partition", "store_write_fail"};
+      const std::string& k = s->faults.proxy_kinds[i];
+      if (std::find(std::begin(kKinds), std::end(kKinds), k) == std::end(kKinds)) {
+        return InvalidArgumentError("faults.proxy_kinds[" + std::to_string(i) + "]: unknown kind '" +
+                                    k + "' (corrupt, duplicate, reorder, delay, drop, partition, "
+                                    "store_write_fail)");
+      }
+    }
+    DCR_RETURN_IF_ERROR(f.Duration("partition", &s->faults.partition_s));
+    DCR_RETURN_IF_ERROR(f.Duration("delay", &s->faults.delay_s));
+    DCR_RETURN_IF_ERROR(f.Duration("store_fail", &s->faults.store_fail_s));
   }
   if (top.Has("training")) {
     MapReader t(top.Get("training"), "training");

@@ -103,6 +103,25 @@ TEST(Scenario, Defaults) {
   EXPECT_EQ(s->network.regions.size(), 2u);
 }
 
+TEST(Scenario, FaultProxyKeys) {
+  auto s = ParseScenario(
+      "model: tiny\nfaults: {proxy_runs: 3, proxy_faults: 2, proxy_kinds: [corrupt, partition, "
+      "store_write_fail], partition: 1500ms, delay: 50ms, store_fail: 2s}\n");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->faults.proxy_runs, 3);
+  EXPECT_EQ(s->faults.proxy_faults, 2);
+  ASSERT_EQ(s->faults.proxy_kinds.size(), 3u);
+  EXPECT_EQ(s->faults.proxy_kinds[2], "store_write_fail");
+  EXPECT_DOUBLE_EQ(s->faults.partition_s, 1.5);
+  EXPECT_DOUBLE_EQ(s->faults.delay_s, 0.05);
+  EXPECT_DOUBLE_EQ(s->faults.store_fail_s, 2.0);
+  auto bad = ParseScenario("model: tiny\nfaults: {proxy_runs: 1, proxy_kinds: [flip]}\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("faults.proxy_kinds[0]: unknown kind 'flip'"),
+            std::string::npos)
+      << bad.status().message();
+}
+
 void ExpectError(const std::string& text, const std::string& needle) {
   auto s = ParseScenario(text);
   ASSERT_FALSE(s.ok()) << "accepted: " << text;

@@ -559,4 +559,29 @@ Status WriteRunCredentials(const std::string& dir, const std::string& run_id,
   return Status();
 }
 
+Status WriteExtraCredential(const std::string& dir, const std::string& role, int rank,
+                            const std::string& name, int valid_days) {
+  DCR_ASSIGN_OR_RETURN(Owned<X509> ca, ReadCert(dir + "/ca.crt", "CA certificate"));
+  DCR_ASSIGN_OR_RETURN(Owned<X509> node0, ReadCert(dir + "/node-0.crt", "node certificate"));
+  DCR_ASSIGN_OR_RETURN(TlsIdentity id0, IdentityOf(node0.get()));
+  DCR_ASSIGN_OR_RETURN(std::string ca_key_pem, ReadPemFile(dir + "/ca.key", "CA key"));
+  Owned<BIO> bio(BIO_new_mem_buf(ca_key_pem.data(), static_cast<int>(ca_key_pem.size())));
+  Owned<EVP_PKEY> ca_key(PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr));
+  OPENSSL_cleanse(ca_key_pem.data(), ca_key_pem.size());
+  if (!ca_key) return InvalidArgumentError(dir + "/ca.key: not a PEM private key: " + TlsErrors());
+  const std::string r = std::to_string(rank);
+  DCR_ASSIGN_OR_RETURN(Owned<EVP_PKEY> key, NewKey());
+  DCR_ASSIGN_OR_RETURN(
+      Owned<X509> cert,
+      MakeCert(key.get(), "dcr run " + id0.run_id, "dcr " + role + " " + r + " (" + name + ")",
+               ca.get(), ca_key.get(), std::string(kUriPrefix) + id0.run_id + "/" + role + "/" + r,
+               valid_days));
+  DCR_ASSIGN_OR_RETURN(std::string key_pem, KeyPem(key.get()));
+  DCR_ASSIGN_OR_RETURN(std::string cert_pem, CertPem(cert.get()));
+  Status s = WriteExclusive(dir + "/" + name + ".key", key_pem, 0600, /*replace=*/true);
+  OPENSSL_cleanse(key_pem.data(), key_pem.size());
+  DCR_RETURN_IF_ERROR(s);
+  return WriteExclusive(dir + "/" + name + ".crt", cert_pem, 0644, /*replace=*/true);
+}
+
 }  // namespace dcr::internal

@@ -115,6 +115,15 @@ Status PrepareCredentialDir(const std::string& dir);
 Status WriteRunCredentials(const std::string& dir, const std::string& run_id,
                            const std::vector<std::string>& roles, int valid_days, bool replace);
 
+// Mints one more certificate of the run whose credentials WriteRunCredentials wrote into `dir`
+// (its ca.crt, ca.key and node-0.crt, whose run id it takes): an identity `role`/`rank` of that
+// run, signed by its CA, written as <dir>/<name>.crt and <name>.key (0600; replaced if present).
+// A fault proxy on a tree edge (`dcr fault-proxy`) presents such certificates: an authenticated
+// middle box, trusted as the edge's ends are. Errors: those of reading the files (kNotFound,
+// kInvalidArgument for unparsable PEM), kInternal if OpenSSL fails, errno codes.
+Status WriteExtraCredential(const std::string& dir, const std::string& role, int rank,
+                            const std::string& name, int valid_days);
+
 }  // namespace dcr::internal
 
 #endif  // DCR_CORE_SRC_TRANSPORT_TLS_H_

@@ -169,6 +169,16 @@ struct FaultsSpec {
   // supervisor restarts them. 0 = none.
   int process_runs = 0;
   int process_kills = 3;
+  // Frame-level faults from a fault proxy (`dcr fault-proxy`, core/cli/fault_proxy.h): refits
+  // through the shipped dcr-node processes with a proxy process on seeded relay-tree edges, each
+  // injecting `proxy_faults` faults (kinds cycled over `proxy_kinds`, empty = every kind:
+  // corrupt, duplicate, reorder, delay, drop, partition, store_write_fail). 0 = none.
+  int proxy_runs = 0;
+  int proxy_faults = 2;
+  std::vector<std::string> proxy_kinds;
+  double partition_s = 2.0;    // how long a partition blackholes its edge
+  double delay_s = 0.3;        // how long a delayed frame is held
+  double store_fail_s = 1.0;   // how long the in-region store refuses writes
 };
 
 struct RegionSpec {
