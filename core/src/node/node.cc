@@ -1344,7 +1344,14 @@ class SocketNode : public NodeEnvironment {
     // collects the reports that could not travel up it.
     if (recovery_ != nullptr && store_.open() && plan_.rank != 0 && applier_.open() &&
         (committed_ || !s.ok())) {
-      (void)store_.PutNow(ReportKey(plan_.rank), OwnReport(s).bytes);
+      // Retried as the stream's store operations are (RelayOptions retry_backoff_s, doubling,
+      // max_retries): a store that refuses writes for a while must not lose the report.
+      const std::vector<uint8_t> report = OwnReport(s).bytes;
+      Status put = store_.PutNow(ReportKey(plan_.rank), report);
+      for (int a = 0; !put.ok() && a < plan_.relay.max_retries; ++a) {
+        ::usleep(static_cast<useconds_t>(plan_.relay.retry_backoff_s * (1u << std::min(a, 16)) * 1e6));
+        put = store_.PutNow(ReportKey(plan_.rank), report);
+      }
     }
     if (s.ok() && recovery_ != nullptr && plan_.rank == 0 && plan_.transport == "relay_tree" &&
         (filled_store_ || !AllReportsOk(r->reports))) {
