@@ -2,6 +2,7 @@
 #include "run_real.h"
 #include "run_faults.h"
 #include "run_proxy_faults.h"
+#include "run_catch_up.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -19,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -248,6 +250,7 @@ struct Child {
   std::string plan_path;
   int restarts = 0;  // by the supervisor (SuperviseExit)
   std::string state_dir;  // long-lived recovering node: its NodePlan::state_dir
+  bool down = false;  // killed by a StepAction and kept down until its restart
   double cpu = 0;  // last CPU seconds read from /proc
 };
 
@@ -269,10 +272,23 @@ StatusOr<pid_t> SpawnNode(const std::string& exe, const std::string& plan_path,
   return pid;
 }
 
+// Starts the node of plan `p` (written by StartNodes) as StartNodes does.
+StatusOr<Child> StartDeferred(const NodePlan& p, const std::string& run_dir) {
+  DCR_ASSIGN_OR_RETURN(const std::string exe, NodeExe());
+  Child c;
+  c.rank = p.rank;
+  c.log = run_dir + "/node-" + std::to_string(p.rank) + ".log";
+  c.plan_path = run_dir + "/plan-" + std::to_string(p.rank) + ".json";
+  DCR_ASSIGN_OR_RETURN(c.pid, SpawnNode(exe, c.plan_path, c.log, false));
+  return c;
+}
+
 // Starts `dcr-node --plan FILE` for every plan, receivers first so their listening sockets exist
-// early (connect retries anyway); each node's output goes to node-<rank>.log in `run_dir`.
+// early (connect retries anyway); each node's output goes to node-<rank>.log in `run_dir`. Plans
+// of the ranks in `deferred` are written but not started (StartDeferred starts one later).
 StatusOr<std::vector<Child>> StartNodes(const std::vector<NodePlan>& plans,
-                                        const std::string& run_dir) {
+                                        const std::string& run_dir,
+                                        const std::vector<int>& deferred = {}) {
   DCR_ASSIGN_OR_RETURN(const std::string exe, NodeExe());
   std::vector<Child> children;
   // Stale files of an earlier invocation would fake readiness or results.
@@ -293,6 +309,7 @@ StatusOr<std::vector<Child>> StartNodes(const std::vector<NodePlan>& plans,
     std::string plan_path = run_dir + "/plan-" + std::to_string(p.rank) + ".json";
     std::string js = NodePlanToJson(p);
     DCR_RETURN_IF_ERROR(WriteFileAtomic(plan_path, js.data(), js.size()));
+    if (std::find(deferred.begin(), deferred.end(), p.rank) != deferred.end()) continue;
     Child c;
     c.rank = p.rank;
     c.log = run_dir + "/node-" + std::to_string(p.rank) + ".log";
@@ -338,7 +355,7 @@ size_t ReapExited(std::vector<Child>* children, Status* failure,
   size_t exited = 0;
   const Child* cause = nullptr;
   for (auto& c : *children) {
-    if (c.exited) continue;
+    if (c.exited || c.down) continue;
     int st = 0;
     pid_t r = waitpid(c.pid, &st, WNOHANG);
     if (r != c.pid) continue;
@@ -409,10 +426,10 @@ Status SignalLaterVersionsWhenReady(const std::vector<NodePlan>& plans, size_t* 
 // Stops every child still running (SIGTERM) and waits for it.
 void StopAll(std::vector<Child>* children) {
   for (auto& c : *children) {
-    if (!c.exited) kill(c.pid, SIGTERM);
+    if (!c.exited && !c.down) kill(c.pid, SIGTERM);
   }
   for (auto& c : *children) {
-    if (!c.exited) waitpid(c.pid, nullptr, 0);
+    if (!c.exited && !c.down) waitpid(c.pid, nullptr, 0);
     c.exited = true;
   }
 }
@@ -425,7 +442,7 @@ CpuPoint SampleCpu(std::vector<Child>* children) {
   p.idle = ProcStatIdleSeconds();
   p.by_rank.assign(children->size(), 0.0);
   for (auto& c : *children) {
-    if (!c.exited) c.cpu = std::max(c.cpu, ProcessCpuSeconds(c.pid));
+    if (!c.exited && !c.down) c.cpu = std::max(c.cpu, ProcessCpuSeconds(c.pid));
     p.ours += c.cpu;
     if (c.rank >= 0 && c.rank < static_cast<int>(p.by_rank.size())) p.by_rank[c.rank] = c.cpu;
   }
@@ -483,11 +500,17 @@ std::string WaitLine(const std::string& label, double elapsed, size_t exited, si
 // 20 ms into `cpu`. The first node failure or the scenario's timeout (+30 s) stops the rest; with
 // `restarts` non-null a failed node is restarted first (ReapExited). `kills`: SIGKILL node
 // `rank` once `at_s` seconds after the start signal (the faults block's kill from outside).
+// `actions`: a node started, stopped (SIGSTOP) or continued (SIGCONT) once the start signal of
+// its step is given (run_catch_up.h); a node with a start action is not started before.
 Status SpawnAndWait(const Scenario& s, const std::vector<NodePlan>& plans,
                     const std::string& run_dir, const std::string& label,
                     std::vector<CpuPoint>* cpu, std::vector<std::string>* restarts,
-                    std::vector<ExternalKill> kills) {
-  DCR_ASSIGN_OR_RETURN(std::vector<Child> children, StartNodes(plans, run_dir));
+                    std::vector<ExternalKill> kills, std::vector<StepAction> actions = {}) {
+  std::vector<int> deferred;
+  for (const StepAction& a : actions) {
+    if (a.kind == StepAction::kStart) deferred.push_back(a.rank);
+  }
+  DCR_ASSIGN_OR_RETURN(std::vector<Child> children, StartNodes(plans, run_dir, deferred));
   const double start = internal::SteadyNow();
   const double deadline = start + s.timeout_s + 30;
   // A terminal gets one line redrawn every 0.5 s; a file (or pipe) a plain line every 5 s.
@@ -513,6 +536,42 @@ Status SpawnAndWait(const Scenario& s, const std::vector<NodePlan>& plans,
       if (!signalled.ok() && failure.ok()) failure = signalled;
       for (size_t i = std::max<size_t>(before, 1); i < next_version; ++i) {
         go_of[plans[0].versions[i].version] = internal::SteadyNow();
+      }
+    }
+    for (StepAction& a : actions) {
+      // The start signal of step k: the first go file, then version k's (next_version counts
+      // the versions whose go file is written).
+      if (a.done || !go || (a.step > 1 && static_cast<size_t>(a.step) > next_version)) continue;
+      if (!a.after_file.empty() && !Exists(a.after_file)) continue;
+      a.done = true;
+      if (a.kind == StepAction::kStart) {
+        for (const NodePlan& p : plans) {
+          if (p.rank != a.rank) continue;
+          auto c = StartDeferred(p, run_dir);
+          if (c.ok()) {
+            children.push_back(*c);
+          } else if (failure.ok()) {
+            failure = c.status();
+          }
+        }
+        continue;
+      }
+      for (Child& c : children) {
+        if (c.rank != a.rank || c.exited) continue;
+        if (a.kind == StepAction::kKill && !c.down) {
+          kill(c.pid, SIGKILL);
+          waitpid(c.pid, nullptr, 0);
+          c.down = true;
+        } else if (a.kind == StepAction::kRestart && c.down) {
+          auto exe = NodeExe();
+          auto pid = exe.ok() ? SpawnNode(*exe, c.plan_path, c.log, true) : exe.status();
+          if (pid.ok()) {
+            c.pid = *pid;
+            c.down = false;
+          } else if (failure.ok()) {
+            failure = pid.status();
+          }
+        }
       }
     }
     double now = internal::SteadyNow();
@@ -668,14 +727,30 @@ struct ReceiverTotals {
 };
 
 // Adds a ReceiverResult per receiver (results[1..]) to `rr` and sums their times.
+// `region_dead` (catch_up runs: the region ranks the sender counts out, carried step to step).
 ReceiverTotals CollectReceivers(const std::vector<NodeResult>& results,
                                 const std::vector<NodePlan>& plans, TransportKind transport,
-                                RunResult* rr) {
+                                RunResult* rr, std::set<int>* region_dead = nullptr) {
+  std::set<int> none;
+  if (region_dead == nullptr) region_dead = &none;
   const NodeResult& sender = results[0];
   ReceiverTotals t;
   for (size_t i = 1; i < results.size(); ++i) {
     const NodeResult& r = results[i];
     ReceiverResult rec;
+    if (plans[i].region_receiver) {  // follows from the in-region store (run_catch_up.h)
+      const bool have = r.error.rfind("no result from node", 0) != 0;
+      const bool counts = CollectRegionReceiver(sender, r, have, region_dead, &rec);
+      if (rec.catch_up == "absent") --rr->receivers;
+      rr->receiver_results.push_back(rec);
+      if (rec.verified) ++rr->receivers_verified;
+      if (counts) t.all_committed &= rec.committed;
+      if (rec.catch_up != "absent") {
+        t.last_commit = std::max(t.last_commit, r.t_commit);
+        t.apply += r.apply_seconds;
+      }
+      continue;
+    }
     rec.node = r.rank;
     rec.host = transport == TransportKind::kRelayTree ? plans[i].addresses[i] : "";
     rec.committed = r.t_commit > 0 && r.ok;
@@ -904,18 +979,30 @@ StatusOr<std::vector<RunResult>> RunLongLivedRefits(const Scenario& s,
     }
     if (s.progress) p.progress_path = run_dir + "/progress-" + std::to_string(p.rank) + ".json";
   }
-  // Recovering and supervised where every storage outlives its process (device "cpu").
-  const bool recover = std::all_of(plans.begin(), plans.end(),
+  // Recovering and supervised where every storage outlives its process (device "cpu"). A run
+  // with a `catch_up:` block runs its tree without that recovery: its long-link relay serves
+  // full frames from the storage it carries from version to version.
+  const bool recover = !s.catch_up.enabled &&
+                       std::all_of(plans.begin(), plans.end(),
                                    [](const NodePlan& p) { return p.rank == 0 || p.device == "cpu"; });
   if (recover) DCR_RETURN_IF_ERROR(PrepareRecovery(run_dir, transport, &plans));
   if (faults != nullptr && faults->set_points) faults->set_points(&plans);
+  // Region receivers (a receiver down for some versions, a late joiner) and their actions.
+  std::vector<StepAction> actions;
+  DCR_RETURN_IF_ERROR(AddCatchUpNodes(s, transport, method, run_dir, run_dir + "/region-store",
+                                      &plans, &actions));
   Scenario whole = s;  // the session's deadline covers every step
   whole.timeout_s = s.timeout_s * s.steps;
   std::vector<CpuPoint> cpu;
   std::vector<std::string> restarts;
   const Status st = SpawnAndWait(whole, plans, run_dir, label, &cpu, recover ? &restarts : nullptr,
-                                 faults != nullptr ? faults->kills : std::vector<ExternalKill>());
+                                 faults != nullptr ? faults->kills : std::vector<ExternalKill>(),
+                                 actions);
   std::vector<RunResult> runs;
+  std::set<int> region_dead;  // region receivers the sender counts out, step to step
+  for (const NodePlan& p : plans) {
+    if (p.late_join) region_dead.insert(p.rank);  // a member once a report re-admits it
+  }
   for (int step = 1; step <= s.steps; ++step) {
     RunResult rr;
     rr.method = method;
@@ -923,7 +1010,7 @@ StatusOr<std::vector<RunResult>> RunLongLivedRefits(const Scenario& s,
     rr.change_rate = measured[step];
     rr.configured_change_rate = synthetic ? rate : 0;
     rr.step = step;
-    rr.receivers = s.receivers.count;
+    rr.receivers = static_cast<int>(plans.size()) - 1;
     std::vector<NodePlan> at = plans;  // the step's version and result files
     for (NodePlan& p : at) {
       p.version = static_cast<uint64_t>(step);
@@ -939,7 +1026,8 @@ StatusOr<std::vector<RunResult>> RunLongLivedRefits(const Scenario& s,
     }
     if (recover) SumRecovery(results, &rr);
     const NodeResult& sender = results[0];
-    const ReceiverTotals t = CollectReceivers(results, at, transport, &rr);
+    const ReceiverTotals t = CollectReceivers(results, at, transport, &rr, &region_dead);
+    rr.catch_up = StepCatchUpEvents(at, results);
     if (t.all_committed && sender.t_first_blob > 0) {
       rr.refit_seconds = t.last_commit - sender.t_first_blob;
       RecordRunCpu(cpu, rr, sender.t_first_blob, t.last_commit, out);

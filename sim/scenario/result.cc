@@ -46,6 +46,7 @@ json RunJson(const ScenarioResult& r, const RunResult& run) {
       if (!rr.report_ok) rep["error"] = rr.report_error;
       x["report"] = rep;
     }
+    if (!rr.catch_up.empty()) x["catch_up"] = rr.catch_up;
     recv.push_back(x);
   }
   j["receiver_results"] = recv;
@@ -59,6 +60,17 @@ json RunJson(const ScenarioResult& r, const RunResult& run) {
   if (!run.retention.empty()) {
     j["retention"] = run.retention;
     j["retention_kept"] = run.retention_kept;
+  }
+  if (!run.catch_up.empty()) {
+    json events = json::array();
+    for (const CatchUpEvent& e : run.catch_up) {
+      events.push_back({{"node", e.node},
+                        {"event", e.event},
+                        {"detail", e.detail},
+                        {"store_bytes", e.store_bytes},
+                        {"long_link_bytes", e.long_link_bytes}});
+    }
+    j["catch_up"] = events;
   }
   return j;
 }
@@ -189,6 +201,7 @@ StatusOr<ScenarioResult> ResultFromJson(const std::string& text) {
             rr.report_hash = GetOr<std::string>(rep, "target_hash", "");
             rr.report_error = GetOr<std::string>(rep, "error", "");
           }
+          rr.catch_up = GetOr<std::string>(x, "catch_up", "");
           run.receiver_results.push_back(rr);
         }
       }
@@ -198,6 +211,17 @@ StatusOr<ScenarioResult> ResultFromJson(const std::string& text) {
       if (rj.contains("retention")) {
         run.retention = rj["retention"].get<std::map<std::string, uint64_t>>();
         run.retention_kept = GetOr<std::string>(rj, "retention_kept", "");
+      }
+      if (rj.contains("catch_up")) {
+        for (const auto& x : rj["catch_up"]) {
+          CatchUpEvent e;
+          e.node = GetOr<int>(x, "node", 0);
+          e.event = GetOr<std::string>(x, "event", "");
+          e.detail = GetOr<std::string>(x, "detail", "");
+          e.store_bytes = GetOr<uint64_t>(x, "store_bytes", 0);
+          e.long_link_bytes = GetOr<uint64_t>(x, "long_link_bytes", 0);
+          run.catch_up.push_back(e);
+        }
       }
       r.runs.push_back(run);
     }

@@ -487,7 +487,7 @@ Status ParseTop(const YAML::Node& root, Scenario* s) {
   DCR_RETURN_IF_ERROR(top.Init({"name", "description", "mode", "model", "change_rate",
                                 "change_rates", "steps", "methods", "delta", "training",
                                 "serving", "transport", "receivers", "sender", "network", "sim",
-                                "timeout", "progress", "faults", "retention"}));
+                                "timeout", "progress", "faults", "retention", "catch_up"}));
   DCR_RETURN_IF_ERROR(top.Str("name", &s->name));
   DCR_RETURN_IF_ERROR(top.Str("description", &s->description));
   std::string mode = "real";
@@ -577,6 +577,37 @@ Status ParseTop(const YAML::Node& root, Scenario* s) {
     DCR_RETURN_IF_ERROR(f.Duration("delay", &s->faults.delay_s));
     DCR_RETURN_IF_ERROR(f.Duration("store_fail", &s->faults.store_fail_s));
   }
+  if (top.Has("catch_up")) {
+    MapReader c(top.Get("catch_up"), "catch_up");
+    DCR_RETURN_IF_ERROR(c.Init({"down_step", "down_versions", "join_step", "max_replay",
+                                "full_frame_fraction"}));
+    s->catch_up.enabled = true;
+    DCR_RETURN_IF_ERROR(c.Int("down_step", &s->catch_up.down_step, 0, 1000000));
+    DCR_RETURN_IF_ERROR(c.Int("down_versions", &s->catch_up.down_versions, 1, 1000000));
+    DCR_RETURN_IF_ERROR(c.Int("join_step", &s->catch_up.join_step, 0, 1000000));
+    DCR_RETURN_IF_ERROR(c.Int("max_replay", &s->catch_up.max_replay, 0, 1000000));
+    DCR_RETURN_IF_ERROR(c.Double("full_frame_fraction", &s->catch_up.full_frame_fraction));
+    const CatchUpSpec& cu = s->catch_up;
+    if (cu.down_step == 1 || cu.join_step == 1) {
+      return InvalidArgumentError("catch_up: down_step and join_step start at step 2 (step 1 is "
+                                  "the first version every receiver takes)");
+    }
+    if (cu.down_step > 0 && cu.down_step + cu.down_versions > s->steps) {
+      return InvalidArgumentError(
+          "catch_up: a receiver down from step " + std::to_string(cu.down_step) + " for " +
+          std::to_string(cu.down_versions) + " versions comes back at step " +
+          std::to_string(cu.down_step + cu.down_versions) + ", after the last (steps: " +
+          std::to_string(s->steps) + ")");
+    }
+    if (cu.join_step > s->steps) {
+      return InvalidArgumentError("catch_up.join_step: " + std::to_string(cu.join_step) +
+                                  " is after the last step (steps: " + std::to_string(s->steps) +
+                                  ")");
+    }
+    if (cu.full_frame_fraction < 0) {
+      return InvalidArgumentError("catch_up.full_frame_fraction: must be >= 0");
+    }
+  }
   if (top.Has("training")) {
     MapReader t(top.Get("training"), "training");
     DCR_RETURN_IF_ERROR(t.Init({"tp", "pp", "ep", "distributed_optimizer"}));
@@ -602,7 +633,9 @@ Status ParseTop(const YAML::Node& root, Scenario* s) {
     } else {
       MapReader r(n, "receivers");
       DCR_RETURN_IF_ERROR(r.Init(
-          {"count", "per_node", "apply_threads", "verify", "device", "devices", "node_devices"}));
+          {"count", "per_node", "apply_threads", "verify", "device", "devices", "node_devices",
+           "deadline"}));
+      DCR_RETURN_IF_ERROR(r.Duration("deadline", &s->receivers.deadline_s));
       DCR_RETURN_IF_ERROR(r.Int("count", &s->receivers.count, 1, 1 << 20));
       DCR_RETURN_IF_ERROR(r.Int("per_node", &s->receivers.per_node, 1, 1024));
       DCR_RETURN_IF_ERROR(r.Int("apply_threads", &s->receivers.apply_threads, 1, 1024));

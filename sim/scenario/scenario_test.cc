@@ -411,3 +411,37 @@ TEST(Scenario, EdgeRelaysAndNodeDevices) {
 }
 
 }  // namespace dcr
+
+namespace dcr {
+namespace {
+
+TEST(Scenario, CatchUpBlockAndReceiverDeadline) {
+  auto s = ParseScenario(
+      "model: tiny\nsteps: 5\nreceivers: {count: 6, deadline: 2s}\n"
+      "catch_up: {down_step: 2, down_versions: 2, join_step: 3, max_replay: 4, "
+      "full_frame_fraction: 0.25}\n");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_DOUBLE_EQ(s->receivers.deadline_s, 2.0);
+  EXPECT_TRUE(s->catch_up.enabled);
+  EXPECT_EQ(s->catch_up.down_step, 2);
+  EXPECT_EQ(s->catch_up.down_versions, 2);
+  EXPECT_EQ(s->catch_up.join_step, 3);
+  EXPECT_EQ(s->catch_up.max_replay, 4);
+  EXPECT_DOUBLE_EQ(s->catch_up.full_frame_fraction, 0.25);
+  auto d = ParseScenario("model: tiny\n");
+  ASSERT_TRUE(d.ok());
+  EXPECT_FALSE(d->catch_up.enabled);
+  EXPECT_DOUBLE_EQ(d->receivers.deadline_s, 30.0);
+  // Coming back after the last step, joining at step 1 or after the last: refused.
+  EXPECT_TRUE(ParseScenario("model: tiny\nsteps: 3\ncatch_up: {down_step: 2, down_versions: 2}\n")
+                  .status()
+                  .IsInvalidArgument());
+  EXPECT_TRUE(
+      ParseScenario("model: tiny\nsteps: 3\ncatch_up: {join_step: 1}\n").status().IsInvalidArgument());
+  EXPECT_TRUE(
+      ParseScenario("model: tiny\nsteps: 3\ncatch_up: {join_step: 4}\n").status().IsInvalidArgument());
+  EXPECT_TRUE(ParseScenario("model: tiny\ncatch_up: {down_stp: 2}\n").status().IsInvalidArgument());
+}
+
+}  // namespace
+}  // namespace dcr

@@ -230,6 +230,28 @@ struct NodePlan {
   // A long-lived node: the version whose first start the fault points apply to (0 = the first
   // version of `versions`); every other version runs without them.
   uint64_t fault_version = 0;
+  // Versions over time in a long-lived relay-tree run (core/docs/fault-tolerance.md, "Catch-up
+  // and late joiners"). Sender: `region_receivers` are ranks outside `parents` that follow the
+  // versions from the in-region store `store` and leave their commit reports there; once the
+  // tree committed a version the sender waits at most `receiver_deadline_s` for the report of
+  // each live one and of each returning one (it reported the version before), and declares the
+  // silent ones dead: they stop holding the baseline back until a report of a published version
+  // re-admits them. Defaults none, 30 s.
+  std::vector<int> region_receivers;
+  double receiver_deadline_s = 30;
+  // Receiver (transport "object_store", with versions): follows the versions from `store`,
+  // catching up when behind (catch_up.h PlanCatchUp, with these limits: replay at most
+  // `catch_up_max_replay` missed deltas holding at most `catch_up_full_frame_fraction` of the
+  // checkpoint's tensor bytes, else a full frame); `late_join`: it holds no version at its start
+  // and takes a full frame first. Defaults false, false, 8, 0.5.
+  bool region_receiver = false;
+  bool late_join = false;
+  int catch_up_max_replay = 8;
+  double catch_up_full_frame_fraction = 0.5;
+  // Applying relay-tree node of a long-lived run with `store` (the long-link relay): after each
+  // version it commits, it serves pending full-frame requests by putting a full frame of its
+  // storage into `store`. Default false.
+  bool serve_full_frames = false;
 };
 
 // The policy `dcr node` hosts for `plan`: uploader (rank 0) or downloader for "object_store",
@@ -312,6 +334,17 @@ struct NodeResult {
   uint64_t retention_store_bytes = 0;
   std::string retention_kept;      // "v3 kept, v4 needed, ..." (the versions left)
   std::string retention_error;
+  // Region receiver (NodePlan::region_receiver): how it came to hold this version: "follow" (its
+  // delta from the in-region store, in step), "replay" (a retained delta, taken behind),
+  // "full_frame" (a full frame from the in-region store), "absent" (it did not hold this version:
+  // not yet joined, or passed over by a full frame). Empty for other nodes.
+  std::string catch_up;
+  // Sender of a long-lived run: the receivers declared dead at this version ("<rank>: why") and
+  // the ranks re-admitted by a report of it.
+  std::vector<std::string> declared_dead;
+  std::vector<int> readmitted;
+  // Long-link relay (NodePlan::serve_full_frames): full-frame requests served after this version.
+  int full_frames_served = 0;
 };
 
 // Runs one node to completion (or failure / timeout). The returned Status is the node's error;

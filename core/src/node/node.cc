@@ -1794,7 +1794,7 @@ class SocketNode : public NodeEnvironment {
       DCR_RETURN_IF_ERROR(store_.Open(sender ? plan_.relay.max_parallel_puts
                                              : plan_.relay.max_parallel_fetches));
     }
-    if (recover && tree && plan_.mirror_to_store && !restarted) {
+    if (tree && plan_.mirror_to_store && !plan_.store.empty() && !restarted) {
       DCR_ASSIGN_OR_RETURN(std::unique_ptr<ObjectStore> mirror_store, OpenObjectStore(plan_.store));
       mirror_ = std::make_unique<internal::StoreMirror>(std::move(mirror_store),
                                                         plan_.relay.prefix);
@@ -2175,6 +2175,14 @@ std::string NodePlanToJson(const NodePlan& p) {
   if (p.mirror_to_store) j["mirror_to_store"] = true;
   if (p.retain_versions > 0) j["retain_versions"] = p.retain_versions;
   if (p.retain_budget_bytes > 0) j["retain_budget_bytes"] = p.retain_budget_bytes;
+  if (!p.region_receivers.empty()) j["region_receivers"] = p.region_receivers;
+  j["receiver_deadline_s"] = p.receiver_deadline_s;
+  if (p.region_receiver) {
+    j["region_receiver"] = {{"late_join", p.late_join},
+                            {"max_replay", p.catch_up_max_replay},
+                            {"full_frame_fraction", p.catch_up_full_frame_fraction}};
+  }
+  if (p.serve_full_frames) j["serve_full_frames"] = true;
   if (p.fault_kill_chunk >= 0 || p.fault_kill_blob >= 0) {
     j["fault"] = {{"kill_chunk", p.fault_kill_chunk},
                   {"kill_inside", p.fault_kill_inside},
@@ -2266,6 +2274,20 @@ StatusOr<NodePlan> NodePlanFromJson(const std::string& text) {
     if (j.contains("retain_budget_bytes")) {
       p.retain_budget_bytes = j["retain_budget_bytes"].get<uint64_t>();
     }
+    if (j.contains("region_receivers")) {
+      p.region_receivers = j["region_receivers"].get<std::vector<int>>();
+    }
+    if (j.contains("receiver_deadline_s")) {
+      p.receiver_deadline_s = j["receiver_deadline_s"].get<double>();
+    }
+    if (j.contains("region_receiver")) {
+      const auto& c = j["region_receiver"];
+      p.region_receiver = true;
+      p.late_join = c.value("late_join", false);
+      p.catch_up_max_replay = c.value("max_replay", 8);
+      p.catch_up_full_frame_fraction = c.value("full_frame_fraction", 0.5);
+    }
+    if (j.contains("serve_full_frames")) p.serve_full_frames = j["serve_full_frames"].get<bool>();
     if (j.contains("fault")) {
       const auto& f = j["fault"];
       p.fault_kill_chunk = f.at("kill_chunk").get<int64_t>();
@@ -2328,6 +2350,10 @@ std::string NodeResultToJson(const NodeResult& r) {
                       {"kept", r.retention_kept},
                       {"error", r.retention_error}};
   }
+  if (!r.catch_up.empty()) j["catch_up"] = r.catch_up;
+  if (!r.declared_dead.empty()) j["declared_dead"] = r.declared_dead;
+  if (!r.readmitted.empty()) j["readmitted"] = r.readmitted;
+  if (r.full_frames_served > 0) j["full_frames_served"] = r.full_frames_served;
   return j.dump(1);
 }
 
@@ -2392,6 +2418,12 @@ StatusOr<NodeResult> NodeResultFromJson(const std::string& text) {
       r.retention_kept = v.value("kept", std::string());
       r.retention_error = v.value("error", std::string());
     }
+    r.catch_up = j.value("catch_up", std::string());
+    if (j.contains("declared_dead")) {
+      r.declared_dead = j["declared_dead"].get<std::vector<std::string>>();
+    }
+    if (j.contains("readmitted")) r.readmitted = j["readmitted"].get<std::vector<int>>();
+    r.full_frames_served = j.value("full_frames_served", 0);
   } catch (const std::exception& e) {
     return InvalidArgumentError(std::string("node result JSON: ") + e.what());
   }

@@ -2,11 +2,13 @@
 
 #include <cstdio>
 #include <map>
+#include <set>
 
 #include "dcr/checkpoint.h"
 #include "dcr/status_macros.h"
 #include "node/store_retention.h"
 #include "node/version_state.h"
+#include "node/catch_up.h"
 
 namespace dcr::internal {
 
@@ -25,7 +27,8 @@ SenderJointCommit::SenderJointCommit(const std::vector<int>& receivers, const Ve
 }
 
 StatusOr<std::vector<std::pair<int, std::string>>> SenderJointCommit::Published(
-    const VersionId& base, const VersionId& published, const std::vector<CommitReport>& reports) {
+    const VersionId& base, const VersionId& published, const std::vector<CommitReport>& reports,
+    std::vector<int>* readmitted) {
   DCR_RETURN_IF_ERROR(coordinator_.Publish(base, published));
   std::map<int, const CommitReport*> by_rank;
   for (const CommitReport& r : reports) by_rank[r.rank] = &r;
@@ -51,6 +54,19 @@ StatusOr<std::vector<std::pair<int, std::string>>> SenderJointCommit::Published(
     dead.emplace_back(rank, why);
   }
   for (const auto& d : dead) (void)coordinator_.RemoveReceiver(RankName(d.first));
+  const auto live_now = coordinator_.receivers();
+  for (const auto& [rank, r] : by_rank) {
+    if (live_now.count(RankName(rank)) || !r->ok || r->version != published.number ||
+        r->target_hash != published.hash) {
+      continue;
+    }
+    bool just_dead = false;
+    for (const auto& d : dead) just_dead = just_dead || d.first == rank;
+    if (just_dead) continue;
+    if (coordinator_.AddReceiver(RankName(rank), published).ok() && readmitted != nullptr) {
+      readmitted->push_back(rank);
+    }
+  }
   return dead;
 }
 
@@ -59,6 +75,16 @@ std::vector<int> SenderJointCommit::live() const {
   for (const auto& [name, held] : coordinator_.receivers()) out.push_back(std::stoi(name));
   return out;
 }
+
+namespace {
+
+Status WriteResultFile(const std::string& path, const NodeResult& r) {
+  if (path.empty()) return Status();
+  const std::string js = NodeResultToJson(r);
+  return WriteFileAtomic(path, js.data(), js.size());
+}
+
+}  // namespace
 
 Status RunNodeVersions(const NodePlan& plan, NodeResult* result) {
   return RunNodeVersions(plan, result, VersionHooks());
@@ -76,6 +102,7 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
     }
     last = v.version;
   }
+  if (plan.region_receiver) return RunRegionReceiverVersions(plan, result);
   const bool sender = plan.rank == 0;
   const bool delta = plan.method == "delta";
   const bool joint = sender && delta && plan.transport == "relay_tree";
@@ -99,7 +126,14 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
     std::vector<int> receivers;
     for (int r = 1; r < static_cast<int>(plan.parents.size()); ++r) receivers.push_back(r);
     if (!plan.relay.apply) receivers.clear();
+    for (int r : plan.region_receivers) receivers.push_back(r);
     commit = std::make_unique<SenderJointCommit>(receivers, base);
+  }
+  // The in-region store: the region receivers' reports (sender), full frames (a holder).
+  std::unique_ptr<ObjectStore> region;
+  if (!plan.store.empty() && (joint ||
+                              (plan.serve_full_frames && !sender))) {
+    DCR_ASSIGN_OR_RETURN(region, OpenObjectStore(plan.store));
   }
   std::unique_ptr<Receiver> storage;  // a delta receiver's storage, version to version
   Hash128 built_from;                  // the sender's base hash for the version in flight
@@ -151,9 +185,48 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
       if (hooks.done) hooks.done(v, r, s);
       break;
     }
+    if (region != nullptr && !sender && storage != nullptr) {
+      // An in-region holder: a pending late joiner or laggard gets a full frame of this version.
+      auto served = ServeFullFrameRequests(region.get(), plan, p.relay.prefix, *storage);
+      if (served.ok() && *served > 0) {
+        r.full_frames_served = *served;
+        std::fprintf(stderr, "node %d: full frame of version %llu put in the region store for %d request(s)\n",
+                     plan.rank, static_cast<unsigned long long>(v.version), *served);
+        *result = r;
+        (void)WriteResultFile(p.result_path, r);
+      } else if (!served.ok()) {
+        std::fprintf(stderr, "node %d: full-frame request not served: %s\n", plan.rank,
+                     served.status().ToString().c_str());
+      }
+    }
+    if (joint && region != nullptr) {
+      // Region receivers report through the store: wait for the live ones and for those
+      // returning (they reported the version before) at most receiver_deadline_s.
+      std::set<int> wait_for;
+      const std::vector<int> live = commit->live();
+      const std::set<int> live_set(live.begin(), live.end());
+      const int first_rank = static_cast<int>(plan.parents.size());
+      for (int rank : plan.region_receivers) {
+        if (live_set.count(rank)) wait_for.insert(rank);
+      }
+      for (int rank : TakeReturning(region.get(), CatchUpRoot(plan))) wait_for.insert(rank);
+      if (i > 0) {
+        for (const CommitReport& c :
+             CollectRegionReports(region.get(), plan.versions[i - 1].prefix, plan.run_id,
+                                  plan.versions[i - 1].version, first_rank, {}, 0)) {
+          wait_for.insert(c.rank);
+        }
+      }
+      std::vector<CommitReport> got =
+          CollectRegionReports(region.get(), p.relay.prefix, plan.run_id, v.version,
+                               first_rank, wait_for, plan.receiver_deadline_s);
+      for (CommitReport& c : got) r.reports.push_back(std::move(c));
+    }
     if (joint) {
       const VersionId published{v.version, r.target_hash};
-      auto dead = commit->Published(VersionId{static_cast<uint64_t>(p.base_version), built_from}, published, r.reports);
+      std::vector<int> readmitted;
+      auto dead = commit->Published(VersionId{static_cast<uint64_t>(p.base_version), built_from},
+                                    published, r.reports, &readmitted);
       if (!dead.ok()) {
         s = dead.status().WithContext("sender: joint commit of version " +
                                       std::to_string(v.version));
@@ -162,6 +235,18 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
       for (const auto& [rank, why] : *dead) {
         std::fprintf(stderr, "sender: receiver %d declared dead at version %llu: %s\n", rank,
                      static_cast<unsigned long long>(v.version), why.c_str());
+        r.declared_dead.push_back(std::to_string(rank) + ": " + why);
+      }
+      for (int rank : readmitted) {
+        std::fprintf(stderr, "sender: receiver %d joins the joint commit at version %llu\n",
+                     rank, static_cast<unsigned long long>(v.version));
+      }
+      r.readmitted = readmitted;
+      *result = r;
+      Status w = WriteResultFile(p.result_path, r);
+      if (!w.ok()) {
+        s = w;
+        break;
       }
       if (recovery != nullptr) {
         s = recovery->SaveCommit(v.version, commit->baseline(), commit->live());

@@ -63,8 +63,11 @@ class SenderJointCommit {
   // committed it; any other live receiver (no report, a failure, another version or hash) is
   // declared dead and stops holding the baseline back. Returns the ranks declared dead, each with
   // why. Errors: CommitCoordinator::Publish's (a base other than the baseline).
+  // A rank that is not live (declared dead, or never a member: a late joiner) and reported
+  // `published` committed with its hash joins again; `readmitted` (may be null) gets those ranks.
   StatusOr<std::vector<std::pair<int, std::string>>> Published(
-      const VersionId& base, const VersionId& published, const std::vector<CommitReport>& reports);
+      const VersionId& base, const VersionId& published, const std::vector<CommitReport>& reports,
+      std::vector<int>* readmitted = nullptr);
   // Ranks still live.
   std::vector<int> live() const;
 

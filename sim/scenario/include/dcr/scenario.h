@@ -134,6 +134,28 @@ struct ReceiversSpec {
   std::vector<int> devices;
   // Per-node overrides of `device` (receiver node id -> "cpu" | "host" | "cuda"). Empty = none.
   std::map<int, std::string> node_devices;
+  // Per-receiver deadline of a long-lived run (`receivers.deadline`): once the tree committed a
+  // version, the sender waits this long for a region receiver's commit report, then declares it
+  // dead (it stops holding the baseline back). Default 30 s.
+  double deadline_s = 30;
+};
+
+// Versions over time in a real multi-step relay-tree run (`catch_up:` block; scenarios/README.md,
+// core/docs/fault-tolerance.md "Catch-up and late joiners"). Each key set adds one receiver in
+// the rollout region that follows the versions from the in-region store (ranks after the tree's).
+struct CatchUpSpec {
+  bool enabled = false;
+  // A region receiver that is down for `down_versions` versions: its process is killed (SIGKILL)
+  // when step `down_step` starts (once it committed the version before) and started again when
+  // step down_step + down_versions starts. 0 = none.
+  int down_step = 0;
+  int down_versions = 2;
+  // A late joiner: a region receiver whose process starts when step `join_step` starts, holding
+  // no version (its first is a full frame from inside the region). 0 = none.
+  int join_step = 0;
+  // Catch-up limits (NodePlan::catch_up_max_replay, catch_up_full_frame_fraction).
+  int max_replay = 8;
+  double full_frame_fraction = 0.5;
 };
 
 // Retention of the store's versions in a long-lived run (`retention:` block; dcr/retention.h):
@@ -255,6 +277,7 @@ struct Scenario {
   NetworkSpec network;
   FaultsSpec faults;
   RetentionSpec retention;
+  CatchUpSpec catch_up;
   SimSpec sim;
   double timeout_s = 600;     // whole run
   bool progress = true;       // progress display on stderr
@@ -349,6 +372,22 @@ struct ReceiverResult {
   uint64_t report_version = 0;
   std::string report_hash;
   std::string report_error;
+  // A region receiver of a `catch_up:` run (NodeResult::catch_up): "follow", "replay",
+  // "full_frame" or "absent" (it did not hold this version and is not counted in `receivers`).
+  std::string catch_up;
+};
+
+// One catch-up event of a real long-lived run (`catch_up:` block), at the step it happened.
+struct CatchUpEvent {
+  int node = 0;
+  // "declared_dead" (the sender's deadline passed without its report), "replay" (it took a
+  // missed version's retained delta from the in-region store), "full_frame" (it loaded a full
+  // frame from the in-region store), "readmitted" (its report of this version reached the
+  // sender, which counts it in the joint commit again).
+  std::string event;
+  std::string detail;
+  uint64_t store_bytes = 0;      // bytes it read from the in-region store for this step
+  uint64_t long_link_bytes = 0;  // bytes it caused over the long link
 };
 
 struct LinkBytes {
@@ -387,6 +426,7 @@ struct RunResult {
   // why ("v3 kept, v4 needed"), followed by the collection's error when it had one.
   std::map<std::string, uint64_t> retention;
   std::string retention_kept;
+  std::vector<CatchUpEvent> catch_up;  // real long-lived runs with a `catch_up:` block
 };
 
 // Totals of the fault-injection runs of a scenario (`faults:`); absent from the JSON when the

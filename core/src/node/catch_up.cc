@@ -1,0 +1,483 @@
+#include "node/catch_up.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <set>
+
+#include "dcr/checkpoint.h"
+#include "dcr/delta.h"
+#include "dcr/relay_policy.h"
+#include "dcr/signing.h"
+#include "dcr/status_macros.h"
+#include "node/commit_reports.h"
+#include "node/node_trust.h"
+#include "node/versions.h"
+#include "transport/net.h"
+
+namespace dcr::internal {
+
+CatchUpStep PlanCatchUp(const std::optional<uint64_t>& held,
+                        const std::vector<StoredVersion>& stored, uint64_t dense_bytes,
+                        const CatchUpLimits& limits) {
+  std::map<uint64_t, const StoredVersion*> by_number;
+  for (const StoredVersion& v : stored) {
+    if (!held || v.number > *held) by_number[v.number] = &v;
+  }
+  uint64_t latest = held.value_or(0);  // newest version whose delta or frame is in the store
+  uint64_t newest_frame = 0;
+  bool any_frame = false;
+  for (const auto& [n, v] : by_number) {
+    if (v->delta_whole || v->full_frame) latest = std::max(latest, n);
+    if (v->full_frame) {
+      newest_frame = n;
+      any_frame = true;
+    }
+  }
+  CatchUpStep step;
+  auto frame_or = [&](const std::string& why, bool chain_whole) {
+    if (any_frame) {
+      step.kind = CatchUpStep::kFullFrame;
+      step.version = newest_frame;
+      step.why = why + "; the full frame of version " + std::to_string(newest_frame) +
+                 " is in the store";
+    } else if (chain_whole) {
+      step.kind = CatchUpStep::kReplay;
+      step.version = *held + 1;
+      step.why = why + "; no full frame in the store: replaying the retained deltas";
+    } else {
+      step.kind = CatchUpStep::kRequestFullFrame;
+      step.why = why + "; no full frame in the store yet";
+    }
+    return step;
+  };
+  if (!held) return frame_or("holds no version", false);
+  if (latest <= *held + 1) {
+    step.kind = CatchUpStep::kFollow;
+    step.version = *held + 1;
+    step.why = "in step: holds version " + std::to_string(*held);
+    return step;
+  }
+  const uint64_t behind = latest - *held;
+  bool whole = true;
+  uint64_t bytes = 0;
+  for (uint64_t n = *held + 1; n <= latest; ++n) {
+    auto it = by_number.find(n);
+    if (it == by_number.end() || !it->second->delta_whole) {
+      whole = false;
+      break;
+    }
+    bytes += it->second->delta_bytes;
+  }
+  const std::string head = "holds version " + std::to_string(*held) + ", " +
+                           std::to_string(behind) + " behind version " + std::to_string(latest);
+  if (!whole) return frame_or(head + ": a missed delta is not retained", false);
+  if (behind > static_cast<uint64_t>(std::max(0, limits.max_replay))) {
+    return frame_or(head + ": more than max_replay (" + std::to_string(limits.max_replay) +
+                        ") deltas to replay",
+                    true);
+  }
+  if (static_cast<double>(bytes) > limits.full_frame_fraction * static_cast<double>(dense_bytes)) {
+    return frame_or(head + ": the missed deltas (" + std::to_string(bytes) +
+                        " bytes) outweigh full_frame_fraction of the checkpoint",
+                    true);
+  }
+  step.kind = CatchUpStep::kReplay;
+  step.version = *held + 1;
+  step.why = head + ": replaying " + std::to_string(behind) + " retained deltas (" +
+             std::to_string(bytes) + " bytes) from the in-region store";
+  return step;
+}
+
+std::string CatchUpRoot(const NodePlan& plan) {
+  const std::string& p = plan.versions.empty() ? plan.relay.prefix : plan.versions[0].prefix;
+  const size_t slash = p.find_last_of('/');
+  return slash == std::string::npos ? p : p.substr(0, slash);
+}
+
+std::string FullFrameKey(const std::string& prefix) { return prefix + "/full/frame.safetensors"; }
+
+std::string FullFrameRequestKey(const std::string& root, int rank) {
+  return root + "/catch-up/requests/" + std::to_string(rank);
+}
+
+std::string RegionReportKey(const std::string& prefix, int rank) {
+  return prefix + "/reports/" + std::to_string(rank);
+}
+
+std::string ReturningKey(const std::string& root, int rank) {
+  return root + "/catch-up/returning/" + std::to_string(rank);
+}
+
+std::vector<int> TakeReturning(ObjectStore* store, const std::string& root) {
+  std::vector<int> out;
+  const std::string dir = root + "/catch-up/returning/";
+  auto listed = store->List(dir);
+  if (!listed.ok()) return out;
+  for (const ObjectInfo& o : *listed) {
+    const std::string tail = o.key.substr(std::min(o.key.size(), dir.size()));
+    char* end = nullptr;
+    const long rank = std::strtol(tail.c_str(), &end, 10);
+    if (tail.empty() || *end != '\0' || rank < 0) continue;
+    out.push_back(static_cast<int>(rank));
+    (void)store->Delete(o.key);
+  }
+  return out;
+}
+
+StatusOr<StoredVersion> InspectStoredVersion(ObjectStore* store, const std::string& prefix,
+                                             uint64_t number) {
+  StoredVersion out;
+  out.number = number;
+  DCR_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, store->List(prefix + "/"));
+  std::set<uint64_t> ids;
+  int64_t trailer = -1;
+  uint64_t bytes = 0;
+  const std::string frame = FullFrameKey(prefix);
+  for (const ObjectInfo& o : objects) {
+    if (o.key == frame) {
+      out.full_frame = true;
+      continue;
+    }
+    auto b = ParseObjectKey(prefix, o.key);
+    if (!b.ok()) continue;  // reports, frames, requests
+    ids.insert(b->id);
+    bytes += o.size;
+    if (b->kind == BlobKind::kTrailer) trailer = static_cast<int64_t>(b->id);
+  }
+  if (trailer >= 0 && ids.size() == static_cast<size_t>(trailer) + 1 &&
+      *ids.rbegin() == static_cast<uint64_t>(trailer)) {
+    out.delta_whole = true;
+    out.delta_bytes = bytes;
+  }
+  return out;
+}
+
+namespace {
+
+const BufferReceiver* HostStorage(const Receiver& storage) {
+  const Receiver* r = &storage;
+  if (const auto* t = dynamic_cast<const TrustedReceiver*>(r)) r = t->inner();
+  return dynamic_cast<const BufferReceiver*>(r);
+}
+
+}  // namespace
+
+StatusOr<uint64_t> PutFullFrame(ObjectStore* store, const std::string& prefix,
+                                const Receiver& storage) {
+  const BufferReceiver* host = HostStorage(storage);
+  if (host == nullptr) {
+    return UnimplementedError("full frame: the storage is not in host memory (device \"cpu\")");
+  }
+  if (storage.in_delta()) return FailedPreconditionError("full frame: a delta is in progress");
+  std::vector<TensorView> views;
+  for (const ReceiverTensor& t : host->tensors()) {
+    views.push_back(TensorView{t.info.name, t.info.dtype_name, t.info.shape, t.data,
+                               t.info.nbytes});
+  }
+  const std::vector<uint8_t> image = SafetensorsImage(views);
+  DCR_RETURN_IF_ERROR(store->Put(FullFrameKey(prefix), image.data(), image.size()));
+  return static_cast<uint64_t>(image.size());
+}
+
+StatusOr<std::unique_ptr<BufferReceiver>> FetchFullFrame(ObjectStore* store,
+                                                         const std::string& prefix,
+                                                         uint64_t number, uint64_t* bytes) {
+  *bytes = 0;
+  DCR_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, store->List(prefix + "/"));
+  std::string trailer_key;
+  for (const ObjectInfo& o : objects) {
+    auto b = ParseObjectKey(prefix, o.key);
+    if (b.ok() && b->kind == BlobKind::kTrailer) trailer_key = o.key;
+  }
+  if (trailer_key.empty()) {
+    return NotFoundError("full frame of version " + std::to_string(number) + ": no trailer under " +
+                         prefix + " to check it against");
+  }
+  DCR_ASSIGN_OR_RETURN(std::vector<uint8_t> trailer_bytes, store->Get(trailer_key));
+  DCR_ASSIGN_OR_RETURN(Trailer trailer, ParseTrailer(trailer_bytes.data(), trailer_bytes.size()));
+  DCR_ASSIGN_OR_RETURN(std::vector<uint8_t> image, store->Get(FullFrameKey(prefix)));
+  *bytes = trailer_bytes.size() + image.size();
+  auto ckpt = Checkpoint::FromBytes(std::move(image));
+  if (!ckpt.ok()) {
+    return DataLossError("full frame of version " + std::to_string(number) + ": " +
+                         ckpt.status().message());
+  }
+  const Hash128 got = (*ckpt)->ContentHash();
+  if (got != trailer.target_hash) {
+    return DataLossError("full frame of version " + std::to_string(number) + ": content hash " +
+                         got.ToHex() + ", the version's trailer says " +
+                         trailer.target_hash.ToHex());
+  }
+  return BufferReceiver::Copy(**ckpt, number);
+}
+
+Status PutRegionReport(ObjectStore* store, const std::string& prefix, int rank, uint64_t run,
+                       uint64_t version, const Hash128& hash) {
+  CommitReport r;
+  r.rank = rank;
+  r.run = run;
+  r.version = version;
+  r.target_hash = hash;
+  r.ok = true;
+  const ReportRecord record = EncodeReportRecord(r);
+  return store->Put(RegionReportKey(prefix, rank), record.bytes.data(), record.bytes.size());
+}
+
+std::optional<CommitReport> GetRegionReport(ObjectStore* store, const std::string& prefix,
+                                            int rank, uint64_t run, uint64_t version) {
+  auto got = store->Get(RegionReportKey(prefix, rank));
+  if (!got.ok()) return std::nullopt;
+  size_t consumed = 0;
+  auto rec = ParseReportRecord(got->data(), got->size(), &consumed);
+  if (!rec.ok() || rec->report.rank != rank || rec->report.run != run ||
+      rec->report.version != version) {
+    return std::nullopt;
+  }
+  return rec->report;
+}
+
+std::vector<CommitReport> CollectRegionReports(ObjectStore* store, const std::string& prefix,
+                                               uint64_t run, uint64_t version, int first_rank,
+                                               const std::set<int>& wait_for, double deadline_s) {
+  const double until = SteadyNow() + deadline_s;
+  std::map<int, CommitReport> got;
+  while (true) {
+    auto listed = store->List(prefix + "/reports/");
+    if (listed.ok()) {
+      for (const ObjectInfo& o : *listed) {
+        const std::string tail = o.key.substr(std::min(o.key.size(), prefix.size() + 9));
+        char* end = nullptr;
+        const long rank = std::strtol(tail.c_str(), &end, 10);
+        if (tail.empty() || end == nullptr || *end != '\0' || rank < first_rank ||
+            got.count(static_cast<int>(rank))) {
+          continue;
+        }
+        if (auto r = GetRegionReport(store, prefix, static_cast<int>(rank), run, version)) {
+          got[static_cast<int>(rank)] = *r;
+        }
+      }
+    }
+    bool all = true;
+    for (int r : wait_for) all = all && got.count(r) > 0;
+    if (all || SteadyNow() >= until) break;
+    usleep(20000);
+  }
+  std::vector<CommitReport> out;
+  for (auto& [rank, r] : got) out.push_back(r);
+  return out;
+}
+
+StatusOr<int> ServeFullFrameRequests(ObjectStore* store, const NodePlan& plan,
+                                     const std::string& prefix, const Receiver& storage) {
+  const std::string dir = CatchUpRoot(plan) + "/catch-up/requests/";
+  DCR_ASSIGN_OR_RETURN(std::vector<ObjectInfo> pending, store->List(dir));
+  if (pending.empty()) return 0;
+  DCR_RETURN_IF_ERROR(PutFullFrame(store, prefix, storage).status());
+  for (const ObjectInfo& o : pending) (void)store->Delete(o.key);
+  return static_cast<int>(pending.size());
+}
+
+namespace {
+
+// The plan of one version `v` of long-lived plan `plan` (as RunNodeVersions makes it).
+NodePlan VersionPlan(const NodePlan& plan, const NodeVersion& v) {
+  NodePlan p = plan;
+  p.versions.clear();
+  p.version = v.version;
+  p.target_path = v.target_path;
+  p.verify_path = v.verify_path;
+  if (!v.prefix.empty()) p.relay.prefix = v.prefix;
+  p.result_path = v.result_path;
+  p.ready_path.clear();
+  p.go_path.clear();
+  return p;
+}
+
+Status WriteResult(const std::string& path, const NodeResult& r) {
+  if (path.empty()) return Status();
+  const std::string js = NodeResultToJson(r);
+  return WriteFileAtomic(path, js.data(), js.size());
+}
+
+}  // namespace
+
+namespace {
+
+// Loads the full frame of `fv` into *storage (behind the plan's trust checks), verifies it and
+// leaves its commit report; `fr` is the version's result.
+Status TakeFullFrame(const NodePlan& plan, ObjectStore* store, const NodeVersion& fv,
+                     const std::string& why, std::unique_ptr<Receiver>* storage, NodeResult* fr) {
+  fr->t_start = WallNow();
+  auto frame = FetchFullFrame(store, fv.prefix, fv.version, &fr->bytes_received);
+  if (!frame.ok()) return frame.status().WithContext("receiver " + std::to_string(plan.rank));
+  std::unique_ptr<VersionFloor> floor;
+  DCR_ASSIGN_OR_RETURN(*storage, WithPlanTrust(plan, std::move(*frame), &floor));
+  fr->t_first_blob = fr->t_start;
+  fr->t_last_blob = fr->t_commit = WallNow();
+  fr->ok = true;
+  fr->catch_up = "full_frame";
+  fr->recovery_log = why;
+  if (!fv.verify_path.empty()) {
+    Status vs = VerifyFile(**storage, fv.verify_path);
+    fr->verified = vs.ok();
+    fr->verify_message = vs.ok() ? "byte-for-byte equal to the target" : vs.message();
+  }
+  std::fprintf(stderr, "receiver %d: full frame of version %llu from the in-region store (%llu bytes): %s\n",
+               plan.rank, static_cast<unsigned long long>(fv.version),
+               static_cast<unsigned long long>(fr->bytes_received), why.c_str());
+  return PutRegionReport(store, fv.prefix, plan.rank, plan.run_id, fv.version,
+                         (*storage)->held().hash);
+}
+
+}  // namespace
+
+Status RunRegionReceiverVersions(const NodePlan& plan, NodeResult* result) {
+  *result = NodeResult();
+  result->rank = plan.rank;
+  result->pid = static_cast<int64_t>(getpid());
+  if (plan.store.empty()) return InvalidArgumentError("plan.store: a region receiver reads it");
+  DCR_ASSIGN_OR_RETURN(std::unique_ptr<ObjectStore> store, OpenObjectStore(plan.store));
+  const double deadline = SteadyNow() + plan.timeout_s;
+  CatchUpLimits limits;
+  limits.max_replay = plan.catch_up_max_replay;
+  limits.full_frame_fraction = plan.catch_up_full_frame_fraction;
+  uint64_t dense_bytes = 0;
+  std::optional<uint64_t> held;  // none: a late joiner before its first frame
+  if (!plan.late_join) {
+    DCR_ASSIGN_OR_RETURN(auto base, Checkpoint::Open(plan.receiver_base_path));
+    dense_bytes = base->total_tensor_bytes();
+    held = 0;
+  }
+  std::unique_ptr<Receiver> storage;  // null until the first version (or frame) is held
+  bool requested = false;
+  bool catching_up = false;
+  bool returning = false;  // caught up (replay or frame), not yet announced
+  Status s;
+  auto absent = [&](const NodeVersion& v, uint64_t frame) {
+    NodeResult a;
+    a.rank = plan.rank;
+    a.pid = result->pid;
+    a.role = "receiver";
+    a.ok = true;
+    a.catch_up = "absent";
+    a.verify_message = "did not hold version " + std::to_string(v.version) +
+                       (frame > 0 ? " (took the full frame of version " + std::to_string(frame) + ")"
+                                  : "");
+    *result = a;
+    return WriteResult(v.result_path, a);
+  };
+  for (size_t i = 0; i < plan.versions.size() && s.ok(); ++i) {
+    const NodeVersion& v = plan.versions[i];
+    if (held && *held >= v.version) {
+      s = absent(v, *held);
+      continue;
+    }
+    CatchUpStep step;
+    bool published = false;  // this version's delta is whole in the store already
+    while (true) {
+      std::vector<StoredVersion> stored;
+      for (size_t k = i; k < plan.versions.size(); ++k) {
+        DCR_ASSIGN_OR_RETURN(StoredVersion sv,
+                             InspectStoredVersion(store.get(), plan.versions[k].prefix,
+                                                  plan.versions[k].version));
+        stored.push_back(sv);
+      }
+      step = PlanCatchUp(held, stored, dense_bytes, limits);
+      published = !stored.empty() && stored[0].delta_whole;
+      if (step.kind != CatchUpStep::kRequestFullFrame) break;
+      if (!requested) {
+        std::fprintf(stderr, "receiver %d: %s: requesting a full frame in the region\n",
+                     plan.rank, step.why.c_str());
+        const std::string key = FullFrameRequestKey(CatchUpRoot(plan), plan.rank);
+        DCR_RETURN_IF_ERROR(store->Put(key, "request\n", 8));
+        requested = true;
+      }
+      if (SteadyNow() > deadline) {
+        s = DeadlineExceededError("receiver " + std::to_string(plan.rank) + ": " + step.why +
+                                  ", and none came within the node's deadline");
+        break;
+      }
+      usleep(50000);
+    }
+    if (!s.ok()) break;
+    if (step.kind == CatchUpStep::kFullFrame) {
+      size_t k = i;
+      while (k < plan.versions.size() && plan.versions[k].version != step.version) ++k;
+      if (k == plan.versions.size()) {
+        s = InternalError("full frame of version " + std::to_string(step.version) +
+                          " outside the plan's versions");
+        break;
+      }
+      for (size_t m = i; m < k && s.ok(); ++m) s = absent(plan.versions[m], step.version);
+      if (!s.ok()) break;
+      NodeResult fr;
+      fr.rank = plan.rank;
+      fr.pid = result->pid;
+      fr.role = "receiver";
+      s = TakeFullFrame(plan, store.get(), plan.versions[k], step.why, &storage, &fr);
+      if (s.ok()) {
+        held = plan.versions[k].version;
+        returning = true;
+        if (dense_bytes == 0) {
+          for (const ReceiverTensor& t : HostStorage(*storage)->tensors()) {
+            dense_bytes += t.info.nbytes;
+          }
+        }
+      } else {
+        fr.ok = false;
+        fr.error = s.ToString();
+      }
+      Status w = WriteResult(plan.versions[k].result_path, fr);
+      if (s.ok()) s = w;
+      *result = fr;
+      requested = false;
+      i = k;
+      continue;
+    }
+    // Follow or replay: the version's delta from the store, as a downloader. A receiver that
+    // started catching up goes on replaying while the version it takes is already published
+    // (the last of the missed versions is one behind the latest).
+    if (step.kind == CatchUpStep::kReplay) {
+      catching_up = returning = true;
+    } else if (catching_up && published) {
+      step.kind = CatchUpStep::kReplay;
+      step.why = "catching up: version " + std::to_string(v.version) +
+                 " was published before this receiver took it";
+    } else {
+      catching_up = false;
+    }
+    if (returning && !published) {
+      // Caught up: this version is live. The sender waits for its report and re-admits it.
+      returning = false;
+      (void)store->Put(ReturningKey(CatchUpRoot(plan), plan.rank), "returning\n", 10);
+    }
+    NodeResult r;
+    s = RunNodeVersion(VersionPlan(plan, v), &r, &storage);
+    r.catch_up = step.kind == CatchUpStep::kReplay ? "replay" : "follow";
+    if (step.kind == CatchUpStep::kReplay) {
+      r.recovery_log = step.why;
+      std::fprintf(stderr, "receiver %d: version %llu: %s\n", plan.rank,
+                   static_cast<unsigned long long>(v.version), step.why.c_str());
+    }
+    if (s.ok() && storage != nullptr) {
+      held = storage->held().number;
+      s = PutRegionReport(store.get(), v.prefix, plan.rank, plan.run_id, v.version,
+                          storage->held().hash);
+    }
+    Status w = WriteResult(v.result_path, r);
+    if (s.ok()) s = w;
+    *result = r;
+  }
+  if (!s.ok()) {
+    result->ok = false;
+    if (result->error.empty()) result->error = s.ToString();
+  }
+  Status w = WriteResult(plan.result_path, *result);
+  if (s.ok()) s = w;
+  return s;
+}
+
+}  // namespace dcr::internal

@@ -1,0 +1,147 @@
+// Versions over time inside the rollout region: receivers that follow a long-lived relay-tree run
+// from the in-region store (the store the long-link relay fills, NodePlan::mirror_to_store), a
+// receiver that fell behind catching up, and a late joiner taking a full frame, none of it across
+// the long link (core/docs/fault-tolerance.md, "Catch-up and late joiners").
+//
+// What the in-region store holds per version `v` of prefix P_v (what catch-up needs retained):
+//   P_v/<id>.<hdr|chk|trl>       the version's delta as the long-link relay received it (the
+//                                plain encoding; trailer put last), ObjectKey layout
+//   P_v/reports/<rank>           a region receiver's commit report (commit_reports.h record)
+//   P_v/full/frame.safetensors   a full frame of v (a safetensors image of an in-region holder's
+//                                storage), present only when a full frame was requested
+//   <root>/catch-up/requests/<rank>  a pending full-frame request (root: CatchUpRoot)
+//   <root>/catch-up/returning/<rank> a caught-up receiver about to take a live version
+// A receiver k versions behind replays the deltas of the k versions it missed; so a retention
+// policy that deletes P_v's delta while a receiver may still hold v - 1 turns its catch-up into
+// a full-frame request.
+//
+// Thread safety: PlanCatchUp is pure; the store functions are thread-compatible (one caller per
+// ObjectStore); RunRegionReceiverVersions is self-contained like RunNode.
+#ifndef DCR_CORE_SRC_NODE_CATCH_UP_H_
+#define DCR_CORE_SRC_NODE_CATCH_UP_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "dcr/object_store.h"
+#include "dcr/receiver.h"
+#include "dcr/status.h"
+#include "dcr/transport.h"
+
+namespace dcr::internal {
+
+// ---- the decision ----
+
+// What the in-region store holds of one published version.
+struct StoredVersion {
+  uint64_t number = 0;
+  bool delta_whole = false;   // header, every chunk and the trailer (ids 0..trailer) present
+  uint64_t delta_bytes = 0;   // their total size (when whole)
+  bool full_frame = false;    // P_v/full/frame.safetensors present
+};
+
+struct CatchUpLimits {
+  // Replay at most this many missed versions; further behind, a full frame. Default 8 (the
+  // library's CatchUpOptions::max_compose).
+  int max_replay = 8;
+  // A full frame instead when the deltas to replay hold more than this fraction of the
+  // checkpoint's tensor bytes. Default 0.5 (CatchUpOptions::full_frame_fraction).
+  double full_frame_fraction = 0.5;
+};
+
+// The next step of a region receiver about to take part in the version after `held`.
+struct CatchUpStep {
+  enum Kind {
+    kFollow,            // in step (at most the next version is published): take version held+1
+    kReplay,            // behind: apply the retained delta of version held+1 from the store
+    kFullFrame,         // load the full frame of `version` from the store
+    kRequestFullFrame,  // no usable delta chain and no full frame yet: ask an in-region holder
+  };
+  Kind kind = kFollow;
+  uint64_t version = 0;  // kFollow / kReplay: held + 1; kFullFrame: the frame's version
+  std::string why;
+};
+
+// `held`: the version the receiver holds (none: a late joiner with no version); `stored`: what
+// the store holds of the versions after it (any order; versions not listed are not published);
+// `dense_bytes`: the checkpoint's tensor bytes. The receiver is in step when no version after
+// held + 1 is published; behind, it replays when every missed delta is whole, there are at most
+// max_replay of them and they hold at most full_frame_fraction of dense_bytes; otherwise it
+// takes the newest full frame after `held`, or replays anyway when no frame exists and the chain
+// is whole (correct, only dearer), or requests a frame.
+CatchUpStep PlanCatchUp(const std::optional<uint64_t>& held,
+                        const std::vector<StoredVersion>& stored, uint64_t dense_bytes,
+                        const CatchUpLimits& limits);
+
+// ---- the in-region store ----
+
+// The common parent of a long-lived plan's version prefixes (the first version's prefix up to
+// its last '/'; the prefix itself when it has none).
+std::string CatchUpRoot(const NodePlan& plan);
+std::string FullFrameKey(const std::string& prefix);
+std::string FullFrameRequestKey(const std::string& root, int rank);
+std::string RegionReportKey(const std::string& prefix, int rank);
+// A region receiver that caught up (replayed or loaded a frame) and is about to take a version
+// not yet published leaves this marker; the sender then waits for its report of that version
+// (at most its deadline) and so re-admits it: "<root>/catch-up/returning/<rank>".
+std::string ReturningKey(const std::string& root, int rank);
+// The ranks with a returning marker under `root` (marker removed: each is waited for once).
+std::vector<int> TakeReturning(ObjectStore* store, const std::string& root);
+
+// What `store` holds of version `number` under `prefix`. Errors: the store's List.
+StatusOr<StoredVersion> InspectStoredVersion(ObjectStore* store, const std::string& prefix,
+                                             uint64_t number);
+
+// Puts a full frame of what `storage` holds (a host-memory receiver: BufferReceiver, possibly
+// behind a TrustedReceiver) at FullFrameKey(prefix). Returns the bytes put. kUnimplemented for
+// storage in device memory; the store's errors.
+StatusOr<uint64_t> PutFullFrame(ObjectStore* store, const std::string& prefix,
+                                const Receiver& storage);
+
+// Fetches the full frame of version `number` under `prefix` and checks its content hash against
+// the target hash of that version's trailer in the store (the delta the long-link relay
+// received). `bytes` gets the bytes fetched. Errors: kNotFound (no frame or no trailer),
+// kDataLoss (the frame is not that version's bytes, or does not parse).
+StatusOr<std::unique_ptr<BufferReceiver>> FetchFullFrame(ObjectStore* store,
+                                                         const std::string& prefix,
+                                                         uint64_t number, uint64_t* bytes);
+
+// A region receiver's commit report of `version` (committed with `hash`) at
+// RegionReportKey(prefix, rank).
+Status PutRegionReport(ObjectStore* store, const std::string& prefix, int rank, uint64_t run,
+                       uint64_t version, const Hash128& hash);
+// The report of `rank` for (run, version) under `prefix`, if the store holds one.
+std::optional<CommitReport> GetRegionReport(ObjectStore* store, const std::string& prefix,
+                                            int rank, uint64_t run, uint64_t version);
+
+// Sender: the region receivers' commit reports of (run, version) under `prefix`: every report
+// there of a rank at or above `first_rank` (the ranks outside the tree), polled until each rank
+// in `wait_for` reported or `deadline_s` passed. A report of another run or version, or one
+// that does not parse, is not taken.
+std::vector<CommitReport> CollectRegionReports(ObjectStore* store, const std::string& prefix,
+                                               uint64_t run, uint64_t version, int first_rank,
+                                               const std::set<int>& wait_for, double deadline_s);
+
+// An in-region holder of committed versions (NodePlan::serve_full_frames): when a request is
+// pending under CatchUpRoot(plan), puts a full frame of `storage` (version `prefix`'s) and
+// removes the requests it saw. Returns how many requests it served (0: none pending).
+StatusOr<int> ServeFullFrameRequests(ObjectStore* store, const NodePlan& plan,
+                                     const std::string& prefix, const Receiver& storage);
+
+// ---- the region receiver ----
+
+// RunNode for a long-lived receiver that follows the versions from the in-region store
+// (NodePlan::region_receiver): before each version it plans its step (PlanCatchUp over what the
+// store holds), takes the version as a downloader (follow or replay) or loads a full frame,
+// verifies, and leaves its commit report at RegionReportKey. A version it does not hold (not
+// yet joined, or skipped by a full frame) gets a result with catch_up "absent". Errors: the
+// first version's error; kDeadlineExceeded when no full frame came within plan.timeout_s.
+Status RunRegionReceiverVersions(const NodePlan& plan, NodeResult* result);
+
+}  // namespace dcr::internal
+
+#endif  // DCR_CORE_SRC_NODE_CATCH_UP_H_

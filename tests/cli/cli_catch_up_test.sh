@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Versions over time in a real multi-step `dcr run` (scenario block `catch_up:`): one set of
+# dcr-node processes for five steps over a relay tree, plus two receivers in the rollout region
+# that follow the versions from the in-region store the long-link relay fills:
+#  - rank 7 is killed once it committed version 1 as step 2 starts and kept down until step 4
+#    starts: the sender declares it dead at version 2 (no commit report within
+#    receivers.deadline) and goes on without it; restarted holding its base, it replays the
+#    retained deltas of the versions it missed from the in-region store and is re-admitted;
+#  - rank 8 joins when step 3 starts holding nothing: it asks for a full frame, which the
+#    long-link relay (an in-region holder of the committed version) puts into the region store.
+# Every receiver is bit-exact at every version it held (each verifies its bytes against that
+# step's target checkpoint), the run exits 0, the result JSON names who caught up, how, and the
+# long-link bytes it cost (none: the sender's long-link bytes stay one stream per child).
+source "$(dirname "$0")/cli_lib.sh" "$@"
+cat > "$tmp/s.yaml" <<YAML
+name: catch-up
+mode: real
+model: {preset: tiny, work_dir: $tmp/work}
+steps: 5
+change_rate: 3%
+methods: [delta]
+transport: {kinds: [relay_tree], relay_tree: {topology: [-1, 0, 0, 1, 3, 2, 2]}}
+receivers: {count: 6, deadline: 2s}
+catch_up: {down_step: 2, down_versions: 2, join_step: 3}
+network:
+  regions: [{name: train}, {name: rollout, bandwidth: 10Gbit/s, latency: 0.1ms}]
+  long_link: {bandwidth: 1Gbit/s, latency: 1ms}
+  emulation: transport
+YAML
+"$dcr" run "$tmp/s.yaml" -q --out "$tmp/r.json" > "$tmp/table.md" 2> "$tmp/err.txt"; check run 0 $?
+[ -s "$tmp/r.json" ] || { cat "$tmp/err.txt"; exit 1; }
+python3 - "$tmp/r.json" "$tmp/work" <<'PY'; check caught-up-bit-exact 0 $?
+import glob, json, os, sys
+j = json.load(open(sys.argv[1]))
+runs = j["runs"]
+assert [r["step"] for r in runs] == [1, 2, 3, 4, 5], [r["step"] for r in runs]
+how = {}  # (rank, step) -> catch_up
+events = []
+for r in runs:
+    assert "error" not in r, r
+    held = [x for x in r["receiver_results"] if x.get("catch_up") != "absent"]
+    assert r["receivers"] == len(held), r
+    assert r["receivers_verified"] == len(held), r
+    for x in held:
+        assert x["verified"], x  # bit-exact against the step's target checkpoint
+    for x in r["receiver_results"]:
+        how[(x["node"], r["step"])] = x.get("catch_up", "tree")
+    # No catch-up crossed the long link: the sender sent its stream once to each of its two
+    # children (payload plus frame headers), no second copy for a region receiver.
+    assert r["wire_bytes"] <= 2 * r["payload_bytes"] * 1.05, r
+    for e in r.get("catch_up", []):
+        events.append((r["step"], e["node"], e["event"], e["long_link_bytes"], e["store_bytes"]))
+print("events:", events)
+print("how:", sorted(how.items()))
+# Rank 7: declared dead at version 2, replayed the versions it missed from the region store.
+assert (2, 7, "declared_dead", 0, 0) in events, events
+for step in (2, 3):
+    assert how[(7, step)] == "replay", (step, how[(7, step)])
+    assert any(e[:3] == (step, 7, "replay") and e[3] == 0 and e[4] > 0 for e in events), events
+assert any(e[1:3] == (7, "readmitted") and e[0] >= 4 for e in events), events
+# Rank 8: absent before it joined, then a full frame from inside the region, then it follows.
+assert how[(8, 1)] == "absent" and how[(8, 2)] == "absent", how
+frame = [e for e in events if e[1:3] == (8, "full_frame")]
+assert len(frame) == 1 and frame[0][3] == 0 and frame[0][4] > 0, events
+for step in range(frame[0][0] + 1, 6):
+    assert how[(8, step)] in ("follow", "replay"), (step, how[(8, step)])
+assert any(e[1:3] == (8, "readmitted") for e in events), events
+# One process per tree rank for every step; rank 7 ran twice (killed, started again).
+(run_dir,) = glob.glob(os.path.join(sys.argv[2], "run-*"))
+for rank in range(7):
+    pids = {json.load(open(os.path.join(run_dir, "node-%d-v%d.json" % (rank, k))))["pid"]
+            for k in range(1, 6)}
+    assert len(pids) == 1, (rank, pids)
+PY
+has frame-logged "$(ls -d "$tmp"/work/run-*)/node-8.log" "full frame of version"
+has served-logged "$(ls -d "$tmp"/work/run-*)/node-1.log" "full frame of version"
+exit $fail
