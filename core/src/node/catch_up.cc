@@ -449,10 +449,12 @@ Status RunRegionReceiverVersions(const NodePlan& plan, NodeResult* result) {
     } else {
       catching_up = false;
     }
-    if (returning && !published) {
-      // Caught up: this version is live. The sender waits for its report and re-admits it.
-      returning = false;
+    if (returning) {
+      // Catching up: the sender waits (at most its deadline) for this receiver's report of the
+      // version it collects next, and re-admits it once that report is of the published version.
+      // Announced before every version taken until one not yet published (it is caught up).
       (void)store->Put(ReturningKey(CatchUpRoot(plan), plan.rank), "returning\n", 10);
+      if (!published) returning = false;
     }
     NodeResult r;
     s = RunNodeVersion(VersionPlan(plan, v), &r, &storage);

@@ -85,9 +85,10 @@ std::string CatchUpRoot(const NodePlan& plan);
 std::string FullFrameKey(const std::string& prefix);
 std::string FullFrameRequestKey(const std::string& root, int rank);
 std::string RegionReportKey(const std::string& prefix, int rank);
-// A region receiver that caught up (replayed or loaded a frame) and is about to take a version
-// not yet published leaves this marker; the sender then waits for its report of that version
-// (at most its deadline) and so re-admits it: "<root>/catch-up/returning/<rank>".
+// A region receiver catching up (replaying, or after a full frame) leaves this marker before each
+// version it takes, until one not yet published; the sender then waits (at most its deadline)
+// for its report of the version it collects next, and so re-admits it once it is in step:
+// "<root>/catch-up/returning/<rank>".
 std::string ReturningKey(const std::string& root, int rank);
 // The ranks with a returning marker under `root` (marker removed: each is waited for once).
 std::vector<int> TakeReturning(ObjectStore* store, const std::string& root);
