@@ -97,7 +97,9 @@ std::vector<std::pair<BlobKind, std::vector<uint8_t>>> Build(bool context) {
   BlobSink sink;
   auto st = BuildDelta(base->get(), **target, o, &sink);
   EXPECT_TRUE(st.ok()) << st.status().ToString();
-  if (context) EXPECT_GT(st->context_chunks, 0u);
+  if (context) {
+    EXPECT_GT(st->context_chunks, 0u);
+  }
   return sink.blobs;
 }
 
