@@ -32,6 +32,12 @@ for r in range(4):
     for k in ("ready_path", "go_path", "progress_path"):
         p.pop(k, None)
     p["result_path"] = "%s/node-%d.json" % (out, r)
+    # Recovery state and the in-region store of this run, not those of the `dcr run` the plans
+    # come from (whose sender's state records every version as published).
+    if p.get("state_dir"):
+        p["state_dir"] = "%s/state" % out
+    if p.get("store", "").startswith("dir:"):
+        p["store"] = "dir:%s/region-store" % out
     for v in p["versions"]:
         v["result_path"] = "%s/node-%d-v%d.json" % (out, r, v["version"])
         if r == 0:
