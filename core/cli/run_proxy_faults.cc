@@ -283,8 +283,10 @@ Status RunScenarioProxyFaults(const Scenario& s, double rate,
         spec.faults = faults;
         spec.seed = s.faults.seed + static_cast<uint64_t>(run);
         spec.log_path = run_dir + "/" + name + ".log.json";
+        // The run's CA signs commit reports even on plain TCP (tls_links false): the proxy
+        // terminates TLS only where the edges run it.
         const std::string& ca = (*plans)[0].tls_ca;
-        if (!ca.empty()) {
+        if (!ca.empty() && (*plans)[0].tls_links) {
           const std::string dir = ca.substr(0, ca.find_last_of('/'));
           Status st = internal::WriteExtraCredential(dir, roles[c], c, name + "-accept", 7);
           if (st.ok()) st = internal::WriteExtraCredential(dir, roles[p], p, name + "-connect", 7);
