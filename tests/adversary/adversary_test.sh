@@ -55,7 +55,7 @@ PY
 as_attacker "$dcr" diff "$base" "$atk/evil.safetensors" -o "$atk/evil.dcr" >/dev/null 2>&1
 check attacker-diff 0 $?
 
-port=$(( 20000 + RANDOM % 20000 ))
+port=$(( 20000 + RANDOM % 12000 ))
 addrs="127.0.0.1:$((port + 1)),127.0.0.1:$((port + 2))"
 run_scenario() {  # run_scenario FILE [MODEL-EXTRA]: a 2-receiver loopback `dcr run`, fixed ports
   cat > "$1" <<YAML

@@ -171,7 +171,7 @@ lacks store-rollback-not-committed "$tmp/rx-rb/out.json" '"verified": true'
 echo "== freeze: a receiver that gets no new version says so while it waits (stderr, metrics)"
 # Its floor says it committed version 4 two minutes ago; no sender ever comes (versions withheld).
 mkdir -p "$tmp/fz"
-fport=$(( 20000 + RANDOM % 20000 ))
+fport=$(( 20000 + RANDOM % 12000 ))
 cat > "$tmp/fz/fz.yaml" <<YAML
 name: adv-freeze
 model: {checkpoints: [$base, $target]}
@@ -229,7 +229,7 @@ echo "== a relay of the run forging commit reports (relay tree, mutual TLS)"
 # The relay holds its real certificate (rank 1 of the run's `dcr keys`), takes the sender's
 # connection and reports that it and its child committed. The sender must refuse both records
 # (unsigned by ranks 1 and 2) and count no receiver.
-port=$(( 20000 + RANDOM % 20000 ))
+port=$(( 20000 + RANDOM % 12000 ))
 cat > "$tmp/mh.yaml" <<YAML
 name: adv-signed-mh
 model: {checkpoints: [$base, $target]}

@@ -33,7 +33,7 @@ start_below_sender() {  # start_below_sender FILE TAG: receivers 3, 2 and relay 
 
 # 1. The sender starts 4 read deadlines after the relay connected to its receivers: heartbeats
 #    keep those edges up, every receiver verifies.
-port=$(( 20000 + RANDOM % 20000 ))
+port=$(( 20000 + RANDOM % 12000 ))
 scenario "$tmp/slow.yaml" "$port"
 start_below_sender "$tmp/slow.yaml" slow
 sleep 4
@@ -49,7 +49,7 @@ for r in 3 2; do has "slow-parent-receiver-$r-verified" "$tmp/slow-$r.out" "veri
 
 # 2. The relay freezes once it is connected to its receivers; the sender comes and finds it
 #    silent. Each names the relay and the read deadline, well inside the 120 s timeout.
-port=$(( 20000 + RANDOM % 20000 ))
+port=$(( 20000 + RANDOM % 12000 ))
 scenario "$tmp/frozen.yaml" "$port"
 start_below_sender "$tmp/frozen.yaml" frozen
 relay=${pids[2]}

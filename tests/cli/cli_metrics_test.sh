@@ -7,7 +7,7 @@
 source "$(dirname "$0")/cli_lib.sh" "$@"
 "$dcr" synth --preset tiny --rate 3% --steps 2 --out "$tmp/m" -q >/dev/null 2>&1; check synth 0 $?
 base="$tmp/m/step0.safetensors"; target="$tmp/m/step1.safetensors"
-port=$(( 20000 + RANDOM % 20000 )); mport=$((port + 10))
+port=$(( 20000 + RANDOM % 12000 )); mport=$((port + 10))
 cat > "$tmp/s.yaml" <<YAML
 name: metrics
 model: {checkpoints: [$base, $target]}

@@ -7,7 +7,7 @@ source "$(dirname "$0")/cli_lib.sh" "$@"
 "$dcr" synth --preset tiny --rate 3% --steps 1 --out "$tmp/a" -q >/dev/null 2>&1; check synth-a 0 $?
 "$dcr" synth --preset tiny-moe --rate 3% --steps 1 --out "$tmp/b" -q >/dev/null 2>&1; check synth-b 0 $?
 base="$tmp/a/step0.safetensors"; target="$tmp/b/step0.safetensors"
-port=$(( 20000 + RANDOM % 20000 ))
+port=$(( 20000 + RANDOM % 12000 ))
 cat > "$tmp/s.yaml" <<YAML
 name: refusal
 model: {checkpoints: [$base, $target]}

@@ -107,7 +107,7 @@ has run-cuda-rx-names-cuda "$tmp/err.txt" "CUDA"
 [ ! -e "$tmp/work-cuda" ]; check run-cuda-rx-no-work-dir 0 $?
 
 # dcr node, multi-host form and plan form: refused at start, exit 15, naming CUDA.
-port=$(( 20000 + RANDOM % 20000 ))
+port=$(( 20000 + RANDOM % 12000 ))
 sed -i "s|^network:|network:\n  tls: false\n  hosts: [\"127.0.0.1:$port\", \"127.0.0.1:$((port + 1))\", \"127.0.0.1:$((port + 2))\", \"127.0.0.1:$((port + 3))\"]|" "$tmp/cuda-rx.yaml"
 LOCAL_RANK=0 timeout 60 "$dcr" node "$tmp/cuda-rx.yaml" --rank 2 --base "$s0" --target "$s1" \
   > "$tmp/node.out" 2> "$tmp/node.err"

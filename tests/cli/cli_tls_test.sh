@@ -20,7 +20,7 @@ open(sys.argv[2], "wb").write(b[:8 + n] + bytes(x ^ 0xff for x in b[8 + n:]))
 PY
 "$dcr" diff "$base" "$tmp/evil.safetensors" -o "$tmp/evil.dcr" >/dev/null 2>&1; check forged-delta 0 $?
 
-port=$(( 20000 + RANDOM % 20000 ))
+port=$(( 20000 + RANDOM % 12000 ))
 scenario() {  # scenario FILE [TLS-LINES]
   cat > "$1" <<YAML
 name: tls
