@@ -9,6 +9,7 @@
 
 #include "dcr/checkpoint.h"
 #include "dcr/delta.h"
+#include "dcr/device.h"
 #include "dcr/relay_policy.h"
 #include "dcr/signing.h"
 #include "dcr/status_macros.h"
@@ -157,10 +158,14 @@ StatusOr<StoredVersion> InspectStoredVersion(ObjectStore* store, const std::stri
 
 namespace {
 
-const BufferReceiver* HostStorage(const Receiver& storage) {
+const Receiver* Unwrapped(const Receiver& storage) {
   const Receiver* r = &storage;
   if (const auto* t = dynamic_cast<const TrustedReceiver*>(r)) r = t->inner();
-  return dynamic_cast<const BufferReceiver*>(r);
+  return r;
+}
+
+const BufferReceiver* HostStorage(const Receiver& storage) {
+  return dynamic_cast<const BufferReceiver*>(Unwrapped(storage));
 }
 
 }  // namespace
@@ -168,14 +173,30 @@ const BufferReceiver* HostStorage(const Receiver& storage) {
 StatusOr<uint64_t> PutFullFrame(ObjectStore* store, const std::string& prefix,
                                 const Receiver& storage) {
   const BufferReceiver* host = HostStorage(storage);
-  if (host == nullptr) {
-    return UnimplementedError("full frame: the storage is not in host memory (device \"cpu\")");
+  const auto* device = dynamic_cast<const DeviceReceiver*>(Unwrapped(storage));
+  if (host == nullptr && device == nullptr) {
+    return UnimplementedError("full frame: the storage is neither host memory nor a device's");
   }
   if (storage.in_delta()) return FailedPreconditionError("full frame: a delta is in progress");
   std::vector<TensorView> views;
-  for (const ReceiverTensor& t : host->tensors()) {
-    views.push_back(TensorView{t.info.name, t.info.dtype_name, t.info.shape, t.data,
-                               t.info.nbytes});
+  std::vector<std::vector<uint8_t>> downloaded;  // a device's tensors, copied to host memory
+  if (host != nullptr) {
+    for (const ReceiverTensor& t : host->tensors()) {
+      views.push_back(TensorView{t.info.name, t.info.dtype_name, t.info.shape, t.data,
+                                 t.info.nbytes});
+    }
+  } else {
+    downloaded.reserve(device->tensors().size());
+    for (const DeviceReceiverTensor& t : device->tensors()) {
+      downloaded.emplace_back(t.info.nbytes);
+      if (t.info.nbytes > 0) {
+        DCR_RETURN_IF_ERROR(device->device()
+                                ->Download(downloaded.back().data(), t.data, t.info.nbytes)
+                                .WithContext("full frame: tensor '" + t.info.name + "'"));
+      }
+      views.push_back(TensorView{t.info.name, t.info.dtype_name, t.info.shape,
+                                 downloaded.back().data(), t.info.nbytes});
+    }
   }
   const std::vector<uint8_t> image = SafetensorsImage(views);
   DCR_RETURN_IF_ERROR(store->Put(FullFrameKey(prefix), image.data(), image.size()));

@@ -97,9 +97,11 @@ std::vector<int> TakeReturning(ObjectStore* store, const std::string& root);
 StatusOr<StoredVersion> InspectStoredVersion(ObjectStore* store, const std::string& prefix,
                                              uint64_t number);
 
-// Puts a full frame of what `storage` holds (a host-memory receiver: BufferReceiver, possibly
-// behind a TrustedReceiver) at FullFrameKey(prefix). Returns the bytes put. kUnimplemented for
-// storage in device memory; the store's errors.
+// Puts a full frame of what `storage` holds (a BufferReceiver in host memory or a DeviceReceiver,
+// possibly behind a TrustedReceiver) at FullFrameKey(prefix); a device's tensors are downloaded
+// into host memory first (the frame is a host-side image either way). Returns the bytes put.
+// kUnimplemented for another storage; kFailedPrecondition with a delta in progress; the
+// device's and the store's errors.
 StatusOr<uint64_t> PutFullFrame(ObjectStore* store, const std::string& prefix,
                                 const Receiver& storage);
 

@@ -11,6 +11,7 @@
 
 #include "dcr/checkpoint.h"
 #include "dcr/delta.h"
+#include "dcr/device.h"
 #include "dcr/relay_policy.h"
 #include "node/versions.h"
 
@@ -206,6 +207,29 @@ TEST_F(RegionStoreTest, FullFrameRoundTripIsBitExactAndChecked) {
   ASSERT_TRUE(PutFullFrame(store_.get(), "run/v1", **stale).ok());
   auto refused = FetchFullFrame(store_.get(), "run/v1", 1, &bytes);
   EXPECT_TRUE(refused.status().IsDataLoss()) << refused.status().ToString();
+}
+
+TEST_F(RegionStoreTest, FullFrameOfDeviceStorageIsTheDenseTarget) {
+  // A holder on a device (the host backend): its tensors are downloaded into the frame.
+  auto holder = MakeDeviceReceiver(MakeHostDevice(), paths_[0]);
+  ASSERT_TRUE(holder.ok()) << holder.status().ToString();
+  auto reader = DeltaReader::FromBytes(delta_);
+  ASSERT_TRUE(reader.ok());
+  ASSERT_TRUE(ApplyDelta(**reader, holder->get()).ok());
+  auto put = PutFullFrame(store_.get(), "run/v1", **holder);
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  uint64_t bytes = 0;
+  auto joiner = FetchFullFrame(store_.get(), "run/v1", 1, &bytes);
+  ASSERT_TRUE(joiner.ok()) << joiner.status().ToString();
+  Status v = VerifyFile(**joiner, paths_[1]);
+  EXPECT_TRUE(v.ok()) << v.ToString();
+  // The frame is the bytes a host holder puts: the same safetensors image.
+  auto frame = store_->Get(FullFrameKey("run/v1"));
+  ASSERT_TRUE(frame.ok());
+  auto host = BufferReceiver::Load(paths_[1], 1);
+  ASSERT_TRUE(host.ok());
+  ASSERT_TRUE(PutFullFrame(store_.get(), "run/v1", **host).ok());
+  EXPECT_EQ(*frame, *store_->Get(FullFrameKey("run/v1")));
 }
 
 TEST_F(RegionStoreTest, RequestsAreServedOnceAndReportsRoundTrip) {
