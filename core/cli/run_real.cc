@@ -979,12 +979,11 @@ StatusOr<std::vector<RunResult>> RunLongLivedRefits(const Scenario& s,
     }
     if (s.progress) p.progress_path = run_dir + "/progress-" + std::to_string(p.rank) + ".json";
   }
-  // Recovering and supervised where every storage outlives its process (device "cpu"). A run
-  // with a `catch_up:` block runs its tree without that recovery: its long-link relay serves
-  // full frames from the storage it carries from version to version.
-  const bool recover = !s.catch_up.enabled &&
-                       std::all_of(plans.begin(), plans.end(),
-                                   [](const NodePlan& p) { return p.rank == 0 || p.device == "cpu"; });
+  // Recovering and supervised, on every device (a device receiver's committed version is
+  // written to its state at each commit: node_recovery.h). A run with a `catch_up:` block runs
+  // its tree without that recovery: its long-link relay serves full frames from the storage it
+  // carries from version to version.
+  const bool recover = !s.catch_up.enabled;
   if (recover) DCR_RETURN_IF_ERROR(PrepareRecovery(run_dir, transport, &plans));
   if (faults != nullptr && faults->set_points) faults->set_points(&plans);
   // Region receivers (a receiver down for some versions, a late joiner) and their actions.

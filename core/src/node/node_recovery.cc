@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 
 #include "dcr/checkpoint.h"
 #include "dcr/delta.h"
@@ -53,15 +54,18 @@ StatusOr<int> CountNodeStart(const std::string& state_dir, int rank) {
 }
 
 // A Receiver decorator: the fault point of KillPoint (inside or after the chunk application of
-// the chosen ordinal) and, over a mapping, the msync that makes a committed version durable
-// before the journal records it.
+// the chosen ordinal) and the step that makes a committed version durable before the journal
+// records it (`on_commit`, run after the inner commit: the msync of a mapping, or the download
+// of device storage into it).
 class DurableReceiver::KillingReceiver : public Receiver {
  public:
-  // `inventory` (may be null) is set to the inventory of every delta begun.
-  KillingReceiver(Receiver* inner, KillPoint kill, bool inside_layer, uint8_t* map, uint64_t size,
-                  Inventory* inventory)
-      : inner_(inner), kill_(kill), inside_layer_(inside_layer), map_(map), size_(size),
-        inventory_(inventory) {}
+  // `inventory` (may be null) is set to the inventory of every delta begun; `written` (may be
+  // null) is set when a chunk record reaches the inner receiver.
+  KillingReceiver(Receiver* inner, KillPoint kill, bool inside_layer,
+                  std::function<Status()> on_commit, Inventory* inventory,
+                  std::atomic<bool>* written = nullptr)
+      : inner_(inner), kill_(kill), inside_layer_(inside_layer), on_commit_(std::move(on_commit)),
+        inventory_(inventory), written_(written) {}
   Status Begin(const uint8_t* h, size_t n) override {
     DCR_RETURN_IF_ERROR(inner_->Begin(h, n));
     if (inventory_ != nullptr) {
@@ -74,15 +78,14 @@ class DurableReceiver::KillingReceiver : public Receiver {
   Status ApplyRecord(const uint8_t* r, size_t n) override {
     const int64_t ord = ordinal_.fetch_add(1);
     const bool here = ord == kill_.chunk && kill_.inside == inside_layer_;
+    if (written_ != nullptr) written_->store(true);
     Status s = inner_->ApplyRecord(r, n);
     if (here) ::raise(SIGKILL);
     return s;
   }
   Status Commit(const uint8_t* t, size_t n) override {
     DCR_RETURN_IF_ERROR(inner_->Commit(t, n));
-    if (map_ != nullptr && ::msync(map_, size_, MS_SYNC) != 0) {
-      return ErrnoError("receiver storage: msync", errno);
-    }
+    if (on_commit_) DCR_RETURN_IF_ERROR(on_commit_());
     return Status();
   }
   void Abort() override { inner_->Abort(); }
@@ -98,9 +101,9 @@ class DurableReceiver::KillingReceiver : public Receiver {
   Receiver* inner_;
   KillPoint kill_;
   bool inside_layer_;
-  uint8_t* map_;
-  uint64_t size_;
+  std::function<Status()> on_commit_;
   Inventory* inventory_;
+  std::atomic<bool>* written_;
   std::atomic<int64_t> ordinal_{0};
 };
 
@@ -152,10 +155,49 @@ Status DurableReceiver::CopyBaseIntoMapping() {
     if (f.size > 0) std::memcpy(map_ + off, f.data, f.size);
     off += f.size;
   }
+  return MsyncMapping();
+}
+
+std::vector<uint8_t*> DurableReceiver::MappedTensors() const {
+  std::vector<uint8_t*> out;
+  const auto& files = base_->files();
+  std::vector<uint64_t> file_off;
+  uint64_t off = 0;
+  for (const CheckpointFile& f : files) {
+    file_off.push_back(off);
+    off += f.size;
+  }
+  for (const TensorInfo& t : base_->tensors()) {
+    const uint8_t* p = base_->data(t);
+    uint8_t* at = nullptr;
+    for (size_t i = 0; i < files.size(); ++i) {
+      if (p >= files[i].data && p < files[i].data + files[i].size) {
+        at = map_ + file_off[i] + (p - files[i].data);
+        break;
+      }
+    }
+    out.push_back(at);
+  }
+  return out;
+}
+
+Status DurableReceiver::MsyncMapping() {
   if (map_size_ > 0 && ::msync(map_, map_size_, MS_SYNC) != 0) {
     return ErrnoError("receiver storage " + storage_path_ + ": msync", errno);
   }
   return Status();
+}
+
+Status DurableReceiver::DownloadIntoMapping() {
+  const std::vector<uint8_t*> at = MappedTensors();
+  const auto& tensors = device_rx_->tensors();
+  for (size_t k = 0; k < tensors.size() && k < at.size(); ++k) {
+    if (at[k] == nullptr || tensors[k].info.nbytes == 0) continue;
+    DCR_RETURN_IF_ERROR(device_rx_->device()
+                            ->Download(at[k], tensors[k].data, tensors[k].info.nbytes)
+                            .WithContext("receiver storage: tensor '" + tensors[k].info.name + "'"));
+  }
+  return MsyncMapping();
 }
 
 StatusOr<std::unique_ptr<DurableReceiver>> DurableReceiver::Open(const NodePlan& plan,
@@ -176,58 +218,69 @@ StatusOr<std::unique_ptr<DurableReceiver>> DurableReceiver::Open(const NodePlan&
   const bool restarted = starts > 1;
   std::optional<VersionId> committed = r->journal_->committed();
   const bool mapped = device == nullptr;
-  if (mapped) {
-    DCR_RETURN_IF_ERROR(r->OpenMapped(plan, restarted));
-    // The mapping holds whatever version the journal last committed; a lost one that is not the
-    // base cannot be reloaded here: the node starts over from the base.
-    if (committed && !r->reattached_ && *committed != r->base_version_) committed.reset();
-  } else if (committed && *committed != r->base_version_) {
-    committed.reset();  // device memory died with the process; the base file is what reloads
+  // Both kinds keep the mapping: on "cpu" it is the storage; on a device it is the host image of
+  // the last committed version (written at each commit), what a restart reloads the device from.
+  DCR_RETURN_IF_ERROR(r->OpenMapped(plan, restarted));
+  // The mapping holds whatever version the journal last committed; a lost one that is not the
+  // base cannot be reloaded here: the node starts over from the base. A device reloads a
+  // committed target from the image only for a single-file base (the image is then a
+  // checkpoint file of its own).
+  if (committed && *committed != r->base_version_ &&
+      (!r->reattached_ || (!mapped && r->base_->sharded()))) {
+    committed.reset();
+  }
+  std::unique_ptr<DeviceReceiver> loaded;
+  if (!mapped && committed && *committed != r->base_version_) {
+    // The device lost its memory with the process: it reloads the committed target's image.
+    auto image = Checkpoint::Open(r->storage_path_);
+    if (image.ok()) {
+      auto d = MakeDeviceReceiver(device, **image, committed->number);
+      if (!d.ok()) return d.status().WithContext("receiver " + std::to_string(plan.rank));
+      if ((*d)->held() == *committed) loaded = std::move(*d);
+    }
+    if (loaded == nullptr) committed.reset();  // an image that is not that version: start over
   }
   if (!committed) {
     // First start (or a start over): the storage is the base, and the journal says so.
     r->journal_.reset();
     ::unlink(journal_path.c_str());
     DCR_ASSIGN_OR_RETURN(r->journal_, ReceiverJournal::Open(journal_path, jo));
-    if (mapped) DCR_RETURN_IF_ERROR(r->CopyBaseIntoMapping());
+    DCR_RETURN_IF_ERROR(r->CopyBaseIntoMapping());
     DCR_RETURN_IF_ERROR(r->journal_->RecordCommitted(r->base_version_));
     r->reattached_ = mapped;
     committed = r->base_version_;
+  } else if (!mapped && *committed == r->base_version_) {
+    // A device's image may hold a target whose commit the journal never recorded: the base again.
+    DCR_RETURN_IF_ERROR(r->CopyBaseIntoMapping());
   }
+  if (!mapped) r->reattached_ = false;  // device memory is loaded, never re-attached
   const JournalState js = r->journal_->state();
   r->restart_.storage_lost = mapped ? !r->reattached_ : restarted;
   r->restart_.target_committed = *committed != r->base_version_;
   r->restart_.applied = js.applied.size();
   r->restart_.doubtful = js.doubtful.size();
+  std::function<Status()> on_commit;
   if (mapped) {
     std::vector<ReceiverTensor> tensors;
-    const auto& files = r->base_->files();
-    std::vector<uint64_t> file_off;
-    uint64_t off = 0;
-    for (const CheckpointFile& f : files) {
-      file_off.push_back(off);
-      off += f.size;
-    }
-    for (const TensorInfo& t : r->base_->tensors()) {
-      const uint8_t* p = r->base_->data(t);
-      for (size_t i = 0; i < files.size(); ++i) {
-        if (p >= files[i].data && p < files[i].data + files[i].size) {
-          tensors.push_back({t, r->map_ + file_off[i] + (p - files[i].data)});
-          break;
-        }
-      }
-    }
+    const std::vector<uint8_t*> at = r->MappedTensors();
+    for (size_t k = 0; k < at.size(); ++k) tensors.push_back({r->base_->tensors()[k], at[k]});
     r->backend_ = std::make_unique<BufferReceiver>(std::move(tensors), *committed);
+    on_commit = [p = r.get()] { return p->MsyncMapping(); };
   } else {
-    auto d = MakeDeviceReceiver(device, *r->base_);
-    if (!d.ok()) return d.status().WithContext("receiver " + std::to_string(plan.rank));
-    r->backend_ = std::move(*d);
+    if (loaded == nullptr) {
+      auto d = MakeDeviceReceiver(device, *r->base_, r->base_version_.number);
+      if (!d.ok()) return d.status().WithContext("receiver " + std::to_string(plan.rank));
+      loaded = std::move(*d);
+    }
+    r->device_rx_ = loaded.get();
+    r->backend_ = std::move(loaded);
+    on_commit = [p = r.get()] { return p->DownloadIntoMapping(); };
   }
   const KillPoint k = starts == 1 ? kill : KillPoint{};
-  r->killing_ = std::make_unique<KillingReceiver>(r->backend_.get(), k, true, r->map_, r->map_size_,
-                                                 nullptr);
+  r->killing_ = std::make_unique<KillingReceiver>(r->backend_.get(), k, true, std::move(on_commit),
+                                                 nullptr, &r->written_);
   r->journaled_ = std::make_unique<JournaledReceiver>(r->killing_.get(), r->journal_.get());
-  r->outer_ = std::make_unique<KillingReceiver>(r->journaled_.get(), k, false, nullptr, 0,
+  r->outer_ = std::make_unique<KillingReceiver>(r->journaled_.get(), k, false, nullptr,
                                                &r->inventory_);
   return r;
 }
@@ -235,11 +288,21 @@ StatusOr<std::unique_ptr<DurableReceiver>> DurableReceiver::Open(const NodePlan&
 Receiver* DurableReceiver::receiver() { return outer_.get(); }
 
 std::unique_ptr<Receiver> DurableReceiver::Handle() {
-  return std::make_unique<KillingReceiver>(outer_.get(), KillPoint{}, false, nullptr, 0, nullptr);
+  return std::make_unique<KillingReceiver>(outer_.get(), KillPoint{}, false, nullptr, nullptr);
 }
 
 Status DurableReceiver::ReloadCommitted() {
-  if (map_ != nullptr) DCR_RETURN_IF_ERROR(CopyBaseIntoMapping());
+  DCR_RETURN_IF_ERROR(CopyBaseIntoMapping());
+  if (device_rx_ != nullptr && written_.exchange(false)) {
+    // Device memory written since its load: the base's tensors uploaded again.
+    for (const DeviceReceiverTensor& t : device_rx_->tensors()) {
+      const TensorInfo* info = base_->Find(t.info.name);
+      if (info == nullptr) return InternalError("reload: tensor '" + t.info.name + "' not in the base");
+      DCR_RETURN_IF_ERROR(device_rx_->device()
+                              ->Upload(t.data, base_->data(*info), t.info.nbytes)
+                              .WithContext("reloading tensor '" + t.info.name + "'"));
+    }
+  }
   return journal_->AbandonDelta();
 }
 

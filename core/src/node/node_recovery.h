@@ -8,8 +8,12 @@
 //     MAP_SHARED mapping, <state_dir>/rank-<r>.storage (a byte copy of the base checkpoint's
 //     files, written in place), which outlives the process as a serving engine's memory outlives
 //     a refit agent: a restarted node re-attaches it. Devices "host" and "cuda" hold their storage
-//     in the process (host or GPU memory), which dies with it: a restarted one reloads the base
-//     checkpoint file, the version it can reload, and applies the delta again.
+//     in the process (host or GPU memory), which dies with it; the same mapping file is then
+//     their committed image: the base's bytes at the start, and at each commit (before the
+//     journal records it) every tensor downloaded from the device into it. A restarted one
+//     reloads the device from the version it can reload: the committed target's image when the
+//     journal records the target committed (a single-file base; a sharded one starts over), else
+//     the base checkpoint file, and applies the delta again.
 //   * StoreMirror: a long-link relay (a child of the sender, the first node in the rollout region)
 //     puts every blob it received whole into the in-region object store, trailer last, so that the
 //     nodes of its region recover from the store without the stream crossing the long link again.
@@ -24,6 +28,7 @@
 #ifndef DCR_CORE_SRC_NODE_NODE_RECOVERY_H_
 #define DCR_CORE_SRC_NODE_NODE_RECOVERY_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -82,7 +87,8 @@ class DurableReceiver {
   // target (a commit that finished while its completion was being dropped, e.g. by a fallback).
   bool TargetCommittedNow() const;
   // RecoveryPolicy's ReloadCommitted: the storage is rewritten from the base checkpoint and the
-  // in-flight delta abandoned in the journal. Device storage was loaded from the base at Open.
+  // in-flight delta abandoned in the journal. Device storage is uploaded from the base again
+  // when a chunk was applied to it since its load at Open.
   // REQUIRES: not in a delta (the node's applies drained).
   Status ReloadCommitted();
   // The overwrite form (absolute target values, dcr/versioning.h) of the relative chunk `record`
@@ -98,12 +104,19 @@ class DurableReceiver {
   class KillingReceiver;
   Status OpenMapped(const NodePlan& plan, bool restarted);
   Status CopyBaseIntoMapping();
+  Status MsyncMapping();
+  // The address in the mapping of every base tensor, in the base's tensor order.
+  std::vector<uint8_t*> MappedTensors() const;
+  // A device's commit: every tensor downloaded into its place in the mapping, then msynced.
+  Status DownloadIntoMapping();
 
   std::unique_ptr<Checkpoint> base_;
   std::string storage_path_;
   uint8_t* map_ = nullptr;
   uint64_t map_size_ = 0;
   std::unique_ptr<Receiver> backend_;           // BufferReceiver over the mapping, or a device's
+  DeviceReceiver* device_rx_ = nullptr;         // backend_ on a device (null on "cpu")
+  std::atomic<bool> written_{false};            // a chunk reached backend_ since its load
   std::unique_ptr<KillingReceiver> killing_;    // the fault point around the backend
   std::unique_ptr<ReceiverJournal> journal_;
   std::unique_ptr<JournaledReceiver> journaled_;

@@ -187,13 +187,6 @@ StatusOr<std::unique_ptr<VersionRecovery>> VersionRecovery::Open(const NodePlan&
   std::unique_ptr<VersionRecovery> r(new VersionRecovery());
   r->plan_ = plan;
   r->plan_.versions.clear();
-  const bool receiver = plan.rank != 0 && plan.method == "delta";
-  if (receiver && plan.device != "cpu") {
-    return InvalidArgumentError(
-        "plan.state_dir: a long-lived receiver recovers on device cpu, whose storage is a file "
-        "mapping that holds each committed version; device " + plan.device +
-        " holds it in the process, which a kill loses");
-  }
   if (::mkdir(plan.state_dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return ErrnoError("mkdir " + plan.state_dir, errno);
   }

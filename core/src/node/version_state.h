@@ -6,7 +6,9 @@
 //   * v<k>/: the state directory of version k, as a one-version node keeps it (node_recovery.h):
 //     rank-<r>.starts counts the processes that started version k (a count above one is a
 //     restart *in that version*, and the faults block's kill points fire on the first only);
-//     a delta receiver's journal and, on device "cpu", its storage mapping of that version.
+//     a delta receiver's journal and its storage mapping of that version (on device "cpu" the
+//     storage itself; on "host" / "cuda" the image of the version it committed last, written
+//     from the device at each commit: node_recovery.h).
 //   * v<k>/rank-<r>.done: rank r finished version k (written after its result file). For a
 //     delta receiver it names the committed checkpoint that holds version k: the storage mapping
 //     of version k turned into a checkpoint file (a single-file base: renamed, no copy; a sharded
@@ -51,7 +53,7 @@ std::optional<VersionDone> ReadVersionDone(const std::string& state_dir, uint64_
 // Records `done` for rank `rank` (atomically). Errors: errno errors naming the file.
 Status WriteVersionDone(const std::string& state_dir, int rank, const VersionDone& done);
 
-// Delta receiver on device "cpu", after version `version` committed: turns its storage mapping
+// Delta receiver (any device), after version `version` committed: turns its storage mapping
 // of that version (<state_dir>/v<k>/rank-<r>.storage, a byte copy of `layout_path`'s files as
 // DurableReceiver keeps it) into a checkpoint in `layout_path`'s layout and returns its path.
 // Idempotent: a second call after a restart returns the path already made. REQUIRES: the
@@ -76,9 +78,8 @@ Status WriteJointCommitState(const std::string& state_dir, const JointCommitStat
 // from, and what a finished version leaves behind.
 class VersionRecovery {
  public:
-  // REQUIRES: !plan.state_dir.empty(), !plan.versions.empty(). Errors: kInvalidArgument for a
-  // delta receiver on a device other than "cpu" (its storage dies with the process and no file
-  // holds the version it committed); errno errors creating state_dir; ReadJointCommitState's.
+  // REQUIRES: !plan.state_dir.empty(), !plan.versions.empty(). Errors: errno errors creating
+  // state_dir; ReadJointCommitState's.
   static StatusOr<std::unique_ptr<VersionRecovery>> Open(const NodePlan& plan);
 
   // Whether this rank finished version `v` in an earlier process (its result file was written

@@ -1,0 +1,175 @@
+// DurableReceiver on a device (the host backend of dcr/device.h, which runs the device code over
+// host memory): each commit writes the device's tensors into the storage image, a restart after
+// a recorded commit reloads the device from that image, an image the journal never recorded is
+// the base again, and ReloadCommitted uploads the base over a device that chunks were written to.
+#include "node/node_recovery.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <random>
+
+#include "dcr/checkpoint.h"
+#include "dcr/delta.h"
+#include "dcr/device.h"
+#include "node/version_state.h"
+
+namespace dcr::internal {
+namespace {
+
+// The delta stream's blobs, concatenated (a whole delta as DeltaReader reads it).
+class ConcatSink : public DeltaSink {
+ public:
+  Status OnHeader(const std::vector<uint8_t>& b) override { return Add(b); }
+  Status OnChunk(const ChunkHeader&, const std::vector<uint8_t>& b) override { return Add(b); }
+  Status OnTrailer(const std::vector<uint8_t>& b) override { return Add(b); }
+  std::vector<uint8_t> bytes;
+
+ private:
+  Status Add(const std::vector<uint8_t>& b) {
+    bytes.insert(bytes.end(), b.begin(), b.end());
+    return Status();
+  }
+};
+
+std::vector<uint8_t> FileBytes(const std::string& path) {
+  auto b = ReadFile(path);
+  EXPECT_TRUE(b.ok()) << path;
+  return b.ok() ? *b : std::vector<uint8_t>();
+}
+
+class DeviceDurableTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("dcr-node-recovery-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_ / "state" / "v1");
+    std::mt19937_64 rng(5);
+    std::vector<uint8_t> a(64 * 256 * 2), b(32 * 128 * 2);
+    for (auto& x : a) x = static_cast<uint8_t>(rng());
+    for (auto& x : b) x = static_cast<uint8_t>(rng());
+    for (int k = 0; k < 2; ++k) {
+      if (k == 1) {
+        for (size_t i = 0; i < a.size(); i += 9) a[i] ^= 0x21;
+        for (size_t i = 0; i < b.size(); i += 13) b[i] ^= 0x44;
+      }
+      std::vector<TensorView> views = {{"a", "BF16", {64, 256}, a.data(), a.size()},
+                                       {"b", "BF16", {32, 128}, b.data(), b.size()}};
+      paths_.push_back((dir_ / ("v" + std::to_string(k) + ".safetensors")).string());
+      ASSERT_TRUE(WriteSafetensors(paths_.back(), views).ok());
+    }
+    auto base = Checkpoint::Open(paths_[0]);
+    auto target = Checkpoint::Open(paths_[1]);
+    ASSERT_TRUE(base.ok() && target.ok());
+    target_hash_ = (*target)->ContentHash(0);
+    DeltaOptions o;
+    o.chunk_elems = 2048;
+    o.base_version = 0;
+    o.target_version = 1;
+    ConcatSink sink;
+    ASSERT_TRUE(BuildDelta(base->get(), **target, o, &sink).ok());
+    auto reader = DeltaReader::FromBytes(std::move(sink.bytes));
+    ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+    reader_ = std::move(*reader);
+    ASSERT_GT(reader_->num_chunks(), 2u);
+    plan_.rank = 3;
+    plan_.method = "delta";
+    plan_.state_dir = VersionStateDir((dir_ / "state").string(), 1);  // version 1's, as a long-lived node has it
+    plan_.receiver_base_path = paths_[0];
+    device_ = MakeHostDevice();
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::unique_ptr<DurableReceiver> Open(int starts) {
+    auto r = DurableReceiver::Open(plan_, device_, starts, KillPoint{});
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? std::move(*r) : nullptr;
+  }
+  std::string Storage() const { return plan_.state_dir + "/rank-3.storage"; }
+
+  std::filesystem::path dir_;
+  std::vector<std::string> paths_;
+  std::unique_ptr<DeltaReader> reader_;
+  Hash128 target_hash_;
+  NodePlan plan_;
+  std::shared_ptr<Device> device_;
+};
+
+TEST_F(DeviceDurableTest, CommitWritesTheImageAndARestartReloadsTheDeviceFromIt) {
+  {
+    auto r = Open(1);
+    ASSERT_NE(r, nullptr);
+    EXPECT_FALSE(r->target_committed());
+    // At the start the image is the base, byte for byte.
+    EXPECT_EQ(FileBytes(Storage()), FileBytes(paths_[0]));
+    ASSERT_TRUE(ApplyDelta(*reader_, r->receiver()).ok());
+    EXPECT_EQ(FileBytes(Storage()), FileBytes(paths_[1]));
+  }
+  // The process is gone with the device's memory; the journal records version 1 committed.
+  auto r = Open(2);
+  ASSERT_NE(r, nullptr);
+  EXPECT_TRUE(r->target_committed());
+  EXPECT_TRUE(r->restart_event().storage_lost);
+  EXPECT_FALSE(r->storage_reattached());
+  EXPECT_EQ(r->receiver()->held().number, 1u);
+  EXPECT_EQ(r->receiver()->held().hash, target_hash_);
+  Status v = VerifyFile(*r->receiver(), paths_[1]);
+  EXPECT_TRUE(v.ok()) << v.ToString();
+  r.reset();
+  // The image becomes the committed checkpoint of version 1: the dense target's bytes.
+  auto ck = CommitStorageAsCheckpoint((dir_ / "state").string(), 1, 3, paths_[0]);
+  ASSERT_TRUE(ck.ok()) << ck.status().ToString();
+  EXPECT_EQ(FileBytes(*ck), FileBytes(paths_[1]));
+}
+
+TEST_F(DeviceDurableTest, AnImageTheJournalNeverRecordedIsTheBaseAgain) {
+  {
+    auto r = Open(1);
+    ASSERT_NE(r, nullptr);
+    ASSERT_TRUE(BeginDelta(*reader_, r->receiver()).ok());
+    for (size_t i = 0; i < reader_->num_chunks(); ++i) {
+      ASSERT_TRUE(r->receiver()->ApplyRecord(reader_->chunk_data(i), reader_->chunk_size(i)).ok());
+    }
+  }
+  // Killed after the commit's download, before the journal recorded the version.
+  const std::vector<uint8_t> target = FileBytes(paths_[1]);
+  ASSERT_TRUE(WriteFileAtomic(Storage(), target.data(), target.size()).ok());
+  auto r = Open(2);
+  ASSERT_NE(r, nullptr);
+  EXPECT_FALSE(r->target_committed());
+  EXPECT_EQ(r->receiver()->held().number, 0u);
+  EXPECT_EQ(FileBytes(Storage()), FileBytes(paths_[0]));
+  Status v = VerifyFile(*r->receiver(), paths_[0]);
+  EXPECT_TRUE(v.ok()) << v.ToString();
+  // The delta applies again from the start and commits the target.
+  r->receiver()->Abort();
+  ASSERT_TRUE(r->ReloadCommitted().ok());
+  Status a = ApplyDelta(*reader_, r->receiver());
+  ASSERT_TRUE(a.ok()) << a.ToString();
+  EXPECT_EQ(FileBytes(Storage()), target);
+}
+
+TEST_F(DeviceDurableTest, ReloadCommittedUploadsTheBaseOverWrittenChunks) {
+  auto r = Open(1);
+  ASSERT_NE(r, nullptr);
+  ASSERT_TRUE(BeginDelta(*reader_, r->receiver()).ok());
+  for (size_t i = 0; i < reader_->num_chunks(); i += 2) {
+    ASSERT_TRUE(r->receiver()->ApplyRecord(reader_->chunk_data(i), reader_->chunk_size(i)).ok());
+  }
+  EXPECT_FALSE(VerifyFile(*r->receiver(), paths_[0]).ok());  // the device holds a mix
+  r->receiver()->Abort();
+  ASSERT_TRUE(r->ReloadCommitted().ok());
+  Status v = VerifyFile(*r->receiver(), paths_[0]);
+  EXPECT_TRUE(v.ok()) << v.ToString();
+  Status a = ApplyDelta(*reader_, r->receiver());
+  ASSERT_TRUE(a.ok()) << a.ToString();
+  v = VerifyFile(*r->receiver(), paths_[1]);
+  EXPECT_TRUE(v.ok()) << v.ToString();
+  EXPECT_EQ(FileBytes(Storage()), FileBytes(paths_[1]));
+}
+
+}  // namespace
+}  // namespace dcr::internal

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# `kill -9` of device receivers of a real three-step `dcr run` (one set of long-lived nodes;
+# receivers.device host, the device path's host backend, with node_devices putting nodes 2 and 5
+# in plain host memory): the long-link relay, a mid-tree relay and a leaf, each in its own run,
+# are killed twice from outside, in the middle of step 2's stream and as step 3 starts. `dcr run`
+# restarts each with its plan; the node reloads its device from the version it holds (the
+# committed image in its state) and takes part in the step it was in. The run exits 0, every
+# receiver is verified byte for byte on its device at every step, and every receiver's committed
+# checkpoint of the last step is byte-identical to the dense target file.
+set -uo pipefail
+DCR=$1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail=0
+for rank in ${RANKS:-1 3 6}; do
+  dir="$work/k$rank"
+  cat > "$work/s$rank.yaml" <<YAML
+name: kill9-device
+mode: real
+model: {preset: tiny, seed: 3, work_dir: $dir}
+change_rate: 3%
+steps: 3
+methods: [delta]
+transport:
+  kinds: [relay_tree]
+  relay_tree: {fan_out: 2, root_fan_out: 1, chunk: 4KiB}
+receivers: {count: 6, device: host, node_devices: {2: cpu, 5: cpu}}
+delta: {chunk_elems: 16384}
+network:
+  long_link: {bandwidth: 2Mbit/s, latency: 20ms}
+  tls: false
+YAML
+  "$DCR" run "$work/s$rank.yaml" --out "$work/r$rank.json" > "$work/out$rank.txt" 2>&1 &
+  run_pid=$!
+  kills=0
+  # Mid-stream of step 2 (a stream takes about a second here), then as step 3 starts.
+  for mark in go.v2 go.v3; do
+    for _ in $(seq 1 1200); do [ -e "$dir/run-1/$mark" ] && break; sleep 0.05; done
+    [ "$mark" = go.v2 ] && sleep 0.4
+    victim=$(pgrep -P "$run_pid" -f "plan-$rank.json" | head -1)
+    if [ -n "$victim" ]; then kill -9 "$victim" && kills=$((kills + 1)); fi
+  done
+  wait "$run_pid"; rc=$?
+  if [ "$kills" = 0 ]; then echo "rank $rank: no node process to kill"; fail=1; continue; fi
+  if [ "$rc" != 0 ]; then echo "rank $rank: dcr run exit $rc"; cat "$work/out$rank.txt"; fail=1; continue; fi
+  python3 - "$work/r$rank.json" "$rank" "$dir/run-1" "$kills" <<'PY' || { fail=1; cat "$work/out$rank.txt"; }
+import glob, json, sys
+r = json.load(open(sys.argv[1])); rank = sys.argv[2]; run_dir = sys.argv[3]; kills = int(sys.argv[4])
+runs = r["runs"]
+assert [x["step"] for x in runs] == [1, 2, 3], [x["step"] for x in runs]
+for run in runs:
+    assert not run.get("error"), run.get("error")
+    assert run["receivers_verified"] == run["receivers"] == 6, run
+    for x in run["receiver_results"]:
+        assert x["verified"] and x["committed"], x
+        assert x["verify_message"] == "byte-for-byte equal to the target", x
+# The plans: the victim and every other receiver but 2 and 5 on the host device, all recovering.
+for k in range(1, 7):
+    p = json.load(open("%s/plan-%d.json" % (run_dir, k)))
+    want = "cpu" if k in (2, 5) else "host"
+    assert p["device"] == want, (k, p["device"])
+    assert p["state_dir"], (k, "no state dir")
+restarts = [l for run in runs for l in run.get("restarts", [])]
+mine = [l for l in restarts if l.startswith("node %s: killed by signal 9" % rank)]
+assert len(mine) == kills, (kills, restarts)
+step2 = runs[1]
+assert any(l.endswith("in version 2") for l in mine), mine
+assert step2["recovery"]["node_restarts"] >= 1, step2["recovery"]
+print("kill -9 of node %s (%d kills, device host): restarted; 3 steps x 6/6 bit-exact; step 2 "
+      "recovery %s" % (rank, kills, step2["recovery"]))
+PY
+  # The version each receiver committed last, against the dense target of step 3.
+  target=$(ls "$dir"/ckpt-*/step3.safetensors)
+  for k in 1 2 3 4 5 6; do
+    if ! cmp -s "$dir/run-1/state/v3/rank-$k.committed.safetensors" "$target"; then
+      echo "rank $rank run: receiver $k's committed checkpoint of step 3 is not the target"; fail=1
+    fi
+  done
+done
+exit $fail
