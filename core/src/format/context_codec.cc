@@ -70,8 +70,8 @@ inline Sym SymbolOf(uint64_t v) {
 }
 
 // The extra bit count of a symbol, and its value from them.
-inline int ExtraBits(uint8_t sym) { return sym < 16 ? 0 : (sym - 16) / 4 + 2; }
-inline uint64_t ValueOf(uint8_t sym, uint64_t extra) {
+constexpr int ExtraBits(uint8_t sym) { return sym < 16 ? 0 : (sym - 16) / 4 + 2; }
+constexpr uint64_t ValueOf(uint8_t sym, uint64_t extra) {
   if (sym < 16) return sym;
   const int top = (sym - 16) / 4 + 4;
   const uint64_t m = (sym - 16) % 4;
@@ -172,12 +172,33 @@ void PutModel(const uint32_t* f, std::vector<uint8_t>* out) {
   }
 }
 
-// A decoding table: frequencies, cumulative starts and the symbol of every slot.
+// A decoding table: for every slot of the 4096, its symbol, the symbol's frequency minus one
+// and the slot's offset from the symbol's first slot, packed as sym | (freq - 1) << 8 |
+// offset << 20, so that one load gives a state's next value. `max_bits`: the most raw bits a
+// listed symbol has; `max_value`: the largest value a listed symbol can stand for.
 struct DecodeModel {
-  uint16_t freq[kSymbols];
-  uint16_t cum[kSymbols];
-  uint8_t slot_sym[kScale];
+  uint32_t slot[kScale];
+  int max_bits = 0;
+  uint64_t max_value = 0;
 };
+
+// Fills a decoding table from frequencies f[0..256) that sum to kScale.
+void FillDecodeModel(const uint32_t* f, DecodeModel* m) {
+  uint32_t c = 0;
+  m->max_bits = 0;
+  m->max_value = 0;
+  for (int s = 0; s < kSymbols; ++s) {
+    if (f[s] == 0) continue;
+    const uint32_t head = static_cast<uint32_t>(s) | (f[s] - 1) << 8;
+    uint32_t* slot = m->slot + c;
+    for (uint32_t j = 0; j < f[s]; ++j) slot[j] = head | j << 20;
+    c += f[s];
+    // Symbols ascend, so the last listed one has the most raw bits and the largest values.
+    const int nb = ExtraBits(static_cast<uint8_t>(s));
+    m->max_bits = nb;
+    m->max_value = ValueOf(static_cast<uint8_t>(s), nb == 0 ? 0 : (uint64_t{1} << nb) - 1);
+  }
+}
 
 const char* ParseModel(const uint8_t** p, const uint8_t* end, DecodeModel* m) {
   uint64_t n;
@@ -198,13 +219,7 @@ const char* ParseModel(const uint8_t** p, const uint8_t* end, DecodeModel* m) {
     s += z + 1;
   }
   if (sum != kScale) return "model frequencies do not sum to 4096";
-  uint32_t c = 0;
-  for (int s = 0; s < kSymbols; ++s) {
-    m->freq[s] = static_cast<uint16_t>(f[s]);
-    m->cum[s] = static_cast<uint16_t>(c);
-    if (f[s] != 0) std::memset(m->slot_sym + c, s, f[s]);
-    c += f[s];
-  }
+  FillDecodeModel(f, m);
   return nullptr;
 }
 
@@ -232,6 +247,14 @@ class BitReader {
     pos_ += static_cast<uint64_t>(n);
     return true;
   }
+  // The most bits one unchecked read takes: an 8-byte load at the bit position's byte.
+  static constexpr int kMaxUnchecked = 56;
+  // The stream, the bit position, and its end. An unchecked read at a position up to the end
+  // loads 8 bytes from the position's byte: REQUIRES 8 readable bytes past the stream's end.
+  const uint8_t* data() const { return p_; }
+  uint64_t pos() const { return pos_; }
+  void set_pos(uint64_t pos) { pos_ = pos; }
+  uint64_t limit() const { return limit_; }
   bool Done() const {
     if ((pos_ + 7) / 8 != size_) return false;
     if ((pos_ & 7) == 0) return true;
@@ -244,6 +267,119 @@ class BitReader {
   uint64_t limit_;
   uint64_t pos_ = 0;
 };
+
+// The value symbols' raw bit counts and the values of their raw bits all zero (ValueOf(s, 0)).
+struct SymbolTables {
+  uint8_t extra[kSymbols];
+  uint64_t base[kSymbols];
+};
+constexpr SymbolTables MakeSymbolTables() {
+  SymbolTables t{};
+  for (int s = 0; s < kSymbols; ++s) {
+    t.extra[s] = static_cast<uint8_t>(ExtraBits(static_cast<uint8_t>(s)));
+    t.base[s] = ValueOf(static_cast<uint8_t>(s), 0);
+  }
+  return t;
+}
+constexpr SymbolTables kSymbolTables = MakeSymbolTables();
+
+// The decoder's position in the rANS words [rp, rend) and the raw bits.
+struct SymbolReader {
+  uint32_t x[2];
+  const uint8_t* rp;
+  const uint8_t* rend;
+  BitReader bits;
+};
+
+// Symbols decoded between the checks of the fast path.
+constexpr uint64_t kDecodeBatch = 32;
+
+// One symbol with state s, every read checked against the ends of the streams: false and *err
+// on a short stream or a value above vmax.
+bool DecodeSymbolChecked(const DecodeModel& m, uint32_t* state, SymbolReader* r, uint64_t vmax,
+                         uint64_t* dst, const char** err) {
+  uint32_t s = *state;
+  const uint32_t e = m.slot[s & (kScale - 1)];
+  const uint32_t sym = e & 0xFF;
+  s = (((e >> 8) & 0xFFF) + 1) * (s >> kScaleBits) + (e >> 20);
+  if (s < kRansLow) {
+    if (r->rend - r->rp < 2) {
+      *err = "rANS stream ends early";
+      return false;
+    }
+    uint16_t wd;
+    std::memcpy(&wd, r->rp, 2);
+    r->rp += 2;
+    s = (s << 16) | wd;
+  }
+  *state = s;
+  uint64_t v = sym;
+  if (sym >= 16) {
+    uint64_t extra;
+    if (!r->bits.Get(ExtraBits(static_cast<uint8_t>(sym)), &extra)) {
+      *err = "raw bits end early";
+      return false;
+    }
+    v = ValueOf(static_cast<uint8_t>(sym), extra);
+    if (v > vmax) {
+      *err = "value wider than the element";
+      return false;
+    }
+  }
+  *dst = v;
+  return true;
+}
+
+// Decodes `count` symbols of model m into dst[0..count): symbol j with state x[(phase + j) & 1].
+// Returns null, or what is wrong with the streams.
+const char* DecodeRun(const DecodeModel& m, uint64_t* __restrict dst, uint64_t count,
+                      uint64_t vmax, int phase, SymbolReader* r) {
+  uint32_t a = r->x[phase], b = r->x[phase ^ 1];
+  uint64_t j = 0;
+  // Batches whose reads cannot pass either end: states, stream pointers and the bit position in
+  // registers, no branch on the data. The checked loop takes the rest (the streams' ends, and
+  // models with symbols wider than the element or than one unchecked read).
+  if (m.max_bits <= BitReader::kMaxUnchecked && m.max_value <= vmax && count >= kDecodeBatch) {
+    const uint64_t batch_bits = kDecodeBatch * static_cast<uint64_t>(m.max_bits);
+    const uint32_t* const slots = m.slot;
+    const uint8_t* rp = r->rp;
+    const uint8_t* const rend = r->rend;
+    const uint8_t* const bits = r->bits.data();
+    uint64_t pos = r->bits.pos();
+    const uint64_t pos_limit = r->bits.limit();
+    auto step = [&](uint32_t& s, uint64_t* out) __attribute__((always_inline)) {
+      const uint32_t e = slots[s & (kScale - 1)];
+      const uint32_t sym = e & 0xFF;
+      s = (((e >> 8) & 0xFFF) + 1) * (s >> kScaleBits) + (e >> 20);
+      const uint32_t renorm = s < kRansLow ? 1 : 0;
+      uint16_t wd;
+      std::memcpy(&wd, rp, 2);
+      s = (s << (renorm << 4)) | (wd & (0u - renorm));
+      rp += renorm << 1;
+      uint64_t word;
+      std::memcpy(&word, bits + (pos >> 3), 8);
+      const int nb = kSymbolTables.extra[sym];
+      *out = kSymbolTables.base[sym] + ((word >> (pos & 7)) & ((uint64_t{1} << nb) - 1));
+      pos += static_cast<uint64_t>(nb);
+    };
+    while (count - j >= kDecodeBatch && static_cast<uint64_t>(rend - rp) >= 2 * kDecodeBatch &&
+           pos + batch_bits <= pos_limit) {
+      for (uint64_t e = j + kDecodeBatch; j < e; j += 2) {
+        step(a, &dst[j]);
+        step(b, &dst[j + 1]);
+      }
+    }
+    r->rp = rp;
+    r->bits.set_pos(pos);
+  }
+  const char* err = nullptr;
+  for (; j < count; ++j) {
+    if (!DecodeSymbolChecked(m, (j & 1) == 0 ? &a : &b, r, vmax, &dst[j], &err)) return err;
+  }
+  r->x[phase] = a;
+  r->x[phase ^ 1] = b;
+  return nullptr;
+}
 
 // ---- class choice (encoder) ----
 
@@ -357,6 +493,7 @@ EncodeScratch& EScratch() {
 struct DecodeScratch {
   DecodeModel models[2 * kMaxClasses];
   std::vector<uint64_t> gaps, vals;
+  std::vector<uint8_t> bits;
 };
 DecodeScratch& DScratch() {
   thread_local DecodeScratch s;
@@ -595,56 +732,36 @@ Status DecodeContextBody(const ChunkHeader& h, const uint8_t* body, size_t body_
   if (x[0] < kRansLow || x[1] < kRansLow) return bad("bad rANS state");
   // The symbol sequence, class by class (gaps, then values). Symbol i is decoded with state
   // x[i & 1]; symbols come in pairs, so the states alternate within each run.
-  BitReader br(rend, static_cast<size_t>(end - rend));
+  // The raw bits copied with 8 zero bytes after them, for the decoder's unchecked 8-byte loads.
+  const size_t bits_size = static_cast<size_t>(end - rend);
+  sc.bits.resize(bits_size + 8);
+  std::memcpy(sc.bits.data(), rend, bits_size);
+  std::memset(sc.bits.data() + bits_size, 0, 8);
+  SymbolReader sr{{x[0], x[1]}, rp, rend, BitReader(sc.bits.data(), bits_size)};
   uint64_t i = 0;
-  const char* err = nullptr;
-  auto run = [&](const DecodeModel& m, uint64_t* dst, uint64_t count, uint64_t vmax) -> bool {
-    for (uint64_t j = 0; j < count; ++j, ++i) {
-      uint32_t& s = x[i & 1];
-      const uint32_t slot = s & (kScale - 1);
-      const uint8_t sym = m.slot_sym[slot];
-      s = m.freq[sym] * (s >> kScaleBits) + slot - m.cum[sym];
-      if (s < kRansLow) {
-        if (rend - rp < 2) {
-          err = "rANS stream ends early";
-          return false;
-        }
-        uint16_t wd;
-        std::memcpy(&wd, rp, 2);
-        rp += 2;
-        s = (s << 16) | wd;
-      }
-      uint64_t v = sym;
-      if (sym >= 16) {
-        const int nb = ExtraBits(sym);
-        uint64_t extra;
-        if (!br.Get(nb, &extra)) {
-          err = "raw bits end early";
-          return false;
-        }
-        v = ValueOf(sym, extra);
-        if (v > vmax) {
-          err = "value wider than the element";
-          return false;
-        }
-      }
-      dst[j] = v;
-    }
-    return true;
-  };
   sc.gaps.resize(k);
   sc.vals.resize(k);
   uint64_t start_of[kMaxClasses + 1] = {};
   for (int c = 0; c < K; ++c) start_of[c + 1] = start_of[c] + kc[c];
   for (int c = 0; c < K; ++c) {
-    if (!run(sc.models[c], &sc.gaps[start_of[c]], kc[c], ~uint64_t{0})) return bad(err);
+    if (const char* e = DecodeRun(sc.models[c], &sc.gaps[start_of[c]], kc[c], ~uint64_t{0},
+                                  static_cast<int>(i & 1), &sr)) {
+      return bad(e);
+    }
+    i += kc[c];
   }
   const uint64_t vmask = WidthMask(w);
   for (int c = 0; c < K; ++c) {
-    if (!run(sc.models[K + c], &sc.vals[start_of[c]], kc[c], vmask)) return bad(err);
+    if (const char* e = DecodeRun(sc.models[K + c], &sc.vals[start_of[c]], kc[c], vmask,
+                                  static_cast<int>(i & 1), &sr)) {
+      return bad(e);
+    }
+    i += kc[c];
   }
-  if (x[0] != kRansLow || x[1] != kRansLow || rp != rend) return bad("rANS stream does not end");
-  if (!br.Done()) return bad("trailing raw bits");
+  if (sr.x[0] != kRansLow || sr.x[1] != kRansLow || sr.rp != rend) {
+    return bad("rANS stream does not end");
+  }
+  if (!sr.bits.Done()) return bad("trailing raw bits");
   // The walk: positions from the class-local gaps and the base exponents.
   ClassMap map(bounds, K);
   if (!WalkClasses(base, w, n, map, kc, start_of, sc.gaps.data(), sc.vals.data(), positions,

@@ -152,6 +152,7 @@ __attribute__((always_inline)) inline bool WalkClassesImpl(
     }
   }
   uint64_t out = 0;
+  static_assert(kMaxContextClasses == 16, "ContextWindow16Avx2 takes rows of 16 masks");
   uint64_t masks[kWalkBlocks][kMaxContextClasses];
   // before[c][b]: members of class c in the window's blocks before block b; blocks past the
   // window's end hold a count above any rank.
@@ -162,16 +163,22 @@ __attribute__((always_inline)) inline bool WalkClassesImpl(
     const uint64_t span = n - w0 < kWalkBlocks * 64 ? n - w0 : kWalkBlocks * 64;
     const uint64_t nb = (span + 63) / 64;
     uint64_t total[kMaxContextClasses] = {};
-    for (uint64_t b = 0; b < nb; ++b) {
-      const uint64_t start = w0 + b * 64;
-      const uint64_t len = n - start < 64 ? n - start : 64;
-      ClassMasks(base, w, start, len, map, masks[b], kFast);
-      for (int c = 0; c < K; ++c) {
-        before[c][b] = static_cast<uint16_t>(total[c]);
-        total[c] += Pop<kFast>(masks[b][c]);
+    if (kFast && w == 2 && span % 64 == 0) {
+      // Whole blocks of 2-byte elements: the masks and counts of the window in one AVX2 pass.
+      ContextWindow16Avx2(reinterpret_cast<const uint16_t*>(base) + w0, nb, map.bounds, K, masks,
+                          before, total);
+    } else {
+      for (uint64_t b = 0; b < nb; ++b) {
+        const uint64_t start = w0 + b * 64;
+        const uint64_t len = n - start < 64 ? n - start : 64;
+        ClassMasks(base, w, start, len, map, masks[b], kFast);
+        for (int c = 0; c < K; ++c) {
+          before[c][b] = static_cast<uint16_t>(total[c]);
+          total[c] += Pop<kFast>(masks[b][c]);
+        }
       }
-      chg[b] = 0;
     }
+    for (uint64_t b = 0; b < nb; ++b) chg[b] = 0;
     for (uint64_t b = nb; b < kWalkBlocks; ++b) {
       for (int c = 0; c < K; ++c) before[c][b] = 0xFFFF;
     }

@@ -46,6 +46,12 @@ void ElementTermSumAvx2(uint64_t salt, const uint8_t* data, int width, uint64_t 
 // increasing.
 void ContextMasks16Avx2(const uint16_t* base, const uint8_t* bounds, int k, uint64_t* masks);
 
+// The class masks and member counts of a window of `nblocks` (1..64) blocks of 64 elements of 2
+// bytes at `base` (block b at base + 64 b): masks[b][c] as ContextMasks16Avx2 gives them for block
+// b, before[c][b] the members of class c in the blocks before b, total[c] those of all nblocks.
+void ContextWindow16Avx2(const uint16_t* base, uint64_t nblocks, const uint8_t* bounds, int k,
+                         uint64_t (*masks)[16], uint16_t (*before)[64], uint64_t* total);
+
 }  // namespace dcr::internal
 
 #endif  // DCR_CORE_SRC_INTERNAL_SIMD_H_
