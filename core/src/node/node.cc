@@ -954,13 +954,15 @@ class ApplyJobs {
   // that cannot be opened or cannot hold the base fails here, before the node takes part in the
   // refit); full: the file image, loaded onto the device at commit.
   // With plan.state_dir (delta): the node_recovery.h DurableReceiver (journal; storage mapped
-  // from a file on "cpu"), at start number `starts`.
-  Status Open(const NodePlan& plan, int starts) {
+  // from a file on "cpu"), at start number `starts`, applying to `carried` (device storage this
+  // process kept from the version before) when it holds the base.
+  Status Open(const NodePlan& plan, int starts, std::unique_ptr<Receiver> carried = nullptr) {
     const std::string who = "receiver " + std::to_string(plan.rank);
     DCR_ASSIGN_OR_RETURN(std::shared_ptr<Device> device, OpenPlanDevice(plan, true, who));
     if (plan.method == "delta" && !plan.state_dir.empty()) {
       internal::KillPoint kill{plan.fault_kill_chunk, plan.fault_kill_inside};
-      DCR_ASSIGN_OR_RETURN(durable_, internal::DurableReceiver::Open(plan, device, starts, kill));
+      DCR_ASSIGN_OR_RETURN(durable_, internal::DurableReceiver::Open(plan, device, starts, kill,
+                                                                     std::move(carried)));
       // Only what the trainer's key signed, never below the version floor (node_trust.h),
       // checked before the journal records anything.
       DCR_ASSIGN_OR_RETURN(backend_, internal::WithPlanTrust(plan, durable_->Handle(), &floor_));
@@ -998,11 +1000,12 @@ class ApplyJobs {
     pool_.Start(plan.relay.max_parallel_applies);
     return Status();
   }
-  // Hands the storage back once the pool has stopped (null when none was opened, and for a
-  // DurableReceiver, whose journal and mapping belong to this process's single version).
+  // Hands the storage back once the pool has stopped (null when none was opened; for a
+  // DurableReceiver, whose journal and mapping belong to this process's single version, its
+  // device storage when it holds the committed version: DurableReceiver::TakeDevice).
   std::unique_ptr<Receiver> Release() {
     pool_.Stop();
-    if (durable_ != nullptr) return nullptr;
+    if (durable_ != nullptr) return durable_->TakeDevice();
     internal::ReleasePlanFloor(backend_.get());  // floor_ ends with this node
     return std::move(backend_);
   }
@@ -1761,10 +1764,13 @@ class SocketNode : public NodeEnvironment {
     const bool recover = !plan_.state_dir.empty() && !plan_.store.empty();
     const bool restarted = recover && starts_ > 1;
     const bool tree = plan_.transport == "relay_tree";
-    if (!sender && carry_ != nullptr && *carry_ != nullptr) {
+    // A durable receiver opens its own storage (a carried device storage is its candidate).
+    const bool durable = plan_.method == "delta" && !plan_.state_dir.empty();
+    if (!sender && carry_ != nullptr && *carry_ != nullptr && !durable) {
       DCR_RETURN_IF_ERROR(applier_.Adopt(std::move(*carry_), plan_));
     } else if (!sender) {
-      DCR_RETURN_IF_ERROR(applier_.Open(plan_, starts_));
+      DCR_RETURN_IF_ERROR(applier_.Open(
+          plan_, starts_, durable && carry_ != nullptr ? std::move(*carry_) : nullptr));
     }
     if (!sender && plan_.freeze_after_s > 0) StartFreezeWatch();
     if (recover) {

@@ -202,7 +202,8 @@ Status DurableReceiver::DownloadIntoMapping() {
 
 StatusOr<std::unique_ptr<DurableReceiver>> DurableReceiver::Open(const NodePlan& plan,
                                                                  std::shared_ptr<Device> device,
-                                                                 int starts, const KillPoint& kill) {
+                                                                 int starts, const KillPoint& kill,
+                                                                 std::unique_ptr<Receiver> carried) {
   if (plan.receiver_base_path.empty()) {
     return InvalidArgumentError("plan.receiver_base_path: required for a delta receiver");
   }
@@ -211,6 +212,17 @@ StatusOr<std::unique_ptr<DurableReceiver>> DurableReceiver::Open(const NodePlan&
   // The base's version number: a long-lived receiver's base is the version it committed last.
   r->base_version_ = VersionId{plan.base_version > 0 ? static_cast<uint64_t>(plan.base_version) : 0,
                                r->base_->ContentHash(0)};
+  // Device storage of the version before, kept by this process: used when it holds the base.
+  std::unique_ptr<DeviceReceiver> carried_device;
+  if (carried != nullptr) {
+    auto* d = dynamic_cast<DeviceReceiver*>(carried.get());
+    if (device != nullptr && d != nullptr && starts == 1 && !d->in_delta() &&
+        d->held() == r->base_version_) {
+      carried.release();
+      carried_device.reset(d);
+    }
+    carried.reset();  // anything else is freed before the device is loaded again
+  }
   const std::string journal_path = RankFile(plan.state_dir, plan.rank, ".journal");
   JournalOptions jo;
   jo.group_commit = true;
@@ -267,6 +279,11 @@ StatusOr<std::unique_ptr<DurableReceiver>> DurableReceiver::Open(const NodePlan&
     r->backend_ = std::make_unique<BufferReceiver>(std::move(tensors), *committed);
     on_commit = [p = r.get()] { return p->MsyncMapping(); };
   } else {
+    if (loaded == nullptr && carried_device != nullptr) {
+      loaded = std::move(carried_device);
+      r->carried_ = true;
+    }
+    carried_device.reset();
     if (loaded == nullptr) {
       auto d = MakeDeviceReceiver(device, *r->base_, r->base_version_.number);
       if (!d.ok()) return d.status().WithContext("receiver " + std::to_string(plan.rank));
@@ -274,7 +291,11 @@ StatusOr<std::unique_ptr<DurableReceiver>> DurableReceiver::Open(const NodePlan&
     }
     r->device_rx_ = loaded.get();
     r->backend_ = std::move(loaded);
-    on_commit = [p = r.get()] { return p->DownloadIntoMapping(); };
+    on_commit = [p = r.get()] {
+      DCR_RETURN_IF_ERROR(p->DownloadIntoMapping());
+      p->written_ = false;  // the device holds the committed version again
+      return Status();
+    };
   }
   const KillPoint k = starts == 1 ? kill : KillPoint{};
   r->killing_ = std::make_unique<KillingReceiver>(r->backend_.get(), k, true, std::move(on_commit),
@@ -286,6 +307,14 @@ StatusOr<std::unique_ptr<DurableReceiver>> DurableReceiver::Open(const NodePlan&
 }
 
 Receiver* DurableReceiver::receiver() { return outer_.get(); }
+
+std::unique_ptr<Receiver> DurableReceiver::TakeDevice() {
+  if (device_rx_ == nullptr || written_.load() || backend_->in_delta()) return nullptr;
+  const std::optional<VersionId> c = journal_->committed();
+  if (!c.has_value() || *c != backend_->held()) return nullptr;
+  device_rx_ = nullptr;
+  return std::move(backend_);
+}
 
 std::unique_ptr<Receiver> DurableReceiver::Handle() {
   return std::make_unique<KillingReceiver>(outer_.get(), KillPoint{}, false, nullptr, nullptr);

@@ -66,11 +66,15 @@ class DurableReceiver {
  public:
   // The receiver of `plan` (plan.method "delta", plan.state_dir set) on `device` (null = "cpu",
   // host memory). `starts` is CountNodeStart's count; `kill` applies when starts == 1.
+  // `carried` (may be null): the device storage this process kept from the version before
+  // (TakeDevice); on a first start it is applied to instead of loading the device again when
+  // it holds the base (number and content hash), else it is freed first.
   // Errors: the base's (Checkpoint::Open, MakeDeviceReceiver), the journal's, errno errors of the
   // storage file.
   static StatusOr<std::unique_ptr<DurableReceiver>> Open(const NodePlan& plan,
                                                          std::shared_ptr<Device> device,
-                                                         int starts, const KillPoint& kill);
+                                                         int starts, const KillPoint& kill,
+                                                         std::unique_ptr<Receiver> carried = nullptr);
   ~DurableReceiver();
 
   // The journaled receiver the node applies through.
@@ -98,6 +102,13 @@ class DurableReceiver {
   bool Doubtful(uint64_t chunk_id) const;
   JournaledApplyStats stats() const;
   bool storage_reattached() const { return reattached_; }
+  // Whether the device storage is the one carried in from the version before.
+  bool device_carried() const { return carried_; }
+  // The device storage (a DeviceReceiver) for the next version of this process, when it holds
+  // the version the journal records committed and no chunk was applied since: null otherwise
+  // (and on "cpu", whose storage is the mapping). REQUIRES: no call runs or follows through
+  // receiver() or Handle(); stats() and the queries stay usable.
+  std::unique_ptr<Receiver> TakeDevice();
 
  private:
   DurableReceiver() = default;
@@ -116,7 +127,8 @@ class DurableReceiver {
   uint64_t map_size_ = 0;
   std::unique_ptr<Receiver> backend_;           // BufferReceiver over the mapping, or a device's
   DeviceReceiver* device_rx_ = nullptr;         // backend_ on a device (null on "cpu")
-  std::atomic<bool> written_{false};            // a chunk reached backend_ since its load
+  std::atomic<bool> written_{false};            // a chunk reached backend_ since its load / commit
+  bool carried_ = false;                        // backend_ came from the version before
   std::unique_ptr<KillingReceiver> killing_;    // the fault point around the backend
   std::unique_ptr<ReceiverJournal> journal_;
   std::unique_ptr<JournaledReceiver> journaled_;

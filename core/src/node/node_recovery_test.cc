@@ -1,7 +1,8 @@
 // DurableReceiver on a device (the host backend of dcr/device.h, which runs the device code over
 // host memory): each commit writes the device's tensors into the storage image, a restart after
 // a recorded commit reloads the device from that image, an image the journal never recorded is
-// the base again, and ReloadCommitted uploads the base over a device that chunks were written to.
+// the base again, ReloadCommitted uploads the base over a device that chunks were written to, and
+// committed device storage carries into the next version of the same process.
 #include "node/node_recovery.h"
 
 #include <gtest/gtest.h>
@@ -169,6 +170,51 @@ TEST_F(DeviceDurableTest, ReloadCommittedUploadsTheBaseOverWrittenChunks) {
   v = VerifyFile(*r->receiver(), paths_[1]);
   EXPECT_TRUE(v.ok()) << v.ToString();
   EXPECT_EQ(FileBytes(Storage()), FileBytes(paths_[1]));
+}
+
+TEST_F(DeviceDurableTest, CommittedDeviceStorageCarriesIntoTheNextVersion) {
+  std::unique_ptr<Receiver> carried;
+  {
+    auto r = Open(1);
+    ASSERT_NE(r, nullptr);
+    ASSERT_TRUE(ApplyDelta(*reader_, r->receiver()).ok());
+    carried = r->TakeDevice();
+    ASSERT_NE(carried, nullptr);
+  }
+  auto ck = CommitStorageAsCheckpoint((dir_ / "state").string(), 1, 3, paths_[0]);
+  ASSERT_TRUE(ck.ok()) << ck.status().ToString();
+  // Version 2's receiver: its base is the committed checkpoint of version 1, which the carried
+  // device storage holds, so the device is not loaded again.
+  std::filesystem::create_directories(dir_ / "state" / "v2");
+  plan_.state_dir = VersionStateDir((dir_ / "state").string(), 2);
+  plan_.receiver_base_path = *ck;
+  plan_.base_version = 1;
+  auto r = DurableReceiver::Open(plan_, device_, 1, KillPoint{}, std::move(carried));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE((*r)->device_carried());
+  EXPECT_EQ((*r)->receiver()->held().number, 1u);
+  EXPECT_EQ((*r)->receiver()->held().hash, target_hash_);
+  Status v = VerifyFile(*(*r)->receiver(), paths_[1]);
+  EXPECT_TRUE(v.ok()) << v.ToString();
+  EXPECT_EQ(FileBytes(plan_.state_dir + "/rank-3.storage"), FileBytes(paths_[1]));
+}
+
+TEST_F(DeviceDurableTest, DeviceStorageWithUncommittedChunksIsNotCarried) {
+  auto r = Open(1);
+  ASSERT_NE(r, nullptr);
+  ASSERT_TRUE(BeginDelta(*reader_, r->receiver()).ok());
+  ASSERT_TRUE(r->receiver()->ApplyRecord(reader_->chunk_data(0), reader_->chunk_size(0)).ok());
+  r->receiver()->Abort();
+  EXPECT_EQ(r->TakeDevice(), nullptr);  // it holds neither the base nor a committed version
+  // Storage that does not hold the next version's base is freed, and the device loaded anew.
+  auto held = MakeDeviceReceiver(device_, paths_[1], 1);
+  ASSERT_TRUE(held.ok());
+  auto again = DurableReceiver::Open(plan_, device_, 1, KillPoint{},
+                                     std::unique_ptr<Receiver>(std::move(*held)));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_FALSE((*again)->device_carried());
+  Status v = VerifyFile(*(*again)->receiver(), paths_[0]);
+  EXPECT_TRUE(v.ok()) << v.ToString();
 }
 
 }  // namespace

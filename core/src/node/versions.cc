@@ -179,7 +179,10 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
       if (joint) built_from = commit->baseline().hash;
     }
     NodeResult r;
-    s = RunNodeVersion(p, &r, delta && !sender && recovery == nullptr ? &storage : nullptr);
+    // A receiver's storage stays up version to version: without recovery always, with it on a
+    // device (the device keeps the committed version; on "cpu" the mapping files carry it).
+    const bool carry = delta && !sender && (recovery == nullptr || plan.device != "cpu");
+    s = RunNodeVersion(p, &r, carry ? &storage : nullptr);
     *result = r;
     if (!s.ok()) {
       if (hooks.done) hooks.done(v, r, s);
