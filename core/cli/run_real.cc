@@ -693,7 +693,9 @@ ScenarioResult DescribeRealRun(const Scenario& s, const std::string& work_dir) {
     devices += ", node " + std::to_string(node) + ": " + device;
   }
   devices += "; sender: " + s.sender.device;
-  if (s.faults.enabled) devices += "; fault-injection runs: host-memory receivers";
+  if (s.faults.enabled && s.faults.runs > 0) {
+    devices += "; deterministic fault-injection runs: host-memory receivers";
+  }
   out.setup["devices"] = devices;
   out.setup["available_cores"] =
       "per run: (CPU of the run's node processes + idle time of all CPUs) / wall time over the "

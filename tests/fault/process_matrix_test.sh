@@ -4,7 +4,9 @@
 # outside) and restarts them; every receiver must end bit-exact (each verifies its storage byte
 # for byte against the target after committing), every injected kill survived, at least 50.
 # Then the same kinds in three-step runs of long-lived nodes (scenarios/faults-process-steps.yaml),
-# each kill at a seeded step: every receiver bit-exact at every step, every kill survived.
+# each kill at a seeded step: every receiver bit-exact at every step, every kill survived; and
+# once more with the receivers on the device path's host backend, nodes 2 and 5 in host memory
+# (scenarios/faults-process-steps-device.yaml).
 set -euo pipefail
 DCR=$1
 work=$(mktemp -d)
@@ -45,4 +47,16 @@ assert steps == [1, 2, 3], steps
 later = [l for run in r["runs"] if run["step"] > 1 for l in run.get("restarts", [])]
 assert later, "no kill landed in a step after the first"
 print("multi-step: %d restarts in steps 2-3" % len(later))
+PY
+sed "s|^  seed: 3|  seed: 3\n  work_dir: $work/device|" scenarios/faults-process-steps-device.yaml > "$work/d.yaml"
+"$DCR" run "$work/d.yaml" --out "$work/device.json" > "$work/out-device.txt"
+check "$work/device.json" 10
+python3 - "$work/device.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["setup"]["devices"].startswith("receivers: host, node 2: cpu, node 5: cpu"), r["setup"]["devices"]
+restarts = [l for run in r["runs"] for l in run.get("restarts", [])]
+on_device = [l for l in restarts if l.split(":")[0] in ("node 1", "node 3", "node 4", "node 6")]
+assert on_device, ("no device receiver was killed", restarts)
+print("device multi-step: %d restarts, %d of device receivers" % (len(restarts), len(on_device)))
 PY
