@@ -851,6 +851,10 @@ void SumRecovery(const std::vector<NodeResult>& results, RunResult* rr) {
     m["overwrite_repairs"] += r.overwrite_repairs;
     m["chunks_skipped"] += r.chunks_skipped;
     m["mirror_puts"] += r.mirror_puts;
+    m["resumed_blobs"] += r.resumed_blobs;
+    m["resumed_bytes"] += r.resumed_bytes;
+    m["store_fetched_bytes"] += r.fetched_bytes;
+    m["long_link_fill_bytes"] += r.fill_bytes;
     m["storage_reattached"] += r.storage_reattached ? 1 : 0;
   }
   m["node_restarts"] = rr->restarts.size();

@@ -316,6 +316,14 @@ struct NodeResult {
   uint64_t overwrite_repairs = 0;  // doubtful chunks repaired by overwrite form
   uint64_t chunks_skipped = 0;     // chunks the journal showed applied (not written again)
   uint64_t mirror_puts = 0;        // blobs put into the store by mirror_to_store
+  // Resume of interrupted blobs (a fallback to the store, a cut fetch): fetches that continued
+  // from bytes the node held, and how many bytes they did not fetch again; every byte fetched
+  // from the store; the sender's bytes put into the store after it left the tree or restarted
+  // (with emulate_wan, the long-link bytes of the resumed transfer).
+  uint64_t resumed_blobs = 0;
+  uint64_t resumed_bytes = 0;
+  uint64_t fetched_bytes = 0;
+  uint64_t fill_bytes = 0;
   // Edge relay (NodePlan::edge_relays): context-coded chunks transcoded to their plain records,
   // their bytes in both forms and the CPU seconds the transcoding took (summed over threads).
   uint64_t edge_chunks = 0;

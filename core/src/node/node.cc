@@ -34,6 +34,7 @@
 #include "dcr/transport.h"
 #include "internal/mapped_file.h"
 #include "internal/safetensors.h"
+#include "node/blob_resume.h"
 #include "node/commit_reports.h"
 #include "node/edge_relay.h"
 #include "node/freeze_watch.h"
@@ -229,6 +230,21 @@ class NodeState {
   void Store(const BlobPtr& b) {
     std::lock_guard<std::mutex> lock(mu_);
     blobs_[b->info.id] = b;
+    internal::HeldRanges whole;
+    whole.Add(0, b->info.size);
+    ranges_[b->info.id] = whole;
+  }
+  // Bytes [offset, offset + length) of blob `id` arrived (a piece from the parent, a range
+  // fetched from the store).
+  void MarkHeld(BlobId id, uint64_t offset, uint64_t length) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ranges_[id].Add(offset, length);
+  }
+  // Bytes [0, HeldPrefix(id)) of blob `id` are held (0 when it is not held).
+  uint64_t HeldPrefix(BlobId id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = ranges_.find(id);
+    return blobs_.count(id) == 0 || it == ranges_.end() ? 0 : it->second.Prefix();
   }
   BlobPtr Find(BlobId id) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -238,11 +254,13 @@ class NodeState {
   void Erase(BlobId id) {
     std::lock_guard<std::mutex> lock(mu_);
     blobs_.erase(id);
+    ranges_.erase(id);
   }
   // Drops every blob (a stream left for another source).
   void Clear() {
     std::lock_guard<std::mutex> lock(mu_);
     blobs_.clear();
+    ranges_.clear();
   }
   // Every blob held, in id order.
   std::vector<BlobPtr> All() {
@@ -283,6 +301,7 @@ class NodeState {
   NodeResult* result_;
   internal::NodeMetrics metrics_;
   std::map<BlobId, BlobPtr> blobs_;
+  std::map<BlobId, internal::HeldRanges> ranges_;  // the bytes of each blob that arrived
 };
 
 // ---- tree links: the sockets of every edge the policy names, their readers and writers ----
@@ -673,6 +692,7 @@ class TreeLinks {
         return;
       }
       const double now = WallNow();
+      state_->MarkHeld(h.blob, h.offset, h.length);
       state_->Update([&](NodeResult* r) {
         NodeState::MarkBlob(r, now);
         r->bytes_received += h.length;
@@ -819,6 +839,10 @@ class StoreJobs {
     pool_.Submit([this, info, key] { FetchJob(info, key); });
   }
   void Stop() { pool_.Stop(); }
+  // Fetches continue from the bytes of a blob the node holds (node/blob_resume.h): pieces its
+  // parent sent before the stream moved to the store, ranges of a fetch that was cut. Off for
+  // an edge relay, whose held chunks are of another form than the store's.
+  void set_resume(bool on) { resume_ = on; }
 
  private:
   void PutJob(const BlobPtr& b, const std::string& key) {
@@ -852,9 +876,60 @@ class StoreJobs {
       state_->Update([&](NodeResult* r) {
         r->bytes_sent += b->bytes.size();
         if (plan_.emulate_wan) r->bytes_sent_long += b->bytes.size();
+        if (filling) r->fill_bytes += b->bytes.size();
       });
     }
     queue_->Post(event::PutDone{b->info.id, s.ok(), s.ToString()});
+  }
+
+  // The fetch of listed blob `info` (info.size within the plan's limit) in ranges from the first
+  // byte not held, into the blob's buffer (one of the listed size, created when the node holds
+  // none of it); the buffer keeps what arrived when a range fails, and the retry continues
+  // there. Returns false, having posted nothing, when the object is not of the listed size
+  // (the caller fetches it whole, dropping what was held).
+  bool FetchResumed(const BlobInfo& info, const std::string& key) {
+    BlobPtr b = state_->Find(info.id);
+    if (b != nullptr && (b->info.size != info.size || b->info.kind != info.kind)) {
+      state_->Erase(info.id);  // held under another form: not this object's bytes
+      b = nullptr;
+    }
+    if (b == nullptr) b = state_->GetOrCreate(info);
+    if (b == nullptr) {
+      queue_->Post(event::FetchDone{info.id, false,
+                                    ResourceExhaustedError("out of memory for blob " +
+                                                           std::to_string(info.id)).ToString()});
+      return true;
+    }
+    const uint64_t held = state_->HeldPrefix(info.id);
+    uint64_t have = held, fetched = 0;
+    bool other_size = false;
+    Status s;
+    if (have < info.size) {  // a blob held whole is not read again
+      s = internal::FetchRemainder(*store_, key, info.size,
+                                   std::max(plan_.relay.piece_bytes, internal::kMinFetchRangeBytes),
+                                   &b->bytes, &have, &fetched, &other_size);
+    }
+    if (have > held) state_->MarkHeld(info.id, held, have - held);
+    const double now = WallNow();
+    state_->Update([&](NodeResult* r) {
+      if (fetched > 0) NodeState::MarkBlob(r, now);
+      r->bytes_received += fetched;
+      r->fetched_bytes += fetched;
+      if (s.ok() && held > 0) {
+        ++r->resumed_blobs;
+        r->resumed_bytes += held;
+      }
+      if (s.ok() && held > 0 && held < info.size) {
+        r->recovery_log += "resumed blob " + std::to_string(info.id) + " at byte " +
+                           std::to_string(held) + " of " + std::to_string(info.size) + "\n";
+      }
+    });
+    if (other_size) {
+      state_->Erase(info.id);
+      return false;
+    }
+    queue_->Post(event::FetchDone{info.id, s.ok(), s.ok() ? "" : s.ToString()});
+    return true;
   }
 
   void ListJob(const std::string& prefix) {
@@ -886,6 +961,7 @@ class StoreJobs {
                         BlobKindName(info.kind)).ToString()});
       return;
     }
+    if (resume_ && FetchResumed(info, key)) return;
     // One byte past the limit tells an oversized object from one of exactly the limit (the
     // listing may be older than the object).
     auto got = store_->GetRange(key, 0, limit + 1);
@@ -906,6 +982,7 @@ class StoreJobs {
     state_->Update([&](NodeResult* r) {
       NodeState::MarkBlob(r, now);
       r->bytes_received += b->bytes.size();
+      r->fetched_bytes += b->bytes.size();
     });
     queue_->Post(event::FetchDone{info.id, true, ""});
   }
@@ -920,6 +997,7 @@ class StoreJobs {
   std::map<std::string, uint64_t> held_;  // SkipHeld: key -> size
   bool filling_ = false;                   // SkipHeld was called: look before each put
   std::atomic<uint64_t> skipped_{0};
+  bool resume_ = false;
   WorkPool pool_;
 };
 
@@ -1399,6 +1477,15 @@ class SocketNode : public NodeEnvironment {
   void Release(BlobId blob) override {
     // A recovering sender keeps the stream: a failed tree is followed by filling the store.
     if (plan_.rank == 0 && recovery_ != nullptr) return;
+    // A recovering node keeps what it applied, up to kResumeHoldBytes, until it commits: a
+    // fallback to the store then fetches none of it again (node/blob_resume.h).
+    if (recovery_ != nullptr && ingress_ == nullptr && !committed_) {
+      BlobPtr b = state_.Find(blob);
+      if (b != nullptr && kept_bytes_ + b->bytes.size() <= kResumeHoldBytes) {
+        kept_bytes_ += b->bytes.size();
+        return;
+      }
+    }
     state_.Erase(blob);
   }
   void Put(const action::Put& put) override {
@@ -1506,7 +1593,9 @@ class SocketNode : public NodeEnvironment {
     applier_.Drain();
     store_.Drain();
     queue_.Bump();
-    state_.Clear();
+    // The bytes held stay, for the download to continue from (node/blob_resume.h); an edge
+    // relay's are of another form than the store's.
+    if (ingress_ != nullptr) state_.Clear();
     doubtful_blobs_.clear();
     host_.reset();
     timer_at_ = -1;
@@ -1796,6 +1885,7 @@ class SocketNode : public NodeEnvironment {
     if (tree && !sender && edge && !restarted) DCR_RETURN_IF_ERROR(StartEdgeIngress());
     // A restarted node does not rejoin the tree: its peers were told it left when it died.
     if (tree && !restarted) DCR_RETURN_IF_ERROR(links_.Open(host_->links(), deadline_));
+    store_.set_resume(recover && !edge);
     if (!tree || recover) {
       DCR_RETURN_IF_ERROR(store_.Open(sender ? plan_.relay.max_parallel_puts
                                              : plan_.relay.max_parallel_fetches));
@@ -1888,6 +1978,10 @@ class SocketNode : public NodeEnvironment {
         }
         Recover(item.recovery);
       } else if (host_ != nullptr) {
+        // A blob that failed to apply is not held any more: a download fetches it whole.
+        if (const auto* a = std::get_if<event::ApplyDone>(&item.event); a != nullptr && !a->ok) {
+          state_.Erase(a->blob);
+        }
         // A sender filling the store was fed every blob built so far.
         if (produced != nullptr && !fed_.insert(produced->blob.id).second) continue;
         if (produced != nullptr && filled_store_) {
@@ -1965,6 +2059,9 @@ class SocketNode : public NodeEnvironment {
   std::vector<recovery::Event> pending_recovery_;
   std::map<uint64_t, BlobId> doubtful_blobs_;  // chunk id -> the blob whose relative form was refused
   std::unique_ptr<internal::StoreMirror> mirror_;
+  // Bytes of applied blobs kept for a resumed download (Release), at most kResumeHoldBytes.
+  static constexpr uint64_t kResumeHoldBytes = uint64_t{256} << 20;
+  uint64_t kept_bytes_ = 0;
   std::set<BlobId> fed_;  // sender: blobs produced that the current policy was given
   int starts_ = 1;
   bool filled_store_ = false;  // sender: the stream went to the store (tree left, or restarted)
@@ -2346,6 +2443,10 @@ std::string NodeResultToJson(const NodeResult& r) {
                    {"overwrite_repairs", r.overwrite_repairs},
                    {"chunks_skipped", r.chunks_skipped},
                    {"mirror_puts", r.mirror_puts},
+                   {"resumed_blobs", r.resumed_blobs},
+                   {"resumed_bytes", r.resumed_bytes},
+                   {"fetched_bytes", r.fetched_bytes},
+                   {"fill_bytes", r.fill_bytes},
                    {"storage_reattached", r.storage_reattached},
                    {"log", r.recovery_log}};
   if (r.retention_runs > 0) {
@@ -2412,6 +2513,10 @@ StatusOr<NodeResult> NodeResultFromJson(const std::string& text) {
       r.overwrite_repairs = v.value("overwrite_repairs", uint64_t{0});
       r.chunks_skipped = v.value("chunks_skipped", uint64_t{0});
       r.mirror_puts = v.value("mirror_puts", uint64_t{0});
+      r.resumed_blobs = v.value("resumed_blobs", uint64_t{0});
+      r.resumed_bytes = v.value("resumed_bytes", uint64_t{0});
+      r.fetched_bytes = v.value("fetched_bytes", uint64_t{0});
+      r.fill_bytes = v.value("fill_bytes", uint64_t{0});
       r.storage_reattached = v.value("storage_reattached", false);
       r.recovery_log = v.value("log", std::string());
     }
