@@ -832,13 +832,7 @@ Status PrepareRecovery(const std::string& run_dir, TransportKind transport,
     if (ec) return InternalError("removing " + region + ": " + ec.message());
     DCR_RETURN_IF_ERROR(MkdirP(region));
   }
-  for (NodePlan& p : *plans) {
-    p.state_dir = state;
-    if (tree && p.store.empty()) {
-      p.store = "dir:" + region;
-      p.mirror_to_store = p.rank != 0 && p.parents[p.rank] == 0;
-    }
-  }
+  AddRecovery(state, "dir:" + region, plans);
   return Status();
 }
 
@@ -972,17 +966,9 @@ StatusOr<std::vector<RunResult>> RunLongLivedRefits(const Scenario& s,
                        MakePlans(s, method, transport, ckpts[0], ckpts[1], run_dir, work_dir,
                                  prefix_of(1)));
   DCR_RETURN_IF_ERROR(AddTls(s, run_dir + "/tls", &plans));
+  AddVersions(std::vector<std::string>(ckpts.begin() + 1, ckpts.begin() + 1 + s.steps),
+              prefix_of, run_dir, &plans);
   for (NodePlan& p : plans) {
-    for (int step = 1; step <= s.steps; ++step) {
-      NodeVersion v;
-      v.version = static_cast<uint64_t>(step);
-      v.target_path = ckpts[step];
-      v.verify_path = p.verify_path.empty() ? "" : ckpts[step];
-      v.prefix = prefix_of(step);
-      v.result_path = run_dir + "/node-" + std::to_string(p.rank) + "-v" +
-                      std::to_string(step) + ".json";
-      p.versions.push_back(v);
-    }
     if (s.progress) p.progress_path = run_dir + "/progress-" + std::to_string(p.rank) + ".json";
   }
   // Recovering and supervised, on every device (a device receiver's committed version is

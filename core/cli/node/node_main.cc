@@ -9,6 +9,9 @@
 //                                          node's GPU from LOCAL_RANK, SLURM_LOCALID or
 //                                          OMPI_COMM_WORLD_LOCAL_RANK when set (through
 //                                          receivers.devices), else its index on its host.
+//                                          With --target: one refit. Without: long-lived, one
+//                                          version per model.checkpoints entry after the base,
+//                                          recovering with --state DIR (HostPlan, node_plans.h).
 // Either form probes the plan's device first: one that cannot be used is refused (exit 15 for
 // cuda without a usable GPU, naming CUDA and the reason) before the node connects or loads.
 #include <cstdio>
@@ -38,7 +41,9 @@ struct NodeArgs {
   // Run folder of the plans; every file the plans put there is overridden below (result, ready
   // and go paths), and the store path comes from the scenario.
   std::string work_dir = ".";
-  std::string prefix = "refit/step-1";
+  std::string prefix;  // "" = refit/step-1 (one refit), refit (long-lived: refit/step-<k>)
+  std::string state;   // recovery state of a long-lived node
+  std::string store;   // its in-region store
 };
 
 StatusOr<NodePlan> PlanFromArgs(const NodeArgs& a) {
@@ -56,38 +61,28 @@ StatusOr<NodePlan> PlanFromArgs(const NodeArgs& a) {
     return InvalidArgumentError("--rank: not given and none of SLURM_PROCID, OMPI_COMM_WORLD_RANK, "
                                 "PMI_RANK is set");
   }
-  if (rank > s.receivers.count) {
-    return InvalidArgumentError("--rank " + std::to_string(rank) + ": the scenario has ranks 0.." +
-                                std::to_string(s.receivers.count));
+  HostPlanOptions o;
+  o.method = a.method == "full" ? Method::kFull : Method::kDelta;
+  o.transport = a.transport == "object_store" ? TransportKind::kObjectStore
+                                              : TransportKind::kRelayTree;
+  o.base = a.base;
+  o.target = a.target;
+  o.work_dir = a.work_dir;
+  o.prefix = a.prefix;
+  o.state_dir = a.state;
+  o.store = a.store;
+  o.result_path = a.out;
+  DCR_ASSIGN_OR_RETURN(NodePlan p, HostPlan(s, rank, o));
+  if (p.rank == 0) {
+    for (const NodeVersion& v : p.versions) {
+      if (v.target_path.empty()) {
+        return InvalidArgumentError(
+            "version " + std::to_string(v.version) +
+            ": no checkpoint for the sender (give model.checkpoints, one per version after the "
+            "base, or publish from the training process through dcr/publisher_c.h)");
+      }
+    }
   }
-  Method m = a.method == "full" ? Method::kFull : Method::kDelta;
-  TransportKind t = a.transport == "object_store" ? TransportKind::kObjectStore
-                                                  : TransportKind::kRelayTree;
-  if (t == TransportKind::kRelayTree && s.network.hosts.empty()) {
-    return InvalidArgumentError("network.hosts: a multi-host relay tree needs one host:port per rank");
-  }
-  // No default directory store: a fixed path in the system temp dir is one another local user can
-  // create first and fill with objects of its choosing.
-  if (t == TransportKind::kObjectStore && s.transport.object_store.kind == StoreKind::kDir &&
-      s.transport.object_store.path.empty()) {
-    return InvalidArgumentError(
-        "transport.object_store.path: a multi-host object-store run over a directory store needs "
-        "its path (a directory every host reaches, writable only by the run's user)");
-  }
-  DCR_ASSIGN_OR_RETURN(auto plans, MakePlans(s, m, t, a.base, a.target, a.work_dir, a.work_dir,
-                                             a.prefix));
-  DCR_RETURN_IF_ERROR(AddTls(s, "", &plans));
-  DCR_RETURN_IF_ERROR(AddSigning(s, "", a.work_dir, &plans));
-  NodePlan p = plans[rank];
-  // One process per host rank: the launcher's local rank picks the device when it is set.
-  const int local = LocalRankFromEnvironment();
-  if (local >= 0 && p.device == "cuda") {
-    p.device_index = rank == 0 ? local : DeviceIndexFor(s, local);
-  }
-  p.result_path = a.out;
-  // No runner here: the start barrier is the connection set-up itself.
-  p.ready_path.clear();
-  p.go_path.clear();
   return p;
 }
 
@@ -127,8 +122,18 @@ int main(int argc, char** argv) {
   app.add_option("--transport", a.transport, "relay_tree | object_store")
       ->check(CLI::IsMember({"relay_tree", "object_store"}));
   app.add_option("--base", a.base, "Base checkpoint (sender and delta receivers)");
-  app.add_option("--target", a.target, "Target checkpoint (sender; receivers verify against it)");
-  app.add_option("--prefix", a.prefix, "Object-store prefix of this refit");
+  app.add_option("--target", a.target,
+                 "Target checkpoint of a one-refit run (sender; receivers verify against it). "
+                 "Without it the node is long-lived: one version per model.checkpoints entry "
+                 "after the base");
+  app.add_option("--prefix", a.prefix,
+                 "Object-store prefix of this refit (default refit/step-1), or the root of the "
+                 "versions' prefixes <prefix>/step-<k> (long-lived; default refit)");
+  app.add_option("--state", a.state,
+                 "Long-lived form: recovery state directory (kept across restarts of this rank)");
+  app.add_option("--store", a.store,
+                 "Long-lived form with --state: the in-region store (dir:PATH or s3://...) every "
+                 "node of the region reaches");
   app.add_option("--result", a.out, "Write the node result JSON here");
   try {
     app.parse(argc, argv);

@@ -238,6 +238,110 @@ Status AddSigning(const Scenario& s, const std::string& generate_dir,
   return Status();
 }
 
+void AddVersions(const std::vector<std::string>& targets,
+                 const std::function<std::string(int)>& prefix_of, const std::string& result_dir,
+                 std::vector<NodePlan>* plans) {
+  for (NodePlan& p : *plans) {
+    for (size_t k = 1; k <= targets.size(); ++k) {
+      NodeVersion v;
+      v.version = k;
+      v.target_path = targets[k - 1];
+      v.verify_path = p.verify_path.empty() ? "" : targets[k - 1];
+      v.prefix = prefix_of(static_cast<int>(k));
+      v.result_path = result_dir + "/node-" + std::to_string(p.rank) + "-v" + std::to_string(k) +
+                      ".json";
+      p.versions.push_back(v);
+    }
+  }
+}
+
+void AddRecovery(const std::string& state_dir, const std::string& region_store,
+                 std::vector<NodePlan>* plans) {
+  for (NodePlan& p : *plans) {
+    p.state_dir = state_dir;
+    if (p.transport == "relay_tree" && p.store.empty()) {
+      p.store = region_store;
+      p.mirror_to_store = p.rank != 0 && p.parents[p.rank] == 0;
+    }
+  }
+}
+
+StatusOr<NodePlan> HostPlan(const Scenario& s, int rank, const HostPlanOptions& o) {
+  if (rank < 0 || rank > s.receivers.count) {
+    return InvalidArgumentError("--rank " + std::to_string(rank) + ": the scenario has ranks 0.." +
+                                std::to_string(s.receivers.count));
+  }
+  const bool tree = o.transport == TransportKind::kRelayTree;
+  if (tree && s.network.hosts.empty()) {
+    return InvalidArgumentError("network.hosts: a multi-host relay tree needs one host:port per rank");
+  }
+  // No default directory store: a fixed path in the system temp dir is one another local user can
+  // create first and fill with objects of its choosing.
+  const auto& os = s.transport.object_store;
+  const bool named_store = os.kind != StoreKind::kDir || !os.path.empty();
+  if (!tree && !named_store) {
+    return InvalidArgumentError(
+        "transport.object_store.path: a multi-host object-store run over a directory store needs "
+        "its path (a directory every host reaches, writable only by the run's user)");
+  }
+  const bool long_lived = o.target.empty();
+  if (!long_lived && !o.state_dir.empty()) {
+    return InvalidArgumentError(
+        "--state: recovery is for the long-lived form (no --target: the versions come from "
+        "model.checkpoints or the trainer)");
+  }
+  std::string base = o.base;
+  std::vector<std::string> targets;
+  if (long_lived) {
+    const auto& ck = s.model.checkpoints;
+    if (base.empty() && ck.empty()) {
+      return InvalidArgumentError(
+          "--base: a long-lived run of a preset model needs the base checkpoint every receiver "
+          "holds (or give model.checkpoints)");
+    }
+    if (base.empty()) base = ck[0];
+    if (!ck.empty()) {
+      targets.assign(ck.begin() + 1, ck.end());
+    } else {
+      targets.assign(static_cast<size_t>(s.steps), std::string());
+    }
+  }
+  const std::string root = !o.prefix.empty() ? o.prefix : long_lived ? "refit" : "refit/step-1";
+  auto prefix_of = [&root](int k) { return root + "/step-" + std::to_string(k); };
+  DCR_ASSIGN_OR_RETURN(
+      auto plans, MakePlans(s, o.method, o.transport, base,
+                            long_lived ? targets[0] : o.target, o.work_dir, o.work_dir,
+                            long_lived ? prefix_of(1) : root));
+  DCR_RETURN_IF_ERROR(AddTls(s, "", &plans));
+  DCR_RETURN_IF_ERROR(AddSigning(s, "", o.work_dir, &plans));
+  if (long_lived) {
+    AddVersions(targets, prefix_of, o.state_dir.empty() ? o.work_dir : o.state_dir, &plans);
+    if (!o.state_dir.empty()) {
+      std::string region = o.store;
+      if (region.empty() && tree) {
+        if (!named_store) {
+          return InvalidArgumentError(
+              "--state: recovery over a relay tree needs an in-region store every node of the "
+              "region reaches: give --store SPEC, or transport.object_store with a path or S3");
+        }
+        region = StoreUrl(s, o.work_dir);
+      }
+      AddRecovery(o.state_dir, region, &plans);
+    }
+  }
+  NodePlan p = plans[rank];
+  // One process per host rank: the launcher's local rank picks the device when it is set.
+  const int local = LocalRankFromEnvironment();
+  if (local >= 0 && p.device == "cuda") {
+    p.device_index = rank == 0 ? local : DeviceIndexFor(s, local);
+  }
+  p.result_path = o.result_path;
+  // No runner here: the start barrier is the connection set-up itself.
+  p.ready_path.clear();
+  p.go_path.clear();
+  return p;
+}
+
 StatusOr<std::string> NodeExe() {
   char buf[4096];
   ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);

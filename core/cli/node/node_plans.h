@@ -6,6 +6,7 @@
 #ifndef DCR_CORE_CLI_NODE_NODE_PLANS_H_
 #define DCR_CORE_CLI_NODE_NODE_PLANS_H_
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,51 @@ Status AddTls(const Scenario& s, const std::string& generate_dir, std::vector<No
 // the pair and prints the scenario keys). Errors: the key writer's.
 Status AddSigning(const Scenario& s, const std::string& generate_dir,
                   const std::string& floor_dir, std::vector<NodePlan>* plans);
+
+// Versions 1..targets.size() of a long-lived run for every plan (NodePlan::versions): version k
+// delivers targets[k - 1] ("" for a sender whose trainer hands the contents through
+// dcr/publisher_c.h), is verified against it by receivers that verify (plan.verify_path set),
+// goes under store prefix prefix_of(k) and writes its result to
+// result_dir/node-<rank>-v<k>.json.
+void AddVersions(const std::vector<std::string>& targets,
+                 const std::function<std::string(int)>& prefix_of, const std::string& result_dir,
+                 std::vector<NodePlan>* plans);
+
+// Recovery for every node (node_recovery.h, version_state.h): durable state in `state_dir`; a
+// relay tree without a store gets `region_store` as its in-region store, which the sender's
+// children (the long-link relays) fill with what they receive and every recovery reads. The
+// caller decides whether `state_dir` starts empty (`dcr run`) or is the one a restarted node
+// resumes from (the multi-host form).
+void AddRecovery(const std::string& state_dir, const std::string& region_store,
+                 std::vector<NodePlan>* plans);
+
+// The plan of one rank of a multi-host run of `s` (`dcr-node SCENARIO --rank R`, and the
+// trainer-side C API's sender): addresses from network.hosts, TLS and signing from the files the
+// scenario names (`dcr keys`), no start barrier. Two forms:
+//   * one refit: `target` given (the sender's new version; receivers verify against it), from
+//     `base` to `target` under store prefix `prefix` ("" = refit/step-1);
+//   * long-lived (`target` empty): `base` ("" = model.checkpoints[0]) then one version per
+//     model.checkpoints entry after the first (their checkpoints; receivers verify against
+//     them), or, with a preset, `steps` versions whose contents the trainer hands (the sender
+//     needs VersionHooks::content). Version k goes under prefix "<prefix>/step-<k>" ("" =
+//     "refit"). With `state_dir` every node recovers (AddRecovery) and a restarted process
+//     resumes at the version it holds; the in-region store is `store` (a store URL), else the
+//     scenario's transport.object_store when it names a path or S3.
+// The floor files and, without `state_dir`, the results live in `work_dir`.
+// Errors: kInvalidArgument for a rank outside the scenario, a relay tree without
+// network.hosts, a directory store without a path, recovery without a store or in a one-refit
+// run; MakePlans', AddTls', AddSigning's.
+struct HostPlanOptions {
+  Method method = Method::kDelta;
+  TransportKind transport = TransportKind::kRelayTree;
+  std::string base, target;
+  std::string work_dir = ".";
+  std::string prefix;
+  std::string state_dir;
+  std::string store;
+  std::string result_path;  // the node's result JSON ("" = none)
+};
+StatusOr<NodePlan> HostPlan(const Scenario& s, int rank, const HostPlanOptions& o);
 
 // Checks, before any node starts, that every device the nodes of a mode-real run of `s` open is
 // usable: ProbeDevice (dcr/device.h) of sender.device (device 0; when the scenario has the delta

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# The multi-host form in its long-lived mode, against the real binaries: one `dcr-node SCENARIO
+# --rank R` process per rank on loopback (each with its own host directory and --state), three
+# versions from the scenario's model.checkpoints over a TLS relay tree with signed deltas. A
+# scheduler loop per rank restarts a node that was killed (exit 137), as a cluster scheduler
+# would (dcr run's supervisor does the same: a node that dies or fails is restarted, 8 times at
+# most). The test kills a leaf receiver with -9 in the middle of version 2's stream (VICTIM=R
+# picks another rank): it comes back at the version it holds, every rank exits 0, every receiver
+# is verified byte for byte at every version, and each receiver's own commit report of the last
+# version reaches the sender (of an earlier one, unless the sender declared it dead then). Also: the sender's refusal of a version without a checkpoint, and --state with
+# --target.
+source "$(dirname "$0")/cli_lib.sh" "$@"
+node="$(cd "$(dirname "$dcr")" && pwd)/dcr-node"
+"$dcr" synth --preset tiny --rate 3% --steps 4 --out "$tmp/ck" -q >/dev/null 2>&1; check synth 0 $?
+ck="$tmp/ck"
+port=$(( 20000 + RANDOM % 12000 ))
+scenario() {  # scenario FILE [NETWORK-LINES]
+  cat > "$1" <<YAML
+name: multihost-steps
+model: {checkpoints: [$ck/step0.safetensors, $ck/step1.safetensors, $ck/step2.safetensors, $ck/step3.safetensors]}
+transport:
+  relay_tree: {fan_out: 2, root_fan_out: 1, chunk: 4KiB}
+  object_store: {kind: dir, path: $tmp/region-store}
+receivers: {count: 3}
+delta: {chunk_elems: 16384}
+network:
+  hosts: ["127.0.0.1:$port", "127.0.0.1:$((port + 1))", "127.0.0.1:$((port + 2))", "127.0.0.1:$((port + 3))"]
+  long_link: {bandwidth: 2Mbit/s, latency: 20ms}
+  emulation: transport
+${2:-}
+timeout: 30s
+YAML
+}
+scenario "$tmp/shape.yaml"
+"$dcr" keys "$tmp/shape.yaml" -o "$tmp/keys" >/dev/null 2>&1; check keys 0 $?
+scenario "$tmp/s.yaml" "  tls: {ca: $tmp/keys/ca.crt, cert: '$tmp/keys/node-{rank}.crt', key: '$tmp/keys/node-{rank}.key'}
+  signing: {key: $tmp/keys/trainer.key, trust: $tmp/keys/trainer.pub}"
+mkdir -p "$tmp/region-store"
+
+supervise() {  # supervise RANK: rank R's node, started again when it dies or fails (8 times at most)
+  local r=$1 rc
+  mkdir -p "$tmp/h$r"
+  echo 0 > "$tmp/h$r/restarts"
+  while :; do
+    (cd "$tmp/h$r" && exec "$node" "$tmp/s.yaml" --rank "$r" --state "$tmp/h$r/state" \
+      --result "$tmp/h$r/result.json") >>"$tmp/h$r/log" 2>&1 &
+    echo $! > "$tmp/h$r/pid"
+    wait $!; rc=$?
+    echo "exit $rc" >> "$tmp/h$r/exits"
+    if [ "$rc" = 0 ] || [ "$(cat "$tmp/h$r/restarts")" -ge 8 ]; then echo "$rc" > "$tmp/h$r/rc"; return; fi
+    echo $(( $(cat "$tmp/h$r/restarts") + 1 )) > "$tmp/h$r/restarts"
+  done
+}
+sups=()
+for r in 3 2 1 0; do supervise "$r" & sups+=($!); done
+trap 'for r in 0 1 2 3; do kill -9 "$(cat "$tmp/h$r/pid" 2>/dev/null)" 2>/dev/null; done; rm -rf "$tmp"' EXIT
+kill_in() {  # kill_in RANK VERSION: kill -9 RANK's node a while after it started VERSION
+  local r=$1 v=$2
+  for _ in $(seq 1 1200); do
+    compgen -G "$tmp/h$r/state/v$v/rank-$r.starts" >/dev/null && break
+    sleep 0.05
+  done
+  sleep 0.3
+  kill -9 "$(cat "$tmp/h$r/pid")"; check "kill-rank-$r-in-v$v" 0 $?
+}
+victim=${VICTIM:-3}
+kill_in "$victim" 2
+wait "${sups[@]}"
+for r in 0 1 2 3; do check "rank-$r-exit" 0 "$(cat "$tmp/h$r/rc")"; done
+grep -q "exit 137" "$tmp/h$victim/exits"; check "rank-$victim-killed-and-restarted" 0 $?
+python3 - "$tmp" <<'PY'; check versions-verified 0 $?
+import json, sys
+tmp = sys.argv[1]
+for v in (1, 2, 3):
+    s = json.load(open("%s/h0/state/node-0-v%d.json" % (tmp, v)))
+    assert s["ok"], (v, s)
+    for r in (1, 2, 3):
+        j = json.load(open("%s/h%d/state/node-%d-v%d.json" % (tmp, r, r, v)))
+        assert j["ok"] and j["verified"], (r, v, j.get("error"), j.get("verify_message"))
+        assert j["verify_message"] == "byte-for-byte equal to the target", j
+    reported = {c["rank"] for c in s["reports"]
+                if c["ok"] and c["version"] == v and c["target_hash"] == s["target_hash"]}
+    # A receiver that missed the sender's deadline is declared dead for that version (and
+    # catches up on its own); every receiver's own commit report of the last version reaches
+    # the sender.
+    dead = {int(d.split(":")[0]) for d in s.get("declared_dead", [])}
+    assert reported | dead == {1, 2, 3}, (v, s["reports"], dead)
+    if v == 3:
+        assert reported == {1, 2, 3}, (v, s["reports"])
+print("ok   3 versions x 3/3 receivers verified byte for byte")
+PY
+# The processes before and after the kill took part: the victim's versions 1-3 finished in more
+# than one process.
+python3 - "$tmp" "$victim" <<'PY'; check restarted-process-took-part 0 $?
+import json, sys
+tmp, victim = sys.argv[1], int(sys.argv[2])
+for r in range(4):
+    pids = {json.load(open("%s/h%d/state/node-%d-v%d.json" % (tmp, r, r, v)))["pid"]
+            for v in (1, 2, 3)}
+    assert r != victim or len(pids) >= 2, (r, pids)
+PY
+
+# The sender of a preset scenario has no checkpoints for its versions: refused, naming the C API.
+sed -e "s|model: {checkpoints: .*|model: {preset: tiny}|" -e "s|^timeout:|steps: 2\ntimeout:|" \
+  "$tmp/s.yaml" > "$tmp/preset.yaml"
+"$node" "$tmp/preset.yaml" --rank 0 --base "$ck/step0.safetensors" >/dev/null 2>"$tmp/nock.err"
+check sender-without-checkpoints 11 $?
+has names-publisher "$tmp/nock.err" "dcr/publisher_c.h"
+"$node" "$tmp/s.yaml" --rank 1 --state "$tmp/x" --base "$ck/step0.safetensors" \
+  --target "$ck/step1.safetensors" >/dev/null 2>"$tmp/st.err"
+check state-needs-long-lived 11 $?
+has names-state "$tmp/st.err" "--state"
+exit $fail
