@@ -2,6 +2,9 @@
 
 #include <filesystem>
 
+#include "dcr/status_macros.h"
+#include "transport/tls.h"
+
 namespace dcr::cli {
 
 Status AddCatchUpNodes(const Scenario& s, TransportKind transport, Method method,
@@ -37,7 +40,7 @@ Status AddCatchUpNodes(const Scenario& s, TransportKind transport, Method method
   (*plans)[0].store = store;
   (*plans)[0].receiver_deadline_s = s.receivers.deadline_s;
   const NodePlan model = (*plans)[server];
-  auto add = [&](bool late) {
+  auto add = [&](bool late) -> StatusOr<int> {
     NodePlan p = model;
     p.rank = static_cast<int>(plans->size());
     p.transport = "object_store";
@@ -48,12 +51,9 @@ Status AddCatchUpNodes(const Scenario& s, TransportKind transport, Method method
     p.catch_up_full_frame_fraction = cu.full_frame_fraction;
     p.mirror_to_store = false;
     p.serve_full_frames = false;
-    p.state_dir.clear();
     p.ready_path.clear();
     p.go_path.clear();
-    p.tls_ca.clear();
-    p.tls_cert.clear();
-    p.tls_key.clear();
+    p.tls_links = false;  // no tree edge: the certificate signs its commit reports only
     p.metrics_address.clear();
     p.fault_kill_chunk = p.fault_kill_blob = -1;
     if (late) p.receiver_base_path.clear();
@@ -65,20 +65,42 @@ Status AddCatchUpNodes(const Scenario& s, TransportKind transport, Method method
       v.result_path = run_dir + "/node-" + std::to_string(p.rank) + "-v" +
                       std::to_string(v.version) + ".json";
     }
+    if (!p.tls_ca.empty()) {
+      // Its own certificate of the run (rank p.rank): the sender counts a report in the store
+      // only when that rank signed it. The scenario's files name it ("{rank}"); a run whose
+      // credentials dcr run generated mints it beside the others.
+      const std::string rank = std::to_string(p.rank);
+      if (s.network.tls.ca.empty()) {
+        const std::string dir = run_dir + "/tls";
+        const Status minted =
+            internal::WriteExtraCredential(dir, "receiver", p.rank, "node-" + rank, 7);
+        if (!minted.ok()) return minted.WithContext("catch_up: certificate of rank " + rank);
+        p.tls_cert = dir + "/node-" + rank + ".crt";
+        p.tls_key = dir + "/node-" + rank + ".key";
+      } else {
+        auto with_rank = [&](std::string f) {
+          for (size_t at; (at = f.find("{rank}")) != std::string::npos;) f.replace(at, 6, rank);
+          return f;
+        };
+        p.tls_cert = with_rank(s.network.tls.cert);
+        p.tls_key = with_rank(s.network.tls.key);
+      }
+    }
     plans->push_back(p);
     return p.rank;
   };
   if (cu.down_step > 0) {
-    const int r = add(false);
+    DCR_ASSIGN_OR_RETURN(const int r, add(false));
     (*plans)[0].region_receivers.push_back(r);
     // Killed once it committed the version before down_step and that step starts; started
-    // again (holding its base: it keeps no journal) when step down_step + down_versions starts.
+    // again when step down_step + down_versions starts (from its journal when the run recovers:
+    // holding the version it committed last; else holding its base).
     const std::string committed_before = plans->back().versions[cu.down_step - 2].result_path;
     actions->push_back(StepAction{StepAction::kKill, r, cu.down_step, committed_before});
     actions->push_back(StepAction{StepAction::kRestart, r, cu.down_step + cu.down_versions, ""});
   }
   if (cu.join_step > 0) {
-    const int r = add(true);
+    DCR_ASSIGN_OR_RETURN(const int r, add(true));
     actions->push_back(StepAction{StepAction::kStart, r, cu.join_step, ""});
   }
   return Status();

@@ -153,9 +153,11 @@ Status RunScenarioProcessFaults(const Scenario& s, double rate,
       const int n = static_cast<int>(plans->size());
       std::vector<bool> used(n, false);
       std::vector<int> relays;
-      for (int r = 1; r < n; ++r) {
-        for (int c = 1; c < n; ++c) {
-          if ((*plans)[c].parents[c] == r) {
+      // Relays: tree ranks with a child (region receivers, ranks past the tree, have none).
+      const int tree = static_cast<int>((*plans)[0].parents.size());
+      for (int r = 1; r < tree; ++r) {
+        for (int c = 1; c < tree; ++c) {
+          if ((*plans)[0].parents[c] == r) {
             relays.push_back(r);
             break;
           }

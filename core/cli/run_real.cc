@@ -279,6 +279,7 @@ StatusOr<Child> StartDeferred(const NodePlan& p, const std::string& run_dir) {
   c.rank = p.rank;
   c.log = run_dir + "/node-" + std::to_string(p.rank) + ".log";
   c.plan_path = run_dir + "/plan-" + std::to_string(p.rank) + ".json";
+  if (!p.versions.empty()) c.state_dir = p.state_dir;
   DCR_ASSIGN_OR_RETURN(c.pid, SpawnNode(exe, c.plan_path, c.log, false));
   return c;
 }
@@ -583,7 +584,7 @@ Status SpawnAndWait(const Scenario& s, const std::vector<NodePlan>& plans,
       if (now < (first ? go_at : go_of[k.version]) + k.at_s) continue;
       k.done = true;
       for (const Child& c : children) {
-        if (c.rank == k.rank && !c.exited) kill(c.pid, SIGKILL);
+        if (c.rank == k.rank && !c.exited && !c.down) kill(c.pid, SIGKILL);
       }
     }
     if (!failure.ok() || now > deadline) {
@@ -972,21 +973,21 @@ StatusOr<std::vector<RunResult>> RunLongLivedRefits(const Scenario& s,
     if (s.progress) p.progress_path = run_dir + "/progress-" + std::to_string(p.rank) + ".json";
   }
   // Recovering and supervised, on every device (a device receiver's committed version is
-  // written to its state at each commit: node_recovery.h). A run with a `catch_up:` block runs
-  // its tree without that recovery: its long-link relay serves full frames from the storage it
-  // carries from version to version.
-  const bool recover = !s.catch_up.enabled;
-  if (recover) DCR_RETURN_IF_ERROR(PrepareRecovery(run_dir, transport, &plans));
-  if (faults != nullptr && faults->set_points) faults->set_points(&plans);
-  // Region receivers (a receiver down for some versions, a late joiner) and their actions.
+  // written to its state at each commit: node_recovery.h); with a `catch_up:` block its region
+  // receivers too (AddCatchUpNodes gives them the state root), and the long-link relay serves
+  // full frames from the committed checkpoint it holds.
+  DCR_RETURN_IF_ERROR(PrepareRecovery(run_dir, transport, &plans));
+  // Region receivers (a receiver down for some versions, a late joiner) and their actions; the
+  // faults block's kill points may then fall on them too.
   std::vector<StepAction> actions;
   DCR_RETURN_IF_ERROR(AddCatchUpNodes(s, transport, method, run_dir, run_dir + "/region-store",
                                       &plans, &actions));
+  if (faults != nullptr && faults->set_points) faults->set_points(&plans);
   Scenario whole = s;  // the session's deadline covers every step
   whole.timeout_s = s.timeout_s * s.steps;
   std::vector<CpuPoint> cpu;
   std::vector<std::string> restarts;
-  const Status st = SpawnAndWait(whole, plans, run_dir, label, &cpu, recover ? &restarts : nullptr,
+  const Status st = SpawnAndWait(whole, plans, run_dir, label, &cpu, &restarts,
                                  faults != nullptr ? faults->kills : std::vector<ExternalKill>(),
                                  actions);
   std::vector<RunResult> runs;
@@ -1015,7 +1016,7 @@ StatusOr<std::vector<RunResult>> RunLongLivedRefits(const Scenario& s,
         rr.restarts.push_back(line);
       }
     }
-    if (recover) SumRecovery(results, &rr);
+    SumRecovery(results, &rr);
     const NodeResult& sender = results[0];
     const ReceiverTotals t = CollectReceivers(results, at, transport, &rr, &region_dead);
     rr.catch_up = StepCatchUpEvents(at, results);

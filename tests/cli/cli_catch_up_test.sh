@@ -4,13 +4,15 @@
 # that follow the versions from the in-region store the long-link relay fills:
 #  - rank 7 is killed once it committed version 1 as step 2 starts and kept down until step 4
 #    starts: the sender declares it dead at version 2 (no commit report within
-#    receivers.deadline) and goes on without it; restarted holding its base, it replays the
-#    retained deltas of the versions it missed from the in-region store and is re-admitted;
+#    receivers.deadline) and goes on without it; restarted, it comes back from its journal
+#    holding version 1 (it does not take version 1 again), replays the retained deltas of the
+#    versions it missed from the in-region store and is re-admitted;
 #  - rank 8 joins when step 3 starts holding nothing: it asks for a full frame, which the
 #    long-link relay (an in-region holder of the committed version) puts into the region store.
 # Every receiver is bit-exact at every version it held (each verifies its bytes against that
 # step's target checkpoint), the run exits 0, the result JSON names who caught up, how, and the
-# long-link bytes it cost (none: the sender's long-link bytes stay one stream per child).
+# long-link bytes it cost (none: the sender's long-link bytes stay one stream per child). The
+# region receivers' commit reports in the store carry their rank's signature.
 source "$(dirname "$0")/cli_lib.sh" "$@"
 cat > "$tmp/s.yaml" <<YAML
 name: catch-up
@@ -52,8 +54,11 @@ for r in runs:
         events.append((r["step"], e["node"], e["event"], e["long_link_bytes"], e["store_bytes"]))
 print("events:", events)
 print("how:", sorted(how.items()))
-# Rank 7: declared dead at version 2, replayed the versions it missed from the region store.
+# Rank 7: declared dead at version 2, replayed the versions it missed from the region store;
+# version 1 it took once, before the kill (its journal holds it across the restart).
 assert (2, 7, "declared_dead", 0, 0) in events, events
+assert how[(7, 1)] == "follow", how[(7, 1)]
+assert not any(e[:3] == (1, 7, "replay") for e in events), events
 for step in (2, 3):
     assert how[(7, step)] == "replay", (step, how[(7, step)])
     assert any(e[:3] == (step, 7, "replay") and e[3] == 0 and e[4] > 0 for e in events), events
@@ -72,6 +77,19 @@ for rank in range(7):
             for k in range(1, 6)}
     assert len(pids) == 1, (rank, pids)
 PY
+python3 - "$(ls -d "$tmp"/work/run-*)" <<'PY'; check region-reports-signed 0 $?
+import glob, os, struct, sys
+reports = glob.glob(os.path.join(sys.argv[1], "region-store", "*", "step-*", "reports", "[78]"))
+assert len(reports) >= 5, reports
+for path in reports:
+    b = open(path, "rb").read()
+    (body,) = struct.unpack_from("<I", b, 0)
+    (tail,) = struct.unpack_from("<I", b, 4 + body)
+    assert tail > 64, (path, tail)  # certificate and Ed25519 signature (tls.h SignReport)
+PY
+if grep -q "refused the region store" "$(ls -d "$tmp"/work/run-*)/node-0.log"; then
+  echo "FAIL: the sender refused a region receiver's own report"; fail=1
+fi
 has frame-logged "$(ls -d "$tmp"/work/run-*)/node-8.log" "full frame of version"
 has served-logged "$(ls -d "$tmp"/work/run-*)/node-1.log" "full frame of version"
 exit $fail

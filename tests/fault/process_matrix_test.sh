@@ -4,9 +4,11 @@
 # outside) and restarts them; every receiver must end bit-exact (each verifies its storage byte
 # for byte against the target after committing), every injected kill survived, at least 50.
 # Then the same kinds in three-step runs of long-lived nodes (scenarios/faults-process-steps.yaml),
-# each kill at a seeded step: every receiver bit-exact at every step, every kill survived; and
-# once more with the receivers on the device path's host backend, nodes 2 and 5 in host memory
-# (scenarios/faults-process-steps-device.yaml).
+# each kill at a seeded step: every receiver bit-exact at every step, every kill survived; once
+# more with the receivers on the device path's host backend, nodes 2 and 5 in host memory
+# (scenarios/faults-process-steps-device.yaml); and in four-step runs with catch-up
+# (scenarios/faults-process-catch-up.yaml: a region receiver down for a step, a late joiner),
+# where the region receivers are among the ranks killed.
 set -euo pipefail
 DCR=$1
 work=$(mktemp -d)
@@ -30,6 +32,8 @@ for run in r["runs"]:
     assert not run.get("error"), run.get("error")
     assert run["receivers_verified"] == run["receivers"]
     for rr in run["receiver_results"]:
+        if rr.get("catch_up") == "absent":  # a region receiver down or not yet joined
+            continue
         assert rr["verified"], rr
 PY
 }
@@ -59,4 +63,20 @@ restarts = [l for run in r["runs"] for l in run.get("restarts", [])]
 on_device = [l for l in restarts if l.split(":")[0] in ("node 1", "node 3", "node 4", "node 6")]
 assert on_device, ("no device receiver was killed", restarts)
 print("device multi-step: %d restarts, %d of device receivers" % (len(restarts), len(on_device)))
+PY
+sed "s|^  seed: 3|  seed: 3\n  work_dir: $work/catch-up|" scenarios/faults-process-catch-up.yaml > "$work/c.yaml"
+"$DCR" run "$work/c.yaml" --out "$work/catch-up.json" > "$work/out-catch-up.txt"
+check "$work/catch-up.json" 10
+python3 - "$work/catch-up.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+held = {}  # region rank -> steps it held, each verified (check above)
+for run in r["runs"]:
+    for x in run["receiver_results"]:
+        if x["node"] >= 7 and x.get("catch_up") != "absent":
+            held.setdefault(x["node"], set()).add(run["step"])
+assert held.get(7) and held.get(8), held
+frames = [e for run in r["runs"] for e in run.get("catch_up", []) if e["event"] == "full_frame"]
+assert frames and all(e["long_link_bytes"] == 0 for e in frames), frames
+print("catch-up: region receivers held steps %s" % {k: sorted(v) for k, v in held.items()})
 PY

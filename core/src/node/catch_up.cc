@@ -15,7 +15,9 @@
 #include "dcr/status_macros.h"
 #include "node/commit_reports.h"
 #include "node/node_trust.h"
+#include "node/version_state.h"
 #include "node/versions.h"
+#include "transport/tls.h"
 #include "transport/net.h"
 
 namespace dcr::internal {
@@ -170,8 +172,7 @@ const BufferReceiver* HostStorage(const Receiver& storage) {
 
 }  // namespace
 
-StatusOr<uint64_t> PutFullFrame(ObjectStore* store, const std::string& prefix,
-                                const Receiver& storage) {
+StatusOr<std::vector<uint8_t>> FullFrameImage(const Receiver& storage) {
   const BufferReceiver* host = HostStorage(storage);
   const auto* device = dynamic_cast<const DeviceReceiver*>(Unwrapped(storage));
   if (host == nullptr && device == nullptr) {
@@ -198,7 +199,29 @@ StatusOr<uint64_t> PutFullFrame(ObjectStore* store, const std::string& prefix,
                                  downloaded.back().data(), t.info.nbytes});
     }
   }
-  const std::vector<uint8_t> image = SafetensorsImage(views);
+  return SafetensorsImage(views);
+}
+
+StatusOr<uint64_t> PutFullFrame(ObjectStore* store, const std::string& prefix,
+                                const Receiver& storage) {
+  DCR_ASSIGN_OR_RETURN(const std::vector<uint8_t> image, FullFrameImage(storage));
+  DCR_RETURN_IF_ERROR(store->Put(FullFrameKey(prefix), image.data(), image.size()));
+  return static_cast<uint64_t>(image.size());
+}
+
+StatusOr<uint64_t> PutFullFrameOfCheckpoint(ObjectStore* store, const std::string& prefix,
+                                            const std::string& checkpoint_path) {
+  DCR_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(checkpoint_path));
+  std::vector<uint8_t> image;
+  if (!ckpt->sharded()) {
+    DCR_ASSIGN_OR_RETURN(image, ReadFile(checkpoint_path));
+  } else {
+    std::vector<TensorView> views;
+    for (const TensorInfo& t : ckpt->tensors()) {
+      views.push_back(TensorView{t.name, t.dtype_name, t.shape, ckpt->data(t), t.nbytes});
+    }
+    image = SafetensorsImage(views);
+  }
   DCR_RETURN_IF_ERROR(store->Put(FullFrameKey(prefix), image.data(), image.size()));
   return static_cast<uint64_t>(image.size());
 }
@@ -236,19 +259,25 @@ StatusOr<std::unique_ptr<BufferReceiver>> FetchFullFrame(ObjectStore* store,
 }
 
 Status PutRegionReport(ObjectStore* store, const std::string& prefix, int rank, uint64_t run,
-                       uint64_t version, const Hash128& hash) {
+                       uint64_t version, const Hash128& hash, const TlsContext* signer) {
   CommitReport r;
   r.rank = rank;
   r.run = run;
   r.version = version;
   r.target_hash = hash;
   r.ok = true;
-  const ReportRecord record = EncodeReportRecord(r);
+  ReportRecord record = EncodeReportRecord(r);
+  if (signer != nullptr) {
+    const auto body = ReportBody(record);
+    DCR_ASSIGN_OR_RETURN(std::vector<uint8_t> tail, signer->SignReport(body.first, body.second));
+    SetReportTail(&record, std::move(tail));
+  }
   return store->Put(RegionReportKey(prefix, rank), record.bytes.data(), record.bytes.size());
 }
 
 std::optional<CommitReport> GetRegionReport(ObjectStore* store, const std::string& prefix,
-                                            int rank, uint64_t run, uint64_t version) {
+                                            int rank, uint64_t run, uint64_t version,
+                                            const TlsContext* checker, std::string* refused) {
   auto got = store->Get(RegionReportKey(prefix, rank));
   if (!got.ok()) return std::nullopt;
   size_t consumed = 0;
@@ -257,14 +286,26 @@ std::optional<CommitReport> GetRegionReport(ObjectStore* store, const std::strin
       rec->report.version != version) {
     return std::nullopt;
   }
+  if (checker != nullptr) {
+    const auto body = ReportBody(*rec);
+    Status sig = checker->CheckReportSignature(rec->tail.data(), rec->tail.size(), body.first,
+                                               body.second, rank);
+    if (!sig.ok()) {
+      if (refused != nullptr) *refused = sig.message();
+      return std::nullopt;
+    }
+  }
   return rec->report;
 }
 
 std::vector<CommitReport> CollectRegionReports(ObjectStore* store, const std::string& prefix,
                                                uint64_t run, uint64_t version, int first_rank,
-                                               const std::set<int>& wait_for, double deadline_s) {
+                                               const std::set<int>& wait_for, double deadline_s,
+                                               const TlsContext* checker,
+                                               std::vector<std::string>* refused) {
   const double until = SteadyNow() + deadline_s;
   std::map<int, CommitReport> got;
+  std::set<int> refused_ranks;
   while (true) {
     auto listed = store->List(prefix + "/reports/");
     if (listed.ok()) {
@@ -276,8 +317,13 @@ std::vector<CommitReport> CollectRegionReports(ObjectStore* store, const std::st
             got.count(static_cast<int>(rank))) {
           continue;
         }
-        if (auto r = GetRegionReport(store, prefix, static_cast<int>(rank), run, version)) {
+        std::string why;
+        if (auto r = GetRegionReport(store, prefix, static_cast<int>(rank), run, version,
+                                     checker, &why)) {
           got[static_cast<int>(rank)] = *r;
+        } else if (!why.empty() && refused_ranks.insert(static_cast<int>(rank)).second &&
+                   refused != nullptr) {
+          refused->push_back(std::to_string(rank) + ": " + why);
         }
       }
     }
@@ -297,6 +343,17 @@ StatusOr<int> ServeFullFrameRequests(ObjectStore* store, const NodePlan& plan,
   DCR_ASSIGN_OR_RETURN(std::vector<ObjectInfo> pending, store->List(dir));
   if (pending.empty()) return 0;
   DCR_RETURN_IF_ERROR(PutFullFrame(store, prefix, storage).status());
+  for (const ObjectInfo& o : pending) (void)store->Delete(o.key);
+  return static_cast<int>(pending.size());
+}
+
+StatusOr<int> ServeFullFrameRequestsFromCheckpoint(ObjectStore* store, const NodePlan& plan,
+                                                   const std::string& prefix,
+                                                   const std::string& checkpoint_path) {
+  const std::string dir = CatchUpRoot(plan) + "/catch-up/requests/";
+  DCR_ASSIGN_OR_RETURN(std::vector<ObjectInfo> pending, store->List(dir));
+  if (pending.empty()) return 0;
+  DCR_RETURN_IF_ERROR(PutFullFrameOfCheckpoint(store, prefix, checkpoint_path).status());
   for (const ObjectInfo& o : pending) (void)store->Delete(o.key);
   return static_cast<int>(pending.size());
 }
@@ -330,7 +387,8 @@ namespace {
 // Loads the full frame of `fv` into *storage (behind the plan's trust checks), verifies it and
 // leaves its commit report; `fr` is the version's result.
 Status TakeFullFrame(const NodePlan& plan, ObjectStore* store, const NodeVersion& fv,
-                     const std::string& why, std::unique_ptr<Receiver>* storage, NodeResult* fr) {
+                     const std::string& why, const TlsContext* signer,
+                     std::unique_ptr<Receiver>* storage, NodeResult* fr) {
   fr->t_start = WallNow();
   auto frame = FetchFullFrame(store, fv.prefix, fv.version, &fr->bytes_received);
   if (!frame.ok()) return frame.status().WithContext("receiver " + std::to_string(plan.rank));
@@ -350,7 +408,18 @@ Status TakeFullFrame(const NodePlan& plan, ObjectStore* store, const NodeVersion
                plan.rank, static_cast<unsigned long long>(fv.version),
                static_cast<unsigned long long>(fr->bytes_received), why.c_str());
   return PutRegionReport(store, fv.prefix, plan.rank, plan.run_id, fv.version,
-                         (*storage)->held().hash);
+                         (*storage)->held().hash, signer);
+}
+
+// A recovering region receiver's full frame of `version` made durable: the image of `storage`
+// written under the version's state directory, adopted as the committed checkpoint it holds.
+Status KeepFullFrame(const NodePlan& plan, VersionRecovery* recovery, uint64_t version,
+                     const Receiver& storage) {
+  DCR_ASSIGN_OR_RETURN(const std::vector<uint8_t> image, FullFrameImage(storage));
+  const std::string path = VersionStateDir(plan.state_dir, version) + "/rank-" +
+                           std::to_string(plan.rank) + ".committed.safetensors";
+  DCR_RETURN_IF_ERROR(WriteFileAtomic(path, image.data(), image.size()));
+  return recovery->Adopt(version, path);
 }
 
 }  // namespace
@@ -372,6 +441,16 @@ Status RunRegionReceiverVersions(const NodePlan& plan, NodeResult* result) {
     dense_bytes = base->total_tensor_bytes();
     held = 0;
   }
+  // Journaled and resumable (version_state.h): each version's storage is a file mapping in its
+  // state directory, committed as the checkpoint the next version starts from.
+  std::unique_ptr<VersionRecovery> recovery;
+  if (!plan.state_dir.empty()) {
+    DCR_ASSIGN_OR_RETURN(recovery, VersionRecovery::Open(plan));
+  }
+  std::shared_ptr<const TlsContext> signer;  // signs its commit reports
+  if (!plan.tls_cert.empty()) {
+    DCR_ASSIGN_OR_RETURN(signer, TlsContext::Load(plan.tls_ca, plan.tls_cert, plan.tls_key));
+  }
   std::unique_ptr<Receiver> storage;  // null until the first version (or frame) is held
   bool requested = false;
   bool catching_up = false;
@@ -392,8 +471,26 @@ Status RunRegionReceiverVersions(const NodePlan& plan, NodeResult* result) {
   };
   for (size_t i = 0; i < plan.versions.size() && s.ok(); ++i) {
     const NodeVersion& v = plan.versions[i];
+    if (recovery != nullptr && recovery->Finished(v)) {
+      // Finished by an earlier process (held, or passed over): its result stands.
+      auto text = ReadFile(v.result_path);
+      auto r = text.ok() ? NodeResultFromJson(std::string(text->begin(), text->end()))
+                         : StatusOr<NodeResult>(text.status());
+      if (r.ok()) *result = *r;
+      if (!recovery->held_path().empty() && recovery->held_number() == v.version) {
+        held = v.version;
+        if (dense_bytes == 0) {
+          DCR_ASSIGN_OR_RETURN(auto c, Checkpoint::Open(recovery->held_path()));
+          dense_bytes = c->total_tensor_bytes();
+        }
+      }
+      continue;
+    }
     if (held && *held >= v.version) {
       s = absent(v, *held);
+      if (s.ok() && recovery != nullptr) {
+        s = WriteVersionDone(plan.state_dir, plan.rank, VersionDone{v.version, ""});
+      }
       continue;
     }
     CatchUpStep step;
@@ -432,13 +529,23 @@ Status RunRegionReceiverVersions(const NodePlan& plan, NodeResult* result) {
                           " outside the plan's versions");
         break;
       }
-      for (size_t m = i; m < k && s.ok(); ++m) s = absent(plan.versions[m], step.version);
+      for (size_t m = i; m < k && s.ok(); ++m) {
+        s = absent(plan.versions[m], step.version);
+        if (s.ok() && recovery != nullptr) {
+          s = WriteVersionDone(plan.state_dir, plan.rank,
+                               VersionDone{plan.versions[m].version, ""});
+        }
+      }
       if (!s.ok()) break;
       NodeResult fr;
       fr.rank = plan.rank;
       fr.pid = result->pid;
       fr.role = "receiver";
-      s = TakeFullFrame(plan, store.get(), plan.versions[k], step.why, &storage, &fr);
+      s = TakeFullFrame(plan, store.get(), plan.versions[k], step.why, signer.get(), &storage,
+                        &fr);
+      if (s.ok() && recovery != nullptr) {
+        s = KeepFullFrame(plan, recovery.get(), plan.versions[k].version, *storage);
+      }
       if (s.ok()) {
         held = plan.versions[k].version;
         returning = true;
@@ -455,6 +562,7 @@ Status RunRegionReceiverVersions(const NodePlan& plan, NodeResult* result) {
       if (s.ok()) s = w;
       *result = fr;
       requested = false;
+      if (recovery != nullptr) storage.reset();  // the next version starts from the file
       i = k;
       continue;
     }
@@ -478,17 +586,32 @@ Status RunRegionReceiverVersions(const NodePlan& plan, NodeResult* result) {
       if (!published) returning = false;
     }
     NodeResult r;
-    s = RunNodeVersion(VersionPlan(plan, v), &r, &storage);
+    NodePlan vp = VersionPlan(plan, v);
+    if (recovery != nullptr) recovery->Prepare(v, i, &vp);
+    s = RunNodeVersion(vp, &r, recovery == nullptr ? &storage : nullptr);
     r.catch_up = step.kind == CatchUpStep::kReplay ? "replay" : "follow";
     if (step.kind == CatchUpStep::kReplay) {
-      r.recovery_log = step.why;
+      r.recovery_log += (r.recovery_log.empty() ? "" : "\n") + step.why;
       std::fprintf(stderr, "receiver %d: version %llu: %s\n", plan.rank,
                    static_cast<unsigned long long>(v.version), step.why.c_str());
     }
-    if (s.ok() && storage != nullptr) {
+    if (s.ok() && recovery != nullptr) {
+      // The committed storage becomes the checkpoint of v; the report names its content hash.
+      s = recovery->Done(vp);
+      if (s.ok()) {
+        auto c = Checkpoint::Open(recovery->held_path());
+        if (!c.ok()) {
+          s = c.status();
+        } else {
+          held = v.version;
+          s = PutRegionReport(store.get(), v.prefix, plan.rank, plan.run_id, v.version,
+                              (*c)->ContentHash(), signer.get());
+        }
+      }
+    } else if (s.ok() && storage != nullptr) {
       held = storage->held().number;
       s = PutRegionReport(store.get(), v.prefix, plan.rank, plan.run_id, v.version,
-                          storage->held().hash);
+                          storage->held().hash, signer.get());
     }
     Status w = WriteResult(v.result_path, r);
     if (s.ok()) s = w;

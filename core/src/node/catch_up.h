@@ -34,6 +34,8 @@
 
 namespace dcr::internal {
 
+class TlsContext;  // transport/tls.h
+
 // ---- the decision ----
 
 // What the in-region store holds of one published version.
@@ -104,6 +106,14 @@ StatusOr<StoredVersion> InspectStoredVersion(ObjectStore* store, const std::stri
 // device's and the store's errors.
 StatusOr<uint64_t> PutFullFrame(ObjectStore* store, const std::string& prefix,
                                 const Receiver& storage);
+// The same for a checkpoint file (a recovering holder's committed checkpoint of the version,
+// version_state.h): a single safetensors file is put as it is, a sharded one as one image of its
+// tensors. Errors: Checkpoint::Open's, the store's.
+StatusOr<uint64_t> PutFullFrameOfCheckpoint(ObjectStore* store, const std::string& prefix,
+                                            const std::string& checkpoint_path);
+// The safetensors image of a host-memory receiver's tensors (what PutFullFrame puts).
+// kUnimplemented for storage in device memory.
+StatusOr<std::vector<uint8_t>> FullFrameImage(const Receiver& storage);
 
 // Fetches the full frame of version `number` under `prefix` and checks its content hash against
 // the target hash of that version's trailer in the store (the delta the long-link relay
@@ -114,35 +124,54 @@ StatusOr<std::unique_ptr<BufferReceiver>> FetchFullFrame(ObjectStore* store,
                                                          uint64_t number, uint64_t* bytes);
 
 // A region receiver's commit report of `version` (committed with `hash`) at
-// RegionReportKey(prefix, rank).
+// RegionReportKey(prefix, rank), signed with `signer` (the receiver's run certificate, tls.h
+// SignReport) when it is set.
 Status PutRegionReport(ObjectStore* store, const std::string& prefix, int rank, uint64_t run,
-                       uint64_t version, const Hash128& hash);
-// The report of `rank` for (run, version) under `prefix`, if the store holds one.
+                       uint64_t version, const Hash128& hash, const TlsContext* signer = nullptr);
+// The report of `rank` for (run, version) under `prefix`, if the store holds one. With `checker`
+// (the sender's run credentials) a report is taken only when `rank` signed it
+// (CheckReportSignature); `refused` (may be null) then gets why one was not.
 std::optional<CommitReport> GetRegionReport(ObjectStore* store, const std::string& prefix,
-                                            int rank, uint64_t run, uint64_t version);
+                                            int rank, uint64_t run, uint64_t version,
+                                            const TlsContext* checker = nullptr,
+                                            std::string* refused = nullptr);
 
 // Sender: the region receivers' commit reports of (run, version) under `prefix`: every report
 // there of a rank at or above `first_rank` (the ranks outside the tree), polled until each rank
-// in `wait_for` reported or `deadline_s` passed. A report of another run or version, or one
-// that does not parse, is not taken.
+// in `wait_for` reported or `deadline_s` passed. A report of another run or version, one that
+// does not parse, or (with `checker`) one its rank did not sign is not taken; `refused` (may be
+// null) gets "<rank>: why" for each signed-report refusal, once per rank.
 std::vector<CommitReport> CollectRegionReports(ObjectStore* store, const std::string& prefix,
                                                uint64_t run, uint64_t version, int first_rank,
-                                               const std::set<int>& wait_for, double deadline_s);
+                                               const std::set<int>& wait_for, double deadline_s,
+                                               const TlsContext* checker = nullptr,
+                                               std::vector<std::string>* refused = nullptr);
 
 // An in-region holder of committed versions (NodePlan::serve_full_frames): when a request is
 // pending under CatchUpRoot(plan), puts a full frame of `storage` (version `prefix`'s) and
 // removes the requests it saw. Returns how many requests it served (0: none pending).
 StatusOr<int> ServeFullFrameRequests(ObjectStore* store, const NodePlan& plan,
                                      const std::string& prefix, const Receiver& storage);
+// The same for a recovering holder, from the committed checkpoint of the version it holds
+// (PutFullFrameOfCheckpoint).
+StatusOr<int> ServeFullFrameRequestsFromCheckpoint(ObjectStore* store, const NodePlan& plan,
+                                                   const std::string& prefix,
+                                                   const std::string& checkpoint_path);
 
 // ---- the region receiver ----
 
 // RunNode for a long-lived receiver that follows the versions from the in-region store
 // (NodePlan::region_receiver): before each version it plans its step (PlanCatchUp over what the
 // store holds), takes the version as a downloader (follow or replay) or loads a full frame,
-// verifies, and leaves its commit report at RegionReportKey. A version it does not hold (not
-// yet joined, or skipped by a full frame) gets a result with catch_up "absent". Errors: the
-// first version's error; kDeadlineExceeded when no full frame came within plan.timeout_s.
+// verifies, and leaves its commit report at RegionReportKey (signed with its run certificate when
+// the plan names one: plan.tls_ca / tls_cert / tls_key). A version it does not hold (not yet
+// joined, or skipped by a full frame) gets a result with catch_up "absent". With
+// plan.state_dir it recovers as the tree's long-lived receivers do (version_state.h): each
+// version taken as a journaled one-version downloader in <state_dir>/v<k>/, the committed
+// checkpoint of every version it held (a full frame written out as one) its next base, and a
+// restarted process resumes at the version it holds, leaving the results of the versions it
+// finished as they are. Errors: the first version's error; kDeadlineExceeded when no full frame
+// came within plan.timeout_s; VersionRecovery::Open's; TlsContext::Load's.
 Status RunRegionReceiverVersions(const NodePlan& plan, NodeResult* result);
 
 }  // namespace dcr::internal

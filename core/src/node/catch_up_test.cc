@@ -14,6 +14,7 @@
 #include "dcr/device.h"
 #include "dcr/relay_policy.h"
 #include "node/versions.h"
+#include "transport/tls.h"
 
 namespace dcr::internal {
 namespace {
@@ -263,6 +264,76 @@ TEST_F(RegionStoreTest, RequestsAreServedOnceAndReportsRoundTrip) {
   auto reports = CollectRegionReports(store_.get(), "run/v1", 77, 1, 7, {9, 10}, 0.05);
   ASSERT_EQ(reports.size(), 1u);
   EXPECT_EQ(reports[0].rank, 9);
+}
+
+// With the run's credentials the sender counts a region report only when its rank signed it: an
+// unsigned one (what a stranger with write access to the store can plant), one signed by another
+// rank (a tree node speaking for a region receiver) and an altered one are refused, with why.
+TEST_F(RegionStoreTest, SignedRegionReportsCountOnlyForTheirOwnRank) {
+  const std::string keys = (dir_ / "keys").string();
+  auto id = NewRunId();
+  ASSERT_TRUE(id.ok());
+  ASSERT_TRUE(WriteRunCredentials(keys, *id, TreeRoles({-1, 0}), 1, false).ok());
+  ASSERT_TRUE(WriteExtraCredential(keys, "receiver", 9, "node-9", 1).ok());
+  auto load = [&](int rank) {
+    auto c = TlsContext::Load(keys + "/ca.crt", keys + "/node-" + std::to_string(rank) + ".crt",
+                              keys + "/node-" + std::to_string(rank) + ".key");
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return c.ok() ? *c : nullptr;
+  };
+  auto sender = load(0), tree = load(1), region = load(9);
+  ASSERT_TRUE(sender && tree && region);
+  const Hash128 h{5, 6};
+  std::string why;
+  // Unsigned: refused.
+  ASSERT_TRUE(PutRegionReport(store_.get(), "run/v1", 9, 77, 1, h).ok());
+  EXPECT_FALSE(GetRegionReport(store_.get(), "run/v1", 9, 77, 1, sender.get(), &why).has_value());
+  EXPECT_NE(why.find("not signed"), std::string::npos) << why;
+  // Signed by rank 1 for rank 9: refused.
+  ASSERT_TRUE(PutRegionReport(store_.get(), "run/v1", 9, 77, 1, h, tree.get()).ok());
+  why.clear();
+  EXPECT_FALSE(GetRegionReport(store_.get(), "run/v1", 9, 77, 1, sender.get(), &why).has_value());
+  EXPECT_NE(why.find("rank 9"), std::string::npos) << why;
+  std::vector<std::string> refused;
+  EXPECT_TRUE(CollectRegionReports(store_.get(), "run/v1", 77, 1, 2, {9}, 0.05, sender.get(),
+                                   &refused)
+                  .empty());
+  ASSERT_EQ(refused.size(), 1u);  // once per rank, however often it polled
+  EXPECT_EQ(refused[0].rfind("9: ", 0), 0u) << refused[0];
+  // Signed by rank 9 itself: taken.
+  ASSERT_TRUE(PutRegionReport(store_.get(), "run/v1", 9, 77, 1, h, region.get()).ok());
+  auto got = GetRegionReport(store_.get(), "run/v1", 9, 77, 1, sender.get(), &why);
+  ASSERT_TRUE(got.has_value()) << why;
+  EXPECT_EQ(got->target_hash, h);
+  EXPECT_EQ(CollectRegionReports(store_.get(), "run/v1", 77, 1, 2, {9}, 0.05, sender.get()).size(),
+            1u);
+  // The same record with one byte of its body changed (the hash it claims): refused.
+  auto bytes = store_->Get(RegionReportKey("run/v1", 9));
+  ASSERT_TRUE(bytes.ok());
+  (*bytes)[4 + 24] ^= 1;  // body: rank, code, run, version, then the hash
+  ASSERT_TRUE(store_->Put(RegionReportKey("run/v1", 9), bytes->data(), bytes->size()).ok());
+  EXPECT_FALSE(GetRegionReport(store_.get(), "run/v1", 9, 77, 1, sender.get(), &why).has_value());
+}
+
+// A recovering holder serves a frame from its committed checkpoint file: bit-exact against the
+// version, checked against its trailer as any frame.
+TEST_F(RegionStoreTest, FrameFromACommittedCheckpointFile) {
+  NodePlan plan;
+  NodeVersion v;
+  v.version = 1;
+  v.prefix = "run/v1";
+  plan.versions.push_back(v);
+  ASSERT_TRUE(store_->Put(FullFrameRequestKey("run", 9), "x", 1).ok());
+  auto served = ServeFullFrameRequestsFromCheckpoint(store_.get(), plan, "run/v1", paths_[1]);
+  ASSERT_TRUE(served.ok()) << served.status().ToString();
+  EXPECT_EQ(*served, 1);
+  uint64_t bytes = 0;
+  auto joiner = FetchFullFrame(store_.get(), "run/v1", 1, &bytes);
+  ASSERT_TRUE(joiner.ok()) << joiner.status().ToString();
+  EXPECT_TRUE(VerifyFile(**joiner, paths_[1]).ok());
+  // The base's file is not version 1: refused by the fetcher.
+  ASSERT_TRUE(PutFullFrameOfCheckpoint(store_.get(), "run/v1", paths_[0]).ok());
+  EXPECT_TRUE(FetchFullFrame(store_.get(), "run/v1", 1, &bytes).status().IsDataLoss());
 }
 
 TEST(SenderJointCommitTest, SilentReceiverIsDeclaredDeadAndReadmittedByAReport) {

@@ -1757,7 +1757,8 @@ class SocketNode : public NodeEnvironment {
   // that restarted recovers outside the tree, and its parent reports it failed): waits (polling
   // the store, within the node's deadline) until every receiver rank has a committed report
   // from the tree or any report from the store, which replaces the tree's. A record of another
-  // run or version is not taken.
+  // run or version is not taken, nor, when this node has the run's credentials, one that its
+  // rank did not sign (a store is no more trusted than a relay).
   Status CollectStoreReports(std::vector<CommitReport>* reports) {
     std::set<int> have;
     for (const CommitReport& c : *reports) {
@@ -1775,6 +1776,18 @@ class SocketNode : public NodeEnvironment {
             rec->report.version != plan_.version) {
           continue;
         }
+        if (const internal::TlsContext* tls = ReportCredentials(); tls != nullptr) {
+          const auto body = internal::ReportBody(*rec);
+          Status sig = tls->CheckReportSignature(rec->tail.data(), rec->tail.size(), body.first,
+                                                 body.second, rank);
+          if (!sig.ok()) {
+            if (refused_store_reports_.insert(rank).second) {
+              std::fprintf(stderr, "node %d: refused the store's commit report of rank %d: %s\n",
+                           plan_.rank, rank, sig.message().c_str());
+            }
+            continue;
+          }
+        }
         reports->erase(std::remove_if(reports->begin(), reports->end(),
                                       [rank](const CommitReport& c) { return c.rank == rank; }),
                        reports->end());
@@ -1790,6 +1803,19 @@ class SocketNode : public NodeEnvironment {
       usleep(20000);
     }
   }
+  // The run credentials that sign this node's commit reports and check the store's: the tree
+  // links' (when they opened TLS), else the plan's certificate loaded once (a store downloader,
+  // or a node whose tree links did not open); null when the plan names none or they do not load
+  // (the reports then go unsigned, and a sender checks none, as on a run without credentials).
+  const internal::TlsContext* ReportCredentials() const {
+    if (const internal::TlsContext* tls = links_.tls(); tls != nullptr) return tls;
+    if (report_tls_ == nullptr && !report_tls_tried_ && !plan_.tls_cert.empty()) {
+      report_tls_tried_ = true;
+      auto loaded = internal::TlsContext::Load(plan_.tls_ca, plan_.tls_cert, plan_.tls_key);
+      if (loaded.ok()) report_tls_ = *loaded;
+    }
+    return report_tls_.get();
+  }
   // This node's commit report: committed with the hash its storage holds, or failed with `s`.
   internal::ReportRecord OwnReport(const Status& s) const {
     CommitReport r;
@@ -1804,8 +1830,10 @@ class SocketNode : public NodeEnvironment {
       r.error = s.ToString();
     }
     internal::ReportRecord record = internal::EncodeReportRecord(r);
-    // Signed with this node's key (tls.h SignReport) so that the sender can attribute it.
-    if (const internal::TlsContext* tls = links_.tls(); tls != nullptr) {
+    // Signed with this node's key (tls.h SignReport) so that the sender can attribute it: the
+    // tree links' credentials, or, for a node without tree links (a store downloader), the
+    // plan's certificate loaded for the purpose.
+    if (const internal::TlsContext* tls = ReportCredentials(); tls != nullptr) {
       const auto body = internal::ReportBody(record);
       auto tail = tls->SignReport(body.first, body.second);
       if (tail.ok()) internal::SetReportTail(&record, std::move(*tail));
@@ -2064,6 +2092,9 @@ class SocketNode : public NodeEnvironment {
   uint64_t kept_bytes_ = 0;
   std::set<BlobId> fed_;  // sender: blobs produced that the current policy was given
   int starts_ = 1;
+  mutable std::shared_ptr<const internal::TlsContext> report_tls_;  // ReportCredentials
+  mutable bool report_tls_tried_ = false;
+  std::set<int> refused_store_reports_;  // sender: ranks whose store report it refused (said once)
   bool filled_store_ = false;  // sender: the stream went to the store (tree left, or restarted)
   std::unique_ptr<internal::EdgeTranscoder> store_plain_;  // sender: PlainForStore's transcoder
   uint64_t blobs_whole_ = 0;

@@ -235,17 +235,26 @@ Status VersionRecovery::Done(const NodePlan& p) {
                                                    held_path_));
   }
   DCR_RETURN_IF_ERROR(WriteVersionDone(plan_.state_dir, plan_.rank, d));
-  if (!d.checkpoint.empty()) {
-    // The committed checkpoint of the version before is no longer any version's base.
-    const std::string old = held_path_;
-    held_path_ = d.checkpoint;
-    held_number_ = p.version;
-    if (old != plan_.receiver_base_path && old.rfind(plan_.state_dir + "/", 0) == 0) {
-      std::error_code ec;
-      std::filesystem::remove_all(old, ec);
-    }
-  }
+  if (!d.checkpoint.empty()) Hold(d.version, d.checkpoint);
   return Status();
+}
+
+Status VersionRecovery::Adopt(uint64_t version, const std::string& image) {
+  DCR_RETURN_IF_ERROR(WriteVersionDone(plan_.state_dir, plan_.rank, VersionDone{version, image}));
+  Hold(version, image);
+  return Status();
+}
+
+void VersionRecovery::Hold(uint64_t version, const std::string& checkpoint) {
+  // The committed checkpoint of the version before is no longer any version's base.
+  const std::string old = held_path_;
+  held_path_ = checkpoint;
+  held_number_ = version;
+  if (!old.empty() && old != checkpoint && old != plan_.receiver_base_path &&
+      old.rfind(plan_.state_dir + "/", 0) == 0) {
+    std::error_code ec;
+    std::filesystem::remove_all(old, ec);
+  }
 }
 
 Status VersionRecovery::SaveCommit(uint64_t done, const VersionId& baseline,

@@ -95,11 +95,21 @@ class VersionRecovery {
   // After p's version ended ok: a receiver's storage becomes the committed checkpoint of that
   // version (the one before it is removed), and the version is recorded done.
   Status Done(const NodePlan& p);
+  // Receiver: makes the checkpoint file `image` (a full frame of version `version`, already
+  // written under VersionStateDir(state_dir, version)) the committed checkpoint it holds, and
+  // records the version done (the checkpoint of the version before is removed as Done does).
+  // Errors: errno errors writing the record.
+  Status Adopt(uint64_t version, const std::string& image);
+  // Receiver: the checkpoint of the version it holds (plan.receiver_base_path until it finished
+  // a version; empty for a late joiner before its first frame) and that version's number.
+  const std::string& held_path() const { return held_path_; }
+  uint64_t held_number() const { return held_number_; }
   // Sender: records the joint commit after version `done`.
   Status SaveCommit(uint64_t done, const VersionId& baseline, const std::vector<int>& live);
 
  private:
   VersionRecovery() = default;
+  void Hold(uint64_t version, const std::string& checkpoint);
   NodePlan plan_;  // the long-lived plan (rank, method, state_dir, fault points)
   std::string held_path_;  // receiver: the checkpoint of the version it holds
   uint64_t held_number_ = 0;

@@ -9,6 +9,7 @@
 #include "node/store_retention.h"
 #include "node/version_state.h"
 #include "node/catch_up.h"
+#include "transport/tls.h"
 
 namespace dcr::internal {
 
@@ -135,6 +136,38 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
                               (plan.serve_full_frames && !sender))) {
     DCR_ASSIGN_OR_RETURN(region, OpenObjectStore(plan.store));
   }
+  // The sender checks the region receivers' reports against the run's credentials: a report in
+  // the store counts only when its rank signed it.
+  std::shared_ptr<const TlsContext> checker;
+  if (joint && region != nullptr && !plan.tls_cert.empty()) {
+    DCR_ASSIGN_OR_RETURN(checker, TlsContext::Load(plan.tls_ca, plan.tls_cert, plan.tls_key));
+  }
+  // A recovering in-region holder serves full frames from the committed checkpoint of the
+  // version it holds, which exists on every device and survives a restart (on "cpu" the
+  // process's storage does not live from version to version).
+  const bool holder = region != nullptr && !sender && plan.serve_full_frames;
+  auto serve = [&](const std::string& prefix, uint64_t version, const Receiver* from,
+                   NodeResult* r) {
+    StatusOr<int> served = 0;
+    if (from != nullptr) {
+      served = ServeFullFrameRequests(region.get(), plan, prefix, *from);
+    } else {
+      served = ServeFullFrameRequestsFromCheckpoint(region.get(), plan, prefix,
+                                                    recovery->held_path());
+    }
+    if (served.ok() && *served > 0) {
+      r->full_frames_served = *served;
+      std::fprintf(stderr, "node %d: full frame of version %llu put in the region store for %d request(s)\n",
+                   plan.rank, static_cast<unsigned long long>(version), *served);
+      return true;
+    }
+    if (!served.ok()) {
+      std::fprintf(stderr, "node %d: full-frame request not served: %s\n", plan.rank,
+                   served.status().ToString().c_str());
+    }
+    return false;
+  };
+  const NodeVersion* finished_held = nullptr;  // restarted holder: the last version it finished
   std::unique_ptr<Receiver> storage;  // a delta receiver's storage, version to version
   Hash128 built_from;                  // the sender's base hash for the version in flight
   Status s;
@@ -146,7 +179,14 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
       auto r = text.ok() ? NodeResultFromJson(std::string(text->begin(), text->end()))
                          : StatusOr<NodeResult>(text.status());
       if (r.ok()) *result = *r;
+      if (holder) finished_held = &v;
       continue;
+    }
+    if (finished_held != nullptr) {
+      // A holder restarted after it committed a version serves what is pending from it.
+      NodeResult ignored;
+      serve(finished_held->prefix, finished_held->version, nullptr, &ignored);
+      finished_held = nullptr;
     }
     NodePlan p = plan;
     p.versions.clear();
@@ -188,18 +228,11 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
       if (hooks.done) hooks.done(v, r, s);
       break;
     }
-    if (region != nullptr && !sender && storage != nullptr) {
+    if (holder && recovery == nullptr && storage != nullptr) {
       // An in-region holder: a pending late joiner or laggard gets a full frame of this version.
-      auto served = ServeFullFrameRequests(region.get(), plan, p.relay.prefix, *storage);
-      if (served.ok() && *served > 0) {
-        r.full_frames_served = *served;
-        std::fprintf(stderr, "node %d: full frame of version %llu put in the region store for %d request(s)\n",
-                     plan.rank, static_cast<unsigned long long>(v.version), *served);
+      if (serve(p.relay.prefix, v.version, storage.get(), &r)) {
         *result = r;
         (void)WriteResultFile(p.result_path, r);
-      } else if (!served.ok()) {
-        std::fprintf(stderr, "node %d: full-frame request not served: %s\n", plan.rank,
-                     served.status().ToString().c_str());
       }
     }
     if (joint && region != nullptr) {
@@ -220,10 +253,16 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
           wait_for.insert(c.rank);
         }
       }
+      std::vector<std::string> refused;
       std::vector<CommitReport> got =
           CollectRegionReports(region.get(), p.relay.prefix, plan.run_id, v.version,
-                               first_rank, wait_for, plan.receiver_deadline_s);
+                               first_rank, wait_for, plan.receiver_deadline_s, checker.get(),
+                               &refused);
       for (CommitReport& c : got) r.reports.push_back(std::move(c));
+      for (const std::string& why : refused) {
+        std::fprintf(stderr, "sender: refused the region store's commit report of receiver %s\n",
+                     why.c_str());
+      }
     }
     if (joint) {
       const VersionId published{v.version, r.target_hash};
@@ -259,6 +298,10 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
     if (recovery != nullptr) {
       s = recovery->Done(p);
       if (!s.ok()) break;
+      if (holder && delta && serve(p.relay.prefix, v.version, nullptr, &r)) {
+        *result = r;
+        (void)WriteResultFile(p.result_path, r);
+      }
     }
     if (sender && plan.retain_versions > 0 && !plan.store.empty()) {
       // Retention after the commit (store_retention.h): a failed or unmeetable collection is
@@ -280,6 +323,10 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
       }
     }
     if (hooks.done) hooks.done(v, r, s);
+  }
+  if (s.ok() && finished_held != nullptr) {
+    NodeResult ignored;
+    serve(finished_held->prefix, finished_held->version, nullptr, &ignored);
   }
   if (!s.ok()) {
     result->ok = false;
