@@ -98,6 +98,17 @@ __attribute__((always_inline)) inline int SelectBitPdep(uint64_t m, uint64_t r) 
   return __builtin_ctzll(bit);
 }
 #endif
+// The index of the lowest set bit of m, 64 for m == 0 (TZCNT: run only where CpuHasAvx2()
+// holds, which implies BMI1).
+#if defined(__x86_64__)
+__attribute__((always_inline)) inline uint64_t Tzcnt(uint64_t m) {
+  uint64_t r;
+  __asm__("tzcnt %1, %0" : "=r"(r) : "rm"(m) : "cc");
+  return r;
+}
+#else
+inline uint64_t Tzcnt(uint64_t m) { return m == 0 ? 64 : static_cast<uint64_t>(__builtin_ctzll(m)); }
+#endif
 template <bool kFast>
 __attribute__((always_inline)) inline int SelectBit(uint64_t m, uint64_t r) {
 #if defined(__x86_64__)
@@ -158,7 +169,9 @@ __attribute__((always_inline)) inline bool WalkClassesImpl(
   // window's end hold a count above any rank.
   uint16_t before[kMaxContextClasses][kWalkBlocks];
   uint64_t chg[kWalkBlocks];
-  uint64_t slot[kWalkBlocks * 64];
+  uint64_t slot[kWalkBlocks * 64 + 64];
+  const uint64_t kc_total = start_of[K];
+  if constexpr (kFast) std::memset(slot + kWalkBlocks * 64, 0, 64 * sizeof(uint64_t));
   for (uint64_t w0 = 0; w0 < n && active != 0; w0 += kWalkBlocks * 64) {
     const uint64_t span = n - w0 < kWalkBlocks * 64 ? n - w0 : kWalkBlocks * 64;
     const uint64_t nb = (span + 63) / 64;
@@ -212,7 +225,27 @@ __attribute__((always_inline)) inline bool WalkClassesImpl(
       next[c] = t - total[c];
     }
     for (uint64_t b = 0; b < nb; ++b) {
-      for (uint64_t m = chg[b]; m != 0; m &= m - 1) {
+      uint64_t m = chg[b];
+      if constexpr (kFast) {
+        // The first four changes of the block written whatever their number (a missing one
+        // writes entries past the block's, which the next change overwrites; its bit index is
+        // 64, and slot[] has a row to spare), so the loop below runs only for blocks of more.
+        const uint64_t cnt = Pop<true>(m);
+        if (kc_total - out >= 4) {
+          for (int r = 0; r < 4; ++r) {
+            const uint64_t bit = Tzcnt(m);
+            positions[out + r] = w0 + b * 64 + bit;
+            values[out + r] = slot[b * 64 + bit];
+            m &= m - 1;
+          }
+          if (cnt <= 4) {
+            out += cnt;
+            continue;
+          }
+          out += 4;
+        }
+      }
+      for (; m != 0; m &= m - 1) {
         const uint64_t bit = static_cast<uint64_t>(__builtin_ctzll(m));
         positions[out] = w0 + b * 64 + bit;
         values[out] = slot[b * 64 + bit];
