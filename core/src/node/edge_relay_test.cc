@@ -14,6 +14,7 @@
 
 #include "dcr/checkpoint.h"
 #include "dcr/delta.h"
+#include "dcr/testing/fixtures.h"
 
 namespace dcr::internal {
 namespace {
@@ -36,54 +37,24 @@ class BlobSink : public DeltaSink {
   }
 };
 
-struct Files {
-  std::string dir, base, target, other;
-};
-
-// A base, a target with ~3% of its elements changed and an unrelated checkpoint of the shape.
-const Files& Checkpoints() {
-  static Files* f = [] {
-    auto* fx = new Files;
-    char tmpl[] = "/tmp/dcr_edge_XXXXXX";
-    fx->dir = mkdtemp(tmpl);
-    std::mt19937_64 rng(7);
-    const std::vector<std::pair<std::string, std::vector<int64_t>>> specs = {
-        {"a.weight", {512, 256}}, {"b.weight", {300, 100}}, {"c.norm", {640}}};
-    std::vector<std::vector<uint8_t>> base, target, other;
-    for (const auto& [name, shape] : specs) {
-      uint64_t n = 1;
-      for (int64_t d : shape) n *= static_cast<uint64_t>(d);
-      std::vector<uint8_t> b(n * 2), o(n * 2);
-      for (uint64_t i = 0; i < n; ++i) {  // BF16 around 1 with varied exponents
-        const uint16_t v = static_cast<uint16_t>(0x3C00 + rng() % 0x0800);
-        b[2 * i] = static_cast<uint8_t>(v);
-        b[2 * i + 1] = static_cast<uint8_t>(v >> 8);
-      }
-      for (auto& x : o) x = static_cast<uint8_t>(rng());
-      std::vector<uint8_t> g = b;
-      for (uint64_t i = 0; i < n; ++i) {
-        if (rng() % 100 < 3) g[2 * i] = static_cast<uint8_t>(g[2 * i] + 1 + rng() % 3);
-      }
-      base.push_back(b);
-      target.push_back(g);
-      other.push_back(o);
-    }
-    auto write = [&](const std::string& path, const std::vector<std::vector<uint8_t>>& data) {
-      std::vector<TensorView> views;
-      for (size_t i = 0; i < specs.size(); ++i) {
-        views.push_back(
-            TensorView{specs[i].first, "BF16", specs[i].second, data[i].data(), data[i].size()});
-      }
-      EXPECT_TRUE(WriteSafetensors(path, views).ok());
-    };
-    fx->base = fx->dir + "/base.safetensors";
-    fx->target = fx->dir + "/target.safetensors";
-    fx->other = fx->dir + "/other.safetensors";
-    write(fx->base, base);
-    write(fx->target, target);
-    write(fx->other, other);
-    return fx;
-  }();
+// A base, a target with ~3% of its elements changed and an unrelated checkpoint of the shape:
+// BF16 around 1 with varied exponents, a change a step of 1-3 in the low byte.
+const testing::ChangedCheckpoints& Checkpoints() {
+  static const testing::ChangedCheckpoints* f = new testing::ChangedCheckpoints(
+      testing::WriteChangedCheckpoints(
+          "dcr_edge_",
+          {{"a.weight", "BF16", {512, 256}}, {"b.weight", "BF16", {300, 100}},
+           {"c.norm", "BF16", {640}}},
+          7, 3,
+          [](std::mt19937_64& rng, uint8_t* e, int) {
+            const uint16_t v = static_cast<uint16_t>(0x3C00 + rng() % 0x0800);
+            e[0] = static_cast<uint8_t>(v);
+            e[1] = static_cast<uint8_t>(v >> 8);
+          },
+          [](std::mt19937_64& rng, uint8_t* e, int) {
+            e[0] = static_cast<uint8_t>(e[0] + 1 + rng() % 3);
+          })
+          .value());
   return *f;
 }
 

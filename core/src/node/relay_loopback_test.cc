@@ -8,66 +8,33 @@
 #include <thread>
 
 #include "dcr/checkpoint.h"
+#include "dcr/testing/fixtures.h"
 #include "dcr/transport.h"
 #include "transport/net.h"
 
 namespace dcr {
 namespace {
 
-struct Fixture {
-  std::string dir, base, target, other;
-};
-
 // A base and a target (3% of the elements changed, incl. tensors of several widths) plus an
-// unrelated checkpoint of the same shape (a receiver holding the wrong base).
-const Fixture& Checkpoints() {
-  static Fixture* f = [] {
-    auto* fx = new Fixture;
-    char tmpl[] = "/tmp/dcr_loopback_XXXXXX";
-    fx->dir = mkdtemp(tmpl);
-    std::mt19937_64 rng(42);
-    struct T {
-      std::string name, dtype;
-      std::vector<int64_t> shape;
-      int width;
-    };
-    std::vector<T> specs = {{"a.weight", "BF16", {256, 384}, 2},
-                            {"b.weight", "BF16", {512, 128}, 2},
-                            {"c.bias", "F32", {1000}, 4},
-                            {"d.norm", "BF16", {384}, 2},
-                            {"e.table", "I64", {300}, 8}};
-    std::vector<std::vector<uint8_t>> base, target, other;
-    for (const auto& t : specs) {
-      uint64_t n = 1;
-      for (auto d : t.shape) n *= static_cast<uint64_t>(d);
-      std::vector<uint8_t> b(n * t.width), o(n * t.width);
-      for (auto& x : b) x = static_cast<uint8_t>(rng());
-      for (auto& x : o) x = static_cast<uint8_t>(rng());
-      std::vector<uint8_t> g = b;
-      for (uint64_t i = 0; i < n; ++i) {
-        if (rng() % 100 < 3) g[i * t.width] ^= static_cast<uint8_t>(1 + rng() % 255);
-      }
-      base.push_back(b);
-      target.push_back(g);
-      other.push_back(o);
-    }
-    auto write = [&](const std::string& path, const std::vector<std::vector<uint8_t>>& data) {
-      std::vector<TensorView> views;
-      for (size_t i = 0; i < specs.size(); ++i) {
-        views.push_back(TensorView{specs[i].name, specs[i].dtype, specs[i].shape, data[i].data(),
-                                   data[i].size()});
-      }
-      Status s = WriteSafetensors(path, views);
-      EXPECT_TRUE(s.ok()) << s;
-    };
-    fx->base = fx->dir + "/base.safetensors";
-    fx->target = fx->dir + "/target.safetensors";
-    fx->other = fx->dir + "/other.safetensors";
-    write(fx->base, base);
-    write(fx->target, target);
-    write(fx->other, other);
-    return fx;
-  }();
+// unrelated checkpoint of the same shape (a receiver holding the wrong base): random bytes, a
+// change an XOR of the element's first byte.
+const testing::ChangedCheckpoints& Checkpoints() {
+  static const testing::ChangedCheckpoints* f = new testing::ChangedCheckpoints(
+      testing::WriteChangedCheckpoints(
+          "dcr_loopback_",
+          {{"a.weight", "BF16", {256, 384}},
+           {"b.weight", "BF16", {512, 128}},
+           {"c.bias", "F32", {1000}},
+           {"d.norm", "BF16", {384}},
+           {"e.table", "I64", {300}}},
+          42, 3,
+          [](std::mt19937_64& rng, uint8_t* e, int width) {
+            for (int k = 0; k < width; ++k) e[k] = static_cast<uint8_t>(rng());
+          },
+          [](std::mt19937_64& rng, uint8_t* e, int) {
+            e[0] ^= static_cast<uint8_t>(1 + rng() % 255);
+          })
+          .value());
   return *f;
 }
 
@@ -85,7 +52,7 @@ struct Config {
 };
 
 std::vector<NodePlan> Plans(const Config& c, const std::string& tag) {
-  const Fixture& f = Checkpoints();
+  const testing::ChangedCheckpoints& f = Checkpoints();
   int n = c.receivers + 1;
   std::vector<int> parents = c.parents;
   if (parents.empty()) parents = Topology::FanOut(n, c.fan_out, 1).value().parent;
