@@ -341,13 +341,14 @@ Status ParseTransport(const MapReader& top, Scenario* s) {
     MapReader t(r.Get("relay_tree"), "transport.relay_tree");
     DCR_RETURN_IF_ERROR(
         t.Init({"fan_out", "root_fan_out", "streams", "window", "chunk", "topology",
-                "edge_relays"}));
+                "edge_relays", "edge_lag"}));
     auto& rt = s->transport.relay_tree;
     DCR_RETURN_IF_ERROR(t.Int("fan_out", &rt.fan_out, 1, 1024));
     DCR_RETURN_IF_ERROR(t.Int("root_fan_out", &rt.root_fan_out, 1, 1024));
     DCR_RETURN_IF_ERROR(t.Int("streams", &rt.streams, 1, 64));
     DCR_RETURN_IF_ERROR(t.Size("window", &rt.window));
     DCR_RETURN_IF_ERROR(t.Size("chunk", &rt.chunk));
+    DCR_RETURN_IF_ERROR(t.Size("edge_lag", &rt.edge_lag));
     if (t.Has("topology")) {
       std::vector<std::string> parents;
       DCR_RETURN_IF_ERROR(t.StrList("topology", &parents));
@@ -820,11 +821,15 @@ Status ValidateScenario(const Scenario& s) {
   } else if (s.delta.wan_context && s.mode == RunMode::kReal) {
     for (int r = 1; r <= s.receivers.count; ++r) {
       if (ReceiverDevice(s, r) != "cpu") {
+        const bool tree = std::find(s.transport.kinds.begin(), s.transport.kinds.end(),
+                                    TransportKind::kRelayTree) != s.transport.kinds.end();
         return InvalidArgumentError(
             "receivers.device: receiver node " + std::to_string(r) + " on device " +
-            ReceiverDevice(s, r) +
-            " cannot decode context-coded chunks (delta.wan_context); name the sender's children "
-            "in transport.relay_tree.edge_relays so they forward the plain encoding");
+            ReceiverDevice(s, r) + " cannot decode context-coded chunks (delta.wan_context); " +
+            (tree ? "name the sender's children in transport.relay_tree.edge_relays so they "
+                    "forward the plain encoding"
+                  : "an object-store run stores the context-coded delta, which only cpu "
+                    "receivers (holding the base) decode"));
       }
     }
   }

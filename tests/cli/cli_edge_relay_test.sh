@@ -8,6 +8,12 @@
 # (SIGKILL, a process fault run): its subtree falls back to the in-region store, which holds the
 # plain form only, and every receiver still ends bit-exact. Without an edge relay a device
 # receiver in a wan_context run is refused at the start, naming the key. Signed, both runs verify.
+# An edge relay that lags (stopped with SIGSTOP for 3 s, well inside its read deadline) makes the
+# sender send the plain form of every chunk it had not started on that edge once the bytes it has
+# not acknowledged pass relay_tree.edge_lag; a relay that keeps up (the first run) is never
+# switched. An object-store run with wan_context stores the context form (what crossed the long
+# link): its downloaders hold the base and decode it, bit-exact; a downloader on another device is
+# refused at the start, naming the key (no in-region re-publisher writes a plain copy).
 source "$(dirname "$0")/cli_lib.sh" "$@"
 "$dcr" synth --preset tiny --rate 3% --steps 2 --out "$tmp/ck" >/dev/null 2>&1; check synth 0 $?
 s0="$tmp/ck/step0.safetensors"; s1="$tmp/ck/step1.safetensors"
@@ -26,6 +32,7 @@ network:
   regions: [{name: train}, {name: rollout, bandwidth: 10Gbit/s, latency: 0.1ms}]
   long_link: {bandwidth: 200Mbit/s, latency: 5ms}
   signing: ${SIGN:-false}
+${READ_DEADLINE:+  read_deadline: $READ_DEADLINE}
 timeout: 120s
 ${4:-}
 YAML
@@ -60,8 +67,44 @@ assert nodes[1]["bytes_sent"] == 3 * plain, nodes[1]["bytes_sent"]
 e = nodes[1]["edge"]
 assert e["chunks"] > 0 and e["context_bytes"] < e["plain_bytes"] and e["cpu_seconds"] > 0, e
 assert "edge" not in nodes[2], nodes[2]
+assert "edge_switches" not in nodes[0], nodes[0]["edge_switches"]
 PY
 lacks run-edge-no-error "$tmp/err.txt" "failed"
+
+# The edge relay lags: stopped once it is ready (before the refit starts), continued 3 s later.
+# Its lag bound is the default, 4 x window x streams = 64 KiB here; the sender hands the link
+# more than that long before the relay is continued: every chunk it had not started on the edge
+# then goes in the plain form, which the edge relay forwards unchanged.
+READ_DEADLINE=30s scenario "$tmp/lag.yaml" "$tmp/work-lag" ", edge_relays: [1], window: 16KiB"
+"$dcr" run "$tmp/lag.yaml" --out "$tmp/l.json" -q > /dev/null 2> "$tmp/lerr.txt" &
+run_pid=$!
+for _ in $(seq 600); do [ -e "$tmp/work-lag/run-1/ready-1" ] && break; sleep 0.05; done
+edge_pid=$(pgrep -f -- "--plan $tmp/work-lag/run-1/plan-1.json" | head -1)
+if [ -n "$edge_pid" ]; then kill -STOP "$edge_pid"; sleep 3; kill -CONT "$edge_pid"; fi
+wait $run_pid; check run-edge-lag 0 $?
+[ -n "$edge_pid" ]; check run-edge-lag-stopped 0 $?
+python3 - "$tmp/l.json" "$tmp/work-lag/run-1" "$(stat -c %s "$tmp/ctx.dcr")" "$(stat -c %s "$tmp/plain.dcr")" <<'PY'; check run-edge-lag-result 0 $?
+import json, sys
+j = json.load(open(sys.argv[1])); d = sys.argv[2]; ctx, plain = int(sys.argv[3]), int(sys.argv[4])
+r = j["runs"][0]
+assert r.get("error", "") == "" and r["receivers_verified"] == 4, r
+nodes = [json.load(open("%s/node-%d.json" % (d, k))) for k in range(5)]
+assert json.load(open(d + "/plan-0.json"))["edge_lag_bytes"] == 4 * 16384
+sw = nodes[0]["edge_switches"]
+assert len(sw) == 1 and sw[0]["child"] == 1 and sw[0]["lag_bytes"] > 4 * 16384, sw
+assert sw[0]["plain_chunks"] > 0, sw
+# The long link carried the context form of what was started before the switch and the plain
+# form of the rest: more than the context delta, less than the plain one.
+assert ctx < nodes[0]["bytes_sent"] < plain, (ctx, nodes[0]["bytes_sent"], plain)
+assert nodes[1]["bytes_received"] == nodes[0]["bytes_sent"], (nodes[1]["bytes_received"], nodes[0]["bytes_sent"])
+# The edge relay transcoded only the chunks that came context-coded; its subtree got the plain form.
+e = nodes[1]["edge"]
+assert 0 < e["chunks"] and e["context_bytes"] + (plain - e["plain_bytes"]) == nodes[0]["bytes_sent"], (e, nodes[0]["bytes_sent"])
+for k in (2, 3, 4):
+    assert nodes[k]["bytes_received"] == plain, (k, nodes[k]["bytes_received"], plain)
+    assert nodes[k]["verified"], k
+PY
+has run-edge-lag-says-why "$tmp/work-lag/run-1/node-0.log" "edge relay node 1 lags"
 
 # The edge relay killed mid-stream (seed 4 plans one kill, of node 1 when it holds a chunk whole).
 scenario "$tmp/kill.yaml" "$tmp/work-kill" ", edge_relays: [1]" \
@@ -109,4 +152,35 @@ r = k["runs"][0]
 assert any(x.startswith("node 1:") for x in r["restarts"]), r["restarts"]
 assert r.get("error", "") == "" and r["receivers_verified"] == 4, r
 PY
+
+# Object store: the uploader puts the context-coded delta, cpu downloaders decode it.
+store_scenario() {  # store_scenario FILE WORK_DIR [DEVICES]
+  cat > "$1" <<YAML
+name: cli-edge-store
+mode: real
+model:
+  checkpoints: [$s0, $s1]
+  work_dir: $2
+methods: [delta]
+delta: {wan_context: true, chunk_elems: 16384}
+transport: {kinds: [object_store], object_store: {kind: dir, path: $2/store}}
+receivers: {count: 2${3:-}}
+network: {tls: false, signing: false}
+timeout: 120s
+YAML
+}
+store_scenario "$tmp/store.yaml" "$tmp/work-store"
+"$dcr" run "$tmp/store.yaml" --out "$tmp/o.json" -q > /dev/null 2> "$tmp/oerr.txt"; check run-store-context 0 $?
+python3 - "$tmp/o.json" "$tmp/work-store/store" "$(stat -c %s "$tmp/ctx.dcr")" <<'PY'; check run-store-context-result 0 $?
+import glob, json, sys
+j = json.load(open(sys.argv[1])); ctx = int(sys.argv[3])
+r = j["runs"][0]
+assert r.get("error", "") == "" and r["receivers_verified"] == r["receivers"] == 2, r
+assert r["payload_bytes"] == ctx, (r["payload_bytes"], ctx)
+chunks = glob.glob(sys.argv[2] + "/**/*.chk", recursive=True)
+assert chunks and any(open(c, "rb").read()[16] == 3 for c in chunks), "no context-coded record stored"
+PY
+store_scenario "$tmp/store-dev.yaml" "$tmp/work-store-dev" ", node_devices: {2: host}"
+"$dcr" run "$tmp/store-dev.yaml" --out "$tmp/od.json" -q > /dev/null 2> "$tmp/oderr.txt"; check run-store-device-refused 11 $?
+has run-store-device-names-key "$tmp/oderr.txt" "cannot decode context-coded chunks"
 exit $fail

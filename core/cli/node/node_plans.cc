@@ -149,7 +149,14 @@ StatusOr<std::vector<NodePlan>> MakePlans(const Scenario& s, Method method, Tran
     p.chunk_elems = s.delta.chunk_elems;
     p.zstd_level = s.delta.zstd_level;
     p.context_coding = s.delta.wan_context;
-    if (transport == TransportKind::kRelayTree) p.edge_relays = s.transport.relay_tree.edge_relays;
+    if (transport == TransportKind::kRelayTree) {
+      const RelayTreeSpec& rt = s.transport.relay_tree;
+      p.edge_relays = rt.edge_relays;
+      if (!rt.edge_relays.empty()) {
+        p.edge_lag_bytes = rt.edge_lag > 0 ? rt.edge_lag
+                                           : 4 * rt.window * static_cast<uint64_t>(rt.streams);
+      }
+    }
     p.build_threads = s.delta.threads;
     p.full_slice_bytes = s.delta.chunk_elems * 2;
     p.device = r == 0 ? s.sender.device : ReceiverDevice(s, r);

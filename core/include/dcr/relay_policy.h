@@ -232,12 +232,21 @@ struct FetchDone {
 };
 // The timer set by the last SetTimer action expired (a driver may also deliver it late).
 struct TimerFired {};
+// Sender: child `to` gets blob `blob.id` in another form of `blob.size` bytes (the driver holds
+// those bytes for it, e.g. the plain record of a context-coded chunk for an edge relay that lags).
+// Taken only while no piece of the blob has been handed to a stream of that child (no Send of it
+// to `to` yet), and also for a blob not produced yet (its form for `to` once it is); ignored
+// otherwise, and on every other role. Every later Send of the blob to `to` names that size.
+struct BlobReencoded {
+  NodeId to = kNoNode;
+  BlobInfo blob;
+};
 }  // namespace event
 
 using Event = std::variant<event::Start, event::BlobProduced, event::DataReceived, event::SendDone,
                            event::SendFailed, event::AckReceived, event::ApplyDone,
                            event::SubtreeCommitted, event::PutDone, event::ListDone,
-                           event::FetchDone, event::TimerFired>;
+                           event::FetchDone, event::TimerFired, event::BlobReencoded>;
 
 // ---- actions (policy -> driver) ----
 

@@ -173,6 +173,12 @@ struct NodePlan {
   // encoding. A sender with edge relays puts the plain form into the store when it fills it
   // (the tree failed or it restarted), so every receiver can recover from there. Empty = none.
   std::vector<int> edge_relays;
+  // Sender with edge relays: the lag bound of each. Once the bytes it handed to the link for an
+  // edge relay (SendDone) and that edge relay has not acknowledged exceed this, the edge relay
+  // lags (it transcodes slower than the link delivers): the sender sends it the plain record of
+  // every context-coded chunk it has not started on that edge, for the rest of the refit
+  // (NodeResult::edge_switches). 0 = never. Default 0 (`dcr run`: relay_tree.edge_lag).
+  uint64_t edge_lag_bytes = 0;
   int build_threads = 0;
   uint64_t full_slice_bytes = uint64_t{8} << 20;  // full reference: data bytes per chunk blob
   // Tests: when non-zero, the sender holds the chunks back and sends them in an order permuted
@@ -330,6 +336,14 @@ struct NodeResult {
   uint64_t edge_context_bytes = 0;
   uint64_t edge_plain_bytes = 0;
   double edge_cpu_seconds = 0;
+  // Sender with edge relays (NodePlan::edge_lag_bytes): each edge relay found lagging, the
+  // unacknowledged bytes when it was, and the chunks it was then sent in the plain form.
+  struct EdgeSwitch {
+    int child = 0;
+    uint64_t lag_bytes = 0;
+    uint64_t plain_chunks = 0;
+  };
+  std::vector<EdgeSwitch> edge_switches;
   bool storage_reattached = false; // the mapped storage of an earlier start was re-attached
   std::string recovery_log;        // the recovery actions taken, one per line
   // Retention (NodePlan::retain_versions; the sender of a plan with versions): the collection

@@ -36,6 +36,7 @@
 #include "internal/safetensors.h"
 #include "node/blob_resume.h"
 #include "node/commit_reports.h"
+#include "node/edge_lag.h"
 #include "node/edge_relay.h"
 #include "node/freeze_watch.h"
 #include "node/metrics.h"
@@ -1451,8 +1452,26 @@ class SocketNode : public NodeEnvironment {
 
   void SetTimer(TimePoint at) override { timer_at_ = at; }
   void Send(const action::Send& s) override {
-    BlobPtr b = state_.Find(s.blob.id);
+    BlobPtr b;
+    if (edge_lag_ != nullptr) {  // a lagging edge relay gets the plain form of what it had not
+      edge_lag_->Sent(s.to, s.blob.id);
+      auto r = reencoded_.find(s.to);
+      if (r != reencoded_.end() && r->second.count(s.blob.id) != 0) {
+        auto f = plain_forms_.find(s.blob.id);
+        if (f == plain_forms_.end()) {
+          return Fault(InternalError("send of blob " + std::to_string(s.blob.id) +
+                                     ": its plain form is not held"));
+        }
+        b = f->second;
+      }
+    }
+    if (!b) b = state_.Find(s.blob.id);
     if (!b) return Fault(InternalError("send of unknown blob " + std::to_string(s.blob.id)));
+    if (b->bytes.size() != s.blob.size) {
+      return Fault(InternalError("send of blob " + std::to_string(s.blob.id) + " at " +
+                                 std::to_string(s.blob.size) + " bytes: " +
+                                 std::to_string(b->bytes.size()) + " are held"));
+    }
     MaybeKillAtBlob(s.blob.id);
     Fault(links_.Send(s, b));
   }
@@ -1487,6 +1506,7 @@ class SocketNode : public NodeEnvironment {
       }
     }
     state_.Erase(blob);
+    plain_forms_.erase(blob);
   }
   void Put(const action::Put& put) override {
     BlobPtr b = state_.Find(put.blob.id);
@@ -1636,6 +1656,19 @@ class SocketNode : public NodeEnvironment {
     if (plan_.edge_relays.empty() || plan_.method != "delta" || info->kind != BlobKind::kChunk) {
       return Status();
     }
+    auto held = plain_forms_.find(info->id);
+    BlobPtr nb = held != plain_forms_.end() ? held->second : nullptr;
+    if (nb == nullptr) {
+      DCR_ASSIGN_OR_RETURN(nb, PlainForm(info->id));
+    }
+    if (nb == nullptr) return Status();
+    state_.Store(nb);
+    *info = nb->info;
+    return Status();
+  }
+  // Sender with edge relays: the plain record of held blob `id` when it is a context-coded chunk
+  // record (ContextChunkToPlain against the sender's base, which is the run's), else null.
+  StatusOr<BlobPtr> PlainForm(BlobId id) {
     if (store_plain_ == nullptr) {
       DCR_ASSIGN_OR_RETURN(store_plain_,
                            internal::EdgeTranscoder::Open(plan_.base_path, plan_.zstd_level));
@@ -1645,16 +1678,61 @@ class SocketNode : public NodeEnvironment {
       if (h == nullptr) return InternalError("the delta header is not held");
       DCR_RETURN_IF_ERROR(store_plain_->SetHeader(h->bytes.data(), h->bytes.size()));
     }
-    BlobPtr b = state_.Find(info->id);
-    if (b == nullptr) return InternalError("blob " + std::to_string(info->id) + " is not held");
+    BlobPtr b = state_.Find(id);
+    if (b == nullptr) return InternalError("blob " + std::to_string(id) + " is not held");
+    if (b->info.kind != BlobKind::kChunk) return BlobPtr();
     DCR_ASSIGN_OR_RETURN(std::optional<std::vector<uint8_t>> plain,
                          store_plain_->ToPlain(b->bytes.data(), b->bytes.size()));
-    if (!plain) return Status();
+    if (!plain) return BlobPtr();
     auto nb = std::make_shared<BlobBuf>();
-    nb->info = BlobInfo{info->id, info->kind, plain->size()};
+    nb->info = BlobInfo{id, b->info.kind, plain->size()};
     nb->bytes = std::move(*plain);
-    state_.Store(nb);
-    *info = nb->info;
+    return nb;
+  }
+  // Sender with edge relays (edge_lag.h): the link's progress to each edge relay; a lagging one
+  // is sent the plain form of every chunk not started on its edge, now and as they are built.
+  Status WatchEdges(const Event& ev) {
+    if (const auto* d = std::get_if<event::SendDone>(&ev)) {
+      if (edge_lag_->Accepted(d->to, d->blob, d->length)) return SwitchToPlain(d->to);
+    } else if (const auto* a = std::get_if<event::AckReceived>(&ev)) {
+      edge_lag_->Acked(a->from, a->blob);
+    }
+    return Status();
+  }
+  Status SwitchToPlain(NodeId child) {
+    NodeResult::EdgeSwitch sw;
+    sw.child = child;
+    sw.lag_bytes = edge_lag_->unacked(child);
+    state_.Update([&](NodeResult* r) { r->edge_switches.push_back(sw); });
+    std::fprintf(stderr, "sender: edge relay node %d lags (%llu bytes not acknowledged, bound "
+                 "%llu): the chunks it has not started go to it in the plain form\n", child,
+                 static_cast<unsigned long long>(sw.lag_bytes),
+                 static_cast<unsigned long long>(edge_lag_->bound()));
+    for (const BlobPtr& b : state_.All()) {
+      if (b->info.kind == BlobKind::kChunk && !edge_lag_->started(child, b->info.id)) {
+        DCR_RETURN_IF_ERROR(Reencode(child, b->info.id));
+      }
+    }
+    return Status();
+  }
+  // Blob `id` to `child` in its plain form (a context-coded chunk; anything else is left).
+  Status Reencode(NodeId child, BlobId id) {
+    BlobPtr plain;
+    auto f = plain_forms_.find(id);
+    if (f != plain_forms_.end()) {
+      plain = f->second;
+    } else {
+      DCR_ASSIGN_OR_RETURN(plain, PlainForm(id));
+      if (plain == nullptr) return Status();
+      plain_forms_[id] = plain;
+    }
+    reencoded_[child].insert(id);
+    state_.Update([&](NodeResult* r) {
+      for (NodeResult::EdgeSwitch& sw : r->edge_switches) {
+        if (sw.child == child) ++sw.plain_chunks;
+      }
+    });
+    host_->Handle(Now(), event::BlobReencoded{child, plain->info});
     return Status();
   }
   // An edge relay's ingress (plan.edge_relays names this rank): its transcoder over the
@@ -1911,6 +1989,17 @@ class SocketNode : public NodeEnvironment {
     const bool edge = std::find(plan_.edge_relays.begin(), plan_.edge_relays.end(),
                                 plan_.rank) != plan_.edge_relays.end();
     if (tree && !sender && edge && !restarted) DCR_RETURN_IF_ERROR(StartEdgeIngress());
+    if (tree && sender && !restarted && plan_.method == "delta" && plan_.context_coding &&
+        !plan_.edge_relays.empty() && plan_.edge_lag_bytes > 0) {
+      std::vector<NodeId> edges;
+      for (const Link& l : host_->links()) {
+        if (l.to_child && std::find(plan_.edge_relays.begin(), plan_.edge_relays.end(),
+                                    l.peer) != plan_.edge_relays.end()) {
+          edges.push_back(l.peer);
+        }
+      }
+      edge_lag_ = std::make_unique<internal::EdgeLagWatch>(edges, plan_.edge_lag_bytes);
+    }
     // A restarted node does not rejoin the tree: its peers were told it left when it died.
     if (tree && !restarted) DCR_RETURN_IF_ERROR(links_.Open(host_->links(), deadline_));
     store_.set_resume(recover && !edge);
@@ -2018,7 +2107,19 @@ class SocketNode : public NodeEnvironment {
           if (!st.ok()) return st.WithContext("sender: filling the store");
           item.event = event::BlobProduced{info};
         }
+        const bool watch = edge_lag_ != nullptr && !filled_store_;
+        if (watch && produced != nullptr && produced->blob.kind == BlobKind::kChunk) {
+          for (NodeId c : edge_lag_->lagging_children()) {
+            Status st = Reencode(c, produced->blob.id);
+            if (!st.ok()) return st.WithContext("sender: the plain form for edge relay " +
+                                                std::to_string(c));
+          }
+        }
         host_->Handle(Now(), item.event);
+        if (watch) {
+          Status st = WatchEdges(item.event);
+          if (!st.ok()) return st.WithContext("sender: the plain form for a lagging edge relay");
+        }
       }
       DCR_RETURN_IF_ERROR(AfterHandle());
     }
@@ -2096,7 +2197,12 @@ class SocketNode : public NodeEnvironment {
   mutable bool report_tls_tried_ = false;
   std::set<int> refused_store_reports_;  // sender: ranks whose store report it refused (said once)
   bool filled_store_ = false;  // sender: the stream went to the store (tree left, or restarted)
-  std::unique_ptr<internal::EdgeTranscoder> store_plain_;  // sender: PlainForStore's transcoder
+  std::unique_ptr<internal::EdgeTranscoder> store_plain_;  // sender: PlainForm's transcoder
+  // Sender with edge relays: their progress (null: no lag bound), the blobs each lagging one is
+  // sent in the plain form, and those plain forms.
+  std::unique_ptr<internal::EdgeLagWatch> edge_lag_;
+  std::map<NodeId, std::set<BlobId>> reencoded_;
+  std::map<BlobId, BlobPtr> plain_forms_;
   uint64_t blobs_whole_ = 0;
   double recovery_timer_at_ = -1;
   double t0_ = 0, deadline_ = 0;
@@ -2293,6 +2399,7 @@ std::string NodePlanToJson(const NodePlan& p) {
   j["zstd_level"] = p.zstd_level;
   j["context_coding"] = p.context_coding;
   if (!p.edge_relays.empty()) j["edge_relays"] = p.edge_relays;
+  if (p.edge_lag_bytes > 0) j["edge_lag_bytes"] = p.edge_lag_bytes;
   j["build_threads"] = p.build_threads;
   j["full_slice_bytes"] = p.full_slice_bytes;
   j["shuffle_seed"] = p.shuffle_seed;
@@ -2390,6 +2497,7 @@ StatusOr<NodePlan> NodePlanFromJson(const std::string& text) {
     p.zstd_level = j.at("zstd_level").get<int>();
     if (j.contains("context_coding")) p.context_coding = j["context_coding"].get<bool>();
     if (j.contains("edge_relays")) p.edge_relays = j["edge_relays"].get<std::vector<int>>();
+    if (j.contains("edge_lag_bytes")) p.edge_lag_bytes = j["edge_lag_bytes"].get<uint64_t>();
     p.build_threads = j.at("build_threads").get<int>();
     p.full_slice_bytes = j.at("full_slice_bytes").get<uint64_t>();
     if (j.contains("shuffle_seed")) p.shuffle_seed = j["shuffle_seed"].get<uint64_t>();
@@ -2467,6 +2575,14 @@ std::string NodeResultToJson(const NodeResult& r) {
                  {"plain_bytes", r.edge_plain_bytes},
                  {"cpu_seconds", r.edge_cpu_seconds}};
   }
+  if (!r.edge_switches.empty()) {
+    nlohmann::json sw = nlohmann::json::array();
+    for (const NodeResult::EdgeSwitch& e : r.edge_switches) {
+      sw.push_back({{"child", e.child}, {"lag_bytes", e.lag_bytes},
+                    {"plain_chunks", e.plain_chunks}});
+    }
+    j["edge_switches"] = sw;
+  }
   j["recovery"] = {{"starts", r.starts},
                    {"recoveries", r.recoveries},
                    {"fallbacks", r.fallbacks},
@@ -2534,6 +2650,15 @@ StatusOr<NodeResult> NodeResultFromJson(const std::string& text) {
       r.edge_context_bytes = e.value("context_bytes", uint64_t{0});
       r.edge_plain_bytes = e.value("plain_bytes", uint64_t{0});
       r.edge_cpu_seconds = e.value("cpu_seconds", 0.0);
+    }
+    if (j.contains("edge_switches")) {
+      for (const auto& e : j["edge_switches"]) {
+        NodeResult::EdgeSwitch sw;
+        sw.child = e.value("child", 0);
+        sw.lag_bytes = e.value("lag_bytes", uint64_t{0});
+        sw.plain_chunks = e.value("plain_chunks", uint64_t{0});
+        r.edge_switches.push_back(sw);
+      }
     }
     if (j.contains("recovery")) {
       const auto& v = j["recovery"];

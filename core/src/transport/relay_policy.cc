@@ -197,6 +197,10 @@ std::string ToString(const Event& e) {
             return Fmt("FetchDone{%llu %s}", (ULL)x.blob, x.ok ? "ok" : x.message.c_str());
           },
           [](const event::TimerFired&) { return std::string("TimerFired"); },
+          [](const event::BlobReencoded& x) {
+            return Fmt("BlobReencoded{to %d %s %llu %llu}", x.to, BlobKindName(x.blob.kind),
+                       (ULL)x.blob.id, (ULL)x.blob.size);
+          },
       },
       e);
 }
@@ -400,6 +404,18 @@ class TreePolicy : public NodePolicy {
             [](const event::ListDone&) {},
             [](const event::FetchDone&) {},
             [](const event::TimerFired&) {},
+            [&](const event::BlobReencoded& e) {
+              if (self_ != 0) return;
+              Child* c = FindChild(e.to);
+              if (c == nullptr || c->started.count(e.blob.id) != 0) return;
+              c->sizes[e.blob.id] = e.blob.size;
+              auto it = blobs_.find(e.blob.id);
+              if (it == blobs_.end() || !it->second.complete) return;  // queued once produced
+              std::erase_if(c->queue, [&](const std::pair<BlobId, uint64_t>& q) {
+                return q.first == e.blob.id;
+              });
+              QueueForm(c, e.blob.id, e.blob.size);
+            },
         },
         ev);
     if (failed_) return;
@@ -427,6 +443,9 @@ class TreePolicy : public NodePolicy {
     std::set<BlobId> acked;
     bool reported = false;
     int receivers = 0;
+    // Sender: blobs this child gets in another form (BlobReencoded), with that form's size.
+    std::map<BlobId, uint64_t> sizes;
+    std::set<BlobId> started;  // blobs with a piece handed to a stream of this child
   };
 
   Blob& GetBlob(const BlobInfo& info) {
@@ -449,9 +468,15 @@ class TreePolicy : public NodePolicy {
     if (b->have[p]) return;  // duplicate
     b->have[p] = true;
     ++b->received;
-    for (auto& c : children_) c.queue.emplace_back(b->info.id, p);  // cut-through
+    for (auto& c : children_) {  // cut-through
+      if (c.sizes.count(b->info.id) == 0) c.queue.emplace_back(b->info.id, p);
+    }
     if (b->received == b->pieces) {
       b->complete = true;
+      for (auto& c : children_) {  // another form for this child: sent once the blob is whole
+        auto f = c.sizes.find(b->info.id);
+        if (f != c.sizes.end()) QueueForm(&c, b->info.id, f->second);
+      }
       ++complete_blobs_;
       if (b->info.kind == BlobKind::kTrailer) total_ = b->info.id + 1;
       if (self_ != 0) out->push_back(action::Ack{parent_, b->info.id});
@@ -469,6 +494,12 @@ class TreePolicy : public NodePolicy {
     out->push_back(action::Release{b->info.id});
   }
 
+  // Queues every piece of blob `id` in its form of `size` bytes for child `c`.
+  void QueueForm(Child* c, BlobId id, uint64_t size) {
+    const uint64_t n = NumPieces(size, options_.piece_bytes);
+    for (uint64_t p = 0; p < n; ++p) c->queue.emplace_back(id, p);
+  }
+
   // Every idle stream of a child takes the child's next queued piece, lowest stream first.
   void Pump(std::vector<Action>* out) {
     for (auto& c : children_) {
@@ -476,11 +507,13 @@ class TreePolicy : public NodePolicy {
         if (c.busy[s]) continue;
         auto [blob_id, p] = c.queue.front();
         c.queue.pop_front();
-        const Blob& b = blobs_.at(blob_id);
+        BlobInfo info = blobs_.at(blob_id).info;
+        if (auto f = c.sizes.find(blob_id); f != c.sizes.end()) info.size = f->second;
         uint64_t offset = p * options_.piece_bytes;
-        uint64_t length = std::min(options_.piece_bytes, b.info.size - std::min(b.info.size, offset));
+        uint64_t length = std::min(options_.piece_bytes, info.size - std::min(info.size, offset));
         c.busy[s] = true;
-        out->push_back(action::Send{c.id, s, b.info, offset, length});
+        if (self_ == 0) c.started.insert(blob_id);
+        out->push_back(action::Send{c.id, s, info, offset, length});
       }
     }
   }

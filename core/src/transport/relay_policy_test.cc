@@ -288,6 +288,61 @@ TEST(TreePolicy, RootStreamsTakePiecesLowestIdleStreamFirst) {
   EXPECT_EQ(std::get<action::Send>(out[0]).offset, 30u);
 }
 
+// A child given another form of a blob (BlobReencoded) gets every piece of that form, at its
+// size, while the other child gets the produced one; a blob already started for the child keeps
+// its form, and a form named before the blob is produced is the one queued when it is.
+TEST(TreePolicy, ReencodedBlobsGoToOneChildAtTheirSize) {
+  RelayOptions opt;
+  opt.piece_bytes = 10;
+  auto topo = Topology::FanOut(3, 2, 2);  // sender with children 1 and 2
+  auto sender = MakeTreePolicy(*topo, 0, opt);
+  std::vector<Action> out;
+  std::map<NodeId, std::map<BlobId, std::vector<std::pair<uint64_t, uint64_t>>>> sent;
+  std::map<NodeId, std::map<BlobId, uint64_t>> sizes;
+  auto drain = [&](TimePoint now) {
+    // Every Send is accepted at once, until nothing is left to send.
+    while (!out.empty()) {
+      std::vector<Action> actions;
+      actions.swap(out);
+      for (const Action& a : actions) {
+        const auto* s = std::get_if<action::Send>(&a);
+        if (s == nullptr) continue;
+        sent[s->to][s->blob.id].emplace_back(s->offset, s->length);
+        sizes[s->to][s->blob.id] = s->blob.size;
+        sender->Handle(now, event::SendDone{s->to, s->stream, s->blob.id, s->offset, s->length},
+                       &out);
+      }
+    }
+  };
+  sender->Handle(0, event::BlobProduced{{0, BlobKind::kHeader, 25}}, &out);
+  // Blob 1 is produced with 30 bytes; child 2 has not started it: its form of 45 bytes replaces
+  // the queued pieces. Child 1 already has a piece of the header in flight: a header reencoded
+  // for it is ignored.
+  sender->Handle(0, event::BlobProduced{{1, BlobKind::kChunk, 30}}, &out);
+  sender->Handle(0, event::BlobReencoded{2, {1, BlobKind::kChunk, 45}}, &out);
+  sender->Handle(0, event::BlobReencoded{1, {0, BlobKind::kHeader, 7}}, &out);
+  // Blob 2 not produced yet: child 1 gets its 5-byte form once it is.
+  sender->Handle(0, event::BlobReencoded{1, {2, BlobKind::kChunk, 5}}, &out);
+  sender->Handle(0, event::BlobProduced{{2, BlobKind::kChunk, 12}}, &out);
+  drain(0);
+  using Pieces = std::vector<std::pair<uint64_t, uint64_t>>;
+  EXPECT_EQ(sent[1][0], (Pieces{{0, 10}, {10, 10}, {20, 5}}));
+  EXPECT_EQ(sent[1][1], (Pieces{{0, 10}, {10, 10}, {20, 10}}));
+  EXPECT_EQ(sent[1][2], (Pieces{{0, 5}}));
+  EXPECT_EQ(sizes[1][2], 5u);
+  EXPECT_EQ(sent[2][1], (Pieces{{0, 10}, {10, 10}, {20, 10}, {30, 10}, {40, 5}}));
+  EXPECT_EQ(sizes[2][1], 45u);
+  EXPECT_EQ(sent[2][2], (Pieces{{0, 10}, {10, 2}}));
+  // A blob reencoded after its first piece went out keeps its form.
+  sender->Handle(0, event::BlobReencoded{2, {2, BlobKind::kChunk, 99}}, &out);
+  EXPECT_TRUE(out.empty());
+  // Acknowledged by both children, in whichever form, a blob is released.
+  sender->Handle(0, event::AckReceived{1, 1}, &out);
+  sender->Handle(0, event::AckReceived{2, 1}, &out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(std::get<action::Release>(out[0]).blob, 1u);
+}
+
 TEST(TreePolicy, FailuresAreTerminal) {
   RelayOptions opt;
   auto topo = Topology::FanOut(2, 1, 1);

@@ -108,6 +108,10 @@ struct RelayTreeSpec {
   // subtrees (NodePlan::edge_relays). Empty = none: every receiver decodes the context-coded
   // delta against its own base.
   std::vector<int> edge_relays;
+  // Lag bound of an edge relay (NodePlan::edge_lag_bytes): bytes the sender handed to the link
+  // for it that it has not acknowledged; past it the sender sends the plain form of every chunk
+  // not yet started on that edge. 0 (default) = 4 x window x streams.
+  uint64_t edge_lag = 0;
 };
 
 struct TransportSpec {
