@@ -87,6 +87,12 @@ for path in reports:
     (tail,) = struct.unpack_from("<I", b, 4 + body)
     assert tail > 64, (path, tail)  # certificate and Ed25519 signature (tls.h SignReport)
 PY
+# Each node's state of the versions before the one it holds is collected after each commit:
+# v1..v4 hold no file of any rank; every rank holds version 5 (its .held record).
+run_dir=$(ls -d "$tmp"/work/run-*)
+left=$(find "$run_dir"/state/v[1-4] -type f | wc -l)
+check earlier-versions-collected 0 "$left"
+check every-rank-holds-v5 9 "$(grep -l '"version":5' "$run_dir"/state/rank-*.held | wc -l)"
 if grep -q "refused the region store" "$(ls -d "$tmp"/work/run-*)/node-0.log"; then
   echo "FAIL: the sender refused a region receiver's own report"; fail=1
 fi

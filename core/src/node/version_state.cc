@@ -194,6 +194,12 @@ StatusOr<std::unique_ptr<VersionRecovery>> VersionRecovery::Open(const NodePlan&
     const std::string dir = VersionStateDir(plan.state_dir, v.version);
     if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoError("mkdir " + dir, errno);
   }
+  for (const NodeVersion& v : plan.versions) r->versions_.push_back(v.version);
+  if (auto held = ReadJson(RankFile(plan.state_dir, plan.rank, ".held"))) {
+    if (held->contains("version") && (*held)["version"].is_number_unsigned()) {
+      r->finished_before_ = (*held)["version"].get<uint64_t>();
+    }
+  }
   r->held_path_ = plan.receiver_base_path;
   if (plan.rank == 0) {
     DCR_ASSIGN_OR_RETURN(r->commit_, ReadJointCommitState(plan.state_dir));
@@ -204,7 +210,7 @@ StatusOr<std::unique_ptr<VersionRecovery>> VersionRecovery::Open(const NodePlan&
 bool VersionRecovery::Finished(const NodeVersion& v) {
   if (plan_.rank == 0 && commit_.has_value() && commit_->done >= v.version) return true;
   const std::optional<VersionDone> d = ReadVersionDone(plan_.state_dir, v.version, plan_.rank);
-  if (!d) return false;
+  if (!d) return v.version < finished_before_;  // its files collected after a later version
   if (!d->checkpoint.empty()) {
     held_path_ = d->checkpoint;
     held_number_ = v.version;
@@ -236,13 +242,51 @@ Status VersionRecovery::Done(const NodePlan& p) {
   }
   DCR_RETURN_IF_ERROR(WriteVersionDone(plan_.state_dir, plan_.rank, d));
   if (!d.checkpoint.empty()) Hold(d.version, d.checkpoint);
+  DCR_ASSIGN_OR_RETURN(const uint64_t removed, CollectBefore(d.version));
+  collected_bytes_ += removed;
   return Status();
 }
 
 Status VersionRecovery::Adopt(uint64_t version, const std::string& image) {
   DCR_RETURN_IF_ERROR(WriteVersionDone(plan_.state_dir, plan_.rank, VersionDone{version, image}));
   Hold(version, image);
+  DCR_ASSIGN_OR_RETURN(const uint64_t removed, CollectBefore(version));
+  collected_bytes_ += removed;
   return Status();
+}
+
+StatusOr<uint64_t> VersionRecovery::CollectBefore(uint64_t version) {
+  nlohmann::json j;
+  j["version"] = version;
+  DCR_RETURN_IF_ERROR(WriteJson(RankFile(plan_.state_dir, plan_.rank, ".held"), j));
+  // Only after the record: a restart between the two finds the versions finished either way.
+  const std::string mine = "rank-" + std::to_string(plan_.rank) + ".";
+  uint64_t removed = 0;
+  for (uint64_t k : versions_) {
+    if (k >= version) continue;
+    const std::string dir = VersionStateDir(plan_.state_dir, k);
+    std::error_code ec;
+    std::vector<std::filesystem::path> gone;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+      if (e.path().filename().string().rfind(mine, 0) == 0) gone.push_back(e.path());
+    }
+    for (const auto& path : gone) {
+      std::error_code size_ec;
+      if (std::filesystem::is_regular_file(path, size_ec)) {
+        const auto n = std::filesystem::file_size(path, size_ec);
+        if (!size_ec) removed += n;
+      } else {
+        for (const auto& f : std::filesystem::recursive_directory_iterator(path, size_ec)) {
+          std::error_code fe;
+          if (f.is_regular_file(fe)) removed += f.file_size(fe);
+        }
+      }
+      std::filesystem::remove_all(path, ec);
+    }
+    // The directory stays: a rank behind this one (a region receiver catching up) may still
+    // work in it.
+  }
+  return removed;
 }
 
 void VersionRecovery::Hold(uint64_t version, const std::string& checkpoint) {

@@ -14,6 +14,13 @@
 //     of version k turned into a checkpoint file (a single-file base: renamed, no copy; a sharded
 //     base: its files written out), the base of version k+1 (its storage starts as a copy of it,
 //     its overwrite repairs and reloads read it).
+//   * rank-<r>.held: the last version rank r finished ({"version": k}). Once it is written, the
+//     rank's files of every earlier version (v<j>/rank-<r>.*, j < k: start counts, done records,
+//     journals, a sharded checkpoint's directory) are removed (the directories stay, for ranks
+//     behind): they serve no recovery any more (a restart resumes at k, whose files stay; repairs read the
+//     committed checkpoint of k). So a long-lived node's state holds, besides the committed
+//     checkpoint of the version it holds, the files of at most two versions (that one and the one
+//     in flight), however many versions the run has.
 //   * rank-0.commit: the sender's joint commit (SenderJointCommit) after the last version it
 //     finished: that version, the baseline (number and content hash) and the live receivers.
 //     A restarted sender resumes from it and never publishes a finished version again.
@@ -84,7 +91,8 @@ class VersionRecovery {
 
   // Whether this rank finished version `v` in an earlier process (its result file was written
   // then; a receiver's committed checkpoint of it is the base of the next version). A sender
-  // finished the versions its joint commit state records.
+  // finished the versions its joint commit state records; any rank the versions before its
+  // rank-<r>.held record (their files collected).
   bool Finished(const NodeVersion& v);
   // The sender's joint commit state of an earlier process; nullopt on a first start.
   const std::optional<JointCommitState>& commit() const { return commit_; }
@@ -93,27 +101,36 @@ class VersionRecovery {
   // points only in plan.fault_version.
   void Prepare(const NodeVersion& v, size_t index, NodePlan* p) const;
   // After p's version ended ok: a receiver's storage becomes the committed checkpoint of that
-  // version (the one before it is removed), and the version is recorded done.
+  // version (the one before it is removed), the version is recorded done and held, and the
+  // rank's files of earlier versions are removed (see the layout above).
   Status Done(const NodePlan& p);
   // Receiver: makes the checkpoint file `image` (a full frame of version `version`, already
   // written under VersionStateDir(state_dir, version)) the committed checkpoint it holds, and
-  // records the version done (the checkpoint of the version before is removed as Done does).
+  // records the version done and held (earlier versions' files removed as Done does).
   // Errors: errno errors writing the record.
   Status Adopt(uint64_t version, const std::string& image);
   // Receiver: the checkpoint of the version it holds (plan.receiver_base_path until it finished
   // a version; empty for a late joiner before its first frame) and that version's number.
   const std::string& held_path() const { return held_path_; }
   uint64_t held_number() const { return held_number_; }
+  // Bytes of earlier versions' files this process removed (Done, Adopt).
+  uint64_t collected_bytes() const { return collected_bytes_; }
   // Sender: records the joint commit after version `done`.
   Status SaveCommit(uint64_t done, const VersionId& baseline, const std::vector<int>& live);
 
  private:
   VersionRecovery() = default;
   void Hold(uint64_t version, const std::string& checkpoint);
+  // Records `version` as the last one finished (rank-<r>.held) and removes the rank's files of
+  // the versions before it. Returns the bytes removed.
+  StatusOr<uint64_t> CollectBefore(uint64_t version);
+  std::vector<uint64_t> versions_;  // the plan's version numbers
+  uint64_t finished_before_ = 0;    // rank-<r>.held at Open: versions below it are finished
   NodePlan plan_;  // the long-lived plan (rank, method, state_dir, fault points)
   std::string held_path_;  // receiver: the checkpoint of the version it holds
   uint64_t held_number_ = 0;
   std::optional<JointCommitState> commit_;
+  uint64_t collected_bytes_ = 0;
 };
 
 }  // namespace dcr::internal

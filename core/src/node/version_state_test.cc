@@ -90,6 +90,65 @@ TEST(VersionState, SingleFileStorageBecomesTheCheckpointByRename) {
   std::filesystem::remove_all(dir);
 }
 
+// A long-lived receiver over four versions: after each commit only the version it holds keeps
+// files (its done record and committed checkpoint; the earlier versions' journals, start counts
+// and records are collected), another rank's files are left alone, and a restarted process still
+// finds every version finished and holds the last one.
+TEST(VersionState, EarlierVersionsFilesAreCollectedAndARestartStillSkipsThem) {
+  const std::string dir = TempDir();
+  const auto a = Bytes(512, 1);
+  const std::string base = dir + "/base.safetensors";
+  ASSERT_TRUE(WriteSafetensors(base, {{"a", "BF16", {256}, a.data(), a.size()}}).ok());
+  auto image = ReadFile(base);
+  ASSERT_TRUE(image.ok());
+  NodePlan plan;
+  plan.rank = 3;
+  plan.method = "delta";
+  plan.device = "cpu";
+  plan.state_dir = dir + "/state";
+  plan.receiver_base_path = base;
+  for (uint64_t k = 1; k <= 4; ++k) {
+    NodeVersion v;
+    v.version = k;
+    plan.versions.push_back(v);
+  }
+  auto rec = VersionRecovery::Open(plan);
+  ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+  for (size_t i = 0; i < plan.versions.size(); ++i) {
+    const NodeVersion& v = plan.versions[i];
+    ASSERT_FALSE((*rec)->Finished(v));
+    NodePlan p = plan;
+    p.versions.clear();
+    p.version = v.version;
+    (*rec)->Prepare(v, i, &p);
+    // What the version's one-version node leaves: its start count, journal and storage; and
+    // another rank's journal in the same directory.
+    WriteText(p.state_dir + "/rank-3.starts", "1\n");
+    WriteText(p.state_dir + "/rank-3.journal", std::string(1000, 'j'));
+    WriteText(p.state_dir + "/rank-4.journal", "other rank");
+    ASSERT_TRUE(WriteFileAtomic(p.state_dir + "/rank-3.storage", image->data(), image->size()).ok());
+    ASSERT_TRUE((*rec)->Done(p).ok());
+    for (uint64_t k = 1; k <= v.version; ++k) {
+      const std::string vd = VersionStateDir(plan.state_dir, k);
+      const bool held = k == v.version;
+      EXPECT_EQ(::access((vd + "/rank-3.journal").c_str(), F_OK) == 0, held) << k;
+      EXPECT_EQ(ReadVersionDone(plan.state_dir, k, 3).has_value(), held) << k;
+      EXPECT_EQ(::access((vd + "/rank-4.journal").c_str(), F_OK), 0) << k;
+    }
+    EXPECT_EQ((*rec)->held_number(), v.version);
+  }
+  // At least the three earlier journals and start counts (the done records besides).
+  EXPECT_GT((*rec)->collected_bytes(), 3u * (1000 + 2));
+  // A restart: versions 1-3 (files gone) and 4 (held) are finished; it holds version 4.
+  auto again = VersionRecovery::Open(plan);
+  ASSERT_TRUE(again.ok());
+  for (const NodeVersion& v : plan.versions) EXPECT_TRUE((*again)->Finished(v)) << v.version;
+  EXPECT_EQ((*again)->held_number(), 4u);
+  auto held = Checkpoint::Open((*again)->held_path());
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  std::filesystem::remove_all(dir);
+}
+
 TEST(VersionState, StorageOfAnotherSizeIsRefused) {
   const std::string dir = TempDir();
   const auto a = Bytes(512, 1);
