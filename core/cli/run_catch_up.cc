@@ -47,6 +47,10 @@ Status AddCatchUpNodes(const Scenario& s, TransportKind transport, Method method
     p.store = store;
     p.region_receiver = true;
     p.late_join = late;
+    // Its own device (receivers.device: a region rank is named by no node_devices key), not the
+    // holder's whose plan it copies.
+    p.device = ReceiverDevice(s, p.rank);
+    p.device_index = p.device == "cuda" ? DeviceIndexFor(s, ReceiverLocalIndex(s, p.rank)) : 0;
     p.catch_up_max_replay = cu.max_replay;
     p.catch_up_full_frame_fraction = cu.full_frame_fraction;
     p.mirror_to_store = false;

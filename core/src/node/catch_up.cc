@@ -229,6 +229,14 @@ StatusOr<uint64_t> PutFullFrameOfCheckpoint(ObjectStore* store, const std::strin
 StatusOr<std::unique_ptr<BufferReceiver>> FetchFullFrame(ObjectStore* store,
                                                          const std::string& prefix,
                                                          uint64_t number, uint64_t* bytes) {
+  DCR_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt,
+                       FetchFullFrameCheckpoint(store, prefix, number, bytes));
+  return BufferReceiver::Copy(*ckpt, number);
+}
+
+StatusOr<std::unique_ptr<Checkpoint>> FetchFullFrameCheckpoint(ObjectStore* store,
+                                                               const std::string& prefix,
+                                                               uint64_t number, uint64_t* bytes) {
   *bytes = 0;
   DCR_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, store->List(prefix + "/"));
   std::string trailer_key;
@@ -255,7 +263,7 @@ StatusOr<std::unique_ptr<BufferReceiver>> FetchFullFrame(ObjectStore* store,
                          got.ToHex() + ", the version's trailer says " +
                          trailer.target_hash.ToHex());
   }
-  return BufferReceiver::Copy(**ckpt, number);
+  return std::move(*ckpt);
 }
 
 Status PutRegionReport(ObjectStore* store, const std::string& prefix, int rank, uint64_t run,
@@ -384,16 +392,32 @@ Status WriteResult(const std::string& path, const NodeResult& r) {
 
 namespace {
 
-// Loads the full frame of `fv` into *storage (behind the plan's trust checks), verifies it and
-// leaves its commit report; `fr` is the version's result.
+// Loads the full frame of `fv` into *storage (host memory on device "cpu", else the plan's
+// device; behind the plan's trust checks), verifies it and leaves its commit report; `fr` is the
+// version's result, `dense_bytes` gets the frame's tensor bytes.
 Status TakeFullFrame(const NodePlan& plan, ObjectStore* store, const NodeVersion& fv,
                      const std::string& why, const TlsContext* signer,
-                     std::unique_ptr<Receiver>* storage, NodeResult* fr) {
+                     std::unique_ptr<Receiver>* storage, NodeResult* fr, uint64_t* dense_bytes) {
   fr->t_start = WallNow();
-  auto frame = FetchFullFrame(store, fv.prefix, fv.version, &fr->bytes_received);
-  if (!frame.ok()) return frame.status().WithContext("receiver " + std::to_string(plan.rank));
+  const std::string who = "receiver " + std::to_string(plan.rank);
+  auto frame = FetchFullFrameCheckpoint(store, fv.prefix, fv.version, &fr->bytes_received);
+  if (!frame.ok()) return frame.status().WithContext(who);
+  *dense_bytes = (*frame)->total_tensor_bytes();
+  // The frame is loaded where the receiver holds its weights: host memory, or its device.
+  std::unique_ptr<Receiver> held;
+  DCR_ASSIGN_OR_RETURN(DeviceKind kind, ParseDeviceKind(plan.device));
+  if (kind == DeviceKind::kCpu) {
+    held = BufferReceiver::Copy(**frame, fv.version);
+  } else {
+    auto device = OpenDevice(kind, plan.device_index);
+    if (!device.ok()) return device.status().WithContext(who + " on device " + plan.device);
+    auto d = MakeDeviceReceiver(std::shared_ptr<Device>(std::move(*device)), **frame, fv.version);
+    if (!d.ok()) return d.status().WithContext(who + ": loading the full frame onto " + plan.device);
+    held = std::move(*d);
+  }
+  frame->reset();
   std::unique_ptr<VersionFloor> floor;
-  DCR_ASSIGN_OR_RETURN(*storage, WithPlanTrust(plan, std::move(*frame), &floor));
+  DCR_ASSIGN_OR_RETURN(*storage, WithPlanTrust(plan, std::move(held), &floor));
   fr->t_first_blob = fr->t_start;
   fr->t_last_blob = fr->t_commit = WallNow();
   fr->ok = true;
@@ -404,9 +428,10 @@ Status TakeFullFrame(const NodePlan& plan, ObjectStore* store, const NodeVersion
     fr->verified = vs.ok();
     fr->verify_message = vs.ok() ? "byte-for-byte equal to the target" : vs.message();
   }
-  std::fprintf(stderr, "receiver %d: full frame of version %llu from the in-region store (%llu bytes): %s\n",
+  const std::string onto = kind == DeviceKind::kCpu ? "" : " onto device " + plan.device;
+  std::fprintf(stderr, "receiver %d: full frame of version %llu from the in-region store (%llu bytes)%s: %s\n",
                plan.rank, static_cast<unsigned long long>(fv.version),
-               static_cast<unsigned long long>(fr->bytes_received), why.c_str());
+               static_cast<unsigned long long>(fr->bytes_received), onto.c_str(), why.c_str());
   return PutRegionReport(store, fv.prefix, plan.rank, plan.run_id, fv.version,
                          (*storage)->held().hash, signer);
 }
@@ -541,19 +566,16 @@ Status RunRegionReceiverVersions(const NodePlan& plan, NodeResult* result) {
       fr.rank = plan.rank;
       fr.pid = result->pid;
       fr.role = "receiver";
+      uint64_t frame_dense = 0;
       s = TakeFullFrame(plan, store.get(), plan.versions[k], step.why, signer.get(), &storage,
-                        &fr);
+                        &fr, &frame_dense);
       if (s.ok() && recovery != nullptr) {
         s = KeepFullFrame(plan, recovery.get(), plan.versions[k].version, *storage);
       }
       if (s.ok()) {
         held = plan.versions[k].version;
         returning = true;
-        if (dense_bytes == 0) {
-          for (const ReceiverTensor& t : HostStorage(*storage)->tensors()) {
-            dense_bytes += t.info.nbytes;
-          }
-        }
+        if (dense_bytes == 0) dense_bytes = frame_dense;
       } else {
         fr.ok = false;
         fr.error = s.ToString();

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "dcr/checkpoint.h"
 #include "dcr/object_store.h"
 #include "dcr/receiver.h"
 #include "dcr/status.h"
@@ -122,6 +123,10 @@ StatusOr<std::vector<uint8_t>> FullFrameImage(const Receiver& storage);
 StatusOr<std::unique_ptr<BufferReceiver>> FetchFullFrame(ObjectStore* store,
                                                          const std::string& prefix,
                                                          uint64_t number, uint64_t* bytes);
+// The same, the frame as a checkpoint in host memory (what a device receiver is loaded from).
+StatusOr<std::unique_ptr<Checkpoint>> FetchFullFrameCheckpoint(ObjectStore* store,
+                                                               const std::string& prefix,
+                                                               uint64_t number, uint64_t* bytes);
 
 // A region receiver's commit report of `version` (committed with `hash`) at
 // RegionReportKey(prefix, rank), signed with `signer` (the receiver's run certificate, tls.h
