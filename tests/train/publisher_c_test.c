@@ -3,6 +3,8 @@
  * tensors in memory, while real dcr-node receivers apply them.
  *
  *   publisher_c_test PLAN0 WORK_DIR RECEIVERS VERSION_SPEC...
+ *   publisher_c_test scenario:RANK:STATE_DIR:SCENARIO WORK_DIR RECEIVERS VERSION_SPEC...
+ *     (dcr_publisher_open_scenario; exit 3 when the open fails, its message on stderr)
  *     VERSION_SPEC: "file:PATH" or "tensors:MANIFEST:FILE", one per version of the plan, in
  *     order. A manifest lists "meta KEY VALUE" and "tensor NAME DTYPE OFFSET NBYTES NDIM DIMS..."
  *     lines (OFFSET: of the tensor's bytes in FILE); the tensors are read from FILE into memory
@@ -89,15 +91,24 @@ int main(int argc, char** argv) {
   int receivers, i, rc, committed = 0, failed = 0;
   uint64_t hash[2];
   if (argc < 5) {
-    fprintf(stderr, "usage: %s PLAN0 WORK_DIR RECEIVERS VERSION_SPEC...\n", argv[0]);
+    fprintf(stderr, "usage: %s PLAN0|scenario:RANK:STATE:SCENARIO WORK_DIR RECEIVERS VERSION_SPEC...\n",
+            argv[0]);
     return 2;
   }
   receivers = atoi(argv[3]);
-  rc = dcr_publisher_open(argv[1], argv[2], &p);
+  if (strncmp(argv[1], "scenario:", 9) == 0) {
+    /* scenario:RANK:STATE_DIR:PATH, the multi-host form without a plan file */
+    char state[4096];
+    int rank = 0, used = 0;
+    if (sscanf(argv[1] + 9, "%d:%4095[^:]:%n", &rank, state, &used) != 2 || used == 0) return 2;
+    rc = dcr_publisher_open_scenario(argv[1] + 9 + used, rank, NULL, state, argv[2], &p);
+  } else {
+    rc = dcr_publisher_open(argv[1], argv[2], &p);
+  }
   if (rc != 0) {
     fprintf(stderr, "open: %d %s\n", rc, dcr_publisher_error(p));
     dcr_publisher_close(p);
-    return 1;
+    return 3;
   }
   /* A version out of order is refused with a message, and the session goes on. */
   rc = dcr_publisher_publish_file(p, 99, "/nonexistent");

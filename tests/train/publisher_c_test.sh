@@ -4,7 +4,8 @@
 # dcr-node processes. Version 1 is handed as a file, versions 2 and 3 as tensors in memory; every
 # receiver commits every version, verified byte for byte against the trainer's checkpoint.
 # The plans come from a `dcr run` of the same scenario (its plan-<r>.json), rewritten so that no
-# barrier files are used and the sender's plan names no version contents.
+# barrier files are used and the sender's plan names no version contents. Then the multi-host
+# form without plan files (dcr_publisher_open_scenario), and its refusals.
 set -uo pipefail
 dcr=$1; node=$2; prog=$3
 tmp=$(mktemp -d); trap 'kill ${pids[*]:-} 2>/dev/null; rm -rf "$tmp"' EXIT
@@ -88,5 +89,66 @@ for v in (2, 3):
 print("ok   3 versions (1 file, 2 as tensors) published through the C API; 3/3 receivers "
       "verified byte for byte at each")
 PY
-[ "$fail" = 0 ] && echo "ok   publisher C API" 
+
+# The multi-host form, no `dcr run` and no plan file: the receivers are `dcr-node SCENARIO --rank
+# R --state` processes of a scenario naming the checkpoints (they verify against them), the C
+# program opens the sender from the same scenario and rank 0 with its own state directory.
+port=$(( 20000 + RANDOM % 12000 ))
+m="$tmp/m"; mkdir -p "$m/store" "$m/h0"
+node_abs="$(cd "$(dirname "$node")" && pwd)/$(basename "$node")"
+cat >"$m/s.yaml" <<YAML
+name: publisher-multihost
+model: {checkpoints: [$ck/step0.safetensors, $ck/step1.safetensors, $ck/step2.safetensors, $ck/step3.safetensors]}
+transport:
+  relay_tree: {fan_out: 2, root_fan_out: 1, chunk: 16KiB}
+  object_store: {kind: dir, path: $m/store}
+receivers: {count: 3}
+delta: {chunk_elems: 262144}
+network:
+  hosts: ["127.0.0.1:$port", "127.0.0.1:$((port + 1))", "127.0.0.1:$((port + 2))", "127.0.0.1:$((port + 3))"]
+  tls: false
+timeout: 60s
+YAML
+pids=()
+for r in 3 2 1; do
+  mkdir -p "$m/h$r"
+  (cd "$m/h$r" && exec "$node_abs" "$m/s.yaml" --rank "$r" --state "$m/h$r/state") >"$m/h$r/log" 2>&1 &
+  pids+=($!)
+done
+"$prog" "scenario:0:$m/h0/state:$m/s.yaml" "$m/trainer" 3 "file:$ck/step1.safetensors" \
+  "tensors:$tmp/c/step2.manifest:$ck/step2.safetensors" \
+  "tensors:$tmp/c/step3.manifest:$ck/step3.safetensors" >"$m/prog.out" 2>&1
+rc=$?
+cat "$m/prog.out"
+[ "$rc" = 0 ] || { echo "FAIL scenario publisher exit $rc"; fail=1; }
+for p in "${pids[@]}"; do wait "$p" || { echo "FAIL a multi-host receiver exited non-zero"; fail=1; }; done
+pids=()
+python3 - "$m" <<'PY' || fail=1
+import json, sys
+m = sys.argv[1]
+for v in (1, 2, 3):
+    for r in (1, 2, 3):
+        j = json.load(open("%s/h%d/state/node-%d-v%d.json" % (m, r, r, v)))
+        assert j["ok"] and j["verified"], (r, v, j.get("error"), j.get("verify_message"))
+print("ok   3 versions through dcr_publisher_open_scenario (no plan file); 3/3 dcr-node SCENARIO "
+      "--rank R receivers verified byte for byte at each")
+PY
+# The same state again: a finished run, refused at open naming the state and the version.
+"$prog" "scenario:0:$m/h0/state:$m/s.yaml" "$m/trainer" 3 "file:$ck/step1.safetensors" \
+  >"$m/again.out" 2>&1
+rc=$?
+if [ "$rc" = 3 ] && grep -q "FAILED_PRECONDITION: state $m/h0/state: version 3, the plan's last, is already published" "$m/again.out"; then
+  echo "ok   a finished state directory is refused, naming the state and the version"
+else
+  echo "FAIL finished state: exit $rc"; cat "$m/again.out"; fail=1
+fi
+"$prog" "scenario:2:$m/h0/state:$m/s.yaml" "$m/trainer" 3 "file:$ck/step1.safetensors" \
+  >"$m/rank.out" 2>&1
+rc=$?
+if [ "$rc" = 3 ] && grep -q "rank 2 is a receiver" "$m/rank.out"; then
+  echo "ok   a receiver's rank is refused"
+else
+  echo "FAIL receiver rank: exit $rc"; cat "$m/rank.out"; fail=1
+fi
+[ "$fail" = 0 ] && echo "ok   publisher C API"
 exit $fail

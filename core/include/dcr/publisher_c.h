@@ -10,7 +10,8 @@
  * object store, the version before), streams it, and collects the receivers' commit reports.
  *
  * Flow:
- *   dcr_publisher_open(plan.json, work_dir, &p)         starts the sender (its own thread)
+ *   dcr_publisher_open(plan.json, work_dir, &p)         starts the sender (its own thread), or
+ *   dcr_publisher_open_scenario(scenario.yaml, 0, base, state_dir, work_dir, &p)
  *   for each version k the plan names, in order:
  *     dcr_publisher_publish_file(p, k, "step-k.safetensors")       or
  *     dcr_publisher_publish_tensors(p, k, tensors, n)              (written under work_dir)
@@ -52,9 +53,29 @@ typedef struct dcr_tensor {
  * still a handle (for dcr_publisher_error) unless the allocation failed; close it. */
 int dcr_publisher_open(const char* plan_path, const char* work_dir, dcr_publisher** out);
 
+/* Starts the sender of rank `rank` of the multi-host run that the scenario at `scenario_path`
+ * describes, with no `dcr run` and no plan file: the plan `dcr-node SCENARIO --rank 0` makes
+ * (addresses from network.hosts, TLS and signing from the files the scenario names, store
+ * prefixes refit/step-<k>, so its receivers are `dcr-node SCENARIO --rank R` processes in the
+ * long-lived form). Versions: one per model.checkpoints entry after the base, or, for a preset
+ * model, `steps`; their contents come from the trainer. `base_path` (NULL or "":
+ * model.checkpoints[0]) is the checkpoint every receiver holds. `state_dir` (NULL or "": none)
+ * makes the sender recover, with the in-region store of the scenario's transport.object_store: a
+ * trainer started again with the same state_dir resumes at the first version not yet published
+ * (the next version to hand is that one). `work_dir` as for dcr_publisher_open.
+ * Errors (codes as the DCR_* names): DCR_INVALID_ARGUMENT for a rank other than 0 (a receiver;
+ * the publisher is the sender), a scenario that does not parse or places no multi-host run, or
+ * recovery without a store; DCR_FAILED_PRECONDITION, naming the state and the version, when
+ * `state_dir` holds a run that published every version (a finished run; the same with a plan's
+ * state_dir in dcr_publisher_open). */
+int dcr_publisher_open_scenario(const char* scenario_path, int rank, const char* base_path,
+                                const char* state_dir, const char* work_dir,
+                                dcr_publisher** out);
+
 /* Hands version `version` as the safetensors file (or shard directory) at `path`; the file must
  * stay until the publisher is closed (a later version may be built from it as its base).
- * REQUIRES: `version` is the next version of the plan (DCR_INVALID_ARGUMENT otherwise). Blocks
+ * REQUIRES: `version` is the next version of the plan (DCR_INVALID_ARGUMENT otherwise, naming
+ * the next one, and for a version a resumed state already published, saying so). Blocks
  * until the version is out; returns DCR_OK or the sender's error. */
 int dcr_publisher_publish_file(dcr_publisher* p, uint64_t version, const char* path);
 

@@ -15,7 +15,10 @@
 #include <vector>
 
 #include "dcr/checkpoint.h"
+#include "dcr/scenario.h"
 #include "dcr/transport.h"
+#include "node/node_plans.h"
+#include "node/version_state.h"
 #include "node/versions.h"
 
 struct dcr_publisher {
@@ -29,6 +32,7 @@ struct dcr_publisher {
   std::optional<std::string> handed;  // its checkpoint, until the sender takes it
   bool closing = false;
   size_t done = 0;                    // versions the sender finished
+  size_t skipped = 0;                 // leading versions an earlier sender of the state finished
   dcr::Status last_status;
   dcr::NodeResult last_result;
   bool finished = false;              // the sender's thread returned
@@ -77,6 +81,14 @@ int Publish(dcr_publisher* p, uint64_t version, const std::string& path) {
                                                ": the plan names no more versions"));
     }
     const uint64_t expected = p->plan.versions[p->next].version;
+    if (version < expected && p->skipped > 0 &&
+        version <= p->plan.versions[p->skipped - 1].version) {
+      return Fail(p, dcr::InvalidArgumentError(
+                         "version " + std::to_string(version) + " is already published (state " +
+                         p->plan.state_dir + " records versions up to " +
+                         std::to_string(p->plan.versions[p->skipped - 1].version) +
+                         "); the plan's next version is " + std::to_string(expected)));
+    }
     if (version != expected) {
       return Fail(p, dcr::InvalidArgumentError("version " + std::to_string(version) +
                                                " handed; the plan's next version is " +
@@ -88,10 +100,61 @@ int Publish(dcr_publisher* p, uint64_t version, const std::string& path) {
     p->cv.notify_all();
   }
   std::unique_lock<std::mutex> lock(p->mu);
-  p->cv.wait(lock, [&] { return p->done >= want || p->finished; });
-  if (p->done >= want) return Fail(p, p->last_status);
+  p->cv.wait(lock, [&] { return p->done + p->skipped >= want || p->finished; });
+  if (p->done + p->skipped >= want) return Fail(p, p->last_status);
   return Fail(p, p->run_status.ok() ? dcr::InternalError("the sender ended before the version")
                                     : p->run_status);
+}
+
+// Starts the sender of `plan` on p's thread. A plan with a state_dir resumes after the versions
+// an earlier sender of that state finished (VersionRecovery::Finished, as RunNodeVersions skips
+// them); a state that finished every version is refused, naming it and the last version.
+dcr::Status Start(dcr_publisher* p, dcr::NodePlan plan, const std::string& work_dir) {
+  if (plan.rank != 0 || plan.versions.empty()) {
+    return dcr::InvalidArgumentError("not a sender plan with versions (rank 0, versions [...])");
+  }
+  size_t skipped = 0;
+  if (!plan.state_dir.empty()) {
+    auto recovery = dcr::internal::VersionRecovery::Open(plan);
+    if (!recovery.ok()) return recovery.status();
+    while (skipped < plan.versions.size() && (*recovery)->Finished(plan.versions[skipped])) {
+      ++skipped;
+    }
+    if (skipped == plan.versions.size()) {
+      return dcr::FailedPreconditionError(
+          "state " + plan.state_dir + ": version " + std::to_string(plan.versions.back().version) +
+          ", the plan's last, is already published (a finished run): give a fresh state "
+          "directory");
+    }
+  }
+  if (mkdir(work_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return dcr::ErrnoError("work_dir " + work_dir, errno);
+  }
+  p->plan = std::move(plan);
+  p->work_dir = work_dir;
+  p->skipped = skipped;
+  p->next = skipped;
+  dcr::internal::VersionHooks hooks;
+  hooks.content = [p](const dcr::NodeVersion& v) { return TakeVersion(p, v); };
+  hooks.done = [p](const dcr::NodeVersion&, const dcr::NodeResult& r, const dcr::Status& s) {
+    VersionDone(p, r, s);
+  };
+  p->thread = std::thread([p, hooks] {
+    dcr::NodeResult result;
+    dcr::Status s = dcr::internal::RunNodeVersions(p->plan, &result, hooks);
+    std::lock_guard<std::mutex> lock(p->mu);
+    p->run_status = s;
+    p->finished = true;
+    p->cv.notify_all();
+  });
+  return dcr::Status();
+}
+
+// A fresh handle in *out (nullptr when the allocation failed).
+int NewHandle(dcr_publisher** out) {
+  if (out == nullptr) return Fail(nullptr, dcr::InvalidArgumentError("out is NULL"));
+  *out = new (std::nothrow) dcr_publisher();
+  return *out == nullptr ? static_cast<int>(dcr::StatusCode::kResourceExhausted) : 0;
 }
 
 }  // namespace
@@ -99,11 +162,8 @@ int Publish(dcr_publisher* p, uint64_t version, const std::string& path) {
 extern "C" {
 
 int dcr_publisher_open(const char* plan_path, const char* work_dir, dcr_publisher** out) {
-  if (out == nullptr) return Fail(nullptr, dcr::InvalidArgumentError("out is NULL"));
-  *out = nullptr;
-  dcr_publisher* p = new (std::nothrow) dcr_publisher();
-  if (p == nullptr) return static_cast<int>(dcr::StatusCode::kResourceExhausted);
-  *out = p;
+  if (int rc = NewHandle(out); rc != 0) return rc;
+  dcr_publisher* p = *out;
   try {
     if (plan_path == nullptr || work_dir == nullptr) {
       return Fail(p, dcr::InvalidArgumentError("plan_path and work_dir are required"));
@@ -112,32 +172,40 @@ int dcr_publisher_open(const char* plan_path, const char* work_dir, dcr_publishe
     if (!text.ok()) return Fail(p, text.status());
     auto plan = dcr::NodePlanFromJson(std::string(text->begin(), text->end()));
     if (!plan.ok()) return Fail(p, plan.status());
-    if (plan->rank != 0 || plan->versions.empty()) {
-      return Fail(p, dcr::InvalidArgumentError(
-                         std::string(plan_path) +
-                         ": not a sender plan with versions (rank 0, versions [...])"));
-    }
-    if (mkdir(work_dir, 0700) != 0 && errno != EEXIST) {
-      return Fail(p, dcr::ErrnoError(std::string("work_dir ") + work_dir, errno));
-    }
-    p->plan = std::move(*plan);
-    p->work_dir = work_dir;
-    dcr::internal::VersionHooks hooks;
-    hooks.content = [p](const dcr::NodeVersion& v) { return TakeVersion(p, v); };
-    hooks.done = [p](const dcr::NodeVersion&, const dcr::NodeResult& r, const dcr::Status& s) {
-      VersionDone(p, r, s);
-    };
-    p->thread = std::thread([p, hooks] {
-      dcr::NodeResult result;
-      dcr::Status s = dcr::internal::RunNodeVersions(p->plan, &result, hooks);
-      std::lock_guard<std::mutex> lock(p->mu);
-      p->run_status = s;
-      p->finished = true;
-      p->cv.notify_all();
-    });
-    return 0;
+    dcr::Status s = Start(p, std::move(*plan), work_dir);
+    return Fail(p, s.ok() ? s : s.WithContext(plan_path));
   } catch (const std::exception& e) {
     return Fail(p, dcr::InternalError(std::string("dcr_publisher_open: ") + e.what()));
+  }
+}
+
+int dcr_publisher_open_scenario(const char* scenario_path, int rank, const char* base_path,
+                                const char* state_dir, const char* work_dir,
+                                dcr_publisher** out) {
+  if (int rc = NewHandle(out); rc != 0) return rc;
+  dcr_publisher* p = *out;
+  try {
+    if (scenario_path == nullptr || work_dir == nullptr) {
+      return Fail(p, dcr::InvalidArgumentError("scenario_path and work_dir are required"));
+    }
+    if (rank != 0) {
+      return Fail(p, dcr::InvalidArgumentError(
+                         "rank " + std::to_string(rank) +
+                         " is a receiver of the run; the publisher is the sender, rank 0 (start "
+                         "receivers with dcr-node SCENARIO --rank R)"));
+    }
+    auto s = dcr::LoadScenario(scenario_path);
+    if (!s.ok()) return Fail(p, s.status());
+    dcr::cli::HostPlanOptions o;
+    o.base = base_path != nullptr ? base_path : "";
+    o.state_dir = state_dir != nullptr ? state_dir : "";
+    o.work_dir = work_dir;
+    // The same store prefixes, run id and result files as `dcr-node SCENARIO --rank R` makes.
+    auto plan = dcr::cli::HostPlan(*s, rank, o);
+    if (!plan.ok()) return Fail(p, plan.status().WithContext(scenario_path));
+    return Fail(p, Start(p, std::move(*plan), work_dir));
+  } catch (const std::exception& e) {
+    return Fail(p, dcr::InternalError(std::string("dcr_publisher_open_scenario: ") + e.what()));
   }
 }
 
