@@ -794,11 +794,6 @@ Status ValidateScenario(const Scenario& s) {
           "transport.relay_tree.edge_relays: an edge relay transcodes the context-coded long "
           "link; set delta.wan_context: true");
     }
-    if (s.steps > 1) {
-      return InvalidArgumentError(
-          "transport.relay_tree.edge_relays: an edge relay transcodes against the run's base "
-          "checkpoint, one refit; set steps: 1");
-    }
     DCR_ASSIGN_OR_RETURN(Topology topo, TopologyFor(s));
     std::set<int> edges;
     for (int e : rt.edge_relays) {

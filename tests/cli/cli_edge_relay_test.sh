@@ -153,6 +153,37 @@ assert any(x.startswith("node 1:") for x in r["restarts"]), r["restarts"]
 assert r.get("error", "") == "" and r["receivers_verified"] == 4, r
 PY
 
+# Two steps with the same long-lived nodes: the edge relay transcodes each version against the
+# checkpoint it committed of the one before; each step's long link carries that step's context
+# delta, the subtree its plain one, every receiver bit-exact at both steps.
+"$dcr" synth --preset tiny --rate 3% --steps 3 --out "$tmp/ck3" >/dev/null 2>&1; check synth-3 0 $?
+t0="$tmp/ck3/step0.safetensors"; t1="$tmp/ck3/step1.safetensors"; t2="$tmp/ck3/step2.safetensors"
+for k in 1 2; do
+  a="$tmp/ck3/step$((k - 1)).safetensors"; b="$tmp/ck3/step$k.safetensors"
+  "$dcr" diff "$a" "$b" --chunk-elems 16384 -o "$tmp/plain$k.dcr" -q; check diff-plain-$k 0 $?
+  "$dcr" diff --wan-context "$a" "$b" --chunk-elems 16384 -o "$tmp/ctx$k.dcr" -q; check diff-context-$k 0 $?
+done
+scenario "$tmp/steps.yaml" "$tmp/work-steps" ", edge_relays: [1]" "steps: 2"
+sed -i "s|checkpoints: \[$s0, $s1\]|checkpoints: [$t0, $t1, $t2]|" "$tmp/steps.yaml"
+"$dcr" run "$tmp/steps.yaml" --out "$tmp/st.json" -q > /dev/null 2> "$tmp/sterr.txt"; check run-edge-steps 0 $?
+python3 - "$tmp/st.json" "$tmp/work-steps" "$tmp" <<'PY'; check run-edge-steps-result 0 $?
+import glob, json, os, sys
+j = json.load(open(sys.argv[1])); t = sys.argv[3]
+runs = j["runs"]
+assert [r["step"] for r in runs] == [1, 2], [r["step"] for r in runs]
+(d,) = glob.glob(os.path.join(sys.argv[2], "run-*"))
+for r in runs:
+    k = r["step"]
+    ctx, plain = os.path.getsize("%s/ctx%d.dcr" % (t, k)), os.path.getsize("%s/plain%d.dcr" % (t, k))
+    assert r.get("error", "") == "" and r["receivers_verified"] == 4, r
+    nodes = [json.load(open("%s/node-%d-v%d.json" % (d, n, k))) for n in range(5)]
+    assert nodes[0]["bytes_sent"] == ctx < plain, (k, nodes[0]["bytes_sent"], ctx, plain)
+    assert nodes[1]["edge"]["chunks"] > 0, (k, nodes[1].get("edge"))
+    for n in (2, 3, 4):
+        assert nodes[n]["bytes_received"] == plain and nodes[n]["verified"], (k, n, nodes[n]["bytes_received"], plain)
+    assert len({nodes[n]["pid"] for n in range(5)}) == 5
+PY
+
 # Object store: the uploader puts the context-coded delta, cpu downloaders decode it.
 store_scenario() {  # store_scenario FILE WORK_DIR [DEVICES]
   cat > "$1" <<YAML

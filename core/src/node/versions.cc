@@ -1,5 +1,7 @@
 #include "node/versions.h"
 
+#include <algorithm>
+
 #include <cstdio>
 #include <map>
 #include <set>
@@ -104,6 +106,15 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
     last = v.version;
   }
   if (plan.region_receiver) return RunRegionReceiverVersions(plan, result);
+  // An edge relay transcodes each version against the checkpoint it committed of the version
+  // before (receiver_base_path, which VersionRecovery moves on): that needs the state_dir.
+  if (plan.versions.size() > 1 && plan.state_dir.empty() &&
+      std::find(plan.edge_relays.begin(), plan.edge_relays.end(), plan.rank) !=
+          plan.edge_relays.end()) {
+    return FailedPreconditionError(
+        "plan.edge_relays: an edge relay of several versions needs plan.state_dir (it "
+        "transcodes each version against the checkpoint it committed of the one before)");
+  }
   const bool sender = plan.rank == 0;
   const bool delta = plan.method == "delta";
   const bool joint = sender && delta && plan.transport == "relay_tree";
