@@ -846,6 +846,7 @@ void SumRecovery(const std::vector<NodeResult>& results, RunResult* rr) {
     m["overwrite_repairs"] += r.overwrite_repairs;
     m["chunks_skipped"] += r.chunks_skipped;
     m["mirror_puts"] += r.mirror_puts;
+    m["mirror_put_failures"] += r.mirror_put_failures;
     m["resumed_blobs"] += r.resumed_blobs;
     m["resumed_bytes"] += r.resumed_bytes;
     m["store_fetched_bytes"] += r.fetched_bytes;

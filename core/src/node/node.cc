@@ -1790,7 +1790,10 @@ class SocketNode : public NodeEnvironment {
         r->chunks_skipped = st.duplicates_skipped;
         r->storage_reattached = starts_ > 1 && applier_.durable()->storage_reattached();
       }
-      if (mirror_ != nullptr) r->mirror_puts = mirror_->puts();
+      if (mirror_ != nullptr) {
+        r->mirror_puts = mirror_->puts();
+        r->mirror_put_failures = mirror_->failures();
+      }
       if (ingress_ != nullptr) {
         const internal::EdgeStats e = ingress_->stats();
         r->edge_chunks = e.chunks;
@@ -2590,6 +2593,7 @@ std::string NodeResultToJson(const NodeResult& r) {
                    {"overwrite_repairs", r.overwrite_repairs},
                    {"chunks_skipped", r.chunks_skipped},
                    {"mirror_puts", r.mirror_puts},
+                   {"mirror_put_failures", r.mirror_put_failures},
                    {"resumed_blobs", r.resumed_blobs},
                    {"resumed_bytes", r.resumed_bytes},
                    {"fetched_bytes", r.fetched_bytes},
@@ -2669,6 +2673,7 @@ StatusOr<NodeResult> NodeResultFromJson(const std::string& text) {
       r.overwrite_repairs = v.value("overwrite_repairs", uint64_t{0});
       r.chunks_skipped = v.value("chunks_skipped", uint64_t{0});
       r.mirror_puts = v.value("mirror_puts", uint64_t{0});
+      r.mirror_put_failures = v.value("mirror_put_failures", uint64_t{0});
       r.resumed_blobs = v.value("resumed_blobs", uint64_t{0});
       r.resumed_bytes = v.value("resumed_bytes", uint64_t{0});
       r.fetched_bytes = v.value("fetched_bytes", uint64_t{0});
