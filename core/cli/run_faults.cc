@@ -86,6 +86,12 @@ Status RunScenarioFaults(const Scenario& s, double rate, const std::vector<std::
 
 namespace {
 
+// One planned process kill.
+struct PlannedKill {
+  std::string kind;
+  int rank = 0;
+};
+
 // Counts the chunks of a delta as it is built.
 class ChunkCounter : public DeltaSink {
  public:
@@ -98,13 +104,19 @@ class ChunkCounter : public DeltaSink {
   uint64_t chunks = 0;
 };
 
-// One planned process kill.
-struct PlannedKill {
-  std::string kind;
-  int rank = 0;
-};
-
 }  // namespace
+
+StatusOr<uint64_t> CountScenarioDeltaChunks(const Scenario& s, const std::string& base_path,
+                                            const std::string& target_path) {
+  DCR_ASSIGN_OR_RETURN(auto base, Checkpoint::Open(base_path));
+  DCR_ASSIGN_OR_RETURN(auto target, Checkpoint::Open(target_path));
+  DeltaOptions d;
+  d.chunk_elems = s.delta.chunk_elems;
+  d.zstd_level = s.delta.zstd_level;
+  ChunkCounter counter;
+  DCR_RETURN_IF_ERROR(BuildDelta(base.get(), *target, d, &counter).status());
+  return counter.chunks;
+}
 
 const std::vector<std::string>& ProcessFaultKinds() {
   static const std::vector<std::string> kinds = {
@@ -119,17 +131,7 @@ Status RunScenarioProcessFaults(const Scenario& s, double rate,
                                 ScenarioResult* out) {
   if (ckpts.size() < 2) return InvalidArgumentError("faults: needs a base and a target checkpoint");
   // The stream's shape, for the kill points: its chunks (blobs: header, chunks, trailer).
-  uint64_t chunks = 0;
-  {
-    DCR_ASSIGN_OR_RETURN(auto base, Checkpoint::Open(ckpts[0]));
-    DCR_ASSIGN_OR_RETURN(auto target, Checkpoint::Open(ckpts[1]));
-    DeltaOptions d;
-    d.chunk_elems = s.delta.chunk_elems;
-    d.zstd_level = s.delta.zstd_level;
-    ChunkCounter counter;
-    DCR_RETURN_IF_ERROR(BuildDelta(base.get(), *target, d, &counter).status());
-    chunks = counter.chunks;
-  }
+  DCR_ASSIGN_OR_RETURN(uint64_t chunks, CountScenarioDeltaChunks(s, ckpts[0], ckpts[1]));
   if (chunks == 0) return FailedPreconditionError("faults: the delta has no chunk to kill inside");
   DCR_ASSIGN_OR_RETURN(double measured, MeasureChangeRate(ckpts[0], ckpts[1]));
   // A multi-step scenario: each process run is one set of long-lived nodes through every step,

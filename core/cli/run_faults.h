@@ -10,6 +10,7 @@
 
 #include "dcr/scenario.h"
 #include "dcr/status.h"
+#include "dcr/statusor.h"
 #include "dcr/testing/fault_injection.h"
 
 namespace dcr::cli {
@@ -26,6 +27,12 @@ FaultRunOptions FaultRunOptionsFor(const Scenario& s, double rate, int run,
 // end bit-exact and committed are recorded in out->faults.errors (their faults not survived).
 Status RunScenarioFaults(const Scenario& s, double rate, const std::vector<std::string>& ckpts,
                          const std::string& work_dir, ScenarioResult* out);
+
+// The chunks of the delta base_path -> target_path under the scenario's delta options
+// (s.delta.chunk_elems, zstd_level): the stream shape the fault points are planned on. Errors:
+// checkpoints that cannot be opened or diffed.
+StatusOr<uint64_t> CountScenarioDeltaChunks(const Scenario& s, const std::string& base_path,
+                                            const std::string& target_path);
 
 // The fault kinds of the real process kills, as the result counts them ("process:...").
 const std::vector<std::string>& ProcessFaultKinds();

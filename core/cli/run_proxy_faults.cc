@@ -26,6 +26,7 @@
 #include "dcr/delta.h"
 #include "dcr/status_macros.h"
 #include "fault_proxy.h"
+#include "run_faults.h"
 #include "run_real.h"
 #include "transport/net.h"
 #include "transport/tls.h"
@@ -50,17 +51,6 @@ std::string ReadAll(const std::string& path) {
   ss << in.rdbuf();
   return ss.str();
 }
-
-class ChunkCount : public DeltaSink {
- public:
-  Status OnHeader(const std::vector<uint8_t>&) override { return Status(); }
-  Status OnChunk(const ChunkHeader&, const std::vector<uint8_t>&) override {
-    ++chunks;
-    return Status();
-  }
-  Status OnTrailer(const std::vector<uint8_t>&) override { return Status(); }
-  uint64_t chunks = 0;
-};
 
 // A window in which the in-region store refuses writes: once its directory holds a first object,
 // every directory under it is made read-only -- and immutable (FS_IMMUTABLE_FL) when this process
@@ -198,17 +188,7 @@ Status RunScenarioProxyFaults(const Scenario& s, double rate,
         "faults.proxy_runs: the fault proxy's certificates are minted from the run's CA key, "
         "which `dcr run` has only for the CA it generates: leave network.tls.ca unset");
   }
-  uint64_t chunks = 0;
-  {
-    DCR_ASSIGN_OR_RETURN(auto base, Checkpoint::Open(ckpts[0]));
-    DCR_ASSIGN_OR_RETURN(auto target, Checkpoint::Open(ckpts[1]));
-    DeltaOptions d;
-    d.chunk_elems = s.delta.chunk_elems;
-    d.zstd_level = s.delta.zstd_level;
-    ChunkCount counter;
-    DCR_RETURN_IF_ERROR(BuildDelta(base.get(), *target, d, &counter).status());
-    chunks = counter.chunks;
-  }
+  DCR_ASSIGN_OR_RETURN(uint64_t chunks, CountScenarioDeltaChunks(s, ckpts[0], ckpts[1]));
   if (chunks < 2) return FailedPreconditionError("faults.proxy_runs: the delta has too few chunks");
   DCR_ASSIGN_OR_RETURN(double measured, MeasureChangeRate(ckpts[0], ckpts[1]));
   std::vector<std::string> kinds = s.faults.proxy_kinds;
