@@ -388,7 +388,7 @@ class TreeLinks {
     StartHeartbeats();
     if (parent != nullptr) {
       DCR_RETURN_IF_ERROR(AcceptParent(*parent, listen_fd, deadline));
-      heartbeats_->Add(parent_writer_.get(), Frame(FrameType::kHeartbeat));
+      if (parent_writer_) heartbeats_->Add(parent_writer_.get(), Frame(FrameType::kHeartbeat));
     }
     return Status();
   }
@@ -466,6 +466,9 @@ class TreeLinks {
   // With recovery, a lost parent connection is reported to the node's RecoveryPolicy
   // (ParentLost) instead of ending the node.
   void set_recover(bool on) { recover_ = on; }
+  // With recovery: asked while the node waits for its parent's connection at startup; true
+  // ends the wait as a lost parent (ParentLost). Set before Open; null: wait until the deadline.
+  void set_parent_gone(std::function<bool()> gone) { parent_gone_ = std::move(gone); }
   // An edge relay's ingress (node/edge_relay.h): pieces from the parent go to it instead of the
   // policy. Set before Open; null: none.
   void set_ingress(internal::EdgeIngress* ingress) { ingress_ = ingress; }
@@ -572,7 +575,17 @@ class TreeLinks {
       return true;
     };
     auto hellos = internal::AcceptHellos(listen_fd, expected, deadline, kHelloTimeoutS,
-                                         link_tls_.get(), is_parent_hello, refused);
+                                         link_tls_.get(), is_parent_hello, refused,
+                                         recover_ ? parent_gone_ : nullptr);
+    if (!hellos.ok() && hellos.status().code() == StatusCode::kAborted) {
+      // The tree went on without this node: its parent is lost, as one that died mid-stream.
+      close(listen_fd);
+      std::fprintf(stderr, "node %d: parent node %d never connected and the stream is whole in "
+                   "the store: parent lost (%s)\n", me, parent.peer,
+                   hellos.status().message().c_str());
+      queue_->PostRecovery(recovery::ParentLost{parent.peer, kNoNode});
+      return Status();
+    }
     if (!hellos.ok()) {
       close(listen_fd);
       return UnavailableError("node " + std::to_string(me) + ": waiting for parent node " +
@@ -794,6 +807,7 @@ class TreeLinks {
   std::vector<std::thread> readers_;
   std::atomic<bool> stopping_{false};
   bool recover_ = false;
+  std::function<bool()> parent_gone_;
   internal::EdgeIngress* ingress_ = nullptr;
   bool closed_ = false;
 };
@@ -1821,6 +1835,31 @@ class SocketNode : public NodeEnvironment {
     return plan_.rank != 0 && recovery_->mode() == RecoveryPolicy::Mode::kCommitted;
   }
 
+  // While the node waits for its parent at startup: true once the stream is whole in the store
+  // (its trailer listed under the prefix) and the parent has still not connected
+  // read_deadline_s later. A healthy parent connects before the stream starts, so the tree went
+  // on without this node (its parent counted it lost, or died before connecting), and waiting
+  // on to the node's timeout would only hold back the run.
+  std::function<bool()> ParentGoneCheck() {
+    auto store = std::make_shared<std::unique_ptr<ObjectStore>>();
+    auto seen = std::make_shared<double>(-1);
+    return [this, store, seen]() {
+      if (*seen >= 0) return SteadyNow() - *seen >= plan_.read_deadline_s;
+      if (*store == nullptr) {
+        auto opened = OpenObjectStore(plan_.store);
+        if (!opened.ok()) return false;
+        *store = std::move(*opened);
+      }
+      auto listed = (*store)->List(plan_.relay.prefix + "/");
+      if (!listed.ok()) return false;
+      for (const ObjectInfo& o : *listed) {
+        auto b = ParseObjectKey(plan_.relay.prefix, o.key);
+        if (b.ok() && b->kind == BlobKind::kTrailer) *seen = SteadyNow();
+      }
+      return false;
+    };
+  }
+
   double Now() const { return SteadyNow() - t0_; }
   // Store key of rank `rank`'s commit report: "<prefix>/reports/<rank>".
   std::string ReportKey(int rank) const {
@@ -2003,6 +2042,7 @@ class SocketNode : public NodeEnvironment {
       }
       edge_lag_ = std::make_unique<internal::EdgeLagWatch>(edges, plan_.edge_lag_bytes);
     }
+    if (tree && recover && !sender) links_.set_parent_gone(ParentGoneCheck());
     // A restarted node does not rejoin the tree: its peers were told it left when it died.
     if (tree && !restarted) DCR_RETURN_IF_ERROR(links_.Open(host_->links(), deadline_));
     store_.set_resume(recover && !edge);

@@ -326,8 +326,10 @@ StatusOr<std::unique_ptr<Conn>> ConnectTo(const std::string& address, double dea
 StatusOr<std::vector<Hello>> AcceptHellos(
     int listen_fd, int want, double deadline, double hello_timeout_s, const TlsContext* tls,
     const std::function<bool(const FrameHeader&, const TlsIdentity*)>& accept_hello,
-    const std::function<void(const std::string&)>& refused) {
+    const std::function<void(const std::string&)>& refused,
+    const std::function<bool()>& give_up) {
   constexpr size_t kMaxPendingHellos = 64;
+  double next_give_up_check = 0;
   struct Pending {
     int fd;
     double until;
@@ -430,10 +432,17 @@ StatusOr<std::vector<Hello>> AcceptHellos(
           " of " + std::to_string(want) + " streams, " + std::to_string(dropped) +
           " connections without a valid hello dropped)"));
     }
+    if (give_up && out.empty() && now >= next_give_up_check) {
+      next_give_up_check = now + 0.5;
+      if (give_up()) {
+        return fail(AbortedError("stopped waiting for the parent (" + std::to_string(dropped) +
+                                 " connections without a valid hello dropped)"));
+      }
+    }
     for (size_t i = pending.size(); i-- > 0;) {
       if (now >= pending[i].until) drop(i, "no hello within the deadline");
     }
-    double wake = std::min(deadline, now + 1.0);
+    double wake = std::min(deadline, now + (give_up ? 0.5 : 1.0));
     for (const auto& p : pending) wake = std::min(wake, p.until);
     std::vector<pollfd> fds;
     fds.push_back(pollfd{listen_fd, POLLIN, 0});

@@ -154,8 +154,10 @@ StatusOr<std::unique_ptr<Conn>> ConnectTo(const std::string& address, double dea
 // closed, `refused` (if set) is told why, and the loop keeps listening, so a stray or hostile
 // connection never takes the place of the real peer. Connections are served concurrently: a
 // silent one does not delay the others; at most 64 wait at once (a new one closes the oldest).
+// `give_up` (if set) is asked about twice a second while no connection has been taken; once it
+// returns true the wait ends (the caller knows the peer is not coming).
 // Errors: kDeadlineExceeded when `deadline` passes first (the message counts the connections
-// dropped), kUnavailable when accept or poll fail.
+// dropped), kAborted when `give_up` ended the wait, kUnavailable when accept or poll fail.
 struct Hello {
   std::unique_ptr<Conn> conn;
   FrameHeader header;
@@ -163,7 +165,8 @@ struct Hello {
 StatusOr<std::vector<Hello>> AcceptHellos(
     int listen_fd, int want, double deadline, double hello_timeout_s, const TlsContext* tls,
     const std::function<bool(const FrameHeader&, const TlsIdentity*)>& accept_hello,
-    const std::function<void(const std::string&)>& refused = nullptr);
+    const std::function<void(const std::string&)>& refused = nullptr,
+    const std::function<bool()>& give_up = nullptr);
 Status WriteFull(int fd, const void* data, size_t size);
 // kUnavailable on EOF before `size` bytes ("peer closed").
 Status ReadFull(int fd, void* data, size_t size);
