@@ -67,7 +67,7 @@ w("st_is_index.safetensors", json.dumps({"metadata": {"total_size": 16}, "weight
     "a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}, indent=2).encode())
 w("st_is_json.safetensors", b'{"architectures": ["LlamaForCausalLM"], "hidden_size": 4096}\n')
 PY
-# Context-coded chunks (format version 6), against tests/golden/float_base.safetensors (kind
+# Context-coded chunks (format version 6 bodies), against tests/golden/float_base.safetensors (kind
 # ctxdelta). Checksums are resealed, so the body's own checks answer: the positions hash (the
 # body's first 8 bytes), the value mode byte (a context chunk has relative values), the last byte of
 # the extra bits; and a delta encoded against another base whose header names this base (its
@@ -120,6 +120,56 @@ struct.pack_into("<Q", d, hend - 8, x.XXH3_64bits(bytes(d[:hend - 8]), hend - 8)
 open(f"{e}/ctx_wrong_base.dcr", "wb").write(d)
 PY
 rm -f "$e/.wrong_base.safetensors" "$e/.wrong_target.safetensors" "$e/.wrong_base.dcr"
+# Version-7 bodies (position mode 4), against the same base: the first geometric model's form
+# byte made unknown, and its ratio made 0; checksums resealed as above.
+python3 - "$g" "$e" <<'PY'
+import ctypes, struct, sys
+g, e = sys.argv[1], sys.argv[2]
+x = ctypes.CDLL("libxxhash.so.0")
+x.XXH3_64bits.restype = ctypes.c_uint64
+x.XXH3_64bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+def h64(b): return x.XXH3_64bits(bytes(b), len(b))
+def w(name, data): open(f"{e}/{name}", "wb").write(bytes(data))
+def varint(b, p):
+    v, s = 0, 0
+    while True:
+        c = b[p]; p += 1; v |= (c & 0x7F) << s; s += 7
+        if not c & 0x80: return v, p
+d = bytearray(open(f"{g}/v7_context.dcr", "rb").read())
+c = d.index(b"DCRC")
+hsize = body_size = geo = None
+while geo is None:
+    while d[c + 16] != 4: c = d.index(b"DCRC", c + 4)  # the next context-coded chunk
+    hsize = struct.unpack_from("<I", d, c + 4)[0]
+    body_size = struct.unpack_from("<Q", d, c + 117)[0]
+    b0 = c + hsize
+    k = d[b0 + 8]; p = b0 + 9 + k - 1
+    kc = []
+    for _ in range(k):
+        v, p = varint(d, p); kc.append(v)
+    for n in kc:
+        if n == 0: continue
+        for role in range(2):
+            s, p = varint(d, p)
+            if s == 0:
+                if d[p] == 0 and geo is None: geo = p
+                p += 4 if d[p] == 0 else 1
+                continue
+            sym = 0
+            while sym < s:
+                f, p = varint(d, p)
+                if f: sym += 1
+                else:
+                    z, p = varint(d, p); sym += z + 1
+    if geo is None: c += 4
+def reseal(b):
+    body = b[c + hsize:c + hsize + body_size]
+    struct.pack_into("<Q", b, c + hsize - 16, h64(body))
+    struct.pack_into("<Q", b, c + hsize - 8, h64(b[c:c + hsize - 8]))
+    return b
+bad = bytearray(d); bad[geo] = 7; w("ctx7_unknown_model_form.dcr", reseal(bad))
+bad = bytearray(d); bad[geo + 2] = 0; bad[geo + 3] = 0; w("ctx7_geometric_ratio_zero.dcr", reseal(bad))
+PY
 cat > "$e/MANIFEST" <<'M'
 # file kind expected-status message-substring   (read by tests/golden/golden_test.cc)
 empty.dcr delta DATA_LOSS truncated delta
@@ -145,6 +195,8 @@ ctx_positions_hash.dcr ctxdelta FAILED_PRECONDITION context-coded positions diff
 ctx_absolute.dcr ctxdelta DATA_LOSS context-coded chunk with absolute values
 ctx_extra_bits.dcr ctxdelta DATA_LOSS context body: trailing raw bits
 ctx_wrong_base.dcr ctxdelta FAILED_PRECONDITION context-coded
+ctx7_unknown_model_form.dcr ctxdelta DATA_LOSS unknown model form
+ctx7_geometric_ratio_zero.dcr ctxdelta DATA_LOSS bad geometric model
 st_bad_json.safetensors checkpoint DATA_LOSS malformed safetensors JSON header
 st_overlap.safetensors checkpoint DATA_LOSS overlap
 st_out_of_range.safetensors checkpoint DATA_LOSS outside the data section

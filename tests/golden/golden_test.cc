@@ -1,7 +1,7 @@
 // Pins the bytes of the current format (v5: a single-file delta, a full frame, and a delta to a
-// sharded target; v6: the single-file delta signed with a fixed test key, and a delta with
-// context-coded chunks), checks that version 2 to 4 deltas still apply, and checks the
-// malformed-input corpus.
+// sharded target; v6: the single-file delta signed with a fixed test key; v7: a delta with
+// context-coded chunks, unsigned and signed), checks that version 2 to 4 deltas and version 6
+// context-coded deltas still apply, and checks the malformed-input corpus.
 //
 // The checkpoints are generated here from a fixed integer recipe (no std distributions, no float
 // math), so they are identical on every compiler. Regenerate the files, after a deliberate format
@@ -320,7 +320,7 @@ Pair MakeFloatPair() {
   return p;
 }
 
-// The context-coded delta (format version 6) of the float-like pair is pinned, applies to its
+// The context-coded delta (format version 7) of the float-like pair is pinned, applies to its
 // target, and each of its context-coded chunks converts back to the plain delta's record.
 TEST(GoldenContext, ContextDeltaIsPinnedAndConvertsToPlain) {
   const bool update = std::getenv("DCR_UPDATE_GOLDEN") != nullptr;
@@ -338,7 +338,7 @@ TEST(GoldenContext, ContextDeltaIsPinnedAndConvertsToPlain) {
   o.context_coding = true;
   DeltaMemorySink ctx;
   ASSERT_TRUE(BuildDelta(b->get(), **t, o, &ctx).ok());
-  const fs::path file = kGolden / "v6_context.dcr";
+  const fs::path file = kGolden / "v7_context.dcr";
   if (update) {
     ASSERT_TRUE(WriteFileAtomic(file.string(), ctx.bytes().data(), ctx.bytes().size()).ok());
     for (const fs::path& f : {bp, tp}) {
@@ -359,7 +359,7 @@ TEST(GoldenContext, ContextDeltaIsPinnedAndConvertsToPlain) {
   auto d = DeltaReader::FromBytes(Read(file));
   auto pd = DeltaReader::FromBytes(plain.bytes());
   ASSERT_TRUE(d.ok() && pd.ok());
-  EXPECT_EQ((*d)->header().format_version, 6u);
+  EXPECT_EQ((*d)->header().format_version, 7u);
   EXPECT_EQ((*pd)->header().format_version, 5u);
   ASSERT_EQ((*d)->num_chunks(), (*pd)->num_chunks());
   int context_chunks = 0;
@@ -411,7 +411,7 @@ TEST(GoldenContext, SignedContextDeltaIsPinnedAndListsBothForms) {
   so.chunks_per_manifest = 2;
   SigningSink sink(key->get(), so, &mem);
   ASSERT_TRUE(BuildDelta(b->get(), **t, o, &sink).ok());
-  const fs::path file = kGolden / "v6_signed_context.dcr";
+  const fs::path file = kGolden / "v7_signed_context.dcr";
   if (std::getenv("DCR_UPDATE_GOLDEN") != nullptr) {
     ASSERT_TRUE(WriteFileAtomic(file.string(), mem.bytes().data(), mem.bytes().size()).ok());
   }
@@ -419,7 +419,7 @@ TEST(GoldenContext, SignedContextDeltaIsPinnedAndListsBothForms) {
   EXPECT_EQ(mem.bytes(), Read(file)) << "encoder output for " << file << " changed";
   const std::vector<uint8_t> bytes = Read(file);
   auto d = DeltaReader::FromBytes(bytes);
-  auto c = DeltaReader::FromBytes(Read(kGolden / "v6_context.dcr"));
+  auto c = DeltaReader::FromBytes(Read(kGolden / "v7_context.dcr"));
   ASSERT_TRUE(d.ok() && c.ok()) << d.status();
   EXPECT_EQ((*d)->header().flags & (kFlagSigned | kFlagContext), kFlagSigned | kFlagContext);
   auto trust = TrustKey::FromRaw((*key)->public_key());
@@ -501,6 +501,67 @@ TEST(GoldenContext, SignedContextDeltaIsPinnedAndListsBothForms) {
     ASSERT_TRUE(s.ok()) << "form " << form << ": " << s;
     EXPECT_EQ(store, pair.target) << "form " << form;
   }
+}
+
+// Version 6 deltas with context-coded chunks (position mode 3: every model an explicit table)
+// are still read: the pinned unsigned one applies to its target and each of its context chunks
+// converts back to the plain delta's record; the signed one verifies and applies.
+TEST(GoldenContext, VersionSixContextDeltasStillApply) {
+  Tmp tmp;
+  const Pair pair = MakeFloatPair();
+  DeltaMemorySink plain;
+  {
+    const fs::path bp = tmp.dir / "b.safetensors", tp = tmp.dir / "t.safetensors";
+    ASSERT_TRUE(WriteSafetensors(bp.string(), pair.bv).ok());
+    ASSERT_TRUE(WriteSafetensors(tp.string(), pair.tv).ok());
+    auto b = Checkpoint::Open(bp.string());
+    auto t = Checkpoint::Open(tp.string());
+    ASSERT_TRUE(b.ok() && t.ok());
+    ASSERT_TRUE(BuildDelta(b->get(), **t, GoldenOptions(), &plain).ok());
+  }
+  auto pd = DeltaReader::FromBytes(plain.bytes());
+  ASSERT_TRUE(pd.ok());
+  std::vector<TensorBuffer> tbs;
+  for (size_t k = 0; k < pair.bv.size(); ++k) {
+    tbs.push_back(TensorBuffer{const_cast<uint8_t*>(pair.base[k].data()), pair.base[k].size() / 2, 2, 0});
+  }
+  for (const char* name : {"v6_context.dcr", "v6_signed_context.dcr"}) {
+    SCOPED_TRACE(name);
+    const fs::path file = kGolden / name;
+    const fs::path out = tmp.dir / "out.safetensors";
+    auto st = ApplyDeltaFile((kGolden / "float_base.safetensors").string(), file.string(), out.string(),
+                             ApplyOptions{1, true, true});
+    ASSERT_TRUE(st.ok()) << st.status();
+    EXPECT_EQ(Read(out), Read(kGolden / "float_target.safetensors"));
+    auto d = DeltaReader::FromBytes(Read(file));
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_EQ((*d)->header().format_version, 6u);
+    ASSERT_EQ((*d)->num_chunks(), (*pd)->num_chunks());
+    int context_chunks = 0;
+    for (size_t i = 0; i < (*d)->num_chunks(); ++i) {
+      auto h = ParseChunkHeader((*d)->chunk_data(i), (*d)->chunk_size(i), nullptr, nullptr);
+      ASSERT_TRUE(h.ok());
+      if (!IsContextCoded(*h)) continue;
+      ++context_chunks;
+      EXPECT_EQ(h->position_mode, PositionMode::kContext);
+      std::vector<uint8_t> covered;
+      ASSERT_TRUE(GatherCoveredBits(*h, tbs, &covered).ok());
+      auto p = ContextChunkToPlain((*d)->chunk_data(i), (*d)->chunk_size(i), covered.data(), covered.size());
+      ASSERT_TRUE(p.ok()) << p.status();
+      EXPECT_EQ(*p, std::vector<uint8_t>((*pd)->chunk_data(i), (*pd)->chunk_data(i) + (*pd)->chunk_size(i)));
+    }
+    EXPECT_GE(context_chunks, 5);
+  }
+  std::array<uint8_t, 32> seed;
+  for (int i = 0; i < 32; ++i) seed[i] = static_cast<uint8_t>(i);
+  auto key = SigningKey::FromSeed(seed);
+  ASSERT_TRUE(key.ok());
+  auto trust = TrustKey::FromRaw((*key)->public_key());
+  ASSERT_TRUE(trust.ok());
+  auto sd = DeltaReader::FromBytes(Read(kGolden / "v6_signed_context.dcr"));
+  ASSERT_TRUE(sd.ok());
+  Status v = VerifyDeltaFile(**sd, *trust, 1);
+  EXPECT_TRUE(v.ok()) << v;
 }
 
 // tests/golden-errors/MANIFEST: "<file> <kind: delta|checkpoint> <STATUS_CODE> <message substring>".

@@ -1,4 +1,4 @@
-// Context-coded chunk records (format version 6: core/FORMAT.md section 2.5).
+// Context-coded chunk records (format version 7, and version 6 read: core/FORMAT.md section 2.5).
 //
 // A context-coded chunk carries the same changes as a plain chunk record (same chunk id, segments,
 // value mode, counts and the four hashes, so every proof over chunks is unchanged), but codes its
@@ -36,9 +36,10 @@ namespace dcr {
 // or 8, at least one change and not every covered element changed.
 bool ContextCodable(const ChunkHeader& header);
 
-// Whether a parsed chunk header is context-coded (position mode kContext).
+// Whether a parsed chunk header is context-coded (position mode kContext or kContextV7).
 inline bool IsContextCoded(const ChunkHeader& header) {
-  return header.position_mode == PositionMode::kContext;
+  return header.position_mode == PositionMode::kContext ||
+         header.position_mode == PositionMode::kContextV7;
 }
 
 // The context-coded form of the plain chunk record `plain` (size bytes), given the chunk's base

@@ -1,16 +1,16 @@
-// The dcr delta format, version 6 (normative text: core/FORMAT.md; this comment mirrors it).
+// The dcr delta format, version 7 (normative text: core/FORMAT.md; this comment mirrors it).
 //
 // All integers little-endian. A delta is a byte stream:
 //
 //  1. FileHeader (variable size):
-//       magic "DCRDELTA" (8) | u32 format_version (5, or 6 with kFlagSigned or kFlagContext; 2
+//       magic "DCRDELTA" (8) | u32 format_version (5; 6 with kFlagSigned; 7 with kFlagContext; 2
 //       to 4 are read too) | u32 flags
 //       | u64 base_version | Hash128 base_hash (lo,hi) | u64 target_version
 //       | u32 num_sections | per section: u32 kind, u32 size, size bytes
 //       | u64 chunk_elems (grid option) | u64 header_checksum (XXH3-64 of all previous bytes)
 //     flags bit 0: kFlagNoBase (every chunk is a full frame; base_hash is zero); bit 1 (version 6):
-//     kFlagSigned (manifest records precede the chunks they list, see 2a); bit 2 (version 6):
-//     kFlagContext (chunks may be context-coded).
+//     kFlagSigned (manifest records precede the chunks they list, see 2a); bit 2 (version 7;
+//     version 6 read): kFlagContext (chunks may be context-coded).
 //     Sections: kFile (u32 name_size | name | the file's safetensors JSON header, verbatim), one
 //     per file of the target in order (a single-file target has one, with an empty name); kIndex
 //     (u32 name_size | name | the index file's bytes, verbatim), at most one. A kind with bit 31
@@ -53,9 +53,9 @@
 //
 // Position modes: kGaps (varint LEB128 of gap-1 between sorted positions, first gap from -1),
 // kBitmap (num_elements bits, LSB first), kDense (every covered element changes; no positions),
-// kContext (version 6: one raw stream, the context body of FORMAT.md section 2.5: positions and
-// values rANS-coded per class of base exponents; decodable only with the base bits of every
-// covered element: dcr/context.h).
+// kContext (version 6) and kContextV7 (version 7: models may be geometric laws or repeats): one
+// raw stream, the context body of FORMAT.md section 2.5: positions and values rANS-coded per class
+// of base exponents; decodable only with the base bits of every covered element: dcr/context.h.
 // Value modes: kXor (bits ^ base), kUlpDelta (zigzag(ord(new) - ord(old)) mod 2^(8w), ord = the
 // order-preserving integer map of sign-magnitude floats; identity for integers), kAbsolute (new bits).
 // Streams: [positions (absent for kDense)] then elem_width value byte planes (byte 0 = least
@@ -75,11 +75,12 @@
 
 namespace dcr {
 
-// The newest version this build reads and writes. An encoder writes version 6 only for a delta
-// that uses a version-6 feature (manifest records: kFlagSigned; context-coded chunks:
-// kFlagContext); any other
-// delta is written as version 5, byte for byte (kPlainFormatVersion).
-inline constexpr uint32_t kFormatVersion = 6;
+// The newest version this build reads and writes. An encoder writes version 7 for a delta with
+// context-coded chunks (kFlagContext; their records have position mode kContextV7), version 6 for
+// one with manifest records (kFlagSigned) and no context-coded chunks, and any other delta as
+// version 5, byte for byte (kPlainFormatVersion). Version 6 deltas with context-coded chunks
+// (position mode kContext) are read as well.
+inline constexpr uint32_t kFormatVersion = 7;
 inline constexpr uint32_t kPlainFormatVersion = 5;
 // The oldest version this build reads (versions 2 to 4 are read as version 5's: core/FORMAT.md
 // section 5).
@@ -91,7 +92,7 @@ inline constexpr char kEndMagic[8] = {'D', 'C', 'R', 'E', 'N', 'D', '\0', '\0'};
 inline constexpr uint32_t kFlagNoBase = 1u << 0;
 // Version 6: the stream carries signed manifest records (dcr/manifest.h) before its chunks.
 inline constexpr uint32_t kFlagSigned = 1u << 1;
-// Version 6: chunks may be context-coded (position mode kContext; dcr/context.h).
+// Versions 6 and 7: chunks may be context-coded (position modes kContext, kContextV7; dcr/context.h).
 inline constexpr uint32_t kFlagContext = 1u << 2;
 inline constexpr char kManifestMagic[4] = {'D', 'C', 'R', 'M'};
 inline constexpr uint32_t kMaxSegmentDims = 4;
@@ -100,9 +101,9 @@ inline constexpr uint32_t kSectionCritical = 1u << 31;
 inline constexpr uint32_t kSectionFile = kSectionCritical | 1;
 inline constexpr uint32_t kSectionIndex = kSectionCritical | 2;
 
-// kContext (version 6): positions and values coded against the base exponents in one stream
-// (dcr/context.h).
-enum class PositionMode : uint8_t { kGaps = 0, kBitmap = 1, kDense = 2, kContext = 3 };
+// kContext (version 6) and kContextV7 (version 7): positions and values coded against the base
+// exponents in one stream (dcr/context.h); the two differ in how the body describes its models.
+enum class PositionMode : uint8_t { kGaps = 0, kBitmap = 1, kDense = 2, kContext = 3, kContextV7 = 4 };
 enum class ValueMode : uint8_t { kXor = 0, kUlpDelta = 1, kAbsolute = 2 };
 enum class StreamCodec : uint8_t { kRaw = 0, kZstd = 1 };
 

@@ -363,7 +363,8 @@ namespace {
 // Whether a record's header says it is context-coded (the position mode byte; the header is
 // checked in full by whatever decodes it).
 bool LooksContextCoded(const uint8_t* data, size_t size) {
-  return size > 16 && data[16] == static_cast<uint8_t>(PositionMode::kContext);
+  return size > 16 && (data[16] == static_cast<uint8_t>(PositionMode::kContext) ||
+                       data[16] == static_cast<uint8_t>(PositionMode::kContextV7));
 }
 
 }  // namespace

@@ -311,6 +311,7 @@ const char* PositionModeName(PositionMode m) {
     case PositionMode::kBitmap: return "bitmap";
     case PositionMode::kDense: return "dense";
     case PositionMode::kContext: return "context";
+    case PositionMode::kContextV7: return "context-v7";
   }
   return "?";
 }
@@ -720,7 +721,7 @@ StatusOr<ChunkHeader> ParseChunkHeader(const uint8_t* data, size_t size, size_t*
   h.target_range_hash = r.H128();
   uint32_t nstreams = r.U32();
   if (r.failed()) return DataLossError("truncated chunk header");
-  if (pm > 3) return DataLossError("unknown position mode " + std::to_string(pm));
+  if (pm > 4) return DataLossError("unknown position mode " + std::to_string(pm));
   if (vm > 2) return DataLossError("unknown value mode " + std::to_string(vm));
   h.position_mode = static_cast<PositionMode>(pm);
   h.value_mode = static_cast<ValueMode>(vm);
@@ -731,7 +732,8 @@ StatusOr<ChunkHeader> ParseChunkHeader(const uint8_t* data, size_t size, size_t*
     return DataLossError("bad chunk element count " + std::to_string(h.num_elements));
   }
   if (h.num_changes > h.num_elements) return DataLossError("more changes than covered elements");
-  const bool context = h.position_mode == PositionMode::kContext;
+  const bool context = h.position_mode == PositionMode::kContext ||
+                       h.position_mode == PositionMode::kContextV7;
   if (context && (w == 1 || !IsRelative(h.value_mode) || h.num_changes == 0 ||
                   h.num_changes >= h.num_elements)) {
     return DataLossError("context-coded chunk with absolute values, 1-byte elements, no change or "
@@ -854,7 +856,7 @@ namespace internal {
 Status DecodeChunkStreams(const uint8_t* data, size_t size, ChunkStreams* out) {
   size_t hsize = 0, rsize = 0;
   DCR_ASSIGN_OR_RETURN(ChunkHeader h, ParseChunkHeader(data, size, &hsize, &rsize));
-  if (h.position_mode == PositionMode::kContext) {
+  if (h.position_mode == PositionMode::kContext || h.position_mode == PositionMode::kContextV7) {
     return FailedPreconditionError("chunk " + std::to_string(h.chunk_id) +
                                    " is context-coded: it decodes only against its base bits "
                                    "(DecodeContextChunkInto, or ContextChunkToPlain first)");

@@ -223,6 +223,76 @@ const char* ParseModel(const uint8_t** p, const uint8_t* end, DecodeModel* m) {
   return nullptr;
 }
 
+// ---- models of a version-7 body: a table, a geometric law, or the previous model's table ----
+
+// Model forms after the leading LEB128 0 of a version-7 model (FORMAT.md section 2.5).
+constexpr uint8_t kModelGeometric = 0;
+constexpr uint8_t kModelRepeat = 1;
+constexpr uint64_t kMaxGeometricOffset = 15;
+constexpr uint64_t kGeometricOne = 65536;  // the ratio's denominator
+
+// The frequencies of the geometric law of offset o and ratio r / 65536 (0 < r < 65536): value v
+// has weight q^(v - o) (1 - q) for v >= o, none below; a symbol's weight is that of its values,
+// the tail of q in 32-bit fixed point, each step rounded down, so that the weights are identical
+// on every machine; then normalized like counts.
+void GeometricFreqs(uint64_t o, uint64_t r, uint32_t* f) {
+  uint64_t qp[62];  // q^(2^j) in 0.32 fixed point
+  qp[0] = r << 16;
+  for (int j = 1; j < 62; ++j) qp[j] = (qp[j - 1] * qp[j - 1]) >> 32;
+  uint64_t w[kSymbols] = {};
+  uint64_t tail = uint64_t{1} << 32;  // q^(v - o) at the symbol's lowest value v
+  for (int s = static_cast<int>(o); s < kSymbols && tail != 0; ++s) {
+    const int j = s < 16 ? 0 : ExtraBits(static_cast<uint8_t>(s));  // the symbol holds 2^j values
+    const uint64_t next = (tail * qp[j]) >> 32;
+    w[s] = tail - next;
+    tail = next;
+  }
+  Normalize(w, kSymbols, f);
+}
+
+// A model of a version-7 body: an explicit table (as version 6's), or LEB128 0 and a form byte:
+// kModelGeometric with u8 offset and u16 ratio, or kModelRepeat (the table of `prev`, the
+// previous model of the same role; null for the first).
+const char* ParseModelV7(const uint8_t** p, const uint8_t* end, const DecodeModel* prev,
+                         DecodeModel* m) {
+  const uint8_t* q = *p;
+  uint64_t n;
+  if (!GetVarint(&q, end, &n)) return "bad model size";
+  if (n != 0) return ParseModel(p, end, m);
+  *p = q;
+  if (*p >= end) return "truncated model";
+  const uint8_t form = *(*p)++;
+  if (form == kModelRepeat) {
+    if (prev == nullptr) return "repeated model without a previous one";
+    if (prev != m) std::memcpy(m, prev, sizeof(DecodeModel));
+    return nullptr;
+  }
+  if (form != kModelGeometric) return "unknown model form";
+  if (end - *p < 3) return "truncated model";
+  const uint64_t o = (*p)[0];
+  const uint64_t r = (*p)[1] | static_cast<uint64_t>((*p)[2]) << 8;
+  *p += 3;
+  if (o > kMaxGeometricOffset || r == 0) return "bad geometric model";
+  uint32_t f[kSymbols];
+  GeometricFreqs(o, r, f);
+  FillDecodeModel(f, m);
+  return nullptr;
+}
+
+// Estimated bits (1/65536 units) of coding symbol counts `cnt` with frequencies `f`: count times
+// log2(4096 / f); kInfeasible when a counted symbol has frequency 0.
+constexpr uint64_t kInfeasible = ~uint64_t{0};
+uint64_t ModelCodeBits(const uint64_t* cnt, const uint32_t* f) {
+  uint64_t bits = 0;
+  for (int s = 0; s < kSymbols; ++s) {
+    if (cnt[s] == 0) continue;
+    if (f[s] == 0) return kInfeasible;
+    bits += cnt[s] * ((uint64_t{kScaleBits} << 16) - Log2Fx(f[s]));
+  }
+  return bits;
+}
+uint64_t ModelBytesBits(uint64_t bytes) { return bytes * (uint64_t{8} << 16); }
+
 // ---- raw bits, least significant first ----
 
 class BitReader {
@@ -390,11 +460,9 @@ struct ClassStats {
   uint64_t cost = 0;           // estimated bits (1/65536 units)
 };
 
-uint64_t GapSymbolsEstimate(uint64_t n, uint64_t k) {
-  if (k == 0) return 0;
-  const uint64_t mean = n / k + 1;
-  return std::min<uint64_t>(40, 6 + 4 * static_cast<uint64_t>(63 - __builtin_clzll(mean)));
-}
+// Bytes of a geometric model (LEB128 0, form, offset, ratio): what the class estimate charges for
+// a class's gap model.
+constexpr uint64_t kGeometricModelBytes = 5;
 
 uint64_t ClassCost(const ClassStats& c) {
   if (c.k == 0) return 0;
@@ -406,7 +474,7 @@ uint64_t ClassCost(const ClassStats& c) {
     val -= XLogX(h);
     ++nz;
   }
-  const uint64_t table = (nz + GapSymbolsEstimate(c.n, c.k)) * (uint64_t{8} << 16);
+  const uint64_t table = (nz + kGeometricModelBytes) * (uint64_t{8} << 16);
   return pos + val + table;
 }
 
@@ -563,14 +631,70 @@ std::vector<uint8_t> EncodeContextBody(const uint8_t* base, uint64_t n, int w,
       sc.vordered[j] = values[i];
     }
   }
-  // Normalized models and the encoder's per-symbol tables: frequency, start, and the reciprocal
-  // that turns the division by the frequency into a multiplication (exact for states < 2^32).
+  // The models, for each class with changes its gap model then its value model: of its counts'
+  // table, the geometric law fitted to its values and the previous model of its role, the one of
+  // fewest estimated bits (code and model bytes; ties: that order).
   std::vector<uint32_t> freq(counts.size(), 0);
+  std::vector<uint8_t> models;
+  {
+    const uint32_t* prev[2] = {nullptr, nullptr};
+    uint32_t gf[kSymbols];
+    std::vector<uint8_t> table;
+    for (int c = 0; c < K; ++c) {
+      if (kc[c] == 0) continue;
+      for (int role = 0; role < 2; ++role) {
+        const size_t row = static_cast<size_t>(role * K + c) * kSymbols;
+        const uint64_t* cnt = &counts[row];
+        uint32_t* f = &freq[row];
+        Normalize(cnt, kSymbols, f);
+        table.clear();
+        PutModel(f, &table);
+        uint64_t best = ModelCodeBits(cnt, f) + ModelBytesBits(table.size());
+        int form = -1;  // -1: the table
+        // The geometric law: offset the lowest value's symbol (at most 15), ratio the fitted mean
+        // of the values above the offset.
+        int lowest = 0;
+        while (cnt[lowest] == 0) ++lowest;
+        const uint64_t o = std::min<uint64_t>(static_cast<uint64_t>(lowest), kMaxGeometricOffset);
+        const uint64_t* v = role == 0 ? &sc.ordered[start_of[c]] : &sc.vordered[start_of[c]];
+        unsigned __int128 above = 0;
+        for (uint64_t x = 0; x < kc[c]; ++x) above += v[x] - o;
+        const unsigned __int128 all = above + kc[c];
+        const uint64_t r = std::clamp<uint64_t>(
+            static_cast<uint64_t>((above * (2 * kGeometricOne) + all) / (2 * all)), 1,
+            kGeometricOne - 1);
+        GeometricFreqs(o, r, gf);
+        const uint64_t geo = ModelCodeBits(cnt, gf);
+        if (geo != kInfeasible && geo + ModelBytesBits(kGeometricModelBytes) < best) {
+          best = geo + ModelBytesBits(kGeometricModelBytes);
+          form = kModelGeometric;
+        }
+        if (prev[role] != nullptr) {
+          const uint64_t rep = ModelCodeBits(cnt, prev[role]);
+          if (rep != kInfeasible && rep + ModelBytesBits(2) < best) form = kModelRepeat;
+        }
+        if (form == -1) {
+          models.insert(models.end(), table.begin(), table.end());
+        } else if (form == kModelGeometric) {
+          std::memcpy(f, gf, sizeof(gf));
+          const uint8_t b[5] = {0, kModelGeometric, static_cast<uint8_t>(o), static_cast<uint8_t>(r),
+                                static_cast<uint8_t>(r >> 8)};
+          models.insert(models.end(), b, b + 5);
+        } else {
+          std::memcpy(f, prev[role], sizeof(uint32_t) * kSymbols);
+          models.push_back(0);
+          models.push_back(kModelRepeat);
+        }
+        prev[role] = f;
+      }
+    }
+  }
+  // The encoder's per-symbol tables: frequency, start, and the reciprocal that turns the division
+  // by the frequency into a multiplication (exact for states < 2^32).
   sc.enc.resize(counts.size());
   for (int m = 0; m < 2 * K; ++m) {
     if (kc[m % K] == 0) continue;
     const size_t row = static_cast<size_t>(m) * kSymbols;
-    Normalize(&counts[row], kSymbols, &freq[row]);
     uint32_t c = 0;
     for (int s = 0; s < kSymbols; ++s) {
       const uint32_t f = freq[row + s];
@@ -585,7 +709,7 @@ std::vector<uint8_t> EncodeContextBody(const uint8_t* base, uint64_t n, int w,
   }
 
   std::vector<uint8_t> out;
-  out.reserve(64 + k);
+  out.reserve(64 + models.size() + k);
   // positions hash
   {
     const uint64_t h = XXH3_64bits(positions, k * sizeof(uint64_t));
@@ -595,11 +719,7 @@ std::vector<uint8_t> EncodeContextBody(const uint8_t* base, uint64_t n, int w,
   out.push_back(static_cast<uint8_t>(K));
   for (int c = 1; c < K; ++c) out.push_back(bounds[c]);
   for (int c = 0; c < K; ++c) PutVarint(&out, kc[c]);
-  for (int c = 0; c < K; ++c) {
-    if (kc[c] == 0) continue;
-    PutModel(&freq[static_cast<size_t>(c) * kSymbols], &out);
-    PutModel(&freq[static_cast<size_t>(K + c) * kSymbols], &out);
-  }
+  out.insert(out.end(), models.begin(), models.end());
   // The raw bits of the symbol sequence (every class's gaps, then every class's values), in order.
   std::vector<uint8_t> bits;
   {
@@ -713,10 +833,17 @@ Status DecodeContextBody(const ChunkHeader& h, const uint8_t* body, size_t body_
   }
   if (total != k) return bad("class change counts differ from num_changes");
   DecodeScratch& sc = DScratch();
+  const bool v7 = h.position_mode == PositionMode::kContextV7;
+  const DecodeModel* prev[2] = {nullptr, nullptr};  // the previous gap and value model
   for (int c = 0; c < K; ++c) {
     if (kc[c] == 0) continue;
-    if (const char* e = ParseModel(&p, end, &sc.models[c])) return bad(e);
-    if (const char* e = ParseModel(&p, end, &sc.models[K + c])) return bad(e);
+    for (int role = 0; role < 2; ++role) {
+      DecodeModel* m = &sc.models[role * K + c];
+      if (const char* e = v7 ? ParseModelV7(&p, end, prev[role], m) : ParseModel(&p, end, m)) {
+        return bad(e);
+      }
+      prev[role] = m;
+    }
   }
   uint64_t rans_size;
   if (!GetVarint(&p, end, &rans_size) || rans_size < 8 || rans_size % 2 != 0 ||
@@ -777,7 +904,7 @@ Status DecodeContextBody(const ChunkHeader& h, const uint8_t* body, size_t body_
 }
 
 std::vector<uint8_t> SealContextRecord(ChunkHeader h, const std::vector<uint8_t>& body) {
-  h.position_mode = PositionMode::kContext;
+  h.position_mode = PositionMode::kContextV7;
   h.streams.assign(1, StreamInfo{StreamCodec::kRaw, body.size(), body.size()});
   return SealRecord(h, body);
 }

@@ -220,7 +220,101 @@ TEST(Context, CorruptionAndTruncationAreErrors) {
   }
 }
 
-// A delta built with context coding: version 6, same target hash and chunk table ids as the
+// The models of a version-7 body, as (offset in the body, form): -1 an explicit table, 0 geometric,
+// 1 repeat. Reads the body's layout (core/FORMAT.md section 2.5); the body is the encoder's.
+std::vector<std::pair<size_t, int>> ModelsOf(const std::vector<uint8_t>& body) {
+  size_t p = 8;
+  auto varint = [&] {
+    uint64_t v = 0;
+    for (int shift = 0;; shift += 7) {
+      const uint8_t b = body[p++];
+      v |= static_cast<uint64_t>(b & 0x7F) << shift;
+      if ((b & 0x80) == 0) return v;
+    }
+  };
+  const int k = body[p++];
+  p += static_cast<size_t>(k - 1);
+  std::vector<uint64_t> kc;
+  for (int c = 0; c < k; ++c) kc.push_back(varint());
+  std::vector<std::pair<size_t, int>> models;
+  for (int c = 0; c < k; ++c) {
+    if (kc[c] == 0) continue;
+    for (int role = 0; role < 2; ++role) {
+      const size_t at = p;
+      const uint64_t n = varint();
+      if (n == 0) {
+        const int form = body[p++];
+        models.emplace_back(at, form);
+        if (form == 0) p += 3;
+        continue;
+      }
+      models.emplace_back(at, -1);
+      for (uint64_t sym = 0; sym < n;) {
+        if (varint() != 0) {
+          ++sym;
+        } else {
+          sym += varint() + 1;
+        }
+      }
+    }
+  }
+  return models;
+}
+
+// The encoder writes version-7 bodies (position mode kContextV7) whose models include geometric
+// laws and repeats on float-like data; a model form that is unknown, a geometric law of ratio 0
+// and a repeat with no previous model of its role are kDataLoss.
+TEST(Context, VersionSevenModelFormsAndTheirErrors) {
+  std::mt19937_64 rng(11);
+  std::vector<uint8_t> base, target;
+  MakeFloatPair(rng, 2, 200000, 0.02, &base, &target);
+  const std::vector<uint8_t> plain = PlainRecord(base, target, 2, ValueMode::kUlpDelta);
+  auto ctx = EncodeContextChunk(plain.data(), plain.size(), base.data(), base.size());
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  size_t hsize = 0, rsize = 0;
+  auto h = ParseChunkHeader(ctx->data(), ctx->size(), &hsize, &rsize);
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(h->position_mode, PositionMode::kContextV7);
+  const std::vector<uint8_t> body(ctx->begin() + static_cast<ptrdiff_t>(hsize), ctx->end());
+  const auto models = ModelsOf(body);
+  size_t geometric = 0, repeat = 0;
+  for (const auto& [at, form] : models) {
+    geometric += form == 0;
+    repeat += form == 1;
+  }
+  EXPECT_GT(geometric, 0u);
+  EXPECT_GT(repeat, 0u);
+  auto decode = [&](const std::vector<uint8_t>& b) {
+    std::vector<uint8_t> rec = internal::SealContextRecord(*h, b);
+    DecodedChunk dc;
+    return DecodeContextChunkInto(rec.data(), rec.size(), base.data(), base.size(), &dc);
+  };
+  EXPECT_TRUE(decode(body).ok());
+  for (const auto& [at, form] : models) {
+    if (form != 0) continue;
+    std::vector<uint8_t> b = body;
+    b[at + 1] = 7;
+    Status s = decode(b);
+    EXPECT_TRUE(s.IsDataLoss()) << s;
+    EXPECT_NE(s.message().find("unknown model form"), std::string::npos) << s;
+    b = body;
+    b[at + 3] = b[at + 4] = 0;
+    s = decode(b);
+    EXPECT_TRUE(s.IsDataLoss()) << s;
+    EXPECT_NE(s.message().find("bad geometric model"), std::string::npos) << s;
+    break;
+  }
+  // The first model (class 0's gap model) as a repeat.
+  std::vector<uint8_t> b(body.begin(), body.begin() + static_cast<ptrdiff_t>(models[0].first));
+  b.push_back(0);
+  b.push_back(1);
+  b.insert(b.end(), body.begin() + static_cast<ptrdiff_t>(models[1].first), body.end());
+  Status s = decode(b);
+  EXPECT_TRUE(s.IsDataLoss()) << s;
+  EXPECT_NE(s.message().find("repeated model without a previous one"), std::string::npos) << s;
+}
+
+// A delta built with context coding: version 7, same target hash and chunk table ids as the
 // plain delta, applied offline and chunk by chunk; each chunk converts back to the plain delta's
 // record byte for byte; the output does not depend on the thread count.
 TEST(Context, DeltaWithContextCodingAppliesAndConvertsToThePlainDelta) {
@@ -261,7 +355,7 @@ TEST(Context, DeltaWithContextCodingAppliesAndConvertsToThePlainDelta) {
   auto d = DeltaReader::FromBytes(first);
   auto pd = DeltaReader::FromBytes(plain_sink.bytes());
   ASSERT_TRUE(d.ok() && pd.ok()) << d.status();
-  EXPECT_EQ((*d)->header().format_version, 6u);
+  EXPECT_EQ((*d)->header().format_version, 7u);
   EXPECT_EQ((*pd)->header().format_version, 5u);
   EXPECT_EQ((*d)->trailer().target_hash, (*pd)->trailer().target_hash);
   ASSERT_EQ((*d)->num_chunks(), (*pd)->num_chunks());

@@ -200,7 +200,8 @@ constexpr uint32_t kMaxSections = 1u << 20;
 }  // namespace
 
 uint32_t EncodedFormatVersion(const FileHeader& h) {
-  return (h.flags & (kFlagSigned | kFlagContext)) != 0 ? 6 : kPlainFormatVersion;
+  if ((h.flags & kFlagContext) != 0) return 7;
+  return (h.flags & kFlagSigned) != 0 ? 6 : kPlainFormatVersion;
 }
 
 std::vector<uint8_t> SerializeFileHeader(const FileHeader& h) {

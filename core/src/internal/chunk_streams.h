@@ -86,6 +86,7 @@ class PositionReader {
         NextBits(n, out);
         return nullptr;
       case PositionMode::kContext:
+      case PositionMode::kContextV7:
         break;  // never given one: DecodeChunkStreams refuses context-coded chunks
     }
     return "unknown position mode";
