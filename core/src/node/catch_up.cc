@@ -618,6 +618,11 @@ Status RunRegionReceiverVersions(const NodePlan& plan, NodeResult* result) {
                    static_cast<unsigned long long>(v.version), step.why.c_str());
     }
     if (s.ok() && recovery != nullptr) {
+      // The result names how v was taken before v is recorded done: a process restarted after
+      // Done keeps the result file it finds, and RunNodeVersion's has no catch-up form.
+      s = WriteResult(v.result_path, r);
+    }
+    if (s.ok() && recovery != nullptr) {
       // The committed storage becomes the checkpoint of v; the report names its content hash.
       s = recovery->Done(vp);
       if (s.ok()) {
