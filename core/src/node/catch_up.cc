@@ -382,12 +382,6 @@ NodePlan VersionPlan(const NodePlan& plan, const NodeVersion& v) {
   return p;
 }
 
-Status WriteResult(const std::string& path, const NodeResult& r) {
-  if (path.empty()) return Status();
-  const std::string js = NodeResultToJson(r);
-  return WriteFileAtomic(path, js.data(), js.size());
-}
-
 }  // namespace
 
 namespace {
@@ -492,15 +486,13 @@ Status RunRegionReceiverVersions(const NodePlan& plan, NodeResult* result) {
                        (frame > 0 ? " (took the full frame of version " + std::to_string(frame) + ")"
                                   : "");
     *result = a;
-    return WriteResult(v.result_path, a);
+    return WriteResultFile(v.result_path, a);
   };
   for (size_t i = 0; i < plan.versions.size() && s.ok(); ++i) {
     const NodeVersion& v = plan.versions[i];
     if (recovery != nullptr && recovery->Finished(v)) {
       // Finished by an earlier process (held, or passed over): its result stands.
-      auto text = ReadFile(v.result_path);
-      auto r = text.ok() ? NodeResultFromJson(std::string(text->begin(), text->end()))
-                         : StatusOr<NodeResult>(text.status());
+      auto r = ReadResultFile(v.result_path);
       if (r.ok()) *result = *r;
       if (!recovery->held_path().empty() && recovery->held_number() == v.version) {
         held = v.version;
@@ -580,7 +572,7 @@ Status RunRegionReceiverVersions(const NodePlan& plan, NodeResult* result) {
         fr.ok = false;
         fr.error = s.ToString();
       }
-      Status w = WriteResult(plan.versions[k].result_path, fr);
+      Status w = WriteResultFile(plan.versions[k].result_path, fr);
       if (s.ok()) s = w;
       *result = fr;
       requested = false;
@@ -620,7 +612,7 @@ Status RunRegionReceiverVersions(const NodePlan& plan, NodeResult* result) {
     if (s.ok() && recovery != nullptr) {
       // The result names how v was taken before v is recorded done: a process restarted after
       // Done keeps the result file it finds, and RunNodeVersion's has no catch-up form.
-      s = WriteResult(v.result_path, r);
+      s = WriteResultFile(v.result_path, r);
     }
     if (s.ok() && recovery != nullptr) {
       // The committed storage becomes the checkpoint of v; the report names its content hash.
@@ -640,7 +632,7 @@ Status RunRegionReceiverVersions(const NodePlan& plan, NodeResult* result) {
       s = PutRegionReport(store.get(), v.prefix, plan.rank, plan.run_id, v.version,
                           storage->held().hash, signer.get());
     }
-    Status w = WriteResult(v.result_path, r);
+    Status w = WriteResultFile(v.result_path, r);
     if (s.ok()) s = w;
     *result = r;
   }
@@ -648,7 +640,7 @@ Status RunRegionReceiverVersions(const NodePlan& plan, NodeResult* result) {
     result->ok = false;
     if (result->error.empty()) result->error = s.ToString();
   }
-  Status w = WriteResult(plan.result_path, *result);
+  Status w = WriteResultFile(plan.result_path, *result);
   if (s.ok()) s = w;
   return s;
 }

@@ -2288,11 +2288,8 @@ Status RunNodeVersion(const NodePlan& plan, NodeResult* result,
     SocketNode node(plan, result, storage);
     s = node.Run();
   }
-  if (!plan.result_path.empty()) {
-    std::string js = NodeResultToJson(*result);
-    Status w = WriteFileAtomic(plan.result_path, js.data(), js.size());
-    if (s.ok() && !w.ok()) s = w;
-  }
+  Status w = WriteResultFile(plan.result_path, *result);
+  if (s.ok() && !w.ok()) s = w;
   return s;
 }
 
@@ -2318,11 +2315,8 @@ Status RunNode(const NodePlan& plan, NodeResult* result) {
     SocketNode node(plan, result);
     s = node.Run();
   }
-  if (!plan.result_path.empty()) {
-    std::string js = NodeResultToJson(*result);
-    Status w = WriteFileAtomic(plan.result_path, js.data(), js.size());
-    if (s.ok() && !w.ok()) s = w;
-  }
+  Status w = internal::WriteResultFile(plan.result_path, *result);
+  if (s.ok() && !w.ok()) s = w;
   return s;
 }
 

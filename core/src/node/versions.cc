@@ -79,15 +79,16 @@ std::vector<int> SenderJointCommit::live() const {
   return out;
 }
 
-namespace {
-
 Status WriteResultFile(const std::string& path, const NodeResult& r) {
   if (path.empty()) return Status();
   const std::string js = NodeResultToJson(r);
   return WriteFileAtomic(path, js.data(), js.size());
 }
 
-}  // namespace
+StatusOr<NodeResult> ReadResultFile(const std::string& path) {
+  DCR_ASSIGN_OR_RETURN(auto text, ReadFile(path));
+  return NodeResultFromJson(std::string(text.begin(), text.end()));
+}
 
 Status RunNodeVersions(const NodePlan& plan, NodeResult* result) {
   return RunNodeVersions(plan, result, VersionHooks());
@@ -186,9 +187,7 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
     const NodeVersion& v = plan.versions[i];
     if (recovery != nullptr && recovery->Finished(v)) {
       // Finished by an earlier process of this node: its result stands.
-      auto text = ReadFile(v.result_path);
-      auto r = text.ok() ? NodeResultFromJson(std::string(text->begin(), text->end()))
-                         : StatusOr<NodeResult>(text.status());
+      auto r = ReadResultFile(v.result_path);
       if (r.ok()) *result = *r;
       if (holder) finished_held = &v;
       continue;
@@ -324,13 +323,10 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
                      static_cast<unsigned long long>(v.version), g.ToString().c_str());
       }
       *result = r;
-      if (!v.result_path.empty()) {
-        const std::string js = NodeResultToJson(r);
-        Status w = WriteFileAtomic(v.result_path, js.data(), js.size());
-        if (!w.ok()) {
-          s = w;
-          break;
-        }
+      Status w = WriteResultFile(v.result_path, r);
+      if (!w.ok()) {
+        s = w;
+        break;
       }
     }
     if (hooks.done) hooks.done(v, r, s);
@@ -343,11 +339,8 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
     result->ok = false;
     if (result->error.empty()) result->error = s.ToString();
   }
-  if (!plan.result_path.empty()) {
-    std::string js = NodeResultToJson(*result);
-    Status w = WriteFileAtomic(plan.result_path, js.data(), js.size());
-    if (s.ok() && !w.ok()) s = w;
-  }
+  Status w = WriteResultFile(plan.result_path, *result);
+  if (s.ok() && !w.ok()) s = w;
   return s;
 }
 

@@ -19,6 +19,11 @@
 
 namespace dcr::internal {
 
+// A node's result file: written atomically (nothing when `path` is empty), and read back by a
+// restarted process for the versions it finished. Read errors: ReadFile's, NodeResultFromJson's.
+Status WriteResultFile(const std::string& path, const NodeResult& r);
+StatusOr<NodeResult> ReadResultFile(const std::string& path);
+
 // One version of a node (RunNode's body for `plan`, which has no versions): a receiver applies
 // to `storage` when *storage is set (else it loads plan.receiver_base_path) and hands its
 // storage back in it when done, whatever the outcome. Writes plan.result_path when set.
