@@ -48,10 +48,7 @@ steps: 1
 methods: [delta, full]
 transport: {kinds: [relay_tree]}
 receivers: {count: 2}
-network:
-  regions: [{name: train}, {name: rollout, bandwidth: 10Gbit/s, latency: 0.1ms}]
-  long_link: {bandwidth: 1Gbit/s, latency: 1ms}
-  emulation: transport
+$(two_regions)
 YAML
 "$dcr" run "$tmp/run.yaml" > /dev/null 2> "$tmp/run.err"; check run 0 $?
 noncr run-plain "$tmp/run.err"

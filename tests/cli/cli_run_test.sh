@@ -14,10 +14,7 @@ steps: 1
 methods: [${4:-delta, full}]
 transport: {kinds: [relay_tree]}
 receivers: {count: 2}
-network:
-  regions: [{name: train}, {name: rollout, bandwidth: 10Gbit/s, latency: 0.1ms}]
-  long_link: {bandwidth: 1Gbit/s, latency: 1ms}
-  emulation: transport
+$(two_regions)
 YAML
 }
 "$dcr" synth --preset tiny --rate 6% --steps 2 --out "$tmp/ck" >/dev/null 2>&1; check synth 0 $?

@@ -58,10 +58,7 @@ steps: $(($# - 1))
 methods: [$methods]
 transport: {kinds: [relay_tree]}
 receivers: {count: 3}
-network:
-  regions: [{name: train}, {name: rollout, bandwidth: 10Gbit/s, latency: 0.1ms}]
-  long_link: {bandwidth: 1Gbit/s, latency: 1ms}
-  emulation: transport
+$(two_regions)
 YAML
 }
 scenario "$tmp/s.yaml" delta "$s0" "$s1" "$s2"

@@ -8,6 +8,7 @@
 # receiver is verified byte for byte on its device at every step, and every receiver's committed
 # checkpoint of the last step is byte-identical to the dense target file.
 set -uo pipefail
+source "$(dirname "$0")/../lib/runs.sh"
 DCR=$1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -35,24 +36,21 @@ YAML
   kills=0
   # Mid-stream of step 2 (a stream takes about a second here), then as step 3 starts.
   for mark in go.v2 go.v3; do
-    for _ in $(seq 1 1200); do [ -e "$dir/run-1/$mark" ] && break; sleep 0.05; done
+    wait_for "$dir/run-1/$mark"
     [ "$mark" = go.v2 ] && sleep 0.4
-    victim=$(pgrep -P "$run_pid" -f "plan-$rank.json" | head -1)
-    if [ -n "$victim" ]; then kill -9 "$victim" && kills=$((kills + 1)); fi
+    kill_rank "$run_pid" "$rank" > /dev/null && kills=$((kills + 1))
   done
   wait "$run_pid"; rc=$?
   if [ "$kills" = 0 ]; then echo "rank $rank: no node process to kill"; fail=1; continue; fi
   if [ "$rc" != 0 ]; then echo "rank $rank: dcr run exit $rc"; cat "$work/out$rank.txt"; fail=1; continue; fi
   python3 - "$work/r$rank.json" "$rank" "$dir/run-1" "$kills" <<'PY' || { fail=1; cat "$work/out$rank.txt"; }
-import glob, json, sys
-r = json.load(open(sys.argv[1])); rank = sys.argv[2]; run_dir = sys.argv[3]; kills = int(sys.argv[4])
-runs = r["runs"]
-assert [x["step"] for x in runs] == [1, 2, 3], [x["step"] for x in runs]
+import json, sys
+from runs import assert_bit_exact, kill_restarts, load_steps
+rank = sys.argv[2]; run_dir = sys.argv[3]; kills = int(sys.argv[4])
+runs = load_steps(sys.argv[1], 3)
 for run in runs:
-    assert not run.get("error"), run.get("error")
-    assert run["receivers_verified"] == run["receivers"] == 6, run
-    for x in run["receiver_results"]:
-        assert x["verified"] and x["committed"], x
+    assert len(run["receiver_results"]) == 6, run
+    for x in assert_bit_exact(run, receivers=6, committed=True):
         assert x["verify_message"] == "byte-for-byte equal to the target", x
 # The plans: the victim and every other receiver but 2 and 5 on the host device, all recovering.
 for k in range(1, 7):
@@ -60,9 +58,8 @@ for k in range(1, 7):
     want = "cpu" if k in (2, 5) else "host"
     assert p["device"] == want, (k, p["device"])
     assert p["state_dir"], (k, "no state dir")
-restarts = [l for run in runs for l in run.get("restarts", [])]
-mine = [l for l in restarts if l.startswith("node %s: killed by signal 9" % rank)]
-assert len(mine) == kills, (kills, restarts)
+mine = kill_restarts(runs, rank)
+assert len(mine) == kills, (kills, [run.get("restarts") for run in runs])
 step2 = runs[1]
 assert any(l.endswith("in version 2") for l in mine), mine
 assert step2["recovery"]["node_restarts"] >= 1, step2["recovery"]

@@ -13,6 +13,7 @@
 #                               joiner killed in step 4; each comes back from its journal
 # RANKS (environment) overrides the victims.
 set -uo pipefail
+source "$(dirname "$0")/../lib/runs.sh"
 DCR=$1
 mode=${2:-one}
 work=$(mktemp -d)
@@ -53,27 +54,23 @@ YAML
   "$DCR" run "$work/s$rank.yaml" --out "$work/r$rank.json" > "$work/out$rank.txt" 2>&1 &
   run_pid=$!
   # Mid-stream: a while after the step's start signal (a stream takes about a second here).
-  for _ in $(seq 1 1200); do [ -e "$dir/run-1/$at" ] && break; sleep 0.05; done
+  wait_for "$dir/run-1/$at"
   sleep "$pause"
-  victim=$(pgrep -P "$run_pid" -f "plan-$rank.json" | head -1)
-  if [ -z "$victim" ]; then echo "rank $rank: no node process to kill"; fail=1; wait "$run_pid"; continue; fi
-  kill -9 "$victim"
+  if ! kill_rank "$run_pid" "$rank" > /dev/null; then
+    echo "rank $rank: no node process to kill"; fail=1; wait "$run_pid"; continue
+  fi
   wait "$run_pid"; rc=$?
   if [ "$rc" != 0 ]; then echo "rank $rank: dcr run exit $rc"; cat "$work/out$rank.txt"; fail=1; continue; fi
   python3 - "$work/r$rank.json" "$rank" "$mode" "$steps" "${at#go}" <<'PY' || { fail=1; cat "$work/out$rank.txt"; }
-import json, sys
-r = json.load(open(sys.argv[1])); rank, mode, steps = sys.argv[2], sys.argv[3], int(sys.argv[4])
+import sys
+from runs import assert_bit_exact, kill_restarts, load_steps
+rank, mode, steps = sys.argv[2], sys.argv[3], int(sys.argv[4])
 killed_in = int(sys.argv[5][2:]) if sys.argv[5] else 1
-runs = r["runs"]
-assert [x["step"] for x in runs] == list(range(1, steps + 1)), [x["step"] for x in runs]
+runs = load_steps(sys.argv[1], steps)
 for run in runs:
-    assert not run.get("error"), run.get("error")
-    held = [x for x in run["receiver_results"] if x.get("catch_up") != "absent"]
-    assert run["receivers_verified"] == run["receivers"] == len(held) >= 6, run
-    assert all(x["verified"] and x["committed"] for x in held), held
+    assert_bit_exact(run, receivers=6, committed=True)
 died = "node %s: killed by signal 9" % rank
-restarts = [l for run in runs for l in run.get("restarts", [])]
-assert any(l.startswith(died) for l in restarts), restarts
+assert kill_restarts(runs, rank), [run.get("restarts") for run in runs]
 if steps > 1:
     # The restart goes to the step of the version the node was in: the step killed in, or, for
     # the returning region receiver (rank 7, started again as step 3 starts), the version it was

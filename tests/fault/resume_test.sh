@@ -7,6 +7,7 @@
 # carries the stream once plus what the sender put into the store because the store lacked it
 # (`long_link_fill_bytes`). Every receiver ends bit-exact.
 set -uo pipefail
+source "$(dirname "$0")/../lib/runs.sh"
 DCR=$1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -30,21 +31,20 @@ YAML
 "$DCR" run "$work/s.yaml" --out "$work/r.json" > "$work/out.txt" 2>&1 &
 run_pid=$!
 # Mid-stream: the stream takes about 1.2 s on this link.
-for _ in $(seq 1 600); do [ -e "$dir/run-1/go" ] && break; sleep 0.05; done
+wait_for "$dir/run-1/go" 30
 sleep 0.5
-victim=$(pgrep -P "$run_pid" -f "plan-2.json" | head -1)
-if [ -z "$victim" ]; then echo "no node process of rank 2 to kill"; wait "$run_pid"; exit 1; fi
-kill -9 "$victim"
+if ! kill_rank "$run_pid" 2 > /dev/null; then
+  echo "no node process of rank 2 to kill"; wait "$run_pid"; exit 1
+fi
 wait "$run_pid"; rc=$?
 if [ "$rc" != 0 ]; then echo "dcr run exit $rc"; cat "$work/out.txt"; exit 1; fi
 python3 - "$work/r.json" "$dir/run-1" <<'PY'
 import glob, json, sys
-r = json.load(open(sys.argv[1]))
-run = r["runs"][0]
-assert not run.get("error"), run.get("error")
-assert run["receivers_verified"] == run["receivers"] == 6, run
-assert all(x["verified"] for x in run["receiver_results"])
-assert any(l.startswith("node 2: killed by signal 9") for l in run.get("restarts", [])), run.get("restarts")
+from runs import assert_bit_exact, kill_restarts, load_steps
+(run,) = load_steps(sys.argv[1], 1)
+assert_bit_exact(run, receivers=6)
+assert len(run["receiver_results"]) == 6, run
+assert kill_restarts([run], 2), run.get("restarts")
 rec, payload = run["recovery"], run["payload_bytes"]
 assert rec["fallbacks"] >= 1 and rec["resumed_blobs"] >= 1 and rec["resumed_bytes"] > 0, rec
 # Nodes that kept their process: tree bytes and store bytes together are the stream once.
