@@ -113,7 +113,9 @@ std::string Exchange(int port, const std::string& request) {
   auto fd = Connect("127.0.0.1:" + std::to_string(port), SteadyNow() + 5);
   EXPECT_TRUE(fd.ok()) << fd.status();
   if (!fd.ok()) return "";
-  if (!request.empty()) EXPECT_TRUE(WriteFull(*fd, request.data(), request.size()).ok());
+  if (!request.empty()) {
+    EXPECT_TRUE(WriteFull(*fd, request.data(), request.size()).ok());
+  }
   std::string out;
   char buf[4096];
   ssize_t r;

@@ -131,7 +131,9 @@ void ExpectAllVerified(const Config& c, const std::string& tag) {
         EXPECT_EQ(r.target_hash, sender.target_hash) << tag << " rank " << r.rank;
       }
     }
-    if (c.method == "delta") EXPECT_NE(sender.target_hash, Hash128{}) << tag;
+    if (c.method == "delta") {
+      EXPECT_NE(sender.target_hash, Hash128{}) << tag;
+    }
   }
   EXPECT_GT(results[0].second.payload_bytes, 0u);
 }

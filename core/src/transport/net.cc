@@ -203,96 +203,56 @@ Status Conn::WaitFor(short events, double until, const char* what) {
 }
 
 Status Conn::Write(const void* data, size_t size) {
-  static constexpr char kStalled[] = "the peer took no bytes";
-  const auto* p = static_cast<const uint8_t*>(data);
-  double until = IdleUntil();
-  if (ssl_ == nullptr) {
-    while (size > 0) {
-      ssize_t w = send(fd_, p, size, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN) {
-          DCR_RETURN_IF_ERROR(WaitFor(POLLOUT, until, kStalled));
-          continue;
-        }
-        return UnavailableError(ErrnoError("send", errno).message());
-      }
-      p += w;
-      size -= static_cast<size_t>(w);
-      until = IdleUntil();
-    }
-    return Status();
-  }
-  while (size > 0) {
-    int n, err = 0;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ERR_clear_error();
-      n = SSL_write(ssl_, p, static_cast<int>(std::min<size_t>(size, 1 << 30)));
-      if (n <= 0) err = SSL_get_error(ssl_, n);
-    }
-    if (n > 0) {
-      p += n;
-      size -= static_cast<size_t>(n);
-      until = IdleUntil();
-      continue;
-    }
-    if (err == SSL_ERROR_WANT_WRITE || err == SSL_ERROR_WANT_READ) {
-      DCR_RETURN_IF_ERROR(WaitFor(err == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN, until, kStalled));
-      continue;
-    }
-    return UnavailableError("TLS send: " + (err == SSL_ERROR_SYSCALL
-                                                 ? std::string("peer closed the connection")
-                                                 : TlsErrors()));
-  }
-  return Status();
+  return Move(true, const_cast<void*>(data), size);
 }
 
-Status Conn::Read(void* data, size_t size) {
-  static constexpr char kSilent[] = "no bytes from the peer";
+Status Conn::Read(void* data, size_t size) { return Move(false, data, size); }
+
+Status Conn::Move(bool write, void* data, size_t size) {
+  const char* idle = write ? "the peer took no bytes" : "no bytes from the peer";
   auto* p = static_cast<uint8_t*>(data);
   double until = IdleUntil();
-  if (ssl_ == nullptr) {
-    while (size > 0) {
-      ssize_t r = recv(fd_, p, size, MSG_DONTWAIT);
-      if (r == 0) return UnavailableError("peer closed the connection");
-      if (r < 0) {
+  while (size > 0) {
+    ssize_t n;
+    if (ssl_ == nullptr) {
+      n = write ? send(fd_, p, size, MSG_NOSIGNAL | MSG_DONTWAIT) : recv(fd_, p, size, MSG_DONTWAIT);
+      if (n == 0 && !write) return UnavailableError("peer closed the connection");
+      if (n < 0) {
         if (errno == EINTR) continue;
-        if (errno == EAGAIN) {
-          DCR_RETURN_IF_ERROR(WaitFor(POLLIN, until, kSilent));
+        if (errno != EAGAIN) {
+          return UnavailableError(ErrnoError(write ? "send" : "recv", errno).message());
+        }
+        DCR_RETURN_IF_ERROR(WaitFor(write ? POLLOUT : POLLIN, until, idle));
+        continue;
+      }
+    } else {
+      int err = 0;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ERR_clear_error();
+        const int chunk = static_cast<int>(std::min<size_t>(size, 1 << 30));
+        n = write ? SSL_write(ssl_, p, chunk) : SSL_read(ssl_, p, chunk);
+        if (n <= 0) err = SSL_get_error(ssl_, static_cast<int>(n));
+      }
+      if (n <= 0) {
+        // Either direction of TLS may need the socket readable or writable (a renegotiation,
+        // a post-handshake message).
+        if (err == SSL_ERROR_WANT_WRITE || err == SSL_ERROR_WANT_READ) {
+          DCR_RETURN_IF_ERROR(
+              WaitFor(err == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN, until, idle));
           continue;
         }
-        return UnavailableError(ErrnoError("recv", errno).message());
+        if (err == SSL_ERROR_SYSCALL || (!write && err == SSL_ERROR_ZERO_RETURN)) {
+          ERR_clear_error();
+          return UnavailableError(write ? "TLS send: peer closed the connection"
+                                        : "peer closed the connection");
+        }
+        return UnavailableError((write ? "TLS send: " : "TLS receive: ") + TlsErrors());
       }
-      p += r;
-      size -= static_cast<size_t>(r);
-      until = IdleUntil();
     }
-    return Status();
-  }
-  while (size > 0) {
-    int n, err = 0;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ERR_clear_error();
-      n = SSL_read(ssl_, p, static_cast<int>(std::min<size_t>(size, 1 << 30)));
-      if (n <= 0) err = SSL_get_error(ssl_, n);
-    }
-    if (n > 0) {
-      p += n;
-      size -= static_cast<size_t>(n);
-      until = IdleUntil();
-      continue;
-    }
-    if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
-      DCR_RETURN_IF_ERROR(WaitFor(err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, until, kSilent));
-      continue;
-    }
-    if (err == SSL_ERROR_ZERO_RETURN || err == SSL_ERROR_SYSCALL) {
-      ERR_clear_error();
-      return UnavailableError("peer closed the connection");
-    }
-    return UnavailableError("TLS receive: " + TlsErrors());
+    p += n;
+    size -= static_cast<size_t>(n);
+    until = IdleUntil();
   }
   return Status();
 }

@@ -126,6 +126,8 @@ class Conn {
   Status WaitFor(short events, double until = 0, const char* what = nullptr);
   // The steady time at which an operation starting now gives up (0: never).
   double IdleUntil() const;
+  // Write (`write`) or Read of `size` bytes at `data`; `data` is only read when writing.
+  Status Move(bool write, void* data, size_t size);
   int fd_;
   double idle_timeout_s_ = 0;
   bool owns_;
