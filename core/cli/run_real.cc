@@ -3,6 +3,7 @@
 #include "run_faults.h"
 #include "run_proxy_faults.h"
 #include "run_catch_up.h"
+#include "run_wan_choice.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -878,10 +879,21 @@ void FillRunTotals(const std::vector<NodeResult>& results, const ReceiverTotals&
   rr->links.push_back(LinkBytes{tree ? "local" : "store_get", second});
 }
 
-// One refit: base ckpts[step - 1] to target ckpts[step] by `method` over `transport`, its node
-// processes in run folder `run_index`. A failed run is recorded in the result's error.
+// The long link's encoding of a refit with edge relays (run_wan_choice.h), chosen for run
+// `run_index` and recorded in the result's setup as wan_encoding.run-<run_index>.
+Status NoteWanChoice(const Scenario& s, const std::string& base, const std::string& target,
+                     int run_index, std::vector<NodePlan>* plans, ScenarioResult* out) {
+  DCR_ASSIGN_OR_RETURN(const std::string text, ApplyWanChoice(s, base, target, plans));
+  if (text.empty()) return Status();
+  out->setup["wan_encoding.run-" + std::to_string(run_index)] = text;
+  if (s.progress) std::fprintf(stderr, "  run %d: long link: %s\n", run_index, text.c_str());
+  return Status();
+}
+
 }  // namespace
 
+// One refit: base ckpts[step - 1] to target ckpts[step] by `method` over `transport`, its node
+// processes in run folder `run_index`. A failed run is recorded in the result's error.
 StatusOr<RunResult> RunOneRefit(const Scenario& s, const std::vector<std::string>& ckpts,
                                 Method method, TransportKind transport, double rate,
                                 double measured_rate, int step, int run_index,
@@ -908,6 +920,7 @@ StatusOr<RunResult> RunOneRefit(const Scenario& s, const std::vector<std::string
   DCR_ASSIGN_OR_RETURN(std::vector<NodePlan> plans,
                        MakePlans(s, method, transport, ckpts[step - 1], ckpts[step], run_dir,
                                  work_dir, prefix));
+  DCR_RETURN_IF_ERROR(NoteWanChoice(s, ckpts[step - 1], ckpts[step], run_index, &plans, out));
   DCR_RETURN_IF_ERROR(AddTls(s, run_dir + "/tls", &plans));
   // One fleet of receivers per (rate, transport, method) series, from step 0 up: its version
   // floors live as long as the series.
@@ -967,6 +980,8 @@ StatusOr<std::vector<RunResult>> RunLongLivedRefits(const Scenario& s,
   DCR_ASSIGN_OR_RETURN(std::vector<NodePlan> plans,
                        MakePlans(s, method, transport, ckpts[0], ckpts[1], run_dir, work_dir,
                                  prefix_of(1)));
+  // One encoding for the session's long link, chosen on the first version's delta.
+  DCR_RETURN_IF_ERROR(NoteWanChoice(s, ckpts[0], ckpts[1], run_index, &plans, out));
   DCR_RETURN_IF_ERROR(AddTls(s, run_dir + "/tls", &plans));
   AddVersions(std::vector<std::string>(ckpts.begin() + 1, ckpts.begin() + 1 + s.steps),
               prefix_of, run_dir, &plans);

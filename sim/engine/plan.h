@@ -42,18 +42,6 @@ struct Sizing {
   int build_window = 1;    // chunks built and emitted together (BuildDelta's window of cells)
 };
 
-// The sender's encoding for the long link when an edge relay can decode the context form: context
-// when the edge relay keeps up with what the link delivers (its cores x the per-core transcoding
-// speed, in dense bytes per second, at least the link's rate x dense / context payload), else the
-// plain form (the edge relay would lag: the tree falls back to plain).
-struct WanChoice {
-  bool context = false;
-  double edge_dense_Bps = 0;  // the edge relay's transcoding throughput
-  double link_dense_Bps = 0;  // dense bytes per second the link delivers in the context form
-};
-WanChoice ChooseWanEncoding(double link_Bps, double dense, double context_payload, int edge_cores,
-                            double transcode_Bps);
-
 // Blobs of one run: header, K chunks, trailer, coarsened within the message budget.
 Sizing SizeRun(const Scenario& s, const Extra& extra, double payload, double header,
                double trailer, double dense, uint64_t grid_chunks, double build_Bps,

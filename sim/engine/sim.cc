@@ -14,6 +14,7 @@
 #include "dcr/delta.h"
 #include "dcr/model.h"
 #include "dcr/status_macros.h"
+#include "dcr/wan_choice.h"
 #include "driver.h"
 #include "payload_model.h"
 #include "plan.h"
@@ -116,15 +117,6 @@ StatusOr<std::string> ResolveCalibration(const Scenario& s, const SimOptions& o)
 }  // namespace
 
 namespace internal {
-
-WanChoice ChooseWanEncoding(double link_Bps, double dense, double context_payload, int edge_cores,
-                            double transcode_Bps) {
-  WanChoice c;
-  c.edge_dense_Bps = std::max(0, edge_cores) * transcode_Bps;
-  c.link_dense_Bps = context_payload > 0 ? link_Bps * dense / context_payload : 0;
-  c.context = context_payload > 0 && c.edge_dense_Bps >= c.link_dense_Bps;
-  return c;
-}
 
 Sizing SizeRun(const Scenario& s, const Extra& extra, double payload, double header,
                double trailer, double dense, uint64_t grid_chunks, double build_Bps,
@@ -439,7 +431,8 @@ std::string ChargeSigning(const Calibration& cal, const PayloadModel& pm, const 
 }
 
 // wan_context on a relay-tree delta run: the context-coded stream on the long link to an edge
-// relay (if it keeps up, ChooseWanEncoding; else the run stays plain). Returns the setup text.
+// relay (if it keeps up, ChooseWanEncoding of dcr/wan_choice.h; else the run stays plain).
+// Returns the setup text.
 std::string PlanEdgeRelay(const SimInputs& in,
                           const internal::PlatformSpec& plat, const PayloadModel& pm, double rate,
                           double build_Bps, internal::RunSpec* spec) {
@@ -467,7 +460,7 @@ std::string PlanEdgeRelay(const SimInputs& in,
     }
     context_payload += static_cast<double>(b.info.size);
   }
-  const internal::WanChoice choice = internal::ChooseWanEncoding(
+  const WanChoice choice = ChooseWanEncoding(
       plat.wan_bandwidth, pm.dense_bytes, context_payload, edge_parallel * cores_per_chunk,
       transcode_Bps);
   std::string text =

@@ -14,6 +14,10 @@
 # switched. An object-store run with wan_context stores the context form (what crossed the long
 # link): its downloaders hold the base and decode it, bit-exact; a downloader on another device is
 # refused at the start, naming the key (no in-region re-publisher writes a plain copy).
+# The encoding is chosen when the run is planned (ChooseWanEncoding): on the 10 Mbit/s link of
+# these runs the edge relay's 2 transcoding threads keep up many times over (the context form);
+# on a 10 Gbit/s link they would lag by far, and the long link carries the plain form to an
+# ordinary relay.
 source "$(dirname "$0")/cli_lib.sh" "$@"
 "$dcr" synth --preset tiny --rate 3% --steps 2 --out "$tmp/ck" >/dev/null 2>&1; check synth 0 $?
 s0="$tmp/ck/step0.safetensors"; s1="$tmp/ck/step1.safetensors"
@@ -30,7 +34,7 @@ transport: {kinds: [relay_tree], relay_tree: {fan_out: 3, root_fan_out: 1, chunk
 receivers: {count: 4, apply_threads: 2, node_devices: {4: host}}
 network:
   regions: [{name: train}, {name: rollout, bandwidth: 10Gbit/s, latency: 0.1ms}]
-  long_link: {bandwidth: ${LINK:-200Mbit/s}, latency: 5ms}
+  long_link: {bandwidth: ${LINK:-10Mbit/s}, latency: 5ms}
   signing: ${SIGN:-false}
 ${READ_DEADLINE:+  read_deadline: $READ_DEADLINE}
 timeout: 120s
@@ -68,8 +72,28 @@ e = nodes[1]["edge"]
 assert e["chunks"] > 0 and e["context_bytes"] < e["plain_bytes"] and e["cpu_seconds"] > 0, e
 assert "edge" not in nodes[2], nodes[2]
 assert "edge_switches" not in nodes[0], nodes[0]["edge_switches"]
+assert "it keeps up, the long link carries the context form" in j["setup"]["wan_encoding.run-1"], j["setup"]
 PY
 lacks run-edge-no-error "$tmp/err.txt" "failed"
+
+# A long link the edge relay cannot keep up with: planned plain, the edge relay an ordinary relay.
+LINK=10Gbit/s scenario "$tmp/fast.yaml" "$tmp/work-fast" ", edge_relays: [1]"
+"$dcr" run "$tmp/fast.yaml" --out "$tmp/f.json" -q > /dev/null 2> "$tmp/ferr.txt"; check run-edge-fast-link 0 $?
+python3 - "$tmp/f.json" "$tmp/work-fast/run-1" "$(stat -c %s "$tmp/plain.dcr")" <<'PY'; check run-edge-fast-link-result 0 $?
+import json, sys
+j = json.load(open(sys.argv[1])); d = sys.argv[2]; plain = int(sys.argv[3])
+why = j["setup"]["wan_encoding.run-1"]
+assert "it would lag, the long link carries the plain form" in why, why
+r = j["runs"][0]
+assert r.get("error", "") == "" and r["receivers_verified"] == 4, r
+nodes = [json.load(open("%s/node-%d.json" % (d, k))) for k in range(5)]
+plans = [json.load(open("%s/plan-%d.json" % (d, k))) for k in range(5)]
+assert all(not p.get("edge_relays") and not p["context_coding"] for p in plans), plans[0]
+assert nodes[0]["bytes_sent"] == plain == r["payload_bytes"], (nodes[0]["bytes_sent"], plain)
+assert "edge" not in nodes[1], nodes[1]
+for k in (2, 3, 4):
+    assert nodes[k]["bytes_received"] == plain and nodes[k]["verified"], k
+PY
 
 # The edge relay lags: stopped once it is ready, continued 3 s later. A 2 Mbit/s link keeps the
 # context delta on the wire for most of a second, so the stop comes while the stream flows.

@@ -90,12 +90,22 @@ struct ContextSizeSample {
   uint64_t dense_bytes = 0;    // the sampled cells' target bytes
 };
 
+// A sampled context-coded record and the base bits of the elements it covers, in the order of
+// its segments: what ContextChunkToPlain takes (record, base).
+struct ContextSampleRecord {
+  std::vector<uint8_t> record;
+  std::vector<uint8_t> base;
+};
+
 // Encodes `max_cells` grid cells of the delta from `base` to `target` (evenly spaced over the
 // grid, all of them when max_cells is 0 or at least the grid's size) in both forms, with
 // `options` (zstd level, grid, value policy; threads for the encoding), and sums their sizes: what
-// a simulator sizes a long-link payload with. Deterministic. Errors: those of BuildDelta.
+// a simulator sizes a long-link payload with. With `records` non-null, also appends every sampled
+// record whose context form is the smaller, with its cell's base bits (ascending cell order): what
+// an edge relay would transcode. Deterministic. Errors: those of BuildDelta.
 StatusOr<ContextSizeSample> SampleContextSize(const Checkpoint& base, const Checkpoint& target,
-                                              const DeltaOptions& options, uint64_t max_cells);
+                                              const DeltaOptions& options, uint64_t max_cells,
+                                              std::vector<ContextSampleRecord>* records = nullptr);
 
 }  // namespace dcr
 

@@ -11,7 +11,8 @@
 namespace dcr {
 
 StatusOr<ContextSizeSample> SampleContextSize(const Checkpoint& base, const Checkpoint& target,
-                                              const DeltaOptions& options, uint64_t max_cells) {
+                                              const DeltaOptions& options, uint64_t max_cells,
+                                              std::vector<ContextSampleRecord>* records) {
   DCR_RETURN_IF_ERROR(CheckDeltaCompatible(base, target));
   if (options.chunk_elems == 0) return InvalidArgumentError("chunk_elems must be positive");
   const Inventory inv = Inventory::FromCheckpoint(target);
@@ -27,6 +28,7 @@ StatusOr<ContextSizeSample> SampleContextSize(const Checkpoint& base, const Chec
   out.sampled_cells = cells.size();
   std::mutex mu;
   Status first_error;
+  std::vector<ContextSampleRecord> kept(records != nullptr ? cells.size() : 0);
   internal::ParallelFor(cells.size(), options.threads, [&](uint64_t j) {
     const GridCell& cell = grid[cells[j]];
     const int w = cell.width;
@@ -72,6 +74,7 @@ StatusOr<ContextSizeSample> SampleContextSize(const Checkpoint& base, const Chec
           if (ctx.ok() && ctx->size() < plain->size()) {
             s.context_bytes = ctx->size();
             s.context_chunks = 1;
+            if (records != nullptr) kept[j] = ContextSampleRecord{std::move(*ctx), std::move(a)};
           } else if (!ctx.ok()) {
             err = ctx.status();
           }
@@ -97,6 +100,9 @@ StatusOr<ContextSizeSample> SampleContextSize(const Checkpoint& base, const Chec
     return true;
   });
   DCR_RETURN_IF_ERROR(first_error);
+  for (ContextSampleRecord& r : kept) {
+    if (!r.record.empty()) records->push_back(std::move(r));
+  }
   return out;
 }
 
