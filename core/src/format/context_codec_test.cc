@@ -418,57 +418,71 @@ TEST(Context, DeltaWithContextCodingAppliesAndConvertsToThePlainDelta) {
 
 // The class walk and its inverse agree between the portable build and the AVX2/BMI2 one, and the
 // walk gives back the positions and values the gaps came from (windows of every fill, partial
-// last blocks, classes without changes, a gap past the class's members refused).
+// last blocks, one class to the most classes, classes without changes, a gap past the class's
+// members refused).
 TEST(Context, ClassWalkPortableAndFastAgree) {
   std::mt19937_64 rng(11);
-  for (int w : {2, 4, 8}) {
-    for (uint64_t n : {uint64_t{1}, uint64_t{63}, uint64_t{4096}, uint64_t{4097}, uint64_t{70001}}) {
-      std::vector<uint8_t> base, target;
-      MakeFloatPair(rng, w, n, 0.2, &base, &target);
-      std::vector<uint64_t> pos, val;
-      for (uint64_t i = 0; i < n; ++i) {
-        if (rng() % 7 == 0 || (i == n - 1 && pos.empty())) {
-          pos.push_back(i);
-          val.push_back(rng() % 1000);
+  const std::vector<std::vector<uint8_t>> class_bounds = {
+      {0},
+      {0, 118, 121, 122, 123, 124, 126, 200},
+      {0, 100, 110, 114, 116, 117, 118, 119, 120, 121, 122, 123, 124, 125, 126, 127}};
+  for (const std::vector<uint8_t>& bounds : class_bounds) {
+    for (int w : {2, 4, 8}) {
+      for (uint64_t n : {uint64_t{1}, uint64_t{63}, uint64_t{4096}, uint64_t{4097}, uint64_t{70001}}) {
+        std::vector<uint8_t> base, target;
+        MakeFloatPair(rng, w, n, 0.2, &base, &target);
+        std::vector<uint64_t> pos, val;
+        for (uint64_t i = 0; i < n; ++i) {
+          if (rng() % 7 == 0 || (i == n - 1 && pos.empty())) {
+            pos.push_back(i);
+            val.push_back(rng() % 1000);
+          }
         }
-      }
-      const uint64_t k = pos.size();
-      const uint8_t bounds[] = {0, 118, 121, 122, 123, 124, 126, 200};
-      const internal::ClassMap map(bounds, 8);
-      std::vector<uint64_t> gaps(k), gaps_fast(k);
-      std::vector<uint8_t> cls(k), cls_fast(k);
-      internal::ClassGaps(base.data(), w, n, map, pos.data(), k, gaps.data(), cls.data(), false);
-      uint64_t kc[internal::kMaxContextClasses] = {};
-      for (uint64_t i = 0; i < k; ++i) ++kc[cls[i]];
-      uint64_t start_of[internal::kMaxContextClasses + 1] = {};
-      for (int c = 0; c < 8; ++c) start_of[c + 1] = start_of[c] + kc[c];
-      // Gaps and values grouped by class, as the body stores them.
-      std::vector<uint64_t> g(k), v(k);
-      uint64_t at[internal::kMaxContextClasses];
-      std::memcpy(at, start_of, sizeof(at));
-      for (uint64_t i = 0; i < k; ++i) {
-        g[at[cls[i]]] = gaps[i];
-        v[at[cls[i]]++] = val[i];
-      }
-      for (bool fast : {false, true}) {
-        if (fast && !internal::CpuHasAvx2()) continue;
-        SCOPED_TRACE("w=" + std::to_string(w) + " n=" + std::to_string(n) + " fast=" + std::to_string(fast));
-        internal::ClassGaps(base.data(), w, n, map, pos.data(), k, gaps_fast.data(), cls_fast.data(),
-                            fast);
-        EXPECT_EQ(gaps_fast, gaps);
-        EXPECT_EQ(cls_fast, cls);
-        std::vector<uint64_t> p2(k), v2(k);
-        ASSERT_TRUE(internal::WalkClasses(base.data(), w, n, map, kc, start_of, g.data(), v.data(),
-                                          p2.data(), v2.data(), fast));
-        EXPECT_EQ(p2, pos);
-        EXPECT_EQ(v2, val);
-        // The last change of a class pushed past the class's members.
-        std::vector<uint64_t> bad = g;
-        int c = 0;
-        while (kc[c] == 0) ++c;
-        bad[start_of[c + 1] - 1] += n;
-        EXPECT_FALSE(internal::WalkClasses(base.data(), w, n, map, kc, start_of, bad.data(), v.data(),
-                                           p2.data(), v2.data(), fast));
+        const uint64_t k = pos.size();
+        const int K = static_cast<int>(bounds.size());
+        const internal::ClassMap map(bounds.data(), K);
+        std::vector<uint64_t> gaps(k), gaps_fast(k);
+        std::vector<uint8_t> cls(k), cls_fast(k);
+        internal::ClassGaps(base.data(), w, n, map, pos.data(), k, gaps.data(), cls.data(), false);
+        uint64_t kc[internal::kMaxContextClasses] = {};
+        for (uint64_t i = 0; i < k; ++i) ++kc[cls[i]];
+        uint64_t start_of[internal::kMaxContextClasses + 1] = {};
+        for (int c = 0; c < K; ++c) start_of[c + 1] = start_of[c] + kc[c];
+        // Gaps and values grouped by class, as the body stores them.
+        std::vector<uint64_t> g(k), v(k);
+        uint64_t at[internal::kMaxContextClasses];
+        std::memcpy(at, start_of, sizeof(at));
+        for (uint64_t i = 0; i < k; ++i) {
+          g[at[cls[i]]] = gaps[i];
+          v[at[cls[i]]++] = val[i];
+        }
+        for (bool fast : {false, true}) {
+          if (fast && !internal::CpuHasAvx2()) continue;
+          SCOPED_TRACE("K=" + std::to_string(K) + " w=" + std::to_string(w) + " n=" + std::to_string(n) + " fast=" + std::to_string(fast));
+          internal::ClassGaps(base.data(), w, n, map, pos.data(), k, gaps_fast.data(), cls_fast.data(),
+                              fast);
+          EXPECT_EQ(gaps_fast, gaps);
+          EXPECT_EQ(cls_fast, cls);
+          std::vector<uint64_t> p2(k), v2(k);
+          ASSERT_TRUE(internal::WalkClasses(base.data(), w, n, map, kc, start_of, g.data(), v.data(),
+                                            p2.data(), v2.data(), fast));
+          EXPECT_EQ(p2, pos);
+          EXPECT_EQ(v2, val);
+          // The last change of a class pushed past the class's members.
+          std::vector<uint64_t> bad = g;
+          int c = 0;
+          while (kc[c] == 0) ++c;
+          bad[start_of[c + 1] - 1] += n;
+          EXPECT_FALSE(internal::WalkClasses(base.data(), w, n, map, kc, start_of, bad.data(), v.data(),
+                                             p2.data(), v2.data(), fast));
+          // ... and a gap below n that still runs past them.
+          bad = g;
+          bad[start_of[c + 1] - 1] = n - 1;
+          if (n > 1) {
+            EXPECT_FALSE(internal::WalkClasses(base.data(), w, n, map, kc, start_of, bad.data(),
+                                               v.data(), p2.data(), v2.data(), fast));
+          }
+        }
       }
     }
   }

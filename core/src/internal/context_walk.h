@@ -294,6 +294,10 @@ __attribute__((target("popcnt,bmi,bmi2"))) inline bool WalkClassesFast(
 inline bool WalkClasses(const uint8_t* base, int w, uint64_t n, const ClassMap& map,
                         const uint64_t* kc, const uint64_t* start_of, const uint64_t* gaps,
                         const uint64_t* vals, uint64_t* positions, uint64_t* values, bool fast) {
+  if (fast && w == 2) {
+    return ContextWalk16Avx2(reinterpret_cast<const uint16_t*>(base), n, map.bounds, map.K, kc,
+                             start_of, gaps, vals, positions, values);
+  }
   if (fast) return WalkClassesFast(base, w, n, map, kc, start_of, gaps, vals, positions, values);
   return WalkClassesImpl<false>(base, w, n, map, kc, start_of, gaps, vals, positions, values);
 }

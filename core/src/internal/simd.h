@@ -52,6 +52,12 @@ void ContextMasks16Avx2(const uint16_t* base, const uint8_t* bounds, int k, uint
 void ContextWindow16Avx2(const uint16_t* base, uint64_t nblocks, const uint8_t* bounds, int k,
                          uint64_t (*masks)[16], uint16_t (*before)[64], uint64_t* total);
 
+// The class walk (WalkClasses in internal/context_walk.h) of a chunk of n 2-byte elements at
+// `base` with classes bounds[0..k): the same positions, values and result.
+bool ContextWalk16Avx2(const uint16_t* base, uint64_t n, const uint8_t* bounds, int k,
+                       const uint64_t* kc, const uint64_t* start_of, const uint64_t* gaps,
+                       const uint64_t* vals, uint64_t* positions, uint64_t* values);
+
 }  // namespace dcr::internal
 
 #endif  // DCR_CORE_SRC_INTERNAL_SIMD_H_
