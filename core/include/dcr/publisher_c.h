@@ -86,6 +86,121 @@ int dcr_publisher_publish_file(dcr_publisher* p, uint64_t version, const char* p
 int dcr_publisher_publish_tensors(dcr_publisher* p, uint64_t version, const dcr_tensor* tensors,
                                   size_t n, const char* const* meta, size_t n_meta);
 
+/* ---- Per-rank shards (core/docs/training.md) ----
+ *
+ * A trainer whose parameters live as Megatron-like rank shards hands those instead of canonical
+ * tensors. The layout (dcr_train_layout) is dcr's placement of a model preset under a parallel
+ * layout ("tp=1,pp=2,dp=2,dist_opt=1", dcr/train.h TrainLayout): which buffers each model-parallel
+ * rank holds and where every parameter sits in them. The trainer's exporter (its framework's
+ * ordinary converter from rank shards to canonical tensors) is a callback. Flow:
+ *   dcr_train_layout_open("tiny", "tp=1,pp=2,dp=2,dist_opt=1", &l)
+ *   dcr_publisher_attach_shards(p, l, export_fn, user, base_version, base_shards, n)
+ *   for each version k: dcr_publisher_publish_shards(p, k, shards, n)
+ * Each version's shards are diffed rank by rank against the version before (TrainDeltaBuilder:
+ * no canonical tensor is assembled for the delta) and the canonical checkpoint is exported once
+ * (work_dir/version-<k>.safetensors): the base a later delta may be built from and what the
+ * sender falls back to. The sender streams the trainer's delta when its base is the version the
+ * delta must be built from (the joint commit's baseline; over the object store, the version
+ * before) with that version's content hash; otherwise (the version before came as a file or
+ * tensors, or the shards the builder holds are of another version) it builds the delta from the
+ * canonical checkpoints. dcr_publisher_last_delta says which went out. Cost on the trainer: one
+ * copy of the shards in host memory (the base of the next diff) and one export per version. */
+
+typedef struct dcr_train_layout dcr_train_layout;
+
+/* One buffer of a model-parallel rank: its name, safetensors dtype and element count. */
+typedef struct dcr_train_buffer {
+  const char* name;
+  const char* dtype;
+  uint64_t numel;
+} dcr_train_buffer;
+
+/* One training parameter of a rank: Megatron-style name (unique within the rank), the buffer it
+ * lives in, its element offset there, its element count and local shape; replica != 0 for a copy
+ * of a parameter held (and exported) on another rank. */
+typedef struct dcr_train_param {
+  const char* name;
+  int buffer;
+  uint64_t offset;
+  uint64_t numel;
+  const int64_t* shape;
+  size_t ndim;
+  int replica;
+} dcr_train_param;
+
+/* The bytes of buffer `buffer` of model-parallel rank `rank` (nbytes = the buffer's numel x its
+ * dtype width). Rank ids: (pp * ep + ep_rank) * tp + tp_rank. */
+typedef struct dcr_shard {
+  int rank;
+  int buffer;
+  const void* data;
+  uint64_t nbytes;
+} dcr_shard;
+
+/* What an exporter reads shards through. */
+typedef struct dcr_shard_reader dcr_shard_reader;
+
+/* Elements [begin, begin + count) of buffer `buffer` of rank `rank`, as bytes; NULL when the
+ * range is outside the buffer. Valid during the exporter call it was given to. */
+const void* dcr_shard_read(const dcr_shard_reader* shards, int rank, int buffer, uint64_t begin,
+                           uint64_t count);
+
+/* The trainer's exporter: writes canonical tensor `tensor` (index as dcr_train_layout_tensor)
+ * to `out` (the tensor's nbytes), reading the shards only through `shards`. Returns 0, or a
+ * DCR_* code that fails the call it runs under. Called concurrently for distinct tensors, and
+ * on probe shards (coordinate-tagged bits, map discovery) besides the trainer's own. */
+typedef int (*dcr_export_fn)(void* user, const dcr_shard_reader* shards, size_t tensor,
+                             void* out);
+
+/* The placement of model preset `model` ("tiny", ..., dcr/model.h) under `layout` (TrainLayout
+ * text). On failure (DCR_INVALID_ARGUMENT naming the preset or the layout field) *out is still a
+ * handle for dcr_train_layout_error unless the allocation failed; close it. */
+int dcr_train_layout_open(const char* model, const char* layout, dcr_train_layout** out);
+const char* dcr_train_layout_error(const dcr_train_layout* l);
+void dcr_train_layout_close(dcr_train_layout* l);
+/* Model-parallel ranks; buffers and parameters of rank `rank` (0 for a bad rank). */
+int dcr_train_layout_ranks(const dcr_train_layout* l);
+size_t dcr_train_layout_buffers(const dcr_train_layout* l, int rank);
+size_t dcr_train_layout_params(const dcr_train_layout* l, int rank);
+/* Entry `i` of rank `rank` into *out (strings and shapes owned by l). DCR_INVALID_ARGUMENT for an
+ * index out of range. */
+int dcr_train_layout_buffer(const dcr_train_layout* l, int rank, size_t i, dcr_train_buffer* out);
+int dcr_train_layout_param(const dcr_train_layout* l, int rank, size_t i, dcr_train_param* out);
+/* Index of the parameter called `name` on rank `rank`, or -1. */
+long dcr_train_layout_find_param(const dcr_train_layout* l, int rank, const char* name);
+/* Canonical tensors (sorted by name), each as a dcr_tensor without data. */
+size_t dcr_train_layout_tensors(const dcr_train_layout* l);
+int dcr_train_layout_tensor(const dcr_train_layout* l, size_t t, dcr_tensor* out);
+/* Exports `shards` (one per buffer of every rank) as the canonical safetensors file at `path`
+ * (atomically), with the exporter: the dense checkpoint the deltas are checked against. */
+int dcr_train_layout_export(const dcr_train_layout* l, dcr_export_fn fn, void* user,
+                            const dcr_shard* shards, size_t n, const char* path);
+
+/* Gives the publisher the layout, the exporter and the shards of version `base_version` (the
+ * version the next dcr_publisher_publish_shards is diffed against; 0 = the plan's base, which
+ * the receivers hold). Probes the exporter once (map discovery) and copies the shards. For
+ * base_version 0 the shards' canonical content hash must be the base checkpoint's
+ * (DCR_FAILED_PRECONDITION naming both hashes otherwise). `l` may be closed after the call.
+ * Shard errors as for dcr_publisher_publish_shards. Attaching again replaces the shards. */
+int dcr_publisher_attach_shards(dcr_publisher* p, const dcr_train_layout* l, dcr_export_fn fn,
+                                void* user, uint64_t base_version, const dcr_shard* shards,
+                                size_t n);
+
+/* Hands version `version` as its rank shards: exactly one dcr_shard per buffer of every rank,
+ * in any order, each of the buffer's size. REQUIRES: attached shards. Errors, before anything is
+ * sent: DCR_INVALID_ARGUMENT for a version out of order (as dcr_publisher_publish_file), a rank
+ * or buffer outside the layout, a duplicate, a missing shard or a wrong size (each named with
+ * its rank, buffer name and the expected bytes); DCR_FAILED_PRECONDITION with no shards
+ * attached. Then as dcr_publisher_publish_file (blocks until the version is out). The caller's
+ * buffers are not kept. */
+int dcr_publisher_publish_shards(dcr_publisher* p, uint64_t version, const dcr_shard* shards,
+                                 size_t n);
+
+/* Of the last version published: the version its delta was built from, and from_shards = 1 when
+ * the trainer's delta (built from the shards) went out, 0 when the sender built it from the
+ * canonical checkpoints. Either pointer may be NULL. */
+int dcr_publisher_last_delta(const dcr_publisher* p, uint64_t* base_version, int* from_shards);
+
 /* The content hash (lo, hi) of the last version published (zero before any) and the number of
  * receivers that reported committing it. Either pointer may be NULL. */
 int dcr_publisher_last(const dcr_publisher* p, uint64_t hash[2], int* receivers_committed);

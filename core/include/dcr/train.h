@@ -341,6 +341,13 @@ class TrainDeltaBuilder {
   StatusOr<TrainDeltaStats> BuildStepOnDevice(const ShardSet& prev, const ShardSet& next,
                                               Device* device, DeltaSink* sink);
 
+  // The version numbers the next Merge (or BuildStep) writes in its header: base_version `base`
+  // (the version of the shards given as prev) and target_version `target`; after it, version()
+  // is `target`. Without a call: version() and version() + 1. REQUIRES: target > base.
+  void SetNextVersions(uint64_t base, uint64_t target) {
+    version_ = base;
+    next_target_ = target;
+  }
   Hash128 base_hash() const { return base_hash_; }
   uint64_t version() const { return version_; }
   const std::string& inventory_json() const { return inventory_json_; }
@@ -360,6 +367,7 @@ class TrainDeltaBuilder {
   FileHeader target_;           // files and index of the target (its other fields unused)
   Hash128 base_hash_;
   uint64_t version_ = 0;
+  uint64_t next_target_ = 0;  // 0: version_ + 1
 };
 
 }  // namespace dcr

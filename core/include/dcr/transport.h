@@ -162,6 +162,11 @@ struct NodePlan {
   // Sender inputs.
   std::string base_path;        // delta base (the version receivers hold)
   std::string target_path;      // new version
+  // A delta file of this version already built from base_path (the trainer's per-rank delta,
+  // dcr/publisher_c.h): streamed as it is (signed on the way with signing_key) instead of one
+  // being built. REQUIRES: its header names base_version, the content hash of base_path and
+  // version (RunNodeVersions checks this before it sets the field). "" = build the delta.
+  std::string delta_path;
   uint64_t chunk_elems = uint64_t{1} << 22;
   int zstd_level = 1;
   // Context-coded chunks (DeltaOptions::context_coding). Default false.
@@ -308,6 +313,13 @@ struct NodeResult {
   // Sender of a delta (relay tree): the content hash of the version it published (the
   // trailer's target hash), against which the reports' hashes are checked. Zero otherwise.
   Hash128 target_hash;
+  // Sender fed by the trainer's per-rank shards (dcr/publisher_c.h): true when the trainer's
+  // delta went out; otherwise `trainer_delta_skipped` says why it did not (its base is not the
+  // version the delta had to be built from) and the delta was built from the checkpoints.
+  bool trainer_delta = false;
+  std::string trainer_delta_skipped;
+  // Sender of a delta of a long-lived run: the version the delta was built from; -1 otherwise.
+  int64_t delta_base_version = -1;
   bool verified = false;
   std::string verify_message;
   // Receiver with plan.freeze_after_s: why it reports a freeze (no new version within the

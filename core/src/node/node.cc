@@ -41,6 +41,7 @@
 #include "node/freeze_watch.h"
 #include "node/metrics.h"
 #include "node/node_trust.h"
+#include "node/trainer_delta.h"
 #include "node/versions.h"
 #include "node/node_recovery.h"
 #include "transport/heartbeat.h"
@@ -1243,7 +1244,9 @@ class SenderBuilder {
     };
     DCR_RETURN_IF_ERROR(open(plan_.target_path, &target_ckpt_));
     state_->result()->dense_bytes = target_ckpt_->total_tensor_bytes();
-    const bool delta = plan_.method == "delta";
+    // A delta built here needs the base; the trainer's delta (plan.delta_path) is streamed as
+    // it is, checked against the base's hash by RunNodeVersions.
+    const bool delta = plan_.method == "delta" && plan_.delta_path.empty();
     if (delta) {
       DCR_RETURN_IF_ERROR(open(plan_.base_path, &base_ckpt_));
       // Refused here, at start, not when the build reaches the tensor: headers only.
@@ -1329,7 +1332,14 @@ class SenderBuilder {
       return Status();
     };
     Status s;
-    if (plan_.method == "delta") {  // checkpoints loaded by LoadCheckpoints
+    if (plan_.method == "delta" && !plan_.delta_path.empty()) {  // the trainer's delta
+      StreamingSink stream(emit);
+      SignOptions so;
+      so.run_id = plan_.run_id;
+      SigningSink signing(signing_key_.get(), so, &stream);
+      s = internal::StreamDeltaFile(plan_.delta_path,
+                                    signing_key_ ? static_cast<DeltaSink*>(&signing) : &stream);
+    } else if (plan_.method == "delta") {  // checkpoints loaded by LoadCheckpoints
       DeltaOptions o;
       o.chunk_elems = plan_.chunk_elems;
       o.zstd_level = plan_.zstd_level;
@@ -2432,6 +2442,7 @@ std::string NodePlanToJson(const NodePlan& p) {
   j["store"] = p.store;
   j["base_path"] = p.base_path;
   j["target_path"] = p.target_path;
+  if (!p.delta_path.empty()) j["delta_path"] = p.delta_path;
   j["chunk_elems"] = p.chunk_elems;
   j["zstd_level"] = p.zstd_level;
   j["context_coding"] = p.context_coding;
@@ -2530,6 +2541,7 @@ StatusOr<NodePlan> NodePlanFromJson(const std::string& text) {
     p.store = j.at("store").get<std::string>();
     p.base_path = j.at("base_path").get<std::string>();
     p.target_path = j.at("target_path").get<std::string>();
+    if (j.contains("delta_path")) p.delta_path = j["delta_path"].get<std::string>();
     p.chunk_elems = j.at("chunk_elems").get<uint64_t>();
     p.zstd_level = j.at("zstd_level").get<int>();
     if (j.contains("context_coding")) p.context_coding = j["context_coding"].get<bool>();
@@ -2603,6 +2615,9 @@ std::string NodeResultToJson(const NodeResult& r) {
   for (const CommitReport& c : r.reports) reports.push_back(CommitReportJson(c));
   j["reports"] = reports;
   j["target_hash"] = r.target_hash.ToHex();
+  if (r.trainer_delta) j["trainer_delta"] = true;
+  if (r.delta_base_version >= 0) j["delta_base_version"] = r.delta_base_version;
+  if (!r.trainer_delta_skipped.empty()) j["trainer_delta_skipped"] = r.trainer_delta_skipped;
   j["verified"] = r.verified;
   j["verify_message"] = r.verify_message;
   if (!r.freeze.empty()) j["freeze"] = r.freeze;
@@ -2679,6 +2694,9 @@ StatusOr<NodeResult> NodeResultFromJson(const std::string& text) {
     if (j.contains("target_hash")) {
       DCR_ASSIGN_OR_RETURN(r.target_hash, HashFromHex(j["target_hash"].get<std::string>()));
     }
+    r.trainer_delta = j.value("trainer_delta", false);
+    r.delta_base_version = j.value("delta_base_version", int64_t{-1});
+    r.trainer_delta_skipped = j.value("trainer_delta_skipped", std::string());
     r.verified = j.at("verified").get<bool>();
     r.verify_message = j.at("verify_message").get<std::string>();
     if (j.contains("freeze")) r.freeze = j["freeze"].get<std::string>();

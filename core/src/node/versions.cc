@@ -9,6 +9,7 @@
 #include "dcr/checkpoint.h"
 #include "dcr/status_macros.h"
 #include "node/store_retention.h"
+#include "node/trainer_delta.h"
 #include "node/version_state.h"
 #include "node/catch_up.h"
 #include "transport/tls.h"
@@ -202,14 +203,16 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
     p.versions.clear();
     p.version = v.version;
     p.target_path = v.target_path;
+    std::string handed_delta;  // the trainer's own delta of this version
     if (sender && hooks.content) {  // the trainer hands the version's content now
-      StatusOr<std::string> handed = hooks.content(v);
+      StatusOr<VersionContent> handed = hooks.content(v);
       if (!handed.ok()) {
         s = handed.status();
         break;
       }
-      p.target_path = *handed;
-      checkpoint_of[v.version] = *handed;
+      p.target_path = handed->checkpoint;
+      checkpoint_of[v.version] = handed->checkpoint;
+      handed_delta = handed->delta_path;
     }
     p.verify_path = v.verify_path;
     if (!v.prefix.empty()) p.relay.prefix = v.prefix;
@@ -228,11 +231,36 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
       p.base_path = checkpoint_of.at(from);
       if (joint) built_from = commit->baseline().hash;
     }
+    std::string trainer_delta_skipped;
+    if (sender && delta && !handed_delta.empty()) {
+      // The trainer's delta goes out when it is built from the version the delta must come
+      // from, with that version's content hash; else the delta is built from the checkpoints.
+      Hash128 from_hash = built_from;
+      if (!joint) {
+        auto c = Checkpoint::Open(p.base_path);
+        if (!c.ok()) {
+          s = c.status().WithContext("sender: base of version " + std::to_string(v.version));
+          break;
+        }
+        from_hash = (*c)->ContentHash(plan.build_threads);
+      }
+      const VersionId want{static_cast<uint64_t>(p.base_version), from_hash};
+      if (TrainerDeltaFits(handed_delta, want, v.version, &trainer_delta_skipped)) {
+        p.delta_path = handed_delta;
+      } else {
+        std::fprintf(stderr, "sender: version %llu: %s; building it from the checkpoints\n",
+                     static_cast<unsigned long long>(v.version), trainer_delta_skipped.c_str());
+      }
+    }
     NodeResult r;
     // A receiver's storage stays up version to version: without recovery always, with it on a
     // device (the device keeps the committed version; on "cpu" the mapping files carry it).
     const bool carry = delta && !sender && (recovery == nullptr || plan.device != "cpu");
     s = RunNodeVersion(p, &r, carry ? &storage : nullptr);
+    r.trainer_delta = !p.delta_path.empty();
+    if (sender && delta) r.delta_base_version = p.base_version;
+    r.trainer_delta_skipped = trainer_delta_skipped;
+    if (!handed_delta.empty() && !joint) (void)WriteResultFile(p.result_path, r);
     *result = r;
     if (!s.ok()) {
       if (hooks.done) hooks.done(v, r, s);

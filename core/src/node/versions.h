@@ -41,14 +41,25 @@ Status RunNodeVersion(const NodePlan& plan, NodeResult* result, std::unique_ptr<
 // increase from above 0; VersionRecovery::Open's; the first version's error otherwise.
 Status RunNodeVersions(const NodePlan& plan, NodeResult* result);
 
+// What the trainer hands for one version: its canonical checkpoint (a file or shard directory),
+// and optionally a delta file of the version it built itself (from its per-rank shards).
+struct VersionContent {
+  std::string checkpoint;
+  std::string delta_path;  // "" = none
+};
+
 // A step-at-a-time feed of RunNodeVersions (the trainer-side API, dcr/publisher_c.h):
-//   * content (the sender only): called before version v is built; returns the path of its
-//     checkpoint, which replaces v.target_path (also as the base of later versions); an error
-//     ends the run with it. May block until the trainer hands the version.
+//   * content (the sender only): called before version v is built; returns its content, whose
+//     checkpoint replaces v.target_path (also as the base of later versions); an error ends the
+//     run with it. May block until the trainer hands the version. A delta_path is streamed as
+//     the version when TrainerDeltaFits (trainer_delta.h) finds it built from the version the
+//     delta must come from (the joint commit's baseline; over the store, the version before)
+//     with that version's content hash; otherwise the delta is built from the checkpoints, and
+//     the version's result says why (NodeResult::trainer_delta, trainer_delta_skipped).
 //   * done: called after each version's node returned, with its result and status.
 // Unset members are not called.
 struct VersionHooks {
-  std::function<StatusOr<std::string>(const NodeVersion&)> content;
+  std::function<StatusOr<VersionContent>(const NodeVersion&)> content;
   std::function<void(const NodeVersion&, const NodeResult&, const Status&)> done;
 };
 Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHooks& hooks);

@@ -4,6 +4,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <exception>
 #include <map>
@@ -20,6 +21,7 @@
 #include "node/node_plans.h"
 #include "node/version_state.h"
 #include "node/versions.h"
+#include "publisher/shard_feed.h"
 
 struct dcr_publisher {
   dcr::NodePlan plan;
@@ -29,7 +31,7 @@ struct dcr_publisher {
   std::mutex mu;
   std::condition_variable cv;
   size_t next = 0;                    // index in plan.versions of the next version to hand
-  std::optional<std::string> handed;  // its checkpoint, until the sender takes it
+  std::optional<dcr::internal::VersionContent> handed;  // until the sender takes it
   bool closing = false;
   size_t done = 0;                    // versions the sender finished
   size_t skipped = 0;                 // leading versions an earlier sender of the state finished
@@ -38,6 +40,7 @@ struct dcr_publisher {
   bool finished = false;              // the sender's thread returned
   dcr::Status run_status;
   std::thread thread;
+  std::unique_ptr<dcr::internal::ShardFeed> feed;  // dcr_publisher_attach_shards
 };
 
 namespace {
@@ -47,16 +50,17 @@ int Fail(dcr_publisher* p, const dcr::Status& s) {
   return s.ok() ? 0 : static_cast<int>(s.code());
 }
 
-dcr::StatusOr<std::string> TakeVersion(dcr_publisher* p, const dcr::NodeVersion& v) {
+dcr::StatusOr<dcr::internal::VersionContent> TakeVersion(dcr_publisher* p,
+                                                         const dcr::NodeVersion& v) {
   std::unique_lock<std::mutex> lock(p->mu);
   p->cv.wait(lock, [p] { return p->handed.has_value() || p->closing; });
   if (!p->handed) {
     return dcr::AbortedError("publisher closed before version " + std::to_string(v.version) +
                              " was handed");
   }
-  std::string path = std::move(*p->handed);
+  dcr::internal::VersionContent content = std::move(*p->handed);
   p->handed.reset();
-  return path;
+  return content;
 }
 
 void VersionDone(dcr_publisher* p, const dcr::NodeResult& r, const dcr::Status& s) {
@@ -67,34 +71,41 @@ void VersionDone(dcr_publisher* p, const dcr::NodeResult& r, const dcr::Status& 
   p->cv.notify_all();
 }
 
-int Publish(dcr_publisher* p, uint64_t version, const std::string& path) {
+// Whether `version` may be handed now: the sender runs and it is the plan's next version.
+// REQUIRES: p->mu held.
+dcr::Status CheckNextLocked(dcr_publisher* p, uint64_t version) {
+  if (p->finished) {
+    return p->run_status.ok() ? dcr::FailedPreconditionError("the sender has ended")
+                              : p->run_status;
+  }
+  if (p->next >= p->plan.versions.size()) {
+    return dcr::InvalidArgumentError("version " + std::to_string(version) +
+                                     ": the plan names no more versions");
+  }
+  const uint64_t expected = p->plan.versions[p->next].version;
+  if (version < expected && p->skipped > 0 &&
+      version <= p->plan.versions[p->skipped - 1].version) {
+    return dcr::InvalidArgumentError(
+        "version " + std::to_string(version) + " is already published (state " +
+        p->plan.state_dir + " records versions up to " +
+        std::to_string(p->plan.versions[p->skipped - 1].version) +
+        "); the plan's next version is " + std::to_string(expected));
+  }
+  if (version != expected) {
+    return dcr::InvalidArgumentError("version " + std::to_string(version) +
+                                     " handed; the plan's next version is " +
+                                     std::to_string(expected));
+  }
+  return dcr::Status();
+}
+
+int Publish(dcr_publisher* p, uint64_t version, dcr::internal::VersionContent content) {
   size_t want = 0;
   {
     std::lock_guard<std::mutex> lock(p->mu);
-    if (p->finished) {
-      return Fail(p, p->run_status.ok()
-                         ? dcr::FailedPreconditionError("the sender has ended")
-                         : p->run_status);
-    }
-    if (p->next >= p->plan.versions.size()) {
-      return Fail(p, dcr::InvalidArgumentError("version " + std::to_string(version) +
-                                               ": the plan names no more versions"));
-    }
-    const uint64_t expected = p->plan.versions[p->next].version;
-    if (version < expected && p->skipped > 0 &&
-        version <= p->plan.versions[p->skipped - 1].version) {
-      return Fail(p, dcr::InvalidArgumentError(
-                         "version " + std::to_string(version) + " is already published (state " +
-                         p->plan.state_dir + " records versions up to " +
-                         std::to_string(p->plan.versions[p->skipped - 1].version) +
-                         "); the plan's next version is " + std::to_string(expected)));
-    }
-    if (version != expected) {
-      return Fail(p, dcr::InvalidArgumentError("version " + std::to_string(version) +
-                                               " handed; the plan's next version is " +
-                                               std::to_string(expected)));
-    }
-    p->handed = path;
+    dcr::Status next = CheckNextLocked(p, version);
+    if (!next.ok()) return Fail(p, next);
+    p->handed = std::move(content);
     ++p->next;
     want = p->next;
     p->cv.notify_all();
@@ -214,7 +225,7 @@ int dcr_publisher_publish_file(dcr_publisher* p, uint64_t version, const char* p
     return Fail(p, dcr::InvalidArgumentError("publisher and path are required"));
   }
   try {
-    return Publish(p, version, path);
+    return Publish(p, version, dcr::internal::VersionContent{path, ""});
   } catch (const std::exception& e) {
     return Fail(p, dcr::InternalError(std::string("dcr_publisher_publish_file: ") + e.what()));
   }
@@ -250,10 +261,81 @@ int dcr_publisher_publish_tensors(dcr_publisher* p, uint64_t version, const dcr_
         p->work_dir + "/version-" + std::to_string(version) + ".safetensors";
     dcr::Status w = dcr::WriteSafetensors(path, views, metadata);
     if (!w.ok()) return Fail(p, w.WithContext("version " + std::to_string(version)));
-    return Publish(p, version, path);
+    return Publish(p, version, dcr::internal::VersionContent{path, ""});
   } catch (const std::exception& e) {
     return Fail(p, dcr::InternalError(std::string("dcr_publisher_publish_tensors: ") + e.what()));
   }
+}
+
+int dcr_publisher_attach_shards(dcr_publisher* p, const dcr_train_layout* l, dcr_export_fn fn,
+                                void* user, uint64_t base_version, const dcr_shard* shards,
+                                size_t n) {
+  if (p == nullptr || l == nullptr || l->s == nullptr || fn == nullptr) {
+    return Fail(p, dcr::InvalidArgumentError("publisher, an opened layout and fn are required"));
+  }
+  try {
+    auto set = dcr::internal::CopyShards(*l->s, shards, n);
+    if (!set.ok()) return Fail(p, set.status().WithContext("base shards"));
+    dcr::internal::ShardFeedOptions o;
+    o.chunk_elems = p->plan.chunk_elems;
+    o.zstd_level = p->plan.zstd_level;
+    o.threads = p->plan.build_threads;
+    auto feed = dcr::internal::ShardFeed::Create(l->s, dcr::internal::MakeCExporter(l->s, fn, user),
+                                                 base_version, std::move(*set), o);
+    if (!feed.ok()) return Fail(p, feed.status().WithContext("attaching shards"));
+    // The receivers hold the plan's base: shards said to be version 0 must export to it.
+    if (base_version == 0) {
+      auto base = dcr::Checkpoint::Open(p->plan.base_path);
+      if (!base.ok()) return Fail(p, base.status().WithContext("the plan's base"));
+      const dcr::Hash128 want = (*base)->ContentHash(p->plan.build_threads);
+      if ((*feed)->base_hash() != want) {
+        return Fail(p, dcr::FailedPreconditionError(
+                           "base shards: their canonical content hash " +
+                           (*feed)->base_hash().ToHex() + " is not that of the base checkpoint " +
+                           p->plan.base_path + " the receivers hold (" + want.ToHex() + ")"));
+      }
+    }
+    p->feed = std::move(*feed);
+    return 0;
+  } catch (const std::exception& e) {
+    return Fail(p, dcr::InternalError(std::string("dcr_publisher_attach_shards: ") + e.what()));
+  }
+}
+
+int dcr_publisher_publish_shards(dcr_publisher* p, uint64_t version, const dcr_shard* shards,
+                                 size_t n) {
+  if (p == nullptr) return Fail(p, dcr::InvalidArgumentError("publisher is NULL"));
+  try {
+    if (p->feed == nullptr) {
+      return Fail(p, dcr::FailedPreconditionError(
+                         "no shards attached (dcr_publisher_attach_shards first)"));
+    }
+    {
+      std::lock_guard<std::mutex> lock(p->mu);
+      dcr::Status next = CheckNextLocked(p, version);
+      if (!next.ok()) return Fail(p, next);
+    }
+    auto set = dcr::internal::CopyShards(p->feed->structure(), shards, n);
+    if (!set.ok()) return Fail(p, set.status().WithContext("version " + std::to_string(version)));
+    const std::string stem = p->work_dir + "/version-" + std::to_string(version);
+    dcr::internal::VersionContent content{stem + ".safetensors", stem + ".dcr"};
+    dcr::Status s = p->feed->Step(version, std::move(*set), content.checkpoint, content.delta_path);
+    if (!s.ok()) return Fail(p, s);
+    return Publish(p, version, std::move(content));
+  } catch (const std::exception& e) {
+    return Fail(p, dcr::InternalError(std::string("dcr_publisher_publish_shards: ") + e.what()));
+  }
+}
+
+int dcr_publisher_last_delta(const dcr_publisher* p, uint64_t* base_version, int* from_shards) {
+  if (p == nullptr) return Fail(nullptr, dcr::InvalidArgumentError("publisher is NULL"));
+  auto* q = const_cast<dcr_publisher*>(p);
+  std::lock_guard<std::mutex> lock(q->mu);
+  if (base_version != nullptr) {
+    *base_version = static_cast<uint64_t>(std::max<int64_t>(0, q->last_result.delta_base_version));
+  }
+  if (from_shards != nullptr) *from_shards = q->last_result.trainer_delta ? 1 : 0;
+  return 0;
 }
 
 int dcr_publisher_last(const dcr_publisher* p, uint64_t hash[2], int* receivers_committed) {

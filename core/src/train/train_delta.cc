@@ -724,7 +724,8 @@ StatusOr<TrainDeltaStats> TrainDeltaBuilder::Merge(std::vector<UnitDelta> units,
   fh.flags = 0;
   fh.base_version = version_;
   fh.base_hash = base_hash_;
-  fh.target_version = version_ + 1;
+  const uint64_t target_version = next_target_ != 0 ? next_target_ : version_ + 1;
+  fh.target_version = target_version;
   fh.files = target_.files;
   fh.index_name = target_.index_name;
   fh.index = target_.index;
@@ -751,7 +752,8 @@ StatusOr<TrainDeltaStats> TrainDeltaBuilder::Merge(std::vector<UnitDelta> units,
   st.base_hash = base_hash_;
   st.target_hash = target;
   base_hash_ = target;
-  ++version_;
+  version_ = target_version;
+  next_target_ = 0;
   return st;
 }
 

@@ -347,6 +347,34 @@ TEST(TrainDeltaTest, MlaPresetRoundTrips) {
   CheckRoundTrip(st, 1, 1 << 22, "mla");
 }
 
+TEST(TrainDeltaTest, HeaderNamesTheVersionsSet) {
+  Rig st = Make(DenseConfig(), TrainLayout{});
+  ASSERT_TRUE(st.state);
+  auto b = TrainDeltaBuilder::Create(st.s, st.map, st.ex, st.state->shards(), TrainDeltaOptions{});
+  ASSERT_TRUE(b.ok());
+  auto header_of = [](const std::vector<uint8_t>& d) {
+    size_t used = 0;
+    auto h = ParseFileHeader(d.data(), d.size(), &used);
+    EXPECT_TRUE(h.ok()) << h.status();
+    return h.ok() ? *h : FileHeader{};
+  };
+  ShardSet prev = st.state->shards();
+  st.state->Step();
+  (*b)->SetNextVersions(4, 9);
+  DeltaMemorySink first;
+  ASSERT_TRUE((*b)->BuildStep(prev, st.state->shards(), &first).ok());
+  EXPECT_EQ(header_of(first.bytes()).base_version, 4u);
+  EXPECT_EQ(header_of(first.bytes()).target_version, 9u);
+  EXPECT_EQ((*b)->version(), 9u);
+  // Without a call the next delta goes on from the version reached.
+  prev = st.state->shards();
+  st.state->Step();
+  DeltaMemorySink second;
+  ASSERT_TRUE((*b)->BuildStep(prev, st.state->shards(), &second).ok());
+  EXPECT_EQ(header_of(second.bytes()).base_version, 9u);
+  EXPECT_EQ(header_of(second.bytes()).target_version, 10u);
+}
+
 TEST(TrainDeltaTest, WrongShardsAreRejected) {
   TrainLayout l;
   l.tp = 2;
