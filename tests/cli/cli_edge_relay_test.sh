@@ -11,7 +11,8 @@
 # An edge relay that lags (stopped with SIGSTOP for 3 s, well inside its read deadline) makes the
 # sender send the plain form of every chunk it had not started on that edge once the bytes it has
 # not acknowledged pass relay_tree.edge_lag; a relay that keeps up (the first run) is never
-# switched. An object-store run with wan_context stores the context form (what crossed the long
+# switched; one stopped for a shorter while is switched back to the context form once it has
+# caught up. An object-store run with wan_context stores the context form (what crossed the long
 # link): its downloaders hold the base and decode it, bit-exact; a downloader on another device is
 # refused at the start, naming the key (no in-region re-publisher writes a plain copy).
 # The encoding is chosen when the run is planned (ChooseWanEncoding): on the 10 Mbit/s link of
@@ -131,6 +132,41 @@ for k in (2, 3, 4):
 PY
 has run-edge-lag-says-why "$tmp/work-lag/run-1/node-0.log" "edge relay node 1 lags"
 
+# The edge relay lags and catches up: a 25% step (a 0.6 MB context delta, 2.6 s on the 2 Mbit/s
+# link), the relay stopped for 1 s from the start. It is switched to the plain form while stopped;
+# continued, it transcodes its backlog and acknowledges it, and once its unacknowledged bytes are
+# down to half the bound the chunks not started on its edge go context-coded again.
+"$dcr" synth --preset tiny --rate 25% --steps 2 --out "$tmp/ck25" >/dev/null 2>&1; check synth-25 0 $?
+"$dcr" diff "$tmp/ck25/step0.safetensors" "$tmp/ck25/step1.safetensors" --chunk-elems 16384 -o "$tmp/plain25.dcr" -q; check diff-plain-25 0 $?
+"$dcr" diff --wan-context "$tmp/ck25/step0.safetensors" "$tmp/ck25/step1.safetensors" --chunk-elems 16384 -o "$tmp/ctx25.dcr" -q; check diff-context-25 0 $?
+READ_DEADLINE=30s LINK=2Mbit/s scenario "$tmp/back.yaml" "$tmp/work-back" ", edge_relays: [1], window: 16KiB"
+sed -i "s|checkpoints: \[$s0, $s1\]|checkpoints: [$tmp/ck25/step0.safetensors, $tmp/ck25/step1.safetensors]|" "$tmp/back.yaml"
+"$dcr" run "$tmp/back.yaml" --out "$tmp/b.json" -q > /dev/null 2> "$tmp/berr.txt" &
+run_pid=$!
+for _ in $(seq 600); do [ -e "$tmp/work-back/run-1/ready-1" ] && break; sleep 0.05; done
+edge_pid=$(pgrep -f -- "--plan $tmp/work-back/run-1/plan-1.json" | head -1)
+if [ -n "$edge_pid" ]; then kill -STOP "$edge_pid"; sleep 1; kill -CONT "$edge_pid"; fi
+wait $run_pid; check run-edge-back 0 $?
+[ -n "$edge_pid" ]; check run-edge-back-stopped 0 $?
+python3 - "$tmp/b.json" "$tmp/work-back/run-1" "$(stat -c %s "$tmp/ctx25.dcr")" "$(stat -c %s "$tmp/plain25.dcr")" <<'PY'; check run-edge-back-result 0 $?
+import json, sys
+j = json.load(open(sys.argv[1])); d = sys.argv[2]; ctx, plain = int(sys.argv[3]), int(sys.argv[4])
+r = j["runs"][0]
+assert r.get("error", "") == "" and r["receivers_verified"] == 4, r
+nodes = [json.load(open("%s/node-%d.json" % (d, k))) for k in range(5)]
+sw = nodes[0]["edge_switches"]
+assert sw and sw[0]["child"] == 1 and sw[0]["lag_bytes"] > 4 * 16384 and sw[0]["plain_chunks"] > 0, sw
+# Caught up: at most half the bound unacknowledged, and chunks it was to get plain went back.
+assert "resume_bytes" in sw[0] and sw[0]["resume_bytes"] <= 2 * 16384, sw
+assert sw[0]["context_chunks"] > 0, sw
+assert ctx < nodes[0]["bytes_sent"] < plain, (ctx, nodes[0]["bytes_sent"], plain)
+e = nodes[1]["edge"]
+assert e["context_bytes"] + (plain - e["plain_bytes"]) == nodes[0]["bytes_sent"], (e, nodes[0]["bytes_sent"])
+for k in (2, 3, 4):
+    assert nodes[k]["bytes_received"] == plain and nodes[k]["verified"], k
+PY
+has run-edge-back-says-why "$tmp/work-back/run-1/node-0.log" "edge relay node 1 caught up"
+
 # The edge relay killed mid-stream (seed 4 plans one kill, of node 1 when it holds a chunk whole).
 scenario "$tmp/kill.yaml" "$tmp/work-kill" ", edge_relays: [1]" \
   "faults: {runs: 0, process_runs: 1, process_kills: 3, seed: 4, only: true}"
@@ -208,6 +244,7 @@ for r in runs:
         assert nodes[n]["bytes_received"] == plain and nodes[n]["verified"], (k, n, nodes[n]["bytes_received"], plain)
     assert len({nodes[n]["pid"] for n in range(5)}) == 5
 PY
+
 
 # Object store: the uploader puts the context-coded delta, cpu downloaders decode it.
 store_scenario() {  # store_scenario FILE WORK_DIR [DEVICES]

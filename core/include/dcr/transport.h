@@ -349,12 +349,17 @@ struct NodeResult {
   uint64_t edge_context_bytes = 0;
   uint64_t edge_plain_bytes = 0;
   double edge_cpu_seconds = 0;
-  // Sender with edge relays (NodePlan::edge_lag_bytes): each edge relay found lagging, the
-  // unacknowledged bytes when it was, and the chunks it was then sent in the plain form.
+  // Sender with edge relays (NodePlan::edge_lag_bytes): each time an edge relay was found
+  // lagging, the unacknowledged bytes when it was and the chunks it was then sent in the plain
+  // form; when it caught up again (resumed), the unacknowledged bytes then and the chunks not
+  // yet started on its edge that went back to the context form.
   struct EdgeSwitch {
     int child = 0;
     uint64_t lag_bytes = 0;
     uint64_t plain_chunks = 0;
+    bool resumed = false;
+    uint64_t resume_bytes = 0;
+    uint64_t context_chunks = 0;
   };
   std::vector<EdgeSwitch> edge_switches;
   bool storage_reattached = false; // the mapped storage of an earlier start was re-attached

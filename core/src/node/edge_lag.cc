@@ -24,15 +24,19 @@ bool EdgeLagWatch::Accepted(NodeId child, BlobId blob, uint64_t length) {
   return true;
 }
 
-void EdgeLagWatch::Acked(NodeId child, BlobId blob) {
+bool EdgeLagWatch::Acked(NodeId child, BlobId blob) {
   auto it = edges_.find(child);
-  if (it == edges_.end()) return;
+  if (it == edges_.end()) return false;
   Edge& e = it->second;
-  if (!e.acked.insert(blob).second) return;
+  if (!e.acked.insert(blob).second) return false;
   auto b = e.unacked.find(blob);
-  if (b == e.unacked.end()) return;
-  e.total -= b->second;
-  e.unacked.erase(b);
+  if (b != e.unacked.end()) {
+    e.total -= b->second;
+    e.unacked.erase(b);
+  }
+  if (!e.lagging || e.total > resume_bound()) return false;
+  e.lagging = false;
+  return true;
 }
 
 bool EdgeLagWatch::lagging(NodeId child) const {

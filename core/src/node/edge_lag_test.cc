@@ -41,6 +41,28 @@ TEST(EdgeLagWatchTest, AckBeforeTheLinksAnswerAndDuplicateAcksCountOnce) {
   EXPECT_EQ(w.unacked(1), 0u);
 }
 
+TEST(EdgeLagWatchTest, CatchesUpAtHalfTheBoundAndCanLagAgain) {
+  EdgeLagWatch w({1, 2}, 100);
+  EXPECT_EQ(w.resume_bound(), 50u);
+  EXPECT_FALSE(w.Accepted(1, 1, 60));
+  EXPECT_FALSE(w.Accepted(1, 2, 10));
+  EXPECT_TRUE(w.Accepted(1, 3, 50));   // 120
+  EXPECT_FALSE(w.Acked(2, 1));         // another edge
+  EXPECT_FALSE(w.Acked(1, 4));         // never accepted: 120 left
+  EXPECT_FALSE(w.Acked(1, 2));         // 110 left: still lagging
+  EXPECT_TRUE(w.lagging(1));
+  EXPECT_TRUE(w.Acked(1, 1));          // 50 left: half the bound, caught up
+  EXPECT_FALSE(w.lagging(1));
+  EXPECT_TRUE(w.lagging_children().empty());
+  EXPECT_EQ(w.unacked(1), 50u);
+  EXPECT_FALSE(w.Acked(1, 1));         // a duplicate changes nothing
+  EXPECT_FALSE(w.Acked(1, 3));         // caught up already: no second answer
+  EXPECT_EQ(w.unacked(1), 0u);
+  EXPECT_FALSE(w.Accepted(1, 5, 100));
+  EXPECT_TRUE(w.Accepted(1, 6, 1));    // past the bound again: lags again
+  EXPECT_TRUE(w.lagging(1));
+}
+
 TEST(EdgeLagWatchTest, BoundZeroNeverLags) {
   EdgeLagWatch w({1}, 0);
   EXPECT_FALSE(w.Accepted(1, 1, uint64_t{1} << 40));

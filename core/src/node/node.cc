@@ -1714,14 +1714,53 @@ class SocketNode : public NodeEnvironment {
     return nb;
   }
   // Sender with edge relays (edge_lag.h): the link's progress to each edge relay; a lagging one
-  // is sent the plain form of every chunk not started on its edge, now and as they are built.
+  // is sent the plain form of every chunk not started on its edge, now and as they are built,
+  // until it has caught up: then the chunks not started on its edge go context-coded again.
   Status WatchEdges(const Event& ev) {
     if (const auto* d = std::get_if<event::SendDone>(&ev)) {
       if (edge_lag_->Accepted(d->to, d->blob, d->length)) return SwitchToPlain(d->to);
     } else if (const auto* a = std::get_if<event::AckReceived>(&ev)) {
-      edge_lag_->Acked(a->from, a->blob);
+      if (edge_lag_->Acked(a->from, a->blob)) SwitchToContext(a->from);
     }
     return Status();
+  }
+  // The open switch of `child` (the last one recorded for it), or null.
+  static NodeResult::EdgeSwitch* OpenSwitch(NodeResult* r, NodeId child) {
+    for (auto it = r->edge_switches.rbegin(); it != r->edge_switches.rend(); ++it) {
+      if (it->child == child) return it->resumed ? nullptr : &*it;
+    }
+    return nullptr;
+  }
+  // A lagging edge relay caught up: every chunk it was to get in the plain form and has not
+  // started on its edge goes back to its context-coded form (the policy's BlobReencoded with
+  // the held record's size).
+  void SwitchToContext(NodeId child) {
+    uint64_t back = 0;
+    auto r = reencoded_.find(child);
+    if (r != reencoded_.end()) {
+      for (auto it = r->second.begin(); it != r->second.end();) {
+        BlobPtr b = edge_lag_->started(child, *it) ? nullptr : state_.Find(*it);
+        if (b == nullptr) {
+          ++it;
+          continue;
+        }
+        host_->Handle(Now(), event::BlobReencoded{child, b->info});
+        it = r->second.erase(it);
+        ++back;
+      }
+    }
+    const uint64_t left = edge_lag_->unacked(child);
+    state_.Update([&](NodeResult* res) {
+      if (NodeResult::EdgeSwitch* sw = OpenSwitch(res, child)) {
+        sw->resumed = true;
+        sw->resume_bytes = left;
+        sw->context_chunks = back;
+      }
+    });
+    std::fprintf(stderr, "sender: edge relay node %d caught up (%llu bytes not acknowledged, at "
+                 "most %llu): the chunks it has not started go to it context-coded again\n",
+                 child, static_cast<unsigned long long>(left),
+                 static_cast<unsigned long long>(edge_lag_->resume_bound()));
   }
   Status SwitchToPlain(NodeId child) {
     NodeResult::EdgeSwitch sw;
@@ -1752,9 +1791,7 @@ class SocketNode : public NodeEnvironment {
     }
     reencoded_[child].insert(id);
     state_.Update([&](NodeResult* r) {
-      for (NodeResult::EdgeSwitch& sw : r->edge_switches) {
-        if (sw.child == child) ++sw.plain_chunks;
-      }
+      if (NodeResult::EdgeSwitch* sw = OpenSwitch(r, child)) ++sw->plain_chunks;
     });
     host_->Handle(Now(), event::BlobReencoded{child, plain->info});
     return Status();
@@ -2630,8 +2667,13 @@ std::string NodeResultToJson(const NodeResult& r) {
   if (!r.edge_switches.empty()) {
     nlohmann::json sw = nlohmann::json::array();
     for (const NodeResult::EdgeSwitch& e : r.edge_switches) {
-      sw.push_back({{"child", e.child}, {"lag_bytes", e.lag_bytes},
-                    {"plain_chunks", e.plain_chunks}});
+      nlohmann::json one = {{"child", e.child}, {"lag_bytes", e.lag_bytes},
+                            {"plain_chunks", e.plain_chunks}};
+      if (e.resumed) {
+        one["resume_bytes"] = e.resume_bytes;
+        one["context_chunks"] = e.context_chunks;
+      }
+      sw.push_back(one);
     }
     j["edge_switches"] = sw;
   }
@@ -2713,6 +2755,9 @@ StatusOr<NodeResult> NodeResultFromJson(const std::string& text) {
         sw.child = e.value("child", 0);
         sw.lag_bytes = e.value("lag_bytes", uint64_t{0});
         sw.plain_chunks = e.value("plain_chunks", uint64_t{0});
+        sw.resumed = e.contains("resume_bytes");
+        sw.resume_bytes = e.value("resume_bytes", uint64_t{0});
+        sw.context_chunks = e.value("context_chunks", uint64_t{0});
         r.edge_switches.push_back(sw);
       }
     }
