@@ -245,6 +245,28 @@ for r in runs:
     assert len({nodes[n]["pid"] for n in range(5)}) == 5
 PY
 
+# The same two steps, killed (a process fault run of the long-lived nodes; seed 16 plans leaf 3
+# killed between chunks in version 1 and the edge relay killed mid-stream in version 2): the
+# restarted edge relay takes version 2 from the in-region store, which holds the plain form, and
+# every receiver ends bit-exact at both steps.
+scenario "$tmp/steps-kill.yaml" "$tmp/work-steps-kill" ", edge_relays: [1]" \
+  "steps: 2
+faults: {runs: 0, process_runs: 1, process_kills: 3, seed: 16, only: true}"
+sed -i "s|checkpoints: \[$s0, $s1\]|checkpoints: [$t0, $t1, $t2]|" "$tmp/steps-kill.yaml"
+"$dcr" run "$tmp/steps-kill.yaml" --out "$tmp/stk.json" -q > /dev/null 2> "$tmp/stkerr.txt"; check run-edge-steps-killed 0 $?
+python3 - "$tmp/stk.json" <<'PY'; check run-edge-steps-killed-result 0 $?
+import json, sys
+j = json.load(open(sys.argv[1]))
+runs = j["runs"]
+assert [r["step"] for r in runs] == [1, 2], [r["step"] for r in runs]
+for r in runs:
+    assert r.get("error", "") == "" and r["receivers_verified"] == r["receivers"] == 4, r
+assert any(x.startswith("node 3:") for x in runs[0]["restarts"]), runs[0]["restarts"]
+assert any(x.startswith("node 1:") and x.endswith("in version 2") for x in runs[1]["restarts"]), runs[1]["restarts"]
+f = j["faults"]
+assert f["faults_survived"] == f["faults_injected"] == 2, f
+assert f["receivers_verified"] == f["receivers"] == 8, f
+PY
 
 # Object store: the uploader puts the context-coded delta, cpu downloaders decode it.
 store_scenario() {  # store_scenario FILE WORK_DIR [DEVICES]
