@@ -167,6 +167,9 @@ bool ContextWalk16Avx2(const uint16_t* base, uint64_t n, const uint8_t* bounds, 
           active &= ~(1u << c);
           break;
         }
+        // Each class reads its own run of gaps and values: kept ahead of the loads.
+        _mm_prefetch(reinterpret_cast<const char*>(gc + u + 16), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(vc + u + 16), _MM_HINT_T0);
         if (gc[u] >= n) return false;
         t += 1 + gc[u];
       }
