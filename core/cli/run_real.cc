@@ -2,6 +2,7 @@
 #include "run_real.h"
 #include "run_faults.h"
 #include "run_proxy_faults.h"
+#include "run_s3_faults.h"
 #include "run_catch_up.h"
 #include "run_wan_choice.h"
 
@@ -848,6 +849,8 @@ void SumRecovery(const std::vector<NodeResult>& results, RunResult* rr) {
     m["chunks_skipped"] += r.chunks_skipped;
     m["mirror_puts"] += r.mirror_puts;
     m["mirror_put_failures"] += r.mirror_put_failures;
+    m["store_failures"] += r.store_failures;
+    m["store_refused"] += r.store_refused;
     m["resumed_blobs"] += r.resumed_blobs;
     m["resumed_bytes"] += r.resumed_bytes;
     m["store_fetched_bytes"] += r.fetched_bytes;
@@ -1087,6 +1090,9 @@ StatusOr<ScenarioResult> RunScenarioReal(const Scenario& s) {
     }
     if (s.faults.enabled && s.faults.proxy_runs > 0) {  // fault proxies on edges (run_proxy_faults.h)
       DCR_RETURN_IF_ERROR(RunScenarioProxyFaults(s, rate, ckpts, work_dir, &run_index, &out));
+    }
+    if (s.faults.enabled && s.faults.s3_runs > 0) {  // an HTTP fault proxy before S3 (run_s3_faults.h)
+      DCR_RETURN_IF_ERROR(RunScenarioS3Faults(s, rate, ckpts, work_dir, &run_index, &out));
     }
     if (s.faults.only) continue;
     // The change of every step, measured before any node starts; a delta run needs base and

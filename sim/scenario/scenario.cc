@@ -313,7 +313,7 @@ Status ParseTransport(const MapReader& top, Scenario* s) {
     MapReader o(r.Get("object_store"), "transport.object_store");
     DCR_RETURN_IF_ERROR(o.Init({"kind", "path", "endpoint", "bucket", "region",
                                 "credentials_file", "ca_file", "allow_http", "parallel", "poll",
-                                "sim_bandwidth", "sim_latency"}));
+                                "read_deadline", "sim_bandwidth", "sim_latency"}));
     auto& os = s->transport.object_store;
     std::string kind = "dir";
     DCR_RETURN_IF_ERROR(o.Str("kind", &kind));
@@ -334,6 +334,10 @@ Status ParseTransport(const MapReader& top, Scenario* s) {
     DCR_RETURN_IF_ERROR(o.Bool("allow_http", &os.allow_http));
     DCR_RETURN_IF_ERROR(o.Int("parallel", &os.parallel, 1, 1024));
     DCR_RETURN_IF_ERROR(o.Duration("poll", &os.poll_s));
+    DCR_RETURN_IF_ERROR(o.Duration("read_deadline", &os.read_deadline_s));
+    if (!(os.read_deadline_s > 0) || os.read_deadline_s > 86400) {
+      return InvalidArgumentError("transport.object_store.read_deadline: must be in (0, 24h]");
+    }
     DCR_RETURN_IF_ERROR(o.Bandwidth("sim_bandwidth", &os.sim_link.bandwidth_Bps));
     DCR_RETURN_IF_ERROR(o.Duration("sim_latency", &os.sim_link.latency_s));
   }
@@ -543,7 +547,8 @@ Status ParseTop(const YAML::Node& root, Scenario* s) {
     DCR_RETURN_IF_ERROR(f.Init({"runs", "per_run", "kinds", "seed", "chunk_elems",
                                 "detect_timeout", "restart_delay", "only", "process_runs",
                                 "process_kills", "proxy_runs", "proxy_faults", "proxy_kinds",
-                                "partition", "delay", "store_fail"}));
+                                "partition", "delay", "store_fail", "s3_runs", "s3_faults",
+                                "s3_kinds"}));
     s->faults.enabled = true;
     DCR_RETURN_IF_ERROR(f.Int("runs", &s->faults.runs, 0, 100000));
     DCR_RETURN_IF_ERROR(f.Int("per_run", &s->faults.per_run, 0, 10000));
@@ -577,6 +582,17 @@ Status ParseTop(const YAML::Node& root, Scenario* s) {
     DCR_RETURN_IF_ERROR(f.Duration("partition", &s->faults.partition_s));
     DCR_RETURN_IF_ERROR(f.Duration("delay", &s->faults.delay_s));
     DCR_RETURN_IF_ERROR(f.Duration("store_fail", &s->faults.store_fail_s));
+    DCR_RETURN_IF_ERROR(f.Int("s3_runs", &s->faults.s3_runs, 0, 100000));
+    DCR_RETURN_IF_ERROR(f.Int("s3_faults", &s->faults.s3_faults, 1, 64));
+    DCR_RETURN_IF_ERROR(f.StrList("s3_kinds", &s->faults.s3_kinds));
+    for (size_t i = 0; i < s->faults.s3_kinds.size(); ++i) {
+      static const char* const kKinds[] = {"5xx", "cut", "stall", "truncate", "bad_etag"};
+      const std::string& k = s->faults.s3_kinds[i];
+      if (std::find(std::begin(kKinds), std::end(kKinds), k) == std::end(kKinds)) {
+        return InvalidArgumentError("faults.s3_kinds[" + std::to_string(i) + "]: unknown kind '" +
+                                    k + "' (5xx, cut, stall, truncate, bad_etag)");
+      }
+    }
   }
   if (top.Has("catch_up")) {
     MapReader c(top.Get("catch_up"), "catch_up");

@@ -122,6 +122,27 @@ TEST(Scenario, FaultProxyKeys) {
       << bad.status().message();
 }
 
+TEST(Scenario, S3FaultKeys) {
+  auto s = ParseScenario(
+      "model: tiny\ntransport: {object_store: {kind: s3, endpoint: 'https://127.0.0.1:8443', "
+      "bucket: b, read_deadline: 2s}}\nfaults: {s3_runs: 4, s3_faults: 3, s3_kinds: [5xx, "
+      "bad_etag]}\n");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->faults.s3_runs, 4);
+  EXPECT_EQ(s->faults.s3_faults, 3);
+  ASSERT_EQ(s->faults.s3_kinds.size(), 2u);
+  EXPECT_EQ(s->faults.s3_kinds[1], "bad_etag");
+  EXPECT_DOUBLE_EQ(s->transport.object_store.read_deadline_s, 2.0);
+  auto bad = ParseScenario("model: tiny\nfaults: {s3_runs: 1, s3_kinds: [teleport]}\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("faults.s3_kinds[0]: unknown kind 'teleport'"),
+            std::string::npos)
+      << bad.status().message();
+  auto zero = ParseScenario("model: tiny\ntransport: {object_store: {read_deadline: 0s}}\n");
+  ASSERT_FALSE(zero.ok());
+  EXPECT_NE(zero.status().message().find("read_deadline"), std::string::npos);
+}
+
 void ExpectError(const std::string& text, const std::string& needle) {
   auto s = ParseScenario(text);
   ASSERT_FALSE(s.ok()) << "accepted: " << text;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <set>
 #include <string>
 
@@ -51,6 +52,11 @@ std::string StoreUrl(const Scenario& s, const std::string& work_dir) {
   if (!os.credentials_file.empty()) store += "&credentials_file=" + os.credentials_file;
   if (!os.ca_file.empty()) store += "&ca_file=" + os.ca_file;
   if (os.allow_http) store += "&allow_http=1";
+  if (os.read_deadline_s != 30) {
+    char d[32];
+    std::snprintf(d, sizeof(d), "%g", os.read_deadline_s);
+    store += std::string("&read_deadline_s=") + d;
+  }
   return store;
 }
 

@@ -8,7 +8,10 @@
 //     (kFailedPrecondition) and List skips symlinks.
 //   * S3Store: any S3-compatible endpoint over libcurl with AWS SigV4 (path-style URLs
 //     "<endpoint>/<bucket>/<key>", region, UNSIGNED-PAYLOAD, multipart upload for large objects,
-//     ranged GET). Verified against OpenStack Swift s3api (scripts/start-s3-server.sh).
+//     ranged GET). Verified against OpenStack Swift s3api (scripts/start-s3-server.sh). Each call
+//     is one attempt: a failure comes back as a Status (retry and backoff are the caller's
+//     policy, relay_policy.h), and a response whose body is not what the server's headers
+//     promise is refused, never returned: see S3Store.
 //   * MemoryStore: an in-process map, the fake for unit tests and the simulator's bookkeeping.
 //
 // Keys: non-empty, '/'-separated, no "." or ".." components, no leading '/', no NUL; at most 1024
@@ -112,10 +115,24 @@ struct S3Options {
   // Per-request timeouts in seconds (connect, whole transfer). Defaults 10, 300.
   double connect_timeout_s = 10;
   double request_timeout_s = 300;
+  // Read deadline: a request that moves no byte (either way) for this many seconds is aborted
+  // (kDeadlineExceeded), so a stalled connection is noticed long before request_timeout_s.
+  // Whole seconds (rounded up). Default 30.
+  double read_deadline_s = 30;
   // Create the bucket in Open if it does not exist. Default false.
   bool create_bucket = false;
 };
 
+// Integrity checks on every response (kDataLoss naming the request, so that the caller's retry
+// policy fetches or puts again):
+//   * a ranged GET must answer 206 with a Content-Range that starts at the requested offset and
+//     covers exactly the body received (a body cut short or a range of other bytes is refused);
+//   * a body that is the whole object (GET, or a range covering it) must have the MD5 that its
+//     ETag names, where the ETag is a plain MD5 (not "<md5>-<parts>" of a multipart upload);
+//   * a PUT (or an uploaded part) must be answered with the ETag of the MD5 of the bytes sent:
+//     an object stored short or altered on its way is reported as not stored.
+// A transfer cut mid-body fails (kUnavailable); a stall past read_deadline_s fails
+// (kDeadlineExceeded); 5xx, 408 and 429 answers fail kUnavailable.
 class S3Store : public ObjectStore {
  public:
   // Validates options, resolves credentials and (with create_bucket) creates the bucket.
@@ -162,7 +179,7 @@ class MemoryStore : public ObjectStore {
 
 // Opens a store from a spec string: "dir:/path" (or a plain path), "mem:", or
 // "s3://bucket?endpoint=https://host:port&region=us-east-1" (credentials as in S3Options; also
-// ca_file=PATH, allow_http=1, credentials_file=PATH, create_bucket=1).
+// ca_file=PATH, allow_http=1, credentials_file=PATH, create_bucket=1, read_deadline_s=SECONDS).
 // kInvalidArgument for anything else.
 StatusOr<std::unique_ptr<ObjectStore>> OpenObjectStore(const std::string& spec);
 

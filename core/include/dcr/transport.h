@@ -335,6 +335,11 @@ struct NodeResult {
   uint64_t chunks_skipped = 0;     // chunks the journal showed applied (not written again)
   uint64_t mirror_puts = 0;        // blobs put into the store by mirror_to_store
   uint64_t mirror_put_failures = 0;  // puts the store refused (blobs not mirrored; not in mirror_puts)
+  // The node's store calls (puts, fetches, lists, reports) that failed, an absent object aside,
+  // and of those the responses refused as not what the store's headers promised (kDataLoss: a
+  // short or altered body, a put stored with another ETag).
+  uint64_t store_failures = 0;
+  uint64_t store_refused = 0;
   // Resume of interrupted blobs (a fallback to the store, a cut fetch): fetches that continued
   // from bytes the node held, and how many bytes they did not fetch again; every byte fetched
   // from the store; the sender's bytes put into the store after it left the tree or restarted

@@ -843,10 +843,20 @@ class StoreJobs {
   void Drain() { pool_.Drain(); }
   // Synchronous store calls of the loop thread (commit reports).
   Status PutNow(const std::string& key, const std::vector<uint8_t>& bytes) {
-    return store_->Put(key, bytes.data(), bytes.size());
+    Status st = store_->Put(key, bytes.data(), bytes.size());
+    if (!st.ok()) CountFailure(st);
+    return st;
   }
-  StatusOr<std::vector<ObjectInfo>> ListNow(const std::string& prefix) { return store_->List(prefix); }
-  StatusOr<std::vector<uint8_t>> GetNow(const std::string& key) { return store_->Get(key); }
+  StatusOr<std::vector<ObjectInfo>> ListNow(const std::string& prefix) {
+    auto l = store_->List(prefix);
+    if (!l.ok()) CountFailure(l.status());
+    return l;
+  }
+  StatusOr<std::vector<uint8_t>> GetNow(const std::string& key) {
+    auto g = store_->Get(key);
+    if (!g.ok() && !g.status().IsNotFound()) CountFailure(g.status());
+    return g;
+  }
   bool open() const { return store_ != nullptr; }
   void List(const std::string& prefix) {
     pool_.Submit([this, prefix] { ListJob(prefix); });
@@ -861,6 +871,14 @@ class StoreJobs {
   void set_resume(bool on) { resume_ = on; }
 
  private:
+  // A failed store call (an absent object aside), in the node's result.
+  void CountFailure(const Status& s) {
+    state_->Update([&](NodeResult* r) {
+      ++r->store_failures;
+      if (s.IsDataLoss()) ++r->store_refused;
+    });
+  }
+
   void PutJob(const BlobPtr& b, const std::string& key) {
     bool held = false;
     bool filling = false;
@@ -888,6 +906,7 @@ class StoreJobs {
       }
     }
     Status s = store_->Put(key, b->bytes.data(), b->bytes.size());
+    if (!s.ok()) CountFailure(s);
     if (s.ok()) {
       state_->Update([&](NodeResult* r) {
         r->bytes_sent += b->bytes.size();
@@ -944,6 +963,7 @@ class StoreJobs {
       state_->Erase(info.id);
       return false;
     }
+    if (!s.ok()) CountFailure(s);
     queue_->Post(event::FetchDone{info.id, s.ok(), s.ok() ? "" : s.ToString()});
     return true;
   }
@@ -953,6 +973,7 @@ class StoreJobs {
     event::ListDone done;
     done.ok = l.ok();
     if (!l.ok()) {
+      CountFailure(l.status());
       done.message = l.status().ToString();
     } else {
       for (const auto& o : *l) {
@@ -986,6 +1007,7 @@ class StoreJobs {
                           " bytes the plan allows for a " + BlobKindName(info.kind));
     }
     if (!got.ok()) {
+      CountFailure(got.status());
       queue_->Post(event::FetchDone{info.id, false, got.status().ToString()});
       return;
     }
@@ -2685,6 +2707,8 @@ std::string NodeResultToJson(const NodeResult& r) {
                    {"chunks_skipped", r.chunks_skipped},
                    {"mirror_puts", r.mirror_puts},
                    {"mirror_put_failures", r.mirror_put_failures},
+                   {"store_failures", r.store_failures},
+                   {"store_refused", r.store_refused},
                    {"resumed_blobs", r.resumed_blobs},
                    {"resumed_bytes", r.resumed_bytes},
                    {"fetched_bytes", r.fetched_bytes},
@@ -2771,6 +2795,8 @@ StatusOr<NodeResult> NodeResultFromJson(const std::string& text) {
       r.chunks_skipped = v.value("chunks_skipped", uint64_t{0});
       r.mirror_puts = v.value("mirror_puts", uint64_t{0});
       r.mirror_put_failures = v.value("mirror_put_failures", uint64_t{0});
+      r.store_failures = v.value("store_failures", uint64_t{0});
+      r.store_refused = v.value("store_refused", uint64_t{0});
       r.resumed_blobs = v.value("resumed_blobs", uint64_t{0});
       r.resumed_bytes = v.value("resumed_bytes", uint64_t{0});
       r.fetched_bytes = v.value("fetched_bytes", uint64_t{0});

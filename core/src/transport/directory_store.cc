@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 
@@ -317,6 +318,14 @@ StatusOr<std::unique_ptr<ObjectStore>> OpenObjectStore(const std::string& spec) 
           o.allow_http = v == "1" || v == "true";
         } else if (k == "ca_file") {
           o.ca_file = v;
+        } else if (k == "read_deadline_s") {
+          char* end = nullptr;
+          const double d = std::strtod(v.c_str(), &end);
+          if (v.empty() || end == nullptr || *end != '\0' || !(d > 0) || d > 86400) {
+            return InvalidArgumentError("store spec '" + spec + "': read_deadline_s '" + v +
+                                        "' is not a number of seconds in (0, 86400]");
+          }
+          o.read_deadline_s = d;
         } else if (!k.empty()) {
           return InvalidArgumentError("store spec '" + spec + "': unknown parameter '" + k + "'");
         }

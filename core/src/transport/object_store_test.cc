@@ -224,6 +224,16 @@ TEST(OpenObjectStore, Specs) {
   EXPECT_NE(s3.status().message().find("colour"), std::string::npos);
 }
 
+TEST(OpenObjectStore, ReadDeadlineMustBeSeconds) {
+  for (const char* bad : {"abc", "0", "-1", "", "1e9", "2s"}) {
+    auto s3 = OpenObjectStore(std::string("s3://b?endpoint=https://127.0.0.1:9&read_deadline_s=") +
+                              bad);
+    ASSERT_FALSE(s3.ok()) << bad;
+    EXPECT_TRUE(s3.status().IsInvalidArgument()) << bad;
+    EXPECT_NE(s3.status().message().find("read_deadline_s"), std::string::npos) << bad;
+  }
+}
+
 TEST(S3Store, OptionErrorsNameTheField) {
   S3Options o;
   o.bucket = "b";

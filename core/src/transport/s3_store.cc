@@ -5,10 +5,12 @@
 // is sent explicitly (UNSIGNED-PAYLOAD); Expect: 100-continue is left to curl's default (an empty
 // Expect header would be signed but not sent).
 #include <curl/curl.h>
+#include <openssl/evp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -157,6 +159,34 @@ std::string Trim(std::string s) {
   return s.substr(b);
 }
 
+// Lower-case hex MD5 of `size` bytes at `data`.
+std::string Md5Hex(const void* data, size_t size) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  if (EVP_Digest(data, size, md, &n, EVP_md5(), nullptr) != 1) return "";
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < n; ++i) {
+    out += hex[md[i] >> 4];
+    out += hex[md[i] & 15];
+  }
+  return out;
+}
+
+// The MD5 an ETag names, lower case, when it is a plain MD5 ("\"<32 hex>\""); "" otherwise (a
+// multipart ETag "<md5>-<parts>", or a store whose ETags are not MD5s).
+std::string PlainMd5Etag(std::string etag) {
+  if (etag.size() >= 2 && etag.front() == '"' && etag.back() == '"') {
+    etag = etag.substr(1, etag.size() - 2);
+  }
+  if (etag.size() != 32) return "";
+  for (char& c : etag) {
+    if (!std::isxdigit(static_cast<unsigned char>(c))) return "";
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return etag;
+}
+
 // One HTTP request; the whole class's network I/O goes through here.
 class S3Request {
  public:
@@ -206,6 +236,10 @@ class S3Request {
     curl_easy_setopt(c, CURLOPT_PASSWORD, o_.secret_key.c_str());
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(o_.connect_timeout_s * 1000));
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(o_.request_timeout_s * 1000));
+    // The read deadline: fewer than 1 byte/s for read_deadline_s aborts the request.
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME,
+                     static_cast<long>(std::max(1.0, std::ceil(o_.read_deadline_s))));
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, WriteBody);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &r.body);
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, WriteHeader);
@@ -279,6 +313,31 @@ StatusOr<Response> Do(S3Request& req, std::initializer_list<long> ok_codes) {
     if (r.http == c) return r;
   }
   return req.Error(r);
+}
+
+// A PUT of `size` bytes at `data` (an object or a part) answered `r`: kDataLoss when the ETag is
+// a plain MD5 other than that of the bytes sent (the server stored other bytes).
+Status CheckPutEtag(const S3Request& req, const Response& r, const void* data, size_t size) {
+  auto it = r.headers.find("etag");
+  if (it == r.headers.end()) return Status();
+  const std::string named = PlainMd5Etag(it->second);
+  if (named.empty()) return Status();
+  const std::string sent = Md5Hex(data, size);
+  if (named == sent) return Status();
+  return DataLossError(req.What() + ": stored with ETag " + it->second + ", not the MD5 " + sent +
+                       " of the " + std::to_string(size) + " bytes sent");
+}
+
+// A body that is the whole object: kDataLoss when its MD5 is not the one its plain-MD5 ETag names.
+Status CheckWholeBody(const S3Request& req, const Response& r) {
+  auto it = r.headers.find("etag");
+  if (it == r.headers.end()) return Status();
+  const std::string named = PlainMd5Etag(it->second);
+  if (named.empty()) return Status();
+  const std::string got = Md5Hex(r.body.data(), r.body.size());
+  if (named == got) return Status();
+  return DataLossError(req.What() + ": body of " + std::to_string(r.body.size()) +
+                       " bytes has MD5 " + got + ", not the ETag " + it->second);
 }
 }  // namespace
 
@@ -374,8 +433,7 @@ Status S3Store::Put(const std::string& key, const void* data, size_t size) {
     S3Request req(options_, "PUT", key, {});
     req.SetBody(data, size);
     DCR_ASSIGN_OR_RETURN(Response r, Do(req, {200}));
-    (void)r;
-    return Status();
+    return CheckPutEtag(req, r, data, size);
   }
   // Multipart: initiate, upload parts, complete (abort on any error).
   S3Request init(options_, "POST", key, {{"uploads", ""}});
@@ -402,6 +460,7 @@ Status S3Store::Put(const std::string& key, const void* data, size_t size) {
     if (!r.ok()) return abort(r.status());
     std::string etag = r->headers["etag"];
     if (etag.empty()) return abort(UnavailableError(pr.What() + ": part without ETag"));
+    if (Status st = CheckPutEtag(pr, *r, p + off, n); !st.ok()) return abort(st);
     complete += "<Part><PartNumber>" + std::to_string(part) + "</PartNumber><ETag>" + etag +
                 "</ETag></Part>";
   }
@@ -422,6 +481,7 @@ StatusOr<std::vector<uint8_t>> S3Store::Get(const std::string& key) {
   DCR_RETURN_IF_ERROR(ValidateObjectKey(key));
   S3Request req(options_, "GET", key, {});
   DCR_ASSIGN_OR_RETURN(Response r, Do(req, {200}));
+  DCR_RETURN_IF_ERROR(CheckWholeBody(req, r));
   return std::vector<uint8_t>(r.body.begin(), r.body.end());
 }
 
@@ -446,8 +506,22 @@ StatusOr<std::vector<uint8_t>> S3Store::GetRange(const std::string& key, uint64_
     return InvalidArgumentError("s3 get " + key + ": offset " + std::to_string(offset) +
                                 " beyond size " + std::to_string(info.size));
   }
-  if (r.http == 206) return std::vector<uint8_t>(r.body.begin(), r.body.end());
+  if (r.http == 206) {
+    // "bytes <first>-<last>/<total>": the body must be exactly that range, starting at `offset`.
+    const std::string cr = r.headers.count("content-range") ? r.headers["content-range"] : "";
+    unsigned long long first = 0, end = 0, total = 0;
+    if (std::sscanf(cr.c_str(), "bytes %llu-%llu/%llu", &first, &end, &total) != 3 ||
+        first != offset || end < first || end > last || end >= total ||
+        r.body.size() != end - first + 1) {
+      return DataLossError(req.What() + ": range response of " + std::to_string(r.body.size()) +
+                           " bytes does not match Content-Range '" + cr + "' for bytes " +
+                           std::to_string(offset) + "-" + std::to_string(last));
+    }
+    if (first == 0 && end + 1 == total) DCR_RETURN_IF_ERROR(CheckWholeBody(req, r));
+    return std::vector<uint8_t>(r.body.begin(), r.body.end());
+  }
   if (r.http == 200) {  // server ignored Range: cut locally
+    DCR_RETURN_IF_ERROR(CheckWholeBody(req, r));
     if (offset > r.body.size()) return InvalidArgumentError("s3 get " + key + ": offset beyond size");
     uint64_t n = std::min<uint64_t>(length, r.body.size() - offset);
     return std::vector<uint8_t>(r.body.begin() + static_cast<long>(offset),

@@ -90,6 +90,7 @@ struct ObjectStoreSpec {
   std::string credentials_file;
   std::string ca_file;     // s3: CAs for the https endpoint's certificate ("" = the system's)
   bool allow_http = false; // s3: accept a plain http:// endpoint (a local test server only)
+  double read_deadline_s = 30;  // s3: a request that moves no byte this long is aborted
   int parallel = 4;        // concurrent puts / fetches per node
   double poll_s = 0.05;    // downloader list interval
   // Simulation: store bandwidth and first-byte latency (ignored by mode real).
@@ -205,6 +206,14 @@ struct FaultsSpec {
   double partition_s = 2.0;    // how long a partition blackholes its edge
   double delay_s = 0.3;        // how long a delayed frame is held
   double store_fail_s = 1.0;   // how long the in-region store refuses writes
+  // HTTP faults from an S3 fault proxy (`dcr s3-fault-proxy`, core/cli/s3_fault_proxy.h) in
+  // front of the scenario's S3 endpoint: object-store refits through the shipped dcr-node
+  // processes, each injecting `s3_faults` faults, cycled over the (kind, direction) pairs of
+  // `s3_kinds` (empty = every kind: 5xx, cut, stall, truncate, bad_etag) x (upload, download).
+  // A stall holds its connection for the store's read deadline + 1 s. 0 = none.
+  int s3_runs = 0;
+  int s3_faults = 2;
+  std::vector<std::string> s3_kinds;
 };
 
 struct RegionSpec {
