@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -295,23 +296,22 @@ class S3Proxy {
       std::lock_guard<std::mutex> l(mu_);
       ++connections_;
       open_fds_.insert(*fd);
-      threads_.emplace_back([this, f = *fd] {
+      // Detached: a connection's thread ends with its exchange; Serve waits for the last one.
+      std::thread([this, f = *fd] {
         {
           Stream client(f);
           Handle(&client);
-          std::lock_guard<std::mutex> l2(mu_);
-          open_fds_.erase(f);
         }
-      });
+        // The last touch of the proxy: Serve may return once the set is empty.
+        std::lock_guard<std::mutex> l2(mu_);
+        open_fds_.erase(f);
+        if (open_fds_.empty()) idle_.notify_all();
+      }).detach();
     }
-    std::vector<std::thread> threads;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      for (int fd : open_fds_) shutdown(fd, SHUT_RDWR);
-      threads.swap(threads_);
-    }
-    for (auto& t : threads) t.join();
-    return WriteLog();
+    std::unique_lock<std::mutex> l(mu_);
+    for (int fd : open_fds_) shutdown(fd, SHUT_RDWR);
+    idle_.wait(l, [this] { return open_fds_.empty(); });
+    return WriteLogLocked();
   }
 
  private:
@@ -535,8 +535,8 @@ class S3Proxy {
   SSL_CTX* ctx_;
   std::mutex mu_;
   std::vector<bool> fired_;
-  std::set<int> open_fds_;
-  std::vector<std::thread> threads_;
+  std::set<int> open_fds_;  // connections being served
+  std::condition_variable idle_;  // notified when open_fds_ empties
   std::atomic<uint64_t> uploads_{0}, downloads_{0};
   uint64_t connections_ = 0;
   nlohmann::json injected_ = nlohmann::json::array();
