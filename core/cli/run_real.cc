@@ -853,6 +853,8 @@ void SumRecovery(const std::vector<NodeResult>& results, RunResult* rr) {
     m["store_refused"] += r.store_refused;
     m["resumed_blobs"] += r.resumed_blobs;
     m["resumed_bytes"] += r.resumed_bytes;
+    m["restored_blobs"] += r.restored_blobs;
+    m["restored_bytes"] += r.restored_bytes;
     m["store_fetched_bytes"] += r.fetched_bytes;
     m["long_link_fill_bytes"] += r.fill_bytes;
     m["storage_reattached"] += r.storage_reattached ? 1 : 0;

@@ -348,6 +348,10 @@ struct NodeResult {
   uint64_t resumed_bytes = 0;
   uint64_t fetched_bytes = 0;
   uint64_t fill_bytes = 0;
+  // A restarted receiver: the blobs (and their bytes) it read back from its state dir's spool
+  // of the version in flight, which its download does not fetch again.
+  uint64_t restored_blobs = 0;
+  uint64_t restored_bytes = 0;
   // Edge relay (NodePlan::edge_relays): context-coded chunks transcoded to their plain records,
   // their bytes in both forms and the CPU seconds the transcoding took (summed over threads).
   uint64_t edge_chunks = 0;

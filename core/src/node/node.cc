@@ -35,6 +35,7 @@
 #include "internal/mapped_file.h"
 #include "internal/safetensors.h"
 #include "node/blob_resume.h"
+#include "node/blob_spool.h"
 #include "node/commit_reports.h"
 #include "node/edge_lag.h"
 #include "node/edge_relay.h"
@@ -242,6 +243,22 @@ class NodeState {
     std::lock_guard<std::mutex> lock(mu_);
     ranges_[id].Add(offset, length);
   }
+  // The state-dir spool of the version in flight (node/blob_spool.h); null: none. Set before
+  // any thread receives.
+  void set_spool(internal::BlobSpool* spool) { spool_ = spool; }
+  // Bytes [offset, offset + length) of blob `info`, held in `data`, go to the spool (if any).
+  void Persist(const BlobInfo& info, uint64_t offset, const uint8_t* data, uint64_t length) {
+    if (spool_ != nullptr) spool_->Append(info, offset, data, length);
+  }
+  // A blob read back from the spool by a restarted process: held in the ranges that verified.
+  void Restore(internal::BlobSpool::Restored r) {
+    auto b = std::make_shared<BlobBuf>();
+    b->info = r.info;
+    b->bytes = std::move(r.bytes);
+    std::lock_guard<std::mutex> lock(mu_);
+    blobs_[b->info.id] = b;
+    ranges_[b->info.id] = r.held;
+  }
   // Bytes [0, HeldPrefix(id)) of blob `id` are held (0 when it is not held).
   uint64_t HeldPrefix(BlobId id) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -304,6 +321,7 @@ class NodeState {
   internal::NodeMetrics metrics_;
   std::map<BlobId, BlobPtr> blobs_;
   std::map<BlobId, internal::HeldRanges> ranges_;  // the bytes of each blob that arrived
+  internal::BlobSpool* spool_ = nullptr;
 };
 
 // ---- tree links: the sockets of every edge the policy names, their readers and writers ----
@@ -708,6 +726,8 @@ class TreeLinks {
       }
       const double now = WallNow();
       state_->MarkHeld(h.blob, h.offset, h.length);
+      // An edge relay's pieces are of another form than the store's: not kept for a restart.
+      if (ingress_ == nullptr) state_->Persist(info, h.offset, b->bytes.data() + h.offset, h.length);
       state_->Update([&](NodeResult* r) {
         NodeState::MarkBlob(r, now);
         r->bytes_received += h.length;
@@ -866,8 +886,9 @@ class StoreJobs {
   }
   void Stop() { pool_.Stop(); }
   // Fetches continue from the bytes of a blob the node holds (node/blob_resume.h): pieces its
-  // parent sent before the stream moved to the store, ranges of a fetch that was cut. Off for
-  // an edge relay, whose held chunks are of another form than the store's.
+  // parent sent before the stream moved to the store, ranges of a fetch that was cut, what a
+  // restarted process read back from its spool. (An edge relay drops the chunks it holds,
+  // which are of another form than the store's, when its stream moves to the store.)
   void set_resume(bool on) { resume_ = on; }
 
  private:
@@ -944,7 +965,10 @@ class StoreJobs {
                                    std::max(plan_.relay.piece_bytes, internal::kMinFetchRangeBytes),
                                    &b->bytes, &have, &fetched, &other_size);
     }
-    if (have > held) state_->MarkHeld(info.id, held, have - held);
+    if (have > held) {
+      state_->MarkHeld(info.id, held, have - held);
+      state_->Persist(info, held, b->bytes.data() + held, have - held);
+    }
     const double now = WallNow();
     state_->Update([&](NodeResult* r) {
       if (fetched > 0) NodeState::MarkBlob(r, now);
@@ -1564,6 +1588,7 @@ class SocketNode : public NodeEnvironment {
   void Fetch(const action::Fetch& f) override { store_.Fetch(f.blob, f.key); }
   void Committed() override {
     committed_ = true;
+    if (spool_ != nullptr) spool_->Discard();  // nothing of the version is fetched again
     state_.result()->t_commit = WallNow();
     if (freeze_watch_ != nullptr) freeze_watch_->Committed(plan_.version, state_.result()->t_commit);
     MarkCommittedInMetrics();
@@ -2112,9 +2137,10 @@ class SocketNode : public NodeEnvironment {
       edge_lag_ = std::make_unique<internal::EdgeLagWatch>(edges, plan_.edge_lag_bytes);
     }
     if (tree && recover && !sender) links_.set_parent_gone(ParentGoneCheck());
+    if (recover && !sender) DCR_RETURN_IF_ERROR(OpenSpool(restarted));
     // A restarted node does not rejoin the tree: its peers were told it left when it died.
     if (tree && !restarted) DCR_RETURN_IF_ERROR(links_.Open(host_->links(), deadline_));
-    store_.set_resume(recover && !edge);
+    store_.set_resume(recover);
     if (!tree || recover) {
       DCR_RETURN_IF_ERROR(store_.Open(sender ? plan_.relay.max_parallel_puts
                                              : plan_.relay.max_parallel_fetches));
@@ -2146,6 +2172,46 @@ class SocketNode : public NodeEnvironment {
       Recover(r);
       DCR_RETURN_IF_ERROR(error_);
     }
+    return Status();
+  }
+
+  // A receiver with recovery keeps the bytes of the version it receives in its state dir
+  // (node/blob_spool.h): a first start begins the spool, a restart reads back what verifies, so
+  // its download continues by (blob, offset) from those bytes instead of fetching them again.
+  Status OpenSpool(bool restarted) {
+    const std::string path =
+        plan_.state_dir + "/rank-" + std::to_string(plan_.rank) + ".spool";
+    const std::string key = "run " + std::to_string(plan_.run_id) + " version " +
+                            std::to_string(plan_.version) + " rank " +
+                            std::to_string(plan_.rank) + " method " + plan_.method + " prefix " +
+                            plan_.relay.prefix;
+    std::vector<internal::BlobSpool::Restored> restored;
+    const NodePlan& plan = plan_;
+    auto opened = internal::BlobSpool::Open(
+        path, key, kResumeHoldBytes, !restarted,
+        [&plan](BlobKind k) { return MaxBlobBytes(plan, k); }, &restored);
+    if (!opened.ok()) {
+      // The transfer does not depend on the spool: without one a restart fetches everything.
+      std::fprintf(stderr, "node %d: no blob spool: %s\n", plan_.rank,
+                   opened.status().ToString().c_str());
+      return Status();
+    }
+    spool_ = std::move(*opened);
+    uint64_t blobs = 0, bytes = 0;
+    for (internal::BlobSpool::Restored& r : restored) {
+      ++blobs;
+      bytes += r.held.Held();
+      state_.Restore(std::move(r));
+    }
+    state_.set_spool(spool_.get());
+    state_.Update([&](NodeResult* r) {
+      r->restored_blobs = blobs;
+      r->restored_bytes = bytes;
+      if (blobs > 0) {
+        r->recovery_log += "restored " + std::to_string(blobs) + " blobs (" +
+                           std::to_string(bytes) + " bytes) from the state dir\n";
+      }
+    });
     return Status();
   }
 
@@ -2300,8 +2366,10 @@ class SocketNode : public NodeEnvironment {
   std::vector<recovery::Event> pending_recovery_;
   std::map<uint64_t, BlobId> doubtful_blobs_;  // chunk id -> the blob whose relative form was refused
   std::unique_ptr<internal::StoreMirror> mirror_;
-  // Bytes of applied blobs kept for a resumed download (Release), at most kResumeHoldBytes.
+  // Bytes of applied blobs kept for a resumed download (Release), at most kResumeHoldBytes;
+  // the spool's file is bounded by the same.
   static constexpr uint64_t kResumeHoldBytes = uint64_t{256} << 20;
+  std::unique_ptr<internal::BlobSpool> spool_;  // receiver with recovery: the version's bytes
   uint64_t kept_bytes_ = 0;
   std::set<BlobId> fed_;  // sender: blobs produced that the current policy was given
   int starts_ = 1;
@@ -2711,6 +2779,8 @@ std::string NodeResultToJson(const NodeResult& r) {
                    {"store_refused", r.store_refused},
                    {"resumed_blobs", r.resumed_blobs},
                    {"resumed_bytes", r.resumed_bytes},
+                   {"restored_blobs", r.restored_blobs},
+                   {"restored_bytes", r.restored_bytes},
                    {"fetched_bytes", r.fetched_bytes},
                    {"fill_bytes", r.fill_bytes},
                    {"storage_reattached", r.storage_reattached},
@@ -2799,6 +2869,8 @@ StatusOr<NodeResult> NodeResultFromJson(const std::string& text) {
       r.store_refused = v.value("store_refused", uint64_t{0});
       r.resumed_blobs = v.value("resumed_blobs", uint64_t{0});
       r.resumed_bytes = v.value("resumed_bytes", uint64_t{0});
+      r.restored_blobs = v.value("restored_blobs", uint64_t{0});
+      r.restored_bytes = v.value("restored_bytes", uint64_t{0});
       r.fetched_bytes = v.value("fetched_bytes", uint64_t{0});
       r.fill_bytes = v.value("fill_bytes", uint64_t{0});
       r.storage_reattached = v.value("storage_reattached", false);
