@@ -16,6 +16,7 @@
 #include "dcr/delta.h"
 #include "dcr/status_macros.h"
 #include "dcr/versioning.h"
+#include "receivers/device_image.h"
 
 namespace dcr::internal {
 
@@ -234,22 +235,18 @@ StatusOr<std::unique_ptr<DurableReceiver>> DurableReceiver::Open(const NodePlan&
   // the last committed version (written at each commit), what a restart reloads the device from.
   DCR_RETURN_IF_ERROR(r->OpenMapped(plan, restarted));
   // The mapping holds whatever version the journal last committed; a lost one that is not the
-  // base cannot be reloaded here: the node starts over from the base. A device reloads a
-  // committed target from the image only for a single-file base (the image is then a
-  // checkpoint file of its own).
-  if (committed && *committed != r->base_version_ &&
-      (!r->reattached_ || (!mapped && r->base_->sharded()))) {
-    committed.reset();
-  }
+  // base cannot be reloaded here: the node starts over from the base.
+  if (committed && *committed != r->base_version_ && !r->reattached_) committed.reset();
   std::unique_ptr<DeviceReceiver> loaded;
   if (!mapped && committed && *committed != r->base_version_) {
-    // The device lost its memory with the process: it reloads the committed target's image.
-    auto image = Checkpoint::Open(r->storage_path_);
-    if (image.ok()) {
-      auto d = MakeDeviceReceiver(device, **image, committed->number);
-      if (!d.ok()) return d.status().WithContext("receiver " + std::to_string(plan.rank));
-      if ((*d)->held() == *committed) loaded = std::move(*d);
-    }
+    // The device lost its memory with the process: it reloads the committed target's image,
+    // which is laid out as the base's files (one file or the shards, concatenated), so each
+    // tensor's bytes sit where the base's mapping places them.
+    const std::vector<uint8_t*> at = r->MappedTensors();
+    const std::vector<const uint8_t*> image(at.begin(), at.end());
+    auto d = MakeDeviceReceiverFromImage(device, *r->base_, image, committed->number);
+    if (!d.ok()) return d.status().WithContext("receiver " + std::to_string(plan.rank));
+    if ((*d)->held() == *committed) loaded = std::move(*d);
     if (loaded == nullptr) committed.reset();  // an image that is not that version: start over
   }
   if (!committed) {

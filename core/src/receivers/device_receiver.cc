@@ -10,6 +10,7 @@
 #include "dcr/status_macros.h"
 #include "receivers/delta_session.h"
 #include "receivers/device_applier.h"
+#include "receivers/device_image.h"
 
 namespace dcr {
 namespace {
@@ -24,9 +25,12 @@ class DeviceReceiverImpl : public DeviceReceiver {
     for (const DeviceReceiverTensor& t : tensors_) device_->Free(t.data);
   }
 
-  // Allocates and uploads every tensor of `base`, then hashes the device copy.
-  Status Load(const Checkpoint& base, uint64_t number) {
-    for (const TensorInfo& t : base.tensors()) {
+  // Allocates and uploads every tensor of `base` (its bytes at bytes[k] for tensor k, or in
+  // the checkpoint's files when `bytes` is empty), then hashes the device copy.
+  Status Load(const Checkpoint& base, uint64_t number,
+              const std::vector<const uint8_t*>& bytes = {}) {
+    for (size_t k = 0; k < base.tensors().size(); ++k) {
+      const TensorInfo& t = base.tensors()[k];
       auto p = device_->Allocate(t.nbytes);
       if (!p.ok()) {
         return p.status().WithContext("loading tensor '" + t.name + "' (" +
@@ -34,7 +38,7 @@ class DeviceReceiverImpl : public DeviceReceiver {
                                       device_->name());
       }
       tensors_.push_back({t, *p});
-      DCR_RETURN_IF_ERROR(device_->Upload(*p, base.data(t), t.nbytes)
+      DCR_RETURN_IF_ERROR(device_->Upload(*p, bytes.empty() ? base.data(t) : bytes[k], t.nbytes)
                               .WithContext("uploading tensor '" + t.name + "'"));
     }
     std::vector<TensorView> views;
@@ -155,6 +159,30 @@ StatusOr<std::unique_ptr<DeviceReceiver>> MakeDeviceReceiver(std::shared_ptr<Dev
   DCR_RETURN_IF_ERROR(r->Load(base, number));
   return std::unique_ptr<DeviceReceiver>(std::move(r));
 }
+
+namespace internal {
+
+StatusOr<std::unique_ptr<DeviceReceiver>> MakeDeviceReceiverFromImage(
+    std::shared_ptr<Device> device, const Checkpoint& layout,
+    const std::vector<const uint8_t*>& tensor_bytes, uint64_t number) {
+  if (device == nullptr) return InvalidArgumentError("MakeDeviceReceiverFromImage: no device");
+  if (tensor_bytes.size() != layout.tensors().size()) {
+    return InvalidArgumentError("MakeDeviceReceiverFromImage: " +
+                                std::to_string(tensor_bytes.size()) + " tensor images for " +
+                                std::to_string(layout.tensors().size()) + " tensors");
+  }
+  for (size_t k = 0; k < tensor_bytes.size(); ++k) {
+    if (tensor_bytes[k] == nullptr && layout.tensors()[k].nbytes > 0) {
+      return InvalidArgumentError("MakeDeviceReceiverFromImage: no image of tensor '" +
+                                  layout.tensors()[k].name + "'");
+    }
+  }
+  auto r = std::make_unique<DeviceReceiverImpl>(std::move(device));
+  DCR_RETURN_IF_ERROR(r->Load(layout, number, tensor_bytes));
+  return std::unique_ptr<DeviceReceiver>(std::move(r));
+}
+
+}  // namespace internal
 
 StatusOr<std::unique_ptr<DeviceReceiver>> MakeDeviceReceiver(std::shared_ptr<Device> device,
                                                              const std::string& base_path,
