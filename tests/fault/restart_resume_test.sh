@@ -6,9 +6,10 @@
 # fetches about what the dead process had not yet received, not the stream again. Every
 # receiver ends bit-exact.
 set -uo pipefail
+source "$(dirname "$0")/../lib/runs.sh"
 DCR=$1
 work=$(mktemp -d)
-trap '[ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
+trap 'rm -rf "$work"' EXIT
 dir="$work/k"
 cat > "$work/s.yaml" <<YAML
 name: restart-resume
@@ -35,19 +36,17 @@ for _ in $(seq 1 3000); do
   [ "$(stat -c %s "$spool" 2>/dev/null || echo 0)" -ge 50000 ] && break
   sleep 0.02
 done
-victim=$(pgrep -P "$run_pid" -f "plan-6.json" | head -1)
-if [ -z "$victim" ]; then echo "no node process of rank 6 to kill"; wait "$run_pid"; exit 1; fi
-kill -9 "$victim"
+if ! kill_rank "$run_pid" 6 > /dev/null; then
+  echo "no node process of rank 6 to kill"; wait "$run_pid"; exit 1
+fi
 wait "$run_pid"; rc=$?
 if [ "$rc" != 0 ]; then echo "dcr run exit $rc"; cat "$work/out.txt"; exit 1; fi
 python3 - "$work/r.json" "$dir/run-1" <<'PY'
 import json, sys
-r = json.load(open(sys.argv[1]))
-run = r["runs"][0]
-assert not run.get("error"), run.get("error")
-assert run["receivers_verified"] == run["receivers"] == 6, run
-assert all(x["verified"] for x in run["receiver_results"])
-assert any(l.startswith("node 6: killed by signal 9") for l in run.get("restarts", [])), run.get("restarts")
+from runs import assert_bit_exact, kill_restarts, load_steps
+run = load_steps(sys.argv[1], 1)[0]
+assert_bit_exact(run, receivers=6)
+assert kill_restarts([run], 6), run.get("restarts")
 payload = run["payload_bytes"]
 node = json.load(open(sys.argv[2] + "/node-6.json"))
 rec = node["recovery"]
