@@ -11,6 +11,7 @@
 #   v3: the trainer's delta is from version 1 (its shards of v2 were never handed), not the
 #       baseline 2: the sender builds the delta from the canonical checkpoints, and says why;
 #   v4: the trainer's delta (from version 3) goes out again.
+# Then a run that context-codes its deltas: the trainer's plain delta is not streamed.
 # Every receiver is verified byte for byte against the dense target at every version; bad shards
 # (before attach, of another version, out of order, missing, wrong size, wrong rank, twice) are
 # refused with their messages.
@@ -90,5 +91,45 @@ PY
   >/dev/null 2>&1 && cmp -s "$tmp/v1.safetensors" "$ck/step1.safetensors" \
   && echo "ok   the trainer's delta of version 1 applies to the dense base, byte for byte" \
   || { echo "FAIL dcr apply of the trainer's delta"; fail=1; }
+# A run that context-codes its deltas (delta.wan_context) gets the context form: the trainer's
+# plain delta is not streamed, the sender builds the version from the checkpoints.
+c="$tmp/ctx"; mkdir -p "$c/store" "$c/h0"
+cport=$(( port + 10 ))
+cat >"$c/s.yaml" <<YAML
+name: publisher-shards-context
+model: {checkpoints: [$ck/step0.safetensors, $ck/step1.safetensors]}
+transport:
+  relay_tree: {fan_out: 2, root_fan_out: 1, chunk: 16KiB}
+  object_store: {kind: dir, path: $c/store}
+receivers: {count: 2}
+delta: {chunk_elems: 262144, wan_context: true}
+network:
+  hosts: ["127.0.0.1:$cport", "127.0.0.1:$((cport + 1))", "127.0.0.1:$((cport + 2))"]
+  tls: false
+timeout: 60s
+YAML
+for r in 2 1; do
+  mkdir -p "$c/h$r"
+  (cd "$c/h$r" && exec "$node_abs" "$c/s.yaml" --rank "$r" --state "$c/h$r/state") \
+    >"$c/h$r/log" 2>&1 &
+  pids+=($!)
+done
+"$prog" publish "$layout" "$c/s.yaml" "$c/h0/state" "$c/trainer" 2 shards >"$c/prog.out" \
+  2>"$c/prog.err"
+rc=$?
+for p in "${pids[@]}"; do wait "$p" || { echo "FAIL a context-run receiver exited non-zero"; fail=1; }; done
+pids=()
+if [ "$rc" = 0 ] && grep -qF "version 1: rc 0, delta from version 0, from_shards 0, committed 2" "$c/prog.out" \
+   && grep -q "sender: version 1: the run context-codes its deltas" "$c/prog.err" \
+   && python3 -c '
+import json, sys
+for r in (1, 2):
+    j = json.load(open("%s/h%d/state/node-%d-v1.json" % (sys.argv[1], r, r)))
+    assert j["ok"] and j["verified"], j
+' "$c"; then
+  echo "ok   a context-coded run builds its delta from the checkpoints; 2/2 receivers verified"
+else
+  echo "FAIL context-coded run: exit $rc"; cat "$c/prog.out" "$c/prog.err"; fail=1
+fi
 [ "$fail" = 0 ] && echo "ok   publisher C API with per-rank shards"
 exit $fail

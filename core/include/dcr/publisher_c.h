@@ -1,5 +1,6 @@
 /* dcr trainer-side C API: a training process hands each new version to a long-lived dcr sender,
- * version by version, as a checkpoint file or as its tensors in memory.
+ * version by version, as a checkpoint file, as its tensors in memory, or as its per-rank shards
+ * (below, "Per-rank shards").
  *
  * The sender is the rank-0 node of a long-lived run (core/docs/training.md, "Publishing from a
  * training process"): its plan (a NodePlan JSON, `dcr run` writes them as plan-0.json) names the
@@ -14,7 +15,8 @@
  *   dcr_publisher_open_scenario(scenario.yaml, 0, base, state_dir, work_dir, &p)
  *   for each version k the plan names, in order:
  *     dcr_publisher_publish_file(p, k, "step-k.safetensors")       or
- *     dcr_publisher_publish_tensors(p, k, tensors, n)              (written under work_dir)
+ *     dcr_publisher_publish_tensors(p, k, tensors, n)              (written under work_dir) or
+ *     dcr_publisher_publish_shards(p, k, shards, n)                (after attach_shards)
  *       -> returns once version k is out (every live receiver reported or was declared dead),
  *          DCR_OK, or the sender's error
  *   dcr_publisher_close(p)                               waits for the sender, frees p
@@ -101,9 +103,10 @@ int dcr_publisher_publish_tensors(dcr_publisher* p, uint64_t version, const dcr_
  * (work_dir/version-<k>.safetensors): the base a later delta may be built from and what the
  * sender falls back to. The sender streams the trainer's delta when its base is the version the
  * delta must be built from (the joint commit's baseline; over the object store, the version
- * before) with that version's content hash; otherwise (the version before came as a file or
- * tensors, or the shards the builder holds are of another version) it builds the delta from the
- * canonical checkpoints. dcr_publisher_last_delta says which went out. Cost on the trainer: one
+ * before) with that version's content hash, in a run that does not context-code its deltas;
+ * otherwise (the version before came as a file or tensors, the shards the builder holds are of
+ * another version, or the plan context-codes the long link while the trainer's delta is plain)
+ * it builds the delta from the canonical checkpoints. dcr_publisher_last_delta says which went out. Cost on the trainer: one
  * copy of the shards in host memory (the base of the next diff) and one export per version. */
 
 typedef struct dcr_train_layout dcr_train_layout;

@@ -11,7 +11,12 @@
 namespace dcr::internal {
 
 bool TrainerDeltaFits(const std::string& path, const VersionId& base, uint64_t version,
-                      std::string* why) {
+                      bool context_coding, std::string* why) {
+  if (context_coding) {
+    *why = "the run context-codes its deltas (context_coding) and the trainer's delta is in the "
+           "plain encoding";
+    return false;
+  }
   auto reader = DeltaReader::Open(path);
   if (!reader.ok()) {
     *why = "the trainer's delta " + path + " does not open: " + reader.status().ToString();

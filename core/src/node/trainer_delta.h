@@ -14,13 +14,15 @@
 
 namespace dcr::internal {
 
-// Whether the delta file at `path` is the delta of version `version` from `base` (the version the
-// sender must build it from: the joint commit's baseline, or the version before): an unsigned
-// delta whose header names base.number, base.hash and `version`. False with *why (the header's
-// base and target, or the file's error) when it is not; the sender then builds the delta from
-// the checkpoints instead.
+// Whether the delta file at `path` may go out as version `version` built from `base` (the
+// version the sender must build it from: the joint commit's baseline, or the version before): an
+// unsigned delta whose header names base.number, base.hash and `version`, in a run whose plan
+// does not context-code its deltas (`context_coding`: the trainer's delta is in the plain
+// encoding, and the long link is to carry the smaller context form the plan chose). False with
+// *why (the header's base and target, the plan's encoding, or the file's error) otherwise; the
+// sender then builds the delta from the checkpoints.
 bool TrainerDeltaFits(const std::string& path, const VersionId& base, uint64_t version,
-                      std::string* why);
+                      bool context_coding, std::string* why);
 
 // Streams the delta file at `path` into `sink` as a builder would: its header bytes, each chunk
 // record in file order, the trailer bytes, every byte as the file holds it. Errors:

@@ -51,15 +51,18 @@ TEST(TrainerDelta, FitsOnlyTheBaseAndVersionItsHeaderNames) {
   Hash128 h;
   const std::string path = WriteDelta(&h);
   std::string why;
-  EXPECT_TRUE(TrainerDeltaFits(path, VersionId{2, h}, 5, &why)) << why;
-  EXPECT_FALSE(TrainerDeltaFits(path, VersionId{3, h}, 5, &why));
+  EXPECT_TRUE(TrainerDeltaFits(path, VersionId{2, h}, 5, false, &why)) << why;
+  EXPECT_FALSE(TrainerDeltaFits(path, VersionId{3, h}, 5, false, &why));
   EXPECT_NE(why.find("version 2 -> 5"), std::string::npos) << why;
   EXPECT_NE(why.find("must be built from version 3"), std::string::npos) << why;
   Hash128 other = h;
   other.lo ^= 1;
-  EXPECT_FALSE(TrainerDeltaFits(path, VersionId{2, other}, 5, &why));
-  EXPECT_FALSE(TrainerDeltaFits(path, VersionId{2, h}, 4, &why));
-  EXPECT_FALSE(TrainerDeltaFits(Checkpoints().dir + "/none.dcr", VersionId{2, h}, 5, &why));
+  EXPECT_FALSE(TrainerDeltaFits(path, VersionId{2, other}, 5, false, &why));
+  EXPECT_FALSE(TrainerDeltaFits(path, VersionId{2, h}, 4, false, &why));
+  // A run that context-codes its long link builds the context form instead.
+  EXPECT_FALSE(TrainerDeltaFits(path, VersionId{2, h}, 5, true, &why));
+  EXPECT_NE(why.find("context-codes"), std::string::npos) << why;
+  EXPECT_FALSE(TrainerDeltaFits(Checkpoints().dir + "/none.dcr", VersionId{2, h}, 5, false, &why));
   EXPECT_NE(why.find("does not open"), std::string::npos) << why;
 }
 

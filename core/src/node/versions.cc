@@ -245,7 +245,8 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
         from_hash = (*c)->ContentHash(plan.build_threads);
       }
       const VersionId want{static_cast<uint64_t>(p.base_version), from_hash};
-      if (TrainerDeltaFits(handed_delta, want, v.version, &trainer_delta_skipped)) {
+      if (TrainerDeltaFits(handed_delta, want, v.version, p.context_coding,
+                           &trainer_delta_skipped)) {
         p.delta_path = handed_delta;
       } else {
         std::fprintf(stderr, "sender: version %llu: %s; building it from the checkpoints\n",
