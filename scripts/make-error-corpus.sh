@@ -115,7 +115,7 @@ x.XXH3_64bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
 right = open(f"{g}/v6_context.dcr", "rb").read()
 d = bytearray(open(f"{e}/.wrong_base.dcr", "rb").read())
 d[24:40] = right[24:40]  # base_hash: the golden float base's
-hend = d.index(b"DCRC")  # the header ends where the first chunk starts
+hend = min(d.find(m) % len(d) for m in (b"DCRC", b"DCRX"))  # the header ends where the first chunk starts
 struct.pack_into("<Q", d, hend - 8, x.XXH3_64bits(bytes(d[:hend - 8]), hend - 8))
 open(f"{e}/ctx_wrong_base.dcr", "wb").write(d)
 PY
@@ -170,6 +170,36 @@ def reseal(b):
 bad = bytearray(d); bad[geo] = 7; w("ctx7_unknown_model_form.dcr", reseal(bad))
 bad = bytearray(d); bad[geo + 2] = 0; bad[geo + 3] = 0; w("ctx7_geometric_ratio_zero.dcr", reseal(bad))
 PY
+# Version-8 parts (compact header sections, records and trailer), against the same base: a compact
+# record's modes byte saying position mode 1, the first zstd section's frame magic broken, and a
+# compact trailer's chunk count absurd; checksums resealed as above.
+python3 - "$g" "$e" <<'PY'
+import ctypes, struct, sys
+g, e = sys.argv[1], sys.argv[2]
+x = ctypes.CDLL("libxxhash.so.0")
+x.XXH3_64bits.restype = ctypes.c_uint64
+x.XXH3_64bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+def h64(b): return x.XXH3_64bits(bytes(b), len(b))
+def w(name, data): open(f"{e}/{name}", "wb").write(bytes(data))
+def varint(b, p):
+    v, s = 0, 0
+    while True:
+        c = b[p]; p += 1; v |= (c & 0x7F) << s; s += 7
+        if not c & 0x80: return v, p
+d = bytearray(open(f"{g}/v8_context.dcr", "rb").read())
+c = d.index(b"DCRX")  # the first compact context record
+hsize, p = varint(d, c + 4)
+_, modes = varint(d, p)
+bad = bytearray(d); bad[modes] = (bad[modes] & 0xF0) | 1
+struct.pack_into("<Q", bad, c + hsize - 8, h64(bad[c:c + hsize - 8])); w("ctx8_position_mode.dcr", bad)
+hend = min(d.find(m) % len(d) for m in (b"DCRC", b"DCRX"))
+assert struct.unpack_from("<I", d, 52)[0] == 0x80000003  # the first section is a zstd one
+bad = bytearray(d); bad[60 + 4] ^= 0xFF
+struct.pack_into("<Q", bad, hend - 8, h64(bad[:hend - 8])); w("ctx8_zstd_section.dcr", bad)
+t = struct.unpack_from("<Q", d, len(d) - 24)[0]
+assert d[t:t + 8] == b"DCRTABLC"
+bad = bytearray(d); bad[t + 8:t + 17] = b"\xff" * 8 + b"\x3f"; w("ctx8_trailer_count.dcr", bad)
+PY
 cat > "$e/MANIFEST" <<'M'
 # file kind expected-status message-substring   (read by tests/golden/golden_test.cc)
 empty.dcr delta DATA_LOSS truncated delta
@@ -197,6 +227,9 @@ ctx_extra_bits.dcr ctxdelta DATA_LOSS context body: trailing raw bits
 ctx_wrong_base.dcr ctxdelta FAILED_PRECONDITION context-coded
 ctx7_unknown_model_form.dcr ctxdelta DATA_LOSS unknown model form
 ctx7_geometric_ratio_zero.dcr ctxdelta DATA_LOSS bad geometric model
+ctx8_position_mode.dcr ctxdelta DATA_LOSS compact chunk header with position mode 1
+ctx8_zstd_section.dcr ctxdelta DATA_LOSS compressed section is not a zstd frame
+ctx8_trailer_count.dcr ctxdelta DATA_LOSS chunk count is absurd
 st_bad_json.safetensors checkpoint DATA_LOSS malformed safetensors JSON header
 st_overlap.safetensors checkpoint DATA_LOSS overlap
 st_out_of_range.safetensors checkpoint DATA_LOSS outside the data section

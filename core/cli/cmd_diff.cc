@@ -91,7 +91,7 @@ int RunDiff(const DiffArgs& a) {
                 st->payload_bytes ? static_cast<double>(st->dense_bytes) / st->payload_bytes : 0.0);
     if (bound_bytes > 0) std::printf("; %.3fx the order-0 XOR bound", st->payload_bytes / bound_bytes);
     if (a.wan_context) {
-      std::printf("; %llu of %llu chunks context-coded (format version 7)",
+      std::printf("; %llu of %llu chunks context-coded (format version 8)",
                   static_cast<unsigned long long>(st->context_chunks),
                   static_cast<unsigned long long>(st->chunks));
     }
@@ -135,7 +135,7 @@ DCR_REGISTER_COMMAND("diff", "Build the delta that turns BASE into TARGET (bit-e
                        app->add_flag("--full", a->full, "Full frame for a receiver without a base (BASE ignored)");
                        app->add_flag("--wan-context", a->wan_context,
                                      "Context-code chunks against the base exponents where that is "
-                                     "smaller (format version 7: a receiver decodes them with the "
+                                     "smaller (format version 8: a receiver decodes them with the "
                                      "base bits of every covered element; for the long link)");
                        app->add_flag("-q,--quiet", a->quiet, "No progress on stderr, no summary");
                        app->add_option("--sign", a->sign_key,

@@ -1,7 +1,7 @@
 // dcr inspect DELTA [--json] [--base BASE] [--sort KEY] [--top N]: per-tensor and total statistics
 // of a delta: dense and payload bytes, their ratio, change rate, entropy bounds (bound0 and, with
 // the base, bound2: positions and ulp values conditioned on each element's base exponent).
-// Context-coded chunks (format versions 6 and 7) decode only against the base: without --base they are
+// Context-coded chunks (format versions 6 to 8) decode only against the base: without --base they are
 // counted from their headers.
 #include <algorithm>
 #include <cmath>

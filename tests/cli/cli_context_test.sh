@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# dcr diff --wan-context through the shipped binary: a version 7 delta smaller than the plain one,
+# dcr diff --wan-context through the shipped binary: a version 8 delta smaller than the plain one,
 # applied bit-exact; refused against another base; dcr inspect with --base decodes it and reports
 # bound0 and bound2, without --base it counts its chunks from their headers.
 source "$(dirname "$0")/cli_lib.sh" "$@"
@@ -7,7 +7,7 @@ source "$(dirname "$0")/cli_lib.sh" "$@"
 s0="$tmp/ck/step0.safetensors"; s1="$tmp/ck/step1.safetensors"; s2="$tmp/ck/step2.safetensors"
 "$dcr" diff "$s0" "$s1" -o "$tmp/plain.dcr" -q; check diff-plain 0 $?
 "$dcr" diff --wan-context "$s0" "$s1" -o "$tmp/ctx.dcr" > "$tmp/diff.txt"; check diff-context 0 $?
-grep -q "chunks context-coded (format version 7)" "$tmp/diff.txt"; check diff-says-context 0 $?
+grep -q "chunks context-coded (format version 8)" "$tmp/diff.txt"; check diff-says-context 0 $?
 plain=$(stat -c %s "$tmp/plain.dcr"); ctx=$(stat -c %s "$tmp/ctx.dcr")
 [ "$ctx" -lt "$plain" ]; check context-smaller 0 $?
 "$dcr" apply "$s0" "$tmp/ctx.dcr" -o "$tmp/out.safetensors" --verify -q; check apply-context 0 $?
@@ -23,7 +23,7 @@ python3 - "$tmp" "$ctx" <<'PY'; check inspect-json 0 $?
 import json, sys
 d, size = sys.argv[1], int(sys.argv[2])
 a, nb = json.load(open(f"{d}/ctx.json")), json.load(open(f"{d}/nobase.json"))
-assert a["format_version"] == 7, a["format_version"]
+assert a["format_version"] == 8, a["format_version"]
 assert a["context_chunks"] > 0 and a["context_chunks"] == nb["context_chunks"], (a["context_chunks"], nb["context_chunks"])
 t = a["total"]
 assert t["payload_bytes"] == size, t
@@ -33,8 +33,19 @@ assert abs(t["payload_vs_bound2"] - size / t["bound2_bytes"]) < 1e-6 * t["payloa
 assert t["changed"] == nb["total"]["changed"] or abs(t["changed"] - nb["total"]["changed"]) <= len(a["tensors"]), (t["changed"], nb["total"]["changed"])
 assert "bound2_bytes" not in nb["total"]
 PY
-# A version 6 delta with context-coded chunks (the pinned golden one) still applies bit-exact.
-"$dcr" apply tests/golden/float_base.safetensors tests/golden/v6_context.dcr -o "$tmp/v6.safetensors" --verify -q
-check apply-version-6-context 0 $?
-cmp -s "$tmp/v6.safetensors" tests/golden/float_target.safetensors; check version-6-bit-exact 0 $?
+# Version 6 and 7 deltas with context-coded chunks (the pinned golden ones) still apply bit-exact.
+for v in 6 7; do
+  "$dcr" apply tests/golden/float_base.safetensors tests/golden/v${v}_context.dcr -o "$tmp/v$v.safetensors" --verify -q
+  check apply-version-$v-context 0 $?
+  cmp -s "$tmp/v$v.safetensors" tests/golden/float_target.safetensors; check version-$v-bit-exact 0 $?
+done
+# The version 8 delta's context records are compact ("DCRX"), its trailer the compact one.
+python3 - "$tmp/ctx.dcr" <<'PY'; check compact-parts 0 $?
+import struct, sys
+d = open(sys.argv[1], "rb").read()
+assert struct.unpack_from("<I", d, 8)[0] == 8
+t = struct.unpack_from("<Q", d, len(d) - 24)[0]
+assert d[t:t + 8] == b"DCRTABLC", d[t:t + 8]
+assert b"DCRX" in d[:t]
+PY
 exit $fail

@@ -179,12 +179,13 @@ assert any(x.startswith("node 1:") for x in r["restarts"]), r["restarts"]
 assert r.get("error", "") == "" and r["receivers_verified"] == r["receivers"] == 4, r
 assert j["faults"]["faults_survived"] == j["faults"]["faults_injected"] >= 1, j["faults"]
 assert r["recovery"]["fallbacks"] >= 1, r["recovery"]
-# The in-region store holds only plain chunk records (position mode byte 16 is never 3, context).
+# The in-region store holds only plain chunk records: "DCRC" with position mode byte 16 never 3
+# or 4 (context), and no compact context record ("DCRX").
 chunks = glob.glob(sys.argv[2] + "/run-*/region-store/**/*.chk", recursive=True)
 assert chunks, "no chunk in the region store"
 for c in chunks:
     b = open(c, "rb").read()
-    assert len(b) > 16 and b[16] not in (3, 4), c
+    assert len(b) > 16 and b[:4] == b"DCRC" and b[16] not in (3, 4), c
 PY
 
 # No edge relay: the host-device receiver could not decode the context-coded chunks.
@@ -293,7 +294,7 @@ r = j["runs"][0]
 assert r.get("error", "") == "" and r["receivers_verified"] == r["receivers"] == 2, r
 assert r["payload_bytes"] == ctx, (r["payload_bytes"], ctx)
 chunks = glob.glob(sys.argv[2] + "/**/*.chk", recursive=True)
-assert chunks and any(open(c, "rb").read()[16] in (3, 4) for c in chunks), "no context-coded record stored"
+assert chunks and any(open(c, "rb").read()[:4] == b"DCRX" for c in chunks), "no context-coded record stored"
 PY
 store_scenario "$tmp/store-dev.yaml" "$tmp/work-store-dev" ", node_devices: {2: host}"
 "$dcr" run "$tmp/store-dev.yaml" --out "$tmp/od.json" -q > /dev/null 2> "$tmp/oderr.txt"; check run-store-device-refused 11 $?

@@ -1,6 +1,6 @@
 // Pins the bytes of the current format (v5: a single-file delta, a full frame, and a delta to a
-// sharded target; v6: the single-file delta signed with a fixed test key; v7: a delta with
-// context-coded chunks, unsigned and signed), checks that version 2 to 4 deltas and version 6
+// sharded target; v6: the single-file delta signed with a fixed test key; v8: a delta with
+// context-coded chunks, unsigned and signed), checks that version 2 to 4 deltas and version 6 and 7
 // context-coded deltas still apply, and checks the malformed-input corpus.
 //
 // The checkpoints are generated here from a fixed integer recipe (no std distributions, no float
@@ -320,8 +320,10 @@ Pair MakeFloatPair() {
   return p;
 }
 
-// The context-coded delta (format version 7) of the float-like pair is pinned, applies to its
-// target, and each of its context-coded chunks converts back to the plain delta's record.
+// The context-coded delta (format version 8) of the float-like pair is pinned, applies to its
+// target, and each of its context-coded chunks (compact records, "DCRX") converts back to the plain
+// delta's record (full header, "DCRC"). It is smaller than the version-7 delta of the same pair by
+// what the compact header sections, records and trailer save.
 TEST(GoldenContext, ContextDeltaIsPinnedAndConvertsToPlain) {
   const bool update = std::getenv("DCR_UPDATE_GOLDEN") != nullptr;
   Tmp tmp;
@@ -338,7 +340,7 @@ TEST(GoldenContext, ContextDeltaIsPinnedAndConvertsToPlain) {
   o.context_coding = true;
   DeltaMemorySink ctx;
   ASSERT_TRUE(BuildDelta(b->get(), **t, o, &ctx).ok());
-  const fs::path file = kGolden / "v7_context.dcr";
+  const fs::path file = kGolden / "v8_context.dcr";
   if (update) {
     ASSERT_TRUE(WriteFileAtomic(file.string(), ctx.bytes().data(), ctx.bytes().size()).ok());
     for (const fs::path& f : {bp, tp}) {
@@ -359,8 +361,11 @@ TEST(GoldenContext, ContextDeltaIsPinnedAndConvertsToPlain) {
   auto d = DeltaReader::FromBytes(Read(file));
   auto pd = DeltaReader::FromBytes(plain.bytes());
   ASSERT_TRUE(d.ok() && pd.ok());
-  EXPECT_EQ((*d)->header().format_version, 7u);
+  EXPECT_EQ((*d)->header().format_version, 8u);
   EXPECT_EQ((*pd)->header().format_version, 5u);
+  EXPECT_TRUE((*d)->trailer().compact);
+  const std::vector<uint8_t> v7 = Read(kGolden / "v7_context.dcr");
+  EXPECT_LT(ctx.bytes().size(), v7.size());
   ASSERT_EQ((*d)->num_chunks(), (*pd)->num_chunks());
   int context_chunks = 0;
   for (size_t i = 0; i < (*d)->num_chunks(); ++i) {
@@ -372,6 +377,8 @@ TEST(GoldenContext, ContextDeltaIsPinnedAndConvertsToPlain) {
       continue;
     }
     ++context_chunks;
+    EXPECT_TRUE(h->compact);
+    EXPECT_EQ(0, std::memcmp((*d)->chunk_data(i), kContextChunkMagic, 4));
     std::vector<TensorBuffer> tbs;
     for (size_t k = 0; k < pair.bv.size(); ++k) {
       tbs.push_back(TensorBuffer{const_cast<uint8_t*>(pair.base[k].data()), pair.base[k].size() / 2, 2, 0});
@@ -411,7 +418,7 @@ TEST(GoldenContext, SignedContextDeltaIsPinnedAndListsBothForms) {
   so.chunks_per_manifest = 2;
   SigningSink sink(key->get(), so, &mem);
   ASSERT_TRUE(BuildDelta(b->get(), **t, o, &sink).ok());
-  const fs::path file = kGolden / "v7_signed_context.dcr";
+  const fs::path file = kGolden / "v8_signed_context.dcr";
   if (std::getenv("DCR_UPDATE_GOLDEN") != nullptr) {
     ASSERT_TRUE(WriteFileAtomic(file.string(), mem.bytes().data(), mem.bytes().size()).ok());
   }
@@ -419,7 +426,7 @@ TEST(GoldenContext, SignedContextDeltaIsPinnedAndListsBothForms) {
   EXPECT_EQ(mem.bytes(), Read(file)) << "encoder output for " << file << " changed";
   const std::vector<uint8_t> bytes = Read(file);
   auto d = DeltaReader::FromBytes(bytes);
-  auto c = DeltaReader::FromBytes(Read(kGolden / "v7_context.dcr"));
+  auto c = DeltaReader::FromBytes(Read(kGolden / "v8_context.dcr"));
   ASSERT_TRUE(d.ok() && c.ok()) << d.status();
   EXPECT_EQ((*d)->header().flags & (kFlagSigned | kFlagContext), kFlagSigned | kFlagContext);
   auto trust = TrustKey::FromRaw((*key)->public_key());
@@ -503,10 +510,11 @@ TEST(GoldenContext, SignedContextDeltaIsPinnedAndListsBothForms) {
   }
 }
 
-// Version 6 deltas with context-coded chunks (position mode 3: every model an explicit table)
-// are still read: the pinned unsigned one applies to its target and each of its context chunks
-// converts back to the plain delta's record; the signed one verifies and applies.
-TEST(GoldenContext, VersionSixContextDeltasStillApply) {
+// Version 6 deltas with context-coded chunks (position mode 3: every model an explicit table) and
+// version 7 ones (position mode 4, full "DCRC" headers, the full trailer) are still read: the
+// pinned unsigned ones apply to their target and each of their context chunks converts back to the
+// plain delta's record; the signed ones verify.
+TEST(GoldenContext, OlderContextDeltasStillApply) {
   Tmp tmp;
   const Pair pair = MakeFloatPair();
   DeltaMemorySink plain;
@@ -525,8 +533,10 @@ TEST(GoldenContext, VersionSixContextDeltasStillApply) {
   for (size_t k = 0; k < pair.bv.size(); ++k) {
     tbs.push_back(TensorBuffer{const_cast<uint8_t*>(pair.base[k].data()), pair.base[k].size() / 2, 2, 0});
   }
-  for (const char* name : {"v6_context.dcr", "v6_signed_context.dcr"}) {
+  for (const char* name :
+       {"v6_context.dcr", "v6_signed_context.dcr", "v7_context.dcr", "v7_signed_context.dcr"}) {
     SCOPED_TRACE(name);
+    const uint32_t version = name[1] == '6' ? 6 : 7;
     const fs::path file = kGolden / name;
     const fs::path out = tmp.dir / "out.safetensors";
     auto st = ApplyDeltaFile((kGolden / "float_base.safetensors").string(), file.string(), out.string(),
@@ -535,7 +545,8 @@ TEST(GoldenContext, VersionSixContextDeltasStillApply) {
     EXPECT_EQ(Read(out), Read(kGolden / "float_target.safetensors"));
     auto d = DeltaReader::FromBytes(Read(file));
     ASSERT_TRUE(d.ok()) << d.status();
-    EXPECT_EQ((*d)->header().format_version, 6u);
+    EXPECT_EQ((*d)->header().format_version, version);
+    EXPECT_FALSE((*d)->trailer().compact);
     ASSERT_EQ((*d)->num_chunks(), (*pd)->num_chunks());
     int context_chunks = 0;
     for (size_t i = 0; i < (*d)->num_chunks(); ++i) {
@@ -543,7 +554,8 @@ TEST(GoldenContext, VersionSixContextDeltasStillApply) {
       ASSERT_TRUE(h.ok());
       if (!IsContextCoded(*h)) continue;
       ++context_chunks;
-      EXPECT_EQ(h->position_mode, PositionMode::kContext);
+      EXPECT_EQ(h->position_mode, version == 6 ? PositionMode::kContext : PositionMode::kContextV7);
+      EXPECT_FALSE(h->compact);
       std::vector<uint8_t> covered;
       ASSERT_TRUE(GatherCoveredBits(*h, tbs, &covered).ok());
       auto p = ContextChunkToPlain((*d)->chunk_data(i), (*d)->chunk_size(i), covered.data(), covered.size());
@@ -558,10 +570,12 @@ TEST(GoldenContext, VersionSixContextDeltasStillApply) {
   ASSERT_TRUE(key.ok());
   auto trust = TrustKey::FromRaw((*key)->public_key());
   ASSERT_TRUE(trust.ok());
-  auto sd = DeltaReader::FromBytes(Read(kGolden / "v6_signed_context.dcr"));
-  ASSERT_TRUE(sd.ok());
-  Status v = VerifyDeltaFile(**sd, *trust, 1);
-  EXPECT_TRUE(v.ok()) << v;
+  for (const char* name : {"v6_signed_context.dcr", "v7_signed_context.dcr"}) {
+    auto sd = DeltaReader::FromBytes(Read(kGolden / name));
+    ASSERT_TRUE(sd.ok()) << name;
+    Status v = VerifyDeltaFile(**sd, *trust, 1);
+    EXPECT_TRUE(v.ok()) << name << ": " << v;
+  }
 }
 
 // tests/golden-errors/MANIFEST: "<file> <kind: delta|checkpoint> <STATUS_CODE> <message substring>".

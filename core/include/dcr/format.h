@@ -1,20 +1,22 @@
-// The dcr delta format, version 7 (normative text: core/FORMAT.md; this comment mirrors it).
+// The dcr delta format, version 8 (normative text: core/FORMAT.md; this comment mirrors it).
 //
 // All integers little-endian. A delta is a byte stream:
 //
 //  1. FileHeader (variable size):
-//       magic "DCRDELTA" (8) | u32 format_version (5; 6 with kFlagSigned; 7 with kFlagContext; 2
-//       to 4 are read too) | u32 flags
+//       magic "DCRDELTA" (8) | u32 format_version (5; 6 with kFlagSigned; 8 with kFlagContext; 2
+//       to 4, and 6 and 7 with kFlagContext, are read too) | u32 flags
 //       | u64 base_version | Hash128 base_hash (lo,hi) | u64 target_version
 //       | u32 num_sections | per section: u32 kind, u32 size, size bytes
 //       | u64 chunk_elems (grid option) | u64 header_checksum (XXH3-64 of all previous bytes)
 //     flags bit 0: kFlagNoBase (every chunk is a full frame; base_hash is zero); bit 1 (version 6):
-//     kFlagSigned (manifest records precede the chunks they list, see 2a); bit 2 (version 7;
+//     kFlagSigned (manifest records precede the chunks they list, see 2a); bit 2 (versions 7 and 8;
 //     version 6 read): kFlagContext (chunks may be context-coded).
 //     Sections: kFile (u32 name_size | name | the file's safetensors JSON header, verbatim), one
 //     per file of the target in order (a single-file target has one, with an empty name); kIndex
 //     (u32 name_size | name | the index file's bytes, verbatim), at most one. A kind with bit 31
 //     set must be understood by the reader (refused otherwise); others are skipped and kept.
+//     Version 8 writes each kFile and kIndex section as kZstdSection: u32 inner kind | one zstd
+//     frame (content size set) of the inner section's body.
 //     Versions 2 to 4 have, instead of the sections, u32 inventory_size | the target's JSON header.
 //  2. Chunk records, any number, in any order (each independently decodable given the header):
 //       ChunkHeader:
@@ -33,6 +35,13 @@
 //         | u64 payload_checksum (XXH3-64 of the stored stream bytes, concatenated)
 //         | u64 header_checksum (XXH3-64 of the header bytes before this field)
 //       then the streams' stored bytes back to back.
+//       Version 8 context-coded records have the compact header instead (FORMAT.md section 2.2.1):
+//         magic "DCRX" (4) | LEB128 header_size | LEB128 chunk_id | u8 modes (position mode in bits
+//         0-3, value mode in bits 4-5, log2 elem_width in bits 6-7) | LEB128 num_segments
+//         | LEB128 num_elements | LEB128 num_changes | the four Hash128 as above | LEB128 body_size
+//         | per segment: LEB128 tensor_index, u8 ndim, LEB128 offset, ndim x (LEB128 count,
+//           LEB128 zigzag(stride)) | u64 payload_checksum | u64 header_checksum
+//       then the context body (body_size bytes): one raw stream.
 //     Covered elements: the segments in order; a segment is an affine box in the canonical element
 //     space of tensor `tensor_index` (position in the inventory, sorted by name): element
 //     offset + sum_d digit_d * stride_d, digits row-major over counts (last dimension fastest).
@@ -50,11 +59,14 @@
 //       magic "DCRTABLE" (8) | u64 num_chunks | num_chunks x (u64 chunk_id, u64 offset, u64 size)
 //       | Hash128 target_hash | u64 trailer_offset (offset of this trailer's magic)
 //       | u64 trailer_checksum (XXH3-64 of the trailer bytes before this field) | "DCREND\0\0" (8)
+//     Version 8 (kFlagContext) writes the compact trailer: magic "DCRTABLC" (8) | LEB128 num_chunks
+//       | per entry: LEB128 zigzag(chunk_id - previous id), LEB128 zigzag(offset - previous end),
+//         LEB128 size (previous id and end start at 0) | then as above from target_hash.
 //
 // Position modes: kGaps (varint LEB128 of gap-1 between sorted positions, first gap from -1),
 // kBitmap (num_elements bits, LSB first), kDense (every covered element changes; no positions),
-// kContext (version 6) and kContextV7 (version 7: models may be geometric laws or repeats): one
-// raw stream, the context body of FORMAT.md section 2.5: positions and values rANS-coded per class
+// kContext (version 6) and kContextV7 (the version-7 body, in versions 7 and 8: models may be
+// geometric laws or repeats): one raw stream, the context body of FORMAT.md section 2.5: positions and values rANS-coded per class
 // of base exponents; decodable only with the base bits of every covered element: dcr/context.h.
 // Value modes: kXor (bits ^ base), kUlpDelta (zigzag(ord(new) - ord(old)) mod 2^(8w), ord = the
 // order-preserving integer map of sign-magnitude floats; identity for integers), kAbsolute (new bits).
@@ -75,24 +87,29 @@
 
 namespace dcr {
 
-// The newest version this build reads and writes. An encoder writes version 7 for a delta with
-// context-coded chunks (kFlagContext; their records have position mode kContextV7), version 6 for
-// one with manifest records (kFlagSigned) and no context-coded chunks, and any other delta as
-// version 5, byte for byte (kPlainFormatVersion). Version 6 deltas with context-coded chunks
-// (position mode kContext) are read as well.
-inline constexpr uint32_t kFormatVersion = 7;
+// The newest version this build reads and writes. An encoder writes version 8 for a delta with
+// context-coded chunks (kFlagContext: zstd header sections, compact context records of position
+// mode kContextV7 and the compact trailer), version 6 for one with manifest records (kFlagSigned)
+// and no context-coded chunks, and any other delta as version 5, byte for byte
+// (kPlainFormatVersion). Version 6 and 7 deltas with context-coded chunks (position modes kContext
+// and kContextV7 in "DCRC" records) are read as well.
+inline constexpr uint32_t kFormatVersion = 8;
 inline constexpr uint32_t kPlainFormatVersion = 5;
 // The oldest version this build reads (versions 2 to 4 are read as version 5's: core/FORMAT.md
 // section 5).
 inline constexpr uint32_t kOldestReadableFormatVersion = 2;
 inline constexpr char kFileMagic[8] = {'D', 'C', 'R', 'D', 'E', 'L', 'T', 'A'};
 inline constexpr char kChunkMagic[4] = {'D', 'C', 'R', 'C'};
+// Version 8: a context-coded chunk record with the compact header.
+inline constexpr char kContextChunkMagic[4] = {'D', 'C', 'R', 'X'};
 inline constexpr char kTrailerMagic[8] = {'D', 'C', 'R', 'T', 'A', 'B', 'L', 'E'};
+// Version 8: the trailer with LEB128 table entries.
+inline constexpr char kCompactTrailerMagic[8] = {'D', 'C', 'R', 'T', 'A', 'B', 'L', 'C'};
 inline constexpr char kEndMagic[8] = {'D', 'C', 'R', 'E', 'N', 'D', '\0', '\0'};
 inline constexpr uint32_t kFlagNoBase = 1u << 0;
 // Version 6: the stream carries signed manifest records (dcr/manifest.h) before its chunks.
 inline constexpr uint32_t kFlagSigned = 1u << 1;
-// Versions 6 and 7: chunks may be context-coded (position modes kContext, kContextV7; dcr/context.h).
+// Versions 6 to 8: chunks may be context-coded (position modes kContext, kContextV7; dcr/context.h).
 inline constexpr uint32_t kFlagContext = 1u << 2;
 inline constexpr char kManifestMagic[4] = {'D', 'C', 'R', 'M'};
 inline constexpr uint32_t kMaxSegmentDims = 4;
@@ -100,9 +117,11 @@ inline constexpr uint32_t kMaxSegmentDims = 4;
 inline constexpr uint32_t kSectionCritical = 1u << 31;
 inline constexpr uint32_t kSectionFile = kSectionCritical | 1;
 inline constexpr uint32_t kSectionIndex = kSectionCritical | 2;
+// Version 8: u32 inner kind (kSectionFile or kSectionIndex) | a zstd frame of that section's body.
+inline constexpr uint32_t kSectionZstd = kSectionCritical | 3;
 
-// kContext (version 6) and kContextV7 (version 7): positions and values coded against the base
-// exponents in one stream (dcr/context.h); the two differ in how the body describes its models.
+// kContext (version 6) and kContextV7 (the version-7 body; version 8 writes it in the compact
+// "DCRX" record): positions and values coded against the base exponents in one stream (dcr/context.h); the two differ in how the body describes its models.
 enum class PositionMode : uint8_t { kGaps = 0, kBitmap = 1, kDense = 2, kContext = 3, kContextV7 = 4 };
 enum class ValueMode : uint8_t { kXor = 0, kUlpDelta = 1, kAbsolute = 2 };
 enum class StreamCodec : uint8_t { kRaw = 0, kZstd = 1 };
@@ -168,6 +187,8 @@ struct ChunkHeader {
   std::vector<StreamInfo> streams;
   std::vector<Segment> segments;
   uint64_t payload_checksum = 0;
+  // The record has the compact header (magic kContextChunkMagic; context-coded records only).
+  bool compact = false;
 };
 
 // One file of the target checkpoint as a delta header names it.
@@ -219,6 +240,8 @@ struct ChunkTableEntry {
 struct Trailer {
   std::vector<ChunkTableEntry> chunks;
   Hash128 target_hash;
+  // Serialized as the compact trailer (magic kCompactTrailerMagic; version 8).
+  bool compact = false;
 };
 
 }  // namespace dcr

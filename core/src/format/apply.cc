@@ -360,9 +360,10 @@ Status BufferApplier::ApplyChunk(const DecodedChunk& chunk) {
 
 namespace {
 
-// Whether a record's header says it is context-coded (the position mode byte; the header is
-// checked in full by whatever decodes it).
+// Whether a record's header says it is context-coded (the compact header's magic, or the position
+// mode byte of a "DCRC" header; the header is checked in full by whatever decodes it).
 bool LooksContextCoded(const uint8_t* data, size_t size) {
+  if (size >= 4 && std::memcmp(data, kContextChunkMagic, 4) == 0) return true;
   return size > 16 && (data[16] == static_cast<uint8_t>(PositionMode::kContext) ||
                        data[16] == static_cast<uint8_t>(PositionMode::kContextV7));
 }

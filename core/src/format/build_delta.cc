@@ -347,7 +347,10 @@ Status DeltaBuilder::Bind() {
 Status DeltaBuilder::EmitHeader() {
   FileHeader fh;
   fh.flags = options_.full ? kFlagNoBase : 0;
-  if (options_.context_coding && !options_.full) fh.flags |= kFlagContext;
+  if (options_.context_coding && !options_.full) {
+    fh.flags |= kFlagContext;
+    trailer_.compact = true;  // version 8
+  }
   fh.base_version = options_.base_version;
   fh.target_version = options_.target_version;
   if (!options_.full) {

@@ -245,7 +245,57 @@ PassOut FusedPass(const ChunkChangesView& c, const std::vector<uint64_t>& salts,
   return r;
 }
 
+// The compact header of a context-coded record (FORMAT.md section 2.2.1): every field before the
+// checksums, then header_size (its own LEB128 bytes included) in front after the magic.
+void SerializeCompactHeader(const ChunkHeader& h, std::vector<uint8_t>* out) {
+  std::vector<uint8_t> fields;
+  fields.reserve(128 + 16 * h.segments.size());
+  internal::ByteWriter f(&fields);
+  f.Leb(h.chunk_id);
+  const uint8_t log_w = h.elem_width == 8 ? 3 : h.elem_width == 4 ? 2 : 1;
+  f.U8(static_cast<uint8_t>(static_cast<uint8_t>(h.position_mode) |
+                            (static_cast<uint8_t>(h.value_mode) << 4) | (log_w << 6)));
+  f.Leb(h.segments.size());
+  f.Leb(h.num_elements);
+  f.Leb(h.num_changes);
+  f.H128(h.base_change_hash);
+  f.H128(h.target_change_hash);
+  f.H128(h.version_delta);
+  f.H128(h.target_range_hash);
+  f.Leb(h.streams.empty() ? 0 : h.streams[0].stored_size);
+  for (const auto& sg : h.segments) {
+    f.Leb(sg.tensor_index);
+    f.U8(static_cast<uint8_t>(sg.ndim));
+    f.Leb(sg.offset);
+    for (uint32_t d = 0; d < sg.ndim; ++d) {
+      f.Leb(sg.count[d]);
+      const uint64_t s = static_cast<uint64_t>(sg.stride[d]);
+      f.Leb((s << 1) ^ (sg.stride[d] < 0 ? ~uint64_t{0} : 0));
+    }
+  }
+  f.U64(h.payload_checksum);
+  // header_size = magic + its own LEB128 + fields + header checksum.
+  uint64_t header_size = 4 + 1 + fields.size() + 8;
+  while (true) {
+    uint64_t len = 1;
+    for (uint64_t v = header_size; v >= 0x80; v >>= 7) ++len;
+    const uint64_t want = 4 + len + fields.size() + 8;
+    if (want == header_size) break;
+    header_size = want;
+  }
+  internal::ByteWriter w(out);
+  const size_t start = out->size();
+  w.Raw(kContextChunkMagic, 4);
+  w.Leb(header_size);
+  w.Raw(fields.data(), fields.size());
+  w.U64(XXH3_64bits(out->data() + start, out->size() - start));
+}
+
 void SerializeChunkHeader(const ChunkHeader& h, std::vector<uint8_t>* out) {
+  if (h.compact) {
+    SerializeCompactHeader(h, out);
+    return;
+  }
   internal::ByteWriter w(out);
   size_t start = out->size();
   w.Raw(kChunkMagic, 4);
@@ -692,12 +742,103 @@ StatusOr<std::vector<uint8_t>> EncodeChunkScan(const ChunkScanInput& in, ValueMo
   return FinishChunk(h, pp, n, zstd_level, sc);
 }
 
+namespace {
+
+// The compact header of a context-coded record (magic kContextChunkMagic, read already by the
+// caller): the checks of ParseChunkHeader for a context-coded record, on LEB128 fields.
+StatusOr<ChunkHeader> ParseCompactHeader(const uint8_t* data, size_t size, size_t* header_size,
+                                         size_t* record_size) {
+  internal::ByteReader r(data, size);
+  r.Skip(4);
+  const uint64_t hsize = r.Leb();
+  if (r.failed() || hsize < r.offset() + 16 || hsize > size) {
+    return DataLossError("truncated chunk header (needs " + std::to_string(hsize) + " bytes, have " +
+                         std::to_string(size) + ")");
+  }
+  uint64_t stored_checksum;
+  std::memcpy(&stored_checksum, data + hsize - 8, 8);
+  if (XXH3_64bits(data, hsize - 8) != stored_checksum) return DataLossError("chunk header checksum mismatch");
+  // Fields end at the header checksum: a read past it is a header size mismatch.
+  internal::ByteReader f(data, hsize - 8);
+  f.Skip(r.offset());
+  ChunkHeader h;
+  h.compact = true;
+  h.chunk_id = f.Leb();
+  const uint8_t modes = f.U8();
+  const uint64_t nseg = f.Leb();
+  h.num_elements = f.Leb();
+  h.num_changes = f.Leb();
+  h.base_change_hash = f.H128();
+  h.target_change_hash = f.H128();
+  h.version_delta = f.H128();
+  h.target_range_hash = f.H128();
+  const uint64_t body_size = f.Leb();
+  if (f.failed()) return DataLossError("truncated chunk header");
+  const uint8_t pm = modes & 0x0F, vm = (modes >> 4) & 3;
+  if (pm != static_cast<uint8_t>(PositionMode::kContextV7)) {
+    return DataLossError("compact chunk header with position mode " + std::to_string(pm) +
+                         " (only context-coded records have one)");
+  }
+  if (vm > 1) return DataLossError("compact chunk header with value mode " + std::to_string(vm));
+  h.position_mode = static_cast<PositionMode>(pm);
+  h.value_mode = static_cast<ValueMode>(vm);
+  if ((modes >> 6) == 0) return DataLossError("context-coded chunk with 1-byte elements");
+  h.elem_width = static_cast<uint8_t>(1u << (modes >> 6));
+  if (nseg == 0 || nseg > kMaxSegments) return DataLossError("bad segment count " + std::to_string(nseg));
+  if (h.num_elements == 0 || h.num_elements > kMaxChunkElements) {
+    return DataLossError("bad chunk element count " + std::to_string(h.num_elements));
+  }
+  if (h.num_changes == 0 || h.num_changes >= h.num_elements) {
+    return DataLossError("context-coded chunk with no change or every element changed");
+  }
+  if (body_size > size) return DataLossError("stream larger than the chunk");
+  h.streams.assign(1, StreamInfo{StreamCodec::kRaw, body_size, body_size});
+  uint64_t seg_total = 0;
+  for (uint64_t i = 0; i < nseg; ++i) {
+    Segment sg;
+    const uint64_t tensor = f.Leb();
+    sg.ndim = f.U8();
+    if (f.failed()) return DataLossError("truncated chunk segments");
+    if (tensor > UINT32_MAX) return DataLossError("bad segment tensor index");
+    sg.tensor_index = static_cast<uint32_t>(tensor);
+    if (sg.ndim < 1 || sg.ndim > kMaxSegmentDims) return DataLossError("bad segment ndim");
+    sg.offset = f.Leb();
+    uint64_t n = 1;
+    for (uint32_t d = 0; d < sg.ndim; ++d) {
+      sg.count[d] = f.Leb();
+      const uint64_t z = f.Leb();
+      sg.stride[d] = static_cast<int64_t>((z >> 1) ^ (~(z & 1) + 1));
+      if (sg.count[d] == 0 || sg.count[d] > kMaxChunkElements) return DataLossError("bad segment count");
+      n *= sg.count[d];
+      if (n > kMaxChunkElements) return DataLossError("segment too large");
+    }
+    seg_total += n;
+    if (f.failed()) return DataLossError("truncated chunk segments");
+    h.segments.push_back(sg);
+  }
+  if (seg_total != h.num_elements) return DataLossError("segments do not cover num_elements");
+  h.payload_checksum = f.U64();
+  if (f.failed() || f.remaining() != 0) return DataLossError("chunk header size mismatch");
+  if (hsize + body_size > size) {
+    return DataLossError("truncated chunk: payload needs " + std::to_string(hsize + body_size) +
+                         " bytes, have " + std::to_string(size));
+  }
+  if (header_size) *header_size = hsize;
+  if (record_size) *record_size = hsize + body_size;
+  return h;
+}
+
+}  // namespace
+
 StatusOr<ChunkHeader> ParseChunkHeader(const uint8_t* data, size_t size, size_t* header_size,
                                        size_t* record_size) {
   internal::ByteReader r(data, size);
   char magic[4];
   r.Raw(magic, 4);
   if (r.failed()) return DataLossError("truncated chunk: no header");
+  if (std::memcmp(magic, kContextChunkMagic, 4) == 0) {
+    return ParseCompactHeader(data, size, header_size, record_size);
+  }
   if (std::memcmp(magic, kChunkMagic, 4) != 0) return DataLossError("bad chunk magic");
   uint32_t hsize = r.U32();
   if (hsize < 16 || hsize > size) {
@@ -998,6 +1139,7 @@ std::vector<uint8_t> EncodePlainRecord(ChunkHeader h, const uint64_t* positions,
     for (int b = 0; b < w; ++b) planes[b * k + i] = static_cast<uint8_t>(values[i] >> (8 * b));
   }
   h.streams.clear();
+  h.compact = false;
   PassProducts pp;
   pp.k = k;
   pp.dense = dense;

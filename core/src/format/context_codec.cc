@@ -906,6 +906,7 @@ Status DecodeContextBody(const ChunkHeader& h, const uint8_t* body, size_t body_
 std::vector<uint8_t> SealContextRecord(ChunkHeader h, const std::vector<uint8_t>& body) {
   h.position_mode = PositionMode::kContextV7;
   h.streams.assign(1, StreamInfo{StreamCodec::kRaw, body.size(), body.size()});
+  h.compact = true;
   return SealRecord(h, body);
 }
 

@@ -355,7 +355,7 @@ TEST(Context, DeltaWithContextCodingAppliesAndConvertsToThePlainDelta) {
   auto d = DeltaReader::FromBytes(first);
   auto pd = DeltaReader::FromBytes(plain_sink.bytes());
   ASSERT_TRUE(d.ok() && pd.ok()) << d.status();
-  EXPECT_EQ((*d)->header().format_version, 7u);
+  EXPECT_EQ((*d)->header().format_version, 8u);
   EXPECT_EQ((*pd)->header().format_version, 5u);
   EXPECT_EQ((*d)->trailer().target_hash, (*pd)->trailer().target_hash);
   ASSERT_EQ((*d)->num_chunks(), (*pd)->num_chunks());

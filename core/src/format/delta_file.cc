@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
+#include <zstd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -197,17 +198,66 @@ bool SplitNamedSection(const std::string& section, std::string* name, std::strin
 // Upper bound on the sections of a header (one per target file, and a few more).
 constexpr uint32_t kMaxSections = 1u << 20;
 
+// The zstd level of version 8's compressed sections (part of the output's identity).
+constexpr int kSectionZstdLevel = 19;
+
+// A kSectionZstd body: u32 inner kind | one zstd frame of `body`, content size set, no checksum.
+std::string ZstdSection(uint32_t inner_kind, const std::string& body) {
+  std::string out(4 + ZSTD_compressBound(body.size()), '\0');
+  std::memcpy(out.data(), &inner_kind, 4);
+  ZSTD_CCtx* c = ZSTD_createCCtx();
+  ZSTD_CCtx_setParameter(c, ZSTD_c_compressionLevel, kSectionZstdLevel);
+  ZSTD_CCtx_setParameter(c, ZSTD_c_contentSizeFlag, 1);
+  ZSTD_CCtx_setParameter(c, ZSTD_c_checksumFlag, 0);
+  const size_t n = ZSTD_compress2(c, out.data() + 4, out.size() - 4, body.data(), body.size());
+  ZSTD_freeCCtx(c);
+  // Cannot fail: the destination holds ZSTD_compressBound bytes and the parameters are valid.
+  out.resize(4 + n);
+  return out;
+}
+
+// Unpacks a kSectionZstd body into its inner kind and bytes, at most `cap` of them.
+Status UnzstdSection(const std::string& section, uint64_t cap, uint32_t* inner_kind,
+                     std::string* body) {
+  if (section.size() < 4) return DataLossError("delta header: compressed section without a kind");
+  std::memcpy(inner_kind, section.data(), 4);
+  const char* frame = section.data() + 4;
+  const size_t frame_size = section.size() - 4;
+  const unsigned long long n = ZSTD_getFrameContentSize(frame, frame_size);
+  if (n == ZSTD_CONTENTSIZE_UNKNOWN || n == ZSTD_CONTENTSIZE_ERROR) {
+    return DataLossError("delta header: compressed section is not a zstd frame with its content size");
+  }
+  if (n > cap) {
+    return DataLossError("delta header: sections of more than " +
+                         std::to_string(internal::kMaxSafetensorsHeaderBytes) + " bytes exceed the cap");
+  }
+  // A zstd block yields at most 128 KiB and takes at least 4 bytes: a larger claim is corrupt.
+  if (n / 32768 > frame_size) return DataLossError("delta header: compressed section claims too much");
+  body->assign(static_cast<size_t>(n), '\0');
+  const size_t got = ZSTD_decompress(body->data(), body->size(), frame, frame_size);
+  if (ZSTD_isError(got) || got != n) return DataLossError("delta header: corrupt compressed section");
+  return Status::OK();
+}
+
 }  // namespace
 
 uint32_t EncodedFormatVersion(const FileHeader& h) {
-  if ((h.flags & kFlagContext) != 0) return 7;
+  if ((h.flags & kFlagContext) != 0) return 8;
   return (h.flags & kFlagSigned) != 0 ? 6 : kPlainFormatVersion;
 }
 
 std::vector<uint8_t> SerializeFileHeader(const FileHeader& h) {
   std::vector<std::pair<uint32_t, std::string>> sections;
-  for (const TargetFile& f : h.files) sections.emplace_back(kSectionFile, NamedSection(f.name, f.header));
-  if (!h.index_name.empty()) sections.emplace_back(kSectionIndex, NamedSection(h.index_name, h.index));
+  const bool zstd = EncodedFormatVersion(h) >= 8;
+  auto add = [&](uint32_t kind, std::string body) {
+    if (zstd) {
+      sections.emplace_back(kSectionZstd, ZstdSection(kind, body));
+    } else {
+      sections.emplace_back(kind, std::move(body));
+    }
+  };
+  for (const TargetFile& f : h.files) add(kSectionFile, NamedSection(f.name, f.header));
+  if (!h.index_name.empty()) add(kSectionIndex, NamedSection(h.index_name, h.index));
   for (const HeaderSection& s : h.other_sections) sections.emplace_back(s.kind, s.bytes);
   size_t size = 8 + 4 + 4 + 8 + 16 + 8 + 4 + 8 + 8;
   for (const auto& s : sections) size += 8 + s.second.size();
@@ -273,7 +323,7 @@ StatusOr<FileHeader> ParseFileHeader(const uint8_t* data, size_t size, size_t* c
     }
     uint64_t total = 0;
     for (uint32_t i = 0; i < n; ++i) {
-      const uint32_t kind = r.U32();
+      const uint32_t stored_kind = r.U32();
       const uint32_t bytes = r.U32();
       if (r.failed()) return DataLossError("truncated delta header (section table)");
       total += bytes;
@@ -284,6 +334,21 @@ StatusOr<FileHeader> ParseFileHeader(const uint8_t* data, size_t size, size_t* c
       if (bytes > r.remaining()) return DataLossError("truncated delta header (section)");
       std::string body(reinterpret_cast<const char*>(r.pos()), bytes);
       r.Skip(bytes);
+      uint32_t kind = stored_kind;
+      if (stored_kind == kSectionZstd) {
+        if (h.format_version < 8) {
+          return DataLossError("delta header: a compressed section needs format version 8, not " +
+                               std::to_string(h.format_version));
+        }
+        std::string inner;
+        DCR_RETURN_IF_ERROR(UnzstdSection(body, cap - total, &kind, &inner));
+        if (kind != kSectionFile && kind != kSectionIndex) {
+          return DataLossError("delta header: compressed section of kind " +
+                               std::to_string(kind & ~kSectionCritical) + " (only file and index sections are)");
+        }
+        total += inner.size();
+        body = std::move(inner);
+      }
       if (kind == kSectionFile || kind == kSectionIndex) {
         std::string name, content;
         if (!SplitNamedSection(body, &name, &content)) {
@@ -331,15 +396,35 @@ StatusOr<FileHeader> ParseFileHeader(const uint8_t* data, size_t size, size_t* c
   return h;
 }
 
+namespace {
+
+uint64_t ZigZag(uint64_t d) { return (d << 1) ^ ((d >> 63) != 0 ? ~uint64_t{0} : 0); }
+uint64_t UnZigZag(uint64_t z) { return (z >> 1) ^ (~(z & 1) + 1); }
+
+}  // namespace
+
 std::vector<uint8_t> SerializeTrailer(const Trailer& t, uint64_t trailer_offset) {
   std::vector<uint8_t> out;
   internal::ByteWriter w(&out);
-  w.Raw(kTrailerMagic, 8);
-  w.U64(t.chunks.size());
-  for (const auto& e : t.chunks) {
-    w.U64(e.chunk_id);
-    w.U64(e.offset);
-    w.U64(e.size);
+  if (t.compact) {
+    w.Raw(kCompactTrailerMagic, 8);
+    w.Leb(t.chunks.size());
+    uint64_t id = 0, end = 0;
+    for (const auto& e : t.chunks) {
+      w.Leb(ZigZag(e.chunk_id - id));
+      w.Leb(ZigZag(e.offset - end));
+      w.Leb(e.size);
+      id = e.chunk_id;
+      end = e.offset + e.size;
+    }
+  } else {
+    w.Raw(kTrailerMagic, 8);
+    w.U64(t.chunks.size());
+    for (const auto& e : t.chunks) {
+      w.U64(e.chunk_id);
+      w.U64(e.offset);
+      w.U64(e.size);
+    }
   }
   w.H128(t.target_hash);
   w.U64(trailer_offset);
@@ -352,17 +437,33 @@ StatusOr<Trailer> ParseTrailer(const uint8_t* data, size_t size) {
   internal::ByteReader r(data, size);
   char magic[8];
   r.Raw(magic, 8);
-  if (r.failed() || std::memcmp(magic, kTrailerMagic, 8) != 0) {
+  Trailer t;
+  t.compact = !r.failed() && std::memcmp(magic, kCompactTrailerMagic, 8) == 0;
+  if (r.failed() || (!t.compact && std::memcmp(magic, kTrailerMagic, 8) != 0)) {
     return DataLossError("bad or missing delta trailer");
   }
-  uint64_t n = r.U64();
-  if (r.failed() || n > r.remaining() / 24) return DataLossError("delta trailer chunk count is absurd");
-  Trailer t;
-  t.chunks.resize(n);
-  for (auto& e : t.chunks) {
-    e.chunk_id = r.U64();
-    e.offset = r.U64();
-    e.size = r.U64();
+  if (t.compact) {
+    // Each entry takes at least 3 bytes.
+    const uint64_t n = r.Leb();
+    if (r.failed() || n > r.remaining() / 3) return DataLossError("delta trailer chunk count is absurd");
+    t.chunks.resize(n);
+    uint64_t id = 0, end = 0;
+    for (auto& e : t.chunks) {
+      e.chunk_id = id + UnZigZag(r.Leb());
+      e.offset = end + UnZigZag(r.Leb());
+      e.size = r.Leb();
+      id = e.chunk_id;
+      end = e.offset + e.size;
+    }
+  } else {
+    const uint64_t n = r.U64();
+    if (r.failed() || n > r.remaining() / 24) return DataLossError("delta trailer chunk count is absurd");
+    t.chunks.resize(n);
+    for (auto& e : t.chunks) {
+      e.chunk_id = r.U64();
+      e.offset = r.U64();
+      e.size = r.U64();
+    }
   }
   t.target_hash = r.H128();
   r.U64();  // trailer_offset, checked by the reader

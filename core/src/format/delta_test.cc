@@ -17,6 +17,7 @@
 #include "dcr/hash.h"
 #include "dcr/testing/fixtures.h"
 #include "internal/chunk_scan.h"
+#include "internal/context_codec.h"
 #include "internal/simd.h"
 
 namespace dcr {
@@ -834,6 +835,145 @@ TEST(Delta, ApplyFileWritesStridedAndMultiSegmentChunks) {
   }
   for (const auto& e : fs::directory_iterator(dir.path))
     EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
+}
+
+// The compact header of a context-coded record (version 8) carries every field of the full one:
+// multi-dimensional segments with negative strides and 64-bit ids and counts round-trip, every
+// truncation and every flipped header byte is refused as DATA_LOSS.
+TEST(CompactFormat, ContextRecordHeaderRoundTripsAndRefusesDamage) {
+  ChunkHeader h;
+  h.chunk_id = (uint64_t{7} << 40) | 3;
+  h.value_mode = ValueMode::kUlpDelta;
+  h.elem_width = 4;
+  Segment box;
+  box.tensor_index = 300;
+  box.ndim = 2;
+  box.offset = uint64_t{1} << 33;
+  box.count = {3, 5, 0, 0};
+  box.stride = {-1024, 2, 0, 0};
+  h.segments = {Segment::Range(0, 17, 200), box};
+  h.num_elements = 215;
+  h.num_changes = 9;
+  h.base_change_hash = Hash128{1, 2};
+  h.target_change_hash = Hash128{3, ~uint64_t{0}};
+  h.version_delta = Hash128{5, 6};
+  h.target_range_hash = Hash128{7, 8};
+  std::vector<uint8_t> body(300);
+  for (size_t i = 0; i < body.size(); ++i) body[i] = static_cast<uint8_t>(i * 7);
+  const std::vector<uint8_t> rec = internal::SealContextRecord(h, body);
+  ASSERT_EQ(0, std::memcmp(rec.data(), kContextChunkMagic, 4));
+  size_t hsize = 0, rsize = 0;
+  auto p = ParseChunkHeader(rec.data(), rec.size(), &hsize, &rsize);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(rsize, rec.size());
+  EXPECT_EQ(hsize + body.size(), rec.size());
+  EXPECT_TRUE(p->compact);
+  EXPECT_EQ(p->chunk_id, h.chunk_id);
+  EXPECT_EQ(p->position_mode, PositionMode::kContextV7);
+  EXPECT_EQ(p->value_mode, h.value_mode);
+  EXPECT_EQ(p->elem_width, 4);
+  EXPECT_EQ(p->num_elements, h.num_elements);
+  EXPECT_EQ(p->num_changes, h.num_changes);
+  EXPECT_EQ(p->base_change_hash, h.base_change_hash);
+  EXPECT_EQ(p->target_change_hash, h.target_change_hash);
+  EXPECT_EQ(p->version_delta, h.version_delta);
+  EXPECT_EQ(p->target_range_hash, h.target_range_hash);
+  EXPECT_EQ(p->payload_checksum, XXH3_64bits(body.data(), body.size()));
+  ASSERT_EQ(p->streams.size(), 1u);
+  EXPECT_EQ(p->streams[0].stored_size, body.size());
+  ASSERT_EQ(p->segments.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const Segment& a = p->segments[i];
+    const Segment& b = h.segments[i];
+    EXPECT_EQ(a.tensor_index, b.tensor_index);
+    EXPECT_EQ(a.ndim, b.ndim);
+    EXPECT_EQ(a.offset, b.offset);
+    EXPECT_EQ(a.count, b.count);
+    EXPECT_EQ(a.stride, b.stride);
+  }
+  // Re-sealing the parsed header gives the same bytes.
+  EXPECT_EQ(internal::SealContextRecord(*p, body), rec);
+  for (size_t n = 0; n < rec.size(); ++n) {
+    auto t = ParseChunkHeader(rec.data(), n, nullptr, nullptr);
+    ASSERT_FALSE(t.ok()) << n;
+    EXPECT_EQ(t.status().code(), StatusCode::kDataLoss) << n;
+  }
+  for (size_t i = 4; i < hsize; ++i) {
+    std::vector<uint8_t> bad = rec;
+    bad[i] ^= 0x20;
+    auto t = ParseChunkHeader(bad.data(), bad.size(), nullptr, nullptr);
+    ASSERT_FALSE(t.ok()) << i;
+    EXPECT_EQ(t.status().code(), StatusCode::kDataLoss) << i;
+  }
+}
+
+// The compact trailer (version 8) round-trips ids and offsets in any order, keeps its form when
+// parsed and written again, and refuses truncation.
+TEST(CompactFormat, TrailerRoundTripsInAnyOrder) {
+  Trailer t;
+  t.compact = true;
+  t.chunks = {{5, 100, 40}, {2, 60, 40}, {uint64_t{1} << 40, 140, 1u << 20}, {0, 1u << 30, 8}};
+  t.target_hash = Hash128{11, 12};
+  const std::vector<uint8_t> b = SerializeTrailer(t, 1234);
+  ASSERT_EQ(0, std::memcmp(b.data(), kCompactTrailerMagic, 8));
+  auto p = ParseTrailer(b.data(), b.size());
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->compact);
+  ASSERT_EQ(p->chunks.size(), t.chunks.size());
+  for (size_t i = 0; i < t.chunks.size(); ++i) {
+    EXPECT_EQ(p->chunks[i].chunk_id, t.chunks[i].chunk_id);
+    EXPECT_EQ(p->chunks[i].offset, t.chunks[i].offset);
+    EXPECT_EQ(p->chunks[i].size, t.chunks[i].size);
+  }
+  EXPECT_EQ(p->target_hash, t.target_hash);
+  EXPECT_EQ(SerializeTrailer(*p, 1234), b);
+  Trailer full = t;
+  full.compact = false;
+  EXPECT_LT(b.size(), SerializeTrailer(full, 1234).size());
+  for (size_t n = 0; n < b.size(); ++n) {
+    auto q = ParseTrailer(b.data(), n);
+    ASSERT_FALSE(q.ok()) << n;
+    EXPECT_EQ(q.status().code(), StatusCode::kDataLoss) << n;
+  }
+}
+
+// A version-8 header stores its file sections zstd-compressed and reads back the same target;
+// a compressed section in a header of an older version is refused.
+TEST(CompactFormat, HeaderSectionsCompressInVersionEight) {
+  FileHeader h;
+  h.flags = kFlagContext;
+  std::string json = "{";
+  for (int i = 0; i < 40; ++i) {
+    json += "\"layer." + std::to_string(i) + ".weight\":{\"dtype\":\"BF16\",\"shape\":[4],\"data_offsets\":[" +
+            std::to_string(8 * i) + "," + std::to_string(8 * i + 8) + "]},";
+  }
+  json.back() = '}';
+  h.SetSingleFile(json);
+  const std::vector<uint8_t> b = SerializeFileHeader(h);
+  EXPECT_LT(b.size(), json.size());
+  size_t consumed = 0;
+  auto p = ParseFileHeader(b.data(), b.size(), &consumed);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(consumed, b.size());
+  EXPECT_EQ(p->format_version, 8u);
+  EXPECT_TRUE(p->SameTarget(h));
+  uint32_t kind = 0;
+  std::memcpy(&kind, b.data() + 52, 4);
+  EXPECT_EQ(kind, kSectionZstd);
+  // The same bytes relabelled version 7, checksum resealed: refused by the section.
+  std::vector<uint8_t> old = b;
+  const uint32_t seven = 7;
+  std::memcpy(old.data() + 8, &seven, 4);
+  const uint64_t sum = XXH3_64bits(old.data(), old.size() - 8);
+  std::memcpy(old.data() + old.size() - 8, &sum, 8);
+  auto q = ParseFileHeader(old.data(), old.size(), nullptr);
+  ASSERT_FALSE(q.ok());
+  EXPECT_EQ(q.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(q.status().message().find("needs format version 8"), std::string::npos) << q.status();
+  // A plain (version 5) header keeps its sections verbatim.
+  FileHeader plain = h;
+  plain.flags = 0;
+  EXPECT_GT(SerializeFileHeader(plain).size(), json.size());
 }
 
 }  // namespace

@@ -19,6 +19,14 @@ class ByteWriter {
   void U64(uint64_t v) { Raw(&v, 8); }
   void I64(int64_t v) { Raw(&v, 8); }
   void H128(const Hash128& h) { U64(h.lo); U64(h.hi); }
+  // LEB128: 7 bits a byte, least significant first, high bit set on every byte but the last.
+  void Leb(uint64_t v) {
+    while (v >= 0x80) {
+      out_->push_back(static_cast<uint8_t>(v) | 0x80);
+      v >>= 7;
+    }
+    out_->push_back(static_cast<uint8_t>(v));
+  }
   void Raw(const void* p, size_t n) {
     const uint8_t* b = static_cast<const uint8_t*>(p);
     out_->insert(out_->end(), b, b + n);
@@ -38,6 +46,19 @@ class ByteReader {
   uint64_t U64() { uint64_t v = 0; Raw(&v, 8); return v; }
   int64_t I64() { int64_t v = 0; Raw(&v, 8); return v; }
   Hash128 H128() { Hash128 h; h.lo = U64(); h.hi = U64(); return h; }
+  // A LEB128 u64; truncation or more than 64 bits sets failed() and yields 0.
+  uint64_t Leb() {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (failed_ || p_ == end_) break;
+      const uint8_t b = *p_++;
+      if (shift == 63 && b > 1) break;
+      v |= static_cast<uint64_t>(b & 0x7F) << shift;
+      if ((b & 0x80) == 0) return v;
+    }
+    failed_ = true;
+    return 0;
+  }
   bool Raw(void* dst, size_t n) {
     if (failed_ || static_cast<size_t>(end_ - p_) < n) {
       failed_ = true;

@@ -51,8 +51,8 @@ std::vector<uint8_t> EncodePlainRecord(ChunkHeader h, const uint64_t* positions,
 // bytes, which h.streams describes).
 std::vector<uint8_t> SealRecord(ChunkHeader& h, const std::vector<uint8_t>& payload);
 
-// A context-coded record: `h` (identity, value mode, counts, hashes) with position mode kContext
-// and one raw stream holding `body`.
+// A context-coded record: `h` (identity, value mode, counts, hashes) with position mode
+// kContextV7, the compact header (version 8) and one raw stream holding `body`.
 std::vector<uint8_t> SealContextRecord(ChunkHeader h, const std::vector<uint8_t>& body);
 
 }  // namespace dcr::internal
