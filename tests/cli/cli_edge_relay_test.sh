@@ -4,7 +4,8 @@
 # context-coded delta over the emulated long link and forwards the plain encoding to cpu
 # receivers and a host-device receiver (receivers.node_devices), every receiver byte-for-byte
 # equal to the target; the long link carries exactly the context form (the size of `dcr diff
-# --wan-context`), the subtree exactly the plain one (`dcr diff`). Then the edge relay is killed
+# --wan-context`), the subtree exactly the plain records (`dcr diff`) between the context delta's
+# header and trailer, which the edge relay forwards as they are (version 8: compact). Then the edge relay is killed
 # (SIGKILL, a process fault run): its subtree falls back to the in-region store, which holds the
 # plain form only, and every receiver still ends bit-exact. Without an edge relay a device
 # receiver in a wan_context run is refused at the start, naming the key. Signed, both runs verify.
@@ -20,6 +21,20 @@
 # on a 10 Gbit/s link they would lag by far, and the long link carries the plain form to an
 # ordinary relay.
 source "$(dirname "$0")/cli_lib.sh" "$@"
+# relayed PLAIN CTX: the bytes an edge relay's subtree receives, the plain delta's records between
+# the context delta's header and trailer.
+relayed() {
+  python3 - "$1" "$2" <<'PY'
+import struct, sys
+def outside(path):
+    d = open(path, "rb").read()
+    t = struct.unpack_from("<Q", d, len(d) - 24)[0]
+    h = min(d.find(m) % len(d) for m in (b"DCRC", b"DCRX", b"DCRM"))
+    return len(d), h + len(d) - t
+(p, po), (c, co) = outside(sys.argv[1]), outside(sys.argv[2])
+print(p - po + co)
+PY
+}
 "$dcr" synth --preset tiny --rate 3% --steps 2 --out "$tmp/ck" >/dev/null 2>&1; check synth 0 $?
 s0="$tmp/ck/step0.safetensors"; s1="$tmp/ck/step1.safetensors"
 scenario() {  # scenario FILE WORK_DIR EDGE_KEY [EXTRA]
@@ -47,9 +62,12 @@ YAML
 
 scenario "$tmp/edge.yaml" "$tmp/work" ", edge_relays: [1]"
 "$dcr" run "$tmp/edge.yaml" --out "$tmp/r.json" -q > /dev/null 2> "$tmp/err.txt"; check run-edge 0 $?
-python3 - "$tmp/r.json" "$tmp/work/run-1" "$(stat -c %s "$tmp/ctx.dcr")" "$(stat -c %s "$tmp/plain.dcr")" <<'PY'; check run-edge-result 0 $?
+python3 - "$tmp/r.json" "$tmp/work/run-1" "$(stat -c %s "$tmp/ctx.dcr")" "$(stat -c %s "$tmp/plain.dcr")" \
+  "$(relayed "$tmp/plain.dcr" "$tmp/ctx.dcr")" <<'PY'; check run-edge-result 0 $?
 import json, sys
 j = json.load(open(sys.argv[1])); d = sys.argv[2]; ctx, plain = int(sys.argv[3]), int(sys.argv[4])
+sub = int(sys.argv[5])
+assert ctx < sub < plain, (ctx, sub, plain)
 assert ctx < plain, (ctx, plain)
 r = j["runs"][0]
 assert r.get("error", "") == "" and r["receivers"] == 4 and r["receivers_verified"] == 4, r
@@ -65,10 +83,11 @@ assert plans[4]["device"] == "host" and plans[2]["device"] == "cpu", (plans[4]["
 assert nodes[0]["bytes_sent"] == ctx == r["payload_bytes"], (nodes[0]["bytes_sent"], ctx)
 assert ctx <= nodes[0]["bytes_sent_long"] < plain, (nodes[0]["bytes_sent_long"], ctx, plain)
 assert nodes[1]["bytes_received"] == ctx, nodes[1]["bytes_received"]
-# Below the edge relay: the plain form, the size of `dcr diff`, to each of its 3 children.
+# Below the edge relay: the plain records of `dcr diff` in the context delta's header and trailer,
+# to each of its 3 children.
 for k in (2, 3, 4):
-    assert nodes[k]["bytes_received"] == plain, (k, nodes[k]["bytes_received"], plain)
-assert nodes[1]["bytes_sent"] == 3 * plain, nodes[1]["bytes_sent"]
+    assert nodes[k]["bytes_received"] == sub, (k, nodes[k]["bytes_received"], sub)
+assert nodes[1]["bytes_sent"] == 3 * sub, nodes[1]["bytes_sent"]
 e = nodes[1]["edge"]
 assert e["chunks"] > 0 and e["context_bytes"] < e["plain_bytes"] and e["cpu_seconds"] > 0, e
 assert "edge" not in nodes[2], nodes[2]
@@ -109,9 +128,11 @@ edge_pid=$(pgrep -f -- "--plan $tmp/work-lag/run-1/plan-1.json" | head -1)
 if [ -n "$edge_pid" ]; then kill -STOP "$edge_pid"; sleep 3; kill -CONT "$edge_pid"; fi
 wait $run_pid; check run-edge-lag 0 $?
 [ -n "$edge_pid" ]; check run-edge-lag-stopped 0 $?
-python3 - "$tmp/l.json" "$tmp/work-lag/run-1" "$(stat -c %s "$tmp/ctx.dcr")" "$(stat -c %s "$tmp/plain.dcr")" <<'PY'; check run-edge-lag-result 0 $?
+python3 - "$tmp/l.json" "$tmp/work-lag/run-1" "$(stat -c %s "$tmp/ctx.dcr")" "$(stat -c %s "$tmp/plain.dcr")" \
+  "$(relayed "$tmp/plain.dcr" "$tmp/ctx.dcr")" <<'PY'; check run-edge-lag-result 0 $?
 import json, sys
 j = json.load(open(sys.argv[1])); d = sys.argv[2]; ctx, plain = int(sys.argv[3]), int(sys.argv[4])
+sub = int(sys.argv[5])
 r = j["runs"][0]
 assert r.get("error", "") == "" and r["receivers_verified"] == 4, r
 nodes = [json.load(open("%s/node-%d.json" % (d, k))) for k in range(5)]
@@ -125,9 +146,9 @@ assert ctx < nodes[0]["bytes_sent"] < plain, (ctx, nodes[0]["bytes_sent"], plain
 assert nodes[1]["bytes_received"] == nodes[0]["bytes_sent"], (nodes[1]["bytes_received"], nodes[0]["bytes_sent"])
 # The edge relay transcoded only the chunks that came context-coded; its subtree got the plain form.
 e = nodes[1]["edge"]
-assert 0 < e["chunks"] and e["context_bytes"] + (plain - e["plain_bytes"]) == nodes[0]["bytes_sent"], (e, nodes[0]["bytes_sent"])
+assert 0 < e["chunks"] and e["context_bytes"] + (sub - e["plain_bytes"]) == nodes[0]["bytes_sent"], (e, nodes[0]["bytes_sent"])
 for k in (2, 3, 4):
-    assert nodes[k]["bytes_received"] == plain, (k, nodes[k]["bytes_received"], plain)
+    assert nodes[k]["bytes_received"] == sub, (k, nodes[k]["bytes_received"], sub)
     assert nodes[k]["verified"], k
 PY
 has run-edge-lag-says-why "$tmp/work-lag/run-1/node-0.log" "edge relay node 1 lags"
@@ -148,9 +169,11 @@ edge_pid=$(pgrep -f -- "--plan $tmp/work-back/run-1/plan-1.json" | head -1)
 if [ -n "$edge_pid" ]; then kill -STOP "$edge_pid"; sleep 1; kill -CONT "$edge_pid"; fi
 wait $run_pid; check run-edge-back 0 $?
 [ -n "$edge_pid" ]; check run-edge-back-stopped 0 $?
-python3 - "$tmp/b.json" "$tmp/work-back/run-1" "$(stat -c %s "$tmp/ctx25.dcr")" "$(stat -c %s "$tmp/plain25.dcr")" <<'PY'; check run-edge-back-result 0 $?
+python3 - "$tmp/b.json" "$tmp/work-back/run-1" "$(stat -c %s "$tmp/ctx25.dcr")" "$(stat -c %s "$tmp/plain25.dcr")" \
+  "$(relayed "$tmp/plain25.dcr" "$tmp/ctx25.dcr")" <<'PY'; check run-edge-back-result 0 $?
 import json, sys
 j = json.load(open(sys.argv[1])); d = sys.argv[2]; ctx, plain = int(sys.argv[3]), int(sys.argv[4])
+sub = int(sys.argv[5])
 r = j["runs"][0]
 assert r.get("error", "") == "" and r["receivers_verified"] == 4, r
 nodes = [json.load(open("%s/node-%d.json" % (d, k))) for k in range(5)]
@@ -161,9 +184,9 @@ assert "resume_bytes" in sw[0] and sw[0]["resume_bytes"] <= 2 * 16384, sw
 assert sw[0]["context_chunks"] > 0, sw
 assert ctx < nodes[0]["bytes_sent"] < plain, (ctx, nodes[0]["bytes_sent"], plain)
 e = nodes[1]["edge"]
-assert e["context_bytes"] + (plain - e["plain_bytes"]) == nodes[0]["bytes_sent"], (e, nodes[0]["bytes_sent"])
+assert e["context_bytes"] + (sub - e["plain_bytes"]) == nodes[0]["bytes_sent"], (e, nodes[0]["bytes_sent"])
 for k in (2, 3, 4):
-    assert nodes[k]["bytes_received"] == plain and nodes[k]["verified"], k
+    assert nodes[k]["bytes_received"] == sub and nodes[k]["verified"], k
 PY
 has run-edge-back-says-why "$tmp/work-back/run-1/node-0.log" "edge relay node 1 caught up"
 
@@ -217,13 +240,14 @@ PY
 
 # Two steps with the same long-lived nodes: the edge relay transcodes each version against the
 # checkpoint it committed of the one before; each step's long link carries that step's context
-# delta, the subtree its plain one, every receiver bit-exact at both steps.
+# delta, the subtree its plain records (in that header and trailer), every receiver bit-exact at both steps.
 "$dcr" synth --preset tiny --rate 3% --steps 3 --out "$tmp/ck3" >/dev/null 2>&1; check synth-3 0 $?
 t0="$tmp/ck3/step0.safetensors"; t1="$tmp/ck3/step1.safetensors"; t2="$tmp/ck3/step2.safetensors"
 for k in 1 2; do
   a="$tmp/ck3/step$((k - 1)).safetensors"; b="$tmp/ck3/step$k.safetensors"
   "$dcr" diff "$a" "$b" --chunk-elems 16384 -o "$tmp/plain$k.dcr" -q; check diff-plain-$k 0 $?
   "$dcr" diff --wan-context "$a" "$b" --chunk-elems 16384 -o "$tmp/ctx$k.dcr" -q; check diff-context-$k 0 $?
+  relayed "$tmp/plain$k.dcr" "$tmp/ctx$k.dcr" > "$tmp/relayed$k"
 done
 scenario "$tmp/steps.yaml" "$tmp/work-steps" ", edge_relays: [1]" "steps: 2"
 sed -i "s|checkpoints: \[$s0, $s1\]|checkpoints: [$t0, $t1, $t2]|" "$tmp/steps.yaml"
@@ -237,12 +261,13 @@ assert [r["step"] for r in runs] == [1, 2], [r["step"] for r in runs]
 for r in runs:
     k = r["step"]
     ctx, plain = os.path.getsize("%s/ctx%d.dcr" % (t, k)), os.path.getsize("%s/plain%d.dcr" % (t, k))
+    sub = int(open("%s/relayed%d" % (t, k)).read())
     assert r.get("error", "") == "" and r["receivers_verified"] == 4, r
     nodes = [json.load(open("%s/node-%d-v%d.json" % (d, n, k))) for n in range(5)]
     assert nodes[0]["bytes_sent"] == ctx < plain, (k, nodes[0]["bytes_sent"], ctx, plain)
     assert nodes[1]["edge"]["chunks"] > 0, (k, nodes[1].get("edge"))
     for n in (2, 3, 4):
-        assert nodes[n]["bytes_received"] == plain and nodes[n]["verified"], (k, n, nodes[n]["bytes_received"], plain)
+        assert nodes[n]["bytes_received"] == sub and nodes[n]["verified"], (k, n, nodes[n]["bytes_received"], sub)
     assert len({nodes[n]["pid"] for n in range(5)}) == 5
 PY
 
