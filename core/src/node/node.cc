@@ -40,6 +40,7 @@
 #include "node/edge_lag.h"
 #include "node/edge_relay.h"
 #include "node/freeze_watch.h"
+#include "node/held_hellos.h"
 #include "node/metrics.h"
 #include "node/node_trust.h"
 #include "node/trainer_delta.h"
@@ -342,6 +343,121 @@ class TreeLinks {
   // a role the edge allows, with the rank they claim).
   Status Open(const std::vector<Link>& links, double deadline) {
     const int me = plan_.rank;
+    DCR_RETURN_IF_ERROR(LoadCredentials());
+    if (plan_.emulate_wan && plan_.long_bandwidth_Bps > 0) {
+      // Burst: one segment, so the rate holds at fine time scales.
+      long_bucket_ = std::make_shared<TokenBucket>(plan_.long_bandwidth_Bps, 64 << 10);
+    }
+    const Link* parent = nullptr;
+    for (const Link& l : links) {
+      if (!l.to_child) parent = &l;
+    }
+    int listen_fd = -1;
+    if (parent != nullptr) {
+      DCR_ASSIGN_OR_RETURN(listen_fd, internal::Listen(plan_.addresses[me]));
+    }
+    const bool long_edges = me == 0 && plan_.emulate_wan;
+    std::vector<event::SendFailed> lost;  // children lost while their links were set up
+    for (const Link& l : links) {
+      if (!l.to_child) continue;
+      ChildLink link;
+      link.id = l.peer;
+      for (int s = 0; s < l.streams; ++s) {
+        auto conn = internal::ConnectTo(plan_.addresses[l.peer], deadline, link_tls_.get(), l.peer,
+                                        kHelloTimeoutS);
+        if (conn.ok()) (*conn)->SetIdleTimeout(plan_.read_deadline_s);
+        if (!conn.ok() && recover_ && !conn.status().IsFailedPrecondition()) {
+          // A child that dies while its link is set up (e.g. mid-handshake) is lost as one that
+          // dies mid-stream: the recovery policy acts on it (its subtree takes the version from
+          // the store), and the link carries nothing (Send answers SendFailed). A certificate
+          // refusal still ends the node.
+          lost.push_back(event::SendFailed{
+              l.peer, "node " + std::to_string(l.peer) + " (" + plan_.addresses[l.peer] +
+                          ") lost while connecting: " + conn.status().message()});
+          std::fprintf(stderr, "node %d: %s\n", me, lost.back().message.c_str());
+          link.writers.clear();
+          link.conns.clear();
+          break;
+        }
+        if (!conn.ok()) {
+          if (listen_fd >= 0) close(listen_fd);
+          return Status(conn.status().IsFailedPrecondition() ? conn.status().code()
+                                                             : StatusCode::kUnavailable,
+                        "node " + std::to_string(me) + ": child node " + std::to_string(l.peer) +
+                            " at " + plan_.addresses[l.peer] + ": " + conn.status().message());
+        }
+        FrameHeader hello = Frame(FrameType::kHello);
+        hello.stream = static_cast<uint32_t>(s);
+        hello.blob = static_cast<uint64_t>(l.streams);
+        DCR_RETURN_IF_ERROR((*conn)->Write(&hello, sizeof(hello)));
+        link.writers.push_back(std::make_unique<FrameWriter>(
+            conn->get(), long_edges ? long_bucket_ : nullptr,
+            long_edges ? plan_.long_latency_s : 0.0, plan_.relay.window_bytes));
+        link.conns.push_back(std::move(*conn));
+      }
+      if (link.conns.empty()) {
+        children_.push_back(std::move(link));
+        continue;
+      }
+      Conn* conn0 = link.conns[0].get();
+      const NodeId c = l.peer;
+      children_.push_back(std::move(link));
+      readers_.emplace_back([this, c, conn0] { ChildReader(c, conn0); });
+    }
+    for (event::SendFailed& f : lost) queue_->Post(std::move(f));
+    // The children hear from this node from here on, however long its parent takes to come.
+    StartHeartbeats();
+    if (parent != nullptr) {
+      DCR_RETURN_IF_ERROR(AcceptParent(*parent, listen_fd, deadline));
+      if (parent_writer_) heartbeats_->Add(parent_writer_.get(), Frame(FrameType::kHeartbeat));
+    }
+    return Status();
+  }
+
+  // A restarted node takes its version from the store and does not rejoin the tree. Until Close
+  // it listens on its address all the same, for `parent`'s connections: one of this version is
+  // accepted only to be closed, so the parent counts this child lost at once (as one that died
+  // mid-stream) instead of trying to connect until its deadline; one of a later version is kept
+  // for that version (node/held_hellos.h).
+  Status TurnAwayParent(const Link& parent, double deadline) {
+    DCR_RETURN_IF_ERROR(LoadCredentials());
+    DCR_ASSIGN_OR_RETURN(const int listen_fd, internal::Listen(plan_.addresses[plan_.rank]));
+    turn_away_ = std::thread([this, listen_fd, deadline, peer = parent.peer,
+                              streams = parent.streams] {
+      const int me = plan_.rank;
+      internal::HeldHellos& held = internal::HeldHellos::Process();
+      auto later = [&](const FrameHeader& h, const internal::TlsIdentity* id) {
+        return internal::HeldHellos::IsLater(h, id, plan_.run_id, plan_.version, peer, streams);
+      };
+      auto refuse = [&](const FrameHeader& h, const internal::TlsIdentity* id) {
+        if (!later(h, id) && static_cast<int>(h.from_rank) == peer) {
+          std::fprintf(stderr, "node %d: turned parent node %d away: this node restarted and "
+                       "takes version %llu from the store\n", me, peer,
+                       static_cast<unsigned long long>(plan_.version));
+        }
+        return false;
+      };
+      auto hold = [&](internal::Hello* h) {
+        if (!later(h->header, h->conn->tls() ? &h->conn->peer() : nullptr)) return false;
+        std::fprintf(stderr, "node %d: kept parent node %d's connection for version %llu (this "
+                     "node is in version %llu)\n", me, peer,
+                     static_cast<unsigned long long>(h->header.version),
+                     static_cast<unsigned long long>(plan_.version));
+        held.Keep(me, h);
+        return true;
+      };
+      (void)internal::AcceptHellos(listen_fd, 1, deadline, kHelloTimeoutS, link_tls_.get(),
+                                   refuse, nullptr, [this] { return stopping_.load(); }, hold);
+      close(listen_fd);
+    });
+    return Status();
+  }
+
+  // The node's run credentials (plan.tls_*), once: they sign its reports and, with
+  // plan.tls_links, secure its edges.
+  Status LoadCredentials() {
+    const int me = plan_.rank;
+    if (tls_ != nullptr) return Status();
     if (!plan_.tls_ca.empty() || !plan_.tls_cert.empty() || !plan_.tls_key.empty()) {
       DCR_ASSIGN_OR_RETURN(tls_, internal::TlsContext::Load(plan_.tls_ca, plan_.tls_cert,
                                                             plan_.tls_key));
@@ -361,60 +477,17 @@ class TreeLinks {
       }
       if (plan_.tls_links) link_tls_ = tls_;  // else: reports signed, edges plain TCP
     }
-    if (plan_.emulate_wan && plan_.long_bandwidth_Bps > 0) {
-      // Burst: one segment, so the rate holds at fine time scales.
-      long_bucket_ = std::make_shared<TokenBucket>(plan_.long_bandwidth_Bps, 64 << 10);
-    }
-    const Link* parent = nullptr;
-    for (const Link& l : links) {
-      if (!l.to_child) parent = &l;
-    }
-    int listen_fd = -1;
-    if (parent != nullptr) {
-      DCR_ASSIGN_OR_RETURN(listen_fd, internal::Listen(plan_.addresses[me]));
-    }
-    const bool long_edges = me == 0 && plan_.emulate_wan;
-    for (const Link& l : links) {
-      if (!l.to_child) continue;
-      ChildLink link;
-      link.id = l.peer;
-      for (int s = 0; s < l.streams; ++s) {
-        auto conn = internal::ConnectTo(plan_.addresses[l.peer], deadline, link_tls_.get(), l.peer,
-                                        kHelloTimeoutS);
-        if (conn.ok()) (*conn)->SetIdleTimeout(plan_.read_deadline_s);
-        if (!conn.ok()) {
-          if (listen_fd >= 0) close(listen_fd);
-          return Status(conn.status().IsFailedPrecondition() ? conn.status().code()
-                                                             : StatusCode::kUnavailable,
-                        "node " + std::to_string(me) + ": child node " + std::to_string(l.peer) +
-                            " at " + plan_.addresses[l.peer] + ": " + conn.status().message());
-        }
-        FrameHeader hello = Frame(FrameType::kHello);
-        hello.stream = static_cast<uint32_t>(s);
-        hello.blob = static_cast<uint64_t>(l.streams);
-        DCR_RETURN_IF_ERROR((*conn)->Write(&hello, sizeof(hello)));
-        link.writers.push_back(std::make_unique<FrameWriter>(
-            conn->get(), long_edges ? long_bucket_ : nullptr,
-            long_edges ? plan_.long_latency_s : 0.0, plan_.relay.window_bytes));
-        link.conns.push_back(std::move(*conn));
-      }
-      Conn* conn0 = link.conns[0].get();
-      const NodeId c = l.peer;
-      children_.push_back(std::move(link));
-      readers_.emplace_back([this, c, conn0] { ChildReader(c, conn0); });
-    }
-    // The children hear from this node from here on, however long its parent takes to come.
-    StartHeartbeats();
-    if (parent != nullptr) {
-      DCR_RETURN_IF_ERROR(AcceptParent(*parent, listen_fd, deadline));
-      if (parent_writer_) heartbeats_->Add(parent_writer_.get(), Frame(FrameType::kHeartbeat));
-    }
     return Status();
   }
 
   // Hands a piece to its stream's writer; SendDone (or SendFailed) is posted once accepted.
   Status Send(const action::Send& s, const BlobPtr& b) {
     ChildLink* link = FindChild(s.to);
+    if (link != nullptr && link->writers.empty()) {  // lost while its link was set up
+      queue_->Post(event::SendFailed{s.to, "node " + std::to_string(s.to) + " (" +
+                                               plan_.addresses[s.to] + ") lost"});
+      return Status();
+    }
     if (link == nullptr || s.stream < 0 || s.stream >= static_cast<int>(link->writers.size())) {
       return InternalError("send to node " + std::to_string(s.to) + " stream " +
                            std::to_string(s.stream) + ": no such link");
@@ -508,6 +581,7 @@ class TreeLinks {
     }
     for (auto& t : readers_) t.join();
     readers_.clear();
+    if (turn_away_.joinable()) turn_away_.join();
     parent_writer_.reset();
     parent_conns_.clear();
     children_.clear();
@@ -569,7 +643,12 @@ class TreeLinks {
     auto refused = [me](const std::string& why) {
       std::fprintf(stderr, "node %d: dropped a connection: %s\n", me, why.c_str());
     };
+    auto later = [&](const FrameHeader& h, const internal::TlsIdentity* peer) {
+      return internal::HeldHellos::IsLater(h, peer, plan_.run_id, plan_.version, parent.peer,
+                                           expected);
+    };
     auto is_parent_hello = [&](const FrameHeader& h, const internal::TlsIdentity* peer) {
+      if (later(h, peer)) return false;  // kept for its version (hold below), not refused
       if (h.magic == internal::kFrameMagic && h.type == static_cast<uint8_t>(FrameType::kHello)) {
         const std::string why = Mismatch(h);
         if (!why.empty()) {
@@ -593,9 +672,33 @@ class TreeLinks {
       seen[h.stream] = true;
       return true;
     };
-    auto hellos = internal::AcceptHellos(listen_fd, expected, deadline, kHelloTimeoutS,
-                                         link_tls_.get(), is_parent_hello, refused,
-                                         recover_ ? parent_gone_ : nullptr);
+    // The per-version start barrier (node/held_hellos.h): the parent's connections for this
+    // version that came while this process was in an earlier one, then the listener.
+    internal::HeldHellos& held = internal::HeldHellos::Process();
+    std::vector<internal::Hello> taken;
+    for (internal::Hello& h : held.Take(me, plan_.run_id, plan_.version)) {
+      if (is_parent_hello(h.header, h.conn->tls() ? &h.conn->peer() : nullptr)) {
+        taken.push_back(std::move(h));
+      }
+    }
+    auto hold = [&](internal::Hello* h) {
+      if (!later(h->header, h->conn->tls() ? &h->conn->peer() : nullptr)) return false;
+      std::fprintf(stderr, "node %d: kept parent node %d's connection for version %llu (this "
+                   "node is in version %llu)\n", me, parent.peer,
+                   static_cast<unsigned long long>(h->header.version),
+                   static_cast<unsigned long long>(plan_.version));
+      held.Keep(me, h);
+      return true;
+    };
+    StatusOr<std::vector<internal::Hello>> hellos = std::vector<internal::Hello>();
+    if (static_cast<int>(taken.size()) < expected) {
+      hellos = internal::AcceptHellos(listen_fd, expected - static_cast<int>(taken.size()),
+                                      deadline, kHelloTimeoutS, link_tls_.get(), is_parent_hello,
+                                      refused, recover_ ? parent_gone_ : nullptr, hold);
+    }
+    if (hellos.ok()) {
+      for (auto& h : taken) hellos->push_back(std::move(h));
+    }
     if (!hellos.ok() && hellos.status().code() == StatusCode::kAborted) {
       // The tree went on without this node: its parent is lost, as one that died mid-stream.
       close(listen_fd);
@@ -826,6 +929,7 @@ class TreeLinks {
   std::unique_ptr<FrameWriter> parent_writer_;
   std::unique_ptr<internal::Heartbeats> heartbeats_;  // stopped first in Close
   std::vector<std::thread> readers_;
+  std::thread turn_away_;  // TurnAwayParent's listener, until Close
   std::atomic<bool> stopping_{false};
   bool recover_ = false;
   std::function<bool()> parent_gone_;
@@ -1938,7 +2042,11 @@ class SocketNode : public NodeEnvironment {
     auto store = std::make_shared<std::unique_ptr<ObjectStore>>();
     auto seen = std::make_shared<double>(-1);
     return [this, store, seen]() {
-      if (*seen >= 0) return SteadyNow() - *seen >= plan_.read_deadline_s;
+      // A parent that connected for a later version has moved on: once the stream is whole in
+      // the store nothing is left to wait for.
+      const bool moved_on =
+          internal::HeldHellos::Process().MovedOn(plan_.rank, plan_.run_id, plan_.version);
+      if (*seen >= 0) return moved_on || SteadyNow() - *seen >= plan_.read_deadline_s;
       if (*store == nullptr) {
         auto opened = OpenObjectStore(plan_.store);
         if (!opened.ok()) return false;
@@ -2140,6 +2248,12 @@ class SocketNode : public NodeEnvironment {
     if (recover && !sender) DCR_RETURN_IF_ERROR(OpenSpool(restarted));
     // A restarted node does not rejoin the tree: its peers were told it left when it died.
     if (tree && !restarted) DCR_RETURN_IF_ERROR(links_.Open(host_->links(), deadline_));
+    if (tree && restarted && !sender) {  // ... but its parent learns so at once
+      DCR_ASSIGN_OR_RETURN(std::unique_ptr<NodePolicy> tree_role, MakeNodePolicy(plan_));
+      for (const Link& l : tree_role->links()) {
+        if (!l.to_child) DCR_RETURN_IF_ERROR(links_.TurnAwayParent(l, deadline_));
+      }
+    }
     store_.set_resume(recover);
     if (!tree || recover) {
       DCR_RETURN_IF_ERROR(store_.Open(sender ? plan_.relay.max_parallel_puts

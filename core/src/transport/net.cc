@@ -287,7 +287,7 @@ StatusOr<std::vector<Hello>> AcceptHellos(
     int listen_fd, int want, double deadline, double hello_timeout_s, const TlsContext* tls,
     const std::function<bool(const FrameHeader&, const TlsIdentity*)>& accept_hello,
     const std::function<void(const std::string&)>& refused,
-    const std::function<bool()>& give_up) {
+    const std::function<bool()>& give_up, const std::function<bool(Hello*)>& hold) {
   constexpr size_t kMaxPendingHellos = 64;
   double next_give_up_check = 0;
   struct Pending {
@@ -319,11 +319,13 @@ StatusOr<std::vector<Hello>> AcceptHellos(
     return s;
   };
   // Advances connection i as far as its bytes allow: handshake, peer check, hello. Returns
-  // the reason to drop it ("" and *drop_it false to keep waiting, or when it is done).
-  auto advance = [&](size_t i, bool* drop_it, bool* done) {
+  // the reason to drop it ("" and *drop_it false to keep waiting, or when it is done);
+  // *refused_hello when its whole hello was refused (the connection `hold` is offered).
+  auto advance = [&](size_t i, bool* drop_it, bool* done, bool* refused_hello) {
     Pending& p = pending[i];
     *drop_it = false;
     *done = false;
+    *refused_hello = false;
     if (p.ssl != nullptr && !p.handshaken) {
       ERR_clear_error();
       int rc = SSL_do_handshake(p.ssl);
@@ -379,6 +381,7 @@ StatusOr<std::vector<Hello>> AcceptHellos(
     }
     if (!accept_hello(p.header, p.ssl != nullptr ? &p.peer : nullptr)) {
       *drop_it = true;
+      *refused_hello = true;
       return std::string();  // accept_hello says why
     }
     *done = true;
@@ -416,18 +419,23 @@ StatusOr<std::vector<Hello>> AcceptHellos(
     // Connections first (indices shift as they are dropped: walk backwards).
     for (size_t i = pending.size(); i-- > 0;) {
       if (fds[i + 1].revents == 0) continue;
-      bool drop_it = false, done = false;
-      const std::string why = advance(i, &drop_it, &done);
-      if (drop_it) {
+      bool drop_it = false, done = false, refused_hello = false;
+      const std::string why = advance(i, &drop_it, &done, &refused_hello);
+      if (drop_it && !(refused_hello && hold)) {
         drop(i, why);
         continue;
       }
-      if (!done) continue;
+      if (!done && !drop_it) continue;
       Pending& p = pending[i];
       std::unique_ptr<Conn> conn = p.ssl != nullptr ? std::make_unique<Conn>(p.fd, p.ssl, p.peer)
                                                     : std::make_unique<Conn>(p.fd);
-      out.push_back(Hello{std::move(conn), p.header});
+      Hello h{std::move(conn), p.header};
       pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+      if (!drop_it) {
+        out.push_back(std::move(h));
+      } else if (!hold(&h) || h.conn != nullptr) {
+        ++dropped;  // not taken: closed with its Conn
+      }
     }
     if (fds[0].revents != 0) {
       int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);

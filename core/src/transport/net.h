@@ -13,8 +13,9 @@
 // (NodePlan::run_id) and `version` the version number it delivers (NodePlan::version), in every
 // frame. The first frame on every connection is a kHello from the parent (stream = stream index,
 // blob = number of streams); a node refuses a hello of another protocol, run or version (the
-// connection is dropped and it keeps listening for its parent) and treats any later frame of
-// another protocol, run or version as malformed. kAbort travels down the tree on stream 0: the
+// connection is dropped and it keeps listening for its parent; a long-lived node keeps its
+// parent's hello of a later version for that version, node/held_hellos.h) and treats any later
+// frame of another protocol, run or version as malformed. kAbort travels down the tree on stream 0: the
 // sender refused the refit before sending anything (e.g. checkpoints that cannot make a delta);
 // its payload is the reason, at most kMaxAbortMessageBytes of text. A relay forwards it to its
 // children; every node stops with it. kHeartbeat (no payload; stream = the stream it travels on)
@@ -157,7 +158,11 @@ StatusOr<std::unique_ptr<Conn>> ConnectTo(const std::string& address, double dea
 // connection never takes the place of the real peer. Connections are served concurrently: a
 // silent one does not delay the others; at most 64 wait at once (a new one closes the oldest).
 // `give_up` (if set) is asked about twice a second while no connection has been taken; once it
-// returns true the wait ends (the caller knows the peer is not coming).
+// returns true the wait ends (the caller knows the peer is not coming). `hold` (if set) is
+// offered each connection whose whole hello `accept_hello` refused, before it is dropped: when
+// it returns true it has moved the connection out of the Hello (kept for a later wait, e.g. a
+// hello of a version after the one waited for), and the connection is neither dropped nor
+// counted.
 // Errors: kDeadlineExceeded when `deadline` passes first (the message counts the connections
 // dropped), kAborted when `give_up` ended the wait, kUnavailable when accept or poll fail.
 struct Hello {
@@ -168,7 +173,8 @@ StatusOr<std::vector<Hello>> AcceptHellos(
     int listen_fd, int want, double deadline, double hello_timeout_s, const TlsContext* tls,
     const std::function<bool(const FrameHeader&, const TlsIdentity*)>& accept_hello,
     const std::function<void(const std::string&)>& refused = nullptr,
-    const std::function<bool()>& give_up = nullptr);
+    const std::function<bool()>& give_up = nullptr,
+    const std::function<bool(Hello*)>& hold = nullptr);
 Status WriteFull(int fd, const void* data, size_t size);
 // kUnavailable on EOF before `size` bytes ("peer closed").
 Status ReadFull(int fd, void* data, size_t size);
