@@ -283,6 +283,18 @@ Status PutRegionReport(ObjectStore* store, const std::string& prefix, int rank, 
   return store->Put(RegionReportKey(prefix, rank), record.bytes.data(), record.bytes.size());
 }
 
+StatusOr<bool> RestoreRegionReport(ObjectStore* store, const std::string& prefix, int rank,
+                                   uint64_t run, uint64_t version, const std::string& held_path,
+                                   const TlsContext* signer) {
+  if (GetRegionReport(store, prefix, rank, run, version)) return false;
+  DCR_ASSIGN_OR_RETURN(const StoredVersion sv, InspectStoredVersion(store, prefix, version));
+  if (!sv.delta_whole && !sv.full_frame) return false;
+  DCR_ASSIGN_OR_RETURN(auto held, Checkpoint::Open(held_path));
+  DCR_RETURN_IF_ERROR(
+      PutRegionReport(store, prefix, rank, run, version, held->ContentHash(), signer));
+  return true;
+}
+
 std::optional<CommitReport> GetRegionReport(ObjectStore* store, const std::string& prefix,
                                             int rank, uint64_t run, uint64_t version,
                                             const TlsContext* checker, std::string* refused) {
@@ -499,6 +511,19 @@ Status RunRegionReceiverVersions(const NodePlan& plan, NodeResult* result) {
         if (dense_bytes == 0) {
           DCR_ASSIGN_OR_RETURN(auto c, Checkpoint::Open(recovery->held_path()));
           dense_bytes = c->total_tensor_bytes();
+        }
+        // The process before may have died between recording v done and putting its report.
+        auto put = RestoreRegionReport(store.get(), v.prefix, plan.rank, plan.run_id, v.version,
+                                       recovery->held_path(), signer.get());
+        if (!put.ok()) {
+          s = put.status().WithContext("receiver " + std::to_string(plan.rank) +
+                                       ": commit report of version " + std::to_string(v.version));
+          break;
+        }
+        if (*put) {
+          std::fprintf(stderr, "receiver %d: commit report of version %llu put again in the "
+                       "region store (it was missing after a restart)\n", plan.rank,
+                       static_cast<unsigned long long>(v.version));
         }
       }
       continue;

@@ -133,6 +133,16 @@ StatusOr<std::unique_ptr<Checkpoint>> FetchFullFrameCheckpoint(ObjectStore* stor
 // SignReport) when it is set.
 Status PutRegionReport(ObjectStore* store, const std::string& prefix, int rank, uint64_t run,
                        uint64_t version, const Hash128& hash, const TlsContext* signer = nullptr);
+// A restarted region receiver's report of the version it holds, `version` committed as the
+// checkpoint at `held_path`: put (PutRegionReport with that checkpoint's content hash) when the
+// store has no report of `rank` for (run, version) under `prefix` and the version's stream is
+// still there (a prefix that retention collected needs no report). A process killed between
+// recording the version done and putting its report thus leaves none missing. Idempotent: a
+// report already there is kept. Returns whether it put one. Errors: the checkpoint's, the
+// store's.
+StatusOr<bool> RestoreRegionReport(ObjectStore* store, const std::string& prefix, int rank,
+                                   uint64_t run, uint64_t version, const std::string& held_path,
+                                   const TlsContext* signer = nullptr);
 // The report of `rank` for (run, version) under `prefix`, if the store holds one. With `checker`
 // (the sender's run credentials) a report is taken only when `rank` signed it
 // (CheckReportSignature); `refused` (may be null) then gets why one was not.

@@ -266,6 +266,47 @@ TEST_F(RegionStoreTest, RequestsAreServedOnceAndReportsRoundTrip) {
   EXPECT_EQ(reports[0].rank, 9);
 }
 
+// A region receiver restarted after it recorded version 1 done, with no report of it in the
+// store (killed before the put): the report of the checkpoint it holds is put again, once; a
+// report there already is kept, and a version whose stream is gone gets none.
+TEST_F(RegionStoreTest, RestartPutsAMissingReportOfTheHeldVersionOnce) {
+  auto target = Checkpoint::Open(paths_[1]);
+  ASSERT_TRUE(target.ok());
+  const Hash128 h = (*target)->ContentHash();
+  EXPECT_FALSE(GetRegionReport(store_.get(), "run/v1", 9, 77, 1).has_value());
+  auto put = RestoreRegionReport(store_.get(), "run/v1", 9, 77, 1, paths_[1]);
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  EXPECT_TRUE(*put);
+  auto got = GetRegionReport(store_.get(), "run/v1", 9, 77, 1);
+  ASSERT_TRUE(got.has_value());
+  EXPECT_TRUE(got->ok);
+  EXPECT_EQ(got->target_hash, h);
+  auto bytes = store_->Get(RegionReportKey("run/v1", 9));
+  ASSERT_TRUE(bytes.ok());
+  // Again (a second restart): the report stands as it is.
+  put = RestoreRegionReport(store_.get(), "run/v1", 9, 77, 1, paths_[1]);
+  ASSERT_TRUE(put.ok());
+  EXPECT_FALSE(*put);
+  EXPECT_EQ(*store_->Get(RegionReportKey("run/v1", 9)), *bytes);
+  // A report of an earlier version under the key is not this version's: replaced.
+  ASSERT_TRUE(PutRegionReport(store_.get(), "run/v1", 9, 77, 0, Hash128{}).ok());
+  put = RestoreRegionReport(store_.get(), "run/v1", 9, 77, 1, paths_[1]);
+  ASSERT_TRUE(put.ok());
+  EXPECT_TRUE(*put);
+  EXPECT_EQ(GetRegionReport(store_.get(), "run/v1", 9, 77, 1)->target_hash, h);
+  // A version nothing is stored for (collected by retention): no report is left behind.
+  put = RestoreRegionReport(store_.get(), "run/v2", 9, 77, 2, paths_[1]);
+  ASSERT_TRUE(put.ok());
+  EXPECT_FALSE(*put);
+  EXPECT_FALSE(store_->Get(RegionReportKey("run/v2", 9)).ok());
+  // A held checkpoint that cannot be read is an error, not a report.
+  ASSERT_TRUE(store_->Delete(RegionReportKey("run/v1", 9)).ok());
+  EXPECT_FALSE(RestoreRegionReport(store_.get(), "run/v1", 9, 77, 1,
+                                   (dir_ / "missing.safetensors").string())
+                   .ok());
+  EXPECT_FALSE(GetRegionReport(store_.get(), "run/v1", 9, 77, 1).has_value());
+}
+
 // With the run's credentials the sender counts a region report only when its rank signed it: an
 // unsigned one (what a stranger with write access to the store can plant), one signed by another
 // rank (a tree node speaking for a region receiver) and an altered one are refused, with why.
