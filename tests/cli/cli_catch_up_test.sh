@@ -89,4 +89,16 @@ if grep -q "refused the region store" "$(ls -d "$tmp"/work/run-*)/node-0.log"; t
 fi
 has frame-logged "$(ls -d "$tmp"/work/run-*)/node-8.log" "full frame of version"
 has served-logged "$(ls -d "$tmp"/work/run-*)/node-1.log" "full frame of version"
+# A region receiver killed after it recorded version 5 done and before it put that version's
+# report: its process started again (same plan, same state) puts the report of the version it
+# holds, signed; started once more, it keeps the report that is there.
+node="$(cd "$(dirname "$dcr")" && pwd)/dcr-node"
+(report=$(ls "$run_dir"/region-store/*/step-5/reports/7) && cp "$report" "$tmp/report-7" &&
+  rm "$report" && "$node" --plan "$run_dir/plan-7.json" > /dev/null 2> "$tmp/again.err" &&
+  cmp -s "$report" "$tmp/report-7"); check report-put-again 0 $?
+has report-put-again-logged "$tmp/again.err" "commit report of version 5 put again"
+report=$(ls "$run_dir"/region-store/*/step-5/reports/7)
+"$node" --plan "$run_dir/plan-7.json" > /dev/null 2> "$tmp/again2.err"; check restart-again 0 $?
+lacks report-kept "$tmp/again2.err" "put again"
+cmp -s "$report" "$tmp/report-7"; check report-unchanged 0 $?
 exit $fail

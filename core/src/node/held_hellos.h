@@ -6,9 +6,10 @@
 // the store only, or fetching k from the store itself). Such a hello is not refused: the child
 // keeps the connection here, stops waiting for k on the tree (its parent has moved on; k is
 // fetched from the in-region store) and takes the connection when its own k+1 starts. What the
-// parent sends meanwhile waits in the connection's socket buffers; a parent whose writes make no
-// progress for its read deadline counts the child as lost, and the child then finds the
-// connection closed and falls back to the store for that version, as for any lost parent.
+// parent sends meanwhile waits in the connection's socket buffers; a parent that hears nothing
+// from the child (its heartbeats start with the version) or whose writes make no progress for
+// its read deadline counts the child as lost, and the child then finds the connection closed
+// and falls back to the store for that version, as for any lost parent.
 //
 // Thread safety: thread-safe (one per process; each version's node keeps and takes).
 #ifndef DCR_CORE_SRC_NODE_HELD_HELLOS_H_

@@ -418,10 +418,17 @@ class TreeLinks {
   // it listens on its address all the same, for `parent`'s connections: one of this version is
   // accepted only to be closed, so the parent counts this child lost at once (as one that died
   // mid-stream) instead of trying to connect until its deadline; one of a later version is kept
-  // for that version (node/held_hellos.h).
+  // for that version (node/held_hellos.h). An address that cannot be listened on is named on
+  // stderr and skipped. Errors: the credentials'.
   Status TurnAwayParent(const Link& parent, double deadline) {
     DCR_RETURN_IF_ERROR(LoadCredentials());
-    DCR_ASSIGN_OR_RETURN(const int listen_fd, internal::Listen(plan_.addresses[plan_.rank]));
+    auto listening = internal::Listen(plan_.addresses[plan_.rank]);
+    if (!listening.ok()) {  // the parent then finds out at its deadline, as without this
+      std::fprintf(stderr, "node %d: not listening while restarted: %s\n", plan_.rank,
+                   listening.status().ToString().c_str());
+      return Status();
+    }
+    const int listen_fd = *listening;
     turn_away_ = std::thread([this, listen_fd, deadline, peer = parent.peer,
                               streams = parent.streams] {
       const int me = plan_.rank;
@@ -450,6 +457,31 @@ class TreeLinks {
                                    refuse, nullptr, [this] { return stopping_.load(); }, hold);
       close(listen_fd);
     });
+    return Status();
+  }
+
+  // A restarted node's children may still be waiting for it to connect for this version (it
+  // died before it did). Each gets this version's hellos on connections that close at once, so
+  // it counts its parent lost (the stream then comes from the store) instead of waiting for the
+  // stream to appear in the store, which in `dcr run` the sender sends only after the start
+  // signal that waits for that child. A child past that wait refuses the connections, or is no
+  // longer listening (each connection is tried for a second). Runs beside the node until Close.
+  Status LeaveChildren(const std::vector<Link>& links) {
+    DCR_RETURN_IF_ERROR(LoadCredentials());
+    for (const Link& l : links) {
+      if (!l.to_child) continue;
+      leaving_.emplace_back([this, l] {
+        for (int s = 0; s < l.streams && !stopping_; ++s) {
+          auto conn = internal::ConnectTo(plan_.addresses[l.peer], SteadyNow() + 1.0,
+                                          link_tls_.get(), l.peer, 2.0);
+          if (!conn.ok()) return;
+          FrameHeader hello = Frame(FrameType::kHello);
+          hello.stream = static_cast<uint32_t>(s);
+          hello.blob = static_cast<uint64_t>(l.streams);
+          if (!(*conn)->Write(&hello, sizeof(hello)).ok()) return;
+        }
+      });
+    }
     return Status();
   }
 
@@ -582,6 +614,8 @@ class TreeLinks {
     for (auto& t : readers_) t.join();
     readers_.clear();
     if (turn_away_.joinable()) turn_away_.join();
+    for (auto& t : leaving_) t.join();
+    leaving_.clear();
     parent_writer_.reset();
     parent_conns_.clear();
     children_.clear();
@@ -930,6 +964,7 @@ class TreeLinks {
   std::unique_ptr<internal::Heartbeats> heartbeats_;  // stopped first in Close
   std::vector<std::thread> readers_;
   std::thread turn_away_;  // TurnAwayParent's listener, until Close
+  std::vector<std::thread> leaving_;  // LeaveChildren's connections
   std::atomic<bool> stopping_{false};
   bool recover_ = false;
   std::function<bool()> parent_gone_;
@@ -2248,11 +2283,12 @@ class SocketNode : public NodeEnvironment {
     if (recover && !sender) DCR_RETURN_IF_ERROR(OpenSpool(restarted));
     // A restarted node does not rejoin the tree: its peers were told it left when it died.
     if (tree && !restarted) DCR_RETURN_IF_ERROR(links_.Open(host_->links(), deadline_));
-    if (tree && restarted && !sender) {  // ... but its parent learns so at once
+    if (tree && restarted) {  // ... but its parent and its children learn so at once
       DCR_ASSIGN_OR_RETURN(std::unique_ptr<NodePolicy> tree_role, MakeNodePolicy(plan_));
       for (const Link& l : tree_role->links()) {
         if (!l.to_child) DCR_RETURN_IF_ERROR(links_.TurnAwayParent(l, deadline_));
       }
+      DCR_RETURN_IF_ERROR(links_.LeaveChildren(tree_role->links()));
     }
     store_.set_resume(recover);
     if (!tree || recover) {
