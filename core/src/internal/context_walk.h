@@ -87,17 +87,23 @@ __attribute__((always_inline)) inline uint64_t Pop(uint64_t x) {
   }
 }
 
-// The index of the r-th set bit of m (r < popcount(m)): one PDEP in the kFast builds (BMI2),
-// otherwise halves narrowed by counts, then the last byte bit by bit.
-#if defined(__x86_64__)
-// PDEP as an instruction (run only where CpuHasAvx2() holds, which implies BMI2), so that the
-// templates that use it need no target attribute of their own.
-__attribute__((always_inline)) inline int SelectBitPdep(uint64_t m, uint64_t r) {
-  uint64_t bit;
-  __asm__("pdep %2, %1, %0" : "=r"(bit) : "r"(uint64_t{1} << r), "rm"(m));
-  return __builtin_ctzll(bit);
+// kSelectInByte.at[r][v]: the index of the r-th set bit of byte v (8 when v has fewer).
+struct SelectInByteTable {
+  uint8_t at[8][256];
+};
+constexpr SelectInByteTable MakeSelectInByteTable() {
+  SelectInByteTable t{};
+  for (int v = 0; v < 256; ++v) {
+    int r = 0;
+    for (int i = 0; i < 8; ++i) {
+      if ((v >> i) & 1) t.at[r++][v] = static_cast<uint8_t>(i);
+    }
+    for (; r < 8; ++r) t.at[r][v] = 8;
+  }
+  return t;
 }
-#endif
+inline constexpr SelectInByteTable kSelectInByte = MakeSelectInByteTable();
+
 // The index of the lowest set bit of m, 64 for m == 0 (TZCNT: run only where CpuHasAvx2()
 // holds, which implies BMI1).
 #if defined(__x86_64__)
@@ -109,11 +115,23 @@ __attribute__((always_inline)) inline uint64_t Tzcnt(uint64_t m) {
 #else
 inline uint64_t Tzcnt(uint64_t m) { return m == 0 ? 64 : static_cast<uint64_t>(__builtin_ctzll(m)); }
 #endif
+// The index of the r-th set bit of m (r < popcount(m)). kFast builds go by bytes: the set bits
+// up to each byte (SWAR counts summed by one multiply), the byte holding bit r as the number of
+// bytes whose count is <= r, then a table within the byte (no PDEP: on AMD before Zen 3 it is
+// microcoded and takes tens to hundreds of cycles). Otherwise halves narrowed by counts, then
+// the last byte bit by bit.
 template <bool kFast>
 __attribute__((always_inline)) inline int SelectBit(uint64_t m, uint64_t r) {
-#if defined(__x86_64__)
-  if constexpr (kFast) return SelectBitPdep(m, r);
-#endif
+  if constexpr (kFast) {
+    constexpr uint64_t kL8 = 0x0101010101010101ULL, kH8 = 0x8080808080808080ULL;
+    uint64_t s = m - ((m >> 1) & 0x5555555555555555ULL);
+    s = (s & 0x3333333333333333ULL) + ((s >> 2) & 0x3333333333333333ULL);
+    s = ((s + (s >> 4)) & 0x0F0F0F0F0F0F0F0FULL) * kL8;  // byte i: set bits of bytes 0..i
+    const uint64_t le = ((r * kL8 | kH8) - s) & kH8;     // byte i's top bit: s_i <= r
+    const uint64_t shift = 8 * Pop<true>(le);
+    const uint64_t before = ((s << 8) >> shift) & 0xFF;
+    return static_cast<int>(shift + kSelectInByte.at[r - before][(m >> shift) & 0xFF]);
+  }
   int at = 0;
   for (int half = 32; half >= 8; half /= 2) {
     const uint64_t low = m & ((uint64_t{1} << half) - 1);
