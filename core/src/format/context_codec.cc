@@ -172,9 +172,10 @@ void PutModel(const uint32_t* f, std::vector<uint8_t>* out) {
   }
 }
 
-// A decoding table: for every slot of the 4096, its symbol, the symbol's frequency minus one
-// and the slot's offset from the symbol's first slot, packed as sym | (freq - 1) << 8 |
-// offset << 20, so that one load gives a state's next value. `max_bits`: the most raw bits a
+// A decoding table: for every slot of the 4096, its symbol, the slot's offset from the symbol's
+// first slot and the symbol's frequency minus one, packed as sym | offset << 8 | (freq - 1) << 20,
+// so that one load gives a state's next value and one shift the multiplier of the update
+// (RansNext). `max_bits`: the most raw bits a
 // listed symbol has; `max_value`: the largest value a listed symbol can stand for.
 struct DecodeModel {
   uint32_t slot[kScale];
@@ -189,9 +190,9 @@ void FillDecodeModel(const uint32_t* f, DecodeModel* m) {
   m->max_value = 0;
   for (int s = 0; s < kSymbols; ++s) {
     if (f[s] == 0) continue;
-    const uint32_t head = static_cast<uint32_t>(s) | (f[s] - 1) << 8;
+    const uint32_t head = static_cast<uint32_t>(s) | (f[s] - 1) << 20;
     uint32_t* slot = m->slot + c;
-    for (uint32_t j = 0; j < f[s]; ++j) slot[j] = head | j << 20;
+    for (uint32_t j = 0; j < f[s]; ++j) slot[j] = head | j << 8;
     c += f[s];
     // Symbols ascend, so the last listed one has the most raw bits and the largest values.
     const int nb = ExtraBits(static_cast<uint8_t>(s));
@@ -361,6 +362,14 @@ struct SymbolReader {
   BitReader bits;
 };
 
+// A state's value after decoding the symbol of its slot entry e = m.slot[s & (kScale - 1)]:
+// freq * (s >> 12) + offset, written as (freq - 1) * q + (q + offset) so that only a shift of
+// the loaded entry stands between the load and the multiply (q + offset is summed meanwhile).
+__attribute__((always_inline)) inline uint32_t RansNext(uint32_t e, uint32_t s) {
+  const uint32_t q = s >> kScaleBits;
+  return (e >> 20) * q + (q + ((e >> 8) & (kScale - 1)));
+}
+
 // Symbols decoded between the checks of the fast path.
 constexpr uint64_t kDecodeBatch = 32;
 
@@ -371,7 +380,7 @@ bool DecodeSymbolChecked(const DecodeModel& m, uint32_t* state, SymbolReader* r,
   uint32_t s = *state;
   const uint32_t e = m.slot[s & (kScale - 1)];
   const uint32_t sym = e & 0xFF;
-  s = (((e >> 8) & 0xFFF) + 1) * (s >> kScaleBits) + (e >> 20);
+  s = RansNext(e, s);
   if (s < kRansLow) {
     if (r->rend - r->rp < 2) {
       *err = "rANS stream ends early";
@@ -417,26 +426,36 @@ const char* DecodeRun(const DecodeModel& m, uint64_t* __restrict dst, uint64_t c
     const uint8_t* const bits = r->bits.data();
     uint64_t pos = r->bits.pos();
     const uint64_t pos_limit = r->bits.limit();
-    auto step = [&](uint32_t& s, uint64_t* out) __attribute__((always_inline)) {
-      const uint32_t e = slots[s & (kScale - 1)];
+    auto value = [&](uint32_t e, uint64_t* out) __attribute__((always_inline)) {
       const uint32_t sym = e & 0xFF;
-      s = (((e >> 8) & 0xFFF) + 1) * (s >> kScaleBits) + (e >> 20);
-      const uint32_t renorm = s < kRansLow ? 1 : 0;
-      uint16_t wd;
-      std::memcpy(&wd, rp, 2);
-      s = (s << (renorm << 4)) | (wd & (0u - renorm));
-      rp += renorm << 1;
       uint64_t word;
       std::memcpy(&word, bits + (pos >> 3), 8);
       const int nb = kSymbolTables.extra[sym];
       *out = kSymbolTables.base[sym] + ((word >> (pos & 7)) & ((uint64_t{1} << nb) - 1));
       pos += static_cast<uint64_t>(nb);
     };
+    // A pair of symbols (state a, then b) per step. Both renormalization words come from one
+    // 4-byte load at rp (b's is the second when a took the first), so that b's word waits for
+    // a's decision by a select, not by a load; the states are selected (cmov), not shifted by a
+    // computed amount, so the state's chain is load, shift, multiply, add, compare, select.
     while (count - j >= kDecodeBatch && static_cast<uint64_t>(rend - rp) >= 2 * kDecodeBatch &&
            pos + batch_bits <= pos_limit) {
       for (uint64_t e = j + kDecodeBatch; j < e; j += 2) {
-        step(a, &dst[j]);
-        step(b, &dst[j + 1]);
+        const uint32_t ea = slots[a & (kScale - 1)];
+        const uint32_t eb = slots[b & (kScale - 1)];
+        const uint32_t na = RansNext(ea, a);
+        const uint32_t nb = RansNext(eb, b);
+        uint32_t pair;
+        std::memcpy(&pair, rp, 4);
+        const bool ra = na < kRansLow;
+        const bool rb = nb < kRansLow;
+        const uint32_t wa = pair & 0xFFFF;
+        const uint32_t wb = ra ? pair >> 16 : wa;
+        a = ra ? (na << 16) | wa : na;
+        b = rb ? (nb << 16) | wb : nb;
+        rp += 2 * (static_cast<uint32_t>(ra) + static_cast<uint32_t>(rb));
+        value(ea, &dst[j]);
+        value(eb, &dst[j + 1]);
       }
     }
     r->rp = rp;
