@@ -360,6 +360,92 @@ Status BufferApplier::ApplyChunk(const DecodedChunk& chunk) {
 
 namespace {
 
+// The apply of a context-coded chunk of one contiguous segment at `base`, fed by the class walk
+// (WalkSink): each window's changes are applied while the window's elements are in L1 (the walk
+// has just read them for the class masks), and their old and new bits added to the change
+// hashes a batch at a time, so no pass over the chunk's storage or over k-sized copies of the
+// bits follows the decode. Context-coded values are relative (XOR, ulp), so a chunk that fails a
+// check is taken back from the positions and values the walk wrote (UndoOp), not from saved
+// bits.
+template <typename T, uint8_t kOp>
+struct ContextApply {
+  T* base;
+  internal::RangeHasher* old_hash;
+  internal::RangeHasher* new_hash;
+  uint64_t applied = 0;  // changes handed on and applied, from the first
+
+  static void Run(void* ctx, const uint64_t* __restrict pos, const uint64_t* __restrict vals,
+                  uint64_t count) {
+    auto* a = static_cast<ContextApply*>(ctx);
+    T* __restrict const base = a->base;
+    T old_batch[kStreamBatch], new_batch[kStreamBatch];
+    for (uint64_t i = 0; i < count;) {
+      const uint64_t n = std::min(kStreamBatch, count - i);
+      for (uint64_t j = 0; j < n; ++j) {
+        T* p = base + pos[i + j];
+        const T o = *p;
+        const T nw = static_cast<T>(internal::ApplyOp(kOp, sizeof(T), o, vals[i + j]));
+        old_batch[j] = o;
+        new_batch[j] = nw;
+        *p = nw;
+      }
+      a->old_hash->Update(old_batch, n * sizeof(T));
+      a->new_hash->Update(new_batch, n * sizeof(T));
+      i += n;
+    }
+    a->applied += count;
+  }
+
+  // Takes back the first `count` changes of pos[] and vals[] (failure path only).
+  void Undo(const uint64_t* pos, const uint64_t* vals, uint64_t count) const {
+    for (uint64_t i = count; i-- > 0;) {
+      base[pos[i]] = static_cast<T>(internal::UndoOp(kOp, sizeof(T), base[pos[i]], vals[i]));
+    }
+  }
+};
+
+// The decoded changes of a context-coded chunk, per thread and reused (the undo log of
+// ApplyContextInPlace).
+DecodedChunk& ContextScratch() {
+  thread_local DecodedChunk dc;
+  return dc;
+}
+
+// Decodes a context-coded chunk of one contiguous segment against its storage and applies it
+// in the same pass (ContextApply); all-or-nothing like ApplyTyped.
+template <typename T, uint8_t kOp>
+Status ApplyContextInPlace(const uint8_t* data, size_t size, const ChunkHeader& h,
+                           const std::vector<TensorBuffer>& tensors, bool verify_ranges) {
+  T* const seg_data = reinterpret_cast<T*>(tensors[h.segments[0].tensor_index].data);
+  const bool avx2 = internal::CpuHasAvx2();
+  internal::RangeHasher old_hash(avx2), new_hash(avx2);
+  ContextApply<T, kOp> ap{seg_data + h.segments[0].offset, &old_hash, &new_hash};
+  const internal::WalkSink sink{&ContextApply<T, kOp>::Run, &ap};
+  DecodedChunk& dc = ContextScratch();
+  const Status st = internal::DecodeContextRecord(
+      data, size, reinterpret_cast<const uint8_t*>(ap.base), h.num_elements * sizeof(T), &dc,
+      false, &sink);
+  if (!st.ok()) {
+    ap.Undo(dc.positions.data(), dc.values.data(), ap.applied);
+    return st;
+  }
+  const uint64_t k = h.num_changes;
+  if (old_hash.Digest() != h.base_change_hash) {
+    ap.Undo(dc.positions.data(), dc.values.data(), k);
+    return BaseMismatchError(h);
+  }
+  if (new_hash.Digest() != h.target_change_hash) {
+    ap.Undo(dc.positions.data(), dc.values.data(), k);
+    return TargetMismatchError(h);
+  }
+  T* const seg_ptrs[1] = {seg_data};
+  if (verify_ranges && !RangeHashMatches(h, seg_ptrs)) {
+    ap.Undo(dc.positions.data(), dc.values.data(), k);
+    return RangeHashError(h);
+  }
+  return Status::OK();
+}
+
 // Whether a record's header says it is context-coded (the compact header's magic, or the position
 // mode byte of a "DCRC" header; the header is checked in full by whatever decodes it).
 bool LooksContextCoded(const uint8_t* data, size_t size) {
@@ -377,6 +463,22 @@ Status BufferApplier::ApplyRecord(const uint8_t* data, size_t size, uint64_t* nu
     DCR_ASSIGN_OR_RETURN(ChunkHeader h, ParseChunkHeader(data, size, &hsize, &rsize));
     DCR_RETURN_IF_ERROR(CheckSegments(h, tensors_));
     if (num_changes != nullptr) *num_changes = h.num_changes;
+    const int w = h.elem_width;
+    if (h.segments.size() == 1 && h.segments[0].IsContiguous() && IsRelative(h.value_mode) &&
+        (w == 2 || w == 4 || w == 8)) {
+      DCR_RETURN_IF_ERROR(WithWidth(h.elem_width, [&](auto t) {
+        return WithOp(h.value_mode, [&](auto op) -> Status {
+          if constexpr (op.value == internal::kOpAbsolute) {
+            return InternalError("absolute values are not context-coded");
+          } else {
+            return ApplyContextInPlace<decltype(t), op.value>(data, size, h, tensors_,
+                                                              verify_ranges_);
+          }
+        });
+      }));
+      AddVersionDelta(h.version_delta);
+      return Status::OK();
+    }
     thread_local std::vector<uint8_t> gathered;
     const uint8_t* base;
     const uint64_t bytes = h.num_elements * h.elem_width;

@@ -823,7 +823,8 @@ std::vector<uint8_t> EncodeContextBody(const uint8_t* base, uint64_t n, int w,
 }
 
 Status DecodeContextBody(const ChunkHeader& h, const uint8_t* body, size_t body_size,
-                         const uint8_t* base, uint64_t* positions, uint64_t* values) {
+                         const uint8_t* base, uint64_t* positions, uint64_t* values,
+                         const WalkSink* sink) {
   const std::string id = "chunk " + std::to_string(h.chunk_id);
   auto bad = [&](const char* what) { return DataLossError(id + ": context body: " + what); };
   const int w = h.elem_width;
@@ -911,7 +912,7 @@ Status DecodeContextBody(const ChunkHeader& h, const uint8_t* body, size_t body_
   // The walk: positions from the class-local gaps and the base exponents.
   ClassMap map(bounds, K);
   if (!WalkClasses(base, w, n, map, kc, start_of, sc.gaps.data(), sc.vals.data(), positions,
-                   values, CpuHasAvx2())) {
+                   values, CpuHasAvx2(), sink)) {
     return FailedPreconditionError(id + ": context-coded changes do not fit these base bits "
                                         "(wrong base, or the chunk was already applied)");
   }
@@ -995,7 +996,8 @@ Status DecodeContextChunkInto(const uint8_t* record, size_t size, const uint8_t*
 }
 
 Status internal::DecodeContextRecord(const uint8_t* record, size_t size, const uint8_t* base,
-                                     size_t base_size, DecodedChunk* out, bool verify_hashes) {
+                                     size_t base_size, DecodedChunk* out, bool verify_hashes,
+                                     const WalkSink* sink) {
   size_t hsize = 0, rsize = 0;
   DCR_ASSIGN_OR_RETURN(out->header, ParseChunkHeader(record, size, &hsize, &rsize));
   const ChunkHeader& h = out->header;
@@ -1015,7 +1017,7 @@ Status internal::DecodeContextRecord(const uint8_t* record, size_t size, const u
   out->positions.resize(k);
   out->values.resize(k);
   DCR_RETURN_IF_ERROR(internal::DecodeContextBody(h, body, body_size, base, out->positions.data(),
-                                                  out->values.data()));
+                                                  out->values.data(), sink));
   if (!verify_hashes) return Status::OK();
   thread_local std::vector<uint8_t> scratch;
   if (HashAt(base, h.elem_width, out->positions.data(), k, &scratch) != h.base_change_hash) {

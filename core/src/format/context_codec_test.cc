@@ -158,6 +158,15 @@ TEST(Context, WrongBaseIsRefused) {
     DecodedChunk dc;
     Status s = DecodeContextChunkInto(ctx->data(), ctx->size(), wrong.data(), wrong.size(), &dc);
     auto p = ContextChunkToPlain(ctx->data(), ctx->size(), wrong.data(), wrong.size());
+    // Applied onto those bits (decoded and applied in one pass, window by window): refused the
+    // same way, and every element written so far taken back.
+    std::vector<uint8_t> buf = wrong;
+    BufferApplier ap({TensorBuffer{buf.data(), 50000, 2, 0x1234}});
+    const Status applied = ap.ApplyRecord(ctx->data(), ctx->size());
+    if (!applied.ok()) {
+      EXPECT_TRUE(applied.IsFailedPrecondition()) << trial << ": " << applied;
+      EXPECT_TRUE(buf == wrong) << trial;
+    }
     if (s.ok()) {
       // The element changed kept its class and is not a changed one: the changes decode as
       // they are, and so does the plain form.
@@ -169,6 +178,7 @@ TEST(Context, WrongBaseIsRefused) {
       continue;
     }
     ++refused;
+    EXPECT_FALSE(applied.ok()) << trial;
     EXPECT_TRUE(s.IsFailedPrecondition()) << trial << ": " << s;
     EXPECT_FALSE(p.ok());
   }

@@ -93,7 +93,8 @@ __attribute__((always_inline)) inline uint64_t ExclusiveSums64(int16_t* row) {
 
 bool ContextWalk16Avx2(const uint16_t* base, uint64_t n, const uint8_t* bounds, int k,
                        const uint64_t* kc, const uint64_t* start_of, const uint64_t* gaps,
-                       const uint64_t* vals, uint64_t* positions, uint64_t* values) {
+                       const uint64_t* vals, uint64_t* positions, uint64_t* values,
+                       const WalkSink* sink) {
   // next[c]: the rank among the class's members, counted from the current window's first
   // element, of the class's next change; used[c]: its changes placed so far.
   uint64_t next[kClasses], used[kClasses];
@@ -203,6 +204,7 @@ bool ContextWalk16Avx2(const uint16_t* base, uint64_t n, const uint8_t* bounds, 
       used[c] = u;
       next[c] = t - total;
     }
+    const uint64_t window_first = out;
     // The window's changes in position order. The first four of a block are written whatever
     // their number (a missing one writes entries past the block's, which the next change
     // overwrites; its bit index is 64, and slot[] has a row to spare).
@@ -229,6 +231,9 @@ bool ContextWalk16Avx2(const uint16_t* base, uint64_t n, const uint8_t* bounds, 
         ++out;
       }
     }
+    if (sink != nullptr && out > window_first) {
+      sink->fn(sink->ctx, positions + window_first, values + window_first, out - window_first);
+    }
   }
   return active == 0;
 }
@@ -239,7 +244,8 @@ bool ContextWalk16Avx2(const uint16_t* base, uint64_t n, const uint8_t* bounds, 
 
 namespace dcr::internal {
 bool ContextWalk16Avx2(const uint16_t*, uint64_t, const uint8_t*, int, const uint64_t*,
-                       const uint64_t*, const uint64_t*, const uint64_t*, uint64_t*, uint64_t*) {
+                       const uint64_t*, const uint64_t*, const uint64_t*, uint64_t*, uint64_t*,
+                       const WalkSink*) {
   return false;
 }
 }  // namespace dcr::internal

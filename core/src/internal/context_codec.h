@@ -11,6 +11,7 @@
 #include "dcr/delta.h"
 #include "dcr/status.h"
 #include "dcr/statusor.h"
+#include "internal/simd.h"
 
 namespace dcr::internal {
 
@@ -33,13 +34,19 @@ std::vector<uint8_t> EncodeContextRecord(const ChunkHeader& h, const uint64_t* p
 // positions[0..k) and values[0..k) (k = h.num_changes; the arrays hold k entries). kDataLoss for
 // a malformed body; kFailedPrecondition when the base bits do not give back the encoder's
 // positions. Reads only [body, body + body_size) and [base, base + n * w).
+// With `sink` the changes are also handed to it as the walk places them (WalkSink in
+// internal/simd.h); a kFailedPrecondition may then come after some were handed on.
 Status DecodeContextBody(const ChunkHeader& h, const uint8_t* body, size_t body_size,
-                         const uint8_t* base, uint64_t* positions, uint64_t* values);
+                         const uint8_t* base, uint64_t* positions, uint64_t* values,
+                         const WalkSink* sink = nullptr);
 
 // DecodeContextChunkInto; without `verify_hashes` the change hashes are left to the caller (an
-// applier that checks them while it applies, taking the chunk back on a mismatch).
+// applier that checks them while it applies, taking the chunk back on a mismatch). With `sink`
+// (REQUIRES !verify_hashes) the changes are handed to it as DecodeContextBody says, and the
+// caller takes back those it applied when this fails; sink may write the base bits.
 Status DecodeContextRecord(const uint8_t* record, size_t size, const uint8_t* base,
-                           size_t base_size, DecodedChunk* out, bool verify_hashes);
+                           size_t base_size, DecodedChunk* out, bool verify_hashes,
+                           const WalkSink* sink = nullptr);
 
 // A plain chunk record of the changes (positions, values) with the identity and the four
 // hashes of `h` as given (not recomputed): the bytes EncodeChunk writes for the same changes at

@@ -309,15 +309,23 @@ __attribute__((target("popcnt,bmi,bmi2"))) inline bool WalkClassesFast(
     uint64_t* values) {
   return WalkClassesImpl<true>(base, w, n, map, kc, start_of, gaps, vals, positions, values);
 }
+// `sink` (null: none) is handed the changes as WalkSink says: by the AVX2 walk of 2-byte
+// elements a window at a time, by the others all at once after a walk that succeeded.
 inline bool WalkClasses(const uint8_t* base, int w, uint64_t n, const ClassMap& map,
                         const uint64_t* kc, const uint64_t* start_of, const uint64_t* gaps,
-                        const uint64_t* vals, uint64_t* positions, uint64_t* values, bool fast) {
+                        const uint64_t* vals, uint64_t* positions, uint64_t* values, bool fast,
+                        const WalkSink* sink = nullptr) {
   if (fast && w == 2) {
     return ContextWalk16Avx2(reinterpret_cast<const uint16_t*>(base), n, map.bounds, map.K, kc,
-                             start_of, gaps, vals, positions, values);
+                             start_of, gaps, vals, positions, values, sink);
   }
-  if (fast) return WalkClassesFast(base, w, n, map, kc, start_of, gaps, vals, positions, values);
-  return WalkClassesImpl<false>(base, w, n, map, kc, start_of, gaps, vals, positions, values);
+  const bool ok =
+      fast ? WalkClassesFast(base, w, n, map, kc, start_of, gaps, vals, positions, values)
+           : WalkClassesImpl<false>(base, w, n, map, kc, start_of, gaps, vals, positions, values);
+  if (ok && sink != nullptr && start_of[map.K] > 0) {
+    sink->fn(sink->ctx, positions, values, start_of[map.K]);
+  }
+  return ok;
 }
 __attribute__((target("popcnt,bmi,bmi2"))) inline void ClassGapsFast(
     const uint8_t* base, int w, uint64_t n, const ClassMap& map, const uint64_t* positions,

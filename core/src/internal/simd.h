@@ -52,11 +52,23 @@ void ContextMasks16Avx2(const uint16_t* base, const uint8_t* bounds, int k, uint
 void ContextWindow16Avx2(const uint16_t* base, uint64_t nblocks, const uint8_t* bounds, int k,
                          uint64_t (*masks)[16], uint16_t (*before)[64], uint64_t* total);
 
+// Where a class walk hands on the changes it has written: fn(ctx, pos, vals, count) with the
+// next run of `count` entries of positions[] and values[] (pos and vals point into them), in
+// position order: a window's changes, while its elements are in cache. The runs follow one
+// another from entry 0; after a walk that returns true they have covered every change. fn may
+// write the elements of its run (the walk reads no element of a window it has handed on).
+struct WalkSink {
+  void (*fn)(void* ctx, const uint64_t* pos, const uint64_t* vals, uint64_t count);
+  void* ctx;
+};
+
 // The class walk (WalkClasses in internal/context_walk.h) of a chunk of n 2-byte elements at
-// `base` with classes bounds[0..k): the same positions, values and result.
+// `base` with classes bounds[0..k): the same positions, values and result; each window's
+// changes handed to `sink` (null: none) once written.
 bool ContextWalk16Avx2(const uint16_t* base, uint64_t n, const uint8_t* bounds, int k,
                        const uint64_t* kc, const uint64_t* start_of, const uint64_t* gaps,
-                       const uint64_t* vals, uint64_t* positions, uint64_t* values);
+                       const uint64_t* vals, uint64_t* positions, uint64_t* values,
+                       const WalkSink* sink);
 
 }  // namespace dcr::internal
 
