@@ -66,6 +66,11 @@ struct CellScan {
   // context-coded form (ctx_changes set); the next cell's scan overwrites them.
   bool ctx_changes = false;
   std::vector<uint64_t> ctx_pos, ctx_val;
+  // With ctx_changes, what the scan had in cache for the context encoder (ContextHints): the
+  // context of each change's base element, and when ctx_sampled the class choice's sample.
+  std::vector<uint8_t> ctx_ctx;
+  bool ctx_sampled = false;
+  uint64_t ctx_sample[256] = {};
 };
 
 // What the statistics keep of a cell's scan once it is encoded (its change arrays go back to the
@@ -394,9 +399,13 @@ bool DeltaBuilder::EncodeContiguousCell(const GridCell& cell, CellScan* sc,
     in.xor_counts = sc->flat_hist.data();
   }
   sc->ctx_changes = options_.context_coding && !options_.full;
+  sc->ctx_sampled = sc->ctx_changes && cell.width >= 2;
+  sc->ctx_ctx.clear();
   if (sc->ctx_changes) {
     in.positions = &sc->ctx_pos;
     in.values = &sc->ctx_val;
+    in.contexts = &sc->ctx_ctx;
+    if (sc->ctx_sampled) in.context_sample = sc->ctx_sample;
   }
   const DType dt = inv_.tensors[sg.tensor_index].dtype;
   ChunkScanResult res;
@@ -563,6 +572,8 @@ bool DeltaBuilder::EncodeCell(const GridCell& cell, CellScan* sc, DeviceSlot* sl
   bool all_float = true;
   ChunkChangesView ch;
   sc->ctx_changes = false;
+  sc->ctx_sampled = false;
+  sc->ctx_ctx.clear();
   if (dev_.device != nullptr) {
     Status s = DeviceScanCell(cell, sc, slot, &all_float, &ch.target_range_hash);
     if (!s.ok()) {
@@ -604,6 +615,13 @@ bool DeltaBuilder::EncodeCell(const GridCell& cell, CellScan* sc, DeviceSlot* sl
     for (uint64_t i = 0; i < sc->n; ++i) {
       sc->ctx_val[i] = internal::EncodeValue(static_cast<uint8_t>(mode), w, sc->old_bits[i],
                                              sc->new_bits[i]);
+    }
+    if (w >= 2) {
+      // The base bits of the changes give their contexts (8 bits below the sign).
+      sc->ctx_ctx.resize(sc->n);
+      for (uint64_t i = 0; i < sc->n; ++i) {
+        sc->ctx_ctx[i] = static_cast<uint8_t>(sc->old_bits[i] >> (8 * w - 9));
+      }
     }
   }
   return out->ok();
@@ -652,8 +670,11 @@ Status DeltaBuilder::ContextCode(const GridCell& cell, const CellScan& sc,
     base = gathered.data();
   }
   if (sc.ctx_changes && sc.ctx_pos.size() == h.num_changes) {
+    internal::ContextHints hints;
+    if (sc.ctx_ctx.size() == h.num_changes) hints.contexts = sc.ctx_ctx.data();
+    if (sc.ctx_sampled) hints.sample = sc.ctx_sample;
     std::vector<uint8_t> ctx =
-        internal::EncodeContextRecord(h, sc.ctx_pos.data(), sc.ctx_val.data(), base);
+        internal::EncodeContextRecord(h, sc.ctx_pos.data(), sc.ctx_val.data(), base, hints);
     if (ctx.size() < bytes->size()) {
       *plain = std::move(*bytes);
       *bytes = std::move(ctx);

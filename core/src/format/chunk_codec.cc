@@ -14,6 +14,7 @@
 #include "internal/chunk_scan.h"
 #include "internal/chunk_streams.h"
 #include "internal/context_codec.h"
+#include "internal/context_walk.h"
 #include "internal/element_ops.h"
 #include "internal/diff_scan.h"
 #include "internal/positions.h"
@@ -536,8 +537,15 @@ template <typename T, uint8_t kOp>
 uint64_t ScanPass(const T* __restrict base, const T* __restrict target, uint64_t n, uint64_t salt,
                   uint64_t offset, bool avx2, internal::RangeHasher* rh, EncodeScratch& sc,
                   uint8_t* __restrict planes, T* __restrict packed_old, T* __restrict packed_new,
-                  PassState& out) {
+                  PassState& out, uint64_t* __restrict context_sample) {
   constexpr uint64_t kBlock = internal::kScanBlockBytes / sizeof(T);
+  // The context sample of the base (internal::ContextSampleStep) is taken while each block is in
+  // cache: every block starts at a multiple of the step. Four tables, so that runs of one
+  // context do not wait on their own increments.
+  static_assert(kBlock % internal::kContextSampleStep == 0);
+  const uint64_t sample_step = internal::ContextSampleStep(n);
+  uint64_t sample[4][256];
+  if (context_sample != nullptr) std::memset(sample, 0, sizeof(sample));
   // A local copy whose address never escapes (the emission inlines): it lives in registers.
   PassState st = out;
   uint64_t k = 0;
@@ -569,6 +577,19 @@ uint64_t ScanPass(const T* __restrict base, const T* __restrict target, uint64_t
       prefetch(64);
       ++k;
     });
+    if constexpr (sizeof(T) >= 2) {
+      if (context_sample != nullptr) {
+        constexpr int kShift = 8 * sizeof(T) - 9;  // the context: 8 bits below the sign
+        uint64_t j = 0;
+        for (; j + 3 * sample_step < m; j += 4 * sample_step) {
+          ++sample[0][static_cast<uint8_t>(a[j] >> kShift)];
+          ++sample[1][static_cast<uint8_t>(a[j + sample_step] >> kShift)];
+          ++sample[2][static_cast<uint8_t>(a[j + 2 * sample_step] >> kShift)];
+          ++sample[3][static_cast<uint8_t>(a[j + 3 * sample_step] >> kShift)];
+        }
+        for (; j < m; j += sample_step) ++sample[0][static_cast<uint8_t>(a[j] >> kShift)];
+      }
+    }
     constexpr uint64_t kPiece = 2048;
     const uint64_t bytes = m * sizeof(T);
     for (uint64_t h0 = 0; h0 < bytes; h0 += kPiece) {
@@ -577,6 +598,11 @@ uint64_t ScanPass(const T* __restrict base, const T* __restrict target, uint64_t
     }
   }
   out = st;
+  if (context_sample != nullptr) {
+    for (int e = 0; e < 256; ++e) {
+      context_sample[e] = sample[0][e] + sample[1][e] + sample[2][e] + sample[3][e];
+    }
+  }
   return k;
 }
 
@@ -679,7 +705,8 @@ StatusOr<std::vector<uint8_t>> EncodeChunkScan(const ChunkScanInput& in, ValueMo
     return ScanPass<T, kOp>(reinterpret_cast<const T*>(in.base),
                             reinterpret_cast<const T*>(in.target), n, salt, sg.offset, in.avx2, &rh,
                             sc, planes, reinterpret_cast<T*>(packed_old),
-                            reinterpret_cast<T*>(packed_new), st);
+                            reinterpret_cast<T*>(packed_new), st,
+                            w >= 2 ? in.context_sample : nullptr);
   });
   result->num_changes = k;
   result->target_range_hash = rh.Digest();
@@ -716,6 +743,11 @@ StatusOr<std::vector<uint8_t>> EncodeChunkScan(const ChunkScanInput& in, ValueMo
     for (uint64_t i = 0; i < k; ++i) {
       val[i] = internal::EncodeValue(mode, w, internal::LoadElem(packed_old, w, i),
                                      internal::LoadElem(packed_new, w, i));
+    }
+    if (in.contexts != nullptr && w >= 2) {
+      in.contexts->resize(k);
+      uint8_t* ctx = in.contexts->data();
+      for (uint64_t i = 0; i < k; ++i) ctx[i] = internal::ContextOf(packed_old, w, i);
     }
   }
 

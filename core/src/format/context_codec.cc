@@ -560,14 +560,13 @@ int ChooseClasses(const uint64_t* ne, const uint64_t* ke, const std::vector<std:
 struct RansEncSym {
   uint32_t freq = 0, cum = 0;
   uint64_t xmax = 0, rcp = 0;
+  uint64_t pass = 0;  // all ones for freq 1 (whose quotient is x itself), else 0
 };
 
 // Per-thread encoder scratch.
 struct EncodeScratch {
-  std::vector<uint64_t> gaps;
-  std::vector<uint8_t> cls;
-  std::vector<uint8_t> vsym;                // value symbol of change i
   std::vector<uint64_t> ordered, vordered;  // gaps / values in class order
+  std::vector<uint8_t> gsym, vsym;          // their symbols
   std::vector<uint32_t> flat_hv;       // value symbol counts per exponent (kept zeroed)
   std::vector<RansEncSym> enc;
   std::vector<uint16_t> words;
@@ -587,29 +586,53 @@ DecodeScratch& DScratch() {
   return s;
 }
 
+// The class choice's sample of the base (ContextSampleStep): counts per context, unscaled. Four
+// tables, so that runs of one context do not wait on their own increments.
+void SampleContexts(const uint8_t* base, int w, uint64_t n, uint64_t* ne) {
+  const uint64_t step = ContextSampleStep(n);
+  uint64_t t[4][256] = {};
+  uint64_t i = 0;
+  for (; i + 3 * step < n; i += 4 * step) {
+    ++t[0][ContextOf(base, w, i)];
+    ++t[1][ContextOf(base, w, i + step)];
+    ++t[2][ContextOf(base, w, i + 2 * step)];
+    ++t[3][ContextOf(base, w, i + 3 * step)];
+  }
+  for (; i < n; i += step) ++t[0][ContextOf(base, w, i)];
+  for (int e = 0; e < 256; ++e) ne[e] = t[0][e] + t[1][e] + t[2][e] + t[3][e];
+}
+
 }  // namespace
 
 std::vector<uint8_t> EncodeContextBody(const uint8_t* base, uint64_t n, int w,
                                        const uint64_t* positions, const uint64_t* values,
-                                       uint64_t k) {
+                                       uint64_t k, const ContextHints& hints) {
   EncodeScratch& sc = EScratch();
-  // Element counts per exponent: every element of a small chunk, every 16th of a large one (the
-  // class choice needs proportions, not exact counts).
+  // Element counts per exponent, from the sample (scaled back to the chunk's size).
   uint64_t ne[256] = {}, ke[256] = {};
-  const uint64_t step = n >= 65536 ? 16 : 1;
-  for (uint64_t i = 0; i < n; i += step) ++ne[ContextOf(base, w, i)];
+  if (hints.sample != nullptr) {
+    std::memcpy(ne, hints.sample, sizeof(ne));
+  } else {
+    SampleContexts(base, w, n, ne);
+  }
+  const uint64_t step = ContextSampleStep(n);
   if (step > 1)
     for (uint64_t& c : ne) c *= step;
   // Value symbol counts per exponent, in a flat table whose used rows are cleared afterwards.
   sc.flat_hv.resize(size_t{256} * kSymbols);
   uint32_t* const fhv = sc.flat_hv.data();
-  sc.vsym.resize(k);
-  for (uint64_t i = 0; i < k; ++i) {
-    const uint8_t e = ContextOf(base, w, positions[i]);
-    ++ke[e];
-    const uint8_t vs = SymbolOf(values[i]).sym;
-    sc.vsym[i] = vs;
-    ++fhv[size_t{e} * kSymbols + vs];
+  if (hints.contexts != nullptr) {
+    for (uint64_t i = 0; i < k; ++i) {
+      const uint8_t e = hints.contexts[i];
+      ++ke[e];
+      ++fhv[size_t{e} * kSymbols + SymbolOf(values[i]).sym];
+    }
+  } else {
+    for (uint64_t i = 0; i < k; ++i) {
+      const uint8_t e = ContextOf(base, w, positions[i]);
+      ++ke[e];
+      ++fhv[size_t{e} * kSymbols + SymbolOf(values[i]).sym];
+    }
   }
   std::vector<std::vector<uint64_t>> hv(256);
   for (int e = 0; e < 256; ++e) {
@@ -624,31 +647,46 @@ std::vector<uint8_t> EncodeContextBody(const uint8_t* base, uint64_t n, int w,
   const int K = ChooseClasses(ne, ke, hv, bounds);
   ClassMap map(bounds, K);
 
-  // Class-local gaps, block by block over the covered elements.
-  sc.gaps.resize(k);
-  sc.cls.resize(k);
-  ClassGaps(base, w, n, map, positions, k, sc.gaps.data(), sc.cls.data(), CpuHasAvx2());
-  // Changes grouped by class, in position order within each.
+  // Changes per class, and the value symbol counts of each class's model, from the exponents'.
   uint64_t kc[kMaxClasses] = {};
-  for (uint64_t i = 0; i < k; ++i) ++kc[sc.cls[i]];
+  std::vector<uint64_t> counts(static_cast<size_t>(2 * K) * kSymbols, 0);
+  for (int e = 0; e < 256; ++e) {
+    if (ke[e] == 0) continue;
+    const int c = map.ClassOf(static_cast<uint8_t>(e));
+    kc[c] += ke[e];
+    uint64_t* row = &counts[static_cast<size_t>(K + c) * kSymbols];
+    for (size_t s = 0; s < hv[e].size(); ++s) row[s] += hv[e][s];
+  }
   uint64_t start_of[kMaxClasses + 1] = {};
   for (int c = 0; c < K; ++c) start_of[c + 1] = start_of[c] + kc[c];
-  // Symbol counts of the models, and the gaps and values in class order (ordered[j]: gap of the
-  // class-ordered change j; vordered[j]: its value).
-  std::vector<uint64_t> counts(static_cast<size_t>(2 * K) * kSymbols, 0);
+  // The class-local gaps and the values grouped by class, in position order within each
+  // (ordered[j]: gap of the class-ordered change j; vordered[j]: its value), block by block over
+  // the covered elements.
   sc.ordered.resize(k);
   sc.vordered.resize(k);
-  {
-    uint64_t at[kMaxClasses];
-    std::memcpy(at, start_of, sizeof(at));
-    for (uint64_t i = 0; i < k; ++i) {
-      const int c = sc.cls[i];
-      ++counts[static_cast<size_t>(c) * kSymbols + SymbolOf(sc.gaps[i]).sym];
-      ++counts[static_cast<size_t>(K + c) * kSymbols + sc.vsym[i]];
-      const uint64_t j = at[c]++;
-      sc.ordered[j] = sc.gaps[i];
-      sc.vordered[j] = values[i];
+  ClassGapsGrouped(base, w, n, map, positions, values, k, start_of, sc.ordered.data(),
+                   sc.vordered.data(), CpuHasAvx2());
+  // The symbols of the gaps and values, the gap models' counts, the raw bits they take, and each
+  // class's sums of gaps and of values (sum[role][c]) for the geometric fits.
+  sc.gsym.resize(k);
+  sc.vsym.resize(k);
+  uint64_t nbits = 0;
+  unsigned __int128 sum[2][kMaxClasses] = {};
+  for (int c = 0; c < K; ++c) {
+    uint64_t* row = &counts[static_cast<size_t>(c) * kSymbols];
+    unsigned __int128 gs = 0, vs = 0;
+    for (uint64_t j = start_of[c]; j < start_of[c + 1]; ++j) {
+      const Sym g = SymbolOf(sc.ordered[j]);
+      const Sym v = SymbolOf(sc.vordered[j]);
+      sc.gsym[j] = g.sym;
+      sc.vsym[j] = v.sym;
+      ++row[g.sym];
+      nbits += static_cast<uint64_t>(g.nbits) + v.nbits;
+      gs += sc.ordered[j];
+      vs += sc.vordered[j];
     }
+    sum[0][c] = gs;
+    sum[1][c] = vs;
   }
   // The models, for each class with changes its gap model then its value model: of its counts'
   // table, the geometric law fitted to its values and the previous model of its role, the one of
@@ -671,13 +709,12 @@ std::vector<uint8_t> EncodeContextBody(const uint8_t* base, uint64_t n, int w,
         uint64_t best = ModelCodeBits(cnt, f) + ModelBytesBits(table.size());
         int form = -1;  // -1: the table
         // The geometric law: offset the lowest value's symbol (at most 15), ratio the fitted mean
-        // of the values above the offset.
+        // of the values above the offset (no value is below it: values below 16 are their own
+        // symbols, larger ones have symbols of 16 and above).
         int lowest = 0;
         while (cnt[lowest] == 0) ++lowest;
         const uint64_t o = std::min<uint64_t>(static_cast<uint64_t>(lowest), kMaxGeometricOffset);
-        const uint64_t* v = role == 0 ? &sc.ordered[start_of[c]] : &sc.vordered[start_of[c]];
-        unsigned __int128 above = 0;
-        for (uint64_t x = 0; x < kc[c]; ++x) above += v[x] - o;
+        const unsigned __int128 above = sum[role][c] - static_cast<unsigned __int128>(kc[c]) * o;
         const unsigned __int128 all = above + kc[c];
         const uint64_t r = std::clamp<uint64_t>(
             static_cast<uint64_t>((above * (2 * kGeometricOne) + all) / (2 * all)), 1,
@@ -723,6 +760,7 @@ std::vector<uint8_t> EncodeContextBody(const uint8_t* base, uint64_t n, int w,
       e.xmax = static_cast<uint64_t>(f) << (32 - kScaleBits);
       e.rcp = f <= 1 ? 0
                      : static_cast<uint64_t>(((static_cast<unsigned __int128>(1) << 64) + f - 1) / f);
+      e.pass = f == 1 ? ~uint64_t{0} : 0;
       c += f;
     }
   }
@@ -742,10 +780,6 @@ std::vector<uint8_t> EncodeContextBody(const uint8_t* base, uint64_t n, int w,
   // The raw bits of the symbol sequence (every class's gaps, then every class's values), in order.
   std::vector<uint8_t> bits;
   {
-    uint64_t nbits = 0;
-    for (uint64_t j = 0; j < k; ++j) {
-      nbits += static_cast<uint64_t>(SymbolOf(sc.ordered[j]).nbits) + SymbolOf(sc.vordered[j]).nbits;
-    }
     bits.resize((nbits + 7) / 8 + 8);
     uint8_t* bp = bits.data();
     uint64_t acc = 0;
@@ -770,43 +804,59 @@ std::vector<uint8_t> EncodeContextBody(const uint8_t* base, uint64_t n, int w,
         fill = 0;
       }
     };
-    for (uint64_t j = 0; j < k; ++j) {
-      const Sym g = SymbolOf(sc.ordered[j]);
-      put(g.extra, g.nbits);
-    }
-    for (uint64_t j = 0; j < k; ++j) {
-      const Sym v = SymbolOf(sc.vordered[j]);
-      put(v.extra, v.nbits);
-    }
+    // A symbol's raw bits are the low ExtraBits(symbol) bits of its value.
+    auto put_all = [&](const uint64_t* v, const uint8_t* sym) __attribute__((always_inline)) {
+      for (uint64_t j = 0; j < k; ++j) {
+        if (sym[j] < 16) continue;
+        const int nb = ExtraBits(sym[j]);
+        put(v[j] & ((uint64_t{1} << nb) - 1), nb);
+      }
+    };
+    put_all(sc.ordered.data(), sc.gsym.data());
+    put_all(sc.vordered.data(), sc.vsym.data());
     std::memcpy(bp, &acc, 8);
     bits.resize((nbits + 7) / 8);
   }
   // rANS, last symbol first: symbol j < k is class-ordered gap j, k + j its value.
-  sc.words.clear();
-  sc.words.reserve(2 * k + 16);
-  uint32_t x[2] = {kRansLow, kRansLow};
-  auto encode = [&](uint32_t& s, const RansEncSym& e) {
+  // At most one word per symbol: a state below 2^32 renormalized once is below 2^16 <= xmax.
+  sc.words.resize(2 * k + 1);
+  uint16_t* const words = sc.words.data();
+  uint64_t nw = 0;
+  uint32_t x0 = kRansLow, x1 = kRansLow;
+  auto encode = [&](uint32_t& s, const RansEncSym& e) __attribute__((always_inline)) {
     uint64_t xs = s;
-    if (xs >= e.xmax) {
-      sc.words.push_back(static_cast<uint16_t>(xs));
-      xs >>= 16;
-    }
-    const uint64_t q = e.freq == 1 ? xs
-                                   : static_cast<uint64_t>(
-                                         (static_cast<unsigned __int128>(xs) * e.rcp) >> 64);
+    const uint64_t renorm = xs >= e.xmax ? 1 : 0;
+    words[nw] = static_cast<uint16_t>(xs);
+    nw += renorm;
+    xs >>= renorm << 4;
+    const uint64_t q =
+        static_cast<uint64_t>((static_cast<unsigned __int128>(xs) * e.rcp) >> 64) + (xs & e.pass);
     s = static_cast<uint32_t>((q << kScaleBits) + (xs - q * e.freq) + e.cum);
   };
-  for (int c = K; c-- > 0;) {
-    const RansEncSym* tab = &sc.enc[static_cast<size_t>(K + c) * kSymbols];
-    for (uint64_t j = start_of[c + 1]; j-- > start_of[c];) {
-      const uint64_t i = k + j;
-      encode(x[i & 1], tab[SymbolOf(sc.vordered[j]).sym]);
+  // Symbols off + j for j in [lo, hi) with the table tab, last first, symbol i with state
+  // x[i & 1]: two at a time, odd then even.
+  auto run = [&](const RansEncSym* tab, const uint8_t* sym, uint64_t lo, uint64_t hi,
+                 uint64_t off) __attribute__((always_inline)) {
+    uint64_t j = hi;
+    if (j > lo && ((off + j - 1) & 1) == 0) {
+      --j;
+      encode(x0, tab[sym[j]]);
     }
+    for (; j >= lo + 2; j -= 2) {
+      encode(x1, tab[sym[j - 1]]);
+      encode(x0, tab[sym[j - 2]]);
+    }
+    if (j > lo) encode(x1, tab[sym[j - 1]]);
+  };
+  for (int c = K; c-- > 0;) {
+    run(&sc.enc[static_cast<size_t>(K + c) * kSymbols], sc.vsym.data(), start_of[c],
+        start_of[c + 1], k);
   }
   for (int c = K; c-- > 0;) {
-    const RansEncSym* tab = &sc.enc[static_cast<size_t>(c) * kSymbols];
-    for (uint64_t j = start_of[c + 1]; j-- > start_of[c];) encode(x[j & 1], tab[SymbolOf(sc.ordered[j]).sym]);
+    run(&sc.enc[static_cast<size_t>(c) * kSymbols], sc.gsym.data(), start_of[c], start_of[c + 1], 0);
   }
+  sc.words.resize(nw);
+  const uint32_t x[2] = {x0, x1};
   const uint64_t rans_size = 8 + 2 * sc.words.size();
   PutVarint(&out, rans_size);
   const size_t r0 = out.size();
@@ -931,9 +981,10 @@ std::vector<uint8_t> SealContextRecord(ChunkHeader h, const std::vector<uint8_t>
 }
 
 std::vector<uint8_t> EncodeContextRecord(const ChunkHeader& h, const uint64_t* positions,
-                                         const uint64_t* values, const uint8_t* base) {
-  return SealContextRecord(
-      h, EncodeContextBody(base, h.num_elements, h.elem_width, positions, values, h.num_changes));
+                                         const uint64_t* values, const uint8_t* base,
+                                         const ContextHints& hints) {
+  return SealContextRecord(h, EncodeContextBody(base, h.num_elements, h.elem_width, positions,
+                                                values, h.num_changes, hints));
 }
 
 }  // namespace internal

@@ -426,6 +426,72 @@ TEST(Context, DeltaWithContextCodingAppliesAndConvertsToThePlainDelta) {
   EXPECT_EQ(sample->context_chunks, static_cast<uint64_t>(context_chunks));
 }
 
+// BuildDelta's context-coded records, for which the scan hands over the contexts of the changes
+// and the class choice's sample of the base, are the records EncodeContextChunk makes from the
+// plain record and the base alone: cells below and above the size where the sample thins out,
+// 2- and 4-byte elements, and cells of several small tensors (scanned change by change).
+TEST(Context, ScanHintsGiveTheSameRecords) {
+  TempDir dir;
+  std::vector<TensorSpec> specs = {
+      {"a.weight", "BF16", {300, 512}}, {"b.weight", "BF16", {64, 64}}, {"c.norm", "BF16", {512}},
+      {"d.weight", "F32", {300, 300}}, {"e.weight", "BF16", {7000}}};
+  SynthOptions so;
+  so.change_rate = 0.03;
+  so.steps = 2;
+  so.threads = 2;
+  so.calibration_sample = 1 << 14;
+  auto tr = SynthTrainer::Create(specs, so);
+  ASSERT_TRUE(tr.ok()) << tr.status();
+  ASSERT_TRUE(WriteSafetensors(dir / "b.st", (*tr)->Views()).ok());
+  (*tr)->Step();
+  ASSERT_TRUE(WriteSafetensors(dir / "t.st", (*tr)->Views()).ok());
+  auto b = Checkpoint::Open(dir / "b.st");
+  auto t = Checkpoint::Open(dir / "t.st");
+  ASSERT_TRUE(b.ok() && t.ok());
+  DeltaOptions opt;
+  opt.chunk_elems = 1 << 17;
+  opt.small_tensor_elems = 10000;
+  opt.threads = 1;
+  DeltaMemorySink plain_sink;
+  ASSERT_TRUE(BuildDelta(b->get(), **t, opt, &plain_sink).ok());
+  opt.context_coding = true;
+  DeltaMemorySink sink;
+  ASSERT_TRUE(BuildDelta(b->get(), **t, opt, &sink).ok());
+  auto d = DeltaReader::FromBytes(sink.bytes());
+  auto pd = DeltaReader::FromBytes(plain_sink.bytes());
+  ASSERT_TRUE(d.ok() && pd.ok()) << d.status();
+  ASSERT_EQ((*d)->num_chunks(), (*pd)->num_chunks());
+  const Inventory& inv = (*d)->inventory();
+  std::vector<std::vector<uint8_t>> bufs;
+  std::vector<TensorBuffer> tbs;
+  for (size_t i = 0; i < inv.tensors.size(); ++i) {
+    const TensorInfo* bt = (*b)->Find(inv.tensors[i].name);
+    bufs.emplace_back((*b)->data(*bt), (*b)->data(*bt) + bt->nbytes);
+  }
+  for (size_t i = 0; i < inv.tensors.size(); ++i) {
+    tbs.push_back(TensorBuffer{bufs[i].data(), inv.tensors[i].num_elements(), inv.tensors[i].width(),
+                               inv.salts[i]});
+  }
+  int context_chunks = 0;
+  bool sampled = false;
+  for (size_t i = 0; i < (*d)->num_chunks(); ++i) {
+    auto h = ParseChunkHeader((*d)->chunk_data(i), (*d)->chunk_size(i), nullptr, nullptr);
+    ASSERT_TRUE(h.ok());
+    if (!IsContextCoded(*h)) continue;
+    ++context_chunks;
+    sampled |= h->num_elements >= internal::kContextSampleMin;
+    std::vector<uint8_t> covered;
+    ASSERT_TRUE(GatherCoveredBits(*h, tbs, &covered).ok());
+    auto again = EncodeContextChunk((*pd)->chunk_data(i), (*pd)->chunk_size(i), covered.data(),
+                                    covered.size());
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(*again, std::vector<uint8_t>((*d)->chunk_data(i), (*d)->chunk_data(i) + (*d)->chunk_size(i)))
+        << "chunk " << h->chunk_id;
+  }
+  EXPECT_GT(context_chunks, 3);
+  EXPECT_TRUE(sampled);
+}
+
 // The class walk and its inverse agree between the portable build and the AVX2/BMI2 one, and the
 // walk gives back the positions and values the gaps came from (windows of every fill, partial
 // last blocks, one class to the most classes, classes without changes, a gap past the class's
@@ -451,28 +517,22 @@ TEST(Context, ClassWalkPortableAndFastAgree) {
         const uint64_t k = pos.size();
         const int K = static_cast<int>(bounds.size());
         const internal::ClassMap map(bounds.data(), K);
-        std::vector<uint64_t> gaps(k), gaps_fast(k);
-        std::vector<uint8_t> cls(k), cls_fast(k);
-        internal::ClassGaps(base.data(), w, n, map, pos.data(), k, gaps.data(), cls.data(), false);
         uint64_t kc[internal::kMaxContextClasses] = {};
-        for (uint64_t i = 0; i < k; ++i) ++kc[cls[i]];
+        for (uint64_t i = 0; i < k; ++i) ++kc[map.ClassOf(internal::ContextOf(base.data(), w, pos[i]))];
         uint64_t start_of[internal::kMaxContextClasses + 1] = {};
         for (int c = 0; c < K; ++c) start_of[c + 1] = start_of[c] + kc[c];
         // Gaps and values grouped by class, as the body stores them.
         std::vector<uint64_t> g(k), v(k);
-        uint64_t at[internal::kMaxContextClasses];
-        std::memcpy(at, start_of, sizeof(at));
-        for (uint64_t i = 0; i < k; ++i) {
-          g[at[cls[i]]] = gaps[i];
-          v[at[cls[i]]++] = val[i];
-        }
+        internal::ClassGapsGrouped(base.data(), w, n, map, pos.data(), val.data(), k, start_of,
+                                   g.data(), v.data(), false);
         for (bool fast : {false, true}) {
           if (fast && !internal::CpuHasAvx2()) continue;
           SCOPED_TRACE("K=" + std::to_string(K) + " w=" + std::to_string(w) + " n=" + std::to_string(n) + " fast=" + std::to_string(fast));
-          internal::ClassGaps(base.data(), w, n, map, pos.data(), k, gaps_fast.data(), cls_fast.data(),
-                              fast);
-          EXPECT_EQ(gaps_fast, gaps);
-          EXPECT_EQ(cls_fast, cls);
+          std::vector<uint64_t> g_fast(k), v_fast(k);
+          internal::ClassGapsGrouped(base.data(), w, n, map, pos.data(), val.data(), k, start_of,
+                                     g_fast.data(), v_fast.data(), fast);
+          EXPECT_EQ(g_fast, g);
+          EXPECT_EQ(v_fast, v);
           std::vector<uint64_t> p2(k), v2(k);
           ASSERT_TRUE(internal::WalkClasses(base.data(), w, n, map, kc, start_of, g.data(), v.data(),
                                             p2.data(), v2.data(), fast));

@@ -32,6 +32,13 @@ struct ChunkScanInput {
   // context-coded one) that would otherwise decode the record again.
   std::vector<uint64_t>* positions = nullptr;
   std::vector<uint64_t>* values = nullptr;
+  // For the same encoder, with elements of 2 bytes or more (ignored for 1-byte ones): when not
+  // null, the context (internal::ContextOf) of each change's base element, k entries (set only
+  // with positions and values) ...
+  std::vector<uint8_t>* contexts = nullptr;
+  // ... and when not null, 256 counters set to the counts by context of the class choice's sample
+  // of the base (internal::ContextSampleStep), taken while the scan has each block in cache.
+  uint64_t* context_sample = nullptr;
 };
 struct ChunkScanResult {
   uint64_t num_changes = 0;

@@ -15,12 +15,23 @@
 
 namespace dcr::internal {
 
+// What a scan that had the base in cache can hand the context encoder, so that it does not read
+// the base for them again: each null field is computed from the base.
+struct ContextHints {
+  // contexts[i]: the context (ContextOf) of change i's base element.
+  const uint8_t* contexts = nullptr;
+  // 256 counts by context of the class choice's sample of the base (ContextSampleStep in
+  // internal/context_walk.h), unscaled.
+  const uint64_t* sample = nullptr;
+};
+
 // The context body of a chunk's changes: `k` sorted local positions and their values (the value
 // mode's, width `w` bytes) against the base bits `base` of `n` covered elements. REQUIRES:
-// w in {2, 4, 8}, positions strictly increasing and < n, 0 < k < n.
+// w in {2, 4, 8}, positions strictly increasing and < n, 0 < k < n, hints (when given) of the
+// same base and changes.
 std::vector<uint8_t> EncodeContextBody(const uint8_t* base, uint64_t n, int w,
                                        const uint64_t* positions, const uint64_t* values,
-                                       uint64_t k);
+                                       uint64_t k, const ContextHints& hints = {});
 
 // The context-coded record of a plain record's changes: `h` is the plain record's header,
 // positions[0..k) and values[0..k) its changes as DecodeChunk gives them (k = h.num_changes) and
@@ -28,7 +39,8 @@ std::vector<uint8_t> EncodeContextBody(const uint8_t* base, uint64_t n, int w,
 // decoding it again or checking the base bits against it. REQUIRES: ContextCodable(h), h not
 // context-coded, the changes are the record's, base holds num_elements * elem_width bytes.
 std::vector<uint8_t> EncodeContextRecord(const ChunkHeader& h, const uint64_t* positions,
-                                         const uint64_t* values, const uint8_t* base);
+                                         const uint64_t* values, const uint8_t* base,
+                                         const ContextHints& hints = {});
 
 // Decodes a context body against the base bits of the header's covered elements into
 // positions[0..k) and values[0..k) (k = h.num_changes; the arrays hold k entries). kDataLoss for

@@ -274,15 +274,18 @@ __attribute__((always_inline)) inline bool WalkClassesImpl(
   return active == 0;
 }
 
-// The class-local gap of each change (sorted positions[0..k) among n covered elements), and its
-// class: the inverse of WalkClassesImpl.
+// The inverse of WalkClassesImpl: the class-local gap of each change (sorted positions[0..k)
+// among n covered elements, values[0..k) theirs), grouped by class as the encoder codes them:
+// class c's gaps, and the values of the same changes, at [start_of[c], start_of[c + 1]) of
+// gaps[] and vals[], in position order within the class. REQUIRES: start_of[c + 1] -
+// start_of[c] is the number of changes in class c.
 template <bool kFast>
-__attribute__((always_inline)) inline void ClassGapsImpl(const uint8_t* base, int w, uint64_t n,
-                                                         const ClassMap& map,
-                                                         const uint64_t* positions, uint64_t k,
-                                                         uint64_t* gaps, uint8_t* cls) {
+__attribute__((always_inline)) inline void ClassGapsGroupedImpl(
+    const uint8_t* base, int w, uint64_t n, const ClassMap& map, const uint64_t* positions,
+    const uint64_t* values, uint64_t k, const uint64_t* start_of, uint64_t* gaps, uint64_t* vals) {
   const int K = map.K;
-  uint64_t count[kMaxContextClasses] = {}, next[kMaxContextClasses] = {};
+  uint64_t count[kMaxContextClasses] = {}, next[kMaxContextClasses] = {}, at[kMaxContextClasses];
+  for (int c = 0; c < K; ++c) at[c] = start_of[c];
   uint64_t ci = 0;
   for (uint64_t start = 0; start < n && ci < k; start += 64) {
     const uint64_t len = n - start < 64 ? n - start : 64;
@@ -293,8 +296,9 @@ __attribute__((always_inline)) inline void ClassGapsImpl(const uint8_t* base, in
       const int c = map.ClassOf(ContextOf(base, w, positions[ci]));
       const uint64_t below = bit == 0 ? 0 : masks[c] & (~uint64_t{0} >> (64 - bit));
       const uint64_t j = count[c] + Pop<kFast>(below);
-      gaps[ci] = j - next[c];
-      cls[ci] = static_cast<uint8_t>(c);
+      const uint64_t o = at[c]++;
+      gaps[o] = j - next[c];
+      vals[o] = values[ci];
       next[c] = j + 1;
     }
     for (int c = 0; c < K; ++c) count[c] += Pop<kFast>(masks[c]);
@@ -327,17 +331,28 @@ inline bool WalkClasses(const uint8_t* base, int w, uint64_t n, const ClassMap& 
   }
   return ok;
 }
-__attribute__((target("popcnt,bmi,bmi2"))) inline void ClassGapsFast(
+__attribute__((target("popcnt,bmi,bmi2"))) inline void ClassGapsGroupedFast(
     const uint8_t* base, int w, uint64_t n, const ClassMap& map, const uint64_t* positions,
-    uint64_t k, uint64_t* gaps, uint8_t* cls) {
-  ClassGapsImpl<true>(base, w, n, map, positions, k, gaps, cls);
+    const uint64_t* values, uint64_t k, const uint64_t* start_of, uint64_t* gaps, uint64_t* vals) {
+  ClassGapsGroupedImpl<true>(base, w, n, map, positions, values, k, start_of, gaps, vals);
 }
-inline void ClassGaps(const uint8_t* base, int w, uint64_t n, const ClassMap& map,
-                      const uint64_t* positions, uint64_t k, uint64_t* gaps, uint8_t* cls,
-                      bool fast) {
-  if (fast) return ClassGapsFast(base, w, n, map, positions, k, gaps, cls);
-  ClassGapsImpl<false>(base, w, n, map, positions, k, gaps, cls);
+inline void ClassGapsGrouped(const uint8_t* base, int w, uint64_t n, const ClassMap& map,
+                             const uint64_t* positions, const uint64_t* values, uint64_t k,
+                             const uint64_t* start_of, uint64_t* gaps, uint64_t* vals, bool fast) {
+  if (fast && w == 2) {
+    return ContextGaps16Avx2(reinterpret_cast<const uint16_t*>(base), n, map.bounds, map.K,
+                             positions, values, k, start_of, gaps, vals);
+  }
+  if (fast) return ClassGapsGroupedFast(base, w, n, map, positions, values, k, start_of, gaps, vals);
+  ClassGapsGroupedImpl<false>(base, w, n, map, positions, values, k, start_of, gaps, vals);
 }
+
+// The class choice's sample of a chunk's base: every element of a chunk of fewer than
+// kContextSampleMin elements, else every kContextSampleStep-th (the choice needs proportions, not
+// exact counts). Its counts are by context, unscaled.
+inline constexpr uint64_t kContextSampleStep = 16;
+inline constexpr uint64_t kContextSampleMin = 65536;
+inline uint64_t ContextSampleStep(uint64_t n) { return n >= kContextSampleMin ? kContextSampleStep : 1; }
 
 }  // namespace dcr::internal
 

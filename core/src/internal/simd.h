@@ -70,6 +70,13 @@ bool ContextWalk16Avx2(const uint16_t* base, uint64_t n, const uint8_t* bounds, 
                        const uint64_t* vals, uint64_t* positions, uint64_t* values,
                        const WalkSink* sink);
 
+// The class-local gaps grouped by class (ClassGapsGrouped in internal/context_walk.h) of sorted
+// positions[0..k) among n 2-byte elements at `base` with classes bounds[0..nclasses): the same
+// gaps and values.
+void ContextGaps16Avx2(const uint16_t* base, uint64_t n, const uint8_t* bounds, int nclasses,
+                       const uint64_t* positions, const uint64_t* values, uint64_t k,
+                       const uint64_t* start_of, uint64_t* gaps, uint64_t* vals);
+
 }  // namespace dcr::internal
 
 #endif  // DCR_CORE_SRC_INTERNAL_SIMD_H_
