@@ -415,7 +415,7 @@ std::string CodecBenchTable(const CodecBenchReport& rep) {
     out += buf;
   }
   out +=
-      "\ncontext-coded (format version 7):\n\n"
+      "\ncontext-coded (format version 8):\n\n"
       "| change | ratio vs dense | size / bound2 | bound2 vs dense | encode GB/s | encode / memcpy "
       "| decode+apply GB/s | decode+apply / memcpy |\n"
       "|---|---|---|---|---|---|---|---|\n";

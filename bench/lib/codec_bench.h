@@ -118,7 +118,7 @@ struct CodecRateResult {
   double decode_apply_wall_bytes_per_s = 0;
   double encode_vs_memcpy = 0;
   double decode_apply_vs_memcpy = 0;
-  // The same pair context-coded (DeltaOptions::context_coding, format version 7).
+  // The same pair context-coded (DeltaOptions::context_coding, format version 8).
   double bound2_bytes = 0;
   uint64_t context_payload_bytes = 0;
   double context_ratio_vs_dense = 0;

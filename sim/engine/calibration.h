@@ -6,7 +6,7 @@
 //     (the array may also be named "results"; the rate key may be "rate"). Bandwidths are
 //     bytes of dense tensor per second per core.
 // Optional: "device" (a string naming the machine), "cores" (cores used by the bench).
-// Optional per rate, the context-coded delta's speeds (format version 7, `dcr bench codec --json`;
+// Optional per rate, the context-coded delta's speeds (format version 8, `dcr bench codec --json`;
 // its size comes from the payload model, not from here): context_encode_bytes_per_s,
 //   context_decode_apply_bytes_per_s;
 //   context_transcode_bytes_per_s (decode context + apply + plain re-encode, what an edge relay

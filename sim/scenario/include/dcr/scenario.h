@@ -62,7 +62,7 @@ struct DeltaSpec {
   uint64_t chunk_elems = uint64_t{1} << 22;  // grid cell, elements (DeltaOptions)
   int zstd_level = 1;
   int threads = 0;  // 0 = hardware concurrency
-  // Context-coded chunks (DeltaOptions::context_coding, format version 7). Default false.
+  // Context-coded chunks (DeltaOptions::context_coding, format version 8). Default false.
   bool wan_context = false;
 };
 
