@@ -111,6 +111,54 @@ TEST(HeldHellos, ALaterVersionsConnectionIsKeptNotDropped) {
   close(*now);
 }
 
+// A restarted node's listener stops when its version ends, just as its parent may connect for
+// the next version. The connection already made (here waiting to be accepted, its hello late)
+// is still read and kept, not closed unread: its parent would count this node lost for the next
+// version while the node waits for it there.
+TEST(HeldHellos, AStoppingListenerFinishesTheConnectionsAlreadyMade) {
+  auto port = FreePort();
+  ASSERT_TRUE(port.ok()) << port.status().ToString();
+  const std::string address = "127.0.0.1:" + std::to_string(*port);
+  auto listen_fd = Listen(address);
+  ASSERT_TRUE(listen_fd.ok()) << listen_fd.status().ToString();
+  HeldHellos& held = HeldHellos::Process();
+  const int me = 9;
+  auto later = Connect(address, SteadyNow() + 20);
+  ASSERT_TRUE(later.ok()) << later.status().ToString();
+  std::thread parent([&] {
+    usleep(800000);  // past the listener's first two looks at give_up
+    const FrameHeader h3 = HelloOf(3, 1);
+    (void)WriteFull(*later, &h3, sizeof(h3));
+  });
+  const double t0 = SteadyNow();
+  auto hellos = AcceptHellos(
+      *listen_fd, 1, SteadyNow() + 20, 5, nullptr,
+      [](const FrameHeader&, const TlsIdentity*) { return false; }, nullptr,
+      [] { return true; },  // stopping from the start
+      [&](Hello* h) {
+        if (!HeldHellos::IsLater(h->header, nullptr, kRun, 2, 1, 1)) return false;
+        held.Keep(me, h);
+        return true;
+      });
+  parent.join();
+  EXPECT_EQ(hellos.status().code(), StatusCode::kAborted) << hellos.status().ToString();
+  EXPECT_GE(SteadyNow() - t0, 0.7);
+  EXPECT_TRUE(held.MovedOn(me, kRun, 2));
+  std::vector<Hello> kept = held.Take(me, kRun, 3);
+  ASSERT_EQ(kept.size(), 1u);
+  EXPECT_EQ(kept[0].header.version, 3u);
+  // With nothing waiting, a stopping listener ends at once.
+  const double t1 = SteadyNow();
+  hellos = AcceptHellos(
+      *listen_fd, 1, SteadyNow() + 20, 5, nullptr,
+      [](const FrameHeader&, const TlsIdentity*) { return false; }, nullptr, [] { return true; },
+      nullptr);
+  EXPECT_EQ(hellos.status().code(), StatusCode::kAborted);
+  EXPECT_LT(SteadyNow() - t1, 0.5);
+  close(*listen_fd);
+  close(*later);
+}
+
 // Taking a version closes what was kept for the versions before it; the bound closes the oldest.
 TEST(HeldHellos, PassedVersionsAndTheBoundCloseConnections) {
   HeldHellos& held = HeldHellos::Process();

@@ -290,6 +290,7 @@ StatusOr<std::vector<Hello>> AcceptHellos(
     const std::function<bool()>& give_up, const std::function<bool(Hello*)>& hold) {
   constexpr size_t kMaxPendingHellos = 64;
   double next_give_up_check = 0;
+  bool giving_up = false;  // give_up said so: only the connections already made are finished
   struct Pending {
     int fd;
     double until;
@@ -395,11 +396,19 @@ StatusOr<std::vector<Hello>> AcceptHellos(
           " of " + std::to_string(want) + " streams, " + std::to_string(dropped) +
           " connections without a valid hello dropped)"));
     }
-    if (give_up && out.empty() && now >= next_give_up_check) {
+    if (give_up && out.empty() && (giving_up || now >= next_give_up_check)) {
       next_give_up_check = now + 0.5;
-      if (give_up()) {
-        return fail(AbortedError("stopped waiting for the parent (" + std::to_string(dropped) +
-                                 " connections without a valid hello dropped)"));
+      if (giving_up || give_up()) {
+        // Connections already made are read to their hello first (taken, kept or refused): one
+        // closed unread looks to its peer like this node dying. Each is bounded by the hello
+        // timeout.
+        giving_up = true;
+        pollfd waiting{listen_fd, POLLIN, 0};
+        if (pending.empty() && poll(&waiting, 1, 0) <= 0) {
+          return fail(AbortedError("stopped waiting for the parent (" +
+                                   std::to_string(dropped) +
+                                   " connections without a valid hello dropped)"));
+        }
       }
     }
     for (size_t i = pending.size(); i-- > 0;) {

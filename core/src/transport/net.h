@@ -158,7 +158,8 @@ StatusOr<std::unique_ptr<Conn>> ConnectTo(const std::string& address, double dea
 // connection never takes the place of the real peer. Connections are served concurrently: a
 // silent one does not delay the others; at most 64 wait at once (a new one closes the oldest).
 // `give_up` (if set) is asked about twice a second while no connection has been taken; once it
-// returns true the wait ends (the caller knows the peer is not coming). `hold` (if set) is
+// returns true the wait ends (the caller knows the peer is not coming), once the connections
+// already made (accepted or waiting to be) have sent their hellos or timed out. `hold` (if set) is
 // offered each connection whose whole hello `accept_hello` refused, before it is dropped: when
 // it returns true it has moved the connection out of the Hello (kept for a later wait, e.g. a
 // hello of a version after the one waited for), and the connection is neither dropped nor
