@@ -3,6 +3,7 @@
 // give the same positions and values). Compiled with -mavx2 (core/CMakeLists.txt); called only
 // when CpuHasAvx2(). No C++ library headers here (see simd.h), and every helper has internal
 // linkage, so no code built for AVX2 is shared with other files.
+#include "internal/context_blocks_avx2.h"
 #include "internal/simd.h"
 
 #if defined(__x86_64__) && defined(__AVX2__)
@@ -52,22 +53,6 @@ __attribute__((always_inline)) inline uint64_t SelectBit(uint64_t m, uint64_t r)
   return shift + kSelectInByte.at[r - before][(m >> shift) & 0xFF];
 }
 
-// The 64 contexts of a block of 2-byte elements as bytes biased by 0x80 (element i of the block
-// in byte i of the pair e0, e1), so that one signed compare orders them.
-__attribute__((always_inline)) inline void BlockContexts(const uint16_t* p, __m256i* e0,
-                                                         __m256i* e1) {
-  const __m256i low = _mm256_set1_epi16(0xFF);
-  const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
-  auto exps = [&](const uint16_t* q) __attribute__((always_inline)) {
-    const __m256i x0 = _mm256_and_si256(
-        _mm256_srli_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)), 7), low);
-    const __m256i x1 = _mm256_and_si256(
-        _mm256_srli_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 16)), 7), low);
-    return _mm256_xor_si256(_mm256_permute4x64_epi64(_mm256_packus_epi16(x0, x1), 0xD8), bias);
-  };
-  *e0 = exps(p);
-  *e1 = exps(p + 32);
-}
 
 // Replaces row[0..64) (16-bit counts whose sum is below 2^15) by the sums of the entries
 // before each, and returns the sum of all.
@@ -131,19 +116,7 @@ bool ContextWalk16Avx2(const uint16_t* base, uint64_t n, const uint8_t* bounds, 
     for (uint64_t b = 0; b < nb; ++b) {
       __m256i e0, e1;
       const uint64_t start = w0 + 64 * b;
-      uint64_t valid = ~uint64_t{0};
-      if (n - start >= 64) {
-        BlockContexts(base + start, &e0, &e1);
-      } else {
-        // The window's last, partial block: its elements copied into a zeroed block, the
-        // elements past the end masked off the first class (zero bits are context 0, above no
-        // class bound, so they are in no other class's mask).
-        alignas(32) uint16_t tail[64] = {};
-        const uint64_t len = n - start;
-        for (uint64_t i = 0; i < len; ++i) tail[i] = base[start + i];
-        BlockContexts(tail, &e0, &e1);
-        valid = (uint64_t{1} << len) - 1;
-      }
+      const uint64_t valid = BlockContextsAt(base, start, n, &e0, &e1);
       uint64_t* m = masks[b];
       uint64_t ge = valid;
       for (int c = 0; c + 1 < k; ++c) {
