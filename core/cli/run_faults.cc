@@ -118,6 +118,20 @@ StatusOr<uint64_t> CountScenarioDeltaChunks(const Scenario& s, const std::string
   return counter.chunks;
 }
 
+void AddFaultRun(const RunResult& rr, int injected, bool whole, const std::string& what, int run,
+                 FaultSummary* sum) {
+  ++sum->runs;
+  sum->faults_injected += injected;
+  if (whole) sum->faults_survived += injected;
+  sum->receivers += rr.receivers;
+  sum->receivers_verified += rr.receivers_verified;
+  sum->restarts += rr.restarts.size();
+  if (!whole) {
+    sum->errors.push_back(what + " run " + std::to_string(run + 1) + ": " +
+                          (rr.error.empty() ? "not every receiver bit-exact" : rr.error));
+  }
+}
+
 const std::vector<std::string>& ProcessFaultKinds() {
   static const std::vector<std::string> kinds = {
       "process:receiver_between_chunks", "process:receiver_inside_chunk",
@@ -229,18 +243,9 @@ Status RunScenarioProcessFaults(const Scenario& s, double rate,
       ++sum.injected_by_kind[k.kind];
       if (whole) ++sum.survived_by_kind[k.kind];
     }
-    ++sum.runs;
-    sum.faults_injected += injected;
-    if (whole) sum.faults_survived += injected;
-    sum.receivers += rr.receivers;
-    sum.receivers_verified += rr.receivers_verified;
-    sum.restarts += rr.restarts.size();
+    AddFaultRun(rr, injected, whole, "process", run, &sum);
     sum.overwrite_repairs += rr.recovery["overwrite_repairs"];
     sum.fallbacks_to_store += rr.recovery["fallbacks"];
-    if (!whole) {
-      sum.errors.push_back("process run " + std::to_string(run + 1) + ": " +
-                           (rr.error.empty() ? "not every receiver bit-exact" : rr.error));
-    }
     if (s.progress) {
       std::fprintf(stderr, "  faults / %g%% / process run %d: %d kills, %d/%d receivers bit-exact%s%s\n",
                    rate * 100, run + 1, injected, rr.receivers_verified, rr.receivers,

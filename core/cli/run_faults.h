@@ -34,6 +34,13 @@ Status RunScenarioFaults(const Scenario& s, double rate, const std::vector<std::
 StatusOr<uint64_t> CountScenarioDeltaChunks(const Scenario& s, const std::string& base_path,
                                             const std::string& target_path);
 
+// Adds one real refit of a fault run to `sum`: the run, its `injected` faults (survived as well
+// when the run ended `whole`, every receiver bit-exact and committed), its receivers and restarts,
+// and, when not whole, the error "<what> run <run + 1>: " and the run's error (or "not every
+// receiver bit-exact").
+void AddFaultRun(const RunResult& rr, int injected, bool whole, const std::string& what, int run,
+                 FaultSummary* sum);
+
 // The fault kinds of the real process kills, as the result counts them ("process:...").
 const std::vector<std::string>& ProcessFaultKinds();
 

@@ -13,11 +13,9 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <random>
-#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -44,13 +42,6 @@ const std::vector<std::string>& ProxyRunFaultKinds() {
 }
 
 namespace {
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // A window in which the in-region store refuses writes: once its directory holds a first object,
 // every directory under it is made read-only -- and immutable (FS_IMMUTABLE_FL) when this process
@@ -150,26 +141,6 @@ struct ProxyProcess {
   pid_t pid = -1;
   FaultProxySpec spec;
 };
-
-StatusOr<pid_t> SpawnProxy(const std::string& spec_path, const std::string& log) {
-  char exe[4096];
-  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (n <= 0) return ErrnoError("readlink /proc/self/exe", errno);
-  exe[n] = '\0';
-  pid_t pid = fork();
-  if (pid < 0) return ErrnoError("fork", errno);
-  if (pid == 0) {
-    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-      close(fd);
-    }
-    execl(exe, exe, "fault-proxy", "--spec", spec_path.c_str(), (char*)nullptr);
-    _exit(127);
-  }
-  return pid;
-}
 
 // The planned faults of one proxy run.
 struct RunPlan {
@@ -282,7 +253,7 @@ Status RunScenarioProxyFaults(const Scenario& s, double rate,
         const std::string spec_path = run_dir + "/" + name + ".json";
         const std::string js = FaultProxySpecToJson(spec);
         Status st = WriteFileAtomic(spec_path, js.data(), js.size());
-        auto pid = st.ok() ? SpawnProxy(spec_path, run_dir + "/" + name + ".log")
+        auto pid = st.ok() ? SpawnSubcommand("fault-proxy", spec_path, run_dir + "/" + name + ".log")
                            : StatusOr<pid_t>(st);
         if (!pid.ok()) {
           setup = pid.status();
@@ -322,7 +293,7 @@ Status RunScenarioProxyFaults(const Scenario& s, double rate,
       if (whole) ++sum.survived_by_kind[kind];
     };
     for (const ProxyProcess& pp : proxies) {
-      const nlohmann::json j = nlohmann::json::parse(ReadAll(pp.spec.log_path), nullptr, false);
+      const nlohmann::json j = nlohmann::json::parse(ReadText(pp.spec.log_path), nullptr, false);
       if (!j.is_object()) continue;
       for (const auto& e : j.value("injected", nlohmann::json::array())) {
         count("proxy:" + e.value("kind", std::string("?")));
@@ -333,18 +304,9 @@ Status RunScenarioProxyFaults(const Scenario& s, double rate,
       // (their mirrors count each refusal) while the window was open.
       if (rr.recovery["mirror_put_failures"] > 0) count("store:write_fail");
     }
-    ++sum.runs;
-    sum.faults_injected += injected;
-    if (whole) sum.faults_survived += injected;
-    sum.receivers += rr.receivers;
-    sum.receivers_verified += rr.receivers_verified;
-    sum.restarts += rr.restarts.size();
+    AddFaultRun(rr, injected, whole, "proxy", run, &sum);
     sum.overwrite_repairs += rr.recovery["overwrite_repairs"];
     sum.fallbacks_to_store += rr.recovery["fallbacks"];
-    if (!whole) {
-      sum.errors.push_back("proxy run " + std::to_string(run + 1) + ": " +
-                           (rr.error.empty() ? "not every receiver bit-exact" : rr.error));
-    }
     if (s.progress) {
       std::string what;
       for (const std::string& k : run_kinds) what += (what.empty() ? "" : ", ") + k;

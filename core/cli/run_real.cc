@@ -59,13 +59,6 @@ bool Exists(const std::string& p) {
   return stat(p.c_str(), &st) == 0;
 }
 
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 std::string RateTag(double rate) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%g", rate * 100);
@@ -1144,6 +1137,34 @@ StatusOr<ScenarioResult> RunScenarioReal(const Scenario& s) {
     }
   }
   return out;
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+StatusOr<pid_t> SpawnSubcommand(const char* subcommand, const std::string& spec_path,
+                                const std::string& log) {
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n <= 0) return ErrnoError("readlink /proc/self/exe", errno);
+  exe[n] = '\0';
+  pid_t pid = fork();
+  if (pid < 0) return ErrnoError("fork", errno);
+  if (pid == 0) {
+    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+      close(fd);
+    }
+    execl(exe, exe, subcommand, "--spec", spec_path.c_str(), (char*)nullptr);
+    _exit(127);
+  }
+  return pid;
 }
 
 }  // namespace dcr::cli

@@ -10,6 +10,8 @@
 #ifndef DCR_CORE_CLI_RUN_REAL_H_
 #define DCR_CORE_CLI_RUN_REAL_H_
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -77,6 +79,16 @@ StatusOr<std::vector<RunResult>> RunLongLivedRefits(const Scenario& s,
                                                     int run_index, const std::string& work_dir,
                                                     ScenarioResult* out,
                                                     const RefitFaults* faults = nullptr);
+
+// The contents of the file at `path`; empty when it cannot be read (a result or log a process
+// did not write).
+std::string ReadText(const std::string& path);
+
+// Starts this binary as `dcr <subcommand> --spec <spec_path>` (the fault proxies), its stdout and
+// stderr to `log` (created or truncated). Returns the child's pid; the caller signals and reaps
+// it. Errors: this binary's path cannot be read, fork fails.
+StatusOr<pid_t> SpawnSubcommand(const char* subcommand, const std::string& spec_path,
+                                const std::string& log);
 
 // Runs every (method x transport x rate x step) of a mode-real scenario.
 StatusOr<ScenarioResult> RunScenarioReal(const Scenario& s);

@@ -1,7 +1,6 @@
 // The faults block's S3 runs (see run_s3_faults.h).
 #include "run_s3_faults.h"
 
-#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -9,9 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <random>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -37,33 +34,6 @@ const std::vector<std::string>& S3RunFaultKinds() {
 }
 
 namespace {
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-StatusOr<pid_t> SpawnS3Proxy(const std::string& spec_path, const std::string& log) {
-  char exe[4096];
-  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (n <= 0) return ErrnoError("readlink /proc/self/exe", errno);
-  exe[n] = '\0';
-  pid_t pid = fork();
-  if (pid < 0) return ErrnoError("fork", errno);
-  if (pid == 0) {
-    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-      close(fd);
-    }
-    execl(exe, exe, "s3-fault-proxy", "--spec", spec_path.c_str(), (char*)nullptr);
-    _exit(127);
-  }
-  return pid;
-}
 
 // `store` (an s3:// spec) with its endpoint replaced by `endpoint`, plain http allowed.
 std::string WithEndpoint(const std::string& store, const std::string& endpoint) {
@@ -137,7 +107,7 @@ Status RunScenarioS3Faults(const Scenario& s, double rate, const std::vector<std
     const std::string js = S3FaultProxySpecToJson(spec);
     DCR_RETURN_IF_ERROR(WriteFileAtomic(spec_path, js.data(), js.size()));
     unlink(spec.log_path.c_str());
-    DCR_ASSIGN_OR_RETURN(pid_t pid, SpawnS3Proxy(spec_path, run_dir + "/s3-proxy.log"));
+    DCR_ASSIGN_OR_RETURN(pid_t pid, SpawnSubcommand("s3-fault-proxy", spec_path, run_dir + "/s3-proxy.log"));
     // Listening once its log exists (it writes the log after binding).
     const double until = internal::SteadyNow() + 5;
     while (access(spec.log_path.c_str(), F_OK) != 0 && internal::SteadyNow() < until) usleep(5000);
@@ -156,7 +126,7 @@ Status RunScenarioS3Faults(const Scenario& s, double rate, const std::vector<std
     RunResult rr = std::move(*rr_or);
     const bool whole = rr.error.empty() && rr.receivers_verified == rr.receivers;
     int injected = 0;
-    const nlohmann::json j = nlohmann::json::parse(ReadAll(spec.log_path), nullptr, false);
+    const nlohmann::json j = nlohmann::json::parse(ReadText(spec.log_path), nullptr, false);
     if (j.is_object()) {
       for (const auto& e : j.value("injected", nlohmann::json::array())) {
         const std::string kind = "s3:" + e.value("kind", std::string("?")) + ":" +
@@ -166,16 +136,7 @@ Status RunScenarioS3Faults(const Scenario& s, double rate, const std::vector<std
         if (whole) ++sum.survived_by_kind[kind];
       }
     }
-    ++sum.runs;
-    sum.faults_injected += injected;
-    if (whole) sum.faults_survived += injected;
-    sum.receivers += rr.receivers;
-    sum.receivers_verified += rr.receivers_verified;
-    sum.restarts += rr.restarts.size();
-    if (!whole) {
-      sum.errors.push_back("s3 run " + std::to_string(run + 1) + ": " +
-                           (rr.error.empty() ? "not every receiver bit-exact" : rr.error));
-    }
+    AddFaultRun(rr, injected, whole, "s3", run, &sum);
     if (s.progress) {
       std::string what;
       for (const std::string& k : planned) what += (what.empty() ? "" : ", ") + k;
