@@ -1,5 +1,7 @@
 #include "node/held_hellos.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 
 namespace dcr::internal {
@@ -58,6 +60,33 @@ bool HeldHellos::MovedOn(int rank, uint64_t run, uint64_t version) {
 size_t HeldHellos::size() {
   std::lock_guard<std::mutex> lock(mu_);
   return held_.size();
+}
+
+void HeldHellos::KeepListener(int rank, const std::string& address, int fd) {
+  int replaced = -1;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (Listener& l : listeners_) {
+      if (l.rank == rank && l.address == address) {
+        replaced = l.fd;
+        l.fd = fd;
+      }
+    }
+    if (replaced < 0) listeners_.push_back(Listener{rank, address, fd});
+  }
+  if (replaced >= 0 && replaced != fd) close(replaced);
+}
+
+int HeldHellos::TakeListener(int rank, const std::string& address) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < listeners_.size(); ++i) {
+    if (listeners_[i].rank == rank && listeners_[i].address == address) {
+      const int fd = listeners_[i].fd;
+      listeners_.erase(listeners_.begin() + static_cast<std::ptrdiff_t>(i));
+      return fd;
+    }
+  }
+  return -1;
 }
 
 }  // namespace dcr::internal

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "transport/net.h"
@@ -52,13 +53,27 @@ class HeldHellos {
   // Number of kept connections.
   size_t size();
 
+  // A restarted node's listener, kept listening from one version to the next instead of being
+  // closed: a parent's connection for the next version that arrives after the listener's last
+  // accept then waits in its backlog for the next version's wait instead of being reset. Keeping
+  // a listener for `rank` and `address` closes one already kept for them.
+  void KeepListener(int rank, const std::string& address, int fd);
+  // The listener kept for `rank` on `address`, which the caller now owns; -1 if there is none.
+  int TakeListener(int rank, const std::string& address);
+
  private:
   struct Held {
     int rank;
     Hello hello;
   };
+  struct Listener {
+    int rank;
+    std::string address;
+    int fd;
+  };
   std::mutex mu_;
   std::vector<Held> held_;
+  std::vector<Listener> listeners_;
 };
 
 }  // namespace dcr::internal

@@ -4,6 +4,7 @@
 #include "node/held_hellos.h"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -157,6 +158,51 @@ TEST(HeldHellos, AStoppingListenerFinishesTheConnectionsAlreadyMade) {
   EXPECT_LT(SteadyNow() - t1, 0.5);
   close(*listen_fd);
   close(*later);
+}
+
+// A restarted node's listener is kept from its version to the next instead of closed. A parent
+// that connects for the next version after the listener's last accept, before the next version's
+// wait starts, is accepted by that wait with what it wrote; on a closed listener its connection
+// would have been reset.
+TEST(HeldHellos, AKeptListenerHoldsConnectionsForTheNextVersionsWait) {
+  auto port = FreePort();
+  ASSERT_TRUE(port.ok()) << port.status().ToString();
+  const std::string address = "127.0.0.1:" + std::to_string(*port);
+  auto listen_fd = Listen(address);
+  ASSERT_TRUE(listen_fd.ok()) << listen_fd.status().ToString();
+  HeldHellos& held = HeldHellos::Process();
+  const int me = 10;
+  auto stopped = AcceptHellos(
+      *listen_fd, 1, SteadyNow() + 20, 5, nullptr,
+      [](const FrameHeader&, const TlsIdentity*) { return false; }, nullptr, [] { return true; },
+      nullptr);
+  ASSERT_EQ(stopped.status().code(), StatusCode::kAborted);
+  held.KeepListener(me, address, *listen_fd);
+  EXPECT_EQ(held.TakeListener(me + 1, address), -1);  // kept for rank `me` only
+  EXPECT_EQ(held.TakeListener(me, "127.0.0.1:1"), -1);
+  auto next = Connect(address, SteadyNow() + 20);
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  const FrameHeader h3 = HelloOf(3, 1);
+  ASSERT_TRUE(WriteFull(*next, &h3, sizeof(h3)).ok());
+  const int fd = held.TakeListener(me, address);
+  ASSERT_EQ(fd, *listen_fd);
+  EXPECT_EQ(held.TakeListener(me, address), -1);  // taken
+  auto hellos = AcceptHellos(
+      fd, 1, SteadyNow() + 20, 5, nullptr,
+      [](const FrameHeader& h, const TlsIdentity*) { return h.version == 3 && h.from_rank == 1; },
+      nullptr, nullptr, nullptr);
+  ASSERT_TRUE(hellos.ok()) << hellos.status().ToString();
+  ASSERT_EQ(hellos->size(), 1u);
+  EXPECT_EQ((*hellos)[0].header.version, 3u);
+  // Keeping a second listener for the same rank and address closes the first.
+  auto other = Listen("127.0.0.1:0");
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  held.KeepListener(me, address, fd);
+  held.KeepListener(me, address, *other);
+  EXPECT_EQ(fcntl(fd, F_GETFD), -1);  // closed
+  EXPECT_EQ(held.TakeListener(me, address), *other);
+  close(*other);
+  close(*next);
 }
 
 // Taking a version closes what was kept for the versions before it; the bound closes the oldest.

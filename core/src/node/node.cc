@@ -354,7 +354,7 @@ class TreeLinks {
     }
     int listen_fd = -1;
     if (parent != nullptr) {
-      DCR_ASSIGN_OR_RETURN(listen_fd, internal::Listen(plan_.addresses[me]));
+      DCR_ASSIGN_OR_RETURN(listen_fd, ListenOnOwnAddress());
     }
     const bool long_edges = me == 0 && plan_.emulate_wan;
     std::vector<event::SendFailed> lost;  // children lost while their links were set up
@@ -418,11 +418,13 @@ class TreeLinks {
   // it listens on its address all the same, for `parent`'s connections: one of this version is
   // accepted only to be closed, so the parent counts this child lost at once (as one that died
   // mid-stream) instead of trying to connect until its deadline; one of a later version is kept
-  // for that version (node/held_hellos.h). An address that cannot be listened on is named on
-  // stderr and skipped. Errors: the credentials'.
+  // for that version (node/held_hellos.h). At Close the listener is kept for the next version's
+  // wait rather than closed, so a parent connecting for that version just then waits in its
+  // backlog instead of being reset. An address that cannot be listened on is named on stderr and
+  // skipped. Errors: the credentials'.
   Status TurnAwayParent(const Link& parent, double deadline) {
     DCR_RETURN_IF_ERROR(LoadCredentials());
-    auto listening = internal::Listen(plan_.addresses[plan_.rank]);
+    auto listening = ListenOnOwnAddress();
     if (!listening.ok()) {  // the parent then finds out at its deadline, as without this
       std::fprintf(stderr, "node %d: not listening while restarted: %s\n", plan_.rank,
                    listening.status().ToString().c_str());
@@ -455,7 +457,8 @@ class TreeLinks {
       };
       (void)internal::AcceptHellos(listen_fd, 1, deadline, kHelloTimeoutS, link_tls_.get(),
                                    refuse, nullptr, [this] { return stopping_.load(); }, hold);
-      close(listen_fd);
+      // Still listening: the next version's wait takes it, with what came in the meantime.
+      held.KeepListener(me, plan_.addresses[me], listen_fd);
     });
     return Status();
   }
@@ -668,6 +671,15 @@ class TreeLinks {
       if (c.id == id) return &c;
     }
     return nullptr;
+  }
+
+  // The listener a restarted node kept from its previous version (TurnAwayParent), else a new
+  // one on this node's address.
+  StatusOr<int> ListenOnOwnAddress() {
+    const int kept =
+        internal::HeldHellos::Process().TakeListener(plan_.rank, plan_.addresses[plan_.rank]);
+    if (kept >= 0) return kept;
+    return internal::Listen(plan_.addresses[plan_.rank]);
   }
 
   Status AcceptParent(const Link& parent, int listen_fd, double deadline) {
