@@ -35,6 +35,22 @@ def outside(path):
 print(p - po + co)
 PY
 }
+# pause_edge WORK SECONDS: stops the edge relay (node 1) with SIGSTOP as soon as it is ready and
+# continues it SECONDS later; prints its pid. Its pid is found before it is ready and the ready file
+# is polled every 5 ms, so the stop comes within a few milliseconds of the stream's start, long
+# before the relay could have acknowledged what the sender hands the long link in its first burst.
+pause_edge() {
+  local pid="" _
+  for _ in $(seq 3000); do
+    pid=$(pgrep -f -- "--plan $1/run-1/plan-1.json" | head -1)
+    [ -n "$pid" ] && break
+    sleep 0.01
+  done
+  [ -n "$pid" ] || return 1
+  for _ in $(seq 6000); do [ -e "$1/run-1/ready-1" ] && break; sleep 0.005; done
+  kill -STOP "$pid"; sleep "$2"; kill -CONT "$pid"
+  echo "$pid"
+}
 "$dcr" synth --preset tiny --rate 3% --steps 2 --out "$tmp/ck" >/dev/null 2>&1; check synth 0 $?
 s0="$tmp/ck/step0.safetensors"; s1="$tmp/ck/step1.safetensors"
 scenario() {  # scenario FILE WORK_DIR EDGE_KEY [EXTRA]
@@ -123,9 +139,7 @@ PY
 READ_DEADLINE=30s LINK=2Mbit/s scenario "$tmp/lag.yaml" "$tmp/work-lag" ", edge_relays: [1], window: 16KiB"
 "$dcr" run "$tmp/lag.yaml" --out "$tmp/l.json" -q > /dev/null 2> "$tmp/lerr.txt" &
 run_pid=$!
-for _ in $(seq 600); do [ -e "$tmp/work-lag/run-1/ready-1" ] && break; sleep 0.05; done
-edge_pid=$(pgrep -f -- "--plan $tmp/work-lag/run-1/plan-1.json" | head -1)
-if [ -n "$edge_pid" ]; then kill -STOP "$edge_pid"; sleep 3; kill -CONT "$edge_pid"; fi
+edge_pid=$(pause_edge "$tmp/work-lag" 3)
 wait $run_pid; check run-edge-lag 0 $?
 [ -n "$edge_pid" ]; check run-edge-lag-stopped 0 $?
 python3 - "$tmp/l.json" "$tmp/work-lag/run-1" "$(stat -c %s "$tmp/ctx.dcr")" "$(stat -c %s "$tmp/plain.dcr")" \
@@ -164,9 +178,7 @@ READ_DEADLINE=30s LINK=2Mbit/s scenario "$tmp/back.yaml" "$tmp/work-back" ", edg
 sed -i "s|checkpoints: \[$s0, $s1\]|checkpoints: [$tmp/ck25/step0.safetensors, $tmp/ck25/step1.safetensors]|" "$tmp/back.yaml"
 "$dcr" run "$tmp/back.yaml" --out "$tmp/b.json" -q > /dev/null 2> "$tmp/berr.txt" &
 run_pid=$!
-for _ in $(seq 600); do [ -e "$tmp/work-back/run-1/ready-1" ] && break; sleep 0.05; done
-edge_pid=$(pgrep -f -- "--plan $tmp/work-back/run-1/plan-1.json" | head -1)
-if [ -n "$edge_pid" ]; then kill -STOP "$edge_pid"; sleep 1; kill -CONT "$edge_pid"; fi
+edge_pid=$(pause_edge "$tmp/work-back" 1)
 wait $run_pid; check run-edge-back 0 $?
 [ -n "$edge_pid" ]; check run-edge-back-stopped 0 $?
 python3 - "$tmp/b.json" "$tmp/work-back/run-1" "$(stat -c %s "$tmp/ctx25.dcr")" "$(stat -c %s "$tmp/plain25.dcr")" \
