@@ -29,6 +29,16 @@ FrameHeader HelloOf(uint64_t version, int from, uint32_t stream = 0, uint64_t st
   return h;
 }
 
+// A listening socket on a free loopback port.
+void ListenOnFreePort(std::string* address, int* fd) {
+  auto port = FreePort();
+  ASSERT_TRUE(port.ok()) << port.status().ToString();
+  *address = "127.0.0.1:" + std::to_string(*port);
+  auto listen_fd = Listen(*address);
+  ASSERT_TRUE(listen_fd.ok()) << listen_fd.status().ToString();
+  *fd = *listen_fd;
+}
+
 TEST(HeldHellos, IsLaterOnlyForTheParentsLaterVersionOfThisRun) {
   EXPECT_TRUE(HeldHellos::IsLater(HelloOf(3, 1), nullptr, kRun, 2, 1, 1));
   EXPECT_TRUE(HeldHellos::IsLater(HelloOf(5, 1, 1, 2), nullptr, kRun, 2, 1, 2));
@@ -57,18 +67,16 @@ TEST(HeldHellos, IsLaterOnlyForTheParentsLaterVersionOfThisRun) {
 // wait takes version 2's, `hold` keeps version 3's, and version 3's wait finds it kept with the
 // bytes the parent wrote after it.
 TEST(HeldHellos, ALaterVersionsConnectionIsKeptNotDropped) {
-  auto port = FreePort();
-  ASSERT_TRUE(port.ok()) << port.status().ToString();
-  const std::string address = "127.0.0.1:" + std::to_string(*port);
-  auto listen_fd = Listen(address);
-  ASSERT_TRUE(listen_fd.ok()) << listen_fd.status().ToString();
+  std::string address;
+  int listen_fd = -1;
+  ASSERT_NO_FATAL_FAILURE(ListenOnFreePort(&address, &listen_fd));
   HeldHellos& held = HeldHellos::Process();
   const int me = 7;  // a rank no other test of this binary keeps for
   StatusOr<std::vector<Hello>> hellos = UnavailableError("not run");
   std::vector<std::string> refusals;
   std::thread child([&] {
     hellos = AcceptHellos(
-        *listen_fd, 1, SteadyNow() + 20, 5, nullptr,
+        listen_fd, 1, SteadyNow() + 20, 5, nullptr,
         [](const FrameHeader& h, const TlsIdentity*) { return h.version == 2 && h.from_rank == 1; },
         [&](const std::string& why) { refusals.push_back(why); }, nullptr,
         [&](Hello* h) {
@@ -91,7 +99,7 @@ TEST(HeldHellos, ALaterVersionsConnectionIsKeptNotDropped) {
   const FrameHeader h2 = HelloOf(2, 1);
   ASSERT_TRUE(WriteFull(*now, &h2, sizeof(h2)).ok());
   child.join();
-  close(*listen_fd);
+  close(listen_fd);
   ASSERT_TRUE(hellos.ok()) << hellos.status().ToString();
   ASSERT_EQ(hellos->size(), 1u);
   EXPECT_EQ((*hellos)[0].header.version, 2u);
@@ -117,11 +125,9 @@ TEST(HeldHellos, ALaterVersionsConnectionIsKeptNotDropped) {
 // is still read and kept, not closed unread: its parent would count this node lost for the next
 // version while the node waits for it there.
 TEST(HeldHellos, AStoppingListenerFinishesTheConnectionsAlreadyMade) {
-  auto port = FreePort();
-  ASSERT_TRUE(port.ok()) << port.status().ToString();
-  const std::string address = "127.0.0.1:" + std::to_string(*port);
-  auto listen_fd = Listen(address);
-  ASSERT_TRUE(listen_fd.ok()) << listen_fd.status().ToString();
+  std::string address;
+  int listen_fd = -1;
+  ASSERT_NO_FATAL_FAILURE(ListenOnFreePort(&address, &listen_fd));
   HeldHellos& held = HeldHellos::Process();
   const int me = 9;
   auto later = Connect(address, SteadyNow() + 20);
@@ -133,7 +139,7 @@ TEST(HeldHellos, AStoppingListenerFinishesTheConnectionsAlreadyMade) {
   });
   const double t0 = SteadyNow();
   auto hellos = AcceptHellos(
-      *listen_fd, 1, SteadyNow() + 20, 5, nullptr,
+      listen_fd, 1, SteadyNow() + 20, 5, nullptr,
       [](const FrameHeader&, const TlsIdentity*) { return false; }, nullptr,
       [] { return true; },  // stopping from the start
       [&](Hello* h) {
@@ -151,12 +157,12 @@ TEST(HeldHellos, AStoppingListenerFinishesTheConnectionsAlreadyMade) {
   // With nothing waiting, a stopping listener ends at once.
   const double t1 = SteadyNow();
   hellos = AcceptHellos(
-      *listen_fd, 1, SteadyNow() + 20, 5, nullptr,
+      listen_fd, 1, SteadyNow() + 20, 5, nullptr,
       [](const FrameHeader&, const TlsIdentity*) { return false; }, nullptr, [] { return true; },
       nullptr);
   EXPECT_EQ(hellos.status().code(), StatusCode::kAborted);
   EXPECT_LT(SteadyNow() - t1, 0.5);
-  close(*listen_fd);
+  close(listen_fd);
   close(*later);
 }
 
@@ -165,19 +171,17 @@ TEST(HeldHellos, AStoppingListenerFinishesTheConnectionsAlreadyMade) {
 // wait starts, is accepted by that wait with what it wrote; on a closed listener its connection
 // would have been reset.
 TEST(HeldHellos, AKeptListenerHoldsConnectionsForTheNextVersionsWait) {
-  auto port = FreePort();
-  ASSERT_TRUE(port.ok()) << port.status().ToString();
-  const std::string address = "127.0.0.1:" + std::to_string(*port);
-  auto listen_fd = Listen(address);
-  ASSERT_TRUE(listen_fd.ok()) << listen_fd.status().ToString();
+  std::string address;
+  int listen_fd = -1;
+  ASSERT_NO_FATAL_FAILURE(ListenOnFreePort(&address, &listen_fd));
   HeldHellos& held = HeldHellos::Process();
   const int me = 10;
   auto stopped = AcceptHellos(
-      *listen_fd, 1, SteadyNow() + 20, 5, nullptr,
+      listen_fd, 1, SteadyNow() + 20, 5, nullptr,
       [](const FrameHeader&, const TlsIdentity*) { return false; }, nullptr, [] { return true; },
       nullptr);
   ASSERT_EQ(stopped.status().code(), StatusCode::kAborted);
-  held.KeepListener(me, address, *listen_fd);
+  held.KeepListener(me, address, listen_fd);
   EXPECT_EQ(held.TakeListener(me + 1, address), -1);  // kept for rank `me` only
   EXPECT_EQ(held.TakeListener(me, "127.0.0.1:1"), -1);
   auto next = Connect(address, SteadyNow() + 20);
@@ -185,7 +189,7 @@ TEST(HeldHellos, AKeptListenerHoldsConnectionsForTheNextVersionsWait) {
   const FrameHeader h3 = HelloOf(3, 1);
   ASSERT_TRUE(WriteFull(*next, &h3, sizeof(h3)).ok());
   const int fd = held.TakeListener(me, address);
-  ASSERT_EQ(fd, *listen_fd);
+  ASSERT_EQ(fd, listen_fd);
   EXPECT_EQ(held.TakeListener(me, address), -1);  // taken
   auto hellos = AcceptHellos(
       fd, 1, SteadyNow() + 20, 5, nullptr,
