@@ -47,7 +47,7 @@ pause_edge() {
     sleep 0.01
   done
   [ -n "$pid" ] || return 1
-  for _ in $(seq 6000); do [ -e "$1/run-1/ready-1" ] && break; sleep 0.005; done
+  wait_for "$1/run-1/ready-1" 30 5
   kill -STOP "$pid"; sleep "$2"; kill -CONT "$pid"
   echo "$pid"
 }
