@@ -5,6 +5,7 @@
 #include "command.h"
 #include "dcr/delta.h"
 #include "dcr/signing.h"
+#include "dcr/sums.h"
 #include "device_option.h"
 #include "progress_line.h"
 
@@ -24,6 +25,8 @@ struct DiffArgs {
   std::string sign_key;  // --sign: the trainer's Ed25519 key (PEM)
   uint64_t run_id = 0;
   uint32_t chunks_per_manifest = 32;
+  std::string base_sums;    // --base-sums: BASE's sums file, checked, for its content hash
+  std::string target_sums;  // --target-sums: write TARGET's sums file
 };
 
 int RunDiff(const DiffArgs& a) {
@@ -45,6 +48,15 @@ int RunDiff(const DiffArgs& a) {
   auto t = Checkpoint::Open(a.target);
   if (!t.ok()) return ReportStatus("diff", t.status());
   DeltaOptions opt;
+  if (!a.base_sums.empty()) {
+    // The base's content hash from its sums file once every byte of the base matches it: one
+    // XXH3 pass instead of the element terms of every element.
+    auto sums = ReadSums(a.base_sums);
+    if (!sums.ok()) return ReportStatus("diff", sums.status());
+    Status ok = CheckSums(*base, *sums, a.threads);
+    if (!ok.ok()) return ReportStatus("diff", ok.WithContext("base " + a.base + " against " + a.base_sums));
+    opt.known_base_hash = sums->content_hash;
+  }
   opt.chunk_elems = a.chunk_elems;
   opt.small_tensor_elems = a.small;
   opt.zstd_level = a.level;
@@ -70,6 +82,14 @@ int RunDiff(const DiffArgs& a) {
   auto st = BuildDeltaOnDevice(base.get(), **t, opt, device->get(), sink);
   progress.Finish();
   if (!st.ok()) return ReportStatus("diff", st.status());
+  if (!a.target_sums.empty()) {
+    // The delta's target hash is the target's content hash (the base's moved by every element
+    // that differs, or computed in full with --full).
+    Status ws = WriteSums(a.target_sums, ComputeSums(**t, st->target_hash, a.threads));
+    if (!ws.ok()) {
+      return ReportStatus("diff", ws.WithContext("the delta " + a.out + " is written; the target's sums file " + a.target_sums));
+    }
+  }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!a.quiet) {
     double bound_bytes = st->entropy_bound_bits / 8;
@@ -148,6 +168,13 @@ DCR_REGISTER_COMMAND("diff", "Build the delta that turns BASE into TARGET (bit-e
                                        "With --sign: chunks per signed manifest record")
                            ->check(CLI::Range(1, 65536))
                            ->capture_default_str();
+                       app->add_option("--base-sums", a->base_sums,
+                                       "BASE's sums file (`dcr sums`, or --target-sums of the diff "
+                                       "that built BASE): its content hash is used once every byte "
+                                       "of BASE is checked against it, instead of hashing BASE")
+                           ->excludes("--full");
+                       app->add_option("--target-sums", a->target_sums,
+                                       "Write TARGET's sums file (for the next diff's --base-sums)");
                        a->device.AddTo(app);
                        return [a]() {
                          if (a->files.size() == 2) {
