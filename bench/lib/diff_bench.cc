@@ -15,6 +15,7 @@
 #include "dcr/delta.h"
 #include "dcr/hash.h"
 #include "dcr/status_macros.h"
+#include "dcr/sums.h"
 #include "internal/diff_scan.h"
 #include "internal/range_hasher.h"
 #include "internal/simd.h"
@@ -83,6 +84,9 @@ StatusOr<DiffBenchReport> RunDiffBench(const DiffBenchConfig& config,
   const std::string base_path = config.dir + "/base.safetensors";
   const std::string target_path = config.dir + "/target.safetensors";
   const std::string delta_path = config.dir + "/delta.dcr";
+  const std::string sums_delta_path = config.dir + "/delta-sums.dcr";
+  const std::string base_sums_path = config.dir + "/base.sums";
+  const std::string target_sums_path = config.dir + "/target.sums";
   auto write = [](const Checkpoint& c, const std::string& path) {
     std::vector<TensorView> views;
     for (const TensorInfo& t : c.tensors()) views.push_back({t.name, t.dtype_name, t.shape, c.data(t), t.nbytes});
@@ -101,13 +105,20 @@ StatusOr<DiffBenchReport> RunDiffBench(const DiffBenchConfig& config,
   DCR_ASSIGN_OR_RETURN(rep.target_bytes, ReadWhole(target_path, &buf));  // into the page cache
   DCR_RETURN_IF_ERROR(ReadWhole(base_path, &buf).status());
   const bool avx2 = CpuHasAvx2();
+  {  // the base's sums file, as `dcr sums` (or the diff that built it) writes it
+    DCR_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> b, Checkpoint::Open(base_path));
+    DCR_RETURN_IF_ERROR(WriteSums(base_sums_path, ComputeSums(*b, b->ContentHash(0), 0)));
+  }
 
-  enum { kDd, kDiff, kDiffQ, kDiffContext, kBaseHash, kTargetHash, kRangeHash, kScan, kEncode, kWrite, kRows };
+  enum { kDd, kDiff, kDiffQ, kDiffContext, kDiffSums, kBaseHash, kCheckSums, kTargetSums, kTargetHash, kRangeHash, kScan, kEncode, kWrite, kRows };
   const char* names[kRows] = {"dd read",
                               "diff",
                               "diff -q",
                               "diff --wan-context",
+                              "diff --base-sums --target-sums",
                               "  content hash of base",
+                              "  check base against its sums",
+                              "  sums of target",
                               "  content hash of target",
                               "  range hashes of target",
                               "  difference scan",
@@ -128,15 +139,40 @@ StatusOr<DiffBenchReport> RunDiffBench(const DiffBenchConfig& config,
       DCR_RETURN_IF_ERROR(TimeOnce(&best[row], [&]() -> Status {
         DCR_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> b, Checkpoint::Open(base_path));
         DCR_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> t, Checkpoint::Open(target_path));
-        DeltaFileSink sink(delta_path);
+        DeltaFileSink sink(q == 0 ? delta_path : config.dir + (q == 1 ? "/delta-q.dcr" : "/delta-context.dcr"));
         DCR_ASSIGN_OR_RETURN(DeltaStats st,
                              BuildDelta(b.get(), *t, DiffOptions(q != 1, q == 2), &sink));
         (q == 2 ? rep.context_delta_bytes : rep.delta_bytes) = st.payload_bytes;
         return Status::OK();
       }));
     }
+    // The chained diff: the base's content hash from its checked sums file, the target's written.
+    DCR_RETURN_IF_ERROR(TimeOnce(&best[kDiffSums], [&]() -> Status {
+      DCR_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> b, Checkpoint::Open(base_path));
+      DCR_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> t, Checkpoint::Open(target_path));
+      DCR_ASSIGN_OR_RETURN(CheckpointSums sums, ReadSums(base_sums_path));
+      DCR_RETURN_IF_ERROR(CheckSums(*b, sums, 1));
+      DeltaOptions o = DiffOptions(true);
+      o.known_base_hash = sums.content_hash;
+      DeltaFileSink sink(sums_delta_path);
+      DCR_ASSIGN_OR_RETURN(DeltaStats st, BuildDelta(b.get(), *t, o, &sink));
+      return WriteSums(target_sums_path, ComputeSums(*t, st.target_hash, 1));
+    }));
+    DCR_ASSIGN_OR_RETURN(std::vector<uint8_t> plain_delta, ReadFile(delta_path));
+    DCR_ASSIGN_OR_RETURN(std::vector<uint8_t> sums_delta, ReadFile(sums_delta_path));
+    if (plain_delta != sums_delta) {
+      return InternalError("bench diff: the delta built from the base's sums differs from the diff's");
+    }
     DCR_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> b, Checkpoint::Open(base_path));
     DCR_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> t, Checkpoint::Open(target_path));
+    DCR_RETURN_IF_ERROR(TimeOnce(&best[kCheckSums], [&]() -> Status {
+      DCR_ASSIGN_OR_RETURN(CheckpointSums sums, ReadSums(base_sums_path));
+      return CheckSums(*b, sums, 1);
+    }));
+    DCR_RETURN_IF_ERROR(TimeOnce(&best[kTargetSums], [&]() -> Status {
+      sink_guard += ComputeSums(*t, Hash128{}, 1).files[0].regions[0].lo;
+      return Status::OK();
+    }));
     const TensorInfo& bt = b->tensors()[0];
     const TensorInfo& tt = t->tensors()[0];
     Hash128 base_hash;
