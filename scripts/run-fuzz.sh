@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Bounded libFuzzer run of the dcr fuzz targets (delta payload decoder + apply, whole delta
-# streams, receiver journal, signed streams) under AddressSanitizer + UBSan, built with clang.
+# streams, receiver journal, signed streams, sums files) under AddressSanitizer + UBSan, built with clang.
 #
 #   scripts/run-fuzz.sh [SECONDS_PER_TARGET]     (default 20; CI: 60 s in all)
 #
@@ -22,13 +22,13 @@ fi
 CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DDCR_BUILD_FUZZ=ON -DDCR_SANITIZE="address,undefined" -DDCR_BUILD_TESTS=ON \
   -DDCR_BUILD_BENCH=OFF -DDCR_BUILD_SIM=OFF -DDCR_WITH_CUDA=OFF >/dev/null
-cmake --build "$build" -j"$jobs" --target dcr_fuzz_chunk dcr_fuzz_delta dcr_fuzz_journal dcr_fuzz_signed dcr_fuzz_seeds
+cmake --build "$build" -j"$jobs" --target dcr_fuzz_chunk dcr_fuzz_delta dcr_fuzz_journal dcr_fuzz_signed dcr_fuzz_sums dcr_fuzz_seeds
 
 corpus="$build/corpus"
 mkdir -p "$corpus" "$build/artifacts"
 "$build/tests/fuzz/dcr_fuzz_seeds" "$corpus/seeds" >/dev/null
 status=0
-for t in chunk delta journal signed; do
+for t in chunk delta journal signed sums; do
   mkdir -p "$corpus/$t"
   echo "== dcr_fuzz_$t: ${secs}s"
   if ! UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \

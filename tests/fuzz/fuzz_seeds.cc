@@ -16,6 +16,7 @@
 #include "dcr/delta.h"
 #include "dcr/journal.h"
 #include "dcr/signing.h"
+#include "dcr/sums.h"
 #include "dcr/versioning.h"
 #include "fuzz_common.h"
 
@@ -35,7 +36,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::string out = argv[1];
-  for (const char* d : {"", "/chunk", "/delta", "/journal", "/signed"}) {
+  for (const char* d : {"", "/chunk", "/delta", "/journal", "/signed", "/sums"}) {
     ::mkdir((out + d).c_str(), 0755);
   }
   auto signing_key = SigningKey::FromSeed(fuzz::kSigningSeed);
@@ -135,6 +136,11 @@ int main(int argc, char** argv) {
       m.Buffers();
     }
     ++n;
+  }
+  // Sums files of the fixed model's checkpoint, in small regions and in the default ones.
+  for (uint64_t region : {kSumsMinRegionBytes, kSumsRegionBytes}) {
+    const std::string text = FormatSums(ComputeSums(**base, (*base)->ContentHash(1), 1, region));
+    Write(out + "/sums/seed-" + std::to_string(region), std::vector<uint8_t>(text.begin(), text.end()));
   }
   std::printf("seeds written to %s\n", out.c_str());
   return 0;

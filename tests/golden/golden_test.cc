@@ -19,6 +19,7 @@
 #include "dcr/context.h"
 #include "dcr/delta.h"
 #include "dcr/signing.h"
+#include "dcr/sums.h"
 
 namespace dcr {
 namespace {
@@ -578,7 +579,21 @@ TEST(GoldenContext, OlderContextDeltasStillApply) {
   }
 }
 
-// tests/golden-errors/MANIFEST: "<file> <kind: delta|checkpoint> <STATUS_CODE> <message substring>".
+// The sums file of the golden base, as `dcr sums` writes it: the format is stable, and it checks.
+TEST(GoldenSums, TheBaseSumsFileIsWhatDcrSumsWritesAndItChecks) {
+  auto base = Checkpoint::Open((kGolden / "base.safetensors").string());
+  ASSERT_TRUE(base.ok());
+  auto sums = ReadSums((kGolden / "base.sums").string());
+  ASSERT_TRUE(sums.ok()) << sums.status();
+  EXPECT_EQ(sums->content_hash, (*base)->ContentHash(1));
+  EXPECT_TRUE(CheckSums(**base, *sums, 1).ok());
+  std::ifstream f(kGolden / "base.sums", std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(f)), {});
+  EXPECT_EQ(FormatSums(ComputeSums(**base, (*base)->ContentHash(1), 1)), text);
+}
+
+// tests/golden-errors/MANIFEST: "<file> <kind: delta|ctxdelta|checkpoint|sums> <STATUS_CODE> <message
+// substring>".
 TEST(GoldenErrors, EveryMalformedInputGivesItsClearError) {
   std::ifstream manifest(kErrors / "MANIFEST");
   ASSERT_TRUE(manifest.good()) << "run from the source root";
@@ -603,6 +618,8 @@ TEST(GoldenErrors, EveryMalformedInputGivesItsClearError) {
       s = ApplyDeltaFile(base.string(), path.string(), out.string(), ApplyOptions{1, true, false})
               .status();
       EXPECT_FALSE(fs::exists(out)) << file << ": output left behind";
+    } else if (kind == "sums") {
+      s = ReadSums(path.string()).status();
     } else {
       s = Checkpoint::Open(path.string()).status();
     }
