@@ -13,6 +13,7 @@
 #include "dcr/apply.h"
 #include "dcr/delta.h"
 #include "dcr/hash.h"
+#include "dcr/status_macros.h"
 #include "dcr/testing/fixtures.h"
 
 namespace dcr {
@@ -40,6 +41,13 @@ dcr::testing::Model RandomModel(uint64_t seed) {
   return m;
 }
 
+// Writes `m` as dir/name and opens it.
+StatusOr<std::unique_ptr<Checkpoint>> WriteAndOpen(const TempDir& dir, const std::string& name,
+                                                   const dcr::testing::Model& m) {
+  DCR_RETURN_IF_ERROR(WriteSafetensors(dir / name, Views(m)));
+  return Checkpoint::Open(dir / name);
+}
+
 std::string Seal(std::string body) {  // a text with a correct end line, whatever its body
   return body + "end " + BytesHash128(body.data(), body.size()).ToHex() + "\n";
 }
@@ -47,8 +55,7 @@ std::string Seal(std::string body) {  // a text with a correct end line, whateve
 TEST(SumsTest, SameOnEveryThreadCountAndRoundTrips) {
   TempDir dir;
   const auto m = RandomModel(1);
-  ASSERT_TRUE(WriteSafetensors(dir / "a.safetensors", Views(m)).ok());
-  auto c = Checkpoint::Open(dir / "a.safetensors");
+  auto c = WriteAndOpen(dir, "a.safetensors", m);
   ASSERT_TRUE(c.ok());
   const Hash128 h = (*c)->ContentHash(1);
   const CheckpointSums one = ComputeSums(**c, h, 1, kRegion);
@@ -96,8 +103,7 @@ TEST(SumsTest, ShardedCheckpointNamesEveryShard) {
 TEST(SumsTest, AnyChangedByteOrSizeIsRefusedNamingItsRegion) {
   TempDir dir;
   const auto m = RandomModel(3);
-  ASSERT_TRUE(WriteSafetensors(dir / "a.safetensors", Views(m)).ok());
-  auto c = Checkpoint::Open(dir / "a.safetensors");
+  auto c = WriteAndOpen(dir, "a.safetensors", m);
   ASSERT_TRUE(c.ok());
   const CheckpointSums s = ComputeSums(**c, (*c)->ContentHash(1), 1, kRegion);
   const uint64_t size = (*c)->file_size();
@@ -124,8 +130,7 @@ TEST(SumsTest, AnyChangedByteOrSizeIsRefusedNamingItsRegion) {
     other[i].dtype = m[i].dtype;
     other[i].bytes.resize(m[i].bytes.size());
   }
-  ASSERT_TRUE(WriteSafetensors(dir / "b.safetensors", Views(other)).ok());
-  auto b = Checkpoint::Open(dir / "b.safetensors");
+  auto b = WriteAndOpen(dir, "b.safetensors", other);
   ASSERT_TRUE(b.ok());
   ASSERT_EQ((*b)->file_size(), size);
   EXPECT_EQ(CheckSums(**b, s, 2).code(), StatusCode::kFailedPrecondition);
@@ -140,8 +145,7 @@ TEST(SumsTest, AnyChangedByteOrSizeIsRefusedNamingItsRegion) {
 TEST(SumsTest, EveryTruncationAndByteFlipIsDataLoss) {
   TempDir dir;
   const auto m = RandomModel(6);
-  ASSERT_TRUE(WriteSafetensors(dir / "a.safetensors", Views(m)).ok());
-  auto c = Checkpoint::Open(dir / "a.safetensors");
+  auto c = WriteAndOpen(dir, "a.safetensors", m);
   ASSERT_TRUE(c.ok());
   const std::string text = FormatSums(ComputeSums(**c, (*c)->ContentHash(1), 1, kRegion));
   ASSERT_TRUE(ParseSums(text).ok());
@@ -224,10 +228,8 @@ TEST(SumsTest, AForgedContentHashMakesADeltaTheTrueBaseRefuses) {
   const auto base = RandomModel(7);
   auto target = base;
   for (auto& t : target) t.bytes[0] ^= 1;
-  ASSERT_TRUE(WriteSafetensors(dir / "base.safetensors", Views(base)).ok());
-  ASSERT_TRUE(WriteSafetensors(dir / "target.safetensors", Views(target)).ok());
-  auto b = Checkpoint::Open(dir / "base.safetensors");
-  auto t = Checkpoint::Open(dir / "target.safetensors");
+  auto b = WriteAndOpen(dir, "base.safetensors", base);
+  auto t = WriteAndOpen(dir, "target.safetensors", target);
   ASSERT_TRUE(b.ok() && t.ok());
   Hash128 forged = (*b)->ContentHash(1);
   forged.lo ^= 1;
