@@ -65,6 +65,8 @@ struct Hash128 {
   bool operator!=(const Hash128& o) const { return !(*this == o); }
   // 32 lowercase hex digits, hi first.
   std::string ToHex() const;
+  // ToHex's inverse: false (and *h untouched) unless `hex` is exactly 32 lowercase hex digits.
+  static bool FromHex(std::string_view hex, Hash128* h);
 };
 
 // One safetensors file of a checkpoint, mapped.

@@ -57,6 +57,19 @@ std::string Hash128::ToHex() const {
   return buf;
 }
 
+bool Hash128::FromHex(std::string_view hex, Hash128* h) {
+  if (hex.size() != 32) return false;
+  uint64_t parts[2] = {0, 0};
+  for (size_t i = 0; i < 32; ++i) {
+    const char c = hex[i];
+    const int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (v < 0) return false;
+    parts[i / 16] = parts[i / 16] << 4 | static_cast<uint64_t>(v);
+  }
+  *h = Hash128{parts[1], parts[0]};
+  return true;
+}
+
 Checkpoint::~Checkpoint() {
   for (const Mapping& m : maps_) {
     if (m.map != nullptr) ::munmap(m.map, m.size);

@@ -2637,15 +2637,10 @@ namespace {
 
 // Hash128::ToHex's inverse: 32 hex digits, hi first.
 StatusOr<Hash128> HashFromHex(const std::string& hex) {
+  Hash128 h;
   if (hex.size() != 32) return InvalidArgumentError("hash '" + hex + "': expected 32 hex digits");
-  uint64_t parts[2] = {0, 0};
-  for (size_t i = 0; i < 32; ++i) {
-    const char c = hex[i];
-    int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-    if (v < 0) return InvalidArgumentError("hash '" + hex + "': not hex");
-    parts[i / 16] = parts[i / 16] << 4 | static_cast<uint64_t>(v);
-  }
-  return Hash128{parts[1], parts[0]};
+  if (!Hash128::FromHex(hex, &h)) return InvalidArgumentError("hash '" + hex + "': not hex");
+  return h;
 }
 
 nlohmann::json CommitReportJson(const CommitReport& c) {
