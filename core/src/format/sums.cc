@@ -44,23 +44,6 @@ Hash128 RegionHash(const CheckpointFile& f, uint64_t region, uint64_t region_byt
 
 std::string FileLabel(const std::string& name) { return name.empty() ? "the checkpoint file" : "file " + name; }
 
-// 32 lowercase hex digits, hi first (Hash128::ToHex), into *h.
-bool ParseHash(std::string_view s, Hash128* h) {
-  if (s.size() != 32) return false;
-  uint64_t part[2] = {0, 0};
-  for (int i = 0; i < 32; ++i) {
-    const char c = s[static_cast<size_t>(i)];
-    int v;
-    if (c >= '0' && c <= '9') v = c - '0';
-    else if (c >= 'a' && c <= 'f') v = c - 'a' + 10;
-    else return false;
-    part[i / 16] = part[i / 16] << 4 | static_cast<uint64_t>(v);
-  }
-  h->hi = part[0];
-  h->lo = part[1];
-  return true;
-}
-
 // A decimal u64 without sign, leading zeros (except "0") or overflow.
 bool ParseDecimal(std::string_view s, uint64_t* v) {
   if (s.empty() || s.size() > 20 || (s.size() > 1 && s[0] == '0')) return false;
@@ -132,6 +115,11 @@ CheckpointSums ComputeSums(const Checkpoint& ckpt, const Hash128& content_hash, 
 
 Status CheckSums(const Checkpoint& ckpt, const CheckpointSums& sums, int threads) {
   const std::vector<CheckpointFile>& files = ckpt.files();
+  // Sums built in memory rather than parsed are held to the rules ParseSums enforces.
+  if (sums.region_bytes < kSumsMinRegionBytes || sums.region_bytes > kSumsMaxRegionBytes) {
+    return InvalidArgumentError("sums with a region size of " + std::to_string(sums.region_bytes) +
+                                " bytes, outside the sizes a sums file may declare");
+  }
   if (files.size() != sums.files.size()) {
     return FailedPreconditionError("the checkpoint has " + std::to_string(files.size()) +
                                    " files and its sums file lists " +
@@ -151,6 +139,11 @@ Status CheckSums(const Checkpoint& ckpt, const CheckpointSums& sums, int threads
                                      " bytes, its sums file says " + std::to_string(want.size) +
                                      ": the checkpoint changed after its sums were written, or "
                                      "the sums are another checkpoint's");
+    }
+    if (want.regions.size() != (want.size + sums.region_bytes - 1) / sums.region_bytes) {
+      return InvalidArgumentError("sums of " + FileLabel(want.name) + " list " +
+                                  std::to_string(want.regions.size()) +
+                                  " regions, not one per region of its size");
     }
     sizes.push_back(want.size);
   }
@@ -200,7 +193,7 @@ StatusOr<CheckpointSums> ParseSums(std::string_view text) {
     return DataLossError("not a dcr sums file (its first line is not \"dcr-sums 1\")");
   }
   CheckpointSums s;
-  if (!lines.Next(&line) || !After(line, "content", &v) || !ParseHash(v, &s.content_hash)) {
+  if (!lines.Next(&line) || !After(line, "content", &v) || !Hash128::FromHex(v, &s.content_hash)) {
     return bad("expected \"content\" and 32 hex digits");
   }
   if (!lines.Next(&line) || !After(line, "region-bytes", &v) || !ParseDecimal(v, &s.region_bytes) ||
@@ -229,7 +222,7 @@ StatusOr<CheckpointSums> ParseSums(std::string_view text) {
     const uint64_t nregions = file.size / s.region_bytes + (file.size % s.region_bytes != 0);
     for (uint64_t r = 0; r < nregions; ++r) {
       Hash128 h;
-      if (!lines.Next(&line) || !ParseHash(line, &h)) {
+      if (!lines.Next(&line) || !Hash128::FromHex(line, &h)) {
         return bad("expected the hash of region " + std::to_string(r) + " of " +
                    std::to_string(nregions) + " of " + FileLabel(file.name));
       }
@@ -239,7 +232,7 @@ StatusOr<CheckpointSums> ParseSums(std::string_view text) {
   }
   if (!lines.Next(&line) || !After(line, "end", &v)) return bad("expected the \"end\" line");
   Hash128 check;
-  if (!ParseHash(v, &check) || check != BytesHash128(text.data(), lines.line_start())) {
+  if (!Hash128::FromHex(v, &check) || check != BytesHash128(text.data(), lines.line_start())) {
     return bad("the end line's hash does not match the file: it is corrupted");
   }
   if (!lines.at_end()) return DataLossError("sums file: bytes after the end line");

@@ -142,6 +142,20 @@ TEST(SumsTest, AnyChangedByteOrSizeIsRefusedNamingItsRegion) {
   EXPECT_NE(st.message().find("says " + std::to_string(size + 1)), std::string::npos) << st.message();
 }
 
+TEST(SumsTest, SumsBuiltInMemoryAreHeldToTheParsersRules) {
+  TempDir dir;
+  auto c = WriteAndOpen(dir, "a.safetensors", RandomModel(8));
+  ASSERT_TRUE(c.ok());
+  const CheckpointSums s = ComputeSums(**c, (*c)->ContentHash(1), 1, kRegion);
+  ASSERT_TRUE(CheckSums(**c, s, 1).ok());
+  CheckpointSums short_list = s;
+  short_list.files[0].regions.pop_back();
+  EXPECT_EQ(CheckSums(**c, short_list, 2).code(), StatusCode::kInvalidArgument);
+  CheckpointSums zero = s;
+  zero.region_bytes = 0;
+  EXPECT_EQ(CheckSums(**c, zero, 1).code(), StatusCode::kInvalidArgument);
+}
+
 TEST(SumsTest, EveryTruncationAndByteFlipIsDataLoss) {
   TempDir dir;
   const auto m = RandomModel(6);
