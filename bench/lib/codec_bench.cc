@@ -16,6 +16,7 @@
 #include "dcr/hash.h"
 #include "dcr/status_macros.h"
 #include "dcr/testing/synth.h"
+#include "internal/simd.h"
 
 namespace dcr::internal {
 namespace {
@@ -230,6 +231,11 @@ StatusOr<CodecBenchReport> RunCodecBench(const CodecBenchConfig& config,
   rep.cpu = CpuModel();
   rep.cores = static_cast<int>(std::thread::hardware_concurrency());
   rep.compiler = Compiler();
+  switch (internal::CpuSimd()) {
+    case internal::Simd::kPortable: rep.simd = "portable"; break;
+    case internal::Simd::kAvx2: rep.simd = "avx2"; break;
+    case internal::Simd::kAvx512: rep.simd = "avx512"; break;
+  }
   const uint64_t dense = config.elements * 2;
   // memcpy is measured before and between the codec runs; the best of all is the reference.
   CodecBenchMemcpy copy(dense);
@@ -341,6 +347,7 @@ std::string CodecBenchJson(const CodecBenchReport& rep, const std::string& commi
   j["cores"] = 1;
   j["machine"] = {{"cpu", rep.cpu}, {"cores", rep.cores}};
   j["compiler"] = rep.compiler;
+  j["simd"] = rep.simd;
   if (!commit.empty()) j["commit"] = commit;
   j["data"] =
       "one BF16 tensor, synthetic AdamW (dcr synth trainer: FP32 masters N(0,0.02), grad SNR 0.1, "
@@ -396,11 +403,11 @@ std::string CodecBenchTable(const CodecBenchReport& rep) {
   char buf[512];
   std::snprintf(buf, sizeof(buf),
                 "codec bench: %llu BF16 elements (%.1f MiB), best of %d, one core; memcpy %.2f "
-                "GB/s (CPU time; wall %.2f GB/s, load average %.1f)\n%s, %d cores, %s\n\n",
+                "GB/s (CPU time; wall %.2f GB/s, load average %.1f)\n%s, %d cores, %s, vector build %s\n\n",
                 static_cast<unsigned long long>(rep.config.elements),
                 static_cast<double>(rep.config.elements) * 2 / (1 << 20), rep.config.reps,
                 rep.memcpy_bytes_per_s / 1e9, rep.memcpy_wall_bytes_per_s / 1e9, rep.load_average,
-                rep.cpu.c_str(), rep.cores, rep.compiler.c_str());
+                rep.cpu.c_str(), rep.cores, rep.compiler.c_str(), rep.simd.c_str());
   out += buf;
   out +=
       "| change | measured | ratio vs dense | size / bound0 | bound0 vs dense | encode GB/s | "

@@ -665,28 +665,38 @@ std::vector<uint8_t> EncodeContextBody(const uint8_t* base, uint64_t n, int w,
   sc.ordered.resize(k);
   sc.vordered.resize(k);
   ClassGapsGrouped(base, w, n, map, positions, values, k, start_of, sc.ordered.data(),
-                   sc.vordered.data(), CpuHasAvx2());
+                   sc.vordered.data(), CpuSimd());
   // The symbols of the gaps and values, the gap models' counts, the raw bits they take, and each
   // class's sums of gaps and of values (sum[role][c]) for the geometric fits.
+  // (Through local pointers: the symbol stores are bytes, which may alias anything, so the
+  // vectors' own pointers would be reloaded from the thread-local scratch at every store.)
   sc.gsym.resize(k);
   sc.vsym.resize(k);
   uint64_t nbits = 0;
   unsigned __int128 sum[2][kMaxClasses] = {};
-  for (int c = 0; c < K; ++c) {
-    uint64_t* row = &counts[static_cast<size_t>(c) * kSymbols];
-    unsigned __int128 gs = 0, vs = 0;
-    for (uint64_t j = start_of[c]; j < start_of[c + 1]; ++j) {
-      const Sym g = SymbolOf(sc.ordered[j]);
-      const Sym v = SymbolOf(sc.vordered[j]);
-      sc.gsym[j] = g.sym;
-      sc.vsym[j] = v.sym;
-      ++row[g.sym];
-      nbits += static_cast<uint64_t>(g.nbits) + v.nbits;
-      gs += sc.ordered[j];
-      vs += sc.vordered[j];
+  {
+    const uint64_t* __restrict og = sc.ordered.data();
+    const uint64_t* __restrict ov = sc.vordered.data();
+    uint8_t* __restrict gsym = sc.gsym.data();
+    uint8_t* __restrict vsym = sc.vsym.data();
+    for (int c = 0; c < K; ++c) {
+      uint64_t* __restrict row = &counts[static_cast<size_t>(c) * kSymbols];
+      unsigned __int128 gs = 0, vs = 0;
+      uint64_t cbits = 0;
+      for (uint64_t j = start_of[c]; j < start_of[c + 1]; ++j) {
+        const Sym g = SymbolOf(og[j]);
+        const Sym v = SymbolOf(ov[j]);
+        gsym[j] = g.sym;
+        vsym[j] = v.sym;
+        ++row[g.sym];
+        cbits += static_cast<uint64_t>(g.nbits) + v.nbits;
+        gs += og[j];
+        vs += ov[j];
+      }
+      nbits += cbits;
+      sum[0][c] = gs;
+      sum[1][c] = vs;
     }
-    sum[0][c] = gs;
-    sum[1][c] = vs;
   }
   // The models, for each class with changes its gap model then its value model: of its counts'
   // table, the geometric law fitted to its values and the previous model of its role, the one of
@@ -780,41 +790,38 @@ std::vector<uint8_t> EncodeContextBody(const uint8_t* base, uint64_t n, int w,
   // The raw bits of the symbol sequence (every class's gaps, then every class's values), in order.
   std::vector<uint8_t> bits;
   {
+    // Least significant bit first, without a branch per symbol: the pending bits (fewer than 8
+    // after each put) are stored as a whole word each time and the bytes they complete passed
+    // over. 8 bytes of slack take the last word's store.
     bits.resize((nbits + 7) / 8 + 8);
     uint8_t* bp = bits.data();
     uint64_t acc = 0;
-    int fill = 0;
-    auto put = [&](uint64_t v, int nb) {
-      if (nb == 0) return;
-      if (fill + nb > 64) {  // split: the low part fills the accumulator
-        const int low = 64 - fill;
-        acc |= v << fill;  // fill > 0 here, since nb <= 61
-        std::memcpy(bp, &acc, 8);
-        bp += 8;
-        acc = v >> low;
-        fill = nb - low;
-        return;
-      }
+    uint32_t fill = 0;
+    auto put = [&](uint64_t v, uint32_t nb) __attribute__((always_inline)) {  // nb <= 56
       acc |= v << fill;
       fill += nb;
-      if (fill == 64) {
-        std::memcpy(bp, &acc, 8);
-        bp += 8;
-        acc = 0;
-        fill = 0;
-      }
+      std::memcpy(bp, &acc, 8);
+      const uint32_t done = fill >> 3;  // at most 7
+      bp += done;
+      acc >>= 8 * done;
+      fill &= 7;
     };
-    // A symbol's raw bits are the low ExtraBits(symbol) bits of its value.
-    auto put_all = [&](const uint64_t* v, const uint8_t* sym) __attribute__((always_inline)) {
+    // A symbol's raw bits are the low ExtraBits(symbol) bits of its value (none below 16).
+    auto put_all = [&](const uint64_t* __restrict v, const uint8_t* __restrict sym)
+                       __attribute__((always_inline)) {
       for (uint64_t j = 0; j < k; ++j) {
-        if (sym[j] < 16) continue;
-        const int nb = ExtraBits(sym[j]);
-        put(v[j] & ((uint64_t{1} << nb) - 1), nb);
+        const uint32_t nb = kSymbolTables.extra[sym[j]];
+        const uint64_t raw = v[j] & ((uint64_t{1} << nb) - 1);
+        if (nb > 56) {  // the widest gaps: in two parts
+          put(raw & 0xFFFFFFFF, 32);
+          put(raw >> 32, nb - 32);
+        } else {
+          put(raw, nb);
+        }
       }
     };
     put_all(sc.ordered.data(), sc.gsym.data());
     put_all(sc.vordered.data(), sc.vsym.data());
-    std::memcpy(bp, &acc, 8);
     bits.resize((nbits + 7) / 8);
   }
   // rANS, last symbol first: symbol j < k is class-ordered gap j, k + j its value.
@@ -962,7 +969,7 @@ Status DecodeContextBody(const ChunkHeader& h, const uint8_t* body, size_t body_
   // The walk: positions from the class-local gaps and the base exponents.
   ClassMap map(bounds, K);
   if (!WalkClasses(base, w, n, map, kc, start_of, sc.gaps.data(), sc.vals.data(), positions,
-                   values, CpuHasAvx2(), sink)) {
+                   values, CpuSimd(), sink)) {
     return FailedPreconditionError(id + ": context-coded changes do not fit these base bits "
                                         "(wrong base, or the chunk was already applied)");
   }

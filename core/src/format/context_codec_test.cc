@@ -492,10 +492,10 @@ TEST(Context, ScanHintsGiveTheSameRecords) {
   EXPECT_TRUE(sampled);
 }
 
-// The class walk and its inverse agree between the portable build and the AVX2/BMI2 one, and the
-// walk gives back the positions and values the gaps came from (windows of every fill, partial
-// last blocks, one class to the most classes, classes without changes, a gap past the class's
-// members refused).
+// The class walk and its inverse agree between the portable build and the AVX2 and AVX-512 ones
+// this CPU runs, and the walk gives back the positions and values the gaps came from (windows of
+// every fill, partial last blocks, one class to the most classes, classes without changes, a gap
+// past the class's members refused).
 TEST(Context, ClassWalkPortableAndFastAgree) {
   std::mt19937_64 rng(11);
   const std::vector<std::vector<uint8_t>> class_bounds = {
@@ -524,18 +524,19 @@ TEST(Context, ClassWalkPortableAndFastAgree) {
         // Gaps and values grouped by class, as the body stores them.
         std::vector<uint64_t> g(k), v(k);
         internal::ClassGapsGrouped(base.data(), w, n, map, pos.data(), val.data(), k, start_of,
-                                   g.data(), v.data(), false);
-        for (bool fast : {false, true}) {
-          if (fast && !internal::CpuHasAvx2()) continue;
-          SCOPED_TRACE("K=" + std::to_string(K) + " w=" + std::to_string(w) + " n=" + std::to_string(n) + " fast=" + std::to_string(fast));
+                                   g.data(), v.data(), internal::Simd::kPortable);
+        for (const internal::Simd simd :
+             {internal::Simd::kPortable, internal::Simd::kAvx2, internal::Simd::kAvx512}) {
+          if (simd > internal::CpuSimd()) continue;
+          SCOPED_TRACE("K=" + std::to_string(K) + " w=" + std::to_string(w) + " n=" + std::to_string(n) + " simd=" + std::to_string(static_cast<int>(simd)));
           std::vector<uint64_t> g_fast(k), v_fast(k);
           internal::ClassGapsGrouped(base.data(), w, n, map, pos.data(), val.data(), k, start_of,
-                                     g_fast.data(), v_fast.data(), fast);
+                                     g_fast.data(), v_fast.data(), simd);
           EXPECT_EQ(g_fast, g);
           EXPECT_EQ(v_fast, v);
           std::vector<uint64_t> p2(k), v2(k);
           ASSERT_TRUE(internal::WalkClasses(base.data(), w, n, map, kc, start_of, g.data(), v.data(),
-                                            p2.data(), v2.data(), fast));
+                                            p2.data(), v2.data(), simd));
           EXPECT_EQ(p2, pos);
           EXPECT_EQ(v2, val);
           // The last change of a class pushed past the class's members.
@@ -544,13 +545,13 @@ TEST(Context, ClassWalkPortableAndFastAgree) {
           while (kc[c] == 0) ++c;
           bad[start_of[c + 1] - 1] += n;
           EXPECT_FALSE(internal::WalkClasses(base.data(), w, n, map, kc, start_of, bad.data(), v.data(),
-                                             p2.data(), v2.data(), fast));
+                                             p2.data(), v2.data(), simd));
           // ... and a gap below n that still runs past them.
           bad = g;
           bad[start_of[c + 1] - 1] = n - 1;
           if (n > 1) {
             EXPECT_FALSE(internal::WalkClasses(base.data(), w, n, map, kc, start_of, bad.data(),
-                                               v.data(), p2.data(), v2.data(), fast));
+                                               v.data(), p2.data(), v2.data(), simd));
           }
         }
       }

@@ -1,22 +1,53 @@
 // Portable builds and the run-time check of internal/simd.h.
 #include "internal/simd.h"
 
+#include <cstdlib>
+#include <cstring>
+
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
 
 namespace dcr::internal {
 
-bool CpuHasAvx2() {
+namespace {
+
+// The highest level DCR_SIMD allows: "portable", "avx2", or unset (or anything else) for all.
+Simd SimdCap() {
+  const char* v = std::getenv("DCR_SIMD");
+  if (v == nullptr) return Simd::kAvx512;
+  if (std::strcmp(v, "portable") == 0) return Simd::kPortable;
+  if (std::strcmp(v, "avx2") == 0) return Simd::kAvx2;
+  return Simd::kAvx512;
+}
+
+Simd DetectSimd() {
 #if defined(__x86_64__) && defined(DCR_HAVE_AVX2_BUILD)
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi") &&
-                          __builtin_cpu_supports("bmi2") &&
-                          __builtin_cpu_supports("popcnt");
-  return has;
+  const Simd cap = SimdCap();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi") &&
+                    __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("popcnt");
+  if (!avx2 || cap == Simd::kPortable) return Simd::kPortable;
+#if defined(DCR_HAVE_AVX512_BUILD)
+  // libgcc's check includes the OS's saving of the zmm and mask registers (XCR0).
+  if (cap == Simd::kAvx512 && __builtin_cpu_supports("avx512f") &&
+      __builtin_cpu_supports("avx512bw")) {
+    return Simd::kAvx512;
+  }
+#endif
+  return Simd::kAvx2;
 #else
-  return false;
+  return Simd::kPortable;
 #endif
 }
+
+}  // namespace
+
+Simd CpuSimd() {
+  static const Simd level = DetectSimd();
+  return level;
+}
+
+bool CpuHasAvx2() { return CpuSimd() != Simd::kPortable; }
 
 void ByteDiffMasks(const uint8_t* a, const uint8_t* b, size_t nbytes, uint64_t* masks) {
   for (size_t i = 0, j = 0; i < nbytes; i += 64, ++j) {

@@ -15,6 +15,7 @@
 #include <cstring>
 
 
+#include "internal/context_walk_start.h"
 #include "internal/simd.h"
 
 namespace dcr::internal {
@@ -104,17 +105,6 @@ constexpr SelectInByteTable MakeSelectInByteTable() {
 }
 inline constexpr SelectInByteTable kSelectInByte = MakeSelectInByteTable();
 
-// The index of the lowest set bit of m, 64 for m == 0 (TZCNT: run only where CpuHasAvx2()
-// holds, which implies BMI1).
-#if defined(__x86_64__)
-__attribute__((always_inline)) inline uint64_t Tzcnt(uint64_t m) {
-  uint64_t r;
-  __asm__("tzcnt %1, %0" : "=r"(r) : "rm"(m) : "cc");
-  return r;
-}
-#else
-inline uint64_t Tzcnt(uint64_t m) { return m == 0 ? 64 : static_cast<uint64_t>(__builtin_ctzll(m)); }
-#endif
 // The index of the r-th set bit of m (r < popcount(m)). kFast builds go by bytes: the set bits
 // up to each byte (SWAR counts summed by one multiply), the byte holding bit r as the number of
 // bytes whose count is <= r, then a table within the byte (no PDEP: on AMD before Zen 3 it is
@@ -170,16 +160,8 @@ __attribute__((always_inline)) inline bool WalkClassesImpl(
   // next[c]: the rank among the class's members, counted from the current window's first
   // element, of the class's next change; used[c]: its changes placed so far.
   uint64_t next[kMaxContextClasses], used[kMaxContextClasses];
-  uint32_t active = 0;
-  for (int c = 0; c < K; ++c) {
-    used[c] = 0;
-    next[c] = 0;
-    if (kc[c] > 0) {
-      if (gaps[start_of[c]] >= n) return false;
-      active |= 1u << c;
-      next[c] = gaps[start_of[c]];
-    }
-  }
+  uint32_t active;
+  if (!StartClasses(n, K, kc, start_of, gaps, next, used, &active)) return false;
   uint64_t out = 0;
   static_assert(kMaxContextClasses == 16, "ContextWindow16Avx2 takes rows of 16 masks");
   uint64_t masks[kWalkBlocks][kMaxContextClasses];
@@ -242,34 +224,7 @@ __attribute__((always_inline)) inline bool WalkClassesImpl(
       used[c] = u;
       next[c] = t - total[c];
     }
-    for (uint64_t b = 0; b < nb; ++b) {
-      uint64_t m = chg[b];
-      if constexpr (kFast) {
-        // The first four changes of the block written whatever their number (a missing one
-        // writes entries past the block's, which the next change overwrites; its bit index is
-        // 64, and slot[] has a row to spare), so the loop below runs only for blocks of more.
-        const uint64_t cnt = Pop<true>(m);
-        if (kc_total - out >= 4) {
-          for (int r = 0; r < 4; ++r) {
-            const uint64_t bit = Tzcnt(m);
-            positions[out + r] = w0 + b * 64 + bit;
-            values[out + r] = slot[b * 64 + bit];
-            m &= m - 1;
-          }
-          if (cnt <= 4) {
-            out += cnt;
-            continue;
-          }
-          out += 4;
-        }
-      }
-      for (; m != 0; m &= m - 1) {
-        const uint64_t bit = static_cast<uint64_t>(__builtin_ctzll(m));
-        positions[out] = w0 + b * 64 + bit;
-        values[out] = slot[b * 64 + bit];
-        ++out;
-      }
-    }
+    out = EmitWindow<kFast>(chg, nb, slot, w0, kc_total, out, positions, values);
   }
   return active == 0;
 }
@@ -305,27 +260,33 @@ __attribute__((always_inline)) inline void ClassGapsGroupedImpl(
   }
 }
 
-// The walk and its inverse, portable and (`fast`: REQUIRES CpuHasAvx2()) compiled for POPCNT,
-// BMI1 and BMI2 with the AVX2 class masks.
+// The walk and its inverse at a vector level (CpuSimd() or below): portable; compiled for
+// POPCNT, BMI1 and BMI2 with the AVX2 class masks (kAvx2 and above for widths 4 and 8, kAvx2 for
+// width 2); or the AVX-512 build (kAvx512, width 2). Every level gives the same results.
 __attribute__((target("popcnt,bmi,bmi2"))) inline bool WalkClassesFast(
     const uint8_t* base, int w, uint64_t n, const ClassMap& map, const uint64_t* kc,
     const uint64_t* start_of, const uint64_t* gaps, const uint64_t* vals, uint64_t* positions,
     uint64_t* values) {
   return WalkClassesImpl<true>(base, w, n, map, kc, start_of, gaps, vals, positions, values);
 }
-// `sink` (null: none) is handed the changes as WalkSink says: by the AVX2 walk of 2-byte
+// `sink` (null: none) is handed the changes as WalkSink says: by the vector walks of 2-byte
 // elements a window at a time, by the others all at once after a walk that succeeded.
 inline bool WalkClasses(const uint8_t* base, int w, uint64_t n, const ClassMap& map,
                         const uint64_t* kc, const uint64_t* start_of, const uint64_t* gaps,
-                        const uint64_t* vals, uint64_t* positions, uint64_t* values, bool fast,
+                        const uint64_t* vals, uint64_t* positions, uint64_t* values, Simd simd,
                         const WalkSink* sink = nullptr) {
-  if (fast && w == 2) {
+  if (simd == Simd::kAvx512 && w == 2) {
+    return ContextWalk16Avx512(reinterpret_cast<const uint16_t*>(base), n, map.bounds, map.K, kc,
+                               start_of, gaps, vals, positions, values, sink);
+  }
+  if (simd != Simd::kPortable && w == 2) {
     return ContextWalk16Avx2(reinterpret_cast<const uint16_t*>(base), n, map.bounds, map.K, kc,
                              start_of, gaps, vals, positions, values, sink);
   }
   const bool ok =
-      fast ? WalkClassesFast(base, w, n, map, kc, start_of, gaps, vals, positions, values)
-           : WalkClassesImpl<false>(base, w, n, map, kc, start_of, gaps, vals, positions, values);
+      simd != Simd::kPortable
+          ? WalkClassesFast(base, w, n, map, kc, start_of, gaps, vals, positions, values)
+          : WalkClassesImpl<false>(base, w, n, map, kc, start_of, gaps, vals, positions, values);
   if (ok && sink != nullptr && start_of[map.K] > 0) {
     sink->fn(sink->ctx, positions, values, start_of[map.K]);
   }
@@ -338,12 +299,18 @@ __attribute__((target("popcnt,bmi,bmi2"))) inline void ClassGapsGroupedFast(
 }
 inline void ClassGapsGrouped(const uint8_t* base, int w, uint64_t n, const ClassMap& map,
                              const uint64_t* positions, const uint64_t* values, uint64_t k,
-                             const uint64_t* start_of, uint64_t* gaps, uint64_t* vals, bool fast) {
-  if (fast && w == 2) {
+                             const uint64_t* start_of, uint64_t* gaps, uint64_t* vals, Simd simd) {
+  if (simd == Simd::kAvx512 && w == 2) {
+    return ContextGaps16Avx512(reinterpret_cast<const uint16_t*>(base), n, map.bounds, map.K,
+                               positions, values, k, start_of, gaps, vals);
+  }
+  if (simd != Simd::kPortable && w == 2) {
     return ContextGaps16Avx2(reinterpret_cast<const uint16_t*>(base), n, map.bounds, map.K,
                              positions, values, k, start_of, gaps, vals);
   }
-  if (fast) return ClassGapsGroupedFast(base, w, n, map, positions, values, k, start_of, gaps, vals);
+  if (simd != Simd::kPortable) {
+    return ClassGapsGroupedFast(base, w, n, map, positions, values, k, start_of, gaps, vals);
+  }
   ClassGapsGroupedImpl<false>(base, w, n, map, positions, values, k, start_of, gaps, vals);
 }
 

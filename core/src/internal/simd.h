@@ -1,9 +1,10 @@
-// Hot loops with an AVX2 build chosen at run time (internal).
+// Hot loops with AVX2 and AVX-512 builds chosen at run time (internal).
 //
-// The AVX2 builds live in core/src/format/simd_avx2.cc, the one file compiled with -mavx2. That file
-// includes no C++ library headers, so no inline library code built for AVX2 can be picked by the
-// linker for other files. Results are identical to the portable builds (same masks; XXH3 is
-// defined independently of the vector width).
+// The vector builds live in the *_avx2.cc and *_avx512.cc files of core/src/format, the only files
+// compiled for those instruction sets (core/CMakeLists.txt). They include no C++ library headers,
+// so no inline library code built for a vector unit can be picked by the linker for other files.
+// Results are identical to the portable builds (same masks; XXH3 is defined independently of the
+// vector width).
 #ifndef DCR_CORE_SRC_INTERNAL_SIMD_H_
 #define DCR_CORE_SRC_INTERNAL_SIMD_H_
 
@@ -12,7 +13,14 @@
 
 namespace dcr::internal {
 
-// True when the AVX2 builds may run (x86-64 CPU with AVX2, BMI1, BMI2 and POPCNT; checked once).
+// The vector builds this CPU may run, checked once: kAvx2 needs AVX2, BMI1, BMI2 and POPCNT;
+// kAvx512 those and AVX-512 F and BW (with the OS saving their registers). The environment
+// variable DCR_SIMD=portable or DCR_SIMD=avx2 caps the level (to compare builds on one machine,
+// or to keep a CPU off its 512-bit units); results are identical at every level.
+enum class Simd { kPortable, kAvx2, kAvx512 };
+Simd CpuSimd();
+
+// True when the AVX2 builds may run (CpuSimd() is kAvx2 or above).
 bool CpuHasAvx2();
 
 // masks[j] bit b = (a[64j + b] != b[64j + b]) for the 64-byte blocks of [0, nbytes);
@@ -70,12 +78,22 @@ bool ContextWalk16Avx2(const uint16_t* base, uint64_t n, const uint8_t* bounds, 
                        const uint64_t* vals, uint64_t* positions, uint64_t* values,
                        const WalkSink* sink);
 
+// ContextWalk16Avx2 built for AVX-512 BW (REQUIRES CpuSimd() == kAvx512): the same results.
+bool ContextWalk16Avx512(const uint16_t* base, uint64_t n, const uint8_t* bounds, int k,
+                         const uint64_t* kc, const uint64_t* start_of, const uint64_t* gaps,
+                         const uint64_t* vals, uint64_t* positions, uint64_t* values,
+                         const WalkSink* sink);
+
 // The class-local gaps grouped by class (ClassGapsGrouped in internal/context_walk.h) of sorted
 // positions[0..k) among n 2-byte elements at `base` with classes bounds[0..nclasses): the same
 // gaps and values.
 void ContextGaps16Avx2(const uint16_t* base, uint64_t n, const uint8_t* bounds, int nclasses,
                        const uint64_t* positions, const uint64_t* values, uint64_t k,
                        const uint64_t* start_of, uint64_t* gaps, uint64_t* vals);
+// ContextGaps16Avx2 built for AVX-512 BW (REQUIRES CpuSimd() == kAvx512): the same results.
+void ContextGaps16Avx512(const uint16_t* base, uint64_t n, const uint8_t* bounds, int nclasses,
+                         const uint64_t* positions, const uint64_t* values, uint64_t k,
+                         const uint64_t* start_of, uint64_t* gaps, uint64_t* vals);
 
 }  // namespace dcr::internal
 
