@@ -167,6 +167,15 @@ struct NodePlan {
   // being built. REQUIRES: its header names base_version, the content hash of base_path and
   // version (RunNodeVersions checks this before it sets the field). "" = build the delta.
   std::string delta_path;
+  // Sums files (dcr/sums.h) of the sender's checkpoints. base_sums: base_path's; when base_path
+  // still matches it byte for byte (XXH3 of every region, on build_threads workers) the delta's
+  // base hash is its recorded content hash instead of one computed over every element; a sums
+  // file that is missing, malformed or no longer matches is reported on stderr and the hash is
+  // computed. target_sums: written (atomically) after a delta build, from the delta's target
+  // hash, for the next version's base_sums. "" = neither. RunNodeVersions sets both for each
+  // version it builds (under state_dir, or a temporary folder without one).
+  std::string base_sums;
+  std::string target_sums;
   uint64_t chunk_elems = uint64_t{1} << 22;
   int zstd_level = 1;
   // Context-coded chunks (DeltaOptions::context_coding). Default false.

@@ -31,6 +31,7 @@
 #include "dcr/policy_host.h"
 #include "dcr/signing.h"
 #include "dcr/status_macros.h"
+#include "dcr/sums.h"
 #include "dcr/transport.h"
 #include "internal/mapped_file.h"
 #include "internal/safetensors.h"
@@ -1477,7 +1478,9 @@ class SenderBuilder {
       std::fprintf(stderr, "sender: checkpoints (%.1f GB) exceed half the free memory (%.1f GB): "
                    "read during the build\n", bytes / 1e9, free_bytes / 1e9);
     }
-    if (delta) base_ckpt_->ContentHash(plan_.build_threads);  // cached: BuildDelta's header uses it
+    if (delta && !plan_.base_sums.empty()) known_base_hash_ = BaseHashFromSums();
+    // Cached: BuildDelta's header uses it.
+    if (delta && known_base_hash_ == Hash128{}) base_ckpt_->ContentHash(plan_.build_threads);
     // The delta's changes are found on the plan's device (plan.device "host" | "cuda"); the full
     // reference streams file bytes and needs none.
     DCR_ASSIGN_OR_RETURN(device_, OpenPlanDevice(plan_, delta, "sender"));
@@ -1542,6 +1545,7 @@ class SenderBuilder {
       o.zstd_level = plan_.zstd_level;
       o.context_coding = plan_.context_coding;
       o.threads = plan_.build_threads;
+      o.known_base_hash = known_base_hash_;
       if (plan_.version > 0) {  // the version this refit delivers, from its base version
         o.base_version = plan_.base_version >= 0 ? static_cast<uint64_t>(plan_.base_version)
                                                  : plan_.version - 1;
@@ -1554,7 +1558,17 @@ class SenderBuilder {
       DeltaSink* sink = signing_key_ ? static_cast<DeltaSink*>(&signing) : &stream;
       // device_ null (device "cpu"): BuildDelta's host diff.
       auto st = BuildDeltaOnDevice(base_ckpt_.get(), *target_ckpt_, o, device_.get(), sink);
-      if (st.ok()) state_->Update([&](NodeResult* r) { r->dense_bytes = st->dense_bytes; });
+      if (st.ok()) {
+        state_->Update([&](NodeResult* r) { r->dense_bytes = st->dense_bytes; });
+        if (!plan_.target_sums.empty()) {
+          // The refit does not depend on it: a failed write costs the next version a full hash.
+          Status ws = WriteSums(plan_.target_sums,
+                                ComputeSums(*target_ckpt_, st->target_hash, plan_.build_threads));
+          if (!ws.ok()) {
+            std::fprintf(stderr, "sender: target sums not written: %s\n", ws.ToString().c_str());
+          }
+        }
+      }
       s = st.status();
     } else if (signing_key_ != nullptr) {  // signed slices (node_trust.h FullStreamSigner)
       internal::FullStreamSigner signer(signing_key_.get(), plan_.run_id, plan_.version, emit);
@@ -1566,9 +1580,23 @@ class SenderBuilder {
     if (!s.ok()) queue_->Fatal(s.WithContext("sender: building the stream"));
   }
 
+  // The base's content hash recorded in plan.base_sums once every byte of the base matches the
+  // file's region hashes; zero (compute it) when the file is missing, malformed or stale.
+  Hash128 BaseHashFromSums() const {
+    auto sums = ReadSums(plan_.base_sums);
+    Status ok = sums.ok() ? CheckSums(*base_ckpt_, *sums, plan_.build_threads) : sums.status();
+    if (!ok.ok()) {
+      std::fprintf(stderr, "sender: base sums not used, hashing the base: %s\n",
+                   ok.ToString().c_str());
+      return Hash128{};
+    }
+    return sums->content_hash;
+  }
+
   const NodePlan& plan_;
   NodeState* state_;
   EventQueue* queue_;
+  Hash128 known_base_hash_;  // from plan.base_sums; zero = BuildDelta's own (cached) hash
   std::unique_ptr<Checkpoint> base_ckpt_, target_ckpt_;
   std::shared_ptr<Device> device_;  // the delta's diff device; null = the host diff
   std::unique_ptr<SigningKey> signing_key_;  // plan.signing_key; null = an unsigned stream
@@ -2745,6 +2773,8 @@ std::string NodePlanToJson(const NodePlan& p) {
   j["ready_path"] = p.ready_path;
   j["go_path"] = p.go_path;
   if (!p.state_dir.empty()) j["state_dir"] = p.state_dir;
+  if (!p.base_sums.empty()) j["base_sums"] = p.base_sums;
+  if (!p.target_sums.empty()) j["target_sums"] = p.target_sums;
   if (p.mirror_to_store) j["mirror_to_store"] = true;
   if (p.retain_versions > 0) j["retain_versions"] = p.retain_versions;
   if (p.retain_budget_bytes > 0) j["retain_budget_bytes"] = p.retain_budget_bytes;
@@ -2844,6 +2874,8 @@ StatusOr<NodePlan> NodePlanFromJson(const std::string& text) {
     if (j.contains("progress_path")) p.progress_path = j["progress_path"].get<std::string>();
     if (j.contains("go_path")) p.go_path = j["go_path"].get<std::string>();
     if (j.contains("state_dir")) p.state_dir = j["state_dir"].get<std::string>();
+    if (j.contains("base_sums")) p.base_sums = j["base_sums"].get<std::string>();
+    if (j.contains("target_sums")) p.target_sums = j["target_sums"].get<std::string>();
     if (j.contains("mirror_to_store")) p.mirror_to_store = j["mirror_to_store"].get<bool>();
     if (j.contains("retain_versions")) p.retain_versions = j["retain_versions"].get<int>();
     if (j.contains("retain_budget_bytes")) {

@@ -24,9 +24,13 @@ TEST(NodePlanJson, RoundTripKeepsTheDevice) {
   p.receiver_base_path = "/b.safetensors";
   p.verify_path = "/t.safetensors";
   p.result_path = "/r.json";
+  p.base_sums = "/b.sums";
+  p.target_sums = "/t.sums";
   auto back = NodePlanFromJson(NodePlanToJson(p));
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->rank, 3);
+  EXPECT_EQ(back->base_sums, "/b.sums");
+  EXPECT_EQ(back->target_sums, "/t.sums");
   EXPECT_EQ(back->parents, p.parents);
   EXPECT_EQ(back->addresses, p.addresses);
   EXPECT_EQ(back->relay.prefix, "refit/step-2");

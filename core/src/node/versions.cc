@@ -1,9 +1,14 @@
 #include "node/versions.h"
 
-#include <algorithm>
+#include <errno.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
+#include <memory>
 #include <set>
 
 #include "dcr/checkpoint.h"
@@ -19,6 +24,60 @@ namespace dcr::internal {
 namespace {
 
 std::string RankName(int rank) { return std::to_string(rank); }
+
+// The sums files of the versions the sender builds (NodePlan::base_sums and target_sums): each
+// build writes its target's, the next build from that version checks its base against them
+// instead of hashing every element. Under <state_dir>/sender-sums, where they outlive a restart,
+// or in a temporary folder removed with this object.
+class SenderSums {
+ public:
+  static StatusOr<std::unique_ptr<SenderSums>> Open(const NodePlan& plan) {
+    std::unique_ptr<SenderSums> s(new SenderSums());
+    if (!plan.state_dir.empty()) {
+      s->dir_ = plan.state_dir + "/sender-sums";
+      if (::mkdir(s->dir_.c_str(), 0755) != 0 && errno != EEXIST) {
+        return ErrnoError("sender: create " + s->dir_, errno);
+      }
+      return s;
+    }
+    const char* tmp = std::getenv("TMPDIR");
+    std::string name = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
+                       "/dcr-sender-sums.XXXXXX";
+    if (::mkdtemp(name.data()) == nullptr) return ErrnoError("sender: create " + name, errno);
+    s->dir_ = name;
+    s->temporary_ = true;
+    return s;
+  }
+  ~SenderSums() {
+    if (!temporary_) return;
+    for (const auto& v : targets_) ::unlink(Of(v).c_str());
+    ::rmdir(dir_.c_str());
+  }
+  // The target sums file of `version`, which a build may write.
+  std::string Target(uint64_t version) {
+    targets_.insert(version);
+    return Of(version);
+  }
+  std::string Of(uint64_t version) const { return dir_ + "/v" + std::to_string(version) + ".sums"; }
+  // The sums file of `version` when one was written (here or by an earlier process), else "".
+  std::string Existing(uint64_t version) const {
+    const std::string p = Of(version);
+    return ::access(p.c_str(), R_OK) == 0 ? p : "";
+  }
+  // After a build from version `from`: bases only move forward, so the sums of versions
+  // before `from` are of no further use (best effort).
+  void Built(uint64_t from, const std::map<uint64_t, std::string>& versions) {
+    for (const auto& [v, path] : versions) {
+      if (v > 0 && v < from) ::unlink(Of(v).c_str());
+    }
+  }
+
+ private:
+  SenderSums() = default;
+  std::string dir_;
+  bool temporary_ = false;
+  std::set<uint64_t> targets_;
+};
 
 }  // namespace
 
@@ -128,6 +187,10 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
   std::unique_ptr<VersionRecovery> recovery;
   if (!plan.state_dir.empty()) {
     DCR_ASSIGN_OR_RETURN(recovery, VersionRecovery::Open(plan));
+  }
+  std::unique_ptr<SenderSums> sums;
+  if (sender && delta) {
+    DCR_ASSIGN_OR_RETURN(sums, SenderSums::Open(plan));
   }
   std::unique_ptr<SenderJointCommit> commit;
   VersionId base{0, Hash128{}};
@@ -253,6 +316,15 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
                      static_cast<unsigned long long>(v.version), trainer_delta_skipped.c_str());
       }
     }
+    if (sender && delta && p.delta_path.empty()) {
+      // The base's sums: the user's for the plan's base, this sender's for a version it built.
+      p.base_sums = p.base_version == 0 ? plan.base_sums
+                                        : sums->Existing(static_cast<uint64_t>(p.base_version));
+      p.target_sums = sums->Target(v.version);
+    } else {
+      p.base_sums.clear();
+      p.target_sums.clear();
+    }
     NodeResult r;
     // A receiver's storage stays up version to version: without recovery always, with it on a
     // device (the device keeps the committed version; on "cpu" the mapping files carry it).
@@ -260,6 +332,9 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
     s = RunNodeVersion(p, &r, carry ? &storage : nullptr);
     r.trainer_delta = !p.delta_path.empty();
     if (sender && delta) r.delta_base_version = p.base_version;
+    if (s.ok() && !p.target_sums.empty()) {
+      sums->Built(static_cast<uint64_t>(p.base_version), checkpoint_of);
+    }
     r.trainer_delta_skipped = trainer_delta_skipped;
     if (!handed_delta.empty() && !joint) (void)WriteResultFile(p.result_path, r);
     *result = r;

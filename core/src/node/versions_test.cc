@@ -4,6 +4,7 @@
 #include "node/versions.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <random>
@@ -11,6 +12,7 @@
 
 #include "dcr/checkpoint.h"
 #include "dcr/relay_policy.h"
+#include "dcr/sums.h"
 #include "transport/net.h"
 
 namespace dcr::internal {
@@ -69,11 +71,10 @@ TEST(SenderJointCommit, BaselineFollowsEveryLiveReceiverAndDropsTheDead) {
   EXPECT_EQ(c.baseline(), v2);
 }
 
-TEST(LongLivedNodes, OneSetOfNodesAppliesThreeVersionsOverARelayTree) {
-  char tmpl[] = "/tmp/dcr_versions_XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
-  const std::vector<std::string> ckpt = VersionChain(dir, 3);
-  const std::vector<int> parents = {-1, 0, 0, 1, 1, 2};  // two relays, three leaves
+// One plan per rank of the tree `parents` (threads on 127.0.0.1) taking versions 1..last of
+// `ckpt` from ckpt[0], each version's result in <dir>/result-<rank>-v<k>.json.
+std::vector<NodePlan> TreePlans(const std::string& dir, const std::vector<std::string>& ckpt,
+                                const std::vector<int>& parents, int last) {
   std::vector<std::string> addresses;
   for (size_t r = 0; r < parents.size(); ++r) {
     addresses.push_back("127.0.0.1:" + std::to_string(FreePort().value()));
@@ -93,7 +94,7 @@ TEST(LongLivedNodes, OneSetOfNodesAppliesThreeVersionsOverARelayTree) {
     p.receiver_base_path = ckpt[0];
     p.chunk_elems = 4096;
     p.timeout_s = 30;
-    for (int k = 1; k <= 3; ++k) {
+    for (int k = 1; k <= last; ++k) {
       NodeVersion v;
       v.version = static_cast<uint64_t>(k);
       v.target_path = ckpt[k];
@@ -103,6 +104,11 @@ TEST(LongLivedNodes, OneSetOfNodesAppliesThreeVersionsOverARelayTree) {
     }
     plans.push_back(p);
   }
+  return plans;
+}
+
+// Runs every plan on its own thread; the statuses.
+std::vector<Status> RunAll(const std::vector<NodePlan>& plans) {
   std::vector<Status> status(plans.size());
   std::vector<NodeResult> results(plans.size());
   std::vector<std::thread> threads;
@@ -110,20 +116,30 @@ TEST(LongLivedNodes, OneSetOfNodesAppliesThreeVersionsOverARelayTree) {
     threads.emplace_back([&, i] { status[i] = RunNode(plans[i], &results[i]); });
   }
   for (auto& t : threads) t.join();
+  return status;
+}
+
+// Every rank's result of version k (1-based).
+std::vector<NodeResult> ResultsOf(const std::vector<NodePlan>& plans, int k) {
+  std::vector<NodeResult> at;
+  for (const NodePlan& p : plans) {
+    auto res = ReadResultFile(p.versions[k - 1].result_path);
+    EXPECT_TRUE(res.ok()) << "rank " << p.rank << " v" << k << ": " << res.status();
+    at.push_back(res.ok() ? *res : NodeResult{});
+  }
+  return at;
+}
+
+TEST(LongLivedNodes, OneSetOfNodesAppliesThreeVersionsOverARelayTree) {
+  char tmpl[] = "/tmp/dcr_versions_XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::vector<std::string> ckpt = VersionChain(dir, 3);
+  const std::vector<int> parents = {-1, 0, 0, 1, 1, 2};  // two relays, three leaves
+  const std::vector<NodePlan> plans = TreePlans(dir, ckpt, parents, 3);
+  const std::vector<Status> status = RunAll(plans);
   for (size_t i = 0; i < plans.size(); ++i) EXPECT_TRUE(status[i].ok()) << i << ": " << status[i];
   for (int k = 1; k <= 3; ++k) {
-    std::vector<NodeResult> at;
-    for (size_t r = 0; r < plans.size(); ++r) {
-      std::string text;
-      FILE* fp = std::fopen(plans[r].versions[k - 1].result_path.c_str(), "rb");
-      ASSERT_NE(fp, nullptr) << r << " v" << k;
-      char buf[4096];
-      for (size_t n; (n = std::fread(buf, 1, sizeof(buf), fp)) > 0;) text.append(buf, n);
-      std::fclose(fp);
-      auto res = NodeResultFromJson(text);
-      ASSERT_TRUE(res.ok()) << res.status();
-      at.push_back(*res);
-    }
+    const std::vector<NodeResult> at = ResultsOf(plans, k);
     const NodeResult& sender = at[0];
     EXPECT_TRUE(sender.ok) << "v" << k << ": " << sender.error;
     ASSERT_EQ(sender.reports.size(), parents.size() - 1) << "v" << k;
@@ -141,6 +157,69 @@ TEST(LongLivedNodes, OneSetOfNodesAppliesThreeVersionsOverARelayTree) {
     // Each version's delta carries only that version's changes, not the way from v0.
     EXPECT_LT(sender.payload_bytes, (*want)->total_tensor_bytes() / 4) << "v" << k;
   }
+}
+
+// A sender with a state_dir writes the sums of every version it builds and takes the next
+// version's base hash from them: the sums of the last version are its checkpoint's, and those
+// of versions no build can start from again are gone.
+TEST(LongLivedNodes, TheSenderKeepsTheSumsOfTheVersionsItBuilds) {
+  char tmpl[] = "/tmp/dcr_versions_XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::vector<std::string> ckpt = VersionChain(dir, 3);
+  std::vector<NodePlan> plans = TreePlans(dir, ckpt, {-1, 0, 0}, 3);
+  plans[0].state_dir = dir + "/sender-state";
+  ASSERT_EQ(::mkdir(plans[0].state_dir.c_str(), 0755), 0);
+  const std::vector<Status> status = RunAll(plans);
+  for (size_t i = 0; i < plans.size(); ++i) EXPECT_TRUE(status[i].ok()) << i << ": " << status[i];
+  for (int k = 1; k <= 3; ++k) {
+    const std::vector<NodeResult> at = ResultsOf(plans, k);
+    for (size_t r = 1; r < at.size(); ++r) {
+      EXPECT_TRUE(at[r].verified) << "v" << k << " rank " << r << ": " << at[r].verify_message;
+    }
+  }
+  const std::string sums_dir = plans[0].state_dir + "/sender-sums";
+  auto v3 = Checkpoint::Open(ckpt[3]);
+  ASSERT_TRUE(v3.ok());
+  auto sums = ReadSums(sums_dir + "/v3.sums");
+  ASSERT_TRUE(sums.ok()) << sums.status();
+  EXPECT_EQ(sums->content_hash, (*v3)->ContentHash());
+  EXPECT_TRUE(CheckSums(**v3, *sums, 1).ok());
+  EXPECT_EQ(::access((sums_dir + "/v2.sums").c_str(), F_OK), 0);  // the base of v3
+  EXPECT_NE(::access((sums_dir + "/v1.sums").c_str(), F_OK), 0);
+}
+
+// NodePlan::base_sums for the plan's base: a sums file that matches the base gives the delta's
+// base hash (a forged content hash over the right regions is what the sender sends, and every
+// receiver refuses it); one that no longer matches is not used, and the refit is exact.
+TEST(LongLivedNodes, TheSenderUsesBaseSumsOnlyWhileTheBaseMatchesThem) {
+  char tmpl[] = "/tmp/dcr_versions_XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::vector<std::string> ckpt = VersionChain(dir, 1);
+  auto v0 = Checkpoint::Open(ckpt[0]);
+  auto v1 = Checkpoint::Open(ckpt[1]);
+  ASSERT_TRUE(v0.ok() && v1.ok());
+  // Stale: v1's sums given as v0's.
+  const std::string stale = dir + "/stale.sums";
+  ASSERT_TRUE(WriteSums(stale, ComputeSums(**v1, (*v1)->ContentHash(), 1)).ok());
+  std::vector<NodePlan> plans = TreePlans(dir, ckpt, {-1, 0}, 1);
+  plans[0].base_sums = stale;
+  std::vector<Status> status = RunAll(plans);
+  EXPECT_TRUE(status[0].ok()) << status[0];
+  EXPECT_TRUE(status[1].ok()) << status[1];
+  EXPECT_TRUE(ResultsOf(plans, 1)[1].verified) << ResultsOf(plans, 1)[1].verify_message;
+  // Forged: v0's regions with another content hash.
+  const std::string forged = dir + "/forged.sums";
+  ASSERT_TRUE(WriteSums(forged, ComputeSums(**v0, Hash128{1, 2}, 1)).ok());
+  plans = TreePlans(dir, ckpt, {-1, 0}, 1);
+  plans[0].base_sums = forged;
+  plans[0].timeout_s = 10;
+  plans[1].timeout_s = 10;
+  status = RunAll(plans);
+  EXPECT_TRUE(status[1].IsFailedPrecondition()) << status[1];
+  EXPECT_NE(status[1].ToString().find("delta is for base " + Hash128{1, 2}.ToHex()),
+            std::string::npos)
+      << status[1];
+  EXPECT_FALSE(ResultsOf(plans, 1)[1].verified);
 }
 
 TEST(LongLivedNodes, VersionNumbersMustIncrease) {
