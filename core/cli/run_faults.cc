@@ -185,7 +185,14 @@ Status RunScenarioProcessFaults(const Scenario& s, double rate,
         if (kind == "process:sender_mid_stream") {
           rank = 0;
         } else if (kind == "process:relay_mid_stream" && !relays.empty()) {
-          rank = relays[pick(relays.size())];
+          // Among the relays not already given a fault point, so that a run's receiver kills
+          // do not crowd out its relay kill (a relay's kill point may also not fire: it fires
+          // only while the relay forwards that version's stream).
+          std::vector<int> free_relays;
+          for (int r : relays) {
+            if (!used[r]) free_relays.push_back(r);
+          }
+          if (!free_relays.empty()) rank = free_relays[pick(free_relays.size())];
         } else if (n > 1) {
           rank = 1 + static_cast<int>(pick(n - 1));
           if (kind == "process:kill_from_outside" && pick(4) == 0) rank = 0;
