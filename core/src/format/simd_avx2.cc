@@ -201,70 +201,6 @@ void ElementTermSumAvx2(uint64_t salt, const uint8_t* data, int width, uint64_t 
   }
 }
 
-void ContextMasks16Avx2(const uint16_t* base, const uint8_t* bounds, int k, uint64_t* masks) {
-  const __m256i low = _mm256_set1_epi16(0xFF);
-  auto exps = [&](const uint16_t* p) {
-    const __m256i x0 = _mm256_and_si256(
-        _mm256_srli_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), 7), low);
-    const __m256i x1 = _mm256_and_si256(
-        _mm256_srli_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)), 7), low);
-    return _mm256_permute4x64_epi64(_mm256_packus_epi16(x0, x1), 0xD8);
-  };
-  // Contexts biased by 0x80, so that one signed compare orders them: e >= b iff
-  // (e ^ 0x80) > ((b - 1) ^ 0x80) as signed bytes, for b >= 1 (bounds[c + 1] > bounds[0] = 0).
-  const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
-  const __m256i e0 = _mm256_xor_si256(exps(base), bias);
-  const __m256i e1 = _mm256_xor_si256(exps(base + 32), bias);
-  uint64_t ge = ~uint64_t{0};  // elements with context >= bounds[c] (bounds[0] = 0: all)
-  for (int c = 0; c + 1 < k; ++c) {
-    const __m256i b = _mm256_set1_epi8(static_cast<char>((bounds[c + 1] - 1) ^ 0x80));
-    const uint64_t g0 = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpgt_epi8(e0, b)));
-    const uint64_t g1 = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpgt_epi8(e1, b)));
-    const uint64_t next = g0 | (g1 << 32);
-    masks[c] = ge & ~next;
-    ge = next;
-  }
-  masks[k - 1] = ge;
-}
-
-void ContextWindow16Avx2(const uint16_t* base, uint64_t nblocks, const uint8_t* bounds, int k,
-                         uint64_t (*masks)[16], uint16_t (*before)[64], uint64_t* total) {
-  const __m256i low = _mm256_set1_epi16(0xFF);
-  const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
-  // As ContextMasks16Avx2: contexts biased by 0x80, one signed compare per class bound.
-  __m256i bv[15];
-  for (int c = 0; c + 1 < k; ++c) bv[c] = _mm256_set1_epi8(static_cast<char>((bounds[c + 1] - 1) ^ 0x80));
-  uint64_t count[16] = {};
-  for (uint64_t b = 0; b < nblocks; ++b) {
-    const uint16_t* p = base + 64 * b;
-    auto exps = [&](const uint16_t* q) {
-      const __m256i x0 = _mm256_and_si256(
-          _mm256_srli_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)), 7), low);
-      const __m256i x1 = _mm256_and_si256(
-          _mm256_srli_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 16)), 7), low);
-      return _mm256_xor_si256(_mm256_permute4x64_epi64(_mm256_packus_epi16(x0, x1), 0xD8), bias);
-    };
-    const __m256i e0 = exps(p);
-    const __m256i e1 = exps(p + 32);
-    uint64_t* m = masks[b];
-    uint64_t ge = ~uint64_t{0};
-    for (int c = 0; c + 1 < k; ++c) {
-      const uint64_t g0 = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpgt_epi8(e0, bv[c])));
-      const uint64_t g1 = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpgt_epi8(e1, bv[c])));
-      const uint64_t next = g0 | (g1 << 32);
-      const uint64_t mc = ge & ~next;
-      m[c] = mc;
-      before[c][b] = static_cast<uint16_t>(count[c]);
-      count[c] += static_cast<uint64_t>(_mm_popcnt_u64(mc));
-      ge = next;
-    }
-    m[k - 1] = ge;
-    before[k - 1][b] = static_cast<uint16_t>(count[k - 1]);
-    count[k - 1] += static_cast<uint64_t>(_mm_popcnt_u64(ge));
-  }
-  for (int c = 0; c < k; ++c) total[c] = count[c];
-}
-
 }  // namespace dcr::internal
 
 #else  // no AVX2 build on this target: CpuHasAvx2() is false and these are never called
@@ -280,13 +216,6 @@ void Xxh3Avx2Free(void*) {}
 void ElementTermSumAvx2(uint64_t, const uint8_t*, int, uint64_t, uint64_t, uint64_t* lo,
                         uint64_t* hi) {
   *lo = *hi = 0;
-}
-void ContextMasks16Avx2(const uint16_t*, const uint8_t*, int k, uint64_t* masks) {
-  for (int c = 0; c < k; ++c) masks[c] = 0;
-}
-void ContextWindow16Avx2(const uint16_t*, uint64_t, const uint8_t*, int k, uint64_t (*)[16],
-                         uint16_t (*)[64], uint64_t* total) {
-  for (int c = 0; c < k; ++c) total[c] = 0;
 }
 }  // namespace dcr::internal
 

@@ -60,15 +60,11 @@ struct ClassMap {
   uint8_t lut[256];
 };
 
-// masks[c] (c < K) bit i: covered element start + i is in class c, for i < len (<= 64). With
-// `avx2` (CpuHasAvx2()) a whole block of 2-byte elements takes the AVX2 build.
+// masks[c] (c < K) bit i: covered element start + i is in class c, for i < len (<= 64). (The
+// vector builds of 2-byte elements classify in internal/context_walk16.h.)
 __attribute__((always_inline)) inline void ClassMasks(const uint8_t* base, int w, uint64_t start,
                                                      uint64_t len, const ClassMap& map,
-                                                     uint64_t* masks, bool avx2) {
-  if (avx2 && w == 2 && len == 64) {
-    ContextMasks16Avx2(reinterpret_cast<const uint16_t*>(base) + start, map.bounds, map.K, masks);
-    return;
-  }
+                                                     uint64_t* masks) {
   for (int c = 0; c < map.K; ++c) masks[c] = 0;
   for (uint64_t i = 0; i < len; ++i) masks[map.lut[ContextOf(base, w, start + i)]] |= uint64_t{1} << i;
 }
@@ -163,7 +159,6 @@ __attribute__((always_inline)) inline bool WalkClassesImpl(
   uint32_t active;
   if (!StartClasses(n, K, kc, start_of, gaps, next, used, &active)) return false;
   uint64_t out = 0;
-  static_assert(kMaxContextClasses == 16, "ContextWindow16Avx2 takes rows of 16 masks");
   uint64_t masks[kWalkBlocks][kMaxContextClasses];
   // before[c][b]: members of class c in the window's blocks before block b; blocks past the
   // window's end hold a count above any rank.
@@ -176,19 +171,13 @@ __attribute__((always_inline)) inline bool WalkClassesImpl(
     const uint64_t span = n - w0 < kWalkBlocks * 64 ? n - w0 : kWalkBlocks * 64;
     const uint64_t nb = (span + 63) / 64;
     uint64_t total[kMaxContextClasses] = {};
-    if (kFast && w == 2 && span % 64 == 0) {
-      // Whole blocks of 2-byte elements: the masks and counts of the window in one AVX2 pass.
-      ContextWindow16Avx2(reinterpret_cast<const uint16_t*>(base) + w0, nb, map.bounds, K, masks,
-                          before, total);
-    } else {
-      for (uint64_t b = 0; b < nb; ++b) {
-        const uint64_t start = w0 + b * 64;
-        const uint64_t len = n - start < 64 ? n - start : 64;
-        ClassMasks(base, w, start, len, map, masks[b], kFast);
-        for (int c = 0; c < K; ++c) {
-          before[c][b] = static_cast<uint16_t>(total[c]);
-          total[c] += Pop<kFast>(masks[b][c]);
-        }
+    for (uint64_t b = 0; b < nb; ++b) {
+      const uint64_t start = w0 + b * 64;
+      const uint64_t len = n - start < 64 ? n - start : 64;
+      ClassMasks(base, w, start, len, map, masks[b]);
+      for (int c = 0; c < K; ++c) {
+        before[c][b] = static_cast<uint16_t>(total[c]);
+        total[c] += Pop<kFast>(masks[b][c]);
       }
     }
     for (uint64_t b = 0; b < nb; ++b) chg[b] = 0;
@@ -245,7 +234,7 @@ __attribute__((always_inline)) inline void ClassGapsGroupedImpl(
   for (uint64_t start = 0; start < n && ci < k; start += 64) {
     const uint64_t len = n - start < 64 ? n - start : 64;
     uint64_t masks[kMaxContextClasses];
-    ClassMasks(base, w, start, len, map, masks, kFast);
+    ClassMasks(base, w, start, len, map, masks);
     for (; ci < k && positions[ci] < start + len; ++ci) {
       const uint64_t bit = positions[ci] - start;
       const int c = map.ClassOf(ContextOf(base, w, positions[ci]));
@@ -261,8 +250,8 @@ __attribute__((always_inline)) inline void ClassGapsGroupedImpl(
 }
 
 // The walk and its inverse at a vector level (CpuSimd() or below): portable; compiled for
-// POPCNT, BMI1 and BMI2 with the AVX2 class masks (kAvx2 and above for widths 4 and 8, kAvx2 for
-// width 2); or the AVX-512 build (kAvx512, width 2). Every level gives the same results.
+// POPCNT, BMI1 and BMI2 (kAvx2 and above, widths 4 and 8); or, for width 2, the AVX2 or AVX-512
+// build of internal/context_walk16.h. Every level gives the same results.
 __attribute__((target("popcnt,bmi,bmi2"))) inline bool WalkClassesFast(
     const uint8_t* base, int w, uint64_t n, const ClassMap& map, const uint64_t* kc,
     const uint64_t* start_of, const uint64_t* gaps, const uint64_t* vals, uint64_t* positions,

@@ -48,18 +48,6 @@ void Xxh3Avx2Free(void* state);
 void ElementTermSumAvx2(uint64_t salt, const uint8_t* data, int width, uint64_t begin,
                         uint64_t count, uint64_t* lo, uint64_t* hi);
 
-// Class masks of a context-coded chunk's walk (internal/context_walk.h) for 64 elements of 2
-// bytes at `base`: masks[c] bit i is set when (base[i] >> 7) & 0xFF lies in [bounds[c],
-// bounds[c + 1]) (the last class: up to 255). REQUIRES: 1 <= k <= 16, bounds[0] == 0, bounds
-// increasing.
-void ContextMasks16Avx2(const uint16_t* base, const uint8_t* bounds, int k, uint64_t* masks);
-
-// The class masks and member counts of a window of `nblocks` (1..64) blocks of 64 elements of 2
-// bytes at `base` (block b at base + 64 b): masks[b][c] as ContextMasks16Avx2 gives them for block
-// b, before[c][b] the members of class c in the blocks before b, total[c] those of all nblocks.
-void ContextWindow16Avx2(const uint16_t* base, uint64_t nblocks, const uint8_t* bounds, int k,
-                         uint64_t (*masks)[16], uint16_t (*before)[64], uint64_t* total);
-
 // Where a class walk hands on the changes it has written: fn(ctx, pos, vals, count) with the
 // next run of `count` entries of positions[] and values[] (pos and vals point into them), in
 // position order: a window's changes, while its elements are in cache. The runs follow one
