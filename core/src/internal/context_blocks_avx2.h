@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "internal/context_walk_start.h"
+
 #if defined(__x86_64__) && defined(__AVX2__)
 #include <immintrin.h>
 
@@ -56,21 +58,18 @@ struct ClassBounds256 {
     }
   }
   // fn(c, mask) for every class c in order, mask bit i set when element start + i (< n) of the
-  // block that starts at `start` is in class c: the elements above class c - 1's top and not
-  // above its own (one signed compare of the biased contexts per bound).
+  // block that starts at `start` is in class c (ClassChain over one signed compare of the biased
+  // contexts per bound; unread elements, context 0, are above none).
   template <typename F>
   __attribute__((always_inline)) void Classify(const uint16_t* base, uint64_t start, uint64_t n,
                                                F&& fn) const {
     __m256i e0, e1;
-    uint64_t ge = BlockContextsAt(base, start, n, &e0, &e1);
-    for (int c = 0; c + 1 < k; ++c) {
+    const uint64_t valid = BlockContextsAt(base, start, n, &e0, &e1);
+    ClassChain(k, valid, [&](int c) __attribute__((always_inline)) {
       const uint64_t g0 = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpgt_epi8(e0, bv[c])));
       const uint64_t g1 = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpgt_epi8(e1, bv[c])));
-      const uint64_t above = g0 | (g1 << 32);  // unread elements (context 0) are above none
-      fn(c, ge & ~above);
-      ge = above;
-    }
-    fn(k - 1, ge);
+      return g0 | (g1 << 32);
+    }, fn);
   }
   int k;
   __m256i bv[15];

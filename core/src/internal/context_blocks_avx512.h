@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "internal/context_walk_start.h"
+
 #if defined(__x86_64__) && defined(__AVX512BW__)
 #include <immintrin.h>
 
@@ -49,20 +51,15 @@ struct ClassBounds512 {
     for (int c = 1; c < k; ++c) bv[c - 1] = _mm512_set1_epi8(static_cast<char>(bounds[c]));
   }
   // fn(c, mask) for every class c in order, mask bit i set when element start + i (< n) of the
-  // block that starts at `start` is in class c: the elements at or above the class's lowest
-  // context and not at or above the next class's (one unsigned compare per bound). Context 0,
-  // which unread elements have, is at or above no bound but the first.
+  // block that starts at `start` is in class c (ClassChain over one unsigned compare per bound).
+  // Context 0, which unread elements have, is at or above no bound but the first.
   template <typename F>
   __attribute__((always_inline)) void Classify(const uint16_t* base, uint64_t start, uint64_t n,
                                                F&& fn) const {
     const __m512i e = BlockContexts512At(base, start, n);
-    uint64_t ge = BlockValid(start, n);
-    for (int c = 0; c + 1 < k; ++c) {
-      const uint64_t above = _cvtmask64_u64(_mm512_cmpge_epu8_mask(e, bv[c]));
-      fn(c, ge & ~above);
-      ge = above;
-    }
-    fn(k - 1, ge);
+    ClassChain(k, BlockValid(start, n), [&](int c) __attribute__((always_inline)) {
+      return _cvtmask64_u64(_mm512_cmpge_epu8_mask(e, bv[c]));
+    }, fn);
   }
   int k;
   __m512i bv[15];

@@ -1,6 +1,7 @@
-// The start and the output of a class walk of a context-coded chunk (internal; shared by the
-// portable walk in internal/context_walk.h and the vector walks of internal/context_walk16.h, so
-// only <cstdint> and builtins, which expand for the instructions of the function they inline into).
+// The start, the class masks and the output of a class walk of a context-coded chunk (internal;
+// shared by the portable walk in internal/context_walk.h and the vector builds of
+// internal/context_walk16.h, so only <cstdint> and builtins, which expand for the instructions of
+// the function they inline into).
 #ifndef DCR_CORE_SRC_INTERNAL_CONTEXT_WALK_START_H_
 #define DCR_CORE_SRC_INTERNAL_CONTEXT_WALK_START_H_
 
@@ -28,6 +29,23 @@ __attribute__((always_inline)) inline bool StartClasses(uint64_t n, int k, const
     }
   }
   return true;
+}
+
+// Class masks from the masks of the elements at or above each class's lowest context:
+// fn(c, mask) for every class c < k in order, where class c holds the elements at or above its
+// own lowest context and not at or above the next class's. `valid`: the block's elements (all of
+// class 0 and above); above(c): those at or above class c + 1's lowest context (c + 1 < k), none
+// of them outside `valid`.
+template <typename Above, typename F>
+__attribute__((always_inline)) inline void ClassChain(int k, uint64_t valid, Above&& above,
+                                                      F&& fn) {
+  uint64_t ge = valid;
+  for (int c = 0; c + 1 < k; ++c) {
+    const uint64_t next = above(c);
+    fn(c, ge & ~next);
+    ge = next;
+  }
+  fn(k - 1, ge);
 }
 
 // The index of the lowest set bit of m, 64 for m == 0 (TZCNT: run only where CpuHasAvx2()
