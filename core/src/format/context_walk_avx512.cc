@@ -1,9 +1,10 @@
 // The AVX-512 build of the class walk of context-coded chunks of 2-byte elements
-// (ContextWalk16Avx512 in internal/simd.h): the walk of ContextWalk16Avx2 (internal/context_walk16.h)
-// with the 64 contexts of a block in one register, a class bound's compare giving its 64-bit mask
-// directly, two compares of a class's 64 counts per change, and the element found by PDEP (fast on
-// every CPU with AVX-512). Compiled for AVX-512 BW (core/CMakeLists.txt); called only when CpuSimd()
-// is kAvx512. No C++ library headers here (see simd.h), and every helper has internal linkage.
+// (ContextWalk16Avx512 in internal/simd.h): the walk of ContextWalk16Avx2
+// (internal/context_walk16.h) with the 64 contexts of a block in one register, a class bound's
+// compare giving its 64-bit mask directly, two compares of a class's 64 counts per change, and the
+// element found by PDEP (fast on every CPU with AVX-512). Compiled for AVX-512 BW
+// (core/CMakeLists.txt); called only when CpuSimd() is kAvx512. No C++ library headers here (see
+// simd.h), and every helper has internal linkage.
 #include "internal/simd.h"
 
 #if defined(__x86_64__) && defined(__AVX512BW__)
@@ -21,7 +22,8 @@ struct Avx512Build : ClassBounds512 {
   // The last block whose count is <= t: the blocks whose count is <= t, less one (block 0's
   // count is 0).
   struct Finder {
-    explicit Finder(const int16_t* bc) : q0(_mm512_load_si512(bc)), q1(_mm512_load_si512(bc + 32)) {}
+    explicit Finder(const int16_t* bc)
+        : q0(_mm512_load_si512(bc)), q1(_mm512_load_si512(bc + 32)) {}
     __attribute__((always_inline)) uint64_t Block(uint64_t t) const {
       const __m512i tv = _mm512_set1_epi16(static_cast<int16_t>(t));
       const __mmask64 le =
