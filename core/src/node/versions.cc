@@ -58,7 +58,9 @@ class SenderSums {
     targets_.insert(version);
     return Of(version);
   }
-  std::string Of(uint64_t version) const { return dir_ + "/v" + std::to_string(version) + ".sums"; }
+  std::string Of(uint64_t version) const {
+    return dir_ + "/v" + std::to_string(version) + ".sums";
+  }
   // The sums file of `version` when one was written (here or by an earlier process), else "".
   std::string Existing(uint64_t version) const {
     const std::string p = Of(version);
@@ -188,9 +190,18 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
   if (!plan.state_dir.empty()) {
     DCR_ASSIGN_OR_RETURN(recovery, VersionRecovery::Open(plan));
   }
-  std::unique_ptr<SenderSums> sums;
+  std::unique_ptr<SenderSums> sums;  // null: every base hashed in full
   if (sender && delta) {
-    DCR_ASSIGN_OR_RETURN(sums, SenderSums::Open(plan));
+    // A cache: a folder that cannot be made costs each version a full hash of its base, not the
+    // refit.
+    auto opened = SenderSums::Open(plan);
+    if (opened.ok()) {
+      sums = std::move(*opened);
+    } else {
+      std::fprintf(stderr,
+                   "sender: no sums of the versions it builds (each base hashed in full): %s\n",
+                   opened.status().ToString().c_str());
+    }
   }
   std::unique_ptr<SenderJointCommit> commit;
   VersionId base{0, Hash128{}};
@@ -319,8 +330,9 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
     if (sender && delta && p.delta_path.empty()) {
       // The base's sums: the user's for the plan's base, this sender's for a version it built.
       p.base_sums = p.base_version == 0 ? plan.base_sums
-                                        : sums->Existing(static_cast<uint64_t>(p.base_version));
-      p.target_sums = sums->Target(v.version);
+                    : sums != nullptr   ? sums->Existing(static_cast<uint64_t>(p.base_version))
+                                        : std::string();
+      p.target_sums = sums != nullptr ? sums->Target(v.version) : std::string();
     } else {
       p.base_sums.clear();
       p.target_sums.clear();

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <random>
 #include <thread>
 
@@ -186,6 +187,28 @@ TEST(LongLivedNodes, TheSenderKeepsTheSumsOfTheVersionsItBuilds) {
   EXPECT_TRUE(CheckSums(**v3, *sums, 1).ok());
   EXPECT_EQ(::access((sums_dir + "/v2.sums").c_str(), F_OK), 0);  // the base of v3
   EXPECT_NE(::access((sums_dir + "/v1.sums").c_str(), F_OK), 0);
+}
+
+// Without a folder for its sums (here: TMPDIR names none) the sender hashes every base in full,
+// and the versions still reach every receiver exactly.
+TEST(LongLivedNodes, ASenderWithoutASumsFolderStillRefitsEveryVersion) {
+  char tmpl[] = "/tmp/dcr_versions_XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::vector<std::string> ckpt = VersionChain(dir, 2);
+  const std::vector<NodePlan> plans = TreePlans(dir, ckpt, {-1, 0}, 2);
+  const char* old = std::getenv("TMPDIR");
+  const std::string saved = old != nullptr ? old : "";
+  ASSERT_EQ(::setenv("TMPDIR", (dir + "/no-such-folder").c_str(), 1), 0);
+  const std::vector<Status> status = RunAll(plans);
+  if (old != nullptr) {
+    ::setenv("TMPDIR", saved.c_str(), 1);
+  } else {
+    ::unsetenv("TMPDIR");
+  }
+  for (size_t i = 0; i < plans.size(); ++i) EXPECT_TRUE(status[i].ok()) << i << ": " << status[i];
+  for (int k = 1; k <= 2; ++k) {
+    EXPECT_TRUE(ResultsOf(plans, k)[1].verified) << "v" << k;
+  }
 }
 
 // NodePlan::base_sums for the plan's base: a sums file that matches the base gives the delta's
