@@ -233,7 +233,7 @@ StatusOr<CodecBenchReport> RunCodecBench(const CodecBenchConfig& config,
   rep.compiler = Compiler();
   switch (internal::CpuSimd()) {
     case internal::Simd::kPortable: rep.simd = "portable"; break;
-    case internal::Simd::kAvx2: rep.simd = "avx2"; break;
+    case internal::Simd::kAvx2: rep.simd = internal::CpuFastPdep() ? "avx2+pdep" : "avx2"; break;
     case internal::Simd::kAvx512: rep.simd = "avx512"; break;
   }
   const uint64_t dense = config.elements * 2;

@@ -150,7 +150,8 @@ struct CodecBenchReport {
   std::string cpu;
   int cores = 0;
   std::string compiler;
-  std::string simd;  // the vector build the codec ran: "portable", "avx2" or "avx512"
+  std::string simd;  // the vector build the codec ran: "portable", "avx2" (with "+pdep" where
+                     // CpuFastPdep()) or "avx512"
 };
 
 // Runs the whole benchmark. `log` (may be null) receives progress lines.

@@ -539,6 +539,17 @@ TEST(Context, ClassWalkPortableAndFastAgree) {
                                             p2.data(), v2.data(), simd));
           EXPECT_EQ(p2, pos);
           EXPECT_EQ(v2, val);
+          if (w == 2 && simd == internal::Simd::kAvx2) {
+            // Both selects of the AVX2 walk, whichever CpuFastPdep() picks on this CPU.
+            for (const bool pdep : {false, true}) {
+              std::vector<uint64_t> p3(k), v3(k);
+              ASSERT_TRUE(internal::ContextWalk16Avx2(
+                  reinterpret_cast<const uint16_t*>(base.data()), n, map.bounds, K, kc, start_of,
+                  g.data(), v.data(), p3.data(), v3.data(), pdep, nullptr));
+              EXPECT_EQ(p3, pos) << "pdep " << pdep;
+              EXPECT_EQ(v3, val) << "pdep " << pdep;
+            }
+          }
           // The last change of a class pushed past the class's members.
           std::vector<uint64_t> bad = g;
           int c = 0;

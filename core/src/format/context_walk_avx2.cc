@@ -33,9 +33,8 @@ constexpr SelectTable kSelectInByte = MakeSelectTable();
 
 // The index of the r-th set bit of m (r < popcount(m)), by bytes: the set bits up to each byte
 // (SWAR counts summed by one multiply), the byte holding bit r as the number of bytes whose
-// count is <= r (one compare of all eight, one popcnt), then a table within that byte. No PDEP:
-// on AMD before Zen 3 it is microcoded, tens to hundreds of cycles as the mask fills, where this
-// is about twenty simple operations.
+// count is <= r (one compare of all eight, one popcnt), then a table within that byte. About
+// twenty simple operations, for the CPUs whose PDEP is microcoded (CpuFastPdep() false).
 __attribute__((always_inline)) inline uint64_t SelectBit(uint64_t m, uint64_t r) {
   constexpr uint64_t kL8 = 0x0101010101010101ULL, kH8 = 0x8080808080808080ULL;
   uint64_t s = m - ((m >> 1) & 0x5555555555555555ULL);
@@ -49,7 +48,8 @@ __attribute__((always_inline)) inline uint64_t SelectBit(uint64_t m, uint64_t r)
 }
 
 // The AVX2 build of the block pass (ClassBounds256); a class's block by four compares of its 64
-// counts against the rank; the select by bytes.
+// counts against the rank; the select by PDEP (kPdep) or by bytes.
+template <bool kPdep>
 struct Avx2Build : ClassBounds256 {
   using ClassBounds256::ClassBounds256;
   // The last block whose count is <= t: 63 minus the blocks whose count is above t.
@@ -71,7 +71,11 @@ struct Avx2Build : ClassBounds256 {
     __m256i q0, q1, q2, q3;
   };
   __attribute__((always_inline)) static uint64_t Select(uint64_t m, uint64_t r) {
-    return SelectBit(m, r);
+    if constexpr (kPdep) {
+      return Tzcnt(_pdep_u64(uint64_t{1} << r, m));
+    } else {
+      return SelectBit(m, r);
+    }
   }
 };
 
@@ -79,10 +83,14 @@ struct Avx2Build : ClassBounds256 {
 
 bool ContextWalk16Avx2(const uint16_t* base, uint64_t n, const uint8_t* bounds, int k,
                        const uint64_t* kc, const uint64_t* start_of, const uint64_t* gaps,
-                       const uint64_t* vals, uint64_t* positions, uint64_t* values,
+                       const uint64_t* vals, uint64_t* positions, uint64_t* values, bool pdep,
                        const WalkSink* sink) {
-  return Walk16(Avx2Build(bounds, k), base, n, k, kc, start_of, gaps, vals, positions, values,
-                sink);
+  if (pdep) {
+    return Walk16(Avx2Build<true>(bounds, k), base, n, k, kc, start_of, gaps, vals, positions,
+                  values, sink);
+  }
+  return Walk16(Avx2Build<false>(bounds, k), base, n, k, kc, start_of, gaps, vals, positions,
+                values, sink);
 }
 
 }  // namespace dcr::internal
@@ -92,7 +100,7 @@ bool ContextWalk16Avx2(const uint16_t* base, uint64_t n, const uint8_t* bounds, 
 namespace dcr::internal {
 bool ContextWalk16Avx2(const uint16_t*, uint64_t, const uint8_t*, int, const uint64_t*,
                        const uint64_t*, const uint64_t*, const uint64_t*, uint64_t*, uint64_t*,
-                       const WalkSink*) {
+                       bool, const WalkSink*) {
   return false;
 }
 }  // namespace dcr::internal

@@ -7,6 +7,9 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 namespace dcr::internal {
 
@@ -48,6 +51,32 @@ Simd CpuSimd() {
 }
 
 bool CpuHasAvx2() { return CpuSimd() != Simd::kPortable; }
+
+bool CpuFastPdep() {
+  static const bool fast = [] {
+#if defined(__x86_64__)
+    if (!__builtin_cpu_supports("bmi2")) return false;
+    unsigned a, b, c, d;
+    if (__get_cpuid(0, &a, &b, &c, &d) == 0) return false;
+    char vendor[13];
+    std::memcpy(vendor, &b, 4);
+    std::memcpy(vendor + 4, &d, 4);
+    std::memcpy(vendor + 8, &c, 4);
+    vendor[12] = 0;
+    const bool amd =
+        std::strcmp(vendor, "AuthenticAMD") == 0 || std::strcmp(vendor, "HygonGenuine") == 0;
+    if (!amd) return true;
+    if (__get_cpuid(1, &a, &b, &c, &d) == 0) return false;
+    // The family: the base field, plus the extended field when the base is 0xF.
+    unsigned family = (a >> 8) & 0xF;
+    if (family == 0xF) family += (a >> 20) & 0xFF;
+    return family >= 0x19;
+#else
+    return false;
+#endif
+  }();
+  return fast;
+}
 
 void ByteDiffMasks(const uint8_t* a, const uint8_t* b, size_t nbytes, uint64_t* masks) {
   for (size_t i = 0, j = 0; i < nbytes; i += 64, ++j) {

@@ -270,7 +270,7 @@ inline bool WalkClasses(const uint8_t* base, int w, uint64_t n, const ClassMap& 
   }
   if (simd != Simd::kPortable && w == 2) {
     return ContextWalk16Avx2(reinterpret_cast<const uint16_t*>(base), n, map.bounds, map.K, kc,
-                             start_of, gaps, vals, positions, values, sink);
+                             start_of, gaps, vals, positions, values, CpuFastPdep(), sink);
   }
   const bool ok =
       simd != Simd::kPortable

@@ -23,6 +23,11 @@ Simd CpuSimd();
 // True when the AVX2 builds may run (CpuSimd() is kAvx2 or above).
 bool CpuHasAvx2();
 
+// True when BMI2's PDEP runs in a few cycles, as on every Intel CPU that has it and on AMD from
+// Zen 3 (family 19h) on; AMD's families 17h and 18h (Zen 1 and 2, Hygon) run it in microcode, tens
+// to hundreds of cycles as its mask fills. Checked once.
+bool CpuFastPdep();
+
 // masks[j] bit b = (a[64j + b] != b[64j + b]) for the 64-byte blocks of [0, nbytes);
 // nbytes must be a multiple of 64. Portable.
 void ByteDiffMasks(const uint8_t* a, const uint8_t* b, size_t nbytes, uint64_t* masks);
@@ -60,10 +65,11 @@ struct WalkSink {
 
 // The class walk (WalkClasses in internal/context_walk.h) of a chunk of n 2-byte elements at
 // `base` with classes bounds[0..k): the same positions, values and result; each window's
-// changes handed to `sink` (null: none) once written.
+// changes handed to `sink` (null: none) once written. `pdep`: a change's element is selected in
+// its block's class mask with PDEP (where CpuFastPdep()), else by bytes; the results are the same.
 bool ContextWalk16Avx2(const uint16_t* base, uint64_t n, const uint8_t* bounds, int k,
                        const uint64_t* kc, const uint64_t* start_of, const uint64_t* gaps,
-                       const uint64_t* vals, uint64_t* positions, uint64_t* values,
+                       const uint64_t* vals, uint64_t* positions, uint64_t* values, bool pdep,
                        const WalkSink* sink);
 
 // ContextWalk16Avx2 built for AVX-512 BW (REQUIRES CpuSimd() == kAvx512): the same results.
