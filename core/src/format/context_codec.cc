@@ -60,13 +60,16 @@ struct Sym {
   uint64_t extra;
 };
 
+// Without a branch on v < 16, which the encoder's loops over values would mispredict: the wide
+// form is computed for every v (v | 16 has v's top bit when v >= 16, and a valid shift below)
+// and selected.
 inline Sym SymbolOf(uint64_t v) {
-  if (v < 16) return Sym{static_cast<uint8_t>(v), 0, 0};
-  const int top = 63 - __builtin_clzll(v);  // >= 4
-  const uint64_t m = (v >> (top - 2)) & 3;
+  const int top = 63 - __builtin_clzll(v | 16);  // >= 4
   const int nb = top - 2;
-  return Sym{static_cast<uint8_t>(16 + 4 * (top - 4) + m), static_cast<uint8_t>(nb),
-             v & ((uint64_t{1} << nb) - 1)};
+  const bool small = v < 16;
+  const uint8_t wide = static_cast<uint8_t>(16 + 4 * (top - 4) + ((v >> nb) & 3));
+  return Sym{small ? static_cast<uint8_t>(v) : wide, static_cast<uint8_t>(small ? 0 : nb),
+             small ? 0 : v & ((uint64_t{1} << nb) - 1)};
 }
 
 // The extra bit count of a symbol, and its value from them.
@@ -618,21 +621,25 @@ std::vector<uint8_t> EncodeContextBody(const uint8_t* base, uint64_t n, int w,
   const uint64_t step = ContextSampleStep(n);
   if (step > 1)
     for (uint64_t& c : ne) c *= step;
-  // Value symbol counts per exponent, in a flat table whose used rows are cleared afterwards.
+  // Value symbol counts per exponent, in a flat table whose used rows are cleared afterwards; the
+  // changes per exponent are the sums of its row. (Neighbouring changes mostly share an exponent,
+  // so a counter of their own would be incremented back to back, each increment waiting on the
+  // last one's store.)
   sc.flat_hv.resize(size_t{256} * kSymbols);
   uint32_t* const fhv = sc.flat_hv.data();
   if (hints.contexts != nullptr) {
-    for (uint64_t i = 0; i < k; ++i) {
-      const uint8_t e = hints.contexts[i];
-      ++ke[e];
-      ++fhv[size_t{e} * kSymbols + SymbolOf(values[i]).sym];
-    }
+    const uint8_t* __restrict ctx = hints.contexts;
+    for (uint64_t i = 0; i < k; ++i) ++fhv[size_t{ctx[i]} * kSymbols + SymbolOf(values[i]).sym];
   } else {
     for (uint64_t i = 0; i < k; ++i) {
-      const uint8_t e = ContextOf(base, w, positions[i]);
-      ++ke[e];
-      ++fhv[size_t{e} * kSymbols + SymbolOf(values[i]).sym];
+      ++fhv[size_t{ContextOf(base, w, positions[i])} * kSymbols + SymbolOf(values[i]).sym];
     }
+  }
+  for (int e = 0; e < 256; ++e) {
+    const uint32_t* row = fhv + static_cast<size_t>(e) * kSymbols;
+    uint64_t sum = 0;
+    for (int v = 0; v < kSymbols; ++v) sum += row[v];
+    ke[e] = sum;
   }
   std::vector<std::vector<uint64_t>> hv(256);
   for (int e = 0; e < 256; ++e) {
@@ -669,7 +676,10 @@ std::vector<uint8_t> EncodeContextBody(const uint8_t* base, uint64_t n, int w,
   // The symbols of the gaps and values, the gap models' counts, the raw bits they take, and each
   // class's sums of gaps and of values (sum[role][c]) for the geometric fits.
   // (Through local pointers: the symbol stores are bytes, which may alias anything, so the
-  // vectors' own pointers would be reloaded from the thread-local scratch at every store.)
+  // vectors' own pointers would be reloaded from the thread-local scratch at every store. A class's
+  // gaps mostly have a few symbols, so they are counted in two tables, even and odd changes, that
+  // a repeated symbol's increments do not wait on each other's stores; the sums are split in 64-bit
+  // halves for the same reason of registers.)
   sc.gsym.resize(k);
   sc.vsym.resize(k);
   uint64_t nbits = 0;
@@ -679,20 +689,30 @@ std::vector<uint8_t> EncodeContextBody(const uint8_t* base, uint64_t n, int w,
     const uint64_t* __restrict ov = sc.vordered.data();
     uint8_t* __restrict gsym = sc.gsym.data();
     uint8_t* __restrict vsym = sc.vsym.data();
+    uint32_t pair[2][kSymbols];
     for (int c = 0; c < K; ++c) {
-      uint64_t* __restrict row = &counts[static_cast<size_t>(c) * kSymbols];
+      std::memset(pair, 0, sizeof(pair));
       unsigned __int128 gs = 0, vs = 0;
       uint64_t cbits = 0;
-      for (uint64_t j = start_of[c]; j < start_of[c + 1]; ++j) {
-        const Sym g = SymbolOf(og[j]);
-        const Sym v = SymbolOf(ov[j]);
-        gsym[j] = g.sym;
-        vsym[j] = v.sym;
-        ++row[g.sym];
+      uint64_t j = start_of[c];
+      const uint64_t end = start_of[c + 1];
+      auto one = [&](uint64_t i, uint32_t* __restrict tab) __attribute__((always_inline)) {
+        const Sym g = SymbolOf(og[i]);
+        const Sym v = SymbolOf(ov[i]);
+        gsym[i] = g.sym;
+        vsym[i] = v.sym;
+        ++tab[g.sym];
         cbits += static_cast<uint64_t>(g.nbits) + v.nbits;
-        gs += og[j];
-        vs += ov[j];
+        gs += og[i];
+        vs += ov[i];
+      };
+      for (; j + 2 <= end; j += 2) {
+        one(j, pair[0]);
+        one(j + 1, pair[1]);
       }
+      if (j < end) one(j, pair[0]);
+      uint64_t* __restrict row = &counts[static_cast<size_t>(c) * kSymbols];
+      for (int v = 0; v < kSymbols; ++v) row[v] = uint64_t{pair[0][v]} + pair[1][v];
       nbits += cbits;
       sum[0][c] = gs;
       sum[1][c] = vs;
