@@ -622,20 +622,23 @@ std::vector<uint8_t> EncodeContextBody(const uint8_t* base, uint64_t n, int w,
   if (step > 1)
     for (uint64_t& c : ne) c *= step;
   // Value symbol counts per exponent, in a flat table whose used rows are cleared afterwards; the
-  // changes per exponent are the sums of its row. (Neighbouring changes mostly share an exponent,
-  // so a counter of their own would be incremented back to back, each increment waiting on the
-  // last one's store.)
+  // changes per exponent are the sums of its row, over the rows between the lowest and the highest
+  // exponent of a change. (Neighbouring changes mostly share an exponent, so a counter of their own
+  // would be incremented back to back, each increment waiting on the last one's store.)
   sc.flat_hv.resize(size_t{256} * kSymbols);
   uint32_t* const fhv = sc.flat_hv.data();
+  uint32_t lo = 255, hi = 0;
+  auto count = [&](uint64_t i, uint32_t e) __attribute__((always_inline)) {
+    ++fhv[size_t{e} * kSymbols + SymbolOf(values[i]).sym];
+    lo = std::min(lo, e);
+    hi = std::max(hi, e);
+  };
   if (hints.contexts != nullptr) {
-    const uint8_t* __restrict ctx = hints.contexts;
-    for (uint64_t i = 0; i < k; ++i) ++fhv[size_t{ctx[i]} * kSymbols + SymbolOf(values[i]).sym];
+    for (uint64_t i = 0; i < k; ++i) count(i, hints.contexts[i]);
   } else {
-    for (uint64_t i = 0; i < k; ++i) {
-      ++fhv[size_t{ContextOf(base, w, positions[i])} * kSymbols + SymbolOf(values[i]).sym];
-    }
+    for (uint64_t i = 0; i < k; ++i) count(i, ContextOf(base, w, positions[i]));
   }
-  for (int e = 0; e < 256; ++e) {
+  for (uint32_t e = lo; e <= hi; ++e) {
     const uint32_t* row = fhv + static_cast<size_t>(e) * kSymbols;
     uint64_t sum = 0;
     for (int v = 0; v < kSymbols; ++v) sum += row[v];
