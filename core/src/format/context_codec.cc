@@ -681,8 +681,7 @@ std::vector<uint8_t> EncodeContextBody(const uint8_t* base, uint64_t n, int w,
   // (Through local pointers: the symbol stores are bytes, which may alias anything, so the
   // vectors' own pointers would be reloaded from the thread-local scratch at every store. A class's
   // gaps mostly have a few symbols, so they are counted in two tables, even and odd changes, that
-  // a repeated symbol's increments do not wait on each other's stores; the sums are split in 64-bit
-  // halves for the same reason of registers.)
+  // a repeated symbol's increments do not wait on each other's stores.)
   sc.gsym.resize(k);
   sc.vsym.resize(k);
   uint64_t nbits = 0;

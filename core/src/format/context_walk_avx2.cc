@@ -72,7 +72,7 @@ struct Avx2Build : ClassBounds256 {
   };
   __attribute__((always_inline)) static uint64_t Select(uint64_t m, uint64_t r) {
     if constexpr (kPdep) {
-      return Tzcnt(_pdep_u64(uint64_t{1} << r, m));
+      return SelectPdep(m, r);
     } else {
       return SelectBit(m, r);
     }

@@ -33,7 +33,7 @@ struct Avx512Build : ClassBounds512 {
     __m512i q0, q1;
   };
   __attribute__((always_inline)) static uint64_t Select(uint64_t m, uint64_t r) {
-    return _tzcnt_u64(_pdep_u64(uint64_t{1} << r, m));
+    return SelectPdep(m, r);
   }
 };
 

@@ -32,6 +32,12 @@ constexpr uint64_t kWalk16Blocks = 64;  // blocks of 64 elements per window
 // before[][] of blocks past a window's end: above any rank (ranks within a window are < 4096),
 // and positive as a signed 16-bit value, so that one signed compare orders it.
 constexpr int16_t kWalk16PastEnd = 0x7FFF;
+
+// The index of the r-th set bit of m (r < popcount(m)) by BMI2 PDEP, for builds on CPUs where it
+// is fast (CpuFastPdep() in simd.h).
+__attribute__((always_inline)) inline uint64_t SelectPdep(uint64_t m, uint64_t r) {
+  return Tzcnt(_pdep_u64(uint64_t{1} << r, m));
+}
 // How far ahead of the block being classified its base bits are prefetched, in blocks of 128
 // bytes: a window's class pass is short enough that the hardware prefetcher alone leaves it
 // waiting on the first lines of each window.
