@@ -12,6 +12,10 @@ plain=$(stat -c %s "$tmp/plain.dcr"); ctx=$(stat -c %s "$tmp/ctx.dcr")
 [ "$ctx" -lt "$plain" ]; check context-smaller 0 $?
 "$dcr" apply "$s0" "$tmp/ctx.dcr" -o "$tmp/out.safetensors" --verify -q; check apply-context 0 $?
 "$dcr" verify "$tmp/out.safetensors" "$s1" >/dev/null; check verify-identical 0 $?
+# An unchanged step: a version 8 delta of no chunk (the smallest trailer) applies to the same bytes.
+"$dcr" diff --wan-context "$s0" "$s0" -o "$tmp/same.dcr" -q; check diff-unchanged 0 $?
+"$dcr" apply "$s0" "$tmp/same.dcr" -o "$tmp/same.safetensors" --verify -q; check apply-unchanged 0 $?
+cmp -s "$tmp/same.safetensors" "$s0"; check unchanged-bit-exact 0 $?
 # Another base: refused by its content hash, no output left.
 "$dcr" apply "$s1" "$tmp/ctx.dcr" -o "$tmp/wrong.safetensors" -q 2>"$tmp/wrong.err"; check apply-wrong-base 14 $?
 [ ! -e "$tmp/wrong.safetensors" ]; check no-output-left 0 $?

@@ -560,8 +560,10 @@ StatusOr<std::unique_ptr<DeltaReader>> DeltaReader::FromBytes(std::vector<uint8_
 Status DeltaReader::Init() {
   size_t hsize = 0;
   DCR_ASSIGN_OR_RETURN(header_, ParseFileHeader(data_, size_, &hsize));
-  // Trailer: the last 8 bytes are the end magic; before them checksum and trailer offset.
-  if (size_ < hsize + 8 + 8 + 8 + 16 + 8 + 8) return DataLossError("truncated delta: no trailer");
+  // Trailer: the last 8 bytes are the end magic; before them checksum and trailer offset. The
+  // smallest is a compact one of no chunk: magic, a one-byte count, target hash, offset,
+  // checksum, end magic.
+  if (size_ < hsize + 8 + 1 + 16 + 8 + 8 + 8) return DataLossError("truncated delta: no trailer");
   uint64_t trailer_offset = 0;
   std::memcpy(&trailer_offset, data_ + size_ - 24, 8);
   if (trailer_offset < hsize || trailer_offset >= size_) {
