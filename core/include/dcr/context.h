@@ -42,14 +42,21 @@ inline bool IsContextCoded(const ChunkHeader& header) {
          header.position_mode == PositionMode::kContextV7;
 }
 
+// OK when `classes` is a valid DeltaOptions::context_classes (1..kContextClassesMax), else
+// kInvalidArgument saying so.
+Status CheckContextClasses(int classes);
+
 // The context-coded form of the plain chunk record `plain` (size bytes), given the chunk's base
-// bits (`base`, base_size bytes). The result is a pure function of the record and the base bits.
-// Errors: those of DecodeChunk (kDataLoss) for the plain record; kInvalidArgument if it is not
-// ContextCodable or is context-coded already, or base_size is not num_elements * elem_width;
-// kFailedPrecondition if the base bits at the changed positions do not hash to the record's
-// base_change_hash (the bits are not the chunk's base).
+// bits (`base`, base_size bytes). The result is a pure function of the record, the base bits and
+// max_classes. Errors: those of DecodeChunk (kDataLoss) for the plain record; kInvalidArgument if
+// it is not ContextCodable or is context-coded already, or base_size is not num_elements *
+// elem_width; kFailedPrecondition if the base bits at the changed positions do not hash to the
+// record's base_change_hash (the bits are not the chunk's base); kInvalidArgument for max_classes
+// outside 1..kContextClassesMax (DeltaOptions::context_classes: the most exponent classes it may
+// have).
 StatusOr<std::vector<uint8_t>> EncodeContextChunk(const uint8_t* plain, size_t size,
-                                                  const uint8_t* base, size_t base_size);
+                                                  const uint8_t* base, size_t base_size,
+                                                  int max_classes = kContextClassesMax);
 
 // Decodes a context-coded record against its base bits into positions and values (the value
 // mode's values, as DecodeChunk gives them for a plain record), checked: the header and payload
@@ -99,10 +106,11 @@ struct ContextSampleRecord {
 
 // Encodes `max_cells` grid cells of the delta from `base` to `target` (evenly spaced over the
 // grid, all of them when max_cells is 0 or at least the grid's size) in both forms, with
-// `options` (zstd level, grid, value policy; threads for the encoding), and sums their sizes: what
-// a simulator sizes a long-link payload with. With `records` non-null, also appends every sampled
-// record whose context form is the smaller, with its cell's base bits (ascending cell order): what
-// an edge relay would transcode. Deterministic. Errors: those of BuildDelta.
+// `options` (zstd level, grid, value policy, context classes; threads for the encoding), and sums
+// their sizes: what a simulator sizes a long-link payload with. With `records` non-null, also
+// appends every sampled record whose context form is the smaller, with its cell's base bits
+// (ascending cell order): what an edge relay would transcode. Deterministic. Errors: those of
+// BuildDelta.
 StatusOr<ContextSizeSample> SampleContextSize(const Checkpoint& base, const Checkpoint& target,
                                               const DeltaOptions& options, uint64_t max_cells,
                                               std::vector<ContextSampleRecord>* records = nullptr);

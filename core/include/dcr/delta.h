@@ -39,6 +39,9 @@ namespace dcr {
 
 class Device;  // dcr/device.h
 
+// The most exponent classes a context-coded chunk can have (core/FORMAT.md section 2.5).
+inline constexpr int kContextClassesMax = 16;
+
 enum class ValuePolicy : uint8_t {
   kAuto = 0,      // ulp delta for float dtypes, XOR for the rest
   kXor = 1,       // always XOR masks
@@ -70,6 +73,12 @@ struct DeltaOptions {
   // element to decode it. Needs the base on the host (not with BuildDeltaFromDevice). Default
   // false: plain chunks, format version 5.
   bool context_coding = false;
+  // With context_coding: the most exponent classes a context-coded chunk may have, 1 to
+  // kContextClassesMax. The encoder merges neighbouring classes while a merge saves bits or there
+  // are more than this. Every class costs the receivers' class pass (and the encoder's) a compare
+  // per element, so fewer classes decode faster at a small size cost (README "Fewer classes").
+  // Part of the options the bytes depend on. Default kContextClassesMax: the smallest records.
+  int context_classes = kContextClassesMax;
   // Collect the per-tensor order-0 entropy bound of the XOR delta in DeltaStats (costs a histogram
   // update per change). Default false.
   bool collect_entropy = false;

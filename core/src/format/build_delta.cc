@@ -298,6 +298,7 @@ Status DeltaBuilder::Bind() {
     return InvalidArgumentError("a delta needs a base checkpoint (or options.full for a full frame)");
   }
   if (options_.chunk_elems == 0) return InvalidArgumentError("chunk_elems must be positive");
+  DCR_RETURN_IF_ERROR(CheckContextClasses(options_.context_classes));
   if (options_.context_coding && !options_.full && dev_.resident()) {
     return InvalidArgumentError(
         "context coding needs the base on the host; a delta built from device-resident tensors "
@@ -673,8 +674,8 @@ Status DeltaBuilder::ContextCode(const GridCell& cell, const CellScan& sc,
     internal::ContextHints hints;
     if (sc.ctx_ctx.size() == h.num_changes) hints.contexts = sc.ctx_ctx.data();
     if (sc.ctx_sampled) hints.sample = sc.ctx_sample;
-    std::vector<uint8_t> ctx =
-        internal::EncodeContextRecord(h, sc.ctx_pos.data(), sc.ctx_val.data(), base, hints);
+    std::vector<uint8_t> ctx = internal::EncodeContextRecord(
+        h, sc.ctx_pos.data(), sc.ctx_val.data(), base, hints, options_.context_classes);
     if (ctx.size() < bytes->size()) {
       *plain = std::move(*bytes);
       *bytes = std::move(ctx);
@@ -682,7 +683,8 @@ Status DeltaBuilder::ContextCode(const GridCell& cell, const CellScan& sc,
     return Status::OK();
   }
   DCR_ASSIGN_OR_RETURN(std::vector<uint8_t> ctx,
-                       EncodeContextChunk(bytes->data(), bytes->size(), base, cell.num_elements * w));
+                       EncodeContextChunk(bytes->data(), bytes->size(), base, cell.num_elements * w,
+                                          options_.context_classes));
   if (ctx.size() < bytes->size()) {
     *plain = std::move(*bytes);
     *bytes = std::move(ctx);

@@ -23,6 +23,7 @@ constexpr int kScaleBits = 12;
 constexpr uint32_t kScale = 1u << kScaleBits;
 constexpr uint32_t kRansLow = 1u << 16;  // states live in [kRansLow, 2^32)
 constexpr int kMaxClasses = kMaxContextClasses;
+static_assert(kMaxClasses == kContextClassesMax, "dcr/delta.h and the codec disagree");
 constexpr int kSymbols = 256;
 
 // ---- varints ----
@@ -512,12 +513,13 @@ ClassStats Merged(const ClassStats& a, const ClassStats& b) {
   return m;
 }
 
-// Picks at most kMaxClasses classes, each a run of exponents, from per-exponent element counts
-// (`ne`), change counts (`ke`) and value symbol histograms: adjacent classes are merged, the
-// merge that saves the most estimated bits first, while one saves any or there are too many.
-// Writes the classes' lowest exponents to bounds[0..K) (bounds[0] = 0) and returns K.
-int ChooseClasses(const uint64_t* ne, const uint64_t* ke, const std::vector<std::vector<uint64_t>>& hv,
-                  uint8_t* bounds) {
+// Picks at most max_classes (1..kMaxClasses) classes, each a run of exponents, from per-exponent
+// element counts (`ne`), change counts (`ke`) and value symbol histograms: adjacent classes are
+// merged, the merge that saves the most estimated bits first (the one that costs the fewest when
+// none saves any), while one saves any or there are more than max_classes. Writes the classes'
+// lowest exponents to bounds[0..K) (bounds[0] = 0) and returns K.
+int ChooseClasses(const uint64_t* ne, const uint64_t* ke,
+                  const std::vector<std::vector<uint64_t>>& hv, int max_classes, uint8_t* bounds) {
   std::vector<ClassStats> cls;
   for (int e = 0; e < 256; ++e) {
     if (ne[e] == 0 && ke[e] == 0) continue;
@@ -544,7 +546,7 @@ int ChooseClasses(const uint64_t* ne, const uint64_t* ke, const std::vector<std:
     size_t best = 0;
     for (size_t i = 1; i < gains.size(); ++i)
       if (gains[i] > gains[best]) best = i;
-    if (gains[best] <= 0 && cls.size() <= static_cast<size_t>(kMaxClasses)) break;
+    if (gains[best] <= 0 && cls.size() <= static_cast<size_t>(max_classes)) break;
     cls[best] = Merged(cls[best], cls[best + 1]);
     cls.erase(cls.begin() + static_cast<ptrdiff_t>(best) + 1);
     gains.erase(gains.begin() + static_cast<ptrdiff_t>(best));
@@ -609,7 +611,7 @@ void SampleContexts(const uint8_t* base, int w, uint64_t n, uint64_t* ne) {
 
 std::vector<uint8_t> EncodeContextBody(const uint8_t* base, uint64_t n, int w,
                                        const uint64_t* positions, const uint64_t* values,
-                                       uint64_t k, const ContextHints& hints) {
+                                       uint64_t k, const ContextHints& hints, int max_classes) {
   EncodeScratch& sc = EScratch();
   // Element counts per exponent, from the sample (scaled back to the chunk's size).
   uint64_t ne[256] = {}, ke[256] = {};
@@ -654,7 +656,7 @@ std::vector<uint8_t> EncodeContextBody(const uint8_t* base, uint64_t n, int w,
     std::memset(row, 0, sizeof(uint32_t) * kSymbols);
   }
   uint8_t bounds[kMaxClasses] = {};
-  const int K = ChooseClasses(ne, ke, hv, bounds);
+  const int K = ChooseClasses(ne, ke, hv, std::clamp(max_classes, 1, kMaxClasses), bounds);
   ClassMap map(bounds, K);
 
   // Changes per class, and the value symbol counts of each class's model, from the exponents'.
@@ -1011,9 +1013,9 @@ std::vector<uint8_t> SealContextRecord(ChunkHeader h, const std::vector<uint8_t>
 
 std::vector<uint8_t> EncodeContextRecord(const ChunkHeader& h, const uint64_t* positions,
                                          const uint64_t* values, const uint8_t* base,
-                                         const ContextHints& hints) {
+                                         const ContextHints& hints, int max_classes) {
   return SealContextRecord(h, EncodeContextBody(base, h.num_elements, h.elem_width, positions,
-                                                values, h.num_changes, hints));
+                                                values, h.num_changes, hints, max_classes));
 }
 
 }  // namespace internal
@@ -1041,13 +1043,22 @@ Hash128 HashApplied(const uint8_t* base, int w, ValueMode mode, const uint64_t* 
 
 }  // namespace
 
+Status CheckContextClasses(int classes) {
+  if (classes >= 1 && classes <= kContextClassesMax) return Status::OK();
+  return InvalidArgumentError("context classes " + std::to_string(classes) +
+                              ": a context-coded chunk has 1 to " +
+                              std::to_string(kContextClassesMax) + " exponent classes");
+}
+
 bool ContextCodable(const ChunkHeader& h) {
   return IsRelative(h.value_mode) && (h.elem_width == 2 || h.elem_width == 4 || h.elem_width == 8) &&
          h.num_changes > 0 && h.num_changes < h.num_elements;
 }
 
 StatusOr<std::vector<uint8_t>> EncodeContextChunk(const uint8_t* plain, size_t size,
-                                                  const uint8_t* base, size_t base_size) {
+                                                  const uint8_t* base, size_t base_size,
+                                                  int max_classes) {
+  DCR_RETURN_IF_ERROR(CheckContextClasses(max_classes));
   thread_local DecodedChunk dc;
   DCR_RETURN_IF_ERROR(DecodeChunkInto(plain, size, &dc));
   const ChunkHeader& h = dc.header;
@@ -1067,7 +1078,8 @@ StatusOr<std::vector<uint8_t>> EncodeContextChunk(const uint8_t* plain, size_t s
     return FailedPreconditionError("chunk " + std::to_string(h.chunk_id) +
                                    ": the base bits given differ from the chunk's base");
   }
-  return internal::EncodeContextRecord(h, dc.positions.data(), dc.values.data(), base);
+  return internal::EncodeContextRecord(h, dc.positions.data(), dc.values.data(), base, {},
+                                       max_classes);
 }
 
 Status DecodeContextChunkInto(const uint8_t* record, size_t size, const uint8_t* base,

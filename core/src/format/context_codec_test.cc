@@ -1,19 +1,21 @@
 // Context-coded chunks: round trips against the plain form, the conversion back to plain bytes,
 // deltas built with context coding applied offline and through BufferApplier, wrong bases,
 // corruption and truncation.
-#include "dcr/context.h"
+#include "internal/context_codec.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <random>
 
 #include "dcr/apply.h"
+#include "dcr/context.h"
 #include "dcr/delta.h"
 #include "dcr/hash.h"
 #include "dcr/testing/fixtures.h"
 #include "dcr/testing/synth.h"
-#include "internal/context_codec.h"
 #include "internal/context_walk.h"
 #include "internal/simd.h"
 
@@ -134,6 +136,59 @@ INSTANTIATE_TEST_SUITE_P(WidthsRatesModes, ContextRoundTrip,
                          ::testing::Combine(::testing::Values(2, 4, 8),
                                             ::testing::Values(0.001, 0.03, 0.3),
                                             ::testing::Values(0, 1)));
+
+// DeltaOptions::context_classes caps the classes the encoder chooses: every cap from 1 to 16
+// gives a record with at most that many classes (the class count is the body's byte after its
+// 8-byte positions hash) that decodes to the plain record's changes and converts back to its
+// bytes; the full 16 classes are never larger than one; 0 and 17 are refused.
+TEST(Context, ClassCapBoundsTheClassesAndKeepsTheChanges) {
+  std::mt19937_64 rng(23);
+  for (int w : {2, 4, 8}) {
+    std::vector<uint8_t> base, target;
+    MakeFloatPair(rng, w, 60000, 0.03, &base, &target);
+    const std::vector<uint8_t> plain = PlainRecord(base, target, w, ValueMode::kUlpDelta);
+    auto pd = DecodeChunk(plain.data(), plain.size());
+    ASSERT_TRUE(pd.ok()) << pd.status();
+    ASSERT_TRUE(ContextCodable(pd->header));
+    size_t size_one = 0, size_all = 0;
+    int most = 0;
+    for (int cap = 1; cap <= kContextClassesMax; ++cap) {
+      auto ctx = EncodeContextChunk(plain.data(), plain.size(), base.data(), base.size(), cap);
+      ASSERT_TRUE(ctx.ok()) << ctx.status();
+      size_t hsize = 0;
+      auto h = ParseChunkHeader(ctx->data(), ctx->size(), &hsize, nullptr);
+      ASSERT_TRUE(h.ok()) << h.status();
+      ASSERT_GT(ctx->size(), hsize + 8);
+      const int k = (*ctx)[hsize + 8];
+      EXPECT_GE(k, 1) << w << " " << cap;
+      EXPECT_LE(k, cap) << w << " " << cap;
+      most = std::max(most, k);
+      DecodedChunk dc;
+      ASSERT_TRUE(
+          DecodeContextChunkInto(ctx->data(), ctx->size(), base.data(), base.size(), &dc).ok());
+      EXPECT_EQ(dc.positions, pd->positions) << w << " " << cap;
+      EXPECT_EQ(dc.values, pd->values) << w << " " << cap;
+      auto back = ContextChunkToPlain(ctx->data(), ctx->size(), base.data(), base.size(), 1);
+      ASSERT_TRUE(back.ok()) << back.status();
+      EXPECT_EQ(*back, plain) << w << " " << cap;
+      if (cap == 1) size_one = ctx->size();
+      if (cap == kContextClassesMax) {
+        size_all = ctx->size();
+        auto dflt = EncodeContextChunk(plain.data(), plain.size(), base.data(), base.size());
+        ASSERT_TRUE(dflt.ok());
+        EXPECT_EQ(*dflt, *ctx);
+      }
+    }
+    // The data has many exponents: the encoder uses more than a few classes when it may.
+    EXPECT_GT(most, 4) << w;
+    EXPECT_LE(size_all, size_one) << w;
+    for (int bad : {0, -1, kContextClassesMax + 1}) {
+      auto r = EncodeContextChunk(plain.data(), plain.size(), base.data(), base.size(), bad);
+      ASSERT_FALSE(r.ok()) << bad;
+      EXPECT_TRUE(r.status().IsInvalidArgument()) << r.status();
+    }
+  }
+}
 
 // Against a base that differs (in one element's exponent, or everywhere) the decoder refuses
 // with kFailedPrecondition and never reads outside its inputs.
@@ -424,6 +479,90 @@ TEST(Context, DeltaWithContextCodingAppliesAndConvertsToThePlainDelta) {
   EXPECT_EQ(sample->plain_bytes, plain_bytes);
   EXPECT_EQ(sample->chunks, (*d)->num_chunks());
   EXPECT_EQ(sample->context_chunks, static_cast<uint64_t>(context_chunks));
+}
+
+// Deltas built under every class cap apply bit-exact: float-like tensors of 2-, 4- and 8-byte
+// dtypes with NaNs and infinities, from no change to every element changed, refit offline and
+// compared byte for byte with the target file; a cap outside 1..16 is refused before anything is
+// written.
+TEST(Context, EveryClassCapAppliesBitExact) {
+  TempDir dir;
+  const std::vector<std::tuple<std::string, std::string, std::vector<int64_t>>> layout = {
+      {"a.weight", "BF16", {257, 300}},
+      {"b.weight", "F16", {5000}},
+      {"c.weight", "F32", {100, 301}},
+      {"d.weight", "F64", {3000}},
+      {"e.norm", "BF16", {64}}};
+  std::mt19937_64 rng(31);
+  dcr::testing::Model base;
+  for (const auto& [name, dtype, shape] : layout) {
+    OwnedTensor t{name, dtype, shape, {}};
+    uint64_t n = 1;
+    for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+    std::vector<uint8_t> unused;
+    MakeFloatPair(rng, DTypeWidth(DTypeFromName(dtype)), n, 0, &t.bytes, &unused);
+    base.push_back(std::move(t));
+  }
+  ASSERT_TRUE(WriteSafetensors(dir / "b.st", Views(base)).ok());
+  auto b = Checkpoint::Open(dir / "b.st");
+  ASSERT_TRUE(b.ok()) << b.status();
+  for (double rate : {0.0, 0.01, 0.03, 0.3, 1.0}) {
+    dcr::testing::Model target = base;
+    for (OwnedTensor& t : target) {
+      const int w = t.width();
+      const uint64_t mask = w == 8 ? ~0ull : ((1ull << (8 * w)) - 1);
+      for (uint64_t i = 0; i < t.n(); ++i) {
+        if (rate < 1 && std::uniform_real_distribution<double>(0, 1)(rng) >= rate) continue;
+        uint64_t v = 0;
+        std::memcpy(&v, t.bytes.data() + i * w, w);
+        uint64_t nv = (rng() & 1) ? v + 1 + rng() % 3 : v - 1 - rng() % 3;
+        if (rng() % 100 == 0) nv = rng();  // anything
+        if (rng() % 300 == 0) nv = ~0ull;  // a NaN
+        if (rng() % 300 == 0)
+          nv = w == 2 ? 0x7F80 : (w == 4 ? 0x7F800000 : 0x7FF0ull << 48);  // inf
+        nv &= mask;
+        if (nv == v) nv = v ^ 1;
+        std::memcpy(t.bytes.data() + i * w, &nv, w);
+      }
+    }
+    ASSERT_TRUE(WriteSafetensors(dir / "t.st", Views(target)).ok());
+    auto t = Checkpoint::Open(dir / "t.st");
+    ASSERT_TRUE(t.ok()) << t.status();
+    auto want = ReadFile(dir / "t.st");
+    ASSERT_TRUE(want.ok());
+    DeltaOptions opt;
+    opt.chunk_elems = 20000;
+    opt.small_tensor_elems = 1000;
+    opt.context_coding = true;
+    opt.threads = 2;
+    size_t full_size = 0;
+    for (int cap : {kContextClassesMax, 1, 2, 4, 9}) {
+      opt.context_classes = cap;
+      DeltaMemorySink sink;
+      auto st = BuildDelta(b->get(), **t, opt, &sink);
+      ASSERT_TRUE(st.ok()) << st.status();
+      if (cap == kContextClassesMax) full_size = sink.bytes().size();
+      // Changes here do not depend on the exponent: classes only cost tables, so a cap may be
+      // smaller or larger, but the delta is the same kind of thing.
+      EXPECT_LT(sink.bytes().size(), full_size * 1.2 + 256) << rate << " " << cap;
+      ASSERT_TRUE(WriteFileAtomic(dir / "d.dcr", sink.bytes().data(), sink.bytes().size()).ok());
+      std::filesystem::remove(dir / "out.st");
+      auto ap =
+          ApplyDeltaFile(dir / "b.st", dir / "d.dcr", dir / "out.st", ApplyOptions{2, true, true});
+      ASSERT_TRUE(ap.ok()) << ap.status() << " " << rate << " " << cap;
+      auto out = ReadFile(dir / "out.st");
+      ASSERT_TRUE(out.ok());
+      EXPECT_TRUE(*out == *want) << rate << " " << cap;
+    }
+    for (int bad : {0, kContextClassesMax + 1}) {
+      opt.context_classes = bad;
+      DeltaMemorySink sink;
+      auto st = BuildDelta(b->get(), **t, opt, &sink);
+      ASSERT_FALSE(st.ok()) << bad;
+      EXPECT_TRUE(st.status().IsInvalidArgument()) << st.status();
+      EXPECT_TRUE(sink.bytes().empty());
+    }
+  }
 }
 
 // BuildDelta's context-coded records, for which the scan hands over the contexts of the changes

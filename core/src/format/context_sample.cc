@@ -15,6 +15,7 @@ StatusOr<ContextSizeSample> SampleContextSize(const Checkpoint& base, const Chec
                                               std::vector<ContextSampleRecord>* records) {
   DCR_RETURN_IF_ERROR(CheckDeltaCompatible(base, target));
   if (options.chunk_elems == 0) return InvalidArgumentError("chunk_elems must be positive");
+  DCR_RETURN_IF_ERROR(CheckContextClasses(options.context_classes));
   const Inventory inv = Inventory::FromCheckpoint(target);
   const std::vector<GridCell> grid = BuildGrid(inv, options);
   std::vector<uint64_t> cells;
@@ -70,7 +71,8 @@ StatusOr<ContextSizeSample> SampleContextSize(const Checkpoint& base, const Chec
         s.context_bytes = plain->size();
         auto h = ParseChunkHeader(plain->data(), plain->size(), nullptr, nullptr);
         if (h.ok() && ContextCodable(*h)) {
-          auto ctx = EncodeContextChunk(plain->data(), plain->size(), a.data(), a.size());
+          auto ctx = EncodeContextChunk(plain->data(), plain->size(), a.data(), a.size(),
+                                        options.context_classes);
           if (ctx.ok() && ctx->size() < plain->size()) {
             s.context_bytes = ctx->size();
             s.context_chunks = 1;

@@ -28,10 +28,12 @@ struct ContextHints {
 // The context body of a chunk's changes: `k` sorted local positions and their values (the value
 // mode's, width `w` bytes) against the base bits `base` of `n` covered elements. REQUIRES:
 // w in {2, 4, 8}, positions strictly increasing and < n, 0 < k < n, hints (when given) of the
-// same base and changes.
+// same base and changes. At most max_classes classes (DeltaOptions::context_classes; clamped
+// to 1..kMaxContextClasses).
 std::vector<uint8_t> EncodeContextBody(const uint8_t* base, uint64_t n, int w,
                                        const uint64_t* positions, const uint64_t* values,
-                                       uint64_t k, const ContextHints& hints = {});
+                                       uint64_t k, const ContextHints& hints = {},
+                                       int max_classes = kContextClassesMax);
 
 // The context-coded record of a plain record's changes: `h` is the plain record's header,
 // positions[0..k) and values[0..k) its changes as DecodeChunk gives them (k = h.num_changes) and
@@ -40,7 +42,8 @@ std::vector<uint8_t> EncodeContextBody(const uint8_t* base, uint64_t n, int w,
 // context-coded, the changes are the record's, base holds num_elements * elem_width bytes.
 std::vector<uint8_t> EncodeContextRecord(const ChunkHeader& h, const uint64_t* positions,
                                          const uint64_t* values, const uint8_t* base,
-                                         const ContextHints& hints = {});
+                                         const ContextHints& hints = {},
+                                         int max_classes = kContextClassesMax);
 
 // Decodes a context body against the base bits of the header's covered elements into
 // positions[0..k) and values[0..k) (k = h.num_changes; the arrays hold k entries). kDataLoss for

@@ -20,7 +20,7 @@
 
 namespace dcr::internal {
 
-inline constexpr int kMaxContextClasses = 16;
+inline constexpr int kMaxContextClasses = 16;  // kContextClassesMax of dcr/delta.h
 
 // The context of covered element i of base bits with width w (2, 4 or 8 bytes).
 inline uint8_t ContextOf(const uint8_t* base, int w, uint64_t i) {
