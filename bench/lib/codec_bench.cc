@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "dcr/context.h"
 #include "dcr/hash.h"
 #include "dcr/status_macros.h"
 #include "dcr/testing/synth.h"
@@ -147,18 +148,19 @@ StatusOr<CodecBenchInput> MakeCodecBenchInput(uint64_t elements, double rate, ui
   return in;
 }
 
-DeltaOptions CodecBenchDeltaOptions(const CodecBenchInput& in, bool context) {
+DeltaOptions CodecBenchDeltaOptions(const CodecBenchInput& in, bool context, int context_classes) {
   DeltaOptions o;
   o.threads = 1;
   o.known_base_hash = in.base_hash;
   o.context_coding = context;
+  o.context_classes = context_classes;
   return o;
 }
 
 StatusOr<Timing> CodecBenchEncode(const CodecBenchInput& in, std::vector<uint8_t>* delta,
-                                  bool context) {
+                                  bool context, int context_classes) {
   DeltaMemorySink sink;
-  const DeltaOptions o = CodecBenchDeltaOptions(in, context);
+  const DeltaOptions o = CodecBenchDeltaOptions(in, context, context_classes);
   const Span span;
   DCR_ASSIGN_OR_RETURN(DeltaStats st, BuildDelta(in.base.get(), *in.target, o, &sink));
   const Timing t = span.Stop();
@@ -226,6 +228,7 @@ StatusOr<CodecBenchReport> RunCodecBench(const CodecBenchConfig& config,
                                          const std::function<void(const std::string&)>& log) {
   if (config.reps < 1) return InvalidArgumentError("bench codec: --reps must be >= 1");
   if (config.rates.empty()) return InvalidArgumentError("bench codec: no change rates");
+  DCR_RETURN_IF_ERROR(CheckContextClasses(config.context_classes));
   CodecBenchReport rep;
   rep.config = config;
   rep.cpu = CpuModel();
@@ -252,7 +255,8 @@ StatusOr<CodecBenchReport> RunCodecBench(const CodecBenchConfig& config,
     Timing enc_best, dec_best, cenc_best, cdec_best;
     DCR_ASSIGN_OR_RETURN(Timing first, CodecBenchEncode(in, &delta));
     KeepBest(&enc_best, first);
-    DCR_ASSIGN_OR_RETURN(Timing cfirst, CodecBenchEncode(in, &cdelta, true));
+    DCR_ASSIGN_OR_RETURN(Timing cfirst,
+                         CodecBenchEncode(in, &cdelta, true, config.context_classes));
     KeepBest(&cenc_best, cfirst);
     const uint64_t payload = delta.size();
     const uint64_t cpayload = cdelta.size();
@@ -280,7 +284,7 @@ StatusOr<CodecBenchReport> RunCodecBench(const CodecBenchConfig& config,
       KeepBest(&memcpy_best, copy.Once());
       if (r > 0) {
         std::vector<uint8_t> again;
-        DCR_ASSIGN_OR_RETURN(Timing ct, CodecBenchEncode(in, &again, true));
+        DCR_ASSIGN_OR_RETURN(Timing ct, CodecBenchEncode(in, &again, true, config.context_classes));
         if (again != cdelta) return InternalError("bench codec: context encoder output changed between runs");
         KeepBest(&cenc_best, ct);
       }
@@ -355,6 +359,7 @@ std::string CodecBenchJson(const CodecBenchReport& rep, const std::string& commi
   j["elements"] = rep.config.elements;
   j["reps"] = rep.config.reps;
   j["seed"] = rep.config.seed;
+  j["context_classes"] = rep.config.context_classes;
   j["threads"] = 1;
   j["timing"] =
       "best of reps; *_bytes_per_s from process CPU time (per-core bandwidth, robust to other "
@@ -421,8 +426,10 @@ std::string CodecBenchTable(const CodecBenchReport& rep) {
                   r.encode_vs_memcpy, r.decode_apply_bytes_per_s / 1e9, r.decode_apply_vs_memcpy);
     out += buf;
   }
+  std::snprintf(buf, sizeof(buf), "\ncontext-coded (format version 8, at most %d classes):\n\n",
+                rep.config.context_classes);
+  out += buf;
   out +=
-      "\ncontext-coded (format version 8):\n\n"
       "| change | ratio vs dense | size / bound2 | bound2 vs dense | encode GB/s | encode / memcpy "
       "| decode+apply GB/s | decode+apply / memcpy |\n"
       "|---|---|---|---|---|---|---|---|\n";

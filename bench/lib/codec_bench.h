@@ -63,12 +63,14 @@ StatusOr<CodecBenchInput> MakeCodecBenchInput(uint64_t elements, double rate, ui
                                               int threads);
 
 // The options the benchmark encodes with (threads = 1, the base hash passed as known; context
-// coding with `context`).
-DeltaOptions CodecBenchDeltaOptions(const CodecBenchInput& in, bool context = false);
+// coding with `context`, at most `context_classes` classes per chunk).
+DeltaOptions CodecBenchDeltaOptions(const CodecBenchInput& in, bool context = false,
+                                    int context_classes = kContextClassesMax);
 
-// Encodes once into `delta` (context-coded with `context`); returns the time spent in BuildDelta.
+// Encodes once into `delta` (context-coded with `context`, at most `context_classes` classes per
+// chunk); returns the time spent in BuildDelta.
 StatusOr<Timing> CodecBenchEncode(const CodecBenchInput& in, std::vector<uint8_t>* delta,
-                                  bool context = false);
+                                  bool context = false, int context_classes = kContextClassesMax);
 
 // Decode+apply of a delta onto a reusable copy of the base.
 class CodecBenchApplier {
@@ -139,6 +141,8 @@ struct CodecBenchConfig {
   uint64_t seed = 1;
   std::vector<double> rates = {0.01, 0.03, 0.05};
   int data_threads = 0;  // threads for generating the data (never for the timed parts)
+  // DeltaOptions::context_classes of the context-coded runs.
+  int context_classes = kContextClassesMax;
 };
 
 struct CodecBenchReport {

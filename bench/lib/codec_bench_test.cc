@@ -93,5 +93,27 @@ TEST(CodecBenchTest, SmallRunIsBitExactAndCompresses) {
   EXPECT_TRUE(j["machine"].contains("cpu"));
 }
 
+// The class cap reaches the context-coded runs: with 3 classes the payload is larger than with 16
+// (the data has many exponents) and still decodes bit-exact (RunCodecBench checks every apply);
+// the JSON says which cap it measured; a cap outside 1..16 is refused.
+TEST(CodecBenchTest, ContextClassesReachTheContextRuns) {
+  CodecBenchConfig cfg;
+  cfg.elements = 1 << 18;
+  cfg.reps = 1;
+  cfg.rates = {0.03};
+  cfg.data_threads = 2;
+  auto full = RunCodecBench(cfg, nullptr);
+  ASSERT_TRUE(full.ok()) << full.status();
+  cfg.context_classes = 3;
+  auto three = RunCodecBench(cfg, nullptr);
+  ASSERT_TRUE(three.ok()) << three.status();
+  EXPECT_GT(three->rates[0].context_payload_bytes, full->rates[0].context_payload_bytes);
+  EXPECT_EQ(three->rates[0].payload_bytes, full->rates[0].payload_bytes);
+  EXPECT_EQ(nlohmann::json::parse(CodecBenchJson(*three, "abc"))["context_classes"].get<int>(), 3);
+  EXPECT_NE(CodecBenchTable(*three).find("at most 3 classes"), std::string::npos);
+  cfg.context_classes = 0;
+  EXPECT_TRUE(RunCodecBench(cfg, nullptr).status().IsInvalidArgument());
+}
+
 }  // namespace
 }  // namespace dcr::internal

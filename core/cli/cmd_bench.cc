@@ -25,6 +25,7 @@ struct BenchFlags {
   int reps = internal::CodecBenchConfig{}.reps;  // one default, the library's
   uint64_t seed = 1;
   std::vector<double> rates_pct = {1, 3, 5};
+  int context_classes = kContextClassesMax;
   CLI::Option* elems_opt = nullptr;
   CLI::Option* reps_opt = nullptr;
   std::string scenario;  // bench pipeline
@@ -49,6 +50,7 @@ int RunCodec(const BenchFlags& f) {
   cfg.elements = f.elems;
   cfg.reps = f.reps;
   cfg.seed = f.seed;
+  cfg.context_classes = f.context_classes;
   cfg.rates.clear();
   for (double p : f.rates_pct) cfg.rates.push_back(p / 100.0);
   std::string thresholds;
@@ -135,8 +137,9 @@ DCR_REGISTER_COMMAND(
           "order-0 bound, encode and decode+apply GB/s and their ratios to memcpy (best of reps)");
       codec->add_option("--json", f->json,
                         "Write the results as JSON (the simulator's calibration file)");
-      codec->add_option("--check", f->check,
-                        "Thresholds file (bench/thresholds.json); exit 1 if a ratio misses it");
+      CLI::Option* check =
+          codec->add_option("--check", f->check,
+                            "Thresholds file (bench/thresholds.json); exit 1 if a ratio misses it");
       f->elems_opt = codec->add_option("--elems", f->elems, "Elements of the BF16 tensor")
                          ->capture_default_str();
       f->reps_opt = codec->add_option("--reps", f->reps, "Repetitions (best is reported)")
@@ -145,6 +148,13 @@ DCR_REGISTER_COMMAND(
       codec->add_option("--seed", f->seed, "Data seed")->capture_default_str();
       codec->add_option("--rates", f->rates_pct, "Change rates in percent")
           ->delimiter(',')
+          ->capture_default_str();
+      codec
+          ->add_option("--context-classes", f->context_classes,
+                       "The most exponent classes per context-coded chunk (1-16; the "
+                       "thresholds of --check are for the default)")
+          ->check(CLI::Range(1, kContextClassesMax))
+          ->excludes(check)
           ->capture_default_str();
       CLI::App* pipeline = app->add_subcommand(
           "pipeline",

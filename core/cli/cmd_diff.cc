@@ -21,6 +21,7 @@ struct DiffArgs {
   std::string values = "auto";
   uint64_t base_version = 0, target_version = 1;
   bool full = false, quiet = false, wan_context = false;
+  int context_classes = kContextClassesMax;
   DeviceOption device;
   std::string sign_key;  // --sign: the trainer's Ed25519 key (PEM)
   uint64_t run_id = 0;
@@ -65,6 +66,7 @@ int RunDiff(const DiffArgs& a) {
   opt.target_version = a.target_version;
   opt.full = a.full;
   opt.context_coding = a.wan_context;
+  opt.context_classes = a.context_classes;
   opt.collect_entropy = !a.quiet;
   if (a.values == "xor") opt.value_policy = ValuePolicy::kXor;
   else if (a.values == "ulp") opt.value_policy = ValuePolicy::kUlpDelta;
@@ -157,6 +159,12 @@ DCR_REGISTER_COMMAND("diff", "Build the delta that turns BASE into TARGET (bit-e
                                      "Context-code chunks against the base exponents where that is "
                                      "smaller (format version 8: a receiver decodes them with the "
                                      "base bits of every covered element; for the long link)");
+                       app->add_option("--context-classes", a->context_classes,
+                                       "With --wan-context: the most exponent classes per chunk "
+                                       "(1-16); fewer decode faster, a little larger")
+                           ->check(CLI::Range(1, kContextClassesMax))
+                           ->needs("--wan-context")
+                           ->capture_default_str();
                        app->add_flag("-q,--quiet", a->quiet, "No progress on stderr, no summary");
                        app->add_option("--sign", a->sign_key,
                                        "Sign the delta with this Ed25519 key (PEM, 0600; `dcr keys` "

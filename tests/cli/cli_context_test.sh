@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # dcr diff --wan-context through the shipped binary: a version 8 delta smaller than the plain one,
 # applied bit-exact; refused against another base; dcr inspect with --base decodes it and reports
-# bound0 and bound2, without --base it counts its chunks from their headers.
+# bound0 and bound2, without --base it counts its chunks from their headers; --context-classes caps
+# the classes per chunk.
 source "$(dirname "$0")/cli_lib.sh" "$@"
 "$dcr" synth --preset tiny --rate 3% --steps 3 --out "$tmp/ck" -q >/dev/null; check synth 0 $?
 s0="$tmp/ck/step0.safetensors"; s1="$tmp/ck/step1.safetensors"; s2="$tmp/ck/step2.safetensors"
@@ -12,6 +13,19 @@ plain=$(stat -c %s "$tmp/plain.dcr"); ctx=$(stat -c %s "$tmp/ctx.dcr")
 [ "$ctx" -lt "$plain" ]; check context-smaller 0 $?
 "$dcr" apply "$s0" "$tmp/ctx.dcr" -o "$tmp/out.safetensors" --verify -q; check apply-context 0 $?
 "$dcr" verify "$tmp/out.safetensors" "$s1" >/dev/null; check verify-identical 0 $?
+# A class cap: fewer classes, still bit-exact; outside 1-16 or without --wan-context a usage error.
+"$dcr" diff --wan-context --context-classes 6 "$s0" "$s1" -o "$tmp/ctx6.dcr" -q; check diff-classes 0 $?
+"$dcr" apply "$s0" "$tmp/ctx6.dcr" -o "$tmp/out6.safetensors" --verify -q; check apply-classes 0 $?
+cmp -s "$tmp/out6.safetensors" "$s1"; check classes-bit-exact 0 $?
+python3 - "$tmp/ctx.dcr" "$tmp/ctx6.dcr" <<'PY'; check classes-size 0 $?
+import os, sys
+full, six = os.path.getsize(sys.argv[1]), os.path.getsize(sys.argv[2])
+assert full <= six < 1.2 * full, (full, six)
+PY
+"$dcr" diff --wan-context --context-classes 17 "$s0" "$s1" -o "$tmp/bad.dcr" -q 2>/dev/null; check classes-17 2 $?
+"$dcr" diff --wan-context --context-classes 0 "$s0" "$s1" -o "$tmp/bad.dcr" -q 2>/dev/null; check classes-0 2 $?
+"$dcr" diff --context-classes 6 "$s0" "$s1" -o "$tmp/bad.dcr" -q 2>/dev/null; check classes-needs-context 2 $?
+[ ! -e "$tmp/bad.dcr" ]; check classes-no-output 0 $?
 # An unchanged step: a version 8 delta of no chunk (the smallest trailer) applies to the same bytes.
 "$dcr" diff --wan-context "$s0" "$s0" -o "$tmp/same.dcr" -q; check diff-unchanged 0 $?
 "$dcr" apply "$s0" "$tmp/same.dcr" -o "$tmp/same.safetensors" --verify -q; check apply-unchanged 0 $?
