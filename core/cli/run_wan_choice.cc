@@ -54,6 +54,7 @@ StatusOr<std::string> ApplyWanChoice(const Scenario& s, const std::string& base,
   o.chunk_elems = s.delta.chunk_elems;
   o.zstd_level = s.delta.zstd_level;
   o.context_coding = true;
+  o.context_classes = sender.context_classes;
   o.threads = 1;
   std::vector<ContextSampleRecord> records;
   DCR_ASSIGN_OR_RETURN(ContextSizeSample sample,

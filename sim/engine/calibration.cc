@@ -101,6 +101,15 @@ StatusOr<Calibration> ParseCalibration(const std::string& json_text, const std::
   if (j.contains("available_cores") && j["available_cores"].is_number()) {
     c.available_cores = j["available_cores"].get<double>();
   }
+  if (j.contains("context_classes")) {
+    const nlohmann::json& k = j["context_classes"];
+    if (!k.is_number_integer() || k.get<int64_t>() < 1 || k.get<int64_t>() > kContextClassesMax) {
+      return InvalidArgumentError("calibration " + source +
+                                  ": context_classes must be an integer 1.." +
+                                  std::to_string(kContextClassesMax));
+    }
+    c.context_classes = k.get<int>();
+  }
   const nlohmann::json* arr = nullptr;
   for (const char* key : {"rates", "results"}) {
     if (j.contains(key) && j[key].is_array()) arr = &j[key];

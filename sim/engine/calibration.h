@@ -11,7 +11,8 @@
 //   context_decode_apply_bytes_per_s;
 //   context_transcode_bytes_per_s (decode context + apply + plain re-encode, what an edge relay
 //   does; when absent, decode+apply followed by the plain encoder's speed, a bound from above).
-//   Present for every rate or for none.
+//   Present for every rate or for none. Optional top-level "context_classes": the class cap they
+//   were measured at (default 16).
 // Optional "tls": the JSON `dcr_bench_tls --json` writes, inline or as the name of that file
 // (relative to the calibration file's directory); the simulator reads its
 //   tls_cpu_s_per_byte: {send, recv}: CPU seconds mutual TLS adds per byte at the sending and at
@@ -28,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "dcr/delta.h"
 #include "dcr/statusor.h"
 
 namespace dcr::sim::internal {
@@ -72,8 +74,11 @@ struct Calibration {
   // Linear interpolation in change rate, clamped to the measured range.
   double EncodeBytesPerS(double rate) const;
   double DecodeApplyBytesPerS(double rate) const;
-  // Context-coded delta (has_context): speeds per core.
+  // Context-coded delta (has_context): speeds per core, measured with at most context_classes
+  // classes per chunk (the bench JSON's "context_classes"; files without it were measured at the
+  // default, kContextClassesMax).
   bool has_context = false;
+  int context_classes = kContextClassesMax;
   double ContextEncodeBytesPerS(double rate) const;
   double ContextTranscodeBytesPerS(double rate) const;
 };

@@ -86,6 +86,22 @@ TEST(CalibrationTest, ContextKeysPerRate) {
       "mixed.json");
   EXPECT_TRUE(mixed.status().IsInvalidArgument());
   EXPECT_NE(mixed.status().message().find("rates[1]"), std::string::npos) << mixed.status();
+
+  // The class cap the context speeds were measured at: 16 when the file does not say.
+  EXPECT_EQ(c->context_classes, kContextClassesMax);
+  auto eight = ParseCalibration(
+      R"({"memcpy_bytes_per_s": 6e9, "context_classes": 8, "rates": [{"change_rate": 0.03, )" +
+          rate + "}]}",
+      "ctx8.json");
+  ASSERT_TRUE(eight.ok()) << eight.status();
+  EXPECT_EQ(eight->context_classes, 8);
+  for (const char* bad : {"0", "17", "2.5", "\"8\""}) {
+    auto b = ParseCalibration(std::string(R"({"memcpy_bytes_per_s": 6e9, "context_classes": )") +
+                                  bad + R"(, "rates": [{"change_rate": 0.03, )" + rate + "}]}",
+                              "bad.json");
+    EXPECT_TRUE(b.status().IsInvalidArgument()) << bad;
+    EXPECT_NE(b.status().message().find("context_classes"), std::string::npos) << b.status();
+  }
 }
 
 TEST(CalibrationTest, SigningBlock) {

@@ -250,7 +250,8 @@ StatusOr<PayloadModel> MeasurePayload(const ModelConfig& cfg, double change_rate
       for (size_t b = 0; b < width; ++b) base[i * width + b] = (t.old_bits[i] >> (8 * b)) & 0xFF;
     }
     size_t context_size = bytes.size();
-    auto ctx = EncodeContextChunk(bytes.data(), bytes.size(), base.data(), base.size());
+    auto ctx =
+        EncodeContextChunk(bytes.data(), bytes.size(), base.data(), base.size(), o.context_classes);
     if (ctx.ok()) {
       context_size = std::min(context_size, ctx->size());
     } else if (!ctx.status().IsInvalidArgument()) {  // not codable: stays plain

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "dcr/delta.h"
 #include "dcr/statusor.h"
 #include "dcr/testing/synth.h"
 
@@ -33,6 +34,7 @@ struct PayloadModelOptions {
   uint64_t seed = 1;
   uint64_t chunk_elems = uint64_t{1} << 22;    // grid cell size of the real delta
   int zstd_level = 1;
+  int context_classes = kContextClassesMax;  // DeltaOptions::context_classes, context form
 };
 
 struct ClassPayload {

@@ -255,6 +255,14 @@ StatusOr<SimInputs> LoadInputs(const Scenario& s, const SimOptions& options) {
                                 " has no context_* keys per rate (dcr bench codec --json of the "
                                 "context-coded delta)");
   }
+  if (s.delta.wan_context && s.delta.context_classes != in.cal.context_classes) {
+    return InvalidArgumentError(
+        "delta.context_classes: " + std::to_string(s.delta.context_classes) +
+        " classes, but the calibration " + in.cal.source +
+        " measured the context-coded speeds at " + std::to_string(in.cal.context_classes) +
+        " (dcr bench codec --context-classes " + std::to_string(s.delta.context_classes) +
+        " --json FILE gives a calibration for it)");
+  }
   DCR_ASSIGN_OR_RETURN(in.topo, TopologyFor(s));
   in.build_cores = in.extra.build_cores > 0 ? in.extra.build_cores : s.sim.gpus_per_node;
   return in;
@@ -361,6 +369,7 @@ StatusOr<std::map<double, PayloadModel>> MeasurePayloads(const Scenario& s, cons
   pmo.sample_elems = static_cast<uint64_t>(std::max(1, s.sim.sample_tensors)) << 17;
   pmo.chunk_elems = s.delta.chunk_elems;
   pmo.zstd_level = s.delta.zstd_level;
+  pmo.context_classes = s.delta.context_classes;
   pmo.seed = s.model.seed;
   std::map<double, PayloadModel> payloads;
   for (double rate : s.change_rates) {

@@ -110,8 +110,8 @@ TEST(SimTest, TlsIsChargedWhenOnAndSaysSo) {
 
 // The default calibration with the context-coded delta encoded at half the plain encoder's speed,
 // decoded + applied at 4 GB/s per core and transcoded at `transcode` B/s per core (transcode 0:
-// without context keys).
-std::string ContextCalibration(double transcode) {
+// without context keys), measured at `classes` classes per chunk (0: the file does not say).
+std::string ContextCalibration(double transcode, int classes = 0) {
   std::ifstream in(std::string(DCR_TEST_SRC) + "/../calibration/default.json");
   nlohmann::json j = nlohmann::json::parse(in);
   for (auto& r : j["rates"]) {
@@ -123,6 +123,7 @@ std::string ContextCalibration(double transcode) {
     r["context_decode_apply_bytes_per_s"] = 4e9;
     r["context_transcode_bytes_per_s"] = transcode;
   }
+  if (classes > 0) j["context_classes"] = classes;
   j["tls"] = std::string(DCR_TEST_SRC) + "/../calibration/tls.json";
   j["signing"] = std::string(DCR_TEST_SRC) + "/../calibration/signing.json";
   char path[] = "/tmp/dcr_sim_ctx_cal_XXXXXX";
@@ -188,6 +189,43 @@ TEST(SimTest, WanContextSendsTheContextFormToAnEdgeRelay) {
   EXPECT_TRUE(bad.status().IsInvalidArgument());
   EXPECT_NE(bad.status().message().find("delta.wan_context"), std::string::npos)
       << bad.status();
+}
+
+// delta.context_classes sizes the sampled context records at that cap (fewer classes: larger
+// records), and needs a calibration whose context speeds were measured at the same cap.
+TEST(SimTest, ContextClassesSizeThePayloadAndMatchTheCalibration) {
+  Scenario s = Parse(kSmall);
+  s.change_rates = {0.03};
+  s.transport.kinds = {TransportKind::kRelayTree};
+  s.methods = {Method::kDelta};
+  s.delta.wan_context = true;
+  s.sim.extra["edge_relay_cores"] = "8";
+  auto ratio_of = [](const ScenarioResult& r) {
+    std::smatch m;
+    const std::string model = r.setup.at("payload_model.0.03");
+    EXPECT_TRUE(std::regex_search(model, m, std::regex("chunks ([0-9.e+-]+) of the plain ones")))
+        << model;
+    return m.empty() ? 0.0 : std::stod(m[1]);
+  };
+  SimOptions o16;
+  o16.calibration_path = ContextCalibration(2e9);
+  auto full = Simulate(s, o16);
+  ASSERT_TRUE(full.ok()) << full.status();
+  s.delta.context_classes = 2;
+  auto refused = Simulate(s, o16);
+  std::remove(o16.calibration_path.c_str());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(refused.status().IsInvalidArgument());
+  EXPECT_NE(refused.status().message().find("delta.context_classes"), std::string::npos)
+      << refused.status();
+  SimOptions o2;
+  o2.calibration_path = ContextCalibration(2e9, 2);
+  auto two = Simulate(s, o2);
+  std::remove(o2.calibration_path.c_str());
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_GT(ratio_of(*two), ratio_of(*full));
+  EXPECT_GT(two->runs[0].wire_bytes, full->runs[0].wire_bytes);
+  EXPECT_EQ(two->runs[0].payload_bytes, full->runs[0].payload_bytes);  // the plain delta
 }
 
 TEST(SimTest, EdgeRelayTranscodesMergedChunksAsTheRealGrid) {

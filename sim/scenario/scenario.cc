@@ -536,8 +536,15 @@ Status ParseTop(const YAML::Node& root, Scenario* s) {
   }
   if (top.Has("delta")) {
     MapReader d(top.Get("delta"), "delta");
-    DCR_RETURN_IF_ERROR(d.Init({"chunk_elems", "zstd_level", "threads", "wan_context"}));
+    DCR_RETURN_IF_ERROR(
+        d.Init({"chunk_elems", "zstd_level", "threads", "wan_context", "context_classes"}));
     DCR_RETURN_IF_ERROR(d.Bool("wan_context", &s->delta.wan_context));
+    DCR_RETURN_IF_ERROR(d.Int("context_classes", &s->delta.context_classes, 1, kContextClassesMax));
+    if (d.Has("context_classes") && !s->delta.wan_context) {
+      return InvalidArgumentError(
+          "delta.context_classes: only context-coded chunks have classes; set "
+          "delta.wan_context: true or drop it");
+    }
     DCR_RETURN_IF_ERROR(d.Int("chunk_elems", &s->delta.chunk_elems, 1, INT64_MAX));
     DCR_RETURN_IF_ERROR(d.Int("zstd_level", &s->delta.zstd_level, -7, 22));
     DCR_RETURN_IF_ERROR(d.Int("threads", &s->delta.threads, 0, 1024));

@@ -464,5 +464,31 @@ TEST(Scenario, CatchUpBlockAndReceiverDeadline) {
   EXPECT_TRUE(ParseScenario("model: tiny\ncatch_up: {down_stp: 2}\n").status().IsInvalidArgument());
 }
 
+TEST(Scenario, ContextClasses) {
+  auto parse = [](const std::string& delta) {
+    return ParseScenario("name: t\nmodel: {preset: tiny}\ndelta: " + delta + "\n");
+  };
+  auto dflt = parse("{wan_context: true}");
+  ASSERT_TRUE(dflt.ok()) << dflt.status().ToString();
+  EXPECT_EQ(dflt->delta.context_classes, kContextClassesMax);
+  auto eight = parse("{wan_context: true, context_classes: 8}");
+  ASSERT_TRUE(eight.ok()) << eight.status().ToString();
+  EXPECT_EQ(eight->delta.context_classes, 8);
+  for (const char* bad : {"0", "17", "-3", "many", "[4]"}) {
+    auto s = parse(std::string("{wan_context: true, context_classes: ") + bad + "}");
+    ASSERT_FALSE(s.ok()) << bad;
+    EXPECT_TRUE(s.status().IsInvalidArgument()) << s.status().ToString();
+    EXPECT_NE(s.status().message().find("context_classes"), std::string::npos)
+        << s.status().ToString();
+  }
+  // Plain chunks have no classes: the key without context coding is a mistake, said so.
+  for (const char* without : {"{context_classes: 8}", "{wan_context: false, context_classes: 8}"}) {
+    auto s = parse(without);
+    ASSERT_FALSE(s.ok()) << without;
+    EXPECT_NE(s.status().message().find("delta.wan_context"), std::string::npos)
+        << s.status().ToString();
+  }
+}
+
 }  // namespace
 }  // namespace dcr

@@ -15,7 +15,8 @@
 # switched; one stopped for a shorter while is switched back to the context form once it has
 # caught up. An object-store run with wan_context stores the context form (what crossed the long
 # link): its downloaders hold the base and decode it, bit-exact; a downloader on another device is
-# refused at the start, naming the key (no in-region re-publisher writes a plain copy).
+# refused at the start, naming the key (no in-region re-publisher writes a plain copy); with
+# delta.context_classes it stores the delta `dcr diff --context-classes` writes.
 # The encoding is chosen when the run is planned (ChooseWanEncoding): on the 10 Mbit/s link of
 # these runs the edge relay's 2 transcoding threads keep up many times over (the context form);
 # on a 10 Gbit/s link they would lag by far, and the long link carries the plain form to an
@@ -315,7 +316,7 @@ model:
   checkpoints: [$s0, $s1]
   work_dir: $2
 methods: [delta]
-delta: {wan_context: true, chunk_elems: 16384}
+delta: {wan_context: true, chunk_elems: 16384${CLASSES:+, context_classes: $CLASSES}}
 transport: {kinds: [object_store], object_store: {kind: dir, path: $2/store}}
 receivers: {count: 2${3:-}}
 network: {tls: false, signing: false}
@@ -336,4 +337,19 @@ PY
 store_scenario "$tmp/store-dev.yaml" "$tmp/work-store-dev" ", node_devices: {2: host}"
 "$dcr" run "$tmp/store-dev.yaml" --out "$tmp/od.json" -q > /dev/null 2> "$tmp/oderr.txt"; check run-store-device-refused 11 $?
 has run-store-device-names-key "$tmp/oderr.txt" "cannot decode context-coded chunks"
+# delta.context_classes reaches the sender: the stored delta is the one `dcr diff --context-classes 3`
+# writes, and its downloaders decode it bit-exact.
+"$dcr" diff --wan-context --context-classes 3 "$s0" "$s1" --chunk-elems 16384 -o "$tmp/ctx3.dcr" -q
+check diff-context-3 0 $?
+CLASSES=3 store_scenario "$tmp/store3.yaml" "$tmp/work-store3"
+"$dcr" run "$tmp/store3.yaml" --out "$tmp/o3.json" -q > /dev/null 2> "$tmp/o3err.txt"; check run-store-classes 0 $?
+python3 - "$tmp/o3.json" "$tmp/work-store3/run-1" "$(stat -c %s "$tmp/ctx3.dcr")" "$(stat -c %s "$tmp/ctx.dcr")" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1])); ctx3, ctx = int(sys.argv[3]), int(sys.argv[4])
+r = j["runs"][0]
+assert r.get("error", "") == "" and r["receivers_verified"] == r["receivers"] == 2, r
+assert r["payload_bytes"] == ctx3 != ctx, (r["payload_bytes"], ctx3, ctx)
+assert json.load(open(sys.argv[2] + "/plan-0.json"))["context_classes"] == 3
+PY
+check run-store-classes-result 0 $?
 exit $fail

@@ -155,6 +155,7 @@ StatusOr<std::vector<NodePlan>> MakePlans(const Scenario& s, Method method, Tran
     p.chunk_elems = s.delta.chunk_elems;
     p.zstd_level = s.delta.zstd_level;
     p.context_coding = s.delta.wan_context;
+    p.context_classes = s.delta.context_classes;
     if (transport == TransportKind::kRelayTree) {
       const RelayTreeSpec& rt = s.transport.relay_tree;
       p.edge_relays = rt.edge_relays;

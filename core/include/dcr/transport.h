@@ -40,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "dcr/delta.h"
 #include "dcr/receiver.h"
 #include "dcr/relay_policy.h"
 #include "dcr/status.h"
@@ -180,6 +181,8 @@ struct NodePlan {
   int zstd_level = 1;
   // Context-coded chunks (DeltaOptions::context_coding). Default false.
   bool context_coding = false;
+  // Their most exponent classes per chunk (DeltaOptions::context_classes).
+  int context_classes = kContextClassesMax;
   // Edge relays (relay tree; core/docs/transports.md "Edge relays"): the ranks, children of the
   // sender, that hold the canonical base at receiver_base_path and transcode every context-coded
   // chunk arriving over the long link to its plain record (ContextChunkToPlain, at zstd_level)

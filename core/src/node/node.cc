@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "dcr/checkpoint.h"
+#include "dcr/context.h"
 #include "dcr/delta.h"
 #include "dcr/device.h"
 #include "dcr/object_store.h"
@@ -43,10 +44,10 @@
 #include "node/freeze_watch.h"
 #include "node/held_hellos.h"
 #include "node/metrics.h"
+#include "node/node_recovery.h"
 #include "node/node_trust.h"
 #include "node/trainer_delta.h"
 #include "node/versions.h"
-#include "node/node_recovery.h"
 #include "transport/heartbeat.h"
 #include "transport/net.h"
 
@@ -1544,6 +1545,7 @@ class SenderBuilder {
       o.chunk_elems = plan_.chunk_elems;
       o.zstd_level = plan_.zstd_level;
       o.context_coding = plan_.context_coding;
+      o.context_classes = plan_.context_classes;
       o.threads = plan_.build_threads;
       o.known_base_hash = known_base_hash_;
       if (plan_.version > 0) {  // the version this refit delivers, from its base version
@@ -2758,6 +2760,7 @@ std::string NodePlanToJson(const NodePlan& p) {
   j["chunk_elems"] = p.chunk_elems;
   j["zstd_level"] = p.zstd_level;
   j["context_coding"] = p.context_coding;
+  j["context_classes"] = p.context_classes;
   if (!p.edge_relays.empty()) j["edge_relays"] = p.edge_relays;
   if (p.edge_lag_bytes > 0) j["edge_lag_bytes"] = p.edge_lag_bytes;
   j["build_threads"] = p.build_threads;
@@ -2859,6 +2862,7 @@ StatusOr<NodePlan> NodePlanFromJson(const std::string& text) {
     p.chunk_elems = j.at("chunk_elems").get<uint64_t>();
     p.zstd_level = j.at("zstd_level").get<int>();
     if (j.contains("context_coding")) p.context_coding = j["context_coding"].get<bool>();
+    if (j.contains("context_classes")) p.context_classes = j["context_classes"].get<int>();
     if (j.contains("edge_relays")) p.edge_relays = j["edge_relays"].get<std::vector<int>>();
     if (j.contains("edge_lag_bytes")) p.edge_lag_bytes = j["edge_lag_bytes"].get<uint64_t>();
     p.build_threads = j.at("build_threads").get<int>();
@@ -2904,6 +2908,9 @@ StatusOr<NodePlan> NodePlanFromJson(const std::string& text) {
     }
   } catch (const std::exception& e) {
     return InvalidArgumentError(std::string("node plan JSON: ") + e.what());
+  }
+  if (Status s = CheckContextClasses(p.context_classes); !s.ok()) {
+    return InvalidArgumentError("node plan JSON: " + s.message());
   }
   return p;
 }

@@ -57,5 +57,29 @@ TEST(NodePlanJson, AbsentDeviceIsTheHostPath) {
   EXPECT_TRUE(NodePlanFromJson(j.dump()).status().IsInvalidArgument());
 }
 
+// The context coding's class cap travels with the plan; a plan without it has the default, one
+// outside 1..16 is refused.
+TEST(NodePlanJson, ContextClasses) {
+  NodePlan p;
+  p.context_coding = true;
+  p.context_classes = 9;
+  auto back = NodePlanFromJson(NodePlanToJson(p));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->context_coding);
+  EXPECT_EQ(back->context_classes, 9);
+  nlohmann::json j = nlohmann::json::parse(NodePlanToJson(p));
+  j.erase("context_classes");
+  back = NodePlanFromJson(j.dump());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->context_classes, kContextClassesMax);
+  for (int bad : {0, 17}) {
+    j["context_classes"] = bad;
+    auto refused = NodePlanFromJson(j.dump());
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_TRUE(refused.status().IsInvalidArgument()) << refused.status();
+    EXPECT_NE(refused.status().message().find("context classes"), std::string::npos);
+  }
+}
+
 }  // namespace
 }  // namespace dcr

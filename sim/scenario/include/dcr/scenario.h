@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "dcr/delta.h"
 #include "dcr/relay_policy.h"
 #include "dcr/status.h"
 #include "dcr/statusor.h"
@@ -64,6 +65,9 @@ struct DeltaSpec {
   int threads = 0;  // 0 = hardware concurrency
   // Context-coded chunks (DeltaOptions::context_coding, format version 8). Default false.
   bool wan_context = false;
+  // With wan_context: the most exponent classes per context-coded chunk
+  // (DeltaOptions::context_classes, 1..kContextClassesMax).
+  int context_classes = kContextClassesMax;
 };
 
 // Training-side layout (per-shard delta construction). Defaults: one rank, canonical export.
