@@ -68,12 +68,18 @@ TEST(CodecThresholdsTest, RepositoryThresholdsFileParses) {
   EXPECT_TRUE(s.IsFailedPrecondition()) << s;  // the fake report is far below them
 }
 
-TEST(CodecBenchTest, SmallRunIsBitExactAndCompresses) {
+// 2^18 elements at 3%, one repetition: big enough to compress, quick to run.
+CodecBenchConfig SmallConfig() {
   CodecBenchConfig cfg;
   cfg.elements = 1 << 18;
   cfg.reps = 1;
   cfg.rates = {0.03};
   cfg.data_threads = 2;
+  return cfg;
+}
+
+TEST(CodecBenchTest, SmallRunIsBitExactAndCompresses) {
+  CodecBenchConfig cfg = SmallConfig();
   auto rep = RunCodecBench(cfg, nullptr);
   ASSERT_TRUE(rep.ok()) << rep.status();
   ASSERT_EQ(rep.value().rates.size(), 1u);
@@ -97,11 +103,7 @@ TEST(CodecBenchTest, SmallRunIsBitExactAndCompresses) {
 // (the data has many exponents) and still decodes bit-exact (RunCodecBench checks every apply);
 // the JSON says which cap it measured; a cap outside 1..16 is refused.
 TEST(CodecBenchTest, ContextClassesReachTheContextRuns) {
-  CodecBenchConfig cfg;
-  cfg.elements = 1 << 18;
-  cfg.reps = 1;
-  cfg.rates = {0.03};
-  cfg.data_threads = 2;
+  CodecBenchConfig cfg = SmallConfig();
   auto full = RunCodecBench(cfg, nullptr);
   ASSERT_TRUE(full.ok()) << full.status();
   cfg.context_classes = 3;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <regex>
 #include <sstream>
 
@@ -134,6 +135,16 @@ std::string ContextCalibration(double transcode, int classes = 0) {
   return path;
 }
 
+// The payload model's context chunks as a fraction of the plain ones at 3% (its setup line).
+std::optional<double> ContextChunkRatio(const ScenarioResult& r) {
+  std::smatch m;
+  const std::string model = r.setup.at("payload_model.0.03");
+  if (!std::regex_search(model, m, std::regex("chunks ([0-9.e+-]+) of the plain ones"))) {
+    return std::nullopt;
+  }
+  return std::stod(m[1]);
+}
+
 TEST(SimTest, WanContextSendsTheContextFormToAnEdgeRelay) {
   Scenario s = Parse(kSmall);
   s.change_rates = {0.03};
@@ -154,11 +165,9 @@ TEST(SimTest, WanContextSendsTheContextFormToAnEdgeRelay) {
   EXPECT_EQ(c.payload_bytes, p.payload_bytes);  // the receivers get the plain delta
   // The long link carries the chunks at the size the payload model measured for their context
   // form (header and trailer as they are), and that form is the smaller one.
-  std::smatch m;
-  const std::string model = ctx->setup.at("payload_model.0.03");
-  ASSERT_TRUE(std::regex_search(model, m, std::regex("chunks ([0-9.e+-]+) of the plain ones")))
-      << model;
-  const double ratio = std::stod(m[1]);
+  const std::optional<double> measured = ContextChunkRatio(*ctx);
+  ASSERT_TRUE(measured.has_value()) << ctx->setup.at("payload_model.0.03");
+  const double ratio = *measured;
   EXPECT_GT(ratio, 0.5);
   EXPECT_LT(ratio, 0.97);
   EXPECT_NEAR(static_cast<double>(c.wire_bytes) / p.wire_bytes, ratio, 0.02);
@@ -200,13 +209,6 @@ TEST(SimTest, ContextClassesSizeThePayloadAndMatchTheCalibration) {
   s.methods = {Method::kDelta};
   s.delta.wan_context = true;
   s.sim.extra["edge_relay_cores"] = "8";
-  auto ratio_of = [](const ScenarioResult& r) {
-    std::smatch m;
-    const std::string model = r.setup.at("payload_model.0.03");
-    EXPECT_TRUE(std::regex_search(model, m, std::regex("chunks ([0-9.e+-]+) of the plain ones")))
-        << model;
-    return m.empty() ? 0.0 : std::stod(m[1]);
-  };
   SimOptions o16;
   o16.calibration_path = ContextCalibration(2e9);
   auto full = Simulate(s, o16);
@@ -223,7 +225,10 @@ TEST(SimTest, ContextClassesSizeThePayloadAndMatchTheCalibration) {
   auto two = Simulate(s, o2);
   std::remove(o2.calibration_path.c_str());
   ASSERT_TRUE(two.ok()) << two.status();
-  EXPECT_GT(ratio_of(*two), ratio_of(*full));
+  const std::optional<double> ratio_two = ContextChunkRatio(*two);
+  const std::optional<double> ratio_full = ContextChunkRatio(*full);
+  ASSERT_TRUE(ratio_two.has_value() && ratio_full.has_value());
+  EXPECT_GT(*ratio_two, *ratio_full);
   EXPECT_GT(two->runs[0].wire_bytes, full->runs[0].wire_bytes);
   EXPECT_EQ(two->runs[0].payload_bytes, full->runs[0].payload_bytes);  // the plain delta
 }

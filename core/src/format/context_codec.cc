@@ -23,7 +23,6 @@ constexpr int kScaleBits = 12;
 constexpr uint32_t kScale = 1u << kScaleBits;
 constexpr uint32_t kRansLow = 1u << 16;  // states live in [kRansLow, 2^32)
 constexpr int kMaxClasses = kMaxContextClasses;
-static_assert(kMaxClasses == kContextClassesMax, "dcr/delta.h and the codec disagree");
 constexpr int kSymbols = 256;
 
 // ---- varints ----

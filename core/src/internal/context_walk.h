@@ -14,13 +14,13 @@
 #include <cstdint>
 #include <cstring>
 
-
+#include "dcr/delta.h"
 #include "internal/context_walk_start.h"
 #include "internal/simd.h"
 
 namespace dcr::internal {
 
-inline constexpr int kMaxContextClasses = 16;  // kContextClassesMax of dcr/delta.h
+inline constexpr int kMaxContextClasses = kContextClassesMax;
 
 // The context of covered element i of base bits with width w (2, 4 or 8 bytes).
 inline uint8_t ContextOf(const uint8_t* base, int w, uint64_t i) {
