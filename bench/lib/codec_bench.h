@@ -131,6 +131,10 @@ struct CodecRateResult {
   double context_decode_apply_wall_bytes_per_s = 0;
   double context_encode_vs_memcpy = 0;
   double context_decode_apply_vs_memcpy = 0;
+  // The class pass alone (context_pass.h) over the same chunks, per dense byte; 0 where the CPU
+  // runs the portable walk.
+  double context_class_pass_bytes_per_s = 0;
+  double context_class_pass_vs_memcpy = 0;
 };
 
 struct CodecBenchConfig {

@@ -3,6 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <random>
+#include <vector>
+
+#include "context_pass.h"
+#include "internal/context_walk.h"
+#include "internal/simd.h"
 
 namespace dcr::internal {
 namespace {
@@ -97,6 +103,32 @@ TEST(CodecBenchTest, SmallRunIsBitExactAndCompresses) {
     EXPECT_TRUE(j["rates"][0].contains(k)) << k;
   EXPECT_EQ(j["commit"], "abc");
   EXPECT_TRUE(j["machine"].contains("cpu"));
+  // The class pass alone is measured wherever the decoder has a vector walk.
+  EXPECT_TRUE(j["rates"][0].contains("context_class_pass_vs_memcpy"));
+  EXPECT_EQ(r.context_class_pass_bytes_per_s > 0, CpuSimd() != Simd::kPortable);
+  EXPECT_NE(CodecBenchTable(rep.value()).find("class pass / memcpy"), std::string::npos);
+}
+
+// The class pass that the bench times counts every class's members as the decoder's classes say
+// (ClassMap), at each vector level this CPU runs, over windows and a last block left partial.
+TEST(ContextClassPassTest, CountsTheMembersOfEveryClass) {
+  if (CpuSimd() == Simd::kPortable) GTEST_SKIP() << "this CPU runs the portable walk only";
+  std::mt19937_64 rng(7);
+  const uint64_t n = 3 * 4096 + 77;
+  std::vector<uint16_t> base(n);
+  for (uint16_t& x : base) x = static_cast<uint16_t>(rng());
+  for (uint64_t i = 0; i < n; i += 5) base[i] = 0x3C00;  // a crowded context beside uniform ones
+  const uint8_t bounds[5] = {0, 1, 100, 120, 200};
+  const ClassMap map(bounds, 5);
+  uint64_t want[5] = {};
+  for (uint16_t x : base) ++want[map.ClassOf(static_cast<uint8_t>(x >> 7))];
+  uint64_t got[kContextClassesMax];
+  ContextClassPassAvx2(base.data(), n, bounds, 5, got);
+  for (int c = 0; c < 5; ++c) EXPECT_EQ(got[c], want[c]) << "AVX2, class " << c;
+  if (CpuSimd() == Simd::kAvx512) {
+    ContextClassPassAvx512(base.data(), n, bounds, 5, got);
+    for (int c = 0; c < 5; ++c) EXPECT_EQ(got[c], want[c]) << "AVX-512, class " << c;
+  }
 }
 
 // The class cap reaches the context-coded runs: with 3 classes the payload is larger than with 16

@@ -43,6 +43,38 @@ __attribute__((always_inline)) inline uint64_t SelectPdep(uint64_t m, uint64_t r
 // waiting on the first lines of each window.
 constexpr uint64_t kWalk16PrefetchBlocks = 16;
 
+// The class pass of the window of base[0, n) that starts at w0 (< n): masks[b][c], the class-c
+// mask of the window's block b; before[c][b], class c's members in the window's blocks before b
+// (kWalk16PastEnd for blocks past the chunk's end); count[c], class c's members in the window.
+// Returns the window's blocks. This is the part of a walk that every covered element pays,
+// whatever the changes.
+template <typename B>
+__attribute__((always_inline)) inline uint64_t ClassWindow16(
+    const B& vb, const uint16_t* base, uint64_t n, int k, uint64_t w0,
+    uint64_t (*masks)[kWalk16Classes], int16_t (*before)[kWalk16Blocks], uint64_t* count) {
+  const uint64_t span = n - w0 < kWalk16Blocks * 64 ? n - w0 : kWalk16Blocks * 64;
+  const uint64_t nb = (span + 63) / 64;
+  for (uint64_t b = 0; b < nb; ++b) {
+    const uint64_t start = w0 + 64 * b;
+    // Prefetching past the chunk's end is harmless: a prefetch never faults.
+    const char* ahead = reinterpret_cast<const char*>(base + start + 64 * kWalk16PrefetchBlocks);
+    _mm_prefetch(ahead, _MM_HINT_T0);
+    _mm_prefetch(ahead + 64, _MM_HINT_T0);
+    uint64_t* m = masks[b];
+    vb.Classify(base, start, n, [&](int c, uint64_t mc) __attribute__((always_inline)) {
+      m[c] = mc;
+      before[c][b] = static_cast<int16_t>(_mm_popcnt_u64(mc));
+    });
+  }
+  // The blocks' member counts turned into the counts before each block.
+  for (int c = 0; c < k; ++c) {
+    for (uint64_t b = nb; b < kWalk16Blocks; ++b) before[c][b] = 0;
+    count[c] = ExclusiveSums64(before[c]);
+    for (uint64_t b = nb; b < kWalk16Blocks; ++b) before[c][b] = kWalk16PastEnd;
+  }
+  return nb;
+}
+
 // The walk (ContextWalk16Avx2 in simd.h) over windows of 64 blocks: the class masks of the
 // window's blocks and each class's member count before every block first; then each class's
 // changes that fall in the window, each one's block found from those counts and its element by a
@@ -70,27 +102,8 @@ __attribute__((always_inline)) inline bool Walk16(const B& vb, const uint16_t* b
   const uint64_t kc_total = start_of[k];
   uint64_t out = 0;
   for (uint64_t w0 = 0; w0 < n && active != 0; w0 += kWalk16Blocks * 64) {
-    const uint64_t span = n - w0 < kWalk16Blocks * 64 ? n - w0 : kWalk16Blocks * 64;
-    const uint64_t nb = (span + 63) / 64;
-    for (uint64_t b = 0; b < nb; ++b) {
-      const uint64_t start = w0 + 64 * b;
-      // Prefetching past the chunk's end is harmless: a prefetch never faults.
-      const char* ahead = reinterpret_cast<const char*>(base + start + 64 * kWalk16PrefetchBlocks);
-      _mm_prefetch(ahead, _MM_HINT_T0);
-      _mm_prefetch(ahead + 64, _MM_HINT_T0);
-      uint64_t* m = masks[b];
-      vb.Classify(base, start, n, [&](int c, uint64_t mc) __attribute__((always_inline)) {
-        m[c] = mc;
-        before[c][b] = static_cast<int16_t>(_mm_popcnt_u64(mc));
-      });
-    }
-    // The blocks' member counts turned into the counts before each block.
-    uint64_t count[kWalk16Classes] = {};
-    for (int c = 0; c < k; ++c) {
-      for (uint64_t b = nb; b < kWalk16Blocks; ++b) before[c][b] = 0;
-      count[c] = ExclusiveSums64(before[c]);
-      for (uint64_t b = nb; b < kWalk16Blocks; ++b) before[c][b] = kWalk16PastEnd;
-    }
+    uint64_t count[kWalk16Classes];
+    const uint64_t nb = ClassWindow16(vb, base, n, k, w0, masks, before, count);
     for (uint64_t b = 0; b < nb; ++b) chg[b] = 0;
     for (uint32_t a = active; a != 0; a &= a - 1) {
       const int c = __builtin_ctz(a);
