@@ -55,18 +55,19 @@ StatusOr<int> CountNodeStart(const std::string& state_dir, int rank) {
 }
 
 // A Receiver decorator: the fault point of KillPoint (inside or after the chunk application of
-// the chosen ordinal) and the step that makes a committed version durable before the journal
+// the chosen ordinal) and the steps that make a committed version durable before the journal
 // records it (`on_commit`, run after the inner commit: the msync of a mapping, or the download
-// of device storage into it).
+// of device storage into it; `on_applied`, run after each chunk record the inner receiver
+// applied: the mapping's early writeback).
 class DurableReceiver::KillingReceiver : public Receiver {
  public:
   // `inventory` (may be null) is set to the inventory of every delta begun; `written` (may be
   // null) is set when a chunk record reaches the inner receiver.
   KillingReceiver(Receiver* inner, KillPoint kill, bool inside_layer,
                   std::function<Status()> on_commit, Inventory* inventory,
-                  std::atomic<bool>* written = nullptr)
+                  std::atomic<bool>* written = nullptr, std::function<void()> on_applied = {})
       : inner_(inner), kill_(kill), inside_layer_(inside_layer), on_commit_(std::move(on_commit)),
-        inventory_(inventory), written_(written) {}
+        on_applied_(std::move(on_applied)), inventory_(inventory), written_(written) {}
   Status Begin(const uint8_t* h, size_t n) override {
     DCR_RETURN_IF_ERROR(inner_->Begin(h, n));
     if (inventory_ != nullptr) {
@@ -82,6 +83,7 @@ class DurableReceiver::KillingReceiver : public Receiver {
     if (written_ != nullptr) written_->store(true);
     Status s = inner_->ApplyRecord(r, n);
     if (here) ::raise(SIGKILL);
+    if (s.ok() && on_applied_) on_applied_();
     return s;
   }
   Status Commit(const uint8_t* t, size_t n) override {
@@ -103,6 +105,7 @@ class DurableReceiver::KillingReceiver : public Receiver {
   KillPoint kill_;
   bool inside_layer_;
   std::function<Status()> on_commit_;
+  std::function<void()> on_applied_;
   Inventory* inventory_;
   std::atomic<bool>* written_;
   std::atomic<int64_t> ordinal_{0};
@@ -114,6 +117,7 @@ DurableReceiver::~DurableReceiver() {
   killing_.reset();
   backend_.reset();
   if (map_ != nullptr) ::munmap(map_, map_size_);
+  if (storage_fd_ >= 0) ::close(storage_fd_);
 }
 
 Status DurableReceiver::OpenMapped(const NodePlan& plan, bool restarted) {
@@ -142,9 +146,12 @@ Status DurableReceiver::OpenMapped(const NodePlan& plan, bool restarted) {
   void* m = map_size_ == 0 ? nullptr
                            : ::mmap(nullptr, map_size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   const int err = errno;
-  ::close(fd);
-  if (m == MAP_FAILED) return ErrnoError("receiver storage " + storage_path_ + ": mmap", err);
+  if (m == MAP_FAILED) {
+    ::close(fd);
+    return ErrnoError("receiver storage " + storage_path_ + ": mmap", err);
+  }
   map_ = static_cast<uint8_t*>(m);
+  storage_fd_ = fd;
   DCR_RETURN_IF_ERROR(WriteFileAtomic(meta_path, boot.data(), boot.size()));
   reattached_ = exists;
   return Status();
@@ -187,6 +194,12 @@ Status DurableReceiver::MsyncMapping() {
     return ErrnoError("receiver storage " + storage_path_ + ": msync", errno);
   }
   return Status();
+}
+
+void DurableReceiver::StartWriteback() {
+  // Offset 0 and length 0: the whole file. Only starts the writes of pages dirty now; a page
+  // written again later is dirty again and goes out with the commit's msync.
+  if (storage_fd_ >= 0) (void)::sync_file_range(storage_fd_, 0, 0, SYNC_FILE_RANGE_WRITE);
 }
 
 Status DurableReceiver::DownloadIntoMapping() {
@@ -269,12 +282,14 @@ StatusOr<std::unique_ptr<DurableReceiver>> DurableReceiver::Open(const NodePlan&
   r->restart_.applied = js.applied.size();
   r->restart_.doubtful = js.doubtful.size();
   std::function<Status()> on_commit;
+  std::function<void()> on_applied;
   if (mapped) {
     std::vector<ReceiverTensor> tensors;
     const std::vector<uint8_t*> at = r->MappedTensors();
     for (size_t k = 0; k < at.size(); ++k) tensors.push_back({r->base_->tensors()[k], at[k]});
     r->backend_ = std::make_unique<BufferReceiver>(std::move(tensors), *committed);
     on_commit = [p = r.get()] { return p->MsyncMapping(); };
+    on_applied = [p = r.get()] { p->StartWriteback(); };
   } else {
     if (loaded == nullptr && carried_device != nullptr) {
       loaded = std::move(carried_device);
@@ -296,7 +311,7 @@ StatusOr<std::unique_ptr<DurableReceiver>> DurableReceiver::Open(const NodePlan&
   }
   const KillPoint k = starts == 1 ? kill : KillPoint{};
   r->killing_ = std::make_unique<KillingReceiver>(r->backend_.get(), k, true, std::move(on_commit),
-                                                 nullptr, &r->written_);
+                                                 nullptr, &r->written_, std::move(on_applied));
   r->journaled_ = std::make_unique<JournaledReceiver>(r->killing_.get(), r->journal_.get());
   r->outer_ = std::make_unique<KillingReceiver>(r->journaled_.get(), k, false, nullptr,
                                                &r->inventory_);

@@ -22,6 +22,9 @@
 // mapping's pages and the journal's records). A machine restart (a new boot id) may lose any
 // write since the last commit, which msyncs the storage before the journal records the version:
 // storage whose journal has a delta in flight is then treated as lost and reloaded from the base.
+// On "cpu" the pages each chunk wrote are handed to the kernel's writeback as soon as the chunk
+// is applied (sync_file_range, not waited for), so that the disk writes overlap the rest of the
+// stream and the commit's msync waits only for what is still in flight.
 //
 // Thread safety: DurableReceiver is as receiver.h says (ApplyRecord concurrently for distinct
 // chunks); StoreMirror is thread-safe.
@@ -116,6 +119,9 @@ class DurableReceiver {
   Status OpenMapped(const NodePlan& plan, bool restarted);
   Status CopyBaseIntoMapping();
   Status MsyncMapping();
+  // Starts writeback of the mapping's dirty pages without waiting for it (errors surface at the
+  // commit's msync).
+  void StartWriteback();
   // The address in the mapping of every base tensor, in the base's tensor order.
   std::vector<uint8_t*> MappedTensors() const;
   // A device's commit: every tensor downloaded into its place in the mapping, then msynced.
@@ -125,6 +131,7 @@ class DurableReceiver {
   std::string storage_path_;
   uint8_t* map_ = nullptr;
   uint64_t map_size_ = 0;
+  int storage_fd_ = -1;  // the mapping's file, for StartWriteback
   std::unique_ptr<Receiver> backend_;           // BufferReceiver over the mapping, or a device's
   DeviceReceiver* device_rx_ = nullptr;         // backend_ on a device (null on "cpu")
   std::atomic<bool> written_{false};            // a chunk reached backend_ since its load / commit
