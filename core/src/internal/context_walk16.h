@@ -49,9 +49,11 @@ constexpr uint64_t kWalk16PrefetchBlocks = 16;
 // Returns the window's blocks. This is the part of a walk that every covered element pays,
 // whatever the changes.
 template <typename B>
-__attribute__((always_inline)) inline uint64_t ClassWindow16(
-    const B& vb, const uint16_t* base, uint64_t n, int k, uint64_t w0,
-    uint64_t (*masks)[kWalk16Classes], int16_t (*before)[kWalk16Blocks], uint64_t* count) {
+__attribute__((always_inline)) inline uint64_t ClassWindow16(const B& vb, const uint16_t* base,
+                                                             uint64_t n, int k, uint64_t w0,
+                                                             uint64_t (*masks)[kWalk16Classes],
+                                                             int16_t (*before)[kWalk16Blocks],
+                                                             uint64_t* count) {
   const uint64_t span = n - w0 < kWalk16Blocks * 64 ? n - w0 : kWalk16Blocks * 64;
   const uint64_t nb = (span + 63) / 64;
   for (uint64_t b = 0; b < nb; ++b) {
