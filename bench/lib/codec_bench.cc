@@ -387,8 +387,10 @@ StatusOr<CodecBenchReport> RunCodecBench(const CodecBenchConfig& config,
     r.context_encode_wall_bytes_per_s = static_cast<double>(dense) / cenc_best.wall;
     r.context_decode_apply_wall_bytes_per_s = static_cast<double>(dense) / cdec_best.wall;
     if (pass_measured) {
-      // Per dense byte, as the decoder: the context-coded chunks cover (almost) every element.
-      r.context_class_pass_bytes_per_s = static_cast<double>(dense) / pass_best.cpu;
+      // Per byte of base it read: the chunks whose context form the encoder kept.
+      uint64_t covered = 0;
+      for (const ClassPassChunk& c : pass_chunks) covered += c.bits.size();
+      r.context_class_pass_bytes_per_s = static_cast<double>(covered) / pass_best.cpu;
     }
     rep.rates.push_back(r);
     std::snprintf(buf, sizeof(buf),

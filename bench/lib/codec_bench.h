@@ -131,8 +131,8 @@ struct CodecRateResult {
   double context_decode_apply_wall_bytes_per_s = 0;
   double context_encode_vs_memcpy = 0;
   double context_decode_apply_vs_memcpy = 0;
-  // The class pass alone (context_pass.h) over the same chunks, per dense byte; 0 where the CPU
-  // runs the portable walk.
+  // The class pass alone (context_pass.h) over the context-coded chunks, per byte of base it
+  // reads; 0 where the CPU runs the portable walk.
   double context_class_pass_bytes_per_s = 0;
   double context_class_pass_vs_memcpy = 0;
 };
