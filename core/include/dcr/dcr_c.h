@@ -32,6 +32,13 @@
 extern "C" {
 #endif
 
+/* The C ABI of this header. It grows by one whenever a function's signature, a struct's layout or an
+ * enum value of this header or of publisher_c.h changes; functions are only ever added at the same
+ * ABI. A program loading libdcr at run time compares dcr_c_abi_version() with the value it was
+ * written against. */
+#define DCR_C_ABI_VERSION 1
+int dcr_c_abi_version(void);
+
 enum {
   DCR_OK = 0,
   DCR_INVALID_ARGUMENT = 1,
