@@ -41,6 +41,11 @@ TEST(ReportTest, ComputesSpeedupPerTransportAndHeadline) {
       << md;
   EXPECT_NE(md.find("the paper (NeMo-DCR) reports 150 s"), std::string::npos);
   EXPECT_NE(md.find("**not met**"), std::string::npos);
+  // The headline and the summary (one line per model and rate) come before the table of all runs.
+  size_t summary = md.find("| kimi-k2-1t | 3% | 108.0 | 5400.0 | 50.0x | 120.0 | 6000.0 | 50.0x |");
+  EXPECT_NE(summary, std::string::npos) << md;
+  EXPECT_LT(md.find("**1T, 3% change"), summary);
+  EXPECT_LT(summary, md.find("All runs:"));
   EXPECT_NE(md.find("63/64"), std::string::npos);
   EXPECT_NE(md.find("commit: abc"), std::string::npos);
   std::string csv = RenderCsv(r);
@@ -110,6 +115,19 @@ TEST(ReportTest, WritesTablesAndFigures) {
     ss << in.rdbuf();
     EXPECT_GT(ss.str().size(), 100u) << f;
   }
+  // A titled figure, the 1T 3% group's own reference marks (the clustered histogram puts the one
+  // group at x = 0), and the calibration input marked as such.
+  std::ifstream gp_in(dir + "/refit_time.png.gp");
+  std::stringstream gp;
+  gp << gp_in.rdbuf();
+  EXPECT_NE(gp.str().find("set title 'Refit time, delta against the full checkpoint (simulated, "
+                          "64 receivers)'"),
+            std::string::npos)
+      << gp.str();
+  EXPECT_NE(gp.str().find("set arrow from -0.5, first 150 to 0.5, first 150"), std::string::npos)
+      << gp.str();
+  EXPECT_NE(gp.str().find("87.5 min full (calibration input)"), std::string::npos) << gp.str();
+  EXPECT_NE(gp.str().find("set xlabel"), std::string::npos);
   std::ifstream png(dir + "/refit_time.png", std::ios::binary);
   char sig[4] = {};
   png.read(sig, 4);

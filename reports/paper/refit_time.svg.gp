@@ -1,5 +1,5 @@
 set terminal svg size 1200,700 dynamic
-set output 'reports/paper/refit_time.svg.tmp.24994'
+set output 'reports/paper/refit_time.svg.tmp.28806'
 set termoption noenhanced
 set style data histogram
 set style histogram cluster gap 1
@@ -9,11 +9,17 @@ set key top left
 set xtics rotate by -35 scale 0
 set grid ytics
 set datafile missing 'NaN'
-set offsets 0.6, 0.6, 0, 0
-set ylabel 'refit time (s)'
+set style textbox opaque noborder
+set xrange [-0.6:9.6]
+set title 'Refit time, delta against the full checkpoint (simulated, 64 receivers)'
+set xlabel 'model, change rate'
+set ylabel 'refit time (s, log scale)'
 set logscale y
-set arrow from graph 0, first 150 to graph 1, first 150 nohead dt 2 lc rgb 'red'
-set label 'paper, 1T 3% relay tree: 150 s' at graph 0.01, first 175 tc rgb 'red' front
-set arrow from graph 0, first 75 to graph 1, first 75 nohead dt 3 lc rgb 'dark-green'
-set label 'target: 75 s' at graph 0.01, first 62 tc rgb 'dark-green' front
+set arrow from 7.5, first 150 to 8.5, first 150 nohead lw 2 dt 2 lc rgb 'red' front
+set label 'NeMo-DCR: 150 s' at 7.5, first 187.5 left tc rgb 'red' front boxed font ',8'
+set arrow from 7.5, first 75 to 8.5, first 75 nohead lw 2 dt 3 lc rgb 'dark-green' front
+set label 'target: 75 s' at 7.5, first 93.75 left tc rgb 'dark-green' front boxed font ',8'
+set arrow from 7.5, first 5250 to 8.5, first 5250 nohead lw 2 dt 4 lc rgb 'gray30' front
+set label '87.5 min full (calibration input)' at 7.5, first 6562.5 left tc rgb 'gray30' front boxed font ',8'
+set arrow from 8.5, first 5250 to 9.5, first 5250 nohead lw 2 dt 4 lc rgb 'gray30' front
 plot 'reports/paper/refit_time.dat' using 2:xtic(1) title 'full/object_store', 'reports/paper/refit_time.dat' using 3 title 'delta/object_store', 'reports/paper/refit_time.dat' using 4 title 'full/relay_tree', 'reports/paper/refit_time.dat' using 5 title 'delta/relay_tree'

@@ -1,5 +1,5 @@
 set terminal svg size 1200,700 dynamic
-set output 'reports/paper/speedup.svg.tmp.24994'
+set output 'reports/paper/speedup.svg.tmp.28806'
 set termoption noenhanced
 set style data histogram
 set style histogram cluster gap 1
@@ -9,7 +9,10 @@ set key top left
 set xtics rotate by -35 scale 0
 set grid ytics
 set datafile missing 'NaN'
-set offsets 0.6, 0.6, 0, 0
-set ylabel 'speedup of delta vs full checkpoint (x)'
+set style textbox opaque noborder
+set xrange [-0.6:9.6]
+set title 'Speedup of the delta over the full checkpoint on the same transport (simulated)'
+set xlabel 'model, change rate'
+set ylabel 'full time / delta time (x)'
 set yrange [0:*]
 plot 'reports/paper/speedup.dat' using 2:xtic(1) title 'object_store', 'reports/paper/speedup.dat' using 3 title 'relay_tree'
