@@ -23,6 +23,8 @@ fi
 # them, and a cached OFF would leave ctest with nothing to run.
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDCR_BUILD_TESTS=ON -DDCR_BUILD_BENCH=ON
 cmake --build build -j"$(nproc)"
+# The Python package (`import dcr` with /usr/bin/python3): python/CMakeLists.txt.
+$([ "$(id -u)" -ne 0 ] && echo sudo) cmake --install build --component python >/dev/null
 
 cleanup() { [ -x scripts/stop-s3-server.sh ] && scripts/stop-s3-server.sh >/dev/null 2>&1 || true; }
 trap cleanup EXIT
