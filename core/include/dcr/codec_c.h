@@ -104,6 +104,20 @@ void dcr_bytes_free(uint8_t* bytes);
 int dcr_apply_delta(const dcr_tensor* tensors, size_t n, const void* delta, size_t size,
                     const dcr_codec_options* options, dcr_apply_result* result);
 
+/* One blob of a delta as a transport sends it (dcr_receiver_begin / _apply_chunk / _finish of
+ * dcr_c.h take them): [offset, offset + size) of the delta's bytes. */
+typedef struct dcr_delta_part {
+  uint64_t offset;
+  uint64_t size;
+} dcr_delta_part;
+
+/* Splits the delta `delta[0, size)` into its blobs: parts[0] the file header, then each chunk
+ * record of the trailer's chunk table in table order, then the trailer. *count receives the
+ * number of parts (chunks + 2); at most `cap` are written (call with cap 0 to size the array).
+ * DCR_DATA_LOSS for a corrupt or truncated delta. */
+int dcr_delta_parts(const void* delta, size_t size, dcr_delta_part* parts, size_t cap,
+                    size_t* count);
+
 /* The content hash (dcr/hash.h) of a tensor set: what a delta built from it names as its base. */
 int dcr_tensors_hash(const dcr_tensor* tensors, size_t n, int32_t threads, uint64_t hash[2]);
 

@@ -343,6 +343,32 @@ int dcr_apply_delta(const dcr_tensor* tensors, size_t n, const void* delta, size
   return DCR_OK;
 }
 
+int dcr_delta_parts(const void* delta, size_t size, dcr_delta_part* parts, size_t cap,
+                    size_t* count) {
+  if ((delta == nullptr && size > 0) || count == nullptr || (parts == nullptr && cap > 0)) {
+    return dcr::internal::CFail(dcr::InvalidArgumentError("dcr_delta_parts: null argument"));
+  }
+  const auto* d = static_cast<const uint8_t*>(delta);
+  auto reader = dcr::DeltaReader::FromBytes(std::vector<uint8_t>(d, d + size));
+  if (!reader.ok()) return dcr::internal::CFail(reader.status());
+  size_t header_size = 0;
+  auto h = dcr::ParseFileHeader(d, size, &header_size);
+  if (!h.ok()) return dcr::internal::CFail(h.status());
+  // DeltaReader checked the trailer offset (the u64 24 bytes before the end; little-endian).
+  uint64_t trailer_offset = 0;
+  std::memcpy(&trailer_offset, d + size - 24, 8);
+  std::vector<dcr_delta_part> all;
+  all.push_back(dcr_delta_part{0, header_size});
+  for (size_t i = 0; i < (*reader)->num_chunks(); ++i) {
+    const auto& e = (*reader)->trailer().chunks[i];
+    all.push_back(dcr_delta_part{e.offset, e.size});
+  }
+  all.push_back(dcr_delta_part{trailer_offset, size - trailer_offset});
+  *count = all.size();
+  std::copy_n(all.begin(), std::min(cap, all.size()), parts);
+  return DCR_OK;
+}
+
 int dcr_tensors_hash(const dcr_tensor* tensors, size_t n, int32_t threads, uint64_t hash[2]) {
   if (hash == nullptr) return dcr::internal::CFail(dcr::InvalidArgumentError("hash is NULL"));
   auto ts = dcr::ReadDescriptors(tensors, n, "hash");

@@ -12,6 +12,7 @@
 
 #include "dcr/checkpoint.h"
 #include "dcr/delta.h"
+#include "dcr/receiver.h"
 
 namespace dcr {
 namespace {
@@ -237,6 +238,40 @@ TEST(CodecCTest, FailureMidApplyRestoresEveryAppliedChunk) {
   const auto before = drifted.bytes;
   EXPECT_EQ(Apply(drifted, delta, o), DCR_FAILED_PRECONDITION) << dcr_last_error();
   EXPECT_EQ(drifted.bytes, before);
+}
+
+TEST(CodecCTest, DeltaPartsFeedAReceiverAsATransportWould) {
+  Set base = Model(17), target = Mutate(base, 0.03, 18);
+  dcr_codec_options o = SmallChunks();
+  std::vector<uint8_t> delta = Encode(base, target, o);
+  size_t n = 0;
+  ASSERT_EQ(dcr_delta_parts(delta.data(), delta.size(), nullptr, 0, &n), DCR_OK);
+  std::vector<dcr_delta_part> parts(n);
+  ASSERT_EQ(dcr_delta_parts(delta.data(), delta.size(), parts.data(), n, &n), DCR_OK);
+  ASSERT_GE(n, 3u);
+  std::vector<ReceiverTensor> storage;
+  for (size_t i = 0; i < base.names.size(); ++i) {
+    TensorInfo info;
+    info.name = base.names[i];
+    info.dtype_name = base.dtypes[i];
+    info.dtype = DTypeFromName(info.dtype_name);
+    info.shape = base.shapes[i];
+    info.nbytes = base.bytes[i].size();
+    storage.push_back(ReceiverTensor{info, base.bytes[i].data()});
+  }
+  uint64_t h[2];
+  auto d = base.Desc();
+  ASSERT_EQ(dcr_tensors_hash(d.data(), d.size(), 1, h), DCR_OK);
+  BufferReceiver rx(storage, VersionId{0, Hash128{h[0], h[1]}});
+  const uint8_t* p = delta.data();
+  ASSERT_TRUE(rx.Begin(p + parts[0].offset, parts[0].size).ok());
+  for (size_t i = n - 2; i >= 1; --i) {  // any order
+    ASSERT_TRUE(rx.ApplyRecord(p + parts[i].offset, parts[i].size).ok());
+  }
+  ASSERT_TRUE(rx.Commit(p + parts[n - 1].offset, parts[n - 1].size).ok());
+  EXPECT_EQ(base.bytes, target.bytes);
+  std::vector<uint8_t> cut(delta.begin(), delta.end() - 1);
+  EXPECT_EQ(dcr_delta_parts(cut.data(), cut.size(), nullptr, 0, &n), DCR_DATA_LOSS);
 }
 
 TEST(CodecCTest, EncodeRefusesMismatchedSetsAndBadDescriptors) {
