@@ -45,6 +45,11 @@ class ApplyResult(ctypes.Structure):
                 ("target_version", c_uint64), ("target_hash", c_uint64 * 2)]
 
 
+class DeltaPart(ctypes.Structure):
+    """dcr_delta_part (dcr/codec_c.h)."""
+    _fields_ = [("offset", c_uint64), ("size", c_uint64)]
+
+
 COPY_OBSERVER = ctypes.CFUNCTYPE(None, c_void_p, c_void_p, c_void_p, c_size_t, c_int)
 RELOAD_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_char_p, c_void_p, c_uint64)
 
@@ -79,6 +84,8 @@ _SIGNATURES = {
     "dcr_bytes_free": (None, [c_void_p]),
     "dcr_apply_delta": (c_int, [POINTER(Tensor), c_size_t, c_void_p, c_size_t,
                                 POINTER(CodecOptions), POINTER(ApplyResult)]),
+    "dcr_delta_parts": (c_int, [c_void_p, c_size_t, POINTER(DeltaPart), c_size_t,
+                                POINTER(c_size_t)]),
     "dcr_tensors_hash": (c_int, [POINTER(Tensor), c_size_t, c_int32, POINTER(c_uint64)]),
 }
 

@@ -62,6 +62,7 @@ def forward(m, tokens, cfg):
 
 
 def trainer(cfg, steps, conns, workdir):
+    torch.manual_seed(0)  # the sampling of completions
     g = torch.Generator()
     g.manual_seed(0)
     ck = checkpoint(cfg, g)
@@ -123,6 +124,7 @@ def worker(rank, cfg, conn, results):
     msg = conn.recv()
     rx = EngineReceiver(engine.params(), engine.load_weights, msg[1], dtypes=FP8)
     ok = True
+    log = []
     while True:
         msg = conn.recv()
         if msg[0] == "stop":
@@ -135,10 +137,10 @@ def worker(rank, cfg, conn, results):
         ref.load_weights(load_file(path).items())
         diff = [k for k, p in engine.params().items() if raw(p.data) != raw(ref.params()[k].data)]
         ok = ok and not diff and sample == ref.generate([1, 2, 3], 4)
-        print("worker %d: step %d v%d %s, generated %s" % (
+        log.append("worker %d: step %d v%d %s, generated %s" % (
             rank, step, rx.version, "byte-equal to a dense load" if not diff else
-            "DIFFERS in %s" % diff, sample[3:]), flush=True)
-    results.put((rank, ok))
+            "DIFFERS in %s" % diff, sample[3:]))
+    results.put((rank, ok, log))
 
 
 def main():
@@ -155,7 +157,11 @@ def main():
         for p in procs:
             p.start()
         trainer(cfg, a.steps, [p[0] for p in pipes], workdir)
-        got = dict(results.get(timeout=120) for _ in procs)
+        got = {}
+        for _ in procs:
+            rank, ok, log = results.get(timeout=120)
+            got[rank] = ok
+            print("\n".join(log), flush=True)
         for p in procs:
             p.join(timeout=60)
     ok = all(got.get(r) for r in range(2)) and all(p.exitcode == 0 for p in procs)
