@@ -15,6 +15,7 @@ from .errors import (AbortedError, DataLossError, DeadlineExceededError, Error,
                      NotFoundError, ResourceExhaustedError, UnavailableError,
                      UnimplementedError)
 from ._lib import ABI_VERSION
+from .publisher import Publisher
 
 __version__ = "0.1.0"
 
@@ -35,6 +36,6 @@ __all__ = [
     "ABI_VERSION", "AbortedError", "ApplyResult", "DataLossError", "DeadlineExceededError",
     "Error", "FailedPreconditionError", "InternalError", "InvalidArgumentError", "LibraryError",
     "NotFoundError", "ResourceExhaustedError", "UnavailableError", "UnimplementedError",
-    "apply_delta", "apply_delta_stats", "c_abi_version", "encode_delta", "library_path",
+    "Publisher", "apply_delta", "apply_delta_stats", "c_abi_version", "encode_delta", "library_path",
     "tensors_hash",
 ]

@@ -77,6 +77,17 @@ _SIGNATURES = {
     "dcr_receiver_stats": (None, [c_void_p, POINTER(c_uint64), POINTER(c_uint64),
                                   POINTER(c_uint64)]),
     "dcr_receiver_free": (None, [c_void_p]),
+    # publisher_c.h (the per-rank shard entry points are not bound)
+    "dcr_publisher_open": (c_int, [c_char_p, c_char_p, POINTER(c_void_p)]),
+    "dcr_publisher_open_scenario": (c_int, [c_char_p, c_int, c_char_p, c_char_p, c_char_p,
+                                            POINTER(c_void_p)]),
+    "dcr_publisher_publish_file": (c_int, [c_void_p, c_uint64, c_char_p]),
+    "dcr_publisher_publish_tensors": (c_int, [c_void_p, c_uint64, POINTER(Tensor), c_size_t,
+                                              POINTER(c_char_p), c_size_t]),
+    "dcr_publisher_last_delta": (c_int, [c_void_p, POINTER(c_uint64), POINTER(c_int)]),
+    "dcr_publisher_last": (c_int, [c_void_p, POINTER(c_uint64), POINTER(c_int)]),
+    "dcr_publisher_error": (c_char_p, [c_void_p]),
+    "dcr_publisher_close": (c_int, [c_void_p]),
     # codec_c.h
     "dcr_codec_options_init": (None, [POINTER(CodecOptions)]),
     "dcr_encode_delta": (c_int, [POINTER(Tensor), c_size_t, POINTER(Tensor), c_size_t,
