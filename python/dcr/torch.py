@@ -19,9 +19,10 @@ receiver *dirty*: :meth:`EngineReceiver.check_serving` raises until :meth:`Engin
 has rewritten every placement and re-run every converted load from the canonical copy, which holds
 the new version; the engine never serves a mix of two versions when it checks before serving.
 
-Costs: the canonical copy is one more copy of the checkpoint in host memory; each apply writes
-every placed element (a gather/scatter over the recorded index arrays, integer views so every bit
-is kept), not only the changed ones.
+Costs: the canonical copy is one more copy of the checkpoint in host memory; each apply hashes
+every canonical tensor to find the changed ones, then writes every placed element of those (a
+gather/scatter over the recorded index arrays, integer views so every bit is kept), not only the
+changed elements, and re-loads only the converted tensors that changed.
 
 Limits: CPU tensors; a write other than ``copy_`` counts as writing its whole destination view;
 writes into storage that is not a registered parameter are not tracked (an engine cache derived
@@ -220,6 +221,7 @@ class EngineReceiver:
             self._load(iter(list(self.canonical.items())))
         self.placements, self.converted = rec.result()
         self._hash = codec.tensors_hash(self.canonical, dtypes=self._dtypes)
+        self._tensor_hash = self._hashes(self.canonical)
         self.version = version
         self._dirty = False
 
@@ -255,7 +257,11 @@ class EngineReceiver:
                                         known_base_hash=self._hash, dtypes=self._dtypes)
             self._hash = r.target_hash
             self.version = r.target_version
-            self._write(self.converted)
+            self._dirty = True
+            hashes = self._hashes(self.canonical)
+            changed = {n for n, h in hashes.items() if h != self._tensor_hash.get(n)}
+            self._tensor_hash = hashes
+            self._write(changed)
             return r
 
     def repair(self):
@@ -263,17 +269,27 @@ class EngineReceiver:
         canonical copy: the engine then holds the canonical version."""
         with self._lock:
             self._dirty = True
-            self._write(self.converted)
+            self._write(set(self.canonical))
 
-    def _write(self, converted):
+    def _hashes(self, tensors):
+        """Content hash of each tensor alone: which tensors an update changed."""
+        return {n: codec.tensors_hash({n: t}, dtypes={n: self._dtypes[n]} if n in self._dtypes
+                                      else None) for n, t in tensors.items()}
+
+    def _write(self, changed):
+        """Writes the placements of the `changed` canonical tensors and re-runs the loader for
+        the converted ones among them."""
         self._dirty = True
         with torch.no_grad():
             for pl in self.placements:
+                if pl.tensor not in changed:
+                    continue
                 dst = _bits(self._params[pl.param].data)
                 src = _bits(self.canonical[pl.tensor])
                 dst[pl.dst] = src[pl.src]
+            converted = [n for n in self.converted if n in changed]
             if converted:
                 self._load(iter([(n, self.canonical[n]) for n in converted]))
         if self._after is not None:
-            self._after(sorted(set(p.tensor for p in self.placements) | set(converted)))
+            self._after(sorted(changed))
         self._dirty = False

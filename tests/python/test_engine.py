@@ -137,3 +137,29 @@ def test_engine_generates_with_the_new_weights(gen):
     nxt = step(cur, 0.5, gen)
     rx.apply(dcr.encode_delta(cur, nxt, dtypes=FP8))
     assert e.generate([1, 2, 3], 5) == dense(cfg, nxt, 0, 1).generate([1, 2, 3], 5)
+
+
+def test_only_changed_converted_tensors_are_reloaded(gen):
+    cfg = Config()
+    cur = checkpoint(cfg, gen)
+    e = ToyEngine(cfg)
+    calls = []
+
+    def loader(weights):
+        weights = list(weights)
+        calls.append(sorted(n for n, _ in weights))
+        e.load_weights(weights)
+
+    rx = EngineReceiver(e.params(), loader, cur, dtypes=FP8)
+    calls.clear()
+    nxt = dict(cur)
+    nxt["layers.0.mlp.up_proj.weight"] = mutate(cur["layers.0.mlp.up_proj.weight"], 0.05, gen)
+    rx.apply(dcr.encode_delta(cur, nxt, dtypes=FP8))
+    assert calls == []  # the converted norm did not change: no reload
+    same_params(e, dense(cfg, nxt, 0, 1))
+    nn = dict(nxt)
+    nn["layers.0.input_layernorm.weight"] = mutate(nxt["layers.0.input_layernorm.weight"], 0.5,
+                                                   gen)
+    rx.apply(dcr.encode_delta(nxt, nn, dtypes=FP8, base_version=1, target_version=2))
+    assert calls == [["layers.0.input_layernorm.weight"]]
+    same_params(e, dense(cfg, nn, 0, 1))
