@@ -39,6 +39,9 @@ fi
 
 status=0
 ctest --test-dir build -L quick -j"$jobs" --no-tests=error --output-on-failure || status=1
+# The Python suite's count (pytest's summary line in the log of the run above).
+grep -hE "^[0-9]+ (passed|failed).* in [0-9.]+s" build/Testing/Temporary/LastTest.log |
+  sed 's/^/python.pytest: /' || true
 # GPU tests: without a device they check that a missing device is a clear Status, the rest skip.
 ctest --test-dir build -L gpu --output-on-failure || status=1
 if [ "${DCR_SKIP_SLOW:-0}" != "1" ]; then
