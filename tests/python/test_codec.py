@@ -235,6 +235,31 @@ def test_kill_mid_apply_restores_every_chunk(gen):
         assert raw_set(live) == raw_set(base), (policy, ctx)
 
 
+def _samples_inside(call, margin=0.02):
+    """Runs call() while a second thread notes the time every millisecond; returns the number of
+    notes well inside the call (beyond the 5 ms switch interval at either end) and its length."""
+    stamps = []
+    stop = threading.Event()
+
+    def sample():
+        while not stop.is_set():
+            stamps.append(time.perf_counter())
+            time.sleep(0.001)
+
+    t = threading.Thread(target=sample)
+    t.start()
+    try:
+        time.sleep(0.02)
+        t0 = time.perf_counter()
+        call()
+        t1 = time.perf_counter()
+    finally:
+        stop.set()
+        t.join()
+    assert t1 - t0 > 3 * margin, "call too short to tell: %.3f s" % (t1 - t0)
+    return len([s for s in stamps if t0 + margin < s < t1 - margin]), t1 - t0
+
+
 def test_gil_released_during_apply():
     g = torch.Generator()
     g.manual_seed(7)
@@ -242,31 +267,27 @@ def test_gil_released_during_apply():
     base = {"w": random_tensor((n,), torch.bfloat16, g)}
     target = {"w": mutate(base["w"], 0.5, g)}
     delta = dcr.encode_delta(base, target, threads=2)
-    ticks = [0]
-    stop = threading.Event()
-
-    def spin():
-        while not stop.is_set():
-            ticks[0] += 1
-
     live = clone(base)
-    t = threading.Thread(target=spin)
-    t.start()
-    try:
-        time.sleep(0.05)
-        before = ticks[0]
-        t0 = time.perf_counter()
-        dcr.apply_delta(live, delta, threads=1)
-        took = time.perf_counter() - t0
-        during = ticks[0] - before
-    finally:
-        stop.set()
-        t.join()
+    inside, took = _samples_inside(lambda: dcr.apply_delta(live, delta, threads=1))
     assert raw(live["w"]) == raw(target["w"])
-    # With the GIL held the spinner could only run in the interpreter's switch interval before
-    # the call; hundreds of thousands of increments mean it ran during the apply.
-    assert took > 0.02, took
-    assert during > 1000, (during, took)
+    assert inside >= 3, (inside, took)
+
+    # Control: the same C call through ctypes.PyDLL, which keeps the GIL: nothing runs inside.
+    import ctypes
+    from dcr import _lib, _tensors
+    held = ctypes.PyDLL(dcr.library_path())
+    fn = held.dcr_apply_delta
+    fn.restype, fn.argtypes = _lib._SIGNATURES["dcr_apply_delta"]
+    live = clone(base)
+    arr = _tensors.tensor_array(live, writable=True)
+    opts = _lib.CodecOptions()
+    _lib.lib().dcr_codec_options_init(ctypes.byref(opts))
+    opts.threads = 1
+    rc = []
+    inside, took = _samples_inside(
+        lambda: rc.append(fn(arr.array, arr.count, delta, len(delta), ctypes.byref(opts), None)))
+    assert rc == [0] and raw(live["w"]) == raw(target["w"])
+    assert inside == 0, (inside, took)
 
 
 def test_delta_of_dcr_diff_applies_like_dcr_apply(tmp_path, gen, dcr_bin):
