@@ -7,7 +7,9 @@ cd "$(dirname "$0")/.."
 scenario="${1:-scenarios/quickstart.yaml}"
 scripts/install-deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDCR_BUILD_TESTS=OFF -DDCR_BUILD_BENCH=OFF >/dev/null
-cmake --build build -j"$(nproc)" --target dcr
+cmake --build build -j"$(nproc)" --target dcr dcr_shared dcr_preload
+# The Python package (`import dcr` with /usr/bin/python3): python/CMakeLists.txt.
+$([ "$(id -u)" -ne 0 ] && echo sudo) cmake --install build --component python >/dev/null
 mkdir -p out
 build/dcr run "$scenario" --out out/quickstart.json
 echo "result: out/quickstart.json (and out/quickstart.md)"

@@ -23,6 +23,8 @@ fi
 # them, and a cached OFF would leave ctest with nothing to run.
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDCR_BUILD_TESTS=ON -DDCR_BUILD_BENCH=ON
 cmake --build build -j"$(nproc)"
+# The Python package (`import dcr` with /usr/bin/python3): python/CMakeLists.txt.
+$([ "$(id -u)" -ne 0 ] && echo sudo) cmake --install build --component python >/dev/null
 
 cleanup() { [ -x scripts/stop-s3-server.sh ] && scripts/stop-s3-server.sh >/dev/null 2>&1 || true; }
 trap cleanup EXIT
@@ -37,6 +39,9 @@ fi
 
 status=0
 ctest --test-dir build -L quick -j"$jobs" --no-tests=error --output-on-failure || status=1
+# The Python suite's count (pytest's summary line in the log of the run above).
+grep -hE "^[0-9]+ (passed|failed).* in [0-9.]+s" build/Testing/Temporary/LastTest.log |
+  sed 's/^/python.pytest: /' || true
 # GPU tests: without a device they check that a missing device is a clear Status, the rest skip.
 ctest --test-dir build -L gpu --output-on-failure || status=1
 if [ "${DCR_SKIP_SLOW:-0}" != "1" ]; then

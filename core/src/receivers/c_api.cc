@@ -9,18 +9,21 @@
 #include "dcr/runtime.h"
 #include "dcr/receiver.h"
 #include "dcr/status_macros.h"
+#include "receivers/c_error.h"
 #include "receivers/recorder.h"
 
 namespace {
 
 thread_local std::string t_last_error;
 
-int Fail(const dcr::Status& s) {
+int Fail(const dcr::Status& s) { return dcr::internal::CFail(s); }
+
+}  // namespace
+
+int dcr::internal::CFail(const dcr::Status& s) {
   t_last_error = s.ToString();
   return static_cast<int>(s.code());
 }
-
-}  // namespace
 
 struct dcr_recorder {
   std::unique_ptr<dcr::Checkpoint> ckpt;

@@ -1,0 +1,128 @@
+/* dcr C API for in-memory tensors: build a delta from two tensor sets held by the caller, and apply
+ * a delta in place to a tensor set, all or nothing. For programs that hold their weights in their
+ * own memory (a Python trainer or engine through ctypes, a C++ runtime) rather than in safetensors
+ * files.
+ *
+ * Tensors are described by dcr_tensor (dcr/publisher_c.h, the trainer side's descriptor): a name
+ * (unique within its set), a safetensors dtype string ("BF16", "F16", "F32", "F64", "I8", "U8",
+ * "F8_E4M3", ... as dcr/dtype.h parses them; unknown strings are refused), a shape (ndim 0 for a
+ * scalar), the host address of element 0 of its row-major, contiguous, little-endian bytes (NULL
+ * only without elements) and nbytes, which must equal the product of the shape times the dtype's
+ * width. The descriptors are borrowed for the duration of a call. dcr_apply_delta writes the bytes
+ * at `data` in place (the pointer is const only because the type is shared with the publisher).
+ * A tensor set is what a safetensors file with those tensors would hold: the delta's bytes are
+ * those `dcr diff` writes for the two files, and its base and target hashes are the files'
+ * content hashes.
+ *
+ * Every function returns a dcr status code (0 = OK, the values of dcr::StatusCode in dcr/status.h;
+ * dcr_c.h names the common ones) and never throws or aborts; dcr_last_error() (dcr_c.h) gives the
+ * message of the calling thread's last failure.
+ * Thread safety: the functions are thread-safe; concurrent calls must not write the same tensors.
+ */
+#ifndef DCR_CORE_INCLUDE_DCR_CODEC_C_H_
+#define DCR_CORE_INCLUDE_DCR_CODEC_C_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dcr/dcr_c.h"
+#include "dcr/publisher_c.h" /* dcr_tensor */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Value coding of a delta (DeltaOptions::value_policy). */
+enum {
+  DCR_VALUES_AUTO = 0,     /* ulp differences for float dtypes, XOR for the rest */
+  DCR_VALUES_XOR = 1,
+  DCR_VALUES_ULP = 2,
+  DCR_VALUES_ABSOLUTE = 3, /* overwrite values: the delta applies over any bits (repairs) */
+};
+
+/* Options of dcr_encode_delta and dcr_apply_delta. Initialise with dcr_codec_options_init; a NULL
+ * options pointer means the defaults. Fields an operation does not use are ignored. */
+typedef struct dcr_codec_options {
+  int32_t threads;             /* worker threads; 0 (default) = hardware concurrency */
+  /* ---- encode (dcr/delta.h DeltaOptions; the bytes depend on these) ---- */
+  uint64_t chunk_elems;        /* grid cell size in elements; default 2^22 */
+  uint64_t small_tensor_elems; /* tensors below this are batched into shared chunks; 2^16 */
+  int32_t zstd_level;          /* default 1 */
+  int32_t value_policy;        /* DCR_VALUES_*; default DCR_VALUES_AUTO */
+  uint64_t base_version;       /* version numbers written in the header; default 0 -> 1 */
+  uint64_t target_version;
+  int32_t context_coding;      /* 1: context-code chunks where smaller (`dcr diff --wan-context`;
+                                * the receiver needs the base bits of every covered element);
+                                * default 0 */
+  int32_t context_classes;     /* with context_coding: most exponent classes per chunk, 1..16;
+                                * default 16 */
+  int32_t full;                /* 1: a full frame, applicable without the base; default 0 */
+  /* ---- apply ---- */
+  /* The tensors' content hash if the caller knows it (the target_hash of the previous apply);
+   * {0, 0} (default) = compute it, a full read of the tensors. The value is taken on trust for
+   * the elements the delta does not change; at the changed ones every relative chunk still
+   * checks the bits it replaces (a mismatch refuses the delta and restores the tensors). */
+  uint64_t known_base_hash[2];
+} dcr_codec_options;
+
+void dcr_codec_options_init(dcr_codec_options* options);
+
+/* What dcr_apply_delta did. */
+typedef struct dcr_apply_result {
+  uint64_t chunks;          /* chunk records applied */
+  uint64_t changes;         /* changed elements */
+  uint64_t base_version;    /* the delta header's version numbers */
+  uint64_t target_version;
+  uint64_t target_hash[2];  /* content hash of the tensors now (lo, hi) */
+} dcr_apply_result;
+
+/* Builds the delta from the tensor set `base` (n_base tensors) to `target` (n_target tensors) into
+ * a buffer allocated by dcr: *out receives it and *out_size its size; free it with
+ * dcr_bytes_free. `base` may be NULL (n_base 0) only with options->full. The two sets must have
+ * the same names, dtypes and shapes (any order): DCR_FAILED_PRECONDITION naming the first
+ * difference otherwise. DCR_INVALID_ARGUMENT for a bad descriptor (NULL name, dtype or data,
+ * unknown dtype, nbytes that disagrees with the shape, a name given twice) or bad options.
+ * Memory: a copy of both sets is made for the build, plus the delta. On error *out is NULL and
+ * *out_size 0. */
+int dcr_encode_delta(const dcr_tensor* base, size_t n_base, const dcr_tensor* target,
+                     size_t n_target, const dcr_codec_options* options, uint8_t** out,
+                     size_t* out_size);
+void dcr_bytes_free(uint8_t* bytes);
+
+/* Applies the delta `delta[0, size)` in place to the tensor set `tensors` (n tensors), which
+ * must hold the delta's base (any order; every tensor of the delta's inventory, no other).
+ * All or nothing: on any error the tensors hold exactly the bytes they held before the call.
+ * Checks before the first write: the delta's header, trailer and chunk table (DCR_DATA_LOSS when
+ * corrupt or truncated), the tensor set against the delta's inventory (DCR_INVALID_ARGUMENT
+ * naming the tensor whose name, dtype or shape differs), the tensors' content hash against the
+ * delta's base hash (DCR_FAILED_PRECONDITION naming both; not for a full frame). Then each chunk
+ * is checked (checksums, its base bits) and applied, and the result's content hash is compared
+ * with the delta's target hash; a failure there (DCR_DATA_LOSS, DCR_FAILED_PRECONDITION) takes
+ * back every applied chunk. Memory beyond a copy of the delta: the old bits of the chunks with
+ * overwrite values or context coding (their covered elements), kept until the apply ends.
+ * `result` may be NULL. */
+int dcr_apply_delta(const dcr_tensor* tensors, size_t n, const void* delta, size_t size,
+                    const dcr_codec_options* options, dcr_apply_result* result);
+
+/* One blob of a delta as a transport sends it (dcr_receiver_begin / _apply_chunk / _finish of
+ * dcr_c.h take them): [offset, offset + size) of the delta's bytes. */
+typedef struct dcr_delta_part {
+  uint64_t offset;
+  uint64_t size;
+} dcr_delta_part;
+
+/* Splits the delta `delta[0, size)` into its blobs: parts[0] the file header, then each chunk
+ * record of the trailer's chunk table in table order, then the trailer. *count receives the
+ * number of parts (chunks + 2); at most `cap` are written (call with cap 0 to size the array).
+ * DCR_DATA_LOSS for a corrupt or truncated delta. */
+int dcr_delta_parts(const void* delta, size_t size, dcr_delta_part* parts, size_t cap,
+                    size_t* count);
+
+/* The content hash (dcr/hash.h) of a tensor set: what a delta built from it names as its base. */
+int dcr_tensors_hash(const dcr_tensor* tensors, size_t n, int32_t threads, uint64_t hash[2]);
+
+#ifdef __cplusplus
+}  /* extern "C" */
+#endif
+
+#endif  /* DCR_CORE_INCLUDE_DCR_CODEC_C_H_ */

@@ -1,0 +1,382 @@
+// The C API for in-memory tensors (dcr/codec_c.h): BuildDelta over in-memory checkpoint images,
+// and an all-or-nothing apply through BufferReceiver over the caller's buffers.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "dcr/apply.h"
+#include "dcr/checkpoint.h"
+#include "dcr/codec_c.h"
+#include "dcr/context.h"
+#include "dcr/delta.h"
+#include "dcr/hash.h"
+#include "dcr/receiver.h"
+#include "dcr/status_macros.h"
+#include "internal/parallel.h"
+#include "receivers/c_error.h"
+#include "receivers/value_ops.h"
+
+namespace dcr {
+namespace {
+
+// The caller's descriptors as TensorInfo + address, checked.
+struct HostTensor {
+  TensorInfo info;
+  uint8_t* data = nullptr;
+};
+
+StatusOr<std::vector<HostTensor>> ReadDescriptors(const dcr_tensor* t, size_t n,
+                                                  const char* what) {
+  if (t == nullptr && n > 0) return InvalidArgumentError(std::string(what) + ": tensors is NULL");
+  std::vector<HostTensor> out(n);
+  std::map<std::string, size_t> seen;
+  for (size_t i = 0; i < n; ++i) {
+    const std::string where = std::string(what) + " tensor " + std::to_string(i);
+    if (t[i].name == nullptr) return InvalidArgumentError(where + ": name is NULL");
+    if (t[i].dtype == nullptr) return InvalidArgumentError(where + ": dtype is NULL");
+    TensorInfo& info = out[i].info;
+    info.name = t[i].name;
+    if (!seen.emplace(info.name, i).second) {
+      return InvalidArgumentError(std::string(what) + ": tensor '" + info.name + "' given twice");
+    }
+    info.dtype_name = t[i].dtype;
+    info.dtype = DTypeFromName(info.dtype_name);
+    if (info.dtype == DType::kUnknown) {
+      return InvalidArgumentError(std::string(what) + " tensor '" + info.name +
+                                  "': unknown dtype '" + info.dtype_name + "'");
+    }
+    if (t[i].ndim > 64 || (t[i].ndim > 0 && t[i].shape == nullptr)) {
+      return InvalidArgumentError(std::string(what) + " tensor '" + info.name + "': bad shape");
+    }
+    uint64_t elems = 1;
+    for (size_t d = 0; d < t[i].ndim; ++d) {
+      const int64_t s = t[i].shape[d];
+      if (s < 0) {
+        return InvalidArgumentError(std::string(what) + " tensor '" + info.name +
+                                    "': negative dimension");
+      }
+      info.shape.push_back(s);
+      if (s != 0 && elems > (uint64_t{1} << 62) / static_cast<uint64_t>(s)) {
+        return InvalidArgumentError(std::string(what) + " tensor '" + info.name + "': too large");
+      }
+      elems *= static_cast<uint64_t>(s);
+    }
+    info.nbytes = elems * static_cast<uint64_t>(DTypeWidth(info.dtype));
+    if (t[i].nbytes != info.nbytes) {
+      return InvalidArgumentError(std::string(what) + " tensor '" + info.name + "': nbytes " +
+                                  std::to_string(t[i].nbytes) + " but its shape and dtype make " +
+                                  std::to_string(info.nbytes));
+    }
+    // dcr_apply_delta writes through it (codec_c.h: the caller's bytes are writable).
+    out[i].data = static_cast<uint8_t*>(const_cast<void*>(t[i].data));
+    if (out[i].data == nullptr && info.nbytes > 0) {
+      return InvalidArgumentError(std::string(what) + " tensor '" + info.name + "': data is NULL");
+    }
+  }
+  return out;
+}
+
+std::vector<TensorView> Views(const std::vector<HostTensor>& ts) {
+  std::vector<TensorView> v;
+  v.reserve(ts.size());
+  for (const HostTensor& t : ts) {
+    v.push_back(TensorView{t.info.name, t.info.dtype_name, t.info.shape, t.data, t.info.nbytes});
+  }
+  return v;
+}
+
+DeltaOptions ToDeltaOptions(const dcr_codec_options& o) {
+  DeltaOptions d;
+  d.threads = o.threads;
+  d.chunk_elems = o.chunk_elems;
+  d.small_tensor_elems = o.small_tensor_elems;
+  d.zstd_level = o.zstd_level;
+  d.value_policy = static_cast<ValuePolicy>(o.value_policy);
+  d.base_version = o.base_version;
+  d.target_version = o.target_version;
+  d.context_coding = o.context_coding != 0;
+  d.context_classes = o.context_classes;
+  d.full = o.full != 0;
+  return d;
+}
+
+Status CheckOptions(const dcr_codec_options& o) {
+  if (o.threads < 0) return InvalidArgumentError("options: threads must be >= 0");
+  if (o.chunk_elems == 0) return InvalidArgumentError("options: chunk_elems must be > 0");
+  if (o.value_policy < DCR_VALUES_AUTO || o.value_policy > DCR_VALUES_ABSOLUTE) {
+    return InvalidArgumentError("options: value_policy must be one of DCR_VALUES_*");
+  }
+  if (o.context_coding != 0) DCR_RETURN_IF_ERROR(CheckContextClasses(o.context_classes));
+  return Status();
+}
+
+StatusOr<std::vector<uint8_t>> Encode(const dcr_tensor* base, size_t n_base,
+                                      const dcr_tensor* target, size_t n_target,
+                                      const dcr_codec_options& o) {
+  DCR_RETURN_IF_ERROR(CheckOptions(o));
+  DCR_ASSIGN_OR_RETURN(auto tgt, ReadDescriptors(target, n_target, "target"));
+  DCR_ASSIGN_OR_RETURN(auto tgt_ckpt, Checkpoint::FromBytes(SafetensorsImage(Views(tgt))));
+  std::unique_ptr<Checkpoint> base_ckpt;
+  if (base != nullptr || n_base > 0 || o.full == 0) {
+    DCR_ASSIGN_OR_RETURN(auto b, ReadDescriptors(base, n_base, "base"));
+    DCR_ASSIGN_OR_RETURN(base_ckpt, Checkpoint::FromBytes(SafetensorsImage(Views(b))));
+  }
+  DeltaMemorySink sink;
+  DCR_RETURN_IF_ERROR(BuildDelta(base_ckpt.get(), *tgt_ckpt, ToDeltaOptions(o), &sink).status());
+  return sink.Release();
+}
+
+// What it takes to give back one applied chunk: its record, and for chunks whose old bits cannot
+// be computed from the record alone (overwrite values, context coding) those bits, in covered
+// order.
+struct Undo {
+  size_t chunk = 0;  // index in the chunk table
+  std::vector<uint8_t> covered;
+  bool saved = false;
+};
+
+void StoreBits(uint8_t* p, int w, uint64_t bits) { std::memcpy(p, &bits, w); }  // little-endian
+
+// Restores the elements chunk `u` changed. The chunk was applied, so its record decodes and its
+// segments lie inside their tensors.
+Status TakeBack(const DeltaReader& reader, const std::vector<TensorBuffer>& bufs, const Undo& u) {
+  DecodedChunk dc;
+  std::vector<Segment> segs;
+  if (u.saved) {
+    size_t hs = 0, rs = 0;
+    DCR_ASSIGN_OR_RETURN(dc.header, ParseChunkHeader(reader.chunk_data(u.chunk),
+                                                     reader.chunk_size(u.chunk), &hs, &rs));
+  } else {
+    DCR_RETURN_IF_ERROR(reader.DecodeInto(u.chunk, &dc));
+  }
+  const ChunkHeader& h = dc.header;
+  const int w = h.elem_width;
+  SegmentCursor cur(h.segments);
+  auto locate = [&](uint64_t pos) {
+    uint32_t s = 0;
+    uint64_t e = 0;
+    cur.Locate(pos, &s, &e);
+    const TensorBuffer& tb = bufs[h.segments[s].tensor_index];
+    return tb.data + e * static_cast<uint64_t>(w);
+  };
+  if (u.saved) {
+    for (uint64_t p = 0; p < h.num_elements; ++p) {
+      uint64_t bits = 0;
+      std::memcpy(&bits, u.covered.data() + p * w, w);
+      StoreBits(locate(p), w, bits);
+    }
+    return Status();
+  }
+  const bool all = h.position_mode == PositionMode::kDense;
+  const uint64_t k = all ? h.num_elements : dc.positions.size();
+  for (uint64_t j = 0; j < k; ++j) {
+    uint8_t* at = locate(all ? j : dc.positions[j]);
+    uint64_t now = 0;
+    std::memcpy(&now, at, w);
+    StoreBits(at, w, internal::InverseValue(h.value_mode, w, now, dc.values[j]));
+  }
+  return Status();
+}
+
+Status CheckInventory(const Inventory& inv, const std::vector<HostTensor>& ts) {
+  std::map<std::string, const HostTensor*> by_name;
+  for (const HostTensor& t : ts) by_name[t.info.name] = &t;
+  for (const TensorInfo& d : inv.tensors) {
+    auto it = by_name.find(d.name);
+    if (it == by_name.end()) {
+      return InvalidArgumentError("tensor '" + d.name + "' of the delta is not among the tensors");
+    }
+    const TensorInfo& have = it->second->info;
+    if (have.dtype_name != d.dtype_name || have.shape != d.shape) {
+      auto shape = [](const std::vector<int64_t>& s) {
+        std::string r = "[";
+        for (size_t i = 0; i < s.size(); ++i) {
+          if (i > 0) r += ',';
+          r += std::to_string(s[i]);
+        }
+        return r + "]";
+      };
+      return InvalidArgumentError("tensor '" + d.name + "' is " + have.dtype_name +
+                                  shape(have.shape) + " but the delta has " + d.dtype_name +
+                                  shape(d.shape));
+    }
+    by_name.erase(it);
+  }
+  if (!by_name.empty()) {
+    return InvalidArgumentError("tensor '" + by_name.begin()->first +
+                                "' is not in the delta's inventory");
+  }
+  return Status();
+}
+
+Status Apply(const dcr_tensor* tensors, size_t n, const void* delta, size_t size,
+             const dcr_codec_options& o, dcr_apply_result* result) {
+  DCR_RETURN_IF_ERROR(CheckOptions(o));
+  if (delta == nullptr && size > 0) return InvalidArgumentError("delta is NULL");
+  DCR_ASSIGN_OR_RETURN(auto ts, ReadDescriptors(tensors, n, "apply"));
+  const auto* d = static_cast<const uint8_t*>(delta);
+  DCR_ASSIGN_OR_RETURN(auto reader, DeltaReader::FromBytes(std::vector<uint8_t>(d, d + size)));
+  DCR_RETURN_IF_ERROR(CheckInventory(reader->inventory(), ts));
+
+  Hash128 held{o.known_base_hash[0], o.known_base_hash[1]};
+  if (held == Hash128{} && (reader->header().flags & kFlagNoBase) == 0) {
+    held = ContentHashOf(Views(ts), o.threads);
+  }
+  std::vector<ReceiverTensor> storage;
+  std::map<std::string, uint8_t*> data_of;
+  for (const HostTensor& t : ts) {
+    storage.push_back(ReceiverTensor{t.info, t.data});
+    data_of[t.info.name] = t.data;
+  }
+  BufferReceiver rx(std::move(storage), VersionId{reader->header().base_version, held});
+  DCR_RETURN_IF_ERROR(BeginDelta(*reader, &rx));
+
+  // The tensors in inventory order, for gathering and restoring covered bits.
+  std::vector<TensorBuffer> bufs;
+  for (const TensorInfo& t : reader->inventory().tensors) {
+    bufs.push_back(TensorBuffer{data_of[t.name], t.num_elements(), t.width(), 0});
+  }
+
+  std::mutex mu;
+  std::vector<Undo> applied;
+  Status first;
+  uint64_t changes = 0;
+  internal::ParallelFor(reader->num_chunks(), o.threads, [&](uint64_t i) {
+    Undo u;
+    u.chunk = i;
+    size_t hs = 0, rs = 0;
+    auto h = ParseChunkHeader(reader->chunk_data(i), reader->chunk_size(i), &hs, &rs);
+    Status s = h.status();
+    if (s.ok() && (h->value_mode == ValueMode::kAbsolute || IsContextCoded(*h))) {
+      u.saved = true;
+      s = GatherCoveredBits(*h, bufs, &u.covered);
+    }
+    if (s.ok()) s = rx.ApplyRecord(reader->chunk_data(i), reader->chunk_size(i));
+    std::lock_guard<std::mutex> lock(mu);
+    if (!s.ok()) {
+      if (first.ok()) first = s.WithContext("chunk " + std::to_string(h.ok() ? h->chunk_id : i));
+      return false;
+    }
+    changes += h->num_changes;
+    applied.push_back(std::move(u));
+    return first.ok();
+  });
+  if (first.ok()) first = CommitDelta(*reader, &rx);
+  if (!first.ok()) {
+    rx.Abort();
+    // Chunks cover disjoint elements (the chunk table has no chunk twice), so the order of the
+    // restores does not matter.
+    for (const Undo& u : applied) {
+      Status s = TakeBack(*reader, bufs, u);
+      if (!s.ok()) {
+        return InternalError("apply failed (" + first.ToString() +
+                             ") and restoring the tensors failed: " + s.ToString());
+      }
+    }
+    return first;
+  }
+  if (result != nullptr) {
+    result->chunks = applied.size();
+    result->changes = changes;
+    result->base_version = reader->header().base_version;
+    result->target_version = reader->header().target_version;
+    result->target_hash[0] = rx.held().hash.lo;
+    result->target_hash[1] = rx.held().hash.hi;
+  }
+  return Status();
+}
+
+}  // namespace
+}  // namespace dcr
+
+extern "C" {
+
+void dcr_codec_options_init(dcr_codec_options* o) {
+  if (o == nullptr) return;
+  std::memset(o, 0, sizeof(*o));
+  const dcr::DeltaOptions d;
+  o->threads = d.threads;
+  o->chunk_elems = d.chunk_elems;
+  o->small_tensor_elems = d.small_tensor_elems;
+  o->zstd_level = d.zstd_level;
+  o->value_policy = static_cast<int32_t>(d.value_policy);
+  o->base_version = d.base_version;
+  o->target_version = d.target_version;
+  o->context_classes = d.context_classes;
+}
+
+int dcr_encode_delta(const dcr_tensor* base, size_t n_base, const dcr_tensor* target,
+                     size_t n_target, const dcr_codec_options* options, uint8_t** out,
+                     size_t* out_size) {
+  if (out == nullptr || out_size == nullptr) {
+    return dcr::internal::CFail(dcr::InvalidArgumentError("out and out_size are required"));
+  }
+  *out = nullptr;
+  *out_size = 0;
+  dcr_codec_options o;
+  dcr_codec_options_init(&o);
+  if (options != nullptr) o = *options;
+  auto bytes = dcr::Encode(base, n_base, target, n_target, o);
+  if (!bytes.ok()) return dcr::internal::CFail(bytes.status().WithContext("encode"));
+  auto* p = static_cast<uint8_t*>(std::malloc(std::max<size_t>(bytes->size(), 1)));
+  if (p == nullptr) return dcr::internal::CFail(dcr::ResourceExhaustedError("encode: out of memory"));
+  std::memcpy(p, bytes->data(), bytes->size());
+  *out = p;
+  *out_size = bytes->size();
+  return DCR_OK;
+}
+
+void dcr_bytes_free(uint8_t* bytes) { std::free(bytes); }
+
+int dcr_apply_delta(const dcr_tensor* tensors, size_t n, const void* delta, size_t size,
+                    const dcr_codec_options* options, dcr_apply_result* result) {
+  dcr_codec_options o;
+  dcr_codec_options_init(&o);
+  if (options != nullptr) o = *options;
+  dcr::Status s = dcr::Apply(tensors, n, delta, size, o, result);
+  if (!s.ok()) return dcr::internal::CFail(s.WithContext("apply"));
+  return DCR_OK;
+}
+
+int dcr_delta_parts(const void* delta, size_t size, dcr_delta_part* parts, size_t cap,
+                    size_t* count) {
+  if ((delta == nullptr && size > 0) || count == nullptr || (parts == nullptr && cap > 0)) {
+    return dcr::internal::CFail(dcr::InvalidArgumentError("dcr_delta_parts: null argument"));
+  }
+  const auto* d = static_cast<const uint8_t*>(delta);
+  auto reader = dcr::DeltaReader::FromBytes(std::vector<uint8_t>(d, d + size));
+  if (!reader.ok()) return dcr::internal::CFail(reader.status());
+  size_t header_size = 0;
+  auto h = dcr::ParseFileHeader(d, size, &header_size);
+  if (!h.ok()) return dcr::internal::CFail(h.status());
+  // DeltaReader checked the trailer offset (the u64 24 bytes before the end; little-endian).
+  uint64_t trailer_offset = 0;
+  std::memcpy(&trailer_offset, d + size - 24, 8);
+  std::vector<dcr_delta_part> all;
+  all.push_back(dcr_delta_part{0, header_size});
+  for (size_t i = 0; i < (*reader)->num_chunks(); ++i) {
+    const auto& e = (*reader)->trailer().chunks[i];
+    all.push_back(dcr_delta_part{e.offset, e.size});
+  }
+  all.push_back(dcr_delta_part{trailer_offset, size - trailer_offset});
+  *count = all.size();
+  std::copy_n(all.begin(), std::min(cap, all.size()), parts);
+  return DCR_OK;
+}
+
+int dcr_tensors_hash(const dcr_tensor* tensors, size_t n, int32_t threads, uint64_t hash[2]) {
+  if (hash == nullptr) return dcr::internal::CFail(dcr::InvalidArgumentError("hash is NULL"));
+  auto ts = dcr::ReadDescriptors(tensors, n, "hash");
+  if (!ts.ok()) return dcr::internal::CFail(ts.status());
+  const dcr::Hash128 h = dcr::ContentHashOf(dcr::Views(*ts), threads < 0 ? 0 : threads);
+  hash[0] = h.lo;
+  hash[1] = h.hi;
+  return DCR_OK;
+}
+
+}  // extern "C"
