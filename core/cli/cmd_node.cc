@@ -29,8 +29,9 @@ int ExecNode(const std::vector<std::string>& args) {
 
 DCR_REGISTER_COMMAND(
     "node",
-    "Run one node of a refit (started by `dcr run`, or one per host with --rank / SLURM_PROCID / "
-    "OMPI_COMM_WORLD_RANK for multi-host runs); `dcr node --help` lists its options",
+    "Run one node of a refit (started by `dcr run`, or one per host with --rank / RANK / "
+    "SLURM_PROCID / OMPI_COMM_WORLD_RANK for multi-host runs); `dcr node --help` lists its "
+    "options",
     [](CLI::App* app) {
       // Every argument goes to dcr-node unparsed, --help included.
       app->prefix_command();

@@ -1,5 +1,7 @@
-// dcr run SCENARIO.yaml [--out RESULT.json]: runs a scenario for real (mode: real) or simulated
-// (mode: sim, when built with SimGrid); prints a Markdown table and writes the result JSON.
+// dcr run SCENARIO.yaml [--out RESULT.json] [--check FILE]: runs a scenario for real (mode: real)
+// or simulated (mode: sim, when built with SimGrid); prints a Markdown table and writes the result
+// JSON; with --check, gates the results against FILE's thresholds (run_check.h) and writes the
+// JUnit XML beside the JSON.
 #include <cstdio>
 #include <memory>
 
@@ -7,6 +9,7 @@
 #include "dcr/checkpoint.h"
 #include "dcr/scenario.h"
 #include "dcr/status_macros.h"
+#include "run_check.h"
 #include "run_real.h"
 
 #if defined(DCR_HAVE_SIM) && __has_include("dcr/sim/sim.h")
@@ -20,6 +23,7 @@ namespace {
 struct RunArgs {
   std::string scenario;
   std::string out;
+  std::string check;  // thresholds file (run_check.h); "" = none
   bool quiet = false;
 };
 
@@ -40,8 +44,30 @@ int RunMain(const RunArgs& a) {
   auto s = LoadScenario(a.scenario);
   if (!s.ok()) return ReportStatus("run", s.status());
   if (a.quiet) s->progress = false;
+  // The thresholds are read and matched with the scenario before the run, which may be long.
+  RunCheck check;
+  if (!a.check.empty()) {
+    if (a.out.empty()) {
+      return ReportStatus("run", InvalidArgumentError("--check needs --out RESULT.json (the JUnit "
+                                                      "XML is written beside it)"));
+    }
+    auto c = LoadRunCheck(a.check);
+    if (!c.ok()) return ReportStatus("run", c.status());
+    Status v = ValidateRunCheck(*c, *s);
+    if (!v.ok()) return ReportStatus("run", v);
+    check = *c;
+  }
   auto r = Execute(*s);
-  if (!r.ok()) return ReportStatus("run", r.status());
+  if (!r.ok()) {
+    if (!a.check.empty()) {
+      // The run itself failed: one failing case, so that CI reads why.
+      CheckOutcome o;
+      o.name = "run";
+      o.message = r.status().ToString();
+      ReportRunCheck(check, a.out, s->name, {o});
+    }
+    return ReportStatus("run", r.status());
+  }
   std::fputs(ResultToMarkdown(*r).c_str(), stdout);
   if (!a.out.empty()) {
     std::string js = ResultToJson(*r);
@@ -49,6 +75,9 @@ int RunMain(const RunArgs& a) {
     if (!w.ok()) return ReportStatus("run", w);
   }
   bool failed = false;
+  if (!a.check.empty() && !ReportRunCheck(check, a.out, s->name, EvaluateRunCheck(check, *r))) {
+    failed = true;
+  }
   for (const auto& run : r->runs) {
     if (!run.error.empty()) {
       std::fprintf(stderr, "dcr run: %s / %s / step %d failed: %s\n", MethodName(run.method),
@@ -57,7 +86,8 @@ int RunMain(const RunArgs& a) {
     failed |= !run.error.empty() || run.receivers_verified != run.receivers;
   }
   if (failed) {
-    std::fprintf(stderr, "dcr run: a run failed or was not verified on every receiver\n");
+    std::fprintf(stderr, "dcr run: a run failed, was not verified on every receiver, or missed a "
+                         "--check threshold\n");
     return 1;
   }
   if (r->faults.enabled && (!r->faults.errors.empty() ||
@@ -73,12 +103,16 @@ int RunMain(const RunArgs& a) {
 DCR_REGISTER_COMMAND(
     "run",
     "Run a scenario (scenarios/README.md): real processes on this machine or a simulation; "
-    "prints a Markdown table, --out writes the result JSON. Exit 1 if a run failed or a "
-    "receiver was not verified",
+    "prints a Markdown table, --out writes the result JSON, --check FILE gates the results "
+    "against thresholds and writes JUnit XML beside the JSON. Exit 1 if a run failed, a "
+    "receiver was not verified or a threshold was missed",
     [](CLI::App* app) {
       auto a = std::make_shared<RunArgs>();
       app->add_option("scenario", a->scenario, "Scenario YAML file")->required();
       app->add_option("--out,-o", a->out, "Write the result JSON here");
+      app->add_option("--check", a->check,
+                      "Thresholds (YAML: min_speedup, max_wire_bytes_per_receiver, verified) the "
+                      "results must meet; JUnit XML goes beside --out (RESULT.junit.xml)");
       app->add_flag("--quiet,-q", a->quiet, "No progress display");
       return [a]() { return RunMain(*a); };
     });

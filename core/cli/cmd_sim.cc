@@ -55,7 +55,8 @@ const bool kRegistered = RegisterCommand(CommandSpec{
       app->add_option("-o,--out", a->out, "write the result JSON here");
       app->add_option("--calibration", a->calibration,
                       "calibration JSON from `dcr bench codec --json` (default: the scenario's "
-                      "sim.calibration, else sim/calibration/default.json)");
+                      "sim.calibration, relative to the scenario file, else "
+                      "share/dcr/calibration/default.json beside this binary)");
       app->add_flag("-q,--quiet", a->quiet, "no progress lines");
       return [a]() { return RunSim(*a); };
     }});

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <set>
 
@@ -101,17 +102,24 @@ namespace {
 using internal::Extra;
 using internal::Sizing;
 
+// The calibration of a run: the option's path (a command-line path: as given), else the
+// scenario's sim.calibration, a relative one taken against the scenario file's folder (against
+// the current directory for a scenario parsed from text), else DefaultCalibrationPath().
 StatusOr<std::string> ResolveCalibration(const Scenario& s, const SimOptions& o) {
-  std::string p = !o.calibration_path.empty() ? o.calibration_path : s.sim.calibration;
-  if (p.empty()) return DefaultCalibrationPath();
-  if (p[0] == '/' || FileExists(p)) return p;
-  if (!s.source_path.empty()) {
-    std::string q = DirName(s.source_path) + "/" + p;
-    if (FileExists(q)) return q;
+  if (!o.calibration_path.empty()) return o.calibration_path;
+  const std::string& p = s.sim.calibration;
+  if (p.empty()) {
+    std::string d = DefaultCalibrationPath();
+    if (d.empty()) {
+      return NotFoundError(
+          "no default calibration: none in share/dcr/calibration/ beside this binary or up to "
+          "three folders above it; set DCR_SIM_CALIBRATION or sim.calibration");
+    }
+    return d;
   }
-  std::string q = std::string(DCR_SOURCE_DIR) + "/" + p;
-  if (FileExists(q)) return q;
-  return p;  // LoadCalibration reports it missing
+  if (p[0] == '/' || s.source_path.empty()) return p;
+  // LoadCalibration reports a missing file, by this path.
+  return std::filesystem::path(DirName(s.source_path) + "/" + p).lexically_normal().string();
 }
 
 }  // namespace
@@ -206,7 +214,17 @@ RunSpec PlanRun(const Scenario& s, const PlatformSpec& plat, const Topology& top
 std::string DefaultCalibrationPath() {
   const char* env = std::getenv("DCR_SIM_CALIBRATION");
   if (env != nullptr && *env != '\0') return env;
-  return std::string(DCR_SOURCE_DIR) + "/sim/calibration/default.json";
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return "";
+  std::string dir = DirName(std::string(buf, static_cast<size_t>(n)));
+  for (int up = 0; up <= 3 && !dir.empty(); ++up) {
+    const std::string p = dir + "/share/dcr/calibration/default.json";
+    if (FileExists(p)) return p;
+    if (dir == "/") break;
+    dir = DirName(dir);
+  }
+  return "";
 }
 
 namespace {

@@ -44,15 +44,18 @@
 namespace dcr::sim {
 
 struct SimOptions {
-  // Calibration file; overrides the scenario's sim.calibration. Default "" = the scenario's, else
-  // DefaultCalibrationPath().
+  // Calibration file; overrides the scenario's sim.calibration. Default "" = the scenario's (a
+  // relative path is taken against the scenario file's folder), else DefaultCalibrationPath().
   std::string calibration_path;
   // Print one progress line per run to stderr. Default false.
   bool progress = false;
 };
 
-// Where the default calibration lives: $DCR_SIM_CALIBRATION if set, else
-// <source tree>/sim/calibration/default.json.
+// Where the default calibration lives: $DCR_SIM_CALIBRATION if set, else the first
+// share/dcr/calibration/default.json in the running binary's folder or one of the three above it
+// (the build copies sim/calibration/ to <build>/share/dcr/calibration/); "" if none. Never a path
+// of the source tree: a binary run elsewhere does not fall back to the checkout it was built
+// from.
 std::string DefaultCalibrationPath();
 
 // Simulates every run of `scenario` (its `mode` is not consulted). Errors: kInvalidArgument
