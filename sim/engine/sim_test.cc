@@ -177,6 +177,7 @@ std::string ContextCalibration(double transcode, int classes = 0) {
   if (classes > 0) j["context_classes"] = classes;
   j["tls"] = std::string(DCR_TEST_SRC) + "/../calibration/tls.json";
   j["signing"] = std::string(DCR_TEST_SRC) + "/../calibration/signing.json";
+  j["durability"] = std::string(DCR_TEST_SRC) + "/../calibration/durability.json";
   char path[] = "/tmp/dcr_sim_ctx_cal_XXXXXX";
   int fd = ::mkstemp(path);
   EXPECT_GE(fd, 0);
@@ -197,6 +198,7 @@ std::optional<double> ContextChunkRatio(const ScenarioResult& r) {
 
 TEST(SimTest, WanContextSendsTheContextFormToAnEdgeRelay) {
   Scenario s = Parse(kSmall);
+  s.sim.extra["durable"] = "false";  // the long link's form alone (the commit adds to both)
   s.change_rates = {0.03};
   s.transport.kinds = {TransportKind::kRelayTree};
   s.methods = {Method::kDelta};
@@ -290,6 +292,7 @@ TEST(SimTest, EdgeRelayTranscodesMergedChunksAsTheRealGrid) {
   // the burstier arrival of bigger chunks (one core per merged chunk would add ~20%: the last
   // chunk's whole transcoding after it arrives).
   Scenario s = Parse(kSmall);
+  s.sim.extra["durable"] = "false";  // the transcoding's tail alone
   s.change_rates = {0.03};
   s.transport.kinds = {TransportKind::kRelayTree};
   s.methods = {Method::kDelta};
@@ -328,6 +331,7 @@ TEST(SimTest, SignedDeltasChargeHashingAndManifestsAndSaySo) {
   std::ifstream in(std::string(DCR_TEST_SRC) + "/../calibration/default.json");
   nlohmann::json j = nlohmann::json::parse(in);
   j["tls"] = std::string(DCR_TEST_SRC) + "/../calibration/tls.json";
+  j["durability"] = std::string(DCR_TEST_SRC) + "/../calibration/durability.json";
   j.erase("signing");
   {
     char path[] = "/tmp/dcr_sim_nosign_cal_XXXXXX";
