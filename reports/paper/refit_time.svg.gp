@@ -1,5 +1,5 @@
 set terminal svg size 1200,700 dynamic
-set output 'reports/paper/refit_time.svg.tmp.24994'
+set output 'reports/paper/refit_time.svg.tmp.10213'
 set termoption noenhanced
 set style data histogram
 set style histogram cluster gap 1
