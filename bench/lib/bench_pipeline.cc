@@ -288,8 +288,8 @@ StatusOr<CommitTiming> TimeDurableCommit(const BenchSetup& b, const std::string&
     plan.state_dir = dir;
     CommitTiming t;
     Status st = [&]() -> Status {
-      DCR_ASSIGN_OR_RETURN(auto durable,
-                           internal::DurableReceiver::Open(plan, nullptr, 1, internal::KillPoint{}));
+      DCR_ASSIGN_OR_RETURN(
+          auto durable, internal::DurableReceiver::Open(plan, nullptr, 1, internal::KillPoint{}));
       DCR_ASSIGN_OR_RETURN(auto base, Checkpoint::Open(base_path));
       for (const CheckpointFile& f : base->files()) t.storage_bytes += static_cast<double>(f.size);
       {

@@ -26,8 +26,9 @@
 // (wall seconds its Commit takes, the storage mapping's msync and the journal's commit record,
 // per byte of storage, after the delta was applied at the bench's speed) and
 // plain_write_bytes_per_s (the same run's reference: write + fdatasync) and
-// durable_apply_cpu_s_per_storage_byte (CPU the durable apply adds to a plain one), either in the rates
-// above or in a "durability" block (inline, or the name of a file, with its own "rates").
+// durable_apply_cpu_s_per_storage_byte (CPU the durable apply adds to a plain one), either in
+// the rates above or in a "durability" block (inline, or the name of a file, with its own
+// "rates").
 //
 // Thread safety: value types and pure functions.
 #ifndef DCR_SIM_ENGINE_CALIBRATION_H_

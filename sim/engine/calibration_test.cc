@@ -159,7 +159,8 @@ TEST(CalibrationTest, CommitKeysPerRateOrInABlock) {
                                   "p.json");
   EXPECT_TRUE(partial.status().IsInvalidArgument());
   EXPECT_NE(partial.status().message().find("commit_*"), std::string::npos) << partial.status();
-  auto empty = ParseCalibration(std::string("{") + kRates + R"(, "durability": {"rates": []}})", "e");
+  auto empty =
+      ParseCalibration(std::string("{") + kRates + R"(, "durability": {"rates": []}})", "e");
   EXPECT_TRUE(empty.status().IsInvalidArgument()) << empty.status();
   auto bad = ParseCalibration(std::string("{") + kRates + R"(, "durability": {"rates": [
       {"change_rate": 0.03, "commit_s_per_storage_byte": -1}]}})",

@@ -601,7 +601,8 @@ std::vector<Pending> PlanRuns(const Scenario& s, const SimInputs& in,
           p.apply_cpu_s += b.apply_flops / internal::kHostFlops;
         }
         if (p.spec.edge_relay) {
-          const int per_chunk = std::max(1, in.extra.edge_cores / std::max(1, p.spec.edge_parallel));
+          const int per_chunk =
+              std::max(1, in.extra.edge_cores / std::max(1, p.spec.edge_parallel));
           for (const internal::SimBlob& b : p.spec.wan_blobs) {
             if (b.info.kind == BlobKind::kChunk) {
               p.edge_cpu_s += b.apply_flops / internal::kHostFlops * per_chunk;
