@@ -29,6 +29,11 @@ def mean(x, y):
     return x
 c = mean(a, b)
 c["timing"] = "mean of two `dcr bench pipeline` runs, before and after the real run; " + a["timing"]
+# The real nodes run mutual TLS and sign their deltas (network.tls and network.signing default on):
+# the simulator charges both from the repository's measured costs.
+import os
+for k in ("tls", "signing"):
+    c[k] = os.path.abspath(os.path.join("sim", "calibration", k + ".json"))
 # The cores the machine left to the real delta runs (recorded by dcr run from /proc/stat and the
 # runs' own CPU time; other tenants take the rest): the shared CPU the simulator gives the run.
 avail = sorted(float(v) for k, v in real["setup"].items() if k.startswith("available_cores.delta."))

@@ -54,9 +54,10 @@ if [ "${DCR_SKIP_SLOW:-0}" != "1" ]; then
     ctest --test-dir build -L bigmem --timeout 600 --output-on-failure || status=1
     ctest --test-dir build -L adversary --timeout 240 --output-on-failure || status=1
   fi
-  # Sim-vs-real agreement: reported, not gating. The full checkpoint agrees within 1%; the
-  # sub-second delta refit is predicted short (the durable receivers' commit and the emulated
-  # link's framing are not modelled; see sim/README.md), so a miss here is printed, not failed.
+  # Sim-vs-real agreement: reported, not gating. The full checkpoint agrees within ~1-2%; the
+  # delta refit is predicted short by ~10-20% on a loaded 2-core machine (what the real nodes
+  # spend and the simulator does not charge: sim/README.md, "Sim vs real"), so a miss here is
+  # printed, not failed.
   ctest --test-dir build -L agreement --output-on-failure ||
     echo "test.sh: sim-vs-real agreement outside its tolerance (known open gap, not gating)"
 fi

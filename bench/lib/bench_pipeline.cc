@@ -3,10 +3,13 @@
 // Not a subcommand of its own: cmd_bench.cc registers it under `dcr bench`.
 #include "bench_pipeline.h"
 
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -23,6 +26,7 @@
 #include "dcr/status_macros.h"
 #include "dcr/transport.h"
 #include "internal/mapped_file.h"
+#include "node/node_recovery.h"
 #include "run_real.h"
 
 namespace dcr::cli {
@@ -152,7 +156,11 @@ nlohmann::json DescribeBench(const BenchSetup& b) {
       "scenario's delta.threads; decode_apply = the real delta receiver's Begin, ApplyRecord over "
       "every chunk and Commit, one thread; solo_* alone, encode/decode_apply_bytes_per_s (CPU) "
       "from the one-machine mix: the builder and receivers.count receivers at once; memcpy = "
-      "the full-checkpoint receiver over FullStreamBlobs slices";
+      "the full-checkpoint receiver over FullStreamBlobs slices; commit_* = a durable cpu "
+      "receiver (node_recovery.h DurableReceiver, as dcr node with a state directory): the delta "
+      "applied into its file-backed storage (wall), then its Commit (msync of the storage, then "
+      "the journal's commit record; wall), against plain_write_* = write + fdatasync of as many "
+      "bytes to a new file in the same directory, same rep";
   out["timing"] = "median of reps by wall time; *_wall_bytes_per_s per thread from wall time, "
                   "*_bytes_per_s per core from process CPU time; bytes are dense tensor bytes; "
                   "available_cores = CPU s / wall s of one spinning thread per core, "
@@ -208,6 +216,119 @@ StatusOr<Timing> TimeApply(const BenchSetup& b, const std::string& base_path,
     applies.push_back({WallNow() - w0, CpuNow() - c0});
   }
   return MedianByWall(std::move(applies));
+}
+
+// What a durable `cpu` receiver pays to make a version durable, through the shipped code
+// (internal::DurableReceiver, as `dcr node` with a state directory): the delta applied into the
+// file-backed storage mapping (each chunk's pages handed to writeback at once), then Commit (the
+// mapping's msync, then the journal's commit record). `storage_bytes` is the mapping's size (the
+// base's files). The reference, in the same run: a plain write of as many bytes to a new file in
+// the same directory, then fdatasync.
+struct CommitTiming {
+  double apply_wall = 0;   // Begin + every ApplyRecord through the durable receiver
+  double apply_cpu = 0;    // their CPU seconds (the applying thread: page faults, writeback starts)
+  double plain_apply_wall = 0, plain_apply_cpu = 0;  // the same delta into a BufferReceiver
+  double plain_commit_wall = 0;  // its Commit (the target's checks, no storage)
+  double commit_wall = 0;  // Commit: msync of the storage, then the journal records the version
+  double write_wall = 0;   // the reference: write + fdatasync of storage_bytes
+  double storage_bytes = 0;
+};
+
+// The reference write: `bytes` bytes (copied from `src`, cycled) to `path`, then fdatasync.
+StatusOr<double> TimePlainWrite(const std::string& path, const uint8_t* src, uint64_t src_size,
+                                uint64_t bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrnoError("bench commit: " + path, errno);
+  const double w0 = WallNow();
+  uint64_t done = 0;
+  while (done < bytes) {
+    const uint64_t off = src_size == 0 ? 0 : done % src_size;
+    const uint64_t n = std::min<uint64_t>({bytes - done, src_size - off, 8u << 20});
+    const ssize_t w = ::write(fd, src + off, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      const int err = errno;
+      ::close(fd);
+      ::unlink(path.c_str());
+      return ErrnoError("bench commit: write " + path, err);
+    }
+    done += static_cast<uint64_t>(w);
+  }
+  const int rc = ::fdatasync(fd);
+  const int err = errno;
+  const double t = WallNow() - w0;
+  ::close(fd);
+  ::unlink(path.c_str());
+  if (rc != 0) return ErrnoError("bench commit: fdatasync " + path, err);
+  return t;
+}
+
+// Removes the files a durable receiver of rank 1 keeps in `dir`, then `dir`.
+void RemoveStateDir(const std::string& dir) {
+  for (const char* ext : {".journal", ".storage", ".storage.meta", ".starts"}) {
+    ::unlink((dir + "/rank-1" + ext).c_str());
+  }
+  ::rmdir(dir.c_str());
+}
+
+// One delta through a fresh durable `cpu` receiver of its base, per rep (the storage file is
+// created and filled with the base untimed, as a node does before its stream); the median rep by
+// commit time, with the reference write of the same rep.
+StatusOr<CommitTiming> TimeDurableCommit(const BenchSetup& b, const std::string& base_path,
+                                         const BlobSink& blobs) {
+  std::vector<CommitTiming> reps;
+  for (int rep = 0; rep < b.reps; ++rep) {
+    const std::string dir = b.work_dir + "/bench-commit-" + std::to_string(::getpid());
+    RemoveStateDir(dir);
+    if (::mkdir(dir.c_str(), 0700) != 0) return ErrnoError("bench commit: mkdir " + dir, errno);
+    NodePlan plan;
+    plan.rank = 1;
+    plan.method = "delta";
+    plan.receiver_base_path = base_path;
+    plan.state_dir = dir;
+    CommitTiming t;
+    Status st = [&]() -> Status {
+      DCR_ASSIGN_OR_RETURN(
+          auto durable, internal::DurableReceiver::Open(plan, nullptr, 1, internal::KillPoint{}));
+      DCR_ASSIGN_OR_RETURN(auto base, Checkpoint::Open(base_path));
+      for (const CheckpointFile& f : base->files()) t.storage_bytes += static_cast<double>(f.size);
+      {
+        // The reference apply of this rep: the same delta into host buffers.
+        DCR_ASSIGN_OR_RETURN(auto plain, BufferReceiver::Load(base_path));
+        const double p0 = WallNow(), pc0 = ThreadCpuNow();
+        DCR_RETURN_IF_ERROR(plain->Begin(blobs.header.data(), blobs.header.size()));
+        for (const auto& c : blobs.chunks) {
+          DCR_RETURN_IF_ERROR(plain->ApplyRecord(c.data(), c.size()));
+        }
+        t.plain_apply_wall = WallNow() - p0;
+        t.plain_apply_cpu = ThreadCpuNow() - pc0;
+        const double p1 = WallNow();
+        DCR_RETURN_IF_ERROR(plain->Commit(blobs.trailer.data(), blobs.trailer.size()));
+        t.plain_commit_wall = WallNow() - p1;
+      }
+      Receiver* rx = durable->receiver();
+      const double w0 = WallNow(), c0 = ThreadCpuNow();
+      DCR_RETURN_IF_ERROR(rx->Begin(blobs.header.data(), blobs.header.size()));
+      for (const auto& c : blobs.chunks) DCR_RETURN_IF_ERROR(rx->ApplyRecord(c.data(), c.size()));
+      const double w1 = WallNow();
+      t.apply_cpu = ThreadCpuNow() - c0;
+      DCR_RETURN_IF_ERROR(rx->Commit(blobs.trailer.data(), blobs.trailer.size()));
+      t.apply_wall = w1 - w0;
+      t.commit_wall = WallNow() - w1;
+      const CheckpointFile& f0 = base->files().front();
+      DCR_ASSIGN_OR_RETURN(t.write_wall,
+                           TimePlainWrite(dir + "/plain-write", f0.data, f0.size,
+                                          static_cast<uint64_t>(t.storage_bytes)));
+      return Status();
+    }();
+    RemoveStateDir(dir);
+    DCR_RETURN_IF_ERROR(st);
+    reps.push_back(t);
+  }
+  std::sort(reps.begin(), reps.end(), [](const CommitTiming& x, const CommitTiming& y) {
+    return x.commit_wall < y.commit_wall;
+  });
+  return reps[reps.size() / 2];
 }
 
 // CPU seconds of the one-machine mix: the builder's, and each receiver's (their mean).
@@ -290,7 +411,8 @@ StatusOr<Timing> TimeFullReceiver(const BenchSetup& b, const std::string& target
 
 // The JSON entry of one change rate.
 nlohmann::json RateResult(double rate, double dense, const BlobSink& blobs, const Timing& build,
-                          const Timing& apply, int receivers, const MixTiming& mix, int threads) {
+                          const Timing& apply, int receivers, const MixTiming& mix, int threads,
+                          const CommitTiming& commit) {
   nlohmann::json r;
   r["change_rate"] = rate;
   r["dense_bytes"] = dense;
@@ -312,6 +434,27 @@ nlohmann::json RateResult(double rate, double dense, const BlobSink& blobs, cons
   r["encode_wall_bytes_per_s"] = dense / std::max(build.wall, 1e-9) / threads;
   r["decode_apply_bytes_per_s"] = dense / std::max(mix.apply_cpu, 1e-9);
   r["decode_apply_wall_bytes_per_s"] = dense / std::max(apply.wall, 1e-9);
+  // The durable receiver's commit (wall seconds: it waits for the disk, not for a core).
+  r["commit_storage_bytes"] = commit.storage_bytes;
+  r["commit_apply_wall_s"] = commit.apply_wall;
+  r["commit_apply_cpu_s"] = commit.apply_cpu;
+  r["commit_plain_apply_wall_s"] = commit.plain_apply_wall;
+  r["commit_plain_apply_cpu_s"] = commit.plain_apply_cpu;
+  r["commit_plain_commit_wall_s"] = commit.plain_commit_wall;
+  r["commit_wall_s"] = commit.commit_wall;
+  // What durability adds to a plain receiver's apply and commit of the same delta, same rep: the
+  // applying thread's CPU (write faults on the mapping, writeback started per chunk) and the
+  // commit's wall time (msync + journal record); per byte of storage and of delta.
+  const double storage = std::max(commit.storage_bytes, 1.0);
+  const double commit_extra = std::max(commit.commit_wall - commit.plain_commit_wall, 1e-9);
+  r["commit_s_per_storage_byte"] = commit_extra / storage;
+  r["commit_s_per_delta_byte"] = commit_extra / std::max(payload, 1.0);
+  r["durable_apply_cpu_s_per_storage_byte"] =
+      std::max(0.0, commit.apply_cpu - commit.plain_apply_cpu) / storage;
+  r["durable_apply_wall_s_per_storage_byte"] =
+      std::max(0.0, commit.apply_wall - commit.plain_apply_wall) / storage;
+  r["plain_write_wall_s"] = commit.write_wall;
+  r["plain_write_bytes_per_s"] = commit.storage_bytes / std::max(commit.write_wall, 1e-9);
   return r;
 }
 
@@ -339,15 +482,19 @@ StatusOr<std::string> RunPipelineBench(const PipelineBenchConfig& cfg,
     DCR_ASSIGN_OR_RETURN(const Timing apply, TimeApply(b, ckpts[0], blobs));
     const int receivers = std::max(1, s.receivers.count);
     DCR_ASSIGN_OR_RETURN(const MixTiming mix, TimeMix(b, ckpts, o, blobs, receivers));
-    rates.push_back(RateResult(rate, dense, blobs, build, apply, receivers, mix, b.threads));
+    DCR_ASSIGN_OR_RETURN(const CommitTiming commit, TimeDurableCommit(b, ckpts[0], blobs));
+    rates.push_back(
+        RateResult(rate, dense, blobs, build, apply, receivers, mix, b.threads, commit));
     if (log) {
-      char buf[256];
+      char buf[512];
       std::snprintf(buf, sizeof(buf),
                     "rate %.3g: build %.3f s wall (%d threads, %.3f s CPU), apply %.3f s wall "
                     "(%.3f s CPU) for %.1f MB dense; with %d receivers at once: build %.3f s "
-                    "CPU, apply %.3f s CPU each",
+                    "CPU, apply %.3f s CPU each; durable commit %.3f s wall for %.1f MB of "
+                    "storage (plain write + fdatasync of as many bytes %.3f s)",
                     rate, build.wall, b.threads, build.cpu, apply.wall, apply.cpu, dense / 1e6,
-                    receivers, mix.build_cpu, mix.apply_cpu);
+                    receivers, mix.build_cpu, mix.apply_cpu, commit.commit_wall,
+                    commit.storage_bytes / 1e6, commit.write_wall);
       log(buf);
     }
     if (!full_timed) {

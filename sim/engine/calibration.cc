@@ -59,7 +59,70 @@ StatusOr<nlohmann::json> InlineOrFile(const nlohmann::json& block, const std::st
   return nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
 }
 
+double InterpCommit(const std::vector<CommitPoint>& pts, double rate,
+                    double CommitPoint::*field) {
+  std::vector<RatePoint> as_rates;
+  for (const CommitPoint& c : pts) {
+    RatePoint p;
+    p.change_rate = c.change_rate;
+    p.encode_bytes_per_s = c.*field;
+    as_rates.push_back(p);
+  }
+  return Interp(as_rates, rate, &RatePoint::encode_bytes_per_s);
+}
+
+// The commit points of `rates` (entries with commit_s_per_storage_byte; all of them or none).
+StatusOr<std::vector<CommitPoint>> ParseCommitRates(const nlohmann::json& rates,
+                                                    const std::string& where) {
+  std::vector<CommitPoint> out;
+  if (!rates.is_array()) return InvalidArgumentError(where + ": missing array 'rates'");
+  for (size_t i = 0; i < rates.size(); ++i) {
+    const nlohmann::json& e = rates[i];
+    const std::string at = where + ": rates[" + std::to_string(i) + "]";
+    const bool has = e.is_object() && e.contains("commit_s_per_storage_byte");
+    if (i > 0 && has != !out.empty()) {
+      return InvalidArgumentError(at + ": commit_* keys must be given for every rate or none");
+    }
+    if (!has) continue;
+    CommitPoint c;
+    const char* rate_key = e.contains("change_rate") ? "change_rate" : "rate";
+    if (!e.contains(rate_key) || !e[rate_key].is_number()) {
+      return InvalidArgumentError(at + ": missing key 'change_rate'");
+    }
+    c.change_rate = e[rate_key].get<double>();
+    if (c.change_rate > 1.0) c.change_rate /= 100.0;
+    DCR_ASSIGN_OR_RETURN(c.s_per_storage_byte, PositiveNumber(e, "commit_s_per_storage_byte", at));
+    if (e.contains("plain_write_bytes_per_s") && e["plain_write_bytes_per_s"].is_number()) {
+      c.plain_write_bytes_per_s = e["plain_write_bytes_per_s"].get<double>();
+    }
+    if (e.contains("durable_apply_cpu_s_per_storage_byte")) {
+      const nlohmann::json& v = e["durable_apply_cpu_s_per_storage_byte"];
+      if (!v.is_number() || !(v.get<double>() >= 0)) {
+        return InvalidArgumentError(at + ": key 'durable_apply_cpu_s_per_storage_byte' must be a "
+                                    "number >= 0");
+      }
+      c.apply_cpu_s_per_storage_byte = v.get<double>();
+    }
+    out.push_back(c);
+  }
+  std::sort(out.begin(), out.end(), [](const CommitPoint& a, const CommitPoint& b) {
+    return a.change_rate < b.change_rate;
+  });
+  return out;
+}
+
 }  // namespace
+
+double Calibration::CommitSPerStorageByte(double rate) const {
+  return InterpCommit(commit, rate, &CommitPoint::s_per_storage_byte);
+}
+double Calibration::PlainWriteBytesPerS(double rate) const {
+  return InterpCommit(commit, rate, &CommitPoint::plain_write_bytes_per_s);
+}
+
+double Calibration::DurableApplyCpuSPerStorageByte(double rate) const {
+  return InterpCommit(commit, rate, &CommitPoint::apply_cpu_s_per_storage_byte);
+}
 
 void Calibration::UseWallClock() {
   if (memcpy_wall_bytes_per_s > 0) memcpy_bytes_per_s = memcpy_wall_bytes_per_s;
@@ -196,6 +259,22 @@ StatusOr<Calibration> ParseCalibration(const std::string& json_text, const std::
         t["delta_bytes"].get<double>() > 0) {
       c.signed_size_ratio = t["signed_delta_bytes"].get<double>() / t["delta_bytes"].get<double>();
     }
+  }
+  if (j.contains("durability")) {
+    std::string where = "calibration " + source + ": durability";
+    DCR_ASSIGN_OR_RETURN(nlohmann::json t,
+                         InlineOrFile(j["durability"], source, &where, &c.commit_source));
+    if (!t.is_object() || !t.contains("rates")) {
+      return InvalidArgumentError(where + ": must be the JSON of dcr bench pipeline --json, "
+                                  "with 'rates'");
+    }
+    DCR_ASSIGN_OR_RETURN(c.commit, ParseCommitRates(t["rates"], where));
+    if (c.commit.empty()) {
+      return InvalidArgumentError(where + ": no rate has 'commit_s_per_storage_byte'");
+    }
+  } else {
+    DCR_ASSIGN_OR_RETURN(c.commit, ParseCommitRates(*arr, "calibration " + source));
+    c.commit_source = source;
   }
   std::sort(c.rates.begin(), c.rates.end(),
             [](const RatePoint& a, const RatePoint& b) { return a.change_rate < b.change_rate; });

@@ -21,6 +21,14 @@
 //   sha256_bytes_per_s, ed25519_signs_per_s, ed25519_verifies_per_s (one core), and when given
 //   chunks / manifests (chunks per manifest record) and signed_delta_bytes / delta_bytes (the
 //   manifest records' share of the stream).
+// Optional, the durable receivers' commit (`dcr bench pipeline --json`: a durable `cpu` receiver,
+// core/src/node/node_recovery.h, through the shipped code): per rate commit_s_per_storage_byte
+// (wall seconds its Commit takes, the storage mapping's msync and the journal's commit record,
+// per byte of storage, after the delta was applied at the bench's speed) and
+// plain_write_bytes_per_s (the same run's reference: write + fdatasync) and
+// durable_apply_cpu_s_per_storage_byte (CPU the durable apply adds to a plain one), either in
+// the rates above or in a "durability" block (inline, or the name of a file, with its own
+// "rates").
 //
 // Thread safety: value types and pure functions.
 #ifndef DCR_SIM_ENGINE_CALIBRATION_H_
@@ -48,6 +56,16 @@ struct RatePoint {
   double context_transcode_bytes_per_s = 0;
 };
 
+// The durable receiver's commit at one change rate.
+struct CommitPoint {
+  double change_rate = 0;
+  double s_per_storage_byte = 0;     // wall seconds of Commit per byte of receiver storage
+  double plain_write_bytes_per_s = 0;  // reference write + fdatasync, same run (0: absent)
+  // CPU seconds per byte of storage the durable apply adds to a plain one (write faults on the
+  // mapping, writeback started per chunk; optional, 0 when absent).
+  double apply_cpu_s_per_storage_byte = 0;
+};
+
 struct Calibration {
   std::string source;  // path it was read from
   std::string raw;     // the file's JSON text, recorded in results
@@ -67,6 +85,14 @@ struct Calibration {
   double chunks_per_manifest = 32;
   double signed_size_ratio = 1;       // signed stream bytes / unsigned
   double tls_send_s_per_byte = 0, tls_recv_s_per_byte = 0;
+  // The durable receivers' commit (sorted by change_rate); empty when not calibrated.
+  std::vector<CommitPoint> commit;
+  std::string commit_source;
+  bool has_commit() const { return !commit.empty(); }
+  // Linear interpolation in change rate, clamped to the measured range. REQUIRES: has_commit().
+  double CommitSPerStorageByte(double rate) const;
+  double PlainWriteBytesPerS(double rate) const;
+  double DurableApplyCpuSPerStorageByte(double rate) const;
 
   // Switches every bandwidth to its wall-clock variant where the file has one.
   void UseWallClock();

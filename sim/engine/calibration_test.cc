@@ -125,5 +125,49 @@ TEST(CalibrationTest, SigningBlock) {
       << bad.status();
 }
 
+TEST(CalibrationTest, CommitKeysPerRateOrInABlock) {
+  // In the rates (dcr bench pipeline --json writes them there): interpolated in change rate.
+  auto c = ParseCalibration(R"({"memcpy_bytes_per_s": 6e9, "rates": [
+      {"change_rate": 0.01, "encode_bytes_per_s": 2e9, "decode_apply_bytes_per_s": 5e9,
+       "commit_s_per_storage_byte": 1e-9, "plain_write_bytes_per_s": 2e9},
+      {"change_rate": 0.05, "encode_bytes_per_s": 2e9, "decode_apply_bytes_per_s": 5e9,
+       "commit_s_per_storage_byte": 3e-9, "plain_write_bytes_per_s": 1e9}]})",
+                            "r.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE(c->has_commit());
+  EXPECT_DOUBLE_EQ(c->CommitSPerStorageByte(0.03), 2e-9);
+  EXPECT_DOUBLE_EQ(c->CommitSPerStorageByte(0.10), 3e-9);
+  EXPECT_DOUBLE_EQ(c->PlainWriteBytesPerS(0.01), 2e9);
+  EXPECT_EQ(c->commit_source, "r.json");
+
+  // A "durability" block: the rates of another file's JSON, inline here.
+  auto b = ParseCalibration(std::string("{") + kRates + R"(, "durability": {"rates": [
+      {"change_rate": 0.03, "commit_s_per_storage_byte": 4e-9}]}})",
+                            "b.json");
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_DOUBLE_EQ(b->CommitSPerStorageByte(0.03), 4e-9);
+
+  auto none = ParseCalibration(std::string("{") + kRates + "}", "n.json");
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_commit());
+
+  // Some rates with the keys and some without, a block without them, a bad value: refused.
+  auto partial = ParseCalibration(R"({"memcpy_bytes_per_s": 6e9, "rates": [
+      {"change_rate": 0.01, "encode_bytes_per_s": 2e9, "decode_apply_bytes_per_s": 5e9,
+       "commit_s_per_storage_byte": 1e-9},
+      {"change_rate": 0.05, "encode_bytes_per_s": 2e9, "decode_apply_bytes_per_s": 5e9}]})",
+                                  "p.json");
+  EXPECT_TRUE(partial.status().IsInvalidArgument());
+  EXPECT_NE(partial.status().message().find("commit_*"), std::string::npos) << partial.status();
+  auto empty =
+      ParseCalibration(std::string("{") + kRates + R"(, "durability": {"rates": []}})", "e");
+  EXPECT_TRUE(empty.status().IsInvalidArgument()) << empty.status();
+  auto bad = ParseCalibration(std::string("{") + kRates + R"(, "durability": {"rates": [
+      {"change_rate": 0.03, "commit_s_per_storage_byte": -1}]}})",
+                              "bad.json");
+  EXPECT_TRUE(bad.status().IsInvalidArgument());
+  EXPECT_NE(bad.status().message().find("commit_s_per_storage_byte"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace dcr::sim::internal

@@ -327,7 +327,12 @@ class NodeActor : public NodeEnvironment {
 
   void Apply(const action::Apply& ap) override {
     const SimBlob& sb = blobs().at(ap.blob.id);
-    sg4::ExecPtr e = Compute(std::max(sb.apply_flops, 1.0));
+    // A durable receiver's trailer apply is its commit: the storage's msync and the journal's
+    // record, a wait on the disk (timed on the clock host, no core taken) after every chunk.
+    sg4::ExecPtr e = role_.receiver && ap.blob.kind == BlobKind::kTrailer &&
+                             spec().commit_seconds > 0
+                         ? Delay(spec().commit_seconds + sb.apply_flops / kHostFlops)
+                         : Compute(std::max(sb.apply_flops, 1.0));
     Tag t;
     t.kind = TagKind::kApply;
     t.blob = ap.blob;

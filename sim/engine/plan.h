@@ -27,6 +27,10 @@ struct Extra {
   bool wall_clock = false;  // calibration_clock: wall
   int shared_cpu = 0;       // > 0: every node computes on one shared CPU of this many cores
   int edge_cores = 64;      // edge_relay_cores: the edge relay's cores
+  // durable: the receivers make each version durable as `dcr run`'s do (a state directory: the
+  // storage's msync and the journal's record at each commit), charged from the calibration's
+  // commit_* keys. Default true; false: receivers without a state directory.
+  bool durable = true;
 };
 // kInvalidArgument naming the sim.extra key for an unknown key or a bad value.
 StatusOr<Extra> ParseExtra(const Scenario& s);

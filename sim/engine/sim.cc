@@ -82,6 +82,10 @@ StatusOr<Extra> ParseExtra(const Scenario& s) {
         }
         e.shared_cpu = static_cast<int>(v);
       }
+    } else if (key == "durable") {
+      if (value == "true") e.durable = true;
+      else if (value == "false") e.durable = false;
+      else return InvalidArgumentError(path + ": must be 'true' or 'false', got '" + value + "'");
     } else if (key == "object_store_region") {
       if (value == "train" || value == "0") e.store_region = 0;
       else if (value == "rollout" || value == "1") e.store_region = 1;
@@ -89,7 +93,7 @@ StatusOr<Extra> ParseExtra(const Scenario& s) {
     } else {
       return InvalidArgumentError(path + ": unknown key (known: comm_budget, build_cores, "
                                   "calibration_clock, object_store_region, shared_cpu, "
-                                  "edge_relay_cores)");
+                                  "edge_relay_cores, durable)");
     }
   }
   return e;
@@ -372,6 +376,43 @@ void DescribeSetup(const Scenario& s, const SimInputs& in, const internal::Platf
         Num(cal.signed_size_ratio) + "x the unsigned bytes (dcr_bench_sign: " +
         cal.signing_source + ")";
   }
+  {
+    // The hardware the results assume, next to them.
+    std::string hw = "sender: 1 host, " + std::to_string(in.build_cores) + " build cores; " +
+                     "receivers: " + std::to_string(s.receivers.count) + " on " +
+                     std::to_string(plat.regions[1].nodes) + " hosts, " +
+                     std::to_string(plat.regions[1].cores_per_node) + " cores per host";
+    if (s.delta.wan_context) {
+      hw += "; edge relays (relay-tree delta runs): 1 host, " +
+            std::to_string(in.extra.edge_cores) +
+            " cores, memory: the whole canonical base (run.* states its size)";
+    } else {
+      hw += "; edge relays: none";
+    }
+    if (in.extra.shared_cpu > 0) {
+      hw += "; every node on one shared " + std::to_string(in.extra.shared_cpu) + "-core CPU";
+    }
+    result->setup["hardware"] = hw;
+  }
+  if (!in.extra.durable) {
+    result->setup["durability"] = "off (sim.extra.durable: false): receivers without a state "
+                                  "directory, no commit charged";
+  } else if (!cal.has_commit()) {
+    result->setup["durability"] = "durable receivers, commit not charged: the calibration has no "
+                                  "commit_* keys (dcr bench pipeline --json)";
+  } else {
+    std::string pts;
+    for (const internal::CommitPoint& c : cal.commit) {
+      pts += (pts.empty() ? "" : ", ") + Num(c.change_rate) + ": " +
+             Num(1 / c.s_per_storage_byte) + " B/s (plain write " +
+             Num(c.plain_write_bytes_per_s) + " B/s)";
+    }
+    result->setup["durability"] =
+        "durable receivers (state directory, as dcr run's): each delta commit waits for the "
+        "storage's msync and the journal's record, charged per byte of a receiver's storage at "
+        "the measured commit rate per change rate (" + pts + "; " + cal.commit_source +
+        "), after the last apply (it adds); full-checkpoint runs: not charged";
+  }
   if (s.steps > 1) result->setup["steps"] = "simulated once per run (every step is alike)";
   if (s.receivers.device != "cpu" || s.sender.device != "cpu") {
     result->setup["devices"] = "receivers.device " + s.receivers.device + ", sender.device " +
@@ -427,6 +468,12 @@ struct Pending {
   double payload;
   std::string wan;  // the long link's encoding and the edge relay, when wan_context
   std::string signing;  // the signing cost charged, when signed
+  double storage_bytes = 0;  // one receiver's storage (its serving shard of the checkpoint)
+  double build_cpu_s = 0;    // CPU seconds of every build job (sender, or edge relay's encode)
+  double apply_cpu_s = 0;    // CPU seconds of one receiver's applies (signature checks included)
+  double edge_cpu_s = 0;     // CPU seconds of the edge relay's transcoding (0: none)
+  double wan_payload = 0;    // bytes the long link carries once
+  double durable_apply_cpu_s = 0;  // of apply_cpu_s: what the durable storage adds
 };
 
 // A signed delta: every chunk grows by the manifest records' share; the sender hashes each chunk
@@ -543,8 +590,44 @@ std::vector<Pending> PlanRuns(const Scenario& s, const SimInputs& in,
         if (s.delta.wan_context && delta && kind == TransportKind::kRelayTree) {
           wan = PlanEdgeRelay(in, plat, pm, rate, build_Bps, &spec);
         }
-        pending.push_back(
-            {std::move(spec), std::move(z), method, kind, rate, payload, wan, signing});
+        // A receiver's storage: its serving shard of the base's files (dense + header).
+        const double storage = (pm.dense_bytes + pm.header_bytes) /
+                               (s.serving.enabled && s.serving.tp > 1 ? s.serving.tp : 1);
+        double durable_cpu = 0;
+        if (delta && in.extra.durable && cal.has_commit()) {
+          spec.commit_seconds = cal.CommitSPerStorageByte(rate) * storage;
+          // The durable apply's own CPU (write faults, writeback started per chunk), spread over
+          // the chunks as their share of the storage.
+          durable_cpu = cal.DurableApplyCpuSPerStorageByte(rate) * storage;
+          const double chunks = static_cast<double>(std::max<uint64_t>(1, z.chunks));
+          for (internal::SimBlob& b : spec.blobs) {
+            if (b.info.kind == BlobKind::kChunk) {
+              b.apply_flops += durable_cpu / chunks * internal::kHostFlops;
+            }
+          }
+        }
+        Pending p{std::move(spec), std::move(z), method, kind, rate, payload, wan, signing};
+        p.storage_bytes = storage;
+        p.durable_apply_cpu_s = durable_cpu;
+        const auto& blobs = p.spec.edge_relay ? p.spec.wan_blobs : p.spec.blobs;
+        for (const internal::SimBlob& b : blobs) {
+          p.build_cpu_s += b.build_flops / internal::kHostFlops *
+                           std::max(1, in.build_cores / std::max(1, p.z.build_parallel));
+          p.wan_payload += static_cast<double>(b.info.size);
+        }
+        for (const internal::SimBlob& b : p.spec.blobs) {
+          p.apply_cpu_s += b.apply_flops / internal::kHostFlops;
+        }
+        if (p.spec.edge_relay) {
+          const int per_chunk =
+              std::max(1, in.extra.edge_cores / std::max(1, p.spec.edge_parallel));
+          for (const internal::SimBlob& b : p.spec.wan_blobs) {
+            if (b.info.kind == BlobKind::kChunk) {
+              p.edge_cpu_s += b.apply_flops / internal::kHostFlops * per_chunk;
+            }
+          }
+        }
+        pending.push_back(std::move(p));
       }
     }
   }
@@ -610,6 +693,26 @@ RunResult CollectRun(const Scenario& s, const internal::PlatformSpec& plat, cons
            : "") +
       (pr.signing.empty() ? "" : "; " + pr.signing) +
       (pr.wan.empty() ? "" : "; long link: " + pr.wan);
+  // What each cost amounts to on its own (CPU costs in CPU-seconds, spread over the cores that
+  // pay them; the refit is shorter than their sum where they overlap the transfer).
+  const std::string costs_key = std::string("costs.") + MethodName(pr.method) + "." +
+                                TransportKindName(pr.kind) + "." + Num(pr.rate);
+  std::string costs =
+      "refit " + Num(rr.refit_seconds) + " s; long link alone " +
+      Num(pr.wan_payload / plat.wan_bandwidth) + " s (" + Num(pr.wan_payload) + " B)";
+  if (pr.build_cpu_s > 0) costs += "; build " + Num(pr.build_cpu_s) + " CPU-s at the sender";
+  if (pr.edge_cpu_s > 0) costs += "; edge transcoding " + Num(pr.edge_cpu_s) + " CPU-s";
+  costs += "; apply " + Num(pr.apply_cpu_s) + " CPU-s per receiver";
+  if (pr.durable_apply_cpu_s > 0) {
+    costs += " (" + Num(pr.durable_apply_cpu_s) + " of it for the durable storage)";
+  }
+  if (outcome.tls_cpu_seconds > 0) costs += "; TLS " + Num(outcome.tls_cpu_seconds) + " CPU-s";
+  if (!pr.signing.empty()) costs += " (signing in build and apply)";
+  costs += pr.spec.commit_seconds > 0
+               ? "; durable commit " + Num(pr.spec.commit_seconds) + " s per receiver (" +
+                     Num(pr.storage_bytes) + " B of storage), after its last apply: adds"
+               : "; durable commit not charged";
+  result->setup[costs_key] = costs;
   return rr;
 }
 

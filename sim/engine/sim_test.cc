@@ -109,6 +109,56 @@ TEST(SimTest, TlsIsChargedWhenOnAndSaysSo) {
               off->runs[0].refit_seconds * 0.01);
 }
 
+// The default calibration with the durable commit at `s_per_byte` wall seconds per byte of a
+// receiver's storage at every rate.
+std::string CommitCalibration(double s_per_byte) {
+  std::ifstream in(std::string(DCR_TEST_SRC) + "/../calibration/default.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  j.erase("durability");
+  for (auto& r : j["rates"]) r["commit_s_per_storage_byte"] = s_per_byte;
+  for (const char* k : {"tls", "signing"}) {
+    j[k] = std::string(DCR_TEST_SRC) + "/../calibration/" + k + ".json";
+  }
+  char path[] = "/tmp/dcr_sim_commit_cal_XXXXXX";
+  int fd = ::mkstemp(path);
+  EXPECT_GE(fd, 0);
+  ::close(fd);
+  std::ofstream(path) << j.dump();
+  return path;
+}
+
+TEST(SimTest, DurableCommitAddsAfterTheLastApplyAndSaysSo) {
+  // 10 ns per byte of storage: the whole 1/1 checkpoint per receiver, so the commit shows.
+  Scenario s = Parse(kSmall);
+  s.change_rates = {0.03};
+  s.methods = {Method::kDelta};
+  s.transport.kinds = {TransportKind::kRelayTree, TransportKind::kObjectStore};
+  s.sim.calibration = CommitCalibration(1e-8);
+  auto on = Simulate(s);
+  s.sim.extra["durable"] = "false";
+  auto off = Simulate(s);
+  std::remove(s.sim.calibration.c_str());
+  ASSERT_TRUE(on.ok() && off.ok()) << on.status() << off.status();
+  EXPECT_EQ(on->setup.at("durability").rfind("durable receivers (state directory", 0), 0u)
+      << on->setup.at("durability");
+  EXPECT_EQ(off->setup.at("durability").rfind("off (sim.extra.durable: false)", 0), 0u);
+  EXPECT_NE(on->setup.at("hardware").find("receivers: 6 on 3 hosts"), std::string::npos)
+      << on->setup.at("hardware");
+  ASSERT_EQ(on->runs.size(), 2u);
+  const double storage = static_cast<double>(on->model_bytes);
+  for (size_t i = 0; i < on->runs.size(); ++i) {
+    const std::string key = std::string("costs.delta.") +
+                            TransportKindName(on->runs[i].transport) + ".0.03";
+    EXPECT_NE(on->setup.at(key).find("; durable commit "), std::string::npos) << on->setup.at(key);
+    EXPECT_NE(off->setup.at(key).find("durable commit not charged"), std::string::npos);
+    EXPECT_EQ(on->runs[i].receivers_verified, 6);
+    // The commit cannot overlap the transfer: it adds its whole time (storage >= dense bytes).
+    const double added = on->runs[i].refit_seconds - off->runs[i].refit_seconds;
+    EXPECT_GE(added, storage * 1e-8 * 0.99) << key;
+    EXPECT_LE(added, storage * 1e-8 * 1.05 + 0.05) << key;
+  }
+}
+
 // The default calibration with the context-coded delta encoded at half the plain encoder's speed,
 // decoded + applied at 4 GB/s per core and transcoded at `transcode` B/s per core (transcode 0:
 // without context keys), measured at `classes` classes per chunk (0: the file does not say).
@@ -127,6 +177,7 @@ std::string ContextCalibration(double transcode, int classes = 0) {
   if (classes > 0) j["context_classes"] = classes;
   j["tls"] = std::string(DCR_TEST_SRC) + "/../calibration/tls.json";
   j["signing"] = std::string(DCR_TEST_SRC) + "/../calibration/signing.json";
+  j["durability"] = std::string(DCR_TEST_SRC) + "/../calibration/durability.json";
   char path[] = "/tmp/dcr_sim_ctx_cal_XXXXXX";
   int fd = ::mkstemp(path);
   EXPECT_GE(fd, 0);
@@ -147,6 +198,7 @@ std::optional<double> ContextChunkRatio(const ScenarioResult& r) {
 
 TEST(SimTest, WanContextSendsTheContextFormToAnEdgeRelay) {
   Scenario s = Parse(kSmall);
+  s.sim.extra["durable"] = "false";  // the long link's form alone (the commit adds to both)
   s.change_rates = {0.03};
   s.transport.kinds = {TransportKind::kRelayTree};
   s.methods = {Method::kDelta};
@@ -240,6 +292,7 @@ TEST(SimTest, EdgeRelayTranscodesMergedChunksAsTheRealGrid) {
   // the burstier arrival of bigger chunks (one core per merged chunk would add ~20%: the last
   // chunk's whole transcoding after it arrives).
   Scenario s = Parse(kSmall);
+  s.sim.extra["durable"] = "false";  // the transcoding's tail alone
   s.change_rates = {0.03};
   s.transport.kinds = {TransportKind::kRelayTree};
   s.methods = {Method::kDelta};
@@ -278,6 +331,7 @@ TEST(SimTest, SignedDeltasChargeHashingAndManifestsAndSaySo) {
   std::ifstream in(std::string(DCR_TEST_SRC) + "/../calibration/default.json");
   nlohmann::json j = nlohmann::json::parse(in);
   j["tls"] = std::string(DCR_TEST_SRC) + "/../calibration/tls.json";
+  j["durability"] = std::string(DCR_TEST_SRC) + "/../calibration/durability.json";
   j.erase("signing");
   {
     char path[] = "/tmp/dcr_sim_nosign_cal_XXXXXX";
