@@ -5,15 +5,18 @@
  *   publisher_c_test PLAN0 WORK_DIR RECEIVERS VERSION_SPEC...
  *   publisher_c_test scenario:RANK:STATE_DIR:SCENARIO WORK_DIR RECEIVERS VERSION_SPEC...
  *     (dcr_publisher_open_scenario; exit 3 when the open fails, its message on stderr)
- *     VERSION_SPEC: "file:PATH" or "tensors:MANIFEST:FILE", one per version of the plan, in
- *     order. A manifest lists "meta KEY VALUE" and "tensor NAME DTYPE OFFSET NBYTES NDIM DIMS..."
+ *     VERSION_SPEC: "file:PATH" or "tensors:MANIFEST:FILE", one per version from the publisher's
+ *     next version (dcr_publisher_next_version: 1, or after a resume the first one the state has
+ *     not published), in order; or "pause", which prints "paused" and waits to be killed. A manifest lists "meta KEY VALUE" and "tensor NAME DTYPE OFFSET NBYTES NDIM DIMS..."
  *     lines (OFFSET: of the tensor's bytes in FILE); the tensors are read from FILE into memory
  *     and handed from there.
  * Exit 0 when every version was published and RECEIVERS receivers reported committing each. */
+#define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dcr/publisher_c.h"
 
@@ -89,7 +92,8 @@ static int PublishTensors(dcr_publisher* p, uint64_t version, const char* manife
 int main(int argc, char** argv) {
   dcr_publisher* p = NULL;
   int receivers, i, rc, committed = 0, failed = 0;
-  uint64_t hash[2];
+  uint64_t hash[2], version = 0, next = 0;
+  char expect[64];
   if (argc < 5) {
     fprintf(stderr, "usage: %s PLAN0|scenario:RANK:STATE:SCENARIO WORK_DIR RECEIVERS VERSION_SPEC...\n",
             argv[0]);
@@ -110,14 +114,27 @@ int main(int argc, char** argv) {
     dcr_publisher_close(p);
     return 3;
   }
-  /* A version out of order is refused with a message, and the session goes on. */
+  rc = dcr_publisher_next_version(p, &version);
+  if (rc != 0) {
+    fprintf(stderr, "next version: %d %s\n", rc, dcr_publisher_error(p));
+    dcr_publisher_close(p);
+    return 1;
+  }
+  printf("next version %llu\n", (unsigned long long)version);
+  fflush(stdout);
+  /* A version out of order is refused with a message naming the next one; the session goes on. */
+  snprintf(expect, sizeof(expect), "next version is %llu", (unsigned long long)version);
   rc = dcr_publisher_publish_file(p, 99, "/nonexistent");
-  if (rc != 1 || strstr(dcr_publisher_error(p), "next version is 1") == NULL) {
+  if (rc != 1 || strstr(dcr_publisher_error(p), expect) == NULL) {
     fprintf(stderr, "out-of-order version: rc %d '%s'\n", rc, dcr_publisher_error(p));
     failed = 1;
   }
   for (i = 4; i < argc; ++i) {
-    const uint64_t version = (uint64_t)(i - 3);
+    if (strcmp(argv[i], "pause") == 0) {
+      printf("paused\n");
+      fflush(stdout);
+      for (;;) pause();
+    }
     if (strncmp(argv[i], "file:", 5) == 0) {
       rc = dcr_publisher_publish_file(p, version, argv[i] + 5);
     } else if (strncmp(argv[i], "tensors:", 8) == 0) {
@@ -135,7 +152,15 @@ int main(int argc, char** argv) {
            (unsigned long long)version, rc, (unsigned long long)hash[1],
            (unsigned long long)hash[0], committed, rc ? ": " : "",
            rc ? dcr_publisher_error(p) : "");
+    fflush(stdout);
     if (rc != 0 || committed != receivers) failed = 1;
+    /* The next version moves on by one with each version published. */
+    if (i + 1 < argc && (dcr_publisher_next_version(p, &next) != 0 || next != version + 1)) {
+      fprintf(stderr, "next version after %llu: %llu (%s)\n", (unsigned long long)version,
+              (unsigned long long)next, dcr_publisher_error(p));
+      failed = 1;
+    }
+    ++version;
   }
   rc = dcr_publisher_close(p);
   if (rc != 0) {

@@ -208,6 +208,12 @@ int dcr_publisher_last_delta(const dcr_publisher* p, uint64_t* base_version, int
  * receivers that reported committing it. Either pointer may be NULL. */
 int dcr_publisher_last(const dcr_publisher* p, uint64_t hash[2], int* receivers_committed);
 
+/* The version the publisher takes next: the plan's first version, or after a resume (a state_dir
+ * an earlier publisher left) the first version that state does not record as published; the one
+ * dcr_publisher_publish_* must be given next. DCR_FAILED_PRECONDITION when the plan names no more
+ * versions or the sender has ended (its error then). */
+int dcr_publisher_next_version(const dcr_publisher* p, uint64_t* version);
+
 /* Message of the last failure on `p` ("" if none). Valid until the next call on `p`. */
 const char* dcr_publisher_error(const dcr_publisher* p);
 
