@@ -161,16 +161,18 @@ uint64_t dcr_placement_map_elements(const dcr_placement_map* map);
  * destinations. `tensors` must be the map's tensor set (same names, dtypes and shapes, same
  * order): DCR_INVALID_ARGUMENT otherwise. `changed` (may be NULL) receives n flags: 1 for each
  * tensor with at least one changed element (a converted copy of it needs re-loading), else 0.
- * `written` (may be NULL) receives the number of destination elements written. DCR_INTERNAL only
- * if a chunk that was applied fails to decode again: the tensors then hold the target and the
- * destinations are partly written (rewrite them with dcr_placement_map_write). */
+ * `written` (may be NULL) receives n counts: the destination elements written for each tensor.
+ * DCR_INTERNAL only if a chunk that was applied fails to decode again: the tensors then hold the
+ * target (`result` says which), `changed` and `written` what was written, and the destinations
+ * are partly written (rewrite them with dcr_placement_map_write). */
 int dcr_apply_delta_placed(const dcr_tensor* tensors, size_t n, const void* delta, size_t size,
                            const dcr_placement_map* map, const dcr_codec_options* options,
                            dcr_apply_result* result, uint8_t* changed, uint64_t* written);
 
 /* Writes every placed element of the tensors flagged in `which` (n flags; NULL = all) from
  * `tensors` (the map's tensor set) to its destinations: the repair after an interrupted update.
- * `written` (may be NULL) receives the number of destination elements written. */
+ * `threads`: 0 = hardware concurrency. `written` (may be NULL) receives n counts: the destination
+ * elements written for each tensor. */
 int dcr_placement_map_write(const dcr_placement_map* map, const dcr_tensor* tensors, size_t n,
                             const uint8_t* which, int32_t threads, uint64_t* written);
 

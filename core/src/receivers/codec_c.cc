@@ -1,7 +1,6 @@
 // The C API for in-memory tensors (dcr/codec_c.h): BuildDelta over in-memory checkpoint images,
 // and an all-or-nothing apply through BufferReceiver over the caller's buffers.
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -303,13 +302,6 @@ Status Apply(const dcr_tensor* tensors, size_t n, const void* delta, size_t size
     }
     return first;
   }
-  if (after) {
-    Status s = after(*reader, bufs, applied);
-    if (!s.ok()) {
-      return InternalError("the tensors hold the delta's target but writing its changes to the "
-                           "placements failed (rewrite them): " + s.ToString());
-    }
-  }
   if (result != nullptr) {
     result->chunks = applied.size();
     result->changes = changes;
@@ -317,6 +309,13 @@ Status Apply(const dcr_tensor* tensors, size_t n, const void* delta, size_t size
     result->target_version = reader->header().target_version;
     result->target_hash[0] = rx.held().hash.lo;
     result->target_hash[1] = rx.held().hash.hi;
+  }
+  if (after) {
+    Status s = after(*reader, bufs, applied);
+    if (!s.ok()) {
+      return InternalError("the tensors hold the delta's target but writing its changes to the "
+                           "placements failed (rewrite them): " + s.ToString());
+    }
   }
   return Status();
 }
@@ -426,7 +425,7 @@ Status ApplyPlaced(const dcr_tensor* tensors, size_t n, const void* delta, size_
   std::map<std::string, uint32_t> index_of;
   for (size_t i = 0; i < ts.size(); ++i) index_of[ts[i].info.name] = static_cast<uint32_t>(i);
   std::vector<uint8_t> flags(n, 0);
-  uint64_t count = 0;
+  std::vector<uint64_t> count(n, 0);
   AfterCommit after = [&](const DeltaReader& reader, const std::vector<TensorBuffer>& bufs,
                           const std::vector<Undo>& applied) -> Status {
     std::vector<uint32_t> set_of;  // inventory index -> index in the tensor set
@@ -446,8 +445,7 @@ Status ApplyPlaced(const dcr_tensor* tensors, size_t n, const void* delta, size_
       } else {
         s = reader.DecodeInto(u.chunk, &dc);
       }
-      uint64_t local = 0;
-      std::vector<uint32_t> touched;
+      std::vector<std::pair<uint32_t, uint64_t>> touched;  // (set index, destinations written)
       if (s.ok()) {
         const ChunkHeader& h = dc.header;
         const uint64_t w = h.elem_width;
@@ -461,8 +459,8 @@ Status ApplyPlaced(const dcr_tensor* tensors, size_t n, const void* delta, size_
           // Saved chunks cover unchanged elements too: their old bits tell the changed ones.
           if (u.saved && std::memcmp(now, u.covered.data() + pos * w, w) == 0) return;
           const uint32_t si = set_of[ti];
-          if (touched.empty() || touched.back() != si) touched.push_back(si);
-          local += WritePlaced(m.entries[si], e, now, w);
+          if (touched.empty() || touched.back().first != si) touched.emplace_back(si, 0);
+          touched.back().second += WritePlaced(m.entries[si], e, now, w);
         };
         if (u.saved || h.position_mode == PositionMode::kDense) {
           for (uint64_t p = 0; p < h.num_elements; ++p) put(p);
@@ -475,8 +473,10 @@ Status ApplyPlaced(const dcr_tensor* tensors, size_t n, const void* delta, size_
         if (first.ok()) first = s;
         return false;
       }
-      count += local;
-      for (uint32_t si : touched) flags[si] = 1;
+      for (const auto& [si, k] : touched) {
+        flags[si] = 1;
+        count[si] += k;
+      }
       return true;
     });
     return first;
@@ -484,7 +484,7 @@ Status ApplyPlaced(const dcr_tensor* tensors, size_t n, const void* delta, size_
   Status s = Apply(tensors, n, delta, size, o, result, after);
   if (s.ok() || s.code() == StatusCode::kInternal) {
     if (changed != nullptr) std::copy(flags.begin(), flags.end(), changed);
-    if (written != nullptr) *written = count;
+    if (written != nullptr) std::copy(count.begin(), count.end(), written);
   }
   return s;
 }
@@ -493,16 +493,16 @@ Status WriteAll(const PlacementMap& m, const dcr_tensor* tensors, size_t n, cons
                 int32_t threads, uint64_t* written) {
   DCR_ASSIGN_OR_RETURN(auto ts, ReadDescriptors(tensors, n, "placement write"));
   DCR_RETURN_IF_ERROR(SameSet(m, ts));
-  std::atomic<uint64_t> count{0};
+  std::vector<uint64_t> count(n, 0);
   internal::ParallelFor(n, threads < 0 ? 0 : threads, [&](uint64_t t) {
     if (which != nullptr && which[t] == 0) return true;
     const uint64_t w = static_cast<uint64_t>(ts[t].info.width());
     const uint8_t* src = ts[t].data;
     for (const PlacementMap::Entry& e : m.entries[t]) std::memcpy(e.dst, src + e.src * w, w);
-    count += m.entries[t].size();
+    count[t] = m.entries[t].size();
     return true;
   });
-  if (written != nullptr) *written = count.load();
+  if (written != nullptr) std::copy(count.begin(), count.end(), written);
   return Status();
 }
 
