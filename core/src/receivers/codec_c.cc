@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -406,16 +407,37 @@ StatusOr<std::unique_ptr<PlacementMap>> CreateMap(const dcr_tensor* tensors, siz
   return m;
 }
 
-// Copies the bits of canonical element `e` (at `bits`, w bytes) to its destinations; returns how
-// many.
-uint64_t WritePlaced(const std::vector<PlacementMap::Entry>& v, uint64_t e, const uint8_t* bits,
-                     uint64_t w) {
-  auto it = std::lower_bound(v.begin(), v.end(), e, [](const PlacementMap::Entry& a,
-                                                       uint64_t x) { return a.src < x; });
-  uint64_t k = 0;
-  for (; it != v.end() && it->src == e; ++it, ++k) std::memcpy(it->dst, bits, w);
-  return k;
-}
+// Writes changed elements of one tensor to their destinations, for elements given mostly in
+// increasing order (a chunk's changes): the search for the next element gallops forward from the
+// previous one, so a chunk costs about one pass over its part of the entries.
+class PlacedWriter {
+ public:
+  explicit PlacedWriter(const std::vector<PlacementMap::Entry>& v) : v_(v), at_(v.begin()) {}
+  // Copies the bits of canonical element `e` (at `bits`, w bytes) to its destinations; returns
+  // how many.
+  uint64_t Write(uint64_t e, const uint8_t* bits, uint64_t w) {
+    auto less = [](const PlacementMap::Entry& a, uint64_t x) { return a.src < x; };
+    const auto end = v_.end();
+    if (at_ != v_.begin() && std::prev(at_)->src >= e) {
+      at_ = std::lower_bound(v_.begin(), at_, e, less);  // went backwards: search from the start
+    } else {
+      auto lo = at_;
+      size_t step = 1;
+      while (static_cast<size_t>(end - lo) > step && (lo + step)->src < e) {
+        lo += step;
+        step *= 2;
+      }
+      at_ = std::lower_bound(lo, lo + std::min<size_t>(step + 1, end - lo), e, less);
+    }
+    uint64_t k = 0;
+    for (; at_ != end && at_->src == e; ++at_, ++k) std::memcpy(at_->dst, bits, w);
+    return k;
+  }
+
+ private:
+  const std::vector<PlacementMap::Entry>& v_;
+  std::vector<PlacementMap::Entry>::const_iterator at_;
+};
 
 Status ApplyPlaced(const dcr_tensor* tensors, size_t n, const void* delta, size_t size,
                    const PlacementMap& m, const dcr_codec_options& o, dcr_apply_result* result,
@@ -450,6 +472,8 @@ Status ApplyPlaced(const dcr_tensor* tensors, size_t n, const void* delta, size_
         const ChunkHeader& h = dc.header;
         const uint64_t w = h.elem_width;
         SegmentCursor cur(h.segments);
+        uint32_t writer_of = UINT32_MAX;
+        std::optional<PlacedWriter> writer;
         auto put = [&](uint64_t pos) {
           uint32_t sg = 0;
           uint64_t e = 0;
@@ -460,7 +484,8 @@ Status ApplyPlaced(const dcr_tensor* tensors, size_t n, const void* delta, size_
           if (u.saved && std::memcmp(now, u.covered.data() + pos * w, w) == 0) return;
           const uint32_t si = set_of[ti];
           if (touched.empty() || touched.back().first != si) touched.emplace_back(si, 0);
-          touched.back().second += WritePlaced(m.entries[si], e, now, w);
+          if (writer_of != si) writer.emplace(m.entries[si]), writer_of = si;
+          touched.back().second += writer->Write(e, now, w);
         };
         if (u.saved || h.position_mode == PositionMode::kDense) {
           for (uint64_t p = 0; p < h.num_elements; ++p) put(p);
