@@ -238,13 +238,16 @@ class DeltaSender:
         os.makedirs(out_dir, exist_ok=True)
 
     def send(self, named_tensors):
-        """Encodes the delta to ``named_tensors`` (a dict or an iterable of (name, tensor), every
-        tensor of the base) and writes it; returns the update description."""
-        target = {k: v.detach().to("cpu").contiguous() for k, v in dict(named_tensors).items()}
-        if list(target) != list(self._last):
-            missing = sorted(set(self._last) ^ set(target))
-            raise InvalidArgumentError("dcr: the state dict sent has other tensors than the base "
-                                       "(%s, ...), or another order" % (missing[:1] or ["order"])[0])
+        """Encodes the delta to ``named_tensors`` (a dict or an iterable of (name, tensor), the
+        base's tensors in any order) and writes it; returns the update description."""
+        given = {k: v.detach().to("cpu").contiguous() for k, v in dict(named_tensors).items()}
+        if given.keys() != self._last.keys():
+            extra = sorted(set(given) - set(self._last))
+            missing = sorted(set(self._last) - set(given))
+            raise InvalidArgumentError(
+                "dcr: the state dict sent is not the base's tensor set (%s)"
+                % ("'%s' not in the base" % extra[0] if extra else "'%s' missing" % missing[0]))
+        target = {k: given[k] for k in self._last}  # the base's order: the delta's tensor order
         delta = codec.encode_delta(self._last, target, dtypes=self._dtypes,
                                    base_version=self.version, target_version=self.version + 1,
                                    **self._options)
