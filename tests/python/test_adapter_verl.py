@@ -4,8 +4,6 @@ adapters load what the engine yields. Every rollout's parameters equal a dense l
 trainer's state, byte for byte, after every sync, and only changed tensors are loaded. With verl
 installed, the last test checks the real registry; without it it skips and says so."""
 
-import asyncio
-
 import pytest
 
 import dcr

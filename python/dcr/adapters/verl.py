@@ -42,7 +42,8 @@ def probe():
     try:
         import verl
     except ImportError as e:
-        raise UnimplementedError("dcr.adapters.verl: verl is not importable here (%s)" % e) from None
+        raise UnimplementedError("dcr.adapters.verl: verl is not importable here (%s)"
+                                 % e) from None
     version = getattr(verl, "__version__", "unknown")
     try:
         from verl.checkpoint_engine.base import CheckpointEngine, CheckpointEngineRegistry

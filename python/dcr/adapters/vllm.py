@@ -52,14 +52,16 @@ def probe():
     try:
         import vllm
     except ImportError as e:
-        raise UnimplementedError("dcr.adapters.vllm: vLLM is not importable here (%s)" % e) from None
+        raise UnimplementedError("dcr.adapters.vllm: vLLM is not importable here (%s)"
+                                 % e) from None
     version = getattr(vllm, "__version__", "unknown")
     try:
         from vllm.distributed.weight_transfer import base
     except ImportError as e:
         raise UnimplementedError(
             "dcr.adapters.vllm: vLLM %s has no vllm.distributed.weight_transfer.base (%s): the "
-            "dcr backend needs a vLLM with pluggable weight-transfer engines" % (version, e)) from None
+            "dcr backend needs a vLLM with pluggable weight-transfer engines"
+            % (version, e)) from None
     wte = getattr(base, "WeightTransferEngine", None)
     if wte is None:
         raise UnimplementedError("dcr.adapters.vllm: vLLM %s has no WeightTransferEngine" % version)
