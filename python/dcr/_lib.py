@@ -45,6 +45,13 @@ class ApplyResult(ctypes.Structure):
                 ("target_version", c_uint64), ("target_hash", c_uint64 * 2)]
 
 
+class Placement(ctypes.Structure):
+    """dcr_placement (dcr/codec_c.h)."""
+    _fields_ = [("tensor", ctypes.c_uint32), ("dst", c_void_p), ("dst_elements", c_uint64),
+                ("count", c_uint64), ("src", POINTER(ctypes.c_int64)),
+                ("dst_index", POINTER(ctypes.c_int64))]
+
+
 class DeltaPart(ctypes.Structure):
     """dcr_delta_part (dcr/codec_c.h)."""
     _fields_ = [("offset", c_uint64), ("size", c_uint64)]
@@ -98,6 +105,15 @@ _SIGNATURES = {
     "dcr_delta_parts": (c_int, [c_void_p, c_size_t, POINTER(DeltaPart), c_size_t,
                                 POINTER(c_size_t)]),
     "dcr_tensors_hash": (c_int, [POINTER(Tensor), c_size_t, c_int32, POINTER(c_uint64)]),
+    "dcr_placement_map_create": (c_int, [POINTER(Tensor), c_size_t, POINTER(Placement), c_size_t,
+                                         POINTER(c_void_p)]),
+    "dcr_placement_map_free": (None, [c_void_p]),
+    "dcr_placement_map_elements": (c_uint64, [c_void_p]),
+    "dcr_apply_delta_placed": (c_int, [POINTER(Tensor), c_size_t, c_void_p, c_size_t, c_void_p,
+                                       POINTER(CodecOptions), POINTER(ApplyResult),
+                                       POINTER(ctypes.c_uint8), POINTER(c_uint64)]),
+    "dcr_placement_map_write": (c_int, [c_void_p, POINTER(Tensor), c_size_t,
+                                        POINTER(ctypes.c_uint8), c_int32, POINTER(c_uint64)]),
 }
 
 _lock = threading.Lock()

@@ -4,8 +4,9 @@ import collections
 import ctypes
 
 from . import _lib
-from ._tensors import tensor_array
-from .errors import InvalidArgumentError
+from ._tensors import WIDTH, tensor_array
+from .errors import (FailedPreconditionError, InternalError, InvalidArgumentError,
+                     UnimplementedError)
 
 _POLICIES = {"auto": 0, "xor": 1, "ulp": 2, "absolute": 3}
 
@@ -143,3 +144,157 @@ def tensors_hash(tensors, threads=0, dtypes=None):
     h = (ctypes.c_uint64 * 2)()
     _lib.check(_lib.lib().dcr_tensors_hash(arr.array, arr.count, threads, h))
     return (h[0], h[1])
+
+
+def _index_ptr(a, what):
+    """(address, length, keep) of a 1-D int64 index array (torch or numpy), contiguous."""
+    mod = type(a).__module__.split(".")[0]
+    if mod == "torch":
+        if a.dtype.is_floating_point or a.element_size() != 8 or a.device.type != "cpu":
+            raise InvalidArgumentError("dcr: %s must be a CPU int64 tensor" % what)
+        a = a.reshape(-1).contiguous()
+        return a.data_ptr(), int(a.numel()), a
+    if mod == "numpy":
+        import numpy
+        a = numpy.ascontiguousarray(a, dtype=numpy.int64).reshape(-1)
+        return a.ctypes.data, int(a.size), a
+    raise TypeError("dcr: %s must be a torch.Tensor or numpy.ndarray, got %s"
+                    % (what, type(a).__name__))
+
+
+class PlacementMap:
+    """Where the elements of a canonical tensor set lie, bit for bit, in other buffers (an
+    engine's parameters): dcr_placement_map of dcr/codec_c.h.
+
+    ``tensors``: the canonical set (name -> tensor; its names, dtypes and shapes are kept, in
+    this order). ``placements``: iterable of ``(name, dst, src, dst_index)``: element
+    ``src[i]`` of canonical tensor ``name`` is held at element ``dst_index[i]`` of the contiguous
+    CPU tensor ``dst`` (same element width; ``src`` and ``dst_index`` 1-D int64). The map keeps
+    the address of each ``dst`` (and a reference to it): the storage must not move while the map
+    is used. Raises :class:`dcr.InvalidArgumentError` for indices outside their tensors or two
+    placements writing the same destination element.
+
+    Thread safety: one call at a time per map.
+    """
+
+    def __init__(self, tensors, placements, dtypes=None):
+        self._dtypes = dict(dtypes or {})
+        arr = tensor_array(tensors, self._dtypes)
+        self.names = [d.name for d in arr.described]
+        index = {n: i for i, n in enumerate(self.names)}
+        self._dst = []
+        keep = []
+        cs = []
+        for name, dst, src, dst_index in placements:
+            if name not in index:
+                raise InvalidArgumentError("dcr: placement of unknown tensor '%s'" % name)
+            ptr, numel, width = _dst_buffer(name, dst)
+            if width != WIDTH[arr.described[index[name]].dtype]:
+                raise InvalidArgumentError(
+                    "dcr: placement of '%s' into a tensor of %d-byte elements, but the tensor's "
+                    "are %d bytes" % (name, width, WIDTH[arr.described[index[name]].dtype]))
+            sp, sn, sk = _index_ptr(src, "src")
+            dp, dn, dk = _index_ptr(dst_index, "dst_index")
+            if sn != dn:
+                raise InvalidArgumentError("dcr: placement of '%s': %d source and %d destination "
+                                           "indices" % (name, sn, dn))
+            keep += [sk, dk]
+            self._dst.append((dst, ptr))
+            p = _lib.Placement()
+            p.tensor, p.dst, p.dst_elements, p.count = index[name], ptr or None, numel, sn
+            p.src = ctypes.cast(sp, ctypes.POINTER(ctypes.c_int64))
+            p.dst_index = ctypes.cast(dp, ctypes.POINTER(ctypes.c_int64))
+            cs.append(p)
+        c_arr = (_lib.Placement * max(len(cs), 1))(*cs)
+        handle = ctypes.c_void_p()
+        lib = _lib.lib()
+        _lib.check(lib.dcr_placement_map_create(arr.array, arr.count, c_arr, len(cs),
+                                                ctypes.byref(handle)))
+        self._handle = handle
+        self._lib = lib
+        self.elements = int(lib.dcr_placement_map_elements(handle))
+
+    def close(self):
+        """Frees the map (also on garbage collection)."""
+        if getattr(self, "_handle", None) is not None and self._handle.value:
+            self._lib.dcr_placement_map_free(self._handle)
+            self._handle = None
+
+    def __del__(self):
+        self.close()
+
+    def _check(self, tensors):
+        if self._handle is None:
+            raise FailedPreconditionError("dcr: the placement map is closed")
+        for dst, ptr in self._dst:
+            if _dst_buffer("", dst)[0] != ptr:
+                raise FailedPreconditionError(
+                    "dcr: a placement destination moved (0x%x -> 0x%x): the map needs stable "
+                    "buffers" % (ptr, _dst_buffer("", dst)[0]))
+        arr = tensor_array(tensors, self._dtypes, writable=True)
+        if [d.name for d in arr.described] != self.names:
+            raise InvalidArgumentError("dcr: the tensors are not the placement map's set (names "
+                                       "or order differ)")
+        return arr
+
+    def apply(self, tensors, delta, **options):
+        """Applies ``delta`` to ``tensors`` (the map's canonical set) as :func:`apply_delta`
+        does, all or nothing, then writes the new bits of the changed elements alone to their
+        destinations. Returns ``(ApplyResult, changed, written)``: the names of the tensors with
+        a changed element (in map order) and name -> destination elements written. On
+        :class:`dcr.InternalError` (the tensors hold the target, destinations partly written)
+        the exception's ``result`` attribute is the ApplyResult: rewrite with :meth:`write`."""
+        o = _options(options, _APPLY_OPTIONS, "apply_delta")
+        arr = self._check(tensors)
+        buf, size = _delta_buffer(delta)
+        n = len(self.names)
+        r = _lib.ApplyResult()
+        changed = (ctypes.c_uint8 * max(n, 1))()
+        written = (ctypes.c_uint64 * max(n, 1))()
+        rc = self._lib.dcr_apply_delta_placed(arr.array, arr.count, buf, size, self._handle,
+                                              ctypes.byref(o), ctypes.byref(r), changed, written)
+        res = ApplyResult(r.chunks, r.changes, r.base_version, r.target_version,
+                          (r.target_hash[0], r.target_hash[1]))
+        try:
+            _lib.check(rc)
+        except InternalError as e:
+            e.result = res
+            raise
+        names = [self.names[i] for i in range(n) if changed[i]]
+        return res, names, {self.names[i]: int(written[i]) for i in range(n) if written[i]}
+
+    def write(self, tensors, names=None, threads=0):
+        """Writes every placed element of the tensors ``names`` (None = all) from ``tensors``
+        (the map's set) to its destinations. Returns name -> destination elements written."""
+        arr = self._check(tensors)
+        n = len(self.names)
+        which = None
+        if names is not None:
+            want = set(names)
+            which = (ctypes.c_uint8 * max(n, 1))(*[1 if x in want else 0 for x in self.names])
+        written = (ctypes.c_uint64 * max(n, 1))()
+        _lib.check(self._lib.dcr_placement_map_write(self._handle, arr.array, arr.count, which,
+                                                     threads, written))
+        return {self.names[i]: int(written[i]) for i in range(n) if written[i]}
+
+
+def _dst_buffer(name, dst):
+    """(address, elements, element width) of a placement destination: a contiguous CPU torch
+    tensor or a writable C-contiguous numpy array."""
+    mod = type(dst).__module__.split(".")[0]
+    if mod == "torch":
+        if dst.device.type != "cpu":
+            raise UnimplementedError("dcr: placement destination of '%s' is on %s; placement "
+                                     "maps write CPU tensors" % (name, dst.device))
+        if not dst.is_contiguous():
+            raise InvalidArgumentError("dcr: placement destination of '%s' is not contiguous"
+                                       % name)
+        return dst.data_ptr(), int(dst.numel()), dst.element_size()
+    if mod == "numpy":
+        if not dst.flags["C_CONTIGUOUS"] or not dst.flags["WRITEABLE"]:
+            raise InvalidArgumentError("dcr: placement destination of '%s' is not a writable "
+                                       "C-contiguous array" % name)
+        return dst.ctypes.data, int(dst.size), dst.dtype.itemsize
+    raise TypeError("dcr: placement destination of '%s' must be a torch.Tensor or numpy.ndarray, "
+                    "got %s" % (name, type(dst).__name__))
+

@@ -11,23 +11,27 @@ parameter, recorded as two index arrays. Any other write whose inputs derive fro
 tensor (a cast, an arithmetic op, a repack) makes the tensor *converted*: the engine's loader is
 re-run for it. Writes from no checkpoint tensor (zero padding) are constants.
 
-A version moves as one: the delta is applied all or nothing to the receiver's canonical copy of
-the checkpoint (:func:`dcr.apply_delta`: on failure nothing changes, engine included), then the
-placements are written from it and the loader re-run for the converted tensors that changed. A
-failure in that second step (the engine's loader raising, the process interrupted) leaves the
+A version moves as one. :meth:`EngineReceiver.apply` hands the delta, the canonical copy of the
+checkpoint and the recorded placements (a :class:`dcr.codec.PlacementMap`) to
+``dcr_apply_delta_placed``: the delta is applied all or nothing to the canonical copy (on failure
+nothing changes, engine included), then the new bits of the changed elements alone are copied to
+every parameter element that holds them; elements the delta does not change are neither read nor
+written in the engine. The engine's loader is then re-run for the converted tensors that changed.
+A failure in that second step (the engine's loader raising, the process interrupted) leaves the
 receiver *dirty*: :meth:`EngineReceiver.check_serving` raises until :meth:`EngineReceiver.repair`
-has rewritten every placement and re-run every converted load from the canonical copy, which holds
-the new version; the engine never serves a mix of two versions when it checks before serving.
+has rewritten every placement (an overwrite from the canonical copy) and re-run every converted
+load, so the engine never serves a mix of two versions when it checks before serving.
 
-Costs: the canonical copy is one more copy of the checkpoint in host memory; each apply hashes
-every canonical tensor to find the changed ones, then writes every placed element of those (a
-gather/scatter over the recorded index arrays, integer views so every bit is kept), not only the
-changed elements, and re-loads only the converted tensors that changed.
+Costs: the canonical copy is one more copy of the checkpoint in host memory, and the placement
+map 16 bytes per placed element; an update writes the engine's elements the delta changes (times
+the places each lies in: tied or replicated weights) and re-loads the converted tensors that
+changed. ``last_update`` says what the last update wrote.
 
 Limits: CPU tensors; a write other than ``copy_`` counts as writing its whole destination view;
 writes into storage that is not a registered parameter are not tracked (an engine cache derived
 from the weights must be rebuilt by the engine: :class:`EngineReceiver` takes ``after_update`` for
-that).
+that); parameters must keep their storage (an engine that re-allocates a parameter gets
+:class:`dcr.FailedPreconditionError` on the next update and needs a new receiver).
 
 Thread safety: one receiver is used from one thread at a time.
 """
@@ -39,11 +43,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import codec
-from .errors import FailedPreconditionError, InvalidArgumentError
-
-# Integer dtype of each element width, for bit-exact gathers and scatters.
-_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
+from .errors import FailedPreconditionError, InternalError, InvalidArgumentError
 
 def _storage_ptr(t):
     if hasattr(t, "untyped_storage"):
@@ -69,14 +69,6 @@ def _positions(view, base):
     idx = torch.arange(base.numel(), dtype=torch.int64)
     return torch.as_strided(idx, view.size(), view.stride(),
                             view.storage_offset() - base.storage_offset())
-
-
-def _bits(t):
-    """``t`` flattened, as integers of its element width (the same bytes)."""
-    flat = t.reshape(-1)
-    if flat.dtype == torch.bool:
-        return flat.view(torch.uint8)
-    return flat.view(_INT[flat.element_size()])
 
 
 Placement = collections.namedtuple("Placement", "tensor src param dst")
@@ -219,11 +211,17 @@ class EngineReceiver:
         rec = PlacementRecorder(self._params, self.canonical)
         with torch.no_grad(), rec:
             self._load(iter(list(self.canonical.items())))
-        self.placements, self.converted = rec.result()
+        placements, self.converted = rec.result()
+        self._map = codec.PlacementMap(
+            self.canonical, [(pl.tensor, self._params[pl.param], pl.src, pl.dst)
+                             for pl in placements], dtypes=self._dtypes)
         self._hash = codec.tensors_hash(self.canonical, dtypes=self._dtypes)
-        self._tensor_hash = self._hashes(self.canonical)
         self.version = version
         self._dirty = False
+        #: What the last update or repair wrote: ``changed`` (canonical tensors with a changed
+        #: element), ``written`` (name -> engine elements written), ``written_bytes``,
+        #: ``reloaded`` (converted tensors re-loaded through the engine's loader).
+        self.last_update = None
 
     # ---- state ----
 
@@ -242,26 +240,30 @@ class EngineReceiver:
 
     def stats(self):
         """Elements placed bit-preserving, and the converted tensors."""
-        return sum(int(p.dst.numel()) for p in self.placements), list(self.converted)
+        return self._map.elements, list(self.converted)
 
     # ---- updates ----
 
     def apply(self, delta, threads=0):
         """Moves the engine to the delta's target. The delta is checked and applied to the
         canonical copy first, all or nothing (a :class:`dcr.Error` then leaves canonical copy and
-        engine untouched); then the engine's parameters are written. Returns the
-        :data:`dcr.ApplyResult`."""
+        engine untouched); then its changed elements are written into the engine's parameters
+        and the converted tensors it changed re-loaded. Returns the :data:`dcr.ApplyResult`."""
         with self._lock:
             self.check_serving()
-            r = codec.apply_delta_stats(self.canonical, delta, threads=threads,
-                                        known_base_hash=self._hash, dtypes=self._dtypes)
+            try:
+                r, changed, written = self._map.apply(self.canonical, delta, threads=threads,
+                                                      known_base_hash=self._hash,
+                                                      dtypes=self._dtypes)
+            except InternalError as e:
+                # The canonical copy moved; the engine's placements are partly written.
+                self._dirty = True
+                self._hash, self.version = e.result.target_hash, e.result.target_version
+                raise
             self._hash = r.target_hash
             self.version = r.target_version
             self._dirty = True
-            hashes = self._hashes(self.canonical)
-            changed = {n for n, h in hashes.items() if h != self._tensor_hash.get(n)}
-            self._tensor_hash = hashes
-            self._write(changed)
+            self._finish(changed, written)
             return r
 
     def repair(self):
@@ -269,27 +271,19 @@ class EngineReceiver:
         canonical copy: the engine then holds the canonical version."""
         with self._lock:
             self._dirty = True
-            self._write(set(self.canonical))
+            self._finish(list(self.canonical), self._map.write(self.canonical))
 
-    def _hashes(self, tensors):
-        """Content hash of each tensor alone: which tensors an update changed."""
-        return {n: codec.tensors_hash({n: t}, dtypes={n: self._dtypes[n]} if n in self._dtypes
-                                      else None) for n, t in tensors.items()}
-
-    def _write(self, changed):
-        """Writes the placements of the `changed` canonical tensors and re-runs the loader for
-        the converted ones among them."""
-        self._dirty = True
-        with torch.no_grad():
-            for pl in self.placements:
-                if pl.tensor not in changed:
-                    continue
-                dst = _bits(self._params[pl.param].data)
-                src = _bits(self.canonical[pl.tensor])
-                dst[pl.dst] = src[pl.src]
-            converted = [n for n in self.converted if n in changed]
-            if converted:
+    def _finish(self, changed, written):
+        """Re-runs the loader for the converted tensors among ``changed``, then the
+        ``after_update`` hook; the receiver is consistent again when both return."""
+        converted = [n for n in self.converted if n in set(changed)]
+        if converted:
+            with torch.no_grad():
                 self._load(iter([(n, self.canonical[n]) for n in converted]))
+        self.last_update = {
+            "changed": list(changed), "written": dict(written), "reloaded": converted,
+            "written_bytes": sum(k * self.canonical[n].element_size() for n, k in written.items()),
+        }
         if self._after is not None:
             self._after(sorted(changed))
         self._dirty = False

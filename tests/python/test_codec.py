@@ -263,10 +263,20 @@ def _samples_inside(call, margin=0.02):
 def test_gil_released_during_apply():
     g = torch.Generator()
     g.manual_seed(7)
-    n = 1 << 23
-    base = {"w": random_tensor((n,), torch.bfloat16, g)}
-    target = {"w": mutate(base["w"], 0.5, g)}
-    delta = dcr.encode_delta(base, target, threads=2)
+    # Half the elements changed; the tensor grows (x4 from 4M elements, at most 128M) until one
+    # apply on one thread takes 0.2 s, long enough to sample inside it on a fast machine too.
+    n = 1 << 22
+    while True:
+        base = {"w": random_tensor((n,), torch.bfloat16, g)}
+        target = {"w": mutate(base["w"], 0.5, g)}
+        delta = dcr.encode_delta(base, target, threads=2)
+        live = clone(base)
+        t0 = time.perf_counter()
+        dcr.apply_delta(live, delta, threads=1)
+        if time.perf_counter() - t0 >= 0.2 or n >= 1 << 27:
+            break
+        del base, target, delta, live
+        n = min(n * 4, 1 << 27)
     live = clone(base)
     inside, took = _samples_inside(lambda: dcr.apply_delta(live, delta, threads=1))
     assert raw(live["w"]) == raw(target["w"])

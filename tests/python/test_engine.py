@@ -163,3 +163,71 @@ def test_only_changed_converted_tensors_are_reloaded(gen):
     rx.apply(dcr.encode_delta(nxt, nn, dtypes=FP8, base_version=1, target_version=2))
     assert calls == [["layers.0.input_layernorm.weight"]]
     same_params(e, dense(cfg, nn, 0, 1))
+
+
+def _differing(a, b, skip):
+    """Elements of the engine's parameters (each storage once) whose bits differ between two
+    engines, parameters named in ``skip`` left out."""
+    n, seen = 0, set()
+    pa, pb = a.params(), b.params()
+    for k in pa:
+        if k in skip or pa[k].data_ptr() in seen:
+            continue
+        seen.add(pa[k].data_ptr())
+        x, y = pa[k].data.reshape(-1), pb[k].data.reshape(-1)
+        w = x.element_size()
+        xi = x.view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[w])
+        yi = y.view(xi.dtype)
+        n += int((xi != yi).sum())
+    return n
+
+
+@pytest.mark.parametrize("rate", [0.0, 0.01, 0.2])
+def test_update_writes_only_the_changed_elements(rate, gen):
+    cfg = Config()
+    cur = checkpoint(cfg, gen)
+    (e, rx), = receivers(cfg, cur, 1)
+    nxt = step(cur, rate, gen)
+    rx.apply(dcr.encode_delta(cur, nxt, dtypes=FP8))
+    same_params(e, dense(cfg, nxt, 0, 1))
+    up = rx.last_update
+    written = sum(up["written"].values())
+    # Every written element is one whose bits moved (the converted norm is re-loaded instead).
+    assert written == _differing(dense(cfg, cur, 0, 1), e, {"norm"})
+    placed, _ = rx.stats()
+    assert written < placed or rate == 0.0 and written == 0
+    assert up["written_bytes"] == sum(
+        k * cur[n].element_size() for n, k in up["written"].items())
+
+
+def test_update_leaves_unchanged_elements_unread_and_unwritten(gen):
+    """An engine element whose canonical element the delta does not change is not touched: a
+    marker written there survives the update (a rewrite of the tensor would erase it)."""
+    cfg = Config()
+    cur = checkpoint(cfg, gen)
+    (e, rx), = receivers(cfg, cur, 1)
+    nxt = dict(cur)
+    up = cur["layers.0.mlp.up_proj.weight"].clone()
+    up.view(torch.int16)[0, 0] ^= 1   # gate_up row inter_rank, column 0 changes
+    nxt["layers.0.mlp.up_proj.weight"] = up
+    marker = e.gate_up.data.view(torch.int16)[cfg.inter, 5].item() ^ 0x55
+    e.gate_up.data.view(torch.int16)[cfg.inter, 5] = marker
+    rx.apply(dcr.encode_delta(cur, nxt, dtypes=FP8))
+    assert rx.last_update["written"] == {"layers.0.mlp.up_proj.weight": 1}
+    assert e.gate_up.data.view(torch.int16)[cfg.inter, 5].item() == marker
+    assert raw(e.gate_up.data[cfg.inter, 0]) == raw(up[0, 0])
+    # repair() is the overwrite: it puts every placed element back, the marker too.
+    rx.repair()
+    same_params(e, dense(cfg, nxt, 0, 1))
+
+
+def test_reallocated_parameter_is_refused(gen):
+    cfg = Config()
+    cur = checkpoint(cfg, gen)
+    (e, rx), = receivers(cfg, cur, 1)
+    nxt = step(cur, 0.05, gen)
+    delta = dcr.encode_delta(cur, nxt, dtypes=FP8)
+    e.down.data = e.down.data.clone()  # the engine re-allocates a parameter
+    with pytest.raises(dcr.FailedPreconditionError, match="stable"):
+        rx.apply(delta)
+    assert rx.consistent and rx.version == 0

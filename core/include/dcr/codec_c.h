@@ -121,6 +121,61 @@ int dcr_delta_parts(const void* delta, size_t size, dcr_delta_part* parts, size_
 /* The content hash (dcr/hash.h) of a tensor set: what a delta built from it names as its base. */
 int dcr_tensors_hash(const dcr_tensor* tensors, size_t n, int32_t threads, uint64_t hash[2]);
 
+/* ---- applying through a placement map ----
+ * An engine that holds the weights in its own layout (fused, sliced, transposed, padded, tied)
+ * keeps a canonical copy of the checkpoint (the tensor set) and a placement map: where each
+ * canonical element lies, bit for bit, in the engine's buffers. dcr_apply_delta_placed applies a
+ * delta to the canonical copy all or nothing, then writes the new bits of the changed elements
+ * alone into the engine's buffers; elements the delta does not change are neither read nor
+ * written there. */
+
+/* One bit-preserving placement given as data: for i < count, element src[i] of tensor `tensor`
+ * (an index into the tensor set given to dcr_placement_map_create) is held, bit for bit, at element
+ * dst_index[i] of the buffer at `dst`, an array of dst_elements elements of the tensor's width
+ * (host memory). The arrays are borrowed for the duration of dcr_placement_map_create. */
+typedef struct dcr_placement {
+  uint32_t tensor;
+  void* dst;
+  uint64_t dst_elements;
+  uint64_t count;
+  const int64_t* src;
+  const int64_t* dst_index;
+} dcr_placement;
+
+typedef struct dcr_placement_map dcr_placement_map;
+
+/* Builds the map of `placements` over the tensor set `tensors` (its names, dtypes and shapes are
+ * kept; its data is not). The map keeps the `dst` addresses: the buffers must stay where they are
+ * while the map is used. DCR_INVALID_ARGUMENT for a bad descriptor, a tensor index out of range,
+ * an index outside its tensor or buffer, or two placements writing the same destination bytes.
+ * Memory: 16 bytes per placed element. Free with dcr_placement_map_free. */
+int dcr_placement_map_create(const dcr_tensor* tensors, size_t n, const dcr_placement* placements,
+                             size_t n_placements, dcr_placement_map** out);
+void dcr_placement_map_free(dcr_placement_map* map);
+/* Elements placed (the sum of the placements' counts). */
+uint64_t dcr_placement_map_elements(const dcr_placement_map* map);
+
+/* dcr_apply_delta on `tensors` (the same checks, failure codes and all-or-nothing outcome: on error
+ * the tensors and every destination buffer hold the bytes they held before the call), then, once
+ * the delta is committed, writes the new bits of every changed element to each of its placed
+ * destinations. `tensors` must be the map's tensor set (same names, dtypes and shapes, same
+ * order): DCR_INVALID_ARGUMENT otherwise. `changed` (may be NULL) receives n flags: 1 for each
+ * tensor with at least one changed element (a converted copy of it needs re-loading), else 0.
+ * `written` (may be NULL) receives n counts: the destination elements written for each tensor.
+ * DCR_INTERNAL only if a chunk that was applied fails to decode again: the tensors then hold the
+ * target (`result` says which), `changed` and `written` what was written, and the destinations
+ * are partly written (rewrite them with dcr_placement_map_write). */
+int dcr_apply_delta_placed(const dcr_tensor* tensors, size_t n, const void* delta, size_t size,
+                           const dcr_placement_map* map, const dcr_codec_options* options,
+                           dcr_apply_result* result, uint8_t* changed, uint64_t* written);
+
+/* Writes every placed element of the tensors flagged in `which` (n flags; NULL = all) from
+ * `tensors` (the map's tensor set) to its destinations: the repair after an interrupted update.
+ * `threads`: 0 = hardware concurrency. `written` (may be NULL) receives n counts: the destination
+ * elements written for each tensor. */
+int dcr_placement_map_write(const dcr_placement_map* map, const dcr_tensor* tensors, size_t n,
+                            const uint8_t* which, int32_t threads, uint64_t* written);
+
 #ifdef __cplusplus
 }  /* extern "C" */
 #endif

@@ -1,11 +1,14 @@
 // The C API for in-memory tensors (dcr/codec_c.h): BuildDelta over in-memory checkpoint images,
 // and an all-or-nothing apply through BufferReceiver over the caller's buffers.
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +23,18 @@
 #include "internal/parallel.h"
 #include "receivers/c_error.h"
 #include "receivers/value_ops.h"
+
+// A placement map (dcr/codec_c.h): the tensor set it was built over, and per tensor its placed
+// elements as (canonical element, destination address) sorted by element.
+struct dcr_placement_map {
+  struct Entry {
+    uint64_t src;
+    uint8_t* dst;
+  };
+  std::vector<dcr::TensorInfo> tensors;
+  std::vector<std::vector<Entry>> entries;
+  uint64_t elements = 0;
+};
 
 namespace dcr {
 namespace {
@@ -214,8 +229,16 @@ Status CheckInventory(const Inventory& inv, const std::vector<HostTensor>& ts) {
   return Status();
 }
 
+// Runs after a delta committed, with the applied chunks (their undo records): what
+// dcr_apply_delta_placed writes into the placed destinations. Its error is the apply's, with the
+// tensors at the target.
+using AfterCommit = std::function<Status(const DeltaReader& reader,
+                                         const std::vector<TensorBuffer>& bufs,
+                                         const std::vector<Undo>& applied)>;
+
 Status Apply(const dcr_tensor* tensors, size_t n, const void* delta, size_t size,
-             const dcr_codec_options& o, dcr_apply_result* result) {
+             const dcr_codec_options& o, dcr_apply_result* result,
+             const AfterCommit& after = nullptr) {
   DCR_RETURN_IF_ERROR(CheckOptions(o));
   if (delta == nullptr && size > 0) return InvalidArgumentError("delta is NULL");
   DCR_ASSIGN_OR_RETURN(auto ts, ReadDescriptors(tensors, n, "apply"));
@@ -288,6 +311,223 @@ Status Apply(const dcr_tensor* tensors, size_t n, const void* delta, size_t size
     result->target_hash[0] = rx.held().hash.lo;
     result->target_hash[1] = rx.held().hash.hi;
   }
+  if (after) {
+    Status s = after(*reader, bufs, applied);
+    if (!s.ok()) {
+      return InternalError("the tensors hold the delta's target but writing its changes to the "
+                           "placements failed (rewrite them): " + s.ToString());
+    }
+  }
+  return Status();
+}
+
+using PlacementMap = dcr_placement_map;
+
+Status SameSet(const PlacementMap& m, const std::vector<HostTensor>& ts) {
+  if (ts.size() != m.tensors.size()) {
+    return InvalidArgumentError("the placement map was built over " +
+                                std::to_string(m.tensors.size()) + " tensors, not " +
+                                std::to_string(ts.size()));
+  }
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const TensorInfo& a = ts[i].info;
+    const TensorInfo& b = m.tensors[i];
+    if (a.name != b.name || a.dtype_name != b.dtype_name || a.shape != b.shape) {
+      return InvalidArgumentError("tensor " + std::to_string(i) + " ('" + a.name +
+                                  "') is not the placement map's tensor '" + b.name + "'");
+    }
+  }
+  return Status();
+}
+
+StatusOr<std::unique_ptr<PlacementMap>> CreateMap(const dcr_tensor* tensors, size_t n,
+                                                  const dcr_placement* p, size_t np) {
+  DCR_ASSIGN_OR_RETURN(auto ts, ReadDescriptors(tensors, n, "placement map"));
+  if (p == nullptr && np > 0) return InvalidArgumentError("placements is NULL");
+  auto m = std::make_unique<PlacementMap>();
+  for (const HostTensor& t : ts) m->tensors.push_back(t.info);
+  m->entries.resize(n);
+  std::vector<std::pair<uintptr_t, uintptr_t>> spans;  // destination byte ranges
+  for (size_t i = 0; i < np; ++i) {
+    const dcr_placement& pl = p[i];
+    const std::string where = "placement " + std::to_string(i);
+    if (pl.tensor >= n) {
+      return InvalidArgumentError(where + ": tensor index " + std::to_string(pl.tensor) +
+                                  " of a set of " + std::to_string(n));
+    }
+    const TensorInfo& info = ts[pl.tensor].info;
+    const uint64_t w = static_cast<uint64_t>(info.width());
+    const uint64_t elems = info.num_elements();
+    if (pl.count > 0 && (pl.dst == nullptr || pl.src == nullptr || pl.dst_index == nullptr)) {
+      return InvalidArgumentError(where + " (tensor '" + info.name + "'): NULL array or buffer");
+    }
+    if (pl.dst_elements > (uint64_t{1} << 62) / w) {
+      return InvalidArgumentError(where + ": dst_elements too large");
+    }
+    auto& v = m->entries[pl.tensor];
+    v.reserve(v.size() + pl.count);
+    auto* dst = static_cast<uint8_t*>(pl.dst);
+    for (uint64_t j = 0; j < pl.count; ++j) {
+      const int64_t e = pl.src[j];
+      const int64_t d = pl.dst_index[j];
+      if (e < 0 || static_cast<uint64_t>(e) >= elems) {
+        return InvalidArgumentError(where + ": element " + std::to_string(e) +
+                                    " outside tensor '" + info.name + "' of " +
+                                    std::to_string(elems) + " elements");
+      }
+      if (d < 0 || static_cast<uint64_t>(d) >= pl.dst_elements) {
+        return InvalidArgumentError(where + " (tensor '" + info.name + "'): destination index " +
+                                    std::to_string(d) + " outside a buffer of " +
+                                    std::to_string(pl.dst_elements) + " elements");
+      }
+      uint8_t* at = dst + static_cast<uint64_t>(d) * w;
+      v.push_back(PlacementMap::Entry{static_cast<uint64_t>(e), at});
+      spans.emplace_back(reinterpret_cast<uintptr_t>(at), reinterpret_cast<uintptr_t>(at) + w);
+    }
+    m->elements += pl.count;
+  }
+  std::sort(spans.begin(), spans.end());
+  for (size_t k = 1; k < spans.size(); ++k) {
+    if (spans[k].first < spans[k - 1].second) {
+      return InvalidArgumentError("two placed elements share destination bytes (address 0x" +
+                                  [](uintptr_t a) {
+                                    char b[32];
+                                    std::snprintf(b, sizeof(b), "%llx",
+                                                  static_cast<unsigned long long>(a));
+                                    return std::string(b);
+                                  }(spans[k].first) +
+                                  "): each destination element holds one canonical element");
+    }
+  }
+  for (auto& v : m->entries) {
+    std::sort(v.begin(), v.end(), [](const PlacementMap::Entry& a, const PlacementMap::Entry& b) {
+      return a.src != b.src ? a.src < b.src : a.dst < b.dst;
+    });
+  }
+  return m;
+}
+
+// Writes changed elements of one tensor to their destinations, for elements given mostly in
+// increasing order (a chunk's changes): the search for the next element gallops forward from the
+// previous one, so a chunk costs about one pass over its part of the entries.
+class PlacedWriter {
+ public:
+  explicit PlacedWriter(const std::vector<PlacementMap::Entry>& v) : v_(v), at_(v.begin()) {}
+  // Copies the bits of canonical element `e` (at `bits`, w bytes) to its destinations; returns
+  // how many.
+  uint64_t Write(uint64_t e, const uint8_t* bits, uint64_t w) {
+    auto less = [](const PlacementMap::Entry& a, uint64_t x) { return a.src < x; };
+    const auto end = v_.end();
+    if (at_ != v_.begin() && std::prev(at_)->src >= e) {
+      at_ = std::lower_bound(v_.begin(), at_, e, less);  // went backwards: search from the start
+    } else {
+      auto lo = at_;
+      size_t step = 1;
+      while (static_cast<size_t>(end - lo) > step && (lo + step)->src < e) {
+        lo += step;
+        step *= 2;
+      }
+      at_ = std::lower_bound(lo, lo + std::min<size_t>(step + 1, end - lo), e, less);
+    }
+    uint64_t k = 0;
+    for (; at_ != end && at_->src == e; ++at_, ++k) std::memcpy(at_->dst, bits, w);
+    return k;
+  }
+
+ private:
+  const std::vector<PlacementMap::Entry>& v_;
+  std::vector<PlacementMap::Entry>::const_iterator at_;
+};
+
+Status ApplyPlaced(const dcr_tensor* tensors, size_t n, const void* delta, size_t size,
+                   const PlacementMap& m, const dcr_codec_options& o, dcr_apply_result* result,
+                   uint8_t* changed, uint64_t* written) {
+  DCR_ASSIGN_OR_RETURN(auto ts, ReadDescriptors(tensors, n, "apply"));
+  DCR_RETURN_IF_ERROR(SameSet(m, ts));
+  std::map<std::string, uint32_t> index_of;
+  for (size_t i = 0; i < ts.size(); ++i) index_of[ts[i].info.name] = static_cast<uint32_t>(i);
+  std::vector<uint8_t> flags(n, 0);
+  std::vector<uint64_t> count(n, 0);
+  AfterCommit after = [&](const DeltaReader& reader, const std::vector<TensorBuffer>& bufs,
+                          const std::vector<Undo>& applied) -> Status {
+    std::vector<uint32_t> set_of;  // inventory index -> index in the tensor set
+    for (const TensorInfo& t : reader.inventory().tensors) set_of.push_back(index_of[t.name]);
+    std::mutex mu;
+    Status first;
+    internal::ParallelFor(applied.size(), o.threads, [&](uint64_t k) {
+      const Undo& u = applied[k];
+      DecodedChunk dc;
+      Status s;
+      if (u.saved) {
+        size_t hs = 0, rs = 0;
+        auto h = ParseChunkHeader(reader.chunk_data(u.chunk), reader.chunk_size(u.chunk), &hs,
+                                  &rs);
+        s = h.status();
+        if (s.ok()) dc.header = std::move(*h);
+      } else {
+        s = reader.DecodeInto(u.chunk, &dc);
+      }
+      std::vector<std::pair<uint32_t, uint64_t>> touched;  // (set index, destinations written)
+      if (s.ok()) {
+        const ChunkHeader& h = dc.header;
+        const uint64_t w = h.elem_width;
+        SegmentCursor cur(h.segments);
+        uint32_t writer_of = UINT32_MAX;
+        std::optional<PlacedWriter> writer;
+        auto put = [&](uint64_t pos) {
+          uint32_t sg = 0;
+          uint64_t e = 0;
+          cur.Locate(pos, &sg, &e);
+          const uint32_t ti = h.segments[sg].tensor_index;
+          const uint8_t* now = bufs[ti].data + e * w;
+          // Saved chunks cover unchanged elements too: their old bits tell the changed ones.
+          if (u.saved && std::memcmp(now, u.covered.data() + pos * w, w) == 0) return;
+          const uint32_t si = set_of[ti];
+          if (touched.empty() || touched.back().first != si) touched.emplace_back(si, 0);
+          if (writer_of != si) writer.emplace(m.entries[si]), writer_of = si;
+          touched.back().second += writer->Write(e, now, w);
+        };
+        if (u.saved || h.position_mode == PositionMode::kDense) {
+          for (uint64_t p = 0; p < h.num_elements; ++p) put(p);
+        } else {
+          for (uint64_t p : dc.positions) put(p);
+        }
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      if (!s.ok()) {
+        if (first.ok()) first = s;
+        return false;
+      }
+      for (const auto& [si, k] : touched) {
+        flags[si] = 1;
+        count[si] += k;
+      }
+      return true;
+    });
+    return first;
+  };
+  Status s = Apply(tensors, n, delta, size, o, result, after);
+  if (s.ok() || s.code() == StatusCode::kInternal) {
+    if (changed != nullptr) std::copy(flags.begin(), flags.end(), changed);
+    if (written != nullptr) std::copy(count.begin(), count.end(), written);
+  }
+  return s;
+}
+
+Status WriteAll(const PlacementMap& m, const dcr_tensor* tensors, size_t n, const uint8_t* which,
+                int32_t threads, uint64_t* written) {
+  DCR_ASSIGN_OR_RETURN(auto ts, ReadDescriptors(tensors, n, "placement write"));
+  DCR_RETURN_IF_ERROR(SameSet(m, ts));
+  std::vector<uint64_t> count(n, 0);
+  internal::ParallelFor(n, threads < 0 ? 0 : threads, [&](uint64_t t) {
+    if (which != nullptr && which[t] == 0) return true;
+    const uint64_t w = static_cast<uint64_t>(ts[t].info.width());
+    const uint8_t* src = ts[t].data;
+    for (const PlacementMap::Entry& e : m.entries[t]) std::memcpy(e.dst, src + e.src * w, w);
+    count[t] = m.entries[t].size();
+    return true;
+  });
+  if (written != nullptr) std::copy(count.begin(), count.end(), written);
   return Status();
 }
 
@@ -376,6 +616,42 @@ int dcr_tensors_hash(const dcr_tensor* tensors, size_t n, int32_t threads, uint6
   const dcr::Hash128 h = dcr::ContentHashOf(dcr::Views(*ts), threads < 0 ? 0 : threads);
   hash[0] = h.lo;
   hash[1] = h.hi;
+  return DCR_OK;
+}
+
+int dcr_placement_map_create(const dcr_tensor* tensors, size_t n, const dcr_placement* placements,
+                             size_t n_placements, dcr_placement_map** out) {
+  if (out == nullptr) return dcr::internal::CFail(dcr::InvalidArgumentError("out is NULL"));
+  *out = nullptr;
+  auto m = dcr::CreateMap(tensors, n, placements, n_placements);
+  if (!m.ok()) return dcr::internal::CFail(m.status().WithContext("placement map"));
+  *out = m->release();
+  return DCR_OK;
+}
+
+void dcr_placement_map_free(dcr_placement_map* map) { delete map; }
+
+uint64_t dcr_placement_map_elements(const dcr_placement_map* map) {
+  return map == nullptr ? 0 : map->elements;
+}
+
+int dcr_apply_delta_placed(const dcr_tensor* tensors, size_t n, const void* delta, size_t size,
+                           const dcr_placement_map* map, const dcr_codec_options* options,
+                           dcr_apply_result* result, uint8_t* changed, uint64_t* written) {
+  if (map == nullptr) return dcr::internal::CFail(dcr::InvalidArgumentError("map is NULL"));
+  dcr_codec_options o;
+  dcr_codec_options_init(&o);
+  if (options != nullptr) o = *options;
+  dcr::Status s = dcr::ApplyPlaced(tensors, n, delta, size, *map, o, result, changed, written);
+  if (!s.ok()) return dcr::internal::CFail(s.WithContext("apply"));
+  return DCR_OK;
+}
+
+int dcr_placement_map_write(const dcr_placement_map* map, const dcr_tensor* tensors, size_t n,
+                            const uint8_t* which, int32_t threads, uint64_t* written) {
+  if (map == nullptr) return dcr::internal::CFail(dcr::InvalidArgumentError("map is NULL"));
+  dcr::Status s = dcr::WriteAll(*map, tensors, n, which, threads, written);
+  if (!s.ok()) return dcr::internal::CFail(s.WithContext("placement write"));
   return DCR_OK;
 }
 

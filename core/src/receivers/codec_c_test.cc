@@ -296,5 +296,195 @@ TEST(CodecCTest, EncodeRefusesMismatchedSetsAndBadDescriptors) {
             DCR_INVALID_ARGUMENT);
 }
 
+// An engine's layout of Model(): a.weight transposed into "qkv" with its first 10 rows also in
+// "embed" (tied), b.bias reversed, c.scale not placed (a converted tensor), d.table and e.scalar
+// verbatim. Built as index arrays, the way a recorder describes placements as data.
+struct Engine {
+  std::vector<uint8_t> qkv, embed, bias, table, scalar;
+  std::vector<std::vector<int64_t>> src, dst;
+  std::vector<dcr_placement> placements;
+
+  void Add(uint32_t tensor, std::vector<uint8_t>* buf, int width, std::vector<int64_t> s,
+           std::vector<int64_t> d) {
+    src.push_back(std::move(s));
+    dst.push_back(std::move(d));
+    placements.push_back(dcr_placement{tensor, buf->data(), buf->size() / width,
+                                       src.back().size(), src.back().data(), dst.back().data()});
+  }
+  explicit Engine(const Set& m) {
+    src.reserve(8), dst.reserve(8);
+    qkv.resize(m.bytes[0].size()), embed.resize(10 * 257 * 2);
+    bias.resize(m.bytes[1].size()), table.resize(m.bytes[3].size()), scalar.resize(1);
+    std::vector<int64_t> s, d, ts, td;
+    for (int64_t r = 0; r < 300; ++r) {
+      for (int64_t c = 0; c < 257; ++c) {
+        s.push_back(r * 257 + c), d.push_back(c * 300 + r);
+        if (r < 10) ts.push_back(r * 257 + c), td.push_back(r * 257 + c);
+      }
+    }
+    Add(0, &qkv, 2, s, d);
+    Add(0, &embed, 2, ts, td);
+    s.clear(), d.clear();
+    for (int64_t i = 0; i < 1000; ++i) s.push_back(i), d.push_back(999 - i);
+    Add(1, &bias, 4, s, d);
+    s.clear();
+    for (int64_t i = 0; i < 5 * 7 * 11; ++i) s.push_back(i);
+    Add(3, &table, 8, s, s);
+    Add(4, &scalar, 1, {0}, {0});
+  }
+  // The dense load of `m` into this layout.
+  std::vector<std::vector<uint8_t>> Dense(const Set& m) const {
+    std::vector<std::vector<uint8_t>> out = {qkv, embed, bias, table, scalar};
+    const std::vector<const uint8_t*> bases = {qkv.data(), embed.data(), bias.data(),
+                                               table.data(), scalar.data()};
+    for (size_t p = 0; p < placements.size(); ++p) {
+      const dcr_placement& pl = placements[p];
+      const int w = pl.tensor == 0 ? 2 : pl.tensor == 1 ? 4 : pl.tensor == 3 ? 8 : 1;
+      size_t b = 0;
+      while (bases[b] != pl.dst) ++b;
+      for (uint64_t i = 0; i < pl.count; ++i) {
+        std::memcpy(out[b].data() + pl.dst_index[i] * w, m.bytes[pl.tensor].data() + pl.src[i] * w,
+                    w);
+      }
+    }
+    return out;
+  }
+  std::vector<std::vector<uint8_t>> Now() const { return {qkv, embed, bias, table, scalar}; }
+  void Load(const Set& m) {
+    auto d = Dense(m);
+    qkv = d[0], embed = d[1], bias = d[2], table = d[3], scalar = d[4];
+  }
+};
+
+dcr_placement_map* MapOf(Set& canonical, Engine& e) {
+  auto d = canonical.Desc();
+  dcr_placement_map* m = nullptr;
+  EXPECT_EQ(dcr_placement_map_create(d.data(), d.size(), e.placements.data(),
+                                     e.placements.size(), &m),
+            DCR_OK)
+      << dcr_last_error();
+  return m;
+}
+
+// Placed destinations written by a delta (each changed element times its placements).
+uint64_t ExpectedWrites(const Set& base, const Set& target, const Engine& e) {
+  uint64_t n = 0;
+  for (const dcr_placement& pl : e.placements) {
+    const int w = pl.tensor == 0 ? 2 : pl.tensor == 1 ? 4 : pl.tensor == 3 ? 8 : 1;
+    for (uint64_t i = 0; i < pl.count; ++i) {
+      n += std::memcmp(base.bytes[pl.tensor].data() + pl.src[i] * w,
+                       target.bytes[pl.tensor].data() + pl.src[i] * w, w) != 0;
+    }
+  }
+  return n;
+}
+
+TEST(CodecCTest, PlacedApplyWritesOnlyChangedElementsByteExact) {
+  struct Case {
+    double rate;
+    int policy;
+    int context;
+  };
+  for (Case c : {Case{0.0, DCR_VALUES_AUTO, 0}, Case{0.01, DCR_VALUES_AUTO, 0},
+                 Case{0.03, DCR_VALUES_XOR, 0}, Case{0.03, DCR_VALUES_ABSOLUTE, 0},
+                 Case{0.05, DCR_VALUES_AUTO, 1}, Case{1.0, DCR_VALUES_AUTO, 0}}) {
+    SCOPED_TRACE("rate " + std::to_string(c.rate) + " policy " + std::to_string(c.policy) +
+                 " context " + std::to_string(c.context));
+    Set base = Model(21), target = Mutate(base, c.rate, 22);
+    target.bytes[2] = base.bytes[2];  // c.scale unchanged: its flag stays 0
+    Engine e(base);
+    e.Load(base);
+    dcr_codec_options o = SmallChunks();
+    o.value_policy = c.policy;
+    o.context_coding = c.context;
+    o.threads = 2;
+    std::vector<uint8_t> delta = Encode(base, target, o);
+    const uint64_t expected = ExpectedWrites(base, target, e);
+    dcr_placement_map* m = MapOf(base, e);
+    ASSERT_NE(m, nullptr);
+    EXPECT_EQ(dcr_placement_map_elements(m), 300u * 257 + 10 * 257 + 1000 + 385 + 1);
+    auto d = base.Desc();
+    uint8_t changed[5] = {9, 9, 9, 9, 9};
+    uint64_t written[5] = {9, 9, 9, 9, 9};
+    dcr_apply_result r{};
+    ASSERT_EQ(dcr_apply_delta_placed(d.data(), d.size(), delta.data(), delta.size(), m, &o, &r,
+                                     changed, written),
+              DCR_OK)
+        << dcr_last_error();
+    EXPECT_EQ(base.bytes, target.bytes);
+    EXPECT_EQ(e.Now(), e.Dense(target));
+    EXPECT_EQ(written[0] + written[1] + written[3] + written[4], expected);
+    EXPECT_EQ(written[2], 0u);
+    EXPECT_EQ(changed[2], 0);
+    for (int t : {0, 1, 3}) EXPECT_EQ(changed[t], c.rate > 0 ? 1 : 0) << t;
+    dcr_placement_map_free(m);
+  }
+}
+
+TEST(CodecCTest, PlacedApplyRefusalsLeaveTensorsAndPlacementsUnchanged) {
+  Set base = Model(23), target = Mutate(base, 0.05, 24);
+  Engine e(base);
+  e.Load(base);
+  dcr_codec_options o = SmallChunks();
+  std::vector<uint8_t> delta = Encode(base, target, o);
+  dcr_placement_map* m = MapOf(base, e);
+  ASSERT_NE(m, nullptr);
+  const auto canonical = base.bytes;
+  const auto placed = e.Now();
+  std::vector<uint8_t> bad = delta;
+  bad[bad.size() - 200] ^= 0x40;  // inside the last chunk record or the trailer
+  auto d = base.Desc();
+  const int rc =
+      dcr_apply_delta_placed(d.data(), d.size(), bad.data(), bad.size(), m, &o, nullptr, nullptr,
+                             nullptr);
+  EXPECT_TRUE(rc == DCR_DATA_LOSS || rc == DCR_FAILED_PRECONDITION) << rc << dcr_last_error();
+  EXPECT_EQ(base.bytes, canonical);
+  EXPECT_EQ(e.Now(), placed);
+
+  // Another tensor set than the map's.
+  Set other = base;
+  other.names[1] = "b.other";
+  auto od = other.Desc();
+  EXPECT_EQ(dcr_apply_delta_placed(od.data(), od.size(), delta.data(), delta.size(), m, &o,
+                                   nullptr, nullptr, nullptr),
+            DCR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(dcr_last_error()).find("b.other"), std::string::npos) << dcr_last_error();
+  EXPECT_EQ(e.Now(), placed);
+
+  // Repair: scribbled destinations are rewritten from the canonical tensors.
+  std::fill(e.qkv.begin(), e.qkv.end(), 0xAB);
+  std::fill(e.bias.begin(), e.bias.end(), 0xCD);
+  const uint8_t which[5] = {1, 1, 0, 0, 0};
+  uint64_t written[5] = {9, 9, 9, 9, 9};
+  ASSERT_EQ(dcr_placement_map_write(m, d.data(), d.size(), which, 2, written), DCR_OK)
+      << dcr_last_error();
+  EXPECT_EQ(written[0], 300u * 257 + 10 * 257);
+  EXPECT_EQ(written[1], 1000u);
+  EXPECT_EQ(written[3], 0u);
+  EXPECT_EQ(e.Now(), placed);
+  dcr_placement_map_free(m);
+}
+
+TEST(CodecCTest, PlacementMapRefusesBadPlacements) {
+  Set base = Model(25);
+  auto d = base.Desc();
+  std::vector<uint8_t> buf(16);
+  std::vector<int64_t> src = {0, 1}, dst = {0, 0}, far = {0, 8};
+  dcr_placement_map* m = nullptr;
+  dcr_placement twice{1, buf.data(), 4, 2, src.data(), dst.data()};
+  EXPECT_EQ(dcr_placement_map_create(d.data(), d.size(), &twice, 1, &m), DCR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(dcr_last_error()).find("share destination"), std::string::npos)
+      << dcr_last_error();
+  EXPECT_EQ(m, nullptr);
+  dcr_placement outside{1, buf.data(), 4, 2, src.data(), far.data()};
+  EXPECT_EQ(dcr_placement_map_create(d.data(), d.size(), &outside, 1, &m), DCR_INVALID_ARGUMENT);
+  std::vector<int64_t> big = {1000};
+  dcr_placement past{1, buf.data(), 4, 1, big.data(), dst.data()};
+  EXPECT_EQ(dcr_placement_map_create(d.data(), d.size(), &past, 1, &m), DCR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(dcr_last_error()).find("b.bias"), std::string::npos) << dcr_last_error();
+  dcr_placement index{7, buf.data(), 4, 1, src.data(), dst.data()};
+  EXPECT_EQ(dcr_placement_map_create(d.data(), d.size(), &index, 1, &m), DCR_INVALID_ARGUMENT);
+}
+
 }  // namespace
 }  // namespace dcr
