@@ -93,6 +93,7 @@ _SIGNATURES = {
                                               POINTER(c_char_p), c_size_t]),
     "dcr_publisher_last_delta": (c_int, [c_void_p, POINTER(c_uint64), POINTER(c_int)]),
     "dcr_publisher_last": (c_int, [c_void_p, POINTER(c_uint64), POINTER(c_int)]),
+    "dcr_publisher_next_version": (c_int, [c_void_p, POINTER(c_uint64)]),
     "dcr_publisher_error": (c_char_p, [c_void_p]),
     "dcr_publisher_close": (c_int, [c_void_p]),
     # codec_c.h

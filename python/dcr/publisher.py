@@ -112,6 +112,14 @@ class Publisher:
         if pending is not None:
             pending.result()
 
+    def next_version(self):
+        """The version the publisher takes next: 1, or after a restart on the same state
+        directory the first one that state does not record as published. Raises
+        FailedPreconditionError when the plan names no more versions or the sender ended."""
+        v = ctypes.c_uint64()
+        self._check(_lib.lib().dcr_publisher_next_version(self._handle(), ctypes.byref(v)))
+        return v.value
+
     def last(self):
         """(content hash (lo, hi), receivers that committed) of the last version out."""
         h = (ctypes.c_uint64 * 2)()

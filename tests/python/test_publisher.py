@@ -60,6 +60,7 @@ def test_python_trainer_publishes_to_dcr_node_receivers(tmp_path, gen, dcr_bin):
         with dcr.Publisher.open_scenario(scenario, tmp_path / "trainer",
                                          state_dir=tmp_path / "h0" / "state") as pub:
             for k in (1, 2, 3):
+                assert pub.next_version() == k
                 fut = pub.publish_async(k, versions[k])
                 work = 0
                 while not fut.done():  # the training loop goes on while the version streams
@@ -71,6 +72,8 @@ def test_python_trainer_publishes_to_dcr_node_receivers(tmp_path, gen, dcr_bin):
                 assert work > 0
                 written = (tmp_path / "trainer" / ("version-%d.safetensors" % k)).read_bytes()
                 assert written == open(paths[k], "rb").read()
+            with pytest.raises(dcr.FailedPreconditionError, match="no more versions"):
+                pub.next_version()
         for p in procs:
             assert p.wait(timeout=120) == 0
     finally:

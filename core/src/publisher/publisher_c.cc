@@ -354,14 +354,14 @@ int dcr_publisher_next_version(const dcr_publisher* p, uint64_t* version) {
   if (p == nullptr) return Fail(nullptr, dcr::InvalidArgumentError("publisher is NULL"));
   auto* q = const_cast<dcr_publisher*>(p);
   std::lock_guard<std::mutex> lock(q->mu);
-  if (q->finished) {
-    return Fail(q, q->run_status.ok() ? dcr::FailedPreconditionError("the sender has ended")
-                                      : q->run_status);
-  }
   if (q->next >= q->plan.versions.size()) {
     return Fail(q, dcr::FailedPreconditionError("the plan names no more versions (its last is " +
                                                 std::to_string(q->plan.versions.back().version) +
                                                 ")"));
+  }
+  if (q->finished) {
+    return Fail(q, q->run_status.ok() ? dcr::FailedPreconditionError("the sender has ended")
+                                      : q->run_status);
   }
   if (version != nullptr) *version = q->plan.versions[q->next].version;
   return 0;
