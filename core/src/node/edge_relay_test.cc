@@ -13,6 +13,7 @@
 #include <random>
 
 #include "dcr/checkpoint.h"
+#include "dcr/context.h"
 #include "dcr/delta.h"
 #include "dcr/testing/fixtures.h"
 #include "internal/context_codec.h"
