@@ -200,6 +200,15 @@ t = struct.unpack_from("<Q", d, len(d) - 24)[0]
 assert d[t:t + 8] == b"DCRTABLC"
 bad = bytearray(d); bad[t + 8:t + 17] = b"\xff" * 8 + b"\x3f"; w("ctx8_trailer_count.dcr", bad)
 PY
+# Records whose checksums are right but whose segments do not fit their tensors, checked before
+# anything is decoded (tests/adversary/craft.py): a zstd stream that expands to 1 GiB over the
+# 33-element tensor 3, a context-coded record over 2^33 elements of a 40000-element tensor,
+# segment counts whose product wraps in 64 bits.
+python3 tests/adversary/craft.py zstd_bomb "$g/v5_delta.dcr" "$e/bounds_zstd_bomb.dcr" 3 >/dev/null
+python3 tests/adversary/craft.py context_wide "$g/v8_context.dcr" "$e/bounds_context_wide.dcr" 0 \
+  >/dev/null
+python3 tests/adversary/craft.py segments_wrap "$g/v5_delta.dcr" "$e/bounds_segments_wrap.dcr" 3 \
+  >/dev/null
 cat > "$e/MANIFEST" <<'M'
 # file kind expected-status message-substring   (read by tests/golden/golden_test.cc)
 empty.dcr delta DATA_LOSS truncated delta
@@ -230,6 +239,9 @@ ctx7_geometric_ratio_zero.dcr ctxdelta DATA_LOSS bad geometric model
 ctx8_position_mode.dcr ctxdelta DATA_LOSS compact chunk header with position mode 1
 ctx8_zstd_section.dcr ctxdelta DATA_LOSS compressed section is not a zstd frame
 ctx8_trailer_count.dcr ctxdelta DATA_LOSS chunk count is absurd
+bounds_zstd_bomb.dcr delta DATA_LOSS segment 0 (tensor 3 of 33 elements) lies outside its tensor's elements
+bounds_context_wide.dcr ctxdelta DATA_LOSS segment 0 (tensor 0 of 40000 elements) lies outside its tensor's elements
+bounds_segments_wrap.dcr delta DATA_LOSS segment too large
 st_bad_json.safetensors checkpoint DATA_LOSS malformed safetensors JSON header
 st_overlap.safetensors checkpoint DATA_LOSS overlap
 st_out_of_range.safetensors checkpoint DATA_LOSS outside the data section

@@ -412,7 +412,10 @@ struct DecodedChunk {
 };
 
 // Decodes a whole chunk record (header + streams): verifies checksums and counts, decompresses.
-// Errors: kDataLoss for any inconsistency. Never reads outside [data, data+size).
+// Errors: kDataLoss for any inconsistency. Never reads outside [data, data+size). It allocates
+// what the header's counts allow (up to 2^34 changes): a record from outside is decoded through
+// DeltaReader::Decode, or by an applier or receiver, which check its segments against the
+// tensors first.
 StatusOr<DecodedChunk> DecodeChunk(const uint8_t* data, size_t size);
 // The same into `out`, reusing its buffers (receivers decoding chunk after chunk avoid fresh
 // allocations). On error `out` holds unspecified contents.
@@ -432,10 +435,11 @@ class DeltaReader {
   // The record bytes of chunk table entry i.
   const uint8_t* chunk_data(size_t i) const { return data_ + trailer_.chunks[i].offset; }
   size_t chunk_size(size_t i) const { return trailer_.chunks[i].size; }
-  StatusOr<DecodedChunk> Decode(size_t i) const { return DecodeChunk(chunk_data(i), chunk_size(i)); }
-  Status DecodeInto(size_t i, DecodedChunk* out) const {
-    return DecodeChunkInto(chunk_data(i), chunk_size(i), out);
-  }
+  // Decodes chunk table entry i (DecodeChunk) once its segments fit the inventory's tensors
+  // (indices, widths, every element inside its tensor, no tensor covered more than once over):
+  // so it allocates at most what the tensors it names hold. kDataLoss otherwise.
+  StatusOr<DecodedChunk> Decode(size_t i) const;
+  Status DecodeInto(size_t i, DecodedChunk* out) const;
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
 

@@ -121,6 +121,17 @@ struct S3Options {
   double read_deadline_s = 30;
   // Create the bucket in Open if it does not exist. Default false.
   bool create_bucket = false;
+  // Bounds on what a server may send (a lying endpoint cannot exhaust the client's memory or
+  // keep it listing): the largest object a whole-object Get takes (a larger Content-Length or
+  // body fails kDataLoss before or while it arrives; default 16 GiB); a ranged GET takes at most
+  // its range (a server that ignores Range: at most the object up to the range's end, within
+  // max_get_bytes); a List takes pages of at most 16 MiB, at most max_list_keys keys in all
+  // (default 10^6; more: kResourceExhausted) and at most list_deadline_s seconds (default 300;
+  // kDeadlineExceeded), and keys must increase from page to page (kDataLoss otherwise). Other
+  // answers (errors, PUT, HEAD) take 64 KiB of body and 64 KiB of headers.
+  uint64_t max_get_bytes = uint64_t{16} << 30;
+  uint64_t max_list_keys = 1000000;
+  double list_deadline_s = 300;
 };
 
 // Integrity checks on every response (kDataLoss naming the request, so that the caller's retry
@@ -179,7 +190,8 @@ class MemoryStore : public ObjectStore {
 
 // Opens a store from a spec string: "dir:/path" (or a plain path), "mem:", or
 // "s3://bucket?endpoint=https://host:port&region=us-east-1" (credentials as in S3Options; also
-// ca_file=PATH, allow_http=1, credentials_file=PATH, create_bucket=1, read_deadline_s=SECONDS).
+// ca_file=PATH, allow_http=1, credentials_file=PATH, create_bucket=1, read_deadline_s=SECONDS,
+// list_deadline_s=SECONDS, max_get_bytes=N, max_list_keys=N).
 // kInvalidArgument for anything else.
 StatusOr<std::unique_ptr<ObjectStore>> OpenObjectStore(const std::string& spec);
 

@@ -16,6 +16,7 @@
 #include "dcr/hash.h"
 #include "dcr/status_macros.h"
 #include "internal/atomic_file.h"
+#include "internal/chunk_bounds.h"
 #include "internal/chunk_streams.h"
 #include "internal/context_codec.h"
 #include "internal/element_ops.h"
@@ -316,29 +317,10 @@ Status ApplyStreamedOp(const internal::ChunkStreams& cs, const std::vector<Tenso
   return Status::OK();
 }
 
-// Whether every segment of `h` lies inside its tensor and has the tensor's element width.
+// Whether every segment of `h` lies inside its tensor and has the tensor's element width
+// (internal/chunk_bounds.h): checked before anything of a record is decoded.
 Status CheckSegments(const ChunkHeader& h, const std::vector<TensorBuffer>& tensors) {
-  const int w = h.elem_width;
-  for (const Segment& sg : h.segments) {
-    if (sg.tensor_index >= tensors.size()) {
-      return DataLossError("chunk " + std::to_string(h.chunk_id) + ": tensor index out of range");
-    }
-    const TensorBuffer& tb = tensors[sg.tensor_index];
-    if (tb.width != w) {
-      return DataLossError("chunk " + std::to_string(h.chunk_id) + ": element width " +
-                           std::to_string(w) + " differs from the tensor's " + std::to_string(tb.width));
-    }
-    int64_t lo = static_cast<int64_t>(sg.offset), hi = static_cast<int64_t>(sg.offset);
-    for (uint32_t d = 0; d < sg.ndim; ++d) {
-      int64_t span = static_cast<int64_t>(sg.count[d] - 1) * sg.stride[d];
-      if (span < 0) lo += span; else hi += span;
-    }
-    if (lo < 0 || static_cast<uint64_t>(hi) >= tb.num_elements) {
-      return DataLossError("chunk " + std::to_string(h.chunk_id) +
-                           ": segment outside its tensor's elements");
-    }
-  }
-  return Status::OK();
+  return internal::CheckChunkBounds(h, tensors);
 }
 
 }  // namespace
@@ -457,60 +439,67 @@ bool LooksContextCoded(const uint8_t* data, size_t size) {
 }  // namespace
 
 Status BufferApplier::ApplyRecord(const uint8_t* data, size_t size, uint64_t* num_changes) {
-  if (LooksContextCoded(data, size)) {
-    // Decoded against the buffers' current bits (the base), then applied as a plain chunk.
-    size_t hsize = 0, rsize = 0;
-    DCR_ASSIGN_OR_RETURN(ChunkHeader h, ParseChunkHeader(data, size, &hsize, &rsize));
-    DCR_RETURN_IF_ERROR(CheckSegments(h, tensors_));
+  // No exception leaves: an allocation the record asks for that fails is a Status.
+  return internal::NoThrow("applying a chunk record", [&]() -> Status {
+    if (LooksContextCoded(data, size)) {
+      // Decoded against the buffers' current bits (the base), then applied as a plain chunk.
+      size_t hsize = 0, rsize = 0;
+      DCR_ASSIGN_OR_RETURN(ChunkHeader h, ParseChunkHeader(data, size, &hsize, &rsize));
+      DCR_RETURN_IF_ERROR(CheckSegments(h, tensors_));
+      if (num_changes != nullptr) *num_changes = h.num_changes;
+      const int w = h.elem_width;
+      if (h.segments.size() == 1 && h.segments[0].IsContiguous() && IsRelative(h.value_mode) &&
+          (w == 2 || w == 4 || w == 8)) {
+        DCR_RETURN_IF_ERROR(WithWidth(h.elem_width, [&](auto t) {
+          return WithOp(h.value_mode, [&](auto op) -> Status {
+            if constexpr (op.value == internal::kOpAbsolute) {
+              return InternalError("absolute values are not context-coded");
+            } else {
+              return ApplyContextInPlace<decltype(t), op.value>(data, size, h, tensors_,
+                                                                verify_ranges_);
+            }
+          });
+        }));
+        AddVersionDelta(h.version_delta);
+        return Status::OK();
+      }
+      thread_local std::vector<uint8_t> gathered;
+      const uint8_t* base;
+      const uint64_t bytes = h.num_elements * h.elem_width;
+      if (h.segments.size() == 1 && h.segments[0].IsContiguous()) {
+        base = tensors_[h.segments[0].tensor_index].data + h.segments[0].offset * h.elem_width;
+      } else {
+        DCR_RETURN_IF_ERROR(GatherCoveredBits(h, tensors_, &gathered));
+        base = gathered.data();
+      }
+      // ApplyChunk checks the change hashes (and takes the chunk back on a mismatch).
+      thread_local DecodedChunk dc;
+      DCR_RETURN_IF_ERROR(internal::DecodeContextRecord(data, size, base, bytes, &dc, false));
+      return ApplyChunk(dc);
+    }
+    {
+      // The segments fit the tensors before anything of the record is decoded.
+      DCR_ASSIGN_OR_RETURN(ChunkHeader bounds, ParseChunkHeader(data, size, nullptr, nullptr));
+      DCR_RETURN_IF_ERROR(CheckSegments(bounds, tensors_));
+    }
+    internal::ChunkStreams cs;
+    DCR_RETURN_IF_ERROR(internal::DecodeChunkStreams(data, size, &cs));
+    const ChunkHeader& h = cs.header;
     if (num_changes != nullptr) *num_changes = h.num_changes;
-    const int w = h.elem_width;
-    if (h.segments.size() == 1 && h.segments[0].IsContiguous() && IsRelative(h.value_mode) &&
-        (w == 2 || w == 4 || w == 8)) {
-      DCR_RETURN_IF_ERROR(WithWidth(h.elem_width, [&](auto t) {
-        return WithOp(h.value_mode, [&](auto op) -> Status {
-          if constexpr (op.value == internal::kOpAbsolute) {
-            return InternalError("absolute values are not context-coded");
-          } else {
-            return ApplyContextInPlace<decltype(t), op.value>(data, size, h, tensors_,
-                                                              verify_ranges_);
-          }
-        });
-      }));
-      AddVersionDelta(h.version_delta);
-      return Status::OK();
+    if (h.segments.size() != 1 || !h.segments[0].IsContiguous()) {
+      // Batched small tensors and strided cells: the general path over expanded arrays.
+      thread_local DecodedChunk dc;
+      DCR_RETURN_IF_ERROR(internal::ExpandChunk(std::move(cs), &dc));
+      return ApplyChunk(dc);
     }
-    thread_local std::vector<uint8_t> gathered;
-    const uint8_t* base;
-    const uint64_t bytes = h.num_elements * h.elem_width;
-    if (h.segments.size() == 1 && h.segments[0].IsContiguous()) {
-      base = tensors_[h.segments[0].tensor_index].data + h.segments[0].offset * h.elem_width;
-    } else {
-      DCR_RETURN_IF_ERROR(GatherCoveredBits(h, tensors_, &gathered));
-      base = gathered.data();
-    }
-    // ApplyChunk checks the change hashes (and takes the chunk back on a mismatch).
-    thread_local DecodedChunk dc;
-    DCR_RETURN_IF_ERROR(internal::DecodeContextRecord(data, size, base, bytes, &dc, false));
-    return ApplyChunk(dc);
-  }
-  internal::ChunkStreams cs;
-  DCR_RETURN_IF_ERROR(internal::DecodeChunkStreams(data, size, &cs));
-  const ChunkHeader& h = cs.header;
-  if (num_changes != nullptr) *num_changes = h.num_changes;
-  if (h.segments.size() != 1 || !h.segments[0].IsContiguous()) {
-    // Batched small tensors and strided cells: the general path over expanded arrays.
-    thread_local DecodedChunk dc;
-    DCR_RETURN_IF_ERROR(internal::ExpandChunk(std::move(cs), &dc));
-    return ApplyChunk(dc);
-  }
-  DCR_RETURN_IF_ERROR(CheckSegments(h, tensors_));
-  DCR_RETURN_IF_ERROR(WithWidth(h.elem_width, [&](auto t) {
-    return WithOp(h.value_mode, [&](auto op) {
-      return ApplyStreamedOp<decltype(t), op.value>(cs, tensors_, verify_ranges_);
-    });
-  }));
-  AddVersionDelta(h.version_delta);
-  return Status::OK();
+    DCR_RETURN_IF_ERROR(WithWidth(h.elem_width, [&](auto t) {
+      return WithOp(h.value_mode, [&](auto op) {
+        return ApplyStreamedOp<decltype(t), op.value>(cs, tensors_, verify_ranges_);
+      });
+    }));
+    AddVersionDelta(h.version_delta);
+    return Status::OK();
+  });
 }
 
 void BufferApplier::AddVersionDelta(const Hash128& d) {
@@ -691,14 +680,11 @@ Status ApplyRecordToFiles(const uint8_t* data, size_t size, const std::vector<Ou
                           uint64_t* num_changes, Hash128* version_delta) {
   internal::ChunkStreams cs;
   const bool context = LooksContextCoded(data, size);
-  if (context) {
-    size_t hsize = 0, rsize = 0;
-    DCR_ASSIGN_OR_RETURN(cs.header, ParseChunkHeader(data, size, &hsize, &rsize));
-  } else {
-    DCR_RETURN_IF_ERROR(internal::DecodeChunkStreams(data, size, &cs));
-  }
+  // The segments fit the tensors before anything of the record is decoded.
+  DCR_ASSIGN_OR_RETURN(cs.header, ParseChunkHeader(data, size, nullptr, nullptr));
+  DCR_RETURN_IF_ERROR(CheckSegments(cs.header, shapes));
+  if (!context) DCR_RETURN_IF_ERROR(internal::DecodeChunkStreams(data, size, &cs));
   ChunkHeader& h = cs.header;
-  DCR_RETURN_IF_ERROR(CheckSegments(h, shapes));
   const uint64_t bytes = h.num_elements * h.elem_width;  // num_elements <= 2^34: no overflow
   if (bytes > kMaxChunkWindowBytes) {
     return ResourceExhaustedError("chunk " + std::to_string(h.chunk_id) + " covers " +
@@ -861,8 +847,10 @@ StatusOr<ApplyStats> ApplyDeltaFile(const std::string& base_path, const std::str
       const uint64_t i = chunks[j];
       uint64_t k = 0;
       Hash128 d;
-      Status s = ApplyRecordToFiles(delta->chunk_data(i), delta->chunk_size(i), out, shapes,
-                                    pass == 0, &k, &d);
+      Status s = internal::NoThrow("applying a chunk", [&] {
+        return ApplyRecordToFiles(delta->chunk_data(i), delta->chunk_size(i), out, shapes,
+                                  pass == 0, &k, &d);
+      });
       if (s.ok()) progress.Add(delta->chunk_size(i));
       std::lock_guard<std::mutex> lock(mu);
       if (s.ok()) {

@@ -841,8 +841,9 @@ StatusOr<ChunkHeader> ParseCompactHeader(const uint8_t* data, size_t size, size_
       const uint64_t z = f.Leb();
       sg.stride[d] = static_cast<int64_t>((z >> 1) ^ (~(z & 1) + 1));
       if (sg.count[d] == 0 || sg.count[d] > kMaxChunkElements) return DataLossError("bad segment count");
+      // Checked before multiplying: two counts of 2^32 would wrap to 0 in 64 bits.
+      if (sg.count[d] > kMaxChunkElements / n) return DataLossError("segment too large");
       n *= sg.count[d];
-      if (n > kMaxChunkElements) return DataLossError("segment too large");
     }
     seg_total += n;
     if (f.failed()) return DataLossError("truncated chunk segments");
@@ -952,8 +953,9 @@ StatusOr<ChunkHeader> ParseChunkHeader(const uint8_t* data, size_t size, size_t*
       sg.count[d] = r.U64();
       sg.stride[d] = r.I64();
       if (sg.count[d] == 0 || sg.count[d] > kMaxChunkElements) return DataLossError("bad segment count");
+      // Checked before multiplying: two counts of 2^32 would wrap to 0 in 64 bits.
+      if (sg.count[d] > kMaxChunkElements / n) return DataLossError("segment too large");
       n *= sg.count[d];
-      if (n > kMaxChunkElements) return DataLossError("segment too large");
     }
     seg_total += n;
     if (r.failed()) return DataLossError("truncated chunk segments");
@@ -1055,8 +1057,11 @@ Status DecodeChunkStreams(const uint8_t* data, size_t size, ChunkStreams* out) {
   for (size_t i = 0; i < h.streams.size(); ++i) {
     const StreamInfo& s = h.streams[i];
     const bool is_pos = h.position_mode != PositionMode::kDense && i == 0;
-    uint64_t max_raw = is_pos ? (h.position_mode == PositionMode::kBitmap ? (h.num_elements + 7) / 8
-                                                                          : k * 10)
+    // A gap g takes 1 + floor(log128 g) <= 1 + g / 128 bytes and the gaps sum to below
+    // num_elements: at most k + num_elements / 128 bytes of gaps.
+    uint64_t max_raw = is_pos ? (h.position_mode == PositionMode::kBitmap
+                                     ? (h.num_elements + 7) / 8
+                                     : k + h.num_elements / 128)
                               : k;
     if (s.raw_size > max_raw) return DataLossError("stream raw size exceeds what the counts allow");
     if (s.codec == StreamCodec::kRaw) {

@@ -11,6 +11,7 @@
 #include "dcr/hash.h"
 #include "dcr/status_macros.h"
 #include "internal/byte_io.h"
+#include "internal/chunk_bounds.h"
 #include "internal/context_codec.h"
 #include "internal/context_walk.h"
 #include "internal/element_ops.h"
@@ -1133,6 +1134,8 @@ StatusOr<std::vector<uint8_t>> ContextChunkToPlain(const uint8_t* record, size_t
 Status GatherCoveredBits(const ChunkHeader& h, const std::vector<TensorBuffer>& tensors,
                          std::vector<uint8_t>* out) {
   const int w = h.elem_width;
+  // The segments fit the tensors before the bits are allocated (num_elements is the header's).
+  DCR_RETURN_IF_ERROR(internal::CheckChunkBounds(h, tensors));
   out->resize(h.num_elements * static_cast<uint64_t>(w));
   uint8_t* p = out->data();
   uint64_t covered = 0;

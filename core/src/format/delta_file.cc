@@ -17,6 +17,7 @@
 #include "dcr/status_macros.h"
 #include "internal/atomic_file.h"
 #include "internal/byte_io.h"
+#include "internal/chunk_bounds.h"
 #include "internal/mapped_file.h"
 #include "internal/safetensors.h"
 
@@ -579,6 +580,20 @@ Status DeltaReader::Init() {
   }
   DCR_ASSIGN_OR_RETURN(inventory_, Inventory::FromHeader(header_));
   return Status::OK();
+}
+
+Status DeltaReader::DecodeInto(size_t i, DecodedChunk* out) const {
+  DCR_ASSIGN_OR_RETURN(ChunkHeader h, ParseChunkHeader(chunk_data(i), chunk_size(i), nullptr,
+                                                       nullptr));
+  DCR_RETURN_IF_ERROR(internal::CheckChunkBounds(h, inventory_));
+  return internal::NoThrow("decoding a chunk",
+                           [&] { return DecodeChunkInto(chunk_data(i), chunk_size(i), out); });
+}
+
+StatusOr<DecodedChunk> DeltaReader::Decode(size_t i) const {
+  DecodedChunk out;
+  DCR_RETURN_IF_ERROR(DecodeInto(i, &out));
+  return out;
 }
 
 }  // namespace dcr

@@ -7,6 +7,7 @@
 #include "dcr/delta.h"
 #include "dcr/format.h"
 #include "dcr/status_macros.h"
+#include "internal/chunk_bounds.h"
 
 namespace dcr::internal {
 
@@ -172,7 +173,14 @@ void EdgeIngress::Worker() {
 
 void EdgeIngress::Transcode(const Job& job) {
   const double t0 = ThreadCpuSeconds();
-  auto plain = transcoder_->ToPlain(job.bytes->data(), job.bytes->size());
+  // A worker thread: an exception (an allocation the record asks for) becomes the stream's
+  // fatal Status, never the end of the process.
+  StatusOr<std::optional<std::vector<uint8_t>>> plain = InternalError("not run");
+  Status thrown = NoThrow("edge relay: transcoding a chunk", [&] {
+    plain = transcoder_->ToPlain(job.bytes->data(), job.bytes->size());
+    return Status();
+  });
+  if (!thrown.ok()) plain = thrown;
   const double cpu = ThreadCpuSeconds() - t0;
   // Handed on under the lock, so that nothing of a stream left behind (Reset) comes after it.
   std::lock_guard<std::mutex> lock(mu_);

@@ -13,8 +13,10 @@
 #include <random>
 
 #include "dcr/checkpoint.h"
+#include "dcr/context.h"
 #include "dcr/delta.h"
 #include "dcr/testing/fixtures.h"
+#include "internal/context_codec.h"
 
 namespace dcr::internal {
 namespace {
@@ -133,6 +135,35 @@ TEST(EdgeTranscoderTest, AnotherBaseIsRefused) {
     if (!p.ok()) before_header = true;
   }
   EXPECT_TRUE(before_header);
+}
+
+// A context-coded record whose one segment claims 2^33 elements of a 131072-element tensor (its
+// checksums right, 100-odd bytes): refused from its header, before the base bits it would be
+// decoded against are gathered (16 GiB), and never an exception out of the worker thread.
+TEST(EdgeTranscoderTest, ARecordWiderThanItsTensorIsRefusedBeforeAllocating) {
+  const auto ctx = Build(true);
+  auto t = EdgeTranscoder::Open(Checkpoints().base, 1);
+  ASSERT_TRUE(t.ok());
+  ASSERT_TRUE((*t)->SetHeader(ctx[0].second.data(), ctx[0].second.size()).ok());
+  for (size_t i = 1; i + 1 < ctx.size(); ++i) {
+    size_t hs = 0, rs = 0;
+    auto h = ParseChunkHeader(ctx[i].second.data(), ctx[i].second.size(), &hs, &rs);
+    if (!h.ok() || !IsContextCoded(*h)) continue;
+    ChunkHeader wide = *h;
+    wide.segments = {Segment::Range(0, 0, uint64_t{1} << 33)};
+    wide.num_elements = uint64_t{1} << 33;
+    const std::vector<uint8_t> body(ctx[i].second.begin() + static_cast<std::ptrdiff_t>(hs),
+                                    ctx[i].second.begin() + static_cast<std::ptrdiff_t>(rs));
+    const std::vector<uint8_t> rec = SealContextRecord(wide, body);
+    ASSERT_TRUE(ParseChunkHeader(rec.data(), rec.size(), nullptr, nullptr).ok());
+    auto p = (*t)->ToPlain(rec.data(), rec.size());
+    ASSERT_FALSE(p.ok());
+    EXPECT_EQ(p.status().code(), StatusCode::kDataLoss) << p.status().ToString();
+    EXPECT_NE(p.status().message().find("outside its tensor"), std::string::npos)
+        << p.status().ToString();
+    return;
+  }
+  FAIL() << "no context-coded record in the delta";
 }
 
 // The ingress over pieces in a shuffled order (header last): what it hands on is the plain stream.

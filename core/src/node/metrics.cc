@@ -5,9 +5,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "transport/net.h"
 
@@ -17,6 +20,7 @@ namespace {
 
 constexpr size_t kMaxRequestBytes = 8 << 10;
 constexpr double kRequestTimeoutS = 2.0;
+constexpr size_t kMaxConnections = 64;
 
 // A label value with \, " and newline escaped (the text format's rules).
 std::string Escape(const std::string& v) {
@@ -216,42 +220,71 @@ void MetricsServer::Stop() {
 }
 
 void MetricsServer::Loop() {
+  // Connections served together: each has its own deadline and buffer, so silent or slow clients
+  // delay nobody; past kMaxConnections the oldest is closed for the new one.
+  struct Conn {
+    int fd;
+    double until;
+    std::string req;
+  };
+  std::vector<Conn> conns;
+  auto drop = [&](size_t i) {
+    close(conns[i].fd);
+    conns.erase(conns.begin() + static_cast<std::ptrdiff_t>(i));
+  };
   while (true) {
-    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
-    int rc = poll(fds, 2, -1);
+    std::vector<pollfd> fds = {{listen_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
+    double next = -1;
+    for (const Conn& c : conns) {
+      fds.push_back({c.fd, POLLIN, 0});
+      if (next < 0 || c.until < next) next = c.until;
+    }
+    const int timeout_ms =
+        next < 0 ? -1 : static_cast<int>(std::max(0.0, next - SteadyNow()) * 1000) + 1;
+    int rc = poll(fds.data(), fds.size(), timeout_ms);
     if (rc < 0) {
       if (errno == EINTR) continue;
-      return;
+      break;
     }
-    if (fds[1].revents != 0) return;
-    if (fds[0].revents == 0) continue;
-    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) continue;
-    Serve(fd);
-    close(fd);
+    if (fds[1].revents != 0) break;
+    // Clients first (from the last, so that erasing keeps the indices of those before).
+    const double now = SteadyNow();
+    for (size_t i = conns.size(); i-- > 0;) {
+      const short ev = fds[2 + i].revents;
+      if (ev == 0) {
+        if (now >= conns[i].until) drop(i);
+        continue;
+      }
+      char buf[1024];
+      ssize_t r = recv(conns[i].fd, buf, sizeof(buf), 0);
+      if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      if (r <= 0) {
+        drop(i);
+        continue;
+      }
+      conns[i].req.append(buf, static_cast<size_t>(r));
+      const std::string& req = conns[i].req;
+      if (req.find("\r\n\r\n") != std::string::npos || req.find("\n\n") != std::string::npos) {
+        Serve(conns[i].fd, req);
+        drop(i);
+      } else if (req.size() > kMaxRequestBytes) {
+        Respond(conns[i].fd, 431, "Request Header Fields Too Large", "text/plain",
+                "request too large\n");
+        drop(i);
+      }
+    }
+    if (fds[0].revents != 0) {
+      int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd >= 0) {
+        if (conns.size() >= kMaxConnections) drop(0);
+        conns.push_back(Conn{fd, SteadyNow() + kRequestTimeoutS, {}});
+      }
+    }
   }
+  for (const Conn& c : conns) close(c.fd);
 }
 
-void MetricsServer::Serve(int fd) {
-  std::string req;
-  const double until = SteadyNow() + kRequestTimeoutS;
-  char buf[1024];
-  while (req.find("\r\n\r\n") == std::string::npos && req.find("\n\n") == std::string::npos) {
-    if (req.size() > kMaxRequestBytes) {
-      Respond(fd, 431, "Request Header Fields Too Large", "text/plain", "request too large\n");
-      return;
-    }
-    const double left = until - SteadyNow();
-    if (left <= 0) return;
-    pollfd p[2] = {{fd, POLLIN, 0}, {wake_[0], POLLIN, 0}};
-    int rc = poll(p, 2, static_cast<int>(left * 1000) + 1);
-    if (rc < 0 && errno == EINTR) continue;
-    if (rc <= 0 || p[1].revents != 0) return;
-    ssize_t r = recv(fd, buf, sizeof(buf), 0);
-    if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (r <= 0) return;
-    req.append(buf, static_cast<size_t>(r));
-  }
+void MetricsServer::Serve(int fd, const std::string& req) {
   const std::string line = req.substr(0, req.find_first_of("\r\n"));
   const size_t sp1 = line.find(' ');
   const size_t sp2 = sp1 == std::string::npos ? std::string::npos : line.find(' ', sp1 + 1);

@@ -109,13 +109,16 @@ class MetricsServer {
   MetricsServer& operator=(const MetricsServer&) = delete;
 
   // Listens on `address` ("host:port") and serves until Stop. Errors: those of Listen (net.h),
-  // naming the address.
+  // naming the address. Connections are served concurrently by one thread (poll): each has 2 s
+  // to send its request (at most 8 KiB) and is answered as soon as it has, so silent or slow
+  // clients delay no other; at most 64 are held, a new one closing the oldest.
   Status Start(const std::string& address, std::function<NodeMetrics()> snapshot);
   void Stop();
 
  private:
   void Loop();
-  void Serve(int fd);
+  // Answers the whole request `req` (its header ends in it) on `fd`.
+  void Serve(int fd, const std::string& req);
 
   std::function<NodeMetrics()> snapshot_;
   int listen_fd_ = -1;

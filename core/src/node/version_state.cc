@@ -15,6 +15,7 @@
 
 #include "dcr/checkpoint.h"
 #include "dcr/status_macros.h"
+#include "node/state_dir.h"
 
 namespace dcr::internal {
 
@@ -187,19 +188,24 @@ StatusOr<std::unique_ptr<VersionRecovery>> VersionRecovery::Open(const NodePlan&
   std::unique_ptr<VersionRecovery> r(new VersionRecovery());
   r->plan_ = plan;
   r->plan_.versions.clear();
-  if (::mkdir(plan.state_dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    return ErrnoError("mkdir " + plan.state_dir, errno);
+  DCR_RETURN_IF_ERROR(OpenStateDir(plan.state_dir));
+  const bool held_exists = Exists(RankFile(plan.state_dir, plan.rank, ".held"));
+  if (auto held = ReadJson(RankFile(plan.state_dir, plan.rank, ".held"))) {
+    if (held->contains("version") && (*held)["version"].is_number_unsigned()) {
+      r->finished_before_ = (*held)["version"].get<uint64_t>();
+    }
+  }
+  // A signed delta receiver keeps its version floor here, beside what it resumes from.
+  r->state_floor_ = plan.rank != 0 && plan.method == "delta" && !plan.trust_key.empty();
+  if (r->state_floor_) {
+    const bool fresh = !held_exists && VersionStarted(plan.state_dir, plan.rank) == 0;
+    DCR_RETURN_IF_ERROR(OpenStateFloor(plan.state_dir, plan.rank, fresh));
   }
   for (const NodeVersion& v : plan.versions) {
     const std::string dir = VersionStateDir(plan.state_dir, v.version);
     if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoError("mkdir " + dir, errno);
   }
   for (const NodeVersion& v : plan.versions) r->versions_.push_back(v.version);
-  if (auto held = ReadJson(RankFile(plan.state_dir, plan.rank, ".held"))) {
-    if (held->contains("version") && (*held)["version"].is_number_unsigned()) {
-      r->finished_before_ = (*held)["version"].get<uint64_t>();
-    }
-  }
   r->held_path_ = plan.receiver_base_path;
   if (plan.rank == 0) {
     DCR_ASSIGN_OR_RETURN(r->commit_, ReadJointCommitState(plan.state_dir));
@@ -220,6 +226,7 @@ bool VersionRecovery::Finished(const NodeVersion& v) {
 
 void VersionRecovery::Prepare(const NodeVersion& v, size_t index, NodePlan* p) const {
   p->state_dir = VersionStateDir(plan_.state_dir, v.version);
+  if (state_floor_) p->version_floor_path = StateFloorPath(plan_.state_dir, plan_.rank);
   if (plan_.rank != 0 && plan_.method == "delta") {
     p->receiver_base_path = held_path_;
     p->base_version = static_cast<int64_t>(held_number_);

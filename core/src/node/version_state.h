@@ -24,6 +24,10 @@
 //   * rank-0.commit: the sender's joint commit (SenderJointCommit) after the last version it
 //     finished: that version, the baseline (number and content hash) and the live receivers.
 //     A restarted sender resumes from it and never publishes a finished version again.
+//   * rank-<r>.floor: a signed delta receiver's version floor (state_dir.h), written at its first
+//     start; every version's plan uses it (NodePlan::version_floor_path).
+// The state_dir itself is the node's own (state_dir.h OpenStateDir): owned by its user, mode
+// 0700 when the node makes it, refused otherwise.
 //
 // Thread safety: free functions over files; one process per rank uses them.
 #ifndef DCR_CORE_SRC_NODE_VERSION_STATE_H_
@@ -85,8 +89,11 @@ Status WriteJointCommitState(const std::string& state_dir, const JointCommitStat
 // from, and what a finished version leaves behind.
 class VersionRecovery {
  public:
-  // REQUIRES: !plan.state_dir.empty(), !plan.versions.empty(). Errors: errno errors creating
-  // state_dir; ReadJointCommitState's.
+  // REQUIRES: !plan.state_dir.empty(), !plan.versions.empty(). Errors: OpenStateDir's (a
+  // state_dir that is not this user's own, mode 0700), before anything is read or written in it;
+  // for a signed delta receiver (rank > 0, plan.trust_key) OpenStateFloor's (a missing floor in
+  // a state that records earlier starts of this rank); errno errors creating the versions'
+  // directories; ReadJointCommitState's.
   static StatusOr<std::unique_ptr<VersionRecovery>> Open(const NodePlan& plan);
 
   // Whether this rank finished version `v` in an earlier process (its result file was written
@@ -97,8 +104,9 @@ class VersionRecovery {
   // The sender's joint commit state of an earlier process; nullopt on a first start.
   const std::optional<JointCommitState>& commit() const { return commit_; }
   // Fills the one-version plan `p` of v = plan.versions[index]: state_dir v<k>; a receiver's
-  // base (receiver_base_path, base_version): the committed checkpoint it holds; the fault
-  // points only in plan.fault_version.
+  // base (receiver_base_path, base_version): the committed checkpoint it holds; a signed delta
+  // receiver's version_floor_path: rank-<r>.floor in the state_dir; the fault points only in
+  // plan.fault_version.
   void Prepare(const NodeVersion& v, size_t index, NodePlan* p) const;
   // After p's version ended ok: a receiver's storage becomes the committed checkpoint of that
   // version (the one before it is removed), the version is recorded done and held, and the
@@ -126,6 +134,7 @@ class VersionRecovery {
   StatusOr<uint64_t> CollectBefore(uint64_t version);
   std::vector<uint64_t> versions_;  // the plan's version numbers
   uint64_t finished_before_ = 0;    // rank-<r>.held at Open: versions below it are finished
+  bool state_floor_ = false;        // a signed delta receiver: its floor is rank-<r>.floor
   NodePlan plan_;  // the long-lived plan (rank, method, state_dir, fault points)
   std::string held_path_;  // receiver: the checkpoint of the version it holds
   uint64_t held_number_ = 0;

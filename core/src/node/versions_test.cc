@@ -169,7 +169,7 @@ TEST(LongLivedNodes, TheSenderKeepsTheSumsOfTheVersionsItBuilds) {
   const std::vector<std::string> ckpt = VersionChain(dir, 3);
   std::vector<NodePlan> plans = TreePlans(dir, ckpt, {-1, 0, 0}, 3);
   plans[0].state_dir = dir + "/sender-state";
-  ASSERT_EQ(::mkdir(plans[0].state_dir.c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir(plans[0].state_dir.c_str(), 0700), 0);
   const std::vector<Status> status = RunAll(plans);
   for (size_t i = 0; i < plans.size(); ++i) EXPECT_TRUE(status[i].ok()) << i << ": " << status[i];
   for (int k = 1; k <= 3; ++k) {

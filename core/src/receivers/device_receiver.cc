@@ -8,6 +8,7 @@
 #include "dcr/device.h"
 #include "dcr/hash.h"
 #include "dcr/status_macros.h"
+#include "internal/chunk_bounds.h"
 #include "receivers/delta_session.h"
 #include "receivers/device_applier.h"
 #include "receivers/device_image.h"
@@ -56,6 +57,7 @@ class DeviceReceiverImpl : public DeviceReceiver {
                                               applier_ != nullptr, target_number_));
     applier_ = internal::MakeVersionDeltaDeviceApplier(
         device_, internal::DeltaTensors<DeviceTensor>(ds, tensors_));
+    bounds_ = internal::TensorBounds(ds.inventory);
     target_number_ = ds.target_number;
     start_ = ds.start;
     ledger_.Reset();
@@ -66,11 +68,14 @@ class DeviceReceiverImpl : public DeviceReceiver {
     if (!applier_) return FailedPreconditionError("receiver: chunk record before the delta header");
     size_t header_size = 0, record_size = 0;
     DCR_ASSIGN_OR_RETURN(ChunkHeader h, ParseChunkHeader(record, size, &header_size, &record_size));
+    // The segments fit the tensors before anything of the record is decoded.
+    DCR_RETURN_IF_ERROR(internal::CheckChunkBounds(h, bounds_));
     DCR_ASSIGN_OR_RETURN(bool claimed, ledger_.Claim(h));
     if (!claimed) return Status();
     // Decoded on the calling thread into its own reused buffers.
     thread_local DecodedChunk chunk;
-    Status s = DecodeChunkInto(record, size, &chunk);
+    Status s = internal::NoThrow("receiver: decoding a chunk record",
+                                 [&] { return DecodeChunkInto(record, size, &chunk); });
     if (s.ok()) s = applier_->ApplyChunk(chunk);
     if (!s.ok()) ledger_.Release(h.chunk_id);
     return s;
@@ -143,6 +148,7 @@ class DeviceReceiverImpl : public DeviceReceiver {
   VersionId held_;
   // The delta in progress.
   std::unique_ptr<DeviceApplier> applier_;  // null when none
+  std::vector<internal::TensorBound> bounds_;  // the delta's tensors, for its records' segments
   uint64_t target_number_ = 0;
   Hash128 start_;
   internal::ChunkLedger ledger_;

@@ -1,11 +1,15 @@
 // The full-checkpoint reference receiver (MakeFullReceiver), in host memory and onto a device
 // (the host backend): the file image rebuilt from shuffled slices, verified byte for byte; onto a
 // device, a file the device cannot hold is refused at Begin, before any slice, and a corrupt
-// stream is refused at Commit with nothing loaded.
+// stream is refused at Commit with nothing loaded. Sizes a header claims are bounded before any
+// memory is committed: a header whose file size its safetensors header does not give is refused,
+// a consistent 16 TiB claim costs no resident memory, and a stream missing a slice is refused.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <random>
 
 #include "dcr/checkpoint.h"
@@ -122,6 +126,73 @@ TEST(FullReceiver, CorruptSliceIsRefusedAtCommitOnTheDevice) {
   Status st = Receive(s, rx.get());
   EXPECT_TRUE(st.IsDataLoss()) << st;
   EXPECT_FALSE(VerifyFile(*rx, f.a).ok());
+}
+
+long MaxRssKiB() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss;
+}
+
+// A full-stream header blob: file size, then the safetensors header (length and JSON).
+std::vector<uint8_t> Header(uint64_t file_size, const std::string& json) {
+  std::vector<uint8_t> h(16 + json.size());
+  const uint64_t n = json.size();
+  std::memcpy(h.data(), &file_size, 8);
+  std::memcpy(h.data() + 8, &n, 8);
+  std::memcpy(h.data() + 16, json.data(), n);
+  return h;
+}
+
+TEST(FullReceiver, ClaimedSizesAreBoundedBeforeMemoryIsCommitted) {
+  const long before = MaxRssKiB();
+  // 24 bytes claiming a 4.2 GB file: its (empty) safetensors header describes 16 bytes.
+  const std::vector<uint8_t> small = Header(4200000000u, "{}      ");
+  ASSERT_EQ(small.size(), 24u);
+  auto rx = MakeFullReceiver();
+  Status st = rx->Begin(small.data(), small.size());
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss) << st;
+  EXPECT_NE(st.ToString().find("claims a file of 4200000000 bytes"), std::string::npos) << st;
+  EXPECT_FALSE(rx->in_delta());
+  // A header shorter than its length field says, and a 16 TiB claim with nothing behind it.
+  std::vector<uint8_t> cut = Header(1u << 20, "{}");
+  cut.pop_back();
+  EXPECT_EQ(rx->Begin(cut.data(), cut.size()).code(), StatusCode::kDataLoss);
+  const std::vector<uint8_t> huge = Header(uint64_t{1} << 44, "{}");
+  EXPECT_EQ(rx->Begin(huge.data(), huge.size()).code(), StatusCode::kDataLoss);
+  // A consistent claim of 16 TiB minus its header (one U8 tensor): refused for want of address
+  // space or reserved without resident memory; either way no slice means no commit.
+  const uint64_t json_pad = 128;
+  const uint64_t data = (uint64_t{1} << 44) - 8 - json_pad;
+  std::string json = "{\"x\": {\"dtype\": \"U8\", \"shape\": [" + std::to_string(data) +
+                     "], \"data_offsets\": [0, " + std::to_string(data) + "]}}";
+  json.resize(json_pad, ' ');
+  const std::vector<uint8_t> big = Header(uint64_t{1} << 44, json);
+  Status b = rx->Begin(big.data(), big.size());
+  EXPECT_TRUE(b.ok() || b.code() == StatusCode::kResourceExhausted) << b;
+  if (b.ok()) {
+    const uint64_t off = 8 + json_pad;
+    std::vector<uint8_t> slice(8 + 4096, 7);
+    std::memcpy(slice.data(), &off, 8);
+    EXPECT_TRUE(rx->ApplyRecord(slice.data(), slice.size()).ok());
+    std::vector<uint8_t> trailer(24, 0);
+    const uint64_t size = uint64_t{1} << 44;
+    std::memcpy(trailer.data(), &size, 8);
+    Status c = rx->Commit(trailer.data(), trailer.size());
+    EXPECT_EQ(c.code(), StatusCode::kDataLoss) << c;
+    EXPECT_NE(c.ToString().find("no slice brought bytes"), std::string::npos) << c;
+    rx->Abort();
+  }
+  EXPECT_LT(MaxRssKiB() - before, 64 << 10) << "a claimed size was committed to memory";
+}
+
+TEST(FullReceiver, AMissingSliceIsRefusedAtCommit) {
+  const Files& f = TwoCheckpoints();
+  Stream s = StreamOf(f.a);
+  s.slices.erase(s.slices.begin() + 3);
+  auto rx = MakeFullReceiver();
+  Status st = Receive(s, rx.get());
+  EXPECT_TRUE(st.IsDataLoss()) << st;
 }
 
 }  // namespace

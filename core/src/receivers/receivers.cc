@@ -19,6 +19,8 @@
 #include "dcr/receiver.h"
 #include "dcr/status_macros.h"
 #include "dcr/transport.h"
+#include "internal/chunk_bounds.h"
+#include "internal/safetensors.h"
 #include "internal/str_format.h"
 #include "receivers/delta_session.h"
 
@@ -58,18 +60,48 @@ Status CompareTensors(const std::vector<TensorInfo>& tensors,
 
 // The receiver of the full-checkpoint reference stream (FullStreamBlobs): rebuilds the file
 // image from its slices. The stream carries no version: held() is {0, zero hash} and
-// MissingChunks is empty (a missing slice fails Commit's file checksum).
+// MissingChunks is empty (a missing slice fails Commit).
 // With a device, Commit loads the image's tensors onto it (MakeFullReceiver(device)).
+// Sizes from the stream are bounded before memory is committed: the header blob must hold the
+// file's whole safetensors header, and the file size it claims must be the one that header's
+// tensors give (at most kMaxFullStreamBytes); the image is reserved at that size (address space,
+// no resident memory) and filled as slices arrive, so its resident memory is what the slices
+// applied wrote, not what a header claims.
 class FullReceiver : public Receiver {
  public:
+  // The largest file a full stream may claim (16 TiB).
+  static constexpr uint64_t kMaxFullStreamBytes = uint64_t{1} << 44;
+
   explicit FullReceiver(std::shared_ptr<Device> device = nullptr) : device_(std::move(device)) {}
 
   Status Begin(const uint8_t* data, size_t size) override {
     if (size < 16) return DataLossError("full stream header too short");
-    uint64_t file_size = ReadU64(data);
-    uint64_t json_len = ReadU64(data + 8);
-    if (json_len > size - 16 || 8 + json_len > file_size || file_size > (uint64_t{1} << 44)) {
-      return DataLossError("full stream header inconsistent");
+    const uint64_t file_size = ReadU64(data);
+    const uint64_t json_len = ReadU64(data + 8);
+    if (json_len != size - 16) {
+      return DataLossError("full stream header: " + std::to_string(size - 16) +
+                           " bytes of safetensors header follow, its length field says " +
+                           std::to_string(json_len));
+    }
+    if (json_len > internal::kMaxSafetensorsHeaderBytes) {
+      return DataLossError("full stream header: a safetensors header of " +
+                           std::to_string(json_len) + " bytes exceeds the 100 MiB limit");
+    }
+    std::vector<TensorInfo> tensors;
+    std::map<std::string, std::string> metadata;
+    uint64_t data_end = 0;
+    Status parsed = internal::ParseSafetensorsJson(reinterpret_cast<const char*>(data + 16),
+                                                   json_len, UINT64_MAX, &tensors, &metadata,
+                                                   &data_end);
+    if (!parsed.ok()) return parsed.WithContext("full stream header");
+    if (data_end > kMaxFullStreamBytes - 8 - json_len ||
+        file_size != 8 + json_len + data_end) {
+      return DataLossError("full stream header claims a file of " + std::to_string(file_size) +
+                           " bytes; its safetensors header describes " +
+                           std::to_string(8 + json_len) + " + " + std::to_string(data_end) +
+                           (data_end > kMaxFullStreamBytes - 8 - json_len
+                                ? " (over the 16 TiB limit)"
+                                : ""));
     }
     if (device_ != nullptr) {  // refused before any slice when the device cannot hold the file
       auto probe = device_->Allocate(file_size);
@@ -77,9 +109,16 @@ class FullReceiver : public Receiver {
       device_->Free(*probe);
     }
     on_device_.reset();
-    image_.assign(file_size, 0);
-    std::memcpy(image_.data(), data + 8, size - 8);
+    committed_ = false;
+    std::vector<uint8_t>().swap(image_);
+    DCR_RETURN_IF_ERROR(internal::NoThrow("full stream: reserving the file image", [&] {
+      image_.reserve(file_size);
+      image_.assign(data + 8, data + size);
+      return Status();
+    }));
     header_end_ = size - 8;
+    file_size_ = file_size;
+    received_.clear();
     return Status();
   }
   Status ApplyRecord(const uint8_t* data, size_t size) override {
@@ -87,15 +126,32 @@ class FullReceiver : public Receiver {
     if (size < 8) return DataLossError("full stream slice too short");
     uint64_t off = ReadU64(data);
     uint64_t n = size - 8;
-    if (off < header_end_ || off > image_.size() || n > image_.size() - off) {
+    if (off < header_end_ || off > file_size_ || n > file_size_ - off) {
       return DataLossError("full stream slice @" + std::to_string(off) + " outside the file");
+    }
+    {
+      // Within the reserved capacity: the image never moves, only new pages are touched (zeros
+      // up to this slice's end, written under the lock before any slice beyond them is copied).
+      std::lock_guard<std::mutex> lock(mu_);
+      if (off + n > image_.size()) image_.resize(off + n);
+      received_[off] = n;
     }
     std::memcpy(image_.data() + off, data + 8, n);
     return Status();
   }
   Status Commit(const uint8_t* data, size_t size) override {
     if (size < 24) return DataLossError("full stream trailer too short");
-    if (ReadU64(data) != image_.size()) return DataLossError("full stream trailer: size mismatch");
+    if (ReadU64(data) != file_size_) return DataLossError("full stream trailer: size mismatch");
+    // Every byte of the data section came in a slice (slices tile it; overlaps count once).
+    uint64_t covered_to = header_end_;
+    for (const auto& [off, n] : received_) {
+      if (off > covered_to) break;
+      covered_to = std::max(covered_to, off + n);
+    }
+    if (covered_to != file_size_) {
+      return DataLossError("full stream: no slice brought bytes " + std::to_string(covered_to) +
+                           " of the file's " + std::to_string(file_size_));
+    }
     uint64_t want = ReadU64(data + 16);
     uint64_t got = XXH3_64bits(image_.data(), image_.size());
     if (want != got) return DataLossError("full stream: file checksum mismatch after all slices");
@@ -109,7 +165,10 @@ class FullReceiver : public Receiver {
     committed_ = true;
     return Status();
   }
-  void Abort() override { image_.clear(); }
+  void Abort() override {
+    std::vector<uint8_t>().swap(image_);
+    received_.clear();
+  }
   Status MarkApplied(uint64_t, const Hash128&) override {
     return UnimplementedError("full stream receiver: slices cannot be marked applied");
   }
@@ -130,8 +189,11 @@ class FullReceiver : public Receiver {
  private:
   std::shared_ptr<Device> device_;             // null: the image stays in host memory
   std::unique_ptr<DeviceReceiver> on_device_;  // device_: the committed file's tensors
-  std::vector<uint8_t> image_;
+  std::vector<uint8_t> image_;  // reserved at file_size_, filled up to the last slice's end
   uint64_t header_end_ = 0;
+  uint64_t file_size_ = 0;
+  std::mutex mu_;                          // guards image_'s size and received_ in ApplyRecord
+  std::map<uint64_t, uint64_t> received_;  // slices applied: offset -> bytes
   bool committed_ = false;
 };
 

@@ -7,6 +7,7 @@
 #include "dcr/hash.h"
 #include "dcr/runtime.h"
 #include "dcr/status_macros.h"
+#include "internal/chunk_bounds.h"
 #include "internal/element_ops.h"
 #include "receivers/chunk_apply.h"
 #include "receivers/placement_iter.h"
@@ -40,6 +41,7 @@ struct ServingReplica::Impl {
   std::vector<std::vector<int64_t>> shapes;
   std::vector<uint64_t> salts, elements;
   std::vector<int> widths;
+  std::vector<internal::TensorBound> bounds;    // elements and width per tensor, for records
   std::vector<std::vector<Entry>> entries;      // per tensor
   std::vector<std::vector<uint8_t>> shadow;     // per tensor; empty = none
   std::vector<std::vector<int>> reload_ranks;   // per tensor: ranks with converted regions of it
@@ -173,6 +175,7 @@ StatusOr<std::unique_ptr<ServingReplica>> ServingReplica::Build(std::unique_ptr<
     impl->salts.push_back(TensorSalt(ti->name));
     impl->elements.push_back(ti->num_elements());
     impl->widths.push_back(ti->width());
+    impl->bounds.push_back(internal::TensorBound{ti->num_elements(), std::max(1, ti->width())});
   }
   for (int r = 0; r < tp; ++r) {
     Impl::Rank& rk = *impl->ranks[r];
@@ -254,8 +257,12 @@ Status ServingReplica::ApplyRecord(const uint8_t* record, size_t size) {
   if (!impl_->in_progress) {
     return FailedPreconditionError("replica: chunk record with no delta in progress");
   }
+  // The segments fit the tensors before anything of the record is decoded.
+  DCR_ASSIGN_OR_RETURN(ChunkHeader h, ParseChunkHeader(record, size, nullptr, nullptr));
+  DCR_RETURN_IF_ERROR(internal::CheckChunkBounds(h, impl_->bounds));
   thread_local DecodedChunk chunk;  // buffers reused across records
-  DCR_RETURN_IF_ERROR(DecodeChunkInto(record, size, &chunk));
+  DCR_RETURN_IF_ERROR(internal::NoThrow("replica: decoding a chunk record",
+                                        [&] { return DecodeChunkInto(record, size, &chunk); }));
   return ApplyDecoded(chunk);
 }
 

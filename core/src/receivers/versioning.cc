@@ -9,6 +9,7 @@
 #include "dcr/apply.h"
 #include "dcr/hash.h"
 #include "dcr/status_macros.h"
+#include "internal/chunk_bounds.h"
 #include "receivers/value_ops.h"
 
 namespace dcr {
@@ -163,6 +164,11 @@ StatusOr<std::vector<uint8_t>> OverwriteChunkFromRelative(const uint8_t* record,
                                                           const Inventory& inventory,
                                                           const Checkpoint& base,
                                                           int zstd_level) {
+  {
+    // The segments fit the tensors before anything of the record is decoded.
+    DCR_ASSIGN_OR_RETURN(ChunkHeader bounds, ParseChunkHeader(record, size, nullptr, nullptr));
+    DCR_RETURN_IF_ERROR(internal::CheckChunkBounds(bounds, inventory));
+  }
   DCR_ASSIGN_OR_RETURN(DecodedChunk dc, DecodeChunk(record, size));
   const ChunkHeader& h = dc.header;
   if (!IsRelative(h.value_mode)) return std::vector<uint8_t>(record, record + size);

@@ -326,6 +326,22 @@ StatusOr<std::unique_ptr<ObjectStore>> OpenObjectStore(const std::string& spec) 
                                         "' is not a number of seconds in (0, 86400]");
           }
           o.read_deadline_s = d;
+        } else if (k == "list_deadline_s") {
+          char* end = nullptr;
+          const double d = std::strtod(v.c_str(), &end);
+          if (v.empty() || end == nullptr || *end != '\0' || !(d > 0) || d > 86400) {
+            return InvalidArgumentError("store spec '" + spec + "': list_deadline_s '" + v +
+                                        "' is not a number of seconds in (0, 86400]");
+          }
+          o.list_deadline_s = d;
+        } else if (k == "max_get_bytes" || k == "max_list_keys") {
+          char* end = nullptr;
+          const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
+          if (v.empty() || end == nullptr || *end != '\0' || n == 0) {
+            return InvalidArgumentError("store spec '" + spec + "': " + k + " '" + v +
+                                        "' is not a positive integer");
+          }
+          (k == "max_get_bytes" ? o.max_get_bytes : o.max_list_keys) = n;
         } else if (!k.empty()) {
           return InvalidArgumentError("store spec '" + spec + "': unknown parameter '" + k + "'");
         }

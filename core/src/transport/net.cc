@@ -56,6 +56,20 @@ double SteadyNow() {
 
 namespace {
 
+// The address of the peer of connected socket `fd`, without its port ("?" if unknown).
+std::string PeerHost(int fd) {
+  sockaddr_storage a{};
+  socklen_t n = sizeof(a);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&a), &n) != 0) return "?";
+  char buf[INET6_ADDRSTRLEN] = "?";
+  if (a.ss_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&a)->sin_addr, buf, sizeof(buf));
+  } else if (a.ss_family == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&a)->sin6_addr, buf, sizeof(buf));
+  }
+  return buf;
+}
+
 Status SplitAddress(const std::string& address, std::string* host, std::string* port) {
   size_t colon = address.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == address.size()) {
@@ -289,6 +303,12 @@ StatusOr<std::vector<Hello>> AcceptHellos(
     const std::function<void(const std::string&)>& refused,
     const std::function<bool()>& give_up, const std::function<bool(Hello*)>& hold) {
   constexpr size_t kMaxPendingHellos = 64;
+  // One source address may hold at most this many of them (a flood from one host churns its own
+  // share, not the others').
+  constexpr size_t kMaxPendingPerSource = 16;
+  // Refusals passed to `refused`: at most this many per second, the rest counted and named in
+  // the next one that is passed (a flood of connections writes a few lines, not one each).
+  constexpr int kRefusalsPerSecond = 10;
   double next_give_up_check = 0;
   bool giving_up = false;  // give_up said so: only the connections already made are finished
   struct Pending {
@@ -300,12 +320,32 @@ StatusOr<std::vector<Hello>> AcceptHellos(
     bool handshaken = false;  // TLS: handshake done and peer accepted
     short events = POLLIN;
     TlsIdentity peer;
+    std::string source;       // the peer's address, without the port
+    bool progressed = false;  // it has sent a byte (a ClientHello, a hello) since its accept
   };
   std::vector<Pending> pending;
   std::vector<Hello> out;
   int dropped = 0;
+  double refusal_window = 0;
+  int refusals_in_window = 0, refusals_unlogged = 0;
+  auto report = [&](const std::string& why) {
+    if (!refused || why.empty()) return;
+    const double now = SteadyNow();
+    if (now - refusal_window >= 1.0) {
+      refusal_window = now;
+      refusals_in_window = 0;
+    }
+    if (++refusals_in_window > kRefusalsPerSecond) {
+      ++refusals_unlogged;
+      return;
+    }
+    if (refusals_unlogged == 0) return refused(why);
+    refused(why + " (and " + std::to_string(refusals_unlogged) +
+            " more connections refused, not logged)");
+    refusals_unlogged = 0;
+  };
   auto drop = [&](size_t i, const std::string& why) {
-    if (refused && !why.empty()) refused(why);
+    report(why);
     if (pending[i].ssl != nullptr) SSL_free(pending[i].ssl);
     close(pending[i].fd);
     pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
@@ -428,6 +468,7 @@ StatusOr<std::vector<Hello>> AcceptHellos(
     // Connections first (indices shift as they are dropped: walk backwards).
     for (size_t i = pending.size(); i-- > 0;) {
       if (fds[i + 1].revents == 0) continue;
+      pending[i].progressed = true;
       bool drop_it = false, done = false, refused_hello = false;
       const std::string why = advance(i, &drop_it, &done, &refused_hello);
       if (drop_it && !(refused_hello && hold)) {
@@ -446,15 +487,54 @@ StatusOr<std::vector<Hello>> AcceptHellos(
         ++dropped;  // not taken: closed with its Conn
       }
     }
-    if (fds[0].revents != 0) {
+    // Every connection the listener has queued (up to the cap), not one per wakeup: a flood of
+    // connections must not fill the backlog in front of the parent's.
+    for (size_t k = 0; fds[0].revents != 0 && k < kMaxPendingHellos; ++k) {
+      if (k > 0) {
+        pollfd more{listen_fd, POLLIN, 0};
+        if (poll(&more, 1, 0) <= 0) break;
+      }
       int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
       if (fd < 0) {
-        if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED) continue;
+        if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED) break;
         return fail(UnavailableError(ErrnoError("accept", errno).message()));
       }
       TuneSocket(fd);
-      if (pending.size() >= kMaxPendingHellos) drop(0, "too many connections waiting");
+      const std::string source = PeerHost(fd);
+      // Full (in all, or for this source): the new connection takes the place of one that has
+      // not authenticated, of this source when its share is full, else of the source holding
+      // the most; among those one that has sent nothing first, then the oldest. A source with
+      // few connections (a parent on its own host) keeps them while others flood. An
+      // authenticated connection (TLS peer accepted) is never dropped for a new one; when only
+      // such are left the new one is closed.
+      auto held_by = [&](const std::string& s) {
+        size_t n = 0;
+        for (const auto& q : pending) n += q.source == s;
+        return n;
+      };
+      const bool source_full = held_by(source) >= kMaxPendingPerSource;
+      if (source_full || pending.size() >= kMaxPendingHellos) {
+        size_t victim = pending.size(), victim_share = 0;
+        for (size_t i = 0; i < pending.size(); ++i) {
+          const Pending& q = pending[i];
+          if (q.handshaken || (source_full && q.source != source)) continue;
+          const size_t share = held_by(q.source);
+          if (victim == pending.size() || share > victim_share ||
+              (share == victim_share && !q.progressed && pending[victim].progressed)) {
+            victim = i;
+            victim_share = share;
+          }
+        }
+        if (victim == pending.size()) {
+          report("too many connections waiting (" + source + ")");
+          close(fd);
+          ++dropped;
+          continue;
+        }
+        drop(victim, "too many connections waiting (" + pending[victim].source + ")");
+      }
       Pending p{fd, SteadyNow() + hello_timeout_s};
+      p.source = source;
       if (tls != nullptr) {
         SetNonBlocking(fd);
         p.ssl = tls->NewSsl(fd, /*server=*/true);
@@ -469,6 +549,9 @@ StatusOr<std::vector<Hello>> AcceptHellos(
   for (auto& p : pending) {
     if (p.ssl != nullptr) SSL_free(p.ssl);
     close(p.fd);
+  }
+  if (refused && refusals_unlogged > 0) {
+    refused(std::to_string(refusals_unlogged) + " more connections refused, not logged");
   }
   return out;
 }

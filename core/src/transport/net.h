@@ -156,7 +156,12 @@ StatusOr<std::unique_ptr<Conn>> ConnectTo(const std::string& address, double dea
 // certificate of another run or of the wrong role) or sends a header `accept_hello` refuses is
 // closed, `refused` (if set) is told why, and the loop keeps listening, so a stray or hostile
 // connection never takes the place of the real peer. Connections are served concurrently: a
-// silent one does not delay the others; at most 64 wait at once (a new one closes the oldest).
+// silent one does not delay the others. At most 64 wait at once, at most 16 of one source
+// address: past either a new connection takes the place of one that has not authenticated (of
+// its own source when that share is full, else of the source holding the most), one that has
+// sent nothing first, then the oldest; one whose TLS peer is accepted (an authenticated parent)
+// is never dropped for a new one, and when only such are left the new one is closed. `refused`
+// is told at most 10 refusals a second, the rest counted in the next one told (and at the end).
 // `give_up` (if set) is asked about twice a second while no connection has been taken; once it
 // returns true the wait ends (the caller knows the peer is not coming), once the connections
 // already made (accepted or waiting to be) have sent their hellos or timed out. `hold` (if set) is

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -115,15 +116,53 @@ struct Response {
   long http = 0;
   std::string body;
   std::map<std::string, std::string> headers;  // lower-case names
+  // Bounds, set by the request before it runs: the most body bytes it takes (a body or a
+  // Content-Length above it aborts the transfer) and of header bytes (kMaxHeaderBytes).
+  uint64_t max_body = 0;
+  uint64_t max_partial_body = UINT64_MAX;  // the cap of a 206 answer (a ranged GET: the range)
+  long status_line = 0;                    // the code of the last status line seen
+  uint64_t header_bytes = 0;
+  bool body_over = false, headers_over = false;
 };
 
+// Header bytes of one response, all lines together: a server sending header after header is cut
+// off here (S3 answers carry a few hundred bytes).
+constexpr uint64_t kMaxHeaderBytes = 64 << 10;
+// The body of an answer that carries no object (errors, PUT, POST, DELETE): S3's are < 1 KiB.
+constexpr uint64_t kMaxSmallBody = 64 << 10;
+// One page of a listing: S3 lists at most 1000 keys of at most 1024 bytes per page.
+constexpr uint64_t kMaxListPageBytes = 16 << 20;
+
+uint64_t BodyCap(const Response& r) {
+  return r.status_line == 206 ? std::min(r.max_body, r.max_partial_body) : r.max_body;
+}
+
 size_t WriteBody(char* p, size_t size, size_t n, void* ud) {
-  static_cast<std::string*>(ud)->append(p, size * n);
-  return size * n;
+  auto* r = static_cast<Response*>(ud);
+  const size_t k = size * n;
+  const uint64_t cap = BodyCap(*r);
+  if (k > cap - std::min<uint64_t>(cap, r->body.size())) {
+    r->body_over = true;
+    return 0;  // aborts the transfer (CURLE_WRITE_ERROR)
+  }
+  r->body.append(p, k);
+  return k;
 }
 
 size_t WriteHeader(char* p, size_t size, size_t n, void* ud) {
-  std::string line(p, size * n);
+  auto* r = static_cast<Response*>(ud);
+  const size_t k = size * n;
+  r->header_bytes += k;
+  if (r->header_bytes > kMaxHeaderBytes) {
+    r->headers_over = true;
+    return 0;
+  }
+  std::string line(p, k);
+  if (line.compare(0, 5, "HTTP/") == 0) {
+    const size_t sp = line.find(' ');
+    if (sp != std::string::npos) r->status_line = std::strtol(line.c_str() + sp + 1, nullptr, 10);
+    return k;
+  }
   size_t colon = line.find(':');
   if (colon != std::string::npos) {
     std::string name = line.substr(0, colon);
@@ -133,9 +172,14 @@ size_t WriteHeader(char* p, size_t size, size_t n, void* ud) {
     while (!value.empty() && (value.back() == '\r' || value.back() == '\n' || value.back() == ' ')) {
       value.pop_back();
     }
-    (*static_cast<std::map<std::string, std::string>*>(ud))[name] = value;
+    if (name == "content-length" && std::strtoull(value.c_str(), nullptr, 10) > BodyCap(*r)) {
+      r->headers[name] = value;
+      r->body_over = true;
+      return 0;  // refused before any byte of the body
+    }
+    r->headers[name] = value;
   }
-  return size * n;
+  return k;
 }
 
 struct Upload {
@@ -217,12 +261,18 @@ class S3Request {
     has_body_ = true;
   }
   void AddHeader(const std::string& h) { headers_.push_back(h); }
+  // The most body bytes the answer may have (default kMaxSmallBody); more aborts it.
+  void SetMaxBody(uint64_t n) { max_body_ = std::max(n, kMaxSmallBody); }
+  // The most body bytes a 206 (partial) answer may have: the range asked for.
+  void SetMaxPartialBody(uint64_t n) { max_partial_body_ = n; }
 
   StatusOr<Response> Run() {
     GlobalInit();
     CURL* c = curl_easy_init();
     if (c == nullptr) return InternalError("curl_easy_init failed");
     Response r;
+    r.max_body = max_body_;
+    r.max_partial_body = max_partial_body_;
     std::string url = Url();
     curl_easy_setopt(c, CURLOPT_URL, url.c_str());
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
@@ -241,9 +291,9 @@ class S3Request {
     curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME,
                      static_cast<long>(std::max(1.0, std::ceil(o_.read_deadline_s))));
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, WriteBody);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &r.body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &r);
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, WriteHeader);
-    curl_easy_setopt(c, CURLOPT_HEADERDATA, &r.headers);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, &r);
     struct curl_slist* hl = nullptr;
     hl = curl_slist_append(hl, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
     for (const auto& h : headers_) hl = curl_slist_append(hl, h.c_str());
@@ -269,6 +319,18 @@ class S3Request {
     curl_slist_free_all(hl);
     curl_easy_cleanup(c);
     if (rc != CURLE_OK) {
+      if (r.headers_over) {
+        return DataLossError(What() + ": the answer's headers exceed " +
+                             std::to_string(kMaxHeaderBytes) + " bytes");
+      }
+      if (r.body_over) {
+        const auto cl = r.headers.find("content-length");
+        return DataLossError(What() + ": the answer's body " +
+                             (cl != r.headers.end() ? "(Content-Length " + cl->second + ") "
+                                                    : std::string("")) +
+                             "exceeds the " + std::to_string(BodyCap(r)) +
+                             " bytes this request takes");
+      }
       if (rc == CURLE_OPERATION_TIMEDOUT) {
         return DeadlineExceededError(What() + ": " + curl_easy_strerror(rc));
       }
@@ -305,6 +367,8 @@ class S3Request {
   const uint8_t* body_ = nullptr;
   size_t body_size_ = 0;
   bool has_body_ = false;
+  uint64_t max_body_ = kMaxSmallBody;
+  uint64_t max_partial_body_ = UINT64_MAX;
 };
 
 StatusOr<Response> Do(S3Request& req, std::initializer_list<long> ok_codes) {
@@ -480,6 +544,7 @@ Status S3Store::Put(const std::string& key, const void* data, size_t size) {
 StatusOr<std::vector<uint8_t>> S3Store::Get(const std::string& key) {
   DCR_RETURN_IF_ERROR(ValidateObjectKey(key));
   S3Request req(options_, "GET", key, {});
+  req.SetMaxBody(options_.max_get_bytes);
   DCR_ASSIGN_OR_RETURN(Response r, Do(req, {200}));
   DCR_RETURN_IF_ERROR(CheckWholeBody(req, r));
   return std::vector<uint8_t>(r.body.begin(), r.body.end());
@@ -498,6 +563,10 @@ StatusOr<std::vector<uint8_t>> S3Store::GetRange(const std::string& key, uint64_
   S3Request req(options_, "GET", key, {});
   uint64_t last = length > UINT64_MAX - offset ? UINT64_MAX - 1 : offset + length - 1;
   req.AddHeader("Range: bytes=" + std::to_string(offset) + "-" + std::to_string(last));
+  // The range's bytes, or a whole object up to its end from a server that ignores Range (cut
+  // locally below); never more than a whole-object GET takes.
+  req.SetMaxBody(std::min(last + 1, options_.max_get_bytes));
+  req.SetMaxPartialBody(last - offset + 1);
   DCR_ASSIGN_OR_RETURN(Response r, req.Run());
   if (r.http == 416) {
     // Offset at or past the end: an empty range at exactly the end is valid.
@@ -540,12 +609,18 @@ StatusOr<ObjectInfo> S3Store::Head(const std::string& key) {
 }
 
 StatusOr<std::vector<ObjectInfo>> S3Store::List(const std::string& prefix) {
+  // Bounded: pages of at most kMaxListPageBytes, at most max_list_keys keys in all, done within
+  // list_deadline_s; and it must progress: S3 lists keys in increasing order, so a key that is
+  // not above the previous one (a listing that loops) or a repeated token ends it.
   std::vector<ObjectInfo> out;
-  std::string token;
-  for (int page = 0; page < 1000000; ++page) {
+  std::string token, last_key;
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration<double>(options_.list_deadline_s);
+  for (;;) {
     std::map<std::string, std::string> q{{"list-type", "2"}, {"prefix", prefix}};
     if (!token.empty()) q["continuation-token"] = token;
     S3Request req(options_, "GET", "", q);
+    req.SetMaxBody(kMaxListPageBytes);
     DCR_ASSIGN_OR_RETURN(Response r, Do(req, {200}));
     // Each <Contents> block has one <Key> and one <Size>.
     size_t pos = 0;
@@ -553,13 +628,34 @@ StatusOr<std::vector<ObjectInfo>> S3Store::List(const std::string& prefix) {
       size_t end = r.body.find("</Contents>", pos);
       if (end == std::string::npos) break;
       std::string block = r.body.substr(pos, end - pos);
-      out.push_back(ObjectInfo{XmlValue(block, "Key"),
-                               std::strtoull(XmlValue(block, "Size").c_str(), nullptr, 10)});
+      ObjectInfo info{XmlValue(block, "Key"),
+                      std::strtoull(XmlValue(block, "Size").c_str(), nullptr, 10)};
+      if (!out.empty() && info.key <= last_key) {
+        return DataLossError(req.What() + ": listing of '" + prefix + "' goes back from key '" +
+                             last_key + "' to '" + info.key + "' (keys must increase)");
+      }
+      if (out.size() >= options_.max_list_keys) {
+        return ResourceExhaustedError(req.What() + ": listing of '" + prefix + "' has more than " +
+                                      std::to_string(options_.max_list_keys) +
+                                      " keys (max_list_keys)");
+      }
+      last_key = info.key;
+      out.push_back(std::move(info));
       pos = end;
     }
     if (XmlValue(r.body, "IsTruncated") != "true") break;
-    token = XmlValue(r.body, "NextContinuationToken");
-    if (token.empty()) return UnavailableError(req.What() + ": truncated listing without token");
+    std::string next = XmlValue(r.body, "NextContinuationToken");
+    if (next.empty()) return UnavailableError(req.What() + ": truncated listing without token");
+    if (next == token) {
+      return DataLossError(req.What() + ": listing of '" + prefix +
+                           "' answers the same continuation token again");
+    }
+    token = std::move(next);
+    if (std::chrono::steady_clock::now() > deadline) {
+      return DeadlineExceededError(req.What() + ": listing of '" + prefix + "' not done after " +
+                                   std::to_string(options_.list_deadline_s) + " s (" +
+                                   std::to_string(out.size()) + " keys; list_deadline_s)");
+    }
   }
   std::sort(out.begin(), out.end(),
             [](const ObjectInfo& a, const ObjectInfo& b) { return a.key < b.key; });

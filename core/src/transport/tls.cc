@@ -22,6 +22,7 @@
 #include <memory>
 
 #include "dcr/status_macros.h"
+#include "internal/key_holder.h"
 #include "transport/net.h"
 
 namespace dcr::internal {
@@ -172,6 +173,7 @@ StatusOr<std::shared_ptr<const TlsContext>> TlsContext::Load(const std::string& 
   }
   DCR_ASSIGN_OR_RETURN(Owned<X509> ca, ReadCert(ca_path, "TLS CA certificate"));
   DCR_ASSIGN_OR_RETURN(Owned<X509> cert, ReadCert(cert_path, "TLS certificate"));
+  DCR_RETURN_IF_ERROR(internal::ProtectKeyHolder());
   DCR_ASSIGN_OR_RETURN(std::string key_pem, ReadPemFile(key_path, "TLS key"));
   Owned<BIO> kbio(BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size())));
   Owned<EVP_PKEY> key(PEM_read_bio_PrivateKey(kbio.get(), nullptr, nullptr, nullptr));
@@ -505,6 +507,7 @@ StatusOr<std::string> CertPem(X509* cert) {
 }
 
 StatusOr<Owned<EVP_PKEY>> NewKey() {
+  DCR_RETURN_IF_ERROR(ProtectKeyHolder());
   Owned<EVP_PKEY> key(EVP_PKEY_Q_keygen(nullptr, nullptr, "ED25519"));
   if (!key) return InternalError("Ed25519 key generation: " + TlsErrors());
   return key;
@@ -564,6 +567,7 @@ Status WriteExtraCredential(const std::string& dir, const std::string& role, int
   DCR_ASSIGN_OR_RETURN(Owned<X509> ca, ReadCert(dir + "/ca.crt", "CA certificate"));
   DCR_ASSIGN_OR_RETURN(Owned<X509> node0, ReadCert(dir + "/node-0.crt", "node certificate"));
   DCR_ASSIGN_OR_RETURN(TlsIdentity id0, IdentityOf(node0.get()));
+  DCR_RETURN_IF_ERROR(internal::ProtectKeyHolder());
   DCR_ASSIGN_OR_RETURN(std::string ca_key_pem, ReadPemFile(dir + "/ca.key", "CA key"));
   Owned<BIO> bio(BIO_new_mem_buf(ca_key_pem.data(), static_cast<int>(ca_key_pem.size())));
   Owned<EVP_PKEY> ca_key(PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr));

@@ -14,6 +14,7 @@
 
 #include "dcr/signing.h"
 #include "dcr/status_macros.h"
+#include "internal/key_holder.h"
 
 namespace dcr {
 namespace {
@@ -141,6 +142,7 @@ std::string KeyFingerprint(const Ed25519PublicKey& raw) {
 SigningKey::~SigningKey() { EVP_PKEY_free(static_cast<EVP_PKEY*>(pkey_)); }
 
 StatusOr<std::unique_ptr<SigningKey>> SigningKey::Load(const std::string& path) {
+  DCR_RETURN_IF_ERROR(internal::ProtectKeyHolder());
   mode_t mode = 0;
   auto pem = ReadSmallFile(path, &mode);
   if (!pem.ok()) return pem.status().WithContext("signing key");
@@ -164,6 +166,7 @@ StatusOr<std::unique_ptr<SigningKey>> SigningKey::Load(const std::string& path) 
 }
 
 StatusOr<std::unique_ptr<SigningKey>> SigningKey::Generate() {
+  DCR_RETURN_IF_ERROR(internal::ProtectKeyHolder());
   EVP_PKEY* key = EVP_PKEY_Q_keygen(nullptr, nullptr, "ED25519");
   if (key == nullptr) return InternalError("Ed25519 key generation: " + CryptoErrors());
   std::unique_ptr<SigningKey> out(new SigningKey());
@@ -173,6 +176,7 @@ StatusOr<std::unique_ptr<SigningKey>> SigningKey::Generate() {
 }
 
 StatusOr<std::unique_ptr<SigningKey>> SigningKey::FromSeed(const std::array<uint8_t, 32>& seed) {
+  DCR_RETURN_IF_ERROR(internal::ProtectKeyHolder());
   EVP_PKEY* key =
       EVP_PKEY_new_raw_private_key(EVP_PKEY_ED25519, nullptr, seed.data(), seed.size());
   if (key == nullptr) return InternalError("Ed25519 key from seed: " + CryptoErrors());

@@ -1,0 +1,36 @@
+// The state directory of a long-lived node (NodePlan::state_dir, `dcr-node --state`, a
+// publisher's state): what it resumes from and, for a signed receiver, its version floor. Both
+// are trusted on restart, so the directory must be the node's own: no other local user may
+// have made it, read it or write to it.
+//
+// Thread safety: free functions over files; one process per rank uses them.
+#ifndef DCR_CORE_SRC_NODE_STATE_DIR_H_
+#define DCR_CORE_SRC_NODE_STATE_DIR_H_
+
+#include <string>
+
+#include "dcr/status.h"
+
+namespace dcr::internal {
+
+// Opens `dir` as a node's state directory: creates it (mode 0700; its parent must exist) when
+// missing, then requires a directory (not a symlink) owned by the process's effective user and
+// neither readable nor writable by group or others. Errors: kFailedPrecondition naming the path,
+// its owner and mode (and this user) for a directory that is not the node's own, or a path that
+// is not a directory; errno errors naming the path.
+Status OpenStateDir(const std::string& dir);
+
+// <dir>/rank-<rank>.floor: the version floor (dcr/signing.h VersionFloor) of rank `rank`.
+std::string StateFloorPath(const std::string& dir, int rank);
+
+// Checks the version floor of rank `rank` in its state directory `dir` (opened by OpenStateDir).
+// `fresh`: the directory records no earlier start of this rank. A fresh state without a floor
+// file gets one of version 0, so that from then on a missing floor is told apart from a fresh
+// start: a state that is not fresh and has no floor file is refused (deleting the floor would
+// re-enable rollback), and so is a floor file that does not parse. Errors: kFailedPrecondition
+// naming the floor's path for a missing one; VersionFloor::Load's and Record's.
+Status OpenStateFloor(const std::string& dir, int rank, bool fresh);
+
+}  // namespace dcr::internal
+
+#endif  // DCR_CORE_SRC_NODE_STATE_DIR_H_
