@@ -7,7 +7,8 @@
  *     (dcr_publisher_open_scenario; exit 3 when the open fails, its message on stderr)
  *     VERSION_SPEC: "file:PATH" or "tensors:MANIFEST:FILE", one per version from the publisher's
  *     next version (dcr_publisher_next_version: 1, or after a resume the first one the state has
- *     not published), in order; or "pause", which prints "paused" and waits to be killed. A manifest lists "meta KEY VALUE" and "tensor NAME DTYPE OFFSET NBYTES NDIM DIMS..."
+ *     not published), in order; or "sleep:SECONDS" (the trainer's compute between versions); or
+ *     "pause", which prints "paused" and waits to be killed. A manifest lists "meta KEY VALUE" and "tensor NAME DTYPE OFFSET NBYTES NDIM DIMS..."
  *     lines (OFFSET: of the tensor's bytes in FILE); the tensors are read from FILE into memory
  *     and handed from there.
  * Exit 0 when every version was published and RECEIVERS receivers reported committing each. */
@@ -130,6 +131,10 @@ int main(int argc, char** argv) {
     failed = 1;
   }
   for (i = 4; i < argc; ++i) {
+    if (strncmp(argv[i], "sleep:", 6) == 0) {
+      sleep((unsigned)atoi(argv[i] + 6));
+      continue;
+    }
     if (strcmp(argv[i], "pause") == 0) {
       printf("paused\n");
       fflush(stdout);

@@ -151,22 +151,26 @@ else
   echo "FAIL receiver rank: exit $rc"; cat "$m/rank.out"; fail=1
 fi
 
-# The trainer killed with kill -9 after version 1 and started again on the same state: it resumes
-# at version 2 (dcr_publisher_next_version says so), the receivers keep running through the gap
-# and commit versions 2 and 3 from the new trainer, verified byte for byte.
+# A trainer slower than the version timeout, then killed with kill -9 and started again on the
+# same state. The scenario's timeout is 4 s; the trainer computes 6 s after version 1: the
+# receivers wait for version 2 to begin (its timeout counts from there). Then the trainer is
+# killed; started again it resumes at version 2 (dcr_publisher_next_version says so), the
+# receivers keep running through the gap and commit versions 2 and 3 from the new trainer,
+# verified byte for byte.
 k="$tmp/k"; mkdir -p "$k/store" "$k/h0"
 kport=$(( port + 10 ))
 sed -e "s#$m/store#$k/store#" -e "s#127.0.0.1:$port\"#127.0.0.1:$kport\"#" \
     -e "s#127.0.0.1:$((port + 1))\"#127.0.0.1:$((kport + 1))\"#" \
     -e "s#127.0.0.1:$((port + 2))\"#127.0.0.1:$((kport + 2))\"#" \
-    -e "s#127.0.0.1:$((port + 3))\"#127.0.0.1:$((kport + 3))\"#" "$m/s.yaml" >"$k/s.yaml"
+    -e "s#127.0.0.1:$((port + 3))\"#127.0.0.1:$((kport + 3))\"#" -e "s#^timeout: .*#timeout: 4s#" \
+    "$m/s.yaml" >"$k/s.yaml"
 pids=()
 for r in 3 2 1; do
   mkdir -p "$k/h$r"
   (cd "$k/h$r" && exec "$node_abs" "$k/s.yaml" --rank "$r" --state "$k/h$r/state") >"$k/h$r/log" 2>&1 &
   pids+=($!)
 done
-"$prog" "scenario:0:$k/h0/state:$k/s.yaml" "$k/trainer" 3 "file:$ck/step1.safetensors" pause \
+"$prog" "scenario:0:$k/h0/state:$k/s.yaml" "$k/trainer" 3 "file:$ck/step1.safetensors" sleep:6 pause \
   >"$k/first.out" 2>&1 &
 trainer=$!
 for _ in $(seq 600); do grep -q "^paused" "$k/first.out" && break; kill -0 "$trainer" 2>/dev/null || break; sleep 0.1; done
@@ -177,7 +181,11 @@ else
   echo "FAIL first trainer"; cat "$k/first.out"; fail=1
 fi
 alive=0; for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=$((alive + 1)); done
-[ "$alive" = 3 ] || { echo "FAIL $alive/3 receivers alive after the trainer's death"; fail=1; }
+if [ "$alive" = 3 ]; then
+  echo "ok   3/3 receivers alive through 6 s of trainer compute (timeout 4 s) and its death"
+else
+  echo "FAIL $alive/3 receivers alive after the trainer's compute and death"; fail=1
+fi
 "$prog" "scenario:0:$k/h0/state:$k/s.yaml" "$k/trainer" 3 \
   "tensors:$tmp/c/step2.manifest:$ck/step2.safetensors" \
   "tensors:$tmp/c/step3.manifest:$ck/step3.safetensors" >"$k/second.out" 2>&1
@@ -190,6 +198,11 @@ else
 fi
 for p in "${pids[@]}"; do wait "$p" || { echo "FAIL a receiver exited non-zero after the trainer's restart"; fail=1; }; done
 pids=()
+if grep -l "DEADLINE_EXCEEDED\|not done after" "$k"/h[123]/log "$k"/h[123]/state/*.json 2>/dev/null; then
+  echo "FAIL a receiver ran past a version's timeout while the trainer computed"; fail=1
+else
+  echo "ok   no receiver counted the trainer's compute in a version's timeout"
+fi
 python3 - "$k" <<'PY' || { fail=1; for r in 1 2 3; do tail -5 "$k/h$r/log"; done; }
 import json, sys
 k = sys.argv[1]
