@@ -20,6 +20,7 @@
 
 #include "dcr/checkpoint.h"
 #include "dcr/delta.h"
+#include "dcr/node.h"
 #include "dcr/status_macros.h"
 #include "dcr/transport.h"
 #include "internal/mapped_file.h"

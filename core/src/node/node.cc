@@ -1,5 +1,5 @@
 // The node driver: hosts one NodePolicy (relay_policy.h) in a PolicyHost over TCP sockets or an
-// ObjectStore. See dcr/transport.h for the process structure. SocketNode is the policy's
+// ObjectStore. See dcr/node.h for the process structure. SocketNode is the policy's
 // environment; its parts are the event loop (EventQueue, one timer), the tree links (sockets,
 // writers and readers of the edges the policy names), the store jobs, the apply pool and the
 // sender's builder.
@@ -28,6 +28,7 @@
 #include "dcr/context.h"
 #include "dcr/delta.h"
 #include "dcr/device.h"
+#include "dcr/node.h"
 #include "dcr/object_store.h"
 #include "dcr/policy_host.h"
 #include "dcr/signing.h"
