@@ -146,6 +146,7 @@ StatusOr<std::vector<NodePlan>> MakePlans(const Scenario& s, Method method, Tran
     }
     p.heartbeat_interval_s = s.network.heartbeat_interval_s;
     p.read_deadline_s = ReadDeadlineFor(s);
+    p.receiver_deadline_s = s.receivers.deadline_s;
     p.emulate_wan = s.network.emulation == WanEmulation::kTransport;
     p.long_bandwidth_Bps = s.network.long_link.bandwidth_Bps;
     p.long_latency_s = s.network.long_link.latency_s;

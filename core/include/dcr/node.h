@@ -235,7 +235,10 @@ struct NodePlan {
   // tree committed a version the sender waits at most `receiver_deadline_s` for the report of
   // each live one and of each returning one (it reported the version before), and declares the
   // silent ones dead: they stop holding the baseline back until a report of a published version
-  // re-admits them. Defaults none, 30 s.
+  // re-admits them. Every recovering relay-tree node also waits at most `receiver_deadline_s` per
+  // version for a child to come up (1 s for one this process already counted lost) before it
+  // counts the child lost for that version: its subtree takes the version from the store.
+  // Defaults none, 30 s.
   std::vector<int> region_receivers;
   double receiver_deadline_s = 30;
   // Receiver (transport "object_store", with versions): follows the versions from `store`,

@@ -113,6 +113,13 @@ Status SocketNode::Run() {
   if (s.ok() && recovery_ != nullptr && plan_.rank == 0 && plan_.transport == "relay_tree" &&
       (filled_store_ || !AllReportsOk(r->reports))) {
     s = CollectStoreReports(&r->reports);
+    // Receivers whose commit came through the store count as the tree's do: the field is the
+    // number of receivers that reported committing this version, whichever way.
+    std::set<int> committed;
+    for (const CommitReport& c : r->reports) {
+      if (c.ok && c.version == plan_.version) committed.insert(c.rank);
+    }
+    r->receivers_committed = std::max(r->receivers_committed, static_cast<int>(committed.size()));
   }
   Teardown();
   if (plan_.rank != 0 && !committed_) {
@@ -501,6 +508,12 @@ Status SocketNode::CollectStoreReports(std::vector<CommitReport>* reports) {
     if (c.ok) have.insert(c.rank);
   }
   const int n = static_cast<int>(plan_.parents.size());
+  // A version of a long-lived run waits at most the per-receiver deadline: its joint commit
+  // (versions.h SenderJointCommit) declares each receiver without a report dead, so an absent
+  // or silent host does not hold the version back. A single refit waits until its deadline.
+  const bool joint = plan_.version > 0;
+  const double until =
+      joint ? std::min(deadline_, SteadyNow() + plan_.receiver_deadline_s) : deadline_;
   while (true) {
     for (int rank = 1; rank < n; ++rank) {
       if (have.count(rank)) continue;
@@ -531,6 +544,18 @@ Status SocketNode::CollectStoreReports(std::vector<CommitReport>* reports) {
       have.insert(rank);
     }
     if (static_cast<int>(have.size()) >= n - 1) return Status();
+    if (joint && SteadyNow() > until && until < deadline_) {
+      std::string missing;
+      for (int rank = 1; rank < n; ++rank) {
+        if (!have.count(rank)) missing += (missing.empty() ? "" : ", ") + std::to_string(rank);
+      }
+      std::fprintf(stderr,
+                   "sender: no commit report of version %llu from receivers %s within the "
+                   "per-receiver deadline (%g s)\n",
+                   static_cast<unsigned long long>(plan_.version), missing.c_str(),
+                   plan_.receiver_deadline_s);
+      return Status();
+    }
     if (SteadyNow() > deadline_) {
       return DeadlineExceededError("sender: commit reports of " +
                                    std::to_string(n - 1 - static_cast<int>(have.size())) +

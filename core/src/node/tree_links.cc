@@ -4,10 +4,13 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -30,8 +33,40 @@
 
 namespace dcr::internal {
 
+namespace {
+
+// Children this process counted lost while connecting, by (run, rank): a later version tries
+// such a child for kLostChildRetryS only, so an absent host costs its parent the join deadline
+// once, not at every version. A child that connects again leaves the set.
+constexpr double kLostChildRetryS = 1.0;
+
+class LostChildren {
+ public:
+  static LostChildren& Process() {
+    static LostChildren* lost = new LostChildren();
+    return *lost;
+  }
+  bool Contains(uint64_t run, NodeId child) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return lost_.count({run, child}) > 0;
+  }
+  void Set(uint64_t run, NodeId child, bool lost) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (lost) {
+      lost_.insert({run, child});
+    } else {
+      lost_.erase({run, child});
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  std::set<std::pair<uint64_t, NodeId>> lost_;
+};
+
+}  // namespace
+
 Status TreeLinks::Open(const std::vector<Link>& links, double deadline) {
-  const int me = plan_.rank;
   DCR_RETURN_IF_ERROR(LoadCredentials());
   if (plan_.emulate_wan && plan_.long_bandwidth_Bps > 0) {
     // Burst: one segment, so the rate holds at fine time scales.
@@ -45,62 +80,109 @@ Status TreeLinks::Open(const std::vector<Link>& links, double deadline) {
   if (parent != nullptr) {
     DCR_ASSIGN_OR_RETURN(listen_fd, ListenOnOwnAddress());
   }
-  const bool long_edges = me == 0 && plan_.emulate_wan;
-  std::vector<event::SendFailed> lost;  // children lost while their links were set up
+  // Each child's streams are set up on a thread of their own while this one waits for the
+  // parent, so a child that is slow to come (or never comes) does not keep the parent waiting
+  // for this node's hello; the children hear heartbeats from the moment their link is up,
+  // however long the parent takes.
+  heartbeats_ = std::make_unique<internal::Heartbeats>(plan_.heartbeat_interval_s);
+  heartbeats_->Start();
+  std::vector<ChildSetup> setups;
   for (const Link& l : links) {
-    if (!l.to_child) continue;
-    ChildLink link;
-    link.id = l.peer;
-    for (int s = 0; s < l.streams; ++s) {
-      auto conn = internal::ConnectTo(plan_.addresses[l.peer], deadline, link_tls_.get(), l.peer,
-                                      kHelloTimeoutS);
-      if (conn.ok()) (*conn)->SetIdleTimeout(plan_.read_deadline_s);
-      if (!conn.ok() && recover_ && !conn.status().IsFailedPrecondition()) {
-        // A child that dies while its link is set up (e.g. mid-handshake) is lost as one that
-        // dies mid-stream: the recovery policy acts on it (its subtree takes the version from
-        // the store), and the link carries nothing (Send answers SendFailed). A certificate
-        // refusal still ends the node.
-        lost.push_back(event::SendFailed{
-            l.peer, "node " + std::to_string(l.peer) + " (" + plan_.addresses[l.peer] +
-                        ") lost while connecting: " + conn.status().message()});
-        std::fprintf(stderr, "node %d: %s\n", me, lost.back().message.c_str());
-        link.writers.clear();
-        link.conns.clear();
-        break;
-      }
-      if (!conn.ok()) {
-        if (listen_fd >= 0) close(listen_fd);
-        return Status(
-            conn.status().IsFailedPrecondition() ? conn.status().code() : StatusCode::kUnavailable,
-            "node " + std::to_string(me) + ": child node " + std::to_string(l.peer) + " at " +
-                plan_.addresses[l.peer] + ": " + conn.status().message());
-      }
-      FrameHeader hello = Frame(FrameType::kHello);
-      hello.stream = static_cast<uint32_t>(s);
-      hello.blob = static_cast<uint64_t>(l.streams);
-      DCR_RETURN_IF_ERROR((*conn)->Write(&hello, sizeof(hello)));
-      link.writers.push_back(std::make_unique<FrameWriter>(
-          conn->get(), long_edges ? long_bucket_ : nullptr, long_edges ? plan_.long_latency_s : 0.0,
-          plan_.relay.window_bytes));
-      link.conns.push_back(std::move(*conn));
+    if (l.to_child) setups.push_back(ChildSetup{&l});
+  }
+  std::vector<std::thread> connecting;
+  for (ChildSetup& c : setups) {
+    connecting.emplace_back([this, &c, deadline] { ConnectChild(&c, deadline); });
+  }
+  Status parent_status;
+  if (parent != nullptr) {
+    parent_status = AcceptParent(*parent, listen_fd, deadline);
+    if (parent_status.ok() && parent_writer_) {
+      heartbeats_->Add(parent_writer_.get(), Frame(FrameType::kHeartbeat));
     }
-    if (link.conns.empty()) {
-      children_.push_back(std::move(link));
+  }
+  for (std::thread& t : connecting) t.join();
+  Status child_error;
+  for (ChildSetup& c : setups) {
+    if (!c.error.ok() && child_error.ok()) child_error = c.error;
+  }
+  // Every link is kept (its writers are watched by the heartbeats) until Close.
+  for (ChildSetup& c : setups) {
+    if (c.lost) queue_->Post(std::move(*c.lost));
+    if (c.link.conns.empty() || !child_error.ok()) {
+      children_.push_back(std::move(c.link));
       continue;
     }
-    Conn* conn0 = link.conns[0].get();
-    const NodeId c = l.peer;
-    children_.push_back(std::move(link));
-    readers_.emplace_back([this, c, conn0] { ChildReader(c, conn0); });
+    Conn* conn0 = c.link.conns[0].get();
+    const NodeId id = c.link.id;
+    children_.push_back(std::move(c.link));
+    readers_.emplace_back([this, id, conn0] { ChildReader(id, conn0); });
   }
-  for (event::SendFailed& f : lost) queue_->Post(std::move(f));
-  // The children hear from this node from here on, however long its parent takes to come.
-  StartHeartbeats();
-  if (parent != nullptr) {
-    DCR_RETURN_IF_ERROR(AcceptParent(*parent, listen_fd, deadline));
-    if (parent_writer_) heartbeats_->Add(parent_writer_.get(), Frame(FrameType::kHeartbeat));
+  return child_error.ok() ? parent_status : child_error;
+}
+
+void TreeLinks::ConnectChild(ChildSetup* c, double deadline) {
+  const Link& l = *c->link_spec;
+  const int me = plan_.rank;
+  const bool long_edges = me == 0 && plan_.emulate_wan;
+  LostChildren& lost_children = LostChildren::Process();
+  // With recovery a child that does not come within the join deadline (receiver_deadline_s;
+  // kLostChildRetryS for one already counted lost) is lost for this version: its subtree takes
+  // the version from the store, and it catches up when it comes. Without recovery the node
+  // waits for it until the version's deadline.
+  double child_deadline = deadline;
+  if (recover_) {
+    const double join = lost_children.Contains(plan_.run_id, l.peer) ? kLostChildRetryS
+                                                                      : plan_.receiver_deadline_s;
+    child_deadline = std::min(deadline, internal::SteadyNow() + join);
   }
-  return Status();
+  c->link.id = l.peer;
+  for (int s = 0; s < l.streams; ++s) {
+    auto conn = internal::ConnectTo(plan_.addresses[l.peer], child_deadline, link_tls_.get(),
+                                    l.peer, kHelloTimeoutS);
+    if (conn.ok()) (*conn)->SetIdleTimeout(plan_.read_deadline_s);
+    if (!conn.ok() && recover_ && !conn.status().IsFailedPrecondition()) {
+      // A child that dies while its link is set up (e.g. mid-handshake), or never comes, is
+      // lost as one that dies mid-stream: the recovery policy acts on it (its subtree takes the
+      // version from the store), and the link carries nothing (Send answers SendFailed). A
+      // certificate refusal still ends the node.
+      const bool known = lost_children.Contains(plan_.run_id, l.peer);
+      c->lost = event::SendFailed{l.peer, "node " + std::to_string(l.peer) + " (" +
+                                              plan_.addresses[l.peer] +
+                                              ") lost while connecting: " +
+                                              conn.status().message()};
+      if (!known) std::fprintf(stderr, "node %d: %s\n", me, c->lost->message.c_str());
+      lost_children.Set(plan_.run_id, l.peer, true);
+      c->link.writers.clear();
+      c->link.conns.clear();
+      return;
+    }
+    if (!conn.ok()) {
+      c->error = Status(
+          conn.status().IsFailedPrecondition() ? conn.status().code() : StatusCode::kUnavailable,
+          "node " + std::to_string(me) + ": child node " + std::to_string(l.peer) + " at " +
+              plan_.addresses[l.peer] + ": " + conn.status().message());
+      return;
+    }
+    FrameHeader hello = Frame(FrameType::kHello);
+    hello.stream = static_cast<uint32_t>(s);
+    hello.blob = static_cast<uint64_t>(l.streams);
+    Status w = (*conn)->Write(&hello, sizeof(hello));
+    if (!w.ok()) {
+      c->error = w;
+      return;
+    }
+    c->link.writers.push_back(std::make_unique<FrameWriter>(
+        conn->get(), long_edges ? long_bucket_ : nullptr, long_edges ? plan_.long_latency_s : 0.0,
+        plan_.relay.window_bytes));
+    c->link.conns.push_back(std::move(*conn));
+    AddChildHeartbeat(c->link.writers.back().get(), s);
+  }
+  if (lost_children.Contains(plan_.run_id, l.peer)) {
+    std::fprintf(stderr, "node %d: node %d (%s) is back\n", me, l.peer,
+                 plan_.addresses[l.peer].c_str());
+    lost_children.Set(plan_.run_id, l.peer, false);
+  }
 }
 
 Status TreeLinks::TurnAwayParent(const Link& parent, double deadline) {
@@ -280,24 +362,16 @@ FrameHeader TreeLinks::Frame(FrameType type) const {
   return h;
 }
 
-void TreeLinks::StartHeartbeats() {
-  heartbeats_ = std::make_unique<internal::Heartbeats>(plan_.heartbeat_interval_s);
-  const bool long_link = plan_.rank == 0 && plan_.emulate_wan;
-  for (auto& c : children_) {
-    for (size_t s = 0; s < c.writers.size(); ++s) {
-      FrameHeader h = Frame(FrameType::kHeartbeat);
-      h.stream = static_cast<uint32_t>(s);
-      std::function<void(Status)> counted;
-      if (long_link) {
-        counted = [this](Status st) {
-          if (st.ok())
-            state_->Update([](NodeResult* r) { r->bytes_sent_long += sizeof(FrameHeader); });
-        };
-      }
-      heartbeats_->Add(c.writers[s].get(), h, std::move(counted));
-    }
+void TreeLinks::AddChildHeartbeat(FrameWriter* writer, int stream) {
+  FrameHeader h = Frame(FrameType::kHeartbeat);
+  h.stream = static_cast<uint32_t>(stream);
+  std::function<void(Status)> counted;
+  if (plan_.rank == 0 && plan_.emulate_wan) {
+    counted = [this](Status st) {
+      if (st.ok()) state_->Update([](NodeResult* r) { r->bytes_sent_long += sizeof(FrameHeader); });
+    };
   }
-  heartbeats_->Start();
+  heartbeats_->Add(writer, h, std::move(counted));
 }
 
 TreeLinks::ChildLink* TreeLinks::FindChild(NodeId id) {

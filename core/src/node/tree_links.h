@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -41,8 +42,10 @@ class TreeLinks {
   ~TreeLinks() { Close(); }
 
   // Opens exactly the edges of `links` (NodePolicy::links): connects every stream to each child
-  // (children listen before anything else, so this only waits for their startup) and accepts the
-  // parent's streams. Edges out of the sender cross the emulated long link when plan.emulate_wan.
+  // (children listen before anything else, so this only waits for their startup), each child on
+  // a thread of its own while this thread accepts the parent's streams. With recovery a child
+  // that is not up within plan.receiver_deadline_s (1 s once this process counted it lost) is
+  // lost for the version, as one that died mid-stream. Edges out of the sender cross the emulated long link when plan.emulate_wan.
   // With plan.tls_* set, every stream is mutual TLS 1.3 (transport/tls.h: peers of this run, in
   // a role the edge allows, with the rank they claim).
   Status Open(const std::vector<Link>& links, double deadline);
@@ -120,9 +123,20 @@ class TreeLinks {
     return internal::WireMismatch(h, plan_.run_id, plan_.version);
   }
 
-  // Heartbeats on every stream to a child (transport/heartbeat.h; the parent's stream 0 joins
+  // A child's link as Open sets it up on a thread of its own: the link, or the child lost while
+  // connecting (with recovery), or the error that ends the node.
+  struct ChildSetup {
+    const Link* link_spec = nullptr;
+    ChildLink link;
+    std::optional<event::SendFailed> lost;
+    Status error;
+  };
+  // Connects every stream of c->link_spec's child, sends the hellos and starts their heartbeats.
+  void ConnectChild(ChildSetup* c, double deadline);
+
+  // Heartbeats on stream `stream` to a child (transport/heartbeat.h; the parent's stream 0 joins
   // once it is up); those out of the sender cross the emulated long link and count in its bytes.
-  void StartHeartbeats();
+  void AddChildHeartbeat(FrameWriter* writer, int stream);
 
   ChildLink* FindChild(NodeId id);
 
