@@ -351,6 +351,9 @@ StatusOr<NodePlan> HostPlan(const Scenario& s, int rank, const HostPlanOptions& 
     p.device_index = rank == 0 ? local : DeviceIndexFor(s, local);
   }
   p.result_path = o.result_path;
+  // A long-lived host serves its committed version for as long as the trainer takes to hand
+  // the next one.
+  if (long_lived) p.version_wait_s = -1;
   // No runner here: the start barrier is the connection set-up itself.
   p.ready_path.clear();
   p.go_path.clear();

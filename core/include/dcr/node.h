@@ -187,6 +187,13 @@ struct NodePlan {
   std::string receiver_base_path;  // checkpoint the receiver holds (delta)
   std::string verify_path;         // compare with this target after commit ("" = skip)
   double timeout_s = 600;
+  // A receiver of a long-lived relay-tree run (version > 0): how long it waits for a version to
+  // begin (its parent's connection, or with recovery the stream whole in the store) before
+  // `timeout_s` starts counting, so the trainer's compute between versions is not part of the
+  // version's deadline. < 0: no limit (the multi-host form: the node serves its committed
+  // version until the next one begins or it is stopped); 0: the wait counts in `timeout_s`
+  // (dcr run, whose supervisor starts every version). Default 0.
+  double version_wait_s = 0;
   std::string result_path;      // node result JSON ("" = none)
   // Progress JSON ("" = none), rewritten (temporary + rename, so a reader never sees a partial
   // file) about once a second while the node runs: {"bytes_received", "bytes_sent",

@@ -123,6 +123,7 @@ std::string NodePlanToJson(const NodePlan& p) {
   j["receiver_base_path"] = p.receiver_base_path;
   j["verify_path"] = p.verify_path;
   j["timeout_s"] = p.timeout_s;
+  if (p.version_wait_s != 0) j["version_wait_s"] = p.version_wait_s;
   j["result_path"] = p.result_path;
   if (!p.progress_path.empty()) j["progress_path"] = p.progress_path;
   j["ready_path"] = p.ready_path;
@@ -225,6 +226,7 @@ StatusOr<NodePlan> NodePlanFromJson(const std::string& text) {
     p.receiver_base_path = j.at("receiver_base_path").get<std::string>();
     p.verify_path = j.at("verify_path").get<std::string>();
     p.timeout_s = j.at("timeout_s").get<double>();
+    if (j.contains("version_wait_s")) p.version_wait_s = j["version_wait_s"].get<double>();
     p.result_path = j.at("result_path").get<std::string>();
     if (j.contains("ready_path")) p.ready_path = j["ready_path"].get<std::string>();
     if (j.contains("progress_path")) p.progress_path = j["progress_path"].get<std::string>();

@@ -46,6 +46,11 @@
 
 namespace dcr::internal {
 
+namespace {
+// The wait of a long-lived receiver for a version with no limit (version_wait_s < 0).
+constexpr double kForeverS = 1e9;
+}  // namespace
+
 Status SocketNode::Run() {
   NodeResult* r = state_.result();
   r->rank = plan_.rank;
@@ -680,7 +685,18 @@ Status SocketNode::Setup() {
   if (tree && recover && !sender) links_.set_parent_gone(ParentGoneCheck());
   if (recover && !sender) DCR_RETURN_IF_ERROR(OpenSpool(restarted));
   // A restarted node does not rejoin the tree: its peers were told it left when it died.
-  if (tree && !restarted) DCR_RETURN_IF_ERROR(links_.Open(host_->links(), deadline_));
+  if (tree && !restarted) {
+    // A long-lived receiver waits for the version to begin as long as its plan says; the
+    // version's timeout counts from there.
+    // version's timeout counts from its first event (the parent's first frame, or the parent
+    // lost): the parent connects as soon as it is up itself, which may be long before.
+    if (plan_.version > 0 && !sender && plan_.version_wait_s != 0) {
+      awaiting_begin_ = true;
+      deadline_ = std::max(deadline_, plan_.version_wait_s < 0 ? t0_ + kForeverS
+                                                                : t0_ + plan_.version_wait_s);
+    }
+    DCR_RETURN_IF_ERROR(links_.Open(host_->links(), deadline_));
+  }
   if (tree && restarted) {  // ... but its parent and its children learn so at once
     DCR_ASSIGN_OR_RETURN(std::unique_ptr<NodePolicy> tree_role, MakeNodePolicy(plan_));
     for (const Link& l : tree_role->links()) {
@@ -782,6 +798,10 @@ Status SocketNode::Loop() {
     if (!plan_.progress_path.empty()) until = std::min(until, next_progress_);
     QItem item;
     const bool got = queue_.Wait(until, &item);
+    if (got && awaiting_begin_) {  // the version began: its timeout counts from here
+      awaiting_begin_ = false;
+      deadline_ = SteadyNow() + plan_.timeout_s;
+    }
     const auto* produced = got ? std::get_if<event::BlobProduced>(&item.event) : nullptr;
     if (produced != nullptr && produced->blob.kind == BlobKind::kTrailer) {
       stream_complete_ = true;

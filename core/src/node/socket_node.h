@@ -272,6 +272,8 @@ class SocketNode : public NodeEnvironment {
   uint64_t blobs_whole_ = 0;
   double recovery_timer_at_ = -1;
   double t0_ = 0, deadline_ = 0;
+  // A long-lived receiver waiting for its version to begin (NodePlan::version_wait_s).
+  bool awaiting_begin_ = false;
   double timer_at_ = -1;          // policy time of the armed timer; -1 = none
   double next_progress_ = 0;      // steady time of the next progress file write
   bool stream_complete_ = false;  // sender: the trailer blob is produced
