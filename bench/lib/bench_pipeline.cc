@@ -23,6 +23,7 @@
 
 #include "dcr/checkpoint.h"
 #include "dcr/delta.h"
+#include "dcr/node.h"
 #include "dcr/status_macros.h"
 #include "dcr/transport.h"
 #include "internal/mapped_file.h"
@@ -106,8 +107,8 @@ class BlobSink : public DeltaSink {
   std::vector<std::vector<uint8_t>> chunks;
 };
 
-// Opens a checkpoint the way the real sender holds it before the refit starts (node.cc
-// LoadSenderCheckpoints): mapped with every page resident, so the build takes no page faults.
+// Opens a checkpoint the way the real sender holds it before the refit starts
+// (SenderBuilder::LoadCheckpoints): mapped with every page resident, so the build takes no page faults.
 StatusOr<std::unique_ptr<Checkpoint>> OpenResident(const std::string& path) {
   DCR_ASSIGN_OR_RETURN(auto c, Checkpoint::Open(path));
   DCR_RETURN_IF_ERROR(internal::MakeResident(c->file_data(), c->file_size(), path));

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "dcr/node.h"
 #include "dcr/scenario.h"
 #include "dcr/status.h"
-#include "dcr/transport.h"
 
 namespace dcr::cli {
 

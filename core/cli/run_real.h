@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "dcr/node.h"
 #include "dcr/scenario.h"
 #include "dcr/statusor.h"
-#include "dcr/transport.h"
 
 namespace dcr::cli {
 

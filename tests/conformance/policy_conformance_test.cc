@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "dcr/node.h"
 #include "dcr/policy_host.h"
 #include "dcr/relay_policy.h"
 #include "dcr/scenario.h"
-#include "dcr/transport.h"
 #include "driver.h"
 #include "node/node_plans.h"
 #include "plan.h"

@@ -40,9 +40,9 @@
 #include "command.h"
 #include "dcr/checkpoint.h"
 #include "dcr/device.h"
+#include "dcr/node.h"
 #include "dcr/scenario.h"
 #include "dcr/status_macros.h"
-#include "dcr/transport.h"
 #include "node/node_plans.h"
 
 namespace dcr::cli {

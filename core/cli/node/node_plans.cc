@@ -146,6 +146,7 @@ StatusOr<std::vector<NodePlan>> MakePlans(const Scenario& s, Method method, Tran
     }
     p.heartbeat_interval_s = s.network.heartbeat_interval_s;
     p.read_deadline_s = ReadDeadlineFor(s);
+    p.receiver_deadline_s = s.receivers.deadline_s;
     p.emulate_wan = s.network.emulation == WanEmulation::kTransport;
     p.long_bandwidth_Bps = s.network.long_link.bandwidth_Bps;
     p.long_latency_s = s.network.long_link.latency_s;
@@ -350,6 +351,9 @@ StatusOr<NodePlan> HostPlan(const Scenario& s, int rank, const HostPlanOptions& 
     p.device_index = rank == 0 ? local : DeviceIndexFor(s, local);
   }
   p.result_path = o.result_path;
+  // A long-lived host serves its committed version for as long as the trainer takes to hand
+  // the next one.
+  if (long_lived) p.version_wait_s = -1;
   // No runner here: the start barrier is the connection set-up itself.
   p.ready_path.clear();
   p.go_path.clear();

@@ -28,10 +28,10 @@
 #include <vector>
 
 #include "dcr/checkpoint.h"
+#include "dcr/node.h"
 #include "dcr/object_store.h"
 #include "dcr/receiver.h"
 #include "dcr/status.h"
-#include "dcr/transport.h"
 
 namespace dcr::internal {
 

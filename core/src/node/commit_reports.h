@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "dcr/node.h"
 #include "dcr/statusor.h"
-#include "dcr/transport.h"
 
 namespace dcr::internal {
 

@@ -1,7 +1,7 @@
-// UseDataPlaneAllocator (transport.h): glibc malloc settings of a refit process.
+// UseDataPlaneAllocator (dcr/node.h): glibc malloc settings of a refit process.
 #include <malloc.h>
 
-#include "dcr/transport.h"
+#include "dcr/node.h"
 
 namespace dcr {
 

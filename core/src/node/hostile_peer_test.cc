@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "dcr/checkpoint.h"
-#include "dcr/transport.h"
+#include "dcr/node.h"
 #include "transport/net.h"
 
 namespace dcr {

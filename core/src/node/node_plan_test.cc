@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "dcr/transport.h"
+#include "dcr/node.h"
 
 namespace dcr {
 namespace {

@@ -44,11 +44,11 @@
 
 #include "dcr/device.h"
 #include "dcr/journal.h"
+#include "dcr/node.h"
 #include "dcr/object_store.h"
 #include "dcr/receiver.h"
 #include "dcr/recovery_policy.h"
 #include "dcr/relay_policy.h"
-#include "dcr/transport.h"
 
 namespace dcr::internal {
 

@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "dcr/node.h"
 #include "dcr/receiver.h"
 #include "dcr/relay_policy.h"
 #include "dcr/signing.h"
 #include "dcr/statusor.h"
-#include "dcr/transport.h"
 
 namespace dcr::internal {
 

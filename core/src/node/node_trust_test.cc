@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "dcr/checkpoint.h"
+#include "dcr/node.h"
 #include "dcr/transport.h"
 
 namespace dcr::internal {

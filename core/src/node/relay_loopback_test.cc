@@ -8,8 +8,8 @@
 #include <thread>
 
 #include "dcr/checkpoint.h"
+#include "dcr/node.h"
 #include "dcr/testing/fixtures.h"
-#include "dcr/transport.h"
 #include "transport/net.h"
 
 namespace dcr {

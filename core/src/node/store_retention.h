@@ -8,9 +8,9 @@
 #include <cstdint>
 #include <string>
 
+#include "dcr/node.h"
 #include "dcr/retention.h"
 #include "dcr/status.h"
-#include "dcr/transport.h"
 
 namespace dcr::internal {
 

@@ -39,9 +39,9 @@
 #include <string>
 #include <vector>
 
+#include "dcr/node.h"
 #include "dcr/status.h"
 #include "dcr/statusor.h"
-#include "dcr/transport.h"
 #include "dcr/versioning.h"
 
 namespace dcr::internal {

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "dcr/node.h"
 #include "dcr/receiver.h"
 #include "dcr/status.h"
-#include "dcr/transport.h"
 #include "dcr/versioning.h"
 
 namespace dcr::internal {

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "dcr/checkpoint.h"
+#include "dcr/node.h"
 #include "dcr/scenario.h"
-#include "dcr/transport.h"
 #include "node/node_plans.h"
 #include "node/version_state.h"
 #include "node/versions.h"

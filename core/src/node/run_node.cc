@@ -1,0 +1,88 @@
+// RunNode and MakeNodePolicy (dcr/node.h): a node runs one SocketNode per version.
+#include <signal.h>
+
+#include <cstdlib>
+#include <memory>
+
+#include "dcr/delta.h"
+#include "dcr/node.h"
+#include "dcr/receiver.h"
+#include "dcr/recovery_policy.h"
+#include "dcr/relay_policy.h"
+#include "dcr/status.h"
+#include "dcr/status_macros.h"
+#include "dcr/statusor.h"
+#include "node/metrics.h"
+#include "node/socket_node.h"
+#include "node/versions.h"
+
+namespace dcr {
+StatusOr<std::unique_ptr<NodePolicy>> MakeNodePolicy(const NodePlan& plan) {
+  if (plan.transport == "object_store") {
+    return plan.rank == 0 ? MakeUploaderPolicy(plan.relay) : MakeDownloaderPolicy(plan.relay);
+  }
+  if (plan.transport != "relay_tree") {
+    return InvalidArgumentError("plan.transport: unknown '" + plan.transport + "'");
+  }
+  DCR_ASSIGN_OR_RETURN(Topology topo, Topology::FromParents(plan.parents));
+  if (plan.rank < 0 || plan.rank >= topo.size()) {
+    return InvalidArgumentError("plan.rank " + std::to_string(plan.rank) + " outside the topology");
+  }
+  return MakeTreePolicy(topo, plan.rank, plan.relay);
+}
+
+namespace internal {
+
+Status RunNodeVersion(const NodePlan& plan, NodeResult* result,
+                      std::unique_ptr<Receiver>* storage) {
+  *result = NodeResult();
+  Status s;
+  {
+    SocketNode node(plan, result, storage);
+    s = node.Run();
+  }
+  Status w = WriteResultFile(plan.result_path, *result);
+  if (s.ok() && !w.ok()) s = w;
+  return s;
+}
+
+}  // namespace internal
+
+Status RunNode(const NodePlan& plan, NodeResult* result) {
+  // One endpoint for the life of the process, whichever version runs (MetricsBoard).
+  internal::MetricsServer metrics;
+  if (!plan.metrics_address.empty()) {
+    Status m = metrics.Start(plan.metrics_address,
+                             [] { return internal::MetricsBoard::Process().Snapshot(); });
+    if (!m.ok()) {
+      *result = NodeResult();
+      result->rank = plan.rank;
+      result->error = m.WithContext("node " + std::to_string(plan.rank)).ToString();
+      return m.WithContext("node " + std::to_string(plan.rank));
+    }
+  }
+  if (!plan.versions.empty()) return internal::RunNodeVersions(plan, result);
+  *result = NodeResult();
+  Status s;
+  {
+    internal::SocketNode node(plan, result);
+    s = node.Run();
+  }
+  Status w = internal::WriteResultFile(plan.result_path, *result);
+  if (s.ok() && !w.ok()) s = w;
+  return s;
+}
+
+int RankFromEnvironment() {
+  for (const char* v : {"SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"}) {
+    const char* s = std::getenv(v);
+    if (s != nullptr && *s != '\0') {
+      char* end = nullptr;
+      long r = std::strtol(s, &end, 10);
+      if (*end == '\0' && r >= 0) return static_cast<int>(r);
+    }
+  }
+  return -1;
+}
+
+}  // namespace dcr
