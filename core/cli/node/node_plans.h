@@ -106,6 +106,10 @@ Status ProbePlanDevice(const NodePlan& plan);
 // The dcr-node executable beside the running binary (/proc/self/exe's directory). kNotFound if
 // it is not there or not executable.
 StatusOr<std::string> NodeExe();
+// The executable that runs `plan`: dcr-node-faults, the test build of the node, beside the
+// running binary for a plan that asks for fault points (PlanAsksForFaults), else NodeExe().
+// kNotFound as NodeExe.
+StatusOr<std::string> NodeExe(const NodePlan& plan);
 
 }  // namespace dcr::cli
 
