@@ -11,7 +11,7 @@
 set -euo pipefail
 links="$1"
 shift
-forbidden='^(yaml-cpp.*|CLI11.*|dcr_testing|dcr_node_plans|dcr_runner|dcr_cli_progress|dcr_faults|dcr_fault_proxies|dcr_bench|dcr_sim|dcr_scenario|dcr_reports)$'
+forbidden='^(yaml-cpp.*|CLI11.*|dcr_testing|dcr_cli_node|dcr_runner|dcr_publisher_scenario|dcr_cli_progress|dcr_faults|dcr_fault_proxies|dcr_bench|dcr_sim|dcr_scenario|dcr_reports)$'
 status=0
 
 # The names one target links, one a line: aliases dcr::x as dcr_x, $<LINK_ONLY:x> as x.

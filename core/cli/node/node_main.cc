@@ -26,7 +26,7 @@
 #include "dcr/node.h"
 #include "dcr/scenario.h"
 #include "dcr/status_macros.h"
-#include "node/node_plans.h"
+#include "node_plans.h"
 
 namespace dcr::cli {
 namespace {
