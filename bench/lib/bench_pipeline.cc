@@ -108,7 +108,8 @@ class BlobSink : public DeltaSink {
 };
 
 // Opens a checkpoint the way the real sender holds it before the refit starts
-// (SenderBuilder::LoadCheckpoints): mapped with every page resident, so the build takes no page faults.
+// (SenderBuilder::LoadCheckpoints): mapped with every page resident, so the build takes no page
+// faults.
 StatusOr<std::unique_ptr<Checkpoint>> OpenResident(const std::string& path) {
   DCR_ASSIGN_OR_RETURN(auto c, Checkpoint::Open(path));
   DCR_RETURN_IF_ERROR(internal::MakeResident(c->file_data(), c->file_size(), path));

@@ -190,7 +190,11 @@ Status CollectStoreCmd(const GcArgs& a, uint64_t budget, nlohmann::ordered_json*
   if (a.committed >= 0) o.committed = static_cast<uint64_t>(a.committed);
   if (a.oldest_held >= 0) o.oldest_held = static_cast<uint64_t>(a.oldest_held);
   o.dry_run = a.dry_run;
-  o.fault_kill_after_deletes = a.fault_kill_after;
+  if (a.fault_kill_after >= 0) {
+    o.after_delete = [n = a.fault_kill_after](int64_t deletes) {
+      if (deletes >= n) ::raise(SIGKILL);
+    };
+  }
   RetentionReport rep;
   Status s = CollectStore(store.get(), o, &rep);
   *out = nlohmann::ordered_json::parse(RetentionReportToJson(rep));

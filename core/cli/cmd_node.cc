@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "command.h"
-#include "node/node_plans.h"
+#include "node/node_exe.h"
 
 namespace dcr::cli {
 namespace {

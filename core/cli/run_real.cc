@@ -33,7 +33,8 @@
 #include "dcr/testing/synth.h"
 #include "internal/diff_scan.h"
 #include "internal/simd.h"
-#include "node/node_plans.h"
+#include "node/node_exe.h"
+#include "node_plans.h"
 #include "node/version_state.h"
 #include "progress_line.h"
 #include "transport/net.h"
@@ -243,6 +244,7 @@ struct Child {
   bool exited = false;
   std::string log;
   std::string plan_path;
+  std::string exe;  // the node executable that runs the plan (NodeExe(plan))
   int restarts = 0;  // by the supervisor (SuperviseExit)
   std::string state_dir;  // long-lived recovering node: its NodePlan::state_dir
   bool down = false;  // killed by a StepAction and kept down until its restart
@@ -269,8 +271,9 @@ StatusOr<pid_t> SpawnNode(const std::string& exe, const std::string& plan_path,
 
 // Starts the node of plan `p` (written by StartNodes) as StartNodes does.
 StatusOr<Child> StartDeferred(const NodePlan& p, const std::string& run_dir) {
-  DCR_ASSIGN_OR_RETURN(const std::string exe, NodeExe());
+  DCR_ASSIGN_OR_RETURN(const std::string exe, NodeExe(p));
   Child c;
+  c.exe = exe;
   c.rank = p.rank;
   c.log = run_dir + "/node-" + std::to_string(p.rank) + ".log";
   c.plan_path = run_dir + "/plan-" + std::to_string(p.rank) + ".json";
@@ -285,7 +288,6 @@ StatusOr<Child> StartDeferred(const NodePlan& p, const std::string& run_dir) {
 StatusOr<std::vector<Child>> StartNodes(const std::vector<NodePlan>& plans,
                                         const std::string& run_dir,
                                         const std::vector<int>& deferred = {}) {
-  DCR_ASSIGN_OR_RETURN(const std::string exe, NodeExe());
   std::vector<Child> children;
   // Stale files of an earlier invocation would fake readiness or results.
   for (const auto& p : plans) {
@@ -311,7 +313,8 @@ StatusOr<std::vector<Child>> StartNodes(const std::vector<NodePlan>& plans,
     c.log = run_dir + "/node-" + std::to_string(p.rank) + ".log";
     c.plan_path = plan_path;
     if (!p.versions.empty()) c.state_dir = p.state_dir;
-    DCR_ASSIGN_OR_RETURN(c.pid, SpawnNode(exe, plan_path, c.log, false));
+    DCR_ASSIGN_OR_RETURN(c.exe, NodeExe(p));
+    DCR_ASSIGN_OR_RETURN(c.pid, SpawnNode(c.exe, plan_path, c.log, false));
     children.push_back(c);
   }
   return children;
@@ -357,8 +360,7 @@ size_t ReapExited(std::vector<Child>* children, Status* failure,
     if (r != c.pid) continue;
     const bool failed = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     if (failed && restarts != nullptr && c.restarts < kMaxNodeRestarts) {
-      auto exe = NodeExe();
-      auto pid = exe.ok() ? SpawnNode(*exe, c.plan_path, c.log, true) : exe.status();
+      auto pid = SpawnNode(c.exe, c.plan_path, c.log, true);
       if (pid.ok()) {
         c.pid = *pid;
         ++c.restarts;
@@ -559,8 +561,7 @@ Status SpawnAndWait(const Scenario& s, const std::vector<NodePlan>& plans,
           waitpid(c.pid, nullptr, 0);
           c.down = true;
         } else if (a.kind == StepAction::kRestart && c.down) {
-          auto exe = NodeExe();
-          auto pid = exe.ok() ? SpawnNode(*exe, c.plan_path, c.log, true) : exe.status();
+          auto pid = SpawnNode(c.exe, c.plan_path, c.log, true);
           if (pid.ok()) {
             c.pid = *pid;
             c.down = false;

@@ -1,7 +1,7 @@
 // The real-mode scenario runner behind `dcr run` (mode: real).
 //
 // One run = (method, transport, change rate, step): the runner synthesizes (or takes) the
-// checkpoints, writes one NodePlan per rank (node/node_plans.h), starts `dcr-node --plan`
+// checkpoints, writes one NodePlan per rank (plans/node_plans.h), starts `dcr-node --plan`
 // processes on loopback (fork/exec of the dcr-node binary beside this one), waits for them with a
 // progress line on stderr, and turns their NodeResults into a RunResult (scenario.h). Receivers verify their storage byte for byte against
 // the target checkpoint after committing.

@@ -18,7 +18,7 @@
 #include "dcr/relay_policy.h"
 #include "dcr/scenario.h"
 #include "driver.h"
-#include "node/node_plans.h"
+#include "node_plans.h"
 #include "plan.h"
 #include "run_faults.h"
 #include "run_real.h"
@@ -177,7 +177,7 @@ class Conformance : public ::testing::Test {
   // `dcr node`: the real runner's plan of rank `node`.
   std::unique_ptr<NodePolicy> SocketPolicy(NodeId node) {
     const std::string dir = ::testing::TempDir();
-    auto plans = cli::MakePlans(scenario_, Method::kDelta, TransportKind::kRelayTree,
+    auto plans = MakePlans(scenario_, Method::kDelta, TransportKind::kRelayTree,
                                 dir + "/base.safetensors", dir + "/target.safetensors", dir, dir,
                                 "conformance");
     EXPECT_TRUE(plans.ok()) << plans.status().ToString();

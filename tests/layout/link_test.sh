@@ -4,10 +4,14 @@
 #   2. neither its dynamic dependencies (readelf -d, ldd) nor dcr::format's link interface name
 #      libcurl, libssl or libcrypto;
 #   3. dcr-node defines none of the testing library's symbols (nm), while the full `dcr` CLI,
-#      which links the fixtures, does (so the check can fail).
+#      which links the fixtures, does (so the check can fail);
+#   4. dcr-node defines none of the faults library's symbols (tools/faults: the fault points a
+#      test plan asks for), while dcr-node-faults, the test build of the node, does.
 #   link_test.sh DECODE_ONLY FORMAT_LINK_INTERFACE_FILE DCR_NODE DCR LIBDCR_TESTING WORK_DIR
+#                LIBDCR_FAULTS DCR_NODE_FAULTS
 set -euo pipefail
 decode="$1" iface_file="$2" node="$3" dcr="$4" testing_lib="$5" work="$6"
+faults_lib="$7" node_faults="$8"
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 forbidden='curl|ssl|crypto'
 status=0
@@ -45,6 +49,19 @@ if [ "$in_node" -ne 0 ]; then
   fail "dcr-node contains testing-library code"
 fi
 [ "$in_dcr" -gt 0 ] || fail "dcr shows no testing-library symbols: the check would not see them"
+echo "== fault points: $faults_lib"
+nm --defined-only -g "$faults_lib" 2>/dev/null | awk '$2 == "T" {print $3}' | sort -u > "$work/faults.syms"
+count=$(wc -l < "$work/faults.syms")
+[ "$count" -gt 0 ] || fail "no symbols read from $faults_lib"
+nm --defined-only "$node_faults" | awk '{print $3}' | sort -u > "$work/node_faults.syms"
+in_node=$(comm -12 "$work/faults.syms" "$work/node.syms" | wc -l)
+in_faults=$(comm -12 "$work/faults.syms" "$work/node_faults.syms" | wc -l)
+echo "faults-library symbols: $count; defined in dcr-node: $in_node; in dcr-node-faults: $in_faults"
+if [ "$in_node" -ne 0 ]; then
+  comm -12 "$work/faults.syms" "$work/node.syms" | head -5 | c++filt >&2
+  fail "dcr-node contains fault-injection code"
+fi
+[ "$in_faults" -gt 0 ] || fail "dcr-node-faults shows no faults-library symbols: the check would not see them"
 node_needed=$(readelf -d "$node" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
 echo "dcr-node NEEDED: $(echo $node_needed)"
 [ "$status" -eq 0 ] && echo "link_test: OK"

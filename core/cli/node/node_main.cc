@@ -43,7 +43,7 @@
 #include "dcr/node.h"
 #include "dcr/scenario.h"
 #include "dcr/status_macros.h"
-#include "node/node_plans.h"
+#include "node_plans.h"
 
 namespace dcr::cli {
 namespace {
@@ -64,8 +64,8 @@ struct NodeArgs {
 };
 
 // The rank of a multi-host node from its launcher's environment: the first set of RANK
-// (torchrun), SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK (RankFromEnvironment reads the last
-// three). -1 if none is set. RANK is read first because a launcher started inside a Slurm or MPI
+// (torchrun), SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK, as RankFromEnvironment reads them,
+// except that a malformed RANK is refused here rather than skipped. -1 if none is set. RANK is read first because a launcher started inside a Slurm or MPI
 // allocation (torchrun under srun) sets it per process, where SLURM_PROCID names its own task.
 // Errors: kInvalidArgument for a RANK that is set but not a non-negative integer.
 StatusOr<int> LauncherRank() {

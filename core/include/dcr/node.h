@@ -224,12 +224,13 @@ struct NodePlan {
   // as far as what is needed allows. retain_versions 0 (the default): no collection.
   int retain_versions = 0;
   uint64_t retain_budget_bytes = 0;
-  // Fault points, honoured on the first start only (`dcr run`'s faults: block sets them): a
-  // delta receiver SIGKILLs itself at its chunk application of 0-based ordinal
-  // `fault_kill_chunk`, inside it (after its journal Begin record and its writes, before End)
-  // when `fault_kill_inside`, else right after it; a relay when it holds blob
-  // `fault_kill_blob` whole; the sender when it first sends (or puts) blob `fault_kill_blob`.
-  // -1 = never.
+  // Fault points, honoured on the first start only (`dcr run`'s faults: block sets them), and
+  // only by dcr-node-faults, the test build of the node (PlanAsksForFaults; the deployed
+  // dcr-node refuses such a plan): a delta receiver SIGKILLs itself at its chunk application of
+  // 0-based ordinal `fault_kill_chunk`, inside it (after its journal Begin record and its
+  // writes, before End) when `fault_kill_inside`, else right after it; a relay when it holds
+  // blob `fault_kill_blob` whole; the sender when it first sends (or puts) blob
+  // `fault_kill_blob`. -1 = never.
   int64_t fault_kill_chunk = -1;
   bool fault_kill_inside = false;
   int64_t fault_kill_blob = -1;
@@ -394,8 +395,14 @@ struct NodeResult {
   int full_frames_served = 0;
 };
 
+// Whether `plan` asks for fault points (NodePlan::fault_kill_chunk or fault_kill_blob set): a
+// plan only dcr-node-faults, the test build of the node, runs.
+bool PlanAsksForFaults(const NodePlan& plan);
+
 // Runs one node to completion (or failure / timeout). The returned Status is the node's error;
-// `result` is filled either way (and written to plan.result_path when set).
+// `result` is filled either way (and written to plan.result_path when set). Errors also:
+// kFailedPrecondition for a plan that asks for fault points (PlanAsksForFaults) in a process
+// without them installed (the deployed dcr-node), naming dcr-node-faults.
 Status RunNode(const NodePlan& plan, NodeResult* result);
 
 // Allocator settings of a refit data-plane process (a dcr-node process, and `dcr bench pipeline`,
@@ -412,7 +419,9 @@ StatusOr<NodePlan> NodePlanFromJson(const std::string& json);
 std::string NodeResultToJson(const NodeResult& r);
 StatusOr<NodeResult> NodeResultFromJson(const std::string& json);
 
-// Rank from the environment: SLURM_PROCID, then OMPI_COMM_WORLD_RANK, then PMI_RANK; -1 if none.
+// Rank from the launcher's environment: the first of RANK (torchrun), SLURM_PROCID,
+// OMPI_COMM_WORLD_RANK, PMI_RANK that is set to a non-negative integer; -1 if none is (a variable
+// set to anything else is passed over).
 int RankFromEnvironment();
 
 }  // namespace dcr

@@ -36,6 +36,7 @@
 #define DCR_CORE_INCLUDE_DCR_RETENTION_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -63,8 +64,9 @@ struct RetentionOptions {
   std::optional<uint64_t> oldest_held;
   // Decide and report, delete nothing. Default false.
   bool dry_run = false;
-  // Fault point for tests: the process SIGKILLs itself after this many deletes (-1 = never).
-  int64_t fault_kill_after_deletes = -1;
+  // Called after each object the collection deleted, with the number deleted so far (a test
+  // tool's fault point: `dcr gc --fault-kill-after-deletes`). Empty (the default): nothing.
+  std::function<void(int64_t deletes)> after_delete;
 };
 
 // One version object as CollectStore saw it.

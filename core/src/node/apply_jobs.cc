@@ -1,8 +1,6 @@
 // ApplyJobs (apply_jobs.h).
 #include "node/apply_jobs.h"
 
-#include <signal.h>
-
 #include <memory>
 #include <string>
 #include <utility>
@@ -17,6 +15,7 @@
 #include "dcr/status.h"
 #include "dcr/status_macros.h"
 #include "dcr/transport.h"
+#include "node/fault_points.h"
 #include "node/metrics.h"
 #include "node/node_recovery.h"
 #include "node/node_state.h"
@@ -29,9 +28,9 @@ Status ApplyJobs::Open(const NodePlan& plan, int starts, std::unique_ptr<Receive
   const std::string who = "receiver " + std::to_string(plan.rank);
   DCR_ASSIGN_OR_RETURN(std::shared_ptr<Device> device, OpenPlanDevice(plan, true, who));
   if (plan.method == "delta" && !plan.state_dir.empty()) {
-    internal::KillPoint kill{plan.fault_kill_chunk, plan.fault_kill_inside};
-    DCR_ASSIGN_OR_RETURN(
-        durable_, internal::DurableReceiver::Open(plan, device, starts, kill, std::move(carried)));
+    DCR_ASSIGN_OR_RETURN(durable_, internal::DurableReceiver::Open(plan, device, starts,
+                                                                   InstalledFaultPoints(),
+                                                                   std::move(carried)));
     // Only what the trainer's key signed, never below the version floor (node_trust.h),
     // checked before the journal records anything.
     DCR_ASSIGN_OR_RETURN(backend_, internal::WithPlanTrust(plan, durable_->Handle(), &floor_));

@@ -6,8 +6,6 @@
 #ifndef DCR_CORE_SRC_NODE_APPLY_JOBS_H_
 #define DCR_CORE_SRC_NODE_APPLY_JOBS_H_
 
-#include <fcntl.h>
-
 #include <atomic>
 #include <cstdint>
 #include <memory>

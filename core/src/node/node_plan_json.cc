@@ -1,5 +1,4 @@
 // The JSON forms of NodePlan and NodeResult (dcr/node.h): `dcr node --plan` and result files.
-#include <signal.h>
 
 #include <cstdint>
 #include <nlohmann/json.hpp>

@@ -2,7 +2,6 @@
 #include "node/node_recovery.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -54,20 +53,26 @@ StatusOr<int> CountNodeStart(const std::string& state_dir, int rank) {
   return count;
 }
 
-// A Receiver decorator: the fault point of KillPoint (inside or after the chunk application of
-// the chosen ordinal) and the steps that make a committed version durable before the journal
+// A Receiver decorator: the steps that make a committed version durable before the journal
 // records it (`on_commit`, run after the inner commit: the msync of a mapping, or the download
 // of device storage into it; `on_applied`, run after each chunk record the inner receiver
-// applied: the mapping's early writeback).
-class DurableReceiver::KillingReceiver : public Receiver {
+// applied: the mapping's early writeback), and the fault points (fault_points.h) told of each
+// chunk application of the inner receiver (its 0-based ordinal; `inside_layer`: this layer is
+// under the journal).
+class DurableReceiver::HookedReceiver : public Receiver {
  public:
   // `inventory` (may be null) is set to the inventory of every delta begun; `written` (may be
-  // null) is set when a chunk record reaches the inner receiver.
-  KillingReceiver(Receiver* inner, KillPoint kill, bool inside_layer,
-                  std::function<Status()> on_commit, Inventory* inventory,
-                  std::atomic<bool>* written = nullptr, std::function<void()> on_applied = {})
-      : inner_(inner), kill_(kill), inside_layer_(inside_layer), on_commit_(std::move(on_commit)),
-        on_applied_(std::move(on_applied)), inventory_(inventory), written_(written) {}
+  // null) is set when a chunk record reaches the inner receiver; `faults` may be null (none).
+  HookedReceiver(Receiver* inner, FaultPoints* faults, bool inside_layer,
+                 std::function<Status()> on_commit, Inventory* inventory,
+                 std::atomic<bool>* written = nullptr, std::function<void()> on_applied = {})
+      : inner_(inner),
+        faults_(faults),
+        inside_layer_(inside_layer),
+        on_commit_(std::move(on_commit)),
+        on_applied_(std::move(on_applied)),
+        inventory_(inventory),
+        written_(written) {}
   Status Begin(const uint8_t* h, size_t n) override {
     DCR_RETURN_IF_ERROR(inner_->Begin(h, n));
     if (inventory_ != nullptr) {
@@ -79,10 +84,9 @@ class DurableReceiver::KillingReceiver : public Receiver {
   }
   Status ApplyRecord(const uint8_t* r, size_t n) override {
     const int64_t ord = ordinal_.fetch_add(1);
-    const bool here = ord == kill_.chunk && kill_.inside == inside_layer_;
     if (written_ != nullptr) written_->store(true);
     Status s = inner_->ApplyRecord(r, n);
-    if (here) ::raise(SIGKILL);
+    if (faults_ != nullptr) faults_->ChunkApplied(ord, inside_layer_);
     if (s.ok() && on_applied_) on_applied_();
     return s;
   }
@@ -102,7 +106,7 @@ class DurableReceiver::KillingReceiver : public Receiver {
 
  private:
   Receiver* inner_;
-  KillPoint kill_;
+  FaultPoints* faults_;
   bool inside_layer_;
   std::function<Status()> on_commit_;
   std::function<void()> on_applied_;
@@ -114,7 +118,7 @@ class DurableReceiver::KillingReceiver : public Receiver {
 DurableReceiver::~DurableReceiver() {
   outer_.reset();
   journaled_.reset();
-  killing_.reset();
+  durable_layer_.reset();
   backend_.reset();
   if (map_ != nullptr) ::munmap(map_, map_size_);
   if (storage_fd_ >= 0) ::close(storage_fd_);
@@ -216,7 +220,7 @@ Status DurableReceiver::DownloadIntoMapping() {
 
 StatusOr<std::unique_ptr<DurableReceiver>> DurableReceiver::Open(const NodePlan& plan,
                                                                  std::shared_ptr<Device> device,
-                                                                 int starts, const KillPoint& kill,
+                                                                 int starts, FaultPoints* faults,
                                                                  std::unique_ptr<Receiver> carried) {
   if (plan.receiver_base_path.empty()) {
     return InvalidArgumentError("plan.receiver_base_path: required for a delta receiver");
@@ -309,12 +313,12 @@ StatusOr<std::unique_ptr<DurableReceiver>> DurableReceiver::Open(const NodePlan&
       return Status();
     };
   }
-  const KillPoint k = starts == 1 ? kill : KillPoint{};
-  r->killing_ = std::make_unique<KillingReceiver>(r->backend_.get(), k, true, std::move(on_commit),
-                                                 nullptr, &r->written_, std::move(on_applied));
-  r->journaled_ = std::make_unique<JournaledReceiver>(r->killing_.get(), r->journal_.get());
-  r->outer_ = std::make_unique<KillingReceiver>(r->journaled_.get(), k, false, nullptr,
-                                               &r->inventory_);
+  r->durable_layer_ = std::make_unique<HookedReceiver>(r->backend_.get(), faults, true,
+                                                      std::move(on_commit), nullptr, &r->written_,
+                                                      std::move(on_applied));
+  r->journaled_ = std::make_unique<JournaledReceiver>(r->durable_layer_.get(), r->journal_.get());
+  r->outer_ = std::make_unique<HookedReceiver>(r->journaled_.get(), faults, false, nullptr,
+                                              &r->inventory_);
   return r;
 }
 
@@ -329,7 +333,7 @@ std::unique_ptr<Receiver> DurableReceiver::TakeDevice() {
 }
 
 std::unique_ptr<Receiver> DurableReceiver::Handle() {
-  return std::make_unique<KillingReceiver>(outer_.get(), KillPoint{}, false, nullptr, nullptr);
+  return std::make_unique<HookedReceiver>(outer_.get(), nullptr, false, nullptr, nullptr);
 }
 
 Status DurableReceiver::ReloadCommitted() {

@@ -49,6 +49,7 @@
 #include "dcr/receiver.h"
 #include "dcr/recovery_policy.h"
 #include "dcr/relay_policy.h"
+#include "node/fault_points.h"
 
 namespace dcr::internal {
 
@@ -56,19 +57,11 @@ namespace dcr::internal {
 // (1 for the first start). Errors: errno errors naming the file.
 StatusOr<int> CountNodeStart(const std::string& state_dir, int rank);
 
-// What the fault plan fields make a node do at a chosen point (first start only).
-struct KillPoint {
-  // SIGKILL itself at the chunk application with this 0-based ordinal: inside the chunk (after
-  // its journal Begin record and its writes, before its End record) when `inside`, else right
-  // after it. -1 = never.
-  int64_t chunk = -1;
-  bool inside = false;
-};
-
 class DurableReceiver {
  public:
   // The receiver of `plan` (plan.method "delta", plan.state_dir set) on `device` (null = "cpu",
-  // host memory). `starts` is CountNodeStart's count; `kill` applies when starts == 1.
+  // host memory). `starts` is CountNodeStart's count. `faults` (may be null: none): the fault
+  // points (fault_points.h) told of every chunk application, under the journal and after it.
   // `carried` (may be null): the device storage this process kept from the version before
   // (TakeDevice); on a first start it is applied to instead of loading the device again when
   // it holds the base (number and content hash), else it is freed first.
@@ -76,7 +69,7 @@ class DurableReceiver {
   // storage file.
   static StatusOr<std::unique_ptr<DurableReceiver>> Open(const NodePlan& plan,
                                                          std::shared_ptr<Device> device,
-                                                         int starts, const KillPoint& kill,
+                                                         int starts, FaultPoints* faults,
                                                          std::unique_ptr<Receiver> carried = nullptr);
   ~DurableReceiver();
 
@@ -115,7 +108,7 @@ class DurableReceiver {
 
  private:
   DurableReceiver() = default;
-  class KillingReceiver;
+  class HookedReceiver;
   Status OpenMapped(const NodePlan& plan, bool restarted);
   Status CopyBaseIntoMapping();
   Status MsyncMapping();
@@ -136,10 +129,10 @@ class DurableReceiver {
   DeviceReceiver* device_rx_ = nullptr;         // backend_ on a device (null on "cpu")
   std::atomic<bool> written_{false};            // a chunk reached backend_ since its load / commit
   bool carried_ = false;                        // backend_ came from the version before
-  std::unique_ptr<KillingReceiver> killing_;    // the fault point around the backend
+  std::unique_ptr<HookedReceiver> durable_layer_;  // commit and writeback hooks on the backend
   std::unique_ptr<ReceiverJournal> journal_;
   std::unique_ptr<JournaledReceiver> journaled_;
-  std::unique_ptr<Receiver> outer_;             // the fault point after each journaled apply
+  std::unique_ptr<Receiver> outer_;             // the inventory, after each journaled apply
   VersionId base_version_;
   Inventory inventory_;  // of the delta begun (set by the outer layer's Begin)
   recovery::Restarted restart_;

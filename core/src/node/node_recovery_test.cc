@@ -86,7 +86,7 @@ class DeviceDurableTest : public ::testing::Test {
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
   std::unique_ptr<DurableReceiver> Open(int starts) {
-    auto r = DurableReceiver::Open(plan_, device_, starts, KillPoint{});
+    auto r = DurableReceiver::Open(plan_, device_, starts, nullptr);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     return r.ok() ? std::move(*r) : nullptr;
   }
@@ -248,7 +248,7 @@ TEST_F(DeviceDurableTest, CommittedDeviceStorageCarriesIntoTheNextVersion) {
   plan_.state_dir = VersionStateDir((dir_ / "state").string(), 2);
   plan_.receiver_base_path = *ck;
   plan_.base_version = 1;
-  auto r = DurableReceiver::Open(plan_, device_, 1, KillPoint{}, std::move(carried));
+  auto r = DurableReceiver::Open(plan_, device_, 1, nullptr, std::move(carried));
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_TRUE((*r)->device_carried());
   EXPECT_EQ((*r)->receiver()->held().number, 1u);
@@ -268,7 +268,7 @@ TEST_F(DeviceDurableTest, DeviceStorageWithUncommittedChunksIsNotCarried) {
   // Storage that does not hold the next version's base is freed, and the device loaded anew.
   auto held = MakeDeviceReceiver(device_, paths_[1], 1);
   ASSERT_TRUE(held.ok());
-  auto again = DurableReceiver::Open(plan_, device_, 1, KillPoint{},
+  auto again = DurableReceiver::Open(plan_, device_, 1, nullptr,
                                      std::unique_ptr<Receiver>(std::move(*held)));
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_FALSE((*again)->device_carried());

@@ -1,7 +1,5 @@
 #include "dcr/retention.h"
 
-#include <signal.h>
-
 #include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -217,9 +215,7 @@ class Collector {
     ++r_->removed_objects;
     r_->removed_bytes += o.size;
     ++deletes_;
-    if (o_.fault_kill_after_deletes >= 0 && deletes_ >= o_.fault_kill_after_deletes) {
-      ::raise(SIGKILL);
-    }
+    if (o_.after_delete) o_.after_delete(deletes_);
     return Status();
   }
 

@@ -1,6 +1,7 @@
 // RunNode and MakeNodePolicy (dcr/node.h): a node runs one SocketNode per version.
-#include <signal.h>
 
+#include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <memory>
 
@@ -12,6 +13,7 @@
 #include "dcr/status.h"
 #include "dcr/status_macros.h"
 #include "dcr/statusor.h"
+#include "node/fault_points.h"
 #include "node/metrics.h"
 #include "node/socket_node.h"
 #include "node/versions.h"
@@ -49,6 +51,19 @@ Status RunNodeVersion(const NodePlan& plan, NodeResult* result,
 }  // namespace internal
 
 Status RunNode(const NodePlan& plan, NodeResult* result) {
+  if (PlanAsksForFaults(plan) && internal::InstalledFaultPoints() == nullptr) {
+    const Status refused = FailedPreconditionError(
+        "node " + std::to_string(plan.rank) +
+        ": the plan asks for fault points (fault_kill_chunk " +
+        std::to_string(plan.fault_kill_chunk) + ", fault_kill_blob " +
+        std::to_string(plan.fault_kill_blob) +
+        "), which this dcr-node does not carry: run it with dcr-node-faults, the test build of "
+        "the node");
+    *result = NodeResult();
+    result->rank = plan.rank;
+    result->error = refused.ToString();
+    return refused;
+  }
   // One endpoint for the life of the process, whichever version runs (MetricsBoard).
   internal::MetricsServer metrics;
   if (!plan.metrics_address.empty()) {
@@ -74,12 +89,15 @@ Status RunNode(const NodePlan& plan, NodeResult* result) {
 }
 
 int RankFromEnvironment() {
-  for (const char* v : {"SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"}) {
+  // RANK first: a launcher started inside a Slurm or MPI allocation (torchrun under srun) sets it
+  // per process, where SLURM_PROCID names the launcher's own task.
+  for (const char* v : {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"}) {
     const char* s = std::getenv(v);
     if (s != nullptr && *s != '\0') {
       char* end = nullptr;
-      long r = std::strtol(s, &end, 10);
-      if (*end == '\0' && r >= 0) return static_cast<int>(r);
+      errno = 0;
+      const long r = std::strtol(s, &end, 10);
+      if (*end == '\0' && errno == 0 && r >= 0 && r <= INT_MAX) return static_cast<int>(r);
     }
   }
   return -1;

@@ -1,9 +1,6 @@
 // SenderBuilder (sender_builder.h).
 #include "node/sender_builder.h"
 
-#include <fcntl.h>
-#include <signal.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>

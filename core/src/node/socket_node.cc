@@ -2,7 +2,6 @@
 #include "node/socket_node.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,6 +34,7 @@
 #include "node/edge_lag.h"
 #include "node/edge_relay.h"
 #include "node/event_queue.h"
+#include "node/fault_points.h"
 #include "node/freeze_watch.h"
 #include "node/held_hellos.h"
 #include "node/metrics.h"
@@ -156,7 +156,7 @@ void SocketNode::Send(const action::Send& s) {
                                std::to_string(s.blob.size) +
                                " bytes: " + std::to_string(b->bytes.size()) + " are held"));
   }
-  MaybeKillAtBlob(s.blob.id);
+  FaultPointAtBlob(s.blob.id);
   Fault(links_.Send(s, b));
 }
 
@@ -166,7 +166,7 @@ void SocketNode::Ack(const action::Ack& ack) {
   if (mirror_ != nullptr && b != nullptr) {
     mirror_->Put(b->info, std::shared_ptr<const std::vector<uint8_t>>(b, &b->bytes));
   }
-  MaybeKillAtBlob(blobs_whole_++);
+  FaultPointAtBlob(blobs_whole_++);
 }
 
 void SocketNode::Release(BlobId blob) {
@@ -188,7 +188,7 @@ void SocketNode::Release(BlobId blob) {
 void SocketNode::Put(const action::Put& put) {
   BlobPtr b = state_.Find(put.blob.id);
   if (!b) return Fault(InternalError("put of unknown blob " + std::to_string(put.blob.id)));
-  if (plan_.rank == 0) MaybeKillAtBlob(put.blob.id);
+  if (plan_.rank == 0) FaultPointAtBlob(put.blob.id);
   store_.Put(b, put.key);
 }
 
@@ -428,11 +428,8 @@ void SocketNode::DoRepair(uint64_t chunk_id) {
   applier_.Repair(b);
 }
 
-void SocketNode::MaybeKillAtBlob(uint64_t blob) {
-  if (starts_ == 1 && plan_.fault_kill_blob >= 0 &&
-      blob >= static_cast<uint64_t>(plan_.fault_kill_blob)) {
-    ::raise(SIGKILL);
-  }
+void SocketNode::FaultPointAtBlob(uint64_t blob) {
+  if (FaultPoints* f = InstalledFaultPoints()) f->BlobReached(blob);
 }
 
 void SocketNode::RecordRecovery() {
@@ -638,6 +635,7 @@ Status SocketNode::Setup() {
     DCR_ASSIGN_OR_RETURN(starts_, internal::CountNodeStart(plan_.state_dir, plan_.rank));
   }
   state_.result()->starts = starts_;
+  if (FaultPoints* f = InstalledFaultPoints()) f->Arm(plan_, starts_);
   const bool recover = !plan_.state_dir.empty() && !plan_.store.empty();
   const bool restarted = recover && starts_ > 1;
   const bool tree = plan_.transport == "relay_tree";

@@ -6,8 +6,6 @@
 #ifndef DCR_CORE_SRC_NODE_SOCKET_NODE_H_
 #define DCR_CORE_SRC_NODE_SOCKET_NODE_H_
 
-#include <fcntl.h>
-
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -170,8 +168,8 @@ class SocketNode : public NodeEnvironment {
     Fault(applier_.durable()->ReloadCommitted().WithContext("reloading the committed version"));
   }
   void DoRepair(uint64_t chunk_id);
-  // The fault point of plan.fault_kill_blob (first start only).
-  void MaybeKillAtBlob(uint64_t blob);
+  // The fault point of blob `blob` (fault_points.h BlobReached), when fault points are installed.
+  void FaultPointAtBlob(uint64_t blob);
   void RecordRecovery();
   // Whether the loop is over: the stream policy is done (a failed one only once its failure
   // left the node committed), or, recovering, the policy holds the node committed.

@@ -1,7 +1,6 @@
 // StoreJobs (store_jobs.h).
 #include "node/store_jobs.h"
 
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>

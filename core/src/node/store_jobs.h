@@ -5,9 +5,6 @@
 #ifndef DCR_CORE_SRC_NODE_STORE_JOBS_H_
 #define DCR_CORE_SRC_NODE_STORE_JOBS_H_
 
-#include <fcntl.h>
-#include <signal.h>
-
 #include <atomic>
 #include <cstdint>
 #include <map>

@@ -1,7 +1,6 @@
 // TreeLinks (tree_links.h).
 #include "node/tree_links.h"
 
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>

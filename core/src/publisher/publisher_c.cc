@@ -1,5 +1,6 @@
 // dcr/publisher_c.h: the long-lived sender (RunNodeVersions) on its own thread, fed version by
-// version through VersionHooks (node/versions.h).
+// version through VersionHooks (node/versions.h). dcr_publisher_open_scenario, which reads a YAML
+// scenario, is dcr::publisher_scenario's (sim/scenario/publisher_scenario.cc) over OpenPublisher.
 #include "dcr/publisher_c.h"
 
 #include <sys/stat.h>
@@ -7,6 +8,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <new>
@@ -17,10 +19,9 @@
 
 #include "dcr/checkpoint.h"
 #include "dcr/node.h"
-#include "dcr/scenario.h"
-#include "node/node_plans.h"
 #include "node/version_state.h"
 #include "node/versions.h"
+#include "publisher/publisher_open.h"
 #include "publisher/shard_feed.h"
 
 struct dcr_publisher {
@@ -170,6 +171,23 @@ int NewHandle(dcr_publisher** out) {
 
 }  // namespace
 
+namespace dcr::internal {
+
+int OpenPublisher(const std::function<StatusOr<NodePlan>()>& make_plan, const char* work_dir,
+                  const char* api, dcr_publisher** out) {
+  if (int rc = NewHandle(out); rc != 0) return rc;
+  dcr_publisher* p = *out;
+  try {
+    StatusOr<NodePlan> plan = make_plan();
+    if (!plan.ok()) return Fail(p, plan.status());
+    return Fail(p, Start(p, std::move(*plan), work_dir));
+  } catch (const std::exception& e) {
+    return Fail(p, InternalError(std::string(api) + ": " + e.what()));
+  }
+}
+
+}  // namespace dcr::internal
+
 extern "C" {
 
 int dcr_publisher_open(const char* plan_path, const char* work_dir, dcr_publisher** out) {
@@ -187,36 +205,6 @@ int dcr_publisher_open(const char* plan_path, const char* work_dir, dcr_publishe
     return Fail(p, s.ok() ? s : s.WithContext(plan_path));
   } catch (const std::exception& e) {
     return Fail(p, dcr::InternalError(std::string("dcr_publisher_open: ") + e.what()));
-  }
-}
-
-int dcr_publisher_open_scenario(const char* scenario_path, int rank, const char* base_path,
-                                const char* state_dir, const char* work_dir,
-                                dcr_publisher** out) {
-  if (int rc = NewHandle(out); rc != 0) return rc;
-  dcr_publisher* p = *out;
-  try {
-    if (scenario_path == nullptr || work_dir == nullptr) {
-      return Fail(p, dcr::InvalidArgumentError("scenario_path and work_dir are required"));
-    }
-    if (rank != 0) {
-      return Fail(p, dcr::InvalidArgumentError(
-                         "rank " + std::to_string(rank) +
-                         " is a receiver of the run; the publisher is the sender, rank 0 (start "
-                         "receivers with dcr-node SCENARIO --rank R)"));
-    }
-    auto s = dcr::LoadScenario(scenario_path);
-    if (!s.ok()) return Fail(p, s.status());
-    dcr::cli::HostPlanOptions o;
-    o.base = base_path != nullptr ? base_path : "";
-    o.state_dir = state_dir != nullptr ? state_dir : "";
-    o.work_dir = work_dir;
-    // The same store prefixes, run id and result files as `dcr-node SCENARIO --rank R` makes.
-    auto plan = dcr::cli::HostPlan(*s, rank, o);
-    if (!plan.ok()) return Fail(p, plan.status().WithContext(scenario_path));
-    return Fail(p, Start(p, std::move(*plan), work_dir));
-  } catch (const std::exception& e) {
-    return Fail(p, dcr::InternalError(std::string("dcr_publisher_open_scenario: ") + e.what()));
   }
 }
 

@@ -200,7 +200,7 @@ struct FaultsSpec {
   // supervisor restarts them. 0 = none.
   int process_runs = 0;
   int process_kills = 3;
-  // Frame-level faults from a fault proxy (`dcr fault-proxy`, core/cli/fault_proxy.h): refits
+  // Frame-level faults from a fault proxy (`dcr fault-proxy`, tools/faults/fault_proxy.h): refits
   // through the shipped dcr-node processes with a proxy process on seeded relay-tree edges, each
   // injecting `proxy_faults` faults (kinds cycled over `proxy_kinds`, empty = every kind:
   // corrupt, duplicate, reorder, delay, drop, partition, store_write_fail). 0 = none.
@@ -210,7 +210,7 @@ struct FaultsSpec {
   double partition_s = 2.0;    // how long a partition blackholes its edge
   double delay_s = 0.3;        // how long a delayed frame is held
   double store_fail_s = 1.0;   // how long the in-region store refuses writes
-  // HTTP faults from an S3 fault proxy (`dcr s3-fault-proxy`, core/cli/s3_fault_proxy.h) in
+  // HTTP faults from an S3 fault proxy (`dcr s3-fault-proxy`, tools/faults/s3_fault_proxy.h) in
   // front of the scenario's S3 endpoint: object-store refits through the shipped dcr-node
   // processes, each injecting `s3_faults` faults, cycled over the (kind, direction) pairs of
   // `s3_kinds` (empty = every kind: 5xx, cut, stall, truncate, bad_etag) x (upload, download).

@@ -1,10 +1,12 @@
-// Node plans: what each `dcr-node` process of a refit runs, derived from a scenario. Shared by
-// `dcr run` (which starts one dcr-node per rank on loopback) and `dcr-node SCENARIO.yaml --rank R`
-// (one process per host, multi-host). Product code only: no fixtures.
+// Node plans: what each `dcr-node` process of a refit runs, derived from a parsed scenario
+// (dcr/scenario.h's Scenario; reading the YAML is dcr::scenario's, not this library's). Shared by
+// `dcr run` (which starts one dcr-node per rank on loopback), `dcr-node SCENARIO.yaml --rank R`
+// (one process per host, multi-host) and the trainer-side C API (dcr/publisher_c.h). Product
+// code (dcr::plans): no fixtures, no YAML parser, no CLI.
 //
 // Thread safety: pure functions (FreePort asks the kernel for a port).
-#ifndef DCR_CORE_CLI_NODE_NODE_PLANS_H_
-#define DCR_CORE_CLI_NODE_NODE_PLANS_H_
+#ifndef DCR_CORE_SRC_PLANS_NODE_PLANS_H_
+#define DCR_CORE_SRC_PLANS_NODE_PLANS_H_
 
 #include <functional>
 #include <string>
@@ -14,7 +16,7 @@
 #include "dcr/scenario.h"
 #include "dcr/statusor.h"
 
-namespace dcr::cli {
+namespace dcr {
 
 // The plans of every rank of one run. `addresses` (relay tree) come from network.hosts or free
 // loopback ports; `run_dir` holds results; `store_prefix` names the run's objects. The run id
@@ -103,10 +105,6 @@ Status ProbeScenarioDevices(const Scenario& s);
 // full stream). kInvalidArgument for an unknown device name.
 Status ProbePlanDevice(const NodePlan& plan);
 
-// The dcr-node executable beside the running binary (/proc/self/exe's directory). kNotFound if
-// it is not there or not executable.
-StatusOr<std::string> NodeExe();
+}  // namespace dcr
 
-}  // namespace dcr::cli
-
-#endif  // DCR_CORE_CLI_NODE_NODE_PLANS_H_
+#endif  // DCR_CORE_SRC_PLANS_NODE_PLANS_H_

@@ -26,8 +26,8 @@
 //
 // Thread safety: RunFaultProxy runs the whole process (one thread per direction of each
 // connection); one call per process.
-#ifndef DCR_CORE_CLI_FAULT_PROXY_H_
-#define DCR_CORE_CLI_FAULT_PROXY_H_
+#ifndef DCR_TOOLS_FAULTS_FAULT_PROXY_H_
+#define DCR_TOOLS_FAULTS_FAULT_PROXY_H_
 
 #include <cstdint>
 #include <string>
@@ -73,4 +73,4 @@ Status RunFaultProxy(const FaultProxySpec& spec);
 
 }  // namespace dcr::cli
 
-#endif  // DCR_CORE_CLI_FAULT_PROXY_H_
+#endif  // DCR_TOOLS_FAULTS_FAULT_PROXY_H_

@@ -1,4 +1,5 @@
-#include "node/node_plans.h"
+// Node plans (node_plans.h).
+#include "node_plans.h"
 
 #include <unistd.h>
 
@@ -16,7 +17,7 @@
 #include "dcr/signing.h"
 #include "transport/tls.h"
 
-namespace dcr::cli {
+namespace dcr {
 
 namespace {
 
@@ -360,19 +361,4 @@ StatusOr<NodePlan> HostPlan(const Scenario& s, int rank, const HostPlanOptions& 
   return p;
 }
 
-StatusOr<std::string> NodeExe() {
-  char buf[4096];
-  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0) return ErrnoError("readlink /proc/self/exe", errno);
-  buf[n] = '\0';
-  std::string exe(buf);
-  const size_t slash = exe.rfind('/');
-  std::string node = (slash == std::string::npos ? std::string(".") : exe.substr(0, slash)) +
-                     "/dcr-node";
-  if (access(node.c_str(), X_OK) != 0) {
-    return NotFoundError("dcr-node not found beside " + exe + " (build the dcr-node target)");
-  }
-  return node;
-}
-
-}  // namespace dcr::cli
+}  // namespace dcr

@@ -28,8 +28,8 @@
 //
 // Thread safety: RunS3FaultProxy runs the whole process (one thread per connection); one call
 // per process.
-#ifndef DCR_CORE_CLI_S3_FAULT_PROXY_H_
-#define DCR_CORE_CLI_S3_FAULT_PROXY_H_
+#ifndef DCR_TOOLS_FAULTS_S3_FAULT_PROXY_H_
+#define DCR_TOOLS_FAULTS_S3_FAULT_PROXY_H_
 
 #include <cstdint>
 #include <string>
@@ -70,4 +70,4 @@ Status RunS3FaultProxy(const S3FaultProxySpec& spec);
 
 }  // namespace dcr::cli
 
-#endif  // DCR_CORE_CLI_S3_FAULT_PROXY_H_
+#endif  // DCR_TOOLS_FAULTS_S3_FAULT_PROXY_H_

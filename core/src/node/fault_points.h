@@ -1,0 +1,42 @@
+// The seam of a node's fault points (NodePlan::fault_kill_chunk, fault_kill_inside,
+// fault_kill_blob; core/docs/fault-tolerance.md): the places where a fault test ends a node's
+// process. The node calls the installed FaultPoints at each; the deployed dcr-node installs none,
+// and RunNode refuses a plan that asks for fault points there (PlanAsksForFaults), naming
+// dcr-node-faults, the test build whose faults library (tools/faults) installs them before main.
+//
+// Thread safety: InstallFaultPoints before any node runs; InstalledFaultPoints from any thread.
+// An implementation's Arm is called from a node's event thread before its receiver applies
+// anything; ChunkApplied from its apply threads (concurrently for distinct chunks); BlobReached
+// from its event thread.
+#ifndef DCR_CORE_SRC_NODE_FAULT_POINTS_H_
+#define DCR_CORE_SRC_NODE_FAULT_POINTS_H_
+
+#include <cstdint>
+
+#include "dcr/node.h"
+
+namespace dcr::internal {
+
+class FaultPoints {
+ public:
+  virtual ~FaultPoints() = default;
+  // A node of `plan` sets up; `starts` is its start count (1 = first start). Fault points apply
+  // to the first start only.
+  virtual void Arm(const NodePlan& plan, int starts) = 0;
+  // A recovering delta receiver's chunk application of 0-based ordinal `ordinal` returned: from
+  // the storage under the journal when `inside` (after the journal's Begin record and the
+  // chunk's writes, before its End record), else from the journaled application.
+  virtual void ChunkApplied(int64_t ordinal, bool inside) = 0;
+  // A relay holds blob `blob` whole, or the sender first sends (or puts) blob `blob`.
+  virtual void BlobReached(uint64_t blob) = 0;
+};
+
+// The process's fault points; null when none are installed (the deployed dcr-node).
+FaultPoints* InstalledFaultPoints();
+// Installs `points` for the process. REQUIRES: called before any node runs; `points` outlives
+// every node.
+void InstallFaultPoints(FaultPoints* points);
+
+}  // namespace dcr::internal
+
+#endif  // DCR_CORE_SRC_NODE_FAULT_POINTS_H_
