@@ -291,7 +291,7 @@ StatusOr<CommitTiming> TimeDurableCommit(const BenchSetup& b, const std::string&
     CommitTiming t;
     Status st = [&]() -> Status {
       DCR_ASSIGN_OR_RETURN(
-          auto durable, internal::DurableReceiver::Open(plan, nullptr, 1, internal::KillPoint{}));
+          auto durable, internal::DurableReceiver::Open(plan, nullptr, 1, nullptr));
       DCR_ASSIGN_OR_RETURN(auto base, Checkpoint::Open(base_path));
       for (const CheckpointFile& f : base->files()) t.storage_bytes += static_cast<double>(f.size);
       {
