@@ -11,21 +11,9 @@ from dcr.adapters import nemo_rl as dnr
 from dcr.adapters import vllm as dvllm
 from dcr.adapters.engine import DeltaSender
 from conftest import mutate, raw, write_safetensors
-from toy_engine import FP8, Config, ToyEngine, checkpoint
+from toy_engine import FP8, Config, ToyEngine, checkpoint, dense, same_params
 import toy_nemo_rl
 import toy_vllm
-
-
-def dense(cfg, ck, rank, tp):
-    e = ToyEngine(cfg, rank, tp)
-    e.load_weights(ck.items())
-    return e
-
-
-def same_params(a, b):
-    pa, pb = a.params(), b.params()
-    for k in pa:
-        assert raw(pa[k].data) == raw(pb[k].data), k
 
 
 def make(tmp_path, gen):

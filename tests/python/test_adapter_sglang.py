@@ -9,21 +9,8 @@ import dcr
 from dcr.adapters import sglang as dsg
 from dcr.adapters.engine import DeltaSender
 from conftest import mutate, raw, write_safetensors
-from toy_engine import FP8, Config, ToyEngine, checkpoint
+from toy_engine import FP8, Config, ToyEngine, checkpoint, dense, same_params
 import toy_sglang
-
-
-def dense(cfg, ck, rank, tp):
-    e = ToyEngine(cfg, rank, tp)
-    e.load_weights(ck.items())
-    return e
-
-
-def same_params(a, b):
-    pa, pb = a.params(), b.params()
-    assert pa.keys() == pb.keys()
-    for k in pa:
-        assert raw(pa[k].data) == raw(pb[k].data), k
 
 
 def make_server(tmp_path, gen, tp=1, in_place=True, init=True):

@@ -13,21 +13,8 @@ import dcr
 from dcr.adapters import vllm as dvllm
 from dcr.adapters.engine import DeltaSender
 from conftest import ROOT, mutate, raw, write_safetensors
-from toy_engine import FP8, Config, ToyEngine, checkpoint
+from toy_engine import FP8, Config, ToyEngine, checkpoint, dense, same_params
 import toy_vllm
-
-
-def dense(cfg, ck, rank, tp):
-    e = ToyEngine(cfg, rank, tp)
-    e.load_weights(ck.items())
-    return e
-
-
-def same_params(a, b):
-    pa, pb = a.params(), b.params()
-    assert pa.keys() == pb.keys()
-    for k in pa:
-        assert raw(pa[k].data) == raw(pb[k].data), k
 
 
 def make_workers(tmp_path, gen, tp=1, loader_only=False, config=None, in_place=True):

@@ -10,20 +10,7 @@ from hypothesis import strategies as st
 import dcr
 from dcr.torch import EngineReceiver
 from conftest import mutate, raw
-from toy_engine import FP8, Config, ToyEngine, checkpoint
-
-
-def dense(cfg, ck, rank, tp):
-    e = ToyEngine(cfg, rank, tp)
-    e.load_weights(ck.items())
-    return e
-
-
-def same_params(a, b):
-    pa, pb = a.params(), b.params()
-    assert pa.keys() == pb.keys()
-    for k in pa:
-        assert raw(pa[k].data) == raw(pb[k].data), k
+from toy_engine import FP8, Config, ToyEngine, checkpoint, dense, same_params
 
 
 def step(ck, rate, gen):

@@ -15,6 +15,8 @@ it the way vLLM/SGLang loaders do:
 
 import torch
 
+from conftest import raw
+
 FP8 = {"layers.0.fp8_proj.weight": "F8_E4M3"}
 
 
@@ -142,3 +144,18 @@ class ToyEngine(torch.nn.Module):
             logits = self.logits(torch.tensor(out))[-1, :self.cfg.vocab]
             out.append(int(logits.argmax()))
         return out
+
+
+def dense(cfg, ck, rank, tp):
+    """A ToyEngine of rank `rank` of `tp` loaded densely from the checkpoint `ck`: the reference."""
+    e = ToyEngine(cfg, rank, tp)
+    e.load_weights(ck.items())
+    return e
+
+
+def same_params(a, b):
+    """Asserts that two engines hold the same parameters, byte for byte."""
+    pa, pb = a.params(), b.params()
+    assert pa.keys() == pb.keys()
+    for k in pa:
+        assert raw(pa[k].data) == raw(pb[k].data), k
