@@ -90,6 +90,20 @@ print("ok   3 versions (1 file, 2 as tensors) published through the C API; 3/3 r
       "verified byte for byte at each")
 PY
 
+# hosts_verified DIR MESSAGE: every receiver DIR/h<r> (r = 1..3) committed versions 1-3, verified
+# byte for byte (its state's node-<r>-v<k>.json); prints "ok   MESSAGE" or the first failure.
+hosts_verified() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+d, message = sys.argv[1:3]
+for v in (1, 2, 3):
+    for r in (1, 2, 3):
+        j = json.load(open("%s/h%d/state/node-%d-v%d.json" % (d, r, r, v)))
+        assert j["ok"] and j["verified"], (r, v, j.get("error"), j.get("verify_message"))
+print("ok   " + message)
+PY
+}
+
 # The multi-host form, no `dcr run` and no plan file: the receivers are `dcr-node SCENARIO --rank
 # R --state` processes of a scenario naming the checkpoints (they verify against them), the C
 # program opens the sender from the same scenario and rank 0 with its own state directory.
@@ -123,16 +137,8 @@ cat "$m/prog.out"
 [ "$rc" = 0 ] || { echo "FAIL scenario publisher exit $rc"; fail=1; }
 for p in "${pids[@]}"; do wait "$p" || { echo "FAIL a multi-host receiver exited non-zero"; fail=1; }; done
 pids=()
-python3 - "$m" <<'PY' || fail=1
-import json, sys
-m = sys.argv[1]
-for v in (1, 2, 3):
-    for r in (1, 2, 3):
-        j = json.load(open("%s/h%d/state/node-%d-v%d.json" % (m, r, r, v)))
-        assert j["ok"] and j["verified"], (r, v, j.get("error"), j.get("verify_message"))
-print("ok   3 versions through dcr_publisher_open_scenario (no plan file); 3/3 dcr-node SCENARIO "
-      "--rank R receivers verified byte for byte at each")
-PY
+hosts_verified "$m" "3 versions through dcr_publisher_open_scenario (no plan file); 3/3 dcr-node \
+SCENARIO --rank R receivers verified byte for byte at each" || fail=1
 # The same state again: a finished run, refused at open naming the state and the version.
 "$prog" "scenario:0:$m/h0/state:$m/s.yaml" "$m/trainer" 3 "file:$ck/step1.safetensors" \
   >"$m/again.out" 2>&1
@@ -203,15 +209,7 @@ if grep -l "DEADLINE_EXCEEDED\|not done after" "$k"/h[123]/log "$k"/h[123]/state
 else
   echo "ok   no receiver counted the trainer's compute in a version's timeout"
 fi
-python3 - "$k" <<'PY' || { fail=1; for r in 1 2 3; do tail -5 "$k/h$r/log"; done; }
-import json, sys
-k = sys.argv[1]
-for v in (1, 2, 3):
-    for r in (1, 2, 3):
-        j = json.load(open("%s/h%d/state/node-%d-v%d.json" % (k, r, r, v)))
-        assert j["ok"] and j["verified"], (r, v, j.get("error"), j.get("verify_message"))
-print("ok   trainer killed and restarted: 3/3 receivers committed versions 1-3, verified byte for "
-      "byte, none exited")
-PY
+hosts_verified "$k" "trainer killed and restarted: 3/3 receivers committed versions 1-3, verified \
+byte for byte, none exited" || { fail=1; for r in 1 2 3; do tail -5 "$k/h$r/log"; done; }
 [ "$fail" = 0 ] && echo "ok   publisher C API"
 exit $fail
