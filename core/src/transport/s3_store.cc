@@ -121,6 +121,8 @@ struct Response {
   uint64_t max_body = 0;
   uint64_t max_partial_body = UINT64_MAX;  // the cap of a 206 answer (a ranged GET: the range)
   long status_line = 0;                    // the code of the last status line seen
+  // A HEAD: its Content-Length is the object's size, and no body follows.
+  bool no_body = false;
   uint64_t header_bytes = 0;
   bool body_over = false, headers_over = false;
 };
@@ -172,7 +174,8 @@ size_t WriteHeader(char* p, size_t size, size_t n, void* ud) {
     while (!value.empty() && (value.back() == '\r' || value.back() == '\n' || value.back() == ' ')) {
       value.pop_back();
     }
-    if (name == "content-length" && std::strtoull(value.c_str(), nullptr, 10) > BodyCap(*r)) {
+    if (name == "content-length" && !r->no_body &&
+        std::strtoull(value.c_str(), nullptr, 10) > BodyCap(*r)) {
       r->headers[name] = value;
       r->body_over = true;
       return 0;  // refused before any byte of the body
@@ -273,6 +276,7 @@ class S3Request {
     Response r;
     r.max_body = max_body_;
     r.max_partial_body = max_partial_body_;
+    r.no_body = method_ == "HEAD";
     std::string url = Url();
     curl_easy_setopt(c, CURLOPT_URL, url.c_str());
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
