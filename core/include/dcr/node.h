@@ -248,6 +248,10 @@ struct NodePlan {
   // counts the child lost for that version: its subtree takes the version from the store.
   // Defaults none, 30 s.
   std::vector<int> region_receivers;
+  // Sender, one version of a long-lived relay-tree run: the tree ranks its joint commit holds dead
+  // (declared at an earlier version, not re-admitted). Their commit reports are taken when the
+  // store has them, never waited for. Set by RunNodeVersions per version; empty otherwise.
+  std::vector<int> dead_ranks;
   double receiver_deadline_s = 30;
   // Receiver (transport "object_store", with versions): follows the versions from `store`,
   // catching up when behind (catch_up.h PlanCatchUp, with these limits: replay at most

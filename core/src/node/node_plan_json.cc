@@ -134,6 +134,7 @@ std::string NodePlanToJson(const NodePlan& p) {
   if (p.retain_versions > 0) j["retain_versions"] = p.retain_versions;
   if (p.retain_budget_bytes > 0) j["retain_budget_bytes"] = p.retain_budget_bytes;
   if (!p.region_receivers.empty()) j["region_receivers"] = p.region_receivers;
+  if (!p.dead_ranks.empty()) j["dead_ranks"] = p.dead_ranks;
   j["receiver_deadline_s"] = p.receiver_deadline_s;
   if (p.region_receiver) {
     j["region_receiver"] = {{"late_join", p.late_join},
@@ -241,6 +242,7 @@ StatusOr<NodePlan> NodePlanFromJson(const std::string& text) {
     if (j.contains("region_receivers")) {
       p.region_receivers = j["region_receivers"].get<std::vector<int>>();
     }
+    if (j.contains("dead_ranks")) p.dead_ranks = j["dead_ranks"].get<std::vector<int>>();
     if (j.contains("receiver_deadline_s")) {
       p.receiver_deadline_s = j["receiver_deadline_s"].get<double>();
     }

@@ -546,11 +546,17 @@ Status SocketNode::CollectStoreReports(std::vector<CommitReport>* reports) {
       have.insert(rank);
     }
     if (static_cast<int>(have.size()) >= n - 1) return Status();
-    if (joint && SteadyNow() > until && until < deadline_) {
-      std::string missing;
-      for (int rank = 1; rank < n; ++rank) {
-        if (!have.count(rank)) missing += (missing.empty() ? "" : ", ") + std::to_string(rank);
+    // The missing ranks waited for: with a joint commit, not those it holds dead.
+    std::string missing;
+    for (int rank = 1; rank < n; ++rank) {
+      const bool dead = joint && std::find(plan_.dead_ranks.begin(), plan_.dead_ranks.end(),
+                                           rank) != plan_.dead_ranks.end();
+      if (!have.count(rank) && !dead) {
+        missing += (missing.empty() ? "" : ", ") + std::to_string(rank);
       }
+    }
+    if (joint && missing.empty()) return Status();
+    if (joint && SteadyNow() > until && until < deadline_) {
       std::fprintf(stderr,
                    "sender: no commit report of version %llu from receivers %s within the "
                    "per-receiver deadline (%g s)\n",

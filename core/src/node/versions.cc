@@ -289,6 +289,14 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
       handed_delta = handed->delta_path;
     }
     p.verify_path = v.verify_path;
+    if (commit != nullptr) {  // the tree ranks the joint commit holds dead are not waited for
+      const std::vector<int> live = commit->live();
+      const std::set<int> live_set(live.begin(), live.end());
+      p.dead_ranks.clear();
+      for (int r = 1; r < static_cast<int>(plan.parents.size()); ++r) {
+        if (!live_set.count(r)) p.dead_ranks.push_back(r);
+      }
+    }
     if (!v.prefix.empty()) p.relay.prefix = v.prefix;
     p.result_path = v.result_path;
     if (recovery != nullptr) recovery->Prepare(v, i, &p);
