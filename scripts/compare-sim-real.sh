@@ -12,6 +12,7 @@ SCENARIO=${1:-scenarios/compare-small.yaml}
 TOL=${2:-0.10}
 DCR=${DCR:-build/dcr}
 OUT=${OUT:-$(mktemp -d /tmp/dcr-compare.XXXXXX)}
+mkdir -p "$OUT"
 "$DCR" bench pipeline --scenario "$SCENARIO" --reps 5 --json "$OUT/calibration-before.json"
 "$DCR" run "$SCENARIO" --out "$OUT/real.json"
 "$DCR" bench pipeline --scenario "$SCENARIO" --reps 5 --json "$OUT/calibration-after.json"
