@@ -143,6 +143,24 @@ std::string RenderMetrics(const NodeMetrics& m) {
          "Seconds this receiver has gone without a new committed version, once past its freeze "
          "limit (network.signing.freeze_after_s); 0 while not frozen or without a limit.",
          Number(m.freeze_seconds));
+  if (!m.dead_ranks.empty()) {
+    metric("dcr_receivers_dead", "gauge",
+           "Receivers this sender's joint commit holds dead (declared, not re-admitted).",
+           Number(m.dead_ranks.size()));
+    for (int r : m.dead_ranks) {
+      metric("dcr_receiver_dead", "gauge", "A receiver this sender holds dead.", "1",
+             ",dead_rank=\"" + std::to_string(r) + "\"");
+    }
+  }
+  if (!m.lost_children.empty()) {
+    metric("dcr_children_lost", "gauge",
+           "Children this relay counted lost while connecting that are not back.",
+           Number(m.lost_children.size()));
+    for (int r : m.lost_children) {
+      metric("dcr_child_lost", "gauge", "A child this relay counted lost while connecting.", "1",
+             ",child_rank=\"" + std::to_string(r) + "\"");
+    }
+  }
   if (!m.last_error.empty()) {
     metric("dcr_last_error_info", "gauge", "The node's error, in the message label.", "1",
            ",message=\"" + Escape(m.last_error) + "\"");
@@ -180,7 +198,24 @@ NodeMetrics MetricsBoard::Snapshot() {
   m.gc_removed_bytes = gc_.gc_removed_bytes;
   m.gc_budget_errors = gc_.gc_budget_errors;
   m.store_bytes = gc_.store_bytes;
+  m.dead_ranks = dead_ranks_;
+  m.lost_children.assign(lost_children_.begin(), lost_children_.end());
   return m;
+}
+
+void MetricsBoard::SetDeadRanks(std::vector<int> ranks) {
+  std::sort(ranks.begin(), ranks.end());
+  std::lock_guard<std::mutex> lock(mu_);
+  dead_ranks_ = std::move(ranks);
+}
+
+void MetricsBoard::SetLostChild(int rank, bool lost) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (lost) {
+    lost_children_.insert(rank);
+  } else {
+    lost_children_.erase(rank);
+  }
 }
 
 void MetricsBoard::AddCollection(uint64_t removed_objects, uint64_t removed_bytes,
@@ -304,7 +339,17 @@ void MetricsServer::Serve(int fd, const std::string& req) {
   } else if (path == "/healthz") {
     const NodeMetrics m = snapshot_();
     if (m.last_error.empty()) {
-      Respond(fd, 200, "OK", "text/plain", "ok\n");
+      std::string body = "ok\n";
+      auto ranks = [](const std::vector<int>& v) {
+        std::string out;
+        for (int r : v) out += (out.empty() ? "" : ", ") + std::to_string(r);
+        return out;
+      };
+      if (!m.dead_ranks.empty()) body += "receivers declared dead: " + ranks(m.dead_ranks) + "\n";
+      if (!m.lost_children.empty()) {
+        body += "children lost: " + ranks(m.lost_children) + "\n";
+      }
+      Respond(fd, 200, "OK", "text/plain", body);
     } else {
       Respond(fd, 503, "Service Unavailable", "text/plain", m.last_error + "\n");
     }

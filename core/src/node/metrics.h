@@ -1,7 +1,8 @@
 // Internal: a node's metrics and health endpoint. A MetricsServer answers plain HTTP/1.x on one
 // address while the node runs: `GET /metrics` with the node's NodeMetrics in the Prometheus text
 // exposition format (version 0.0.4), `GET /healthz` with 200 "ok" while the node has no error and
-// 503 with the error otherwise; anything else gets 404 (405 for a method other than GET).
+// 503 with the error otherwise (a 200 names the receivers declared dead and the children lost, a
+// line each, when there are any); anything else gets 404 (405 for a method other than GET).
 // Requests are served one at a time; each connection has 2 s to send a request of at most 8 KiB
 // (an idle or oversized one is closed), so a hostile client cannot hold the node or its memory.
 //
@@ -12,8 +13,10 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "dcr/checkpoint.h"
 #include "dcr/status.h"
@@ -63,6 +66,11 @@ struct NodeMetrics {
   // A receiver with a freeze limit (NodePlan::freeze_after_s): seconds without a new committed
   // version once past the limit (freeze_watch.h); 0 while not frozen.
   double freeze_seconds = 0;
+  // Liveness over the process's life: the receivers this sender's joint commit holds dead
+  // (declared, not re-admitted), and the children this relay counted lost while connecting and
+  // that are not back. Both sorted.
+  std::vector<int> dead_ranks;
+  std::vector<int> lost_children;
 };
 
 // The Prometheus text exposition of `m`: dcr_node_up, dcr_node_committed,
@@ -73,7 +81,9 @@ struct NodeMetrics {
 // counters dcr_node_starts, dcr_recoveries_total, dcr_repairs_total, dcr_fallbacks_total,
 // dcr_reloads_total, dcr_chunks_skipped_total, dcr_mirror_puts_total, dcr_freeze_seconds, once
 // a collection ran dcr_gc_runs_total, dcr_gc_removed_objects_total, dcr_gc_removed_bytes_total,
-// dcr_gc_budget_errors_total and dcr_store_bytes and, while there is an error,
+// dcr_gc_budget_errors_total and dcr_store_bytes, dcr_receivers_dead and
+// dcr_children_lost (counts) with dcr_receiver_dead{dead_rank="R"} 1 and
+// dcr_child_lost{child_rank="R"} 1 for each, and, while there is an error,
 // dcr_last_error_info{message="..."} 1; every sample labelled rank and role.
 std::string RenderMetrics(const NodeMetrics& m);
 
@@ -93,12 +103,18 @@ class MetricsBoard {
   // snapshot carries from then on).
   void AddCollection(uint64_t removed_objects, uint64_t removed_bytes, bool budget_error,
                      uint64_t store_bytes);
+  // The sender's dead receivers, replacing those set before (NodeMetrics::dead_ranks).
+  void SetDeadRanks(std::vector<int> ranks);
+  // A child of this relay counted lost while connecting (`lost`), or back.
+  void SetLostChild(int rank, bool lost);
 
  private:
   std::mutex mu_;
   std::function<NodeMetrics()> source_;
   NodeMetrics last_;
   NodeMetrics gc_;  // only the gc_* and store_bytes fields
+  std::vector<int> dead_ranks_;
+  std::set<int> lost_children_;
 };
 
 class MetricsServer {

@@ -25,6 +25,7 @@
 #include "dcr/statusor.h"
 #include "node/commit_reports.h"
 #include "node/held_hellos.h"
+#include "node/metrics.h"
 #include "node/node_state.h"
 #include "transport/frame_reader.h"
 #include "transport/heartbeat.h"
@@ -50,12 +51,15 @@ class LostChildren {
     return lost_.count({run, child}) > 0;
   }
   void Set(uint64_t run, NodeId child, bool lost) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (lost) {
-      lost_.insert({run, child});
-    } else {
-      lost_.erase({run, child});
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (lost) {
+        lost_.insert({run, child});
+      } else {
+        lost_.erase({run, child});
+      }
     }
+    MetricsBoard::Process().SetLostChild(child, lost);  // /metrics and /healthz name it
   }
 
  private:

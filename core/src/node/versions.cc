@@ -13,6 +13,7 @@
 
 #include "dcr/checkpoint.h"
 #include "dcr/status_macros.h"
+#include "node/metrics.h"
 #include "node/store_retention.h"
 #include "node/trainer_delta.h"
 #include "node/version_state.h"
@@ -418,6 +419,18 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
                      rank, static_cast<unsigned long long>(v.version));
       }
       r.readmitted = readmitted;
+      {  // the ranks held dead, for /metrics and /healthz
+        const std::vector<int> live = commit->live();
+        const std::set<int> live_set(live.begin(), live.end());
+        std::vector<int> held_dead;
+        for (int rank = 1; rank < static_cast<int>(plan.parents.size()); ++rank) {
+          if (!live_set.count(rank)) held_dead.push_back(rank);
+        }
+        for (int rank : plan.region_receivers) {
+          if (!live_set.count(rank)) held_dead.push_back(rank);
+        }
+        MetricsBoard::Process().SetDeadRanks(std::move(held_dead));
+      }
       *result = r;
       Status w = WriteResultFile(p.result_path, r);
       if (!w.ok()) {
