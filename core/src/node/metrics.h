@@ -3,8 +3,8 @@
 // exposition format (version 0.0.4), `GET /healthz` with 200 "ok" while the node has no error and
 // 503 with the error otherwise (a 200 names the receivers declared dead and the children lost, a
 // line each, when there are any); anything else gets 404 (405 for a method other than GET).
-// Requests are served one at a time; each connection has 2 s to send a request of at most 8 KiB
-// (an idle or oversized one is closed), so a hostile client cannot hold the node or its memory.
+// Connections are served concurrently by one poll loop; each has 2 s to send a request of at most
+// 8 KiB (an idle or oversized one is closed), so a hostile client cannot hold the node or its memory.
 //
 // Thread safety: Start and Stop from one thread; `snapshot` runs on the server's thread.
 #ifndef DCR_CORE_SRC_NODE_METRICS_H_
