@@ -129,14 +129,14 @@ void TreeLinks::ConnectChild(ChildSetup* c, double deadline) {
   const int me = plan_.rank;
   const bool long_edges = me == 0 && plan_.emulate_wan;
   LostChildren& lost_children = LostChildren::Process();
+  const bool was_lost = lost_children.Contains(plan_.run_id, l.peer);
   // With recovery a child that does not come within the join deadline (receiver_deadline_s;
   // kLostChildRetryS for one already counted lost) is lost for this version: its subtree takes
   // the version from the store, and it catches up when it comes. Without recovery the node
   // waits for it until the version's deadline.
   double child_deadline = deadline;
   if (recover_) {
-    const double join = lost_children.Contains(plan_.run_id, l.peer) ? kLostChildRetryS
-                                                                      : plan_.receiver_deadline_s;
+    const double join = was_lost ? kLostChildRetryS : plan_.receiver_deadline_s;
     child_deadline = std::min(deadline, internal::SteadyNow() + join);
   }
   c->link.id = l.peer;
@@ -149,13 +149,14 @@ void TreeLinks::ConnectChild(ChildSetup* c, double deadline) {
       // lost as one that dies mid-stream: the recovery policy acts on it (its subtree takes the
       // version from the store), and the link carries nothing (Send answers SendFailed). A
       // certificate refusal still ends the node.
-      const bool known = lost_children.Contains(plan_.run_id, l.peer);
       c->lost = event::SendFailed{l.peer, "node " + std::to_string(l.peer) + " (" +
                                               plan_.addresses[l.peer] +
                                               ") lost while connecting: " +
                                               conn.status().message()};
-      if (!known) std::fprintf(stderr, "node %d: %s\n", me, c->lost->message.c_str());
-      lost_children.Set(plan_.run_id, l.peer, true);
+      if (!was_lost) {
+        std::fprintf(stderr, "node %d: %s\n", me, c->lost->message.c_str());
+        lost_children.Set(plan_.run_id, l.peer, true);
+      }
       c->link.writers.clear();
       c->link.conns.clear();
       return;
@@ -179,9 +180,13 @@ void TreeLinks::ConnectChild(ChildSetup* c, double deadline) {
         conn->get(), long_edges ? long_bucket_ : nullptr, long_edges ? plan_.long_latency_s : 0.0,
         plan_.relay.window_bytes));
     c->link.conns.push_back(std::move(*conn));
-    AddChildHeartbeat(c->link.writers.back().get(), s);
   }
-  if (lost_children.Contains(plan_.run_id, l.peer)) {
+  // Heartbeats once every stream is up: a link lost part way is cleared above, and the
+  // heartbeats keep every writer they watch until Close.
+  for (size_t s = 0; s < c->link.writers.size(); ++s) {
+    AddChildHeartbeat(c->link.writers[s].get(), static_cast<int>(s));
+  }
+  if (was_lost) {
     std::fprintf(stderr, "node %d: node %d (%s) is back\n", me, l.peer,
                  plan_.addresses[l.peer].c_str());
     lost_children.Set(plan_.run_id, l.peer, false);
