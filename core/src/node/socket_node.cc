@@ -49,6 +49,16 @@ namespace dcr::internal {
 namespace {
 // The wait of a long-lived receiver for a version with no limit (version_wait_s < 0).
 constexpr double kForeverS = 1e9;
+
+// The ranks with a committed report among `reports` (every one of this node's version: the
+// tree's collector and the store's reader keep no other).
+std::set<int> CommittedRanks(const std::vector<CommitReport>& reports) {
+  std::set<int> ranks;
+  for (const CommitReport& c : reports) {
+    if (c.ok) ranks.insert(c.rank);
+  }
+  return ranks;
+}
 }  // namespace
 
 Status SocketNode::Run() {
@@ -120,11 +130,8 @@ Status SocketNode::Run() {
     s = CollectStoreReports(&r->reports);
     // Receivers whose commit came through the store count as the tree's do: the field is the
     // number of receivers that reported committing this version, whichever way.
-    std::set<int> committed;
-    for (const CommitReport& c : r->reports) {
-      if (c.ok && c.version == plan_.version) committed.insert(c.rank);
-    }
-    r->receivers_committed = std::max(r->receivers_committed, static_cast<int>(committed.size()));
+    r->receivers_committed =
+        std::max(r->receivers_committed, static_cast<int>(CommittedRanks(r->reports).size()));
   }
   Teardown();
   if (plan_.rank != 0 && !committed_) {
@@ -497,18 +504,12 @@ std::function<bool()> SocketNode::ParentGoneCheck() {
 }
 
 bool SocketNode::AllReportsOk(const std::vector<CommitReport>& reports) const {
-  std::set<int> ok;
-  for (const CommitReport& c : reports) {
-    if (c.ok) ok.insert(c.rank);
-  }
-  return static_cast<int>(ok.size()) >= static_cast<int>(plan_.parents.size()) - 1;
+  return static_cast<int>(CommittedRanks(reports).size()) >=
+         static_cast<int>(plan_.parents.size()) - 1;
 }
 
 Status SocketNode::CollectStoreReports(std::vector<CommitReport>* reports) {
-  std::set<int> have;
-  for (const CommitReport& c : *reports) {
-    if (c.ok) have.insert(c.rank);
-  }
+  std::set<int> have = CommittedRanks(*reports);
   const int n = static_cast<int>(plan_.parents.size());
   // A version of a long-lived run waits at most the per-receiver deadline: its joint commit
   // (versions.h SenderJointCommit) declares each receiver without a report dead, so an absent
@@ -549,8 +550,8 @@ Status SocketNode::CollectStoreReports(std::vector<CommitReport>* reports) {
     // The missing ranks waited for: with a joint commit, not those it holds dead.
     std::string missing;
     for (int rank = 1; rank < n; ++rank) {
-      const bool dead = joint && std::find(plan_.dead_ranks.begin(), plan_.dead_ranks.end(),
-                                           rank) != plan_.dead_ranks.end();
+      const bool dead = std::find(plan_.dead_ranks.begin(), plan_.dead_ranks.end(), rank) !=
+                        plan_.dead_ranks.end();
       if (!have.count(rank) && !dead) {
         missing += (missing.empty() ? "" : ", ") + std::to_string(rank);
       }
@@ -690,10 +691,9 @@ Status SocketNode::Setup() {
   if (recover && !sender) DCR_RETURN_IF_ERROR(OpenSpool(restarted));
   // A restarted node does not rejoin the tree: its peers were told it left when it died.
   if (tree && !restarted) {
-    // A long-lived receiver waits for the version to begin as long as its plan says; the
-    // version's timeout counts from there.
-    // version's timeout counts from its first event (the parent's first frame, or the parent
-    // lost): the parent connects as soon as it is up itself, which may be long before.
+    // A long-lived receiver waits for its version to begin as long as its plan says (the
+    // trainer computes meanwhile); the version's timeout counts from the first event after Open
+    // returned (its parent's first frame, the parent lost, a child lost while connecting).
     if (plan_.version > 0 && !sender && plan_.version_wait_s != 0) {
       awaiting_begin_ = true;
       deadline_ = std::max(deadline_, plan_.version_wait_s < 0 ? t0_ + kForeverS
