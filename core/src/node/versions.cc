@@ -82,6 +82,29 @@ class SenderSums {
   std::set<uint64_t> targets_;
 };
 
+// The receivers of `plan`'s joint commit: the tree's ranks when they apply, and the region
+// receivers.
+std::vector<int> JointReceivers(const NodePlan& plan) {
+  std::vector<int> receivers;
+  if (plan.relay.apply) {
+    for (int r = 1; r < static_cast<int>(plan.parents.size()); ++r) receivers.push_back(r);
+  }
+  for (int r : plan.region_receivers) receivers.push_back(r);
+  return receivers;
+}
+
+// The receivers of `plan`'s joint commit that `commit` holds dead: declared, and not re-admitted
+// since.
+std::vector<int> DeadRanks(const NodePlan& plan, const SenderJointCommit& commit) {
+  const std::vector<int> live = commit.live();
+  const std::set<int> live_set(live.begin(), live.end());
+  std::vector<int> dead;
+  for (int rank : JointReceivers(plan)) {
+    if (!live_set.count(rank)) dead.push_back(rank);
+  }
+  return dead;
+}
+
 }  // namespace
 
 SenderJointCommit::SenderJointCommit(const std::vector<int>& receivers, const VersionId& initial)
@@ -212,11 +235,7 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
   } else if (joint) {
     DCR_ASSIGN_OR_RETURN(auto c, Checkpoint::Open(plan.base_path));
     base.hash = c->ContentHash(plan.build_threads);
-    std::vector<int> receivers;
-    for (int r = 1; r < static_cast<int>(plan.parents.size()); ++r) receivers.push_back(r);
-    if (!plan.relay.apply) receivers.clear();
-    for (int r : plan.region_receivers) receivers.push_back(r);
-    commit = std::make_unique<SenderJointCommit>(receivers, base);
+    commit = std::make_unique<SenderJointCommit>(JointReceivers(plan), base);
   }
   // The in-region store: the region receivers' reports (sender), full frames (a holder).
   std::unique_ptr<ObjectStore> region;
@@ -290,14 +309,8 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
       handed_delta = handed->delta_path;
     }
     p.verify_path = v.verify_path;
-    if (commit != nullptr) {  // the tree ranks the joint commit holds dead are not waited for
-      const std::vector<int> live = commit->live();
-      const std::set<int> live_set(live.begin(), live.end());
-      p.dead_ranks.clear();
-      for (int r = 1; r < static_cast<int>(plan.parents.size()); ++r) {
-        if (!live_set.count(r)) p.dead_ranks.push_back(r);
-      }
-    }
+    // The ranks the joint commit holds dead are not waited for.
+    if (commit != nullptr) p.dead_ranks = DeadRanks(plan, *commit);
     if (!v.prefix.empty()) p.relay.prefix = v.prefix;
     p.result_path = v.result_path;
     if (recovery != nullptr) recovery->Prepare(v, i, &p);
@@ -419,18 +432,7 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
                      rank, static_cast<unsigned long long>(v.version));
       }
       r.readmitted = readmitted;
-      {  // the ranks held dead, for /metrics and /healthz
-        const std::vector<int> live = commit->live();
-        const std::set<int> live_set(live.begin(), live.end());
-        std::vector<int> held_dead;
-        for (int rank = 1; rank < static_cast<int>(plan.parents.size()); ++rank) {
-          if (!live_set.count(rank)) held_dead.push_back(rank);
-        }
-        for (int rank : plan.region_receivers) {
-          if (!live_set.count(rank)) held_dead.push_back(rank);
-        }
-        MetricsBoard::Process().SetDeadRanks(std::move(held_dead));
-      }
+      MetricsBoard::Process().SetDeadRanks(DeadRanks(plan, *commit));  // /metrics, /healthz
       *result = r;
       Status w = WriteResultFile(p.result_path, r);
       if (!w.ok()) {
