@@ -5,6 +5,7 @@
 // load of the target; every refused or failed apply leaves the device bytes as they were.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -325,6 +326,147 @@ TEST(CodecCDeviceTest, FailuresLeaveTheDeviceBytesUnchanged) {
   OnDevice dc(device, base);
   EXPECT_NE(ApplyDevice(dc, ctx_delta, ctx), DCR_OK);
   EXPECT_EQ(dc.Bytes(), base.bytes);
+}
+
+// Destination buffers of a placement map in the memory of the backend under test: buffer k holds
+// the elements of canonical tensor k at a random permutation of the front half of twice its
+// size (the rest keeps its filler bytes), and one more buffer replicates tensor 0 (a tied copy).
+struct PlacedEngine {
+  std::vector<uint32_t> tensor;                // buffer -> canonical tensor
+  std::vector<int> width;
+  std::vector<std::vector<int64_t>> src, dst;  // per buffer
+  std::vector<std::vector<uint8_t>> filler;    // per buffer: its bytes before any load
+
+  PlacedEngine(const Set& s, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    for (uint32_t t = 0; t <= s.names.size(); ++t) {
+      const uint32_t ti = t == s.names.size() ? 0 : t;
+      int w = 1;
+      for (const DType& d : kDTypes) {
+        if (s.dtypes[ti] == d.name) w = d.width;
+      }
+      const int64_t elems = static_cast<int64_t>(s.bytes[ti].size() / w);
+      std::vector<int64_t> perm(2 * elems);
+      for (int64_t i = 0; i < 2 * elems; ++i) perm[i] = i;
+      std::shuffle(perm.begin(), perm.end(), rng);
+      std::vector<int64_t> src_i(elems);
+      for (int64_t i = 0; i < elems; ++i) src_i[i] = i;
+      perm.resize(elems);
+      std::vector<uint8_t> fill(2 * elems * w);
+      for (auto& x : fill) x = static_cast<uint8_t>(rng());
+      tensor.push_back(ti);
+      width.push_back(w);
+      src.push_back(std::move(src_i));
+      dst.push_back(std::move(perm));
+      filler.push_back(std::move(fill));
+    }
+  }
+  // The bytes of every buffer once `s` is placed.
+  std::vector<std::vector<uint8_t>> Expected(const Set& s) const {
+    std::vector<std::vector<uint8_t>> out = filler;
+    for (size_t b = 0; b < out.size(); ++b) {
+      const int w = width[b];
+      for (size_t i = 0; i < src[b].size(); ++i) {
+        std::memcpy(out[b].data() + dst[b][i] * w, s.bytes[tensor[b]].data() + src[b][i] * w, w);
+      }
+    }
+    return out;
+  }
+  std::vector<dcr_placement> Placements(std::vector<dcr_tensor>& bufs) const {
+    std::vector<dcr_placement> p;
+    for (size_t b = 0; b < src.size(); ++b) {
+      p.push_back(dcr_placement{tensor[b], const_cast<void*>(bufs[b].data),
+                                filler[b].size() / width[b], src[b].size(), src[b].data(),
+                                dst[b].data()});
+    }
+    return p;
+  }
+  // The buffers as a tensor set (U8 of their bytes), to put them on the device.
+  Set AsSet(const std::vector<std::vector<uint8_t>>& bytes) const {
+    Set s;
+    for (size_t b = 0; b < bytes.size(); ++b) {
+      s.names.push_back("buf" + std::to_string(b));
+      s.dtypes.push_back("U8");
+      s.shapes.push_back({static_cast<int64_t>(bytes[b].size())});
+      s.bytes.push_back(bytes[b]);
+    }
+    return s;
+  }
+};
+
+// A placement map whose destinations are on the device: the canonical set (host) moves all or
+// nothing, the device destinations receive exactly a dense placement of the target, a refused
+// delta writes nothing there, and the repair rewrites scribbled destinations.
+TEST(CodecCDeviceTest, PlacedApplyScattersToDeviceDestinationsByteExact) {
+  DCR_OPEN_TEST_DEVICE_OR_SKIP(device);
+  const dcr_device dev = TestDevice();
+  int round = 0;
+  for (double rate : {0.0, 0.02, 0.5, 1.0}) {
+    for (int policy : {DCR_VALUES_AUTO, DCR_VALUES_ABSOLUTE}) {
+      ++round;
+      SCOPED_TRACE("rate " + std::to_string(rate) + " policy " + std::to_string(policy));
+      Set base = RandomLayout(400 + round), target = Mutate(base, rate, 500 + round);
+      PlacedEngine eng(base, 600 + round);
+      OnDevice bufs(device, eng.AsSet(eng.Expected(base)));
+      auto bd = bufs.Desc();
+      auto canon = base.Desc();
+      std::vector<dcr_placement> pl = eng.Placements(bd);
+      dcr_placement_map* m = nullptr;
+      ASSERT_EQ(dcr_placement_map_create_device(&dev, canon.data(), canon.size(), pl.data(),
+                                                pl.size(), &m),
+                DCR_OK)
+          << dcr_last_error();
+      const dcr_codec_options o = SmallChunks(policy);
+      const std::vector<uint8_t> delta = EncodeHost(base, target, o);
+
+      std::vector<uint8_t> bad = delta;
+      bad[bad.size() - 100] ^= 0x40;  // the last chunk record or the trailer
+      Set copy = base;
+      auto cd = copy.Desc();
+      EXPECT_NE(dcr_apply_delta_placed(cd.data(), cd.size(), bad.data(), bad.size(), m, &o,
+                                       nullptr, nullptr, nullptr),
+                DCR_OK);
+      EXPECT_EQ(copy.bytes, base.bytes);
+      EXPECT_EQ(bufs.Bytes(), eng.Expected(base));
+
+      std::vector<uint8_t> changed(canon.size(), 9);
+      std::vector<uint64_t> written(canon.size(), 9);
+      ASSERT_EQ(dcr_apply_delta_placed(cd.data(), cd.size(), delta.data(), delta.size(), m, &o,
+                                       nullptr, changed.data(), written.data()),
+                DCR_OK)
+          << dcr_last_error();
+      EXPECT_EQ(copy.bytes, target.bytes);
+      EXPECT_EQ(bufs.Bytes(), eng.Expected(target));
+      for (size_t t = 0; t < canon.size(); ++t) {
+        EXPECT_EQ(changed[t] != 0, base.bytes[t] != target.bytes[t]) << t;
+      }
+
+      // Repair after scribbling over the device destinations.
+      for (size_t b = 0; b < bd.size(); ++b) {
+        if (kKind == DeviceKind::kHost) {
+          std::memset(const_cast<void*>(bd[b].data), 0xAB, bd[b].nbytes);
+        } else {
+          std::vector<uint8_t> x(bd[b].nbytes, 0xAB);
+          ASSERT_TRUE(device->Upload(const_cast<void*>(bd[b].data), x.data(), x.size()).ok());
+        }
+      }
+      ASSERT_EQ(dcr_placement_map_write(m, cd.data(), cd.size(), nullptr, 2, written.data()),
+                DCR_OK)
+          << dcr_last_error();
+      const auto now = bufs.Bytes();
+      const auto want = eng.Expected(target);
+      for (size_t b = 0; b < now.size(); ++b) {
+        const int w = eng.width[b];
+        for (size_t i = 0; i < eng.src[b].size(); ++i) {
+          ASSERT_EQ(std::memcmp(now[b].data() + eng.dst[b][i] * w,
+                                want[b].data() + eng.dst[b][i] * w, w),
+                    0)
+              << "buffer " << b << " element " << eng.dst[b][i];
+        }
+      }
+      dcr_placement_map_free(m);
+    }
+  }
 }
 
 TEST(CodecCDeviceTest, RefusesUnknownDevicesAndUnavailableCuda) {

@@ -231,6 +231,20 @@ int dcr_apply_delta_device(const dcr_device* device, const dcr_tensor* tensors, 
 int dcr_tensors_hash_device(const dcr_device* device, const dcr_tensor* tensors, size_t n,
                             int32_t threads, uint64_t hash[2]);
 
+/* dcr_placement_map_create whose destination buffers (each placement's `dst`) are in the memory
+ * of `device`, while the canonical tensor set stays in host memory: the engine keeps its
+ * parameters on the GPU and the canonical copy on the host (no second copy of the model on the
+ * device). dcr_apply_delta_placed then applies the delta to the host tensors, all or nothing as
+ * always, and once it committed scatters the new bits of the changed elements to their device
+ * destinations (Device::Scatter, in batches of at most 65536 elements); dcr_placement_map_write
+ * scatters every placed element. A failure of a device write is reported as those functions
+ * report a failed placement write (DCR_INTERNAL for dcr_apply_delta_placed: rewrite with
+ * dcr_placement_map_write). With kind DCR_DEVICE_HOST the destinations are host memory written
+ * through the host backend. The map keeps the device open while it lives. */
+int dcr_placement_map_create_device(const dcr_device* device, const dcr_tensor* tensors, size_t n,
+                                    const dcr_placement* placements, size_t n_placements,
+                                    dcr_placement_map** out);
+
 #ifdef __cplusplus
 }  /* extern "C" */
 #endif

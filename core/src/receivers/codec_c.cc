@@ -29,8 +29,9 @@
 #include "receivers/codec_device.h"
 #include "receivers/value_ops.h"
 
-// A placement map (dcr/codec_c.h): the tensor set it was built over, and per tensor its placed
-// elements as (canonical element, destination address) sorted by element.
+// A placement map (dcr/codec_c.h): the tensor set it was built over, per tensor its placed
+// elements as (canonical element, destination address) sorted by element, and the device whose
+// memory the destinations are (null: host memory).
 struct dcr_placement_map {
   struct Entry {
     uint64_t src;
@@ -39,6 +40,7 @@ struct dcr_placement_map {
   std::vector<dcr::TensorInfo> tensors;
   std::vector<std::vector<Entry>> entries;
   uint64_t elements = 0;
+  std::shared_ptr<dcr::Device> device;
 };
 
 namespace dcr {
@@ -557,15 +559,49 @@ StatusOr<std::unique_ptr<PlacementMap>> CreateMap(const dcr_tensor* tensors, siz
   return m;
 }
 
+// Element writes to device destinations, batched into Device::Scatter calls of at most
+// kDevicePiece elements: Add the bits of one element after its destinations' addresses were
+// appended to `addr`.
+class DeviceScatterBatch {
+ public:
+  DeviceScatterBatch(Device* device, int width) : device_(device), width_(width) {
+    begin_.push_back(0);
+  }
+  std::vector<uint64_t>* addresses() { return &addr_; }
+  Status Add(uint64_t bits) {
+    if (addr_.size() == begin_.back()) return Status();  // no destination
+    bits_.push_back(bits);
+    begin_.push_back(addr_.size());
+    return bits_.size() >= kDevicePiece ? Flush() : Status();
+  }
+  Status Flush() {
+    Status s;
+    if (!bits_.empty()) {
+      s = device_->Scatter(addr_.data(), begin_.data(), bits_.data(), bits_.size(), width_);
+    }
+    addr_.clear();
+    bits_.clear();
+    begin_.assign(1, 0);
+    return s;
+  }
+
+ private:
+  Device* device_;
+  const int width_;
+  std::vector<uint64_t> addr_, begin_, bits_;
+};
+
 // Writes changed elements of one tensor to their destinations, for elements given mostly in
 // increasing order (a chunk's changes): the search for the next element gallops forward from the
 // previous one, so a chunk costs about one pass over its part of the entries.
 class PlacedWriter {
  public:
   explicit PlacedWriter(const std::vector<PlacementMap::Entry>& v) : v_(v), at_(v.begin()) {}
-  // Copies the bits of canonical element `e` (at `bits`, w bytes) to its destinations; returns
-  // how many.
-  uint64_t Write(uint64_t e, const uint8_t* bits, uint64_t w) {
+  // Copies the bits of canonical element `e` (at `bits`, w bytes) to its destinations, or with
+  // `addresses` appends the destinations' addresses there instead (a device scatter writes
+  // them); returns how many.
+  uint64_t Write(uint64_t e, const uint8_t* bits, uint64_t w,
+                 std::vector<uint64_t>* addresses = nullptr) {
     auto less = [](const PlacementMap::Entry& a, uint64_t x) { return a.src < x; };
     const auto end = v_.end();
     if (at_ != v_.begin() && std::prev(at_)->src >= e) {
@@ -580,6 +616,12 @@ class PlacedWriter {
       at_ = std::lower_bound(lo, lo + std::min<size_t>(step + 1, end - lo), e, less);
     }
     uint64_t k = 0;
+    if (addresses != nullptr) {
+      for (; at_ != end && at_->src == e; ++at_, ++k) {
+        addresses->push_back(reinterpret_cast<uint64_t>(at_->dst));
+      }
+      return k;
+    }
     for (; at_ != end && at_->src == e; ++at_, ++k) std::memcpy(at_->dst, bits, w);
     return k;
   }
@@ -624,6 +666,8 @@ Status ApplyPlaced(const dcr_tensor* tensors, size_t n, const void* delta, size_
         SegmentCursor cur(h.segments);
         uint32_t writer_of = UINT32_MAX;
         std::optional<PlacedWriter> writer;
+        std::optional<DeviceScatterBatch> batch;
+        if (m.device != nullptr) batch.emplace(m.device.get(), static_cast<int>(w));
         auto put = [&](uint64_t pos) {
           uint32_t sg = 0;
           uint64_t e = 0;
@@ -635,13 +679,21 @@ Status ApplyPlaced(const dcr_tensor* tensors, size_t n, const void* delta, size_
           const uint32_t si = set_of[ti];
           if (touched.empty() || touched.back().first != si) touched.emplace_back(si, 0);
           if (writer_of != si) writer.emplace(m.entries[si]), writer_of = si;
-          touched.back().second += writer->Write(e, now, w);
+          if (!batch) {
+            touched.back().second += writer->Write(e, now, w);
+            return;
+          }
+          touched.back().second += writer->Write(e, now, w, batch->addresses());
+          uint64_t bits = 0;
+          std::memcpy(&bits, now, w);
+          if (s.ok()) s = batch->Add(bits);
         };
         if (u.saved || h.position_mode == PositionMode::kDense) {
           for (uint64_t p = 0; p < h.num_elements; ++p) put(p);
         } else {
           for (uint64_t p : dc.positions) put(p);
         }
+        if (batch && s.ok()) s = batch->Flush();
       }
       std::lock_guard<std::mutex> lock(mu);
       if (!s.ok()) {
@@ -669,16 +721,37 @@ Status WriteAll(const PlacementMap& m, const dcr_tensor* tensors, size_t n, cons
   DCR_ASSIGN_OR_RETURN(auto ts, ReadDescriptors(tensors, n, "placement write"));
   DCR_RETURN_IF_ERROR(SameSet(m, ts));
   std::vector<uint64_t> count(n, 0);
+  std::mutex mu;
+  Status first;
   internal::ParallelFor(n, threads < 0 ? 0 : threads, [&](uint64_t t) {
     if (which != nullptr && which[t] == 0) return true;
     const uint64_t w = static_cast<uint64_t>(ts[t].info.width());
     const uint8_t* src = ts[t].data;
-    for (const PlacementMap::Entry& e : m.entries[t]) std::memcpy(e.dst, src + e.src * w, w);
+    if (m.device == nullptr) {
+      for (const PlacementMap::Entry& e : m.entries[t]) std::memcpy(e.dst, src + e.src * w, w);
+    } else {
+      DeviceScatterBatch batch(m.device.get(), static_cast<int>(w));
+      Status s;
+      for (const PlacementMap::Entry& e : m.entries[t]) {
+        batch.addresses()->push_back(reinterpret_cast<uint64_t>(e.dst));
+        uint64_t bits = 0;
+        std::memcpy(&bits, src + e.src * w, w);
+        s = batch.Add(bits);
+        if (!s.ok()) break;
+      }
+      if (s.ok()) s = batch.Flush();
+      if (!s.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (first.ok()) first = s.WithContext("writing the placements of '" + ts[t].info.name +
+                                              "' on " + m.device->name());
+        return false;
+      }
+    }
     count[t] = m.entries[t].size();
     return true;
   });
   if (written != nullptr) std::copy(count.begin(), count.end(), written);
-  return Status();
+  return first;
 }
 
 }  // namespace
@@ -695,6 +768,16 @@ Status ApplyOnDevice(std::shared_ptr<Device> device, const dcr_tensor* tensors, 
                      const void* delta, size_t size, const dcr_codec_options& options,
                      dcr_apply_result* result) {
   return Apply(device, tensors, n, delta, size, options, result);
+}
+
+Status CreatePlacementMapOnDevice(std::shared_ptr<Device> device, const dcr_tensor* tensors,
+                                  size_t n, const dcr_placement* placements, size_t n_placements,
+                                  dcr_placement_map** out) {
+  *out = nullptr;
+  DCR_ASSIGN_OR_RETURN(auto m, CreateMap(tensors, n, placements, n_placements));
+  m->device = std::move(device);
+  *out = m.release();
+  return Status();
 }
 
 StatusOr<Hash128> HashOnDevice(Device* device, const dcr_tensor* tensors, size_t n,

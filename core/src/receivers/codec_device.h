@@ -31,6 +31,12 @@ StatusOr<std::vector<uint8_t>> EncodeOnDevice(Device* device, const dcr_tensor* 
 Status ApplyOnDevice(std::shared_ptr<Device> device, const dcr_tensor* tensors, size_t n,
                      const void* delta, size_t size, const dcr_codec_options& options,
                      dcr_apply_result* result);
+// dcr_placement_map_create whose destinations are addresses of `device` (the map keeps it):
+// dcr_apply_delta_placed and dcr_placement_map_write then scatter to them on the device.
+// REQUIRES: out is not null.
+Status CreatePlacementMapOnDevice(std::shared_ptr<Device> device, const dcr_tensor* tensors,
+                                  size_t n, const dcr_placement* placements, size_t n_placements,
+                                  dcr_placement_map** out);
 StatusOr<Hash128> HashOnDevice(Device* device, const dcr_tensor* tensors, size_t n,
                                int32_t threads);
 
