@@ -198,11 +198,11 @@ int dcr_placement_map_write(const dcr_placement_map* map, const dcr_tensor* tens
  *
  * Kinds: DCR_DEVICE_CUDA (the CUDA device `ordinal`; code 5, dcr::StatusCode::kUnavailable,
  * naming the reason when dcr was built without CUDA or the device is absent) and
- * DCR_DEVICE_HOST, the host backend of
- * dcr/device.h: the same device code path run by the CPU over host memory (ordinal 0), for tests
- * and CI without a GPU; its tensors are host addresses, and the host backend accepts no other
- * addresses than the call's tensors (an address outside them fails as a stray pointer would on a
- * GPU). All tensors of one call are on the one device given: a call never mixes devices. */
+ * DCR_DEVICE_HOST, the host backend of dcr/device.h: the same device code path run by the CPU
+ * over host memory (ordinal 0), for tests and CI without a GPU. Its tensors are host addresses;
+ * the backend takes the call's tensors (or a map's destination buffers) as its memory, and its
+ * range-checked operations (hash, download) refuse other addresses with DCR_INVALID_ARGUMENT.
+ * All tensors of one call are on the one device given: a call never mixes devices. */
 enum {
   DCR_DEVICE_CPU = 0,  /* host memory, the host functions */
   DCR_DEVICE_HOST = 1, /* the host backend of the device path */
