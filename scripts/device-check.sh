@@ -5,8 +5,12 @@
 #   2. runs the gpu-labelled tests (CUDA backend against the host backend, byte for byte),
 #   3. runs `dcr run scenarios/gpu.yaml` end to end: sender and receivers with device: cuda, several
 #      receiver processes sharing the one GPU, every receiver verified on the device,
-#   4. runs the device benchmark on the CUDA backend and, for comparison, on the host backend,
-#   5. writes every number to OUT_DIR/device-check.json (and the raw outputs beside it).
+#   4. runs the Python package's device tests (tests/python/test_device.py: CUDA tensors through
+#      dcr.apply_delta / encode_delta / EngineReceiver by device pointer) when the machine's
+#      python3 imports torch and pytest (recorded as skipped otherwise; its CUDA cases skip unless
+#      torch is a CUDA build),
+#   5. runs the device benchmark on the CUDA backend and, for comparison, on the host backend,
+#   6. writes every number to OUT_DIR/device-check.json (and the raw outputs beside it).
 # Usage: scripts/device-check.sh [--build-only] [OUT_DIR]
 #   OUT_DIR defaults to $OUT when set (the device machine's output folder), else build-gpu/results.
 # Exit status: 0 when every step passed; otherwise the first failing step's status (its output is
@@ -51,6 +55,17 @@ if grep -q "Skipped\|Not Run" "$OUT_DIR/gpu-tests.txt"; then
 fi
 step gpu-run 240 build-gpu/dcr run scenarios/gpu.yaml -q \
   --out "$OUT_DIR/gpu-run.json"
+if python3 -c "import torch, pytest, hypothesis" >/dev/null 2>&1; then
+  step python-cuda 120 env PYTHONPATH=python DCR_LIBRARY="$PWD/build-gpu/libdcr.so" \
+    PYTHONDONTWRITEBYTECODE=1 python3 -m pytest -q -rs -p no:cacheprovider tests/python/test_device.py
+  if grep -q "torch.cuda.is_available() is False" "$OUT_DIR/python-cuda.txt"; then
+    echo "device-check: python-cuda: torch here is not a CUDA build; its CUDA cases were skipped"
+  fi
+else
+  echo "python3 here lacks torch, pytest or hypothesis: the Python CUDA tests were not run" \
+    >"$OUT_DIR/python-cuda.txt"
+  echo "device-check: python-cuda: skipped (no torch, pytest or hypothesis for python3)"
+fi
 step bench-cuda 150 build-gpu/bench/dcr_bench_device --device=cuda --benchmark_min_time=0.2 \
   --benchmark_out="$OUT_DIR/bench-cuda.json" --benchmark_out_format=json
 step bench-host 90 build-gpu/bench/dcr_bench_device --device=host --benchmark_min_time=0.05 \
@@ -88,6 +103,9 @@ summary = {
     "bench_cuda": bench("bench-cuda.json"),
     "bench_host": bench("bench-host.json"),
 }
+t = os.path.join(out, "python-cuda.txt")
+if os.path.exists(t):
+    summary["python_cuda"] = open(t).read().strip().splitlines()[-12:]
 t = os.path.join(out, "gpu-tests.txt")
 if os.path.exists(t):
     summary["gpu_tests"] = [l for l in open(t).read().splitlines() if "tests passed" in l or "Skipped" in l]

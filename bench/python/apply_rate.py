@@ -8,6 +8,11 @@ changed by a few ulps; the delta is applied (best of 5, fresh base copy each tim
   * python, hashed:  dcr.apply_delta(tensors, delta) (hashes the tensors first: the full check);
   * python, chained: the same with known_base_hash (what a receiver applying version after
     version does);
+  * host device, hashed / chained: the same two calls with device="host": the device path of the
+    C API (hash by Device::RangeHash, gather/scatter of the changes) on dcr's host backend, the
+    code a CUDA tensor runs with the CPU doing the device's work;
+  * cuda, hashed / chained (only where torch.cuda.is_available()): the same on CUDA tensors by
+    device pointer; the base copy is made on the GPU before the clock starts;
   * C, file:         `dcr apply base.safetensors delta -o out.safetensors` (maps the base, copies
     it to the output, applies, hashes; process start included).
 Rates are dense BF16 bytes of the model per second.
@@ -61,6 +66,29 @@ def main():
     res["python_hashed_s"] = best(lambda t: dcr.apply_delta(t, delta, threads=a.threads))
     res["python_chained_s"] = best(
         lambda t: dcr.apply_delta(t, delta, threads=a.threads, known_base_hash=h))
+    res["host_device_hashed_s"] = best(
+        lambda t: dcr.apply_delta(t, delta, threads=a.threads, device="host"))
+    res["host_device_chained_s"] = best(
+        lambda t: dcr.apply_delta(t, delta, threads=a.threads, known_base_hash=h, device="host"))
+    kinds = ["python_hashed", "python_chained", "host_device_hashed", "host_device_chained"]
+    if torch.cuda.is_available():
+        gbase = {k: v.cuda() for k, v in base.items()}
+
+        def best_cuda(fn):
+            ts = []
+            for _ in range(5):
+                live = {k: v.clone() for k, v in gbase.items()}
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                fn(live)
+                ts.append(time.perf_counter() - t0)
+            return min(ts)
+
+        res["cuda_device"] = torch.cuda.get_device_name(0)
+        res["cuda_hashed_s"] = best_cuda(lambda t: dcr.apply_delta(t, delta, threads=a.threads))
+        res["cuda_chained_s"] = best_cuda(
+            lambda t: dcr.apply_delta(t, delta, threads=a.threads, known_base_hash=h))
+        kinds += ["cuda_hashed", "cuda_chained"]
     with tempfile.TemporaryDirectory() as d:
         header, blobs, off = {}, [], 0
         for k in sorted(base):
@@ -84,7 +112,7 @@ def main():
                             "-q", "--threads", str(a.threads)], check=True)
             ts.append(time.perf_counter() - t0)
         res["c_file_s"] = min(ts)
-    for k in ("python_hashed", "python_chained", "c_file"):
+    for k in kinds + ["c_file"]:
         res[k + "_gbps"] = round(dense / res[k + "_s"] / 1e9, 2)
     print(json.dumps(res, indent=1))
 

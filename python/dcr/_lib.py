@@ -52,6 +52,15 @@ class Placement(ctypes.Structure):
                 ("dst_index", POINTER(ctypes.c_int64))]
 
 
+class Device(ctypes.Structure):
+    """dcr_device (dcr/codec_c.h)."""
+    _fields_ = [("kind", c_int32), ("ordinal", c_int32)]
+
+
+#: DCR_DEVICE_* of dcr/codec_c.h by name.
+DEVICE_KINDS = {"cpu": 0, "host": 1, "cuda": 2}
+
+
 class DeltaPart(ctypes.Structure):
     """dcr_delta_part (dcr/codec_c.h)."""
     _fields_ = [("offset", c_uint64), ("size", c_uint64)]
@@ -115,6 +124,15 @@ _SIGNATURES = {
                                        POINTER(ctypes.c_uint8), POINTER(c_uint64)]),
     "dcr_placement_map_write": (c_int, [c_void_p, POINTER(Tensor), c_size_t,
                                         POINTER(ctypes.c_uint8), c_int32, POINTER(c_uint64)]),
+    "dcr_encode_delta_device": (c_int, [POINTER(Device), POINTER(Tensor), c_size_t,
+                                        POINTER(Tensor), c_size_t, POINTER(CodecOptions),
+                                        POINTER(c_void_p), POINTER(c_size_t)]),
+    "dcr_apply_delta_device": (c_int, [POINTER(Device), POINTER(Tensor), c_size_t, c_void_p,
+                                       c_size_t, POINTER(CodecOptions), POINTER(ApplyResult)]),
+    "dcr_tensors_hash_device": (c_int, [POINTER(Device), POINTER(Tensor), c_size_t, c_int32,
+                                        POINTER(c_uint64)]),
+    "dcr_placement_map_create_device": (c_int, [POINTER(Device), POINTER(Tensor), c_size_t,
+                                                POINTER(Placement), c_size_t, POINTER(c_void_p)]),
 }
 
 _lock = threading.Lock()

@@ -36,20 +36,68 @@ def _kind(t):
     raise TypeError("dcr: expected a torch.Tensor or a numpy.ndarray, got %s" % type(t).__name__)
 
 
+def where(t):
+    """(kind, ordinal) of the memory holding ``t``: ("cpu", 0) for numpy arrays and CPU torch
+    tensors, ("cuda", index) for CUDA torch tensors; other torch devices are refused."""
+    if _kind(t) == "numpy" or t.device.type == "cpu":
+        return ("cpu", 0)
+    if t.device.type == "cuda":
+        index = t.device.index
+        if index is None:
+            import torch
+            index = torch.cuda.current_device()
+        return ("cuda", int(index))
+    raise UnimplementedError("dcr: tensors on %s are not supported (CPU or CUDA only)" % t.device)
+
+
+def place_name(place):
+    kind, ordinal = place
+    return kind if kind in ("cpu", "host") else "%s:%d" % (kind, ordinal)
+
+
+def call_device(places, device, what):
+    """The device of a call over tensors at ``places`` (name -> (kind, ordinal) from
+    :func:`where`), given the call's ``device`` option: None (the tensors' own), "cpu", "cuda"
+    (the same as the tensors') or "host" (CPU tensors through the device path on the host
+    backend, as CI runs it). Returns (kind, ordinal). Raises :class:`dcr.InvalidArgumentError`
+    when the tensors are on more than one device or not on the device named."""
+    if device not in (None, "cpu", "host", "cuda"):
+        raise InvalidArgumentError("dcr.%s: device must be None, 'cpu', 'host' or 'cuda', got %r"
+                                   % (what, device))
+    seen = {}
+    for name, p in places.items():
+        seen.setdefault(p, name)
+    if len(seen) > 1:
+        a, b = sorted(seen.items())[:2]
+        raise InvalidArgumentError(
+            "dcr.%s: the tensors are on more than one device ('%s' on %s, '%s' on %s): one call "
+            "takes tensors of one device" % (what, a[1], place_name(a[0]), b[1],
+                                              place_name(b[0])))
+    place = next(iter(seen)) if seen else ("cpu", 0)
+    if device is None:
+        return place
+    want = "cpu" if device == "host" else device
+    if seen and place[0] != want:
+        raise InvalidArgumentError("dcr.%s: device=%r but the tensors are on %s"
+                                   % (what, device, place_name(place)))
+    return (device, place[1] if device == "cuda" else 0)
+
+
 class Described:
     """One tensor as dcr sees it: descriptor fields plus the object keeping its bytes alive."""
 
-    __slots__ = ("name", "dtype", "shape", "ptr", "nbytes", "keep")
+    __slots__ = ("name", "dtype", "shape", "ptr", "nbytes", "keep", "place")
 
-    def __init__(self, name, dtype, shape, ptr, nbytes, keep):
+    def __init__(self, name, dtype, shape, ptr, nbytes, keep, place=("cpu", 0)):
         self.name, self.dtype, self.shape = name, dtype, shape
-        self.ptr, self.nbytes, self.keep = ptr, nbytes, keep
+        self.ptr, self.nbytes, self.keep, self.place = ptr, nbytes, keep, place
 
 
-def describe(name, t, dtype_override=None, writable=False):
+def describe(name, t, dtype_override=None, writable=False, devices=False):
     """Describes tensor ``t`` named ``name``. With ``writable`` the bytes are written in place, so
-    ``t`` must be a contiguous CPU tensor (a copy would be written instead); otherwise a
-    non-contiguous tensor is copied. ``dtype_override`` is the safetensors dtype of ``t``'s bytes
+    ``t`` must be contiguous (a copy would be written instead); otherwise a non-contiguous tensor
+    is copied (on its device). CUDA tensors only with ``devices`` (the caller runs the device
+    functions of the C API; ``data`` is then the device pointer). ``dtype_override`` is the safetensors dtype of ``t``'s bytes
     when its own dtype does not say it (FP8 held as uint8, BF16 held as numpy uint16): it must
     have the same element width."""
     if not isinstance(name, str):
@@ -57,11 +105,11 @@ def describe(name, t, dtype_override=None, writable=False):
     if sys.byteorder != "little":
         raise UnimplementedError("dcr: tensors in memory must be little-endian")
     kind = _kind(t)
+    place = where(t)
     if kind == "torch":
-        if t.device.type != "cpu":
+        if place[0] != "cpu" and not devices:
             raise UnimplementedError(
-                "dcr: tensor '%s' is on %s; this build of the Python package applies to CPU "
-                "tensors only" % (name, t.device))
+                "dcr: tensor '%s' is on %s; this call takes CPU tensors only" % (name, t.device))
         if getattr(t, "is_sparse", False):
             raise InvalidArgumentError("dcr: tensor '%s' is sparse" % name)
         tname = str(t.dtype).replace("torch.", "")
@@ -105,7 +153,7 @@ def describe(name, t, dtype_override=None, writable=False):
         raise InvalidArgumentError(
             "dcr: tensor '%s' has dtype %s, which dcr does not know; pass dtypes={'%s': ...} "
             "with the safetensors dtype of its bytes" % (name, tname, name))
-    return Described(name, dtype, shape, ptr, nbytes, t)
+    return Described(name, dtype, shape, ptr, nbytes, t, place)
 
 
 class TensorArray:
@@ -127,9 +175,10 @@ class TensorArray:
         self.count = n
 
 
-def tensor_array(tensors, dtypes=None, writable=False):
+def tensor_array(tensors, dtypes=None, writable=False, devices=False):
     """A TensorArray of mapping ``tensors`` (name -> tensor). With ``writable``, tensors whose
-    bytes overlap are refused (an in-place apply would write them twice)."""
+    bytes overlap are refused (an in-place apply would write them twice). ``devices`` admits CUDA
+    tensors (see :func:`describe`); :func:`call_device` then tells the call's device."""
     if not hasattr(tensors, "items"):
         raise TypeError("dcr: expected a mapping of name -> tensor, got %s"
                         % type(tensors).__name__)
@@ -138,7 +187,7 @@ def tensor_array(tensors, dtypes=None, writable=False):
     if unknown:
         raise InvalidArgumentError("dcr: dtypes names tensors that are not given: %s"
                                    % ", ".join(sorted(unknown)))
-    described = [describe(k, v, dtypes.get(k), writable) for k, v in tensors.items()]
+    described = [describe(k, v, dtypes.get(k), writable, devices) for k, v in tensors.items()]
     if writable:
         spans = sorted((d.ptr, d.ptr + d.nbytes, d.name) for d in described if d.nbytes)
         for (a0, a1, an), (b0, b1, bn) in zip(spans, spans[1:]):

@@ -1,12 +1,23 @@
-"""Deltas between tensor sets in memory: :func:`encode_delta` and :func:`apply_delta`."""
+"""Deltas between tensor sets in memory: :func:`encode_delta` and :func:`apply_delta`.
+
+Tensors on CUDA go through the same calls: a call over CUDA tensors (``t.is_cuda``) passes their
+device pointers (``t.data_ptr()``) and device ordinal to the ``*_device`` functions of
+``dcr/codec_c.h``, which hash and apply on the GPU (only the changed elements move between host
+and device) and encode by downloading the tensors in pieces of at most 64 MiB. Stream order:
+before the call, torch's current stream of that device is synchronized, so every write queued to
+the tensors is complete; dcr runs on its own streams and returns with its work complete, so
+whatever is queued on any stream after the call sees the new bytes (no synchronization is needed
+after it). All tensors of one call must be on one device (:class:`dcr.InvalidArgumentError`
+otherwise). The option ``device="host"`` runs the same device path on CPU tensors through dcr's
+host backend: what CI, without a GPU, runs to test it.
+"""
 
 import collections
 import ctypes
 
 from . import _lib
-from ._tensors import WIDTH, tensor_array
-from .errors import (FailedPreconditionError, InternalError, InvalidArgumentError,
-                     UnimplementedError)
+from ._tensors import WIDTH, call_device, tensor_array, where
+from .errors import FailedPreconditionError, InternalError, InvalidArgumentError
 
 _POLICIES = {"auto": 0, "xor": 1, "ulp": 2, "absolute": 3}
 
@@ -17,17 +28,19 @@ ApplyResult = collections.namedtuple(
 _ENCODE_OPTIONS = ("threads", "chunk_elems", "small_tensor_elems", "zstd_level", "value_policy",
                    "base_version", "target_version", "wan_context", "context_classes", "full")
 _APPLY_OPTIONS = ("threads", "known_base_hash")
+# Options of every call that are not codec options.
+_CALL_OPTIONS = ("dtypes", "device")
 
 
 def _options(options, allowed, what):
-    unknown = set(options) - set(allowed) - {"dtypes"}
+    unknown = set(options) - set(allowed) - set(_CALL_OPTIONS)
     if unknown:
         raise TypeError("dcr.%s: unknown option(s) %s (accepted: %s)"
-                        % (what, ", ".join(sorted(unknown)), ", ".join(allowed + ("dtypes",))))
+                        % (what, ", ".join(sorted(unknown)), ", ".join(allowed + _CALL_OPTIONS)))
     o = _lib.CodecOptions()
     _lib.lib().dcr_codec_options_init(ctypes.byref(o))
     for k, v in options.items():
-        if k == "dtypes":
+        if k in _CALL_OPTIONS:
             continue
         if k == "value_policy":
             if v not in _POLICIES:
@@ -51,11 +64,32 @@ def _options(options, allowed, what):
     return o
 
 
+def _device(place):
+    """The dcr_device of ``place`` ((kind, ordinal)), or None for host memory."""
+    if place[0] == "cpu":
+        return None
+    return ctypes.byref(_lib.Device(_lib.DEVICE_KINDS[place[0]], place[1]))
+
+
+def _synchronize(place):
+    """Waits for the work queued on torch's current stream of CUDA device ``place`` (a no-op for
+    host memory): the bytes dcr reads or writes are then those the caller's program order
+    says."""
+    if place[0] == "cuda":
+        import torch
+        torch.cuda.current_stream(place[1]).synchronize()
+
+
+def _places(arr, label=None):
+    return {(d.name if label is None else "%s (%s)" % (d.name, label)): d.place
+            for d in arr.described}
+
+
 def encode_delta(base, target, **options):
     """The delta (bytes) turning tensor set ``base`` into ``target``, bit for bit.
 
-    ``base`` and ``target`` map names to CPU torch tensors or numpy arrays with the same names,
-    dtypes and shapes; the bytes equal those of ``dcr diff`` over the two sets written as
+    ``base`` and ``target`` map names to torch tensors (CPU or CUDA, all on one device) or numpy
+    arrays with the same names, dtypes and shapes; the bytes equal those of ``dcr diff`` over the two sets written as
     safetensors files with the same options. ``base`` may be None with ``full=True`` (a full frame,
     applicable over any bits).
 
@@ -65,26 +99,36 @@ def encode_delta(base, target, **options):
     against the base's exponents where smaller, as ``dcr diff --wan-context``),
     ``context_classes`` (16), ``full`` (False),
     ``dtypes`` (name -> safetensors dtype for tensors whose torch/numpy dtype does not say it,
-    e.g. FP8 held as uint8; applies to both sets).
+    e.g. FP8 held as uint8; applies to both sets), ``device`` (None: the tensors' own;
+    ``"host"``: CPU tensors through the device path, see the module comment).
 
     Raises :class:`dcr.FailedPreconditionError` when the sets differ in names, dtypes or shapes,
     :class:`dcr.InvalidArgumentError` for bad tensors or options.
     """
     o = _options(options, _ENCODE_OPTIONS, "encode_delta")
     dtypes = options.get("dtypes")
-    tgt = tensor_array(target, dtypes)
+    tgt = tensor_array(target, dtypes, devices=True)
+    places = _places(tgt, "target")
     if base is None:
         if not options.get("full"):
             raise InvalidArgumentError("dcr.encode_delta: base is None without full=True")
         b_arr, b_n = None, 0
     else:
-        b = tensor_array(base, dtypes)
+        b = tensor_array(base, dtypes, devices=True)
         b_arr, b_n = b.array, b.count
+        places.update(_places(b, "base"))
+    place = call_device(places, options.get("device"), "encode_delta")
     out = ctypes.c_void_p()
     size = ctypes.c_size_t()
     lib = _lib.lib()
-    _lib.check(lib.dcr_encode_delta(b_arr, b_n, tgt.array, tgt.count, ctypes.byref(o),
-                                    ctypes.byref(out), ctypes.byref(size)))
+    if place[0] == "cpu":
+        _lib.check(lib.dcr_encode_delta(b_arr, b_n, tgt.array, tgt.count, ctypes.byref(o),
+                                        ctypes.byref(out), ctypes.byref(size)))
+    else:
+        _synchronize(place)
+        _lib.check(lib.dcr_encode_delta_device(_device(place), b_arr, b_n, tgt.array, tgt.count,
+                                               ctypes.byref(o), ctypes.byref(out),
+                                               ctypes.byref(size)))
     try:
         return ctypes.string_at(out.value, size.value) if size.value else b""
     finally:
@@ -109,19 +153,27 @@ def apply_delta_stats(tensors, delta, **options):
     version numbers, and the tensors' content hash now: pass it as ``known_base_hash`` to the
     next apply to skip hashing the tensors)."""
     o = _options(options, _APPLY_OPTIONS, "apply_delta")
-    arr = tensor_array(tensors, options.get("dtypes"), writable=True)
+    arr = tensor_array(tensors, options.get("dtypes"), writable=True, devices=True)
+    place = call_device(_places(arr), options.get("device"), "apply_delta")
     buf, size = _delta_buffer(delta)
     r = _lib.ApplyResult()
-    _lib.check(_lib.lib().dcr_apply_delta(arr.array, arr.count, buf, size, ctypes.byref(o),
-                                          ctypes.byref(r)))
+    if place[0] == "cpu":
+        _lib.check(_lib.lib().dcr_apply_delta(arr.array, arr.count, buf, size, ctypes.byref(o),
+                                              ctypes.byref(r)))
+    else:
+        _synchronize(place)
+        _lib.check(_lib.lib().dcr_apply_delta_device(_device(place), arr.array, arr.count, buf,
+                                                     size, ctypes.byref(o), ctypes.byref(r)))
     return ApplyResult(r.chunks, r.changes, r.base_version, r.target_version,
                        (r.target_hash[0], r.target_hash[1]))
 
 
 def apply_delta(tensors, delta, **options):
-    """Applies ``delta`` (bytes) in place to ``tensors`` (name -> contiguous CPU torch tensor or
-    writable numpy array), which must hold the delta's base. Afterwards their bytes equal a dense
-    load of the delta's target.
+    """Applies ``delta`` (bytes) in place to ``tensors`` (name -> contiguous torch tensor, CPU or
+    CUDA, all on one device, or writable numpy array), which must hold the delta's base.
+    Afterwards their bytes equal a dense load of the delta's target. CUDA tensors are applied on
+    their GPU by device pointer (see the module comment); a delta for them must be built without
+    ``wan_context`` (the device path refuses context-coded deltas).
 
     All or nothing: on any error the tensors hold exactly their bytes from before the call and a
     :class:`dcr.Error` subclass is raised: :class:`dcr.FailedPreconditionError` (not the delta's
@@ -131,18 +183,24 @@ def apply_delta(tensors, delta, **options):
 
     Options: ``threads`` (0 = all cores), ``known_base_hash`` ((lo, hi) of the tensors' content
     hash, as :func:`tensors_hash` or the previous :func:`apply_delta_stats` gives it: skips one
-    read of every tensor), ``dtypes`` (as for :func:`encode_delta`). The GIL is released during
-    the work.
+    read of every tensor), ``dtypes`` and ``device`` (as for :func:`encode_delta`). The GIL is
+    released during the work.
     """
     apply_delta_stats(tensors, delta, **options)
 
 
-def tensors_hash(tensors, threads=0, dtypes=None):
+def tensors_hash(tensors, threads=0, dtypes=None, device=None):
     """The content hash (lo, hi) of a tensor set: what a delta built from it names as its
-    base."""
-    arr = tensor_array(tensors, dtypes)
+    base. CUDA tensors are hashed on their GPU; ``device`` as for :func:`encode_delta`."""
+    arr = tensor_array(tensors, dtypes, devices=True)
+    place = call_device(_places(arr), device, "tensors_hash")
     h = (ctypes.c_uint64 * 2)()
-    _lib.check(_lib.lib().dcr_tensors_hash(arr.array, arr.count, threads, h))
+    if place[0] == "cpu":
+        _lib.check(_lib.lib().dcr_tensors_hash(arr.array, arr.count, threads, h))
+    else:
+        _synchronize(place)
+        _lib.check(_lib.lib().dcr_tensors_hash_device(_device(place), arr.array, arr.count,
+                                                      threads, h))
     return (h[0], h[1])
 
 
@@ -169,15 +227,21 @@ class PlacementMap:
     ``tensors``: the canonical set (name -> tensor; its names, dtypes and shapes are kept, in
     this order). ``placements``: iterable of ``(name, dst, src, dst_index)``: element
     ``src[i]`` of canonical tensor ``name`` is held at element ``dst_index[i]`` of the contiguous
-    CPU tensor ``dst`` (same element width; ``src`` and ``dst_index`` 1-D int64). The map keeps
+    tensor ``dst`` (same element width; ``src`` and ``dst_index`` 1-D int64). The map keeps
     the address of each ``dst`` (and a reference to it): the storage must not move while the map
-    is used. Raises :class:`dcr.InvalidArgumentError` for indices outside their tensors or two
-    placements writing the same destination element.
+    is used. Raises :class:`dcr.InvalidArgumentError` for indices outside their tensors, two
+    placements writing the same destination element, or destinations on more than one device.
+
+    The canonical tensors are in host memory (CPU); the destinations are CPU tensors or CUDA
+    tensors of one GPU: then :meth:`apply` moves the canonical set on the host and scatters the
+    changed elements to the GPU by device pointer (dcr_placement_map_create_device), after
+    synchronizing torch's current stream of that GPU. ``device="host"`` writes CPU destinations
+    through dcr's host backend (the device path, for tests).
 
     Thread safety: one call at a time per map.
     """
 
-    def __init__(self, tensors, placements, dtypes=None):
+    def __init__(self, tensors, placements, dtypes=None, device=None):
         self._dtypes = dict(dtypes or {})
         arr = tensor_array(tensors, self._dtypes)
         self.names = [d.name for d in arr.described]
@@ -185,10 +249,12 @@ class PlacementMap:
         self._dst = []
         keep = []
         cs = []
+        places = {}
         for name, dst, src, dst_index in placements:
             if name not in index:
                 raise InvalidArgumentError("dcr: placement of unknown tensor '%s'" % name)
-            ptr, numel, width = _dst_buffer(name, dst)
+            ptr, numel, width, place = _dst_buffer(name, dst)
+            places["destination %d of '%s'" % (len(cs), name)] = place
             if width != WIDTH[arr.described[index[name]].dtype]:
                 raise InvalidArgumentError(
                     "dcr: placement of '%s' into a tensor of %d-byte elements, but the tensor's "
@@ -206,10 +272,17 @@ class PlacementMap:
             p.dst_index = ctypes.cast(dp, ctypes.POINTER(ctypes.c_int64))
             cs.append(p)
         c_arr = (_lib.Placement * max(len(cs), 1))(*cs)
+        #: (kind, ordinal) of the destinations' memory: ("cpu", 0), ("host", 0), ("cuda", i).
+        self.place = call_device(places, device, "PlacementMap")
         handle = ctypes.c_void_p()
         lib = _lib.lib()
-        _lib.check(lib.dcr_placement_map_create(arr.array, arr.count, c_arr, len(cs),
-                                                ctypes.byref(handle)))
+        if self.place[0] == "cpu":
+            _lib.check(lib.dcr_placement_map_create(arr.array, arr.count, c_arr, len(cs),
+                                                    ctypes.byref(handle)))
+        else:
+            _lib.check(lib.dcr_placement_map_create_device(_device(self.place), arr.array,
+                                                           arr.count, c_arr, len(cs),
+                                                           ctypes.byref(handle)))
         self._handle = handle
         self._lib = lib
         self.elements = int(lib.dcr_placement_map_elements(handle))
@@ -251,6 +324,7 @@ class PlacementMap:
         r = _lib.ApplyResult()
         changed = (ctypes.c_uint8 * max(n, 1))()
         written = (ctypes.c_uint64 * max(n, 1))()
+        _synchronize(self.place)
         rc = self._lib.dcr_apply_delta_placed(arr.array, arr.count, buf, size, self._handle,
                                               ctypes.byref(o), ctypes.byref(r), changed, written)
         res = ApplyResult(r.chunks, r.changes, r.base_version, r.target_version,
@@ -273,28 +347,27 @@ class PlacementMap:
             want = set(names)
             which = (ctypes.c_uint8 * max(n, 1))(*[1 if x in want else 0 for x in self.names])
         written = (ctypes.c_uint64 * max(n, 1))()
+        _synchronize(self.place)
         _lib.check(self._lib.dcr_placement_map_write(self._handle, arr.array, arr.count, which,
                                                      threads, written))
         return {self.names[i]: int(written[i]) for i in range(n) if written[i]}
 
 
 def _dst_buffer(name, dst):
-    """(address, elements, element width) of a placement destination: a contiguous CPU torch
-    tensor or a writable C-contiguous numpy array."""
+    """(address, elements, element width, (kind, ordinal)) of a placement destination: a
+    contiguous torch tensor (CPU or CUDA) or a writable C-contiguous numpy array."""
     mod = type(dst).__module__.split(".")[0]
     if mod == "torch":
-        if dst.device.type != "cpu":
-            raise UnimplementedError("dcr: placement destination of '%s' is on %s; placement "
-                                     "maps write CPU tensors" % (name, dst.device))
+        place = where(dst)
         if not dst.is_contiguous():
             raise InvalidArgumentError("dcr: placement destination of '%s' is not contiguous"
                                        % name)
-        return dst.data_ptr(), int(dst.numel()), dst.element_size()
+        return dst.data_ptr(), int(dst.numel()), dst.element_size(), place
     if mod == "numpy":
         if not dst.flags["C_CONTIGUOUS"] or not dst.flags["WRITEABLE"]:
             raise InvalidArgumentError("dcr: placement destination of '%s' is not a writable "
                                        "C-contiguous array" % name)
-        return dst.ctypes.data, int(dst.size), dst.dtype.itemsize
+        return dst.ctypes.data, int(dst.size), dst.dtype.itemsize, ("cpu", 0)
     raise TypeError("dcr: placement destination of '%s' must be a torch.Tensor or numpy.ndarray, "
                     "got %s" % (name, type(dst).__name__))
 

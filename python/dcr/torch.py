@@ -27,7 +27,15 @@ map 16 bytes per placed element; an update writes the engine's elements the delt
 the places each lies in: tied or replicated weights) and re-loads the converted tensors that
 changed. ``last_update`` says what the last update wrote.
 
-Limits: CPU tensors; a write other than ``copy_`` counts as writing its whole destination view;
+Devices: the engine's parameters are CPU tensors or CUDA tensors of one GPU. The canonical copy
+is always in host memory (no second copy of the model on the GPU); with CUDA parameters the
+placement map's destinations are device pointers, and an update scatters the changed elements to
+the GPU (dcr_placement_map_create_device of dcr/codec_c.h), after synchronizing torch's current
+stream of that GPU (the engine's queued work on the parameters is complete first; dcr's writes
+are complete when the update returns). ``device="host"`` drives that device path on CPU
+parameters through dcr's host backend (tests, CI).
+
+Limits: a write other than ``copy_`` counts as writing its whole destination view;
 writes into storage that is not a registered parameter are not tracked (an engine cache derived
 from the weights must be rebuilt by the engine: :class:`EngineReceiver` takes ``after_update`` for
 that); parameters must keep their storage (an engine that re-allocates a parameter gets
@@ -192,29 +200,34 @@ class PlacementRecorder(TorchDispatchMode):
 class EngineReceiver:
     """Keeps an engine's parameters at the version of a canonical checkpoint, delta by delta.
 
-    ``params``: name -> the engine's parameter tensors (contiguous, CPU; tied parameters may
-    appear under several names). ``load_weights``: the engine's loader, called with an iterable
+    ``params``: name -> the engine's parameter tensors (contiguous, CPU or CUDA of one GPU; tied
+    parameters may appear under several names). ``load_weights``: the engine's loader, called with an iterable
     of (canonical name, tensor). ``base``: name -> tensor of the checkpoint the engine starts
     from (copied: the receiver's canonical copy). The constructor runs the loader once on the
     base under :class:`PlacementRecorder` (the engine then holds the base). ``dtypes``: name ->
     safetensors dtype for canonical tensors whose torch dtype does not say it (FP8 as uint8).
     ``after_update``: called with the changed canonical names after each update (caches).
+    ``device``: None (the parameters' own) or ``"host"`` (CPU parameters written through the
+    device path, see the module comment).
     """
 
-    def __init__(self, params, load_weights, base, dtypes=None, after_update=None, version=0):
+    def __init__(self, params, load_weights, base, dtypes=None, after_update=None, version=0,
+                 device=None):
         self._params = dict(params)
         self._load = load_weights
         self._dtypes = dict(dtypes or {})
         self._after = after_update
         self._lock = threading.Lock()
-        self.canonical = {k: v.detach().clone().contiguous() for k, v in base.items()}
+        # In host memory whatever the engine's device.
+        self.canonical = {k: v.detach().to("cpu", copy=True).contiguous()
+                          for k, v in base.items()}
         rec = PlacementRecorder(self._params, self.canonical)
         with torch.no_grad(), rec:
             self._load(iter(list(self.canonical.items())))
         placements, self.converted = rec.result()
         self._map = codec.PlacementMap(
             self.canonical, [(pl.tensor, self._params[pl.param], pl.src, pl.dst)
-                             for pl in placements], dtypes=self._dtypes)
+                             for pl in placements], dtypes=self._dtypes, device=device)
         self._hash = codec.tensors_hash(self.canonical, dtypes=self._dtypes)
         self.version = version
         self._dirty = False

@@ -176,6 +176,75 @@ int dcr_apply_delta_placed(const dcr_tensor* tensors, size_t n, const void* delt
 int dcr_placement_map_write(const dcr_placement_map* map, const dcr_tensor* tensors, size_t n,
                             const uint8_t* which, int32_t threads, uint64_t* written);
 
+/* ---- tensors in device memory ----
+ * The *_device functions take the same arguments as the functions above plus the device every
+ * tensor of the call lives on: `data` of each descriptor is then an address in that device's
+ * memory (a CUDA device pointer, as torch's data_ptr() of a CUDA tensor gives it). They run the
+ * device path of dcr/device.h: the content hash is computed on the device (Device::RangeHash),
+ * a delta is applied by gathering the old bits of each chunk's changes and scattering the new
+ * ones on the device (nothing of the model is copied to the host), and encoding downloads the
+ * tensors, one at a time in pieces of at most 64 MiB, into the host copy the build reads (the
+ * memory of dcr_encode_delta). Results, failure codes and the all-or-nothing outcome are those
+ * of the host functions: on any error of an apply, the device bytes the call changed are
+ * restored from the chunks (or from the old bits kept for overwrite chunks) before it returns.
+ * Context-coded deltas (context_coding) are refused by the device apply (DCR_DATA_LOSS or
+ * DCR_FAILED_PRECONDITION, the tensors unchanged): build deltas for devices without it.
+ * A NULL device, or kind DCR_DEVICE_CPU, is the host function itself.
+ *
+ * Streams: every device operation runs on dcr's own streams and is complete when the call
+ * returns. The caller orders its own work around the call: before it, the writes of the
+ * caller's streams to the tensors must be complete (e.g. torch.cuda.current_stream().
+ * synchronize()); after it, the caller's streams see the new bytes.
+ *
+ * Kinds: DCR_DEVICE_CUDA (the CUDA device `ordinal`; code 5, dcr::StatusCode::kUnavailable,
+ * naming the reason when dcr was built without CUDA or the device is absent) and
+ * DCR_DEVICE_HOST, the host backend of dcr/device.h: the same device code path run by the CPU
+ * over host memory (ordinal 0), for tests and CI without a GPU. Its tensors are host addresses;
+ * the backend takes the call's tensors (or a map's destination buffers) as its memory, and its
+ * range-checked operations (hash, download) refuse other addresses with DCR_INVALID_ARGUMENT.
+ * All tensors of one call are on the one device given: a call never mixes devices. */
+enum {
+  DCR_DEVICE_CPU = 0,  /* host memory, the host functions */
+  DCR_DEVICE_HOST = 1, /* the host backend of the device path */
+  DCR_DEVICE_CUDA = 2,
+};
+
+typedef struct dcr_device {
+  int32_t kind;    /* DCR_DEVICE_* */
+  int32_t ordinal; /* the CUDA device index; 0 for the host backend */
+} dcr_device;
+
+/* dcr_encode_delta over tensors on `device` (base and target on the same device). Memory on the
+ * host as dcr_encode_delta's; DCR_INVALID_ARGUMENT for an unknown kind or a bad ordinal. */
+int dcr_encode_delta_device(const dcr_device* device, const dcr_tensor* base, size_t n_base,
+                            const dcr_tensor* target, size_t n_target,
+                            const dcr_codec_options* options, uint8_t** out, size_t* out_size);
+
+/* dcr_apply_delta over tensors on `device`. Device memory: none beyond the device backend's
+ * staging; host memory: a copy of the delta, the chunks' change lists as they are applied, and
+ * the old bits of overwrite chunks (as dcr_apply_delta). */
+int dcr_apply_delta_device(const dcr_device* device, const dcr_tensor* tensors, size_t n,
+                           const void* delta, size_t size, const dcr_codec_options* options,
+                           dcr_apply_result* result);
+
+/* dcr_tensors_hash over tensors on `device`. */
+int dcr_tensors_hash_device(const dcr_device* device, const dcr_tensor* tensors, size_t n,
+                            int32_t threads, uint64_t hash[2]);
+
+/* dcr_placement_map_create whose destination buffers (each placement's `dst`) are in the memory
+ * of `device`, while the canonical tensor set stays in host memory: the engine keeps its
+ * parameters on the GPU and the canonical copy on the host (no second copy of the model on the
+ * device). dcr_apply_delta_placed then applies the delta to the host tensors, all or nothing as
+ * always, and once it committed scatters the new bits of the changed elements to their device
+ * destinations (Device::Scatter, in batches of at most 65536 elements); dcr_placement_map_write
+ * scatters every placed element. A failure of a device write is reported as those functions
+ * report a failed placement write (DCR_INTERNAL for dcr_apply_delta_placed: rewrite with
+ * dcr_placement_map_write). With kind DCR_DEVICE_HOST the destinations are host memory written
+ * through the host backend. The map keeps the device open while it lives. */
+int dcr_placement_map_create_device(const dcr_device* device, const dcr_tensor* tensors, size_t n,
+                                    const dcr_placement* placements, size_t n_placements,
+                                    dcr_placement_map** out);
+
 #ifdef __cplusplus
 }  /* extern "C" */
 #endif

@@ -1,5 +1,7 @@
 // The C API for in-memory tensors (dcr/codec_c.h): BuildDelta over in-memory checkpoint images,
-// and an all-or-nothing apply through BufferReceiver over the caller's buffers.
+// and an all-or-nothing apply through BufferReceiver over the caller's buffers, or through a
+// device receiver over the caller's device memory (the *_device functions' work,
+// receivers/codec_device.h; their entry points are in src/devices).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -17,15 +19,19 @@
 #include "dcr/codec_c.h"
 #include "dcr/context.h"
 #include "dcr/delta.h"
+#include "dcr/device.h"
 #include "dcr/hash.h"
 #include "dcr/receiver.h"
 #include "dcr/status_macros.h"
+#include "internal/chunk_bounds.h"
 #include "internal/parallel.h"
 #include "receivers/c_error.h"
+#include "receivers/codec_device.h"
 #include "receivers/value_ops.h"
 
-// A placement map (dcr/codec_c.h): the tensor set it was built over, and per tensor its placed
-// elements as (canonical element, destination address) sorted by element.
+// A placement map (dcr/codec_c.h): the tensor set it was built over, per tensor its placed
+// elements as (canonical element, destination address) sorted by element, and the device whose
+// memory the destinations are (null: host memory).
 struct dcr_placement_map {
   struct Entry {
     uint64_t src;
@@ -34,6 +40,7 @@ struct dcr_placement_map {
   std::vector<dcr::TensorInfo> tensors;
   std::vector<std::vector<Entry>> entries;
   uint64_t elements = 0;
+  std::shared_ptr<dcr::Device> device;
 };
 
 namespace dcr {
@@ -130,16 +137,49 @@ Status CheckOptions(const dcr_codec_options& o) {
   return Status();
 }
 
-StatusOr<std::vector<uint8_t>> Encode(const dcr_tensor* base, size_t n_base,
+// Download's piece: at most this many bytes of a device tensor are copied to the host at once.
+constexpr uint64_t kDownloadPiece = uint64_t{64} << 20;
+
+// SafetensorsImage of tensors whose data are addresses of `device`, downloaded into the image in
+// pieces of at most kDownloadPiece bytes.
+StatusOr<std::vector<uint8_t>> DeviceSafetensorsImage(Device* device,
+                                                      const std::vector<TensorView>& views) {
+  const std::string header = BuildSafetensorsHeader(views, {}, nullptr);
+  uint64_t size = header.size();
+  for (const TensorView& t : views) size += t.nbytes;
+  std::vector<uint8_t> out(size);
+  std::memcpy(out.data(), header.data(), header.size());
+  uint64_t at = header.size();
+  for (const TensorView& t : views) {
+    for (uint64_t off = 0; off < t.nbytes; off += kDownloadPiece) {
+      const uint64_t k = std::min(kDownloadPiece, t.nbytes - off);
+      DCR_RETURN_IF_ERROR(
+          device->Download(out.data() + at + off, static_cast<const uint8_t*>(t.data) + off, k)
+              .WithContext("downloading tensor '" + t.name + "' from " + device->name()));
+    }
+    at += t.nbytes;
+  }
+  return out;
+}
+
+// The tensor set `t` as a checkpoint in memory: its bytes copied (host) or downloaded (device).
+StatusOr<std::unique_ptr<Checkpoint>> ImageOf(Device* device, const dcr_tensor* t, size_t n,
+                                              const char* what) {
+  DCR_ASSIGN_OR_RETURN(auto ts, ReadDescriptors(t, n, what));
+  if (device == nullptr) return Checkpoint::FromBytes(SafetensorsImage(Views(ts)));
+  DCR_ASSIGN_OR_RETURN(auto image, DeviceSafetensorsImage(device, Views(ts)));
+  return Checkpoint::FromBytes(std::move(image));
+}
+
+// dcr_encode_delta over host tensors (`device` null) or over tensors of `device`.
+StatusOr<std::vector<uint8_t>> Encode(Device* device, const dcr_tensor* base, size_t n_base,
                                       const dcr_tensor* target, size_t n_target,
                                       const dcr_codec_options& o) {
   DCR_RETURN_IF_ERROR(CheckOptions(o));
-  DCR_ASSIGN_OR_RETURN(auto tgt, ReadDescriptors(target, n_target, "target"));
-  DCR_ASSIGN_OR_RETURN(auto tgt_ckpt, Checkpoint::FromBytes(SafetensorsImage(Views(tgt))));
+  DCR_ASSIGN_OR_RETURN(auto tgt_ckpt, ImageOf(device, target, n_target, "target"));
   std::unique_ptr<Checkpoint> base_ckpt;
   if (base != nullptr || n_base > 0 || o.full == 0) {
-    DCR_ASSIGN_OR_RETURN(auto b, ReadDescriptors(base, n_base, "base"));
-    DCR_ASSIGN_OR_RETURN(base_ckpt, Checkpoint::FromBytes(SafetensorsImage(Views(b))));
+    DCR_ASSIGN_OR_RETURN(base_ckpt, ImageOf(device, base, n_base, "base"));
   }
   DeltaMemorySink sink;
   DCR_RETURN_IF_ERROR(BuildDelta(base_ckpt.get(), *tgt_ckpt, ToDeltaOptions(o), &sink).status());
@@ -229,6 +269,103 @@ Status CheckInventory(const Inventory& inv, const std::vector<HostTensor>& ts) {
   return Status();
 }
 
+// Elements per Gather / Scatter call of the device path: bounds its host arrays (32 bytes per
+// element) whatever a chunk covers.
+constexpr uint64_t kDevicePiece = uint64_t{1} << 16;
+
+// Calls fn(first, addr, n) for the covered elements [first, first + n) of chunk `h`, in pieces of
+// at most kDevicePiece, with addr[k] the device address of element first + k.
+// REQUIRES: the segments of `h` fit `bufs` (CheckChunkBounds).
+template <typename Fn>
+Status ForDeviceAddresses(const ChunkHeader& h, const std::vector<TensorBuffer>& bufs,
+                          const uint64_t* positions, uint64_t count, Fn fn) {
+  const uint64_t w = h.elem_width;
+  SegmentCursor cur(h.segments);
+  std::vector<uint64_t> addr;
+  for (uint64_t first = 0; first < count; first += kDevicePiece) {
+    const uint64_t n = std::min(kDevicePiece, count - first);
+    addr.resize(n);
+    for (uint64_t k = 0; k < n; ++k) {
+      const uint64_t pos = positions != nullptr ? positions[first + k] : first + k;
+      uint32_t sg = 0;
+      uint64_t e = 0;
+      cur.Locate(pos, &sg, &e);
+      addr[k] = reinterpret_cast<uint64_t>(bufs[h.segments[sg].tensor_index].data + e * w);
+    }
+    DCR_RETURN_IF_ERROR(fn(first, addr.data(), n));
+  }
+  return Status();
+}
+
+// GatherCoveredBits over device tensors: the bits of every element chunk `h` covers, gathered on
+// `device`. kDataLoss (as GatherCoveredBits) when the segments do not fit the tensors.
+Status GatherCoveredOnDevice(Device* device, const ChunkHeader& h,
+                             const std::vector<TensorBuffer>& bufs, std::vector<uint8_t>* out) {
+  DCR_RETURN_IF_ERROR(internal::CheckChunkBounds(h, bufs));
+  const int w = h.elem_width;
+  out->assign(h.num_elements * static_cast<uint64_t>(w), 0);
+  std::vector<uint64_t> zero, old_bits, new_bits;
+  return ForDeviceAddresses(h, bufs, nullptr, h.num_elements,
+                            [&](uint64_t first, const uint64_t* addr, uint64_t n) -> Status {
+                              zero.assign(n, 0);
+                              old_bits.resize(n);
+                              new_bits.resize(n);
+                              DCR_RETURN_IF_ERROR(device->Gather(addr, zero.data(), n, w,
+                                                                 ValueMode::kXor, old_bits.data(),
+                                                                 new_bits.data()));
+                              for (uint64_t k = 0; k < n; ++k) {
+                                StoreBits(out->data() + (first + k) * w, w, old_bits[k]);
+                              }
+                              return Status();
+                            });
+}
+
+// TakeBack over device tensors: restores the elements chunk `u` changed, on `device`.
+Status TakeBackOnDevice(Device* device, const DeltaReader& reader,
+                        const std::vector<TensorBuffer>& bufs, const Undo& u) {
+  DecodedChunk dc;
+  if (u.saved) {
+    size_t hs = 0, rs = 0;
+    DCR_ASSIGN_OR_RETURN(dc.header, ParseChunkHeader(reader.chunk_data(u.chunk),
+                                                     reader.chunk_size(u.chunk), &hs, &rs));
+  } else {
+    DCR_RETURN_IF_ERROR(reader.DecodeInto(u.chunk, &dc));
+  }
+  const ChunkHeader& h = dc.header;
+  const int w = h.elem_width;
+  std::vector<uint64_t> begin, bits, zero, now;
+  auto scatter = [&](const uint64_t* addr, uint64_t n) {
+    begin.resize(n + 1);
+    for (uint64_t k = 0; k <= n; ++k) begin[k] = k;
+    return device->Scatter(addr, begin.data(), bits.data(), n, w);
+  };
+  if (u.saved) {
+    return ForDeviceAddresses(h, bufs, nullptr, h.num_elements,
+                              [&](uint64_t first, const uint64_t* addr, uint64_t n) -> Status {
+                                bits.assign(n, 0);
+                                for (uint64_t k = 0; k < n; ++k) {
+                                  std::memcpy(&bits[k], u.covered.data() + (first + k) * w, w);
+                                }
+                                return scatter(addr, n);
+                              });
+  }
+  const bool all = h.position_mode == PositionMode::kDense;
+  const uint64_t count = all ? h.num_elements : dc.positions.size();
+  return ForDeviceAddresses(
+      h, bufs, all ? nullptr : dc.positions.data(), count,
+      [&](uint64_t first, const uint64_t* addr, uint64_t n) -> Status {
+        zero.assign(n, 0);
+        now.resize(n);
+        bits.resize(n);
+        DCR_RETURN_IF_ERROR(
+            device->Gather(addr, zero.data(), n, w, ValueMode::kXor, now.data(), bits.data()));
+        for (uint64_t k = 0; k < n; ++k) {
+          bits[k] = internal::InverseValue(h.value_mode, w, now[k], dc.values[first + k]);
+        }
+        return scatter(addr, n);
+      });
+}
+
 // Runs after a delta committed, with the applied chunks (their undo records): what
 // dcr_apply_delta_placed writes into the placed destinations. Its error is the apply's, with the
 // tensors at the target.
@@ -236,9 +373,11 @@ using AfterCommit = std::function<Status(const DeltaReader& reader,
                                          const std::vector<TensorBuffer>& bufs,
                                          const std::vector<Undo>& applied)>;
 
-Status Apply(const dcr_tensor* tensors, size_t n, const void* delta, size_t size,
-             const dcr_codec_options& o, dcr_apply_result* result,
-             const AfterCommit& after = nullptr) {
+// The apply of dcr_apply_delta over host tensors (`device` null) or over tensors whose data are
+// addresses of `device` (dcr_apply_delta_device): the same checks and all-or-nothing outcome.
+Status Apply(const std::shared_ptr<Device>& device, const dcr_tensor* tensors, size_t n,
+             const void* delta, size_t size, const dcr_codec_options& o,
+             dcr_apply_result* result, const AfterCommit& after = nullptr) {
   DCR_RETURN_IF_ERROR(CheckOptions(o));
   if (delta == nullptr && size > 0) return InvalidArgumentError("delta is NULL");
   DCR_ASSIGN_OR_RETURN(auto ts, ReadDescriptors(tensors, n, "apply"));
@@ -248,15 +387,26 @@ Status Apply(const dcr_tensor* tensors, size_t n, const void* delta, size_t size
 
   Hash128 held{o.known_base_hash[0], o.known_base_hash[1]};
   if (held == Hash128{} && (reader->header().flags & kFlagNoBase) == 0) {
-    held = ContentHashOf(Views(ts), o.threads);
+    if (device != nullptr) {
+      DCR_ASSIGN_OR_RETURN(held, DeviceContentHashOf(device.get(), Views(ts), o.threads));
+    } else {
+      held = ContentHashOf(Views(ts), o.threads);
+    }
   }
-  std::vector<ReceiverTensor> storage;
+  const VersionId start{reader->header().base_version, held};
   std::map<std::string, uint8_t*> data_of;
-  for (const HostTensor& t : ts) {
-    storage.push_back(ReceiverTensor{t.info, t.data});
-    data_of[t.info.name] = t.data;
+  for (const HostTensor& t : ts) data_of[t.info.name] = t.data;
+  std::unique_ptr<Receiver> receiver;
+  if (device != nullptr) {
+    std::vector<DeviceReceiverTensor> storage;
+    for (const HostTensor& t : ts) storage.push_back(DeviceReceiverTensor{t.info, t.data});
+    receiver = internal::MakeBorrowingDeviceReceiver(device, std::move(storage), start);
+  } else {
+    std::vector<ReceiverTensor> storage;
+    for (const HostTensor& t : ts) storage.push_back(ReceiverTensor{t.info, t.data});
+    receiver = std::make_unique<BufferReceiver>(std::move(storage), start);
   }
-  BufferReceiver rx(std::move(storage), VersionId{reader->header().base_version, held});
+  Receiver& rx = *receiver;
   DCR_RETURN_IF_ERROR(BeginDelta(*reader, &rx));
 
   // The tensors in inventory order, for gathering and restoring covered bits.
@@ -277,7 +427,8 @@ Status Apply(const dcr_tensor* tensors, size_t n, const void* delta, size_t size
     Status s = h.status();
     if (s.ok() && (h->value_mode == ValueMode::kAbsolute || IsContextCoded(*h))) {
       u.saved = true;
-      s = GatherCoveredBits(*h, bufs, &u.covered);
+      s = device != nullptr ? GatherCoveredOnDevice(device.get(), *h, bufs, &u.covered)
+                            : GatherCoveredBits(*h, bufs, &u.covered);
     }
     if (s.ok()) s = rx.ApplyRecord(reader->chunk_data(i), reader->chunk_size(i));
     std::lock_guard<std::mutex> lock(mu);
@@ -295,7 +446,8 @@ Status Apply(const dcr_tensor* tensors, size_t n, const void* delta, size_t size
     // Chunks cover disjoint elements (the chunk table has no chunk twice), so the order of the
     // restores does not matter.
     for (const Undo& u : applied) {
-      Status s = TakeBack(*reader, bufs, u);
+      Status s = device != nullptr ? TakeBackOnDevice(device.get(), *reader, bufs, u)
+                                   : TakeBack(*reader, bufs, u);
       if (!s.ok()) {
         return InternalError("apply failed (" + first.ToString() +
                              ") and restoring the tensors failed: " + s.ToString());
@@ -407,15 +559,49 @@ StatusOr<std::unique_ptr<PlacementMap>> CreateMap(const dcr_tensor* tensors, siz
   return m;
 }
 
+// Element writes to device destinations, batched into Device::Scatter calls of at most
+// kDevicePiece elements: Add the bits of one element after its destinations' addresses were
+// appended to `addr`.
+class DeviceScatterBatch {
+ public:
+  DeviceScatterBatch(Device* device, int width) : device_(device), width_(width) {
+    begin_.push_back(0);
+  }
+  std::vector<uint64_t>* addresses() { return &addr_; }
+  Status Add(uint64_t bits) {
+    if (addr_.size() == begin_.back()) return Status();  // no destination
+    bits_.push_back(bits);
+    begin_.push_back(addr_.size());
+    return bits_.size() >= kDevicePiece ? Flush() : Status();
+  }
+  Status Flush() {
+    Status s;
+    if (!bits_.empty()) {
+      s = device_->Scatter(addr_.data(), begin_.data(), bits_.data(), bits_.size(), width_);
+    }
+    addr_.clear();
+    bits_.clear();
+    begin_.assign(1, 0);
+    return s;
+  }
+
+ private:
+  Device* device_;
+  const int width_;
+  std::vector<uint64_t> addr_, begin_, bits_;
+};
+
 // Writes changed elements of one tensor to their destinations, for elements given mostly in
 // increasing order (a chunk's changes): the search for the next element gallops forward from the
 // previous one, so a chunk costs about one pass over its part of the entries.
 class PlacedWriter {
  public:
   explicit PlacedWriter(const std::vector<PlacementMap::Entry>& v) : v_(v), at_(v.begin()) {}
-  // Copies the bits of canonical element `e` (at `bits`, w bytes) to its destinations; returns
-  // how many.
-  uint64_t Write(uint64_t e, const uint8_t* bits, uint64_t w) {
+  // Copies the bits of canonical element `e` (at `bits`, w bytes) to its destinations, or with
+  // `addresses` appends the destinations' addresses there instead (a device scatter writes
+  // them); returns how many.
+  uint64_t Write(uint64_t e, const uint8_t* bits, uint64_t w,
+                 std::vector<uint64_t>* addresses = nullptr) {
     auto less = [](const PlacementMap::Entry& a, uint64_t x) { return a.src < x; };
     const auto end = v_.end();
     if (at_ != v_.begin() && std::prev(at_)->src >= e) {
@@ -430,6 +616,12 @@ class PlacedWriter {
       at_ = std::lower_bound(lo, lo + std::min<size_t>(step + 1, end - lo), e, less);
     }
     uint64_t k = 0;
+    if (addresses != nullptr) {
+      for (; at_ != end && at_->src == e; ++at_, ++k) {
+        addresses->push_back(reinterpret_cast<uint64_t>(at_->dst));
+      }
+      return k;
+    }
     for (; at_ != end && at_->src == e; ++at_, ++k) std::memcpy(at_->dst, bits, w);
     return k;
   }
@@ -474,6 +666,8 @@ Status ApplyPlaced(const dcr_tensor* tensors, size_t n, const void* delta, size_
         SegmentCursor cur(h.segments);
         uint32_t writer_of = UINT32_MAX;
         std::optional<PlacedWriter> writer;
+        std::optional<DeviceScatterBatch> batch;
+        if (m.device != nullptr) batch.emplace(m.device.get(), static_cast<int>(w));
         auto put = [&](uint64_t pos) {
           uint32_t sg = 0;
           uint64_t e = 0;
@@ -485,13 +679,21 @@ Status ApplyPlaced(const dcr_tensor* tensors, size_t n, const void* delta, size_
           const uint32_t si = set_of[ti];
           if (touched.empty() || touched.back().first != si) touched.emplace_back(si, 0);
           if (writer_of != si) writer.emplace(m.entries[si]), writer_of = si;
-          touched.back().second += writer->Write(e, now, w);
+          if (!batch) {
+            touched.back().second += writer->Write(e, now, w);
+            return;
+          }
+          touched.back().second += writer->Write(e, now, w, batch->addresses());
+          uint64_t bits = 0;
+          std::memcpy(&bits, now, w);
+          if (s.ok()) s = batch->Add(bits);
         };
         if (u.saved || h.position_mode == PositionMode::kDense) {
           for (uint64_t p = 0; p < h.num_elements; ++p) put(p);
         } else {
           for (uint64_t p : dc.positions) put(p);
         }
+        if (batch && s.ok()) s = batch->Flush();
       }
       std::lock_guard<std::mutex> lock(mu);
       if (!s.ok()) {
@@ -506,7 +708,7 @@ Status ApplyPlaced(const dcr_tensor* tensors, size_t n, const void* delta, size_
     });
     return first;
   };
-  Status s = Apply(tensors, n, delta, size, o, result, after);
+  Status s = Apply(nullptr, tensors, n, delta, size, o, result, after);
   if (s.ok() || s.code() == StatusCode::kInternal) {
     if (changed != nullptr) std::copy(flags.begin(), flags.end(), changed);
     if (written != nullptr) std::copy(count.begin(), count.end(), written);
@@ -519,19 +721,72 @@ Status WriteAll(const PlacementMap& m, const dcr_tensor* tensors, size_t n, cons
   DCR_ASSIGN_OR_RETURN(auto ts, ReadDescriptors(tensors, n, "placement write"));
   DCR_RETURN_IF_ERROR(SameSet(m, ts));
   std::vector<uint64_t> count(n, 0);
+  std::mutex mu;
+  Status first;
   internal::ParallelFor(n, threads < 0 ? 0 : threads, [&](uint64_t t) {
     if (which != nullptr && which[t] == 0) return true;
     const uint64_t w = static_cast<uint64_t>(ts[t].info.width());
     const uint8_t* src = ts[t].data;
-    for (const PlacementMap::Entry& e : m.entries[t]) std::memcpy(e.dst, src + e.src * w, w);
+    if (m.device == nullptr) {
+      for (const PlacementMap::Entry& e : m.entries[t]) std::memcpy(e.dst, src + e.src * w, w);
+    } else {
+      DeviceScatterBatch batch(m.device.get(), static_cast<int>(w));
+      Status s;
+      for (const PlacementMap::Entry& e : m.entries[t]) {
+        batch.addresses()->push_back(reinterpret_cast<uint64_t>(e.dst));
+        uint64_t bits = 0;
+        std::memcpy(&bits, src + e.src * w, w);
+        s = batch.Add(bits);
+        if (!s.ok()) break;
+      }
+      if (s.ok()) s = batch.Flush();
+      if (!s.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (first.ok()) first = s.WithContext("writing the placements of '" + ts[t].info.name +
+                                              "' on " + m.device->name());
+        return false;
+      }
+    }
     count[t] = m.entries[t].size();
     return true;
   });
   if (written != nullptr) std::copy(count.begin(), count.end(), written);
-  return Status();
+  return first;
 }
 
 }  // namespace
+
+namespace internal {
+
+StatusOr<std::vector<uint8_t>> EncodeOnDevice(Device* device, const dcr_tensor* base,
+                                              size_t n_base, const dcr_tensor* target,
+                                              size_t n_target, const dcr_codec_options& options) {
+  return Encode(device, base, n_base, target, n_target, options);
+}
+
+Status ApplyOnDevice(std::shared_ptr<Device> device, const dcr_tensor* tensors, size_t n,
+                     const void* delta, size_t size, const dcr_codec_options& options,
+                     dcr_apply_result* result) {
+  return Apply(device, tensors, n, delta, size, options, result);
+}
+
+Status CreatePlacementMapOnDevice(std::shared_ptr<Device> device, const dcr_tensor* tensors,
+                                  size_t n, const dcr_placement* placements, size_t n_placements,
+                                  dcr_placement_map** out) {
+  *out = nullptr;
+  DCR_ASSIGN_OR_RETURN(auto m, CreateMap(tensors, n, placements, n_placements));
+  m->device = std::move(device);
+  *out = m.release();
+  return Status();
+}
+
+StatusOr<Hash128> HashOnDevice(Device* device, const dcr_tensor* tensors, size_t n,
+                               int32_t threads) {
+  DCR_ASSIGN_OR_RETURN(auto ts, ReadDescriptors(tensors, n, "hash"));
+  return DeviceContentHashOf(device, Views(ts), threads < 0 ? 0 : threads);
+}
+
+}  // namespace internal
 }  // namespace dcr
 
 extern "C" {
@@ -561,7 +816,7 @@ int dcr_encode_delta(const dcr_tensor* base, size_t n_base, const dcr_tensor* ta
   dcr_codec_options o;
   dcr_codec_options_init(&o);
   if (options != nullptr) o = *options;
-  auto bytes = dcr::Encode(base, n_base, target, n_target, o);
+  auto bytes = dcr::Encode(nullptr, base, n_base, target, n_target, o);
   if (!bytes.ok()) return dcr::internal::CFail(bytes.status().WithContext("encode"));
   auto* p = static_cast<uint8_t*>(std::malloc(std::max<size_t>(bytes->size(), 1)));
   if (p == nullptr) return dcr::internal::CFail(dcr::ResourceExhaustedError("encode: out of memory"));
@@ -578,7 +833,7 @@ int dcr_apply_delta(const dcr_tensor* tensors, size_t n, const void* delta, size
   dcr_codec_options o;
   dcr_codec_options_init(&o);
   if (options != nullptr) o = *options;
-  dcr::Status s = dcr::Apply(tensors, n, delta, size, o, result);
+  dcr::Status s = dcr::Apply(nullptr, tensors, n, delta, size, o, result);
   if (!s.ok()) return dcr::internal::CFail(s.WithContext("apply"));
   return DCR_OK;
 }

@@ -11,6 +11,7 @@
 #include "dcr/status_macros.h"
 #include "internal/element_ops.h"
 #include "internal/parallel.h"
+#include "receivers/codec_device.h"
 
 namespace dcr {
 
@@ -50,7 +51,13 @@ bool ValidWidth(int w) { return w == 1 || w == 2 || w == 4 || w == 8; }
 // element_ops.h on the calling thread (Diff splits large arrays over worker threads).
 class HostDevice : public Device {
  public:
-  explicit HostDevice(const HostDeviceOptions& o) : options_(o) {}
+  explicit HostDevice(const HostDeviceOptions& o,
+                      std::vector<std::pair<const void*, uint64_t>> adopted = {})
+      : options_(o) {
+    for (const auto& [p, bytes] : adopted) {
+      if (bytes > 0) adopted_[reinterpret_cast<uintptr_t>(p)] = bytes;
+    }
+  }
   ~HostDevice() override {
     for (const auto& [p, bytes] : allocs_) std::free(reinterpret_cast<void*>(p));
   }
@@ -195,16 +202,21 @@ class HostDevice : public Device {
   }
 
  private:
-  // kInvalidArgument unless [p, p + bytes) lies inside one allocation.
+  // Whether [a, a + bytes) lies inside one range of `ranges` (address -> bytes).
+  static bool Inside(const std::map<uintptr_t, uint64_t>& ranges, uintptr_t a, uint64_t bytes) {
+    auto it = ranges.upper_bound(a);
+    if (it == ranges.begin()) return false;
+    --it;
+    return a - it->first <= it->second && bytes <= it->second - (a - it->first);
+  }
+
+  // kInvalidArgument unless [p, p + bytes) lies inside one allocation or adopted range.
   Status CheckRange(const void* p, uint64_t bytes, const char* what) const {
     if (bytes == 0) return Status::OK();
     const auto a = reinterpret_cast<uintptr_t>(p);
+    if (Inside(adopted_, a, bytes)) return Status::OK();  // constant after construction
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = allocs_.upper_bound(a);
-    if (it != allocs_.begin()) {
-      --it;
-      if (a - it->first <= it->second && bytes <= it->second - (a - it->first)) return Status::OK();
-    }
+    if (Inside(allocs_, a, bytes)) return Status::OK();
     return InvalidArgumentError(std::string(what) + " (" + std::to_string(bytes) +
                                 " bytes) is not inside an allocation of device host");
   }
@@ -212,6 +224,7 @@ class HostDevice : public Device {
   const HostDeviceOptions options_;
   mutable std::mutex mu_;
   std::map<uintptr_t, uint64_t> allocs_;  // address -> requested bytes; guarded by mu_
+  std::map<uintptr_t, uint64_t> adopted_;  // the caller's ranges: address -> bytes; not freed
   uint64_t used_ = 0;                     // guarded by mu_
 };
 
@@ -220,5 +233,13 @@ class HostDevice : public Device {
 std::unique_ptr<Device> MakeHostDevice(const HostDeviceOptions& options) {
   return std::make_unique<HostDevice>(options);
 }
+
+namespace internal {
+
+std::unique_ptr<Device> MakeHostDeviceOver(std::vector<std::pair<const void*, uint64_t>> adopted) {
+  return std::make_unique<HostDevice>(HostDeviceOptions{}, std::move(adopted));
+}
+
+}  // namespace internal
 
 }  // namespace dcr

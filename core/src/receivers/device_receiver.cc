@@ -9,6 +9,7 @@
 #include "dcr/hash.h"
 #include "dcr/status_macros.h"
 #include "internal/chunk_bounds.h"
+#include "receivers/codec_device.h"
 #include "receivers/delta_session.h"
 #include "receivers/device_applier.h"
 #include "receivers/device_image.h"
@@ -22,7 +23,12 @@ constexpr uint64_t kVerifyPiece = uint64_t{64} << 20;
 class DeviceReceiverImpl : public DeviceReceiver {
  public:
   explicit DeviceReceiverImpl(std::shared_ptr<Device> device) : device_(std::move(device)) {}
+  // Over `tensors` the caller holds (not freed), holding `held`.
+  DeviceReceiverImpl(std::shared_ptr<Device> device, std::vector<DeviceReceiverTensor> tensors,
+                     VersionId held)
+      : device_(std::move(device)), owned_(false), tensors_(std::move(tensors)), held_(held) {}
   ~DeviceReceiverImpl() override {
+    if (!owned_) return;
     for (const DeviceReceiverTensor& t : tensors_) device_->Free(t.data);
   }
 
@@ -144,6 +150,7 @@ class DeviceReceiverImpl : public DeviceReceiver {
 
  private:
   const std::shared_ptr<Device> device_;
+  const bool owned_ = true;  // the allocations are the receiver's (freed with it)
   std::vector<DeviceReceiverTensor> tensors_;
   VersionId held_;
   // The delta in progress.
@@ -167,6 +174,11 @@ StatusOr<std::unique_ptr<DeviceReceiver>> MakeDeviceReceiver(std::shared_ptr<Dev
 }
 
 namespace internal {
+
+std::unique_ptr<DeviceReceiver> MakeBorrowingDeviceReceiver(
+    std::shared_ptr<Device> device, std::vector<DeviceReceiverTensor> tensors, VersionId held) {
+  return std::make_unique<DeviceReceiverImpl>(std::move(device), std::move(tensors), held);
+}
 
 StatusOr<std::unique_ptr<DeviceReceiver>> MakeDeviceReceiverFromImage(
     std::shared_ptr<Device> device, const Checkpoint& layout,
