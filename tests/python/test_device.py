@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import dcr
 from dcr._tensors import call_device
+from dcr.adapters.engine import EngineSync
 from dcr.torch import EngineReceiver
 from conftest import mutate, random_tensor, raw, raw_set
 from toy_engine import FP8, Config, ToyEngine, checkpoint, dense, same_params
@@ -265,3 +266,34 @@ def test_engine_receiver_with_cuda_parameters_matches_dense_loads(gen):
         for k, p in e.params().items():
             assert raw(p.data.cpu()) == raw(ref[k].data), k
         cur = nxt
+
+
+# ---- the engine adapters' sync on device parameters ----
+
+def test_engine_sync_writes_device_parameters_in_place(gen):
+    cfg = Config()
+    cur = checkpoint(cfg, gen)
+    e = ToyEngine(cfg, 0, 1)
+    sync = EngineSync(e.load_weights, cur, params=e.params(), dtypes=FP8, device="host")
+    assert sync.mode == "in_place", sync.reasons
+    assert sync._rx._map.place == ("host", 0)
+    for v in range(2):
+        nxt = {k: mutate(t, 0.03, gen) for k, t in cur.items()}
+        sync.apply(dcr.encode_delta(cur, nxt, dtypes=FP8, base_version=v, target_version=v + 1,
+                                    chunk_elems=512, small_tensor_elems=64))
+        assert sync.version == v + 1
+        same_params(e, dense(cfg, nxt, 0, 1))
+        cur = nxt
+
+
+def test_engine_sync_on_mixed_or_odd_devices_reloads_and_says_why(gen):
+    cfg = Config()
+    cur = checkpoint(cfg, gen)
+    e = ToyEngine(cfg, 0, 1)
+    params = dict(e.params())
+    name = sorted(params)[0]
+    params[name] = torch.empty(params[name].shape, dtype=params[name].dtype, device="meta")
+    sync = EngineSync(e.load_weights, cur, params=params, dtypes=FP8)
+    assert sync.mode == "reload"
+    assert sync.reasons == ["parameter '%s' is on meta: in-place apply writes CPU or CUDA "
+                            "tensors" % name]

@@ -3,11 +3,13 @@ all or nothing, and the engine's own parameters moved with it.
 
 :class:`EngineSync` runs in one of two modes:
 
-* ``"in_place"``: the engine's parameters are CPU tensors and its loader places weights bit for
-  bit: a :class:`dcr.torch.EngineReceiver` writes the changed elements alone into the parameters
-  and re-runs the loader for converted tensors;
+* ``"in_place"``: the engine's parameters are tensors of one device (the CPU or one GPU) and its
+  loader places weights bit for bit: a :class:`dcr.torch.EngineReceiver` writes the changed
+  elements alone into the parameters (CUDA ones by device pointer) and re-runs the loader for
+  converted tensors;
 * ``"reload"``: the delta goes to the canonical copy, then the engine's loader is called with the
-  changed tensors only (a parameter on a GPU, or an engine whose loader is all we are given).
+  changed tensors only (parameters on several devices, or an engine whose loader is all we are
+  given).
   The result is what the engine's loader makes of the target's bytes: a dense load of the
   changed tensors.
 
@@ -98,21 +100,40 @@ def read_delta(update):
         return f.read()
 
 
+def _placement_refusal(params):
+    """Why the in-place mode cannot write ``params`` (name -> tensor), or None: it writes tensors
+    of one device, the CPU or one CUDA device."""
+    devices = {}
+    for name, p in params.items():
+        devices.setdefault(p.device, name)
+    odd = sorted((str(d), n) for d, n in devices.items() if d.type not in ("cpu", "cuda"))
+    if odd:
+        return ("parameter '%s' is on %s: in-place apply writes CPU or CUDA tensors"
+                % (odd[0][1], odd[0][0]))
+    if len(devices) > 1:
+        (da, na), (db, nb) = sorted((str(d), n) for d, n in devices.items())[:2]
+        return ("parameters on more than one device ('%s' on %s, '%s' on %s): in-place apply "
+                "writes the tensors of one device" % (na, da, nb, db))
+    return None
+
+
 class EngineSync:
     """One engine's weights kept at the version of a canonical checkpoint.
 
     ``load_weights``: the engine's loader, called with an iterable of (name, CPU tensor).
     ``base``: name -> tensor of the version the engine holds (copied). ``params``: the engine's
-    parameters (name -> tensor) for the in-place mode; None or ``in_place=False`` gives the
-    reload mode, and so does a parameter that is not a CPU tensor (the reason is in
-    ``reasons``). ``stable_pointers``: the engine captured its parameters' addresses (CUDA
+    parameters (name -> tensor) for the in-place mode: all on the CPU or all on one CUDA device
+    (written there by device pointer, :class:`dcr.torch.EngineReceiver`); None,
+    ``in_place=False``, parameters on several devices or on another kind of device give the
+    reload mode (the reason is in ``reasons``). ``device``: ``"host"`` writes CPU parameters
+    through the device path (as CI tests the CUDA route), else None. ``stable_pointers``: the engine captured its parameters' addresses (CUDA
     graphs): an update after which a parameter's storage moved fails with
     :class:`dcr.FailedPreconditionError` and leaves the sync dirty. ``after_update``: called
     with the changed names after each update (caches derived from the weights).
     """
 
     def __init__(self, load_weights, base, params=None, dtypes=None, in_place=True,
-                 stable_pointers=False, after_update=None, version=0):
+                 stable_pointers=False, after_update=None, version=0, device=None):
         self._load = load_weights
         self._dtypes = dict(dtypes or {})
         self._after = after_update
@@ -123,10 +144,9 @@ class EngineSync:
         elif not in_place:
             self.reasons.append("in-place apply turned off")
         else:
-            off_cpu = sorted(n for n, p in params.items() if p.device.type != "cpu")
-            if off_cpu:
-                self.reasons.append("parameters not on the CPU (%s, ...): in-place apply is "
-                                    "CPU-only" % off_cpu[0])
+            reason = _placement_refusal(params)
+            if reason:
+                self.reasons.append(reason)
         self._params = dict(params or {})
         self._pointers = ({n: p.data_ptr() for n, p in self._params.items()}
                           if stable_pointers else None)
@@ -135,7 +155,7 @@ class EngineSync:
         if not self.reasons:
             self.mode = "in_place"
             self._rx = EngineReceiver(self._params, load_weights, base, dtypes=self._dtypes,
-                                      after_update=after_update, version=version)
+                                      after_update=after_update, version=version, device=device)
             return
         self.mode = "reload"
         self._rx = None
