@@ -119,7 +119,12 @@ Status CheckResultPaths(const NodePlan& plan) {
     if (v.result_path.empty()) continue;
     const size_t slash = v.result_path.rfind('/');
     const std::string dir = slash == std::string::npos ? "." : v.result_path.substr(0, slash);
-    if (!plan.state_dir.empty() && dir == plan.state_dir) continue;
+    // The state directory (or a deployment's state root: state_dir.h) is made and checked when
+    // the node opens it, before anything is written there.
+    if (!plan.state_dir.empty() &&
+        (dir == plan.state_dir || plan.state_dir.rfind(dir + "/deployment-", 0) == 0)) {
+      continue;
+    }
     if (dirs.insert(dir).second) {
       DCR_RETURN_IF_ERROR(CheckWritable("the result of version " + std::to_string(v.version),
                                         v.result_path));
