@@ -323,7 +323,9 @@ int main(int argc, char** argv) {
                  "Object-store prefix of this refit (default refit/step-1), or the root of the "
                  "versions' prefixes <prefix>/step-<k> (long-lived; default refit)");
   app.add_option("--state", a.state,
-                 "Long-lived form: recovery state directory (kept across restarts of this rank)");
+                 "Long-lived form: this node's state directory (0700, its own; kept across "
+                 "restarts): the versions' results, and per deployment (DIR/deployment-<id>) "
+                 "its version floor and what it resumes from; required for a signed receiver");
   app.add_option("--store", a.store,
                  "Long-lived form with --state: the in-region store (dir:PATH or s3://...) every "
                  "node of the region reaches");
