@@ -267,7 +267,9 @@ class Collector {
       }
     }
     for (Group& g : groups_) {
-      if (o_.trust && g.tombstoned && g.v.decision != "removed" && g.v.decision != "unsigned") {
+      if (o_.trust && g.tombstoned && g.v.decision == "removed") {
+        g.v.why = "an interrupted removal, finished (" + g.v.why + ")";
+      } else if (o_.trust && g.tombstoned && g.v.decision != "unsigned") {
         g.v.why += " (its gc-removing tombstone is unsigned: ignored)";
       }
       if (g.v.decision == "unsigned") r_->unsigned_bytes += g.v.bytes;
