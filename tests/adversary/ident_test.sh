@@ -13,6 +13,8 @@
 #   - floors: a receiver whose version floor names another deployment at version 5 starts fresh
 #     and commits version 1 (the floor then names its own deployment); a floor of its own
 #     deployment at version 5 still refuses version 1 (rollback);
+#   - a node whose certificates and trust key are of two deployments, or whose trust key has no
+#     deployment id, is refused at start;
 #   - a multi-step `dcr run` is signed: its sender signs (manifests in every version's stream),
 #     each receiver keeps a version floor at the last version, and every receiver is verified.
 #   ident_test.sh DCR    (dcr-node is found beside DCR)
@@ -157,6 +159,35 @@ printf 'dcr-version-floor 2\ndeployment %s\nversion 5\ncommitted_unix 1\n' "$(ca
 download floor-same-deployment "$tmp/fB.yaml" "$tmp/rxS" "$ck/step1.safetensors" 14
 has floor-same-deployment-says "$tmp/rxS/err" "rollback refused"
 has floor-same-deployment-kept "$tmp/rxS/version-floor-1" "version 5"
+
+echo "== a node's deployment comes from its keys: none, or two mixed, is refused at start"
+port=$(( 20000 + RANDOM % 12000 ))
+tree() {  # tree FILE NETWORK-LINES: a two-rank relay tree scenario
+  cat > "$1" <<YAML
+name: adv-ident-tree
+model: {checkpoints: [$ck/step0.safetensors, $ck/step1.safetensors]}
+transport: {relay_tree: {fan_out: 1, root_fan_out: 1}}
+receivers: {count: 1}
+network:
+  hosts: ["127.0.0.1:$port", "127.0.0.1:$((port + 1))"]
+$2
+timeout: 5s
+YAML
+}
+tree "$tmp/shape.yaml" ""
+"$dcr" keys "$tmp/shape.yaml" -o "$tmp/C" >/dev/null 2>&1; check keys-C 0 $?
+# The certificates of deployment C, the trust key and deployment of A: mixed.
+tree "$tmp/mixed.yaml" "  tls: {ca: $tmp/C/ca.crt, cert: '$tmp/C/node-{rank}.crt', key: '$tmp/C/node-{rank}.key'}
+  signing: {key: $tmp/A/trainer.key, trust: $tmp/A/trainer.pub}"
+(cd "$tmp" && "$dcr" node "$tmp/mixed.yaml" --rank 1 --target "$ck/step1.safetensors" \
+  > /dev/null 2> "$tmp/mixed.err"); check mixed-deployments-refused 14 $?
+has mixed-deployments-says "$tmp/mixed.err" "the keys of two deployments are mixed"
+# A trainer key pair without its deployment file (and no certificates): no deployment to sign.
+mkdir -m 700 "$tmp/nodep"; cp -p "$tmp/A/trainer.key" "$tmp/A/trainer.pub" "$tmp/nodep/"
+one "$tmp/nodep.yaml" "$tmp/nodep" "$tmp/st-nodep"
+(cd "$tmp" && "$dcr" node "$tmp/nodep.yaml" --rank 1 --transport object_store \
+  --target "$ck/step1.safetensors" > /dev/null 2> "$tmp/nodep.err"); check no-deployment-refused 14 $?
+has no-deployment-says "$tmp/nodep.err" "no deployment id"
 
 echo "== a multi-step dcr run is signed"
 cat > "$tmp/steps.yaml" <<YAML
