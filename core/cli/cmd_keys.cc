@@ -5,12 +5,14 @@
 // trainer.pub). Hand each host its node-<rank>.crt / .key, ca.crt, trainer.pub and deployment;
 // trainer.key only to the trainer; ca.key stays here. Without a scenario: the deployment id and
 // the signing key pair. Nothing is ever overwritten: new credentials are a new deployment, in a
-// new directory.
+// new directory; `--renew` re-issues the node certificates of the deployment in DIR (all ranks
+// of the scenario, added ranks included) under its CA and id, while the CA is valid.
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <string>
 
@@ -28,6 +30,7 @@ struct KeysArgs {
   std::string scenario;
   std::string out;
   int days = 30;
+  bool renew = false;
 };
 
 // The trainer's signing key pair in `dir` (trainer.key 0600, trainer.pub).
@@ -63,7 +66,41 @@ StatusOr<std::string> WriteDeploymentId(const std::string& dir) {
   return id;
 }
 
+// --renew: fresh node certificates for every rank of the scenario's tree under the CA and
+// deployment id already in `a.out` (renewal before expiry, or ranks added to the tree); the CA,
+// the deployment id and the trainer's key stay.
+Status Renew(const KeysArgs& a, const std::vector<std::string>& roles) {
+  DCR_RETURN_IF_ERROR(internal::PrepareCredentialDir(a.out));
+  std::ifstream in(a.out + "/deployment");
+  std::string id;
+  if (!(in >> id)) {
+    return NotFoundError(a.out + "/deployment: no deployment to renew (make one with `dcr keys "
+                         "SCENARIO -o DIR`)");
+  }
+  DCR_ASSIGN_OR_RETURN(const std::string cert_id, internal::CertificateRunId(a.out + "/node-0.crt"));
+  if (cert_id != id) {
+    return FailedPreconditionError(a.out + "/node-0.crt is of deployment " + cert_id + ", not " +
+                                   a.out + "/deployment's " + id);
+  }
+  for (size_t r = 0; r < roles.size(); ++r) {
+    const std::string rank = std::to_string(r);
+    DCR_RETURN_IF_ERROR(internal::WriteExtraCredential(a.out, roles[r], static_cast<int>(r),
+                                                       "node-" + rank, a.days));
+  }
+  std::fprintf(stderr,
+               "dcr keys: deployment %s: %zu node certificates renewed in %s under its CA (valid "
+               "%d days, and no longer than the CA)\n",
+               id.c_str(), roles.size(), a.out.c_str(), a.days);
+  return Status();
+}
+
 Status KeysMain(const KeysArgs& a) {
+  if (a.renew) {
+    if (a.scenario.empty()) return InvalidArgumentError("--renew: give the scenario (its ranks)");
+    DCR_ASSIGN_OR_RETURN(Scenario s, LoadScenario(a.scenario));
+    DCR_ASSIGN_OR_RETURN(Topology topo, TopologyFor(s));
+    return Renew(a, internal::TreeRoles(topo.parent));
+  }
   if (a.scenario.empty()) {
     DCR_RETURN_IF_ERROR(internal::PrepareCredentialDir(a.out));
     DCR_ASSIGN_OR_RETURN(const std::string id, WriteDeploymentId(a.out));
@@ -109,6 +146,10 @@ DCR_REGISTER_COMMAND(
           ->required();
       app->add_option("--days", a->days, "Validity of the certificates in days (default 30)")
           ->check(CLI::Range(1, 3650));
+      app->add_flag("--renew", a->renew,
+                    "Renew the node certificates of an existing deployment in -o DIR (every rank "
+                    "of the scenario, ranks added to it included) under its CA and deployment id; "
+                    "the CA and the trainer's key stay");
       return [a]() { return ReportStatus("keys", KeysMain(*a)); };
     });
 

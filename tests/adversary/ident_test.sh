@@ -15,6 +15,8 @@
 #     deployment at version 5 still refuses version 1 (rollback);
 #   - a node whose certificates and trust key are of two deployments, or whose trust key has no
 #     deployment id, is refused at start;
+#   - `dcr keys --renew` re-issues the node certificates under the same CA and deployment id, for
+#     a tree grown by a host, and a refit over mutual TLS with them verifies on every receiver;
 #   - a multi-step `dcr run` is signed: its sender signs (manifests in every version's stream),
 #     each receiver keeps a version floor at the last version, and every receiver is verified.
 #   ident_test.sh DCR    (dcr-node is found beside DCR)
@@ -188,6 +190,37 @@ one "$tmp/nodep.yaml" "$tmp/nodep" "$tmp/st-nodep"
 (cd "$tmp" && "$dcr" node "$tmp/nodep.yaml" --rank 1 --transport object_store \
   --target "$ck/step1.safetensors" > /dev/null 2> "$tmp/nodep.err"); check no-deployment-refused 14 $?
 has no-deployment-says "$tmp/nodep.err" "no deployment id"
+
+echo "== dcr keys --renew: new node certificates under the same CA and deployment, a host added"
+cat > "$tmp/grown.yaml" <<YAML
+name: adv-ident-grown
+model: {checkpoints: [$ck/step0.safetensors, $ck/step1.safetensors]}
+transport: {relay_tree: {fan_out: 1, root_fan_out: 1}}
+receivers: {count: 2}
+network:
+  hosts: ["127.0.0.1:$port", "127.0.0.1:$((port + 1))", "127.0.0.1:$((port + 2))"]
+  tls: {ca: $tmp/C/ca.crt, cert: '$tmp/C/node-{rank}.crt', key: '$tmp/C/node-{rank}.key'}
+  signing: {key: $tmp/C/trainer.key, trust: $tmp/C/trainer.pub}
+timeout: 20s
+YAML
+cp "$tmp/C/node-1.crt" "$tmp/node-1.old.crt"; cp "$tmp/C/ca.crt" "$tmp/ca.old.crt"
+"$dcr" keys "$tmp/grown.yaml" -o "$tmp/C" --renew 2> "$tmp/renew.err"; check renew 0 $?
+has renew-names-deployment "$tmp/renew.err" "deployment $(cat "$tmp/C/deployment")"
+! cmp -s "$tmp/C/node-1.crt" "$tmp/node-1.old.crt"; check renew-new-certificate 0 $?
+cmp -s "$tmp/C/ca.crt" "$tmp/ca.old.crt"; check renew-same-ca 0 $?
+[ -e "$tmp/C/node-2.crt" ] && [ "$(stat -c %a "$tmp/C/node-2.key")" = 600 ]; check renew-added-host 0 $?
+openssl x509 -in "$tmp/C/node-2.crt" -noout -text | grep -q "URI:dcr://$(cat "$tmp/C/deployment")/receiver/2"
+check renew-same-deployment-in-san 0 $?
+# A refit over mutual TLS with the renewed certificates, the added host among the receivers.
+mkdir -p "$tmp/g1" "$tmp/g2"
+for r in 2 1; do
+  (cd "$tmp/g$r" && exec timeout 60 "$dcr" node "$tmp/grown.yaml" --rank "$r" \
+    --base "$ck/step0.safetensors" --target "$ck/step1.safetensors" > out.json 2> err) &
+done
+(cd "$tmp" && timeout 60 "$dcr" node "$tmp/grown.yaml" --rank 0 --base "$ck/step0.safetensors" \
+  --target "$ck/step1.safetensors" > "$tmp/g0.json" 2> "$tmp/g0.err"); check renewed-refit-sender 0 $?
+wait
+for r in 1 2; do has "renewed-refit-rank-$r-verified" "$tmp/g$r/out.json" '"verified": true'; done
 
 echo "== a multi-step dcr run is signed"
 cat > "$tmp/steps.yaml" <<YAML
