@@ -77,7 +77,8 @@ Status Renew(const KeysArgs& a, const std::vector<std::string>& roles) {
     return NotFoundError(a.out + "/deployment: no deployment to renew (make one with `dcr keys "
                          "SCENARIO -o DIR`)");
   }
-  DCR_ASSIGN_OR_RETURN(const std::string cert_id, internal::CertificateRunId(a.out + "/node-0.crt"));
+  DCR_ASSIGN_OR_RETURN(const std::string cert_id,
+                       internal::CertificateRunId(a.out + "/node-0.crt"));
   if (cert_id != id) {
     return FailedPreconditionError(a.out + "/node-0.crt is of deployment " + cert_id + ", not " +
                                    a.out + "/deployment's " + id);
