@@ -60,7 +60,7 @@ DCR_REGISTER_COMMAND(
         }
         std::optional<VersionFloor> floor;
         if (!a->floor.empty()) {
-          auto f = VersionFloor::Load(a->floor);
+          auto f = VersionFloor::Load(a->floor, a->check_run ? a->run_id : 0);
           if (!f.ok()) return ReportStatus("apply", f.status());
           floor = std::move(*f);
         }

@@ -2,6 +2,10 @@
 //   dcr gc --store SPEC [--root PREFIX] ...   an object store's version objects (dcr/retention.h)
 //   dcr gc --work-dir DIR ...                 a `dcr run` work dir's run folders (below)
 // Both: --keep N versions (or run folders), --budget SIZE, --dry-run, --json FILE (the report).
+// A store of signed versions needs --trust KEY (the trainer's public key; the deployment id in
+// the file "deployment" beside it, when there is one, must be named by every final manifest):
+// only versions the trainer signed count; unsigned tombstones, headers and fake versions are
+// listed as "unsigned" and left alone.
 // Exit 0 when the budget is met (or none is set), 19 when it cannot be without removing what is
 // needed (nothing needed is removed), 10 + code for other errors.
 //
@@ -31,7 +35,9 @@
 #include "dcr/object_store.h"
 #include "dcr/retention.h"
 #include "dcr/scenario.h"
+#include "dcr/signing.h"
 #include "dcr/status_macros.h"
+#include "transport/tls.h"
 
 namespace dcr::cli {
 namespace {
@@ -40,6 +46,7 @@ struct GcArgs {
   std::string store;
   std::string work_dir;
   std::string root;
+  std::string trust;
   int keep = 2;
   std::string budget;
   int64_t committed = -1;
@@ -190,6 +197,18 @@ Status CollectStoreCmd(const GcArgs& a, uint64_t budget, nlohmann::ordered_json*
   if (a.committed >= 0) o.committed = static_cast<uint64_t>(a.committed);
   if (a.oldest_held >= 0) o.oldest_held = static_cast<uint64_t>(a.oldest_held);
   o.dry_run = a.dry_run;
+  if (!a.trust.empty()) {
+    DCR_ASSIGN_OR_RETURN(o.trust, TrustKey::Load(a.trust));
+    const size_t slash = a.trust.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : a.trust.substr(0, slash);
+    std::ifstream in(dir + "/deployment");
+    std::string id;
+    if (in >> id) {
+      auto run_id = internal::RunIdValue(id);
+      if (!run_id.ok()) return run_id.status().WithContext(dir + "/deployment");
+      o.run_id = *run_id;
+    }
+  }
   if (a.fault_kill_after >= 0) {
     o.after_delete = [n = a.fault_kill_after](int64_t deletes) {
       if (deletes >= n) ::raise(SIGKILL);
@@ -200,7 +219,7 @@ Status CollectStoreCmd(const GcArgs& a, uint64_t budget, nlohmann::ordered_json*
   *out = nlohmann::ordered_json::parse(RetentionReportToJson(rep));
   (*out)["store"] = store->Describe();
   for (const RetainedVersion& v : rep.versions) {
-    std::printf("  %-40s v%llu%s %8llu objects %12llu bytes  %-7s  %s\n", v.prefix.c_str(),
+    std::printf("  %-40s v%llu%s %8llu objects %12llu bytes  %-8s  %s\n", v.prefix.c_str(),
                 static_cast<unsigned long long>(v.target), v.full_frame ? " (full)" : "",
                 static_cast<unsigned long long>(v.objects),
                 static_cast<unsigned long long>(v.bytes), v.decision.c_str(), v.why.c_str());
@@ -253,6 +272,10 @@ DCR_REGISTER_COMMAND(
                       "object store: dir:/path, s3://bucket?endpoint=... (as the scenario's)");
       app->add_option("--work-dir", a->work_dir, "a dcr run work dir (model.work_dir)");
       app->add_option("--root", a->root, "store: only the versions under this key prefix");
+      app->add_option("--trust", a->trust,
+                      "store: the trainer's public key (trainer.pub; required for a store of "
+                      "signed versions): only versions it signed count, anything else is left "
+                      "alone; a deployment file beside it names the deployment");
       app->add_option("--keep", a->keep, "versions (run folders) to keep while the budget allows")
           ->capture_default_str();
       app->add_option("--budget", a->budget, "most bytes to leave (e.g. 10GiB; default: none)");

@@ -38,6 +38,7 @@
 #include "node/version_state.h"
 #include "progress_line.h"
 #include "transport/net.h"
+#include "transport/tls.h"
 
 namespace dcr::cli {
 
@@ -811,6 +812,21 @@ void RecordRunCpu(const std::vector<CpuPoint>& cpu, const RunResult& rr, double 
       std::string(buf) + " (by node: " + RunCpuByRank(cpu, first_blob, last_commit) + ")";
 }
 
+// The deployment id of a fleet whose files are in `fleet_dir` (its file "deployment"): a fresh
+// one written there when `fresh` (the series' first step), else the one written then.
+StatusOr<std::string> FleetDeployment(const std::string& fleet_dir, bool fresh) {
+  const std::string path = fleet_dir + "/deployment";
+  if (!fresh) {
+    std::ifstream in(path);
+    std::string id;
+    if (in >> id) return id;
+  }
+  DCR_ASSIGN_OR_RETURN(const std::string id, internal::NewRunId());
+  const std::string text = id + "\n";
+  DCR_RETURN_IF_ERROR(WriteFileAtomic(path, text.data(), text.size()));
+  return id;
+}
+
 // Recovery for every node of one refit (node_recovery.h in the core): durable state under
 // run_dir/state (emptied first: a journal of an earlier invocation would claim its versions);
 // a relay tree without a store gets an in-region directory store, run_dir/region-store, which
@@ -920,11 +936,14 @@ StatusOr<RunResult> RunOneRefit(const Scenario& s, const std::vector<std::string
                        MakePlans(s, method, transport, ckpts[step - 1], ckpts[step], run_dir,
                                  work_dir, prefix));
   DCR_RETURN_IF_ERROR(NoteWanChoice(s, ckpts[step - 1], ckpts[step], run_index, &plans, out));
-  DCR_RETURN_IF_ERROR(AddTls(s, run_dir + "/tls", &plans));
   // One fleet of receivers per (rate, transport, method) series, from step 0 up: its version
-  // floors live as long as the series.
+  // floors live as long as the series, and so does its deployment (a fresh id at its first step:
+  // a delta left in the store by another invocation names another deployment and is refused).
   const std::string fleet_dir = work_dir + "/fleet-" + std::to_string((run_index - 1) / s.steps);
   DCR_RETURN_IF_ERROR(MkdirP(fleet_dir));
+  DCR_ASSIGN_OR_RETURN(const std::string deployment, FleetDeployment(fleet_dir, step == 1));
+  DCR_RETURN_IF_ERROR(SetDeployment(deployment, &plans));
+  DCR_RETURN_IF_ERROR(AddTls(s, run_dir + "/tls", &plans));
   DCR_RETURN_IF_ERROR(AddSigning(s, run_dir + "/tls", fleet_dir, &plans));
   for (NodePlan& p : plans) p.version = static_cast<uint64_t>(step);
   DCR_RETURN_IF_ERROR(PrepareRecovery(run_dir, transport, &plans));
@@ -981,7 +1000,15 @@ StatusOr<std::vector<RunResult>> RunLongLivedRefits(const Scenario& s,
                                  prefix_of(1)));
   // One encoding for the session's long link, chosen on the first version's delta.
   DCR_RETURN_IF_ERROR(NoteWanChoice(s, ckpts[0], ckpts[1], run_index, &plans, out));
+  // One deployment per session, made here: its certificates, its signed versions 1..steps, and
+  // its receivers' version floors (in their state) are this session's only.
+  DCR_ASSIGN_OR_RETURN(const std::string deployment, internal::NewRunId());
+  DCR_RETURN_IF_ERROR(SetDeployment(deployment, &plans));
   DCR_RETURN_IF_ERROR(AddTls(s, run_dir + "/tls", &plans));
+  // Signed as the one-refit form is: the trainer's key on the sender, its public key, a version
+  // floor (in each receiver's state directory: version_state.h) and the freeze limit on every
+  // receiver, region receivers included (they copy a receiver's plan).
+  DCR_RETURN_IF_ERROR(AddSigning(s, run_dir + "/tls", "", &plans));
   AddVersions(std::vector<std::string>(ckpts.begin() + 1, ckpts.begin() + 1 + s.steps),
               prefix_of, run_dir, &plans);
   for (NodePlan& p : plans) {

@@ -162,7 +162,8 @@ not_committed store-mixed "$tmp/rx-mix"
 # Rollback: a receiver whose floor says it committed version 5; the trainer's correctly signed
 # delta to version 1 is refused before anything is applied, and the floor stays.
 mkdir -p "$tmp/rx-rb"
-printf 'dcr-version-floor 1\nversion 5\ncommitted_unix 1\n' > "$tmp/rx-rb/version-floor-1"
+printf 'dcr-version-floor 2\ndeployment %s\nversion 5\ncommitted_unix 1\n' "$(cat "$tmp/keys/deployment")" \
+  > "$tmp/rx-rb/version-floor-1"
 download store-rollback "$tmp/ok.yaml" "$tmp/rx-rb" 14
 has store-rollback-says "$tmp/rx-rb/err" "rollback refused"
 has store-rollback-floor-kept "$tmp/rx-rb/version-floor-1" "version 5"
@@ -185,7 +186,8 @@ network:
   signing: {key: $key, trust: $pub, freeze_after_s: 1}
 timeout: 6s
 YAML
-printf 'dcr-version-floor 1\nversion 4\ncommitted_unix %s\n' $(( $(date +%s) - 120 )) > "$tmp/fz/version-floor-1"
+printf 'dcr-version-floor 2\ndeployment %s\nversion 4\ncommitted_unix %s\n' "$(cat "$tmp/keys/deployment")" \
+  $(( $(date +%s) - 120 )) > "$tmp/fz/version-floor-1"
 (cd "$tmp/fz" && "$dcr" node fz.yaml --rank 1 --base "$base" --target "$target" > out.json 2> err) &
 fzpid=$!
 sleep 3.5

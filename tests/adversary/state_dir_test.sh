@@ -6,9 +6,13 @@
 #     only) and a symlink are refused at open, naming the path, owner and mode; nothing is
 #     written in them and no version is applied;
 #   - a fresh one is made 0700, the receiver commits both versions and its floor,
-#     DIR/rank-1.floor, records version 2;
+#     DIR/deployment-<id>/rank-1.floor (the deployment `dcr keys` made), records version 2 and
+#     names the deployment;
 #   - the floor deleted, the restarted receiver refuses to start over (a missing floor would
-#     accept a rollback) and applies nothing.
+#     accept a rollback) and applies nothing;
+#   - a second deployment (new `dcr keys`) in the same state directories starts fresh: both
+#     versions committed again (versions 1 and 2 of the new deployment, never a rollback
+#     refusal), in its own deployment directory; the first deployment's state stays as it was.
 # Label `adversary` and `quick`; seconds.
 #   state_dir_test.sh DCR
 set -u
@@ -72,11 +76,29 @@ receiver "$state" "$tmp/rx.log" & rx=$!
 check sender 0 $?
 wait $rx; check receiver 0 $?
 [ "$(stat -c %a "$state")" = 700 ]; check fresh-state-made-0700 0 $?
-has floor-in-state "$state/rank-1.floor" "version 2"
+dep=$(cat "$tmp/keys/deployment")
+ds="$state/deployment-$dep"
+has floor-in-state "$ds/rank-1.floor" "version 2"
+has floor-names-deployment "$ds/rank-1.floor" "deployment $dep"
+[ "$(stat -c %a "$ds")" = 700 ]; check deployment-state-0700 0 $?
 [ ! -e "$tmp/h1/version-floor-1" ]; check no-floor-in-work-dir 0 $?
 
 # The floor deleted: the restarted receiver refuses to start over.
-rm "$state/rank-1.floor"
-refused floor-deleted "$state" "version floor $state/rank-1.floor is missing, but state directory $state records earlier starts of rank 1"
-[ ! -e "$state/rank-1.floor" ]; check floor-not-remade 0 $?
+rm "$ds/rank-1.floor"
+refused floor-deleted "$state" "version floor $ds/rank-1.floor is missing, but state directory $ds records earlier starts of rank 1"
+[ ! -e "$ds/rank-1.floor" ]; check floor-not-remade 0 $?
+
+# A second deployment in the same state directories: a fresh start, not a rollback refusal.
+"$dcr" keys "$tmp/shape.yaml" -o "$tmp/keys2" >/dev/null 2>&1; check keys-2 0 $?
+sed "s|$tmp/keys/|$tmp/keys2/|g" "$tmp/s.yaml" > "$tmp/s2.yaml"
+(cd "$tmp/h1" && exec timeout 60 "$dcr" node "$tmp/s2.yaml" --rank 1 --state "$state") \
+  >"$tmp/rx2.log" 2>&1 & rx=$!
+(cd "$tmp/h0" && exec timeout 60 "$dcr" node "$tmp/s2.yaml" --rank 0 --state "$tmp/h0/state") \
+  >"$tmp/tx2.log" 2>&1
+check second-deployment-sender 0 $?
+wait $rx; check second-deployment-receiver 0 $?
+dep2=$(cat "$tmp/keys2/deployment")
+has second-deployment-floor "$state/deployment-$dep2/rank-1.floor" "version 2"
+has second-deployment-verified "$state/node-1-v2.json" '"verified": true'
+[ ! -e "$ds/rank-1.floor" ]; check first-deployment-untouched 0 $?
 exit $fail

@@ -10,6 +10,8 @@
 #   * `dcr gc --work-dir` removes old run folders, never the newest, and finishes an
 #     interrupted removal;
 #   * with DCR_S3_ENDPOINT set (scripts/start-s3-server.sh), the same collection of an S3 store.
+# The run's versions are signed (the trainer's key dcr run made, run-1/tls/trainer.pub): gc
+# counts them with --trust, and refuses the store without it.
 source "$(dirname "$0")/cli_lib.sh" "$@"
 scenario() {  # scenario NAME STORE_YAML [EXTRA]
   cat <<YAML
@@ -34,10 +36,13 @@ scenario plain "{kind: dir, path: $tmp/store}" >"$tmp/plain.yaml"
 "$dcr" run "$tmp/plain.yaml" --out "$tmp/plain.json" >"$tmp/plain.out" 2>&1; check run-plain 0 $?
 [ "$(prefixes "$tmp/store" | wc -l)" = 4 ]; check four-versions-published 0 $?
 cp -a "$tmp/store" "$tmp/store-copy"
+pub="$tmp/w-plain/run-1/tls/trainer.pub"
+"$dcr" gc --store "dir:$tmp/store" --keep 2 >"$tmp/notrust.out" 2>&1; check no-trust-refused 14 $?
+has no-trust-says "$tmp/notrust.out" "give the trainer's public key"
 newest=$(prefixes "$tmp/store" | tail -1)
 (cd "$tmp/store/$newest" && sha256sum $(ls | sort)) >"$tmp/newest.sha"
 
-"$dcr" gc --store "dir:$tmp/store" --keep 2 --dry-run --json "$tmp/dry.json" >"$tmp/dry.out" 2>&1
+"$dcr" gc --store "dir:$tmp/store" --trust "$pub" --keep 2 --dry-run --json "$tmp/dry.json" >"$tmp/dry.out" 2>&1
 check dry-run 0 $?
 [ "$(prefixes "$tmp/store" | wc -l)" = 4 ]; check dry-run-deletes-nothing 0 $?
 python3 - "$tmp/dry.json" <<'PY'; check dry-run-report 0 $?
@@ -48,12 +53,12 @@ assert d == ["removed", "removed", "kept", "needed"], d
 assert r["committed"] == 4 and r["removed_objects"] == 0 and r["bytes_after"] < r["bytes_before"], r
 PY
 
-"$dcr" gc --store "dir:$tmp/store" --keep 2 --json "$tmp/keep.json" >"$tmp/keep.out" 2>&1
+"$dcr" gc --store "dir:$tmp/store" --trust "$pub" --keep 2 --json "$tmp/keep.json" >"$tmp/keep.out" 2>&1
 check keep-two 0 $?
 [ "$(prefixes "$tmp/store" | wc -l)" = 2 ]; check two-versions-left 0 $?
 has keep-says-why "$tmp/keep.out" "older than the newest 2 versions"
 
-"$dcr" gc --store "dir:$tmp/store" --budget 1KiB --json "$tmp/budget.json" >"$tmp/budget.out" 2>&1
+"$dcr" gc --store "dir:$tmp/store" --trust "$pub" --budget 1KiB --json "$tmp/budget.json" >"$tmp/budget.out" 2>&1
 check unmeetable-budget-exit-19 19 $?
 has unmeetable-budget-named "$tmp/budget.out" "budget of 1024 bytes cannot be met"
 has unmeetable-budget-needed "$tmp/budget.out" "are needed"
@@ -75,7 +80,7 @@ cmp -s "$tmp/v4.safetensors" "$ck/step4.safetensors"; check committed-bit-exact 
 
 # A collection killed after 3 deletes: the prefix it was removing has a tombstone and no
 # trailer, every other prefix is whole; the next collection finishes.
-"$dcr" gc --store "dir:$tmp/store-copy" --keep 1 --fault-kill-after-deletes 3 >/dev/null 2>&1
+"$dcr" gc --store "dir:$tmp/store-copy" --trust "$pub" --keep 1 --fault-kill-after-deletes 3 >/dev/null 2>&1
 check killed-midway 137 $?
 tombs=$(find "$tmp/store-copy" -name gc-removing | wc -l)
 [ "$tombs" = 1 ]; check one-tombstone 0 $?
@@ -86,7 +91,7 @@ for p in $(prefixes "$tmp/store-copy"); do
   n_trl=$(ls "$tmp/store-copy/$p" | grep -c '\.trl$')
   [ "$n_trl" = 1 ] || { echo "FAIL prefix $p lost its trailer"; fail=1; }
 done
-"$dcr" gc --store "dir:$tmp/store-copy" --keep 1 --json "$tmp/finish.json" >"$tmp/finish.out" 2>&1
+"$dcr" gc --store "dir:$tmp/store-copy" --trust "$pub" --keep 1 --json "$tmp/finish.json" >"$tmp/finish.out" 2>&1
 check finish-after-kill 0 $?
 has finish-names-it "$tmp/finish.out" "an interrupted removal, finished"
 [ "$(prefixes "$tmp/store-copy")" = "$newest" ]; check finish-leaves-committed 0 $?
@@ -130,7 +135,7 @@ if [ -n "${DCR_S3_ENDPOINT:-}" ]; then
   scenario s3 "{kind: s3, endpoint: '$DCR_S3_ENDPOINT', bucket: $bucket$extra}" \
     "retention: {keep_versions: 3}" >"$tmp/s3.yaml"
   "$dcr" run "$tmp/s3.yaml" --out "$tmp/s3.json" >"$tmp/s3.out" 2>&1; check s3-run-retention 0 $?
-  "$dcr" gc --store "$spec" --keep 1 --json "$tmp/s3gc.json" >"$tmp/s3gc.out" 2>&1; check s3-gc 0 $?
+  "$dcr" gc --store "$spec" --trust "$tmp/w-s3/run-1/tls/trainer.pub" --keep 1 --json "$tmp/s3gc.json" >"$tmp/s3gc.out" 2>&1; check s3-gc 0 $?
   python3 - "$tmp/s3.json" "$tmp/s3gc.json" <<'PY'; check s3-reports 0 $?
 import json, sys
 runs = json.load(open(sys.argv[1]))["runs"]

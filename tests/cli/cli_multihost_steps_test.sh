@@ -60,7 +60,7 @@ trap 'for r in 0 1 2 3; do kill -9 "$(cat "$tmp/h$r/pid" 2>/dev/null)" 2>/dev/nu
 kill_in() {  # kill_in RANK VERSION: kill -9 RANK's node a while after it started VERSION
   local r=$1 v=$2
   for _ in $(seq 1 1200); do
-    compgen -G "$tmp/h$r/state/v$v/rank-$r.starts" >/dev/null && break
+    compgen -G "$tmp/h$r/state/deployment-*/v$v/rank-$r.starts" >/dev/null && break
     sleep 0.05
   done
   sleep 0.3

@@ -119,7 +119,12 @@ Status CheckResultPaths(const NodePlan& plan) {
     if (v.result_path.empty()) continue;
     const size_t slash = v.result_path.rfind('/');
     const std::string dir = slash == std::string::npos ? "." : v.result_path.substr(0, slash);
-    if (!plan.state_dir.empty() && dir == plan.state_dir) continue;
+    // The state directory (or a deployment's state root: state_dir.h) is made and checked when
+    // the node opens it, before anything is written there.
+    if (!plan.state_dir.empty() &&
+        (dir == plan.state_dir || plan.state_dir.rfind(dir + "/deployment-", 0) == 0)) {
+      continue;
+    }
     if (dirs.insert(dir).second) {
       DCR_RETURN_IF_ERROR(CheckWritable("the result of version " + std::to_string(v.version),
                                         v.result_path));
@@ -318,7 +323,9 @@ int main(int argc, char** argv) {
                  "Object-store prefix of this refit (default refit/step-1), or the root of the "
                  "versions' prefixes <prefix>/step-<k> (long-lived; default refit)");
   app.add_option("--state", a.state,
-                 "Long-lived form: recovery state directory (kept across restarts of this rank)");
+                 "Long-lived form: this node's state directory (0700, its own; kept across "
+                 "restarts): the versions' results, and per deployment (DIR/deployment-<id>) "
+                 "its version floor and what it resumes from; required for a signed receiver");
   app.add_option("--store", a.store,
                  "Long-lived form with --state: the in-region store (dir:PATH or s3://...) every "
                  "node of the region reaches");

@@ -24,11 +24,24 @@
 // Objects under the root that belong to no version object (no blob keys) are left alone and
 // counted as `other_bytes`; a prefix whose header is missing or unreadable is left alone too.
 //
+// Only what the trainer signed counts (RetentionOptions::trust): whoever can put objects in a
+// store must not thereby delete them. With the trainer's public key, a version object is counted
+// (committed, kept, needed or removed) only when its header is signed and the last manifest
+// record among its chunk blobs is a final manifest that verifies against the key (and names the
+// deployment, RetentionOptions::run_id): the trainer finished building that version. Anything
+// else (an unsigned or foreign header, fake versions, a prefix of a lone tombstone) is
+// "unsigned": never removed, never the committed version, named in the report. A store that
+// holds signed versions is refused without the key (kFailedPrecondition), before anything is
+// deleted. Without a key and without signed versions, every readable header counts.
+//
 // Crash safety: a version object is removed in an order that keeps the store consistent at
 // every instant. First a tombstone "P/gc-removing" (naming the version) is put, then the trailer
 // is deleted (so the prefix no longer looks complete to any reader), then the chunks, reports,
-// overwrite forms and other objects, the header, and the tombstone last. A prefix with a
-// tombstone is being removed: a later CollectStore finishes it first, whatever its version.
+// overwrite forms and other objects, the final manifest, the header, and the tombstone last. A
+// tombstone is unsigned, so it decides nothing with a key: an interrupted removal still has its
+// header and final manifest, so the next collection decides it again by the rules above (an
+// incomplete publish older than the committed version is removed) and finishes it. Without a
+// key, a prefix with a tombstone is being removed: a later CollectStore finishes it first.
 //
 // Thread safety: CollectStore is self-contained; two concurrent collections of one store are
 // safe (deletes of absent keys succeed) but may report the same objects.
@@ -37,11 +50,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "dcr/object_store.h"
+#include "dcr/signing.h"
 #include "dcr/status.h"
 #include "dcr/statusor.h"
 
@@ -62,6 +77,12 @@ struct RetentionOptions {
   // The oldest version a live receiver holds (it catches up from there). Unset: every live
   // receiver holds the committed version. Default unset.
   std::optional<uint64_t> oldest_held;
+  // The trainer's public key: only versions it signed count (see above). Default null (a store
+  // of unsigned versions; one with signed versions is refused).
+  std::shared_ptr<const TrustKey> trust;
+  // With `trust`: the final manifests must name this deployment (Manifest::run_id). Default
+  // unset (any).
+  std::optional<uint64_t> run_id;
   // Decide and report, delete nothing. Default false.
   bool dry_run = false;
   // Called after each object the collection deleted, with the number deleted so far (a test
@@ -78,7 +99,9 @@ struct RetainedVersion {
   bool complete = false;        // its trailer is present
   uint64_t objects = 0;
   uint64_t bytes = 0;
-  std::string decision;         // "needed" | "kept" | "removed" | "unknown"
+  bool signed_ok = false;       // its final manifest verified (RetentionOptions::trust)
+  bool tombstone = false;       // it holds a "gc-removing" tombstone
+  std::string decision;         // "needed" | "kept" | "removed" | "unknown" | "unsigned"
   std::string why;              // the rule that decided it
 };
 
@@ -88,6 +111,7 @@ struct RetentionReport {
   uint64_t bytes_after = 0;           // what remains (dry run: what would remain)
   uint64_t needed_bytes = 0;
   uint64_t other_bytes = 0;           // objects of no version object
+  uint64_t unsigned_bytes = 0;        // version objects left alone as unsigned
   uint64_t removed_objects = 0;
   uint64_t removed_bytes = 0;
   std::vector<RetainedVersion> versions;  // by target, then prefix
@@ -96,11 +120,12 @@ struct RetentionReport {
 
 // Scans `store` under options.root and removes what the rules above allow. `report` is filled
 // either way (also on error). Errors: the store's (List, Get, Put, Delete); kResourceExhausted
-// when the needed bytes exceed options.budget_bytes (nothing needed was removed).
+// when the needed bytes exceed options.budget_bytes (nothing needed was removed);
+// kFailedPrecondition for a store holding signed versions without options.trust.
 Status CollectStore(ObjectStore* store, const RetentionOptions& options, RetentionReport* report);
 
 // The report as JSON (an object: committed, bytes_before, bytes_after, needed_bytes,
-// other_bytes, removed_objects, removed_bytes, budget_error, versions[...]).
+// other_bytes, unsigned_bytes, removed_objects, removed_bytes, budget_error, versions[...]).
 std::string RetentionReportToJson(const RetentionReport& report);
 
 }  // namespace dcr

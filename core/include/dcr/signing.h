@@ -194,14 +194,24 @@ class StreamVerifier {
 Status VerifyDeltaFile(const DeltaReader& reader, std::shared_ptr<const TrustKey> key,
                        std::optional<uint64_t> run_id = std::nullopt);
 
-// The highest version a receiver committed, persisted in a small file beside its state
-// ("dcr-version-floor 1", "version N", "committed_unix T", one per line), rewritten atomically
-// (temporary + fsync + rename). A missing file is version 0, never committed.
+// The highest version a receiver committed in one deployment, persisted in a small file beside
+// its state ("dcr-version-floor 2", "deployment <16 hex digits>", "version N", "committed_unix
+// T", one per line), rewritten atomically (temporary + fsync + rename). A missing file is version
+// 0, never committed. A file of another deployment (its deployment line names another id; a
+// file of format 1 names none) is a fresh start for this one: version 0, replaced by the first
+// Record. Versions never repeat within a deployment, so a floor of another deployment says
+// nothing about this one's versions.
 class VersionFloor {
  public:
-  // Errors: kDataLoss for a file that does not parse, errno errors reading it.
-  static StatusOr<VersionFloor> Load(const std::string& path);
+  // `deployment`: the deployment id as a manifest names it (Manifest::run_id); 0 = none named
+  // (the file's floor holds whatever deployment it names). Errors: kDataLoss for a file that
+  // does not parse, errno errors reading it.
+  static StatusOr<VersionFloor> Load(const std::string& path, uint64_t deployment = 0);
 
+  // The deployment the floor belongs to (0: none named).
+  uint64_t deployment() const { return deployment_; }
+  // Whether the file held the floor of another deployment (ignored: a fresh start).
+  bool other_deployment() const { return other_deployment_; }
   uint64_t version() const { return version_; }
   // Wall-clock seconds (CLOCK_REALTIME) of the last Record; 0 = never.
   double committed_unix() const { return committed_unix_; }
@@ -217,6 +227,8 @@ class VersionFloor {
 
  private:
   std::string path_;
+  uint64_t deployment_ = 0;
+  bool other_deployment_ = false;
   uint64_t version_ = 0;
   double committed_unix_ = 0;
 };

@@ -23,7 +23,7 @@ StatusOr<std::unique_ptr<Receiver>> WithPlanTrust(const NodePlan& plan,
     o.run_id = plan.run_id;
   }
   if (!plan.version_floor_path.empty()) {
-    auto f = VersionFloor::Load(plan.version_floor_path);
+    auto f = VersionFloor::Load(plan.version_floor_path, plan.run_id);
     if (!f.ok()) return f.status().WithContext("plan.version_floor_path");
     *floor = std::make_unique<VersionFloor>(std::move(*f));
     o.floor = floor->get();
@@ -227,7 +227,7 @@ Status AdoptPlanFloor(const NodePlan& plan, Receiver* receiver,
   if (trusted == nullptr) return Status();
   floor->reset();
   if (!plan.version_floor_path.empty()) {
-    auto f = VersionFloor::Load(plan.version_floor_path);
+    auto f = VersionFloor::Load(plan.version_floor_path, plan.run_id);
     if (!f.ok()) return f.status().WithContext("plan.version_floor_path");
     *floor = std::make_unique<VersionFloor>(std::move(*f));
   }

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "dcr/delta.h"
+#include "dcr/manifest.h"
 #include "dcr/relay_policy.h"
 #include "dcr/status_macros.h"
 
@@ -21,7 +22,13 @@ struct Group {
   std::vector<ObjectInfo> header, chunks, trailer, other;
   bool tombstoned = false;
   bool header_ok = false;
+  bool signed_header = false;
+  std::string manifest_key;  // its final manifest (signed_ok)
+  std::string unsigned_why;  // why it does not count (with a trust key)
 };
+
+// Most chunk blobs read, from the last one back, to find a version's last manifest record.
+constexpr int kManifestSearch = 4096;
 
 // The version prefix of `key` when it names a blob ("P/<10 digits>.<kind>"), else "".
 std::string BlobPrefix(const std::string& key) {
@@ -124,11 +131,23 @@ class Collector {
           auto h = ParseFileHeader(bytes->data(), bytes->size(), &used);
           if (h.ok()) {
             g.header_ok = true;
+            g.signed_header = (h->flags & kFlagSigned) != 0;
             g.v.full_frame = (h->flags & kFlagNoBase) != 0;
             g.v.base = g.v.full_frame ? 0 : h->base_version;
             g.v.target = h->target_version;
+            if (o_.trust) DCR_RETURN_IF_ERROR(CheckSigned(*bytes, &g));
           }
         }
+      }
+      g.v.tombstone = g.tombstoned;
+      if (o_.trust && !g.v.signed_ok && g.unsigned_why.empty()) {
+        g.unsigned_why = g.header.empty() ? "no header" : "no readable header";
+      }
+      if (!o_.trust && g.signed_header) {
+        return FailedPreconditionError(
+            "the store holds signed versions (" + g.v.prefix +
+            "): give the trainer's public key (dcr gc --trust KEY), so that only versions it "
+            "signed count; nothing was deleted");
       }
       groups_.push_back(std::move(g));
     }
@@ -138,18 +157,79 @@ class Collector {
     return Status();
   }
 
+  // With a trust key: whether group `g` (its header `header` parsed) is a version the trainer
+  // signed: a signed header and, as the last manifest record among its chunk blobs, a final
+  // manifest that verifies for that header (signer, signature, deployment, versions). Sets
+  // g->v.signed_ok and g->manifest_key, else g->unsigned_why. Errors: the store's.
+  Status CheckSigned(const std::vector<uint8_t>& header, Group* g) {
+    if (!g->signed_header) {
+      g->unsigned_why = "its header is not signed";
+      return Status();
+    }
+    StreamVerifier verifier(o_.trust, o_.run_id);
+    Status begun = verifier.Begin(header.data(), header.size());
+    if (!begun.ok()) {
+      g->unsigned_why = begun.message();
+      return Status();
+    }
+    std::vector<ObjectInfo> chunks = g->chunks;
+    std::sort(chunks.begin(), chunks.end(),
+              [](const ObjectInfo& a, const ObjectInfo& b) { return a.key > b.key; });
+    int searched = 0;
+    for (const ObjectInfo& c : chunks) {
+      if (++searched > kManifestSearch) break;
+      auto magic = store_->GetRange(c.key, 0, 4);
+      if (!magic.ok()) {
+        if (magic.status().IsNotFound()) continue;
+        return magic.status();
+      }
+      if (!IsManifestRecord(magic->data(), magic->size())) continue;
+      auto rec = store_->Get(c.key);
+      if (!rec.ok()) {
+        if (rec.status().IsNotFound()) continue;
+        return rec.status();
+      }
+      size_t used = 0;
+      auto m = ParseManifest(rec->data(), rec->size(), &used);
+      if (!m.ok()) {
+        g->unsigned_why = "its last manifest " + c.key + ": " + m.status().message();
+        return Status();
+      }
+      if (!m->final) {
+        g->unsigned_why = "its last manifest is not the final one (the trainer has not finished it)";
+        return Status();
+      }
+      std::vector<uint64_t> listed;
+      Status ok = verifier.AddManifest(rec->data(), rec->size(), &listed);
+      if (!ok.ok()) {
+        g->unsigned_why = ok.message();
+        return Status();
+      }
+      g->v.signed_ok = true;
+      g->manifest_key = c.key;
+      return Status();
+    }
+    g->unsigned_why = "no final manifest signed by the trainer";
+    return Status();
+  }
+
+  // Whether group `g` counts: with a trust key only a signed one does.
+  bool Counts(const Group& g) const { return !o_.trust || g.v.signed_ok; }
+
   void Decide() {
     std::optional<uint64_t> b = o_.committed;
     if (!b) {
       for (const Group& g : groups_) {
-        if (g.header_ok && g.v.complete && !g.tombstoned) b = std::max(b.value_or(0), g.v.target);
+        if (g.header_ok && g.v.complete && Counts(g) && (o_.trust || !g.tombstoned)) {
+          b = std::max(b.value_or(0), g.v.target);
+        }
       }
     }
     r_->committed = b;
     bool frame_of_b = false;
     std::set<uint64_t, std::greater<uint64_t>> targets;  // complete versions at or below B
     for (const Group& g : groups_) {
-      if (!g.header_ok || g.tombstoned || !b) continue;
+      if (!g.header_ok || !Counts(g) || (!o_.trust && g.tombstoned) || !b) continue;
       if (g.v.target == *b && g.v.full_frame && g.v.complete) frame_of_b = true;
       if (g.v.target <= *b && g.v.complete) targets.insert(g.v.target);
     }
@@ -160,7 +240,12 @@ class Collector {
     }
     for (Group& g : groups_) {
       RetainedVersion& v = g.v;
-      if (g.tombstoned) {
+      if (!Counts(g)) {
+        Set(&v, "unsigned",
+            "not a version the trainer signed (" + g.unsigned_why + ")" +
+                (g.tombstoned ? "; its gc-removing tombstone is ignored" : "") +
+                ": left alone, never counted");
+      } else if (g.tombstoned && !o_.trust) {
         Set(&v, "removed", "an interrupted removal, finished");
       } else if (!g.header_ok) {
         Set(&v, "unknown", "no readable header: left alone");
@@ -181,10 +266,20 @@ class Collector {
             "older than the newest " + std::to_string(o_.keep_versions) + " versions");
       }
     }
+    for (Group& g : groups_) {
+      if (o_.trust && g.tombstoned && g.v.decision == "removed") {
+        g.v.why = "an interrupted removal, finished (" + g.v.why + ")";
+      } else if (o_.trust && g.tombstoned && g.v.decision != "unsigned") {
+        g.v.why += " (its gc-removing tombstone is unsigned: ignored)";
+      }
+      if (g.v.decision == "unsigned") r_->unsigned_bytes += g.v.bytes;
+    }
     uint64_t after = r_->bytes_before;
     for (const Group& g : groups_) {
       if (g.v.decision == "removed") after -= g.v.bytes;
-      if (g.v.decision == "needed" || g.v.decision == "unknown") r_->needed_bytes += g.v.bytes;
+      if (g.v.decision == "needed" || g.v.decision == "unknown" || g.v.decision == "unsigned") {
+        r_->needed_bytes += g.v.bytes;
+      }
     }
     if (o_.budget_bytes > 0) {
       for (Group& g : groups_) {  // oldest first
@@ -227,10 +322,20 @@ class Collector {
       DCR_RETURN_IF_ERROR(store_->Put(tomb, note.data(), note.size()));
     }
     for (const ObjectInfo& o : g->trailer) DCR_RETURN_IF_ERROR(Delete(o));
-    for (auto it = g->chunks.rbegin(); it != g->chunks.rend(); ++it) DCR_RETURN_IF_ERROR(Delete(*it));
+    // The final manifest goes with the header, last: until then the object stays one the
+    // trainer signed, which the next collection finishes.
+    const ObjectInfo* manifest = nullptr;
+    for (auto it = g->chunks.rbegin(); it != g->chunks.rend(); ++it) {
+      if (it->key == g->manifest_key) {
+        manifest = &*it;
+        continue;
+      }
+      DCR_RETURN_IF_ERROR(Delete(*it));
+    }
     for (const ObjectInfo& o : g->other) {
       if (o.key != tomb) DCR_RETURN_IF_ERROR(Delete(o));
     }
+    if (manifest != nullptr) DCR_RETURN_IF_ERROR(Delete(*manifest));
     for (const ObjectInfo& o : g->header) DCR_RETURN_IF_ERROR(Delete(o));
     return store_->Delete(tomb);
   }
@@ -265,6 +370,7 @@ std::string RetentionReportToJson(const RetentionReport& r) {
   j["bytes_after"] = r.bytes_after;
   j["needed_bytes"] = r.needed_bytes;
   j["other_bytes"] = r.other_bytes;
+  j["unsigned_bytes"] = r.unsigned_bytes;
   j["removed_objects"] = r.removed_objects;
   j["removed_bytes"] = r.removed_bytes;
   j["budget_error"] = r.budget_error;
@@ -275,6 +381,8 @@ std::string RetentionReportToJson(const RetentionReport& r) {
                              {"target", v.target},
                              {"full_frame", v.full_frame},
                              {"complete", v.complete},
+                             {"signed", v.signed_ok},
+                             {"tombstone", v.tombstone},
                              {"objects", v.objects},
                              {"bytes", v.bytes},
                              {"decision", v.decision},

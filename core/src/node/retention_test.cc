@@ -8,7 +8,9 @@
 #include <string>
 
 #include "dcr/delta.h"
+#include "dcr/manifest.h"
 #include "dcr/relay_policy.h"
+#include "dcr/signing.h"
 #include "node/store_retention.h"
 
 namespace dcr {
@@ -154,6 +156,114 @@ TEST(CollectStore, AnInterruptedRemovalIsFinished) {
   EXPECT_FALSE(Has(&s, "p/v0"));
   EXPECT_EQ(Find(r, "p/v2")->decision, "kept");
   EXPECT_EQ(*r.committed, 3u);
+}
+
+// Puts a version object signed by `key` for deployment `run_id` under `prefix`: a signed header
+// (base -> target), a final manifest signed for it (blob 1), `chunks` chunks, and the trailer
+// when `complete`.
+void PutSignedVersion(ObjectStore* s, const SigningKey& key, uint64_t run_id,
+                      const std::string& prefix, uint64_t base, uint64_t target, int chunks,
+                      bool complete = true) {
+  FileHeader h;
+  h.base_version = base;
+  h.target_version = target;
+  h.flags = kFlagSigned;
+  h.SetSingleFile("{}");
+  h.chunk_elems = 1024;
+  const std::vector<uint8_t> hb = SerializeFileHeader(h);
+  ASSERT_TRUE(s->Put(ObjectKey(prefix, {0, BlobKind::kHeader, 0}), hb.data(), hb.size()).ok());
+  Manifest m;
+  m.final = true;
+  m.run_id = run_id;
+  m.base_version = base;
+  m.target_version = target;
+  m.header_sha256 = Sha256(hb.data(), hb.size());
+  m.num_chunks = static_cast<uint64_t>(chunks);
+  m.signer = key.public_key();
+  std::vector<uint8_t> rec = SerializeManifest(m);
+  auto sig = key.Sign(rec.data(), rec.size() - kManifestSignatureBytes);
+  ASSERT_TRUE(sig.ok());
+  std::copy(sig->begin(), sig->end(), rec.end() - kManifestSignatureBytes);
+  ASSERT_TRUE(s->Put(ObjectKey(prefix, {1, BlobKind::kChunk, 0}), rec.data(), rec.size()).ok());
+  const std::string c(100, 'c');
+  for (int i = 0; i < chunks; ++i) {
+    BlobInfo b{static_cast<BlobId>(i + 2), BlobKind::kChunk, 0};
+    ASSERT_TRUE(s->Put(ObjectKey(prefix, b), c.data(), c.size()).ok());
+  }
+  if (complete) {
+    BlobInfo t{static_cast<BlobId>(chunks + 2), BlobKind::kTrailer, 0};
+    ASSERT_TRUE(s->Put(ObjectKey(prefix, t), "trl", 3).ok());
+  }
+}
+
+TEST(CollectStore, OnlySignedVersionsCount) {
+  auto key = SigningKey::Generate();
+  auto other = SigningKey::Generate();
+  ASSERT_TRUE(key.ok() && other.ok());
+  auto trust = TrustKey::FromRaw((*key)->public_key());
+  ASSERT_TRUE(trust.ok());
+  const uint64_t run = 0x1234abcd5678ef01ull;
+  MemoryStore s;
+  for (int v = 1; v <= 3; ++v) {
+    PutSignedVersion(&s, **key, run, "run/step-" + std::to_string(v), v - 1, v, 2);
+  }
+  // Planted: an empty tombstone on the committed version; fake versions 100 (unsigned), 101
+  // (another signer), 102 (the trainer's key, another deployment).
+  ASSERT_TRUE(s.Put("run/step-3/gc-removing", "", 0).ok());
+  PutVersion(&s, "run/step-100", 99, 100, 1, 10);
+  PutSignedVersion(&s, **other, run, "run/step-101", 100, 101, 1);
+  PutSignedVersion(&s, **key, run + 1, "run/step-102", 101, 102, 1);
+  RetentionOptions o;
+  o.root = "run";
+  o.keep_versions = 1;
+  RetentionReport r;
+  // Without the key a store of signed versions is refused and nothing is deleted.
+  EXPECT_EQ(CollectStore(&s, o, &r).code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Has(&s, "run/step-1"));
+  o.trust = *trust;
+  o.run_id = run;
+  ASSERT_TRUE(CollectStore(&s, o, &r).ok()) << r.budget_error;
+  ASSERT_TRUE(r.committed.has_value());
+  EXPECT_EQ(*r.committed, 3u);
+  EXPECT_EQ(Find(r, "run/step-3")->decision, "needed");
+  EXPECT_TRUE(Find(r, "run/step-3")->signed_ok);
+  EXPECT_NE(Find(r, "run/step-3")->why.find("tombstone is unsigned: ignored"), std::string::npos);
+  for (const char* f : {"run/step-100", "run/step-101", "run/step-102"}) {
+    EXPECT_EQ(Find(r, f)->decision, "unsigned") << f;
+    EXPECT_TRUE(Has(&s, f)) << f;
+  }
+  EXPECT_EQ(Find(r, "run/step-1")->decision, "removed");
+  EXPECT_EQ(Find(r, "run/step-2")->decision, "removed");
+  EXPECT_FALSE(Has(&s, "run/step-1"));
+  EXPECT_TRUE(s.Head(ObjectKey("run/step-3", {4, BlobKind::kTrailer, 0})).ok());
+}
+
+TEST(CollectStore, AnInterruptedSignedRemovalIsFinished) {
+  auto key = SigningKey::Generate();
+  ASSERT_TRUE(key.ok());
+  auto trust = TrustKey::FromRaw((*key)->public_key());
+  ASSERT_TRUE(trust.ok());
+  MemoryStore s;
+  for (int v = 1; v <= 3; ++v) {
+    PutSignedVersion(&s, **key, 7, "run/step-" + std::to_string(v), v - 1, v, 2);
+  }
+  RetentionOptions o;
+  o.root = "run";
+  o.keep_versions = 1;
+  o.trust = *trust;
+  // A removal of version 1 killed after its tombstone, trailer and chunks (the order Remove
+  // deletes in): its final manifest and header go last, so it is still the trainer's version,
+  // and the next collection decides it again and finishes it.
+  ASSERT_TRUE(s.Put("run/step-1/gc-removing", "removing version 1\n", 19).ok());
+  ASSERT_TRUE(s.Delete(ObjectKey("run/step-1", {4, BlobKind::kTrailer, 0})).ok());
+  ASSERT_TRUE(s.Delete(ObjectKey("run/step-1", {3, BlobKind::kChunk, 0})).ok());
+  ASSERT_TRUE(s.Delete(ObjectKey("run/step-1", {2, BlobKind::kChunk, 0})).ok());
+  RetentionReport r;
+  ASSERT_TRUE(CollectStore(&s, o, &r).ok());
+  EXPECT_EQ(Find(r, "run/step-1")->decision, "removed");
+  EXPECT_FALSE(Has(&s, "run/step-1"));
+  EXPECT_FALSE(Has(&s, "run/step-2"));
+  EXPECT_TRUE(Has(&s, "run/step-3"));
 }
 
 TEST(CollectStore, NegativeKeepIsRefused) {

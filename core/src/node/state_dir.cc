@@ -22,7 +22,18 @@ std::string Octal(mode_t mode) {
 
 }  // namespace
 
+std::string DeploymentStateDir(const std::string& root, uint64_t run_id) {
+  char id[40];
+  std::snprintf(id, sizeof(id), "/deployment-%016llx", static_cast<unsigned long long>(run_id));
+  return root + id;
+}
+
 Status OpenStateDir(const std::string& dir) {
+  const size_t slash = dir.rfind('/');
+  if (slash != std::string::npos && slash > 0 &&
+      dir.compare(slash + 1, 11, "deployment-") == 0) {
+    DCR_RETURN_IF_ERROR(OpenStateDir(dir.substr(0, slash)));
+  }
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return ErrnoError("state directory: mkdir " + dir, errno);
   }
@@ -49,7 +60,7 @@ std::string StateFloorPath(const std::string& dir, int rank) {
   return dir + "/rank-" + std::to_string(rank) + ".floor";
 }
 
-Status OpenStateFloor(const std::string& dir, int rank, bool fresh) {
+Status OpenStateFloor(const std::string& dir, int rank, bool fresh, uint64_t run_id) {
   const std::string path = StateFloorPath(dir, rank);
   struct stat st;
   if (::lstat(path.c_str(), &st) != 0) {
@@ -61,10 +72,10 @@ Status OpenStateFloor(const std::string& dir, int rank, bool fresh) {
           ": refusing to start over (a missing floor would accept a rollback; a fresh "
           "deployment starts from a fresh state directory)");
     }
-    DCR_ASSIGN_OR_RETURN(VersionFloor floor, VersionFloor::Load(path));
+    DCR_ASSIGN_OR_RETURN(VersionFloor floor, VersionFloor::Load(path, run_id));
     return floor.Record(0, 0);
   }
-  return VersionFloor::Load(path).status();
+  return VersionFloor::Load(path, run_id).status();
 }
 
 }  // namespace dcr::internal

@@ -13,9 +13,17 @@
 
 namespace dcr::internal {
 
+// The state of deployment `run_id` (NodePlan::run_id) under a node's state directory `root`
+// (`--state`): <root>/deployment-<16 hex digits>. Everything a node resumes from (its version
+// floor, held version, start counts, the versions' journals and committed checkpoints, the
+// sender's joint commit) lives there, so a fresh deployment in the same `root` starts fresh and
+// a deployment never sees another's floor.
+std::string DeploymentStateDir(const std::string& root, uint64_t run_id);
+
 // Opens `dir` as a node's state directory: creates it (mode 0700; its parent must exist) when
 // missing, then requires a directory (not a symlink) owned by the process's effective user and
-// neither readable nor writable by group or others. Errors: kFailedPrecondition naming the path,
+// neither readable nor writable by group or others. A deployment's directory
+// (DeploymentStateDir) is opened after its root, which is created and checked alike. Errors: kFailedPrecondition naming the path,
 // its owner and mode (and this user) for a directory that is not the node's own, or a path that
 // is not a directory; errno errors naming the path.
 Status OpenStateDir(const std::string& dir);
@@ -29,7 +37,8 @@ std::string StateFloorPath(const std::string& dir, int rank);
 // start: a state that is not fresh and has no floor file is refused (deleting the floor would
 // re-enable rollback), and so is a floor file that does not parse. Errors: kFailedPrecondition
 // naming the floor's path for a missing one; VersionFloor::Load's and Record's.
-Status OpenStateFloor(const std::string& dir, int rank, bool fresh);
+// `run_id`: the deployment the floor belongs to (VersionFloor::Load).
+Status OpenStateFloor(const std::string& dir, int rank, bool fresh, uint64_t run_id);
 
 }  // namespace dcr::internal
 

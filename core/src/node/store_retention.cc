@@ -1,6 +1,7 @@
 #include "node/store_retention.h"
 
 #include "dcr/object_store.h"
+#include "dcr/signing.h"
 #include "dcr/status_macros.h"
 #include "node/metrics.h"
 
@@ -38,6 +39,21 @@ Status CollectAfterVersion(const NodePlan& plan, uint64_t committed, NodeResult*
         "would reach beyond this run's objects)");
     result->retention_error = s.ToString();
     return s;
+  }
+  if (!plan.signing_key.empty()) {
+    // The trainer's own versions only: what it signed for this deployment.
+    auto key = SigningKey::Load(plan.signing_key);
+    if (!key.ok()) {
+      result->retention_error = key.status().ToString();
+      return key.status();
+    }
+    auto trust = TrustKey::FromRaw((*key)->public_key());
+    if (!trust.ok()) {
+      result->retention_error = trust.status().ToString();
+      return trust.status();
+    }
+    o.trust = *trust;
+    o.run_id = plan.run_id;
   }
   auto store = OpenObjectStore(plan.store);
   if (!store.ok()) {

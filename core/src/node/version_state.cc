@@ -199,7 +199,7 @@ StatusOr<std::unique_ptr<VersionRecovery>> VersionRecovery::Open(const NodePlan&
   r->state_floor_ = plan.rank != 0 && plan.method == "delta" && !plan.trust_key.empty();
   if (r->state_floor_) {
     const bool fresh = !held_exists && VersionStarted(plan.state_dir, plan.rank) == 0;
-    DCR_RETURN_IF_ERROR(OpenStateFloor(plan.state_dir, plan.rank, fresh));
+    DCR_RETURN_IF_ERROR(OpenStateFloor(plan.state_dir, plan.rank, fresh, plan.run_id));
   }
   for (const NodeVersion& v : plan.versions) {
     const std::string dir = VersionStateDir(plan.state_dir, v.version);

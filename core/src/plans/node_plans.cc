@@ -13,8 +13,9 @@
 #include "dcr/hash.h"
 #include "dcr/relay_policy.h"
 #include "dcr/status_macros.h"
-#include "transport/net.h"
 #include "dcr/signing.h"
+#include "node/state_dir.h"
+#include "transport/net.h"
 #include "transport/tls.h"
 
 namespace dcr {
@@ -193,6 +194,73 @@ std::string WithRank(std::string path, int rank) {
 
 }  // namespace
 
+Status SetDeployment(const std::string& id, std::vector<NodePlan>* plans) {
+  DCR_ASSIGN_OR_RETURN(const uint64_t run_id, internal::RunIdValue(id));
+  for (NodePlan& p : *plans) p.run_id = run_id;
+  return Status();
+}
+
+namespace {
+
+// The deployment id in the file "deployment" of directory `dir` ("" when there is none).
+StatusOr<std::string> DeploymentFile(const std::string& dir) {
+  const std::string path = dir + "/deployment";
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) {
+    if (errno == ENOENT) return std::string();
+    return ErrnoError("deployment id " + path, errno);
+  }
+  char buf[64] = {};
+  const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  std::string id(buf, n);
+  while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
+  auto v = internal::RunIdValue(id);
+  if (!v.ok()) return v.status().WithContext(path);
+  return id;
+}
+
+std::string DirOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+}  // namespace
+
+StatusOr<std::string> ScenarioDeployment(const Scenario& s, int rank) {
+  std::string from_cert, from_file, file_dir;
+  if (!s.network.tls.ca.empty() && !s.network.tls.cert.empty()) {
+    const std::string cert = WithRank(s.network.tls.cert, rank);
+    DCR_ASSIGN_OR_RETURN(from_cert, internal::CertificateRunId(cert));
+    if (!internal::RunIdValue(from_cert).ok()) {
+      return FailedPreconditionError(
+          "TLS certificate " + cert + " names run '" + from_cert +
+          "', not a deployment id of 16 hex digits: make the deployment's credentials again "
+          "with `dcr keys`");
+    }
+  }
+  const SigningSpec& g = s.network.signing;
+  const std::string trust = !g.trust.empty() ? g.trust : g.key;
+  if (g.enabled && !trust.empty()) {
+    file_dir = DirOf(trust);
+    DCR_ASSIGN_OR_RETURN(from_file, DeploymentFile(file_dir));
+    if (from_file.empty() && from_cert.empty()) {
+      return FailedPreconditionError(
+          "network.signing: no deployment id: " + file_dir +
+          "/deployment (written by `dcr keys` beside trainer.pub) is missing and the scenario "
+          "names no certificates; the trainer signs the deployment id into every version, so "
+          "make the keys with `dcr keys` (or copy its deployment file beside trainer.pub)");
+    }
+  }
+  if (!from_cert.empty() && !from_file.empty() && from_cert != from_file) {
+    return FailedPreconditionError("the certificates are of deployment " + from_cert + ", but " +
+                                   file_dir + "/deployment names deployment " + from_file +
+                                   ": the keys of two deployments are mixed");
+  }
+  return from_cert.empty() ? from_file : from_cert;
+}
+
 Status AddTls(const Scenario& s, const std::string& generate_dir, std::vector<NodePlan>* plans) {
   const TlsSpec& tls = s.network.tls;
   if (plans->empty() || (*plans)[0].transport != "relay_tree") return Status();
@@ -209,9 +277,9 @@ Status AddTls(const Scenario& s, const std::string& generate_dir, std::vector<No
           "DIR/node-{rank}.crt, key: DIR/node-{rank}.key}, or turn TLS off with network.tls: "
           "false");
     }
-    DCR_ASSIGN_OR_RETURN(const std::string run_id, internal::NewRunId());
     DCR_RETURN_IF_ERROR(internal::WriteRunCredentials(
-        generate_dir, run_id, internal::TreeRoles((*plans)[0].parents), 7, /*replace=*/true));
+        generate_dir, internal::RunIdText((*plans)[0].run_id),
+        internal::TreeRoles((*plans)[0].parents), 7, /*replace=*/true));
     ca = generate_dir + "/ca.crt";
     cert = generate_dir + "/node-{rank}.crt";
     key = generate_dir + "/node-{rank}.key";
@@ -328,8 +396,16 @@ StatusOr<NodePlan> HostPlan(const Scenario& s, int rank, const HostPlanOptions& 
       auto plans, MakePlans(s, o.method, o.transport, base,
                             long_lived ? targets[0] : o.target, o.work_dir, o.work_dir,
                             long_lived ? prefix_of(1) : root));
+  DCR_ASSIGN_OR_RETURN(const std::string deployment, ScenarioDeployment(s, rank));
+  if (!deployment.empty()) DCR_RETURN_IF_ERROR(SetDeployment(deployment, &plans));
   DCR_RETURN_IF_ERROR(AddTls(s, "", &plans));
   DCR_RETURN_IF_ERROR(AddSigning(s, "", o.work_dir, &plans));
+  if (long_lived && o.state_dir.empty() && rank != 0 && !plans[rank].trust_key.empty()) {
+    return InvalidArgumentError(
+        "--state: a long-lived signed receiver keeps its version floor and what it resumes from "
+        "in its state directory: give --state DIR (a directory of its own, mode 0700; made when "
+        "missing)");
+  }
   if (long_lived) {
     AddVersions(targets, prefix_of, o.state_dir.empty() ? o.work_dir : o.state_dir, &plans);
     if (!o.state_dir.empty()) {
@@ -342,7 +418,10 @@ StatusOr<NodePlan> HostPlan(const Scenario& s, int rank, const HostPlanOptions& 
         }
         region = StoreUrl(s, o.work_dir);
       }
-      AddRecovery(o.state_dir, region, &plans);
+      AddRecovery(deployment.empty() ? o.state_dir
+                                      : internal::DeploymentStateDir(o.state_dir,
+                                                                     plans[0].run_id),
+                  region, &plans);
     }
   }
   NodePlan p = plans[rank];

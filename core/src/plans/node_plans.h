@@ -21,7 +21,8 @@ namespace dcr {
 // The plans of every rank of one run. `addresses` (relay tree) come from network.hosts or free
 // loopback ports; `run_dir` holds results; `store_prefix` names the run's objects. The run id
 // (NodePlan::run_id) is a hash of the transport, `store_prefix`, the store and the addresses:
-// the same for every host of a multi-host run, distinct for refits of distinct prefixes. The
+// public data, a placeholder that tells runs apart on the wire and nothing more; a run with
+// certificates or signed deltas replaces it by its deployment id (SetDeployment). The
 // version is left 0 (the caller numbers it). Devices: rank 0
 // gets sender.device (device 0), receiver rank r receivers.device on device
 // DeviceIndexFor(s, ReceiverLocalIndex(s, r)) (dcr/scenario.h).
@@ -29,6 +30,21 @@ StatusOr<std::vector<NodePlan>> MakePlans(const Scenario& s, Method method, Tran
                                           const std::string& base, const std::string& target,
                                           const std::string& run_dir, const std::string& work_dir,
                                           const std::string& store_prefix);
+
+// Binds `plans` to deployment `id` (16 hex digits, transport/tls.h NewRunId): NodePlan::run_id
+// becomes its value (RunIdValue), which the trainer signs into every manifest, receivers require
+// of every manifest, generated certificates name, and state directories are scoped by.
+// Errors: RunIdValue's.
+Status SetDeployment(const std::string& id, std::vector<NodePlan>* plans);
+
+// The deployment id of a multi-host run of `s` (`dcr keys` made it): the one the node's own
+// certificate names (network.tls cert, "{rank}" replaced by `rank`) when the scenario names
+// certificates, and the one in the file "deployment" beside the trainer's public key
+// (network.signing.trust) when signing names one; both must agree. "" when the scenario names
+// neither (an unsigned run without certificates has no deployment). Errors: kFailedPrecondition
+// for signed keys without a deployment file, or a certificate and file of two deployments;
+// the file's and certificate's read errors.
+StatusOr<std::string> ScenarioDeployment(const Scenario& s, int rank);
 
 // Mutual TLS for relay-tree `plans` (network.tls): the scenario's files ("{rank}" in cert and
 // key replaced by each plan's rank) when it names them; else, with `generate_dir` set, a fresh
@@ -44,6 +60,7 @@ Status AddTls(const Scenario& s, const std::string& generate_dir, std::vector<No
 // `floor_dir`/version-floor-<rank> (none when `floor_dir` is empty) and reports a freeze past
 // network.signing.freeze_after_s. Without named files and with `generate_dir` set, a fresh key
 // pair is written there (trainer.key 0600, trainer.pub; files of an earlier refit replaced).
+// The manifests name the plans' run id: a caller sets the deployment first (SetDeployment).
 // Leaves the plans unsigned when signing is off, the method is the full checkpoint, or the
 // scenario names no key pair and `generate_dir` is empty (the multi-host form: `dcr keys` makes
 // the pair and prints the scenario keys). Errors: the key writer's.
@@ -77,12 +94,18 @@ void AddRecovery(const std::string& state_dir, const std::string& region_store,
 //     them), or, with a preset, `steps` versions whose contents the trainer hands (the sender
 //     needs VersionHooks::content). Version k goes under prefix "<prefix>/step-<k>" ("" =
 //     "refit"). With `state_dir` every node recovers (AddRecovery) and a restarted process
-//     resumes at the version it holds; the in-region store is `store` (a store URL), else the
+//     resumes at the version it holds; its durable state lives in the deployment's directory
+//     under it (state_dir.h DeploymentStateDir; the versions' result files in `state_dir`
+//     itself), so a fresh deployment in the same directory starts fresh; the in-region store is `store` (a store URL), else the
 //     scenario's transport.object_store when it names a path or S3.
-// The floor files and, without `state_dir`, the results live in `work_dir`.
+// The deployment is ScenarioDeployment's (the run id a hash of public data when there is none).
+// A signed receiver of the long-lived form needs `state_dir` (its version floor's home); the
+// one-refit form keeps its floor in `work_dir` (version-floor-<rank>, naming its deployment).
+// Without `state_dir`, the results live in `work_dir`.
 // Errors: kInvalidArgument for a rank outside the scenario, a relay tree without
 // network.hosts, a directory store without a path, recovery without a store or in a one-refit
-// run; MakePlans', AddTls', AddSigning's.
+// run, a long-lived signed receiver without `state_dir`; ScenarioDeployment's, MakePlans',
+// AddTls', AddSigning's.
 struct HostPlanOptions {
   Method method = Method::kDelta;
   TransportKind transport = TransportKind::kRelayTree;

@@ -383,15 +383,42 @@ Status TlsHandshake(ssl_st* ssl, int fd, double deadline) {
 }
 
 StatusOr<std::string> NewRunId() {
-  unsigned char b[16];
-  if (RAND_bytes(b, sizeof(b)) != 1) return InternalError("RAND_bytes: " + TlsErrors());
-  static const char kHex[] = "0123456789abcdef";
-  std::string s;
-  for (unsigned char c : b) {
-    s += kHex[c >> 4];
-    s += kHex[c & 15];
+  uint64_t v = 0;
+  while (v == 0) {
+    unsigned char b[8];
+    if (RAND_bytes(b, sizeof(b)) != 1) return InternalError("RAND_bytes: " + TlsErrors());
+    for (unsigned char c : b) v = (v << 8) | c;
   }
-  return s;
+  return RunIdText(v);
+}
+
+StatusOr<uint64_t> RunIdValue(const std::string& id) {
+  uint64_t v = 0;
+  bool ok = id.size() == 16;
+  for (size_t i = 0; ok && i < id.size(); ++i) {
+    const char c = id[i];
+    const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    ok = d >= 0;
+    v = (v << 4) | static_cast<uint64_t>(d < 0 ? 0 : d);
+  }
+  if (!ok || v == 0) {
+    return InvalidArgumentError("deployment id '" + id.substr(0, 40) +
+                                "': not 16 lowercase hex digits (made by `dcr keys`)");
+  }
+  return v;
+}
+
+std::string RunIdText(uint64_t run_id) {
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(run_id));
+  return buf;
+}
+
+StatusOr<std::string> CertificateRunId(const std::string& cert_path) {
+  DCR_ASSIGN_OR_RETURN(Owned<X509> cert, ReadCert(cert_path, "TLS certificate"));
+  auto id = IdentityOf(cert.get());
+  if (!id.ok()) return id.status().WithContext("TLS certificate " + cert_path);
+  return id->run_id;
 }
 
 std::vector<std::string> TreeRoles(const std::vector<int>& parents) {

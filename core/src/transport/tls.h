@@ -96,8 +96,20 @@ Status TlsHandshake(ssl_st* ssl, int fd, double deadline);
 // The last OpenSSL error queue entries as text (and clears the queue).
 std::string TlsErrors();
 
-// 32 hex digits from the system's random source: the id of one run.
+// A deployment id: 16 lowercase hex digits (64 bits, never all zero) from the system's random
+// source. One deployment (`dcr keys`, or one `dcr run` invocation) has one: its certificates
+// name it (dcr://<id>/<role>/<rank>), its trainer signs it into every manifest
+// (Manifest::run_id, RunIdValue), and its nodes keep their state and floors under it.
 StatusOr<std::string> NewRunId();
+// The manifest run id (NodePlan::run_id) of deployment id `id`: its 16 hex digits as a number.
+// kInvalidArgument for anything but 16 hex digits, or all zero.
+StatusOr<uint64_t> RunIdValue(const std::string& id);
+// The deployment id of manifest run id `run_id` (16 lowercase hex digits).
+std::string RunIdText(uint64_t run_id);
+// The deployment id named by the certificate at `cert_path` (its dcr://<id>/... subjectAltName).
+// Errors: kNotFound, kInvalidArgument (not a PEM certificate), kFailedPrecondition (no dcr://
+// name).
+StatusOr<std::string> CertificateRunId(const std::string& cert_path);
 
 // The role of every rank of a tree (parents[0] == -1): "sender", "relay" or "receiver".
 std::vector<std::string> TreeRoles(const std::vector<int>& parents);

@@ -499,6 +499,43 @@ TEST_F(SigningTest, VersionFloorRefusesRollbackAndPersists) {
   EXPECT_EQ(VersionFloor::Load(path)->version(), 6u);
 }
 
+TEST_F(SigningTest, VersionFloorBelongsToItsDeployment) {
+  const std::string path = dir_ / "floor";
+  const uint64_t a = 0xa1a2a3a4a5a6a7a8ull, b = 0xb1b2b3b4b5b6b7b8ull;
+  {
+    auto f = VersionFloor::Load(path, a);
+    ASSERT_TRUE(f.ok());
+    ASSERT_TRUE(f->Record(5, 100).ok());
+  }
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("dcr-version-floor 2\ndeployment a1a2a3a4a5a6a7a8\nversion 5\n"),
+            std::string::npos)
+      << text;
+  // The same deployment: its floor holds, an older version is a rollback.
+  auto same = VersionFloor::Load(path, a);
+  ASSERT_TRUE(same.ok());
+  EXPECT_EQ(same->version(), 5u);
+  EXPECT_FALSE(same->other_deployment());
+  EXPECT_TRUE(same->Check(1).IsFailedPrecondition());
+  // Another deployment: a fresh start, and its first commit makes the floor its own.
+  auto other = VersionFloor::Load(path, b);
+  ASSERT_TRUE(other.ok());
+  EXPECT_TRUE(other->other_deployment());
+  EXPECT_EQ(other->version(), 0u);
+  EXPECT_EQ(other->committed_unix(), 0);
+  EXPECT_TRUE(other->Check(1).ok());
+  ASSERT_TRUE(other->Record(1, 200).ok());
+  EXPECT_EQ(VersionFloor::Load(path, b)->version(), 1u);
+  EXPECT_EQ(VersionFloor::Load(path, a)->version(), 0u);
+  // None named (an offline apply): the file's floor, whatever its deployment.
+  EXPECT_EQ(VersionFloor::Load(path)->version(), 1u);
+  // A format-1 floor names no deployment: a fresh start for a named one.
+  { std::ofstream(path) << "dcr-version-floor 1\nversion 9\ncommitted_unix 1\n"; }
+  EXPECT_EQ(VersionFloor::Load(path, a)->version(), 0u);
+  EXPECT_EQ(VersionFloor::Load(path)->version(), 9u);
+}
+
 TEST_F(SigningTest, VersionFloorFileIsStrictAndFreezeIsReported) {
   const std::string path = dir_ / "floor";
   { std::ofstream(path) << "version 3\n"; }

@@ -15,9 +15,10 @@
 
 namespace dcr {
 
-StatusOr<VersionFloor> VersionFloor::Load(const std::string& path) {
+StatusOr<VersionFloor> VersionFloor::Load(const std::string& path, uint64_t deployment) {
   VersionFloor f;
   f.path_ = path;
+  f.deployment_ = deployment;
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) {
     if (errno == ENOENT) return f;
@@ -32,16 +33,27 @@ StatusOr<VersionFloor> VersionFloor::Load(const std::string& path) {
   ::close(fd);
   if (n < 0) return ErrnoError("read version floor " + path, err);
   buf[n] = '\0';
-  unsigned long long version = 0;
+  unsigned long long version = 0, owner = 0;
   double when = 0;
   int magic = 0;
-  if (std::sscanf(buf, "dcr-version-floor %d\nversion %llu\ncommitted_unix %lf\n", &magic,
-                  &version, &when) != 3 ||
-      magic != 1) {
+  const bool parsed =
+      std::sscanf(buf, "dcr-version-floor %d\n", &magic) == 1 &&
+      ((magic == 2 && std::sscanf(buf,
+                                  "dcr-version-floor 2\ndeployment %16llx\nversion %llu\n"
+                                  "committed_unix %lf\n",
+                                  &owner, &version, &when) == 3) ||
+       (magic == 1 && std::sscanf(buf, "dcr-version-floor 1\nversion %llu\ncommitted_unix %lf\n",
+                                  &version, &when) == 2));
+  if (!parsed) {
     return DataLossError("version floor " + path +
-                         " does not parse (expected 'dcr-version-floor 1', 'version N', "
-                         "'committed_unix T')");
+                         " does not parse (expected 'dcr-version-floor 2', 'deployment ID', "
+                         "'version N', 'committed_unix T')");
   }
+  if (deployment != 0 && owner != deployment) {
+    f.other_deployment_ = true;  // a fresh start: nothing of this deployment was committed here
+    return f;
+  }
+  f.deployment_ = owner;
   f.version_ = version;
   f.committed_unix_ = when;
   return f;
@@ -61,9 +73,11 @@ Status VersionFloor::Check(uint64_t target_version) const {
 Status VersionFloor::Record(uint64_t version, double now_unix) {
   if (version < version_) return Check(version);
   if (path_.empty()) return InvalidArgumentError("version floor without a file");
-  char text[128];
-  std::snprintf(text, sizeof(text), "dcr-version-floor 1\nversion %" PRIu64 "\ncommitted_unix %.3f\n",
-                version, now_unix);
+  char text[160];
+  std::snprintf(text, sizeof(text),
+                "dcr-version-floor 2\ndeployment %016" PRIx64 "\nversion %" PRIu64
+                "\ncommitted_unix %.3f\n",
+                deployment_, version, now_unix);
   DCR_ASSIGN_OR_RETURN(auto file, internal::AtomicFile::Create(path_));
   DCR_RETURN_IF_ERROR(file->Write(text, std::strlen(text)));
   DCR_RETURN_IF_ERROR(file->Commit());
