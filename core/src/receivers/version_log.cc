@@ -439,7 +439,10 @@ bool VersionLog::ImageDue() const {
   if (options_.image_every_versions > 0 && since_image_ >= options_.image_every_versions) {
     return true;
   }
-  const uint64_t budget = options_.log_budget_bytes > 0 ? options_.log_budget_bytes : image_size_;
+  const uint64_t budget =
+      options_.log_budget_bytes > 0
+          ? options_.log_budget_bytes
+          : static_cast<uint64_t>(options_.log_budget_images * static_cast<double>(image_size_));
   return committed_size_ - kHeaderSize >= budget;
 }
 

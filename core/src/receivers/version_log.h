@@ -66,10 +66,14 @@ struct VersionLogOptions {
   // ImageDue() once this many versions are logged since the image. 0: no count limit.
   // Default 1024 (a bound on the versions a restart replays).
   uint64_t image_every_versions = 1024;
-  // ImageDue() once the log holds at least this many bytes. 0 (the default): the image's size,
-  // so that over one cycle the log and the image together write at most about twice the log's
-  // bytes (the received payload plus entry framing).
+  // ImageDue() once the log holds at least this many bytes. 0 (the default):
+  // log_budget_images times the image's size.
   uint64_t log_budget_bytes = 0;
+  // The budget in images when log_budget_bytes is 0. Default 1.25: over one cycle (the log's
+  // versions, then their image) the disk takes the log's bytes (the received payload plus about
+  // 0.5% of entry framing) and one image of at most 1/1.25 of them: about 1.8x the payload per
+  // version, amortized. A restart replays at most one budget of log.
+  double log_budget_images = 1.25;
   // Called at each VersionLogStep (a fault test ends its process there). Default: none.
   std::function<void(VersionLogStep)> on_step;
 };

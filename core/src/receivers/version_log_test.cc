@@ -246,7 +246,7 @@ TEST_F(VersionLogTest, ImageWhenTheLogPassesItsBudget) {
   EXPECT_TRUE(r->bytes == c.images[1]);
 }
 
-TEST_F(VersionLogTest, DefaultBudgetIsTheImageSize) {
+TEST_F(VersionLogTest, OneVersionStaysUnderTheDefaultBudget) {
   Chain c = Chain::Make(1);
   Start(c);
   ASSERT_TRUE(ApplyDelta(*c.deltas[0], logging_.get()).ok());
