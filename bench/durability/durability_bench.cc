@@ -12,8 +12,11 @@
 // (image read and checked, the cycle's whole log replayed) just before the cycle's image is
 // written, the longest replay of the cycle.
 //   build/bench/dcr_bench_durability [--dir DIR] [--scale S] [--rates 0.01,0.03,0.05]
-//                                    [--json FILE]
+//                                    [--json FILE] [--check MAX]
 // DIR (default ".") must be a real disk, not tmpfs. Prints a table; --json writes the numbers.
+// --check MAX: exit 1 when a row writes more than MAX times its payload per version (the byte
+// counts are deterministic for a given scale and rates: a floor, not a timing). A restart that is
+// not bit-exact always exits 1.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -101,15 +104,18 @@ struct ModeResult {
 };
 
 int Main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   std::string dir = ".";
   uint64_t scale = 64;
   std::vector<double> rates = {0.01, 0.03, 0.05};
   std::string json_path;
+  double check = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--dir") dir = argv[i + 1];
     if (a == "--scale") scale = std::strtoull(argv[i + 1], nullptr, 10);
     if (a == "--json") json_path = argv[i + 1];
+    if (a == "--check") check = std::atof(argv[i + 1]);
     if (a == "--rates") {
       rates.clear();
       std::stringstream ss(argv[i + 1]);
@@ -123,12 +129,13 @@ int Main(int argc, char** argv) {
   out["bench"] = "durability";
   out["what"] =
       "bytes written to disk per version by a durable receiver through VersionLog (default "
-      "options: image once the log holds 1.25x the image's size, image_every_versions 1024) over one "
-      "whole cycle (Create's image excluded, the cycle's image included), against the payload "
+      "options: image once the log holds 1.25x the image's size, image_every_versions 1024) over "
+      "one whole cycle (Create's image excluded, the cycle's image included), against the payload "
       "received and the whole-model commit of a receiver without the log; restart = "
       "VersionLog::Open with the cycle's whole log";
   out["scale"] = scale;
   out["results"] = nlohmann::json::array();
+  bool over = false;
   std::printf("%-5s %-5s %8s %9s %11s %11s %9s %9s %8s %8s %8s\n", "rate", "dev", "versions",
               "model_MB", "payload/v", "written/v", "ratio", "today/v", "load_s", "replay_s",
               "commit_s");
@@ -188,6 +195,7 @@ int Main(int argc, char** argv) {
       };
       VersionLoggingReceiver logging(rx.get(), log->get(), write_image);
       const uint64_t wb0 = WriteBytes();
+      uint64_t outside = 0;
       for (uint64_t k = 1; !cycle_done && k <= 4096; ++k) {
         cur = testing::NextVersion(cur, 1000 * k + static_cast<uint64_t>(rate * 1000), rate);
         auto next = testing::MakeCheckpoint(cur);
@@ -198,7 +206,9 @@ int Main(int argc, char** argv) {
         auto d = DeltaReader::FromBytes(testing::DeltaBytes(prev.get(), *next, o));
         if (!d.ok()) Die("delta", d.status());
         if (k == 1) {
-          // Without the log: the first delta's whole-model commit.
+          // Without the log: the first delta's whole-model commit (its writes are not the
+          // log's: left out of write_bytes).
+          const uint64_t outside0 = WriteBytes();
           Mapping map(work + "/today-" + device, image_size);
           std::memcpy(map.data, image0.data(), image_size);
           map.Sync();
@@ -214,6 +224,7 @@ int Main(int argc, char** argv) {
           r.today_bytes = WriteBytes() - t0;
           if (r.today_bytes == 0) r.today_bytes = image_size;  // not reported: the model's size
           ::unlink((work + "/today-" + device).c_str());
+          outside += WriteBytes() - outside0;
         }
         expected = testing::SafetensorsBytes(cur);
         Status s = BeginDelta(**d, &logging);
@@ -228,7 +239,7 @@ int Main(int argc, char** argv) {
         ++r.versions;
         prev = std::move(next);
       }
-      r.write_bytes = WriteBytes() - wb0;
+      r.write_bytes = WriteBytes() - wb0 - outside;
       const internal::VersionLogStats st = (*log)->stats();
       r.log_bytes = st.log_bytes - created.log_bytes;
       r.image_bytes = st.image_bytes - created.image_bytes;
@@ -240,7 +251,8 @@ int Main(int argc, char** argv) {
                   device, static_cast<unsigned long long>(r.versions), image_size / 1e6,
                   per_payload, per_written, per_written / per_payload,
                   static_cast<unsigned long long>(r.today_bytes), r.restart_load_s,
-                  r.restart_replay_s, r.commit_s / r.versions, r.bit_exact ? "" : "  NOT BIT-EXACT");
+                  r.restart_replay_s, r.commit_s / r.versions,
+                  r.bit_exact ? "" : "  NOT BIT-EXACT");
       nlohmann::json j;
       j["change_rate"] = rate;
       j["device"] = device;
@@ -260,6 +272,11 @@ int Main(int argc, char** argv) {
       j["restart_bit_exact"] = r.bit_exact;
       out["results"].push_back(j);
       if (!r.bit_exact) return 1;
+      if (check > 0 && per_written / per_payload > check) {
+        std::printf("FAIL: %.2f %s writes %.3fx its payload per version, over the floor %.2fx\n",
+                    rate, device, per_written / per_payload, check);
+        over = true;
+      }
     }
   }
   std::filesystem::remove_all(work);
@@ -267,7 +284,7 @@ int Main(int argc, char** argv) {
     std::ofstream f(json_path);
     f << out.dump(2) << "\n";
   }
-  return 0;
+  return over ? 1 : 0;
 }
 
 }  // namespace
