@@ -368,7 +368,11 @@ Status VersionLog::AppendLocked(uint8_t type, const uint8_t* payload, size_t siz
   buf[4] = type;
   if (size > 0) std::memcpy(buf.data() + 5, payload, size);
   PutU64(buf.data() + 5 + size, EntryChecksum(type, payload, size));
-  DCR_RETURN_IF_ERROR(WriteAll(fd_, buf.data(), buf.size(), LogPath(dir_)));
+  Status w = WriteAll(fd_, buf.data(), buf.size(), LogPath(dir_));
+  if (!w.ok()) {
+    broken_ = true;  // the entry may be partly written: the version cannot commit
+    return w;
+  }
   size_ += buf.size();
   stats_.log_bytes += buf.size();
   return Status();
@@ -400,6 +404,10 @@ Status VersionLog::Commit(const uint8_t* trailer, size_t size, const VersionId& 
   {
     std::lock_guard<std::mutex> l(mu_);
     if (!in_version_) return FailedPreconditionError("version log: commit with no version begun");
+    if (broken_) {
+      return FailedPreconditionError("version log: an entry of this version was not written; "
+                                     "the version cannot commit (abandon it)");
+    }
     DCR_RETURN_IF_ERROR(AppendLocked(kTrailer, trailer, size));
     DCR_RETURN_IF_ERROR(SyncLocked());
   }
@@ -430,6 +438,7 @@ Status VersionLog::Abandon() {
   }
   size_ = committed_size_;
   in_version_ = false;
+  broken_ = false;
   return Status();
 }
 

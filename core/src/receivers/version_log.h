@@ -130,7 +130,9 @@ class VersionLog {
   // its replay decides; callers log each record they applied once. REQUIRES: a version begun.
   Status AppendRecord(const uint8_t* record, size_t size);
   // Makes version `target` durable: appends the trailer, fsyncs, appends the commit marker,
-  // fsyncs. REQUIRES: a version begun and every record it applied logged.
+  // fsyncs. REQUIRES: a version begun and every record it applied logged. kFailedPrecondition
+  // when an append of the version failed (Abandon it); on any error the version is not
+  // committed and Abandon discards its entries.
   Status Commit(const uint8_t* trailer, size_t size, const VersionId& target);
   // Discards the entries of the version begun (truncates the log to its last commit marker).
   Status Abandon();
@@ -163,6 +165,7 @@ class VersionLog {
   uint64_t image_number_ = 0;
   uint64_t since_image_ = 0;     // versions committed to the log since its image
   bool in_version_ = false;
+  bool broken_ = false;          // an append of the version begun failed: it cannot commit
   VersionId committed_;
   mutable std::mutex mu_;
   VersionLogStats stats_;
@@ -180,7 +183,9 @@ uint64_t ImageSize(const Checkpoint& layout);
 // is durable when Commit returns OK), then, when the log's ImageDue(), calls `write_image` to
 // write the storage as the new image (null: never). Abort aborts the inner receiver and
 // abandons the version's entries. MarkApplied is refused (kFailedPrecondition): a chunk the
-// log has no record of cannot be replayed.
+// log has no record of cannot be replayed. A record applied whose append fails makes Commit
+// fail. A Commit that fails after the inner receiver committed leaves the storage at the target
+// and the log at the version before: the durable version is the log's (a restart recovers it).
 // Thread safety: as receiver.h says (ApplyRecord concurrently for distinct chunks).
 class VersionLoggingReceiver : public Receiver {
  public:

@@ -3,11 +3,18 @@
 #include "receivers/version_log.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
+#include "dcr/device.h"
+#include "dcr/status_macros.h"
 #include "dcr/testing/fault_test_util.h"
 
 namespace dcr::internal {
@@ -252,6 +259,101 @@ TEST_F(VersionLogTest, OneVersionStaysUnderTheDefaultBudget) {
   ASSERT_TRUE(ApplyDelta(*c.deltas[0], logging_.get()).ok());
   EXPECT_FALSE(log_->ImageDue());
   EXPECT_LT(log_->log_size(), storage_.size());
+}
+
+TEST_F(VersionLogTest, ConcurrentAppliesReplayBitExact) {
+  // Chunks applied from four threads at once, in no fixed order, as a node's apply pool does.
+  Chain c = Chain::Make(2);
+  Start(c);
+  for (size_t k = 0; k < 2; ++k) {
+    const DeltaReader& d = *c.deltas[k];
+    ASSERT_TRUE(BeginDelta(d, logging_.get()).ok());
+    std::atomic<size_t> next{0};
+    std::atomic<bool> ok{true};
+    std::vector<std::thread> pool;
+    for (int t = 0; t < 4; ++t) {
+      pool.emplace_back([&] {
+        for (size_t i; (i = next.fetch_add(1)) < d.num_chunks();) {
+          if (!logging_->ApplyRecord(d.chunk_data(i), d.chunk_size(i)).ok()) ok = false;
+        }
+      });
+    }
+    for (auto& th : pool) th.join();
+    ASSERT_TRUE(ok.load());
+    ASSERT_TRUE(CommitDelta(d, logging_.get()).ok());
+  }
+  Stop();
+  auto r = Recover(c);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->version, c.id(2));
+  EXPECT_TRUE(r->bytes == c.images[2]);
+}
+
+TEST_F(VersionLogTest, DeviceReceiverImagesAndReplayBitExact) {
+  // A receiver on the host device backend: images are its tensors downloaded into the layout.
+  Chain c = Chain::Make(3);
+  auto dev = MakeDeviceReceiver(std::shared_ptr<Device>(MakeHostDevice()), *c.ckpts[0], 0);
+  ASSERT_TRUE(dev.ok()) << dev.status().ToString();
+  DeviceReceiver* drx = dev->get();
+  VersionLogOptions o;
+  o.image_every_versions = 2;
+  auto log = VersionLog::Create(dir_, c.images[0].data(), c.images[0].size(), c.id(0), o);
+  ASSERT_TRUE(log.ok()) << log.status().ToString();
+  std::vector<uint8_t> image(c.images[0].size());
+  std::memcpy(image.data(), c.images[0].data(), image.size());  // the files' headers
+  VersionLoggingReceiver logging(drx, log->get(), [&](VersionLog* l, const VersionId& v) {
+    std::vector<ReceiverTensor> at = ImageTensors(*c.ckpts[0], image.data());
+    for (size_t k = 0; k < drx->tensors().size(); ++k) {
+      const DeviceReceiverTensor& t = drx->tensors()[k];
+      DCR_RETURN_IF_ERROR(drx->device()->Download(at[k].data, t.data, t.info.nbytes));
+    }
+    return l->WriteImage(image.data(), image.size(), v);
+  });
+  for (size_t k = 0; k < 3; ++k) ASSERT_TRUE(ApplyDelta(*c.deltas[k], &logging).ok());
+  EXPECT_EQ((*log)->stats().images, 2u);  // Create's and v2's
+  log->reset();
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/image-2"));
+  auto r = Recover(c);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->image_version, c.id(2));
+  EXPECT_EQ(r->version, c.id(3));
+  EXPECT_TRUE(r->bytes == c.images[3]);
+}
+
+TEST_F(VersionLogTest, AFailedAppendKeepsTheVersionFromCommitting) {
+  // In a child process, the log file may not grow past its size after the header entry
+  // (RLIMIT_FSIZE, SIGXFSZ ignored: write fails with EFBIG): the record's append fails, the
+  // commit is refused, Abandon discards the version, and the store recovers the version before.
+  Chain c = Chain::Make(1);
+  Start(c);
+  const DeltaReader& d = *c.deltas[0];
+  ASSERT_TRUE(BeginDelta(d, logging_.get()).ok());
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit lim = {log_->log_size() + 16, log_->log_size() + 16};
+    if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) ::_exit(2);
+    Status s = logging_->ApplyRecord(d.chunk_data(0), d.chunk_size(0));
+    if (s.ok()) ::_exit(3);  // the append must fail
+    for (size_t i = 1; i < d.num_chunks(); ++i) {
+      (void)logging_->ApplyRecord(d.chunk_data(i), d.chunk_size(i));
+    }
+    Status commit = CommitDelta(d, logging_.get());
+    if (!commit.IsFailedPrecondition()) ::_exit(4);
+    if (commit.message().find("abandon") == std::string::npos) ::_exit(5);
+    if (!log_->Abandon().ok()) ::_exit(6);
+    ::_exit(0);
+  }
+  int wstatus = 0;
+  ASSERT_EQ(::waitpid(pid, &wstatus, 0), pid);
+  ASSERT_TRUE(WIFEXITED(wstatus)) << wstatus;
+  EXPECT_EQ(WEXITSTATUS(wstatus), 0);
+  Stop();
+  auto r = Recover(c);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->version, c.id(0));
+  EXPECT_TRUE(r->bytes == c.images[0]);
 }
 
 TEST_F(VersionLogTest, OpenWithoutAStoreIsNotFound) {
