@@ -110,9 +110,12 @@ StatusOr<int> OpenForAppend(const std::string& path) {
 
 // Writes image-<v> (temporary, fsync, rename) and then a fresh log naming it (temporary, fsync,
 // rename), fsyncing the directory after each rename. `step` (may be empty) is told of the image
-// steps.
+// steps. `*log_replaced` is set once the fresh log is in place (an error after it leaves the
+// store on the new image).
 Status WriteImageAndLog(const std::string& dir, const uint8_t* image, size_t size,
-                        const VersionId& v, const std::function<void(VersionLogStep)>& step) {
+                        const VersionId& v, const std::function<void(VersionLogStep)>& step,
+                        bool* log_replaced) {
+  *log_replaced = false;
   const std::string image_path = ImagePath(dir, v.number);
   {
     DCR_ASSIGN_OR_RETURN(std::unique_ptr<AtomicFile> f, AtomicFile::Create(image_path));
@@ -128,6 +131,7 @@ Status WriteImageAndLog(const std::string& dir, const uint8_t* image, size_t siz
   DCR_ASSIGN_OR_RETURN(std::unique_ptr<AtomicFile> log, AtomicFile::Create(LogPath(dir)));
   DCR_RETURN_IF_ERROR(log->Write(header.data(), header.size()));
   DCR_RETURN_IF_ERROR(log->Commit());
+  *log_replaced = true;
   return SyncDir(dir);
 }
 
@@ -196,7 +200,8 @@ StatusOr<std::unique_ptr<VersionLog>> VersionLog::Create(const std::string& dir,
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return ErrnoError("version log: mkdir " + dir, errno);
   }
-  DCR_RETURN_IF_ERROR(WriteImageAndLog(dir, image, size, v, {}));
+  bool replaced = false;
+  DCR_RETURN_IF_ERROR(WriteImageAndLog(dir, image, size, v, {}, &replaced));
   RemoveStale(dir, v.number);
   std::unique_ptr<VersionLog> log(new VersionLog());
   log->dir_ = dir;
@@ -389,6 +394,7 @@ Status VersionLog::SyncLocked() {
 Status VersionLog::BeginVersion(const uint8_t* header, size_t size) {
   std::lock_guard<std::mutex> l(mu_);
   if (in_version_) return FailedPreconditionError("version log: a version is already begun");
+  if (fd_ < 0) return FailedPreconditionError("version log: the store must be reopened");
   DCR_RETURN_IF_ERROR(AppendLocked(kHeader, header, size));
   in_version_ = true;
   return Status();
@@ -467,11 +473,14 @@ Status VersionLog::WriteImage(const uint8_t* image, size_t size, const VersionId
     return FailedPreconditionError("version log: image of v" + std::to_string(v.number) +
                                    " would replace the image the log is replayed onto");
   }
-  DCR_RETURN_IF_ERROR(WriteImageAndLog(dir_, image, size, v, options_.on_step));
-  const int old_fd = fd_;
+  bool replaced = false;
+  const Status written = WriteImageAndLog(dir_, image, size, v, options_.on_step, &replaced);
+  if (!replaced) return written;  // the old image and log stand
+  // The log in place is the fresh one: appends go to it from now on.
+  ::close(fd_);
+  fd_ = -1;
   StatusOr<int> fd = OpenForAppend(LogPath(dir_));
-  if (!fd.ok()) return fd.status();
-  ::close(old_fd);
+  if (!fd.ok()) return fd.status().WithContext("the store must be reopened");
   fd_ = *fd;
   ::unlink(ImagePath(dir_, image_number_).c_str());
   size_ = committed_size_ = kHeaderSize;
@@ -481,7 +490,7 @@ Status VersionLog::WriteImage(const uint8_t* image, size_t size, const VersionId
   ++stats_.images;
   stats_.image_bytes += size + kHeaderSize;
   stats_.fsyncs += 4;
-  return Status();
+  return written;
 }
 
 Status VersionLoggingReceiver::Begin(const uint8_t* header, size_t size) {

@@ -140,7 +140,10 @@ class VersionLog {
   bool ImageDue() const;
   // Writes `image` (version `v`, the last committed) as the new image and resets the log to it.
   // REQUIRES: no version begun; v is the last committed version; v.number differs from the
-  // image's unless no version was logged since it (then nothing is written).
+  // image's unless no version was logged since it (then nothing is written). An error before the
+  // fresh log is in place leaves the old image and log as they were; one after it (the
+  // directory's fsync, reopening the log) leaves the store on the new image, and this object
+  // refuses further versions when it cannot append to the new log (Open the store again).
   Status WriteImage(const uint8_t* image, size_t size, const VersionId& v);
 
   // The last committed version.
