@@ -13,6 +13,7 @@
 
 #include <filesystem>
 #include <optional>
+#include <ostream>
 
 #include "dcr/testing/fault_test_util.h"
 #include "receivers/version_log.h"
@@ -59,6 +60,9 @@ struct Case {
   bool mid_records;                    // killed after half of version 2's records are logged
   size_t survives;                     // the version the restart must hold
 };
+
+// gtest prints the case by its name (the CTest names carry it).
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 // Every image the log is written with: version 2's commit writes one (image_every_versions 2).
 VersionLogOptions Options() {
