@@ -22,17 +22,16 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "dcr/device.h"
 #include "dcr/status_macros.h"
@@ -55,8 +54,7 @@ double CpuNow() {
 }
 
 double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 // The process's write_bytes (bytes it caused to be written to storage); 0 when not reported.
@@ -99,11 +97,11 @@ struct Mapping {
 struct ModeResult {
   std::string device;
   uint64_t versions = 0;
-  uint64_t payload_bytes = 0;     // sum of the deltas' sizes
-  uint64_t log_bytes = 0;         // VersionLogStats, after Create
+  uint64_t payload_bytes = 0;  // sum of the deltas' sizes
+  uint64_t log_bytes = 0;      // VersionLogStats, after Create
   uint64_t image_bytes = 0;
-  uint64_t write_bytes = 0;       // /proc/self/io over the chain
-  double commit_s = 0;            // wall time of the commits (log fsyncs, the image)
+  uint64_t write_bytes = 0;  // /proc/self/io over the chain
+  double commit_s = 0;       // wall time of the commits (log fsyncs, the image)
   double restart_load_s = 0;
   double restart_replay_s = 0;
   uint64_t restart_versions = 0;
@@ -292,8 +290,9 @@ int Main(int argc, char** argv) {
       j["today_bytes_per_version"] = r.today_bytes;
       j["commit_wall_s_per_version"] = r.commit_s / r.versions;
       // CPU of a version's Begin, records and Commit through the log (an image's write
-      // included, amortized; the restart measured before it left out), and for "cpu" the first delta's plain
-      // apply into host memory and into a file-backed MAP_SHARED storage without the log.
+      // included, amortized; the restart measured before it left out), and for "cpu" the first
+      // delta's plain apply into host memory and into a file-backed MAP_SHARED storage without the
+      // log.
       j["log_apply_cpu_s_per_version"] = r.apply_cpu_s / r.versions;
       if (r.device == "cpu") {
         j["plain_apply_cpu_s"] = r.plain_apply_cpu_s;

@@ -26,10 +26,14 @@ enum EntryType : uint8_t { kHeader = 1, kRecord = 2, kTrailer = 3, kCommit = 4 }
 
 const char* EntryName(uint8_t type) {
   switch (type) {
-    case kHeader: return "header";
-    case kRecord: return "record";
-    case kTrailer: return "trailer";
-    case kCommit: return "commit";
+    case kHeader:
+      return "header";
+    case kRecord:
+      return "record";
+    case kTrailer:
+      return "trailer";
+    case kCommit:
+      return "commit";
   }
   return "unknown";
 }
@@ -57,8 +61,7 @@ uint64_t EntryChecksum(uint8_t type, const uint8_t* payload, size_t size) {
 }
 
 double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 std::string LogPath(const std::string& dir) { return dir + "/log"; }
@@ -181,10 +184,14 @@ uint64_t ImageSize(const Checkpoint& layout) {
 
 const char* VersionLogStepName(VersionLogStep step) {
   switch (step) {
-    case VersionLogStep::kEntriesSynced: return "entries-synced";
-    case VersionLogStep::kMarkerSynced: return "marker-synced";
-    case VersionLogStep::kImageHalfWritten: return "image-half-written";
-    case VersionLogStep::kImageRenamed: return "image-renamed";
+    case VersionLogStep::kEntriesSynced:
+      return "entries-synced";
+    case VersionLogStep::kMarkerSynced:
+      return "marker-synced";
+    case VersionLogStep::kImageHalfWritten:
+      return "image-half-written";
+    case VersionLogStep::kImageRenamed:
+      return "image-renamed";
   }
   return "unknown";
 }
@@ -292,8 +299,8 @@ StatusOr<std::unique_ptr<VersionLog>> VersionLog::Open(const std::string& dir,
     BufferReceiver rx(ImageTensors(layout, image->data()), r.image_version);
     auto fail = [&](const Entry& e, const Status& s) {
       return DataLossError("version log " + log_path + ": replay of the " + EntryName(e.type) +
-                           " entry at offset " + std::to_string(e.offset) + " refused: " +
-                           s.ToString());
+                           " entry at offset " + std::to_string(e.offset) +
+                           " refused: " + s.ToString());
     };
     bool in_version = false;
     for (size_t i = 0; i < committed_entries; ++i) {
@@ -411,8 +418,9 @@ Status VersionLog::Commit(const uint8_t* trailer, size_t size, const VersionId& 
     std::lock_guard<std::mutex> l(mu_);
     if (!in_version_) return FailedPreconditionError("version log: commit with no version begun");
     if (broken_) {
-      return FailedPreconditionError("version log: an entry of this version was not written; "
-                                     "the version cannot commit (abandon it)");
+      return FailedPreconditionError(
+          "version log: an entry of this version was not written; "
+          "the version cannot commit (abandon it)");
     }
     DCR_RETURN_IF_ERROR(AppendLocked(kTrailer, trailer, size));
     DCR_RETURN_IF_ERROR(SyncLocked());
@@ -438,8 +446,7 @@ Status VersionLog::Commit(const uint8_t* trailer, size_t size, const VersionId& 
 
 Status VersionLog::Abandon() {
   std::lock_guard<std::mutex> l(mu_);
-  if (size_ != committed_size_ &&
-      ::ftruncate(fd_, static_cast<off_t>(committed_size_)) != 0) {
+  if (size_ != committed_size_ && ::ftruncate(fd_, static_cast<off_t>(committed_size_)) != 0) {
     return ErrnoError("version log: truncate " + LogPath(dir_), errno);
   }
   size_ = committed_size_;

@@ -55,10 +55,10 @@ namespace dcr::internal {
 
 // The steps of a commit where a fault test may end the process (VersionLogOptions::on_step).
 enum class VersionLogStep {
-  kEntriesSynced,    // the version's entries and trailer fsynced, its commit marker not written
-  kMarkerSynced,     // the commit marker fsynced, no image written for it
-  kImageHalfWritten, // half of a new image's bytes written into its temporary
-  kImageRenamed,     // the new image in place, the log still naming the old one
+  kEntriesSynced,     // the version's entries and trailer fsynced, its commit marker not written
+  kMarkerSynced,      // the commit marker fsynced, no image written for it
+  kImageHalfWritten,  // half of a new image's bytes written into its temporary
+  kImageRenamed,      // the new image in place, the log still naming the old one
 };
 const char* VersionLogStepName(VersionLogStep step);
 
@@ -80,24 +80,24 @@ struct VersionLogOptions {
 
 // Bytes and operations of this object's lifetime.
 struct VersionLogStats {
-  uint64_t log_bytes = 0;        // bytes appended to the log (entries and markers)
-  uint64_t image_bytes = 0;      // bytes of images written (and fresh log headers)
-  uint64_t images = 0;           // images written (Create's included)
-  uint64_t versions = 0;         // versions committed to the log
+  uint64_t log_bytes = 0;    // bytes appended to the log (entries and markers)
+  uint64_t image_bytes = 0;  // bytes of images written (and fresh log headers)
+  uint64_t images = 0;       // images written (Create's included)
+  uint64_t versions = 0;     // versions committed to the log
   uint64_t fsyncs = 0;
 };
 
 // What Open recovered.
 struct RecoveredVersion {
-  std::vector<uint8_t> bytes;    // the image with every committed version replayed
-  VersionId version;             // the last committed version (the image's when none logged)
+  std::vector<uint8_t> bytes;  // the image with every committed version replayed
+  VersionId version;           // the last committed version (the image's when none logged)
   VersionId image_version;
   uint64_t versions_replayed = 0;
   uint64_t records_replayed = 0;
-  uint64_t log_bytes = 0;        // of committed entries
-  uint64_t torn_bytes = 0;       // entries without their commit marker, truncated
-  double load_s = 0;             // reading and checking the image
-  double replay_s = 0;           // replaying the log
+  uint64_t log_bytes = 0;   // of committed entries
+  uint64_t torn_bytes = 0;  // entries without their commit marker, truncated
+  double load_s = 0;        // reading and checking the image
+  double replay_s = 0;      // replaying the log
 };
 
 class VersionLog {
@@ -115,8 +115,7 @@ class VersionLog {
   // digest, a logged version the replay refuses), kFailedPrecondition (an image whose size is not
   // the layout's), errno errors.
   static StatusOr<std::unique_ptr<VersionLog>> Open(const std::string& dir,
-                                                    const Checkpoint& layout,
-                                                    RecoveredVersion* out,
+                                                    const Checkpoint& layout, RecoveredVersion* out,
                                                     VersionLogOptions options = {});
   ~VersionLog();
   VersionLog(const VersionLog&) = delete;
@@ -166,9 +165,9 @@ class VersionLog {
   uint64_t committed_size_ = 0;  // log bytes up to the last commit marker
   uint64_t image_size_ = 0;
   uint64_t image_number_ = 0;
-  uint64_t since_image_ = 0;     // versions committed to the log since its image
+  uint64_t since_image_ = 0;  // versions committed to the log since its image
   bool in_version_ = false;
-  bool broken_ = false;          // an append of the version begun failed: it cannot commit
+  bool broken_ = false;  // an append of the version begun failed: it cannot commit
   VersionId committed_;
   mutable std::mutex mu_;
   VersionLogStats stats_;
