@@ -483,7 +483,7 @@ Status VersionLog::WriteImage(const uint8_t* image, size_t size, const VersionId
   bool replaced = false;
   const Status written = WriteImageAndLog(dir_, image, size, v, options_.on_step, &replaced);
   if (!replaced) return written;  // the old image and log stand
-  // The log in place is the fresh one: appends go to it from now on.
+  // The log in place is the fresh one: every later append goes to it.
   ::close(fd_);
   fd_ = -1;
   StatusOr<int> fd = OpenForAppend(LogPath(dir_));
