@@ -32,6 +32,7 @@
 #include "dcr/status_macros.h"
 #include "dcr/testing/synth.h"
 #include "internal/diff_scan.h"
+#include "internal/own_directory.h"
 #include "internal/simd.h"
 #include "node/node_exe.h"
 #include "node_plans.h"
@@ -612,31 +613,9 @@ Status SpawnAndWait(const Scenario& s, const std::vector<NodePlan>& plans,
 StatusOr<std::string> PrepareWorkDir(const Scenario& s) {
   if (!s.model.work_dir.empty()) {
     const std::string& dir = s.model.work_dir;
-    struct stat st;
-    if (lstat(dir.c_str(), &st) != 0) {
-      if (errno != ENOENT) return ErrnoError("model.work_dir " + dir, errno);
-      size_t slash = dir.find_last_of('/');
-      if (slash != std::string::npos && slash > 0) DCR_RETURN_IF_ERROR(MkdirP(dir.substr(0, slash)));
-      if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-        return ErrnoError("mkdir " + dir, errno);
-      }
-      if (lstat(dir.c_str(), &st) != 0) return ErrnoError("model.work_dir " + dir, errno);
-    }
-    if (S_ISLNK(st.st_mode) || !S_ISDIR(st.st_mode)) {
-      return FailedPreconditionError("model.work_dir " + dir +
-                                     ": not a directory (a symlink or another file); refusing it");
-    }
-    if (st.st_uid != geteuid()) {
-      return FailedPreconditionError("model.work_dir " + dir + ": owned by uid " +
-                                     std::to_string(st.st_uid) + ", not by this user (uid " +
-                                     std::to_string(geteuid()) + "); refusing its contents");
-    }
-    if ((st.st_mode & 022) != 0) {
-      char mode[8];
-      std::snprintf(mode, sizeof mode, "%03o", static_cast<unsigned>(st.st_mode & 0777));
-      return FailedPreconditionError("model.work_dir " + dir + ": mode " + mode +
-                                     " lets other users write into it; chmod go-w it first");
-    }
+    DCR_RETURN_IF_ERROR(internal::CheckOwnDirectory(dir, "model.work_dir",
+                                                    internal::OthersMay::kRead,
+                                                    /*make_parents=*/true));
     return dir;
   }
   const char* tmp = std::getenv("TMPDIR");

@@ -9,18 +9,9 @@
 
 #include "dcr/signing.h"
 #include "dcr/status_macros.h"
+#include "internal/own_directory.h"
 
 namespace dcr::internal {
-
-namespace {
-
-std::string Octal(mode_t mode) {
-  char buf[16];
-  std::snprintf(buf, sizeof(buf), "%04o", static_cast<unsigned>(mode & 07777));
-  return buf;
-}
-
-}  // namespace
 
 std::string DeploymentStateDir(const std::string& root, uint64_t run_id) {
   char id[40];
@@ -34,26 +25,7 @@ Status OpenStateDir(const std::string& dir) {
       dir.compare(slash + 1, 11, "deployment-") == 0) {
     DCR_RETURN_IF_ERROR(OpenStateDir(dir.substr(0, slash)));
   }
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    return ErrnoError("state directory: mkdir " + dir, errno);
-  }
-  struct stat st;
-  if (::lstat(dir.c_str(), &st) != 0) return ErrnoError("state directory " + dir, errno);
-  if (!S_ISDIR(st.st_mode)) {
-    return FailedPreconditionError("state directory " + dir +
-                                   ": not a directory (a symlink or another file); refusing it");
-  }
-  const uid_t me = ::geteuid();
-  const mode_t others = S_IRGRP | S_IWGRP | S_IROTH | S_IWOTH;
-  if (st.st_uid != me || (st.st_mode & others) != 0) {
-    return FailedPreconditionError(
-        "state directory " + dir + ": owner uid " + std::to_string(st.st_uid) + ", mode " +
-        Octal(st.st_mode) + "; a node's state must be owned by its user (uid " +
-        std::to_string(me) +
-        ") and neither readable nor writable by group or others (mode 0700): refusing to "
-        "resume from or write to it");
-  }
-  return Status();
+  return CheckOwnDirectory(dir, "state directory", OthersMay::kNothing);
 }
 
 std::string StateFloorPath(const std::string& dir, int rank) {

@@ -23,6 +23,7 @@
 
 #include "dcr/status_macros.h"
 #include "internal/key_holder.h"
+#include "internal/own_directory.h"
 #include "transport/net.h"
 
 namespace dcr::internal {
@@ -543,18 +544,7 @@ StatusOr<Owned<EVP_PKEY>> NewKey() {
 }  // namespace
 
 Status PrepareCredentialDir(const std::string& dir) {
-  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoError("mkdir " + dir, errno);
-  struct stat st;
-  if (lstat(dir.c_str(), &st) != 0) return ErrnoError(dir, errno);
-  if (!S_ISDIR(st.st_mode)) return FailedPreconditionError(dir + ": not a directory");
-  if (st.st_uid != geteuid()) {
-    return FailedPreconditionError(dir + ": owned by uid " + std::to_string(st.st_uid) +
-                                   ", not by this user");
-  }
-  if ((st.st_mode & 022) != 0) {
-    return FailedPreconditionError(dir + ": writable by group or others");
-  }
-  return Status();
+  return CheckOwnDirectory(dir, "key directory", OthersMay::kRead);
 }
 
 Status WriteRunCredentials(const std::string& dir, const std::string& run_id,
