@@ -69,7 +69,9 @@ int dcr_publisher_open(const char* plan_path, const char* work_dir, dcr_publishe
  * the publisher is the sender), a scenario that does not parse or places no multi-host run, or
  * recovery without a store; DCR_FAILED_PRECONDITION, naming the state and the version, when
  * `state_dir` holds a run that published every version (a finished run; the same with a plan's
- * state_dir in dcr_publisher_open). */
+ * state_dir in dcr_publisher_open). With network.metrics_port (a plan's metrics_address), the
+ * publisher serves rank 0's /metrics and /healthz as dcr-node does, until it is closed; an
+ * address it cannot listen on fails the open with the listener's error. */
 int dcr_publisher_open_scenario(const char* scenario_path, int rank, const char* base_path,
                                 const char* state_dir, const char* work_dir,
                                 dcr_publisher** out);

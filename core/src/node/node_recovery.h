@@ -119,6 +119,9 @@ class DurableReceiver {
   std::vector<uint8_t*> MappedTensors() const;
   // A device's commit: every tensor downloaded into its place in the mapping, then msynced.
   Status DownloadIntoMapping();
+  // At each commit: the target's header recorded beside the storage (StorageHeaderPath,
+  // version_state.h), or a stale record removed for a sharded target.
+  Status RecordTargetHeader();
 
   std::unique_ptr<Checkpoint> base_;
   std::string storage_path_;
@@ -135,6 +138,7 @@ class DurableReceiver {
   std::unique_ptr<Receiver> outer_;             // the inventory, after each journaled apply
   VersionId base_version_;
   Inventory inventory_;  // of the delta begun (set by the outer layer's Begin)
+  std::string target_header_;  // its single-file target's JSON header ("" sharded; ditto)
   recovery::Restarted restart_;
   bool reattached_ = false;
 };

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +16,7 @@
 
 #include "dcr/checkpoint.h"
 #include "dcr/status_macros.h"
+#include "internal/atomic_file.h"
 #include "node/state_dir.h"
 
 namespace dcr::internal {
@@ -51,6 +53,77 @@ std::optional<nlohmann::json> ReadJson(const std::string& path) {
 Status WriteJson(const std::string& path, const nlohmann::json& j) {
   const std::string text = j.dump() + "\n";
   return WriteFileAtomic(path, text.data(), text.size());
+}
+
+// Gives the single-file storage `storage` (a base-layout image holding the target's tensors)
+// the target header recorded beside it (StorageHeaderPath), if any: in place, when the header
+// has the base header's length and every tensor keeps its offset (returns false); otherwise the
+// target checkpoint is written whole at `out`, each tensor's bytes taken from the storage
+// (returns true). No record: nothing done (false).
+StatusOr<bool> GiveTargetHeader(const std::string& storage, const std::string& out) {
+  const std::string record = StorageHeaderPath(storage);
+  if (!Exists(record)) return false;
+  DCR_ASSIGN_OR_RETURN(const std::vector<uint8_t> text, ReadFile(record));
+  const std::string json(text.begin(), text.end());
+  const nlohmann::json h = nlohmann::json::parse(json, nullptr, false);
+  if (h.is_discarded() || !h.is_object()) {
+    return DataLossError(record + ": not a safetensors JSON header");
+  }
+  DCR_ASSIGN_OR_RETURN(auto image, Checkpoint::Open(storage));
+  const CheckpointFile& file = image->files()[0];
+  const uint64_t data_start = 8 + json.size();
+  struct Placed {
+    const uint8_t* from;
+    uint64_t at;
+    uint64_t size;
+  };
+  std::vector<Placed> placed;
+  bool in_place = file.data_section_offset == data_start;
+  uint64_t end_of_file = data_start;
+  for (auto it = h.begin(); it != h.end(); ++it) {
+    if (it.key() == "__metadata__") continue;
+    const nlohmann::json* offsets =
+        it.value().is_object() && it.value().contains("data_offsets")
+            ? &it.value()["data_offsets"] : nullptr;
+    if (offsets == nullptr || !offsets->is_array() || offsets->size() != 2 ||
+        !(*offsets)[0].is_number_unsigned() || !(*offsets)[1].is_number_unsigned() ||
+        (*offsets)[1].get<uint64_t>() < (*offsets)[0].get<uint64_t>()) {
+      return DataLossError(record + ": tensor '" + it.key() + "' has no valid data_offsets");
+    }
+    const uint64_t begin = (*offsets)[0].get<uint64_t>(), end = (*offsets)[1].get<uint64_t>();
+    const TensorInfo* t = image->Find(it.key());
+    if (t == nullptr || t->nbytes != end - begin) {
+      return FailedPreconditionError(
+          "receiver storage " + storage + ": the target's tensor '" + it.key() + "' (" +
+          std::to_string(end - begin) + " bytes) " +
+          (t == nullptr ? "is not in it" : "has " + std::to_string(t->nbytes) + " bytes there"));
+    }
+    placed.push_back({image->data(*t), data_start + begin, end - begin});
+    if (file.data_section_offset + t->offset != data_start + begin) in_place = false;
+    end_of_file = std::max(end_of_file, data_start + end);
+  }
+  if (placed.size() != image->tensors().size() || end_of_file != file.size) in_place = false;
+  uint8_t length[8];
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<uint8_t>(json.size() >> (8 * i));
+  if (in_place) {
+    const int fd = ::open(storage.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return ErrnoError("receiver storage " + storage, errno);
+    const bool wrote = ::pwrite(fd, length, 8, 0) == 8 &&
+                       ::pwrite(fd, json.data(), json.size(), 8) ==
+                           static_cast<ssize_t>(json.size()) &&
+                       ::fsync(fd) == 0;
+    const int err = errno;
+    ::close(fd);
+    if (!wrote) return ErrnoError("receiver storage " + storage + ": header", err);
+    return false;
+  }
+  DCR_ASSIGN_OR_RETURN(auto f, AtomicFile::Create(out));
+  DCR_RETURN_IF_ERROR(f->Reserve(end_of_file));
+  DCR_RETURN_IF_ERROR(f->PWrite(length, 8, 0));
+  DCR_RETURN_IF_ERROR(f->PWrite(json.data(), json.size(), 8));
+  for (const Placed& p : placed) DCR_RETURN_IF_ERROR(f->PWrite(p.from, p.size, p.at));
+  DCR_RETURN_IF_ERROR(f->Commit());
+  return true;
 }
 
 }  // namespace
@@ -114,9 +187,18 @@ StatusOr<std::string> CommitStorageAsCheckpoint(const std::string& state_dir, ui
                                      std::to_string(st.st_size) + " bytes, its base has " +
                                      std::to_string(total));
     }
-    if (::rename(storage.c_str(), out.c_str()) != 0) return ErrnoError("rename " + storage, errno);
+    // The storage has the base's header; the target's, when recorded, replaces it. Written in
+    // place, the storage then moves to `out`; rewritten, `out` is written whole first. Either
+    // way the record goes last, so a restart in between does the same again.
+    DCR_ASSIGN_OR_RETURN(const bool rewritten, GiveTargetHeader(storage, out));
+    if (rewritten) {
+      if (::unlink(storage.c_str()) != 0) return ErrnoError("unlink " + storage, errno);
+    } else if (::rename(storage.c_str(), out.c_str()) != 0) {
+      return ErrnoError("rename " + storage, errno);
+    }
     ::unlink((storage + ".meta").c_str());
     DCR_RETURN_IF_ERROR(SyncDir(dir));
+    ::unlink(StorageHeaderPath(storage).c_str());
     return out;
   }
   // A sharded base: its files written out of the storage, in a directory renamed into place.

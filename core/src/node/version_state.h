@@ -64,12 +64,21 @@ std::optional<VersionDone> ReadVersionDone(const std::string& state_dir, uint64_
 // Records `done` for rank `rank` (atomically). Errors: errno errors naming the file.
 Status WriteVersionDone(const std::string& state_dir, int rank, const VersionDone& done);
 
+// Where DurableReceiver records, at each commit, the safetensors JSON header of the single-file
+// target its storage `storage` holds: "<storage>.header" (absent for a sharded target).
+inline std::string StorageHeaderPath(const std::string& storage) { return storage + ".header"; }
+
 // Delta receiver (any device), after version `version` committed: turns its storage mapping
 // of that version (<state_dir>/v<k>/rank-<r>.storage, a byte copy of `layout_path`'s files as
 // DurableReceiver keeps it) into a checkpoint in `layout_path`'s layout and returns its path.
-// Idempotent: a second call after a restart returns the path already made. REQUIRES: the
-// mapping is no longer written (the version's receiver is closed). Errors: kFailedPrecondition
-// when the storage's size is not the layout's; errno errors.
+// A single-file storage with its target's header recorded (StorageHeaderPath) gets that header:
+// the committed file is then the target checkpoint byte for byte (its metadata included), in
+// place when the header has the base's length and every tensor the base's offsets, else
+// rewritten in the target's layout. Idempotent: a second call after a restart returns the path
+// already made. REQUIRES: the mapping is no longer written (the version's receiver is closed).
+// Errors: kFailedPrecondition when the storage's size is not the layout's, or when the recorded
+// header names a tensor the storage lacks or gives one another size; kDataLoss for a recorded
+// header that does not parse; errno errors.
 StatusOr<std::string> CommitStorageAsCheckpoint(const std::string& state_dir, uint64_t version,
                                                 int rank, const std::string& layout_path);
 

@@ -19,6 +19,8 @@
 
 #include "dcr/checkpoint.h"
 #include "dcr/node.h"
+#include "dcr/status_macros.h"
+#include "node/metrics.h"
 #include "node/version_state.h"
 #include "node/versions.h"
 #include "publisher/publisher_open.h"
@@ -42,6 +44,8 @@ struct dcr_publisher {
   dcr::Status run_status;
   std::thread thread;
   std::unique_ptr<dcr::internal::ShardFeed> feed;  // dcr_publisher_attach_shards
+  // /metrics and /healthz of the sender (plan.metrics_address), as dcr-node serves them.
+  std::unique_ptr<dcr::internal::MetricsServer> metrics;
 };
 
 namespace {
@@ -141,6 +145,12 @@ dcr::Status Start(dcr_publisher* p, dcr::NodePlan plan, const std::string& work_
   }
   if (mkdir(work_dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return dcr::ErrnoError("work_dir " + work_dir, errno);
+  }
+  if (!plan.metrics_address.empty()) {
+    p->metrics = std::make_unique<dcr::internal::MetricsServer>();
+    DCR_RETURN_IF_ERROR(p->metrics->Start(plan.metrics_address, [] {
+      return dcr::internal::MetricsBoard::Process().Snapshot();
+    }));
   }
   p->plan = std::move(plan);
   p->work_dir = work_dir;
