@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
       break;
     }
   }
-  printf("stopping after version %llu\n", (unsigned long long)version);
+  printf("stopping before version %llu\n", (unsigned long long)version);
   fflush(stdout);
   /* Versions of the plan not handed are abandoned: the sender stops before them. */
   rc = dcr_publisher_close(p);

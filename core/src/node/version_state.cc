@@ -251,6 +251,16 @@ StatusOr<std::optional<JointCommitState>> ReadJointCommitState(const std::string
       if (!r.is_number_integer()) ok = false;
       else s.live.push_back(r.get<int>());
     }
+    if (ok && j->contains("checkpoints")) {
+      const nlohmann::json& c = (*j)["checkpoints"];
+      ok = c.is_object();
+      for (auto it = c.begin(); ok && it != c.end(); ++it) {
+        char* end = nullptr;
+        const unsigned long long k = std::strtoull(it.key().c_str(), &end, 10);
+        ok = !it.key().empty() && *end == '\0' && it.value().is_string();
+        if (ok) s.checkpoints[k] = it.value().get<std::string>();
+      }
+    }
   }
   if (!ok) return DataLossError(path + ": not a joint commit state; the sender cannot resume");
   return std::optional<JointCommitState>(std::move(s));
@@ -263,6 +273,11 @@ Status WriteJointCommitState(const std::string& state_dir, const JointCommitStat
                    {"hash_lo", s.baseline.hash.lo},
                    {"hash_hi", s.baseline.hash.hi}};
   j["live"] = s.live;
+  if (!s.checkpoints.empty()) {
+    nlohmann::json c = nlohmann::json::object();
+    for (const auto& [k, path] : s.checkpoints) c[std::to_string(k)] = path;
+    j["checkpoints"] = c;
+  }
   return WriteJson(state_dir + "/rank-0.commit", j);
 }
 
@@ -293,6 +308,13 @@ StatusOr<std::unique_ptr<VersionRecovery>> VersionRecovery::Open(const NodePlan&
     DCR_ASSIGN_OR_RETURN(r->commit_, ReadJointCommitState(plan.state_dir));
   }
   return r;
+}
+
+Status VersionRecovery::AddVersion(uint64_t version) {
+  const std::string dir = VersionStateDir(plan_.state_dir, version);
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoError("mkdir " + dir, errno);
+  versions_.push_back(version);
+  return Status();
 }
 
 bool VersionRecovery::Finished(const NodeVersion& v) {
@@ -375,6 +397,10 @@ StatusOr<uint64_t> VersionRecovery::CollectBefore(uint64_t version) {
     // The directory stays: a rank behind this one (a region receiver catching up) may still
     // work in it.
   }
+  // Collected once: a rank's files of a version it has moved past do not come back.
+  versions_.erase(std::remove_if(versions_.begin(), versions_.end(),
+                                 [version](uint64_t k) { return k < version; }),
+                  versions_.end());
   return removed;
 }
 
@@ -391,8 +417,12 @@ void VersionRecovery::Hold(uint64_t version, const std::string& checkpoint) {
 }
 
 Status VersionRecovery::SaveCommit(uint64_t done, const VersionId& baseline,
-                                   const std::vector<int>& live) {
-  JointCommitState s{done, baseline, live};
+                                   const std::vector<int>& live,
+                                   const std::map<uint64_t, std::string>& checkpoints) {
+  JointCommitState s{done, baseline, live, {}};
+  for (auto it = checkpoints.lower_bound(baseline.number); it != checkpoints.end(); ++it) {
+    if (it->first > 0 && it->first <= done) s.checkpoints.insert(*it);
+  }
   DCR_RETURN_IF_ERROR(WriteJointCommitState(plan_.state_dir, s));
   commit_ = s;
   return Status();

@@ -34,6 +34,7 @@
 #define DCR_CORE_SRC_NODE_VERSION_STATE_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -87,6 +88,9 @@ struct JointCommitState {
   uint64_t done = 0;      // the last version the sender finished (0: none)
   VersionId baseline;     // the version the next delta is built from
   std::vector<int> live;  // receivers still live
+  // The checkpoint of each version from the baseline to `done`, as the sender had it (the
+  // trainer's files): what a restarted sender builds the next deltas from.
+  std::map<uint64_t, std::string> checkpoints;
 };
 // nullopt when the sender finished no version yet. Errors: kDataLoss for a file that does not
 // parse (the sender cannot know what it published, so it does not guess).
@@ -132,8 +136,13 @@ class VersionRecovery {
   uint64_t held_number() const { return held_number_; }
   // Bytes of earlier versions' files this process removed (Done, Adopt).
   uint64_t collected_bytes() const { return collected_bytes_; }
-  // Sender: records the joint commit after version `done`.
-  Status SaveCommit(uint64_t done, const VersionId& baseline, const std::vector<int>& live);
+  // An open-ended plan's next version (NodePlan::open_versions): its directory is made and its
+  // files are collected as the listed versions' are. Errors: errno errors of the mkdir.
+  Status AddVersion(uint64_t version);
+  // Sender: records the joint commit after version `done`, with the checkpoints of the versions
+  // from the baseline on (those of `checkpoints` below it are not kept).
+  Status SaveCommit(uint64_t done, const VersionId& baseline, const std::vector<int>& live,
+                    const std::map<uint64_t, std::string>& checkpoints);
 
  private:
   VersionRecovery() = default;
@@ -141,7 +150,7 @@ class VersionRecovery {
   // Records `version` as the last one finished (rank-<r>.held) and removes the rank's files of
   // the versions before it. Returns the bytes removed.
   StatusOr<uint64_t> CollectBefore(uint64_t version);
-  std::vector<uint64_t> versions_;  // the plan's version numbers
+  std::vector<uint64_t> versions_;  // the plan's version numbers whose files are not collected
   uint64_t finished_before_ = 0;    // rank-<r>.held at Open: versions below it are finished
   bool state_floor_ = false;        // a signed delta receiver: its floor is rank-<r>.floor
   NodePlan plan_;  // the long-lived plan (rank, method, state_dir, fault points)

@@ -262,13 +262,19 @@ TEST(VersionState, JointCommitStateRoundTripsAndADamagedOneIsRefused) {
   auto none = ReadJointCommitState(dir);
   ASSERT_TRUE(none.ok());
   EXPECT_FALSE(none->has_value());
-  JointCommitState s{2, VersionId{2, Hash128{0x1234, 0xabcd}}, {1, 3, 4}};
+  JointCommitState s{4, VersionId{2, Hash128{0x1234, 0xabcd}}, {1, 3, 4},
+                     {{2, "/t/v2.safetensors"}, {3, "/t/v3.safetensors"}, {4, "/t/v4"}}};
   ASSERT_TRUE(WriteJointCommitState(dir, s).ok());
   auto got = ReadJointCommitState(dir);
   ASSERT_TRUE(got.ok() && got->has_value());
-  EXPECT_EQ((*got)->done, 2u);
+  EXPECT_EQ((*got)->done, 4u);
   EXPECT_EQ((*got)->baseline, s.baseline);
   EXPECT_EQ((*got)->live, s.live);
+  EXPECT_EQ((*got)->checkpoints, s.checkpoints);
+  WriteText(dir + "/rank-0.commit",
+            "{\"done\": 2, \"baseline\": {\"number\": 1, \"hash_lo\": 0, \"hash_hi\": 0}, "
+            "\"live\": [1], \"checkpoints\": {\"x\": \"/t\"}}");
+  EXPECT_TRUE(ReadJointCommitState(dir).status().IsDataLoss());
   WriteText(dir + "/rank-0.commit", "{\"done\": 2, \"baseline\": {\"number\": \"x\"}}");
   EXPECT_TRUE(ReadJointCommitState(dir).status().IsDataLoss());
   std::filesystem::remove_all(dir);
