@@ -100,12 +100,20 @@ publish() {
   [ -n "$line" ] || die "version $k: the trainer did not publish it"
   echo "     $line"
 }
+# state R: host R's state directory for the deployment running (the newest deployment-<id>
+# inside --state where the state is scoped by deployment, else --state itself).
+state() {
+  local d newest
+  d="$W/h$1/state"
+  newest=$(ls -dt "$d"/deployment-* 2>/dev/null | head -1)
+  echo "${newest:-$d}"
+}
 # check_version K RANKS...: each rank's committed checkpoint of version K is the trainer's file,
 # by `dcr verify` (waits a little for the commit's rename after the report).
 check_version() {
   local k=$1 r f; shift
   for r in "$@"; do
-    f="$W/h$r/state/v$k/rank-$r.committed.safetensors"
+    f="$(state "$r")/v$k/rank-$r.committed.safetensors"
     for _ in $(seq 100); do [ -f "$f" ] && break; sleep 0.1; done
     if ! "$DCR" verify -q "$f" "$W/srv/ckpt/step$k.safetensors" >"$W/verify.out" 2>&1; then
       bad "rank $r, version $k: dcr verify: $(cat "$W/verify.out")"
@@ -122,12 +130,17 @@ m = re.match(r"version (\d+): rc (\d+), (\d+) receivers committed, ([\d.]+) s", 
 sys.exit(0 if m and m.group(2) == "0" and float(m.group(4)) <= float(sys.argv[2]) else 1)
 PY
 }
-alive() { local n=0 r; for r in "$@"; do kill -0 "${pids[$r]}" 2>/dev/null && n=$((n + 1)); done; echo $n; }
+alive() {  # alive RANKS...: how many of their processes run
+  local n=0 r
+  for r in "$@"; do kill -0 "${pids[$r]}" 2>/dev/null && n=$((n + 1)); done
+  echo $n
+}
 # health R PATTERN: polls host R's /healthz until it matches PATTERN (extended regex), 30 s.
 health() {
   local b
   for _ in $(seq 300); do
-    b=$(ip netns exec "$P-h$1" curl -s --max-time 1 "http://$(netns_addr "$NET" "$1"):$((9400 + $1))/healthz")
+    b=$(ip netns exec "$P-h$1" curl -s --max-time 1 \
+          "http://$(netns_addr "$NET" "$1"):$((9400 + $1))/healthz")
     echo "$b" | grep -qE "$2" && { echo "$b" | tr '\n' ' '; return 0; }
     sleep 0.1
   done
@@ -146,7 +159,8 @@ wait "$hp" && ok "the trainer's /healthz names rank 6: $(cat "$W/health-0")" \
   || bad "the trainer's /healthz did not name rank 6"
 grep -q "receiver 6 declared dead at version 1" "$W/h0/trainer.err" \
   && ok "the trainer's log names rank 6 dead at version 1" || bad "rank 6 not named in the log"
-python3 - "$W/h0/state/node-0-v1.json" <<'PY' && ok "version 1's result names rank 6 dead" || bad "version 1's result"
+python3 - "$(state 0)/node-0-v1.json" <<'PY' && ok "version 1's result names rank 6 dead" \
+  || bad "version 1's result"
 import json, sys
 r = json.load(open(sys.argv[1]))
 assert r["ok"] and any(d.startswith("6:") for d in r["declared_dead"]), r
@@ -202,14 +216,13 @@ stop_deployment() {  # stop_deployment LAST_VERSION
 }
 stop_deployment 6
 took=$(( $(date +%s) - t0 ))
-[ "$fail" = 0 ] && ok "ranks 1-5 stopped by SIGTERM after version 6 (exit 143, the result says so); \
-the deployment ran in ${took} s"
-python3 - "$W" <<'PY' || fail=1
+[ "$fail" = 0 ] && ok "ranks 1-5 stopped by SIGTERM after version 6 (exit 143, the result says \
+so); the deployment ran in ${took} s"
+python3 - $(for r in 1 2 3 4 5; do state "$r"; done) <<'PY' || fail=1
 import json, sys
-w = sys.argv[1]
-for r in (1, 2, 3, 4, 5):
+for r, d in zip((1, 2, 3, 4, 5), sys.argv[1:]):
     for v in range(1, 7):
-        j = json.load(open("%s/h%d/state/node-%d-v%d.json" % (w, r, r, v)))
+        j = json.load(open("%s/node-%d-v%d.json" % (d, r, v)))
         assert j["ok"], (r, v, j.get("error"))
 print("ok   ranks 1-5: every version's result ok")
 PY
@@ -218,11 +231,13 @@ grep -q "receiver 3 joins the joint commit\|receiver 5 joins the joint commit" "
   || bad "no receiver rejoined the joint commit"
 # `dcr report` of node results: the receivers' version-6 results and final (SIGTERM) results, and
 # the trainer's per-version results.
-if "$DCR" report --no-figures -o "$W/report" "$W"/h[1-5]/result.json "$W"/h[1-5]/state/node-*-v6.json \
-    "$W"/h0/state/node-0-v*.json >"$W/report.out" 2>&1 &&
-   grep -qE "^\| $W/h0/state/node-0-v1.json \| 0 \| sender \| yes \| .* \| 4 \| (.*; )?6: " \
+results=(); for r in 1 2 3 4 5; do results+=("$(state "$r")/node-$r-v6.json"); done
+if "$DCR" report --no-figures -o "$W/report" "$W"/h[1-5]/result.json "${results[@]}" \
+    "$(state 0)"/node-0-v*.json >"$W/report.out" 2>&1 &&
+   grep -qE "^\| $(state 0)/node-0-v1.json \| 0 \| sender \| yes \| .* \| 4 \| (.*; )?6: " \
      "$W/report/summary.md" &&
-   [ "$(grep -cE "^\| $W/h[1-5]/state/node-[1-5]-v6.json \| [1-5] \| (relay|receiver) \| yes \|" \
+   [ "$(grep -cE "^\| $W/h[1-5]/state/(deployment-[^/]*/)?node-[1-5]-v6.json \| [1-5] \| \
+(relay|receiver) \| yes \|" \
           "$W/report/summary.md")" = 5 ] &&
    [ "$(grep -cE "^\| $W/h[1-5]/result.json \| [1-5] \| .* stopped by SIGTERM after version 6 " \
           "$W/report/summary.md")" = 5 ]; then

@@ -24,7 +24,8 @@ fi
 unit=$D/systemd/dcr-node@.service
 if command -v systemd-analyze >/dev/null; then
   node_abs="$(cd "$(dirname "$NODE")" && pwd)/$(basename "$NODE")"
-  sed "s#^ExecStart=/usr/local/bin/dcr-node #ExecStart=$node_abs #" "$unit" > "$tmp/dcr-node@3.service"
+  sed "s#^ExecStart=/usr/local/bin/dcr-node #ExecStart=$node_abs #" "$unit" \
+    > "$tmp/dcr-node@3.service"
   if out=$(systemd-analyze verify "$tmp/dcr-node@3.service" 2>&1) && [ -z "$out" ]; then
     ok "systemd-analyze verify: the unit (instance 3) has no complaint"
   else
@@ -102,8 +103,9 @@ if "StatefulSet" in kinds:
 
 # The cluster test starts its hosts the same way.
 t = open(cluster_test).read()
-check(re.search(r'"\$NODE" "\$S" \\\s*\n\s*--state "\$W/h\$r/state" --result "\$W/h\$r/result.json"',
-                t) is not None, "cluster_test.sh: dcr-node not started with --state/--result")
+check(re.search(r'"\$NODE" "\$S" \\\s*\n\s*--state "\$W/h\$r/state" '
+                r'--result "\$W/h\$r/result.json"', t) is not None,
+      "cluster_test.sh: dcr-node not started with --state/--result")
 check("var=RANK" in t and "var=SLURM_PROCID" in t,
       "cluster_test.sh: the rank not from RANK and SLURM_PROCID")
 check("deploy/deployment.yaml" in t or "TEMPLATE" in t, "cluster_test.sh: not the example")

@@ -13,7 +13,9 @@
 //     journal records it) every tensor downloaded from the device into it. A restarted one
 //     reloads the device from the version it can reload: the committed target's image when the
 //     journal records the target committed (a single-file base; a sharded one starts over), else
-//     the base checkpoint file, and applies the delta again.
+//     the base checkpoint file, and applies the delta again. At each commit the target's
+//     safetensors header (a single-file target) is recorded in <storage>.header, which gives the
+//     version's committed checkpoint its header (CommitStorageAsCheckpoint, version_state.h).
 //   * StoreMirror: a long-link relay (a child of the sender, the first node in the rollout region)
 //     puts every blob it received whole into the in-region object store, trailer last, so that the
 //     nodes of its region recover from the store without the stream crossing the long link again.
