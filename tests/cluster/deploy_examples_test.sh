@@ -67,7 +67,7 @@ u = configparser.ConfigParser(strict=False, interpolation=None)
 u.optionxform = str
 u.read(d + "/systemd/dcr-node@.service")
 svc = u["Service"]
-flags(shlex.split(svc["ExecStart"]), "systemd ExecStart")
+flags(shlex.split(svc["ExecStart"].replace("\\\n", " ")), "systemd ExecStart")
 check(svc.get("Environment") == "RANK=%i", "systemd: Environment is not RANK=%i")
 check(svc.get("KillSignal") == "SIGTERM", "systemd: KillSignal is not SIGTERM")
 check(svc.get("Restart") in ("on-failure", "always"), "systemd: no restart policy")

@@ -156,7 +156,8 @@ TEST(VersionState, RecordedHeaderOfAnotherLayoutIsRefused) {
   auto out = CommitStorageAsCheckpoint(dir, 1, 1, base);
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(out.status().message().find("tensor 'z'"), std::string::npos) << out.status().ToString();
+  EXPECT_NE(out.status().message().find("tensor 'z'"), std::string::npos)
+      << out.status().ToString();
   EXPECT_EQ(::access(storage.c_str(), F_OK), 0);
   std::filesystem::remove_all(dir);
 }

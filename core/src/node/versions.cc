@@ -371,7 +371,9 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
     if (sender && delta) {
       // Over the tree: the baseline of the joint commit. Over the store (no reports reach the
       // uploader): the version before.
-      const uint64_t from = joint ? commit->baseline().number : (i == 0 ? 0 : versions[i - 1].version);
+      const uint64_t from = joint    ? commit->baseline().number
+                            : i == 0 ? 0
+                                     : versions[i - 1].version;
       p.base_version = static_cast<int64_t>(from);
       const auto known = checkpoint_of.find(from);
       if (known == checkpoint_of.end() || known->second.empty()) {
