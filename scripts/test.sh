@@ -4,8 +4,8 @@
 #   2. configures and builds (CUDA code is compiled when nvcc is present; GPU tests skip without a GPU),
 #   3. starts the S3 server for the S3 tests (skipped with a message when it cannot start),
 #   4. runs the `quick` and `gpu` CTest labels, then the bounded heavy labels (`slow`, `kills`; `netns`,
-#      `bigmem` and `adversary` when root: bigmem diffs and applies a 2 x 1.5 GiB pair under a
-#      768 MiB memory cgroup in about a minute, with a 10-minute cap; adversary performs the
+#      `cluster`, `bigmem` and `adversary` when root: bigmem diffs and applies a 2 x 1.5 GiB pair
+#      under a 768 MiB memory cgroup in about a minute, with a 10-minute cap; adversary performs the
 #      attacks of core/docs/security.md, the local ones as a second user it creates, in about a
 #      minute, with a 4-minute cap),
 #   5. runs the codec benchmark check (ratios vs thresholds in bench/thresholds.json) and a bounded fuzz run.
@@ -51,6 +51,8 @@ if [ "${DCR_SKIP_SLOW:-0}" != "1" ]; then
   ctest --test-dir build -L kills --timeout 900 --no-tests=error --output-on-failure || status=1
   if [ "$(id -u)" -eq 0 ]; then
     ctest --test-dir build -L netns --output-on-failure || status=1
+    # A seven-host deployment in network namespaces (deploy/ as written), about half a minute.
+    ctest --test-dir build -L cluster --timeout 600 --output-on-failure || status=1
     ctest --test-dir build -L bigmem --timeout 600 --output-on-failure || status=1
     ctest --test-dir build -L adversary --timeout 240 --output-on-failure || status=1
   fi

@@ -267,7 +267,7 @@ StatusOr<double> TimePlainWrite(const std::string& path, const uint8_t* src, uin
 
 // Removes the files a durable receiver of rank 1 keeps in `dir`, then `dir`.
 void RemoveStateDir(const std::string& dir) {
-  for (const char* ext : {".journal", ".storage", ".storage.meta", ".starts"}) {
+  for (const char* ext : {".journal", ".storage", ".storage.meta", ".storage.header", ".starts"}) {
     ::unlink((dir + "/rank-1" + ext).c_str());
   }
   ::rmdir(dir.c_str());

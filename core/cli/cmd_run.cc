@@ -43,6 +43,12 @@ StatusOr<ScenarioResult> Execute(const Scenario& s) {
 int RunMain(const RunArgs& a) {
   auto s = LoadScenario(a.scenario);
   if (!s.ok()) return ReportStatus("run", s.status());
+  if (!s->model.base.empty()) {
+    return ReportStatus(
+        "run", InvalidArgumentError("model.base: a deployment whose versions a trainer hands "
+                                    "(dcr-node SCENARIO, dcr/publisher_c.h); `dcr run` needs "
+                                    "model.checkpoints or a preset"));
+  }
   if (a.quiet) s->progress = false;
   // The thresholds are read and matched with the scenario before the run, which may be long.
   RunCheck check;

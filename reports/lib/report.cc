@@ -105,10 +105,57 @@ std::string SeriesKey(const std::string& method, const std::string& transport) {
 
 }  // namespace
 
+namespace {
+
+// A node's result (`rank`, `role`, `ok` at the top level) as a NodeRow.
+Status AddNodeResult(const json& j, const std::string& source, Report* report) {
+  if (!j["rank"].is_number_integer() || !j["role"].is_string() || !j.contains("ok") ||
+      !j["ok"].is_boolean()) {
+    return InvalidArgumentError(source + ": a node result needs integer 'rank', string 'role' "
+                                "and boolean 'ok'");
+  }
+  auto number = [&j](const char* key) {
+    return j.contains(key) && j[key].is_number() ? j[key].get<double>() : 0.0;
+  };
+  NodeRow n;
+  n.source = source;
+  n.rank = j["rank"].get<int64_t>();
+  n.role = j["role"].get<std::string>();
+  n.ok = j["ok"].get<bool>();
+  n.verified = j.contains("verified") && j["verified"].is_boolean() && j["verified"].get<bool>();
+  const double start = number("t_start"), commit = number("t_commit");
+  n.seconds = start > 0 && commit >= start ? commit - start : 0;
+  n.bytes_received = number("bytes_received");
+  n.bytes_sent = number("bytes_sent");
+  n.receivers_committed = static_cast<int64_t>(number("receivers_committed"));
+  if (j.contains("declared_dead") && j["declared_dead"].is_array()) {
+    for (const json& d : j["declared_dead"]) {
+      if (!d.is_string()) continue;
+      n.declared_dead += (n.declared_dead.empty() ? "" : "; ") + d.get<std::string>();
+    }
+  }
+  if (j.contains("error") && j["error"].is_string()) n.error = j["error"].get<std::string>();
+  report->nodes.push_back(n);
+  return Status::OK();
+}
+
+// `text` with the characters that would break a Markdown table cell or a CSV field replaced.
+std::string Cell(std::string text, char separator) {
+  for (char& c : text) {
+    if (c == '\n' || c == separator || c == '"') c = ' ';
+  }
+  return text;
+}
+
+}  // namespace
+
 Status AddResult(const std::string& json_text, const std::string& source, Report* report) {
   json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
     return InvalidArgumentError(source + ": not a JSON object");
+  }
+  if (!j.contains("scenario") && j.contains("rank") && j.contains("role")) {
+    return AddNodeResult(j, source, report);
   }
   for (const char* key : {"scenario", "mode", "model"}) {
     if (!j.contains(key) || !j[key].is_string()) {
@@ -259,8 +306,30 @@ void RenderSummary(const Report& report, std::ostringstream& md) {
 
 }  // namespace
 
+namespace {
+
+void RenderNodes(const Report& report, std::ostringstream& md) {
+  md << "Nodes:\n\n| source | rank | role | ok | verified | seconds | received (MB) | sent (MB) | "
+        "receivers committed | declared dead | error |\n";
+  md << "|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const NodeRow& n : report.nodes) {
+    md << "| " << n.source << " | " << n.rank << " | " << n.role << " | "
+       << (n.ok ? "yes" : "no") << " | " << (n.verified ? "yes" : "no") << " | "
+       << Fmt("%.2f", n.seconds) << " | " << Fmt("%.2f", n.bytes_received / 1e6) << " | "
+       << Fmt("%.2f", n.bytes_sent / 1e6) << " | " << n.receivers_committed << " | "
+       << (n.declared_dead.empty() ? "-" : Cell(n.declared_dead, '|')) << " | "
+       << (n.error.empty() ? "-" : Cell(n.error, '|')) << " |\n";
+  }
+}
+
+}  // namespace
+
 std::string RenderMarkdown(const Report& report) {
   std::ostringstream md;
+  if (report.rows.empty() && !report.nodes.empty()) {  // node results only
+    RenderNodes(report, md);
+    return md.str();
+  }
   RenderHeadline(report, md);
   RenderSummary(report, md);
   md << "\nAll runs:\n\n";
@@ -280,7 +349,25 @@ std::string RenderMarkdown(const Report& report) {
   for (const ResultSetup& s : report.setups) {
     md << "- `" << s.source << "` (" << s.scenario << "): " << s.text << "\n";
   }
+  if (!report.nodes.empty()) {
+    md << "\n";
+    RenderNodes(report, md);
+  }
   return md.str();
+}
+
+std::string RenderNodesCsv(const Report& report) {
+  std::ostringstream csv;
+  csv << "source,rank,role,ok,verified,seconds,bytes_received,bytes_sent,receivers_committed,"
+         "declared_dead,error\n";
+  for (const NodeRow& n : report.nodes) {
+    csv << Cell(n.source, ',') << "," << n.rank << "," << n.role << "," << (n.ok ? 1 : 0) << ","
+        << (n.verified ? 1 : 0) << "," << Fmt("%.6f", n.seconds) << ","
+        << Fmt("%.0f", n.bytes_received) << "," << Fmt("%.0f", n.bytes_sent) << ","
+        << n.receivers_committed << "," << Cell(n.declared_dead, ',') << ","
+        << Cell(n.error, ',') << "\n";
+  }
+  return csv.str();
 }
 
 std::string RenderCsv(const Report& report) {
@@ -321,7 +408,21 @@ std::string RenderJson(const Report& report) {
   for (const ResultSetup& s : report.setups) {
     setups.push_back({{"source", s.source}, {"scenario", s.scenario}, {"setup", s.text}});
   }
-  return json{{"rows", rows}, {"setups", setups}}.dump(2) + "\n";
+  json nodes = json::array();
+  for (const NodeRow& n : report.nodes) {
+    nodes.push_back({{"source", n.source},
+                     {"rank", n.rank},
+                     {"role", n.role},
+                     {"ok", n.ok},
+                     {"verified", n.verified},
+                     {"seconds", n.seconds},
+                     {"bytes_received", n.bytes_received},
+                     {"bytes_sent", n.bytes_sent},
+                     {"receivers_committed", n.receivers_committed},
+                     {"declared_dead", n.declared_dead},
+                     {"error", n.error}});
+  }
+  return json{{"rows", rows}, {"setups", setups}, {"nodes", nodes}}.dump(2) + "\n";
 }
 
 namespace {
@@ -439,6 +540,9 @@ Status WriteReport(const Report& report, const ReportOptions& options) {
   DCR_RETURN_IF_ERROR(WriteFileAtomic(dir + "/summary.md", RenderMarkdown(report)));
   DCR_RETURN_IF_ERROR(WriteFileAtomic(dir + "/summary.csv", RenderCsv(report)));
   DCR_RETURN_IF_ERROR(WriteFileAtomic(dir + "/summary.json", RenderJson(report)));
+  if (!report.nodes.empty()) {
+    DCR_RETURN_IF_ERROR(WriteFileAtomic(dir + "/nodes.csv", RenderNodesCsv(report)));
+  }
   if (!options.figures || report.rows.empty()) return Status::OK();
 
   Table times, speed;

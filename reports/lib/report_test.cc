@@ -52,6 +52,37 @@ TEST(ReportTest, ComputesSpeedupPerTransportAndHeadline) {
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 5);
 }
 
+// Node results (a dcr-node --result file, a long-lived node's per-version result) become rows of
+// the nodes table, beside or without run results; a node result without its rank is refused.
+TEST(ReportTest, NodeResultsMakeTheNodesTable) {
+  const char* sender = R"({"rank": 0, "role": "sender", "ok": true, "verified": false,
+    "t_start": 100.0, "t_commit": 102.5, "bytes_sent": 2500000, "receivers_committed": 4,
+    "declared_dead": ["6: no commit report within 3 s"], "error": ""})";
+  const char* stopped = R"({"rank": 3, "role": "relay", "ok": false,
+    "error": "ABORTED: stopped by SIGTERM after version 2 of 6"})";
+  Report r;
+  ASSERT_TRUE(AddResult(sender, "node-0-v1.json", &r).ok());
+  ASSERT_TRUE(AddResult(stopped, "h3/result.json", &r).ok());
+  ASSERT_EQ(r.nodes.size(), 2u);
+  EXPECT_TRUE(r.rows.empty());
+  const std::string md = RenderMarkdown(r);
+  EXPECT_NE(md.find("| node-0-v1.json | 0 | sender | yes | no | 2.50 | 0.00 | 2.50 | 4 | "
+                    "6: no commit report within 3 s | - |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| h3/result.json | 3 | relay | no | no | 0.00 |"), std::string::npos) << md;
+  const std::string csv = RenderNodesCsv(r);
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 3);
+  EXPECT_NE(RenderJson(r).find("\"receivers_committed\": 4"), std::string::npos);
+  // With run results: the runs' tables, then the nodes.
+  ASSERT_TRUE(AddResult(kResult, "a.json", &r).ok());
+  const std::string both = RenderMarkdown(r);
+  EXPECT_LT(both.find("All runs:"), both.find("Nodes:"));
+  Status bad = AddResult(R"({"rank": "x", "role": "sender", "ok": true})", "b.json", &r);
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("b.json: a node result needs integer 'rank'"), std::string::npos);
+}
+
 TEST(ReportTest, MeasuredRateBesideTheTrainerRate) {
   // A result of synthetic checkpoints: the measured change, the trainer's input beside it; the
   // headline picks the run by the trainer's rate and the speedup pairs runs of the same rates.

@@ -271,13 +271,15 @@ Status ParseModel(const MapReader& top, Scenario* s) {
   }
   MapReader r(n, "model");
   DCR_RETURN_IF_ERROR(r.Init(
-      {"preset", "depth_div", "width_div", "expert_div", "seed", "checkpoints", "work_dir"}));
+      {"preset", "depth_div", "width_div", "expert_div", "seed", "checkpoints", "base",
+       "work_dir"}));
   DCR_RETURN_IF_ERROR(r.Str("preset", &s->model.preset));
   DCR_RETURN_IF_ERROR(r.Int("depth_div", &s->model.depth_div, 1, 1 << 20));
   DCR_RETURN_IF_ERROR(r.Int("width_div", &s->model.width_div, 1, 1 << 20));
   DCR_RETURN_IF_ERROR(r.Int("expert_div", &s->model.expert_div, 1, 1 << 20));
   DCR_RETURN_IF_ERROR(r.Int("seed", &s->model.seed, 0, INT64_MAX));
   DCR_RETURN_IF_ERROR(r.StrList("checkpoints", &s->model.checkpoints));
+  DCR_RETURN_IF_ERROR(r.Str("base", &s->model.base));
   DCR_RETURN_IF_ERROR(r.Str("work_dir", &s->model.work_dir));
   return Status();
 }
@@ -731,11 +733,11 @@ Status ParseTop(const YAML::Node& root, Scenario* s) {
 }  // namespace
 
 Status ValidateScenario(const Scenario& s) {
-  if (s.model.preset.empty() && s.model.checkpoints.empty()) {
-    return InvalidArgumentError("model: give a preset or checkpoints");
-  }
-  if (!s.model.preset.empty() && !s.model.checkpoints.empty()) {
-    return InvalidArgumentError("model: give either a preset or checkpoints, not both");
+  const int given = !s.model.preset.empty() + !s.model.checkpoints.empty() +
+                    !s.model.base.empty();
+  if (given == 0) return InvalidArgumentError("model: give a preset, checkpoints or a base");
+  if (given > 1) {
+    return InvalidArgumentError("model: give one of a preset, checkpoints or a base, not several");
   }
   if (!s.model.checkpoints.empty() && s.model.checkpoints.size() < 2) {
     return InvalidArgumentError("model.checkpoints: need a base and at least one target");

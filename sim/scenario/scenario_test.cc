@@ -103,6 +103,19 @@ TEST(Scenario, Defaults) {
   EXPECT_EQ(s->network.regions.size(), 2u);
 }
 
+// A deployment names only the base: its versions are open-ended. One model form at a time.
+TEST(Scenario, ModelBaseIsADeploymentWithoutAVersionCount) {
+  auto s = ParseScenario("model: {base: /srv/base.safetensors}\n");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->model.base, "/srv/base.safetensors");
+  EXPECT_TRUE(s->model.checkpoints.empty());
+  auto both = ParseScenario("model: {base: /b, checkpoints: [/b, /t]}\n");
+  ASSERT_FALSE(both.ok());
+  EXPECT_NE(both.status().message().find("model: give one of a preset, checkpoints or a base"),
+            std::string::npos)
+      << both.status().message();
+}
+
 TEST(Scenario, FaultProxyKeys) {
   auto s = ParseScenario(
       "model: tiny\nfaults: {proxy_runs: 3, proxy_faults: 2, proxy_kinds: [corrupt, partition, "

@@ -10,38 +10,22 @@ DCR=${1:?usage: netns_relay_test.sh DCR_BINARY}
 RATE_MBIT=${DCR_NETNS_RATE_MBIT:-40}
 P=dcrns$$            # namespace prefix, unique per run
 NET=10.213.$(( $$ % 200 + 20 ))
-skip() { echo "SKIP: $*"; exit 77; }
-[ "$(id -u)" = 0 ] || skip "needs root (ip netns)"
-command -v ip >/dev/null && command -v tc >/dev/null || skip "iproute2 (ip, tc) missing"
-ip netns add "$P-probe" 2>/dev/null || skip "ip netns unavailable here"
-ip netns del "$P-probe"
+source "$(dirname "$0")/netns_lib.sh"
+netns_require
 
 WORK=$(mktemp -d /tmp/dcr-netns-XXXXXX)
 PIDS=()
 cleanup() {
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null; done
   for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null; done
-  for ns in r h0 h1 h2 h3; do ip netns del "$P-$ns" 2>/dev/null; done
+  netns_delete "$P" 4
   [ -n "${DCR_NETNS_KEEP:-}" ] || rm -rf "$WORK"
 }
 trap cleanup EXIT
 fail() { echo "FAIL: $*"; for f in "$WORK"/*.log; do echo "== $f"; tail -5 "$f"; done; exit 1; }
 
 # Router namespace with a bridge; one veth per host.
-ip netns add "$P-r" || fail "netns add"
-ip -n "$P-r" link add br0 type bridge
-ip -n "$P-r" link set br0 up
-ip -n "$P-r" link set lo up
-for i in 0 1 2 3; do
-  ip netns add "$P-h$i"
-  ip link add "$P-v$i" type veth peer name "$P-p$i"
-  ip link set "$P-v$i" netns "$P-h$i"
-  ip link set "$P-p$i" netns "$P-r"
-  ip -n "$P-r" link set "$P-p$i" master br0 up
-  ip -n "$P-h$i" link set lo up
-  ip -n "$P-h$i" addr add "$NET.$((10 + i))/24" dev "$P-v$i"
-  ip -n "$P-h$i" link set "$P-v$i" up
-done
+netns_hosts "$P" "$NET" 4 || fail "netns set-up"
 # The long link: h0's egress and the bridge port towards h0, tbf-shaped.
 tc -n "$P-h0" qdisc add dev "$P-v0" root tbf rate "${RATE_MBIT}mbit" burst 32kbit latency 50ms \
   || fail "tbf on the long link"

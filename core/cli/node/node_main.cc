@@ -12,6 +12,7 @@
 //                                          receivers.devices), else its index on its host.
 //                                          With --target: one refit. Without: long-lived, one
 //                                          version per model.checkpoints entry after the base,
+//                                          or open-ended with model.base (until stopped),
 //                                          recovering with --state DIR (HostPlan, node_plans.h).
 // Either form probes the plan's device first: one that cannot be used is refused (exit 15 for
 // cuda without a usable GPU, naming CUDA and the reason) before the node connects or loads.
@@ -31,6 +32,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -173,6 +175,21 @@ std::string RoleOf(const NodePlan& plan) {
 // wrote (modified since `started`, a wall-clock time), or that it finished none.
 std::string Progress(const NodePlan& plan, time_t started) {
   if (plan.versions.empty()) return "before its refit finished";
+  if (plan.open_versions) {
+    // The versions follow one another: the newest whose result this process wrote.
+    std::optional<uint64_t> newest;
+    std::string newest_path;
+    NodeVersion v = plan.versions.back();
+    for (struct stat st; !v.result_path.empty() && stat(v.result_path.c_str(), &st) == 0;
+         v = internal::NextOpenVersion(v)) {
+      if (st.st_mtime >= started) {
+        newest = v.version;
+        newest_path = v.result_path;
+      }
+    }
+    if (newest) return "after version " + std::to_string(*newest) + " (" + newest_path + ")";
+    return "before this process finished a version";
+  }
   for (auto v = plan.versions.rbegin(); v != plan.versions.rend(); ++v) {
     struct stat st;
     if (!v->result_path.empty() && stat(v->result_path.c_str(), &st) == 0 &&

@@ -88,6 +88,12 @@ struct NodePlan {
   // a one-version node in <state_dir>/v<k> and a restarted process resumes at the version it
   // was in (core/src/node/version_state.h; delta receivers on device "cpu" only).
   std::vector<NodeVersion> versions;
+  // Open-ended versions (a deployment): `versions` lists the first ones, and after the last
+  // listed the node goes on with the next number, each version k + 1 named as k is with its
+  // number changed (NextOpenVersion, node/versions.h: prefix ".../step-<k>", result path
+  // "...-v<k>.json"; no target or verify path). A receiver takes versions until it is stopped;
+  // the sender until its trainer ends the run (dcr/publisher_c.h). Not with region_receiver.
+  bool open_versions = false;
   // Mutual TLS 1.3 on every relay-tree edge: the run's CA certificate, this node's certificate
   // and its private key (PEM files; the key must not be readable by group or others). A node
   // accepts a parent only with a sender or relay certificate of its run, a child only with a

@@ -60,7 +60,9 @@ int dcr_publisher_open(const char* plan_path, const char* work_dir, dcr_publishe
  * (addresses from network.hosts, TLS and signing from the files the scenario names, store
  * prefixes refit/step-<k>, so its receivers are `dcr-node SCENARIO --rank R` processes in the
  * long-lived form). Versions: one per model.checkpoints entry after the base, or, for a preset
- * model, `steps`; their contents come from the trainer. `base_path` (NULL or "":
+ * model, `steps`, or, for a scenario with model.base (a deployment), open-ended: 1, 2, ... as
+ * many as the trainer hands, ending when it closes the publisher; their contents come from the
+ * trainer. `base_path` (NULL or "":
  * model.checkpoints[0]) is the checkpoint every receiver holds. `state_dir` (NULL or "": none)
  * makes the sender recover, with the in-region store of the scenario's transport.object_store: a
  * trainer started again with the same state_dir resumes at the first version not yet published
@@ -69,7 +71,9 @@ int dcr_publisher_open(const char* plan_path, const char* work_dir, dcr_publishe
  * the publisher is the sender), a scenario that does not parse or places no multi-host run, or
  * recovery without a store; DCR_FAILED_PRECONDITION, naming the state and the version, when
  * `state_dir` holds a run that published every version (a finished run; the same with a plan's
- * state_dir in dcr_publisher_open). */
+ * state_dir in dcr_publisher_open). With network.metrics_port (a plan's metrics_address), the
+ * publisher serves rank 0's /metrics and /healthz as dcr-node does, until it is closed; an
+ * address it cannot listen on fails the open with the listener's error. */
 int dcr_publisher_open_scenario(const char* scenario_path, int rank, const char* base_path,
                                 const char* state_dir, const char* work_dir,
                                 dcr_publisher** out);
@@ -218,8 +222,10 @@ int dcr_publisher_next_version(const dcr_publisher* p, uint64_t* version);
 const char* dcr_publisher_error(const dcr_publisher* p);
 
 /* Ends the session: versions of the plan not yet handed are abandoned (the sender stops before
- * them and its receivers time out waiting). Waits for the sender's thread and frees `p`.
- * Returns DCR_OK when every version was handed and published, else the sender's error. */
+ * them and its receivers time out waiting; an open-ended plan's run simply ends there, its
+ * receivers waiting for a next version until they are stopped). Waits for the sender's thread
+ * and frees `p`. Returns DCR_OK when every version was handed and published (an open-ended
+ * plan: every version handed), else the sender's error. */
 int dcr_publisher_close(dcr_publisher* p);
 
 #ifdef __cplusplus

@@ -78,6 +78,7 @@ std::string NodePlanToJson(const NodePlan& p) {
     }
     j["versions"] = vs;
   }
+  if (p.open_versions) j["open_versions"] = true;
   if (!p.tls_ca.empty() || !p.tls_cert.empty() || !p.tls_key.empty()) {
     j["tls"] = {{"ca", p.tls_ca}, {"cert", p.tls_cert}, {"key", p.tls_key}};
     if (!p.tls_links) j["tls"]["links"] = false;
@@ -174,6 +175,7 @@ StatusOr<NodePlan> NodePlanFromJson(const std::string& text) {
         p.versions.push_back(std::move(nv));
       }
     }
+    if (j.contains("open_versions")) p.open_versions = j["open_versions"].get<bool>();
     if (j.contains("tls")) {
       const auto& t = j["tls"];
       p.tls_ca = t.at("ca").get<std::string>();

@@ -15,6 +15,7 @@
 #include "dcr/delta.h"
 #include "dcr/status_macros.h"
 #include "dcr/versioning.h"
+#include "node/version_state.h"
 #include "receivers/device_image.h"
 
 namespace dcr::internal {
@@ -63,22 +64,31 @@ class DurableReceiver::HookedReceiver : public Receiver {
  public:
   // `inventory` (may be null) is set to the inventory of every delta begun; `written` (may be
   // null) is set when a chunk record reaches the inner receiver; `faults` may be null (none).
+  // `target_header` (may be null) is set to the target's safetensors JSON header of every
+  // delta begun ("" for a sharded target).
   HookedReceiver(Receiver* inner, FaultPoints* faults, bool inside_layer,
                  std::function<Status()> on_commit, Inventory* inventory,
-                 std::atomic<bool>* written = nullptr, std::function<void()> on_applied = {})
+                 std::atomic<bool>* written = nullptr, std::function<void()> on_applied = {},
+                 std::string* target_header = nullptr)
       : inner_(inner),
         faults_(faults),
         inside_layer_(inside_layer),
         on_commit_(std::move(on_commit)),
         on_applied_(std::move(on_applied)),
         inventory_(inventory),
+        target_header_(target_header),
         written_(written) {}
   Status Begin(const uint8_t* h, size_t n) override {
     DCR_RETURN_IF_ERROR(inner_->Begin(h, n));
-    if (inventory_ != nullptr) {
+    if (inventory_ != nullptr || target_header_ != nullptr) {
       size_t consumed = 0;
       DCR_ASSIGN_OR_RETURN(FileHeader header, ParseFileHeader(h, n, &consumed));
-      DCR_ASSIGN_OR_RETURN(*inventory_, Inventory::FromHeader(header));
+      if (inventory_ != nullptr) {
+        DCR_ASSIGN_OR_RETURN(*inventory_, Inventory::FromHeader(header));
+      }
+      if (target_header_ != nullptr) {
+        *target_header_ = header.sharded() ? std::string() : header.files[0].header;
+      }
     }
     return Status();
   }
@@ -111,6 +121,7 @@ class DurableReceiver::HookedReceiver : public Receiver {
   std::function<Status()> on_commit_;
   std::function<void()> on_applied_;
   Inventory* inventory_;
+  std::string* target_header_;
   std::atomic<bool>* written_;
   std::atomic<int64_t> ordinal_{0};
 };
@@ -198,6 +209,15 @@ Status DurableReceiver::MsyncMapping() {
     return ErrnoError("receiver storage " + storage_path_ + ": msync", errno);
   }
   return Status();
+}
+
+Status DurableReceiver::RecordTargetHeader() {
+  const std::string path = StorageHeaderPath(storage_path_);
+  if (target_header_.empty()) {
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoError("unlink " + path, errno);
+    return Status();
+  }
+  return WriteFileAtomic(path, target_header_.data(), target_header_.size());
 }
 
 void DurableReceiver::StartWriteback() {
@@ -292,7 +312,10 @@ StatusOr<std::unique_ptr<DurableReceiver>> DurableReceiver::Open(const NodePlan&
     const std::vector<uint8_t*> at = r->MappedTensors();
     for (size_t k = 0; k < at.size(); ++k) tensors.push_back({r->base_->tensors()[k], at[k]});
     r->backend_ = std::make_unique<BufferReceiver>(std::move(tensors), *committed);
-    on_commit = [p = r.get()] { return p->MsyncMapping(); };
+    on_commit = [p = r.get()] {
+      DCR_RETURN_IF_ERROR(p->MsyncMapping());
+      return p->RecordTargetHeader();
+    };
     on_applied = [p = r.get()] { p->StartWriteback(); };
   } else {
     if (loaded == nullptr && carried_device != nullptr) {
@@ -310,7 +333,7 @@ StatusOr<std::unique_ptr<DurableReceiver>> DurableReceiver::Open(const NodePlan&
     on_commit = [p = r.get()] {
       DCR_RETURN_IF_ERROR(p->DownloadIntoMapping());
       p->written_ = false;  // the device holds the committed version again
-      return Status();
+      return p->RecordTargetHeader();
     };
   }
   r->durable_layer_ = std::make_unique<HookedReceiver>(r->backend_.get(), faults, true,
@@ -318,7 +341,8 @@ StatusOr<std::unique_ptr<DurableReceiver>> DurableReceiver::Open(const NodePlan&
                                                       std::move(on_applied));
   r->journaled_ = std::make_unique<JournaledReceiver>(r->durable_layer_.get(), r->journal_.get());
   r->outer_ = std::make_unique<HookedReceiver>(r->journaled_.get(), faults, false, nullptr,
-                                              &r->inventory_);
+                                              &r->inventory_, nullptr, std::function<void()>(),
+                                              &r->target_header_);
   return r;
 }
 

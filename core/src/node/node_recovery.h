@@ -13,7 +13,9 @@
 //     journal records it) every tensor downloaded from the device into it. A restarted one
 //     reloads the device from the version it can reload: the committed target's image when the
 //     journal records the target committed (a single-file base; a sharded one starts over), else
-//     the base checkpoint file, and applies the delta again.
+//     the base checkpoint file, and applies the delta again. At each commit the target's
+//     safetensors header (a single-file target) is recorded in <storage>.header, which gives the
+//     version's committed checkpoint its header (CommitStorageAsCheckpoint, version_state.h).
 //   * StoreMirror: a long-link relay (a child of the sender, the first node in the rollout region)
 //     puts every blob it received whole into the in-region object store, trailer last, so that the
 //     nodes of its region recover from the store without the stream crossing the long link again.
@@ -119,6 +121,9 @@ class DurableReceiver {
   std::vector<uint8_t*> MappedTensors() const;
   // A device's commit: every tensor downloaded into its place in the mapping, then msynced.
   Status DownloadIntoMapping();
+  // At each commit: the target's header recorded beside the storage (StorageHeaderPath,
+  // version_state.h), or a stale record removed for a sharded target.
+  Status RecordTargetHeader();
 
   std::unique_ptr<Checkpoint> base_;
   std::string storage_path_;
@@ -135,6 +140,7 @@ class DurableReceiver {
   std::unique_ptr<Receiver> outer_;             // the inventory, after each journaled apply
   VersionId base_version_;
   Inventory inventory_;  // of the delta begun (set by the outer layer's Begin)
+  std::string target_header_;  // its single-file target's JSON header ("" sharded; ditto)
   recovery::Restarted restart_;
   bool reattached_ = false;
 };

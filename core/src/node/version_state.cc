@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +16,7 @@
 
 #include "dcr/checkpoint.h"
 #include "dcr/status_macros.h"
+#include "internal/atomic_file.h"
 #include "node/state_dir.h"
 
 namespace dcr::internal {
@@ -51,6 +53,77 @@ std::optional<nlohmann::json> ReadJson(const std::string& path) {
 Status WriteJson(const std::string& path, const nlohmann::json& j) {
   const std::string text = j.dump() + "\n";
   return WriteFileAtomic(path, text.data(), text.size());
+}
+
+// Gives the single-file storage `storage` (a base-layout image holding the target's tensors)
+// the target header recorded beside it (StorageHeaderPath), if any: in place, when the header
+// has the base header's length and every tensor keeps its offset (returns false); otherwise the
+// target checkpoint is written whole at `out`, each tensor's bytes taken from the storage
+// (returns true). No record: nothing done (false).
+StatusOr<bool> GiveTargetHeader(const std::string& storage, const std::string& out) {
+  const std::string record = StorageHeaderPath(storage);
+  if (!Exists(record)) return false;
+  DCR_ASSIGN_OR_RETURN(const std::vector<uint8_t> text, ReadFile(record));
+  const std::string json(text.begin(), text.end());
+  const nlohmann::json h = nlohmann::json::parse(json, nullptr, false);
+  if (h.is_discarded() || !h.is_object()) {
+    return DataLossError(record + ": not a safetensors JSON header");
+  }
+  DCR_ASSIGN_OR_RETURN(auto image, Checkpoint::Open(storage));
+  const CheckpointFile& file = image->files()[0];
+  const uint64_t data_start = 8 + json.size();
+  struct Placed {
+    const uint8_t* from;
+    uint64_t at;
+    uint64_t size;
+  };
+  std::vector<Placed> placed;
+  bool in_place = file.data_section_offset == data_start;
+  uint64_t end_of_file = data_start;
+  for (auto it = h.begin(); it != h.end(); ++it) {
+    if (it.key() == "__metadata__") continue;
+    const nlohmann::json* offsets =
+        it.value().is_object() && it.value().contains("data_offsets")
+            ? &it.value()["data_offsets"] : nullptr;
+    if (offsets == nullptr || !offsets->is_array() || offsets->size() != 2 ||
+        !(*offsets)[0].is_number_unsigned() || !(*offsets)[1].is_number_unsigned() ||
+        (*offsets)[1].get<uint64_t>() < (*offsets)[0].get<uint64_t>()) {
+      return DataLossError(record + ": tensor '" + it.key() + "' has no valid data_offsets");
+    }
+    const uint64_t begin = (*offsets)[0].get<uint64_t>(), end = (*offsets)[1].get<uint64_t>();
+    const TensorInfo* t = image->Find(it.key());
+    if (t == nullptr || t->nbytes != end - begin) {
+      return FailedPreconditionError(
+          "receiver storage " + storage + ": the target's tensor '" + it.key() + "' (" +
+          std::to_string(end - begin) + " bytes) " +
+          (t == nullptr ? "is not in it" : "has " + std::to_string(t->nbytes) + " bytes there"));
+    }
+    placed.push_back({image->data(*t), data_start + begin, end - begin});
+    if (file.data_section_offset + t->offset != data_start + begin) in_place = false;
+    end_of_file = std::max(end_of_file, data_start + end);
+  }
+  if (placed.size() != image->tensors().size() || end_of_file != file.size) in_place = false;
+  uint8_t length[8];
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<uint8_t>(json.size() >> (8 * i));
+  if (in_place) {
+    const int fd = ::open(storage.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return ErrnoError("receiver storage " + storage, errno);
+    const bool wrote = ::pwrite(fd, length, 8, 0) == 8 &&
+                       ::pwrite(fd, json.data(), json.size(), 8) ==
+                           static_cast<ssize_t>(json.size()) &&
+                       ::fsync(fd) == 0;
+    const int err = errno;
+    ::close(fd);
+    if (!wrote) return ErrnoError("receiver storage " + storage + ": header", err);
+    return false;
+  }
+  DCR_ASSIGN_OR_RETURN(auto f, AtomicFile::Create(out));
+  DCR_RETURN_IF_ERROR(f->Reserve(end_of_file));
+  DCR_RETURN_IF_ERROR(f->PWrite(length, 8, 0));
+  DCR_RETURN_IF_ERROR(f->PWrite(json.data(), json.size(), 8));
+  for (const Placed& p : placed) DCR_RETURN_IF_ERROR(f->PWrite(p.from, p.size, p.at));
+  DCR_RETURN_IF_ERROR(f->Commit());
+  return true;
 }
 
 }  // namespace
@@ -114,9 +187,18 @@ StatusOr<std::string> CommitStorageAsCheckpoint(const std::string& state_dir, ui
                                      std::to_string(st.st_size) + " bytes, its base has " +
                                      std::to_string(total));
     }
-    if (::rename(storage.c_str(), out.c_str()) != 0) return ErrnoError("rename " + storage, errno);
+    // The storage has the base's header; the target's, when recorded, replaces it. Written in
+    // place, the storage then moves to `out`; rewritten, `out` is written whole first. Either
+    // way the record goes last, so a restart in between does the same again.
+    DCR_ASSIGN_OR_RETURN(const bool rewritten, GiveTargetHeader(storage, out));
+    if (rewritten) {
+      if (::unlink(storage.c_str()) != 0) return ErrnoError("unlink " + storage, errno);
+    } else if (::rename(storage.c_str(), out.c_str()) != 0) {
+      return ErrnoError("rename " + storage, errno);
+    }
     ::unlink((storage + ".meta").c_str());
     DCR_RETURN_IF_ERROR(SyncDir(dir));
+    ::unlink(StorageHeaderPath(storage).c_str());
     return out;
   }
   // A sharded base: its files written out of the storage, in a directory renamed into place.
@@ -169,6 +251,16 @@ StatusOr<std::optional<JointCommitState>> ReadJointCommitState(const std::string
       if (!r.is_number_integer()) ok = false;
       else s.live.push_back(r.get<int>());
     }
+    if (ok && j->contains("checkpoints")) {
+      const nlohmann::json& c = (*j)["checkpoints"];
+      ok = c.is_object();
+      for (auto it = c.begin(); ok && it != c.end(); ++it) {
+        char* end = nullptr;
+        const unsigned long long k = std::strtoull(it.key().c_str(), &end, 10);
+        ok = !it.key().empty() && *end == '\0' && it.value().is_string();
+        if (ok) s.checkpoints[k] = it.value().get<std::string>();
+      }
+    }
   }
   if (!ok) return DataLossError(path + ": not a joint commit state; the sender cannot resume");
   return std::optional<JointCommitState>(std::move(s));
@@ -181,6 +273,11 @@ Status WriteJointCommitState(const std::string& state_dir, const JointCommitStat
                    {"hash_lo", s.baseline.hash.lo},
                    {"hash_hi", s.baseline.hash.hi}};
   j["live"] = s.live;
+  if (!s.checkpoints.empty()) {
+    nlohmann::json c = nlohmann::json::object();
+    for (const auto& [k, path] : s.checkpoints) c[std::to_string(k)] = path;
+    j["checkpoints"] = c;
+  }
   return WriteJson(state_dir + "/rank-0.commit", j);
 }
 
@@ -211,6 +308,13 @@ StatusOr<std::unique_ptr<VersionRecovery>> VersionRecovery::Open(const NodePlan&
     DCR_ASSIGN_OR_RETURN(r->commit_, ReadJointCommitState(plan.state_dir));
   }
   return r;
+}
+
+Status VersionRecovery::AddVersion(uint64_t version) {
+  const std::string dir = VersionStateDir(plan_.state_dir, version);
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoError("mkdir " + dir, errno);
+  versions_.push_back(version);
+  return Status();
 }
 
 bool VersionRecovery::Finished(const NodeVersion& v) {
@@ -293,6 +397,10 @@ StatusOr<uint64_t> VersionRecovery::CollectBefore(uint64_t version) {
     // The directory stays: a rank behind this one (a region receiver catching up) may still
     // work in it.
   }
+  // Collected once: a rank's files of a version it has moved past do not come back.
+  versions_.erase(std::remove_if(versions_.begin(), versions_.end(),
+                                 [version](uint64_t k) { return k < version; }),
+                  versions_.end());
   return removed;
 }
 
@@ -309,8 +417,12 @@ void VersionRecovery::Hold(uint64_t version, const std::string& checkpoint) {
 }
 
 Status VersionRecovery::SaveCommit(uint64_t done, const VersionId& baseline,
-                                   const std::vector<int>& live) {
-  JointCommitState s{done, baseline, live};
+                                   const std::vector<int>& live,
+                                   const std::map<uint64_t, std::string>& checkpoints) {
+  JointCommitState s{done, baseline, live, {}};
+  for (auto it = checkpoints.lower_bound(baseline.number); it != checkpoints.end(); ++it) {
+    if (it->first > 0 && it->first <= done) s.checkpoints.insert(*it);
+  }
   DCR_RETURN_IF_ERROR(WriteJointCommitState(plan_.state_dir, s));
   commit_ = s;
   return Status();

@@ -34,6 +34,7 @@
 #define DCR_CORE_SRC_NODE_VERSION_STATE_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -64,12 +65,21 @@ std::optional<VersionDone> ReadVersionDone(const std::string& state_dir, uint64_
 // Records `done` for rank `rank` (atomically). Errors: errno errors naming the file.
 Status WriteVersionDone(const std::string& state_dir, int rank, const VersionDone& done);
 
+// Where DurableReceiver records, at each commit, the safetensors JSON header of the single-file
+// target its storage `storage` holds: "<storage>.header" (absent for a sharded target).
+inline std::string StorageHeaderPath(const std::string& storage) { return storage + ".header"; }
+
 // Delta receiver (any device), after version `version` committed: turns its storage mapping
 // of that version (<state_dir>/v<k>/rank-<r>.storage, a byte copy of `layout_path`'s files as
 // DurableReceiver keeps it) into a checkpoint in `layout_path`'s layout and returns its path.
-// Idempotent: a second call after a restart returns the path already made. REQUIRES: the
-// mapping is no longer written (the version's receiver is closed). Errors: kFailedPrecondition
-// when the storage's size is not the layout's; errno errors.
+// A single-file storage with its target's header recorded (StorageHeaderPath) gets that header:
+// the committed file is then the target checkpoint byte for byte (its metadata included), in
+// place when the header has the base's length and every tensor the base's offsets, else
+// rewritten in the target's layout. Idempotent: a second call after a restart returns the path
+// already made. REQUIRES: the mapping is no longer written (the version's receiver is closed).
+// Errors: kFailedPrecondition when the storage's size is not the layout's, or when the recorded
+// header names a tensor the storage lacks or gives one another size; kDataLoss for a recorded
+// header that does not parse; errno errors.
 StatusOr<std::string> CommitStorageAsCheckpoint(const std::string& state_dir, uint64_t version,
                                                 int rank, const std::string& layout_path);
 
@@ -78,6 +88,9 @@ struct JointCommitState {
   uint64_t done = 0;      // the last version the sender finished (0: none)
   VersionId baseline;     // the version the next delta is built from
   std::vector<int> live;  // receivers still live
+  // The checkpoint of each version from the baseline to `done`, as the sender had it (the
+  // trainer's files): what a restarted sender builds the next deltas from.
+  std::map<uint64_t, std::string> checkpoints;
 };
 // nullopt when the sender finished no version yet. Errors: kDataLoss for a file that does not
 // parse (the sender cannot know what it published, so it does not guess).
@@ -123,8 +136,13 @@ class VersionRecovery {
   uint64_t held_number() const { return held_number_; }
   // Bytes of earlier versions' files this process removed (Done, Adopt).
   uint64_t collected_bytes() const { return collected_bytes_; }
-  // Sender: records the joint commit after version `done`.
-  Status SaveCommit(uint64_t done, const VersionId& baseline, const std::vector<int>& live);
+  // An open-ended plan's next version (NodePlan::open_versions): its directory is made and its
+  // files are collected as the listed versions' are. Errors: errno errors of the mkdir.
+  Status AddVersion(uint64_t version);
+  // Sender: records the joint commit after version `done`, with the checkpoints of the versions
+  // from the baseline on (those of `checkpoints` below it are not kept).
+  Status SaveCommit(uint64_t done, const VersionId& baseline, const std::vector<int>& live,
+                    const std::map<uint64_t, std::string>& checkpoints);
 
  private:
   VersionRecovery() = default;
@@ -132,7 +150,7 @@ class VersionRecovery {
   // Records `version` as the last one finished (rank-<r>.held) and removes the rank's files of
   // the versions before it. Returns the bytes removed.
   StatusOr<uint64_t> CollectBefore(uint64_t version);
-  std::vector<uint64_t> versions_;  // the plan's version numbers
+  std::vector<uint64_t> versions_;  // the plan's version numbers whose files are not collected
   uint64_t finished_before_ = 0;    // rank-<r>.held at Open: versions below it are finished
   bool state_floor_ = false;        // a signed delta receiver: its floor is rank-<r>.floor
   NodePlan plan_;  // the long-lived plan (rank, method, state_dir, fault points)

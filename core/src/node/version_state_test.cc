@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
+#include <map>
 #include <filesystem>
 
 #include "dcr/checkpoint.h"
@@ -87,6 +89,76 @@ TEST(VersionState, SingleFileStorageBecomesTheCheckpointByRename) {
   auto again = CommitStorageAsCheckpoint(dir, 4, 2, base);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(*again, *out);
+  std::filesystem::remove_all(dir);
+}
+
+// The committed file is the target checkpoint byte for byte, header and metadata included, when
+// the receiver recorded the target's header: in place for a header of the base's length, by a
+// rewrite in the target's layout for a longer one; the record is gone after.
+TEST(VersionState, CommittedStorageTakesTheRecordedTargetHeader) {
+  const auto a0 = Bytes(512, 1), b0 = Bytes(64, 9), a1 = Bytes(512, 3), b1 = Bytes(64, 5);
+  for (const std::string note : {"", "a note long enough to move the data section by far"}) {
+    const std::string dir = TempDir();
+    const std::string base = dir + "/base.safetensors", target = dir + "/target.safetensors";
+    ASSERT_TRUE(WriteSafetensors(base, {{"a", "BF16", {256}, a0.data(), a0.size()},
+                                        {"b", "F32", {16}, b0.data(), b0.size()}},
+                                 {{"step", "0"}})
+                    .ok());
+    std::map<std::string, std::string> meta{{"step", "1"}};
+    if (!note.empty()) meta["note"] = note;
+    ASSERT_TRUE(WriteSafetensors(target, {{"a", "BF16", {256}, a1.data(), a1.size()},
+                                          {"b", "F32", {16}, b1.data(), b1.size()}},
+                                 meta)
+                    .ok());
+    auto base_cp = Checkpoint::Open(base);
+    auto target_cp = Checkpoint::Open(target);
+    ASSERT_TRUE(base_cp.ok() && target_cp.ok());
+    // The storage: the base's image with the target's tensor bytes at the base's offsets.
+    auto image = ReadFile(base);
+    ASSERT_TRUE(image.ok());
+    for (const TensorInfo& t : (*base_cp)->tensors()) {
+      const TensorInfo* u = (*target_cp)->Find(t.name);
+      ASSERT_NE(u, nullptr);
+      std::memcpy(image->data() + (*base_cp)->files()[0].data_section_offset + t.offset,
+                  (*target_cp)->data(*u), u->nbytes);
+    }
+    ASSERT_EQ(::mkdir(VersionStateDir(dir, 2).c_str(), 0700), 0);
+    const std::string storage = VersionStateDir(dir, 2) + "/rank-1.storage";
+    ASSERT_TRUE(WriteFileAtomic(storage, image->data(), image->size()).ok());
+    const std::string header = (*target_cp)->files()[0].header_json();
+    WriteText(StorageHeaderPath(storage), header);
+    EXPECT_EQ(note.empty(), header.size() == (*base_cp)->files()[0].header_json().size());
+    auto out = CommitStorageAsCheckpoint(dir, 2, 1, base);
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    auto got = ReadFile(*out);
+    auto want = ReadFile(target);
+    ASSERT_TRUE(got.ok() && want.ok());
+    EXPECT_EQ(*got, *want) << "note '" << note << "'";
+    EXPECT_NE(::access(storage.c_str(), F_OK), 0);
+    EXPECT_NE(::access(StorageHeaderPath(storage).c_str(), F_OK), 0);
+    std::filesystem::remove_all(dir);
+  }
+}
+
+// A recorded header naming a tensor the storage lacks is refused, naming it; the storage stays.
+TEST(VersionState, RecordedHeaderOfAnotherLayoutIsRefused) {
+  const std::string dir = TempDir();
+  const auto a = Bytes(512, 1);
+  const std::string base = dir + "/base.safetensors";
+  ASSERT_TRUE(WriteSafetensors(base, {{"a", "BF16", {256}, a.data(), a.size()}}).ok());
+  auto image = ReadFile(base);
+  ASSERT_TRUE(image.ok());
+  ASSERT_EQ(::mkdir(VersionStateDir(dir, 1).c_str(), 0700), 0);
+  const std::string storage = VersionStateDir(dir, 1) + "/rank-1.storage";
+  ASSERT_TRUE(WriteFileAtomic(storage, image->data(), image->size()).ok());
+  WriteText(StorageHeaderPath(storage),
+            "{\"z\":{\"dtype\":\"BF16\",\"shape\":[256],\"data_offsets\":[0,512]}}");
+  auto out = CommitStorageAsCheckpoint(dir, 1, 1, base);
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(out.status().message().find("tensor 'z'"), std::string::npos)
+      << out.status().ToString();
+  EXPECT_EQ(::access(storage.c_str(), F_OK), 0);
   std::filesystem::remove_all(dir);
 }
 
@@ -191,13 +263,19 @@ TEST(VersionState, JointCommitStateRoundTripsAndADamagedOneIsRefused) {
   auto none = ReadJointCommitState(dir);
   ASSERT_TRUE(none.ok());
   EXPECT_FALSE(none->has_value());
-  JointCommitState s{2, VersionId{2, Hash128{0x1234, 0xabcd}}, {1, 3, 4}};
+  JointCommitState s{4, VersionId{2, Hash128{0x1234, 0xabcd}}, {1, 3, 4},
+                     {{2, "/t/v2.safetensors"}, {3, "/t/v3.safetensors"}, {4, "/t/v4"}}};
   ASSERT_TRUE(WriteJointCommitState(dir, s).ok());
   auto got = ReadJointCommitState(dir);
   ASSERT_TRUE(got.ok() && got->has_value());
-  EXPECT_EQ((*got)->done, 2u);
+  EXPECT_EQ((*got)->done, 4u);
   EXPECT_EQ((*got)->baseline, s.baseline);
   EXPECT_EQ((*got)->live, s.live);
+  EXPECT_EQ((*got)->checkpoints, s.checkpoints);
+  WriteText(dir + "/rank-0.commit",
+            "{\"done\": 2, \"baseline\": {\"number\": 1, \"hash_lo\": 0, \"hash_hi\": 0}, "
+            "\"live\": [1], \"checkpoints\": {\"x\": \"/t\"}}");
+  EXPECT_TRUE(ReadJointCommitState(dir).status().IsDataLoss());
   WriteText(dir + "/rank-0.commit", "{\"done\": 2, \"baseline\": {\"number\": \"x\"}}");
   EXPECT_TRUE(ReadJointCommitState(dir).status().IsDataLoss());
   std::filesystem::remove_all(dir);

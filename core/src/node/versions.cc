@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 
 #include "dcr/checkpoint.h"
@@ -180,6 +181,32 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result) {
   return RunNodeVersions(plan, result, VersionHooks());
 }
 
+namespace {
+
+// `text` with the number of its last occurrence of `before` + <digits> + `after` replaced by
+// `number` (unchanged when there is none).
+std::string Renumber(const std::string& text, const std::string& before, const std::string& after,
+                     uint64_t number) {
+  for (size_t at = text.rfind(before); at != std::string::npos;
+       at = at == 0 ? std::string::npos : text.rfind(before, at - 1)) {
+    size_t end = at + before.size();
+    while (end < text.size() && text[end] >= '0' && text[end] <= '9') ++end;
+    if (end == at + before.size() || text.compare(end, after.size(), after) != 0) continue;
+    return text.substr(0, at + before.size()) + std::to_string(number) + text.substr(end);
+  }
+  return text;
+}
+
+}  // namespace
+
+NodeVersion NextOpenVersion(const NodeVersion& v) {
+  NodeVersion n;
+  n.version = v.version + 1;
+  n.prefix = Renumber(v.prefix, "step-", "", n.version);
+  n.result_path = Renumber(v.result_path, "-v", ".json", n.version);
+  return n;
+}
+
 Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHooks& hooks) {
   *result = NodeResult();
   result->rank = plan.rank;
@@ -192,10 +219,17 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
     }
     last = v.version;
   }
-  if (plan.region_receiver) return RunRegionReceiverVersions(plan, result);
+  if (plan.region_receiver) {
+    if (plan.open_versions) {
+      return FailedPreconditionError(
+          "plan.open_versions: a region receiver takes a listed set of versions (give the "
+          "versions, e.g. model.checkpoints, for a run with region receivers)");
+    }
+    return RunRegionReceiverVersions(plan, result);
+  }
   // An edge relay transcodes each version against the checkpoint it committed of the version
   // before (receiver_base_path, which VersionRecovery moves on): that needs the state_dir.
-  if (plan.versions.size() > 1 && plan.state_dir.empty() &&
+  if ((plan.versions.size() > 1 || plan.open_versions) && plan.state_dir.empty() &&
       std::find(plan.edge_relays.begin(), plan.edge_relays.end(), plan.rank) !=
           plan.edge_relays.end()) {
     return FailedPreconditionError(
@@ -232,6 +266,11 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
   if (joint && recovery != nullptr && recovery->commit().has_value()) {
     commit = std::make_unique<SenderJointCommit>(recovery->commit()->live,
                                                  recovery->commit()->baseline);
+    // The versions an earlier process published that the next deltas may be built from.
+    for (const auto& [k, path] : recovery->commit()->checkpoints) {
+      std::string& known = checkpoint_of[k];
+      if (known.empty()) known = path;
+    }
   } else if (joint) {
     DCR_ASSIGN_OR_RETURN(auto c, Checkpoint::Open(plan.base_path));
     base.hash = c->ContentHash(plan.build_threads);
@@ -274,24 +313,33 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
     }
     return false;
   };
-  const NodeVersion* finished_held = nullptr;  // restarted holder: the last version it finished
+  std::optional<NodeVersion> finished_held;  // restarted holder: the last version it finished
   std::unique_ptr<Receiver> storage;  // a delta receiver's storage, version to version
   Hash128 built_from;                  // the sender's base hash for the version in flight
   Status s;
-  for (size_t i = 0; i < plan.versions.size(); ++i) {
-    const NodeVersion& v = plan.versions[i];
+  // The versions taken so far: an open-ended plan gets the next one as each begins.
+  std::vector<NodeVersion> versions = plan.versions;
+  for (size_t i = 0; i < versions.size(); ++i) {
+    if (plan.open_versions && i + 1 == versions.size()) {
+      versions.push_back(NextOpenVersion(versions[i]));
+      if (recovery != nullptr) {
+        s = recovery->AddVersion(versions.back().version);
+        if (!s.ok()) break;
+      }
+    }
+    const NodeVersion& v = versions[i];
     if (recovery != nullptr && recovery->Finished(v)) {
       // Finished by an earlier process of this node: its result stands.
       auto r = ReadResultFile(v.result_path);
       if (r.ok()) *result = *r;
-      if (holder) finished_held = &v;
+      if (holder) finished_held = v;
       continue;
     }
-    if (finished_held != nullptr) {
+    if (finished_held.has_value()) {
       // A holder restarted after it committed a version serves what is pending from it.
       NodeResult ignored;
       serve(finished_held->prefix, finished_held->version, nullptr, &ignored);
-      finished_held = nullptr;
+      finished_held.reset();
     }
     NodePlan p = plan;
     p.versions.clear();
@@ -304,6 +352,7 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
         s = handed.status();
         break;
       }
+      if (handed->end) break;  // the trainer ended the run before this version
       p.target_path = handed->checkpoint;
       checkpoint_of[v.version] = handed->checkpoint;
       handed_delta = handed->delta_path;
@@ -322,9 +371,19 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
     if (sender && delta) {
       // Over the tree: the baseline of the joint commit. Over the store (no reports reach the
       // uploader): the version before.
-      const uint64_t from = joint ? commit->baseline().number : (i == 0 ? 0 : plan.versions[i - 1].version);
+      const uint64_t from = joint    ? commit->baseline().number
+                            : i == 0 ? 0
+                                     : versions[i - 1].version;
       p.base_version = static_cast<int64_t>(from);
-      p.base_path = checkpoint_of.at(from);
+      const auto known = checkpoint_of.find(from);
+      if (known == checkpoint_of.end() || known->second.empty()) {
+        s = FailedPreconditionError(
+            "sender: version " + std::to_string(v.version) + " is built from version " +
+            std::to_string(from) + ", whose checkpoint this sender does not know (its state " +
+            "records none)");
+        break;
+      }
+      p.base_path = known->second;
       if (joint) built_from = commit->baseline().hash;
     }
     std::string trainer_delta_skipped;
@@ -396,8 +455,8 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
       for (int rank : TakeReturning(region.get(), CatchUpRoot(plan))) wait_for.insert(rank);
       if (i > 0) {
         for (const CommitReport& c :
-             CollectRegionReports(region.get(), plan.versions[i - 1].prefix, plan.run_id,
-                                  plan.versions[i - 1].version, first_rank, {}, 0)) {
+             CollectRegionReports(region.get(), versions[i - 1].prefix, plan.run_id,
+                                  versions[i - 1].version, first_rank, {}, 0)) {
           wait_for.insert(c.rank);
         }
       }
@@ -440,7 +499,7 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
         break;
       }
       if (recovery != nullptr) {
-        s = recovery->SaveCommit(v.version, commit->baseline(), commit->live());
+        s = recovery->SaveCommit(v.version, commit->baseline(), commit->live(), checkpoint_of);
         if (!s.ok()) break;
       }
     }
@@ -470,7 +529,7 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
     }
     if (hooks.done) hooks.done(v, r, s);
   }
-  if (s.ok() && finished_held != nullptr) {
+  if (s.ok() && finished_held.has_value()) {
     NodeResult ignored;
     serve(finished_held->prefix, finished_held->version, nullptr, &ignored);
   }

@@ -46,7 +46,15 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result);
 struct VersionContent {
   std::string checkpoint;
   std::string delta_path;  // "" = none
+  // The trainer ended the run before this version (an open-ended plan): RunNodeVersions stops
+  // here with OK, the versions before it done.
+  bool end = false;
 };
+
+// The version after `v` in an open-ended plan (NodePlan::open_versions): number + 1, the last
+// "step-<k>" of its prefix and the last "-v<k>.json" of its result path renumbered; no target
+// or verify path.
+NodeVersion NextOpenVersion(const NodeVersion& v);
 
 // A step-at-a-time feed of RunNodeVersions (the trainer-side API, dcr/publisher_c.h):
 //   * content (the sender only): called before version v is built; returns its content, whose

@@ -254,5 +254,23 @@ TEST(LongLivedNodes, VersionNumbersMustIncrease) {
   EXPECT_TRUE(s.IsInvalidArgument()) << s;
 }
 
+// An open-ended plan's next version: the number, the prefix's last step-<k> and the result
+// path's last -v<k>.json move on by one; nothing else is carried.
+TEST(NextOpenVersion, RenumbersThePrefixAndTheResultPath) {
+  NodeVersion v;
+  v.version = 9;
+  v.prefix = "step-3/refit/step-9";
+  v.result_path = "/s-v9/state/node-2-v9.json";
+  v.target_path = "/t/step9.safetensors";
+  v.verify_path = "/t/step9.safetensors";
+  const NodeVersion n = NextOpenVersion(v);
+  EXPECT_EQ(n.version, 10u);
+  EXPECT_EQ(n.prefix, "step-3/refit/step-10");
+  EXPECT_EQ(n.result_path, "/s-v9/state/node-2-v10.json");
+  EXPECT_TRUE(n.target_path.empty());
+  EXPECT_TRUE(n.verify_path.empty());
+  EXPECT_EQ(NextOpenVersion(n).prefix, "step-3/refit/step-11");
+}
+
 }  // namespace
 }  // namespace dcr::internal

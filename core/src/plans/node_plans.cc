@@ -376,7 +376,14 @@ StatusOr<NodePlan> HostPlan(const Scenario& s, int rank, const HostPlanOptions& 
   }
   std::string base = o.base;
   std::vector<std::string> targets;
-  if (long_lived) {
+  const bool open = long_lived && !s.model.base.empty();
+  if (open) {
+    // Open-ended: version 1 is listed, each next one follows it (NextOpenVersion).
+    if (base.empty()) base = s.model.base;
+    targets.assign(1, std::string());
+  } else if (!long_lived && base.empty()) {
+    base = s.model.base;
+  } else if (long_lived) {
     const auto& ck = s.model.checkpoints;
     if (base.empty() && ck.empty()) {
       return InvalidArgumentError(
@@ -408,6 +415,7 @@ StatusOr<NodePlan> HostPlan(const Scenario& s, int rank, const HostPlanOptions& 
   }
   if (long_lived) {
     AddVersions(targets, prefix_of, o.state_dir.empty() ? o.work_dir : o.state_dir, &plans);
+    for (NodePlan& p : plans) p.open_versions = open;
     if (!o.state_dir.empty()) {
       std::string region = o.store;
       if (region.empty() && tree) {

@@ -92,7 +92,9 @@ void AddRecovery(const std::string& state_dir, const std::string& region_store,
 //   * long-lived (`target` empty): `base` ("" = model.checkpoints[0]) then one version per
 //     model.checkpoints entry after the first (their checkpoints; receivers verify against
 //     them), or, with a preset, `steps` versions whose contents the trainer hands (the sender
-//     needs VersionHooks::content). Version k goes under prefix "<prefix>/step-<k>" ("" =
+//     needs VersionHooks::content), or, with model.base (`base` "" = model.base), open-ended
+//     versions from 1 on (NodePlan::open_versions), as many as the trainer hands: the plans
+//     do not depend on how many. Version k goes under prefix "<prefix>/step-<k>" ("" =
 //     "refit"). With `state_dir` every node recovers (AddRecovery) and a restarted process
 //     resumes at the version it holds; its durable state lives in the deployment's directory
 //     under it (state_dir.h DeploymentStateDir; the versions' result files in `state_dir`
@@ -117,6 +119,13 @@ struct HostPlanOptions {
   std::string result_path;  // the node's result JSON ("" = none)
 };
 StatusOr<NodePlan> HostPlan(const Scenario& s, int rank, const HostPlanOptions& o);
+
+namespace internal {
+// The version after `v` of an open-ended plan (NodePlan::open_versions), as RunNodeVersions
+// takes it: declared in node/versions.h, defined with it; here for the CLI, which includes only
+// this folder.
+NodeVersion NextOpenVersion(const NodeVersion& v);
+}  // namespace internal
 
 // Checks, before any node starts, that every device the nodes of a mode-real run of `s` open is
 // usable: ProbeDevice (dcr/device.h) of sender.device (device 0; when the scenario has the delta

@@ -19,6 +19,8 @@
 
 #include "dcr/checkpoint.h"
 #include "dcr/node.h"
+#include "dcr/status_macros.h"
+#include "node/metrics.h"
 #include "node/version_state.h"
 #include "node/versions.h"
 #include "publisher/publisher_open.h"
@@ -42,6 +44,8 @@ struct dcr_publisher {
   dcr::Status run_status;
   std::thread thread;
   std::unique_ptr<dcr::internal::ShardFeed> feed;  // dcr_publisher_attach_shards
+  // /metrics and /healthz of the sender (plan.metrics_address), as dcr-node serves them.
+  std::unique_ptr<dcr::internal::MetricsServer> metrics;
 };
 
 namespace {
@@ -56,6 +60,8 @@ dcr::StatusOr<dcr::internal::VersionContent> TakeVersion(dcr_publisher* p,
   std::unique_lock<std::mutex> lock(p->mu);
   p->cv.wait(lock, [p] { return p->handed.has_value() || p->closing; });
   if (!p->handed) {
+    // An open-ended run ends where the trainer stopped handing versions; a listed one is cut.
+    if (p->plan.open_versions) return dcr::internal::VersionContent{"", "", true};
     return dcr::AbortedError("publisher closed before version " + std::to_string(v.version) +
                              " was handed");
   }
@@ -72,6 +78,18 @@ void VersionDone(dcr_publisher* p, const dcr::NodeResult& r, const dcr::Status& 
   p->cv.notify_all();
 }
 
+// The number of the plan's version at index `i`: listed, or after the listed ones of an
+// open-ended plan, counted on from the last.
+uint64_t VersionAt(const dcr_publisher* p, size_t i) {
+  if (i < p->plan.versions.size()) return p->plan.versions[i].version;
+  return p->plan.versions.back().version + (i + 1 - p->plan.versions.size());
+}
+
+// Whether the plan has a version at index `i`.
+bool HasVersion(const dcr_publisher* p, size_t i) {
+  return p->plan.open_versions || i < p->plan.versions.size();
+}
+
 // Whether `version` may be handed now: the sender runs and it is the plan's next version.
 // REQUIRES: p->mu held.
 dcr::Status CheckNextLocked(dcr_publisher* p, uint64_t version) {
@@ -79,17 +97,16 @@ dcr::Status CheckNextLocked(dcr_publisher* p, uint64_t version) {
     return p->run_status.ok() ? dcr::FailedPreconditionError("the sender has ended")
                               : p->run_status;
   }
-  if (p->next >= p->plan.versions.size()) {
+  if (!HasVersion(p, p->next)) {
     return dcr::InvalidArgumentError("version " + std::to_string(version) +
                                      ": the plan names no more versions");
   }
-  const uint64_t expected = p->plan.versions[p->next].version;
-  if (version < expected && p->skipped > 0 &&
-      version <= p->plan.versions[p->skipped - 1].version) {
+  const uint64_t expected = VersionAt(p, p->next);
+  if (version < expected && p->skipped > 0 && version <= VersionAt(p, p->skipped - 1)) {
     return dcr::InvalidArgumentError(
         "version " + std::to_string(version) + " is already published (state " +
         p->plan.state_dir + " records versions up to " +
-        std::to_string(p->plan.versions[p->skipped - 1].version) +
+        std::to_string(VersionAt(p, p->skipped - 1)) +
         "); the plan's next version is " + std::to_string(expected));
   }
   if (version != expected) {
@@ -129,10 +146,14 @@ dcr::Status Start(dcr_publisher* p, dcr::NodePlan plan, const std::string& work_
   if (!plan.state_dir.empty()) {
     auto recovery = dcr::internal::VersionRecovery::Open(plan);
     if (!recovery.ok()) return recovery.status();
-    while (skipped < plan.versions.size() && (*recovery)->Finished(plan.versions[skipped])) {
+    // An open-ended plan's versions after the listed ones follow the last (NextOpenVersion).
+    dcr::NodeVersion v = plan.versions[0];
+    while ((skipped < plan.versions.size() || plan.open_versions) && (*recovery)->Finished(v)) {
       ++skipped;
+      v = skipped < plan.versions.size() ? plan.versions[skipped]
+                                         : dcr::internal::NextOpenVersion(v);
     }
-    if (skipped == plan.versions.size()) {
+    if (!plan.open_versions && skipped == plan.versions.size()) {
       return dcr::FailedPreconditionError(
           "state " + plan.state_dir + ": version " + std::to_string(plan.versions.back().version) +
           ", the plan's last, is already published (a finished run): give a fresh state "
@@ -141,6 +162,12 @@ dcr::Status Start(dcr_publisher* p, dcr::NodePlan plan, const std::string& work_
   }
   if (mkdir(work_dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return dcr::ErrnoError("work_dir " + work_dir, errno);
+  }
+  if (!plan.metrics_address.empty()) {
+    p->metrics = std::make_unique<dcr::internal::MetricsServer>();
+    DCR_RETURN_IF_ERROR(p->metrics->Start(plan.metrics_address, [] {
+      return dcr::internal::MetricsBoard::Process().Snapshot();
+    }));
   }
   p->plan = std::move(plan);
   p->work_dir = work_dir;
@@ -342,7 +369,7 @@ int dcr_publisher_next_version(const dcr_publisher* p, uint64_t* version) {
   if (p == nullptr) return Fail(nullptr, dcr::InvalidArgumentError("publisher is NULL"));
   auto* q = const_cast<dcr_publisher*>(p);
   std::lock_guard<std::mutex> lock(q->mu);
-  if (q->next >= q->plan.versions.size()) {
+  if (!HasVersion(q, q->next)) {
     return Fail(q, dcr::FailedPreconditionError("the plan names no more versions (its last is " +
                                                 std::to_string(q->plan.versions.back().version) +
                                                 ")"));
@@ -351,7 +378,7 @@ int dcr_publisher_next_version(const dcr_publisher* p, uint64_t* version) {
     return Fail(q, q->run_status.ok() ? dcr::FailedPreconditionError("the sender has ended")
                                       : q->run_status);
   }
-  if (version != nullptr) *version = q->plan.versions[q->next].version;
+  if (version != nullptr) *version = VersionAt(q, q->next);
   return 0;
 }
 
@@ -367,7 +394,7 @@ int dcr_publisher_close(dcr_publisher* p) {
     {
       std::lock_guard<std::mutex> lock(p->mu);
       p->closing = true;
-      all = p->next >= p->plan.versions.size();
+      all = p->plan.open_versions || p->next >= p->plan.versions.size();
       p->cv.notify_all();
     }
     if (p->thread.joinable()) p->thread.join();

@@ -6,6 +6,10 @@
 // `setup` (hardware, compiler, commit, ...) and `calibration` are copied into the report's setup
 // section. Unknown keys are ignored.
 //
+// Node results are read too: the JSON a node writes (`dcr-node --result`, and each version's
+// result in a long-lived node's state directory, <state>/node-<rank>-v<k>.json): top level `rank`,
+// `role` and `ok` (no `scenario`); each becomes a row of the nodes table (NodeRow).
+//
 // Metrics (defined once, here): refit time = first chunk built to last receiver committed;
 // speedup = refit time of the full checkpoint / refit time of the delta, same result file, same
 // transport; effective bandwidth = dense checkpoint bytes / refit time when `dense_bytes` is given;
@@ -46,15 +50,31 @@ struct ResultSetup {
   std::string text;  // "key: value" lines of `setup` and `calibration` summaries
 };
 
+// One node result: what the node says of itself.
+struct NodeRow {
+  std::string source;  // result file
+  int64_t rank = 0;
+  std::string role;    // sender, relay, receiver, uploader, downloader
+  bool ok = false;
+  bool verified = false;     // its committed checkpoint compared byte for byte with the target
+  double seconds = 0;        // t_commit - t_start; 0 when the node committed nothing
+  double bytes_received = 0;
+  double bytes_sent = 0;
+  int64_t receivers_committed = 0;  // sender: receivers that reported committing
+  std::string declared_dead;        // sender: "rank: why" entries, "; "-separated
+  std::string error;                // "" when ok
+};
+
 struct Report {
   std::vector<ReportRow> rows;
   std::vector<ResultSetup> setups;
+  std::vector<NodeRow> nodes;
 };
 
 // Parses result files. kNotFound for an unreadable file, kInvalidArgument naming the file and key
 // of a malformed one.
 StatusOr<Report> LoadResults(const std::vector<std::string>& paths);
-// Parses one result JSON text (`source` names it in errors and rows).
+// Parses one result JSON text, a run's or a node's (`source` names it in errors and rows).
 Status AddResult(const std::string& json_text, const std::string& source, Report* report);
 // Fills speedup and delta_ratio of delta rows.
 void ComputeDerived(Report* report);
@@ -62,6 +82,8 @@ void ComputeDerived(Report* report);
 std::string RenderMarkdown(const Report& report);
 std::string RenderCsv(const Report& report);
 std::string RenderJson(const Report& report);
+// The nodes table as CSV (header line, then one line per NodeRow).
+std::string RenderNodesCsv(const Report& report);
 
 struct ReportOptions {
   std::string out_dir;              // created if missing
@@ -69,7 +91,8 @@ struct ReportOptions {
   std::string gnuplot = "gnuplot";  // program name or path
 };
 
-// Writes out_dir/summary.{md,csv,json} and, with figures, refit_time.{png,svg} and
+// Writes out_dir/summary.{md,csv,json} (summary.md and .json with the nodes table), nodes.csv
+// when node results were read, and, with figures, refit_time.{png,svg} and
 // speedup.{png,svg} (plus their .dat/.gp sources). Each file is written to a temporary name and
 // renamed. kUnavailable if gnuplot fails (tables are still written).
 Status WriteReport(const Report& report, const ReportOptions& options);

@@ -53,8 +53,12 @@ struct ModelSpec {
   std::string preset;  // e.g. "tiny", "llama3-8b"; empty when checkpoints are given
   int64_t depth_div = 1, width_div = 1, expert_div = 1;
   uint64_t seed = 1;
-  // ... or explicit checkpoints: base then one target per step.
+  // ... or explicit checkpoints: base then one target per step ...
   std::vector<std::string> checkpoints;
+  // ... or only the base every receiver holds: a deployment, whose versions the trainer hands
+  // while it runs, as many as it decides (open-ended; `dcr-node SCENARIO` and the publisher of
+  // dcr/publisher_c.h, not `dcr run` or `dcr sim`).
+  std::string base;
   // Where synthetic checkpoints are written. Default "" = a fresh temporary directory.
   std::string work_dir;
 };
