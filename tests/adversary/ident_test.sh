@@ -48,35 +48,37 @@ rx=$!
 (cd "$tmp/h0" && exec timeout 120 "$dcr" node "$tmp/gc.yaml" --rank 0 --transport object_store \
   --state "$tmp/h0/state" > out.json 2> err); check gc-run-sender 0 $?
 wait $rx; check gc-run-receiver 0 $?
+# A long-lived deployment's versions live under their own prefix in the store.
+R="refit/deployment-$(cat "$tmp/A/deployment")"
 for v in 1 2 3; do
-  [ -e "$tmp/st/refit/step-$v/$(ls "$tmp/st/refit/step-$v" | grep trl)" ]; check "published-v$v" 0 $?
+  [ -e "$tmp/st/$R/step-$v/$(ls "$tmp/st/$R/step-$v" | grep trl)" ]; check "published-v$v" 0 $?
 done
 snapshot() { (cd "$tmp/st" && find . -type f | sort | xargs sha256sum) > "$1"; }
 # Without the trainer's key a store of signed versions is refused before anything is deleted.
 snapshot "$tmp/before0"
-"$dcr" gc --store "dir:$tmp/st" --root refit --keep 1 > "$tmp/gc0.out" 2>&1; check gc-no-trust-refused 14 $?
+"$dcr" gc --store "dir:$tmp/st" --root "$R" --keep 1 > "$tmp/gc0.out" 2>&1; check gc-no-trust-refused 14 $?
 has gc-no-trust-says "$tmp/gc0.out" "give the trainer's public key"
 snapshot "$tmp/after0"; cmp -s "$tmp/before0" "$tmp/after0"; check gc-no-trust-nothing-deleted 0 $?
 # An empty tombstone planted on the committed version 3.
-: > "$tmp/st/refit/step-3/gc-removing"
-"$dcr" gc --store "dir:$tmp/st" --root refit --keep 1 --trust "$tmp/A/trainer.pub" \
+: > "$tmp/st/$R/step-3/gc-removing"
+"$dcr" gc --store "dir:$tmp/st" --root "$R" --keep 1 --trust "$tmp/A/trainer.pub" \
   --json "$tmp/gc1.json" > "$tmp/gc1.out" 2>&1; check gc-tombstone-exit 0 $?
-"$py" - "$tmp/gc1.json" <<'PY'; check gc-tombstone-ignored 0 $?
+"$py" - "$tmp/gc1.json" "$R" <<'PY'; check gc-tombstone-ignored 0 $?
 import json, sys
 r = json.load(open(sys.argv[1]))
-v = {x["prefix"]: x for x in r["versions"]}
+v = {x["prefix"].replace(sys.argv[2], "R"): x for x in r["versions"]}
 assert r["committed"] == 3, r
-assert v["refit/step-3"]["decision"] == "needed", v
-assert "tombstone is unsigned: ignored" in v["refit/step-3"]["why"], v
-assert v["refit/step-3"]["signed"] and v["refit/step-1"]["signed"], v
-assert v["refit/step-1"]["decision"] == "removed" and v["refit/step-2"]["decision"] == "removed", v
+assert v["R/step-3"]["decision"] == "needed", v
+assert "tombstone is unsigned: ignored" in v["R/step-3"]["why"], v
+assert v["R/step-3"]["signed"] and v["R/step-1"]["signed"], v
+assert v["R/step-1"]["decision"] == "removed" and v["R/step-2"]["decision"] == "removed", v
 PY
-ls "$tmp/st/refit/step-3" | grep -q trl; check gc-tombstone-committed-kept 0 $?
-[ -z "$(find "$tmp/st/refit/step-1" "$tmp/st/refit/step-2" -type f 2>/dev/null)" ]; check gc-old-removed 0 $?
+ls "$tmp/st/$R/step-3" | grep -q trl; check gc-tombstone-committed-kept 0 $?
+[ -z "$(find "$tmp/st/$R/step-1" "$tmp/st/$R/step-2" -type f 2>/dev/null)" ]; check gc-old-removed 0 $?
 # Two fake versions (a parsable, unsigned header of versions 100 and 101 and a trailer each).
 "$dcr" diff "$ck/step2.safetensors" "$ck/step3.safetensors" -o "$tmp/fake.dcr" \
   --base-version 99 --target-version 100 -q; check fake-diff 0 $?
-"$py" - "$tmp/fake.dcr" "$tmp/st/refit" <<'PY'; check fakes-planted 0 $?
+"$py" - "$tmp/fake.dcr" "$tmp/st/$R" <<'PY'; check fakes-planted 0 $?
 import os, struct, sys
 b = open(sys.argv[1], "rb").read()
 n = 48
@@ -90,20 +92,20 @@ for v in (100, 101):
     open(os.path.join(d, "0000000000.hdr"), "wb").write(b[:n])
     open(os.path.join(d, "0000000001.trl"), "wb").write(b"DCRT" + bytes(60))
 PY
-"$dcr" gc --store "dir:$tmp/st" --root refit --keep 1 --trust "$tmp/A/trainer.pub" \
+"$dcr" gc --store "dir:$tmp/st" --root "$R" --keep 1 --trust "$tmp/A/trainer.pub" \
   --json "$tmp/gc2.json" > "$tmp/gc2.out" 2>&1; check gc-fakes-exit 0 $?
-"$py" - "$tmp/gc2.json" <<'PY'; check gc-fakes-ignored 0 $?
+"$py" - "$tmp/gc2.json" "$R" <<'PY'; check gc-fakes-ignored 0 $?
 import json, sys
 r = json.load(open(sys.argv[1]))
-v = {x["prefix"]: x for x in r["versions"]}
+v = {x["prefix"].replace(sys.argv[2], "R"): x for x in r["versions"]}
 assert r["committed"] == 3, r
-assert v["refit/step-3"]["decision"] == "needed", v
-for f in ("refit/step-100", "refit/step-101"):
+assert v["R/step-3"]["decision"] == "needed", v
+for f in ("R/step-100", "R/step-101"):
     assert v[f]["decision"] == "unsigned" and "header is not signed" in v[f]["why"], v[f]
 PY
 has gc-fakes-named "$tmp/gc2.out" "unsigned  not a version the trainer signed"
-ls "$tmp/st/refit/step-3" | grep -q trl; check gc-fakes-committed-kept 0 $?
-[ -e "$tmp/st/refit/step-100/0000000000.hdr" ]; check gc-fakes-not-acted-on 0 $?
+ls "$tmp/st/$R/step-3" | grep -q trl; check gc-fakes-committed-kept 0 $?
+[ -e "$tmp/st/$R/step-100/0000000000.hdr" ]; check gc-fakes-not-acted-on 0 $?
 has gc-held-version-verified "$tmp/h1/state/node-1-v3.json" '"verified": true'
 ls "$tmp"/h1/state/deployment-*/v3/rank-1.committed.safetensors > /dev/null; check gc-state-scoped 0 $?
 

@@ -60,7 +60,8 @@ struct NodeArgs {
   // Run folder of the plans; every file the plans put there is overridden below (result, ready
   // and go paths), and the store path comes from the scenario.
   std::string work_dir = ".";
-  std::string prefix;  // "" = refit/step-1 (one refit), refit (long-lived: refit/step-<k>)
+  std::string prefix;  // "" = refit/step-1 (one refit), refit (long-lived: refit/step-<k>, or
+                       // refit/deployment-<id>/step-<k> for a deployment of `dcr keys`)
   std::string state;   // recovery state of a long-lived node
   std::string store;   // its in-region store
 };
@@ -338,7 +339,8 @@ int main(int argc, char** argv) {
                  "after the base");
   app.add_option("--prefix", a.prefix,
                  "Object-store prefix of this refit (default refit/step-1), or the root of the "
-                 "versions' prefixes <prefix>/step-<k> (long-lived; default refit)");
+                 "versions' prefixes <prefix>/step-<k> (long-lived; default refit), "
+                 "<prefix>/deployment-<id>/step-<k> in a deployment of `dcr keys`");
   app.add_option("--state", a.state,
                  "Long-lived form: this node's state directory (0700, its own; kept across "
                  "restarts): the versions' results, and per deployment (DIR/deployment-<id>) "

@@ -397,13 +397,17 @@ StatusOr<NodePlan> HostPlan(const Scenario& s, int rank, const HostPlanOptions& 
       targets.assign(static_cast<size_t>(s.steps), std::string());
     }
   }
-  const std::string root = !o.prefix.empty() ? o.prefix : long_lived ? "refit" : "refit/step-1";
+  DCR_ASSIGN_OR_RETURN(const std::string deployment, ScenarioDeployment(s, rank));
+  // A long-lived deployment's versions live under a prefix of their own in the stores: versions
+  // restart at 1 in a new deployment, and its nodes must never take the objects of an earlier
+  // one that used the same store.
+  std::string root = !o.prefix.empty() ? o.prefix : long_lived ? "refit" : "refit/step-1";
+  if (long_lived && !deployment.empty()) root += "/deployment-" + deployment;
   auto prefix_of = [&root](int k) { return root + "/step-" + std::to_string(k); };
   DCR_ASSIGN_OR_RETURN(
       auto plans, MakePlans(s, o.method, o.transport, base,
                             long_lived ? targets[0] : o.target, o.work_dir, o.work_dir,
                             long_lived ? prefix_of(1) : root));
-  DCR_ASSIGN_OR_RETURN(const std::string deployment, ScenarioDeployment(s, rank));
   if (!deployment.empty()) DCR_RETURN_IF_ERROR(SetDeployment(deployment, &plans));
   DCR_RETURN_IF_ERROR(AddTls(s, "", &plans));
   DCR_RETURN_IF_ERROR(AddSigning(s, "", o.work_dir, &plans));
