@@ -97,6 +97,11 @@ struct SignOptions {
   // Chunks per manifest record (>= 1). The sink holds up to this many chunk records before it
   // signs and passes them on: the memory and first-byte latency of signing. Default 32.
   uint32_t chunks_per_manifest = 32;
+  // The commitment root of the target (dcr/commitment.h) that the final manifest carries
+  // (kManifestFlagCommitment), with its leaves (empty = root only). Unset (the default) = none:
+  // a receiver that requires a commitment refuses such a delta.
+  std::optional<Sha256Digest> commitment;
+  std::vector<Sha256Digest> commitment_leaves;
 };
 
 // A DeltaSink that turns the unsigned stream a builder produces into a signed one on `inner`: the
@@ -170,6 +175,10 @@ class StreamVerifier {
   Status CheckTrailer(const Trailer& trailer);
 
   const FileHeader& header() const { return header_; }
+  // The commitment root (and its leaves; empty when not carried) the verified final manifest
+  // signed; nullopt before it or when it carries none.
+  std::optional<Sha256Digest> signed_commitment() const;
+  std::vector<Sha256Digest> signed_commitment_leaves() const;
 
  private:
   bool complete_locked() const;
@@ -184,15 +193,27 @@ class StreamVerifier {
   std::optional<uint32_t> final_sequence_;
   uint64_t final_chunks_ = 0;
   Hash128 final_target_hash_;
+  std::optional<Sha256Digest> final_commitment_;
+  std::vector<Sha256Digest> final_commitment_leaves_;
   std::map<uint64_t, ManifestEntry> listed_;
+};
+
+// What VerifyDeltaFile proved: the commitment the final manifest signed (unset when it carries
+// none) and its leaves (empty when not carried).
+struct SignedCommitment {
+  std::optional<Sha256Digest> root;
+  std::vector<Sha256Digest> leaves;
 };
 
 // Checks every manifest and chunk of the signed delta in `reader` (a whole stream: each chunk
 // after a manifest that lists it; the chunk table naming only those records; the trailer as the
 // final manifest says). kFailedPrecondition naming what failed: unsigned, another signer, a bad
-// signature, an altered or foreign chunk, another run; kDataLoss for malformed records.
+// signature, an altered or foreign chunk, another run; kDataLoss for malformed records, and for
+// commitment leaves that do not make the signed root. `commitment`, when not null, receives the
+// signed commitment of the target.
 Status VerifyDeltaFile(const DeltaReader& reader, std::shared_ptr<const TrustKey> key,
-                       std::optional<uint64_t> run_id = std::nullopt);
+                       std::optional<uint64_t> run_id = std::nullopt,
+                       SignedCommitment* commitment = nullptr);
 
 // The highest version a receiver committed, persisted in a small file beside its state
 // ("dcr-version-floor 1", "version N", "committed_unix T", one per line), rewritten atomically

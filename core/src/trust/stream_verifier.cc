@@ -4,6 +4,7 @@
 #include <ctime>
 #include <string>
 
+#include "dcr/commitment.h"
 #include "dcr/signing.h"
 #include "dcr/status_macros.h"
 
@@ -39,6 +40,8 @@ Status StreamVerifier::Begin(const uint8_t* header, size_t size) {
   begun_ = true;
   manifests_.clear();
   final_sequence_.reset();
+  final_commitment_.reset();
+  final_commitment_leaves_.clear();
   listed_.clear();
   return Status();
 }
@@ -51,6 +54,8 @@ void StreamVerifier::BeginOther(const uint8_t* header, size_t size, uint64_t tar
   begun_ = true;
   manifests_.clear();
   final_sequence_.reset();
+  final_commitment_.reset();
+  final_commitment_leaves_.clear();
   listed_.clear();
 }
 
@@ -70,6 +75,11 @@ Status StreamVerifier::AddManifest(const uint8_t* record, size_t size,
   }
   if (!key_->Verify(record, rsize - kManifestSignatureBytes, m.signature)) {
     return FailedPreconditionError(what + ": bad signature (forged or altered bytes)");
+  }
+  if (m.commitment && !m.commitment_leaves.empty() &&
+      CommitmentRoot(m.commitment_leaves) != *m.commitment) {
+    return DataLossError(what + ": its commitment leaves do not make its commitment root " +
+                         CommitmentPrefix(*m.commitment));
   }
   const Sha256Digest digest = Sha256(record, rsize);
   std::lock_guard<std::mutex> l(mu_);
@@ -117,12 +127,24 @@ Status StreamVerifier::AddManifest(const uint8_t* record, size_t size,
     final_sequence_ = m.sequence;
     final_chunks_ = m.num_chunks;
     final_target_hash_ = m.target_hash;
+    final_commitment_ = m.commitment;
+    final_commitment_leaves_ = std::move(m.commitment_leaves);
   }
   for (const ManifestEntry& e : m.entries) {
     listed_[e.chunk_id] = e;
     if (listed != nullptr) listed->push_back(e.chunk_id);
   }
   return Status();
+}
+
+std::optional<Sha256Digest> StreamVerifier::signed_commitment() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return final_commitment_;
+}
+
+std::vector<Sha256Digest> StreamVerifier::signed_commitment_leaves() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return final_commitment_leaves_;
 }
 
 StatusOr<bool> StreamVerifier::CheckChunk(uint64_t chunk_id, const Sha256Digest& sha) {
@@ -175,7 +197,7 @@ Status StreamVerifier::CheckTrailer(const Trailer& trailer) {
 }
 
 Status VerifyDeltaFile(const DeltaReader& reader, std::shared_ptr<const TrustKey> key,
-                       std::optional<uint64_t> run_id) {
+                       std::optional<uint64_t> run_id, SignedCommitment* commitment) {
   StreamVerifier v(std::move(key), run_id);
   const uint8_t* data = reader.data();
   const size_t size = reader.size();
@@ -218,6 +240,10 @@ Status VerifyDeltaFile(const DeltaReader& reader, std::shared_ptr<const TrustKey
                                      " names bytes that are not a verified chunk record");
     }
   }
+  SignedCommitment signed_commitment;
+  signed_commitment.root = v.signed_commitment();
+  signed_commitment.leaves = v.signed_commitment_leaves();
+  if (commitment != nullptr) *commitment = std::move(signed_commitment);
   return Status();
 }
 
