@@ -8,7 +8,11 @@
 #     prints "verified (commitment <prefix>)", the prefix of the root its final manifest signed;
 #   - onto the forged base (the base hash and the target hash both match) it is refused (exit 14),
 #     naming the first wrong range (tensor and bytes), with no output file; without --verify too;
-#   commitment_test.sh DCR DCR_COLLIDE
+#   - `dcr verify --trust PUB DELTA CHECKPOINT` says the same of the genuine and the forged target;
+#   - a `dcr node` store downloader trusting the trainer's key, holding the forged base: the honest
+#     signed upload is refused at commit (exit 14) naming the first wrong range, nothing committed,
+#     no version floor written; holding the genuine base it commits.
+#   commitment_test.sh DCR DCR_COLLIDE    (dcr-node is found beside DCR)
 set -u
 source "$(dirname "$0")/../cli/cli_lib.sh" "$@"
 collide=$2
@@ -45,4 +49,36 @@ for flags in "--verify" ""; do
   [ ! -e "$tmp/out2.st" ] && [ -z "$(ls "$tmp" | grep '^out2.st.tmp')" ]; check "$name-no-output" 0 $?
 done
 
+
+echo "== dcr verify --trust DELTA CHECKPOINT"
+"$dcr" verify --trust "$pub" "$tmp/good.dcr" "$target" > "$tmp/v.out" 2>&1; check verify-target 0 $?
+has verify-target-says "$tmp/v.out" "verified (commitment "
+"$dcr" apply "$tmp/forged.safetensors" "$tmp/good.dcr" -o "$tmp/forged-target.st" -q 2>/dev/null
+check unsigned-apply-of-forged-base 0 $?   # no signature, no commitment: the checksum agrees
+"$dcr" verify --trust "$pub" "$tmp/good.dcr" "$tmp/forged-target.st" > "$tmp/v.out" 2>&1
+check verify-forged-target-14 14 $?
+has verify-forged-target-names-range "$tmp/v.out" "first wrong range: tensor lm_head.weight"
+
+echo "== dcr node downloader holding the forged base"
+dcr_abs=$(cd "$(dirname "$dcr")" && pwd)/$(basename "$dcr")
+cat > "$tmp/s.yaml" <<YAML
+name: adv-commitment
+model: {checkpoints: [$base, $target]}
+transport: {object_store: {kind: dir, path: $tmp/store}}
+receivers: {count: 1}
+network:
+  signing: {key: $key, trust: $pub}
+timeout: 10s
+YAML
+(cd "$tmp" && "$dcr_abs" node "$tmp/s.yaml" --rank 0 --transport object_store --base "$base" \
+  --target "$target" >/dev/null 2>"$tmp/up.err"); check upload 0 $?
+mkdir -p "$tmp/rx-forged" "$tmp/rx-ok"
+(cd "$tmp/rx-forged" && "$dcr_abs" node "$tmp/s.yaml" --rank 1 --transport object_store \
+  --base "$tmp/forged.safetensors" --target "$target" >out.json 2>err); check node-forged-exit 14 $?
+has node-forged-names-range "$tmp/rx-forged/err" "first wrong range: tensor lm_head.weight bytes [0, 1048576)"
+lacks node-forged-not-committed "$tmp/rx-forged/out.json" '"t_commit": 1'
+[ ! -e "$tmp/rx-forged/version-floor-1" ]; check node-forged-floor-not-written 0 $?
+(cd "$tmp/rx-ok" && "$dcr_abs" node "$tmp/s.yaml" --rank 1 --transport object_store \
+  --base "$base" --target "$target" >out.json 2>err); check node-genuine-exit 0 $?
+has node-genuine-floor "$tmp/rx-ok/version-floor-1" "version 1"
 exit $fail

@@ -49,7 +49,8 @@
 
 namespace dcr {
 
-class Device;  // dcr/device.h
+class Device;    // dcr/device.h
+class Receiver;  // dcr/receiver.h
 
 inline constexpr uint64_t kCommitmentLeafBytes = uint64_t{1} << 22;
 
@@ -137,6 +138,7 @@ Sha256Digest CommitmentRoot(const std::vector<Sha256Digest>& leaves);
 struct Commitment {
   Sha256Digest root{};
   std::vector<Sha256Digest> leaves;
+  CommitmentLayout layout;  // what the leaves cover
 };
 // The commitment of `tensors` (a whole version, host memory), on `threads` workers.
 // Errors: CommitmentLayout::Of's.
@@ -145,11 +147,22 @@ StatusOr<Commitment> CommitmentOf(const std::vector<TensorView>& tensors, int th
 // The commitment of an opened checkpoint (every tensor), on `threads` workers.
 StatusOr<Commitment> CheckpointCommitment(const Checkpoint& checkpoint, int threads);
 
+// The commitment of what `storage` holds now: a BufferReceiver's host memory, or a
+// DeviceReceiver's tensors downloaded in pieces of one leaf (either possibly inside a
+// TrustedReceiver), on `threads` workers. kUnimplemented for storage of any other kind; the
+// device's errors.
+StatusOr<Commitment> HeldCommitment(const Receiver& storage, int threads);
+
 // The first leaf at which `held` differs from `expected` (both a whole version's leaves in
 // layout order); nullopt when they are equal. Lists of different lengths differ at the shorter's
 // end.
 std::optional<uint64_t> FirstWrongLeaf(const std::vector<Sha256Digest>& held,
                                        const std::vector<Sha256Digest>& expected);
+
+// Checks that `held` is `signed_root`: kFailedPrecondition when it is not, as CheckCommitment
+// says it; kDataLoss when `signed_leaves` are given but do not make `signed_root`.
+Status MatchCommitment(const Commitment& held, const Sha256Digest& signed_root,
+                       const std::vector<Sha256Digest>* signed_leaves);
 
 // Checks that `tensors` (a whole version, host memory) commit to `signed_root`.
 // kFailedPrecondition when they do not: "commitment <held prefix> is not the signed <signed

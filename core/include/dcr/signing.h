@@ -255,14 +255,24 @@ struct TrustOptions {
   // delivery) are held in memory up to this many bytes; beyond it kResourceExhausted. Default
   // 1 GiB.
   uint64_t max_pending_bytes = uint64_t{1} << 30;
+  // When the signed final manifest carries a commitment (dcr/commitment.h), Commit recomputes
+  // the commitment of what the inner receiver holds after apply (HeldCommitment: host or device
+  // storage) and refuses the commit unless it is the signed root, naming the first wrong range.
+  // Storage whose commitment cannot be computed (kUnimplemented) is committed on the signed
+  // chunk chain alone. Default true.
+  bool check_commitment = true;
+  // Workers for that pass (0 = hardware concurrency). Default 0.
+  int commitment_threads = 0;
 };
 
 // A Receiver decorator that applies only what the trusted key signed (see the file comment):
 // Begin refuses an unsigned delta and one below the version floor; ApplyRecord verifies a
 // manifest record or a chunk's SHA-256 against it before the inner receiver sees the chunk (a
 // chunk that arrived before its manifest waits, and is applied when the manifest is); Commit
-// refuses a trailer the final manifest does not describe, commits the inner receiver, then
-// records the version floor. Refused records leave the inner receiver untouched. Without a key
+// refuses a trailer the final manifest does not describe and, when the final manifest signs a
+// commitment, storage whose commitment is not that root (kFailedPrecondition naming the first
+// wrong range; the delta stays in progress, as after any refused Commit), commits the inner
+// receiver, then records the version floor. Refused records leave the inner receiver untouched. Without a key
 // it forwards chunks as they come and skips manifest records (an unsigned receiver of a signed
 // stream), still checking the floor.
 class TrustedReceiver : public Receiver {
@@ -294,15 +304,19 @@ class TrustedReceiver : public Receiver {
   // Points the version floor at `floor` (null: none), for a receiver kept across the versions of
   // a long-lived node whose floor object changes owner. REQUIRES: no delta in progress.
   void SetFloor(VersionFloor* floor) { options_.floor = floor; }
+  // The commitment root the last successful Commit checked the storage against (the trainer's
+  // signed one); nullopt when that delta signed none or the storage could not be hashed.
+  std::optional<Sha256Digest> committed_commitment() const;
 
  private:
   std::unique_ptr<Receiver> inner_;
   TrustOptions options_;
   std::unique_ptr<StreamVerifier> verifier_;  // the delta in progress (with a key)
   uint64_t target_version_ = 0;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::map<uint64_t, std::vector<uint8_t>> pending_;  // chunk id -> record awaiting its manifest
   uint64_t pending_bytes_ = 0;
+  std::optional<Sha256Digest> committed_commitment_;
 };
 
 }  // namespace dcr

@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "dcr/device.h"
+#include "dcr/receiver.h"
 #include "dcr/signing.h"
 #include "dcr/status_macros.h"
 #include "internal/byte_io.h"
@@ -289,6 +290,7 @@ StatusOr<Commitment> CommitmentOf(const std::vector<TensorView>& tensors, int th
   c.leaves.reserve(part.size());
   for (auto& [i, d] : part) c.leaves.push_back(d);
   c.root = CommitmentRoot(c.leaves);
+  c.layout = std::move(layout);
   return c;
 }
 
@@ -301,6 +303,38 @@ StatusOr<Commitment> CheckpointCommitment(const Checkpoint& checkpoint, int thre
   return CommitmentOf(views, threads);
 }
 
+StatusOr<Commitment> HeldCommitment(const Receiver& storage, int threads) {
+  const Receiver* r = &storage;
+  if (const auto* t = dynamic_cast<const TrustedReceiver*>(r)) r = t->inner();
+  std::vector<TensorView> views;
+  std::vector<CommitmentLeaves> parts(1);
+  if (const auto* host = dynamic_cast<const BufferReceiver*>(r)) {
+    for (const ReceiverTensor& t : host->tensors()) {
+      views.push_back(TensorView{t.info.name, t.info.dtype_name, t.info.shape, t.data,
+                                 t.info.nbytes});
+    }
+    DCR_ASSIGN_OR_RETURN(CommitmentLayout layout, CommitmentLayout::Of(views));
+    DCR_ASSIGN_OR_RETURN(parts[0], CommitmentLeavesOf(layout, views, threads));
+  } else if (const auto* device = dynamic_cast<const DeviceReceiver*>(r)) {
+    for (const DeviceReceiverTensor& t : device->tensors()) {
+      views.push_back(TensorView{t.info.name, t.info.dtype_name, t.info.shape, t.data,
+                                 t.info.nbytes});
+    }
+    DCR_ASSIGN_OR_RETURN(CommitmentLayout layout, CommitmentLayout::Of(views));
+    DCR_ASSIGN_OR_RETURN(parts[0],
+                         DeviceCommitmentLeavesOf(device->device(), layout, views, threads));
+  } else {
+    return UnimplementedError("the commitment of this receiver's storage cannot be computed (it is "
+                              "neither host memory nor a device's)");
+  }
+  Commitment c;
+  c.leaves.reserve(parts[0].size());
+  for (auto& [i, d] : parts[0]) c.leaves.push_back(d);
+  c.root = CommitmentRoot(c.leaves);
+  DCR_ASSIGN_OR_RETURN(c.layout, CommitmentLayout::Of(views));
+  return c;
+}
+
 std::optional<uint64_t> FirstWrongLeaf(const std::vector<Sha256Digest>& held,
                                        const std::vector<Sha256Digest>& expected) {
   const size_t n = std::min(held.size(), expected.size());
@@ -311,6 +345,28 @@ std::optional<uint64_t> FirstWrongLeaf(const std::vector<Sha256Digest>& held,
   return std::nullopt;
 }
 
+Status MatchCommitment(const Commitment& held, const Sha256Digest& signed_root,
+                       const std::vector<Sha256Digest>* signed_leaves) {
+  const bool leaves = signed_leaves != nullptr && !signed_leaves->empty();
+  if (leaves && CommitmentRoot(*signed_leaves) != signed_root) {
+    return DataLossError("the signed commitment leaves do not make the signed root " +
+                         CommitmentPrefix(signed_root));
+  }
+  if (held.root == signed_root) return Status();
+  std::string msg = "commitment " + CommitmentPrefix(held.root) +
+                    " of the held version is not the signed " + CommitmentPrefix(signed_root);
+  if (leaves) {
+    std::optional<uint64_t> wrong = FirstWrongLeaf(held.leaves, *signed_leaves);
+    if (wrong && *wrong < held.layout.num_leaves()) {
+      msg += "; first wrong range: " + held.layout.Describe(*wrong) + " (leaf " + U(*wrong) + ")";
+    } else {
+      msg += "; the signed version has " + U(signed_leaves->size()) + " leaves, the held one " +
+             U(held.leaves.size());
+    }
+  }
+  return FailedPreconditionError(msg);
+}
+
 Status CheckCommitment(const std::vector<TensorView>& tensors, const Sha256Digest& signed_root,
                        const std::vector<Sha256Digest>* signed_leaves, int threads) {
   if (signed_leaves != nullptr && !signed_leaves->empty() &&
@@ -318,21 +374,8 @@ Status CheckCommitment(const std::vector<TensorView>& tensors, const Sha256Diges
     return DataLossError("the signed commitment leaves do not make the signed root " +
                          CommitmentPrefix(signed_root));
   }
-  DCR_ASSIGN_OR_RETURN(CommitmentLayout layout, CommitmentLayout::Of(tensors));
   DCR_ASSIGN_OR_RETURN(Commitment held, CommitmentOf(tensors, threads));
-  if (held.root == signed_root) return Status();
-  std::string msg = "commitment " + CommitmentPrefix(held.root) + " of the held version is not the signed " +
-                    CommitmentPrefix(signed_root);
-  if (signed_leaves != nullptr && !signed_leaves->empty()) {
-    std::optional<uint64_t> wrong = FirstWrongLeaf(held.leaves, *signed_leaves);
-    if (wrong && *wrong < layout.num_leaves()) {
-      msg += "; first wrong range: " + layout.Describe(*wrong) + " (leaf " + U(*wrong) + ")";
-    } else {
-      msg += "; the signed version has " + U(signed_leaves->size()) + " leaves, the held one " +
-             U(held.leaves.size());
-    }
-  }
-  return FailedPreconditionError(msg);
+  return MatchCommitment(held, signed_root, signed_leaves);
 }
 
 std::string CommitmentHex(const Sha256Digest& root) { return Sha256Hex(root); }

@@ -342,14 +342,43 @@ Status TrustedReceiver::Commit(const uint8_t* trailer, size_t size) {
                                      " is listed by no signed manifest of this delta");
     }
   }
+  std::optional<Sha256Digest> checked;
+  if (verifier_ != nullptr && options_.check_commitment) {
+    const std::optional<Sha256Digest> root = verifier_->signed_commitment();
+    DCR_ASSIGN_OR_RETURN(Trailer t, ParseTrailer(trailer, size));
+    // Only once every chunk is applied (otherwise the inner Commit names the missing ones).
+    if (root && inner_->MissingChunks(t).empty()) {
+      StatusOr<Commitment> held = HeldCommitment(*inner_, options_.commitment_threads);
+      if (held.ok()) {
+        const std::vector<Sha256Digest> leaves = verifier_->signed_commitment_leaves();
+        Status m = MatchCommitment(*held, *root, &leaves);
+        if (!m.ok()) {
+          return m.WithContext("commit of version " + std::to_string(target_version_) +
+                               " refused");
+        }
+        checked = root;
+      } else if (held.status().code() != StatusCode::kUnimplemented) {
+        return held.status().WithContext("commitment of the held version");
+      }
+    }
+  }
   DCR_RETURN_IF_ERROR(inner_->Commit(trailer, size));
   verifier_.reset();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    committed_commitment_ = checked;
+  }
   if (options_.floor != nullptr) {
     Status s = options_.floor->Record(target_version_, NowUnix());
     if (!s.ok()) return s.WithContext("committed version " + std::to_string(target_version_) +
                                       " but could not record the version floor");
   }
   return Status();
+}
+
+std::optional<Sha256Digest> TrustedReceiver::committed_commitment() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return committed_commitment_;
 }
 
 void TrustedReceiver::Abort() {
