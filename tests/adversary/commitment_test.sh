@@ -12,12 +12,16 @@
 #   - a `dcr node` store downloader trusting the trainer's key, holding the forged base: the honest
 #     signed upload is refused at commit (exit 14) naming the first wrong range, nothing committed,
 #     no version floor written; holding the genuine base it commits.
+#   - a restarted long-lived `dcr node --state` receiver (mutual TLS, signed versions) whose held
+#     checkpoint was swapped for a forged one (same content hash) is refused before it serves or
+#     reports it, naming the first wrong range; without its signed state it is refused too; with
+#     the genuine checkpoint back it takes the next signed version.
 #   commitment_test.sh DCR DCR_COLLIDE    (dcr-node is found beside DCR)
 set -u
 source "$(dirname "$0")/../cli/cli_lib.sh" "$@"
 collide=$2
 
-"$dcr" synth --preset tiny --rate 3% --steps 2 --out "$tmp/ck" -q >/dev/null 2>&1; check synth 0 $?
+"$dcr" synth --preset tiny --rate 3% --steps 4 --out "$tmp/ck" -q >/dev/null 2>&1; check synth 0 $?
 base="$tmp/ck/step0.safetensors"; target="$tmp/ck/step1.safetensors"
 "$dcr" keys -o "$tmp/keys" 2>/dev/null; check keys 0 $?
 key="$tmp/keys/trainer.key"; pub="$tmp/keys/trainer.pub"
@@ -81,4 +85,56 @@ lacks node-forged-not-committed "$tmp/rx-forged/out.json" '"t_commit": 1'
 (cd "$tmp/rx-ok" && "$dcr_abs" node "$tmp/s.yaml" --rank 1 --transport object_store \
   --base "$base" --target "$target" >out.json 2>err); check node-genuine-exit 0 $?
 has node-genuine-floor "$tmp/rx-ok/version-floor-1" "version 1"
+
+echo "== a restarted dcr node --state whose held checkpoint was swapped"
+ck="$tmp/ck"
+port=$(( 20000 + RANDOM % 12000 ))
+long() {  # long FILE NETWORK-LINES EXTRA-CHECKPOINTS: a two-host relay-tree scenario, versions 1..
+  cat > "$1" <<YAML
+name: held-state
+model: {checkpoints: [$ck/step0.safetensors, $ck/step1.safetensors, $ck/step2.safetensors$3]}
+transport:
+  relay_tree: {fan_out: 1, root_fan_out: 1}
+  object_store: {kind: dir, path: $tmp/region-store}
+receivers: {count: 1}
+network:
+  hosts: ["127.0.0.1:$port", "127.0.0.1:$((port + 1))"]
+$2
+timeout: 30s
+YAML
+}
+long "$tmp/shape.yaml" "" ""
+"$dcr" keys "$tmp/shape.yaml" -o "$tmp/run-keys" >/dev/null 2>&1; check run-keys 0 $?
+net="  tls: {ca: $tmp/run-keys/ca.crt, cert: '$tmp/run-keys/node-{rank}.crt', key: '$tmp/run-keys/node-{rank}.key'}
+  signing: {key: $tmp/run-keys/trainer.key, trust: $tmp/run-keys/trainer.pub}"
+long "$tmp/l2.yaml" "$net" ""
+long "$tmp/l3.yaml" "$net" ", $ck/step3.safetensors"
+mkdir -p "$tmp/region-store" "$tmp/h0" "$tmp/h1"
+state="$tmp/h1/state"
+rx() {  # rx SCENARIO LOG: rank 1 of SCENARIO on $state
+  (cd "$tmp/h1" && exec timeout 60 "$dcr_abs" node "$1" --rank 1 --state "$state") >"$2" 2>&1
+}
+tx() {  # tx SCENARIO LOG: rank 0 of SCENARIO on its state
+  (cd "$tmp/h0" && exec timeout 60 "$dcr_abs" node "$1" --rank 0 --state "$tmp/h0/state") >"$2" 2>&1
+}
+rx "$tmp/l2.yaml" "$tmp/rx1.log" & pid=$!
+tx "$tmp/l2.yaml" "$tmp/tx1.log"; check long-sender 0 $?
+wait $pid; check long-receiver 0 $?
+held="$state/v2/rank-1.committed.safetensors"
+[ -f "$held" ] && [ -f "$state/v2/rank-1.signed" ]; check long-signed-state-kept 0 $?
+cp "$held" "$tmp/held.genuine"
+"$collide" "$tmp/held.genuine" "$held" --tensor lm_head.weight >/dev/null; check long-collide 0 $?
+rx "$tmp/l3.yaml" "$tmp/rx2.log"; check long-swapped-exit-14 14 $?
+has long-swapped-names-range "$tmp/rx2.log" "first wrong range: tensor lm_head.weight bytes [0, 1048576)"
+has long-swapped-before-serving "$tmp/rx2.log" "refused before it is served or reported"
+has long-swapped-floor-kept "$state/rank-1.floor" "version 2"
+cp "$tmp/held.genuine" "$held"
+mv "$state/v2/rank-1.signed" "$tmp/signed.kept"
+rx "$tmp/l3.yaml" "$tmp/rx3.log"; check long-unsigned-state-refused 14 $?
+has long-unsigned-state-says "$tmp/rx3.log" "cannot be proven by the trainer's signature"
+mv "$tmp/signed.kept" "$state/v2/rank-1.signed"
+rx "$tmp/l3.yaml" "$tmp/rx4.log" & pid=$!
+tx "$tmp/l3.yaml" "$tmp/tx4.log"; check long-genuine-sender 0 $?
+wait $pid; check long-genuine-receiver 0 $?
+has long-genuine-floor "$state/rank-1.floor" "version 3"
 exit $fail

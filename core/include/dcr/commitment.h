@@ -147,9 +147,9 @@ StatusOr<Commitment> CommitmentOf(const std::vector<TensorView>& tensors, int th
 // The commitment of an opened checkpoint (every tensor), on `threads` workers.
 StatusOr<Commitment> CheckpointCommitment(const Checkpoint& checkpoint, int threads);
 
-// The commitment of what `storage` holds now: a BufferReceiver's host memory, or a
-// DeviceReceiver's tensors downloaded in pieces of one leaf (either possibly inside a
-// TrustedReceiver), on `threads` workers. kUnimplemented for storage of any other kind; the
+// The commitment of what `storage` holds now (Receiver::storage(): a BufferReceiver's host
+// memory, or a DeviceReceiver's tensors downloaded in pieces of one leaf), on `threads`
+// workers. kUnimplemented for storage of any other kind; the
 // device's errors.
 StatusOr<Commitment> HeldCommitment(const Receiver& storage, int threads);
 

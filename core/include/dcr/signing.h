@@ -179,6 +179,10 @@ class StreamVerifier {
   // signed; nullopt before it or when it carries none.
   std::optional<Sha256Digest> signed_commitment() const;
   std::vector<Sha256Digest> signed_commitment_leaves() const;
+  // The stream's header bytes (Begin) and its verified final manifest record (empty before it):
+  // with the trusted key, what proves the commitment again later (WriteSignedState).
+  std::vector<uint8_t> header_bytes() const;
+  std::vector<uint8_t> final_manifest_bytes() const;
 
  private:
   bool complete_locked() const;
@@ -193,6 +197,8 @@ class StreamVerifier {
   std::optional<uint32_t> final_sequence_;
   uint64_t final_chunks_ = 0;
   Hash128 final_target_hash_;
+  std::vector<uint8_t> header_bytes_;
+  std::vector<uint8_t> final_manifest_bytes_;
   std::optional<Sha256Digest> final_commitment_;
   std::vector<Sha256Digest> final_commitment_leaves_;
   std::map<uint64_t, ManifestEntry> listed_;
@@ -214,6 +220,25 @@ struct SignedCommitment {
 Status VerifyDeltaFile(const DeltaReader& reader, std::shared_ptr<const TrustKey> key,
                        std::optional<uint64_t> run_id = std::nullopt,
                        SignedCommitment* commitment = nullptr);
+
+// The signed state of a committed version: the header of the delta it was committed under and
+// that delta's signed final manifest, kept beside what a node holds (file "DCRS", u32 1, u32
+// header size, header, u32 manifest size, manifest; written atomically) so that a restarted node
+// proves its held checkpoint again, by the trainer's signature, before it serves or reports it.
+struct SignedState {
+  uint64_t target_version = 0;
+  SignedCommitment commitment;  // root always set
+};
+// Writes the state of `verifier`'s stream (a final manifest with a commitment verified).
+// kFailedPrecondition when it has none; errno errors naming the file.
+Status WriteSignedState(const std::string& path, const StreamVerifier& verifier);
+// Reads the signed state at `path` and verifies it again with `key` (and `run_id` when set):
+// header and final manifest parse, the manifest is signed by the key for that header and
+// carries a commitment. Errors: kNotFound (no file), kDataLoss (malformed),
+// kFailedPrecondition (the signature checks of StreamVerifier, no commitment).
+StatusOr<SignedState> ReadSignedState(const std::string& path,
+                                      std::shared_ptr<const TrustKey> key,
+                                      std::optional<uint64_t> run_id);
 
 // The highest version a receiver committed, persisted in a small file beside its state
 // ("dcr-version-floor 1", "version N", "committed_unix T", one per line), rewritten atomically
@@ -263,6 +288,9 @@ struct TrustOptions {
   bool check_commitment = true;
   // Workers for that pass (0 = hardware concurrency). Default 0.
   int commitment_threads = 0;
+  // When set, each Commit whose commitment was checked writes the delta's signed state
+  // (WriteSignedState) there, after the version floor. Default empty: none.
+  std::string signed_state_path;
 };
 
 // A Receiver decorator that applies only what the trusted key signed (see the file comment):
@@ -301,9 +329,13 @@ class TrustedReceiver : public Receiver {
     return inner_->MissingChunks(trailer);
   }
   Receiver* inner() const { return inner_.get(); }
+  const Receiver* storage() const override { return inner_->storage(); }
   // Points the version floor at `floor` (null: none), for a receiver kept across the versions of
   // a long-lived node whose floor object changes owner. REQUIRES: no delta in progress.
   void SetFloor(VersionFloor* floor) { options_.floor = floor; }
+  // Points TrustOptions::signed_state_path at `path` (empty: none). REQUIRES: no delta in
+  // progress.
+  void SetSignedStatePath(const std::string& path) { options_.signed_state_path = path; }
   // The commitment root the last successful Commit checked the storage against (the trainer's
   // signed one); nullopt when that delta signed none or the storage could not be hashed.
   std::optional<Sha256Digest> committed_commitment() const;

@@ -121,6 +121,9 @@ StatusOr<std::vector<uint8_t>> FullFrameImage(const Receiver& storage);
 struct FrameTrust {
   std::shared_ptr<const TrustKey> key;  // the trainer's public key
   std::optional<uint64_t> run_id;       // when set, the manifest must name this run
+  // When set, a frame that passed has its version's signed state written here
+  // (WriteSignedState): what a restarted node proves the frame's checkpoint with.
+  std::string signed_state_path;
 };
 
 // The commitment the trainer signed for version `number` under `prefix`: the final manifest of

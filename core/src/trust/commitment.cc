@@ -304,8 +304,7 @@ StatusOr<Commitment> CheckpointCommitment(const Checkpoint& checkpoint, int thre
 }
 
 StatusOr<Commitment> HeldCommitment(const Receiver& storage, int threads) {
-  const Receiver* r = &storage;
-  if (const auto* t = dynamic_cast<const TrustedReceiver*>(r)) r = t->inner();
+  const Receiver* r = storage.storage();
   std::vector<TensorView> views;
   std::vector<CommitmentLeaves> parts(1);
   if (const auto* host = dynamic_cast<const BufferReceiver*>(r)) {

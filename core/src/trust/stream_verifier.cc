@@ -37,6 +37,8 @@ Status StreamVerifier::Begin(const uint8_t* header, size_t size) {
   std::lock_guard<std::mutex> l(mu_);
   header_ = std::move(h);
   header_sha_ = Sha256(header, consumed);
+  header_bytes_.assign(header, header + consumed);
+  final_manifest_bytes_.clear();
   begun_ = true;
   manifests_.clear();
   final_sequence_.reset();
@@ -51,6 +53,8 @@ void StreamVerifier::BeginOther(const uint8_t* header, size_t size, uint64_t tar
   header_ = FileHeader();
   header_.target_version = target_version;
   header_sha_ = Sha256(header, size);
+  header_bytes_.assign(header, header + size);
+  final_manifest_bytes_.clear();
   begun_ = true;
   manifests_.clear();
   final_sequence_.reset();
@@ -129,6 +133,7 @@ Status StreamVerifier::AddManifest(const uint8_t* record, size_t size,
     final_target_hash_ = m.target_hash;
     final_commitment_ = m.commitment;
     final_commitment_leaves_ = std::move(m.commitment_leaves);
+    final_manifest_bytes_.assign(record, record + rsize);
   }
   for (const ManifestEntry& e : m.entries) {
     listed_[e.chunk_id] = e;
@@ -145,6 +150,81 @@ std::optional<Sha256Digest> StreamVerifier::signed_commitment() const {
 std::vector<Sha256Digest> StreamVerifier::signed_commitment_leaves() const {
   std::lock_guard<std::mutex> l(mu_);
   return final_commitment_leaves_;
+}
+
+std::vector<uint8_t> StreamVerifier::header_bytes() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return header_bytes_;
+}
+
+std::vector<uint8_t> StreamVerifier::final_manifest_bytes() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return final_manifest_bytes_;
+}
+
+Status WriteSignedState(const std::string& path, const StreamVerifier& verifier) {
+  const std::vector<uint8_t> header = verifier.header_bytes();
+  const std::vector<uint8_t> manifest = verifier.final_manifest_bytes();
+  if (manifest.empty() || !verifier.signed_commitment()) {
+    return FailedPreconditionError("no verified final manifest with a commitment to keep");
+  }
+  std::vector<uint8_t> out;
+  auto u32 = [&out](uint32_t v) {
+    const auto* b = reinterpret_cast<const uint8_t*>(&v);
+    out.insert(out.end(), b, b + 4);
+  };
+  out.insert(out.end(), {'D', 'C', 'R', 'S'});
+  u32(1);
+  u32(static_cast<uint32_t>(header.size()));
+  out.insert(out.end(), header.begin(), header.end());
+  u32(static_cast<uint32_t>(manifest.size()));
+  out.insert(out.end(), manifest.begin(), manifest.end());
+  return WriteFileAtomic(path, out.data(), out.size()).WithContext("signed state");
+}
+
+StatusOr<SignedState> ReadSignedState(const std::string& path,
+                                      std::shared_ptr<const TrustKey> key,
+                                      std::optional<uint64_t> run_id) {
+  DCR_ASSIGN_OR_RETURN(const std::vector<uint8_t> bytes, ReadFile(path));
+  const std::string what = "signed state " + path;
+  size_t off = 0;
+  auto u32 = [&](uint32_t* v) {
+    if (bytes.size() - off < 4) return false;
+    std::memcpy(v, bytes.data() + off, 4);
+    off += 4;
+    return true;
+  };
+  uint32_t version = 0, header_size = 0, manifest_size = 0;
+  if (bytes.size() < 4 || std::memcmp(bytes.data(), "DCRS", 4) != 0) {
+    return DataLossError(what + ": bad magic");
+  }
+  off = 4;
+  if (!u32(&version) || version != 1 || !u32(&header_size) ||
+      bytes.size() - off < header_size) {
+    return DataLossError(what + ": truncated or of an unknown version");
+  }
+  const size_t header_at = off;
+  off += header_size;
+  if (!u32(&manifest_size) || bytes.size() - off != manifest_size) {
+    return DataLossError(what + ": truncated or trailing bytes");
+  }
+  StreamVerifier v(std::move(key), run_id);
+  // A delta header, or the header blob of another stream (BeginOther) is not kept here.
+  DCR_RETURN_IF_ERROR(v.Begin(bytes.data() + header_at, header_size).WithContext(what));
+  size_t rsize = 0;
+  DCR_ASSIGN_OR_RETURN(Manifest m, ParseManifest(bytes.data() + off, manifest_size, &rsize));
+  if (!m.final || rsize != manifest_size) {
+    return DataLossError(what + ": not one final manifest record");
+  }
+  DCR_RETURN_IF_ERROR(v.AddManifest(bytes.data() + off, rsize, nullptr).WithContext(what));
+  SignedState st;
+  st.target_version = v.header().target_version;
+  st.commitment.root = v.signed_commitment();
+  st.commitment.leaves = v.signed_commitment_leaves();
+  if (!st.commitment.root) {
+    return FailedPreconditionError(what + ": the signed final manifest carries no commitment");
+  }
+  return st;
 }
 
 StatusOr<bool> StreamVerifier::CheckChunk(uint64_t chunk_id, const Sha256Digest& sha) {
@@ -363,7 +443,7 @@ Status TrustedReceiver::Commit(const uint8_t* trailer, size_t size) {
     }
   }
   DCR_RETURN_IF_ERROR(inner_->Commit(trailer, size));
-  verifier_.reset();
+  std::unique_ptr<StreamVerifier> verified = std::move(verifier_);
   {
     std::lock_guard<std::mutex> l(mu_);
     committed_commitment_ = checked;
@@ -372,6 +452,10 @@ Status TrustedReceiver::Commit(const uint8_t* trailer, size_t size) {
     Status s = options_.floor->Record(target_version_, NowUnix());
     if (!s.ok()) return s.WithContext("committed version " + std::to_string(target_version_) +
                                       " but could not record the version floor");
+  }
+  if (checked && !options_.signed_state_path.empty()) {
+    Status s = WriteSignedState(options_.signed_state_path, *verified);
+    if (!s.ok()) return s.WithContext("committed version " + std::to_string(target_version_));
   }
   return Status();
 }
