@@ -39,15 +39,17 @@ double CpuNow() {
   return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
 }
 double WallNow() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 std::vector<TensorView> Views(const std::vector<std::vector<uint8_t>>& bytes) {
   std::vector<TensorView> v;
   for (size_t i = 0; i < bytes.size(); ++i) {
-    v.push_back({"t" + std::to_string(1000 + i), "BF16",
-                 {static_cast<int64_t>(bytes[i].size() / 2)}, bytes[i].data(), bytes[i].size()});
+    v.push_back({"t" + std::to_string(1000 + i),
+                 "BF16",
+                 {static_cast<int64_t>(bytes[i].size() / 2)},
+                 bytes[i].data(),
+                 bytes[i].size()});
   }
   return v;
 }
@@ -66,10 +68,14 @@ int Main(int argc, char** argv) {
   std::string json_path;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--mib" && i + 1 < argc) mib = std::strtoull(argv[++i], nullptr, 10);
-    else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
-    else if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
-    else if (a == "--json" && i + 1 < argc) json_path = argv[++i];
+    if (a == "--mib" && i + 1 < argc)
+      mib = std::strtoull(argv[++i], nullptr, 10);
+    else if (a == "--reps" && i + 1 < argc)
+      reps = std::atoi(argv[++i]);
+    else if (a == "--threads" && i + 1 < argc)
+      threads = std::atoi(argv[++i]);
+    else if (a == "--json" && i + 1 < argc)
+      json_path = argv[++i];
     else {
       std::fprintf(stderr,
                    "usage: dcr_bench_commit [--mib N] [--reps K] [--threads T] [--json FILE]\n");
@@ -110,9 +116,10 @@ int Main(int argc, char** argv) {
               static_cast<unsigned long long>(base_commit->leaves.size()),
               static_cast<unsigned long long>(kCommitmentLeafBytes),
               cpu ? "one thread, CPU time" : "wall time");
-  std::printf("| change | memcpy GB/s | additive GB/s | trainer root GB/s | root / memcpy | "
-              "root / additive | apply GB/s | receiver root GB/s | receiver root / apply | "
-              "leaves changed |\n|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "| change | memcpy GB/s | additive GB/s | trainer root GB/s | root / memcpy | "
+      "root / additive | apply GB/s | receiver root GB/s | receiver root / apply | "
+      "leaves changed |\n|---|---|---|---|---|---|---|---|---|---|\n");
   nlohmann::json out = nlohmann::json::array();
   for (double rate : {0.01, 0.03, 0.05}) {
     std::vector<std::vector<uint8_t>> target_bytes = base_bytes;
@@ -137,7 +144,8 @@ int Main(int argc, char** argv) {
     o.known_base_hash = (*base)->ContentHash(threads);
     DeltaMemorySink mem;
     auto built = BuildDelta(base->get(), **target, o, &mem);
-    if (!built.ok()) return std::fprintf(stderr, "build: %s\n", built.status().ToString().c_str()), 1;
+    if (!built.ok())
+      return std::fprintf(stderr, "build: %s\n", built.status().ToString().c_str()), 1;
     const std::vector<uint8_t> delta = mem.Release();
 
     double t_memcpy = 1e30, t_add = 1e30, t_root = 1e30, t_apply = 1e30, t_rx = 1e30;
@@ -177,17 +185,19 @@ int Main(int argc, char** argv) {
       t0 = now();
       Status checked = CheckCommitment(held, trainer_root, &trainer_leaves, threads);
       t_rx = std::min(t_rx, now() - t0);
-      if (!checked.ok()) return std::fprintf(stderr, "receiver: %s\n", checked.ToString().c_str()), 1;
+      if (!checked.ok())
+        return std::fprintf(stderr, "receiver: %s\n", checked.ToString().c_str()), 1;
     }
     uint64_t changed = 0;
     for (size_t i = 0; i < trainer_leaves.size(); ++i) {
       changed += trainer_leaves[i] != base_commit->leaves[i];
     }
     const double gb = dense / 1e9;
-    std::printf("| %.0f%% | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %llu of %zu |\n",
-                rate * 100, gb / t_memcpy, gb / t_add, gb / t_root, t_root / t_memcpy,
-                t_root / t_add, gb / t_apply, gb / t_rx, t_rx / t_apply,
-                static_cast<unsigned long long>(changed), trainer_leaves.size());
+    std::printf(
+        "| %.0f%% | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %llu of %zu |\n",
+        rate * 100, gb / t_memcpy, gb / t_add, gb / t_root, t_root / t_memcpy, t_root / t_add,
+        gb / t_apply, gb / t_rx, t_rx / t_apply, static_cast<unsigned long long>(changed),
+        trainer_leaves.size());
     std::fflush(stdout);
     out.push_back({{"rate", rate},
                    {"dense_bytes", dense},

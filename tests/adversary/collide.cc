@@ -29,7 +29,7 @@ namespace {
 
 using dcr::Hash128;
 
-constexpr int kLevels = 8;           // 2^8 = 256 lists
+constexpr int kLevels = 8;  // 2^8 = 256 lists
 constexpr int kLists = 1 << kLevels;
 constexpr uint32_t kCandidates = 1u << 16;
 
@@ -62,7 +62,8 @@ void Merge(const std::vector<Hash128>& a, const std::vector<Hash128>& b, int lev
   for (uint32_t i = 0; i < kCandidates; ++i) start[i + 1] += start[i];
   std::vector<uint16_t> sorted(b.size());
   std::vector<uint32_t> fill(start.begin(), start.end() - 1);
-  for (size_t j = 0; j < b.size(); ++j) sorted[fill[Window(b[j], level)]++] = static_cast<uint16_t>(j);
+  for (size_t j = 0; j < b.size(); ++j)
+    sorted[fill[Window(b[j], level)]++] = static_cast<uint16_t>(j);
   out->clear();
   out_pairs->clear();
   for (size_t i = 0; i < a.size() && out->size() < kCandidates; ++i) {
@@ -101,8 +102,8 @@ void Backtrack(int level, int k, uint32_t idx, std::vector<uint32_t>* choice) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr,
-                 "usage: dcr_collide IN OUT [--tensor NAME] [--keep-unchanged TARGET] [--zero N]\n");
+    std::fprintf(
+        stderr, "usage: dcr_collide IN OUT [--tensor NAME] [--keep-unchanged TARGET] [--zero N]\n");
     return 1;
   }
   const std::string in = argv[1], out = argv[2];
@@ -110,9 +111,12 @@ int main(int argc, char** argv) {
   uint64_t zero = 65536;
   for (int i = 3; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
-    if (k == "--tensor") tensor_name = argv[i + 1];
-    else if (k == "--keep-unchanged") keep = argv[i + 1];
-    else if (k == "--zero") zero = std::stoull(argv[i + 1]);
+    if (k == "--tensor")
+      tensor_name = argv[i + 1];
+    else if (k == "--keep-unchanged")
+      keep = argv[i + 1];
+    else if (k == "--zero")
+      zero = std::stoull(argv[i + 1]);
     else {
       std::fprintf(stderr, "dcr_collide: unknown option %s\n", k.c_str());
       return 1;
@@ -210,7 +214,8 @@ int main(int argc, char** argv) {
   for (int k = 0; k < kLists; ++k) elems[adjusted[k]] = static_cast<uint16_t>(choice[k]);
   {
     std::ofstream o(out, std::ios::binary | std::ios::trunc);
-    o.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    o.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
     if (!o) {
       std::fprintf(stderr, "dcr_collide: cannot write %s\n", out.c_str());
       return 1;
@@ -222,11 +227,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   const Hash128 want = (*ck)->ContentHash(0), got = (*forged)->ContentHash(0);
-  const double secs =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("dcr_collide: tensor %s: %zu weights zeroed, %d adjusted; content hash %s %s %s "
-              "(%.2f s)\n",
-              victim->name.c_str(), zeroed.size(), kLists, got.ToHex().c_str(),
-              got == want ? "==" : "!=", want.ToHex().c_str(), secs);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf(
+      "dcr_collide: tensor %s: %zu weights zeroed, %d adjusted; content hash %s %s %s "
+      "(%.2f s)\n",
+      victim->name.c_str(), zeroed.size(), kLists, got.ToHex().c_str(),
+      got == want ? "==" : "!=", want.ToHex().c_str(), secs);
   return got == want && std::memcmp(bytes.data(), f.data, f.size) != 0 ? 0 : 1;
 }

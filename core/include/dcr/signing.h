@@ -300,9 +300,9 @@ struct TrustOptions {
 // refuses a trailer the final manifest does not describe and, when the final manifest signs a
 // commitment, storage whose commitment is not that root (kFailedPrecondition naming the first
 // wrong range; the delta stays in progress, as after any refused Commit), commits the inner
-// receiver, then records the version floor. Refused records leave the inner receiver untouched. Without a key
-// it forwards chunks as they come and skips manifest records (an unsigned receiver of a signed
-// stream), still checking the floor.
+// receiver, then records the version floor. Refused records leave the inner receiver untouched.
+// Without a key it forwards chunks as they come and skips manifest records (an unsigned receiver
+// of a signed stream), still checking the floor.
 class TrustedReceiver : public Receiver {
  public:
   TrustedReceiver(std::unique_ptr<Receiver> inner, TrustOptions options);

@@ -23,7 +23,8 @@ bool IsManifestRecord(const uint8_t* data, size_t size) {
 
 std::vector<uint8_t> SerializeManifest(const Manifest& m) {
   const bool commitment = m.final && m.commitment.has_value();
-  size_t size = kFixedBytes + kTailBytes + (m.final ? kFinalBytes : 0) + (commitment ? 32 + 4 + 32 * m.commitment_leaves.size() : 0);
+  size_t size = kFixedBytes + kTailBytes + (m.final ? kFinalBytes : 0) +
+                (commitment ? 32 + 4 + 32 * m.commitment_leaves.size() : 0);
   for (const ManifestEntry& e : m.entries) size += 8 + 1 + 32 + (e.has_context ? 32 : 0);
   std::vector<uint8_t> out;
   out.reserve(size);

@@ -280,8 +280,9 @@ TEST_F(RegionStoreTest, FullFrameIsCheckedAgainstTheSignedCommitment) {
 
   // Another signer, another run, and an unsigned stream are no proof.
   ASSERT_TRUE(PutFullFrameOfCheckpoint(store_.get(), "run/s1", paths_[1]).ok());
-  ASSERT_TRUE(
-      store_->Put(ObjectKey("run/s1", trailer_blob), real_trailer.data(), real_trailer.size()).ok());
+  ASSERT_TRUE(store_->Put(ObjectKey("run/s1", trailer_blob), real_trailer.data(),
+                          real_trailer.size())
+                  .ok());
   ASSERT_TRUE(FetchFullFrame(store_.get(), "run/s1", 1, &bytes, &trust).ok());
   FrameTrust stranger{TrustKey::FromRaw((*other)->public_key()).value(), 77};
   EXPECT_EQ(FetchFullFrame(store_.get(), "run/s1", 1, &bytes, &stranger).status().code(),

@@ -62,7 +62,8 @@ StatusOr<std::vector<uint32_t>> PartTensors(const CommitmentLayout& layout,
   out.reserve(part.size());
   for (const TensorView& t : part) {
     std::optional<uint32_t> i = layout.Find(t.name);
-    if (!i) return InvalidArgumentError("tensor \"" + t.name + "\" is not in the commitment layout");
+    if (!i)
+      return InvalidArgumentError("tensor \"" + t.name + "\" is not in the commitment layout");
     const TensorView& l = layout.tensors()[*i];
     if (l.dtype_name != t.dtype_name || l.shape != t.shape || l.nbytes != t.nbytes) {
       return InvalidArgumentError("tensor \"" + t.name +
@@ -100,8 +101,7 @@ StatusOr<CommitmentLayout> CommitmentLayout::Of(const std::vector<TensorView>& t
     const uint64_t count = n == 0 ? 1 : (n + kCommitmentLeafBytes - 1) / kCommitmentLeafBytes;
     for (uint64_t i = 0; i < count; ++i) {
       const uint64_t begin = i * kCommitmentLeafBytes;
-      l.leaves_.push_back(
-          CommitmentLeaf{t, i, begin, std::min(kCommitmentLeafBytes, n - begin)});
+      l.leaves_.push_back(CommitmentLeaf{t, i, begin, std::min(kCommitmentLeafBytes, n - begin)});
     }
   }
   l.first_leaf_.push_back(l.leaves_.size());
@@ -145,8 +145,8 @@ StatusOr<Sha256Digest> LeafHasher::Finish() {
   }
   Sha256Digest d{};
   unsigned int n = 0;
-  if (ctx_ == nullptr ||
-      EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(ctx_), d.data(), &n) != 1 || n != 32) {
+  if (ctx_ == nullptr || EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(ctx_), d.data(), &n) != 1 ||
+      n != 32) {
     return InternalError("SHA-256 of a commitment leaf failed");
   }
   return d;
@@ -212,8 +212,8 @@ StatusOr<CommitmentLeaves> DeviceCommitmentLeavesOf(Device* device, const Commit
     LeafHasher h(layout, leaf_index);
     for (uint64_t off = 0; off < leaf.size; off += piece) {
       const uint64_t n = std::min(piece, leaf.size - off);
-      Status s = device->Download(
-          buf.data(), static_cast<const uint8_t*>(part[k].data) + leaf.begin + off, n);
+      Status s = device->Download(buf.data(),
+                                  static_cast<const uint8_t*>(part[k].data) + leaf.begin + off, n);
       if (!s.ok()) {
         std::lock_guard<std::mutex> l(mu);
         if (first.ok()) first = s.WithContext("downloading tensor " + part[k].name);
@@ -309,22 +309,23 @@ StatusOr<Commitment> HeldCommitment(const Receiver& storage, int threads) {
   std::vector<CommitmentLeaves> parts(1);
   if (const auto* host = dynamic_cast<const BufferReceiver*>(r)) {
     for (const ReceiverTensor& t : host->tensors()) {
-      views.push_back(TensorView{t.info.name, t.info.dtype_name, t.info.shape, t.data,
-                                 t.info.nbytes});
+      views.push_back(
+          TensorView{t.info.name, t.info.dtype_name, t.info.shape, t.data, t.info.nbytes});
     }
     DCR_ASSIGN_OR_RETURN(CommitmentLayout layout, CommitmentLayout::Of(views));
     DCR_ASSIGN_OR_RETURN(parts[0], CommitmentLeavesOf(layout, views, threads));
   } else if (const auto* device = dynamic_cast<const DeviceReceiver*>(r)) {
     for (const DeviceReceiverTensor& t : device->tensors()) {
-      views.push_back(TensorView{t.info.name, t.info.dtype_name, t.info.shape, t.data,
-                                 t.info.nbytes});
+      views.push_back(
+          TensorView{t.info.name, t.info.dtype_name, t.info.shape, t.data, t.info.nbytes});
     }
     DCR_ASSIGN_OR_RETURN(CommitmentLayout layout, CommitmentLayout::Of(views));
     DCR_ASSIGN_OR_RETURN(parts[0],
                          DeviceCommitmentLeavesOf(device->device(), layout, views, threads));
   } else {
-    return UnimplementedError("the commitment of this receiver's storage cannot be computed (it is "
-                              "neither host memory nor a device's)");
+    return UnimplementedError(
+        "the commitment of this receiver's storage cannot be computed (it is "
+        "neither host memory nor a device's)");
   }
   Commitment c;
   c.leaves.reserve(parts[0].size());

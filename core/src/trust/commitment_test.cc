@@ -105,13 +105,11 @@ TEST(Commitment, PartitionsGiveTheWholeRoot) {
   EXPECT_EQ(*d, whole->leaves[i]);
   // A leaf missing or given twice is refused.
   EXPECT_EQ(AssembleLeaves(*layout, {*p0}).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(AssembleLeaves(*layout, {*p0, *p1, *p0}).status().code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(AssembleLeaves(*layout, {*p0, *p1, *p0}).status().code(), StatusCode::kInvalidArgument);
   // A part whose tensor differs from the layout is refused.
   TensorView wrong = all[1];
   wrong.shape = {8};
-  EXPECT_EQ(CommitmentLeavesOf(*layout, {wrong}, 1).status().code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(CommitmentLeavesOf(*layout, {wrong}, 1).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(Commitment, CheckNamesTheFirstWrongRange) {
@@ -134,8 +132,7 @@ TEST(Commitment, CheckNamesTheFirstWrongRange) {
   // Leaves that do not make the root are refused as such.
   std::vector<Sha256Digest> forged = good->leaves;
   forged[0][0] ^= 1;
-  EXPECT_EQ(CheckCommitment(Views(model), good->root, &forged, 2).code(),
-            StatusCode::kDataLoss);
+  EXPECT_EQ(CheckCommitment(Views(model), good->root, &forged, 2).code(), StatusCode::kDataLoss);
   EXPECT_EQ(FirstWrongLeaf(good->leaves, good->leaves), std::nullopt);
   EXPECT_EQ(FirstWrongLeaf(forged, good->leaves), 0u);
 }
