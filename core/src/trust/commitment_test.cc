@@ -3,13 +3,19 @@
 #include "dcr/commitment.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "dcr/delta.h"
 #include "dcr/manifest.h"
+#include "dcr/receiver.h"
 #include "dcr/signing.h"
+#include "dcr/status_macros.h"
 
 namespace dcr {
 namespace {
@@ -176,6 +182,112 @@ TEST(Commitment, FinalManifestCarriesRootAndLeaves) {
   std::memcpy(&old_flags, old.data() + 8, 4);
   EXPECT_EQ(old_flags, kManifestFlagFinal);
   EXPECT_EQ(old.size(), rec.size() - 32 - 4 - 3 * 32);
+}
+
+// Delivers the signed stream `d` to `rx` record by record, manifests included, in stream order.
+Status Deliver(const std::vector<uint8_t>& d, Receiver* rx) {
+  size_t header = 0;
+  DCR_RETURN_IF_ERROR(ParseFileHeader(d.data(), d.size(), &header).status());
+  DCR_RETURN_IF_ERROR(rx->Begin(d.data(), header));
+  uint64_t trailer = 0;
+  std::memcpy(&trailer, d.data() + d.size() - 24, 8);
+  for (size_t off = header; off < trailer;) {
+    size_t rs = 0, hs = 0;
+    if (IsManifestRecord(d.data() + off, trailer - off)) {
+      DCR_RETURN_IF_ERROR(ParseManifest(d.data() + off, trailer - off, &rs).status());
+    } else {
+      DCR_RETURN_IF_ERROR(ParseChunkHeader(d.data() + off, trailer - off, &hs, &rs).status());
+    }
+    DCR_RETURN_IF_ERROR(rx->ApplyRecord(d.data() + off, rs));
+    off += rs;
+  }
+  return rx->Commit(d.data() + trailer, d.size() - trailer);
+}
+
+// A receiver whose base has the genuine content hash but other bytes (what a collision makes):
+// the signed chunk chain and the additive hash pass, the commitment refuses the commit, names
+// the first wrong range and leaves the receiver at its version. The honest receiver commits and
+// keeps a signed state that verifies again, and only with the trainer's key.
+TEST(Commitment, TrustedReceiverCommitsOnlyTheSignedCommitment) {
+  std::mt19937_64 rng(5);
+  std::vector<uint8_t> a(3 * kCommitmentLeafBytes / 2), b(4096);
+  for (auto& x : a) x = static_cast<uint8_t>(rng() & 0x3f);
+  for (auto& x : b) x = static_cast<uint8_t>(rng() & 0x3f);
+  std::vector<Owned> base_model = {{"a", "BF16", {static_cast<int64_t>(a.size() / 2)}, a},
+                                   {"b", "BF16", {static_cast<int64_t>(b.size() / 2)}, b}};
+  std::vector<Owned> target_model = base_model;
+  for (size_t i = 0; i < a.size(); i += 97) target_model[0].bytes[i] ^= 1;
+  auto base = Checkpoint::FromBytes(SafetensorsImage(Views(base_model)));
+  auto target = Checkpoint::FromBytes(SafetensorsImage(Views(target_model)));
+  ASSERT_TRUE(base.ok() && target.ok());
+  auto key = SigningKey::Generate();
+  auto other = SigningKey::Generate();
+  ASSERT_TRUE(key.ok() && other.ok());
+  auto commitment = CheckpointCommitment(**target, 2);
+  ASSERT_TRUE(commitment.ok());
+  DeltaOptions o;
+  o.chunk_elems = 1 << 16;
+  o.base_version = 4;
+  o.target_version = 5;
+  DeltaMemorySink mem;
+  SignOptions so;
+  so.run_id = 9;
+  so.commitment = commitment->root;
+  so.commitment_leaves = commitment->leaves;
+  SigningSink sink(key->get(), so, &mem);
+  ASSERT_TRUE(BuildDelta(base->get(), **target, o, &sink).ok());
+  const std::vector<uint8_t> delta = mem.Release();
+  const std::string state = std::filesystem::temp_directory_path() /
+                            ("dcr-signed-state-" + std::to_string(getpid()));
+  std::filesystem::remove(state);
+  TrustOptions to;
+  to.key = *TrustKey::FromRaw((*key)->public_key());
+  to.run_id = 9;
+  to.signed_state_path = state;
+
+  // The forged base: one byte of "a" that the delta does not change, the genuine hash claimed.
+  const uint64_t poisoned = 2 * 70001;
+  ASSERT_NE(poisoned % 97, 0u);
+  std::vector<uint8_t> forged_a = a;
+  forged_a[poisoned] ^= 0x20;
+  std::vector<uint8_t> forged_b = b;
+  std::vector<ReceiverTensor> tensors(2);
+  tensors[0].info = *(*base)->Find("a");
+  tensors[0].data = forged_a.data();
+  tensors[1].info = *(*base)->Find("b");
+  tensors[1].data = forged_b.data();
+  const VersionId genuine{4, (*base)->ContentHash()};
+  TrustedReceiver forged(std::make_unique<BufferReceiver>(tensors, genuine), to);
+  Status s = Deliver(delta, &forged);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+  EXPECT_NE(s.message().find("commit of version 5 refused"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("first wrong range: tensor a bytes [0, 4194304)"), std::string::npos)
+      << s.ToString();
+  EXPECT_EQ(forged.held(), genuine);
+  EXPECT_FALSE(forged.committed_commitment().has_value());
+  EXPECT_FALSE(std::filesystem::exists(state));
+
+  // The honest receiver commits and keeps its signed state.
+  TrustedReceiver honest(BufferReceiver::Copy(**base, 4), to);
+  ASSERT_TRUE(Deliver(delta, &honest).ok());
+  EXPECT_EQ(honest.held().number, 5u);
+  ASSERT_TRUE(honest.committed_commitment().has_value());
+  EXPECT_EQ(*honest.committed_commitment(), commitment->root);
+  auto kept = ReadSignedState(state, to.key, 9);
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  EXPECT_EQ(kept->target_version, 5u);
+  EXPECT_EQ(*kept->commitment.root, commitment->root);
+  EXPECT_EQ(kept->commitment.leaves, commitment->leaves);
+  EXPECT_EQ(ReadSignedState(state, *TrustKey::FromRaw((*other)->public_key()), 9).status().code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ReadSignedState(state, to.key, 10).status().code(), StatusCode::kFailedPrecondition);
+  auto bytes = ReadFile(state);
+  ASSERT_TRUE(bytes.ok());
+  (*bytes)[bytes->size() - 100] ^= 1;  // inside the manifest's signed bytes
+  ASSERT_TRUE(WriteFileAtomic(state, bytes->data(), bytes->size()).ok());
+  EXPECT_FALSE(ReadSignedState(state, to.key, 9).ok());
+  std::filesystem::remove(state);
+  EXPECT_EQ(ReadSignedState(state, to.key, 9).status().code(), StatusCode::kNotFound);
 }
 
 }  // namespace
