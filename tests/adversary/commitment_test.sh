@@ -120,21 +120,25 @@ tx() {  # tx SCENARIO LOG: rank 0 of SCENARIO on its state
 rx "$tmp/l2.yaml" "$tmp/rx1.log" & pid=$!
 tx "$tmp/l2.yaml" "$tmp/tx1.log"; check long-sender 0 $?
 wait $pid; check long-receiver 0 $?
-held="$state/v2/rank-1.committed.safetensors"
-[ -f "$held" ] && [ -f "$state/v2/rank-1.signed" ]; check long-signed-state-kept 0 $?
+# The committed checkpoint of the version held, its signed state beside it, the floor (wherever
+# the state's layout puts them).
+held=$(find "$state" -name rank-1.committed.safetensors | head -1)
+signed="$(dirname "$held")/rank-1.signed"
+floor=$(find "$state" -name rank-1.floor | head -1)
+[ -f "$held" ] && [ -f "$signed" ]; check long-signed-state-kept 0 $?
 cp "$held" "$tmp/held.genuine"
 "$collide" "$tmp/held.genuine" "$held" --tensor lm_head.weight >/dev/null; check long-collide 0 $?
 rx "$tmp/l3.yaml" "$tmp/rx2.log"; check long-swapped-exit-14 14 $?
 has long-swapped-names-range "$tmp/rx2.log" "first wrong range: tensor lm_head.weight bytes [0, 1048576)"
 has long-swapped-before-serving "$tmp/rx2.log" "refused before it is served or reported"
-has long-swapped-floor-kept "$state/rank-1.floor" "version 2"
+has long-swapped-floor-kept "$floor" "version 2"
 cp "$tmp/held.genuine" "$held"
-mv "$state/v2/rank-1.signed" "$tmp/signed.kept"
+mv "$signed" "$tmp/signed.kept"
 rx "$tmp/l3.yaml" "$tmp/rx3.log"; check long-unsigned-state-refused 14 $?
 has long-unsigned-state-says "$tmp/rx3.log" "cannot be proven by the trainer's signature"
-mv "$tmp/signed.kept" "$state/v2/rank-1.signed"
+mv "$tmp/signed.kept" "$signed"
 rx "$tmp/l3.yaml" "$tmp/rx4.log" & pid=$!
 tx "$tmp/l3.yaml" "$tmp/tx4.log"; check long-genuine-sender 0 $?
 wait $pid; check long-genuine-receiver 0 $?
-has long-genuine-floor "$state/rank-1.floor" "version 3"
+has long-genuine-floor "$floor" "version 3"
 exit $fail
