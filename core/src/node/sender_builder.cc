@@ -155,6 +155,16 @@ void SenderBuilder::Build() {
     StreamingSink stream(emit);
     SignOptions so;
     so.run_id = plan_.run_id;
+    if (signing_key_) {
+      // The version the delta makes is the plan's target: its commitment is signed.
+      auto c = CheckpointCommitment(*target_ckpt_, plan_.build_threads);
+      if (!c.ok()) {
+        queue_->Fatal(c.status().WithContext("sender: commitment of the target"));
+        return;
+      }
+      so.commitment = c->root;
+      so.commitment_leaves = std::move(c->leaves);
+    }
     SigningSink signing(signing_key_.get(), so, &stream);
     s = internal::StreamDeltaFile(plan_.delta_path,
                                   signing_key_ ? static_cast<DeltaSink*>(&signing) : &stream);
