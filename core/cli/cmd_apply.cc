@@ -6,6 +6,7 @@
 
 #include "command.h"
 #include "dcr/apply.h"
+#include "dcr/commitment.h"
 #include "dcr/signing.h"
 #include "dcr/status_macros.h"
 #include "progress_line.h"
@@ -65,14 +66,28 @@ DCR_REGISTER_COMMAND(
           floor = std::move(*f);
         }
         uint64_t target_version = 0;
+        SignedCommitment commitment;
         opt.check_delta = [&](const DeltaReader& d) -> Status {
           target_version = d.header().target_version;
           if (floor) DCR_RETURN_IF_ERROR(floor->Check(target_version));
           if (trust) {
-            return VerifyDeltaFile(d, trust, a->check_run ? std::optional<uint64_t>(a->run_id)
-                                                          : std::nullopt);
+            DCR_RETURN_IF_ERROR(VerifyDeltaFile(
+                d, trust, a->check_run ? std::optional<uint64_t>(a->run_id) : std::nullopt,
+                &commitment));
+            if (a->verify && !commitment.root) {
+              return FailedPreconditionError(
+                  "the signed delta carries no commitment of its target (its final manifest has "
+                  "no commitment root), so --verify cannot prove the output");
+            }
           }
           return Status();
+        };
+        // With a signed commitment, the output is published only when its commitment is the
+        // signed root (the additive content hash is a checksum, not a proof).
+        opt.check_output = [&](const std::vector<TensorView>& views) -> Status {
+          if (!commitment.root) return Status();
+          return CheckCommitment(views, *commitment.root, &commitment.leaves, a->threads)
+              .WithContext("output refused");
         };
         auto st = ApplyDeltaFile(a->base, a->delta, a->out, opt);
         if (st.ok() && floor) {
@@ -83,10 +98,20 @@ DCR_REGISTER_COMMAND(
         if (!st.ok()) return ReportStatus("apply", st.status());
         double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (!a->quiet) {
-          std::printf("%s: %llu chunks, %llu changes applied in %.2f s; content hash %s verified%s\n",
-                      a->out.c_str(), static_cast<unsigned long long>(st->chunks),
-                      static_cast<unsigned long long>(st->changes), secs,
-                      st->result_hash.ToHex().c_str(), a->verify ? " (full rehash)" : "");
+          if (commitment.root) {
+            std::printf(
+                "%s: %llu chunks, %llu changes applied in %.2f s; content hash %s; verified "
+                "(commitment %s)\n",
+                a->out.c_str(), static_cast<unsigned long long>(st->chunks),
+                static_cast<unsigned long long>(st->changes), secs,
+                st->result_hash.ToHex().c_str(), CommitmentPrefix(*commitment.root).c_str());
+          } else {
+            std::printf(
+                "%s: %llu chunks, %llu changes applied in %.2f s; content hash %s verified%s\n",
+                a->out.c_str(), static_cast<unsigned long long>(st->chunks),
+                static_cast<unsigned long long>(st->changes), secs,
+                st->result_hash.ToHex().c_str(), a->verify ? " (full rehash)" : "");
+          }
         }
         return 0;
       };

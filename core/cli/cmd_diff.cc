@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "command.h"
+#include "dcr/commitment.h"
 #include "dcr/delta.h"
 #include "dcr/signing.h"
 #include "dcr/sums.h"
@@ -79,6 +80,13 @@ int RunDiff(const DiffArgs& a) {
   SignOptions so;
   so.run_id = a.run_id;
   so.chunks_per_manifest = a.chunks_per_manifest;
+  if (key) {
+    // The final manifest signs the target's commitment and its leaves (dcr/commitment.h).
+    auto c = CheckpointCommitment(**t, a.threads);
+    if (!c.ok()) return ReportStatus("diff", c.status().WithContext("commitment of " + a.target));
+    so.commitment = c->root;
+    so.commitment_leaves = std::move(c->leaves);
+  }
   SigningSink signing_sink(key.get(), so, &file_sink);
   DeltaSink* sink = key ? static_cast<DeltaSink*>(&signing_sink) : &file_sink;
   auto st = BuildDeltaOnDevice(base.get(), **t, opt, device->get(), sink);

@@ -13,6 +13,7 @@
 
 #include "command.h"
 #include "dcr/checkpoint.h"
+#include "dcr/commitment.h"
 #include "dcr/delta.h"
 #include "dcr/signing.h"
 #include "internal/phase_progress.h"
@@ -202,23 +203,40 @@ DCR_REGISTER_COMMAND(
       auto trust = std::make_shared<std::string>();
       app->add_option("--trust", *trust,
                       "Check the signatures of delta A instead: every manifest signed by this "
-                      "Ed25519 public key (PEM) and every chunk's SHA-256 listed; exit 14 if not");
+                      "Ed25519 public key (PEM) and every chunk's SHA-256 listed; exit 14 if not. "
+                      "With B: also that checkpoint B is the version the delta's signed "
+                      "commitment names (exit 14 naming the first wrong range if not)");
       return [a, quiet, trust]() {
         if (!trust->empty()) {
-          if (!a->second.empty()) {
-            std::fprintf(stderr, "dcr verify: --trust checks one delta (give only A)\n");
-            return 2;
-          }
           auto key = TrustKey::Load(*trust);
           if (!key.ok()) return ReportStatus("verify", key.status());
           auto d = DeltaReader::Open(a->first);
           if (!d.ok()) return ReportStatus("verify", d.status());
-          Status s = VerifyDeltaFile(**d, *key);
+          SignedCommitment commitment;
+          Status s = VerifyDeltaFile(**d, *key, std::nullopt, &commitment);
           if (!s.ok()) return ReportStatus("verify", s.WithContext(a->first));
-          std::printf("SIGNED: %s, v%llu -> v%llu, %zu chunks, signed by %s\n", a->first.c_str(),
+          std::printf("SIGNED: %s, v%llu -> v%llu, %zu chunks, signed by %s, commitment %s\n",
+                      a->first.c_str(),
                       static_cast<unsigned long long>((*d)->header().base_version),
                       static_cast<unsigned long long>((*d)->header().target_version),
-                      (*d)->num_chunks(), (*key)->Fingerprint().c_str());
+                      (*d)->num_chunks(), (*key)->Fingerprint().c_str(),
+                      commitment.root ? CommitmentPrefix(*commitment.root).c_str() : "none");
+          if (a->second.empty()) return 0;
+          if (!commitment.root) {
+            return ReportStatus("verify", FailedPreconditionError(
+                                              a->first + " carries no signed commitment to "
+                                              "check " + a->second + " against"));
+          }
+          auto ck = Checkpoint::Open(a->second);
+          if (!ck.ok()) return ReportStatus("verify", ck.status());
+          std::vector<TensorView> views;
+          for (const TensorInfo& t : (*ck)->tensors()) {
+            views.push_back(TensorView{t.name, t.dtype_name, t.shape, (*ck)->data(t), t.nbytes});
+          }
+          Status c = CheckCommitment(views, *commitment.root, &commitment.leaves, 0);
+          if (!c.ok()) return ReportStatus("verify", c.WithContext(a->second));
+          std::printf("%s: verified (commitment %s)\n", a->second.c_str(),
+                      CommitmentPrefix(*commitment.root).c_str());
           return 0;
         }
         if (a->second.empty()) {

@@ -91,6 +91,11 @@ struct ApplyOptions {
   // ends the apply with no output (e.g. VerifyDeltaFile of dcr/signing.h: only a delta signed by
   // a trusted key is applied). Empty (the default) = none.
   std::function<Status(const DeltaReader&)> check_delta;
+  // Called with the output's tensors (read-only mappings of the written files) after the target
+  // hash matched and before the output is moved into place; an error ends the apply with no
+  // output (e.g. CheckCommitment of dcr/commitment.h against the trainer's signed root). Empty
+  // (the default) = none.
+  std::function<Status(const std::vector<TensorView>&)> check_output;
 };
 
 struct ApplyStats {

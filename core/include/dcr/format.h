@@ -48,12 +48,15 @@
 //     A change position is an index into the covered elements (0 .. num_elements-1), strictly
 //     increasing. All segments of a chunk have the element width elem_width.
 // 2a. Manifest records (version 6, kFlagSigned), each before the chunks it lists:
-//       magic "DCRM" (4) | u32 record_size (whole record) | u32 flags (bit 0 final) | u32 sequence
+//       magic "DCRM" (4) | u32 record_size (whole record) | u32 flags (bit 0 final, bit 1
+//       commitment: final only) | u32 sequence
 //       | u64 run_id | u64 base_version | Hash128 base_hash | u64 target_version
 //       | u8[32] header_sha256 (SHA-256 of the file header bytes) | u32 num_entries
 //       | per entry: u64 chunk_id | u8 forms (1 plain; 2 plain and context-coded)
 //                   | u8[32] SHA-256 of the plain record | [u8[32] SHA-256 of the context form]
 //       | final only: u64 num_chunks (of the delta) | Hash128 target_hash
+//       | commitment only: u8[32] commitment root of the target (dcr/commitment.h, FORMAT.md 4.2)
+//         | u32 num_leaves | num_leaves x u8[32] leaf digests
 //       | u8[32] signer's Ed25519 public key | u8[64] Ed25519 signature of all previous bytes.
 //  3. Trailer:
 //       magic "DCRTABLE" (8) | u64 num_chunks | num_chunks x (u64 chunk_id, u64 offset, u64 size)

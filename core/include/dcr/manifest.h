@@ -1,5 +1,7 @@
 // Manifest records (format version 6, core/FORMAT.md section 2.4): the signed lists of chunk
-// SHA-256s that a signed delta stream (kFlagSigned) carries before the chunks they list.
+// SHA-256s that a signed delta stream (kFlagSigned) carries before the chunks they list. A final
+// manifest may also carry the commitment root of the target (flag kManifestFlagCommitment,
+// dcr/commitment.h): what a receiver compares the version it holds after apply with.
 //
 // This header is the byte layer only: building and parsing records, no cryptography (the format
 // library links no crypto). Signing and verification (Ed25519 over the record, SHA-256 of chunk
@@ -12,6 +14,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "dcr/checkpoint.h"
@@ -28,6 +31,9 @@ using Ed25519Signature = std::array<uint8_t, 64>;
 // allocates anything).
 inline constexpr uint32_t kMaxManifestEntries = 1u << 16;
 inline constexpr uint32_t kManifestFlagFinal = 1u << 0;
+// The final manifest carries the target's commitment root and its leaves (after target_hash).
+// Only with kManifestFlagFinal.
+inline constexpr uint32_t kManifestFlagCommitment = 1u << 1;
 // Bytes at the end of a record that its signature does not cover: the signature itself.
 inline constexpr size_t kManifestSignatureBytes = 64;
 
@@ -50,6 +56,11 @@ struct Manifest {
   std::vector<ManifestEntry> entries;
   uint64_t num_chunks = 0;  // final: chunk records of the whole delta (its trailer's table)
   Hash128 target_hash;      // final: the trailer's target hash
+  // final, optional: the commitment root of the target (dcr/commitment.h), the proof a receiver
+  // checks what it holds against, and the tree's leaves (empty = not carried), which let a
+  // receiver whose root differs name the first wrong range. Encoded with kManifestFlagCommitment.
+  std::optional<Sha256Digest> commitment;
+  std::vector<Sha256Digest> commitment_leaves;
   Ed25519PublicKey signer{};
   Ed25519Signature signature{};
 };
@@ -59,12 +70,14 @@ struct Manifest {
 bool IsManifestRecord(const uint8_t* data, size_t size);
 
 // The whole record of `m`, its signature field as `m` holds it. The signature covers the first
-// size() - kManifestSignatureBytes bytes. REQUIRES: m.entries.size() <= kMaxManifestEntries.
+// size() - kManifestSignatureBytes bytes. REQUIRES: m.entries.size() <= kMaxManifestEntries;
+// m.commitment only with m.final.
 std::vector<uint8_t> SerializeManifest(const Manifest& m);
 
 // Parses one record at `data` (the record may be followed by other bytes; `record_size` receives
 // its size). Errors: kDataLoss for a wrong magic, truncation, a size field that disagrees with the
-// contents, unknown flags or forms, more than kMaxManifestEntries entries. The signature is not
+// contents, unknown flags or forms, kManifestFlagCommitment without kManifestFlagFinal, more than
+// kMaxManifestEntries entries. The signature is not
 // checked here.
 StatusOr<Manifest> ParseManifest(const uint8_t* data, size_t size, size_t* record_size);
 

@@ -102,6 +102,9 @@ class Receiver {
   // Chunks of `trailer`'s table not applied in the delta in progress (sorted; all of them when
   // no delta is in progress).
   virtual std::vector<uint64_t> MissingChunks(const Trailer& trailer) const = 0;
+  // The receiver whose memory holds the weights: this one, or for a decorator that knows it,
+  // the storage of what it wraps (what the commitment of dcr/commitment.h is computed over).
+  virtual const Receiver* storage() const { return this; }
 };
 
 // Whole-delta helpers over any receiver.

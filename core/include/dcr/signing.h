@@ -97,6 +97,11 @@ struct SignOptions {
   // Chunks per manifest record (>= 1). The sink holds up to this many chunk records before it
   // signs and passes them on: the memory and first-byte latency of signing. Default 32.
   uint32_t chunks_per_manifest = 32;
+  // The commitment root of the target (dcr/commitment.h) that the final manifest carries
+  // (kManifestFlagCommitment), with its leaves (empty = root only). Unset (the default) = none:
+  // a receiver that requires a commitment refuses such a delta.
+  std::optional<Sha256Digest> commitment;
+  std::vector<Sha256Digest> commitment_leaves;
 };
 
 // A DeltaSink that turns the unsigned stream a builder produces into a signed one on `inner`: the
@@ -170,6 +175,14 @@ class StreamVerifier {
   Status CheckTrailer(const Trailer& trailer);
 
   const FileHeader& header() const { return header_; }
+  // The commitment root (and its leaves; empty when not carried) the verified final manifest
+  // signed; nullopt before it or when it carries none.
+  std::optional<Sha256Digest> signed_commitment() const;
+  std::vector<Sha256Digest> signed_commitment_leaves() const;
+  // The stream's header bytes (Begin) and its verified final manifest record (empty before it):
+  // with the trusted key, what proves the commitment again later (WriteSignedState).
+  std::vector<uint8_t> header_bytes() const;
+  std::vector<uint8_t> final_manifest_bytes() const;
 
  private:
   bool complete_locked() const;
@@ -184,15 +197,48 @@ class StreamVerifier {
   std::optional<uint32_t> final_sequence_;
   uint64_t final_chunks_ = 0;
   Hash128 final_target_hash_;
+  std::vector<uint8_t> header_bytes_;
+  std::vector<uint8_t> final_manifest_bytes_;
+  std::optional<Sha256Digest> final_commitment_;
+  std::vector<Sha256Digest> final_commitment_leaves_;
   std::map<uint64_t, ManifestEntry> listed_;
+};
+
+// What VerifyDeltaFile proved: the commitment the final manifest signed (unset when it carries
+// none) and its leaves (empty when not carried).
+struct SignedCommitment {
+  std::optional<Sha256Digest> root;
+  std::vector<Sha256Digest> leaves;
 };
 
 // Checks every manifest and chunk of the signed delta in `reader` (a whole stream: each chunk
 // after a manifest that lists it; the chunk table naming only those records; the trailer as the
 // final manifest says). kFailedPrecondition naming what failed: unsigned, another signer, a bad
-// signature, an altered or foreign chunk, another run; kDataLoss for malformed records.
+// signature, an altered or foreign chunk, another run; kDataLoss for malformed records, and for
+// commitment leaves that do not make the signed root. `commitment`, when not null, receives the
+// signed commitment of the target.
 Status VerifyDeltaFile(const DeltaReader& reader, std::shared_ptr<const TrustKey> key,
-                       std::optional<uint64_t> run_id = std::nullopt);
+                       std::optional<uint64_t> run_id = std::nullopt,
+                       SignedCommitment* commitment = nullptr);
+
+// The signed state of a committed version: the header of the delta it was committed under and
+// that delta's signed final manifest, kept beside what a node holds (file "DCRS", u32 1, u32
+// header size, header, u32 manifest size, manifest; written atomically) so that a restarted node
+// proves its held checkpoint again, by the trainer's signature, before it serves or reports it.
+struct SignedState {
+  uint64_t target_version = 0;
+  SignedCommitment commitment;  // root always set
+};
+// Writes the state of `verifier`'s stream (a final manifest with a commitment verified).
+// kFailedPrecondition when it has none; errno errors naming the file.
+Status WriteSignedState(const std::string& path, const StreamVerifier& verifier);
+// Reads the signed state at `path` and verifies it again with `key` (and `run_id` when set):
+// header and final manifest parse, the manifest is signed by the key for that header and
+// carries a commitment. Errors: kNotFound (no file), kDataLoss (malformed),
+// kFailedPrecondition (the signature checks of StreamVerifier, no commitment).
+StatusOr<SignedState> ReadSignedState(const std::string& path,
+                                      std::shared_ptr<const TrustKey> key,
+                                      std::optional<uint64_t> run_id);
 
 // The highest version a receiver committed in one deployment, persisted in a small file beside
 // its state ("dcr-version-floor 2", "deployment <16 hex digits>", "version N", "committed_unix
@@ -246,16 +292,29 @@ struct TrustOptions {
   // delivery) are held in memory up to this many bytes; beyond it kResourceExhausted. Default
   // 1 GiB.
   uint64_t max_pending_bytes = uint64_t{1} << 30;
+  // When the signed final manifest carries a commitment (dcr/commitment.h), Commit recomputes
+  // the commitment of what the inner receiver holds after apply (HeldCommitment: host or device
+  // storage) and refuses the commit unless it is the signed root, naming the first wrong range.
+  // Storage whose commitment cannot be computed (kUnimplemented) is committed on the signed
+  // chunk chain alone. Default true.
+  bool check_commitment = true;
+  // Workers for that pass (0 = hardware concurrency). Default 0.
+  int commitment_threads = 0;
+  // When set, each Commit whose commitment was checked writes the delta's signed state
+  // (WriteSignedState) there, after the version floor. Default empty: none.
+  std::string signed_state_path;
 };
 
 // A Receiver decorator that applies only what the trusted key signed (see the file comment):
 // Begin refuses an unsigned delta and one below the version floor; ApplyRecord verifies a
 // manifest record or a chunk's SHA-256 against it before the inner receiver sees the chunk (a
 // chunk that arrived before its manifest waits, and is applied when the manifest is); Commit
-// refuses a trailer the final manifest does not describe, commits the inner receiver, then
-// records the version floor. Refused records leave the inner receiver untouched. Without a key
-// it forwards chunks as they come and skips manifest records (an unsigned receiver of a signed
-// stream), still checking the floor.
+// refuses a trailer the final manifest does not describe and, when the final manifest signs a
+// commitment, storage whose commitment is not that root (kFailedPrecondition naming the first
+// wrong range; the delta stays in progress, as after any refused Commit), commits the inner
+// receiver, then records the version floor. Refused records leave the inner receiver untouched.
+// Without a key it forwards chunks as they come and skips manifest records (an unsigned receiver
+// of a signed stream), still checking the floor.
 class TrustedReceiver : public Receiver {
  public:
   TrustedReceiver(std::unique_ptr<Receiver> inner, TrustOptions options);
@@ -282,18 +341,26 @@ class TrustedReceiver : public Receiver {
     return inner_->MissingChunks(trailer);
   }
   Receiver* inner() const { return inner_.get(); }
+  const Receiver* storage() const override { return inner_->storage(); }
   // Points the version floor at `floor` (null: none), for a receiver kept across the versions of
   // a long-lived node whose floor object changes owner. REQUIRES: no delta in progress.
   void SetFloor(VersionFloor* floor) { options_.floor = floor; }
+  // Points TrustOptions::signed_state_path at `path` (empty: none). REQUIRES: no delta in
+  // progress.
+  void SetSignedStatePath(const std::string& path) { options_.signed_state_path = path; }
+  // The commitment root the last successful Commit checked the storage against (the trainer's
+  // signed one); nullopt when that delta signed none or the storage could not be hashed.
+  std::optional<Sha256Digest> committed_commitment() const;
 
  private:
   std::unique_ptr<Receiver> inner_;
   TrustOptions options_;
   std::unique_ptr<StreamVerifier> verifier_;  // the delta in progress (with a key)
   uint64_t target_version_ = 0;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::map<uint64_t, std::vector<uint8_t>> pending_;  // chunk id -> record awaiting its manifest
   uint64_t pending_bytes_ = 0;
+  std::optional<Sha256Digest> committed_commitment_;
 };
 
 }  // namespace dcr

@@ -870,8 +870,8 @@ StatusOr<ApplyStats> ApplyDeltaFile(const std::string& base_path, const std::str
     return DataLossError("refit result hash " + result.ToHex() + " differs from the delta's target " +
                          delta->trailer().target_hash.ToHex());
   }
-  if (options.verify_full) {
-    // Rehash what is in the files, through read-only mappings of them.
+  if (options.verify_full || options.check_output) {
+    // Rehash (and hand over) what is in the files, through read-only mappings of them.
     struct Map {
       void* data = nullptr;
       uint64_t size = 0;
@@ -894,12 +894,15 @@ StatusOr<ApplyStats> ApplyDeltaFile(const std::string& base_path, const std::str
       views.push_back(TensorView{t.name, t.dtype_name, t.shape,
                                  bytes + data_sections[t.file] + t.offset, t.nbytes});
     }
-    internal::PhaseProgress rehash(options.progress, "rehash", tensor_bytes);
-    const Hash128 full = ContentHashOf(views, options.threads);
-    rehash.Finish();
-    if (full != delta->trailer().target_hash) {
-      return DataLossError("full rehash of the output differs from the delta's target hash");
+    if (options.verify_full) {
+      internal::PhaseProgress rehash(options.progress, "rehash", tensor_bytes);
+      const Hash128 full = ContentHashOf(views, options.threads);
+      rehash.Finish();
+      if (full != delta->trailer().target_hash) {
+        return DataLossError("full rehash of the output differs from the delta's target hash");
+      }
     }
+    if (options.check_output) DCR_RETURN_IF_ERROR(options.check_output(views));
   }
   for (auto& file : files) DCR_RETURN_IF_ERROR(file->Commit());
   if (dir) {

@@ -22,14 +22,16 @@ bool IsManifestRecord(const uint8_t* data, size_t size) {
 }
 
 std::vector<uint8_t> SerializeManifest(const Manifest& m) {
-  size_t size = kFixedBytes + kTailBytes + (m.final ? kFinalBytes : 0);
+  const bool commitment = m.final && m.commitment.has_value();
+  size_t size = kFixedBytes + kTailBytes + (m.final ? kFinalBytes : 0) +
+                (commitment ? 32 + 4 + 32 * m.commitment_leaves.size() : 0);
   for (const ManifestEntry& e : m.entries) size += 8 + 1 + 32 + (e.has_context ? 32 : 0);
   std::vector<uint8_t> out;
   out.reserve(size);
   internal::ByteWriter w(&out);
   w.Raw(kManifestMagic, 4);
   w.U32(static_cast<uint32_t>(size));
-  w.U32(m.final ? kManifestFlagFinal : 0);
+  w.U32((m.final ? kManifestFlagFinal : 0) | (commitment ? kManifestFlagCommitment : 0));
   w.U32(m.sequence);
   w.U64(m.run_id);
   w.U64(m.base_version);
@@ -46,6 +48,11 @@ std::vector<uint8_t> SerializeManifest(const Manifest& m) {
   if (m.final) {
     w.U64(m.num_chunks);
     w.H128(m.target_hash);
+    if (commitment) {
+      w.Raw(m.commitment->data(), 32);
+      w.U32(static_cast<uint32_t>(m.commitment_leaves.size()));
+      for (const Sha256Digest& leaf : m.commitment_leaves) w.Raw(leaf.data(), 32);
+    }
   }
   w.Raw(m.signer.data(), 32);
   w.Raw(m.signature.data(), 64);
@@ -70,8 +77,14 @@ StatusOr<Manifest> ParseManifest(const uint8_t* data, size_t size, size_t* recor
   }
   Manifest m;
   const uint32_t flags = r.U32();
-  if ((flags & ~kManifestFlagFinal) != 0) return DataLossError("unknown manifest record flags");
+  if ((flags & ~(kManifestFlagFinal | kManifestFlagCommitment)) != 0) {
+    return DataLossError("unknown manifest record flags");
+  }
   m.final = (flags & kManifestFlagFinal) != 0;
+  const bool commitment = (flags & kManifestFlagCommitment) != 0;
+  if (commitment && !m.final) {
+    return DataLossError("manifest record: a commitment root in a manifest that is not final");
+  }
   m.sequence = r.U32();
   m.run_id = r.U64();
   m.base_version = r.U64();
@@ -86,7 +99,8 @@ StatusOr<Manifest> ParseManifest(const uint8_t* data, size_t size, size_t* recor
   }
   // Each entry is at least 41 bytes: a count the declared size cannot hold is refused before
   // the entries are allocated.
-  const size_t min_size = kFixedBytes + kTailBytes + (m.final ? kFinalBytes : 0) + size_t{n} * 41;
+  const size_t min_size = kFixedBytes + kTailBytes + (m.final ? kFinalBytes : 0) +
+                          (commitment ? 32 + 4 : 0) + size_t{n} * 41;
   if (min_size > declared) return DataLossError("manifest record: entry count exceeds its size");
   m.entries.resize(n);
   for (ManifestEntry& e : m.entries) {
@@ -103,6 +117,20 @@ StatusOr<Manifest> ParseManifest(const uint8_t* data, size_t size, size_t* recor
   if (m.final) {
     m.num_chunks = r.U64();
     m.target_hash = r.H128();
+    if (commitment) {
+      Sha256Digest root{};
+      r.Raw(root.data(), 32);
+      m.commitment = root;
+      const uint32_t num_leaves = r.U32();
+      if (r.failed()) return DataLossError("truncated manifest record");
+      // Checked against the declared size before the leaves are allocated.
+      if (r.offset() > declared || uint64_t{num_leaves} * 32 > declared - r.offset()) {
+        return DataLossError("manifest record: " + std::to_string(num_leaves) +
+                             " commitment leaves exceed its size");
+      }
+      m.commitment_leaves.resize(num_leaves);
+      for (Sha256Digest& leaf : m.commitment_leaves) r.Raw(leaf.data(), 32);
+    }
   }
   r.Raw(m.signer.data(), 32);
   r.Raw(m.signature.data(), 64);

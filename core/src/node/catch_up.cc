@@ -8,8 +8,10 @@
 #include <set>
 
 #include "dcr/checkpoint.h"
+#include "dcr/commitment.h"
 #include "dcr/delta.h"
 #include "dcr/device.h"
+#include "dcr/manifest.h"
 #include "dcr/relay_policy.h"
 #include "dcr/signing.h"
 #include "dcr/status_macros.h"
@@ -226,17 +228,76 @@ StatusOr<uint64_t> PutFullFrameOfCheckpoint(ObjectStore* store, const std::strin
   return static_cast<uint64_t>(image.size());
 }
 
+namespace {
+
+// The verifier of version `number`'s stream under `prefix` once its header and its final
+// manifest verified (StoredSignedCommitment's checks).
+StatusOr<std::unique_ptr<StreamVerifier>> VerifyStoredFinal(ObjectStore* store,
+                                                            const std::string& prefix,
+                                                            uint64_t number,
+                                                            const FrameTrust& trust) {
+  const std::string what = "signed commitment of version " + std::to_string(number);
+  DCR_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, store->List(prefix + "/"));
+  std::string header_key;
+  std::vector<std::pair<BlobId, std::string>> chunks;
+  for (const ObjectInfo& o : objects) {
+    auto b = ParseObjectKey(prefix, o.key);
+    if (!b.ok()) continue;
+    if (b->kind == BlobKind::kHeader) header_key = o.key;
+    if (b->kind == BlobKind::kChunk) chunks.emplace_back(b->id, o.key);
+  }
+  if (header_key.empty()) {
+    return NotFoundError(what + ": no delta header under " + prefix);
+  }
+  DCR_ASSIGN_OR_RETURN(std::vector<uint8_t> header, store->Get(header_key));
+  auto verifier = std::make_unique<StreamVerifier>(trust.key, trust.run_id);
+  DCR_RETURN_IF_ERROR(verifier->Begin(header.data(), header.size()).WithContext(what));
+  if (verifier->header().target_version != number) {
+    return FailedPreconditionError(what + ": the stream under " + prefix + " is of version " +
+                                   std::to_string(verifier->header().target_version));
+  }
+  // The final manifest leads the stream's last batch: look from the last blob back.
+  std::sort(chunks.rbegin(), chunks.rend());
+  for (const auto& [id, key] : chunks) {
+    DCR_ASSIGN_OR_RETURN(std::vector<uint8_t> blob, store->Get(key));
+    if (!IsManifestRecord(blob.data(), blob.size())) continue;
+    size_t rsize = 0;
+    DCR_ASSIGN_OR_RETURN(Manifest m, ParseManifest(blob.data(), blob.size(), &rsize));
+    if (!m.final) continue;
+    DCR_RETURN_IF_ERROR(verifier->AddManifest(blob.data(), rsize, nullptr).WithContext(what));
+    if (!verifier->signed_commitment()) {
+      return FailedPreconditionError(what + ": the signed final manifest carries no commitment");
+    }
+    return verifier;
+  }
+  return FailedPreconditionError(what + ": no signed final manifest under " + prefix);
+}
+
+}  // namespace
+
+StatusOr<SignedCommitment> StoredSignedCommitment(ObjectStore* store, const std::string& prefix,
+                                                  uint64_t number, const FrameTrust& trust) {
+  DCR_ASSIGN_OR_RETURN(std::unique_ptr<StreamVerifier> v,
+                       VerifyStoredFinal(store, prefix, number, trust));
+  SignedCommitment c;
+  c.root = v->signed_commitment();
+  c.leaves = v->signed_commitment_leaves();
+  return c;
+}
+
 StatusOr<std::unique_ptr<BufferReceiver>> FetchFullFrame(ObjectStore* store,
                                                          const std::string& prefix,
-                                                         uint64_t number, uint64_t* bytes) {
+                                                         uint64_t number, uint64_t* bytes,
+                                                         const FrameTrust* trust) {
   DCR_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt,
-                       FetchFullFrameCheckpoint(store, prefix, number, bytes));
+                       FetchFullFrameCheckpoint(store, prefix, number, bytes, trust));
   return BufferReceiver::Copy(*ckpt, number);
 }
 
 StatusOr<std::unique_ptr<Checkpoint>> FetchFullFrameCheckpoint(ObjectStore* store,
                                                                const std::string& prefix,
-                                                               uint64_t number, uint64_t* bytes) {
+                                                               uint64_t number, uint64_t* bytes,
+                                                               const FrameTrust* trust) {
   *bytes = 0;
   DCR_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, store->List(prefix + "/"));
   std::string trailer_key;
@@ -262,6 +323,22 @@ StatusOr<std::unique_ptr<Checkpoint>> FetchFullFrameCheckpoint(ObjectStore* stor
     return DataLossError("full frame of version " + std::to_string(number) + ": content hash " +
                          got.ToHex() + ", the version's trailer says " +
                          trailer.target_hash.ToHex());
+  }
+  if (trust != nullptr && trust->key != nullptr) {
+    // The trailer is only as trusted as the store; the trainer's signed commitment is the proof.
+    DCR_ASSIGN_OR_RETURN(std::unique_ptr<StreamVerifier> verifier,
+                         VerifyStoredFinal(store, prefix, number, *trust));
+    std::vector<TensorView> views;
+    for (const TensorInfo& t : (*ckpt)->tensors()) {
+      views.push_back(TensorView{t.name, t.dtype_name, t.shape, (*ckpt)->data(t), t.nbytes});
+    }
+    const std::vector<Sha256Digest> leaves = verifier->signed_commitment_leaves();
+    DCR_RETURN_IF_ERROR(CheckCommitment(views, *verifier->signed_commitment(), &leaves, 0)
+                            .WithContext("full frame of version " + std::to_string(number) +
+                                         " refused"));
+    if (!trust->signed_state_path.empty()) {
+      DCR_RETURN_IF_ERROR(WriteSignedState(trust->signed_state_path, *verifier));
+    }
   }
   return std::move(*ckpt);
 }
@@ -406,7 +483,21 @@ Status TakeFullFrame(const NodePlan& plan, ObjectStore* store, const NodeVersion
                      std::unique_ptr<Receiver>* storage, NodeResult* fr, uint64_t* dense_bytes) {
   fr->t_start = WallNow();
   const std::string who = "receiver " + std::to_string(plan.rank);
-  auto frame = FetchFullFrameCheckpoint(store, fv.prefix, fv.version, &fr->bytes_received);
+  FrameTrust trust;
+  if (!plan.trust_key.empty()) {
+    auto key = TrustKey::Load(plan.trust_key);
+    if (!key.ok()) return key.status().WithContext(who + ": plan.trust_key");
+    trust.key = *key;
+    trust.run_id = plan.run_id;
+    if (!plan.state_dir.empty()) {
+      // Kept beside the frame's checkpoint (KeepFullFrame): a restart proves it again.
+      NodePlan at = plan;
+      at.state_dir = VersionStateDir(plan.state_dir, fv.version);
+      trust.signed_state_path = SignedStatePath(at);
+    }
+  }
+  auto frame =
+      FetchFullFrameCheckpoint(store, fv.prefix, fv.version, &fr->bytes_received, &trust);
   if (!frame.ok()) return frame.status().WithContext(who);
   *dense_bytes = (*frame)->total_tensor_bytes();
   // The frame is loaded where the receiver holds its weights: host memory, or its device.
@@ -512,6 +603,9 @@ Status RunRegionReceiverVersions(const NodePlan& plan, NodeResult* result) {
           DCR_ASSIGN_OR_RETURN(auto c, Checkpoint::Open(recovery->held_path()));
           dense_bytes = c->total_tensor_bytes();
         }
+        // Proven by the trainer's signature before it is reported or built on.
+        s = recovery->CheckHeld();
+        if (!s.ok()) break;
         // The process before may have died between recording v done and putting its report.
         auto put = RestoreRegionReport(store.get(), v.prefix, plan.rank, plan.run_id, v.version,
                                        recovery->held_path(), signer.get());

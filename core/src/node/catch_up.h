@@ -31,6 +31,7 @@
 #include "dcr/node.h"
 #include "dcr/object_store.h"
 #include "dcr/receiver.h"
+#include "dcr/signing.h"
 #include "dcr/status.h"
 
 namespace dcr::internal {
@@ -116,17 +117,41 @@ StatusOr<uint64_t> PutFullFrameOfCheckpoint(ObjectStore* store, const std::strin
 // kUnimplemented for storage in device memory.
 StatusOr<std::vector<uint8_t>> FullFrameImage(const Receiver& storage);
 
+// Whom a full frame must come from: the trainer whose key signed the version's stream.
+struct FrameTrust {
+  std::shared_ptr<const TrustKey> key;  // the trainer's public key
+  std::optional<uint64_t> run_id;       // when set, the manifest must name this run
+  // When set, a frame that passed has its version's signed state written here
+  // (WriteSignedState): what a restarted node proves the frame's checkpoint with.
+  std::string signed_state_path;
+};
+
+// The commitment the trainer signed for version `number` under `prefix`: the final manifest of
+// the version's stream in the store (as the long-link relay mirrored it), verified against the
+// version's header object with `trust` (signer, signature, run, header hash, versions).
+// Errors: kNotFound (no header object), kFailedPrecondition (an unsigned stream, another signer
+// or run, a header of another version, no signed final manifest, one without a commitment),
+// kDataLoss (malformed records), the store's.
+StatusOr<SignedCommitment> StoredSignedCommitment(ObjectStore* store, const std::string& prefix,
+                                                  uint64_t number, const FrameTrust& trust);
+
 // Fetches the full frame of version `number` under `prefix` and checks its content hash against
 // the target hash of that version's trailer in the store (the delta the long-link relay
-// received). `bytes` gets the bytes fetched. Errors: kNotFound (no frame or no trailer),
-// kDataLoss (the frame is not that version's bytes, or does not parse).
+// received) and, with `trust`, its commitment against the one the trainer signed
+// (StoredSignedCommitment): whoever wrote the store, a frame is loaded only when it is the
+// signed version. `bytes` gets the bytes fetched. Errors: kNotFound (no frame or no trailer),
+// kDataLoss (the frame is not that version's bytes, or does not parse), kFailedPrecondition
+// (with `trust`: not the signed commitment, naming the first wrong range; or
+// StoredSignedCommitment's).
 StatusOr<std::unique_ptr<BufferReceiver>> FetchFullFrame(ObjectStore* store,
                                                          const std::string& prefix,
-                                                         uint64_t number, uint64_t* bytes);
+                                                         uint64_t number, uint64_t* bytes,
+                                                         const FrameTrust* trust = nullptr);
 // The same, the frame as a checkpoint in host memory (what a device receiver is loaded from).
 StatusOr<std::unique_ptr<Checkpoint>> FetchFullFrameCheckpoint(ObjectStore* store,
                                                                const std::string& prefix,
-                                                               uint64_t number, uint64_t* bytes);
+                                                               uint64_t number, uint64_t* bytes,
+                                                               const FrameTrust* trust = nullptr);
 
 // A region receiver's commit report of `version` (committed with `hash`) at
 // RegionReportKey(prefix, rank), signed with `signer` (the receiver's run certificate, tls.h

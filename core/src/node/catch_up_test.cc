@@ -6,13 +6,16 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <random>
 
 #include "dcr/checkpoint.h"
+#include "dcr/commitment.h"
 #include "dcr/delta.h"
 #include "dcr/device.h"
 #include "dcr/relay_policy.h"
+#include "dcr/signing.h"
 #include "node/versions.h"
 #include "transport/tls.h"
 
@@ -99,6 +102,7 @@ class BlobSink : public DeltaSink {
  public:
   Status OnHeader(const std::vector<uint8_t>& b) override { return Add(b); }
   Status OnChunk(const ChunkHeader&, const std::vector<uint8_t>& b) override { return Add(b); }
+  Status OnManifest(const std::vector<uint8_t>& b) override { return Add(b); }
   Status OnTrailer(const std::vector<uint8_t>& b) override { return Add(b); }
   std::vector<std::vector<uint8_t>> blobs;
 
@@ -208,6 +212,87 @@ TEST_F(RegionStoreTest, FullFrameRoundTripIsBitExactAndChecked) {
   ASSERT_TRUE(PutFullFrame(store_.get(), "run/v1", **stale).ok());
   auto refused = FetchFullFrame(store_.get(), "run/v1", 1, &bytes);
   EXPECT_TRUE(refused.status().IsDataLoss()) << refused.status().ToString();
+}
+
+// A full frame is loaded only when it is the version the trainer signed: the frame and the
+// trailer in the store are as trusted as whoever can write it.
+TEST_F(RegionStoreTest, FullFrameIsCheckedAgainstTheSignedCommitment) {
+  auto key = SigningKey::Generate();
+  auto other = SigningKey::Generate();
+  ASSERT_TRUE(key.ok() && other.ok());
+  auto base = Checkpoint::Open(paths_[0]);
+  auto target = Checkpoint::Open(paths_[1]);
+  ASSERT_TRUE(base.ok() && target.ok());
+  auto commitment = CheckpointCommitment(**target, 1);
+  ASSERT_TRUE(commitment.ok());
+  DeltaOptions o;
+  o.chunk_elems = 4096;
+  o.base_version = 0;
+  o.target_version = 1;
+  BlobSink blobs;
+  SignOptions so;
+  so.run_id = 77;
+  so.chunks_per_manifest = 2;
+  so.commitment = commitment->root;
+  so.commitment_leaves = commitment->leaves;
+  SigningSink signing(key->get(), so, &blobs);
+  ASSERT_TRUE(BuildDelta(base->get(), **target, o, &signing).ok());
+  for (size_t id = 0; id < blobs.blobs.size(); ++id) {
+    BlobInfo b{id, id == 0 ? BlobKind::kHeader
+                   : id + 1 == blobs.blobs.size() ? BlobKind::kTrailer
+                                                  : BlobKind::kChunk,
+               0};
+    ASSERT_TRUE(store_->Put(ObjectKey("run/s1", b), blobs.blobs[id].data(),
+                            blobs.blobs[id].size())
+                    .ok());
+  }
+  FrameTrust trust{TrustKey::FromRaw((*key)->public_key()).value(), 77};
+  auto signed_c = StoredSignedCommitment(store_.get(), "run/s1", 1, trust);
+  ASSERT_TRUE(signed_c.ok()) << signed_c.status().ToString();
+  EXPECT_EQ(*signed_c->root, commitment->root);
+  EXPECT_EQ(signed_c->leaves, commitment->leaves);
+
+  // The genuine frame loads.
+  ASSERT_TRUE(PutFullFrameOfCheckpoint(store_.get(), "run/s1", paths_[1]).ok());
+  uint64_t bytes = 0;
+  auto joiner = FetchFullFrame(store_.get(), "run/s1", 1, &bytes, &trust);
+  ASSERT_TRUE(joiner.ok()) << joiner.status().ToString();
+  EXPECT_TRUE(VerifyFile(**joiner, paths_[1]).ok());
+
+  // Planted: another frame and a trailer naming its content hash. The trailer check alone takes
+  // it; the signed commitment refuses it, naming the first wrong range.
+  ASSERT_TRUE(PutFullFrameOfCheckpoint(store_.get(), "run/s1", paths_[0]).ok());
+  const std::vector<uint8_t>& real_trailer = blobs.blobs.back();
+  auto trailer = ParseTrailer(real_trailer.data(), real_trailer.size());
+  ASSERT_TRUE(trailer.ok());
+  trailer->target_hash = (*base)->ContentHash();
+  uint64_t trailer_offset = 0;
+  std::memcpy(&trailer_offset, real_trailer.data() + real_trailer.size() - 24, 8);
+  const std::vector<uint8_t> planted = SerializeTrailer(*trailer, trailer_offset);
+  const BlobInfo trailer_blob{blobs.blobs.size() - 1, BlobKind::kTrailer, 0};
+  ASSERT_TRUE(store_->Put(ObjectKey("run/s1", trailer_blob), planted.data(), planted.size()).ok());
+  EXPECT_TRUE(FetchFullFrame(store_.get(), "run/s1", 1, &bytes).ok());
+  auto refused = FetchFullFrame(store_.get(), "run/s1", 1, &bytes, &trust);
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("first wrong range: tensor w bytes [0, 32768)"),
+            std::string::npos)
+      << refused.status().ToString();
+
+  // Another signer, another run, and an unsigned stream are no proof.
+  ASSERT_TRUE(PutFullFrameOfCheckpoint(store_.get(), "run/s1", paths_[1]).ok());
+  ASSERT_TRUE(store_->Put(ObjectKey("run/s1", trailer_blob), real_trailer.data(),
+                          real_trailer.size())
+                  .ok());
+  ASSERT_TRUE(FetchFullFrame(store_.get(), "run/s1", 1, &bytes, &trust).ok());
+  FrameTrust stranger{TrustKey::FromRaw((*other)->public_key()).value(), 77};
+  EXPECT_EQ(FetchFullFrame(store_.get(), "run/s1", 1, &bytes, &stranger).status().code(),
+            StatusCode::kFailedPrecondition);
+  FrameTrust other_run{trust.key, 78};
+  EXPECT_EQ(FetchFullFrame(store_.get(), "run/s1", 1, &bytes, &other_run).status().code(),
+            StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(PutFullFrameOfCheckpoint(store_.get(), "run/v1", paths_[1]).ok());
+  EXPECT_EQ(FetchFullFrame(store_.get(), "run/v1", 1, &bytes, &trust).status().code(),
+            StatusCode::kFailedPrecondition);
 }
 
 TEST_F(RegionStoreTest, FullFrameOfDeviceStorageIsTheDenseTarget) {

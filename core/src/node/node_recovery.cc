@@ -108,6 +108,11 @@ class DurableReceiver::HookedReceiver : public Receiver {
   void Abort() override { inner_->Abort(); }
   Status MarkApplied(uint64_t id, const Hash128& d) override { return inner_->MarkApplied(id, d); }
   Status Verify(const Checkpoint& target) const override { return inner_->Verify(target); }
+  const Receiver* storage() const override {
+    return storage_ != nullptr ? storage_ : inner_->storage();
+  }
+  // The storage this receiver's chain writes to, when the chain does not say (a journal).
+  void set_storage(const Receiver* storage) { storage_ = storage; }
   VersionId held() const override { return inner_->held(); }
   bool in_delta() const override { return inner_->in_delta(); }
   std::vector<uint64_t> MissingChunks(const Trailer& t) const override {
@@ -116,6 +121,7 @@ class DurableReceiver::HookedReceiver : public Receiver {
 
  private:
   Receiver* inner_;
+  const Receiver* storage_ = nullptr;
   FaultPoints* faults_;
   bool inside_layer_;
   std::function<Status()> on_commit_;
@@ -357,7 +363,9 @@ std::unique_ptr<Receiver> DurableReceiver::TakeDevice() {
 }
 
 std::unique_ptr<Receiver> DurableReceiver::Handle() {
-  return std::make_unique<HookedReceiver>(outer_.get(), nullptr, false, nullptr, nullptr);
+  auto handle = std::make_unique<HookedReceiver>(outer_.get(), nullptr, false, nullptr, nullptr);
+  handle->set_storage(backend_.get());
+  return handle;
 }
 
 Status DurableReceiver::ReloadCommitted() {

@@ -12,6 +12,11 @@
 
 namespace dcr::internal {
 
+std::string SignedStatePath(const NodePlan& plan) {
+  if (plan.state_dir.empty() || plan.trust_key.empty() || plan.rank == 0) return "";
+  return plan.state_dir + "/rank-" + std::to_string(plan.rank) + ".signed";
+}
+
 StatusOr<std::unique_ptr<Receiver>> WithPlanTrust(const NodePlan& plan,
                                                   std::unique_ptr<Receiver> receiver,
                                                   std::unique_ptr<VersionFloor>* floor) {
@@ -21,6 +26,7 @@ StatusOr<std::unique_ptr<Receiver>> WithPlanTrust(const NodePlan& plan,
     if (!key.ok()) return key.status().WithContext("plan.trust_key");
     o.key = *key;
     o.run_id = plan.run_id;
+    o.signed_state_path = SignedStatePath(plan);
   }
   if (!plan.version_floor_path.empty()) {
     auto f = VersionFloor::Load(plan.version_floor_path, plan.run_id);
@@ -232,6 +238,7 @@ Status AdoptPlanFloor(const NodePlan& plan, Receiver* receiver,
     *floor = std::make_unique<VersionFloor>(std::move(*f));
   }
   trusted->SetFloor(floor->get());
+  trusted->SetSignedStatePath(SignedStatePath(plan));
   return Status();
 }
 

@@ -64,9 +64,15 @@ class FullStreamSigner {
 StatusOr<std::unique_ptr<Receiver>> WithPlanFullTrust(const NodePlan& plan,
                                                       std::unique_ptr<Receiver> receiver);
 
+// Where a signed delta receiver keeps the signed state of the version it committed
+// (WriteSignedState, dcr/signing.h): <plan.state_dir>/rank-<r>.signed; empty without a state
+// directory or a trust key, and for rank 0.
+std::string SignedStatePath(const NodePlan& plan);
+
 // A receiver kept from the version before (a long-lived node): when it is a TrustedReceiver, its
 // version floor becomes `*floor`, loaded afresh from plan.version_floor_path (none without one),
-// so that the receiver never points at the floor object of a node that has ended. Errors: those
+// so that the receiver never points at the floor object of a node that has ended, and its signed
+// state goes to SignedStatePath(plan). Errors: those
 // of VersionFloor::Load, with the plan field named.
 Status AdoptPlanFloor(const NodePlan& plan, Receiver* receiver, std::unique_ptr<VersionFloor>* floor);
 // Detaches a TrustedReceiver `receiver` from its version floor before it outlives the floor.

@@ -17,6 +17,7 @@
 #include "dcr/receiver.h"
 #include "dcr/recovery_policy.h"
 #include "dcr/relay_policy.h"
+#include "dcr/commitment.h"
 #include "dcr/signing.h"
 #include "dcr/status.h"
 #include "dcr/status_macros.h"
@@ -154,6 +155,16 @@ void SenderBuilder::Build() {
     StreamingSink stream(emit);
     SignOptions so;
     so.run_id = plan_.run_id;
+    if (signing_key_) {
+      // The version the delta makes is the plan's target: its commitment is signed.
+      auto c = CheckpointCommitment(*target_ckpt_, plan_.build_threads);
+      if (!c.ok()) {
+        queue_->Fatal(c.status().WithContext("sender: commitment of the target"));
+        return;
+      }
+      so.commitment = c->root;
+      so.commitment_leaves = std::move(c->leaves);
+    }
     SigningSink signing(signing_key_.get(), so, &stream);
     s = internal::StreamDeltaFile(plan_.delta_path,
                                   signing_key_ ? static_cast<DeltaSink*>(&signing) : &stream);
@@ -173,6 +184,16 @@ void SenderBuilder::Build() {
     StreamingSink stream(emit);
     SignOptions so;
     so.run_id = plan_.run_id;
+    if (signing_key_) {
+      // The final manifest signs the target's commitment and its leaves (dcr/commitment.h).
+      auto c = CheckpointCommitment(*target_ckpt_, plan_.build_threads);
+      if (!c.ok()) {
+        queue_->Fatal(c.status().WithContext("sender: commitment of the target"));
+        return;
+      }
+      so.commitment = c->root;
+      so.commitment_leaves = std::move(c->leaves);
+    }
     SigningSink signing(signing_key_.get(), so, &stream);
     DeltaSink* sink = signing_key_ ? static_cast<DeltaSink*>(&signing) : &stream;
     // device_ null (device "cpu"): BuildDelta's host diff.

@@ -15,8 +15,11 @@
 #include <nlohmann/json.hpp>
 
 #include "dcr/checkpoint.h"
+#include "dcr/commitment.h"
+#include "dcr/signing.h"
 #include "dcr/status_macros.h"
 #include "internal/atomic_file.h"
+#include "node/node_trust.h"
 #include "node/state_dir.h"
 
 namespace dcr::internal {
@@ -317,13 +320,47 @@ Status VersionRecovery::AddVersion(uint64_t version) {
   return Status();
 }
 
+Status VersionRecovery::CheckHeld() {
+  if (held_checked_ || held_number_ == 0 || held_path_.empty()) return Status();
+  if (plan_.rank == 0 || plan_.method != "delta" || plan_.trust_key.empty()) return Status();
+  const std::string who = "rank " + std::to_string(plan_.rank) + ": the held checkpoint " +
+                          held_path_ + " of version " + std::to_string(held_number_);
+  DCR_ASSIGN_OR_RETURN(std::shared_ptr<const TrustKey> key, TrustKey::Load(plan_.trust_key));
+  NodePlan at = plan_;
+  at.state_dir = VersionStateDir(plan_.state_dir, held_number_);
+  const std::string path = SignedStatePath(at);
+  auto st = ReadSignedState(path, key, plan_.run_id);
+  if (!st.ok() && st.status().code() == StatusCode::kNotFound) {
+    return FailedPreconditionError(who + " cannot be proven by the trainer's signature: no "
+                                   "signed state " + path);
+  }
+  if (!st.ok()) {
+    return st.status().WithContext(who + " cannot be proven by the trainer's signature");
+  }
+  if (st->target_version != held_number_) {
+    return FailedPreconditionError(who + ": its signed state is of version " +
+                                   std::to_string(st->target_version));
+  }
+  DCR_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::Open(held_path_));
+  std::vector<TensorView> views;
+  for (const TensorInfo& t : ckpt->tensors()) {
+    views.push_back(TensorView{t.name, t.dtype_name, t.shape, ckpt->data(t), t.nbytes});
+  }
+  DCR_RETURN_IF_ERROR(CheckCommitment(views, *st->commitment.root, &st->commitment.leaves,
+                                      plan_.build_threads)
+                          .WithContext(who + " refused before it is served or reported"));
+  held_checked_ = true;
+  return Status();
+}
+
 bool VersionRecovery::Finished(const NodeVersion& v) {
   if (plan_.rank == 0 && commit_.has_value() && commit_->done >= v.version) return true;
   const std::optional<VersionDone> d = ReadVersionDone(plan_.state_dir, v.version, plan_.rank);
   if (!d) return v.version < finished_before_;  // its files collected after a later version
-  if (!d->checkpoint.empty()) {
+  if (!d->checkpoint.empty() && (d->checkpoint != held_path_ || v.version != held_number_)) {
     held_path_ = d->checkpoint;
     held_number_ = v.version;
+    held_checked_ = false;
   }
   return true;
 }
@@ -409,6 +446,7 @@ void VersionRecovery::Hold(uint64_t version, const std::string& checkpoint) {
   const std::string old = held_path_;
   held_path_ = checkpoint;
   held_number_ = version;
+  held_checked_ = true;  // committed (or adopted) by this process, after its checks
   if (!old.empty() && old != checkpoint && old != plan_.receiver_base_path &&
       old.rfind(plan_.state_dir + "/", 0) == 0) {
     std::error_code ec;

@@ -24,6 +24,10 @@
 //   * rank-0.commit: the sender's joint commit (SenderJointCommit) after the last version it
 //     finished: that version, the baseline (number and content hash) and the live receivers.
 //     A restarted sender resumes from it and never publishes a finished version again.
+//   * v<k>/rank-<r>.signed: a signed delta receiver's signed state of version k (the delta header
+//     and the trainer's signed final manifest with the commitment, dcr/signing.h
+//     WriteSignedState), written at its commit (or when it took a full frame of k): a restart
+//     proves the committed checkpoint of k against it before serving or reporting it (CheckHeld).
 //   * rank-<r>.floor: a signed delta receiver's version floor (state_dir.h), written at its first
 //     start; every version's plan uses it (NodePlan::version_floor_path).
 // The state_dir itself is the node's own (state_dir.h OpenStateDir): owned by its user, mode
@@ -134,6 +138,15 @@ class VersionRecovery {
   // a version; empty for a late joiner before its first frame) and that version's number.
   const std::string& held_path() const { return held_path_; }
   uint64_t held_number() const { return held_number_; }
+  // Signed delta receiver (rank > 0, plan.trust_key) that resumes from the checkpoint of a
+  // version an earlier process finished: proves it again before it is served, reported or used
+  // as a base. The version's signed state (v<k>/rank-<r>.signed, ReadSignedState) must verify
+  // with the trust key and run, and the checkpoint's commitment must be the signed root.
+  // Errors: kFailedPrecondition naming the checkpoint, and the first wrong range when its bytes
+  // differ, or that the state has no signed state for it; kDataLoss for a malformed one;
+  // Checkpoint::Open's. OK (and
+  // nothing checked) otherwise, and for every call after the first that passed.
+  Status CheckHeld();
   // Bytes of earlier versions' files this process removed (Done, Adopt).
   uint64_t collected_bytes() const { return collected_bytes_; }
   // An open-ended plan's next version (NodePlan::open_versions): its directory is made and its
@@ -156,6 +169,7 @@ class VersionRecovery {
   NodePlan plan_;  // the long-lived plan (rank, method, state_dir, fault points)
   std::string held_path_;  // receiver: the checkpoint of the version it holds
   uint64_t held_number_ = 0;
+  bool held_checked_ = false;  // CheckHeld passed for held_path_
   std::optional<JointCommitState> commit_;
   uint64_t collected_bytes_ = 0;
 };

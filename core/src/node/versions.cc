@@ -335,6 +335,12 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
       if (holder) finished_held = v;
       continue;
     }
+    if (recovery != nullptr) {
+      // What an earlier process committed is proven by the trainer's signature before it is
+      // served, reported or built on.
+      s = recovery->CheckHeld();
+      if (!s.ok()) break;
+    }
     if (finished_held.has_value()) {
       // A holder restarted after it committed a version serves what is pending from it.
       NodeResult ignored;

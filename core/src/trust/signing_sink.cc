@@ -74,6 +74,8 @@ Status SigningSink::Flush(bool final, const Trailer* trailer) {
   if (final) {
     m.num_chunks = trailer->chunks.size();
     m.target_hash = trailer->target_hash;
+    m.commitment = options_.commitment;
+    if (m.commitment) m.commitment_leaves = options_.commitment_leaves;
   }
   m.signer = key_->public_key();
   std::vector<uint8_t> rec = SerializeManifest(m);

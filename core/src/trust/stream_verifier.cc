@@ -4,6 +4,7 @@
 #include <ctime>
 #include <string>
 
+#include "dcr/commitment.h"
 #include "dcr/signing.h"
 #include "dcr/status_macros.h"
 
@@ -36,9 +37,13 @@ Status StreamVerifier::Begin(const uint8_t* header, size_t size) {
   std::lock_guard<std::mutex> l(mu_);
   header_ = std::move(h);
   header_sha_ = Sha256(header, consumed);
+  header_bytes_.assign(header, header + consumed);
+  final_manifest_bytes_.clear();
   begun_ = true;
   manifests_.clear();
   final_sequence_.reset();
+  final_commitment_.reset();
+  final_commitment_leaves_.clear();
   listed_.clear();
   return Status();
 }
@@ -48,9 +53,13 @@ void StreamVerifier::BeginOther(const uint8_t* header, size_t size, uint64_t tar
   header_ = FileHeader();
   header_.target_version = target_version;
   header_sha_ = Sha256(header, size);
+  header_bytes_.assign(header, header + size);
+  final_manifest_bytes_.clear();
   begun_ = true;
   manifests_.clear();
   final_sequence_.reset();
+  final_commitment_.reset();
+  final_commitment_leaves_.clear();
   listed_.clear();
 }
 
@@ -70,6 +79,11 @@ Status StreamVerifier::AddManifest(const uint8_t* record, size_t size,
   }
   if (!key_->Verify(record, rsize - kManifestSignatureBytes, m.signature)) {
     return FailedPreconditionError(what + ": bad signature (forged or altered bytes)");
+  }
+  if (m.commitment && !m.commitment_leaves.empty() &&
+      CommitmentRoot(m.commitment_leaves) != *m.commitment) {
+    return DataLossError(what + ": its commitment leaves do not make its commitment root " +
+                         CommitmentPrefix(*m.commitment));
   }
   const Sha256Digest digest = Sha256(record, rsize);
   std::lock_guard<std::mutex> l(mu_);
@@ -117,12 +131,100 @@ Status StreamVerifier::AddManifest(const uint8_t* record, size_t size,
     final_sequence_ = m.sequence;
     final_chunks_ = m.num_chunks;
     final_target_hash_ = m.target_hash;
+    final_commitment_ = m.commitment;
+    final_commitment_leaves_ = std::move(m.commitment_leaves);
+    final_manifest_bytes_.assign(record, record + rsize);
   }
   for (const ManifestEntry& e : m.entries) {
     listed_[e.chunk_id] = e;
     if (listed != nullptr) listed->push_back(e.chunk_id);
   }
   return Status();
+}
+
+std::optional<Sha256Digest> StreamVerifier::signed_commitment() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return final_commitment_;
+}
+
+std::vector<Sha256Digest> StreamVerifier::signed_commitment_leaves() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return final_commitment_leaves_;
+}
+
+std::vector<uint8_t> StreamVerifier::header_bytes() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return header_bytes_;
+}
+
+std::vector<uint8_t> StreamVerifier::final_manifest_bytes() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return final_manifest_bytes_;
+}
+
+Status WriteSignedState(const std::string& path, const StreamVerifier& verifier) {
+  const std::vector<uint8_t> header = verifier.header_bytes();
+  const std::vector<uint8_t> manifest = verifier.final_manifest_bytes();
+  if (manifest.empty() || !verifier.signed_commitment()) {
+    return FailedPreconditionError("no verified final manifest with a commitment to keep");
+  }
+  std::vector<uint8_t> out;
+  auto u32 = [&out](uint32_t v) {
+    const auto* b = reinterpret_cast<const uint8_t*>(&v);
+    out.insert(out.end(), b, b + 4);
+  };
+  out.insert(out.end(), {'D', 'C', 'R', 'S'});
+  u32(1);
+  u32(static_cast<uint32_t>(header.size()));
+  out.insert(out.end(), header.begin(), header.end());
+  u32(static_cast<uint32_t>(manifest.size()));
+  out.insert(out.end(), manifest.begin(), manifest.end());
+  return WriteFileAtomic(path, out.data(), out.size()).WithContext("signed state");
+}
+
+StatusOr<SignedState> ReadSignedState(const std::string& path,
+                                      std::shared_ptr<const TrustKey> key,
+                                      std::optional<uint64_t> run_id) {
+  DCR_ASSIGN_OR_RETURN(const std::vector<uint8_t> bytes, ReadFile(path));
+  const std::string what = "signed state " + path;
+  size_t off = 0;
+  auto u32 = [&](uint32_t* v) {
+    if (bytes.size() - off < 4) return false;
+    std::memcpy(v, bytes.data() + off, 4);
+    off += 4;
+    return true;
+  };
+  uint32_t version = 0, header_size = 0, manifest_size = 0;
+  if (bytes.size() < 4 || std::memcmp(bytes.data(), "DCRS", 4) != 0) {
+    return DataLossError(what + ": bad magic");
+  }
+  off = 4;
+  if (!u32(&version) || version != 1 || !u32(&header_size) ||
+      bytes.size() - off < header_size) {
+    return DataLossError(what + ": truncated or of an unknown version");
+  }
+  const size_t header_at = off;
+  off += header_size;
+  if (!u32(&manifest_size) || bytes.size() - off != manifest_size) {
+    return DataLossError(what + ": truncated or trailing bytes");
+  }
+  StreamVerifier v(std::move(key), run_id);
+  // A delta header, or the header blob of another stream (BeginOther) is not kept here.
+  DCR_RETURN_IF_ERROR(v.Begin(bytes.data() + header_at, header_size).WithContext(what));
+  size_t rsize = 0;
+  DCR_ASSIGN_OR_RETURN(Manifest m, ParseManifest(bytes.data() + off, manifest_size, &rsize));
+  if (!m.final || rsize != manifest_size) {
+    return DataLossError(what + ": not one final manifest record");
+  }
+  DCR_RETURN_IF_ERROR(v.AddManifest(bytes.data() + off, rsize, nullptr).WithContext(what));
+  SignedState st;
+  st.target_version = v.header().target_version;
+  st.commitment.root = v.signed_commitment();
+  st.commitment.leaves = v.signed_commitment_leaves();
+  if (!st.commitment.root) {
+    return FailedPreconditionError(what + ": the signed final manifest carries no commitment");
+  }
+  return st;
 }
 
 StatusOr<bool> StreamVerifier::CheckChunk(uint64_t chunk_id, const Sha256Digest& sha) {
@@ -175,7 +277,7 @@ Status StreamVerifier::CheckTrailer(const Trailer& trailer) {
 }
 
 Status VerifyDeltaFile(const DeltaReader& reader, std::shared_ptr<const TrustKey> key,
-                       std::optional<uint64_t> run_id) {
+                       std::optional<uint64_t> run_id, SignedCommitment* commitment) {
   StreamVerifier v(std::move(key), run_id);
   const uint8_t* data = reader.data();
   const size_t size = reader.size();
@@ -218,6 +320,10 @@ Status VerifyDeltaFile(const DeltaReader& reader, std::shared_ptr<const TrustKey
                                      " names bytes that are not a verified chunk record");
     }
   }
+  SignedCommitment signed_commitment;
+  signed_commitment.root = v.signed_commitment();
+  signed_commitment.leaves = v.signed_commitment_leaves();
+  if (commitment != nullptr) *commitment = std::move(signed_commitment);
   return Status();
 }
 
@@ -316,14 +422,47 @@ Status TrustedReceiver::Commit(const uint8_t* trailer, size_t size) {
                                      " is listed by no signed manifest of this delta");
     }
   }
+  std::optional<Sha256Digest> checked;
+  if (verifier_ != nullptr && options_.check_commitment) {
+    const std::optional<Sha256Digest> root = verifier_->signed_commitment();
+    DCR_ASSIGN_OR_RETURN(Trailer t, ParseTrailer(trailer, size));
+    // Only once every chunk is applied (otherwise the inner Commit names the missing ones).
+    if (root && inner_->MissingChunks(t).empty()) {
+      StatusOr<Commitment> held = HeldCommitment(*inner_, options_.commitment_threads);
+      if (held.ok()) {
+        const std::vector<Sha256Digest> leaves = verifier_->signed_commitment_leaves();
+        Status m = MatchCommitment(*held, *root, &leaves);
+        if (!m.ok()) {
+          return m.WithContext("commit of version " + std::to_string(target_version_) +
+                               " refused");
+        }
+        checked = root;
+      } else if (held.status().code() != StatusCode::kUnimplemented) {
+        return held.status().WithContext("commitment of the held version");
+      }
+    }
+  }
   DCR_RETURN_IF_ERROR(inner_->Commit(trailer, size));
-  verifier_.reset();
+  std::unique_ptr<StreamVerifier> verified = std::move(verifier_);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    committed_commitment_ = checked;
+  }
   if (options_.floor != nullptr) {
     Status s = options_.floor->Record(target_version_, NowUnix());
     if (!s.ok()) return s.WithContext("committed version " + std::to_string(target_version_) +
                                       " but could not record the version floor");
   }
+  if (checked && !options_.signed_state_path.empty()) {
+    Status s = WriteSignedState(options_.signed_state_path, *verified);
+    if (!s.ok()) return s.WithContext("committed version " + std::to_string(target_version_));
+  }
   return Status();
+}
+
+std::optional<Sha256Digest> TrustedReceiver::committed_commitment() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return committed_commitment_;
 }
 
 void TrustedReceiver::Abort() {
