@@ -119,6 +119,20 @@ Status SenderBuilder::LoadCheckpoints() {
   return Status();
 }
 
+StatusOr<SignOptions> SenderBuilder::SigningOptions() const {
+  SignOptions so;
+  so.run_id = plan_.run_id;
+  if (signing_key_) {
+    // The version the delta makes is the plan's target: the final manifest signs its
+    // commitment and leaves (dcr/commitment.h).
+    auto c = CheckpointCommitment(*target_ckpt_, plan_.build_threads);
+    if (!c.ok()) return c.status().WithContext("sender: commitment of the target");
+    so.commitment = c->root;
+    so.commitment_leaves = std::move(c->leaves);
+  }
+  return so;
+}
+
 void SenderBuilder::Build() {
   BlobId next = 0;
   std::vector<std::vector<uint8_t>> held;  // shuffle_seed: chunks held back
@@ -153,19 +167,12 @@ void SenderBuilder::Build() {
   Status s;
   if (plan_.method == "delta" && !plan_.delta_path.empty()) {  // the trainer's delta
     StreamingSink stream(emit);
-    SignOptions so;
-    so.run_id = plan_.run_id;
-    if (signing_key_) {
-      // The version the delta makes is the plan's target: its commitment is signed.
-      auto c = CheckpointCommitment(*target_ckpt_, plan_.build_threads);
-      if (!c.ok()) {
-        queue_->Fatal(c.status().WithContext("sender: commitment of the target"));
-        return;
-      }
-      so.commitment = c->root;
-      so.commitment_leaves = std::move(c->leaves);
+    StatusOr<SignOptions> so = SigningOptions();
+    if (!so.ok()) {
+      queue_->Fatal(so.status());
+      return;
     }
-    SigningSink signing(signing_key_.get(), so, &stream);
+    SigningSink signing(signing_key_.get(), *std::move(so), &stream);
     s = internal::StreamDeltaFile(plan_.delta_path,
                                   signing_key_ ? static_cast<DeltaSink*>(&signing) : &stream);
   } else if (plan_.method == "delta") {  // checkpoints loaded by LoadCheckpoints
@@ -182,19 +189,12 @@ void SenderBuilder::Build() {
       o.target_version = plan_.version;
     }
     StreamingSink stream(emit);
-    SignOptions so;
-    so.run_id = plan_.run_id;
-    if (signing_key_) {
-      // The final manifest signs the target's commitment and its leaves (dcr/commitment.h).
-      auto c = CheckpointCommitment(*target_ckpt_, plan_.build_threads);
-      if (!c.ok()) {
-        queue_->Fatal(c.status().WithContext("sender: commitment of the target"));
-        return;
-      }
-      so.commitment = c->root;
-      so.commitment_leaves = std::move(c->leaves);
+    StatusOr<SignOptions> so = SigningOptions();
+    if (!so.ok()) {
+      queue_->Fatal(so.status());
+      return;
     }
-    SigningSink signing(signing_key_.get(), so, &stream);
+    SigningSink signing(signing_key_.get(), *std::move(so), &stream);
     DeltaSink* sink = signing_key_ ? static_cast<DeltaSink*>(&signing) : &stream;
     // device_ null (device "cpu"): BuildDelta's host diff.
     auto st = BuildDeltaOnDevice(base_ckpt_.get(), *target_ckpt_, o, device_.get(), sink);

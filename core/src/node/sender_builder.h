@@ -47,6 +47,9 @@ class SenderBuilder {
 
  private:
   void Build();
+  // The run id and, when the stream is signed, the target's commitment for the SigningSink.
+  // Errors: the commitment's (reading the target).
+  StatusOr<SignOptions> SigningOptions() const;
 
   // The base's content hash recorded in plan.base_sums once every byte of the base matches the
   // file's region hashes; zero (compute it) when the file is missing, malformed or stale.
