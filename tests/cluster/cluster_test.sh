@@ -224,6 +224,17 @@ for r, d in zip((1, 2, 3, 4, 5), sys.argv[1:]):
         assert j["ok"], (r, v, j.get("error"))
 print("ok   ranks 1-5: every version's result ok")
 PY
+# The trainer's signed commitment of version 6 is what every receiver's storage was checked
+# against at its commit (their results name it).
+python3 - "$W/h0/state/node-0-v6.json" $(for r in 1 2 3 4 5; do echo "$W/h$r/state/node-$r-v6.json"; done) <<'PY' \
+  && ok "ranks 1-5 hold the commitment the trainer signed for version 6" || fail=1
+import json, sys
+signed = json.load(open(sys.argv[1])).get("commitment", "")
+assert len(signed) == 64, "the trainer's result names no commitment: %r" % signed
+for f in sys.argv[2:]:
+    got = json.load(open(f)).get("commitment")
+    assert got == signed, "%s: commitment %r, the trainer signed %s" % (f, got, signed)
+PY
 grep -q "receiver 3 joins the joint commit\|receiver 5 joins the joint commit" "$W/h0/trainer.err" \
   && ok "the restarted rank 3 and the late rank 5 are back in the joint commit" \
   || bad "no receiver rejoined the joint commit"

@@ -320,7 +320,8 @@ struct NodeResult {
   // or version is refused and not listed.
   std::vector<CommitReport> reports;
   // Sender of a delta (relay tree): the content hash of the version it published (the
-  // trailer's target hash), against which the reports' hashes are checked. Zero otherwise.
+  // trailer's target hash), against which the reports' hashes are checked; a delta receiver
+  // that committed: the content hash of what it holds. Zero otherwise.
   Hash128 target_hash;
   // Sender fed by the trainer's per-rank shards (dcr/publisher_c.h): true when the trainer's
   // delta went out; otherwise `trainer_delta_skipped` says why it did not (its base is not the
@@ -331,6 +332,10 @@ struct NodeResult {
   int64_t delta_base_version = -1;
   bool verified = false;
   std::string verify_message;
+  // The commitment root (dcr/commitment.h, 64 hex digits) of the version: at the sender, the
+  // one its final manifest signed; at a receiver, the trainer's signed root its storage was
+  // found to hold at commit. Empty when none was signed or checked.
+  std::string commitment;
   // Receiver with plan.freeze_after_s: why it reports a freeze (no new version within the
   // limit); empty: none.
   std::string freeze;

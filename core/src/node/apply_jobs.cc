@@ -60,6 +60,11 @@ Status ApplyJobs::Open(const NodePlan& plan, int starts, std::unique_ptr<Receive
   return Status();
 }
 
+std::optional<Sha256Digest> ApplyJobs::committed_commitment() const {
+  const auto* trusted = dynamic_cast<const TrustedReceiver*>(backend_.get());
+  return trusted != nullptr ? trusted->committed_commitment() : std::nullopt;
+}
+
 Status ApplyJobs::Adopt(std::unique_ptr<Receiver> backend, const NodePlan& plan) {
   backend_ = std::move(backend);
   rx_ = backend_.get();

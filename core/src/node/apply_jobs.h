@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "dcr/delta.h"
@@ -56,6 +57,9 @@ class ApplyJobs {
   Status Verify(const std::string& target_path) { return VerifyFile(*rx_, target_path); }
   // The version the storage holds (between applies).
   VersionId held() const { return rx_->held(); }
+  // The trainer's signed commitment root the last commit found the storage to hold
+  // (TrustedReceiver::committed_commitment); nullopt when none was checked.
+  std::optional<Sha256Digest> committed_commitment() const;
   void Stop() { pool_.Stop(); }
   // The receiver's version floor (plan.version_floor_path); null without one.
   const VersionFloor* floor() const { return floor_.get(); }

@@ -295,6 +295,7 @@ std::string NodeResultToJson(const NodeResult& r) {
   for (const CommitReport& c : r.reports) reports.push_back(CommitReportJson(c));
   j["reports"] = reports;
   j["target_hash"] = r.target_hash.ToHex();
+  if (!r.commitment.empty()) j["commitment"] = r.commitment;
   if (r.trainer_delta) j["trainer_delta"] = true;
   if (r.delta_base_version >= 0) j["delta_base_version"] = r.delta_base_version;
   if (!r.trainer_delta_skipped.empty()) j["trainer_delta_skipped"] = r.trainer_delta_skipped;
@@ -383,6 +384,7 @@ StatusOr<NodeResult> NodeResultFromJson(const std::string& text) {
     if (j.contains("target_hash")) {
       DCR_ASSIGN_OR_RETURN(r.target_hash, HashFromHex(j["target_hash"].get<std::string>()));
     }
+    r.commitment = j.value("commitment", std::string());
     r.trainer_delta = j.value("trainer_delta", false);
     r.delta_base_version = j.value("delta_base_version", int64_t{-1});
     r.trainer_delta_skipped = j.value("trainer_delta_skipped", std::string());

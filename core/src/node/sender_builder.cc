@@ -119,7 +119,7 @@ Status SenderBuilder::LoadCheckpoints() {
   return Status();
 }
 
-StatusOr<SignOptions> SenderBuilder::SigningOptions() const {
+StatusOr<SignOptions> SenderBuilder::SigningOptions() {
   SignOptions so;
   so.run_id = plan_.run_id;
   if (signing_key_) {
@@ -129,6 +129,8 @@ StatusOr<SignOptions> SenderBuilder::SigningOptions() const {
     if (!c.ok()) return c.status().WithContext("sender: commitment of the target");
     so.commitment = c->root;
     so.commitment_leaves = std::move(c->leaves);
+    std::lock_guard<std::mutex> lock(mu_);
+    signed_commitment_ = c->root;
   }
   return so;
 }

@@ -6,6 +6,8 @@
 #define DCR_CORE_SRC_NODE_SENDER_BUILDER_H_
 
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <thread>
 
 #include "dcr/checkpoint.h"
@@ -44,12 +46,18 @@ class SenderBuilder {
   void Join() {
     if (thread_.joinable()) thread_.join();
   }
+  // The commitment root the stream's final manifest signs, once the build has computed it;
+  // nullopt before, and for an unsigned stream. Thread-safe.
+  std::optional<Sha256Digest> signed_commitment() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return signed_commitment_;
+  }
 
  private:
   void Build();
   // The run id and, when the stream is signed, the target's commitment for the SigningSink.
   // Errors: the commitment's (reading the target).
-  StatusOr<SignOptions> SigningOptions() const;
+  StatusOr<SignOptions> SigningOptions();
 
   // The base's content hash recorded in plan.base_sums once every byte of the base matches the
   // file's region hashes; zero (compute it) when the file is missing, malformed or stale.
@@ -62,6 +70,8 @@ class SenderBuilder {
   std::unique_ptr<Checkpoint> base_ckpt_, target_ckpt_;
   std::shared_ptr<Device> device_;           // the delta's diff device; null = the host diff
   std::unique_ptr<SigningKey> signing_key_;  // plan.signing_key; null = an unsigned stream
+  mutable std::mutex mu_;
+  std::optional<Sha256Digest> signed_commitment_;  // guarded by mu_
   std::thread thread_;
 };
 

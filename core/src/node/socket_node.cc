@@ -27,6 +27,7 @@
 #include "dcr/relay_policy.h"
 #include "dcr/signing.h"
 #include "dcr/status.h"
+#include "dcr/commitment.h"
 #include "dcr/status_macros.h"
 #include "dcr/statusor.h"
 #include "node/blob_spool.h"
@@ -99,6 +100,12 @@ Status SocketNode::Run() {
     if (r->t_commit == 0) r->t_commit = WallNow();
   }
   RecordRecovery();
+  if (s.ok() && applier_.open() && committed_) {
+    // What this receiver holds now: its content hash, and the trainer's signed commitment
+    // when its storage was checked against one at the commit.
+    r->target_hash = applier_.held().hash;
+    if (auto root = applier_.committed_commitment()) r->commitment = CommitmentHex(*root);
+  }
   if (s.ok() && applier_.open() && committed_ && !plan_.verify_path.empty()) {
     Status v = applier_.Verify(plan_.verify_path);
     r->verified = v.ok();
@@ -874,6 +881,8 @@ void SocketNode::NoteTargetHash(BlobId trailer) {
   if (!b) return;
   auto t = ParseTrailer(b->bytes.data(), b->bytes.size());
   if (t.ok()) state_.result()->target_hash = t->target_hash;
+  // The root was computed before the first chunk, so it is known by the trailer.
+  if (auto root = builder_.signed_commitment()) state_.result()->commitment = CommitmentHex(*root);
 }
 
 void SocketNode::WriteProgressIfDue() {
