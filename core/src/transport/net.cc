@@ -16,8 +16,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <mutex>
 #include <random>
+#include <unordered_set>
 
 #include "dcr/status_macros.h"
 
@@ -622,22 +624,37 @@ int EphemeralLow() {
 
 StatusOr<int> FreePort() {
   constexpr int kFirst = 10000;  // below: well-known and registered services cluster
+  // Ports this process handed out lately: a port is free when checked, but the node meant to
+  // listen on it may not have bound it yet when the next one is drawn (a plan names every
+  // node's address first), so a draw never returns one of them again.
+  constexpr size_t kRemembered = 4096;
+  static std::mutex mu;
+  static std::mt19937_64 rng{std::random_device{}()};
+  static std::deque<int> handed_out;
+  static std::unordered_set<int> handed_set;
+  auto hand_out = [&](int port) {  // REQUIRES: mu held
+    handed_out.push_back(port);
+    handed_set.insert(port);
+    if (handed_out.size() > kRemembered) {
+      handed_set.erase(handed_out.front());
+      handed_out.pop_front();
+    }
+    return port;
+  };
+  std::lock_guard<std::mutex> lock(mu);
   const int low = EphemeralLow();
   if (low - kFirst >= 1024) {
-    static std::mutex mu;
-    static std::mt19937_64 rng{std::random_device{}()};
     for (int attempt = 0; attempt < 64; ++attempt) {
-      int port;
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        port = kFirst + static_cast<int>(rng() % static_cast<uint64_t>(low - kFirst));
-      }
-      if (BindLoopback(port) == port) return port;
+      const int port = kFirst + static_cast<int>(rng() % static_cast<uint64_t>(low - kFirst));
+      if (handed_set.count(port) == 0 && BindLoopback(port) == port) return hand_out(port);
     }
   }
-  int port = BindLoopback(0);
-  if (port < 0) return UnavailableError(ErrnoError("bind 127.0.0.1:0", errno).message());
-  return port;
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    const int port = BindLoopback(0);
+    if (port < 0) return UnavailableError(ErrnoError("bind 127.0.0.1:0", errno).message());
+    if (handed_set.count(port) == 0) return hand_out(port);
+  }
+  return UnavailableError("no free loopback port that this process has not handed out lately");
 }
 
 // ---- TokenBucket ----

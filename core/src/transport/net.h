@@ -188,8 +188,10 @@ Status ReadFull(int fd, void* data, size_t size);
 // before the nodes start. The port is drawn at random below the kernel's ephemeral range
 // (/proc/sys/net/ipv4/ip_local_port_range), so that the source port of an outgoing connection --
 // which the kernel takes from that range -- cannot claim it between this call and the node's
-// listen; it is checked by binding it. Falls back to a kernel-chosen port (bind to 0) when no
-// port below the range binds in 64 draws. Errors: kUnavailable (socket or bind failed).
+// listen; it is checked by binding it. A port this process handed out among its last 4096 is
+// never returned again (its node may not listen yet). Falls back to a kernel-chosen port (bind
+// to 0) when no port below the range binds in 64 draws. Thread-safe. Errors: kUnavailable
+// (socket or bind failed).
 StatusOr<int> FreePort();
 
 // Shared token bucket: Acquire(n) blocks until n bytes may pass at `rate` bytes/s. burst bytes
