@@ -8,6 +8,7 @@
 // new directory; `--renew` re-issues the node certificates of the deployment in DIR (all ranks
 // of the scenario, added ranks included) under its CA and id, while the CA is valid.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,6 +16,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "command.h"
 #include "dcr/relay_policy.h"
@@ -66,6 +68,39 @@ StatusOr<std::string> WriteDeploymentId(const std::string& dir) {
   return id;
 }
 
+// Refuses, before anything is written, a directory that already holds one of the files a new
+// deployment makes (`names`, in `dir`): `dcr keys` never overwrites credentials, and a refusal
+// half-way would leave a deployment id or CA without the rest. kFailedPrecondition naming the
+// first one found.
+Status RefuseExisting(const std::string& dir, const std::vector<std::string>& names) {
+  for (const std::string& name : names) {
+    struct stat st;
+    const std::string path = dir + "/" + name;
+    if (::lstat(path.c_str(), &st) == 0) {
+      return FailedPreconditionError(
+          path + " exists: `dcr keys` never overwrites credentials (a new deployment goes in an "
+                 "empty directory; --renew re-issues node certificates in place)");
+    }
+    if (errno != ENOENT) return ErrnoError(path, errno);
+  }
+  return Status();
+}
+
+// What `dcr keys` makes in its directory: the deployment id and the trainer's key pair, and with
+// a scenario the CA and one certificate and key per rank.
+std::vector<std::string> DeploymentFiles(size_t ranks) {
+  std::vector<std::string> names = {"deployment", "trainer.key", "trainer.pub"};
+  if (ranks > 0) {
+    names.push_back("ca.key");
+    names.push_back("ca.crt");
+  }
+  for (size_t r = 0; r < ranks; ++r) {
+    names.push_back("node-" + std::to_string(r) + ".key");
+    names.push_back("node-" + std::to_string(r) + ".crt");
+  }
+  return names;
+}
+
 // --renew: fresh node certificates for every rank of the scenario's tree under the CA and
 // deployment id already in `a.out` (renewal before expiry, or ranks added to the tree); the CA,
 // the deployment id and the trainer's key stay.
@@ -104,6 +139,7 @@ Status KeysMain(const KeysArgs& a) {
   }
   if (a.scenario.empty()) {
     DCR_RETURN_IF_ERROR(internal::PrepareCredentialDir(a.out));
+    DCR_RETURN_IF_ERROR(RefuseExisting(a.out, DeploymentFiles(0)));
     DCR_ASSIGN_OR_RETURN(const std::string id, WriteDeploymentId(a.out));
     std::fprintf(stderr, "dcr keys: deployment %s (%s/deployment)\n", id.c_str(), a.out.c_str());
     return WriteTrainerKey(a.out);
@@ -111,8 +147,9 @@ Status KeysMain(const KeysArgs& a) {
   DCR_ASSIGN_OR_RETURN(Scenario s, LoadScenario(a.scenario));
   DCR_ASSIGN_OR_RETURN(Topology topo, TopologyFor(s));
   DCR_RETURN_IF_ERROR(internal::PrepareCredentialDir(a.out));
-  DCR_ASSIGN_OR_RETURN(const std::string run_id, WriteDeploymentId(a.out));
   const std::vector<std::string> roles = internal::TreeRoles(topo.parent);
+  DCR_RETURN_IF_ERROR(RefuseExisting(a.out, DeploymentFiles(roles.size())));
+  DCR_ASSIGN_OR_RETURN(const std::string run_id, WriteDeploymentId(a.out));
   DCR_RETURN_IF_ERROR(internal::WriteRunCredentials(a.out, run_id, roles, a.days,
                                                     /*replace=*/false));
   std::fprintf(stderr,

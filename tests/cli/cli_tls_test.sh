@@ -43,6 +43,15 @@ has names-dcr-keys "$tmp/need-keys.err" "dcr keys SCENARIO -o DIR"
 "$dcr" keys "$tmp/plain.yaml" -o "$tmp/other" >/dev/null 2>&1; check keys-other-run 0 $?
 "$dcr" keys "$tmp/plain.yaml" -o "$tmp/keys" >/dev/null 2>"$tmp/again.err"; check keys-never-overwrite 14 $?
 has keys-exist "$tmp/again.err" "exists"
+# A directory holding part of a deployment (a CA, no deployment id) is refused before anything
+# is written or announced: no deployment id appears, nothing is said to have been made.
+mkdir -m 700 "$tmp/partial" && cp "$tmp/keys/ca.key" "$tmp/keys/ca.crt" "$tmp/partial/"
+"$dcr" keys "$tmp/plain.yaml" -o "$tmp/partial" >/dev/null 2>"$tmp/partial.err"
+check keys-partial-refused 14 $?
+has keys-partial-names-it "$tmp/partial.err" "partial/ca.key exists"
+[ "$(ls "$tmp/partial")" = "$(printf 'ca.crt\nca.key')" ]; check keys-partial-nothing-written 0 $?
+if grep -q "^dcr keys: deployment" "$tmp/partial.err"; then check keys-partial-announces-nothing 0 1
+else check keys-partial-announces-nothing 0 0; fi
 has keys-prints-scenario "$tmp/keys.out" "node-{rank}.key"
 for f in ca.key node-0.key node-1.key node-2.key; do
   [ "$(stat -c %a "$tmp/keys/$f")" = 600 ]; check "$f-0600" 0 $?
