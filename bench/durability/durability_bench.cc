@@ -57,7 +57,8 @@ double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// The process's write_bytes (bytes it caused to be written to storage); 0 when not reported.
+// Bytes this process caused to be written to storage (write_bytes of /proc/self/io); 0 when the
+// kernel does not count them.
 uint64_t WriteBytes() {
   std::ifstream f("/proc/self/io");
   std::string key;
