@@ -197,11 +197,10 @@ struct Undo {
 
 void StoreBits(uint8_t* p, int w, uint64_t bits) { std::memcpy(p, &bits, w); }  // little-endian
 
-// Restores the elements chunk `u` changed. The chunk was applied, so its record decodes and its
-// segments lie inside their tensors.
-Status TakeBack(const DeltaReader& reader, const std::vector<TensorBuffer>& bufs, const Undo& u) {
+// What taking chunk `u` back needs of its record: the header alone when its old bits were saved
+// (an overwrite chunk), else the decoded changes. The chunk was applied, so its record decodes.
+StatusOr<DecodedChunk> UndoChunk(const DeltaReader& reader, const Undo& u) {
   DecodedChunk dc;
-  std::vector<Segment> segs;
   if (u.saved) {
     size_t hs = 0, rs = 0;
     DCR_ASSIGN_OR_RETURN(dc.header, ParseChunkHeader(reader.chunk_data(u.chunk),
@@ -209,6 +208,14 @@ Status TakeBack(const DeltaReader& reader, const std::vector<TensorBuffer>& bufs
   } else {
     DCR_RETURN_IF_ERROR(reader.DecodeInto(u.chunk, &dc));
   }
+  return dc;
+}
+
+// Restores the elements chunk `u` changed. The chunk was applied, so its record decodes and its
+// segments lie inside their tensors.
+Status TakeBack(const DeltaReader& reader, const std::vector<TensorBuffer>& bufs, const Undo& u) {
+  DCR_ASSIGN_OR_RETURN(const DecodedChunk dc, UndoChunk(reader, u));
+  std::vector<Segment> segs;
   const ChunkHeader& h = dc.header;
   const int w = h.elem_width;
   SegmentCursor cur(h.segments);
@@ -323,14 +330,7 @@ Status GatherCoveredOnDevice(Device* device, const ChunkHeader& h,
 // TakeBack over device tensors: restores the elements chunk `u` changed, on `device`.
 Status TakeBackOnDevice(Device* device, const DeltaReader& reader,
                         const std::vector<TensorBuffer>& bufs, const Undo& u) {
-  DecodedChunk dc;
-  if (u.saved) {
-    size_t hs = 0, rs = 0;
-    DCR_ASSIGN_OR_RETURN(dc.header, ParseChunkHeader(reader.chunk_data(u.chunk),
-                                                     reader.chunk_size(u.chunk), &hs, &rs));
-  } else {
-    DCR_RETURN_IF_ERROR(reader.DecodeInto(u.chunk, &dc));
-  }
+  DCR_ASSIGN_OR_RETURN(const DecodedChunk dc, UndoChunk(reader, u));
   const ChunkHeader& h = dc.header;
   const int w = h.elem_width;
   std::vector<uint64_t> begin, bits, zero, now;
