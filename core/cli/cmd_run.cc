@@ -9,6 +9,7 @@
 #include "dcr/checkpoint.h"
 #include "dcr/scenario.h"
 #include "dcr/status_macros.h"
+#include "fault_runs.h"
 #include "run_check.h"
 #include "run_real.h"
 
@@ -37,7 +38,7 @@ StatusOr<ScenarioResult> Execute(const Scenario& s) {
         "libsimgrid-dev, and configure with -DDCR_BUILD_SIM=ON)");
 #endif
   }
-  return RunScenarioReal(s);
+  return RunScenarioReal(s, RunScenarioFaultBlock);
 }
 
 int RunMain(const RunArgs& a) {

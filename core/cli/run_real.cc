@@ -1,8 +1,5 @@
 // Real-mode scenario runner (see run_real.h). Not a subcommand: used by cmd_run.cc.
 #include "run_real.h"
-#include "run_faults.h"
-#include "run_proxy_faults.h"
-#include "run_s3_faults.h"
 #include "run_catch_up.h"
 #include "run_wan_choice.h"
 
@@ -1066,7 +1063,7 @@ StatusOr<std::vector<RunResult>> RunLongLivedRefits(const Scenario& s,
   return runs;
 }
 
-StatusOr<ScenarioResult> RunScenarioReal(const Scenario& s) {
+StatusOr<ScenarioResult> RunScenarioReal(const Scenario& s, const FaultBlockRunner& faults) {
   if (s.network.emulation == WanEmulation::kNetns) {
     return UnimplementedError(
         "network.emulation: netns is set up by the netns test harness (tests/netns/); "
@@ -1083,18 +1080,15 @@ StatusOr<ScenarioResult> RunScenarioReal(const Scenario& s) {
       auto c = Checkpoint::Open(ckpts[0]);
       if (c.ok()) out.model_bytes = (*c)->total_tensor_bytes();
     }
-    if (s.faults.enabled && s.faults.runs > 0 && s.faults.per_run > 0) {
-      // fault-injection refits of the same checkpoints (run_faults.h)
-      DCR_RETURN_IF_ERROR(RunScenarioFaults(s, rate, ckpts, work_dir, &out));
-    }
-    if (s.faults.enabled && s.faults.process_runs > 0) {  // real process kills (run_faults.h)
-      DCR_RETURN_IF_ERROR(RunScenarioProcessFaults(s, rate, ckpts, work_dir, &run_index, &out));
-    }
-    if (s.faults.enabled && s.faults.proxy_runs > 0) {  // fault proxies on edges (run_proxy_faults.h)
-      DCR_RETURN_IF_ERROR(RunScenarioProxyFaults(s, rate, ckpts, work_dir, &run_index, &out));
-    }
-    if (s.faults.enabled && s.faults.s3_runs > 0) {  // an HTTP fault proxy before S3 (run_s3_faults.h)
-      DCR_RETURN_IF_ERROR(RunScenarioS3Faults(s, rate, ckpts, work_dir, &run_index, &out));
+    const bool fault_runs = (s.faults.runs > 0 && s.faults.per_run > 0) ||
+                            s.faults.process_runs > 0 || s.faults.proxy_runs > 0 ||
+                            s.faults.s3_runs > 0;
+    if (s.faults.enabled && fault_runs) {  // the faults block's runs, by the caller's fault tools
+      if (!faults) {
+        return FailedPreconditionError(
+            "faults: this runner has no fault tools (the dcr CLI runs the faults block)");
+      }
+      DCR_RETURN_IF_ERROR(faults(s, rate, ckpts, work_dir, &run_index, &out));
     }
     if (s.faults.only) continue;
     // The change of every step, measured before any node starts; a delta run needs base and
@@ -1151,27 +1145,6 @@ std::string ReadText(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
-}
-
-StatusOr<pid_t> SpawnSubcommand(const char* subcommand, const std::string& spec_path,
-                                const std::string& log) {
-  char exe[4096];
-  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (n <= 0) return ErrnoError("readlink /proc/self/exe", errno);
-  exe[n] = '\0';
-  pid_t pid = fork();
-  if (pid < 0) return ErrnoError("fork", errno);
-  if (pid == 0) {
-    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-      close(fd);
-    }
-    execl(exe, exe, subcommand, "--spec", spec_path.c_str(), (char*)nullptr);
-    _exit(127);
-  }
-  return pid;
 }
 
 }  // namespace dcr::cli

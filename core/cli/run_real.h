@@ -43,7 +43,7 @@ struct ExternalKill {
   uint64_t version = 0;
 };
 
-// Faults of one real refit (the faults block's process runs, run_faults.h): `set_points` sets
+// Faults of one real refit (the faults block's process runs, tools/faults/run_faults.h): `set_points` sets
 // the plans' fault points (NodePlan::fault_*) before the nodes start; `kills` come from outside.
 struct RefitFaults {
   std::function<void(std::vector<NodePlan>*)> set_points;
@@ -84,14 +84,18 @@ StatusOr<std::vector<RunResult>> RunLongLivedRefits(const Scenario& s,
 // did not write).
 std::string ReadText(const std::string& path);
 
-// Starts this binary as `dcr <subcommand> --spec <spec_path>` (the fault proxies), its stdout and
-// stderr to `log` (created or truncated). Returns the child's pid; the caller signals and reaps
-// it. Errors: this binary's path cannot be read, fork fails.
-StatusOr<pid_t> SpawnSubcommand(const char* subcommand, const std::string& spec_path,
-                                const std::string& log);
+// The runs of a scenario's faults block for change rate `rate` (checkpoints `ckpts`, scratch
+// under `work_dir`): each run is numbered from *run_index + 1 (advanced past the last) and added
+// to out->runs, the faults to out->faults. The fault tools provide it (tools/faults/fault_runs.h).
+using FaultBlockRunner = std::function<Status(const Scenario& s, double rate,
+                                              const std::vector<std::string>& ckpts,
+                                              const std::string& work_dir, int* run_index,
+                                              ScenarioResult* out)>;
 
-// Runs every (method x transport x rate x step) of a mode-real scenario.
-StatusOr<ScenarioResult> RunScenarioReal(const Scenario& s);
+// Runs every (method x transport x rate x step) of a mode-real scenario, and for each rate first
+// the faults block's runs through `faults` when s.faults.enabled and it asks for runs. Errors:
+// those of the runs; kFailedPrecondition for such a faults block when `faults` is empty.
+StatusOr<ScenarioResult> RunScenarioReal(const Scenario& s, const FaultBlockRunner& faults = {});
 
 }  // namespace dcr::cli
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Link-closure check: no library in the link closure of a product library is yaml-cpp, a CLI
-# library (CLI11, core/cli's libraries), a test tool (the testing library, tools/faults) or
+# library (CLI11, core/cli's libraries), a test tool (the testing library, tools/faults' fault
+# points, proxies and runners) or
 # another tool-side library (bench, sim, scenario, reports).
 #   link_closure.sh LINKS_DIR ROOT...
 # LINKS_DIR holds <target>.txt for every library of this project the closure may reach: the
@@ -11,7 +12,7 @@
 set -euo pipefail
 links="$1"
 shift
-forbidden='^(yaml-cpp.*|CLI11.*|dcr_testing|dcr_cli_node|dcr_runner|dcr_publisher_scenario|dcr_cli_progress|dcr_faults|dcr_fault_proxies|dcr_bench|dcr_sim|dcr_scenario|dcr_reports)$'
+forbidden='^(yaml-cpp.*|CLI11.*|dcr_testing|dcr_cli_node|dcr_runner|dcr_publisher_scenario|dcr_cli_progress|dcr_faults|dcr_fault_proxies|dcr_fault_runners|dcr_bench|dcr_sim|dcr_scenario|dcr_reports)$'
 status=0
 
 # The names one target links, one a line: aliases dcr::x as dcr_x, $<LINK_ONLY:x> as x.

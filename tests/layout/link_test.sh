@@ -6,12 +6,16 @@
 #   3. dcr-node defines none of the testing library's symbols (nm), while the full `dcr` CLI,
 #      which links the fixtures, does (so the check can fail);
 #   4. dcr-node defines none of the faults library's symbols (tools/faults: the fault points a
-#      test plan asks for), while dcr-node-faults, the test build of the node, does.
+#      test plan asks for), while dcr-node-faults, the test build of the node, does;
+#   5. dcr-node defines none of the symbols of the other fault tools (TOOL_LIB...: the fault
+#      runners and proxies of tools/faults), while the full `dcr` CLI, which runs them, does.
 #   link_test.sh DECODE_ONLY FORMAT_LINK_INTERFACE_FILE DCR_NODE DCR LIBDCR_TESTING WORK_DIR
-#                LIBDCR_FAULTS DCR_NODE_FAULTS
+#                LIBDCR_FAULTS DCR_NODE_FAULTS [TOOL_LIB...]
 set -euo pipefail
 decode="$1" iface_file="$2" node="$3" dcr="$4" testing_lib="$5" work="$6"
 faults_lib="$7" node_faults="$8"
+shift 8
+tool_libs=("$@")
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 forbidden='curl|ssl|crypto'
 status=0
@@ -62,6 +66,21 @@ if [ "$in_node" -ne 0 ]; then
   fail "dcr-node contains fault-injection code"
 fi
 [ "$in_faults" -gt 0 ] || fail "dcr-node-faults shows no faults-library symbols: the check would not see them"
+for lib in "${tool_libs[@]}"; do
+  name=$(basename "$lib")
+  echo "== fault tool: $lib"
+  nm --defined-only -g "$lib" 2>/dev/null | awk '$2 == "T" {print $3}' | sort -u > "$work/$name.syms"
+  count=$(wc -l < "$work/$name.syms")
+  [ "$count" -gt 0 ] || fail "no symbols read from $lib"
+  in_node=$(comm -12 "$work/$name.syms" "$work/node.syms" | wc -l)
+  in_dcr=$(comm -12 "$work/$name.syms" "$work/dcr.syms" | wc -l)
+  echo "$name symbols: $count; defined in dcr-node: $in_node; in dcr: $in_dcr"
+  if [ "$in_node" -ne 0 ]; then
+    comm -12 "$work/$name.syms" "$work/node.syms" | head -5 | c++filt >&2
+    fail "dcr-node contains $name code"
+  fi
+  [ "$in_dcr" -gt 0 ] || fail "dcr shows no $name symbols: the check would not see them"
+done
 node_needed=$(readelf -d "$node" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
 echo "dcr-node NEEDED: $(echo $node_needed)"
 [ "$status" -eq 0 ] && echo "link_test: OK"

@@ -15,6 +15,7 @@
 #include "dcr/checkpoint.h"
 #include "dcr/status_macros.h"
 #include "run_faults.h"
+#include "fault_runs.h"
 #include "run_real.h"
 #include "s3_fault_proxy.h"
 #include "transport/net.h"

@@ -25,6 +25,7 @@
 #include "dcr/status_macros.h"
 #include "fault_proxy.h"
 #include "run_faults.h"
+#include "fault_runs.h"
 #include "run_real.h"
 #include "transport/net.h"
 #include "transport/tls.h"

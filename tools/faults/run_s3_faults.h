@@ -3,8 +3,8 @@
 // of the scenario's S3 endpoint.
 //
 // Thread safety: not thread-safe (one runner per process).
-#ifndef DCR_CORE_CLI_RUN_S3_FAULTS_H_
-#define DCR_CORE_CLI_RUN_S3_FAULTS_H_
+#ifndef DCR_TOOLS_FAULTS_RUN_S3_FAULTS_H_
+#define DCR_TOOLS_FAULTS_RUN_S3_FAULTS_H_
 
 #include <string>
 #include <vector>
@@ -33,4 +33,4 @@ Status RunScenarioS3Faults(const Scenario& s, double rate, const std::vector<std
 
 }  // namespace dcr::cli
 
-#endif  // DCR_CORE_CLI_RUN_S3_FAULTS_H_
+#endif  // DCR_TOOLS_FAULTS_RUN_S3_FAULTS_H_

@@ -2,8 +2,8 @@
 // through dcr/testing/fault_injection.h, summed into ScenarioResult::faults.
 //
 // Thread safety: not thread-safe (one runner per process).
-#ifndef DCR_CORE_CLI_RUN_FAULTS_H_
-#define DCR_CORE_CLI_RUN_FAULTS_H_
+#ifndef DCR_TOOLS_FAULTS_RUN_FAULTS_H_
+#define DCR_TOOLS_FAULTS_RUN_FAULTS_H_
 
 #include <string>
 #include <vector>
@@ -58,4 +58,4 @@ Status RunScenarioProcessFaults(const Scenario& s, double rate,
 
 }  // namespace dcr::cli
 
-#endif  // DCR_CORE_CLI_RUN_FAULTS_H_
+#endif  // DCR_TOOLS_FAULTS_RUN_FAULTS_H_

@@ -3,8 +3,8 @@
 // edges, and failed writes of the in-region store.
 //
 // Thread safety: not thread-safe (one runner per process).
-#ifndef DCR_CORE_CLI_RUN_PROXY_FAULTS_H_
-#define DCR_CORE_CLI_RUN_PROXY_FAULTS_H_
+#ifndef DCR_TOOLS_FAULTS_RUN_PROXY_FAULTS_H_
+#define DCR_TOOLS_FAULTS_RUN_PROXY_FAULTS_H_
 
 #include <string>
 #include <vector>
@@ -38,4 +38,4 @@ Status RunScenarioProxyFaults(const Scenario& s, double rate,
 
 }  // namespace dcr::cli
 
-#endif  // DCR_CORE_CLI_RUN_PROXY_FAULTS_H_
+#endif  // DCR_TOOLS_FAULTS_RUN_PROXY_FAULTS_H_
