@@ -11,7 +11,8 @@
 // Counters: "ratio" = bandwidth (dense bytes covered per second for BM_Receive) / the device's
 // copy bandwidth (the best of 10 copies of the model, measured once in the same process);
 // BM_Receive also has "link_ratio" = payload rate / the long link's rate (--long_link_Bps, default
-// the long link of scenarios/paper/paper-1t-3.yaml): >= 1 means the receiver keeps up with the
+// the long link of the scenario --scenario=PATH names, scenarios/paper/paper-1t-3.yaml under the
+// working directory unless given; no ratio when neither gives a rate): >= 1 means the receiver keeps up with the
 // payload's arrival on that link at T threads. Every benchmark is skipped with the reason when the
 // backend cannot be opened (exit 0); a benchmark that fails on an opened device makes the exit
 // status 1 (BM_Receive also verifies the receiver byte for byte).
@@ -46,7 +47,8 @@ namespace {
 struct Flags {
   DeviceKind kind = DeviceKind::kCuda;
   int index = 0;
-  double long_link_Bps = 0;  // 0 = from the paper scenario
+  double long_link_Bps = 0;  // 0 = from `scenario`
+  std::string scenario = "scenarios/paper/paper-1t-3.yaml";
 };
 Flags g_flags;
 
@@ -196,8 +198,13 @@ double ReferenceBandwidth() {
 double LongLinkRate() {
   if (g_flags.long_link_Bps > 0) return g_flags.long_link_Bps;
   static double rate = [] {
-    auto s = LoadScenario(std::string(DCR_SOURCE_DIR) + "/scenarios/paper/paper-1t-3.yaml");
-    return s.ok() ? s->network.long_link.bandwidth_Bps : 0.0;
+    auto s = LoadScenario(g_flags.scenario);
+    if (!s.ok()) {
+      std::fprintf(stderr, "dcr_bench_device: no long-link rate (--long_link_Bps): %s\n",
+                   s.status().ToString().c_str());
+      return 0.0;
+    }
+    return s->network.long_link.bandwidth_Bps;
   }();
   return rate;
 }
@@ -398,6 +405,8 @@ bool ParseOwnFlags(int* argc, char** argv) {
       g_flags.index = std::atoi(v);
     } else if (const char* v = value("--long_link_Bps=")) {
       g_flags.long_link_Bps = std::atof(v);
+    } else if (const char* v = value("--scenario=")) {
+      g_flags.scenario = v;
     } else {
       argv[out++] = argv[i];
     }
