@@ -7,14 +7,18 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "command.h"
 #include "dcr/apply.h"
 #include "dcr/context.h"
 #include "dcr/delta.h"
 #include "dcr/hash.h"
+#include "dcr/status_macros.h"
 
 namespace dcr::cli {
 namespace {
@@ -98,40 +102,85 @@ std::vector<size_t> RowOrder(const nlohmann::json& tensors, const Listing& l) {
   return order;
 }
 
-int RunInspect(const std::string& path, const std::string& base_path, bool json,
-               const Listing& listing) {
-  auto r = DeltaReader::Open(path);
-  if (!r.ok()) return ReportStatus("inspect", r.status());
-  const DeltaReader& d = **r;
-  const Inventory& inv = d.inventory();
-  std::unique_ptr<Checkpoint> base;
-  std::string warning;
-  if (!base_path.empty()) {
-    auto b = Checkpoint::Open(base_path);
-    if (!b.ok()) return ReportStatus("inspect", b.status());
-    const bool full_frame = (d.header().flags & kFlagNoBase) != 0;
-    const Hash128 have = (*b)->ContentHash();
-    if (full_frame) {
-      warning = "--base " + base_path + " ignored: the delta is a full frame (it has no base)";
-    } else if (have != d.header().base_hash) {
-      // Values XORed with another checkpoint's bits would give a meaningless bound.
-      warning = "--base " + base_path + " has content hash " + have.ToHex() +
-                " but the delta was built for base " + d.header().base_hash.ToHex() +
-                "; it is ignored (the bound is of the coded values)";
-    } else {
-      base = std::move(*b);
-    }
-    if (!warning.empty()) std::fprintf(stderr, "dcr inspect: warning: %s\n", warning.c_str());
+// The base checkpoint at `base_path` when the delta was built on it; null, with `warning` set (and
+// printed), when the delta is a full frame or has another base. Errors: the base cannot be opened.
+StatusOr<std::unique_ptr<Checkpoint>> OpenMatchingBase(const DeltaReader& d,
+                                                       const std::string& base_path,
+                                                       std::string* warning) {
+  DCR_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> b, Checkpoint::Open(base_path));
+  const bool full_frame = (d.header().flags & kFlagNoBase) != 0;
+  const Hash128 have = b->ContentHash();
+  if (full_frame) {
+    *warning = "--base " + base_path + " ignored: the delta is a full frame (it has no base)";
+  } else if (have != d.header().base_hash) {
+    // Values XORed with another checkpoint's bits would give a meaningless bound.
+    *warning = "--base " + base_path + " has content hash " + have.ToHex() +
+               " but the delta was built for base " + d.header().base_hash.ToHex() +
+               "; it is ignored (the bound is of the coded values)";
   }
-  std::vector<TensorAcc> acc(inv.tensors.size());
+  if (warning->empty()) return b;
+  std::fprintf(stderr, "dcr inspect: warning: %s\n", warning->c_str());
+  return std::unique_ptr<Checkpoint>();
+}
+
+// What the chunks of a delta add up to, per tensor (inventory order) and per chunk mode.
+struct ChunkTally {
+  std::vector<TensorAcc> acc;
   std::map<std::string, uint64_t> modes;
-  uint64_t context_chunks = 0, uncounted = 0;
+  uint64_t context_chunks = 0;
+  uint64_t uncounted = 0;  // changes of context-coded chunks counted from their headers
+};
+
+// Adds the changes of decoded chunk `i` (header `h`) to `t`, their values XORed against `base`
+// when given. Errors: kDataLoss for a tensor index out of range.
+Status TallyDecodedChunk(const DeltaReader& d, size_t i, const DecodedChunk& dc,
+                         const Checkpoint* base, ChunkTally* t) {
+  const Inventory& inv = d.inventory();
+  const ChunkHeader& h = dc.header;
+  t->modes[std::string(PositionModeName(h.position_mode)) + "+" + ValueModeName(h.value_mode)]++;
+  SegmentCursor cur(h.segments);
+  const bool dense = h.position_mode == PositionMode::kDense;
+  const double per_change = h.num_changes ? static_cast<double>(d.chunk_size(i)) / h.num_changes : 0;
+  if (h.num_changes == 0) t->acc[h.segments[0].tensor_index].payload += d.chunk_size(i);
+  for (uint64_t k = 0; k < h.num_changes; ++k) {
+    uint32_t s;
+    uint64_t e;
+    cur.Locate(dense ? k : dc.positions[k], &s, &e);
+    uint32_t ti = h.segments[s].tensor_index;
+    if (ti >= t->acc.size()) return DataLossError("tensor index out of range");
+    TensorAcc& a = t->acc[ti];
+    a.changed++;
+    a.payload += per_change;
+    uint64_t v = dc.values[k];
+    if (base) {
+      const TensorInfo* bt = base->Find(inv.tensors[ti].name);
+      if (bt && e < bt->num_elements()) {
+        const uint64_t old = LoadBits(base->data(*bt), h.elem_width, e);
+        const uint64_t nw = ApplyValue(h.value_mode, h.elem_width, old, v);
+        v = old ^ nw;
+        const int ctx = ContextBits(old, h.elem_width);
+        a.ke[ctx]++;
+        a.ulp[{ctx, ZigZagUlp(old, nw, h.elem_width)}]++;
+      }
+    }
+    a.hist[v]++;
+  }
+  return Status();
+}
+
+// Decodes (or, for a context-coded chunk without `base`, reads the header of) every chunk of `d`
+// into a tally. Errors: a chunk that does not parse or decode (named by its table entry), a base
+// without one of the delta's tensors.
+StatusOr<ChunkTally> TallyChunks(const DeltaReader& d, const Checkpoint* base) {
+  const Inventory& inv = d.inventory();
+  ChunkTally t;
+  t.acc.resize(inv.tensors.size());
   // The base's tensors as buffers (inventory order), for decoding context-coded chunks.
   std::vector<TensorBuffer> base_bufs;
   if (base) {
     for (size_t i = 0; i < inv.tensors.size(); ++i) {
       const TensorInfo* bt = base->Find(inv.tensors[i].name);
-      if (bt == nullptr) return ReportStatus("inspect", DataLossError("base lacks tensor " + inv.tensors[i].name));
+      if (bt == nullptr) return DataLossError("base lacks tensor " + inv.tensors[i].name);
       base_bufs.push_back(TensorBuffer{const_cast<uint8_t*>(base->data(*bt)), bt->num_elements(),
                                        bt->width(), inv.salts[i]});
     }
@@ -139,60 +188,41 @@ int RunInspect(const std::string& path, const std::string& base_path, bool json,
   for (size_t i = 0; i < d.num_chunks(); ++i) {
     const std::string where = "chunk table entry " + std::to_string(i);
     auto ph = ParseChunkHeader(d.chunk_data(i), d.chunk_size(i), nullptr, nullptr);
-    if (!ph.ok()) return ReportStatus("inspect", ph.status().WithContext(where));
+    if (!ph.ok()) return ph.status().WithContext(where);
     StatusOr<DecodedChunk> dc = DecodedChunk{};
     if (IsContextCoded(*ph)) {
-      ++context_chunks;
+      ++t.context_chunks;
       if (!base) {
         // Counted from the header: changes and bytes shared over the segments by elements.
-        modes["context+" + std::string(ValueModeName(ph->value_mode))]++;
+        t.modes["context+" + std::string(ValueModeName(ph->value_mode))]++;
         for (const Segment& sg : ph->segments) {
-          if (sg.tensor_index >= acc.size()) return ReportStatus("inspect", DataLossError("tensor index out of range"));
+          if (sg.tensor_index >= t.acc.size()) return DataLossError("tensor index out of range");
           const double share = static_cast<double>(sg.num_elements()) / ph->num_elements;
-          acc[sg.tensor_index].payload += share * d.chunk_size(i);
-          acc[sg.tensor_index].changed += static_cast<uint64_t>(std::llround(share * ph->num_changes));
+          t.acc[sg.tensor_index].payload += share * d.chunk_size(i);
+          t.acc[sg.tensor_index].changed += static_cast<uint64_t>(std::llround(share * ph->num_changes));
         }
-        uncounted += ph->num_changes;
+        t.uncounted += ph->num_changes;
         continue;
       }
       std::vector<uint8_t> covered;
       Status s = GatherCoveredBits(*ph, base_bufs, &covered);
       if (s.ok()) s = DecodeContextChunkInto(d.chunk_data(i), d.chunk_size(i), covered.data(), covered.size(), &*dc);
-      if (!s.ok()) return ReportStatus("inspect", s.WithContext(where));
+      if (!s.ok()) return s.WithContext(where);
     } else {
       dc = d.Decode(i);
     }
-    if (!dc.ok()) return ReportStatus("inspect", dc.status().WithContext(where));
-    const ChunkHeader& h = dc->header;
-    modes[std::string(PositionModeName(h.position_mode)) + "+" + ValueModeName(h.value_mode)]++;
-    SegmentCursor cur(h.segments);
-    const bool dense = h.position_mode == PositionMode::kDense;
-    const double per_change = h.num_changes ? static_cast<double>(d.chunk_size(i)) / h.num_changes : 0;
-    if (h.num_changes == 0) acc[h.segments[0].tensor_index].payload += d.chunk_size(i);
-    for (uint64_t k = 0; k < h.num_changes; ++k) {
-      uint32_t s;
-      uint64_t e;
-      cur.Locate(dense ? k : dc->positions[k], &s, &e);
-      uint32_t ti = h.segments[s].tensor_index;
-      if (ti >= acc.size()) return ReportStatus("inspect", DataLossError("tensor index out of range"));
-      TensorAcc& a = acc[ti];
-      a.changed++;
-      a.payload += per_change;
-      uint64_t v = dc->values[k];
-      if (base) {
-        const TensorInfo* bt = base->Find(inv.tensors[ti].name);
-        if (bt && e < bt->num_elements()) {
-          const uint64_t old = LoadBits(base->data(*bt), h.elem_width, e);
-          const uint64_t nw = ApplyValue(h.value_mode, h.elem_width, old, v);
-          v = old ^ nw;
-          const int ctx = ContextBits(old, h.elem_width);
-          a.ke[ctx]++;
-          a.ulp[{ctx, ZigZagUlp(old, nw, h.elem_width)}]++;
-        }
-      }
-      a.hist[v]++;
-    }
+    if (!dc.ok()) return dc.status().WithContext(where);
+    DCR_RETURN_IF_ERROR(TallyDecodedChunk(d, i, *dc, base, &t));
   }
+  return t;
+}
+
+// The report of `dcr inspect --json`: the delta's header, chunk modes, one row per tensor (in the
+// listing's order and number) and the totals over every tensor.
+nlohmann::json InspectReport(const std::string& path, const DeltaReader& d, const Checkpoint* base,
+                             const std::string& warning, const ChunkTally& t,
+                             const Listing& listing) {
+  const Inventory& inv = d.inventory();
   nlohmann::json out;
   out["delta"] = path;
   out["format_version"] = d.header().format_version;
@@ -208,42 +238,42 @@ int RunInspect(const std::string& path, const std::string& base_path, bool json,
     out["target_files"] = files;
     out["target_index"] = inv.index_name;
   }
-  out["chunk_modes"] = modes;
-  out["context_chunks"] = context_chunks;
-  if (uncounted > 0) out["changes_without_values"] = uncounted;
+  out["chunk_modes"] = t.modes;
+  out["context_chunks"] = t.context_chunks;
+  if (t.uncounted > 0) out["changes_without_values"] = t.uncounted;
   out["entropy_of"] = base ? "xor" : "payload values (xor or ulp delta as coded)";
   if (!warning.empty()) out["warning"] = warning;
   uint64_t te = 0, tc = 0, td = 0;
   double tb = 0, tb2 = 0;
   nlohmann::json tensors = nlohmann::json::array();
   for (size_t i = 0; i < inv.tensors.size(); ++i) {
-    const TensorInfo& t = inv.tensors[i];
-    const TensorAcc& a = acc[i];
-    double bound = BoundBits(t.num_elements(), a.changed, a.hist) / 8;
+    const TensorInfo& ti = inv.tensors[i];
+    const TensorAcc& a = t.acc[i];
+    double bound = BoundBits(ti.num_elements(), a.changed, a.hist) / 8;
     nlohmann::json j;
-    j["name"] = t.name;
-    j["dtype"] = t.dtype_name;
-    j["elements"] = t.num_elements();
+    j["name"] = ti.name;
+    j["dtype"] = ti.dtype_name;
+    j["elements"] = ti.num_elements();
     j["changed"] = a.changed;
-    j["change_rate"] = t.num_elements() ? static_cast<double>(a.changed) / t.num_elements() : 0.0;
+    j["change_rate"] = ti.num_elements() ? static_cast<double>(a.changed) / ti.num_elements() : 0.0;
     j["unchanged"] = a.changed == 0;
     j["payload_bytes"] = static_cast<uint64_t>(std::llround(a.payload));
-    j["dense_bytes"] = t.nbytes;
+    j["dense_bytes"] = ti.nbytes;
     // Undefined (null) without payload or bound: an unchanged tensor costs no chunk bytes.
-    j["ratio"] = a.payload > 0 ? nlohmann::json(t.nbytes / a.payload) : nlohmann::json();
+    j["ratio"] = a.payload > 0 ? nlohmann::json(ti.nbytes / a.payload) : nlohmann::json();
     j["bound_bytes"] = bound;
     j["payload_vs_bound"] = bound > 0 ? nlohmann::json(a.payload / bound) : nlohmann::json();
     if (base) {
-      const TensorInfo* bt = base->Find(t.name);
-      const double b2 = Bound2Bits(base->data(*bt), t.width(), t.num_elements(), a) / 8;
+      const TensorInfo* bt = base->Find(ti.name);
+      const double b2 = Bound2Bits(base->data(*bt), ti.width(), ti.num_elements(), a) / 8;
       j["bound2_bytes"] = b2;
       j["payload_vs_bound2"] = b2 > 0 ? nlohmann::json(a.payload / b2) : nlohmann::json();
       tb2 += b2;
     }
     tensors.push_back(j);
-    te += t.num_elements();
+    te += ti.num_elements();
     tc += a.changed;
-    td += t.nbytes;
+    td += ti.nbytes;
     tb += bound;
   }
   nlohmann::json rows = nlohmann::json::array();
@@ -265,10 +295,19 @@ int RunInspect(const std::string& path, const std::string& base_path, bool json,
     tot["payload_vs_bound2"] = tb2 > 0 ? d.size() / tb2 : 0.0;
   }
   out["total"] = tot;
-  if (json) {
-    std::printf("%s\n", out.dump(2).c_str());
-    return 0;
-  }
+  return out;
+}
+
+// Prints the report `out` (InspectReport of `d`) as the human-readable table.
+void PrintInspectTable(const std::string& path, const DeltaReader& d, const nlohmann::json& out,
+                       bool have_base, const Listing& listing) {
+  const Inventory& inv = d.inventory();
+  const nlohmann::json& rows = out["tensors"];
+  const nlohmann::json& tot = out["total"];
+  const size_t tensor_count = out["tensor_count"].get<size_t>();
+  const uint64_t context_chunks = out["context_chunks"].get<uint64_t>();
+  const double tb = tot["bound_bytes"].get<double>();
+  const double tb2 = have_base ? tot["bound2_bytes"].get<double>() : 0.0;
   std::printf("delta %s: format v%u, version %llu -> %llu, %zu chunks%s\n", path.c_str(),
               d.header().format_version, static_cast<unsigned long long>(d.header().base_version),
               static_cast<unsigned long long>(d.header().target_version), d.num_chunks(),
@@ -303,16 +342,17 @@ int RunInspect(const std::string& path, const std::string& base_path, bool json,
         j["payload_bytes"].get<uint64_t>(), fixed(j["ratio"], "%.1f"),
         fixed(j["payload_vs_bound"], "%.3f"));
   }
-  row("TOTAL", "", te, std::to_string(tc), fixed(tot["change_rate"], "%.4f", 100), td, d.size(),
+  row("TOTAL", "", tot["elements"].get<uint64_t>(), std::to_string(tot["changed"].get<uint64_t>()),
+      fixed(tot["change_rate"], "%.4f", 100), tot["dense_bytes"].get<uint64_t>(), d.size(),
       fixed(tot["ratio"], "%.1f"), fixed(tot["payload_vs_bound"], "%.3f"));
-  if (rows.size() < tensors.size() || listing.sort != "name") {
+  if (rows.size() < tensor_count || listing.sort != "name") {
     std::printf("%zu of %zu tensors shown, sorted by %s; TOTAL covers all of them (payload: the "
                 "whole delta)\n",
-                rows.size(), tensors.size(), listing.sort.c_str());
+                rows.size(), tensor_count, listing.sort.c_str());
   }
   std::printf("bound = order-0 entropy of positions + %s\n",
-              base ? "XOR values" : "coded values (pass the delta's base as --base for the XOR bound)");
-  if (base) {
+              have_base ? "XOR values" : "coded values (pass the delta's base as --base for the XOR bound)");
+  if (have_base) {
     std::printf("bound2 = positions and ulp values conditioned on the base exponent: %.0f bytes; "
                 "delta %.3fx bound0, %.3fx bound2; %llu of %zu chunks context-coded\n",
                 tb2, tb > 0 ? d.size() / tb : 0.0, tb2 > 0 ? d.size() / tb2 : 0.0,
@@ -322,6 +362,28 @@ int RunInspect(const std::string& path, const std::string& base_path, bool json,
                 "headers (pass the delta's base as --base to decode them and for bound2)\n",
                 static_cast<unsigned long long>(context_chunks), d.num_chunks());
   }
+}
+
+int RunInspect(const std::string& path, const std::string& base_path, bool json,
+               const Listing& listing) {
+  auto r = DeltaReader::Open(path);
+  if (!r.ok()) return ReportStatus("inspect", r.status());
+  const DeltaReader& d = **r;
+  std::unique_ptr<Checkpoint> base;
+  std::string warning;
+  if (!base_path.empty()) {
+    auto b = OpenMatchingBase(d, base_path, &warning);
+    if (!b.ok()) return ReportStatus("inspect", b.status());
+    base = std::move(*b);
+  }
+  auto t = TallyChunks(d, base.get());
+  if (!t.ok()) return ReportStatus("inspect", t.status());
+  const nlohmann::json out = InspectReport(path, d, base.get(), warning, *t, listing);
+  if (json) {
+    std::printf("%s\n", out.dump(2).c_str());
+    return 0;
+  }
+  PrintInspectTable(path, d, out, base != nullptr, listing);
   return 0;
 }
 
