@@ -299,20 +299,32 @@ StatusOr<std::unique_ptr<Conn>> ConnectTo(const std::string& address, double dea
   return std::make_unique<Conn>(fd, ssl, *id);
 }
 
-StatusOr<std::vector<Hello>> AcceptHellos(
-    int listen_fd, int want, double deadline, double hello_timeout_s, const TlsContext* tls,
-    const std::function<bool(const FrameHeader&, const TlsIdentity*)>& accept_hello,
-    const std::function<void(const std::string&)>& refused,
-    const std::function<bool()>& give_up, const std::function<bool(Hello*)>& hold) {
-  constexpr size_t kMaxPendingHellos = 64;
+namespace {
+
+// The state of one AcceptHellos call: the connections accepted and not yet read to their hello,
+// the hellos taken, and the rate limit of the refusals reported.
+class HelloAcceptor {
+ public:
+  HelloAcceptor(int listen_fd, int want, double deadline, double hello_timeout_s,
+                const TlsContext* tls,
+                const std::function<bool(const FrameHeader&, const TlsIdentity*)>& accept_hello,
+                const std::function<void(const std::string&)>& refused,
+                const std::function<bool()>& give_up, const std::function<bool(Hello*)>& hold)
+      : listen_fd_(listen_fd), want_(want), deadline_(deadline), hello_timeout_s_(hello_timeout_s),
+        tls_(tls), accept_hello_(accept_hello), refused_(refused), give_up_(give_up),
+        hold_(hold) {}
+
+  StatusOr<std::vector<Hello>> Run();
+
+ private:
+  static constexpr size_t kMaxPendingHellos = 64;
   // One source address may hold at most this many of them (a flood from one host churns its own
   // share, not the others').
-  constexpr size_t kMaxPendingPerSource = 16;
+  static constexpr size_t kMaxPendingPerSource = 16;
   // Refusals passed to `refused`: at most this many per second, the rest counted and named in
   // the next one that is passed (a flood of connections writes a few lines, not one each).
-  constexpr int kRefusalsPerSecond = 10;
-  double next_give_up_check = 0;
-  bool giving_up = false;  // give_up said so: only the connections already made are finished
+  static constexpr int kRefusalsPerSecond = 10;
+
   struct Pending {
     int fd;
     double until;
@@ -325,237 +337,293 @@ StatusOr<std::vector<Hello>> AcceptHellos(
     std::string source;       // the peer's address, without the port
     bool progressed = false;  // it has sent a byte (a ClientHello, a hello) since its accept
   };
-  std::vector<Pending> pending;
-  std::vector<Hello> out;
-  int dropped = 0;
-  double refusal_window = 0;
-  int refusals_in_window = 0, refusals_unlogged = 0;
-  auto report = [&](const std::string& why) {
-    if (!refused || why.empty()) return;
-    const double now = SteadyNow();
-    if (now - refusal_window >= 1.0) {
-      refusal_window = now;
-      refusals_in_window = 0;
-    }
-    if (++refusals_in_window > kRefusalsPerSecond) {
-      ++refusals_unlogged;
-      return;
-    }
-    if (refusals_unlogged == 0) return refused(why);
-    refused(why + " (and " + std::to_string(refusals_unlogged) +
-            " more connections refused, not logged)");
-    refusals_unlogged = 0;
-  };
-  auto drop = [&](size_t i, const std::string& why) {
-    report(why);
-    if (pending[i].ssl != nullptr) SSL_free(pending[i].ssl);
-    close(pending[i].fd);
-    pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
-    ++dropped;
-  };
-  auto fail = [&](Status s) {
-    for (auto& p : pending) {
-      if (p.ssl != nullptr) SSL_free(p.ssl);
-      close(p.fd);
-    }
-    out.clear();
-    return s;
-  };
+
+  // Passes `why` to `refused`, at most kRefusalsPerSecond a second (the rest counted and named in
+  // the next one passed).
+  void Report(const std::string& why);
+  // Closes connection i (refused for `why`).
+  void Drop(size_t i, const std::string& why);
+  // Closes every connection and drops the hellos taken: the call fails with `s`.
+  Status Fail(Status s);
   // Advances connection i as far as its bytes allow: handshake, peer check, hello. Returns
   // the reason to drop it ("" and *drop_it false to keep waiting, or when it is done);
   // *refused_hello when its whole hello was refused (the connection `hold` is offered).
-  auto advance = [&](size_t i, bool* drop_it, bool* done, bool* refused_hello) {
-    Pending& p = pending[i];
-    *drop_it = false;
-    *done = false;
-    *refused_hello = false;
-    if (p.ssl != nullptr && !p.handshaken) {
+  std::string Advance(size_t i, bool* drop_it, bool* done, bool* refused_hello);
+  // Advances every connection `fds` (listener first) shows ready; takes, holds or drops those
+  // whose hello is complete.
+  void AdvanceReady(const std::vector<pollfd>& fds);
+  // Accepts, when `listener` (the listening socket's poll entry) shows connections, every one
+  // queued (up to the cap), making room by the eviction rule. Errors (every connection closed,
+  // as Fail): accept or SSL_new fails.
+  Status AcceptQueued(const pollfd& listener);
+
+  const int listen_fd_;
+  const int want_;
+  const double deadline_;
+  const double hello_timeout_s_;
+  const TlsContext* const tls_;
+  const std::function<bool(const FrameHeader&, const TlsIdentity*)>& accept_hello_;
+  const std::function<void(const std::string&)>& refused_;
+  const std::function<bool()>& give_up_;
+  const std::function<bool(Hello*)>& hold_;
+  double next_give_up_check_ = 0;
+  bool giving_up_ = false;  // give_up said so: only the connections already made are finished
+  std::vector<Pending> pending_;
+  std::vector<Hello> out_;
+  int dropped_ = 0;
+  double refusal_window_ = 0;
+  int refusals_in_window_ = 0, refusals_unlogged_ = 0;
+};
+
+void HelloAcceptor::Report(const std::string& why) {
+  if (!refused_ || why.empty()) return;
+  const double now = SteadyNow();
+  if (now - refusal_window_ >= 1.0) {
+    refusal_window_ = now;
+    refusals_in_window_ = 0;
+  }
+  if (++refusals_in_window_ > kRefusalsPerSecond) {
+    ++refusals_unlogged_;
+    return;
+  }
+  if (refusals_unlogged_ == 0) return refused_(why);
+  refused_(why + " (and " + std::to_string(refusals_unlogged_) +
+           " more connections refused, not logged)");
+  refusals_unlogged_ = 0;
+}
+
+void HelloAcceptor::Drop(size_t i, const std::string& why) {
+  Report(why);
+  if (pending_[i].ssl != nullptr) SSL_free(pending_[i].ssl);
+  close(pending_[i].fd);
+  pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
+  ++dropped_;
+}
+
+Status HelloAcceptor::Fail(Status s) {
+  for (auto& p : pending_) {
+    if (p.ssl != nullptr) SSL_free(p.ssl);
+    close(p.fd);
+  }
+  out_.clear();
+  return s;
+}
+
+std::string HelloAcceptor::Advance(size_t i, bool* drop_it, bool* done, bool* refused_hello) {
+  Pending& p = pending_[i];
+  *drop_it = false;
+  *done = false;
+  *refused_hello = false;
+  if (p.ssl != nullptr && !p.handshaken) {
+    ERR_clear_error();
+    int rc = SSL_do_handshake(p.ssl);
+    if (rc != 1) {
+      int err = SSL_get_error(p.ssl, rc);
+      if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
+        p.events = err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT;
+        return std::string();
+      }
+      *drop_it = true;
+      const long verify = SSL_get_verify_result(p.ssl);
+      std::string why = err == SSL_ERROR_SYSCALL || err == SSL_ERROR_ZERO_RETURN
+                            ? "closed during the TLS handshake"
+                            : "TLS handshake failed: " + TlsErrors();
+      if (verify != X509_V_OK) why += std::string(" (") + X509_verify_cert_error_string(verify) + ")";
       ERR_clear_error();
-      int rc = SSL_do_handshake(p.ssl);
-      if (rc != 1) {
-        int err = SSL_get_error(p.ssl, rc);
+      return why;
+    }
+    auto id = tls_->CheckPeer(p.ssl, TlsPeer::kParent);
+    if (!id.ok()) {
+      *drop_it = true;
+      return "refused: " + id.status().message();
+    }
+    p.peer = *id;
+    p.handshaken = true;
+  }
+  while (p.got < sizeof(FrameHeader)) {
+    auto* dst = reinterpret_cast<uint8_t*>(&p.header) + p.got;
+    const size_t left = sizeof(FrameHeader) - p.got;
+    if (p.ssl != nullptr) {
+      ERR_clear_error();
+      int n = SSL_read(p.ssl, dst, static_cast<int>(left));
+      if (n <= 0) {
+        int err = SSL_get_error(p.ssl, n);
         if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
           p.events = err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT;
           return std::string();
         }
-        *drop_it = true;
-        const long verify = SSL_get_verify_result(p.ssl);
-        std::string why = err == SSL_ERROR_SYSCALL || err == SSL_ERROR_ZERO_RETURN
-                              ? "closed during the TLS handshake"
-                              : "TLS handshake failed: " + TlsErrors();
-        if (verify != X509_V_OK) why += std::string(" (") + X509_verify_cert_error_string(verify) + ")";
         ERR_clear_error();
-        return why;
-      }
-      auto id = tls->CheckPeer(p.ssl, TlsPeer::kParent);
-      if (!id.ok()) {
         *drop_it = true;
-        return "refused: " + id.status().message();
+        return std::string("closed before its hello");
       }
-      p.peer = *id;
-      p.handshaken = true;
+      p.got += static_cast<size_t>(n);
+    } else {
+      ssize_t r = recv(p.fd, dst, left, MSG_DONTWAIT);
+      if (r < 0 && (errno == EINTR || errno == EAGAIN)) return std::string();
+      if (r <= 0) {
+        *drop_it = true;
+        return std::string("closed before its hello");
+      }
+      p.got += static_cast<size_t>(r);
     }
-    while (p.got < sizeof(FrameHeader)) {
-      auto* dst = reinterpret_cast<uint8_t*>(&p.header) + p.got;
-      const size_t left = sizeof(FrameHeader) - p.got;
-      if (p.ssl != nullptr) {
-        ERR_clear_error();
-        int n = SSL_read(p.ssl, dst, static_cast<int>(left));
-        if (n <= 0) {
-          int err = SSL_get_error(p.ssl, n);
-          if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
-            p.events = err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT;
-            return std::string();
-          }
-          ERR_clear_error();
-          *drop_it = true;
-          return std::string("closed before its hello");
+  }
+  if (!accept_hello_(p.header, p.ssl != nullptr ? &p.peer : nullptr)) {
+    *drop_it = true;
+    *refused_hello = true;
+    return std::string();  // accept_hello says why
+  }
+  *done = true;
+  return std::string();
+}
+
+void HelloAcceptor::AdvanceReady(const std::vector<pollfd>& fds) {
+  // Connections first (indices shift as they are dropped: walk backwards).
+  for (size_t i = pending_.size(); i-- > 0;) {
+    if (fds[i + 1].revents == 0) continue;
+    pending_[i].progressed = true;
+    bool drop_it = false, done = false, refused_hello = false;
+    const std::string why = Advance(i, &drop_it, &done, &refused_hello);
+    if (drop_it && !(refused_hello && hold_)) {
+      Drop(i, why);
+      continue;
+    }
+    if (!done && !drop_it) continue;
+    Pending& p = pending_[i];
+    std::unique_ptr<Conn> conn = p.ssl != nullptr ? std::make_unique<Conn>(p.fd, p.ssl, p.peer)
+                                                  : std::make_unique<Conn>(p.fd);
+    Hello h{std::move(conn), p.header};
+    pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
+    if (!drop_it) {
+      out_.push_back(std::move(h));
+    } else if (!hold_(&h) || h.conn != nullptr) {
+      ++dropped_;  // not taken: closed with its Conn
+    }
+  }
+}
+
+Status HelloAcceptor::AcceptQueued(const pollfd& listener) {
+  // Every connection the listener has queued (up to the cap), not one per wakeup: a flood of
+  // connections must not fill the backlog in front of the parent's.
+  for (size_t k = 0; listener.revents != 0 && k < kMaxPendingHellos; ++k) {
+    if (k > 0) {
+      pollfd more{listen_fd_, POLLIN, 0};
+      if (poll(&more, 1, 0) <= 0) break;
+    }
+    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED) break;
+      return Fail(UnavailableError(ErrnoError("accept", errno).message()));
+    }
+    TuneSocket(fd);
+    const std::string source = PeerHost(fd);
+    // Full (in all, or for this source): the new connection takes the place of one that has
+    // not authenticated, of this source when its share is full, else of the source holding
+    // the most; among those one that has sent nothing first, then the oldest. A source with
+    // few connections (a parent on its own host) keeps them while others flood. An
+    // authenticated connection (TLS peer accepted) is never dropped for a new one; when only
+    // such are left the new one is closed.
+    auto held_by = [&](const std::string& s) {
+      size_t n = 0;
+      for (const auto& q : pending_) n += q.source == s;
+      return n;
+    };
+    const bool source_full = held_by(source) >= kMaxPendingPerSource;
+    if (source_full || pending_.size() >= kMaxPendingHellos) {
+      size_t victim = pending_.size(), victim_share = 0;
+      for (size_t i = 0; i < pending_.size(); ++i) {
+        const Pending& q = pending_[i];
+        if (q.handshaken || (source_full && q.source != source)) continue;
+        const size_t share = held_by(q.source);
+        if (victim == pending_.size() || share > victim_share ||
+            (share == victim_share && !q.progressed && pending_[victim].progressed)) {
+          victim = i;
+          victim_share = share;
         }
-        p.got += static_cast<size_t>(n);
-      } else {
-        ssize_t r = recv(p.fd, dst, left, MSG_DONTWAIT);
-        if (r < 0 && (errno == EINTR || errno == EAGAIN)) return std::string();
-        if (r <= 0) {
-          *drop_it = true;
-          return std::string("closed before its hello");
-        }
-        p.got += static_cast<size_t>(r);
+      }
+      if (victim == pending_.size()) {
+        Report("too many connections waiting (" + source + ")");
+        close(fd);
+        ++dropped_;
+        continue;
+      }
+      Drop(victim, "too many connections waiting (" + pending_[victim].source + ")");
+    }
+    Pending p{fd, SteadyNow() + hello_timeout_s_};
+    p.source = source;
+    if (tls_ != nullptr) {
+      SetNonBlocking(fd);
+      p.ssl = tls_->NewSsl(fd, /*server=*/true);
+      if (p.ssl == nullptr) {
+        close(fd);
+        return Fail(InternalError("SSL_new: " + TlsErrors()));
       }
     }
-    if (!accept_hello(p.header, p.ssl != nullptr ? &p.peer : nullptr)) {
-      *drop_it = true;
-      *refused_hello = true;
-      return std::string();  // accept_hello says why
-    }
-    *done = true;
-    return std::string();
-  };
-  while (static_cast<int>(out.size()) < want) {
+    pending_.push_back(p);
+  }
+  return Status();
+}
+
+StatusOr<std::vector<Hello>> HelloAcceptor::Run() {
+  while (static_cast<int>(out_.size()) < want_) {
     const double now = SteadyNow();
-    if (now >= deadline) {
-      return fail(DeadlineExceededError(
-          "no connection from the parent before the deadline (" + std::to_string(out.size()) +
-          " of " + std::to_string(want) + " streams, " + std::to_string(dropped) +
+    if (now >= deadline_) {
+      return Fail(DeadlineExceededError(
+          "no connection from the parent before the deadline (" + std::to_string(out_.size()) +
+          " of " + std::to_string(want_) + " streams, " + std::to_string(dropped_) +
           " connections without a valid hello dropped)"));
     }
-    if (give_up && out.empty() && (giving_up || now >= next_give_up_check)) {
-      next_give_up_check = now + 0.5;
-      if (giving_up || give_up()) {
+    if (give_up_ && out_.empty() && (giving_up_ || now >= next_give_up_check_)) {
+      next_give_up_check_ = now + 0.5;
+      if (giving_up_ || give_up_()) {
         // Connections already made are read to their hello first (taken, kept or refused): one
         // closed unread looks to its peer like this node dying. Each is bounded by the hello
         // timeout.
-        giving_up = true;
-        pollfd waiting{listen_fd, POLLIN, 0};
-        if (pending.empty() && poll(&waiting, 1, 0) <= 0) {
-          return fail(AbortedError("stopped waiting for the parent (" +
-                                   std::to_string(dropped) +
+        giving_up_ = true;
+        pollfd waiting{listen_fd_, POLLIN, 0};
+        if (pending_.empty() && poll(&waiting, 1, 0) <= 0) {
+          return Fail(AbortedError("stopped waiting for the parent (" +
+                                   std::to_string(dropped_) +
                                    " connections without a valid hello dropped)"));
         }
       }
     }
-    for (size_t i = pending.size(); i-- > 0;) {
-      if (now >= pending[i].until) drop(i, "no hello within the deadline");
+    for (size_t i = pending_.size(); i-- > 0;) {
+      if (now >= pending_[i].until) Drop(i, "no hello within the deadline");
     }
-    double wake = std::min(deadline, now + (give_up ? 0.5 : 1.0));
-    for (const auto& p : pending) wake = std::min(wake, p.until);
+    double wake = std::min(deadline_, now + (give_up_ ? 0.5 : 1.0));
+    for (const auto& p : pending_) wake = std::min(wake, p.until);
     std::vector<pollfd> fds;
-    fds.push_back(pollfd{listen_fd, POLLIN, 0});
-    for (const auto& p : pending) fds.push_back(pollfd{p.fd, p.events, 0});
+    fds.push_back(pollfd{listen_fd_, POLLIN, 0});
+    for (const auto& p : pending_) fds.push_back(pollfd{p.fd, p.events, 0});
     int rc = poll(fds.data(), fds.size(), static_cast<int>((wake - now) * 1000) + 1);
     if (rc < 0) {
       if (errno == EINTR) continue;
-      return fail(UnavailableError(ErrnoError("poll", errno).message()));
+      return Fail(UnavailableError(ErrnoError("poll", errno).message()));
     }
     if (rc == 0) continue;
-    // Connections first (indices shift as they are dropped: walk backwards).
-    for (size_t i = pending.size(); i-- > 0;) {
-      if (fds[i + 1].revents == 0) continue;
-      pending[i].progressed = true;
-      bool drop_it = false, done = false, refused_hello = false;
-      const std::string why = advance(i, &drop_it, &done, &refused_hello);
-      if (drop_it && !(refused_hello && hold)) {
-        drop(i, why);
-        continue;
-      }
-      if (!done && !drop_it) continue;
-      Pending& p = pending[i];
-      std::unique_ptr<Conn> conn = p.ssl != nullptr ? std::make_unique<Conn>(p.fd, p.ssl, p.peer)
-                                                    : std::make_unique<Conn>(p.fd);
-      Hello h{std::move(conn), p.header};
-      pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
-      if (!drop_it) {
-        out.push_back(std::move(h));
-      } else if (!hold(&h) || h.conn != nullptr) {
-        ++dropped;  // not taken: closed with its Conn
-      }
-    }
-    // Every connection the listener has queued (up to the cap), not one per wakeup: a flood of
-    // connections must not fill the backlog in front of the parent's.
-    for (size_t k = 0; fds[0].revents != 0 && k < kMaxPendingHellos; ++k) {
-      if (k > 0) {
-        pollfd more{listen_fd, POLLIN, 0};
-        if (poll(&more, 1, 0) <= 0) break;
-      }
-      int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd < 0) {
-        if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED) break;
-        return fail(UnavailableError(ErrnoError("accept", errno).message()));
-      }
-      TuneSocket(fd);
-      const std::string source = PeerHost(fd);
-      // Full (in all, or for this source): the new connection takes the place of one that has
-      // not authenticated, of this source when its share is full, else of the source holding
-      // the most; among those one that has sent nothing first, then the oldest. A source with
-      // few connections (a parent on its own host) keeps them while others flood. An
-      // authenticated connection (TLS peer accepted) is never dropped for a new one; when only
-      // such are left the new one is closed.
-      auto held_by = [&](const std::string& s) {
-        size_t n = 0;
-        for (const auto& q : pending) n += q.source == s;
-        return n;
-      };
-      const bool source_full = held_by(source) >= kMaxPendingPerSource;
-      if (source_full || pending.size() >= kMaxPendingHellos) {
-        size_t victim = pending.size(), victim_share = 0;
-        for (size_t i = 0; i < pending.size(); ++i) {
-          const Pending& q = pending[i];
-          if (q.handshaken || (source_full && q.source != source)) continue;
-          const size_t share = held_by(q.source);
-          if (victim == pending.size() || share > victim_share ||
-              (share == victim_share && !q.progressed && pending[victim].progressed)) {
-            victim = i;
-            victim_share = share;
-          }
-        }
-        if (victim == pending.size()) {
-          report("too many connections waiting (" + source + ")");
-          close(fd);
-          ++dropped;
-          continue;
-        }
-        drop(victim, "too many connections waiting (" + pending[victim].source + ")");
-      }
-      Pending p{fd, SteadyNow() + hello_timeout_s};
-      p.source = source;
-      if (tls != nullptr) {
-        SetNonBlocking(fd);
-        p.ssl = tls->NewSsl(fd, /*server=*/true);
-        if (p.ssl == nullptr) {
-          close(fd);
-          return fail(InternalError("SSL_new: " + TlsErrors()));
-        }
-      }
-      pending.push_back(p);
-    }
+    AdvanceReady(fds);
+    DCR_RETURN_IF_ERROR(AcceptQueued(fds[0]));
   }
-  for (auto& p : pending) {
+  for (auto& p : pending_) {
     if (p.ssl != nullptr) SSL_free(p.ssl);
     close(p.fd);
   }
-  if (refused && refusals_unlogged > 0) {
-    refused(std::to_string(refusals_unlogged) + " more connections refused, not logged");
+  if (refused_ && refusals_unlogged_ > 0) {
+    refused_(std::to_string(refusals_unlogged_) + " more connections refused, not logged");
   }
-  return out;
+  return std::move(out_);
+}
+
+}  // namespace
+
+StatusOr<std::vector<Hello>> AcceptHellos(
+    int listen_fd, int want, double deadline, double hello_timeout_s, const TlsContext* tls,
+    const std::function<bool(const FrameHeader&, const TlsIdentity*)>& accept_hello,
+    const std::function<void(const std::string&)>& refused,
+    const std::function<bool()>& give_up, const std::function<bool(Hello*)>& hold) {
+  return HelloAcceptor(listen_fd, want, deadline, hello_timeout_s, tls, accept_hello, refused,
+                       give_up, hold)
+      .Run();
 }
 
 Status WriteFull(int fd, const void* data, size_t size) {
