@@ -239,6 +239,203 @@ void SampleContexts(const uint8_t* base, int w, uint64_t n, uint64_t* ne) {
   for (int e = 0; e < 256; ++e) ne[e] = t[0][e] + t[1][e] + t[2][e] + t[3][e];
 }
 
+// Symbolizes the class-ordered gaps and values of `sc` (sc.gsym, sc.vsym; classes c < K at
+// changes [start_of[c], start_of[c + 1])): each class's gap symbol counts into its row of
+// `counts`, the raw bits all symbols take into *nbits, and each class's sums of gaps and of
+// values into sum[role][c].
+// (Through local pointers: the symbol stores are bytes, which may alias anything, so the
+// vectors' own pointers would be reloaded from the thread-local scratch at every store. A class's
+// gaps mostly have a few symbols, so they are counted in two tables, even and odd changes, that
+// a repeated symbol's increments do not wait on each other's stores.)
+inline __attribute__((always_inline)) void SymbolizeClasses(
+    EncodeScratch& sc, int K, const uint64_t* start_of, uint64_t* counts_data, uint64_t* nbits_out,
+    unsigned __int128 sum[2][kMaxClasses]) {
+  uint64_t nbits = 0;
+  const uint64_t* __restrict og = sc.ordered.data();
+  const uint64_t* __restrict ov = sc.vordered.data();
+  uint8_t* __restrict gsym = sc.gsym.data();
+  uint8_t* __restrict vsym = sc.vsym.data();
+  uint32_t pair[2][kSymbols];
+  for (int c = 0; c < K; ++c) {
+    std::memset(pair, 0, sizeof(pair));
+    unsigned __int128 gs = 0, vs = 0;
+    uint64_t cbits = 0;
+    uint64_t j = start_of[c];
+    const uint64_t end = start_of[c + 1];
+    auto one = [&](uint64_t i, uint32_t* __restrict tab) __attribute__((always_inline)) {
+      const Sym g = SymbolOf(og[i]);
+      const Sym v = SymbolOf(ov[i]);
+      gsym[i] = g.sym;
+      vsym[i] = v.sym;
+      ++tab[g.sym];
+      cbits += static_cast<uint64_t>(g.nbits) + v.nbits;
+      gs += og[i];
+      vs += ov[i];
+    };
+    for (; j + 2 <= end; j += 2) {
+      one(j, pair[0]);
+      one(j + 1, pair[1]);
+    }
+    if (j < end) one(j, pair[0]);
+    uint64_t* __restrict row = &counts_data[static_cast<size_t>(c) * kSymbols];
+    for (int v = 0; v < kSymbols; ++v) row[v] = uint64_t{pair[0][v]} + pair[1][v];
+    nbits += cbits;
+    sum[0][c] = gs;
+    sum[1][c] = vs;
+  }
+  *nbits_out = nbits;
+}
+
+// The models of the classes with changes (kc[c] > 0), each its gap model then its value model:
+// of its counts' table (row role * K + c of `counts`), the geometric law fitted to its values
+// (sums sum[role][c]) and the previous model of its role, the one of fewest estimated bits (code
+// and model bytes; ties: that order). Writes each model's frequencies into its row of `freq` and
+// returns the models' bytes.
+std::vector<uint8_t> ChooseModels(const std::vector<uint64_t>& counts, const uint64_t* kc, int K,
+                                  const unsigned __int128 sum[2][kMaxClasses],
+                                  std::vector<uint32_t>* freq) {
+  std::vector<uint8_t> models;
+  const uint32_t* prev[2] = {nullptr, nullptr};
+  uint32_t gf[kSymbols];
+  std::vector<uint8_t> table;
+  for (int c = 0; c < K; ++c) {
+    if (kc[c] == 0) continue;
+    for (int role = 0; role < 2; ++role) {
+      const size_t row = static_cast<size_t>(role * K + c) * kSymbols;
+      const uint64_t* cnt = &counts[row];
+      uint32_t* f = &(*freq)[row];
+      Normalize(cnt, kSymbols, f);
+      table.clear();
+      PutModel(f, &table);
+      uint64_t best = ModelCodeBits(cnt, f) + ModelBytesBits(table.size());
+      int form = -1;  // -1: the table
+      // The geometric law: offset the lowest value's symbol (at most 15), ratio the fitted mean
+      // of the values above the offset (no value is below it: values below 16 are their own
+      // symbols, larger ones have symbols of 16 and above).
+      int lowest = 0;
+      while (cnt[lowest] == 0) ++lowest;
+      const uint64_t o = std::min<uint64_t>(static_cast<uint64_t>(lowest), kMaxGeometricOffset);
+      const unsigned __int128 above = sum[role][c] - static_cast<unsigned __int128>(kc[c]) * o;
+      const unsigned __int128 all = above + kc[c];
+      const uint64_t r = std::clamp<uint64_t>(
+          static_cast<uint64_t>((above * (2 * kGeometricOne) + all) / (2 * all)), 1,
+          kGeometricOne - 1);
+      GeometricFreqs(o, r, gf);
+      const uint64_t geo = ModelCodeBits(cnt, gf);
+      if (geo != kInfeasible && geo + ModelBytesBits(kGeometricModelBytes) < best) {
+        best = geo + ModelBytesBits(kGeometricModelBytes);
+        form = kModelGeometric;
+      }
+      if (prev[role] != nullptr) {
+        const uint64_t rep = ModelCodeBits(cnt, prev[role]);
+        if (rep != kInfeasible && rep + ModelBytesBits(2) < best) form = kModelRepeat;
+      }
+      if (form == -1) {
+        models.insert(models.end(), table.begin(), table.end());
+      } else if (form == kModelGeometric) {
+        std::memcpy(f, gf, sizeof(gf));
+        const uint8_t b[5] = {0, kModelGeometric, static_cast<uint8_t>(o), static_cast<uint8_t>(r),
+                              static_cast<uint8_t>(r >> 8)};
+        models.insert(models.end(), b, b + 5);
+      } else {
+        std::memcpy(f, prev[role], sizeof(uint32_t) * kSymbols);
+        models.push_back(0);
+        models.push_back(kModelRepeat);
+      }
+      prev[role] = f;
+    }
+  }
+  return models;
+}
+
+// The raw bits of the symbols (gaps `og` with symbols `gsym`, then values `ov` with symbols
+// `vsym`, k of each), `nbits` in all, least significant bit first.
+std::vector<uint8_t> PackRawBits(const uint64_t* og, const uint8_t* gsym, const uint64_t* ov,
+                                 const uint8_t* vsym, uint64_t k, uint64_t nbits) {
+  std::vector<uint8_t> bits;
+  // Least significant bit first, without a branch per symbol: the pending bits (fewer than 8
+  // after each put) are stored as a whole word each time and the bytes they complete passed
+  // over. 8 bytes of slack take the last word's store.
+  bits.resize((nbits + 7) / 8 + 8);
+  uint8_t* bp = bits.data();
+  uint64_t acc = 0;
+  uint32_t fill = 0;
+  auto put = [&](uint64_t v, uint32_t nb) __attribute__((always_inline)) {  // nb <= 56
+    acc |= v << fill;
+    fill += nb;
+    std::memcpy(bp, &acc, 8);
+    const uint32_t done = fill >> 3;  // at most 7
+    bp += done;
+    acc >>= 8 * done;
+    fill &= 7;
+  };
+  // A symbol's raw bits are the low ExtraBits(symbol) bits of its value (none below 16).
+  auto put_all = [&](const uint64_t* __restrict v, const uint8_t* __restrict sym)
+                     __attribute__((always_inline)) {
+    for (uint64_t j = 0; j < k; ++j) {
+      const uint32_t nb = kSymbolTables.extra[sym[j]];
+      const uint64_t raw = v[j] & ((uint64_t{1} << nb) - 1);
+      if (nb > 56) {  // the widest gaps: in two parts
+        put(raw & 0xFFFFFFFF, 32);
+        put(raw >> 32, nb - 32);
+      } else {
+        put(raw, nb);
+      }
+    }
+  };
+  put_all(og, gsym);
+  put_all(ov, vsym);
+  bits.resize((nbits + 7) / 8);
+  return bits;
+}
+
+// rANS of the symbols of `sc` (classes c < K at changes [start_of[c], start_of[c + 1]), tables
+// sc.enc), last symbol first: symbol j < k is class-ordered gap j, k + j its value. Leaves the
+// words in sc.words (in encoding order) and the two final states in x[0], x[1].
+// At most one word per symbol: a state below 2^32 renormalized once is below 2^16 <= xmax.
+void RansEncodeSymbols(EncodeScratch& sc, int K, const uint64_t* start_of, uint64_t k,
+                       uint32_t x[2]) {
+  sc.words.resize(2 * k + 1);
+  uint16_t* const words = sc.words.data();
+  uint64_t nw = 0;
+  uint32_t x0 = kRansLow, x1 = kRansLow;
+  auto encode = [&](uint32_t& s, const RansEncSym& e) __attribute__((always_inline)) {
+    uint64_t xs = s;
+    const uint64_t renorm = xs >= e.xmax ? 1 : 0;
+    words[nw] = static_cast<uint16_t>(xs);
+    nw += renorm;
+    xs >>= renorm << 4;
+    const uint64_t q =
+        static_cast<uint64_t>((static_cast<unsigned __int128>(xs) * e.rcp) >> 64) + (xs & e.pass);
+    s = static_cast<uint32_t>((q << kScaleBits) + (xs - q * e.freq) + e.cum);
+  };
+  // Symbols off + j for j in [lo, hi) with the table tab, last first, symbol i with state
+  // x[i & 1]: two at a time, odd then even.
+  auto run = [&](const RansEncSym* tab, const uint8_t* sym, uint64_t lo, uint64_t hi,
+                 uint64_t off) __attribute__((always_inline)) {
+    uint64_t j = hi;
+    if (j > lo && ((off + j - 1) & 1) == 0) {
+      --j;
+      encode(x0, tab[sym[j]]);
+    }
+    for (; j >= lo + 2; j -= 2) {
+      encode(x1, tab[sym[j - 1]]);
+      encode(x0, tab[sym[j - 2]]);
+    }
+    if (j > lo) encode(x1, tab[sym[j - 1]]);
+  };
+  for (int c = K; c-- > 0;) {
+    run(&sc.enc[static_cast<size_t>(K + c) * kSymbols], sc.vsym.data(), start_of[c],
+        start_of[c + 1], k);
+  }
+  for (int c = K; c-- > 0;) {
+    run(&sc.enc[static_cast<size_t>(c) * kSymbols], sc.gsym.data(), start_of[c], start_of[c + 1], 0);
+  }
+  sc.words.resize(nw);
+  x[0] = x0;
+  x[1] = x1;
+}
+
 }  // namespace
 
 std::vector<uint8_t> EncodeContextBody(const uint8_t* base, uint64_t n, int w,
@@ -312,105 +509,14 @@ std::vector<uint8_t> EncodeContextBody(const uint8_t* base, uint64_t n, int w,
                    sc.vordered.data(), CpuSimd());
   // The symbols of the gaps and values, the gap models' counts, the raw bits they take, and each
   // class's sums of gaps and of values (sum[role][c]) for the geometric fits.
-  // (Through local pointers: the symbol stores are bytes, which may alias anything, so the
-  // vectors' own pointers would be reloaded from the thread-local scratch at every store. A class's
-  // gaps mostly have a few symbols, so they are counted in two tables, even and odd changes, that
-  // a repeated symbol's increments do not wait on each other's stores.)
   sc.gsym.resize(k);
   sc.vsym.resize(k);
   uint64_t nbits = 0;
   unsigned __int128 sum[2][kMaxClasses] = {};
-  {
-    const uint64_t* __restrict og = sc.ordered.data();
-    const uint64_t* __restrict ov = sc.vordered.data();
-    uint8_t* __restrict gsym = sc.gsym.data();
-    uint8_t* __restrict vsym = sc.vsym.data();
-    uint32_t pair[2][kSymbols];
-    for (int c = 0; c < K; ++c) {
-      std::memset(pair, 0, sizeof(pair));
-      unsigned __int128 gs = 0, vs = 0;
-      uint64_t cbits = 0;
-      uint64_t j = start_of[c];
-      const uint64_t end = start_of[c + 1];
-      auto one = [&](uint64_t i, uint32_t* __restrict tab) __attribute__((always_inline)) {
-        const Sym g = SymbolOf(og[i]);
-        const Sym v = SymbolOf(ov[i]);
-        gsym[i] = g.sym;
-        vsym[i] = v.sym;
-        ++tab[g.sym];
-        cbits += static_cast<uint64_t>(g.nbits) + v.nbits;
-        gs += og[i];
-        vs += ov[i];
-      };
-      for (; j + 2 <= end; j += 2) {
-        one(j, pair[0]);
-        one(j + 1, pair[1]);
-      }
-      if (j < end) one(j, pair[0]);
-      uint64_t* __restrict row = &counts[static_cast<size_t>(c) * kSymbols];
-      for (int v = 0; v < kSymbols; ++v) row[v] = uint64_t{pair[0][v]} + pair[1][v];
-      nbits += cbits;
-      sum[0][c] = gs;
-      sum[1][c] = vs;
-    }
-  }
-  // The models, for each class with changes its gap model then its value model: of its counts'
-  // table, the geometric law fitted to its values and the previous model of its role, the one of
-  // fewest estimated bits (code and model bytes; ties: that order).
+  SymbolizeClasses(sc, K, start_of, counts.data(), &nbits, sum);
+  // The models, for each class with changes its gap model then its value model (ChooseModels).
   std::vector<uint32_t> freq(counts.size(), 0);
-  std::vector<uint8_t> models;
-  {
-    const uint32_t* prev[2] = {nullptr, nullptr};
-    uint32_t gf[kSymbols];
-    std::vector<uint8_t> table;
-    for (int c = 0; c < K; ++c) {
-      if (kc[c] == 0) continue;
-      for (int role = 0; role < 2; ++role) {
-        const size_t row = static_cast<size_t>(role * K + c) * kSymbols;
-        const uint64_t* cnt = &counts[row];
-        uint32_t* f = &freq[row];
-        Normalize(cnt, kSymbols, f);
-        table.clear();
-        PutModel(f, &table);
-        uint64_t best = ModelCodeBits(cnt, f) + ModelBytesBits(table.size());
-        int form = -1;  // -1: the table
-        // The geometric law: offset the lowest value's symbol (at most 15), ratio the fitted mean
-        // of the values above the offset (no value is below it: values below 16 are their own
-        // symbols, larger ones have symbols of 16 and above).
-        int lowest = 0;
-        while (cnt[lowest] == 0) ++lowest;
-        const uint64_t o = std::min<uint64_t>(static_cast<uint64_t>(lowest), kMaxGeometricOffset);
-        const unsigned __int128 above = sum[role][c] - static_cast<unsigned __int128>(kc[c]) * o;
-        const unsigned __int128 all = above + kc[c];
-        const uint64_t r = std::clamp<uint64_t>(
-            static_cast<uint64_t>((above * (2 * kGeometricOne) + all) / (2 * all)), 1,
-            kGeometricOne - 1);
-        GeometricFreqs(o, r, gf);
-        const uint64_t geo = ModelCodeBits(cnt, gf);
-        if (geo != kInfeasible && geo + ModelBytesBits(kGeometricModelBytes) < best) {
-          best = geo + ModelBytesBits(kGeometricModelBytes);
-          form = kModelGeometric;
-        }
-        if (prev[role] != nullptr) {
-          const uint64_t rep = ModelCodeBits(cnt, prev[role]);
-          if (rep != kInfeasible && rep + ModelBytesBits(2) < best) form = kModelRepeat;
-        }
-        if (form == -1) {
-          models.insert(models.end(), table.begin(), table.end());
-        } else if (form == kModelGeometric) {
-          std::memcpy(f, gf, sizeof(gf));
-          const uint8_t b[5] = {0, kModelGeometric, static_cast<uint8_t>(o), static_cast<uint8_t>(r),
-                                static_cast<uint8_t>(r >> 8)};
-          models.insert(models.end(), b, b + 5);
-        } else {
-          std::memcpy(f, prev[role], sizeof(uint32_t) * kSymbols);
-          models.push_back(0);
-          models.push_back(kModelRepeat);
-        }
-        prev[role] = f;
-      }
-    }
-  }
+  const std::vector<uint8_t> models = ChooseModels(counts, kc, K, sum, &freq);
   // The encoder's per-symbol tables: frequency, start, and the reciprocal that turns the division
   // by the frequency into a multiplication (exact for states < 2^32).
   sc.enc.resize(counts.size());
@@ -444,82 +550,11 @@ std::vector<uint8_t> EncodeContextBody(const uint8_t* base, uint64_t n, int w,
   for (int c = 0; c < K; ++c) PutVarint(&out, kc[c]);
   out.insert(out.end(), models.begin(), models.end());
   // The raw bits of the symbol sequence (every class's gaps, then every class's values), in order.
-  std::vector<uint8_t> bits;
-  {
-    // Least significant bit first, without a branch per symbol: the pending bits (fewer than 8
-    // after each put) are stored as a whole word each time and the bytes they complete passed
-    // over. 8 bytes of slack take the last word's store.
-    bits.resize((nbits + 7) / 8 + 8);
-    uint8_t* bp = bits.data();
-    uint64_t acc = 0;
-    uint32_t fill = 0;
-    auto put = [&](uint64_t v, uint32_t nb) __attribute__((always_inline)) {  // nb <= 56
-      acc |= v << fill;
-      fill += nb;
-      std::memcpy(bp, &acc, 8);
-      const uint32_t done = fill >> 3;  // at most 7
-      bp += done;
-      acc >>= 8 * done;
-      fill &= 7;
-    };
-    // A symbol's raw bits are the low ExtraBits(symbol) bits of its value (none below 16).
-    auto put_all = [&](const uint64_t* __restrict v, const uint8_t* __restrict sym)
-                       __attribute__((always_inline)) {
-      for (uint64_t j = 0; j < k; ++j) {
-        const uint32_t nb = kSymbolTables.extra[sym[j]];
-        const uint64_t raw = v[j] & ((uint64_t{1} << nb) - 1);
-        if (nb > 56) {  // the widest gaps: in two parts
-          put(raw & 0xFFFFFFFF, 32);
-          put(raw >> 32, nb - 32);
-        } else {
-          put(raw, nb);
-        }
-      }
-    };
-    put_all(sc.ordered.data(), sc.gsym.data());
-    put_all(sc.vordered.data(), sc.vsym.data());
-    bits.resize((nbits + 7) / 8);
-  }
-  // rANS, last symbol first: symbol j < k is class-ordered gap j, k + j its value.
-  // At most one word per symbol: a state below 2^32 renormalized once is below 2^16 <= xmax.
-  sc.words.resize(2 * k + 1);
-  uint16_t* const words = sc.words.data();
-  uint64_t nw = 0;
-  uint32_t x0 = kRansLow, x1 = kRansLow;
-  auto encode = [&](uint32_t& s, const RansEncSym& e) __attribute__((always_inline)) {
-    uint64_t xs = s;
-    const uint64_t renorm = xs >= e.xmax ? 1 : 0;
-    words[nw] = static_cast<uint16_t>(xs);
-    nw += renorm;
-    xs >>= renorm << 4;
-    const uint64_t q =
-        static_cast<uint64_t>((static_cast<unsigned __int128>(xs) * e.rcp) >> 64) + (xs & e.pass);
-    s = static_cast<uint32_t>((q << kScaleBits) + (xs - q * e.freq) + e.cum);
-  };
-  // Symbols off + j for j in [lo, hi) with the table tab, last first, symbol i with state
-  // x[i & 1]: two at a time, odd then even.
-  auto run = [&](const RansEncSym* tab, const uint8_t* sym, uint64_t lo, uint64_t hi,
-                 uint64_t off) __attribute__((always_inline)) {
-    uint64_t j = hi;
-    if (j > lo && ((off + j - 1) & 1) == 0) {
-      --j;
-      encode(x0, tab[sym[j]]);
-    }
-    for (; j >= lo + 2; j -= 2) {
-      encode(x1, tab[sym[j - 1]]);
-      encode(x0, tab[sym[j - 2]]);
-    }
-    if (j > lo) encode(x1, tab[sym[j - 1]]);
-  };
-  for (int c = K; c-- > 0;) {
-    run(&sc.enc[static_cast<size_t>(K + c) * kSymbols], sc.vsym.data(), start_of[c],
-        start_of[c + 1], k);
-  }
-  for (int c = K; c-- > 0;) {
-    run(&sc.enc[static_cast<size_t>(c) * kSymbols], sc.gsym.data(), start_of[c], start_of[c + 1], 0);
-  }
-  sc.words.resize(nw);
-  const uint32_t x[2] = {x0, x1};
+  const std::vector<uint8_t> bits = PackRawBits(sc.ordered.data(), sc.gsym.data(),
+                                                 sc.vordered.data(), sc.vsym.data(), k, nbits);
+  // rANS, last symbol first (RansEncodeSymbols).
+  uint32_t x[2];
+  RansEncodeSymbols(sc, K, start_of, k, x);
   const uint64_t rans_size = 8 + 2 * sc.words.size();
   PutVarint(&out, rans_size);
   const size_t r0 = out.size();
