@@ -3,9 +3,12 @@
 // plan (SizeRun / PlanRun -> MakeSimPolicy) and the one the fault harness hosts for that node of
 // its run options (FaultRunOptionsFor -> MakeFaultRunTreePolicy), all from one scenario, must
 // answer the trace with the same actions, in the same order. A driver that builds its policy
-// differently (other stream counts, pieces, parallelism) or decides on its own fails here.
+// differently (other stream counts, pieces, parallelism) or decides on its own fails here. The
+// store retries are traced too: an uploader whose puts fail once each is answered with the same
+// retry timers (StoreRetryDelay) by `dcr node`'s and the simulator's object-store sender.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -127,6 +130,73 @@ class TraceRecorder : public NodeEnvironment {
   std::map<std::pair<NodeId, BlobId>, uint64_t> sent_;
 };
 
+// Drives an uploader through a store upload whose every blob's first put fails: the stream is
+// produced blob by blob, a put completes (failed the first time, stored the second) after each
+// event, and a timer the policy sets fires when nothing else is pending.
+class StoreRetryRecorder : public NodeEnvironment {
+ public:
+  StoreRetryRecorder(const RelayOptions& relay, std::vector<BlobInfo> stream)
+      : stream_(std::move(stream)), host_(MakeUploaderPolicy(relay), this) {
+    host_.set_trace(&trace_);
+  }
+
+  std::vector<TraceStep> Record() {
+    double now = 0;
+    host_.Handle(now, event::Start{});
+    for (const BlobInfo& b : stream_) Feed(&now, event::BlobProduced{b});
+    for (int guard = 0; guard < 10000 && !host_.done(); ++guard) {
+      if (!completions_.empty()) {
+        std::vector<Event> batch;
+        batch.swap(completions_);
+        for (const Event& e : batch) Feed(&now, e);
+      } else if (timer_ >= 0) {
+        now = std::max(now, timer_);
+        timer_ = -1;
+        Feed(&now, event::TimerFired{});
+      } else {
+        break;
+      }
+    }
+    return trace_;
+  }
+
+  bool published() const { return published_; }
+  int failed_puts() const { return failed_puts_; }
+
+  void SetTimer(TimePoint at) override { timer_ = at; }
+  void Send(const action::Send&) override {}
+  void Ack(const action::Ack&) override {}
+  void ReportCommit(const action::ReportCommit&) override {}
+  void Apply(const action::Apply&) override {}
+  void Release(BlobId) override {}
+  void Put(const action::Put& p) override {
+    const bool ok = !first_put_.insert(p.blob.id).second;
+    failed_puts_ += ok ? 0 : 1;
+    completions_.push_back(event::PutDone{p.blob.id, ok, ok ? "" : "refused"});
+  }
+  void List(const action::List&) override {}
+  void Fetch(const action::Fetch&) override {}
+  void Committed() override {}
+  void TreeCommitted(int) override {}
+  void Published() override { published_ = true; }
+  void Failed(const Status& s) override { ADD_FAILURE() << s.ToString(); }
+
+ private:
+  void Feed(double* now, const Event& e) {
+    *now += 0.001;
+    host_.Handle(*now, e);
+  }
+
+  std::vector<BlobInfo> stream_;
+  PolicyHost host_;
+  std::vector<TraceStep> trace_;
+  std::vector<Event> completions_;
+  std::set<BlobId> first_put_;
+  double timer_ = -1;
+  bool published_ = false;
+  int failed_puts_ = 0;
+};
+
 std::vector<std::string> LinkLines(const std::vector<Link>& links) {
   std::vector<std::string> lines;
   for (const Link& l : links) {
@@ -175,9 +245,10 @@ class Conformance : public ::testing::Test {
   }
 
   // `dcr node`: the real runner's plan of rank `node`.
-  std::unique_ptr<NodePolicy> SocketPolicy(NodeId node) {
+  std::unique_ptr<NodePolicy> SocketPolicy(NodeId node,
+                                           TransportKind transport = TransportKind::kRelayTree) {
     const std::string dir = ::testing::TempDir();
-    auto plans = MakePlans(scenario_, Method::kDelta, TransportKind::kRelayTree,
+    auto plans = MakePlans(scenario_, Method::kDelta, transport,
                                 dir + "/base.safetensors", dir + "/target.safetensors", dir, dir,
                                 "conformance");
     EXPECT_TRUE(plans.ok()) << plans.status().ToString();
@@ -188,7 +259,8 @@ class Conformance : public ::testing::Test {
   }
 
   // The simulator: node `node` of the run plan of the scenario's delta relay-tree run.
-  std::unique_ptr<NodePolicy> SimPolicy(NodeId node) {
+  std::unique_ptr<NodePolicy> SimPolicy(NodeId node,
+                                        TransportKind transport = TransportKind::kRelayTree) {
     auto extra = sim::internal::ParseExtra(scenario_);
     EXPECT_TRUE(extra.ok()) << extra.status().ToString();
     if (!extra.ok()) return nullptr;
@@ -200,7 +272,7 @@ class Conformance : public ::testing::Test {
     plat.wan_bandwidth = scenario_.network.long_link.bandwidth_Bps;
     plat.store_bandwidth = 1e15;
     sim::internal::RunSpec spec = sim::internal::PlanRun(
-        scenario_, plat, topo_, z, TransportKind::kRelayTree, payload, 1e10);
+        scenario_, plat, topo_, z, transport, payload, 1e10);
     return sim::internal::MakeSimPolicy(spec, node);
   }
 
@@ -234,6 +306,41 @@ class Conformance : public ::testing::Test {
 TEST_F(Conformance, SenderOnTheLongLink) { CheckNode(0); }
 TEST_F(Conformance, RelayBetweenLongAndShortLinks) { CheckNode(1); }
 TEST_F(Conformance, Leaf) { CheckNode(topo_.size() - 1); }
+
+// The action lines with each object key's prefix dropped ("Put{run/0000000001.chk}" as
+// "Put{0000000001.chk}"): the drivers name their stores' prefixes differently.
+std::vector<std::string> WithoutKeyPrefixes(std::vector<std::string> lines) {
+  for (std::string& l : lines) {
+    const size_t open = l.find('{'), slash = l.find('/');
+    if (open != std::string::npos && slash != std::string::npos && slash > open) {
+      l.erase(open + 1, slash - open);
+    }
+  }
+  return lines;
+}
+
+// The object-store sender of `dcr node` and of the simulator retry every failed put on the same
+// schedule (StoreRetryDelay: the timers in the trace); the trace of a schedule with another
+// backoff differs (so the comparison sees the retries).
+TEST_F(Conformance, StoreUploaderRetriesOnOneSchedule) {
+  const RelayOptions relay = RelayOptionsFor(scenario_, "conformance");
+  StoreRetryRecorder rec(relay, stream_);
+  const std::vector<TraceStep> trace = rec.Record();
+  ASSERT_TRUE(rec.published()) << "the recorded upload did not publish";
+  ASSERT_EQ(rec.failed_puts(), static_cast<int>(stream_.size()));
+  const std::vector<std::string> expect = WithoutKeyPrefixes(Expected({}, trace));
+  int timers = 0;
+  for (const std::string& a : expect) timers += a.rfind("SetTimer", 0) == 0;
+  ASSERT_GT(timers, 0);
+  EXPECT_EQ(WithoutKeyPrefixes(Replay(SocketPolicy(0, TransportKind::kObjectStore), trace)), expect)
+      << "dcr node";
+  EXPECT_EQ(WithoutKeyPrefixes(Replay(SimPolicy(0, TransportKind::kObjectStore), trace)), expect)
+      << "simulator";
+  RelayOptions slower = relay;
+  slower.retry_backoff_s *= 2;
+  StoreRetryRecorder slow(slower, stream_);
+  EXPECT_NE(WithoutKeyPrefixes(Expected({}, slow.Record())), expect);
+}
 
 // The comparison sees what the drivers must agree on: a policy with one stream on the long link,
 // or with pieces of another size, answers the same trace differently.

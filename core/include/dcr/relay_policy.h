@@ -69,6 +69,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -157,6 +158,12 @@ struct RelayOptions {
   double retry_backoff_s = 0.05;
   int max_retries = 5;
 };
+
+// The retry schedule of a failed store operation, which every store write of a node follows:
+// the policies' Put/Fetch/List, and a node's own puts beside the stream (its commit report). The
+// delay before retry `attempt` (1-based) is o.retry_backoff_s * 2^(attempt - 1) seconds; nullopt
+// once attempt > o.max_retries (the operation has failed for good).
+std::optional<double> StoreRetryDelay(const RelayOptions& o, int attempt);
 
 // Object key of a blob: "<prefix>/<id, 10 digits>.<hdr|chk|trl>", e.g. "dcr/0000000003.chk".
 // Keys sort in blob order.

@@ -122,13 +122,14 @@ Status SocketNode::Run() {
   // collects the reports that could not travel up it.
   if (recovery_ != nullptr && store_.open() && plan_.rank != 0 && applier_.open() &&
       (committed_ || !s.ok())) {
-    // Retried as the stream's store operations are (RelayOptions retry_backoff_s, doubling,
-    // max_retries): a store that refuses writes for a while must not lose the report.
+    // Retried on the stream's store schedule (StoreRetryDelay): a store that refuses writes for
+    // a while must not lose the report.
     const std::vector<uint8_t> report = OwnReport(s).bytes;
     Status put = store_.PutNow(ReportKey(plan_.rank), report);
-    for (int a = 0; !put.ok() && a < plan_.relay.max_retries; ++a) {
-      ::usleep(
-          static_cast<useconds_t>(plan_.relay.retry_backoff_s * (1u << std::min(a, 16)) * 1e6));
+    for (int attempt = 1; !put.ok(); ++attempt) {
+      const std::optional<double> delay = StoreRetryDelay(plan_.relay, attempt);
+      if (!delay) break;
+      ::usleep(static_cast<useconds_t>(*delay * 1e6));
       put = store_.PutNow(ReportKey(plan_.rank), report);
     }
   }

@@ -116,6 +116,13 @@ int EdgeStreams(NodeId parent, const RelayOptions& options) {
 
 // ---- keys ----
 
+std::optional<double> StoreRetryDelay(const RelayOptions& o, int attempt) {
+  if (attempt < 1 || attempt > o.max_retries) return std::nullopt;
+  double d = o.retry_backoff_s;
+  for (int i = 1; i < attempt; ++i) d *= 2;
+  return d;
+}
+
 std::string ObjectKey(const std::string& prefix, const BlobInfo& blob) {
   char buf[48];
   std::snprintf(buf, sizeof(buf), "%010" PRIu64 ".%s", blob.id, BlobKindName(blob.kind));
@@ -585,11 +592,8 @@ class RetryTimers {
   TimePoint armed_at_ = 0;
 };
 
-double Backoff(const RelayOptions& o, int attempt) {
-  double d = o.retry_backoff_s;
-  for (int i = 1; i < attempt; ++i) d *= 2;
-  return d;
-}
+// REQUIRES: attempt <= o.max_retries (the caller failed the operation past that).
+double Backoff(const RelayOptions& o, int attempt) { return *StoreRetryDelay(o, attempt); }
 
 // ---- object store uploader ----
 

@@ -512,6 +512,51 @@ TEST(StorePolicies, RetriesExhaustedFailWithKey) {
   EXPECT_NE(run.fail_message.find("failed 3 times"), std::string::npos) << run.fail_message;
 }
 
+// One store retry schedule: StoreRetryDelay doubles from retry_backoff_s and ends past
+// max_retries, and an uploader whose put keeps failing arms its timer exactly that far ahead
+// before each retry, then fails.
+TEST(StorePolicies, RetriesFollowTheStoreRetrySchedule) {
+  RelayOptions opt;
+  opt.retry_backoff_s = 0.25;
+  opt.max_retries = 3;
+  EXPECT_EQ(StoreRetryDelay(opt, 0), std::nullopt);
+  EXPECT_EQ(StoreRetryDelay(opt, 1), 0.25);
+  EXPECT_EQ(StoreRetryDelay(opt, 2), 0.5);
+  EXPECT_EQ(StoreRetryDelay(opt, 3), 1.0);
+  EXPECT_EQ(StoreRetryDelay(opt, 4), std::nullopt);
+  auto up = MakeUploaderPolicy(opt);
+  std::vector<Action> out;
+  double now = 10;
+  up->Handle(now, event::Start{}, &out);
+  up->Handle(now, event::BlobProduced{{0, BlobKind::kHeader, 100}}, &out);
+  for (int attempt = 1; attempt <= opt.max_retries + 1; ++attempt) {
+    const action::Put* put = nullptr;
+    for (const Action& a : out) {
+      if (const auto* p = std::get_if<action::Put>(&a)) put = p;
+    }
+    ASSERT_NE(put, nullptr) << "attempt " << attempt;
+    const BlobId blob = put->blob.id;
+    out.clear();
+    up->Handle(now, event::PutDone{blob, false, "refused"}, &out);
+    const std::optional<double> delay = StoreRetryDelay(opt, attempt);
+    if (!delay) {
+      ASSERT_TRUE(up->failed());
+      EXPECT_EQ(std::get<action::Fail>(out.back()).code, StatusCode::kUnavailable);
+      return;
+    }
+    const action::SetTimer* timer = nullptr;
+    for (const Action& a : out) {
+      if (const auto* t = std::get_if<action::SetTimer>(&a)) timer = t;
+    }
+    ASSERT_NE(timer, nullptr) << "attempt " << attempt;
+    EXPECT_DOUBLE_EQ(timer->at, now + *delay) << "attempt " << attempt;
+    now = timer->at;
+    out.clear();
+    up->Handle(now, event::TimerFired{}, &out);
+  }
+  FAIL() << "the uploader never gave up";
+}
+
 TEST(StorePolicies, DownloaderTimesOutWithoutTrailer) {
   RelayOptions opt;
   opt.poll_interval_s = 1;
