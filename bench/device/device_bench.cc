@@ -12,8 +12,8 @@
 // copy bandwidth (the best of 10 copies of the model, measured once in the same process);
 // BM_Receive also has "link_ratio" = payload rate / the long link's rate (--long_link_Bps, default
 // the long link of the scenario --scenario=PATH names, scenarios/paper/paper-1t-3.yaml under the
-// working directory unless given; no ratio when neither gives a rate): >= 1 means the receiver keeps up with the
-// payload's arrival on that link at T threads. Every benchmark is skipped with the reason when the
+// working directory unless given; no ratio when neither gives a rate): >= 1 means the receiver
+// keeps up with the payload's arrival on that link at T threads. Every benchmark is skipped with the reason when the
 // backend cannot be opened (exit 0); a benchmark that fails on an opened device makes the exit
 // status 1 (BM_Receive also verifies the receiver byte for byte).
 #include <benchmark/benchmark.h>

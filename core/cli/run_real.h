@@ -43,8 +43,9 @@ struct ExternalKill {
   uint64_t version = 0;
 };
 
-// Faults of one real refit (the faults block's process runs, tools/faults/run_faults.h): `set_points` sets
-// the plans' fault points (NodePlan::fault_*) before the nodes start; `kills` come from outside.
+// Faults of one real refit (the faults block's process runs, tools/faults/run_faults.h):
+// `set_points` sets the plans' fault points (NodePlan::fault_*) before the nodes start; `kills`
+// come from outside.
 struct RefitFaults {
   std::function<void(std::vector<NodePlan>*)> set_points;
   std::vector<ExternalKill> kills;
