@@ -69,13 +69,17 @@ else
   echo "FAIL no fallback message for version 3"; cat "$tmp/prog.err"; fail=1
 fi
 python3 - "$tmp" <<'PY' || fail=1
-import json, sys
+import glob, json, sys
+def result_of(path):  # a per-version node result: in the deployment's directory under --state
+    found = glob.glob(path.replace("/state/", "/state/deployment-*/", 1)) or [path]
+    assert len(found) == 1, (path, found)
+    return found[0]
 t = sys.argv[1]
 for v in (1, 2, 3, 4):
     for r in (1, 2, 3):
-        j = json.load(open("%s/h%d/state/node-%d-v%d.json" % (t, r, r, v)))
+        j = json.load(open(result_of("%s/h%d/state/node-%d-v%d.json" % (t, r, r, v))))
         assert j["ok"] and j["verified"], (r, v, j.get("error"), j.get("verify_message"))
-    s = json.load(open("%s/h0/state/node-0-v%d.json" % (t, v)))
+    s = json.load(open(result_of("%s/h0/state/node-0-v%d.json" % (t, v))))
     assert s["ok"] and s["receivers_committed"] == 3, s
     assert s.get("trainer_delta", False) == (v in (1, 4)), (v, s)
     assert ("trainer_delta_skipped" in s) == (v == 3), (v, s)
@@ -122,9 +126,13 @@ pids=()
 if [ "$rc" = 0 ] && grep -qF "version 1: rc 0, delta from version 0, from_shards 0, committed 2" "$c/prog.out" \
    && grep -q "sender: version 1: the run context-codes its deltas" "$c/prog.err" \
    && python3 -c '
-import json, sys
+import glob, json, sys
+def result_of(path):  # a per-version node result: in the deployment directory under --state
+    found = glob.glob(path.replace("/state/", "/state/deployment-*/", 1)) or [path]
+    assert len(found) == 1, (path, found)
+    return found[0]
 for r in (1, 2):
-    j = json.load(open("%s/h%d/state/node-%d-v1.json" % (sys.argv[1], r, r)))
+    j = json.load(open(result_of("%s/h%d/state/node-%d-v1.json" % (sys.argv[1], r, r))))
     assert j["ok"] and j["verified"], j
 ' "$c"; then
   echo "ok   a context-coded run builds its delta from the checkpoints; 2/2 receivers verified"
