@@ -284,7 +284,9 @@ StatusOr<std::unique_ptr<Conn>> ConnectTo(const std::string& address, double dea
     close(fd);
     return InternalError("SSL_new: " + TlsErrors());
   }
-  Status s = TlsHandshake(ssl, fd, std::min(deadline, SteadyNow() + handshake_timeout_s));
+  Status s = TlsHandshake(
+      ssl, fd, std::min(deadline, SteadyNow() + kHandshakeProgressFactor * handshake_timeout_s),
+      handshake_timeout_s);
   StatusOr<TlsIdentity> id = s.ok() ? tls->CheckPeer(ssl, TlsPeer::kChild) : StatusOr<TlsIdentity>(s);
   if (id.ok() && id->rank != child_rank) {
     id = FailedPreconditionError("the peer's certificate is rank " + std::to_string(id->rank) +
@@ -315,7 +317,8 @@ StatusOr<std::vector<Hello>> AcceptHellos(
   bool giving_up = false;  // give_up said so: only the connections already made are finished
   struct Pending {
     int fd;
-    double until;
+    double until;             // dropped when still pending then (extended while it sends)
+    double latest = 0;        // the furthest `until` may be extended
     size_t got = 0;
     FrameHeader header;
     SSL* ssl = nullptr;       // TLS: the connection's SSL object
@@ -471,6 +474,11 @@ StatusOr<std::vector<Hello>> AcceptHellos(
     for (size_t i = pending.size(); i-- > 0;) {
       if (fds[i + 1].revents == 0) continue;
       pending[i].progressed = true;
+      if (fds[i + 1].revents & POLLIN) {
+        // Bytes from the peer: it is slow, not silent; the silence limit starts again.
+        pending[i].until = std::max(pending[i].until,
+                                    std::min(pending[i].latest, SteadyNow() + hello_timeout_s));
+      }
       bool drop_it = false, done = false, refused_hello = false;
       const std::string why = advance(i, &drop_it, &done, &refused_hello);
       if (drop_it && !(refused_hello && hold)) {
@@ -535,7 +543,9 @@ StatusOr<std::vector<Hello>> AcceptHellos(
         }
         drop(victim, "too many connections waiting (" + pending[victim].source + ")");
       }
-      Pending p{fd, SteadyNow() + hello_timeout_s};
+      const double accepted = SteadyNow();
+      Pending p{fd, accepted + hello_timeout_s,
+                accepted + kHandshakeProgressFactor * hello_timeout_s};
       p.source = source;
       if (tls != nullptr) {
         SetNonBlocking(fd);
