@@ -555,6 +555,7 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
         break;
       }
     }
+    if (sender && hooks.released) hooks.released(joint ? commit->baseline().number : v.version);
     if (hooks.done) hooks.done(v, r, s);
   }
   if (s.ok() && finished_held.has_value()) {
