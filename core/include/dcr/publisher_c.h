@@ -174,6 +174,18 @@ typedef int (*dcr_export_fn)(void* user, const dcr_shard_reader* shards, size_t 
  * text). On failure (DCR_INVALID_ARGUMENT naming the preset or the layout field) *out is still a
  * handle for dcr_train_layout_error unless the allocation failed; close it. */
 int dcr_train_layout_open(const char* model, const char* layout, dcr_train_layout** out);
+/* The placement that the layout spec at `spec_path` describes for the tensors of the checkpoint
+ * at `checkpoint_path` (any tensor set, no preset): a JSON file
+ *   {"ranks": 2, "tensors": [{"tensor": "w", "split": "rows", "ranks": [0, 1]}, ...]}
+ * with one entry per tensor: "rows" / "columns" cut dimension 0 / 1 into equal parts, part i on
+ * ranks[i]; "whole" puts it on every listed rank (the first its owner, the others replicas).
+ * Each rank holds one buffer per parameter, named as the tensor (dcr/train.h
+ * TrainStructure::FromLayoutSpec). Errors: DCR_INVALID_ARGUMENT naming the spec and the entry
+ * (unknown tensor, a tensor placed twice or not at all, a rank holding nothing, a dimension the
+ * split does not divide, ...); the checkpoint's or the file's errors. On failure *out is still
+ * a handle for dcr_train_layout_error unless the allocation failed; close it. */
+int dcr_train_layout_open_spec(const char* spec_path, const char* checkpoint_path,
+                               dcr_train_layout** out);
 const char* dcr_train_layout_error(const dcr_train_layout* l);
 void dcr_train_layout_close(dcr_train_layout* l);
 /* Model-parallel ranks; buffers and parameters of rank `rank` (0 for a bad rank). */
