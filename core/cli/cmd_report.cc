@@ -1,5 +1,5 @@
-// `dcr report RESULT.json|STATE_DIR... -o DIR`: tables (Markdown, CSV, JSON) and gnuplot figures (PNG, SVG)
-// from run results, real or simulated (dcr::reports).
+// `dcr report RESULT.json|STATE_DIR... -o DIR`: tables (Markdown, CSV, JSON) and gnuplot figures
+// (PNG, SVG) from run results, real or simulated, and node results (dcr::reports).
 #ifdef DCR_HAVE_REPORTS
 #include <cstdio>
 #include <memory>

@@ -72,7 +72,9 @@ StatusOr<std::shared_ptr<const TrainStructure>> TrainStructure::FromLayoutSpec(
     const std::string name = e["tensor"].get<std::string>();
     where += " (" + name + ")";
     const auto it = known.find(name);
-    if (it == known.end()) return SpecError(where, "unknown tensor: the tensor set has none so named");
+    if (it == known.end()) {
+      return SpecError(where, "unknown tensor: the tensor set has none so named");
+    }
     const auto [prev, first] = placed.emplace(name, i);
     if (!first) {
       return SpecError(where, "overlapping coverage: already placed by tensors[" +
@@ -80,7 +82,9 @@ StatusOr<std::shared_ptr<const TrainStructure>> TrainStructure::FromLayoutSpec(
     }
     const TensorSpec& t = sorted[it->second];
     const DType dt = DTypeFromName(t.dtype);
-    if (DTypeWidth(dt) == 0) return SpecError(where, "dtype '" + t.dtype + "' has no element width");
+    if (DTypeWidth(dt) == 0) {
+      return SpecError(where, "dtype '" + t.dtype + "' has no element width");
+    }
     if (!e.contains("split") || !e["split"].is_string()) {
       return SpecError(where, "needs 'split': rows, columns or whole");
     }
@@ -94,7 +98,8 @@ StatusOr<std::shared_ptr<const TrainStructure>> TrainStructure::FromLayoutSpec(
     std::vector<int> on;
     for (const json& r : e["ranks"]) {
       if (!r.is_number_integer() || r.get<int64_t>() < 0 || r.get<int64_t>() >= n_ranks) {
-        return SpecError(where, "rank " + r.dump() + " is outside 0.." + std::to_string(n_ranks - 1));
+        return SpecError(where,
+                         "rank " + r.dump() + " is outside 0.." + std::to_string(n_ranks - 1));
       }
       if (std::find(on.begin(), on.end(), r.get<int>()) != on.end()) {
         return SpecError(where, "overlapping coverage: rank " + r.dump() + " listed twice");
