@@ -257,5 +257,13 @@ st_unknown_dtype_huge_shape.safetensors checkpoint DATA_LOSS tensor 'a': unknown
 st_is_delta.safetensors checkpoint INVALID_ARGUMENT a dcr delta file (magic DCRDELTA), not a safetensors checkpoint
 st_is_index.safetensors checkpoint INVALID_ARGUMENT the index of a sharded checkpoint (a weight_map
 st_is_json.safetensors checkpoint INVALID_ARGUMENT JSON text, not a safetensors checkpoint
+layout_unknown_tensor.json layout INVALID_ARGUMENT tensors[8] (model.missing): unknown tensor
+layout_overlap.json layout INVALID_ARGUMENT tensors[8] (model.embed_tokens.weight): overlapping coverage: already placed by tensors[0]
+layout_missing_tensor.json layout INVALID_ARGUMENT missing coverage: tensor 'model.norm.weight' has no entry
+layout_bad_dims.json layout INVALID_ARGUMENT tensors[0] (model.embed_tokens.weight): rows split of dimension 0 (64) over 3 ranks leaves a remainder
+layout_idle_rank.json layout INVALID_ARGUMENT missing coverage: rank 1 holds no tensor
+layout_rank_range.json layout INVALID_ARGUMENT tensors[1] (model.layers.0.mlp.down_proj.weight): rank 5 is outside 0..1
+layout_split_1d.json layout INVALID_ARGUMENT tensors[2] (model.layers.0.input_layernorm.weight): columns split of shape [96]: the tensor has no dimension 1
+layout_not_json.json layout INVALID_ARGUMENT not a JSON object
 M
 echo "corpus: $(ls "$e" | wc -l) files in $e"

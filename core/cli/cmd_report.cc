@@ -1,5 +1,5 @@
-// `dcr report RESULT.json... -o DIR`: tables (Markdown, CSV, JSON) and gnuplot figures (PNG, SVG)
-// from run results, real or simulated (dcr::reports).
+// `dcr report RESULT.json|STATE_DIR... -o DIR`: tables (Markdown, CSV, JSON) and gnuplot figures
+// (PNG, SVG) from run results, real or simulated, and node results (dcr::reports).
 #ifdef DCR_HAVE_REPORTS
 #include <cstdio>
 #include <memory>
@@ -38,9 +38,11 @@ const bool kRegistered = RegisterCommand(CommandSpec{
     "report", "Render run results (JSON from `dcr run --out`) as tables and figures",
     [](CLI::App* app) -> std::function<int()> {
       auto a = std::make_shared<ReportArgs>();
-      app->add_option("results", a->inputs, "result JSON files (real or simulated runs)")
+      app->add_option("results", a->inputs,
+                      "result JSON files (real or simulated runs, node results), or a node's "
+                      "state directory (its node-<rank>-v<k>.json, per deployment)")
           ->required()
-          ->check(CLI::ExistingFile);
+          ->check(CLI::ExistingPath);
       app->add_option("-o,--out", a->out_dir, "output directory (created if missing)")
           ->required();
       app->add_flag("--no-figures", a->no_figures, "tables only; do not run gnuplot");

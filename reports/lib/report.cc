@@ -1,5 +1,6 @@
 #include "dcr/reports/report.h"
 
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,6 +13,9 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -229,8 +233,66 @@ Status AddResult(const std::string& json_text, const std::string& source, Report
   return Status::OK();
 }
 
-StatusOr<Report> LoadResults(const std::vector<std::string>& paths) {
+namespace {
+
+// (rank, version) of a file named node-<rank>-v<k>.json; false for any other name.
+bool NodeResultName(const std::string& name, long* rank, long* version) {
+  char tail[8] = {0};
+  int used = 0;
+  if (std::sscanf(name.c_str(), "node-%ld-v%ld%7s%n", rank, version, tail, &used) != 3) {
+    return false;
+  }
+  return std::string(tail) == ".json" && static_cast<size_t>(used) == name.size() && *rank >= 0 &&
+         *version >= 1;
+}
+
+}  // namespace
+
+StatusOr<std::vector<std::string>> NodeResultsIn(const std::string& dir) {
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return NotFoundError("directory '" + dir + "' cannot be read");
+  std::vector<std::tuple<long, long, std::string>> own;
+  std::vector<std::string> deployments;
+  while (const dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    long rank = 0, version = 0;
+    if (NodeResultName(name, &rank, &version)) {
+      own.emplace_back(rank, version, dir + "/" + name);
+    } else if (name.rfind("deployment-", 0) == 0) {
+      struct stat st;
+      const std::string sub = dir + "/" + name;
+      if (stat(sub.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) deployments.push_back(sub);
+    }
+  }
+  closedir(d);
+  std::sort(own.begin(), own.end());
+  std::sort(deployments.begin(), deployments.end());
+  std::vector<std::string> out;
+  for (const auto& o : own) out.push_back(std::get<2>(o));
+  for (const std::string& sub : deployments) {
+    DCR_ASSIGN_OR_RETURN(std::vector<std::string> more, NodeResultsIn(sub));
+    out.insert(out.end(), more.begin(), more.end());
+  }
+  return out;
+}
+
+StatusOr<Report> LoadResults(const std::vector<std::string>& given) {
   Report report;
+  std::vector<std::string> paths;
+  for (const std::string& p : given) {
+    struct stat st;
+    if (stat(p.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      paths.push_back(p);
+      continue;
+    }
+    DCR_ASSIGN_OR_RETURN(std::vector<std::string> found, NodeResultsIn(p));
+    if (found.empty()) {
+      return NotFoundError("directory '" + p +
+                           "' holds no node results (node-<rank>-v<k>.json, also in its "
+                           "deployment-* directories)");
+    }
+    paths.insert(paths.end(), found.begin(), found.end());
+  }
   for (const std::string& p : paths) {
     std::ifstream in(p, std::ios::binary);
     if (!in) return NotFoundError("result file '" + p + "' cannot be read");

@@ -1,11 +1,14 @@
 #include "dcr/reports/report.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -81,6 +84,40 @@ TEST(ReportTest, NodeResultsMakeTheNodesTable) {
   Status bad = AddResult(R"({"rank": "x", "role": "sender", "ok": true})", "b.json", &r);
   EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.message().find("b.json: a node result needs integer 'rank'"), std::string::npos);
+}
+
+// A node's state directory stands for its per-version results: those of every deployment in it
+// (deployment-<id>/node-<rank>-v<k>.json), by rank then version, and nothing else in it; a
+// directory without any is refused, naming it.
+TEST(ReportTest, StateDirectoryGivesItsNodeResults) {
+  char tmpl[] = "/tmp/dcr_report_stateXXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string root = tmpl;
+  const std::string a = root + "/deployment-00000000000000aa";
+  const std::string b = root + "/deployment-00000000000000bb";
+  ASSERT_EQ(mkdir(a.c_str(), 0700), 0);
+  ASSERT_EQ(mkdir(b.c_str(), 0700), 0);
+  auto put = [](const std::string& path, int rank) {
+    std::ofstream(path) << "{\"rank\": " << rank << ", \"role\": \"receiver\", \"ok\": true}";
+  };
+  put(a + "/node-2-v10.json", 2);
+  put(a + "/node-2-v2.json", 2);
+  put(b + "/node-2-v1.json", 2);
+  put(a + "/rank-2.floor", 2);        // not a node result
+  put(a + "/node-2-v1.json.tmp", 2);  // nor this
+  auto found = NodeResultsIn(root);
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(*found, (std::vector<std::string>{a + "/node-2-v2.json", a + "/node-2-v10.json",
+                                              b + "/node-2-v1.json"}));
+  auto report = LoadResults({root});
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->nodes.size(), 3u);
+  const std::string empty = root + "/empty";
+  ASSERT_EQ(mkdir(empty.c_str(), 0700), 0);
+  Status none = LoadResults({empty}).status();
+  EXPECT_TRUE(none.IsNotFound()) << none;
+  EXPECT_NE(none.message().find(empty + "' holds no node results"), std::string::npos) << none;
+  std::system(("rm -rf '" + root + "'").c_str());
 }
 
 TEST(ReportTest, MeasuredRateBesideTheTrainerRate) {

@@ -106,7 +106,7 @@ PY
 has gc-fakes-named "$tmp/gc2.out" "unsigned  not a version the trainer signed"
 ls "$tmp/st/$R/step-3" | grep -q trl; check gc-fakes-committed-kept 0 $?
 [ -e "$tmp/st/$R/step-100/0000000000.hdr" ]; check gc-fakes-not-acted-on 0 $?
-has gc-held-version-verified "$tmp/h1/state/node-1-v3.json" '"verified": true'
+has gc-held-version-verified "$(ls -d "$tmp"/h1/state/deployment-*)/node-1-v3.json" '"verified": true'
 ls "$tmp"/h1/state/deployment-*/v3/rank-1.committed.safetensors > /dev/null; check gc-state-scoped 0 $?
 
 echo "== cross-deployment replay: a signed delta of deployment A at deployment B's prefix"

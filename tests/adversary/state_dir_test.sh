@@ -99,6 +99,6 @@ check second-deployment-sender 0 $?
 wait $rx; check second-deployment-receiver 0 $?
 dep2=$(cat "$tmp/keys2/deployment")
 has second-deployment-floor "$state/deployment-$dep2/rank-1.floor" "version 2"
-has second-deployment-verified "$state/node-1-v2.json" '"verified": true'
+has second-deployment-verified "$state/deployment-$dep2/node-1-v2.json" '"verified": true'
 [ ! -e "$ds/rank-1.floor" ]; check first-deployment-untouched 0 $?
 exit $fail

@@ -53,7 +53,7 @@ health_names 0 "^receivers declared dead: (.*, )?5$" & pollers=($!)
 health_names 2 "^children lost: (.*, )?5$" & pollers+=($!)
 # Rank 4 comes once ranks 1-3 committed version 1.
 for _ in $(seq 600); do
-  n=0; for r in 1 2 3; do [ -f "$tmp/h$r/state/node-$r-v1.json" ] && n=$((n + 1)); done
+  n=0; for r in 1 2 3; do ls "$tmp/h$r"/state/deployment-*/node-$r-v1.json >/dev/null 2>&1 && n=$((n + 1)); done
   [ "$n" = 3 ] && break; sleep 0.1
 done
 check "ranks 1-3 committed version 1 without rank 4 and rank 5" 3 "$n"
@@ -79,16 +79,20 @@ else
   echo "ok   the sender does not wait for rank 5 once it is dead"
 fi
 /usr/bin/python3 - "$tmp" <<'PY' || fail=1
-import json, sys
+import glob, json, sys
+def result_of(path):  # a per-version node result: in the deployment's directory under --state
+    found = glob.glob(path.replace("/state/", "/state/deployment-*/", 1)) or [path]
+    assert len(found) == 1, (path, found)
+    return found[0]
 t = sys.argv[1]
 for v in (1, 2, 3, 4):
     for r in (1, 2, 3, 4):
-        j = json.load(open("%s/h%d/state/node-%d-v%d.json" % (t, r, r, v)))
+        j = json.load(open(result_of("%s/h%d/state/node-%d-v%d.json" % (t, r, r, v))))
         assert j["ok"] and j["verified"], (r, v, j.get("error"), j.get("verify_message"))
-s = json.load(open("%s/h0/state/node-0-v1.json" % t))
+s = json.load(open(result_of("%s/h0/state/node-0-v1.json" % t)))
 assert s["ok"] and any(d.startswith("5:") for d in s.get("declared_dead", [])), s
 for v in (2, 3, 4):
-    s = json.load(open("%s/h0/state/node-0-v%d.json" % (t, v)))
+    s = json.load(open(result_of("%s/h0/state/node-0-v%d.json" % (t, v))))
     ranks = sorted({c["rank"] for c in s["reports"] if c["ok"] and c["version"] == v})
     assert ranks == [1, 2, 3, 4] and s["receivers_committed"] == 4, (v, ranks, s["receivers_committed"])
 print("ok   ranks 1-4 verified byte for byte at versions 1-4; version 1's result names rank 5 dead; "

@@ -85,13 +85,17 @@ for r in 0 1 2 3; do
     echo "FAIL rank-$r-exits: '$got', expected '${want}exit 0 '"; tail -5 "$tmp/h$r/log"; fail=1; fi
 done
 python3 - "$tmp" <<'PY'; check versions-verified 0 $?
-import json, sys
+import glob, json, sys
+def result_of(path):  # a per-version node result: in the deployment's directory under --state
+    found = glob.glob(path.replace("/state/", "/state/deployment-*/", 1)) or [path]
+    assert len(found) == 1, (path, found)
+    return found[0]
 tmp = sys.argv[1]
 for v in (1, 2, 3):
-    s = json.load(open("%s/h0/state/node-0-v%d.json" % (tmp, v)))
+    s = json.load(open(result_of("%s/h0/state/node-0-v%d.json" % (tmp, v))))
     assert s["ok"], (v, s)
     for r in (1, 2, 3):
-        j = json.load(open("%s/h%d/state/node-%d-v%d.json" % (tmp, r, r, v)))
+        j = json.load(open(result_of("%s/h%d/state/node-%d-v%d.json" % (tmp, r, r, v))))
         assert j["ok"] and j["verified"], (r, v, j.get("error"), j.get("verify_message"))
         assert j["verify_message"] == "byte-for-byte equal to the target", j
     # Every receiver's own commit report of every version reaches the sender (through the tree
@@ -105,11 +109,15 @@ PY
 # The process after each kill took part: the victim's result of the version it was killed in
 # counts two starts of that version or more.
 python3 - "$tmp" $kills <<'PY'; check restarted-process-took-part 0 $?
-import json, sys
+import glob, json, sys
+def result_of(path):  # a per-version node result: in the deployment's directory under --state
+    found = glob.glob(path.replace("/state/", "/state/deployment-*/", 1)) or [path]
+    assert len(found) == 1, (path, found)
+    return found[0]
 tmp = sys.argv[1]
 for k in sys.argv[2:]:
     r, v = (int(x) for x in k.split(":"))
-    j = json.load(open("%s/h%d/state/node-%d-v%d.json" % (tmp, r, r, v)))
+    j = json.load(open(result_of("%s/h%d/state/node-%d-v%d.json" % (tmp, r, r, v))))
     assert j["recovery"]["starts"] >= 2, (r, v, j["recovery"])
 PY
 

@@ -111,12 +111,16 @@ check long-lived-sender 0 $?
 wait "${pids[0]}"; check resumed-receiver 0 $?
 pids=()
 python3 - "$tmp/h1" <<'PY'; check resumed-receiver-verified 0 $?
-import json, sys
+import glob, json, sys
+def result_of(path):  # a per-version node result: in the deployment's directory under --state
+    found = glob.glob(path.replace("/state/", "/state/deployment-*/", 1)) or [path]
+    assert len(found) == 1, (path, found)
+    return found[0]
 d = sys.argv[1]
 r = json.load(open(d + "/again.json"))
 assert r["ok"] and r["verified"], r
 assert r["recovery"]["starts"] >= 2, r["recovery"]
-v = json.load(open(d + "/state/node-1-v1.json"))
+v = json.load(open(result_of(d + "/state/node-1-v1.json")))
 assert v["ok"] and v["verify_message"] == "byte-for-byte equal to the target", v
 PY
 exit $fail

@@ -11,7 +11,9 @@
 #     catches up from the in-region store and is back in the joint commit;
 #   - the trainer is killed with kill -9 while it "trains" version 3 and started again: it
 #     resumes at version 3 (dcr_publisher_next_version), and no receiver exits meanwhile;
-#   - rank 5 joins late, after version 2, and catches up.
+#   - rank 5 joins late, after version 2, and catches up;
+#   - rank 4 is killed with kill -9 in the middle of version 5's transfer (the link into its host
+#     paced so that the transfer lasts seconds) and started again at once: it ends bit-exact.
 # The deployment names no version count (model.base): the trainer stops after version 6 on its
 # own and the receivers serve version 6 until they are stopped with SIGTERM. Every version each
 # host commits is checked with the user-facing command `dcr verify` (its committed checkpoint
@@ -157,7 +159,7 @@ wait "$hp" && ok "the trainer's /healthz names rank 6: $(cat "$W/health-0")" \
   || bad "the trainer's /healthz did not name rank 6"
 grep -q "receiver 6 declared dead at version 1" "$W/h0/trainer.err" \
   && ok "the trainer's log names rank 6 dead at version 1" || bad "rank 6 not named in the log"
-python3 - "$W/h0/state/node-0-v1.json" <<'PY' && ok "version 1's result names rank 6 dead" \
+python3 - "$(state 0)/node-0-v1.json" <<'PY' && ok "version 1's result names rank 6 dead" \
   || bad "version 1's result"
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -183,16 +185,51 @@ start_trainer
 for _ in $(seq 300); do grep -q "^next version" "$W/h0/trainer.out" && break; sleep 0.1; done
 grep -q "^next version 3$" "$W/h0/trainer.out" && ok "the restarted trainer resumes at version 3" \
   || die "the restarted trainer: $(head -1 "$W/h0/trainer.out") $(cat "$W/h0/trainer.err")"
-for k in 3 4 5 6; do
+for k in 3 4; do
   publish "$k"
   in_bound "$line" || bad "version $k not out within ${VERSION_BOUND_S} s: $line"
-  if [ "$k" -ge 4 ]; then
+  if [ "$k" = 4 ]; then
     echo "$line" | grep -q ", 5 receivers committed" || bad "version $k: not all 5 receivers"
     check_version "$k" 1 2 3 4 5
   else
     check_version "$k" 1 2 4
   fi
 done
+# Rank 4 killed with kill -9 in the middle of version 5's transfer and started again at once: the
+# link into its host is paced (tc tbf, 1 Mbit/s) so that the transfer lasts seconds, and the kill
+# comes once its /metrics show version 5's bytes arriving and nothing committed. It resumes the
+# version (or, declared dead, catches up) and holds version 6 byte for byte with the others.
+ip netns exec "$P-r" tc qdisc add dev "$P-p4" root tbf rate 1mbit burst 16kb latency 5s \
+  || bad "tc: cannot pace the link into host 4"
+touch "$W/gate/5"
+mid=""
+for _ in $(seq 200); do
+  m=$(ip netns exec "$P-h4" curl -s --max-time 1 "http://$(netns_addr "$NET" 4):9404/metrics")
+  target=$(echo "$m" | awk '/^dcr_version_target\{/ {print $2}')
+  committed=$(echo "$m" | awk '/^dcr_node_committed\{/ {print $2}')
+  got=$(echo "$m" | awk '/^dcr_bytes_received_total\{/ {print $2}')
+  if [ "$target" = 5 ] && [ "$committed" = 0 ] && [ "${got:-0}" != 0 ]; then
+    kill -9 "${pids[4]}"; wait "${pids[4]}" 2>/dev/null
+    start_node 4
+    mid="$got"
+    break
+  fi
+  sleep 0.1
+done
+[ -n "$mid" ] && ok "rank 4 killed with kill -9 mid-transfer (version 5, $mid bytes in, not \
+committed) and started again" || bad "rank 4 was never seen mid-transfer of version 5"
+publish 5
+ip netns exec "$P-r" tc qdisc del dev "$P-p4" root 2>/dev/null
+in_bound "$line" || bad "version 5 not out within ${VERSION_BOUND_S} s: $line"
+check_version 5 1 2 3 5
+# What rank 4 committed of version 5 after its kill is the trainer's too (skipped when it took
+# version 6 as a full frame instead).
+for _ in $(seq 50); do [ -f "$(state 4)/node-4-v5.json" ] && break; sleep 0.1; done
+[ -f "$(state 4)/v5/rank-4.committed.safetensors" ] && check_version 5 4
+publish 6
+in_bound "$line" || bad "version 6 not out within ${VERSION_BOUND_S} s: $line"
+echo "$line" | grep -q ", 5 receivers committed" || bad "version 6: not all 5 receivers"
+check_version 6 1 2 3 4 5
 # The trainer decides to stop after version 6 (nothing in the deployment says how many): it
 # closes the publisher and exits 0; the receivers keep serving version 6 until they are
 # stopped, as a service manager stops them, with SIGTERM.
@@ -216,7 +253,7 @@ stop_deployment 6
 took=$(( $(date +%s) - t0 ))
 [ "$fail" = 0 ] && ok "ranks 1-5 stopped by SIGTERM after version 6 (exit 143, the result says \
 so); the deployment ran in ${took} s"
-python3 - $(for r in 1 2 3 4 5; do echo "$W/h$r/state"; done) <<'PY' || fail=1
+python3 - $(for r in 1 2 3 4 5; do state "$r"; done) <<'PY' || fail=1
 import json, sys
 for r, d in zip((1, 2, 3, 4, 5), sys.argv[1:]):
     for v in range(1, 7):
@@ -226,7 +263,7 @@ print("ok   ranks 1-5: every version's result ok")
 PY
 # The trainer's signed commitment of version 6 is what every receiver's storage was checked
 # against at its commit (their results name it).
-python3 - "$W/h0/state/node-0-v6.json" $(for r in 1 2 3 4 5; do echo "$W/h$r/state/node-$r-v6.json"; done) <<'PY' \
+python3 - "$(state 0)/node-0-v6.json" $(for r in 1 2 3 4 5; do echo "$(state "$r")/node-$r-v6.json"; done) <<'PY' \
   && ok "ranks 1-5 hold the commitment the trainer signed for version 6" || fail=1
 import json, sys
 signed = json.load(open(sys.argv[1])).get("commitment", "")
@@ -239,13 +276,16 @@ grep -q "receiver 3 joins the joint commit\|receiver 5 joins the joint commit" "
   && ok "the restarted rank 3 and the late rank 5 are back in the joint commit" \
   || bad "no receiver rejoined the joint commit"
 # `dcr report` of node results: the receivers' version-6 results and final (SIGTERM) results, and
-# the trainer's per-version results.
-results=(); for r in 1 2 3 4 5; do results+=("$W/h$r/state/node-$r-v6.json"); done
+# the trainer's per-version results, found by `dcr report` in its state directory.
+results=(); for r in 1 2 3 4 5; do results+=("$(state "$r")/node-$r-v6.json"); done
+d0=$(state 0)
 if "$DCR" report --no-figures -o "$W/report" "$W"/h[1-5]/result.json "${results[@]}" \
-    "$W/h0/state"/node-0-v*.json >"$W/report.out" 2>&1 &&
-   grep -qE "^\| $W/h0/state/node-0-v1.json \| 0 \| sender \| yes \| .* \| 4 \| (.*; )?6: " \
+    "$W/h0/state" >"$W/report.out" 2>&1 &&
+   grep -qE "^\| $d0/node-0-v1.json \| 0 \| sender \| yes \| .* \| 4 \| (.*; )?6: " \
      "$W/report/summary.md" &&
-   [ "$(grep -cE "^\| $W/h[1-5]/state/node-[1-5]-v6.json \| [1-5] \| \
+   [ "$(grep -cE "^\| $d0/node-0-v[1-6].json \| 0 \| sender \| yes \|" \
+          "$W/report/summary.md")" = 6 ] &&
+   [ "$(grep -cE "^\| $W/h[1-5]/state/deployment-[0-9a-f]{16}/node-[1-5]-v6.json \| [1-5] \| \
 (relay|receiver) \| yes \|" \
           "$W/report/summary.md")" = 5 ] &&
    [ "$(grep -cE "^\| $W/h[1-5]/result.json \| [1-5] \| .* stopped by SIGTERM after version 6 " \
@@ -257,6 +297,10 @@ fi
 
 # A second deployment in the same directories: new credentials (a new deployment id), the same
 # state directories and store. It starts fresh at version 1.
+declare -a first
+for r in 0 1 2 3 4 5; do
+  first[$r]=$(state "$r"); cp "${first[$r]}/node-$r-v1.json" "$W/first-$r-v1.json"
+done
 {
   rm -rf "$W/etc/keys" "$W/gate" && mkdir -p "$W/gate"
   "$DCR" keys "$S" -o "$W/etc/keys" >/dev/null 2>"$W/keys.log" || die "dcr keys again"
@@ -272,6 +316,13 @@ fi
     check_version "$k" 1 2 3 4 5
   done
   stop_deployment 3
+  kept=0
+  for r in 0 1 2 3 4 5; do
+    [ "$(state "$r")" != "${first[$r]}" ] && [ -f "$(state "$r")/node-$r-v3.json" ] &&
+      cmp -s "${first[$r]}/node-$r-v1.json" "$W/first-$r-v1.json" && kept=$((kept + 1))
+  done
+  [ "$kept" = 6 ] && ok "the second deployment's results are its own; the first's are kept" \
+    || bad "$kept/6 hosts kept the first deployment's results apart from the second's"
 }
 [ "$fail" = 0 ] && echo PASS
 exit $fail

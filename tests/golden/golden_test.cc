@@ -20,6 +20,7 @@
 #include "dcr/delta.h"
 #include "dcr/signing.h"
 #include "dcr/sums.h"
+#include "dcr/train.h"
 
 namespace dcr {
 namespace {
@@ -592,7 +593,7 @@ TEST(GoldenSums, TheBaseSumsFileIsWhatDcrSumsWritesAndItChecks) {
   EXPECT_EQ(FormatSums(ComputeSums(**base, (*base)->ContentHash(1), 1)), text);
 }
 
-// tests/golden-errors/MANIFEST: "<file> <kind: delta|ctxdelta|checkpoint|sums> <STATUS_CODE> <message
+// tests/golden-errors/MANIFEST: "<file> <kind: delta|ctxdelta|checkpoint|sums|layout> <STATUS_CODE> <message
 // substring>".
 TEST(GoldenErrors, EveryMalformedInputGivesItsClearError) {
   std::ifstream manifest(kErrors / "MANIFEST");
@@ -620,6 +621,17 @@ TEST(GoldenErrors, EveryMalformedInputGivesItsClearError) {
       EXPECT_FALSE(fs::exists(out)) << file << ": output left behind";
     } else if (kind == "sums") {
       s = ReadSums(path.string()).status();
+    } else if (kind == "layout") {
+      // A per-rank layout spec over the golden base's tensors.
+      auto ck = Checkpoint::Open((kGolden / "base.safetensors").string());
+      ASSERT_TRUE(ck.ok()) << ck.status();
+      std::vector<TensorSpec> tensors;
+      for (const TensorInfo& t : (*ck)->tensors()) {
+        tensors.push_back(TensorSpec{t.name, t.dtype_name, t.shape});
+      }
+      std::ifstream in(path);
+      const std::string spec((std::istreambuf_iterator<char>(in)), {});
+      s = TrainStructure::FromLayoutSpec(spec, tensors).status();
     } else {
       s = Checkpoint::Open(path.string()).status();
     }

@@ -11,8 +11,12 @@
  *     "pause", which prints "paused" and waits to be killed. A manifest lists "meta KEY VALUE" and "tensor NAME DTYPE OFFSET NBYTES NDIM DIMS..."
  *     lines (OFFSET: of the tensor's bytes in FILE); the tensors are read from FILE into memory
  *     and handed from there.
- * Exit 0 when every version was published and RECEIVERS receivers reported committing each. */
+ * After each version it prints the version's line, then "kept after version K: baseline B, N
+ * files in the work dir" (dcr_publisher_baseline; the version-* files in WORK_DIR).
+ * Exit 0 when every version was published and at least RECEIVERS receivers reported committing
+ * each. */
 #define _POSIX_C_SOURCE 200809L
+#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,7 +162,20 @@ int main(int argc, char** argv) {
            (unsigned long long)hash[0], committed, rc ? ": " : "",
            rc ? dcr_publisher_error(p) : "");
     fflush(stdout);
-    if (rc != 0 || committed != receivers) failed = 1;
+    if (rc != 0 || committed < receivers) failed = 1;
+    {
+      /* What the publisher keeps: its baseline and the checkpoints it wrote in WORK_DIR. */
+      uint64_t baseline = 0;
+      int files = 0;
+      DIR* d = opendir(argv[2]);
+      struct dirent* e;
+      while (d != NULL && (e = readdir(d)) != NULL) files += strncmp(e->d_name, "version-", 8) == 0;
+      if (d != NULL) closedir(d);
+      dcr_publisher_baseline(p, &baseline);
+      printf("kept after version %llu: baseline %llu, %d files in the work dir\n",
+             (unsigned long long)version, (unsigned long long)baseline, files);
+      fflush(stdout);
+    }
     /* The next version moves on by one with each version published. */
     if (i + 1 < argc && (dcr_publisher_next_version(p, &next) != 0 || next != version + 1)) {
       fprintf(stderr, "next version after %llu: %llu (%s)\n", (unsigned long long)version,

@@ -82,23 +82,30 @@ for v in (1, 2, 3):
         assert j["ok"] and j["verified"], (r, v, j.get("error"), j.get("verify_message"))
     s = json.load(open("%s/node-0-v%d.json" % (out, v)))
     assert s["ok"] and s["receivers_committed"] == 3, s
-# The versions handed as tensors were written as the trainer's files, byte for byte.
-for v in (2, 3):
-    assert open("%s/trainer/version-%d.safetensors" % (out, v), "rb").read() == \
-        open("%s/step%d.safetensors" % (ck, v), "rb").read(), v
+# The versions handed as tensors were written as the trainer's files, byte for byte; the
+# publisher keeps only the one the next delta is built from (version 2's went once version 3
+# was every receiver's).
+import os
+assert open("%s/trainer/version-3.safetensors" % out, "rb").read() == \
+    open("%s/step3.safetensors" % ck, "rb").read()
+assert os.listdir("%s/trainer" % out) == ["version-3.safetensors"], os.listdir(out + "/trainer")
 print("ok   3 versions (1 file, 2 as tensors) published through the C API; 3/3 receivers "
-      "verified byte for byte at each")
+      "verified byte for byte at each; the trainer's work dir keeps version 3 only")
 PY
 
 # hosts_verified DIR MESSAGE: every receiver DIR/h<r> (r = 1..3) committed versions 1-3, verified
 # byte for byte (its state's node-<r>-v<k>.json); prints "ok   MESSAGE" or the first failure.
 hosts_verified() {
   python3 - "$1" "$2" <<'PY'
-import json, sys
+import glob, json, sys
+def result_of(path):  # a per-version node result: in the deployment's directory under --state
+    found = glob.glob(path.replace("/state/", "/state/deployment-*/", 1)) or [path]
+    assert len(found) == 1, (path, found)
+    return found[0]
 d, message = sys.argv[1:3]
 for v in (1, 2, 3):
     for r in (1, 2, 3):
-        j = json.load(open("%s/h%d/state/node-%d-v%d.json" % (d, r, r, v)))
+        j = json.load(open(result_of("%s/h%d/state/node-%d-v%d.json" % (d, r, r, v))))
         assert j["ok"] and j["verified"], (r, v, j.get("error"), j.get("verify_message"))
 print("ok   " + message)
 PY

@@ -69,27 +69,36 @@ else
   echo "FAIL no fallback message for version 3"; cat "$tmp/prog.err"; fail=1
 fi
 python3 - "$tmp" <<'PY' || fail=1
-import json, sys
+import glob, json, sys
+def result_of(path):  # a per-version node result: in the deployment's directory under --state
+    found = glob.glob(path.replace("/state/", "/state/deployment-*/", 1)) or [path]
+    assert len(found) == 1, (path, found)
+    return found[0]
 t = sys.argv[1]
 for v in (1, 2, 3, 4):
     for r in (1, 2, 3):
-        j = json.load(open("%s/h%d/state/node-%d-v%d.json" % (t, r, r, v)))
+        j = json.load(open(result_of("%s/h%d/state/node-%d-v%d.json" % (t, r, r, v))))
         assert j["ok"] and j["verified"], (r, v, j.get("error"), j.get("verify_message"))
-    s = json.load(open("%s/h0/state/node-0-v%d.json" % (t, v)))
+    s = json.load(open(result_of("%s/h0/state/node-0-v%d.json" % (t, v))))
     assert s["ok"] and s["receivers_committed"] == 3, s
     assert s.get("trainer_delta", False) == (v in (1, 4)), (v, s)
     assert ("trainer_delta_skipped" in s) == (v == 3), (v, s)
-# The checkpoints the publisher exported from the shards are the dense targets, byte for byte.
-for v in (1, 3, 4):
-    assert open("%s/trainer/version-%d.safetensors" % (t, v), "rb").read() == \
-        open("%s/ck/step%d.safetensors" % (t, v), "rb").read(), v
+# The checkpoint the publisher exported from the shards is the dense target, byte for byte; it
+# keeps only the last version's files (the baseline's), those of versions 1-3 went as the
+# baseline passed them.
+import os
+assert open("%s/trainer/version-4.safetensors" % t, "rb").read() == \
+    open("%s/ck/step4.safetensors" % t, "rb").read()
+kept = sorted(os.listdir("%s/trainer" % t))
+assert kept == ["version-4.dcr", "version-4.safetensors"], kept
 print("ok   4 versions (3 as per-rank shards, 1 file) to 3 dcr-node receivers over TLS, signed; "
       "each receiver verified byte for byte at each version")
 PY
-# The trainer's delta is an ordinary delta file: it applies to the dense base.
-"$dcr" apply "$ck/step0.safetensors" "$tmp/trainer/version-1.dcr" -o "$tmp/v1.safetensors" \
-  >/dev/null 2>&1 && cmp -s "$tmp/v1.safetensors" "$ck/step1.safetensors" \
-  && echo "ok   the trainer's delta of version 1 applies to the dense base, byte for byte" \
+# The trainer's delta is an ordinary delta file: it applies to the dense base (version 4's, built
+# from version 3).
+"$dcr" apply "$ck/step3.safetensors" "$tmp/trainer/version-4.dcr" -o "$tmp/v4.safetensors" \
+  >/dev/null 2>&1 && cmp -s "$tmp/v4.safetensors" "$ck/step4.safetensors" \
+  && echo "ok   the trainer's delta of version 4 applies to the dense base, byte for byte" \
   || { echo "FAIL dcr apply of the trainer's delta"; fail=1; }
 # A run that context-codes its deltas (delta.wan_context) gets the context form: the trainer's
 # plain delta is not streamed, the sender builds the version from the checkpoints.
@@ -122,9 +131,13 @@ pids=()
 if [ "$rc" = 0 ] && grep -qF "version 1: rc 0, delta from version 0, from_shards 0, committed 2" "$c/prog.out" \
    && grep -q "sender: version 1: the run context-codes its deltas" "$c/prog.err" \
    && python3 -c '
-import json, sys
+import glob, json, sys
+def result_of(path):  # a per-version node result: in the deployment directory under --state
+    found = glob.glob(path.replace("/state/", "/state/deployment-*/", 1)) or [path]
+    assert len(found) == 1, (path, found)
+    return found[0]
 for r in (1, 2):
-    j = json.load(open("%s/h%d/state/node-%d-v1.json" % (sys.argv[1], r, r)))
+    j = json.load(open(result_of("%s/h%d/state/node-%d-v1.json" % (sys.argv[1], r, r))))
     assert j["ok"] and j["verified"], j
 ' "$c"; then
   echo "ok   a context-coded run builds its delta from the checkpoints; 2/2 receivers verified"

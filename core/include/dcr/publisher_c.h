@@ -79,7 +79,8 @@ int dcr_publisher_open_scenario(const char* scenario_path, int rank, const char*
                                 dcr_publisher** out);
 
 /* Hands version `version` as the safetensors file (or shard directory) at `path`; the file must
- * stay until the publisher is closed (a later version may be built from it as its base).
+ * stay while a later version may be built from it as its base: until dcr_publisher_baseline
+ * passes `version` (or the publisher is closed).
  * REQUIRES: `version` is the next version of the plan (DCR_INVALID_ARGUMENT otherwise, naming
  * the next one, and for a version a resumed state already published, saying so). Blocks
  * until the version is out; returns DCR_OK or the sender's error. */
@@ -88,7 +89,17 @@ int dcr_publisher_publish_file(dcr_publisher* p, uint64_t version, const char* p
 /* Hands version `version` as `n` tensors in memory, in file order, with `n_meta` metadata
  * entries (meta[2i] = key, meta[2i+1] = value; the file's "__metadata__"): written as one
  * safetensors file work_dir/version-<version>.safetensors (atomically), then published as by
- * dcr_publisher_publish_file. The caller's buffers are not kept. */
+ * dcr_publisher_publish_file. The caller's buffers are not kept.
+ *
+ * What work_dir keeps: the files the publisher writes there (version-<k>.safetensors, and
+ * version-<k>.dcr for shards) are removed once the sender releases version k, when the
+ * baseline (dcr_publisher_baseline) passes it: no delta is built from it again and a sender
+ * restarted on the same state does not read it (its catch-up copies are the in-region store's,
+ * under the scenario's retention). So work_dir holds the checkpoints from the baseline to the
+ * newest version: one or two while every live receiver commits each version, never one per
+ * version of the run; a live receiver that falls behind holds the baseline back until its
+ * receivers.deadline declares it dead. A resumed publisher removes what an earlier one on the
+ * same work_dir left below the baseline. */
 int dcr_publisher_publish_tensors(dcr_publisher* p, uint64_t version, const dcr_tensor* tensors,
                                   size_t n, const char* const* meta, size_t n_meta);
 
@@ -163,6 +174,18 @@ typedef int (*dcr_export_fn)(void* user, const dcr_shard_reader* shards, size_t 
  * text). On failure (DCR_INVALID_ARGUMENT naming the preset or the layout field) *out is still a
  * handle for dcr_train_layout_error unless the allocation failed; close it. */
 int dcr_train_layout_open(const char* model, const char* layout, dcr_train_layout** out);
+/* The placement that the layout spec at `spec_path` describes for the tensors of the checkpoint
+ * at `checkpoint_path` (any tensor set, no preset): a JSON file
+ *   {"ranks": 2, "tensors": [{"tensor": "w", "split": "rows", "ranks": [0, 1]}, ...]}
+ * with one entry per tensor: "rows" / "columns" cut dimension 0 / 1 into equal parts, part i on
+ * ranks[i]; "whole" puts it on every listed rank (the first its owner, the others replicas).
+ * Each rank holds one buffer per parameter, named as the tensor (dcr/train.h
+ * TrainStructure::FromLayoutSpec). Errors: DCR_INVALID_ARGUMENT naming the spec and the entry
+ * (unknown tensor, a tensor placed twice or not at all, a rank holding nothing, a dimension the
+ * split does not divide, ...); the checkpoint's or the file's errors. On failure *out is still
+ * a handle for dcr_train_layout_error unless the allocation failed; close it. */
+int dcr_train_layout_open_spec(const char* spec_path, const char* checkpoint_path,
+                               dcr_train_layout** out);
 const char* dcr_train_layout_error(const dcr_train_layout* l);
 void dcr_train_layout_close(dcr_train_layout* l);
 /* Model-parallel ranks; buffers and parameters of rank `rank` (0 for a bad rank). */
@@ -211,6 +234,12 @@ int dcr_publisher_last_delta(const dcr_publisher* p, uint64_t* base_version, int
 /* The content hash (lo, hi) of the last version published (zero before any) and the number of
  * receivers that reported committing it. Either pointer may be NULL. */
 int dcr_publisher_last(const dcr_publisher* p, uint64_t hash[2], int* receivers_committed);
+
+/* The lowest version whose checkpoint the sender may still build a delta from (the joint
+ * commit's baseline over the relay tree; over the object store, the last version out); 0 before
+ * the first version is out. The checkpoints handed of versions below it are no longer read: the
+ * trainer may delete them (the publisher removes those it wrote under work_dir). */
+int dcr_publisher_baseline(const dcr_publisher* p, uint64_t* version);
 
 /* The version the publisher takes next: the plan's first version, or after a resume (a state_dir
  * an earlier publisher left) the first version that state does not record as published; the one

@@ -120,6 +120,24 @@ class TrainStructure {
   // layout cannot place.
   static StatusOr<std::shared_ptr<const TrainStructure>> Create(const ModelConfig& cfg,
                                                                 const TrainLayout& layout);
+  // The placement a layout spec describes, for any tensor set (no preset): `tensors` are the
+  // canonical tensors (a checkpoint's inventory, any order), `spec_json` says where each lives:
+  //   {"ranks": N,
+  //    "tensors": [{"tensor": NAME, "split": "rows" | "columns" | "whole", "ranks": [r, ...]},
+  //                ...]}
+  // "rows" cuts dimension 0 into len(ranks) equal contiguous parts, part i on ranks[i] (a
+  // column-parallel linear); "columns" cuts dimension 1 so (a row-parallel linear; 2 or more
+  // dimensions); "whole" puts the tensor on every listed rank, ranks[0] its owner and the others
+  // replicas. Every model-parallel rank holds one buffer per parameter (named as the tensor, in
+  // its dtype) and the layout has no pipeline, expert or data parallelism (dp 1). Every tensor
+  // must be placed exactly once and every rank must hold something. Errors: kInvalidArgument
+  // naming the entry ("layout spec: tensors[2] (w): ...") for JSON that does not parse, an
+  // unknown key, an unknown tensor, a tensor placed twice (overlapping coverage) or not at all
+  // (missing coverage), an unknown split, a rank out of range or listed twice, a dimension the
+  // split does not divide, a split along a dimension the tensor lacks, a rank holding nothing,
+  // or a dtype without a width.
+  static StatusOr<std::shared_ptr<const TrainStructure>> FromLayoutSpec(
+      const std::string& spec_json, const std::vector<TensorSpec>& tensors);
   const ModelConfig& config() const { return cfg_; }
   const TrainLayout& layout() const { return layout_; }
   // Canonical tensors (sorted by name): ModelInventory of the (possibly re-tied) config.

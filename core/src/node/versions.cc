@@ -498,6 +498,28 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
       }
       r.readmitted = readmitted;
       MetricsBoard::Process().SetDeadRanks(DeadRanks(plan, *commit));  // /metrics, /healthz
+      // The reports the region store brought count as the tree's: the field is the number of
+      // receivers that reported committing this version, whichever way.
+      std::set<int> committed_ranks;
+      for (const CommitReport& c : r.reports) {
+        if (c.ok && c.version == v.version) committed_ranks.insert(c.rank);
+      }
+      r.receivers_committed =
+          std::max(r.receivers_committed, static_cast<int>(committed_ranks.size()));
+      if (r.receivers_committed == 0 && plan.parents.size() + plan.region_receivers.size() > 1) {
+        // A version no receiver holds is not out: the sender fails (its exit and its result say
+        // so) rather than report a refit that reached nobody. Its state does not record the
+        // version as published, so a trainer started again hands it again.
+        s = UnavailableError("sender: no receiver committed version " +
+                             std::to_string(v.version) + " (" +
+                             std::to_string(r.declared_dead.size()) + " declared dead)");
+        r.ok = false;
+        r.error = s.ToString();
+        *result = r;
+        (void)WriteResultFile(p.result_path, r);
+        if (hooks.done) hooks.done(v, r, s);
+        break;
+      }
       *result = r;
       Status w = WriteResultFile(p.result_path, r);
       if (!w.ok()) {
@@ -533,6 +555,7 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
         break;
       }
     }
+    if (sender && hooks.released) hooks.released(joint ? commit->baseline().number : v.version);
     if (hooks.done) hooks.done(v, r, s);
   }
   if (s.ok() && finished_held.has_value()) {

@@ -64,10 +64,16 @@ NodeVersion NextOpenVersion(const NodeVersion& v);
 //     delta must come from (the joint commit's baseline; over the store, the version before)
 //     with that version's content hash; otherwise the delta is built from the checkpoints, and
 //     the version's result says why (NodeResult::trainer_delta, trainer_delta_skipped).
+//   * released (the sender only): called after a version ended ok and its state was saved,
+//     before `done`, with the lowest version whose checkpoint this sender (or a sender restarted
+//     on its state) may still build a delta from: the joint commit's baseline over the tree, the
+//     version just out over the store. The trainer may delete the checkpoints it handed of
+//     every version below it.
 //   * done: called after each version's node returned, with its result and status.
 // Unset members are not called.
 struct VersionHooks {
   std::function<StatusOr<VersionContent>(const NodeVersion&)> content;
+  std::function<void(uint64_t)> released;
   std::function<void(const NodeVersion&, const NodeResult&, const Status&)> done;
 };
 Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHooks& hooks);

@@ -418,7 +418,12 @@ StatusOr<NodePlan> HostPlan(const Scenario& s, int rank, const HostPlanOptions& 
         "missing)");
   }
   if (long_lived) {
-    AddVersions(targets, prefix_of, o.state_dir.empty() ? o.work_dir : o.state_dir, &plans);
+    // The state of this deployment: everything a node resumes from, and the per-version results,
+    // so that a second deployment in the same --state never overwrites the first's.
+    const std::string state = o.state_dir.empty() || deployment.empty()
+                                  ? o.state_dir
+                                  : internal::DeploymentStateDir(o.state_dir, plans[0].run_id);
+    AddVersions(targets, prefix_of, state.empty() ? o.work_dir : state, &plans);
     for (NodePlan& p : plans) p.open_versions = open;
     if (!o.state_dir.empty()) {
       std::string region = o.store;
@@ -430,10 +435,7 @@ StatusOr<NodePlan> HostPlan(const Scenario& s, int rank, const HostPlanOptions& 
         }
         region = StoreUrl(s, o.work_dir);
       }
-      AddRecovery(deployment.empty() ? o.state_dir
-                                      : internal::DeploymentStateDir(o.state_dir,
-                                                                     plans[0].run_id),
-                  region, &plans);
+      AddRecovery(state, region, &plans);
     }
   }
   NodePlan p = plans[rank];

@@ -96,10 +96,11 @@ void AddRecovery(const std::string& state_dir, const std::string& region_store,
 //     versions from 1 on (NodePlan::open_versions), as many as the trainer hands: the plans
 //     do not depend on how many. Version k goes under prefix "<prefix>/step-<k>" ("" =
 //     "refit"). With `state_dir` every node recovers (AddRecovery) and a restarted process
-//     resumes at the version it holds; its durable state lives in the deployment's directory
-//     under it (state_dir.h DeploymentStateDir; the versions' result files in `state_dir`
-//     itself), so a fresh deployment in the same directory starts fresh; the in-region store is `store` (a store URL), else the
-//     scenario's transport.object_store when it names a path or S3.
+//     resumes at the version it holds; its durable state and the versions' result files
+//     (node-<rank>-v<k>.json) live in the deployment's directory under it (state_dir.h
+//     DeploymentStateDir), so a fresh deployment in the same directory starts fresh and never
+//     overwrites an earlier one's results; the in-region store is `store` (a store URL), else
+//     the scenario's transport.object_store when it names a path or S3.
 // The deployment is ScenarioDeployment's (the run id a hash of public data when there is none).
 // A signed receiver of the long-lived form needs `state_dir` (its version floor's home); the
 // one-refit form keeps its floor in `work_dir` (version-floor-<rank>, naming its deployment).

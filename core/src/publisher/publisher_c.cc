@@ -3,9 +3,14 @@
 // scenario, is dcr::publisher_scenario's (sim/scenario/publisher_scenario.cc) over OpenPublisher.
 #include "dcr/publisher_c.h"
 
+#include <dirent.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <condition_variable>
 #include <exception>
 #include <functional>
@@ -44,6 +49,10 @@ struct dcr_publisher {
   dcr::Status run_status;
   std::thread thread;
   std::unique_ptr<dcr::internal::ShardFeed> feed;  // dcr_publisher_attach_shards
+  // The files this publisher (or an earlier one on its work_dir) wrote per version: removed once
+  // the sender releases the version (VersionHooks::released).
+  std::map<uint64_t, std::vector<std::string>> written;
+  uint64_t baseline = 0;  // the lowest version the sender may still build from
   // /metrics and /healthz of the sender (plan.metrics_address), as dcr-node serves them.
   std::unique_ptr<dcr::internal::MetricsServer> metrics;
 };
@@ -68,6 +77,48 @@ dcr::StatusOr<dcr::internal::VersionContent> TakeVersion(dcr_publisher* p,
   dcr::internal::VersionContent content = std::move(*p->handed);
   p->handed.reset();
   return content;
+}
+
+// The versions below `below` are no longer read by the sender: their files in work_dir go.
+void VersionsReleased(dcr_publisher* p, uint64_t below) {
+  std::lock_guard<std::mutex> lock(p->mu);
+  p->baseline = std::max(p->baseline, below);
+  for (auto it = p->written.begin(); it != p->written.end() && it->first < below;) {
+    for (const std::string& path : it->second) {
+      if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+        std::fprintf(stderr, "publisher: cannot remove %s, which no version needs any more: %s\n",
+                     path.c_str(), std::strerror(errno));
+      }
+    }
+    it = p->written.erase(it);
+  }
+}
+
+// The files an earlier publisher on `work_dir` wrote (version-<k>.safetensors, .dcr), by version:
+// a resumed publisher removes them as the sender releases their versions.
+std::map<uint64_t, std::vector<std::string>> EarlierFiles(const std::string& work_dir) {
+  std::map<uint64_t, std::vector<std::string>> found;
+  DIR* d = opendir(work_dir.c_str());
+  if (d == nullptr) return found;
+  while (const dirent* e = readdir(d)) {
+    unsigned long long k = 0;
+    char ext[16] = {0};
+    int used = 0;
+    if (std::sscanf(e->d_name, "version-%llu.%15[a-z]%n", &k, ext, &used) == 2 &&
+        e->d_name[used] == '\0' && (std::strcmp(ext, "safetensors") == 0 ||
+                                     std::strcmp(ext, "dcr") == 0)) {
+      found[k].push_back(work_dir + "/" + e->d_name);
+    }
+  }
+  closedir(d);
+  return found;
+}
+
+// Records that `path` holds version `version`'s content written by this publisher.
+void Wrote(dcr_publisher* p, uint64_t version, const std::string& path) {
+  std::lock_guard<std::mutex> lock(p->mu);
+  std::vector<std::string>& files = p->written[version];
+  if (std::find(files.begin(), files.end(), path) == files.end()) files.push_back(path);
 }
 
 void VersionDone(dcr_publisher* p, const dcr::NodeResult& r, const dcr::Status& s) {
@@ -173,8 +224,10 @@ dcr::Status Start(dcr_publisher* p, dcr::NodePlan plan, const std::string& work_
   p->work_dir = work_dir;
   p->skipped = skipped;
   p->next = skipped;
+  p->written = EarlierFiles(work_dir);
   dcr::internal::VersionHooks hooks;
   hooks.content = [p](const dcr::NodeVersion& v) { return TakeVersion(p, v); };
+  hooks.released = [p](uint64_t below) { VersionsReleased(p, below); };
   hooks.done = [p](const dcr::NodeVersion&, const dcr::NodeResult& r, const dcr::Status& s) {
     VersionDone(p, r, s);
   };
@@ -276,6 +329,7 @@ int dcr_publisher_publish_tensors(dcr_publisher* p, uint64_t version, const dcr_
         p->work_dir + "/version-" + std::to_string(version) + ".safetensors";
     dcr::Status w = dcr::WriteSafetensors(path, views, metadata);
     if (!w.ok()) return Fail(p, w.WithContext("version " + std::to_string(version)));
+    Wrote(p, version, path);
     return Publish(p, version, dcr::internal::VersionContent{path, ""});
   } catch (const std::exception& e) {
     return Fail(p, dcr::InternalError(std::string("dcr_publisher_publish_tensors: ") + e.what()));
@@ -336,6 +390,8 @@ int dcr_publisher_publish_shards(dcr_publisher* p, uint64_t version, const dcr_s
     dcr::internal::VersionContent content{stem + ".safetensors", stem + ".dcr"};
     dcr::Status s = p->feed->Step(version, std::move(*set), content.checkpoint, content.delta_path);
     if (!s.ok()) return Fail(p, s);
+    Wrote(p, version, content.checkpoint);
+    Wrote(p, version, content.delta_path);
     return Publish(p, version, std::move(content));
   } catch (const std::exception& e) {
     return Fail(p, dcr::InternalError(std::string("dcr_publisher_publish_shards: ") + e.what()));
@@ -362,6 +418,14 @@ int dcr_publisher_last(const dcr_publisher* p, uint64_t hash[2], int* receivers_
     hash[1] = q->last_result.target_hash.hi;
   }
   if (receivers_committed != nullptr) *receivers_committed = q->last_result.receivers_committed;
+  return 0;
+}
+
+int dcr_publisher_baseline(const dcr_publisher* p, uint64_t* version) {
+  if (p == nullptr) return Fail(nullptr, dcr::InvalidArgumentError("publisher is NULL"));
+  auto* q = const_cast<dcr_publisher*>(p);
+  std::lock_guard<std::mutex> lock(q->mu);
+  if (version != nullptr) *version = q->baseline;
   return 0;
 }
 

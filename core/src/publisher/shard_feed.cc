@@ -4,8 +4,11 @@
 #include <cstring>
 #include <exception>
 #include <new>
+#include <string>
 #include <utility>
+#include <vector>
 
+#include "dcr/checkpoint.h"
 #include "dcr/delta.h"
 #include "dcr/model.h"
 #include "dcr/status_macros.h"
@@ -188,6 +191,42 @@ int dcr_train_layout_open(const char* model, const char* layout, dcr_train_layou
     return 0;
   } catch (const std::exception& e) {
     return fail(dcr::InternalError(std::string("dcr_train_layout_open: ") + e.what()));
+  }
+}
+
+int dcr_train_layout_open_spec(const char* spec_path, const char* checkpoint_path,
+                               dcr_train_layout** out) {
+  if (out == nullptr) return static_cast<int>(dcr::StatusCode::kInvalidArgument);
+  *out = new (std::nothrow) dcr_train_layout();
+  if (*out == nullptr) return static_cast<int>(dcr::StatusCode::kResourceExhausted);
+  dcr_train_layout* l = *out;
+  auto fail = [l](const dcr::Status& s) {
+    l->error = s.ToString();
+    return static_cast<int>(s.code());
+  };
+  try {
+    if (spec_path == nullptr || checkpoint_path == nullptr) {
+      return fail(dcr::InvalidArgumentError("spec_path and checkpoint_path are required"));
+    }
+    auto text = dcr::ReadFile(spec_path);
+    if (!text.ok()) return fail(text.status());
+    auto ck = dcr::Checkpoint::Open(checkpoint_path);
+    if (!ck.ok()) return fail(ck.status());
+    std::vector<dcr::TensorSpec> tensors;
+    for (const dcr::TensorInfo& t : (*ck)->tensors()) {
+      tensors.push_back(dcr::TensorSpec{t.name, t.dtype_name, t.shape});
+    }
+    auto s = dcr::TrainStructure::FromLayoutSpec(std::string(text->begin(), text->end()), tensors);
+    if (!s.ok()) return fail(s.status().WithContext(spec_path));
+    l->s = std::move(*s);
+    for (const dcr::RankSpec& rk : l->s->ranks()) {
+      std::vector<std::string> names;
+      for (const dcr::BufferSpec& b : rk.buffers) names.emplace_back(dcr::DTypeName(b.dtype));
+      l->buffer_dtypes.push_back(std::move(names));
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    return fail(dcr::InternalError(std::string("dcr_train_layout_open_spec: ") + e.what()));
   }
 }
 

@@ -284,7 +284,9 @@ StatusOr<std::unique_ptr<Conn>> ConnectTo(const std::string& address, double dea
     close(fd);
     return InternalError("SSL_new: " + TlsErrors());
   }
-  Status s = TlsHandshake(ssl, fd, std::min(deadline, SteadyNow() + handshake_timeout_s));
+  Status s = TlsHandshake(
+      ssl, fd, std::min(deadline, SteadyNow() + kHandshakeProgressFactor * handshake_timeout_s),
+      handshake_timeout_s);
   StatusOr<TlsIdentity> id = s.ok() ? tls->CheckPeer(ssl, TlsPeer::kChild) : StatusOr<TlsIdentity>(s);
   if (id.ok() && id->rank != child_rank) {
     id = FailedPreconditionError("the peer's certificate is rank " + std::to_string(id->rank) +
@@ -327,7 +329,8 @@ class HelloAcceptor {
 
   struct Pending {
     int fd;
-    double until;
+    double until;             // dropped when still pending then (extended while it sends)
+    double latest = 0;        // the furthest `until` may be extended
     size_t got = 0;
     FrameHeader header;
     SSL* ssl = nullptr;       // TLS: the connection's SSL object
@@ -481,6 +484,11 @@ void HelloAcceptor::AdvanceReady(const std::vector<pollfd>& fds) {
   for (size_t i = pending_.size(); i-- > 0;) {
     if (fds[i + 1].revents == 0) continue;
     pending_[i].progressed = true;
+    if (fds[i + 1].revents & POLLIN) {
+      // Bytes from the peer: it is slow, not silent; the silence limit starts again.
+      pending_[i].until = std::max(pending_[i].until,
+                                   std::min(pending_[i].latest, SteadyNow() + hello_timeout_s_));
+    }
     bool drop_it = false, done = false, refused_hello = false;
     const std::string why = Advance(i, &drop_it, &done, &refused_hello);
     if (drop_it && !(refused_hello && hold_)) {
@@ -548,7 +556,9 @@ Status HelloAcceptor::AcceptQueued(const pollfd& listener) {
       }
       Drop(victim, "too many connections waiting (" + pending_[victim].source + ")");
     }
-    Pending p{fd, SteadyNow() + hello_timeout_s_};
+    const double accepted = SteadyNow();
+    Pending p{fd, accepted + hello_timeout_s_,
+              accepted + kHandshakeProgressFactor * hello_timeout_s_};
     p.source = source;
     if (tls_ != nullptr) {
       SetNonBlocking(fd);

@@ -138,9 +138,17 @@ class Conn {
   std::atomic<bool> shut_{false};
 };
 
+// How far a handshake or hello that keeps moving may run past its silence limit: a peer that
+// answers every flight within `handshake_timeout_s` / `hello_timeout_s` (below) has this many
+// times that limit in all, so a host under load completes a slow handshake on the tree path,
+// while a peer that dribbles bytes cannot hold a connection slot without end.
+constexpr double kHandshakeProgressFactor = 12;
+
 // Connects to a child at `address` (retrying until `deadline` while it is not yet listening).
-// With `tls`: completes the handshake within `handshake_timeout_s` and requires the child's
-// certificate to be a relay or receiver of this run with rank `child_rank`. Errors name the
+// With `tls`: completes the handshake and requires the child's certificate to be a relay or
+// receiver of this run with rank `child_rank`; the handshake fails when the child is silent for
+// `handshake_timeout_s` while it is waited on, and takes at most kHandshakeProgressFactor x
+// `handshake_timeout_s` (and never past `deadline`) while it keeps answering. Errors name the
 // address: kUnavailable, kDeadlineExceeded, kFailedPrecondition (the child's certificate refused).
 StatusOr<std::unique_ptr<Conn>> ConnectTo(const std::string& address, double deadline,
                                           const TlsContext* tls, int child_rank,
@@ -152,7 +160,10 @@ StatusOr<std::unique_ptr<Conn>> ConnectTo(const std::string& address, double dea
 // handshake whose client certificate TlsContext::CheckPeer accepts as a parent (sender or relay
 // of this run); `accept_hello` then gets the peer's identity (null without TLS). Every
 // connection has `hello_timeout_s` (steady seconds from its accept) to finish its handshake and
-// send its hello; one that stays silent, closes early, fails the handshake (a plain-TCP peer, a
+// send its hello, extended to `hello_timeout_s` past each time it sends bytes, up to
+// kHandshakeProgressFactor x `hello_timeout_s` from its accept (a parent on a loaded host that
+// answers slowly but steadily gets through); one that stays silent, closes early, fails the
+// handshake (a plain-TCP peer, a
 // certificate of another run or of the wrong role) or sends a header `accept_hello` refuses is
 // closed, `refused` (if set) is told why, and the loop keeps listening, so a stray or hostile
 // connection never takes the place of the real peer. Connections are served concurrently: a

@@ -355,7 +355,8 @@ Status TlsContext::CheckReportSignature(const uint8_t* tail, size_t tail_size,
   return FailedPreconditionError(who + " is not signed by the rank: a relay may have forged it");
 }
 
-Status TlsHandshake(ssl_st* ssl, int fd, double deadline) {
+Status TlsHandshake(ssl_st* ssl, int fd, double deadline, double idle_s) {
+  double last_progress = SteadyNow();
   while (true) {
     ERR_clear_error();
     const int rc = SSL_do_handshake(ssl);
@@ -375,11 +376,20 @@ Status TlsHandshake(ssl_st* ssl, int fd, double deadline) {
       }
       return UnavailableError("TLS handshake: " + why);
     }
-    const double left = deadline - SteadyNow();
+    const double now = SteadyNow();
+    const double left = deadline - now;
     if (left <= 0) return DeadlineExceededError("TLS handshake: no answer before the deadline");
+    if (idle_s > 0 && now - last_progress >= idle_s) {
+      char why[96];
+      std::snprintf(why, sizeof(why), "TLS handshake: the peer was silent for %.1f s", idle_s);
+      return DeadlineExceededError(why);
+    }
+    double wait = std::min(left, 1.0);
+    if (idle_s > 0) wait = std::min(wait, last_progress + idle_s - now);
     pollfd p{fd, events, 0};
-    int pr = poll(&p, 1, static_cast<int>(std::min(left, 1.0) * 1000) + 1);
+    int pr = poll(&p, 1, static_cast<int>(wait * 1000) + 1);
     if (pr < 0 && errno != EINTR) return UnavailableError(ErrnoError("poll", errno).message());
+    if (pr > 0 && p.revents != 0) last_progress = SteadyNow();
   }
 }
 

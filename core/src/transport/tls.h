@@ -89,9 +89,12 @@ class TlsContext {
 };
 
 // Drives the handshake of `ssl` on non-blocking `fd` until it completes or `deadline` (steady
-// seconds) passes. kUnavailable with OpenSSL's reason (e.g. "certificate verify failed"),
-// kDeadlineExceeded.
-Status TlsHandshake(ssl_st* ssl, int fd, double deadline);
+// seconds) passes. With `idle_s` > 0 it also ends when the socket stays not ready for `idle_s`
+// seconds while the handshake waits on it: the limit is on silence, so a handshake whose peer
+// answers every flight, however slowly in all (a host under load), completes within `deadline`.
+// kUnavailable with OpenSSL's reason (e.g. "certificate verify failed"), kDeadlineExceeded
+// saying which limit passed.
+Status TlsHandshake(ssl_st* ssl, int fd, double deadline, double idle_s = 0);
 
 // The last OpenSSL error queue entries as text (and clears the queue).
 std::string TlsErrors();

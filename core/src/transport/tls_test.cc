@@ -5,10 +5,15 @@
 #include "transport/tls.h"
 
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -212,6 +217,161 @@ TEST(Tls, RefusedPeersDoNotTakeTheParentsPlace) {
   EXPECT_NE(all.find("is a receiver (rank 3), which may not act as a parent"), std::string::npos)
       << all;
   EXPECT_NE(all.find("TLS handshake failed"), std::string::npos) << all;
+}
+
+// Processes that spin on every core until destroyed: real CPU load on the host while a test runs.
+struct BusyProcesses {
+  std::vector<pid_t> pids;
+  explicit BusyProcesses(int n) {
+    for (int i = 0; i < n; ++i) {
+      const pid_t pid = fork();
+      if (pid == 0) {
+        volatile uint64_t x = 0;
+        for (;;) x = x * 6364136223846793005ULL + 1;
+      }
+      if (pid > 0) pids.push_back(pid);
+    }
+  }
+  ~BusyProcesses() {
+    for (pid_t pid : pids) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+};
+
+// A TCP relay between a parent and the child's listener that hands the bytes of one direction
+// on in pieces of `piece` bytes, one piece per `gap_s` (a peer that is slow, not silent), and
+// the other direction as they come. Serves one connection; `address` is where to connect.
+struct PacedRelay {
+  Listener in;
+  std::string address;
+  std::thread thread;
+  PacedRelay(const std::string& target, bool pace_to_child, size_t piece, double gap_s) {
+    address = in.address;
+    thread = std::thread([this, target, pace_to_child, piece, gap_s] {
+      const int a = accept(in.fd, nullptr, nullptr);
+      if (a < 0) return;
+      const int b = Connect(target, SteadyNow() + 10).value();
+      const int paced_from = pace_to_child ? a : b, paced_to = pace_to_child ? b : a;
+      const int free_from = pace_to_child ? b : a, free_to = pace_to_child ? a : b;
+      std::string backlog;
+      double next = 0;
+      for (bool open = true; open || !backlog.empty();) {
+        pollfd fds[2] = {{paced_from, static_cast<short>(open ? POLLIN : 0), 0},
+                         {free_from, static_cast<short>(open ? POLLIN : 0), 0}};
+        poll(fds, 2, 10);
+        char buf[65536];
+        if (fds[0].revents != 0) {
+          const ssize_t n = read(paced_from, buf, sizeof(buf));
+          if (n <= 0) open = false; else backlog.append(buf, static_cast<size_t>(n));
+        }
+        if (fds[1].revents != 0) {
+          const ssize_t n = read(free_from, buf, sizeof(buf));
+          if (n <= 0 || !WriteFull(free_to, buf, static_cast<size_t>(n)).ok()) open = false;
+        }
+        if (!backlog.empty() && SteadyNow() >= next) {
+          const size_t k = std::min(piece, backlog.size());
+          if (!WriteFull(paced_to, backlog.data(), k).ok()) break;
+          backlog.erase(0, k);
+          next = SteadyNow() + gap_s;
+        }
+      }
+      close(a);
+      close(b);
+    });
+  }
+  ~PacedRelay() {
+    shutdown(in.fd, SHUT_RDWR);
+    thread.join();
+  }
+};
+
+// With two processes spinning on the cores, a parent whose handshake and hello reach the child
+// 48 bytes every 0.1 s (the whole exchange takes several times the 1 s silence limit, as a
+// handshake with a loaded host may take longer than any fixed deadline) is accepted: the
+// child's limit is on silence, not on the handshake's length. A parent that goes silent for
+// longer than the limit is still dropped.
+TEST(Tls, SlowHandshakeThatKeepsMovingCompletesUnderLoad) {
+  RunKeys run = NewRun();
+  auto parent = run.Node(1), child = run.Node(2);
+  BusyProcesses load(2);
+  Listener l;
+  constexpr double kLimitS = 1.0;
+  PacedRelay relay(l.address, /*pace_to_child=*/true, 48, 0.1);
+  std::vector<std::string> refusals;
+  StatusOr<std::vector<Hello>> hellos = UnavailableError("not run");
+  const double t0 = SteadyNow();
+  double took = 0;
+  std::thread server([&] {
+    hellos = AcceptHellos(
+        l.fd, 1, SteadyNow() + 60, kLimitS, child.get(),
+        [](const FrameHeader& h, const TlsIdentity* peer) {
+          return peer != nullptr && peer->rank == 1 && h.from_rank == 1;
+        },
+        [&](const std::string& why) { refusals.push_back(why); });
+    took = SteadyNow() - t0;
+  });
+  auto conn = ConnectTo(relay.address, SteadyNow() + 60, parent.get(), 2, kLimitS);
+  ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+  FrameHeader hello = HelloFrom(1);
+  ASSERT_TRUE((*conn)->Write(&hello, sizeof(hello)).ok());
+  server.join();
+  ASSERT_TRUE(hellos.ok()) << hellos.status().ToString();
+  ASSERT_EQ(hellos->size(), 1u);
+  EXPECT_EQ((*hellos)[0].conn->peer().rank, 1);
+  EXPECT_TRUE(refusals.empty()) << refusals[0];
+  EXPECT_GT(took, 2 * kLimitS) << "the handshake was not slower than the limit";
+  std::printf("handshake and hello through the paced link, 2 busy processes: %.2f s (limit on "
+              "silence %.1f s)\n", took, kLimitS);
+  conn->reset();
+
+  // Silent past the limit: dropped, with its reason, while the wait goes on.
+  int silent = Connect(l.address, SteadyNow() + 10).value();
+  auto none = AcceptHellos(l.fd, 1, SteadyNow() + 2 * kLimitS, kLimitS, child.get(),
+                           [](const FrameHeader&, const TlsIdentity*) { return true; },
+                           [&](const std::string& why) { refusals.push_back(why); });
+  EXPECT_TRUE(none.status().IsDeadlineExceeded()) << none.status().ToString();
+  ASSERT_EQ(refusals.size(), 1u);
+  EXPECT_EQ(refusals[0], "no hello within the deadline");
+  close(silent);
+}
+
+// The parent's side: a child whose answers come 48 bytes every 0.1 s under the same load
+// completes the handshake although it takes longer than ConnectTo's 1 s silence limit; a child
+// that accepts and never answers fails it after the limit.
+TEST(Tls, ParentWaitsForASlowChildThatKeepsAnswering) {
+  RunKeys run = NewRun();
+  auto parent = run.Node(1), child = run.Node(2);
+  BusyProcesses load(2);
+  Listener l;
+  constexpr double kLimitS = 1.0;
+  PacedRelay relay(l.address, /*pace_to_child=*/false, 48, 0.1);
+  StatusOr<std::vector<Hello>> hellos = UnavailableError("not run");
+  std::thread server([&] {
+    hellos = AcceptHellos(l.fd, 1, SteadyNow() + 60, 30, child.get(),
+                          [](const FrameHeader&, const TlsIdentity* peer) {
+                            return peer != nullptr && peer->rank == 1;
+                          });
+  });
+  const double t0 = SteadyNow();
+  auto conn = ConnectTo(relay.address, SteadyNow() + 60, parent.get(), 2, kLimitS);
+  const double took = SteadyNow() - t0;
+  ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+  EXPECT_GT(took, 2 * kLimitS) << "the handshake was not slower than the limit";
+  FrameHeader hello = HelloFrom(1);
+  ASSERT_TRUE((*conn)->Write(&hello, sizeof(hello)).ok());
+  server.join();
+  ASSERT_TRUE(hellos.ok()) << hellos.status().ToString();
+
+  Listener mute;  // listens, never answers
+  const double t1 = SteadyNow();
+  auto refused = ConnectTo(mute.address, SteadyNow() + 60, parent.get(), 2, kLimitS);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(refused.status().IsDeadlineExceeded()) << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("silent for 1.0 s"), std::string::npos)
+      << refused.status().ToString();
+  EXPECT_LT(SteadyNow() - t1, 3 * kLimitS);
 }
 
 // The parent refuses a child whose certificate is not the rank it dialled, or is the sender.

@@ -71,9 +71,16 @@ struct Report {
   std::vector<NodeRow> nodes;
 };
 
-// Parses result files. kNotFound for an unreadable file, kInvalidArgument naming the file and key
-// of a malformed one.
+// Parses result files. A path that is a directory stands for the node results in it: a node's
+// state directory (`dcr-node --state`, a publisher's state_dir), whose per-version results
+// node-<rank>-v<k>.json live in its deployment-<id>/ directories (NodeResultsIn). kNotFound for
+// an unreadable file or a directory without node results, kInvalidArgument naming the file and
+// key of a malformed one.
 StatusOr<Report> LoadResults(const std::vector<std::string>& paths);
+// The node results (node-<rank>-v<k>.json) in directory `dir` and in its deployment-*
+// directories: each directory's in order of rank, then version; `dir`'s own first, then the
+// deployments' by name. Errors: kNotFound naming `dir` when it cannot be read.
+StatusOr<std::vector<std::string>> NodeResultsIn(const std::string& dir);
 // Parses one result JSON text, a run's or a node's (`source` names it in errors and rows).
 Status AddResult(const std::string& json_text, const std::string& source, Report* report);
 // Fills speedup and delta_ratio of delta rows.
