@@ -31,6 +31,9 @@ struct Extra {
   // (dcr/edge_split.h). 0 = auto: the smallest set of at most kMaxEdgeRelays that keeps up with
   // the long link, fewest cores each (ChooseEdgeSplit). Default 1.
   int edge_count = 1;
+  // edge_relay_memory: with edge_relays auto, the most base bytes one edge relay holds (its
+  // range's share; a size, e.g. 256GiB). 0 = no bound.
+  double edge_memory = 0;
   // durable: the receivers make each version durable as `dcr run`'s do (a state directory: the
   // storage's msync and the journal's record at each commit), charged from the calibration's
   // commit_* keys. Default true; false: receivers without a state directory.

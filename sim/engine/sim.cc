@@ -70,6 +70,11 @@ StatusOr<Extra> ParseExtra(const Scenario& s) {
       } else {
         e.edge_count = static_cast<int>(v);
       }
+    } else if (key == "edge_relay_memory") {
+      StatusOr<uint64_t> v = ParseSize(value, path);
+      if (!v.ok()) return v.status();
+      if (*v == 0) return InvalidArgumentError(path + ": must be a size above 0, got '" + value + "'");
+      e.edge_memory = static_cast<double>(*v);
     } else if (key == "comm_budget" || key == "build_cores") {
       char* end = nullptr;
       double v = std::strtod(value.c_str(), &end);
@@ -105,7 +110,7 @@ StatusOr<Extra> ParseExtra(const Scenario& s) {
     } else {
       return InvalidArgumentError(path + ": unknown key (known: comm_budget, build_cores, "
                                   "calibration_clock, object_store_region, shared_cpu, "
-                                  "edge_relays, edge_relay_cores, durable)");
+                                  "edge_relays, edge_relay_cores, edge_relay_memory, durable)");
     }
   }
   return e;
@@ -399,7 +404,11 @@ void DescribeSetup(const Scenario& s, const SimInputs& in, const internal::Platf
     } else if (in.extra.edge_count == 0) {
       hw += "; edge relays (relay-tree delta runs): the smallest set that keeps up, at most " +
             std::to_string(internal::kMaxEdgeRelays) + " hosts of at most " +
-            std::to_string(in.extra.edge_cores) + " cores (chosen per run below)";
+            std::to_string(in.extra.edge_cores) + " cores" +
+            (in.extra.edge_memory > 0
+                 ? " and " + Num(in.extra.edge_memory / 1e9) + " GB of base"
+                 : std::string()) +
+            " each (chosen per run below)";
     } else {
       hw += "; edge relays (relay-tree delta runs): " + std::to_string(in.extra.edge_count) +
             (in.extra.edge_count == 1 ? " host, " : " hosts, ") +
@@ -555,17 +564,25 @@ std::string PlanEdgeRelay(const SimInputs& in,
   if (count == 0) {
     const EdgeSplitChoice split =
         ChooseEdgeSplit(plat.wan_bandwidth, pm.dense_bytes, context_payload, transcode_Bps,
-                        internal::kMaxEdgeRelays, in.extra.edge_cores, 0);
+                        internal::kMaxEdgeRelays, in.extra.edge_cores, in.extra.edge_memory);
     if (!split.context) {
       return text + "no set of at most " + std::to_string(internal::kMaxEdgeRelays) +
-             " edge relays of " + std::to_string(in.extra.edge_cores) + " cores at " +
+             " edge relays of " + std::to_string(in.extra.edge_cores) + " cores" +
+             (in.extra.edge_memory > 0
+                  ? " and " + Num(in.extra.edge_memory / 1e9) + " GB of base each"
+                  : std::string()) +
+             " at " +
              Num(transcode_Bps) + " B/s per core keeps up with the link (" +
              Num(split.link_dense_Bps) + " dense B/s each): the long link carries the plain form";
     }
     count = split.count;
     cores = split.cores;
     text += "smallest set that keeps up (sim.extra.edge_relays: auto, at most " +
-            std::to_string(in.extra.edge_cores) + " cores each): ";
+            std::to_string(in.extra.edge_cores) + " cores" +
+            (in.extra.edge_memory > 0
+                 ? " and " + Num(in.extra.edge_memory / 1e9) + " GB of base"
+                 : std::string()) +
+            " each): ";
   }
   if (static_cast<double>(count) > chunks) {
     return text + std::to_string(count) + " edge relays for " + Num(chunks) +

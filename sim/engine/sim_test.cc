@@ -273,6 +273,20 @@ TEST(SimTest, WanContextSendsTheContextFormToAnEdgeRelay) {
   // Each range keeps up only just (the choice is the steady state's): its last chunks' transcoding
   // adds a tail, which on this 45-chunk stream is about the context form's saving.
   EXPECT_LT(split->runs[0].refit_seconds, p.refit_seconds * 1.2) << sl;
+  // A bound on each edge relay's share of the base asks for more of them (fewer cores each).
+  s.sim.extra["edge_relay_memory"] = "30MB";
+  auto bounded = Simulate(s, mid);
+  ASSERT_TRUE(bounded.ok()) << bounded.status();
+  const std::string bl = bounded->setup.at("run.delta.relay_tree.0.03");
+  ASSERT_TRUE(std::regex_search(bl, m, std::regex("and 0.03 GB of base each\\): ([0-9]+) edge "
+                                                  "relays in region rollout, ([0-9]+) cores")))
+      << bl;
+  EXPECT_GT(std::stoi(m[1]), k);
+  EXPECT_LE(std::stoi(m[2]), 2);
+  EXPECT_EQ(bounded->runs[0].receivers_verified, 6);
+  s.sim.extra["edge_relay_memory"] = "0";
+  EXPECT_TRUE(Simulate(s, mid).status().IsInvalidArgument());
+  s.sim.extra.erase("edge_relay_memory");
   // One fewer edge relay than the smallest set lags.
   s.sim.extra["edge_relays"] = std::to_string(k - 1);
   auto fewer = Simulate(s, mid);
