@@ -73,7 +73,9 @@ StatusOr<Extra> ParseExtra(const Scenario& s) {
     } else if (key == "edge_relay_memory") {
       StatusOr<uint64_t> v = ParseSize(value, path);
       if (!v.ok()) return v.status();
-      if (*v == 0) return InvalidArgumentError(path + ": must be a size above 0, got '" + value + "'");
+      if (*v == 0) {
+        return InvalidArgumentError(path + ": must be a size above 0, got '" + value + "'");
+      }
       e.edge_memory = static_cast<double>(*v);
     } else if (key == "comm_budget" || key == "build_cores") {
       char* end = nullptr;
