@@ -92,6 +92,8 @@ StatusOr<std::string> ApplyWanChoice(const Scenario& s, const std::string& base,
       edge_threads = std::max(edge_threads, std::max(1, (*plans)[e].relay.max_parallel_applies));
     }
   }
+  // A split's edge relays (a chain) get the chunks in canonical order, so one range at a time:
+  // each must keep up alone, as one edge relay does.
   const WanChoice c = ChooseWanEncoding(link_Bps, dense, context_payload, edge_threads, best);
   std::string text = "context form about " + Num(context_payload) + " B for " + Num(dense) +
                      " dense B (" + sampled + "); edge relay: " + std::to_string(edge_threads) +
@@ -103,6 +105,7 @@ StatusOr<std::string> ApplyWanChoice(const Scenario& s, const std::string& base,
   for (NodePlan& p : *plans) {
     p.context_coding = false;
     p.edge_relays.clear();
+    p.edge_range_first = p.edge_range_end = 0;
     p.edge_lag_bytes = 0;
   }
   return text + ": it would lag, the long link carries the plain form";

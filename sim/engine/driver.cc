@@ -327,6 +327,18 @@ class NodeActor : public NodeEnvironment {
 
   void Apply(const action::Apply& ap) override {
     const SimBlob& sb = blobs().at(ap.blob.id);
+    if (role_.notify >= 0 && !spec().edge_range_of.empty()) {
+      // An edge relay of a split: the transcoding runs on the host of the blob's chunk range.
+      sg4::ExecPtr e = sg4::this_actor::exec_init(std::max(sb.apply_flops, 1.0));
+      e->set_host(w_->platform.edges.at(
+          static_cast<size_t>(spec().edge_range_of.at(ap.blob.id))));
+      e->start();
+      Tag t;
+      t.kind = TagKind::kApply;
+      t.blob = ap.blob;
+      Add(e, std::move(t));
+      return;
+    }
     // A durable receiver's trailer apply is its commit: the storage's msync and the journal's
     // record, a wait on the disk (timed on the clock host, no core taken) after every chunk.
     sg4::ExecPtr e = role_.receiver && ap.blob.kind == BlobKind::kTrailer &&
@@ -534,7 +546,12 @@ class NodeActor : public NodeEnvironment {
             BlobInfo b;
             b.id = tag.blob.id;
             auto* m = new Msg{Msg::kProduced, pid_, b, 0, 0, 0, nullptr};
-            sg4::CommPtr c = w_->mailbox[role_.notify]->put_init(m, kControlBytes);
+            // Several edge relays: the plain form crosses the region to the root's host.
+            const uint64_t bytes = spec().edge_range_of.empty()
+                                       ? kControlBytes
+                                       : std::max<uint64_t>(kControlBytes,
+                                                            spec().blobs.at(b.id).info.size);
+            sg4::CommPtr c = w_->mailbox[role_.notify]->put_init(m, bytes);
             c->start();
             ++w_->out.comms;
             Add(c, Tag{TagKind::kControl, {}, {}});
@@ -680,7 +697,10 @@ RunOutcome RunInThisProcess(const RunSpec& spec) {
   const int nodes = spec.receivers + (edge ? 3 : 1);
   const int rollout_hosts = static_cast<int>(w.platform.hosts[1].size());
   for (int i = 0; i < nodes; ++i) {
-    if ((i == 0 && edge) || i == edge_receiver) {
+    if (i == 0 && edge) {
+      w.node_host.push_back(w.platform.edges.back());  // the chain's last edge relay
+      w.node_region.push_back(1);
+    } else if (i == edge_receiver) {
       w.node_host.push_back(w.platform.edge);
       w.node_region.push_back(1);
     } else if (i == 0 || i == wan_sender) {
@@ -697,7 +717,8 @@ RunOutcome RunInThisProcess(const RunSpec& spec) {
   RelayOptions edge_options = spec.relay;
   edge_options.apply = true;  // the edge relay's apply is its transcoding, chunk-parallel
   edge_options.max_parallel_applies =
-      spec.edge_parallel > 0 ? spec.edge_parallel : std::max(1, spec.platform.edge_cores);
+      (spec.edge_parallel > 0 ? spec.edge_parallel : std::max(1, spec.platform.edge_cores)) *
+      static_cast<int>(std::max<size_t>(1, w.platform.edges.size()));
   for (int i = 0; i < nodes; ++i) {
     ActorRole role;
     role.actor = i;

@@ -26,6 +26,8 @@
 // relay's receiving side, a leaf whose Apply is the transcoding; each transcoded blob is handed
 // (a 64-byte same-host message) to the edge relay's forwarding side, the root of `topology`, as
 // BlobProduced in id order. Both sides are tree policies (MakeTreePolicy), as every other node.
+// Several edge relays split by chunk range (RunSpec::edge_range_of): each blob's transcoding runs
+// on the host of its range and the hand-off carries its plain bytes to the root's host.
 //
 // Rate caps: SimGrid's own TCP-gamma cap is disabled (TCP-gamma = 0) and every Comm gets an
 // explicit rate = the cap of one real TCP stream, min(window, tcp_gamma) / RTT of its route, shared
@@ -87,6 +89,13 @@ struct RunSpec {
   bool edge_relay = false;
   std::vector<SimBlob> wan_blobs;
   int edge_parallel = 0;
+  // Several edge relays (platform.edge_count > 1, dcr/edge_split.h): a chain at the head of the
+  // rollout region. The long link ends at the first (platform edge host 0), the tree's root runs
+  // on the last; `edge_range_of[id]` is the edge relay (host index) whose chunk range holds wan
+  // blob `id`, whose transcoding (its apply_flops, up to `edge_parallel` at once per edge relay)
+  // runs on that host, and whose plain form then crosses the region once, to the root's host
+  // (the chain's in-region hops, charged as one). Empty: every blob on host 0.
+  std::vector<int> edge_range_of;
   // Durable receivers: wall seconds each receiver's commit takes (the storage's msync and the
   // journal's record, a wait on the disk, not on a core), from the trailer's arrival: it follows
   // the last chunk's apply and cannot overlap the transfer. 0: not charged.

@@ -238,6 +238,35 @@ TEST(DriverTest, EdgeRelayTranscodesWhatTheLongLinkCarries) {
   EXPECT_LT(slow->refit_seconds, 100.0 * 1.05);
 }
 
+TEST(DriverTest, EdgeRelaysSplitByRangeShareTheTranscoding) {
+  const double total = 2e10;
+  RunSpec plain = FullTransfer(total, 100, 7, 16, 381e6);
+  // Four edge relays of one core, 1 s a chunk, the chunks of their ranges interleaved: each
+  // transcodes 25 chunks in turn, a quarter of the one lagging edge relay's 100 s.
+  RunSpec split = BehindEdgeRelay(plain, 4, 1, 1.0);
+  split.platform.edge_count = 4;
+  split.edge_range_of.assign(split.wan_blobs.size(), 0);
+  for (size_t id = 1; id + 1 < split.wan_blobs.size(); ++id) {
+    split.edge_range_of[id] = static_cast<int>((id - 1) % 4);
+  }
+  auto r = RunForked(split);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->error, "");
+  for (const NodeOutcome& n : r->receivers) {
+    EXPECT_TRUE(n.committed && n.complete);
+    EXPECT_EQ(n.bytes_received, total / 100 * 100 + 8192);
+  }
+  // The long link still carries the context stream once.
+  EXPECT_NEAR(r->wire_bytes, total / 4 + 8192, 100.0);
+  EXPECT_GT(r->refit_seconds, 25.0);
+  EXPECT_LT(r->refit_seconds, 25.0 * 1.2);
+  // All ranges on one host: that host's one core transcodes the 100 chunks in turn.
+  split.edge_range_of.assign(split.wan_blobs.size(), 2);
+  auto one = RunForked(split);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_GT(one->refit_seconds, 100.0);
+}
+
 TEST(DriverTest, DeterministicAcrossRuns) {
   RunSpec r = FullTransfer(1e9, 20, 5, 2, 381e6);
   auto a = RunForked(r);

@@ -26,12 +26,20 @@ struct Extra {
   int build_cores = 0;      // 0 = sim.gpus_per_node
   bool wall_clock = false;  // calibration_clock: wall
   int shared_cpu = 0;       // > 0: every node computes on one shared CPU of this many cores
-  int edge_cores = 64;      // edge_relay_cores: the edge relay's cores
+  int edge_cores = 64;      // edge_relay_cores: each edge relay's cores (with auto: the most)
+  // edge_relays: how many edge relays split the base and its transcoding by chunk range
+  // (dcr/edge_split.h). 0 = auto: the smallest set of at most kMaxEdgeRelays that keeps up with
+  // the long link, fewest cores each (ChooseEdgeSplit). Default 1.
+  int edge_count = 1;
+  // edge_relay_memory: with edge_relays auto, the most base bytes one edge relay holds (its
+  // range's share; a size, e.g. 256GiB). 0 = no bound.
+  double edge_memory = 0;
   // durable: the receivers make each version durable as `dcr run`'s do (a state directory: the
   // storage's msync and the journal's record at each commit), charged from the calibration's
   // commit_* keys. Default true; false: receivers without a state directory.
   bool durable = true;
 };
+inline constexpr int kMaxEdgeRelays = 64;
 // kInvalidArgument naming the sim.extra key for an unknown key or a bad value.
 StatusOr<Extra> ParseExtra(const Scenario& s);
 

@@ -1,5 +1,6 @@
 #include "platform.h"
 
+#include <algorithm>
 #include <string>
 
 namespace sg4 = simgrid::s4u;
@@ -57,10 +58,16 @@ Platform BuildPlatform(const PlatformSpec& spec) {
       p.hosts[r].push_back(h);
     }
     if (r == 1 && spec.edge_cores > 0) {
-      sg4::Host* h = zone->create_host("edge-relay", kHostFlops)->set_core_count(spec.edge_cores);
-      h->seal();
-      AttachNic(zone, h->get_netpoint(), "edge-relay", reg.nic_bandwidth, reg.nic_latency);
-      p.edge = h;
+      const int count = std::max(1, spec.edge_count);
+      for (int k = 0; k < count; ++k) {
+        const std::string name =
+            count == 1 ? std::string("edge-relay") : "edge-relay-" + std::to_string(k);
+        sg4::Host* h = zone->create_host(name, kHostFlops)->set_core_count(spec.edge_cores);
+        h->seal();
+        AttachNic(zone, h->get_netpoint(), name, reg.nic_bandwidth, reg.nic_latency);
+        p.edges.push_back(h);
+      }
+      p.edge = p.edges[0];
     }
     if (spec.object_store && static_cast<int>(r) == spec.store_region) {
       sg4::Host* h = zone->create_host("object-store", kHostFlops);

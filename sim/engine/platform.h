@@ -45,8 +45,10 @@ struct PlatformSpec {
   double shared_cpu_share = 1.0;
   // Cores of the clock host that runs timers (one timer per node at most; 0 = no clock host).
   int clock_cores = 0;
-  // > 0: an edge-relay host "edge-relay" in region 1 with this many cores and the region's NIC.
+  // > 0: `edge_count` edge-relay hosts in region 1 ("edge-relay", or "edge-relay-0" ..
+  // "edge-relay-<edge_count - 1>" for several), each with this many cores and the region's NIC.
   int edge_cores = 0;
+  int edge_count = 1;
 };
 
 struct Platform {
@@ -54,7 +56,8 @@ struct Platform {
   simgrid::s4u::Host* store = nullptr;
   simgrid::s4u::Link* wan = nullptr;
   simgrid::s4u::Host* shared_cpu = nullptr;  // spec.shared_cpu_cores > 0
-  simgrid::s4u::Host* edge = nullptr;        // spec.edge_cores > 0
+  simgrid::s4u::Host* edge = nullptr;        // spec.edge_cores > 0: the first edge-relay host
+  std::vector<simgrid::s4u::Host*> edges;    // every edge-relay host (edges[0] == edge)
   // Timers are exec jobs on this host (1 flop/s per core: a job of d flops ends after d seconds),
   // so a timer is an activity that wait_any waits on like any other.
   simgrid::s4u::Host* clock = nullptr;

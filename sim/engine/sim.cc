@@ -13,6 +13,7 @@
 
 #include "calibration.h"
 #include "dcr/delta.h"
+#include "dcr/edge_split.h"
 #include "dcr/model.h"
 #include "dcr/status_macros.h"
 #include "dcr/wan_choice.h"
@@ -58,6 +59,24 @@ StatusOr<Extra> ParseExtra(const Scenario& s) {
                                     "'");
       }
       e.edge_cores = static_cast<int>(v);
+    } else if (key == "edge_relays") {
+      char* end = nullptr;
+      long v = std::strtol(value.c_str(), &end, 10);
+      if (value == "auto") {
+        e.edge_count = 0;
+      } else if (end == value.c_str() || *end != '\0' || v < 1 || v > kMaxEdgeRelays) {
+        return InvalidArgumentError(path + ": must be 'auto' or a count in [1, " +
+                                    std::to_string(kMaxEdgeRelays) + "], got '" + value + "'");
+      } else {
+        e.edge_count = static_cast<int>(v);
+      }
+    } else if (key == "edge_relay_memory") {
+      StatusOr<uint64_t> v = ParseSize(value, path);
+      if (!v.ok()) return v.status();
+      if (*v == 0) {
+        return InvalidArgumentError(path + ": must be a size above 0, got '" + value + "'");
+      }
+      e.edge_memory = static_cast<double>(*v);
     } else if (key == "comm_budget" || key == "build_cores") {
       char* end = nullptr;
       double v = std::strtod(value.c_str(), &end);
@@ -93,7 +112,7 @@ StatusOr<Extra> ParseExtra(const Scenario& s) {
     } else {
       return InvalidArgumentError(path + ": unknown key (known: comm_budget, build_cores, "
                                   "calibration_clock, object_store_region, shared_cpu, "
-                                  "edge_relay_cores, durable)");
+                                  "edge_relays, edge_relay_cores, edge_relay_memory, durable)");
     }
   }
   return e;
@@ -382,12 +401,24 @@ void DescribeSetup(const Scenario& s, const SimInputs& in, const internal::Platf
                      "receivers: " + std::to_string(s.receivers.count) + " on " +
                      std::to_string(plat.regions[1].nodes) + " hosts, " +
                      std::to_string(plat.regions[1].cores_per_node) + " cores per host";
-    if (s.delta.wan_context) {
-      hw += "; edge relays (relay-tree delta runs): 1 host, " +
-            std::to_string(in.extra.edge_cores) +
-            " cores, memory: the whole canonical base (run.* states its size)";
-    } else {
+    if (!s.delta.wan_context) {
       hw += "; edge relays: none";
+    } else if (in.extra.edge_count == 0) {
+      hw += "; edge relays (relay-tree delta runs): the smallest set that keeps up, at most " +
+            std::to_string(internal::kMaxEdgeRelays) + " hosts of at most " +
+            std::to_string(in.extra.edge_cores) + " cores" +
+            (in.extra.edge_memory > 0
+                 ? " and " + Num(in.extra.edge_memory / 1e9) + " GB of base"
+                 : std::string()) +
+            " each (chosen per run below)";
+    } else {
+      hw += "; edge relays (relay-tree delta runs): " + std::to_string(in.extra.edge_count) +
+            (in.extra.edge_count == 1 ? " host, " : " hosts, ") +
+            std::to_string(in.extra.edge_cores) + " cores each, memory: " +
+            (in.extra.edge_count == 1 ? std::string("the whole canonical base")
+                                      : "1/" + std::to_string(in.extra.edge_count) +
+                                            " of the canonical base each (its chunk range)") +
+            " (run.* states its size)";
     }
     if (in.extra.shared_cpu > 0) {
       hw += "; every node on one shared " + std::to_string(in.extra.shared_cpu) + "-core CPU";
@@ -471,7 +502,7 @@ struct Pending {
   double storage_bytes = 0;  // one receiver's storage (its serving shard of the checkpoint)
   double build_cpu_s = 0;    // CPU seconds of every build job (sender, or edge relay's encode)
   double apply_cpu_s = 0;    // CPU seconds of one receiver's applies (signature checks included)
-  double edge_cpu_s = 0;     // CPU seconds of the edge relay's transcoding (0: none)
+  double edge_cpu_s = 0;     // CPU seconds of the edge relays' transcoding (0: none)
   double wan_payload = 0;    // bytes the long link carries once
   double durable_apply_cpu_s = 0;  // of apply_cpu_s: what the durable storage adds
 };
@@ -504,8 +535,10 @@ std::string ChargeSigning(const Calibration& cal, const PayloadModel& pm, const 
          " CPU-s per receiver (" + std::to_string(receivers) + " receivers)";
 }
 
-// wan_context on a relay-tree delta run: the context-coded stream on the long link to an edge
-// relay (if it keeps up, ChooseWanEncoding of dcr/wan_choice.h; else the run stays plain).
+// wan_context on a relay-tree delta run: the context-coded stream on the long link to the edge
+// relays (if they keep up, ChooseWanEncoding of dcr/wan_choice.h; else the run stays plain).
+// sim.extra.edge_relays > 1 splits the base and the transcoding by chunk range over that many
+// edge relays; `auto` takes the smallest set that keeps up (ChooseEdgeSplit, dcr/edge_split.h).
 // Returns the setup text.
 std::string PlanEdgeRelay(const SimInputs& in,
                           const internal::PlatformSpec& plat, const PayloadModel& pm, double rate,
@@ -516,40 +549,90 @@ std::string PlanEdgeRelay(const SimInputs& in,
   const double transcode_Bps = cal.ContextTranscodeBytesPerS(rate);
   const double ctx_encode_Bps = cal.ContextEncodeBytesPerS(rate);
   std::vector<internal::SimBlob> wan = spec->blobs;
-  // A merged chunk stands for `cells` grid cells that the edge relay transcodes on its cores as
-  // they arrive: it is transcoded by min(cells, cores) cores at once (as the sender builds it), so
-  // the throughput and the time to transcode the last one stay those of the real grid.
   const double chunks = static_cast<double>(wan.size() - 2);
-  const double cells = static_cast<double>(std::max<uint64_t>(1, pm.grid_chunks)) / chunks;
-  const int cores_per_chunk = std::max(
-      1, static_cast<int>(std::min<double>(std::floor(cells), in.extra.edge_cores)));
-  const int edge_parallel = std::max(1, in.extra.edge_cores / cores_per_chunk);
   double context_payload = 0;
   for (internal::SimBlob& b : wan) {
     if (b.info.kind == BlobKind::kChunk) {
       b.info.size = static_cast<uint64_t>(std::llround(static_cast<double>(b.info.size) * ratio));
       b.build_flops = b.build_flops * build_Bps / ctx_encode_Bps;
-      b.apply_flops =
-          internal::ComputeFlops(pm.dense_bytes / chunks / cores_per_chunk, transcode_Bps);
     }
     context_payload += static_cast<double>(b.info.size);
   }
-  const WanChoice choice = ChooseWanEncoding(
-      plat.wan_bandwidth, pm.dense_bytes, context_payload, edge_parallel * cores_per_chunk,
-      transcode_Bps);
-  std::string text =
-      "context form " + Num(context_payload) + " B (" + Num(ratio) +
-      " of the plain chunks, measured by the payload model), encode " +
-      Num(ctx_encode_Bps) + " B/s per core; edge relay: 1 host in region " +
-      plat.regions[1].name + ", " + std::to_string(in.extra.edge_cores) +
-      " cores, holding the canonical base (" + Num(pm.dense_bytes / 1e9) +
-      " GB in memory) and transcoding (context decode + apply + plain re-encode) at " +
-      Num(transcode_Bps) + " B/s per core (" + std::to_string(edge_parallel) + " x " +
-      std::to_string(cores_per_chunk) + " cores per merged chunk): " + Num(choice.edge_dense_Bps) +
-      " dense B/s against the " + Num(choice.link_dense_Bps) + " the link delivers";
+  std::string text = "context form " + Num(context_payload) + " B (" + Num(ratio) +
+                     " of the plain chunks, measured by the payload model), encode " +
+                     Num(ctx_encode_Bps) + " B/s per core; ";
+  // How many edge relays, and their cores.
+  int count = in.extra.edge_count, cores = in.extra.edge_cores;
+  if (count == 0) {
+    const EdgeSplitChoice split =
+        ChooseEdgeSplit(plat.wan_bandwidth, pm.dense_bytes, context_payload, transcode_Bps,
+                        internal::kMaxEdgeRelays, in.extra.edge_cores, in.extra.edge_memory);
+    if (!split.context) {
+      return text + "no set of at most " + std::to_string(internal::kMaxEdgeRelays) +
+             " edge relays of " + std::to_string(in.extra.edge_cores) + " cores" +
+             (in.extra.edge_memory > 0
+                  ? " and " + Num(in.extra.edge_memory / 1e9) + " GB of base each"
+                  : std::string()) +
+             " at " +
+             Num(transcode_Bps) + " B/s per core keeps up with the link (" +
+             Num(split.link_dense_Bps) + " dense B/s each): the long link carries the plain form";
+    }
+    count = split.count;
+    cores = split.cores;
+    text += "smallest set that keeps up (sim.extra.edge_relays: auto, at most " +
+            std::to_string(in.extra.edge_cores) + " cores" +
+            (in.extra.edge_memory > 0
+                 ? " and " + Num(in.extra.edge_memory / 1e9) + " GB of base"
+                 : std::string()) +
+            " each): ";
+  }
+  if (static_cast<double>(count) > chunks) {
+    return text + std::to_string(count) + " edge relays for " + Num(chunks) +
+           " simulated chunks: one range each is impossible, the long link carries the plain form";
+  }
+  // A merged chunk stands for `cells` grid cells that an edge relay transcodes on its cores as
+  // they arrive: it is transcoded by min(cells, cores) cores at once (as the sender builds it), so
+  // the throughput and the time to transcode the last one stay those of the real grid.
+  const double cells = static_cast<double>(std::max<uint64_t>(1, pm.grid_chunks)) / chunks;
+  const int cores_per_chunk =
+      std::max(1, static_cast<int>(std::min<double>(std::floor(cells), cores)));
+  const int edge_parallel = std::max(1, cores / cores_per_chunk);
+  for (internal::SimBlob& b : wan) {
+    if (b.info.kind == BlobKind::kChunk) {
+      b.apply_flops =
+          internal::ComputeFlops(pm.dense_bytes / chunks / cores_per_chunk, transcode_Bps);
+    }
+  }
+  // Each edge relay receives its range at its share of the link (ranges produced interleaved).
+  const WanChoice choice =
+      ChooseWanEncoding(plat.wan_bandwidth / count, pm.dense_bytes, context_payload,
+                        edge_parallel * cores_per_chunk, transcode_Bps);
+  text += std::to_string(count) + (count == 1 ? " edge relay" : " edge relays") + " in region " +
+          plat.regions[1].name + ", " + std::to_string(cores) + " cores each, holding " +
+          (count == 1 ? std::string("the canonical base (")
+                      : "its chunk range's share of the canonical base (1/" +
+                            std::to_string(count) + ": ") +
+          Num(pm.dense_bytes / count / 1e9) + " GB in memory) and transcoding (context decode + "
+          "apply + plain re-encode) at " + Num(transcode_Bps) + " B/s per core (" +
+          std::to_string(edge_parallel) + " x " + std::to_string(cores_per_chunk) +
+          " cores per merged chunk): " + Num(choice.edge_dense_Bps) + " dense B/s against the " +
+          Num(choice.link_dense_Bps) + " the link delivers" +
+          (count == 1 ? std::string() : " to its range (chunks produced interleaved by range)");
   if (!choice.context) return text + ": it would lag, the long link carries the plain form";
+  if (count > 1) {
+    const uint64_t per_chunk = static_cast<uint64_t>(pm.dense_bytes / chunks);
+    auto ranges = SplitChunkRanges(
+        std::vector<uint64_t>(static_cast<size_t>(chunks), per_chunk), count);
+    if (!ranges.ok()) return text + ": " + ranges.status().message() + ", plain form";
+    const std::vector<uint64_t> order = InterleavedChunkOrder(*ranges);
+    spec->edge_range_of.assign(wan.size(), 0);
+    for (size_t j = 0; j < order.size(); ++j) {
+      spec->edge_range_of[j + 1] = EdgeRangeOf(*ranges, order[j]);
+    }
+  }
   spec->edge_relay = true;
-  spec->platform.edge_cores = in.extra.edge_cores;
+  spec->platform.edge_cores = cores;
+  spec->platform.edge_count = count;
   spec->edge_parallel = edge_parallel;
   spec->wan_blobs = std::move(wan);
   return text + ": it keeps up, the long link carries the context form";
@@ -620,7 +703,7 @@ std::vector<Pending> PlanRuns(const Scenario& s, const SimInputs& in,
         }
         if (p.spec.edge_relay) {
           const int per_chunk =
-              std::max(1, in.extra.edge_cores / std::max(1, p.spec.edge_parallel));
+              std::max(1, p.spec.platform.edge_cores / std::max(1, p.spec.edge_parallel));
           for (const internal::SimBlob& b : p.spec.wan_blobs) {
             if (b.info.kind == BlobKind::kChunk) {
               p.edge_cpu_s += b.apply_flops / internal::kHostFlops * per_chunk;
@@ -732,6 +815,16 @@ StatusOr<ScenarioResult> Simulate(const Scenario& s, const SimOptions& options) 
   result.model_bytes = static_cast<uint64_t>(payloads.begin()->second.dense_bytes);
 
   std::vector<Pending> pending = PlanRuns(s, in, plat, payloads);
+  // The edge relays each run was planned with, next to the hardware the results assume.
+  for (const Pending& p : pending) {
+    if (!p.spec.edge_relay) continue;
+    const int count = std::max(1, p.spec.platform.edge_count);
+    result.setup["hardware"] +=
+        "; edge relays of run." + std::string(MethodName(p.method)) + "." +
+        TransportKindName(p.kind) + "." + Num(p.rate) + ": " + std::to_string(count) +
+        (count == 1 ? " host of " : " hosts of ") + std::to_string(p.spec.platform.edge_cores) +
+        " cores, " + Num(payloads.at(p.rate).dense_bytes / count / 1e9) + " GB of the base each";
+  }
   auto t0 = std::chrono::steady_clock::now();
   std::vector<internal::RunSpec> specs;
   for (const Pending& p : pending) specs.push_back(p.spec);

@@ -242,6 +242,67 @@ TEST(SimTest, WanContextSendsTheContextFormToAnEdgeRelay) {
   std::remove(o.calibration_path.c_str());
   std::remove(slow.calibration_path.c_str());
 
+  // Edge relays split by chunk range: `auto` finds the smallest set that keeps up. At 100 MB/s
+  // per core one edge relay of 2 cores lags; a few of them keep up, each holding its share.
+  SimOptions mid;
+  mid.calibration_path = ContextCalibration(1e8);
+  s.sim.extra["edge_relay_cores"] = "2";
+  auto one = Simulate(s, mid);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_NE(one->setup.at("run.delta.relay_tree.0.03").find("it would lag"), std::string::npos);
+  s.sim.extra["edge_relays"] = "auto";
+  auto split = Simulate(s, mid);
+  ASSERT_TRUE(split.ok()) << split.status();
+  const std::string sl = split->setup.at("run.delta.relay_tree.0.03");
+  EXPECT_NE(sl.find("smallest set that keeps up"), std::string::npos) << sl;
+  EXPECT_NE(sl.find("it keeps up, the long link carries the context form"), std::string::npos)
+      << sl;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(sl, m, std::regex("keeps up \\(sim.extra.edge_relays: auto, at "
+                                                  "most 2 cores each\\): ([0-9]+) edge relays")))
+      << sl;
+  const int k = std::stoi(m[1]);
+  EXPECT_GT(k, 1);
+  EXPECT_NE(split->setup.at("hardware").find("edge relays of run.delta.relay_tree.0.03: " +
+                                             std::to_string(k) + " hosts of"),
+            std::string::npos)
+      << split->setup.at("hardware");
+  EXPECT_EQ(split->runs[0].error, "");
+  EXPECT_EQ(split->runs[0].receivers_verified, 6);
+  EXPECT_EQ(split->runs[0].wire_bytes, c.wire_bytes);  // the context stream, once
+  // Each range keeps up only just (the choice is the steady state's): its last chunks' transcoding
+  // adds a tail, which on this 45-chunk stream is about the context form's saving.
+  EXPECT_LT(split->runs[0].refit_seconds, p.refit_seconds * 1.2) << sl;
+  // A bound on each edge relay's share of the base asks for more of them (fewer cores each).
+  s.sim.extra["edge_relay_memory"] = "30MB";
+  auto bounded = Simulate(s, mid);
+  ASSERT_TRUE(bounded.ok()) << bounded.status();
+  const std::string bl = bounded->setup.at("run.delta.relay_tree.0.03");
+  ASSERT_TRUE(std::regex_search(bl, m, std::regex("and 0.03 GB of base each\\): ([0-9]+) edge "
+                                                  "relays in region rollout, ([0-9]+) cores")))
+      << bl;
+  EXPECT_GT(std::stoi(m[1]), k);
+  EXPECT_LE(std::stoi(m[2]), 2);
+  EXPECT_EQ(bounded->runs[0].receivers_verified, 6);
+  s.sim.extra["edge_relay_memory"] = "0";
+  EXPECT_TRUE(Simulate(s, mid).status().IsInvalidArgument());
+  s.sim.extra.erase("edge_relay_memory");
+  // One fewer edge relay than the smallest set lags.
+  s.sim.extra["edge_relays"] = std::to_string(k - 1);
+  auto fewer = Simulate(s, mid);
+  ASSERT_TRUE(fewer.ok()) << fewer.status();
+  EXPECT_NE(fewer->setup.at("run.delta.relay_tree.0.03").find("it would lag"), std::string::npos);
+  for (const char* bad : {"0", "65", "some"}) {
+    s.sim.extra["edge_relays"] = bad;
+    auto refused = Simulate(s, mid);
+    EXPECT_TRUE(refused.status().IsInvalidArgument()) << bad;
+    EXPECT_NE(refused.status().message().find("sim.extra.edge_relays: must be 'auto' or a count"),
+              std::string::npos)
+        << refused.status().message();
+  }
+  s.sim.extra.erase("edge_relays");
+  std::remove(mid.calibration_path.c_str());
+
   // Without context keys in the calibration the key is refused, named.
   SimOptions none;
   none.calibration_path = ContextCalibration(0);

@@ -339,7 +339,7 @@ Status ParseTransport(const MapReader& top, Scenario* s) {
     MapReader t(r.Get("relay_tree"), "transport.relay_tree");
     DCR_RETURN_IF_ERROR(
         t.Init({"fan_out", "root_fan_out", "streams", "window", "chunk", "topology",
-                "edge_relays", "edge_lag"}));
+                "edge_relays", "edge_split", "edge_lag"}));
     auto& rt = s->transport.relay_tree;
     DCR_RETURN_IF_ERROR(t.Int("fan_out", &rt.fan_out, 1, 1024));
     DCR_RETURN_IF_ERROR(t.Int("root_fan_out", &rt.root_fan_out, 1, 1024));
@@ -347,6 +347,7 @@ Status ParseTransport(const MapReader& top, Scenario* s) {
     DCR_RETURN_IF_ERROR(t.Size("window", &rt.window));
     DCR_RETURN_IF_ERROR(t.Size("chunk", &rt.chunk));
     DCR_RETURN_IF_ERROR(t.Size("edge_lag", &rt.edge_lag));
+    DCR_RETURN_IF_ERROR(t.Bool("edge_split", &rt.edge_split));
     if (t.Has("topology")) {
       std::vector<std::string> parents;
       DCR_RETURN_IF_ERROR(t.StrList("topology", &parents));
@@ -730,6 +731,45 @@ Status ParseTop(const YAML::Node& root, Scenario* s) {
   return Status();
 }
 
+// transport.relay_tree.edge_split: the edge relays form a chain from the sender, each but the last
+// with the next as its only child, all cpu receivers.
+Status ValidateEdgeSplit(const Scenario& s, const Topology& topo) {
+  const std::vector<int>& e = s.transport.relay_tree.edge_relays;
+  const std::string key = "transport.relay_tree.edge_split: ";
+  if (e.size() < 2) {
+    return InvalidArgumentError(key + "needs at least 2 edge relays in "
+                                "transport.relay_tree.edge_relays, got " +
+                                std::to_string(e.size()));
+  }
+  for (size_t k = 0; k < e.size(); ++k) {
+    if (e[k] > s.receivers.count) {
+      return InvalidArgumentError(key + "edge relay " + std::to_string(e[k]) +
+                                  " is not a receiver (1.." + std::to_string(s.receivers.count) +
+                                  ")");
+    }
+    const int parent = k == 0 ? 0 : e[k - 1];
+    if (topo.parent[e[k]] != parent) {
+      return InvalidArgumentError(
+          key + "edge relay " + std::to_string(e[k]) + " must be a child of " +
+          (k == 0 ? std::string("the sender") : "edge relay " + std::to_string(parent)) +
+          " (the edge relays form a chain in the order listed)");
+    }
+    if (k + 1 < e.size() && topo.children[e[k]] != std::vector<NodeId>{e[k + 1]}) {
+      return InvalidArgumentError(key + "edge relay " + std::to_string(e[k]) +
+                                  " must have edge relay " + std::to_string(e[k + 1]) +
+                                  " as its only child (it forwards other ranges' chunks "
+                                  "context-coded)");
+    }
+    if (ReceiverDevice(s, e[k]) != "cpu") {
+      return InvalidArgumentError(key + "edge relay " + std::to_string(e[k]) + " on device " +
+                                  ReceiverDevice(s, e[k]) +
+                                  " cannot apply the other ranges' context-coded chunks; "
+                                  "it must be a cpu receiver");
+    }
+  }
+  return Status();
+}
+
 }  // namespace
 
 Status ValidateScenario(const Scenario& s) {
@@ -813,8 +853,10 @@ Status ValidateScenario(const Scenario& s) {
     }
     DCR_ASSIGN_OR_RETURN(Topology topo, TopologyFor(s));
     std::set<int> edges;
+    if (rt.edge_split) DCR_RETURN_IF_ERROR(ValidateEdgeSplit(s, topo));
     for (int e : rt.edge_relays) {
-      if (e > s.receivers.count || topo.parent[e] != 0) {
+      // A split's chain: only its first edge relay is the sender's child (ValidateEdgeSplit).
+      if (!rt.edge_split && (e > s.receivers.count || topo.parent[e] != 0)) {
         return InvalidArgumentError("transport.relay_tree.edge_relays: node " +
                                     std::to_string(e) +
                                     " is not a child of the sender (an edge relay takes the long "
@@ -830,6 +872,10 @@ Status ValidateScenario(const Scenario& s) {
                                     " is not an edge relay (every long-link child must be one)");
       }
     }
+  } else if (rt.edge_split) {
+    return InvalidArgumentError(
+        "transport.relay_tree.edge_split: name the edge relays that split the base in "
+        "transport.relay_tree.edge_relays");
   } else if (s.delta.wan_context && s.mode == RunMode::kReal) {
     for (int r = 1; r <= s.receivers.count; ++r) {
       if (ReceiverDevice(s, r) != "cpu") {

@@ -172,6 +172,12 @@ struct NodePlan {
   // encoding. A sender with edge relays puts the plain form into the store when it fills it
   // (the tree failed or it restarted), so every receiver can recover from there. Empty = none.
   std::vector<int> edge_relays;
+  // An edge relay of a split (dcr/edge_split.h; the edge relays then form a chain from the
+  // sender in the order of `edge_relays`): it transcodes only the context-coded chunks whose ids
+  // lie in [edge_range_first, edge_range_end) and forwards every other record as it is.
+  // edge_range_end == 0 (the default): every chunk.
+  uint64_t edge_range_first = 0;
+  uint64_t edge_range_end = 0;
   // Sender with edge relays: the lag bound of each. Once the bytes it handed to the link for an
   // edge relay (SendDone) and that edge relay has not acknowledged exceed this, the edge relay
   // lags (it transcodes slower than the link delivers): the sender sends it the plain record of

@@ -24,10 +24,15 @@ double ThreadCpuSeconds() {
 // ---- EdgeTranscoder ----
 
 StatusOr<std::unique_ptr<EdgeTranscoder>> EdgeTranscoder::Open(const std::string& base_path,
-                                                               int zstd_level) {
+                                                               int zstd_level,
+                                                               std::optional<EdgeRange> range) {
+  if (range.has_value() && range->end <= range->first) {
+    return InvalidArgumentError("edge relay: empty chunk range [" + std::to_string(range->first) +
+                                ", " + std::to_string(range->end) + ")");
+  }
   auto base = Checkpoint::Open(base_path);
   if (!base.ok()) return base.status().WithContext("edge relay: canonical base");
-  return std::unique_ptr<EdgeTranscoder>(new EdgeTranscoder(std::move(*base), zstd_level));
+  return std::unique_ptr<EdgeTranscoder>(new EdgeTranscoder(std::move(*base), zstd_level, range));
 }
 
 Status EdgeTranscoder::SetHeader(const uint8_t* header, size_t size) {
@@ -35,10 +40,17 @@ Status EdgeTranscoder::SetHeader(const uint8_t* header, size_t size) {
   DCR_ASSIGN_OR_RETURN(FileHeader fh, ParseFileHeader(header, size, &consumed));
   DCR_ASSIGN_OR_RETURN(Inventory inv, Inventory::FromHeader(fh));
   std::vector<TensorBuffer> tensors;
+  std::vector<std::string> names;
   tensors.reserve(inv.tensors.size());
   for (size_t i = 0; i < inv.tensors.size(); ++i) {
     const TensorInfo& want = inv.tensors[i];
     const TensorInfo* have = base_->Find(want.name);
+    names.push_back(want.name);
+    if (have == nullptr && range_.has_value()) {
+      // Another range's tensor: a chunk of this range that covers it is refused (ToPlain).
+      tensors.push_back(TensorBuffer{nullptr, want.num_elements(), want.width(), inv.salts[i]});
+      continue;
+    }
     if (have == nullptr || have->nbytes != want.nbytes || have->width() != want.width()) {
       return FailedPreconditionError("edge relay: the canonical base " +
                                      std::string(have == nullptr ? "lacks tensor '"
@@ -49,6 +61,7 @@ Status EdgeTranscoder::SetHeader(const uint8_t* header, size_t size) {
                                    have->num_elements(), have->width(), inv.salts[i]});
   }
   tensors_ = std::move(tensors);
+  names_ = std::move(names);
   header_set_ = true;
   return Status();
 }
@@ -59,7 +72,18 @@ StatusOr<std::optional<std::vector<uint8_t>>> EdgeTranscoder::ToPlain(const uint
   StatusOr<ChunkHeader> h = ParseChunkHeader(blob, size, &hsize, &rsize);
   // Not a chunk record (a manifest record), or one the receivers refuse themselves: as it is.
   if (!h.ok() || !IsContextCoded(*h)) return std::optional<std::vector<uint8_t>>();
+  if (range_.has_value() && !range_->Contains(h->chunk_id)) {
+    return std::optional<std::vector<uint8_t>>();  // another edge relay's range
+  }
   if (!header_set_) return FailedPreconditionError("edge relay: chunk before the delta header");
+  for (const Segment& sg : h->segments) {
+    if (sg.tensor_index < tensors_.size() && tensors_[sg.tensor_index].data == nullptr) {
+      return FailedPreconditionError(
+          "edge relay: chunk " + std::to_string(h->chunk_id) + " of its range [" +
+          std::to_string(range_->first) + ", " + std::to_string(range_->end) +
+          ") covers tensor '" + names_[sg.tensor_index] + "', which its base lacks");
+    }
+  }
   thread_local std::vector<uint8_t> bits;
   Status g = GatherCoveredBits(*h, tensors_, &bits);
   if (!g.ok()) return g.WithContext("edge relay: chunk " + std::to_string(h->chunk_id));

@@ -30,6 +30,7 @@
 
 #include "dcr/apply.h"
 #include "dcr/checkpoint.h"
+#include "dcr/edge_split.h"
 #include "dcr/relay_policy.h"
 #include "dcr/status.h"
 #include "dcr/statusor.h"
@@ -37,33 +38,47 @@
 namespace dcr::internal {
 
 // The plain form of the records of one delta, against the canonical base it was built from.
+//
+// An edge relay of a split (dcr/edge_split.h) transcodes only the chunks of its range (chunk ids
+// in canonical order) and holds only the base tensors that range covers: its base checkpoint may
+// lack every other tensor of the delta's inventory. Context-coded chunks outside its range travel
+// as they are, for the edge relay of their range further down the chain to transcode.
 class EdgeTranscoder {
  public:
   // Opens the canonical base checkpoint at `base_path` (mapped read-only). `zstd_level`: the
   // sender's DeltaOptions::zstd_level (the plain form is the one BuildDelta writes at it).
-  static StatusOr<std::unique_ptr<EdgeTranscoder>> Open(const std::string& base_path,
-                                                        int zstd_level);
+  // `range`: the chunks this edge relay transcodes; nullopt = every chunk (the base holds every
+  // tensor of the delta).
+  static StatusOr<std::unique_ptr<EdgeTranscoder>> Open(
+      const std::string& base_path, int zstd_level,
+      std::optional<EdgeRange> range = std::nullopt);
 
   // The delta's header blob: binds every tensor of its inventory to the base's tensor of that
-  // name. Errors: kDataLoss for a malformed header; kFailedPrecondition when the base lacks a
-  // tensor of the inventory or holds it with another size (not the delta's base).
+  // name. Errors: kDataLoss for a malformed header; kFailedPrecondition when the base holds a
+  // tensor of the inventory with another size, or (without a range) lacks one: not the delta's
+  // base. With a range a tensor the base lacks is refused only by a chunk of the range that
+  // covers it (ToPlain).
   Status SetHeader(const uint8_t* header, size_t size);
   bool has_header() const { return header_set_; }
 
-  // The plain record of chunk blob `blob` (size bytes) when it is a context-coded chunk record;
-  // nullopt for anything else (a plain record, a manifest record), which travels as it is.
-  // Errors: those of ContextChunkToPlain (kDataLoss, kFailedPrecondition for a base that is not
-  // the chunk's), kFailedPrecondition before SetHeader.
+  // The plain record of chunk blob `blob` (size bytes) when it is a context-coded chunk record of
+  // this transcoder's range; nullopt for anything else (a plain record, a manifest record, a
+  // chunk of another range), which travels as it is. Errors: those of ContextChunkToPlain
+  // (kDataLoss, kFailedPrecondition for a base that is not the chunk's), kFailedPrecondition
+  // before SetHeader or for a chunk of the range covering a tensor the base lacks.
   StatusOr<std::optional<std::vector<uint8_t>>> ToPlain(const uint8_t* blob, size_t size) const;
 
  private:
-  EdgeTranscoder(std::unique_ptr<Checkpoint> base, int zstd_level)
-      : base_(std::move(base)), zstd_level_(zstd_level) {}
+  EdgeTranscoder(std::unique_ptr<Checkpoint> base, int zstd_level,
+                 std::optional<EdgeRange> range)
+      : base_(std::move(base)), zstd_level_(zstd_level), range_(range) {}
 
   std::unique_ptr<Checkpoint> base_;
   int zstd_level_;
+  std::optional<EdgeRange> range_;
   bool header_set_ = false;
-  std::vector<TensorBuffer> tensors_;  // the base's bits per inventory tensor
+  std::vector<TensorBuffer> tensors_;  // the base's bits per inventory tensor (null: not held)
+  std::vector<std::string> names_;     // the inventory's tensor names
 };
 
 // Which pieces of each blob have arrived (pieces of `piece_bytes`, as the parent cuts them).

@@ -11,10 +11,13 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 
 #include "dcr/checkpoint.h"
 #include "dcr/context.h"
 #include "dcr/delta.h"
+#include "dcr/edge_split.h"
+#include "dcr/format.h"
 #include "dcr/testing/fixtures.h"
 #include "internal/context_codec.h"
 
@@ -167,6 +170,108 @@ TEST(EdgeTranscoderTest, ARecordWiderThanItsTensorIsRefusedBeforeAllocating) {
 }
 
 // The ingress over pieces in a shuffled order (header last): what it hands on is the plain stream.
+// The base of one edge relay of a split: the tensors of `base` that the context-coded chunks of
+// `range` cover, and none other, written as a checkpoint of its own under the fixtures' folder.
+std::string PartialBase(const std::vector<std::pair<BlobKind, std::vector<uint8_t>>>& ctx,
+                        const EdgeRange& range, int k) {
+  size_t consumed = 0;
+  auto fh = ParseFileHeader(ctx[0].second.data(), ctx[0].second.size(), &consumed);
+  EXPECT_TRUE(fh.ok());
+  auto inv = Inventory::FromHeader(*fh);
+  EXPECT_TRUE(inv.ok());
+  std::set<std::string> names;
+  for (size_t i = 1; i + 1 < ctx.size(); ++i) {
+    size_t hs = 0, rs = 0;
+    auto h = ParseChunkHeader(ctx[i].second.data(), ctx[i].second.size(), &hs, &rs);
+    if (!h.ok() || !range.Contains(h->chunk_id)) continue;
+    for (const Segment& sg : h->segments) names.insert(inv->tensors[sg.tensor_index].name);
+  }
+  auto base = Checkpoint::Open(Checkpoints().base);
+  EXPECT_TRUE(base.ok());
+  std::vector<TensorView> views;
+  for (const TensorInfo& t : (*base)->tensors()) {
+    if (names.count(t.name) == 0) continue;
+    views.push_back(TensorView{t.name, t.dtype_name, t.shape, (*base)->data(t), t.nbytes});
+  }
+  const std::string path = Checkpoints().dir + "/range-" + std::to_string(k) + ".safetensors";
+  EXPECT_TRUE(WriteSafetensors(path, views).ok());
+  return path;
+}
+
+// Chunk ids and the dense bytes of the cells the records of a delta cover.
+std::vector<uint64_t> ChunkDense(const std::vector<std::pair<BlobKind, std::vector<uint8_t>>>& b) {
+  std::vector<uint64_t> dense;
+  for (size_t i = 1; i + 1 < b.size(); ++i) {
+    size_t hs = 0, rs = 0;
+    auto h = ParseChunkHeader(b[i].second.data(), b[i].second.size(), &hs, &rs);
+    if (!h.ok()) continue;  // a manifest record
+    if (dense.size() <= h->chunk_id) dense.resize(h->chunk_id + 1, 0);
+    dense[h->chunk_id] = h->num_elements * h->elem_width;
+  }
+  return dense;
+}
+
+TEST(EdgeTranscoderTest, AChainOfRangeTranscodersGivesThePlainStream) {
+  const auto ctx = Build(true), plain = Build(false);
+  ASSERT_EQ(ctx.size(), plain.size());
+  auto ranges = SplitChunkRanges(ChunkDense(ctx), 3);
+  ASSERT_TRUE(ranges.ok()) << ranges.status().ToString();
+  // Each edge relay of the chain replaces the context records of its range; the rest pass.
+  std::vector<std::vector<uint8_t>> stream;
+  for (const auto& b : ctx) stream.push_back(b.second);
+  std::vector<int> per_range(3, 0);
+  for (int k = 0; k < 3; ++k) {
+    const std::string base = PartialBase(ctx, (*ranges)[k], k);
+    auto held = Checkpoint::Open(base);
+    ASSERT_TRUE(held.ok());
+    // a.weight is 81% of the dense bytes: the first two ranges lie in it and hold it alone.
+    if (k < 2) EXPECT_EQ((*held)->tensors().size(), 1u) << "range " << k;
+    auto t = EdgeTranscoder::Open(base, 1, (*ranges)[k]);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    ASSERT_TRUE((*t)->SetHeader(stream[0].data(), stream[0].size()).ok());
+    for (size_t i = 1; i + 1 < stream.size(); ++i) {
+      auto p = (*t)->ToPlain(stream[i].data(), stream[i].size());
+      ASSERT_TRUE(p.ok()) << "range " << k << ", blob " << i << ": " << p.status().ToString();
+      if (!p->has_value()) continue;
+      ++per_range[k];
+      stream[i] = std::move(**p);
+    }
+  }
+  for (int k = 0; k < 3; ++k) EXPECT_GT(per_range[k], 0) << "range " << k << " transcoded none";
+  // Header and trailer are the context delta's (the sender's, forwarded as they are).
+  for (size_t i = 1; i + 1 < stream.size(); ++i) {
+    EXPECT_EQ(stream[i], plain[i].second) << "blob " << i << " is not the plain encoder's";
+  }
+}
+
+TEST(EdgeTranscoderTest, ARangeWhoseBaseLacksItsTensorIsRefused) {
+  const auto ctx = Build(true);
+  auto ranges = SplitChunkRanges(ChunkDense(ctx), 3);
+  ASSERT_TRUE(ranges.ok());
+  // The base of range 0 given to the edge relay of the last range.
+  const std::string base = PartialBase(ctx, (*ranges)[0], 10);
+  auto t = EdgeTranscoder::Open(base, 1, (*ranges)[2]);
+  ASSERT_TRUE(t.ok());
+  ASSERT_TRUE((*t)->SetHeader(ctx[0].second.data(), ctx[0].second.size()).ok());
+  bool refused = false;
+  for (size_t i = 1; i + 1 < ctx.size() && !refused; ++i) {
+    auto p = (*t)->ToPlain(ctx[i].second.data(), ctx[i].second.size());
+    if (p.ok()) continue;
+    refused = true;
+    EXPECT_EQ(p.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(p.status().message().find("which its base lacks"), std::string::npos)
+        << p.status().message();
+  }
+  EXPECT_TRUE(refused);
+  // Without a range, a base that lacks a tensor of the delta is refused at the header.
+  auto whole = EdgeTranscoder::Open(base, 1);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ((*whole)->SetHeader(ctx[0].second.data(), ctx[0].second.size()).code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(EdgeTranscoder::Open(base, 1, EdgeRange{4, 4, 0}).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST(EdgeIngressTest, ShuffledPiecesGiveThePlainStream) {
   const auto ctx = Build(true), plain = Build(false);
   const uint64_t piece = 1000;

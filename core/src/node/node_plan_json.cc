@@ -115,6 +115,10 @@ std::string NodePlanToJson(const NodePlan& p) {
   j["context_classes"] = p.context_classes;
   if (!p.edge_relays.empty()) j["edge_relays"] = p.edge_relays;
   if (p.edge_lag_bytes > 0) j["edge_lag_bytes"] = p.edge_lag_bytes;
+  if (p.edge_range_end > 0) {
+    j["edge_range_first"] = p.edge_range_first;
+    j["edge_range_end"] = p.edge_range_end;
+  }
   j["build_threads"] = p.build_threads;
   j["full_slice_bytes"] = p.full_slice_bytes;
   j["shuffle_seed"] = p.shuffle_seed;
@@ -220,6 +224,10 @@ StatusOr<NodePlan> NodePlanFromJson(const std::string& text) {
     if (j.contains("context_classes")) p.context_classes = j["context_classes"].get<int>();
     if (j.contains("edge_relays")) p.edge_relays = j["edge_relays"].get<std::vector<int>>();
     if (j.contains("edge_lag_bytes")) p.edge_lag_bytes = j["edge_lag_bytes"].get<uint64_t>();
+    if (j.contains("edge_range_end")) {
+      p.edge_range_first = j.at("edge_range_first").get<uint64_t>();
+      p.edge_range_end = j["edge_range_end"].get<uint64_t>();
+    }
     p.build_threads = j.at("build_threads").get<int>();
     p.full_slice_bytes = j.at("full_slice_bytes").get<uint64_t>();
     if (j.contains("shuffle_seed")) p.shuffle_seed = j["shuffle_seed"].get<uint64_t>();

@@ -412,8 +412,13 @@ Status SocketNode::Reencode(NodeId child, BlobId id) {
 }
 
 Status SocketNode::StartEdgeIngress() {
-  DCR_ASSIGN_OR_RETURN(std::unique_ptr<internal::EdgeTranscoder> t,
-                       internal::EdgeTranscoder::Open(plan_.receiver_base_path, plan_.zstd_level));
+  std::optional<EdgeRange> range;
+  if (plan_.edge_range_end > 0) {
+    range = EdgeRange{plan_.edge_range_first, plan_.edge_range_end, 0};
+  }
+  DCR_ASSIGN_OR_RETURN(
+      std::unique_ptr<internal::EdgeTranscoder> t,
+      internal::EdgeTranscoder::Open(plan_.receiver_base_path, plan_.zstd_level, range));
   internal::EdgeIngress::Callbacks cb;
   cb.replace = [this](const BlobInfo& info, std::vector<uint8_t> bytes) {
     auto b = std::make_shared<BlobBuf>();

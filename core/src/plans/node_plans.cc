@@ -9,7 +9,10 @@
 #include <set>
 #include <string>
 
+#include "dcr/checkpoint.h"
+#include "dcr/delta.h"
 #include "dcr/device.h"
+#include "dcr/edge_split.h"
 #include "dcr/hash.h"
 #include "dcr/relay_policy.h"
 #include "dcr/status_macros.h"
@@ -119,6 +122,25 @@ StatusOr<std::vector<NodePlan>> MakePlans(const Scenario& s, Method method, Tran
   std::string ids = std::string(TransportKindName(transport)) + '\n' + store_prefix + '\n' + store;
   for (const std::string& a : addresses) ids += '\n' + a;
   const uint64_t run_id = BytesHash128(ids.data(), ids.size()).lo;
+  // Edge relays split by chunk range: the ranges of the base's chunk grid (the grid is the
+  // same for every version of the model).
+  std::vector<EdgeRange> edge_ranges;
+  const RelayTreeSpec& split_rt = s.transport.relay_tree;
+  if (transport == TransportKind::kRelayTree && split_rt.edge_split &&
+      method == Method::kDelta) {
+    auto ck = Checkpoint::Open(base);
+    if (!ck.ok()) return ck.status().WithContext("transport.relay_tree.edge_split: the base");
+    DeltaOptions grid_options;
+    grid_options.chunk_elems = s.delta.chunk_elems;
+    std::vector<uint64_t> dense;
+    for (const GridCell& c : BuildGrid(Inventory::FromCheckpoint(**ck), grid_options)) {
+      if (dense.size() <= c.chunk_id) dense.resize(c.chunk_id + 1, 0);
+      dense[c.chunk_id] = c.num_elements * c.width;
+    }
+    auto ranges = SplitChunkRanges(dense, static_cast<int>(split_rt.edge_relays.size()));
+    if (!ranges.ok()) return ranges.status().WithContext("transport.relay_tree.edge_split");
+    edge_ranges = std::move(*ranges);
+  }
   std::vector<NodePlan> plans;
   for (int r = 0; r < n; ++r) {
     NodePlan p;
@@ -162,6 +184,11 @@ StatusOr<std::vector<NodePlan>> MakePlans(const Scenario& s, Method method, Tran
     if (transport == TransportKind::kRelayTree) {
       const RelayTreeSpec& rt = s.transport.relay_tree;
       p.edge_relays = rt.edge_relays;
+      for (size_t k = 0; k < edge_ranges.size(); ++k) {
+        if (rt.edge_relays[k] != r) continue;
+        p.edge_range_first = edge_ranges[k].first;
+        p.edge_range_end = edge_ranges[k].end;
+      }
       if (!rt.edge_relays.empty()) {
         p.edge_lag_bytes = rt.edge_lag > 0 ? rt.edge_lag
                                            : 4 * rt.window * static_cast<uint64_t>(rt.streams);
@@ -345,7 +372,13 @@ void AddRecovery(const std::string& state_dir, const std::string& region_store,
     p.state_dir = state_dir;
     if (p.transport == "relay_tree" && p.store.empty()) {
       p.store = region_store;
-      p.mirror_to_store = p.rank != 0 && p.parents[p.rank] == 0;
+      // The first node in the region that holds the plain stream mirrors it: the sender's
+      // child, or the last edge relay of a split's chain (the ones before it forward context
+      // records of later ranges).
+      const bool split = p.edge_relays.size() > 1 &&
+                         p.parents[static_cast<size_t>(p.edge_relays[1])] == p.edge_relays[0];
+      p.mirror_to_store = p.rank != 0 && (split ? p.rank == p.edge_relays.back()
+                                                : p.parents[p.rank] == 0);
     }
   }
 }

@@ -117,6 +117,13 @@ struct RelayTreeSpec {
   // subtrees (NodePlan::edge_relays). Empty = none: every receiver decodes the context-coded
   // delta against its own base.
   std::vector<int> edge_relays;
+  // The edge relays split the base's decoding by chunk range (dcr/edge_split.h): they form a
+  // chain in the order listed (the first the sender's only child, each next the only child of
+  // the one before), edge relay k transcodes only the context-coded chunks of range k (ranges
+  // balanced by dense bytes, NodePlan::edge_range_first/end) and forwards the others as they
+  // are; the last one's subtree gets the plain stream. Each must be a cpu receiver (it applies
+  // the records of later ranges in their context form against its own base). Default false.
+  bool edge_split = false;
   // Lag bound of an edge relay (NodePlan::edge_lag_bytes): bytes the sender handed to the link
   // for it that it has not acknowledged; past it the sender sends the plain form of every chunk
   // not yet started on that edge. 0 (default) = 4 x window x streams.
