@@ -228,16 +228,16 @@ Status ReportCollector::Add(int child, const ReportRecord& record) {
     return FailedPreconditionError("child node " + std::to_string(child) + " reported rank " +
                                    std::to_string(rep.rank) + " for " + ids);
   }
+  if (verifier_) {  // who made the record, before what it says
+    Status v = verifier_(record);
+    if (!v.ok()) return v.WithContext("child node " + std::to_string(child));
+  }
   if (rep.ok && expected_commitment_) {
     const std::string why = CommitmentMismatch(rep, expected_commitment_());
     if (!why.empty()) {
       return FailedPreconditionError("child node " + std::to_string(child) + " reported rank " +
                                      std::to_string(rep.rank) + " committed, but " + why);
     }
-  }
-  if (verifier_) {
-    Status v = verifier_(record);
-    if (!v.ok()) return v.WithContext("child node " + std::to_string(child));
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (!ranks_.insert(rep.rank).second) {

@@ -68,8 +68,15 @@ Status SocketNode::Run() {
   r->pid = static_cast<int64_t>(getpid());
   t0_ = SteadyNow();
   deadline_ = t0_ + plan_.timeout_s;
-  // The sender keeps a committed report only when it carries the commitment root it signed.
-  if (plan_.rank == 0) links_.ExpectCommitment([this] { return builder_.signed_commitment(); });
+  // The sender keeps a committed report only when it carries the commitment root it signed; a
+  // signing sender refuses one that comes before its root exists (no trailer was sent yet:
+  // all-zero stands for that root, which no report carries).
+  if (plan_.rank == 0) {
+    links_.ExpectCommitment([this]() -> std::optional<Sha256Digest> {
+      if (plan_.signing_key.empty()) return builder_.signed_commitment();
+      return builder_.signed_commitment().value_or(Sha256Digest{});
+    });
+  }
   state_.UpdateMetrics([&](internal::NodeMetrics* m) {
     m->rank = plan_.rank;
     m->run_id = plan_.run_id;
