@@ -74,10 +74,10 @@ DCR_REGISTER_COMMAND(
             DCR_RETURN_IF_ERROR(VerifyDeltaFile(
                 d, trust, a->check_run ? std::optional<uint64_t>(a->run_id) : std::nullopt,
                 &commitment));
-            if (a->verify && !commitment.root) {
+            if (!commitment.root) {  // the chain and the additive hash prove nothing alone
               return FailedPreconditionError(
                   "the signed delta carries no commitment of its target (its final manifest has "
-                  "no commitment root), so --verify cannot prove the output");
+                  "no commitment root), so the output cannot be proven: refused");
             }
           }
           return Status();

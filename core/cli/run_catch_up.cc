@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "dcr/commitment.h"
 #include "dcr/status_macros.h"
 #include "transport/tls.h"
 
@@ -147,6 +148,7 @@ bool CollectRegionReceiver(const NodeResult& sender, const NodeResult& r, bool h
   rec->verify_message = r.ok ? r.verify_message : r.error;
   rec->commit_at_s = r.t_commit > 0 ? r.t_commit - sender.t_first_blob : 0;
   rec->bytes_received = r.bytes_received;
+  std::string report_root;
   for (const CommitReport& c : sender.reports) {
     if (c.rank != r.rank) continue;
     rec->reported = true;
@@ -154,12 +156,15 @@ bool CollectRegionReceiver(const NodeResult& sender, const NodeResult& r, bool h
     rec->report_version = c.version;
     rec->report_hash = c.target_hash.ToHex();
     rec->report_error = c.error;
+    report_root = c.commitment ? CommitmentHex(*c.commitment) : std::string();
   }
   if (!dead.empty()) {
     rec->verify_message += "; counted out of the joint commit by the sender (" + dead + ")";
     return false;
   }
-  const bool hash_ok = rec->report_hash == sender.target_hash.ToHex();
+  // The commitment root the sender signed is the proof; unsigned, the content hash it published.
+  const bool hash_ok = sender.commitment.empty() ? rec->report_hash == sender.target_hash.ToHex()
+                                                 : report_root == sender.commitment;
   if (!(rec->reported && rec->report_ok && hash_ok)) rec->committed = false;
   return true;
 }

@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dcr/checkpoint.h"
+#include "dcr/commitment.h"
 #include "dcr/delta.h"
 #include "dcr/status_macros.h"
 #include "dcr/testing/synth.h"
@@ -736,7 +737,8 @@ ReceiverTotals CollectReceivers(const std::vector<NodeResult>& results,
     rec.bytes_received = r.bytes_received;
     if (transport == TransportKind::kRelayTree) {
       // Committed as the sender knows it: its own report reached the sender, for this version,
-      // with the content hash the sender published.
+      // with the commitment root the sender signed (unsigned: the content hash it published).
+      std::string report_root;
       for (const CommitReport& c : sender.reports) {
         if (c.rank != r.rank) continue;
         rec.reported = true;
@@ -744,15 +746,22 @@ ReceiverTotals CollectReceivers(const std::vector<NodeResult>& results,
         rec.report_version = c.version;
         rec.report_hash = c.target_hash.ToHex();
         rec.report_error = c.error;
+        report_root = c.commitment ? CommitmentHex(*c.commitment) : std::string();
       }
-      const bool hash_ok = sender.target_hash == Hash128{} ||
+      const bool root_ok = sender.commitment.empty() || report_root == sender.commitment;
+      const bool hash_ok = !sender.commitment.empty() || sender.target_hash == Hash128{} ||
                            rec.report_hash == sender.target_hash.ToHex();
-      if (!(rec.reported && rec.report_ok && rec.report_version == plans[i].version && hash_ok)) {
+      if (!(rec.reported && rec.report_ok && rec.report_version == plans[i].version && hash_ok &&
+            root_ok)) {
         rec.committed = false;
         if (rec.verify_message.empty() || r.ok) {
           rec.verify_message += std::string(rec.verify_message.empty() ? "" : "; ") +
                                 (!rec.reported     ? "no commit report reached the sender"
                                  : !rec.report_ok  ? "reported a failure: " + rec.report_error
+                                 : !root_ok        ? "reported commitment " +
+                                                       (report_root.empty() ? "none"
+                                                                            : report_root) +
+                                                       ", the sender signed " + sender.commitment
                                  : !hash_ok        ? "reported content hash " + rec.report_hash +
                                                        ", the sender published " +
                                                        sender.target_hash.ToHex()

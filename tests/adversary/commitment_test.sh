@@ -9,6 +9,8 @@
 #   - onto the forged base (the base hash and the target hash both match) it is refused (exit 14),
 #     naming the first wrong range (tensor and bytes), with no output file; without --verify too;
 #   - `dcr verify --trust PUB DELTA CHECKPOINT` says the same of the genuine and the forged target;
+#   - a delta the trainer signed without a commitment root (the pinned golden v6_signed.dcr, whose
+#     key is the seed 0..31 one): `dcr apply --trust` refuses it (exit 14), nothing written;
 #   - a `dcr node` store downloader trusting the trainer's key, holding the forged base: the honest
 #     signed upload is refused at commit (exit 14) naming the first wrong range, nothing committed,
 #     no version floor written; holding the genuine base it commits.
@@ -62,6 +64,21 @@ check unsigned-apply-of-forged-base 0 $?   # no signature, no commitment: the ch
 "$dcr" verify --trust "$pub" "$tmp/good.dcr" "$tmp/forged-target.st" > "$tmp/v.out" 2>&1
 check verify-forged-target-14 14 $?
 has verify-forged-target-names-range "$tmp/v.out" "first wrong range: tensor lm_head.weight"
+
+echo "== a signed delta without a commitment (the pinned v6_signed.dcr, key of seed 0..31, run 1)"
+# The trainer's own signature, but no commitment root: nothing proves the output, so a receiver
+# holding the trust key refuses it (exit 14, no output file).
+python3 -c "
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives import serialization as s
+k = Ed25519PrivateKey.from_private_bytes(bytes(range(32)))
+open('$tmp/seed.pub', 'wb').write(k.public_key().public_bytes(s.Encoding.PEM, s.PublicFormat.SubjectPublicKeyInfo))
+"; check seed-pub 0 $?
+golden="$(dirname "$0")/../golden"
+"$dcr" apply "$golden/base.safetensors" "$golden/v6_signed.dcr" -o "$tmp/nocommit.st" \
+  --trust "$tmp/seed.pub" --run-id 1 -q 2>"$tmp/err"; check no-commitment-exit-14 14 $?
+has no-commitment-says "$tmp/err" "the signed delta carries no commitment of its target"
+[ ! -e "$tmp/nocommit.st" ]; check no-commitment-no-output 0 $?
 
 echo "== dcr node downloader holding the forged base"
 dcr_abs=$(cd "$(dirname "$dcr")" && pwd)/$(basename "$dcr")

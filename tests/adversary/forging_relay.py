@@ -23,7 +23,10 @@ HEADER = "<IBBHIIQQQQQQ"  # magic type kind protocol from_rank stream run versio
 
 
 def record(rank, run, version):
-    body = struct.pack("<IIQQQQI", rank, 0, run, version, 0x1234, 0x5678, 0)
+    # Format 2 (core/src/node/commit_reports.h): the additive hash, the format marker and
+    # number, a made-up commitment root, no message; no tail (unsigned).
+    body = struct.pack("<IIQQQQII", rank, 0, run, version, 0x1234, 0x5678, 0xFFFFFFFF, 2)
+    body += bytes(range(1, 33)) + struct.pack("<I", 0)
     return struct.pack("<I", len(body)) + body + struct.pack("<I", 0)
 
 

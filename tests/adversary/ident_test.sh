@@ -5,7 +5,8 @@
 #   - GC trusts only signed versions: on a store a real long-lived signed run filled (versions
 #     1-3), `dcr gc` without --trust is refused (nothing deleted); one empty planted
 #     `gc-removing` object on the committed version and two planted fake versions (a parsable
-#     header of versions 100 and 101 and a trailer each) are listed as unsigned and never acted
+#     header of versions 100 and 101 and a trailer each) and an unsigned full frame of version
+#     102 (kFlagNoBase, as a holder's catch-up frame is) are listed as unsigned and never acted
 #     on: the committed version stays, bit-exact for the receiver that holds it;
 #   - cross-deployment replay: deployment A's signed delta left at the store prefix a receiver of
 #     deployment B (the same trainer key, another `dcr keys` deployment id) reads is refused
@@ -92,6 +93,23 @@ for v in (100, 101):
     open(os.path.join(d, "0000000000.hdr"), "wb").write(b[:n])
     open(os.path.join(d, "0000000001.trl"), "wb").write(b"DCRT" + bytes(60))
 PY
+# An unsigned full frame of version 102 (kFlagNoBase; what a catch-up frame or a composed delta
+# from a holder looks like, or a planted one): listed as unsigned and left in the store.
+"$dcr" diff --full "$ck/step3.safetensors" -o "$tmp/frame.dcr" --target-version 102 -q
+check frame-diff 0 $?
+"$py" - "$tmp/frame.dcr" "$tmp/st/$R" <<'PY'; check frame-planted 0 $?
+import os, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = 48
+(sections,) = struct.unpack_from("<I", b, n); n += 4
+for _ in range(sections):
+    kind, size = struct.unpack_from("<II", b, n); n += 8 + size
+n += 16
+d = os.path.join(sys.argv[2], "step-102")
+os.makedirs(d)
+open(os.path.join(d, "0000000000.hdr"), "wb").write(b[:n])
+open(os.path.join(d, "0000000001.trl"), "wb").write(b"DCRT" + bytes(60))
+PY
 "$dcr" gc --store "dir:$tmp/st" --root "$R" --keep 1 --trust "$tmp/A/trainer.pub" \
   --json "$tmp/gc2.json" > "$tmp/gc2.out" 2>&1; check gc-fakes-exit 0 $?
 "$py" - "$tmp/gc2.json" "$R" <<'PY'; check gc-fakes-ignored 0 $?
@@ -100,12 +118,14 @@ r = json.load(open(sys.argv[1]))
 v = {x["prefix"].replace(sys.argv[2], "R"): x for x in r["versions"]}
 assert r["committed"] == 3, r
 assert v["R/step-3"]["decision"] == "needed", v
-for f in ("R/step-100", "R/step-101"):
+for f in ("R/step-100", "R/step-101", "R/step-102"):
     assert v[f]["decision"] == "unsigned" and "header is not signed" in v[f]["why"], v[f]
+assert v["R/step-102"]["full_frame"] and not v["R/step-100"]["full_frame"], v["R/step-102"]
 PY
 has gc-fakes-named "$tmp/gc2.out" "unsigned  not a version the trainer signed"
 ls "$tmp/st/$R/step-3" | grep -q trl; check gc-fakes-committed-kept 0 $?
 [ -e "$tmp/st/$R/step-100/0000000000.hdr" ]; check gc-fakes-not-acted-on 0 $?
+[ -e "$tmp/st/$R/step-102/0000000000.hdr" ]; check gc-unsigned-frame-left 0 $?
 has gc-held-version-verified "$(ls -d "$tmp"/h1/state/deployment-*)/node-1-v3.json" '"verified": true'
 ls "$tmp"/h1/state/deployment-*/v3/rank-1.committed.safetensors > /dev/null; check gc-state-scoped 0 $?
 

@@ -20,7 +20,10 @@ def read_exact(conn, n):
 
 
 def record(rank, run, version, lo=0, hi=0):
-    body = struct.pack("<IIQQQQI", rank, 0, run, version, lo, hi, 0)
+    # Format 2 (core/src/node/commit_reports.h): the additive hash, the format marker and
+    # number, no commitment root (zeros), no message; no tail (unsigned).
+    body = struct.pack("<IIQQQQII", rank, 0, run, version, lo, hi, 0xFFFFFFFF, 2)
+    body += bytes(32) + struct.pack("<I", 0)
     return struct.pack("<I", len(body)) + body + struct.pack("<I", 0)
 
 

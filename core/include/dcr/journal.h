@@ -219,6 +219,8 @@ class JournaledReceiver : public Receiver {
   // Journals the chunk as applied (Begin and End records), then tells the inner receiver.
   Status MarkApplied(uint64_t chunk_id, const Hash128& version_delta) override;
   Status Verify(const Checkpoint& target) const override { return inner_->Verify(target); }
+  // The inner receiver's storage (what a commitment is computed over).
+  const Receiver* storage() const override { return inner_->storage(); }
   // The journal's committed version (the inner receiver's if the journal has none).
   VersionId held() const override;
   bool in_delta() const override;

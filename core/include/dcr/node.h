@@ -36,10 +36,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "dcr/delta.h"
+#include "dcr/manifest.h"
 #include "dcr/relay_policy.h"
 #include "dcr/status.h"
 #include "dcr/statusor.h"
@@ -286,15 +288,19 @@ struct NodePlan {
 StatusOr<std::unique_ptr<NodePolicy>> MakeNodePolicy(const NodePlan& plan);
 
 // One applying node's commit report (relay tree), as it travels up the tree to the sender: the
-// rank, the run and version it applied, the content hash (hash.h) its storage holds after the
-// commit, or why it failed. Full-stream receivers carry no content hash (zero). Each node
-// reports its own; relays forward their children's verbatim and never make one for another rank
-// (wire form: core/src/node/commit_reports.h).
+// rank, the run and version it applied, the commitment root (dcr/commitment.h) and the content
+// hash (hash.h) of what its storage holds after the commit, or why it failed. The root is the
+// proof a sender compares with the one it signed; the content hash is bookkeeping only (a
+// checksum, forgeable). Full-stream receivers carry no content hash (zero) and a receiver that
+// neither checked nor computed a root carries none (nullopt). Each node reports its own; relays
+// forward their children's verbatim and never make one for another rank (wire form:
+// core/src/node/commit_reports.h).
 struct CommitReport {
   int rank = 0;
   uint64_t run = 0;
   uint64_t version = 0;
   Hash128 target_hash;
+  std::optional<Sha256Digest> commitment;
   bool ok = false;
   StatusCode code = StatusCode::kOk;  // the failure's code when !ok
   std::string error;                  // the failure's message when !ok

@@ -292,11 +292,11 @@ struct TrustOptions {
   // delivery) are held in memory up to this many bytes; beyond it kResourceExhausted. Default
   // 1 GiB.
   uint64_t max_pending_bytes = uint64_t{1} << 30;
-  // When the signed final manifest carries a commitment (dcr/commitment.h), Commit recomputes
-  // the commitment of what the inner receiver holds after apply (HeldCommitment: host or device
-  // storage) and refuses the commit unless it is the signed root, naming the first wrong range.
-  // Storage whose commitment cannot be computed (kUnimplemented) is committed on the signed
-  // chunk chain alone. Default true.
+  // With a key, Commit recomputes the commitment (dcr/commitment.h) of what the inner receiver
+  // holds after apply (HeldCommitment: host or device storage) and refuses the commit unless it
+  // is the root the final manifest signed, naming the first wrong range; a signed delta without
+  // a commitment, and storage whose commitment cannot be computed (e.g. a serving replica), are
+  // refused (kFailedPrecondition / kUnimplemented). False: the chain alone. Default true.
   bool check_commitment = true;
   // Workers for that pass (0 = hardware concurrency). Default 0.
   int commitment_threads = 0;
@@ -309,9 +309,9 @@ struct TrustOptions {
 // Begin refuses an unsigned delta and one below the version floor; ApplyRecord verifies a
 // manifest record or a chunk's SHA-256 against it before the inner receiver sees the chunk (a
 // chunk that arrived before its manifest waits, and is applied when the manifest is); Commit
-// refuses a trailer the final manifest does not describe and, when the final manifest signs a
-// commitment, storage whose commitment is not that root (kFailedPrecondition naming the first
-// wrong range; the delta stays in progress, as after any refused Commit), commits the inner
+// refuses a trailer the final manifest does not describe, a final manifest without a commitment
+// and storage whose commitment is not the signed root (TrustOptions::check_commitment; naming the
+// first wrong range; the delta stays in progress, as after any refused Commit), commits the inner
 // receiver, then records the version floor. Refused records leave the inner receiver untouched.
 // Without a key it forwards chunks as they come and skips manifest records (an unsigned receiver
 // of a signed stream), still checking the floor.

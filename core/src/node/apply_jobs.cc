@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "dcr/commitment.h"
 #include "dcr/delta.h"
 #include "dcr/device.h"
 #include "dcr/node.h"
@@ -63,6 +64,14 @@ Status ApplyJobs::Open(const NodePlan& plan, int starts, std::unique_ptr<Receive
 std::optional<Sha256Digest> ApplyJobs::committed_commitment() const {
   const auto* trusted = dynamic_cast<const TrustedReceiver*>(backend_.get());
   return trusted != nullptr ? trusted->committed_commitment() : std::nullopt;
+}
+
+std::optional<Sha256Digest> ApplyJobs::ReportedCommitment(bool compute) const {
+  if (auto checked = committed_commitment()) return checked;
+  if (!compute || backend_ == nullptr || backend_->in_delta()) return std::nullopt;
+  StatusOr<Commitment> held = HeldCommitment(*backend_, 0);
+  if (!held.ok()) return std::nullopt;
+  return held->root;
 }
 
 Status ApplyJobs::Adopt(std::unique_ptr<Receiver> backend, const NodePlan& plan) {

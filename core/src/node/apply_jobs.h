@@ -60,6 +60,11 @@ class ApplyJobs {
   // The trainer's signed commitment root the last commit found the storage to hold
   // (TrustedReceiver::committed_commitment); nullopt when none was checked.
   std::optional<Sha256Digest> committed_commitment() const;
+  // The commitment root a commit report names (commit_reports.h): committed_commitment(), else,
+  // when `compute` (the report is signed, so a sender may hold it as proof), the root of what
+  // the storage holds, computed now (one SHA-256 pass); nullopt when neither is available (a
+  // storage whose commitment cannot be computed, a full-stream receiver).
+  std::optional<Sha256Digest> ReportedCommitment(bool compute) const;
   void Stop() { pool_.Stop(); }
   // The receiver's version floor (plan.version_floor_path); null without one.
   const VersionFloor* floor() const { return floor_.get(); }

@@ -344,12 +344,14 @@ StatusOr<std::unique_ptr<Checkpoint>> FetchFullFrameCheckpoint(ObjectStore* stor
 }
 
 Status PutRegionReport(ObjectStore* store, const std::string& prefix, int rank, uint64_t run,
-                       uint64_t version, const Hash128& hash, const TlsContext* signer) {
+                       uint64_t version, const Hash128& hash,
+                       const std::optional<Sha256Digest>& root, const TlsContext* signer) {
   CommitReport r;
   r.rank = rank;
   r.run = run;
   r.version = version;
   r.target_hash = hash;
+  r.commitment = root;
   r.ok = true;
   ReportRecord record = EncodeReportRecord(r);
   if (signer != nullptr) {
@@ -367,8 +369,9 @@ StatusOr<bool> RestoreRegionReport(ObjectStore* store, const std::string& prefix
   DCR_ASSIGN_OR_RETURN(const StoredVersion sv, InspectStoredVersion(store, prefix, version));
   if (!sv.delta_whole && !sv.full_frame) return false;
   DCR_ASSIGN_OR_RETURN(auto held, Checkpoint::Open(held_path));
-  DCR_RETURN_IF_ERROR(
-      PutRegionReport(store, prefix, rank, run, version, held->ContentHash(), signer));
+  DCR_ASSIGN_OR_RETURN(const Commitment root, CheckpointCommitment(*held, 0));
+  DCR_RETURN_IF_ERROR(PutRegionReport(store, prefix, rank, run, version, held->ContentHash(),
+                                      root.root, signer));
   return true;
 }
 
@@ -379,6 +382,10 @@ std::optional<CommitReport> GetRegionReport(ObjectStore* store, const std::strin
   if (!got.ok()) return std::nullopt;
   size_t consumed = 0;
   auto rec = ParseReportRecord(got->data(), got->size(), &consumed);
+  if (!rec.ok() && rec.status().IsFailedPrecondition()) {  // another format
+    if (refused != nullptr) *refused = rec.status().message();
+    return std::nullopt;
+  }
   if (!rec.ok() || rec->report.rank != rank || rec->report.run != run ||
       rec->report.version != version) {
     return std::nullopt;
@@ -475,6 +482,18 @@ NodePlan VersionPlan(const NodePlan& plan, const NodeVersion& v) {
 
 namespace {
 
+// The commitment root `storage` holds: the signed one its last commit checked, else (with
+// `compute`) computed now; nullopt when neither (a storage whose commitment cannot be computed).
+std::optional<Sha256Digest> HeldRoot(const Receiver& storage, bool compute) {
+  if (const auto* trusted = dynamic_cast<const TrustedReceiver*>(&storage)) {
+    if (auto checked = trusted->committed_commitment()) return checked;
+  }
+  if (!compute) return std::nullopt;
+  auto held = HeldCommitment(storage, 0);
+  if (!held.ok()) return std::nullopt;
+  return held->root;
+}
+
 // Loads the full frame of `fv` into *storage (host memory on device "cpu", else the plan's
 // device; behind the plan's trust checks), verifies it and leaves its commit report; `fr` is the
 // version's result, `dense_bytes` gets the frame's tensor bytes.
@@ -529,8 +548,10 @@ Status TakeFullFrame(const NodePlan& plan, ObjectStore* store, const NodeVersion
   std::fprintf(stderr, "receiver %d: full frame of version %llu from the in-region store (%llu bytes)%s: %s\n",
                plan.rank, static_cast<unsigned long long>(fv.version),
                static_cast<unsigned long long>(fr->bytes_received), onto.c_str(), why.c_str());
+  // The root of what it loaded (the frame was checked against the signed one with a trust key).
+  DCR_ASSIGN_OR_RETURN(const Commitment root, HeldCommitment(**storage, 0));
   return PutRegionReport(store, fv.prefix, plan.rank, plan.run_id, fv.version,
-                         (*storage)->held().hash, signer);
+                         (*storage)->held().hash, root.root, signer);
 }
 
 // A recovering region receiver's full frame of `version` made durable: the image of `storage`
@@ -573,6 +594,9 @@ Status RunRegionReceiverVersions(const NodePlan& plan, NodeResult* result) {
   if (!plan.tls_cert.empty()) {
     DCR_ASSIGN_OR_RETURN(signer, TlsContext::Load(plan.tls_ca, plan.tls_cert, plan.tls_key));
   }
+  // Its reports carry the commitment root of what it holds, computed when its commit did not
+  // check one, whenever a sender may take them as proof (signed, or of a signed run).
+  const bool prove = signer != nullptr || !plan.trust_key.empty();
   std::unique_ptr<Receiver> storage;  // null until the first version (or frame) is held
   bool requested = false;
   bool catching_up = false;
@@ -742,14 +766,19 @@ Status RunRegionReceiverVersions(const NodePlan& plan, NodeResult* result) {
           s = c.status();
         } else {
           held = v.version;
+          std::optional<Sha256Digest> root = RootOfHex(r.commitment);
+          if (!root && prove) {
+            auto computed = CheckpointCommitment(**c, 0);
+            if (computed.ok()) root = computed->root;
+          }
           s = PutRegionReport(store.get(), v.prefix, plan.rank, plan.run_id, v.version,
-                              (*c)->ContentHash(), signer.get());
+                              (*c)->ContentHash(), root, signer.get());
         }
       }
     } else if (s.ok() && storage != nullptr) {
       held = storage->held().number;
       s = PutRegionReport(store.get(), v.prefix, plan.rank, plan.run_id, v.version,
-                          storage->held().hash, signer.get());
+                          storage->held().hash, HeldRoot(*storage, prove), signer.get());
     }
     Status w = WriteResultFile(v.result_path, r);
     if (s.ok()) s = w;

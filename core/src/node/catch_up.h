@@ -153,13 +153,17 @@ StatusOr<std::unique_ptr<Checkpoint>> FetchFullFrameCheckpoint(ObjectStore* stor
                                                                uint64_t number, uint64_t* bytes,
                                                                const FrameTrust* trust = nullptr);
 
-// A region receiver's commit report of `version` (committed with `hash`) at
-// RegionReportKey(prefix, rank), signed with `signer` (the receiver's run certificate, tls.h
-// SignReport) when it is set.
+// A region receiver's commit report of `version` at RegionReportKey(prefix, rank): what it holds,
+// its commitment root `root` (nullopt: none known; the sender of a signed version then does not
+// count it) and content hash `hash` (bookkeeping), signed with `signer` (the receiver's run
+// certificate, tls.h SignReport) when it is set.
 Status PutRegionReport(ObjectStore* store, const std::string& prefix, int rank, uint64_t run,
-                       uint64_t version, const Hash128& hash, const TlsContext* signer = nullptr);
+                       uint64_t version, const Hash128& hash,
+                       const std::optional<Sha256Digest>& root,
+                       const TlsContext* signer = nullptr);
 // A restarted region receiver's report of the version it holds, `version` committed as the
-// checkpoint at `held_path`: put (PutRegionReport with that checkpoint's content hash) when the
+// checkpoint at `held_path`: put (PutRegionReport with that checkpoint's commitment root and
+// content hash, computed from it) when the
 // store has no report of `rank` for (run, version) under `prefix` and the version's stream is
 // still there (a prefix that retention collected needs no report). A process killed between
 // recording the version done and putting its report thus leaves none missing. Idempotent: a
@@ -170,7 +174,8 @@ StatusOr<bool> RestoreRegionReport(ObjectStore* store, const std::string& prefix
                                    const TlsContext* signer = nullptr);
 // The report of `rank` for (run, version) under `prefix`, if the store holds one. With `checker`
 // (the sender's run credentials) a report is taken only when `rank` signed it
-// (CheckReportSignature); `refused` (may be null) then gets why one was not.
+// (CheckReportSignature); `refused` (may be null) then gets why one was not. A record of another
+// format (commit_reports.h) is not taken either, and `refused` gets why.
 std::optional<CommitReport> GetRegionReport(ObjectStore* store, const std::string& prefix,
                                             int rank, uint64_t run, uint64_t version,
                                             const TlsContext* checker = nullptr,

@@ -338,14 +338,14 @@ TEST_F(RegionStoreTest, RequestsAreServedOnceAndReportsRoundTrip) {
   EXPECT_EQ(*ServeFullFrameRequests(store_.get(), plan, "run/v1", **holder), 0);
 
   const Hash128 h = (*holder)->held().hash;
-  ASSERT_TRUE(PutRegionReport(store_.get(), "run/v1", 9, 77, 1, h).ok());
+  ASSERT_TRUE(PutRegionReport(store_.get(), "run/v1", 9, 77, 1, h, std::nullopt).ok());
   auto got = GetRegionReport(store_.get(), "run/v1", 9, 77, 1);
   ASSERT_TRUE(got.has_value());
   EXPECT_EQ(got->target_hash, h);
   EXPECT_FALSE(GetRegionReport(store_.get(), "run/v1", 9, 78, 1).has_value());  // other run
   EXPECT_FALSE(GetRegionReport(store_.get(), "run/v1", 9, 77, 2).has_value());  // other version
   // Collection takes ranks outside the tree only, and does not wait past its deadline.
-  ASSERT_TRUE(PutRegionReport(store_.get(), "run/v1", 3, 77, 1, h).ok());
+  ASSERT_TRUE(PutRegionReport(store_.get(), "run/v1", 3, 77, 1, h, std::nullopt).ok());
   auto reports = CollectRegionReports(store_.get(), "run/v1", 77, 1, 7, {9, 10}, 0.05);
   ASSERT_EQ(reports.size(), 1u);
   EXPECT_EQ(reports[0].rank, 9);
@@ -374,7 +374,7 @@ TEST_F(RegionStoreTest, RestartPutsAMissingReportOfTheHeldVersionOnce) {
   EXPECT_FALSE(*put);
   EXPECT_EQ(*store_->Get(RegionReportKey("run/v1", 9)), *bytes);
   // A report of an earlier version under the key is not this version's: replaced.
-  ASSERT_TRUE(PutRegionReport(store_.get(), "run/v1", 9, 77, 0, Hash128{}).ok());
+  ASSERT_TRUE(PutRegionReport(store_.get(), "run/v1", 9, 77, 0, Hash128{}, std::nullopt).ok());
   put = RestoreRegionReport(store_.get(), "run/v1", 9, 77, 1, paths_[1]);
   ASSERT_TRUE(put.ok());
   EXPECT_TRUE(*put);
@@ -412,11 +412,12 @@ TEST_F(RegionStoreTest, SignedRegionReportsCountOnlyForTheirOwnRank) {
   const Hash128 h{5, 6};
   std::string why;
   // Unsigned: refused.
-  ASSERT_TRUE(PutRegionReport(store_.get(), "run/v1", 9, 77, 1, h).ok());
+  ASSERT_TRUE(PutRegionReport(store_.get(), "run/v1", 9, 77, 1, h, std::nullopt).ok());
   EXPECT_FALSE(GetRegionReport(store_.get(), "run/v1", 9, 77, 1, sender.get(), &why).has_value());
   EXPECT_NE(why.find("not signed"), std::string::npos) << why;
   // Signed by rank 1 for rank 9: refused.
-  ASSERT_TRUE(PutRegionReport(store_.get(), "run/v1", 9, 77, 1, h, tree.get()).ok());
+  ASSERT_TRUE(
+      PutRegionReport(store_.get(), "run/v1", 9, 77, 1, h, std::nullopt, tree.get()).ok());
   why.clear();
   EXPECT_FALSE(GetRegionReport(store_.get(), "run/v1", 9, 77, 1, sender.get(), &why).has_value());
   EXPECT_NE(why.find("rank 9"), std::string::npos) << why;
@@ -427,7 +428,8 @@ TEST_F(RegionStoreTest, SignedRegionReportsCountOnlyForTheirOwnRank) {
   ASSERT_EQ(refused.size(), 1u);  // once per rank, however often it polled
   EXPECT_EQ(refused[0].rfind("9: ", 0), 0u) << refused[0];
   // Signed by rank 9 itself: taken.
-  ASSERT_TRUE(PutRegionReport(store_.get(), "run/v1", 9, 77, 1, h, region.get()).ok());
+  ASSERT_TRUE(
+      PutRegionReport(store_.get(), "run/v1", 9, 77, 1, h, std::nullopt, region.get()).ok());
   auto got = GetRegionReport(store_.get(), "run/v1", 9, 77, 1, sender.get(), &why);
   ASSERT_TRUE(got.has_value()) << why;
   EXPECT_EQ(got->target_hash, h);
@@ -477,14 +479,15 @@ TEST(SenderJointCommitTest, SilentReceiverIsDeclaredDeadAndReadmittedByAReport) 
   };
   // Rank 8 is silent at version 1: declared dead, the baseline moves on without it.
   std::vector<int> back;
-  auto dead = jc.Published(v0, v1, {report(1, v1), report(2, v1)}, &back);
+  auto dead = jc.Published(v0, v1, {report(1, v1), report(2, v1)}, std::nullopt, &back);
   ASSERT_TRUE(dead.ok());
   ASSERT_EQ(dead->size(), 1u);
   EXPECT_EQ((*dead)[0].first, 8);
   EXPECT_TRUE(back.empty());
   EXPECT_EQ(jc.baseline().number, 1u);
   // It caught up and reports version 2 (and a late joiner, rank 9, too): both count again.
-  dead = jc.Published(v1, v2, {report(1, v2), report(2, v2), report(8, v2), report(9, v2)}, &back);
+  dead = jc.Published(v1, v2, {report(1, v2), report(2, v2), report(8, v2), report(9, v2)}, std::nullopt,
+                      &back);
   ASSERT_TRUE(dead.ok());
   EXPECT_TRUE(dead->empty());
   EXPECT_EQ(back, (std::vector<int>{8, 9}));
@@ -494,7 +497,7 @@ TEST(SenderJointCommitTest, SilentReceiverIsDeclaredDeadAndReadmittedByAReport) 
   CommitReport bad = report(5, v1);
   bad.target_hash = Hash128{9, 9};
   back.clear();
-  ASSERT_TRUE(other.Published(v0, v1, {report(1, v1), bad}, &back).ok());
+  ASSERT_TRUE(other.Published(v0, v1, {report(1, v1), bad}, std::nullopt, &back).ok());
   EXPECT_TRUE(back.empty());
 }
 

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "dcr/commitment.h"
+
 namespace dcr::internal {
 
 namespace {
@@ -24,6 +26,13 @@ uint64_t GetU64(const uint8_t* p) {
   return v;
 }
 
+// Where format 1 kept its message length: a format-2 body holds this marker there.
+constexpr uint32_t kFormatMarker = 0xFFFFFFFFu;
+// Offsets in a format-2 body.
+constexpr uint32_t kMarkerAt = 40;
+constexpr uint32_t kRootAt = 48;
+constexpr uint32_t kMessageBytesAt = 80;
+
 }  // namespace
 
 ReportRecord EncodeReportRecord(const CommitReport& report) {
@@ -42,6 +51,10 @@ ReportRecord EncodeReportRecord(const CommitReport& report) {
   PutU64(&body, r.report.version);
   PutU64(&body, r.report.target_hash.lo);
   PutU64(&body, r.report.target_hash.hi);
+  PutU32(&body, kFormatMarker);
+  PutU32(&body, kReportFormat);
+  const Sha256Digest root = r.report.commitment.value_or(Sha256Digest{});
+  body.insert(body.end(), root.begin(), root.end());
   PutU32(&body, static_cast<uint32_t>(r.report.error.size()));
   body.insert(body.end(), r.report.error.begin(), r.report.error.end());
   PutU32(&r.bytes, static_cast<uint32_t>(body.size()));
@@ -65,8 +78,7 @@ std::pair<const uint8_t*, size_t> ReportBody(const ReportRecord& record) {
 StatusOr<ReportRecord> ParseReportRecord(const uint8_t* data, size_t size, size_t* consumed) {
   if (size < 4) return DataLossError("commit report: truncated record");
   const uint32_t body_bytes = GetU32(data);
-  if (body_bytes < kReportBodyFixedBytes ||
-      body_bytes > kReportBodyFixedBytes + kMaxReportMessageBytes) {
+  if (body_bytes < kMarkerAt + 4 || body_bytes > kReportBodyFixedBytes + kMaxReportMessageBytes) {
     return DataLossError("commit report: record body of " + std::to_string(body_bytes) +
                          " bytes");
   }
@@ -74,7 +86,21 @@ StatusOr<ReportRecord> ParseReportRecord(const uint8_t* data, size_t size, size_
     return DataLossError("commit report: truncated record");
   }
   const uint8_t* b = data + 4;
-  const uint32_t message_bytes = GetU32(b + 40);
+  if (GetU32(b + kMarkerAt) != kFormatMarker) {
+    return FailedPreconditionError(
+        "commit report: record of format 1 (it proves nothing but the additive content hash, no "
+        "commitment root); this node takes format " + std::to_string(kReportFormat) + " only");
+  }
+  if (body_bytes < kReportBodyFixedBytes) {
+    return DataLossError("commit report: record body of " + std::to_string(body_bytes) +
+                         " bytes");
+  }
+  if (const uint32_t format = GetU32(b + kMarkerAt + 4); format != kReportFormat) {
+    return FailedPreconditionError("commit report: record of format " + std::to_string(format) +
+                                   ", unknown; this node takes format " +
+                                   std::to_string(kReportFormat) + " only");
+  }
+  const uint32_t message_bytes = GetU32(b + kMessageBytesAt);
   if (message_bytes != body_bytes - kReportBodyFixedBytes) {
     return DataLossError("commit report: message length " + std::to_string(message_bytes) +
                          " does not fit a body of " + std::to_string(body_bytes) + " bytes");
@@ -98,6 +124,9 @@ StatusOr<ReportRecord> ParseReportRecord(const uint8_t* data, size_t size, size_
   r.report.version = GetU64(b + 16);
   r.report.target_hash.lo = GetU64(b + 24);
   r.report.target_hash.hi = GetU64(b + 32);
+  Sha256Digest root;
+  std::memcpy(root.data(), b + kRootAt, root.size());
+  if (root != Sha256Digest{}) r.report.commitment = root;
   r.report.error.assign(reinterpret_cast<const char*>(b + kReportBodyFixedBytes), message_bytes);
   const uint8_t* tail = b + body_bytes + 4;
   r.tail.assign(tail, tail + tail_bytes);
@@ -135,6 +164,30 @@ StatusOr<std::vector<ReportRecord>> ParseReportPayload(const uint8_t* data, size
                          " bytes after the last record");
   }
   return out;
+}
+
+std::string CommitmentMismatch(const CommitReport& report,
+                               const std::optional<Sha256Digest>& root) {
+  if (!root || report.commitment == root) return std::string();
+  const std::string signed_root = "not the signed root " + CommitmentHex(*root);
+  if (!report.commitment) {
+    return "it reported no commitment root (content hash " + report.target_hash.ToHex() +
+           " proves nothing), " + signed_root;
+  }
+  return "it reported commitment " + CommitmentHex(*report.commitment) + " (content hash " +
+         report.target_hash.ToHex() + "), " + signed_root;
+}
+
+std::optional<Sha256Digest> RootOfHex(const std::string& hex) {
+  if (hex.size() != 64) return std::nullopt;
+  Sha256Digest d{};
+  for (size_t i = 0; i < d.size(); ++i) {
+    unsigned v = 0;
+    if (std::sscanf(hex.c_str() + 2 * i, "%2x", &v) != 1) return std::nullopt;
+    d[i] = static_cast<uint8_t>(v);
+  }
+  if (CommitmentHex(d) != hex) return std::nullopt;
+  return d;
 }
 
 uint64_t MaxReportPayloadBytes(size_t nodes) { return 4 + nodes * kMaxReportRecordBytes; }
@@ -175,9 +228,16 @@ Status ReportCollector::Add(int child, const ReportRecord& record) {
     return FailedPreconditionError("child node " + std::to_string(child) + " reported rank " +
                                    std::to_string(rep.rank) + " for " + ids);
   }
-  if (verifier_) {
+  if (verifier_) {  // who made the record, before what it says
     Status v = verifier_(record);
     if (!v.ok()) return v.WithContext("child node " + std::to_string(child));
+  }
+  if (rep.ok && expected_commitment_) {
+    const std::string why = CommitmentMismatch(rep, expected_commitment_());
+    if (!why.empty()) {
+      return FailedPreconditionError("child node " + std::to_string(child) + " reported rank " +
+                                     std::to_string(rep.rank) + " committed, but " + why);
+    }
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (!ranks_.insert(rep.rank).second) {

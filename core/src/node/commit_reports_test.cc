@@ -38,6 +38,60 @@ TEST(CommitReports, RecordRoundTripsAndKeepsItsBytes) {
   }
 }
 
+TEST(CommitReports, CommitmentRootRoundTripsAndOtherFormatsAreRefusedByName) {
+  CommitReport in = Committed(2);
+  Sha256Digest root{};
+  for (size_t i = 0; i < root.size(); ++i) root[i] = static_cast<uint8_t>(i + 1);
+  in.commitment = root;
+  const ReportRecord rec = EncodeReportRecord(in);
+  EXPECT_EQ(rec.bytes.size(), 4u + kReportBodyFixedBytes + 4u);
+  size_t used = 0;
+  auto out = ParseReportRecord(rec.bytes.data(), rec.bytes.size(), &used);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->report.commitment, root);
+  // No root travels as zeros and reads back as none.
+  const ReportRecord none = EncodeReportRecord(Committed(2));
+  out = ParseReportRecord(none.bytes.data(), none.bytes.size(), &used);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_FALSE(out->report.commitment.has_value());
+  // A format-1 record (44-byte body: the additive hash and a message length): refused by name.
+  std::vector<uint8_t> v1(rec.bytes.begin(), rec.bytes.begin() + 4 + 40);
+  v1[0] = 44;
+  v1[1] = v1[2] = v1[3] = 0;
+  v1.insert(v1.end(), 8, 0);  // message length 0, tail length 0
+  Status s = ParseReportRecord(v1.data(), v1.size(), &used).status();
+  EXPECT_TRUE(s.IsFailedPrecondition()) << s;
+  EXPECT_NE(s.message().find("format 1"), std::string::npos) << s;
+  // An unknown format.
+  std::vector<uint8_t> v3 = rec.bytes;
+  v3[4 + 44] = 3;
+  s = ParseReportRecord(v3.data(), v3.size(), &used).status();
+  EXPECT_TRUE(s.IsFailedPrecondition()) << s;
+  EXPECT_NE(s.message().find("format 3, unknown"), std::string::npos) << s;
+}
+
+TEST(CommitReports, CollectorKeepsACommittedRecordOnlyWithTheExpectedRoot) {
+  Sha256Digest root{}, other{};
+  root[0] = 7;
+  other[0] = 8;
+  std::optional<Sha256Digest> expected;  // nothing signed yet: no check
+  ReportCollector c({-1, 0, 0, 0, 0}, 0, 9, 3);
+  c.set_expected_commitment([&] { return expected; });
+  EXPECT_TRUE(c.Add(1, EncodeReportRecord(Committed(1))).ok());
+  expected = root;
+  CommitReport good = Committed(2), wrong = Committed(3), failed = Committed(4);
+  good.commitment = root;
+  wrong.commitment = other;
+  failed.ok = false;
+  failed.error = "refused";
+  EXPECT_TRUE(c.Add(2, EncodeReportRecord(good)).ok());
+  Status s = c.Add(3, EncodeReportRecord(wrong));
+  EXPECT_TRUE(s.IsFailedPrecondition()) << s;
+  EXPECT_NE(s.message().find("not the signed root"), std::string::npos) << s;
+  EXPECT_TRUE(c.Add(4, EncodeReportRecord(failed)).ok());  // a failure carries no root
+  EXPECT_EQ(c.records().size(), 3u);
+}
+
 TEST(CommitReports, TailIsCarriedVerbatim) {
   // A record grown at its end (e.g. a signature over the body) parses, and its bytes --
   // tail included -- are what a relay forwards.

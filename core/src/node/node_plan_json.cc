@@ -7,11 +7,13 @@
 #include <vector>
 
 #include "dcr/checkpoint.h"
+#include "dcr/commitment.h"
 #include "dcr/context.h"
 #include "dcr/node.h"
 #include "dcr/status.h"
 #include "dcr/status_macros.h"
 #include "dcr/statusor.h"
+#include "node/commit_reports.h"
 
 namespace dcr {
 namespace {
@@ -30,6 +32,7 @@ nlohmann::json CommitReportJson(const CommitReport& c) {
                    {"version", c.version},
                    {"target_hash", c.target_hash.ToHex()},
                    {"ok", c.ok}};
+  if (c.commitment) j["commitment"] = CommitmentHex(*c.commitment);
   if (!c.ok) {
     j["code"] = std::string(StatusCodeName(c.code));
     j["error"] = c.error;
@@ -44,6 +47,11 @@ StatusOr<CommitReport> CommitReportFromJson(const nlohmann::json& j) {
   c.version = j.at("version").get<uint64_t>();
   DCR_ASSIGN_OR_RETURN(c.target_hash, HashFromHex(j.at("target_hash").get<std::string>()));
   c.ok = j.at("ok").get<bool>();
+  if (j.contains("commitment")) {
+    const std::string hex = j["commitment"].get<std::string>();
+    c.commitment = internal::RootOfHex(hex);
+    if (!c.commitment) return InvalidArgumentError("commitment '" + hex + "': not 64 hex digits");
+  }
   if (!c.ok) {
     c.code = StatusCode::kInternal;
     const std::string name = j.value("code", std::string());

@@ -68,6 +68,15 @@ Status SocketNode::Run() {
   r->pid = static_cast<int64_t>(getpid());
   t0_ = SteadyNow();
   deadline_ = t0_ + plan_.timeout_s;
+  // The sender keeps a committed report only when it carries the commitment root it signed; a
+  // signing sender refuses one that comes before its root exists (no trailer was sent yet:
+  // all-zero stands for that root, which no report carries).
+  if (plan_.rank == 0) {
+    links_.ExpectCommitment([this]() -> std::optional<Sha256Digest> {
+      if (plan_.signing_key.empty()) return builder_.signed_commitment();
+      return builder_.signed_commitment().value_or(Sha256Digest{});
+    });
+  }
   state_.UpdateMetrics([&](internal::NodeMetrics* m) {
     m->rank = plan_.rank;
     m->run_id = plan_.run_id;
@@ -541,6 +550,17 @@ Status SocketNode::CollectStoreReports(std::vector<CommitReport>* reports) {
           rec->report.version != plan_.version) {
         continue;
       }
+      if (const std::string why =
+              rec->report.ok ? internal::CommitmentMismatch(rec->report,
+                                                            builder_.signed_commitment())
+                             : std::string();
+          !why.empty()) {
+        if (refused_store_reports_.insert(rank).second) {
+          std::fprintf(stderr, "node %d: refused the store's commit report of rank %d: %s\n",
+                       plan_.rank, rank, why.c_str());
+        }
+        continue;
+      }
       if (const internal::TlsContext* tls = ReportCredentials(); tls != nullptr) {
         const auto body = internal::ReportBody(*rec);
         Status sig = tls->CheckReportSignature(rec->tail.data(), rec->tail.size(), body.first,
@@ -605,6 +625,8 @@ internal::ReportRecord SocketNode::OwnReport(const Status& s) const {
   r.ok = s.ok();
   if (s.ok()) {
     r.target_hash = applier_.held().hash;
+    r.commitment =
+        applier_.ReportedCommitment(ReportCredentials() != nullptr || !plan_.trust_key.empty());
   } else {
     r.code = s.code();
     r.error = s.ToString();

@@ -89,6 +89,11 @@ class TreeLinks {
   bool has_parent() const { return parent_writer_ != nullptr; }
   // The run's TLS context; null on plain TCP.
   const internal::TlsContext* tls() const { return tls_.get(); }
+  // The sender: a committed record must carry `root()` (its signed commitment root) to be kept
+  // (commit_reports.h ReportCollector::set_expected_commitment). Set before Open.
+  void ExpectCommitment(std::function<std::optional<Sha256Digest>()> root) {
+    reports_.set_expected_commitment(std::move(root));
+  }
   // The records this node's children reported and it kept.
   std::vector<CommitReport> reports() const { return reports_.reports(); }
 

@@ -13,12 +13,14 @@
 #include <set>
 
 #include "dcr/checkpoint.h"
+#include "dcr/commitment.h"
 #include "dcr/status_macros.h"
 #include "node/metrics.h"
 #include "node/store_retention.h"
 #include "node/trainer_delta.h"
 #include "node/version_state.h"
 #include "node/catch_up.h"
+#include "node/commit_reports.h"
 #include "transport/tls.h"
 
 namespace dcr::internal {
@@ -118,10 +120,22 @@ SenderJointCommit::SenderJointCommit(const std::vector<int>& receivers, const Ve
 
 StatusOr<std::vector<std::pair<int, std::string>>> SenderJointCommit::Published(
     const VersionId& base, const VersionId& published, const std::vector<CommitReport>& reports,
-    std::vector<int>* readmitted) {
+    const std::optional<Sha256Digest>& root, std::vector<int>* readmitted) {
   DCR_RETURN_IF_ERROR(coordinator_.Publish(base, published));
   std::map<int, const CommitReport*> by_rank;
   for (const CommitReport& r : reports) by_rank[r.rank] = &r;
+  // Why a committed report does not prove `published` (empty: it does).
+  auto mismatch = [&](const CommitReport& r) -> std::string {
+    if (r.version != published.number) {
+      return "reported version " + std::to_string(r.version) + ", not " + published.ToString();
+    }
+    if (root) return internal::CommitmentMismatch(r, root);
+    if (r.target_hash != published.hash) {
+      return "reported content hash " + r.target_hash.ToHex() + ", not " + published.ToString() +
+             " (" + published.hash.ToHex() + ")";
+    }
+    return std::string();
+  };
   std::vector<std::pair<int, std::string>> dead;
   for (const auto& [name, held] : coordinator_.receivers()) {
     const int rank = std::stoi(name);
@@ -131,11 +145,8 @@ StatusOr<std::vector<std::pair<int, std::string>>> SenderJointCommit::Published(
       why = "no commit report of version " + std::to_string(published.number);
     } else if (!it->second->ok) {
       why = "reported a failure: " + it->second->error;
-    } else if (it->second->version != published.number ||
-               it->second->target_hash != published.hash) {
-      why = "reported version " + std::to_string(it->second->version) + " with content hash " +
-            it->second->target_hash.ToHex() + ", not " + published.ToString() + " (" +
-            published.hash.ToHex() + ")";
+    } else if (const std::string m = mismatch(*it->second); !m.empty()) {
+      why = "version " + std::to_string(published.number) + ": " + m;
     } else {
       Status s = coordinator_.OnCommitted(name, published);
       if (s.ok()) continue;
@@ -146,10 +157,7 @@ StatusOr<std::vector<std::pair<int, std::string>>> SenderJointCommit::Published(
   for (const auto& d : dead) (void)coordinator_.RemoveReceiver(RankName(d.first));
   const auto live_now = coordinator_.receivers();
   for (const auto& [rank, r] : by_rank) {
-    if (live_now.count(RankName(rank)) || !r->ok || r->version != published.number ||
-        r->target_hash != published.hash) {
-      continue;
-    }
+    if (live_now.count(RankName(rank)) || !r->ok || !mismatch(*r).empty()) continue;
     bool just_dead = false;
     for (const auto& d : dead) just_dead = just_dead || d.first == rank;
     if (just_dead) continue;
@@ -481,7 +489,7 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
       const VersionId published{v.version, r.target_hash};
       std::vector<int> readmitted;
       auto dead = commit->Published(VersionId{static_cast<uint64_t>(p.base_version), built_from},
-                                    published, r.reports, &readmitted);
+                                    published, r.reports, RootOfHex(r.commitment), &readmitted);
       if (!dead.ok()) {
         s = dead.status().WithContext("sender: joint commit of version " +
                                       std::to_string(v.version));

@@ -89,15 +89,18 @@ class SenderJointCommit {
   // The version the next delta must be built from (CommitCoordinator::baseline).
   VersionId baseline() const { return coordinator_.baseline(); }
   // Records that version `published` (built from `base`) went out and what the sender heard
-  // back: every live receiver with a committed report of `published` (its number and hash) has
-  // committed it; any other live receiver (no report, a failure, another version or hash) is
-  // declared dead and stops holding the baseline back. Returns the ranks declared dead, each with
-  // why. Errors: CommitCoordinator::Publish's (a base other than the baseline).
+  // back: every live receiver with a committed report of `published` has committed it; any
+  // other live receiver (no report, a failure, another version, another commitment) is declared
+  // dead and stops holding the baseline back. A report matches when it names `published`'s
+  // number and, with `root` (the commitment root the sender signed), carries that root (the
+  // content hash is then bookkeeping); without `root` (an unsigned version, which proves nothing)
+  // its content hash. Returns the ranks declared dead, each with why. Errors:
+  // CommitCoordinator::Publish's (a base other than the baseline).
   // A rank that is not live (declared dead, or never a member: a late joiner) and reported
-  // `published` committed with its hash joins again; `readmitted` (may be null) gets those ranks.
+  // `published` committed as above joins again; `readmitted` (may be null) gets those ranks.
   StatusOr<std::vector<std::pair<int, std::string>>> Published(
       const VersionId& base, const VersionId& published, const std::vector<CommitReport>& reports,
-      std::vector<int>* readmitted = nullptr);
+      const std::optional<Sha256Digest>& root, std::vector<int>* readmitted = nullptr);
   // Ranks still live.
   std::vector<int> live() const;
 

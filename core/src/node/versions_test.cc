@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "dcr/checkpoint.h"
+#include "dcr/commitment.h"
 #include "dcr/relay_policy.h"
 #include "dcr/sums.h"
 #include "transport/net.h"
@@ -53,16 +54,16 @@ TEST(SenderJointCommit, BaselineFollowsEveryLiveReceiverAndDropsTheDead) {
     r.ok = true;
     return r;
   };
-  auto dead = c.Published(v0, v1, {ok(1, v1), ok(2, v1), ok(3, v1)});
+  auto dead = c.Published(v0, v1, {ok(1, v1), ok(2, v1), ok(3, v1)}, std::nullopt);
   ASSERT_TRUE(dead.ok()) << dead.status();
   EXPECT_TRUE(dead->empty());
   EXPECT_EQ(c.baseline(), v1);
   // A base other than the baseline is refused.
-  EXPECT_TRUE(c.Published(v0, v2, {}).status().IsFailedPrecondition());
+  EXPECT_TRUE(c.Published(v0, v2, {}, std::nullopt).status().IsFailedPrecondition());
   // Rank 2 reports a wrong hash, rank 3 nothing: both declared dead; rank 1 holds the baseline.
   CommitReport wrong = ok(2, v2);
   wrong.target_hash = Hash128{9, 9};
-  dead = c.Published(v1, v2, {ok(1, v2), wrong});
+  dead = c.Published(v1, v2, {ok(1, v2), wrong}, std::nullopt);
   ASSERT_TRUE(dead.ok()) << dead.status();
   ASSERT_EQ(dead->size(), 2u);
   EXPECT_EQ((*dead)[0].first, 2);
@@ -70,6 +71,40 @@ TEST(SenderJointCommit, BaselineFollowsEveryLiveReceiverAndDropsTheDead) {
   EXPECT_EQ((*dead)[1].first, 3);
   EXPECT_EQ(c.live(), (std::vector<int>{1}));
   EXPECT_EQ(c.baseline(), v2);
+}
+
+TEST(SenderJointCommit, SignedVersionCountsOnlyReportsOfItsCommitmentRoot) {
+  const VersionId v0{0, Hash128{1, 1}}, v1{1, Hash128{2, 2}};
+  Sha256Digest root{}, other{};
+  root[0] = 1;
+  other[0] = 2;
+  SenderJointCommit c({1, 2, 3, 4}, v0);
+  auto report = [&](int rank, std::optional<Sha256Digest> commitment) {
+    CommitReport r;
+    r.rank = rank;
+    r.version = v1.number;
+    r.target_hash = v1.hash;  // the right content hash every time: it proves nothing
+    r.commitment = commitment;
+    r.ok = true;
+    return r;
+  };
+  std::vector<int> back;
+  auto dead = c.Published(v0, v1, {report(1, root), report(2, other), report(3, std::nullopt)},
+                          root, &back);
+  ASSERT_TRUE(dead.ok()) << dead.status();
+  ASSERT_EQ(dead->size(), 3u);
+  EXPECT_EQ((*dead)[0].first, 2);
+  EXPECT_NE((*dead)[0].second.find("reported commitment " + CommitmentHex(other)),
+            std::string::npos)
+      << (*dead)[0].second;
+  EXPECT_NE((*dead)[0].second.find("not the signed root " + CommitmentHex(root)),
+            std::string::npos);
+  EXPECT_EQ((*dead)[1].first, 3);
+  EXPECT_NE((*dead)[1].second.find("no commitment root"), std::string::npos)
+      << (*dead)[1].second;
+  EXPECT_EQ((*dead)[2].first, 4);
+  EXPECT_EQ(c.live(), (std::vector<int>{1}));
+  EXPECT_TRUE(back.empty());
 }
 
 // One plan per rank of the tree `parents` (threads on 127.0.0.1) taking versions 1..last of

@@ -204,6 +204,7 @@ class VersionLoggingReceiver : public Receiver {
   void Abort() override;
   Status MarkApplied(uint64_t chunk_id, const Hash128& version_delta) override;
   Status Verify(const Checkpoint& target) const override { return inner_->Verify(target); }
+  const Receiver* storage() const override { return inner_->storage(); }
   VersionId held() const override { return inner_->held(); }
   bool in_delta() const override { return inner_->in_delta(); }
   std::vector<uint64_t> MissingChunks(const Trailer& trailer) const override {

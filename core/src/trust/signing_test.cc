@@ -8,8 +8,10 @@
 #include <sys/stat.h>
 #include <algorithm>
 
+#include "dcr/commitment.h"
 #include "dcr/context.h"
 #include "dcr/delta.h"
+#include "dcr/journal.h"
 #include "dcr/manifest.h"
 #include "dcr/receiver.h"
 #include "dcr/signing.h"
@@ -92,8 +94,9 @@ class SigningTest : public ::testing::Test {
     trust_ = *t;
   }
 
+  // `commit`: the final manifest signs the target's commitment, as every signing sender does.
   std::vector<uint8_t> Build(const std::string& target, const SigningKey* key,
-                             uint64_t target_version = 1, uint64_t run = 9) {
+                             uint64_t target_version = 1, uint64_t run = 9, bool commit = true) {
     auto b = Checkpoint::Open(dir_ / "base");
     auto t = Checkpoint::Open(dir_ / target);
     EXPECT_TRUE(b.ok() && t.ok());
@@ -108,6 +111,12 @@ class SigningTest : public ::testing::Test {
       SignOptions so;
       so.run_id = run;
       so.chunks_per_manifest = 3;
+      if (commit) {
+        auto c = CheckpointCommitment(**t, 1);
+        EXPECT_TRUE(c.ok()) << c.status();
+        so.commitment = c->root;
+        so.commitment_leaves = c->leaves;
+      }
       SigningSink sink(key, so, &mem);
       auto st = BuildDelta(b->get(), **t, o, &sink);
       EXPECT_TRUE(st.ok()) << st.status();
@@ -269,6 +278,9 @@ TEST_F(SigningTest, SignedContextDeltaListsBothFormsAndEitherApplies) {
   SignOptions so;
   so.run_id = 9;
   so.chunks_per_manifest = 3;
+  auto c = CheckpointCommitment(**t, 1);
+  ASSERT_TRUE(c.ok()) << c.status();
+  so.commitment = c->root;
   SigningSink sink(key_.get(), so, &mem);
   auto st = BuildDelta(b->get(), **t, o, &sink);
   ASSERT_TRUE(st.ok()) << st.status();
@@ -351,6 +363,74 @@ TEST_F(SigningTest, UnsignedDeltaIsRefusedWithAKey) {
   EXPECT_FALSE(r->in_delta());
   auto d = DeltaReader::FromBytes(Build("target", nullptr));
   EXPECT_TRUE(VerifyDeltaFile(**d, trust_).IsFailedPrecondition());
+}
+
+// A receiver holding a trust key commits only what it proves by the signed commitment: a signed
+// delta without one is refused, and so is storage whose commitment it cannot compute.
+TEST_F(SigningTest, SignedDeltaWithoutACommitmentIsRefusedWithAKey) {
+  Blobs b = Split(Build("target", key_.get(), 1, 9, /*commit=*/false));
+  auto r = Receive(Trusting());
+  Status s = Deliver(r.get(), b);
+  EXPECT_TRUE(s.IsFailedPrecondition()) << s;
+  EXPECT_NE(s.message().find("carries no commitment of its target"), std::string::npos) << s;
+  EXPECT_NE(r->held().number, 1u);
+  // check_commitment false: the chain alone (what a format test or a chain benchmark asks for).
+  TrustOptions chain = Trusting();
+  chain.check_commitment = false;
+  auto c = Receive(chain);
+  EXPECT_TRUE(Deliver(c.get(), b).ok());
+  EXPECT_FALSE(c->committed_commitment().has_value());
+}
+
+namespace {
+// A receiver that forwards to another but does not say what storage it writes (as a serving
+// replica does not): its commitment cannot be computed.
+class OpaqueReceiver : public Receiver {
+ public:
+  explicit OpaqueReceiver(std::unique_ptr<Receiver> inner) : inner_(std::move(inner)) {}
+  Status Begin(const uint8_t* h, size_t n) override { return inner_->Begin(h, n); }
+  Status ApplyRecord(const uint8_t* r, size_t n) override { return inner_->ApplyRecord(r, n); }
+  Status Commit(const uint8_t* t, size_t n) override { return inner_->Commit(t, n); }
+  void Abort() override { inner_->Abort(); }
+  Status MarkApplied(uint64_t id, const Hash128& d) override { return inner_->MarkApplied(id, d); }
+  Status Verify(const Checkpoint& target) const override { return inner_->Verify(target); }
+  VersionId held() const override { return inner_->held(); }
+  bool in_delta() const override { return inner_->in_delta(); }
+  std::vector<uint64_t> MissingChunks(const Trailer& t) const override {
+    return inner_->MissingChunks(t);
+  }
+
+ private:
+  std::unique_ptr<Receiver> inner_;
+};
+}  // namespace
+
+TEST_F(SigningTest, StorageWhoseCommitmentCannotBeComputedIsRefusedWithAKey) {
+  Blobs b = Split(Build("target", key_.get()));
+  auto inner = BufferReceiver::Load(dir_ / "base");
+  ASSERT_TRUE(inner.ok());
+  TrustedReceiver r(std::make_unique<OpaqueReceiver>(std::move(*inner)), Trusting());
+  Status s = Deliver(&r, b);
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented) << s;
+  EXPECT_NE(s.message().find("commit of version 1 refused"), std::string::npos) << s;
+  EXPECT_NE(r.held().number, 1u);
+}
+
+// A journaled receiver (journal.h) says what storage it writes: the commitment is computed over
+// it and checked at commit.
+TEST_F(SigningTest, JournaledReceiverIsCheckedAgainstTheCommitment) {
+  Blobs b = Split(Build("target", key_.get()));
+  auto j = ReceiverJournal::Open(dir_ / "journal");
+  ASSERT_TRUE(j.ok()) << j.status();
+  auto inner = BufferReceiver::Load(dir_ / "base");
+  ASSERT_TRUE(inner.ok());
+  ASSERT_TRUE((*j)->RecordCommitted((*inner)->held()).ok());
+  TrustedReceiver r(std::make_unique<JournaledReceiver>(inner->get(), j->get()), Trusting());
+  Status s = Deliver(&r, b);
+  ASSERT_TRUE(s.ok()) << s;
+  auto t = CheckpointCommitment(**Checkpoint::Open(dir_ / "target"), 1);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(r.committed_commitment(), t->root);
 }
 
 TEST_F(SigningTest, AnotherSignerIsRefused) {

@@ -424,22 +424,26 @@ Status TrustedReceiver::Commit(const uint8_t* trailer, size_t size) {
   }
   std::optional<Sha256Digest> checked;
   if (verifier_ != nullptr && options_.check_commitment) {
+    const std::string refused = "commit of version " + std::to_string(target_version_) +
+                                " refused";
     const std::optional<Sha256Digest> root = verifier_->signed_commitment();
+    if (!root) {
+      // The chunk chain and the additive hash prove nothing a forger cannot match.
+      return FailedPreconditionError(
+          refused + ": the signed delta carries no commitment of its target (its final manifest "
+          "has no commitment root), so this receiver cannot prove what it would commit");
+    }
     DCR_ASSIGN_OR_RETURN(Trailer t, ParseTrailer(trailer, size));
     // Only once every chunk is applied (otherwise the inner Commit names the missing ones).
-    if (root && inner_->MissingChunks(t).empty()) {
+    if (inner_->MissingChunks(t).empty()) {
       StatusOr<Commitment> held = HeldCommitment(*inner_, options_.commitment_threads);
-      if (held.ok()) {
-        const std::vector<Sha256Digest> leaves = verifier_->signed_commitment_leaves();
-        Status m = MatchCommitment(*held, *root, &leaves);
-        if (!m.ok()) {
-          return m.WithContext("commit of version " + std::to_string(target_version_) +
-                               " refused");
-        }
-        checked = root;
-      } else if (held.status().code() != StatusCode::kUnimplemented) {
-        return held.status().WithContext("commitment of the held version");
+      if (!held.ok()) {
+        return held.status().WithContext(refused + ": the commitment of the held version");
       }
+      const std::vector<Sha256Digest> leaves = verifier_->signed_commitment_leaves();
+      Status m = MatchCommitment(*held, *root, &leaves);
+      if (!m.ok()) return m.WithContext(refused);
+      checked = root;
     }
   }
   DCR_RETURN_IF_ERROR(inner_->Commit(trailer, size));
