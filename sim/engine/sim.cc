@@ -819,7 +819,7 @@ RunResult CollectRun(const Scenario& s, const internal::PlatformSpec& plat, cons
       " messages; " + std::to_string(z.chunks) + " chunks (grid " +
       std::to_string(pm.grid_chunks) + "), piece " + std::to_string(z.piece) + " B, window " +
       std::to_string(z.window) + " B (coarsened x" + std::to_string(z.coarsen) +
-      "), builder window " + std::to_string(z.build_window) + " chunks" +
+      "), builder window " + std::to_string(pr.spec.build_window) + " chunks" +
       (pr.spec.tls_send_s_per_byte > 0 || pr.spec.tls_recv_s_per_byte > 0
            ? "; sockets (" + std::string(s.network.tls.enabled ? "TCP + TLS" : "TCP") + ") " +
                  Num(outcome.tls_cpu_seconds) + " CPU-s on all endpoints"
