@@ -165,7 +165,9 @@ nlohmann::json DescribeBench(const BenchSetup& b) {
       "the journal's commit record; wall), against plain_write_* = write + fdatasync of as many "
       "bytes to a new file in the same directory, same rep; commitment_* = the commitment of "
       "the target (CheckpointCommitment, one thread), what the sender computes before its first "
-      "blob and each receiver of a signed delta over its storage at the commit";
+      "blob and each receiver of a signed delta over its storage at the commit; verify = a receiver "
+      "holding the target compares it with the target file (VerifyFile), as dcr run's receivers "
+      "do after each commit";
   out["timing"] = "median of reps by wall time; *_wall_bytes_per_s per thread from wall time, "
                   "*_bytes_per_s per core from process CPU time; bytes are dense tensor bytes; "
                   "available_cores = CPU s / wall s of one spinning thread per core, "
@@ -347,6 +349,15 @@ StatusOr<Timing> TimeCommitment(const BenchSetup& b, const std::string& target_p
   });
 }
 
+// What `dcr run`'s receivers do after each commit (receivers.verify): compare what they hold
+// with the target file (VerifyFile), one thread. The receiver holds the delta applied to its base.
+StatusOr<Timing> TimeVerify(const BenchSetup& b, const std::string& base_path,
+                            const std::string& target_path, const BlobSink& blobs) {
+  DCR_ASSIGN_OR_RETURN(auto rx, BufferReceiver::Load(base_path));
+  DCR_RETURN_IF_ERROR(ReplayDelta(blobs, rx.get()));
+  return Measure(b.reps, [&]() -> Status { return VerifyFile(*rx, target_path); });
+}
+
 // CPU seconds of the one-machine mix: the builder's, and each receiver's (their mean).
 struct MixTiming {
   double build_cpu = 0, apply_cpu = 0;
@@ -517,6 +528,8 @@ StatusOr<std::string> RunPipelineBench(const PipelineBenchConfig& cfg,
       DCR_ASSIGN_OR_RETURN(const Timing t, TimeFullReceiver(b, ckpts[1]));
       out["memcpy_bytes_per_s"] = dense / std::max(t.cpu, 1e-9);
       out["memcpy_wall_bytes_per_s"] = dense / std::max(t.wall, 1e-9);
+      DCR_ASSIGN_OR_RETURN(const Timing v, TimeVerify(b, ckpts[0], ckpts[1], blobs));
+      out["verify_bytes_per_s"] = dense / std::max(v.cpu, 1e-9);
       DCR_ASSIGN_OR_RETURN(const Timing c, TimeCommitment(b, ckpts[1]));
       out["commitment_bytes_per_s"] = dense / std::max(c.cpu, 1e-9);
       out["commitment_wall_bytes_per_s"] = dense / std::max(c.wall, 1e-9);

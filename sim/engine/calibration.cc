@@ -166,7 +166,8 @@ StatusOr<Calibration> ParseCalibration(const std::string& json_text, const std::
     c.available_cores = j["available_cores"].get<double>();
   }
   for (auto [key, field] : {std::pair{"commitment_bytes_per_s", &c.commitment_bytes_per_s},
-                             {"commitment_wall_bytes_per_s", &c.commitment_wall_bytes_per_s}}) {
+                             {"commitment_wall_bytes_per_s", &c.commitment_wall_bytes_per_s},
+                             {"verify_bytes_per_s", &c.verify_bytes_per_s}}) {
     if (!j.contains(key)) continue;
     DCR_ASSIGN_OR_RETURN(*field, PositiveNumber(j, key, "calibration " + source));
   }

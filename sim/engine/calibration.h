@@ -27,6 +27,9 @@
 // `dcr bench codec --json`): commitment_bytes_per_s, SHA-256 Merkle leaves over tensor bytes per
 // second of one core's CPU time (CommitmentOf with one thread), and commitment_wall_bytes_per_s
 // (the same from wall time).
+// Optional, verify_bytes_per_s (`dcr bench pipeline --json`): a receiver's comparison of what it
+// holds with the target file (VerifyFile, as dcr run's receivers do after each commit), tensor
+// bytes per second of one core's CPU time.
 // Optional, the durable receivers' commit (`dcr bench pipeline --json`: a durable `cpu` receiver,
 // core/src/node/node_recovery.h, through the shipped code): per rate commit_s_per_storage_byte
 // (wall seconds its Commit takes, the storage mapping's msync and the journal's commit record,
@@ -83,6 +86,9 @@ struct Calibration {
   // The commitment pass (CommitmentOf) per core: tensor bytes per second; 0 when absent.
   double commitment_bytes_per_s = 0;
   double commitment_wall_bytes_per_s = 0;  // optional, 0 when absent
+  // A receiver's byte comparison with the target file after its commit (VerifyFile, one thread):
+  // bytes of storage per second of CPU; 0 when absent.
+  double verify_bytes_per_s = 0;
   bool has_commitment() const { return commitment_bytes_per_s > 0; }
   std::vector<RatePoint> rates;  // sorted by change_rate
   bool has_tls = false;  // a "tls" block was given

@@ -40,11 +40,13 @@ TEST(CalibrationTest, CommitmentRatePerCoreAndItsWallVariant) {
   EXPECT_FALSE(none->has_commitment());
   auto c = ParseCalibration(std::string("{") + kRates +
                                 R"(, "commitment_bytes_per_s": 1.8e9,
-                                  "commitment_wall_bytes_per_s": 1.2e9})",
+                                  "commitment_wall_bytes_per_s": 1.2e9,
+                                  "verify_bytes_per_s": 2.5e9})",
                             "x.json");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_TRUE(c->has_commitment());
   EXPECT_EQ(c->commitment_bytes_per_s, 1.8e9);
+  EXPECT_EQ(c->verify_bytes_per_s, 2.5e9);
   c->UseWallClock();
   EXPECT_EQ(c->commitment_bytes_per_s, 1.2e9);
   auto bad = ParseCalibration(std::string("{") + kRates + R"(, "commitment_bytes_per_s": 0})",

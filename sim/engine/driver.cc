@@ -69,7 +69,7 @@ double OneWayNetLatency(const PlatformSpec& p, int region_a, int region_b) {
 
 enum class TagKind {
   kRecv, kSend, kControl, kBuild, kApply, kPut, kFetch, kList, kTimer, kFetchReq, kStreamFree,
-  kEncrypt, kDecrypt, kCommitment, kSenderCommitment
+  kEncrypt, kDecrypt, kCommitment, kSenderCommitment, kVerify
 };
 
 struct Tag {
@@ -409,6 +409,9 @@ class NodeActor : public NodeEnvironment {
     // As the real runner: the refit ends when the last receiver commits (not when the sender
     // hears of it, a long-link latency later).
     w_->out.end = std::max(w_->out.end, Now());
+    if (spec().verify_cpu_s > 0) {
+      Add(Compute(spec().verify_cpu_s * kHostFlops), Tag{TagKind::kVerify, {}, {}});
+    }
   }
 
   void TreeCommitted(int) override { w_->out.tree_committed = Now(); }
@@ -564,6 +567,8 @@ class NodeActor : public NodeEnvironment {
         case TagKind::kCommitment:
           if (--commitment_parts_ == 0) StartApply(tag.blob);
           break;
+        case TagKind::kVerify:
+          break;
         case TagKind::kSenderCommitment:
           if (--commitment_parts_ > 0) break;
           w_->out.sender_ready = Now();
@@ -617,7 +622,7 @@ class NodeActor : public NodeEnvironment {
     // Let outgoing messages finish (a dead sender would cancel them), then stop listening.
     for (size_t i = 0; i < acts_.size(); ++i) {
       if (tags_[i].kind == TagKind::kSend || tags_[i].kind == TagKind::kControl ||
-          tags_[i].kind == TagKind::kPut) {
+          tags_[i].kind == TagKind::kPut || tags_[i].kind == TagKind::kVerify) {
         acts_[i]->wait();
       }
     }

@@ -102,6 +102,11 @@ struct RunSpec {
   // the same pass over the target on up to `sender_commitment_threads` cores before it builds
   // the first blob: the refit clock (from the first blob, as the real runner's) starts after
   // it; the simulated clock (sim_clock) includes it. 0: not charged.
+  // The harness's byte comparison of each receiver's storage with the target file
+  // (`receivers.verify` of dcr run): CPU seconds on one core of its host (or of the shared CPU),
+  // started when it commits. It does not delay its own commit; it competes with the nodes still
+  // working. 0: not charged.
+  double verify_cpu_s = 0;
   double commitment_cpu_s = 0;
   int commitment_threads = 1;
   double sender_commitment_cpu_s = 0;

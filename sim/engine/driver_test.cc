@@ -267,6 +267,14 @@ TEST(DriverTest, CommitmentAddsAfterTheLastChunkOnTheHostsCores) {
   EXPECT_NEAR(out->sender_ready, 1.0, 1e-6);
   EXPECT_NEAR(out->first_built, p->first_built + 1.0, 1e-6);
   EXPECT_NEAR(out->refit_seconds, p->refit_seconds, 1e-6);
+  // The harness's verify after the commit: CPU that competes, never delays the commit itself.
+  RunSpec v = plain;
+  v.verify_cpu_s = 50;
+  auto verified = RunForked(v);
+  ASSERT_TRUE(verified.ok()) << verified.status();
+  EXPECT_EQ(verified->error, "");
+  EXPECT_NEAR(verified->refit_seconds, p->refit_seconds, 1e-6);
+  EXPECT_NEAR(verified->sim_clock, verified->end + 50, 0.5);
 }
 
 TEST(DriverTest, DeterministicAcrossRuns) {

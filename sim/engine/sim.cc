@@ -590,6 +590,15 @@ std::string ChargeFullSigning(const Calibration& cal, const Sizing& z, int recei
          std::to_string(receivers) + " receivers)";
 }
 
+// `receivers.verify` (dcr run's default): each receiver compares what it holds (its serving
+// shard) with the target file after it commits, on one core (RunSpec::verify_cpu_s).
+void ChargeVerify(const Scenario& s, const Calibration& cal, const PayloadModel& pm,
+                  internal::RunSpec* spec) {
+  if (!s.receivers.verify || cal.verify_bytes_per_s <= 0) return;
+  const double tp = s.serving.enabled && s.serving.tp > 1 ? s.serving.tp : 1;
+  spec->verify_cpu_s = pm.dense_bytes / tp / cal.verify_bytes_per_s;
+}
+
 // A signed delta's commitment (dcr/commitment.h), as the real nodes compute it: the sender over
 // the target's tensor bytes on its build threads before the first blob (SenderBuilder's signing
 // options), every receiver (relays of the tree and store downloaders alike) over its storage's
@@ -720,6 +729,7 @@ std::vector<Pending> PlanRuns(const Scenario& s, const SimInputs& in,
         }
         std::string commitment;
         if (delta) commitment = ChargeCommitment(s, in, plat, pm, &spec);
+        ChargeVerify(s, cal, pm, &spec);
         Pending p{std::move(spec), std::move(z), method, kind, rate, payload, wan, signing};
         p.commitment = std::move(commitment);
         p.storage_bytes = storage;
@@ -849,6 +859,12 @@ RunResult CollectRun(const Scenario& s, const internal::PlatformSpec& plat, cons
                      Num(pr.storage_bytes) + " B of storage), after its last apply: adds"
                : "; durable commit not charged";
   costs += "; " + CommitmentCost(s, pr, outcome);
+  costs += pr.spec.verify_cpu_s > 0
+               ? "; verify " + Num(pr.spec.verify_cpu_s) +
+                     " CPU-s per receiver after its commit (competes, does not add)"
+               : std::string(s.receivers.verify ? "; verify not charged: the calibration has no "
+                                                  "verify_bytes_per_s"
+                                                : "; verify: off (receivers.verify: false)");
   result->setup[costs_key] = costs;
   return rr;
 }

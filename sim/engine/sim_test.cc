@@ -600,7 +600,8 @@ TEST(SimTest, EveryResultListsItsHardwareAndEveryCost) {
       ASSERT_TRUE(r->setup.count(key));
       const std::string costs = r->setup.at(key);
       std::vector<std::string> parts = {"refit ", "; long link alone ", "; apply ",
-                                        "; durable commit ", "ommitment", "; build "};
+                                        "; durable commit ", "ommitment", "; build ",
+                                        "; verify "};
       parts.push_back("(signing in build and apply)");
       if (delta) parts.push_back("; commitment ");
       if (delta) parts.push_back("; sender commitment ");
