@@ -58,7 +58,7 @@ if [ "${DCR_SKIP_SLOW:-0}" != "1" ]; then
   fi
   # Sim-vs-real agreement (compare-small and the four-version compare-steps): reported, not
   # gating. On the shared 2-core machine at load ~11 the full checkpoint's median lands within
-  # 1% in about half the runs (0.968-1.021) and the delta's is 0.81-0.89 of the real refit:
+  # 1% in 5 runs of 8 (0.968-1.021) and the delta's is 0.81-0.89 of the real refit in all 8:
   # there the refit is CPU-bound and the real nodes use ~10% more CPU in its window than the
   # code paths the simulator charges (sim/README.md, "Sim vs real"), so a miss is printed, not
   # failed.
