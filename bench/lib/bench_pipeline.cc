@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dcr/checkpoint.h"
+#include "dcr/commitment.h"
 #include "dcr/delta.h"
 #include "dcr/node.h"
 #include "dcr/status_macros.h"
@@ -162,7 +163,11 @@ nlohmann::json DescribeBench(const BenchSetup& b) {
       "receiver (node_recovery.h DurableReceiver, as dcr node with a state directory): the delta "
       "applied into its file-backed storage (wall), then its Commit (msync of the storage, then "
       "the journal's commit record; wall), against plain_write_* = write + fdatasync of as many "
-      "bytes to a new file in the same directory, same rep";
+      "bytes to a new file in the same directory, same rep; commitment_* = the commitment of "
+      "the target (CheckpointCommitment, one thread), what the sender computes before its first "
+      "blob and each receiver of a signed delta over its storage at the commit; verify = a receiver "
+      "holding the target compares it with the target file (VerifyFile), as dcr run's receivers "
+      "do after each commit";
   out["timing"] = "median of reps by wall time; *_wall_bytes_per_s per thread from wall time, "
                   "*_bytes_per_s per core from process CPU time; bytes are dense tensor bytes; "
                   "available_cores = CPU s / wall s of one spinning thread per core, "
@@ -331,6 +336,26 @@ StatusOr<CommitTiming> TimeDurableCommit(const BenchSetup& b, const std::string&
     return x.commit_wall < y.commit_wall;
   });
   return reps[reps.size() / 2];
+}
+
+// The commitment of a version (dcr/commitment.h) over the target, as the sender computes it
+// before its first blob and a receiver over what it holds at the commit: CommitmentOf on one
+// thread, so process CPU seconds are one core's (the simulator spreads the pass over the cores
+// the node has).
+StatusOr<Timing> TimeCommitment(const BenchSetup& b, const std::string& target_path) {
+  DCR_ASSIGN_OR_RETURN(auto target, OpenResident(target_path));
+  return Measure(b.reps, [&]() -> Status {
+    return CheckpointCommitment(*target, 1).status();
+  });
+}
+
+// What `dcr run`'s receivers do after each commit (receivers.verify): compare what they hold
+// with the target file (VerifyFile), one thread. The receiver holds the delta applied to its base.
+StatusOr<Timing> TimeVerify(const BenchSetup& b, const std::string& base_path,
+                            const std::string& target_path, const BlobSink& blobs) {
+  DCR_ASSIGN_OR_RETURN(auto rx, BufferReceiver::Load(base_path));
+  DCR_RETURN_IF_ERROR(ReplayDelta(blobs, rx.get()));
+  return Measure(b.reps, [&]() -> Status { return VerifyFile(*rx, target_path); });
 }
 
 // CPU seconds of the one-machine mix: the builder's, and each receiver's (their mean).
@@ -503,6 +528,17 @@ StatusOr<std::string> RunPipelineBench(const PipelineBenchConfig& cfg,
       DCR_ASSIGN_OR_RETURN(const Timing t, TimeFullReceiver(b, ckpts[1]));
       out["memcpy_bytes_per_s"] = dense / std::max(t.cpu, 1e-9);
       out["memcpy_wall_bytes_per_s"] = dense / std::max(t.wall, 1e-9);
+      DCR_ASSIGN_OR_RETURN(const Timing v, TimeVerify(b, ckpts[0], ckpts[1], blobs));
+      out["verify_bytes_per_s"] = dense / std::max(v.cpu, 1e-9);
+      DCR_ASSIGN_OR_RETURN(const Timing c, TimeCommitment(b, ckpts[1]));
+      out["commitment_bytes_per_s"] = dense / std::max(c.cpu, 1e-9);
+      out["commitment_wall_bytes_per_s"] = dense / std::max(c.wall, 1e-9);
+      if (log) {
+        char buf[160];
+        std::snprintf(buf, sizeof(buf), "commitment: %.3f s wall, %.3f s CPU for %.1f MB (one "
+                      "thread)", c.wall, c.cpu, dense / 1e6);
+        log(buf);
+      }
       full_timed = true;
     }
   }

@@ -54,6 +54,10 @@ TEST(PipelineBenchTest, TimesTheDurableCommitThroughTheShippedReceiver) {
     EXPECT_GT(r["commit_plain_apply_wall_s"].get<double>(), 0);
     EXPECT_GT(r["plain_write_bytes_per_s"].get<double>(), 0);
   }
+  // The commitment (CommitmentOf, one thread) and dcr run's verify, per byte of the target.
+  EXPECT_GT(j["commitment_bytes_per_s"].get<double>(), 1e7);
+  EXPECT_GT(j["commitment_wall_bytes_per_s"].get<double>(), 0);
+  EXPECT_GT(j["verify_bytes_per_s"].get<double>(), 1e7);
   // The durable receiver's state directory and the reference write's file are gone.
   EXPECT_EQ(CountEntries(dir, "bench-commit-"), 0);
   std::string cmd = "rm -rf '" + dir + "'";

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "dcr/commitment.h"
 #include "dcr/context.h"
 #include "dcr/hash.h"
 #include "dcr/status_macros.h"
@@ -302,6 +303,7 @@ StatusOr<CodecBenchReport> RunCodecBench(const CodecBenchConfig& config,
   CodecBenchMemcpy copy(dense);
   Timing memcpy_best;
   for (int r = 0; r < config.reps; ++r) KeepBest(&memcpy_best, copy.Once());
+  Timing commitment_best;
   for (double rate : config.rates) {
     char buf[256];
     std::snprintf(buf, sizeof(buf), "bench codec: training %llu elements to %.2f%% change",
@@ -362,6 +364,18 @@ StatusOr<CodecBenchReport> RunCodecBench(const CodecBenchConfig& config,
       }
       KeepBest(&memcpy_best, copy.Once());
     }
+    // The commitment of the target, as a sender or a receiver computes it per version.
+    {
+      std::vector<TensorView> views;
+      for (const TensorInfo& t : in.target->tensors()) {
+        views.push_back(TensorView{t.name, t.dtype_name, t.shape, in.target->data(t), t.nbytes});
+      }
+      for (int k = 0; k < std::min(config.reps, 5); ++k) {
+        const Span span;
+        DCR_ASSIGN_OR_RETURN(Commitment c, CommitmentOf(views, 1));
+        KeepBest(&commitment_best, span.Stop());
+      }
+    }
     CodecRateResult r;
     r.change_rate = rate;
     r.measured_change_rate = in.measured_rate;
@@ -405,6 +419,8 @@ StatusOr<CodecBenchReport> RunCodecBench(const CodecBenchConfig& config,
   }
   rep.memcpy_bytes_per_s = static_cast<double>(dense) / memcpy_best.cpu;
   rep.memcpy_wall_bytes_per_s = static_cast<double>(dense) / memcpy_best.wall;
+  rep.commitment_bytes_per_s = static_cast<double>(dense) / commitment_best.cpu;
+  rep.commitment_wall_bytes_per_s = static_cast<double>(dense) / commitment_best.wall;
   double load[1] = {0};
   if (getloadavg(load, 1) == 1) rep.load_average = load[0];
   for (auto& r : rep.rates) {
@@ -440,6 +456,8 @@ std::string CodecBenchJson(const CodecBenchReport& rep, const std::string& commi
   j["load_average"] = rep.load_average;
   j["memcpy_bytes_per_s"] = rep.memcpy_bytes_per_s;
   j["memcpy_wall_bytes_per_s"] = rep.memcpy_wall_bytes_per_s;
+  j["commitment_bytes_per_s"] = rep.commitment_bytes_per_s;
+  j["commitment_wall_bytes_per_s"] = rep.commitment_wall_bytes_per_s;
   nlohmann::ordered_json arr = nlohmann::ordered_json::array();
   for (const auto& r : rep.rates) {
     nlohmann::ordered_json e;

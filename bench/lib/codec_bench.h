@@ -153,6 +153,10 @@ struct CodecBenchReport {
   CodecBenchConfig config;
   double memcpy_bytes_per_s = 0;
   double memcpy_wall_bytes_per_s = 0;
+  // The commitment of a version (dcr/commitment.h: CommitmentOf, one thread) over each rate's
+  // target, best of all: tensor bytes per second of CPU time (per core) and of wall time.
+  double commitment_bytes_per_s = 0;
+  double commitment_wall_bytes_per_s = 0;
   double load_average = 0;  // 1-minute load average at the end of the run
   std::vector<CodecRateResult> rates;
   std::string cpu;
@@ -166,7 +170,8 @@ struct CodecBenchReport {
 StatusOr<CodecBenchReport> RunCodecBench(const CodecBenchConfig& config,
                                          const std::function<void(const std::string&)>& log);
 
-// The calibration JSON (also read by the simulator): memcpy_bytes_per_s, rates[...], machine,
+// The calibration JSON (also read by the simulator): memcpy_bytes_per_s, commitment_bytes_per_s
+// (and their *_wall_* variants), rates[...], machine,
 // compiler, commit (when non-empty).
 std::string CodecBenchJson(const CodecBenchReport& report, const std::string& commit);
 // A Markdown table of the report.

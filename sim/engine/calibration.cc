@@ -126,6 +126,7 @@ double Calibration::DurableApplyCpuSPerStorageByte(double rate) const {
 
 void Calibration::UseWallClock() {
   if (memcpy_wall_bytes_per_s > 0) memcpy_bytes_per_s = memcpy_wall_bytes_per_s;
+  if (commitment_wall_bytes_per_s > 0) commitment_bytes_per_s = commitment_wall_bytes_per_s;
   for (RatePoint& p : rates) {
     if (p.encode_wall_bytes_per_s > 0) p.encode_bytes_per_s = p.encode_wall_bytes_per_s;
     if (p.decode_apply_wall_bytes_per_s > 0) {
@@ -163,6 +164,12 @@ StatusOr<Calibration> ParseCalibration(const std::string& json_text, const std::
   }
   if (j.contains("available_cores") && j["available_cores"].is_number()) {
     c.available_cores = j["available_cores"].get<double>();
+  }
+  for (auto [key, field] : {std::pair{"commitment_bytes_per_s", &c.commitment_bytes_per_s},
+                             {"commitment_wall_bytes_per_s", &c.commitment_wall_bytes_per_s},
+                             {"verify_bytes_per_s", &c.verify_bytes_per_s}}) {
+    if (!j.contains(key)) continue;
+    DCR_ASSIGN_OR_RETURN(*field, PositiveNumber(j, key, "calibration " + source));
   }
   if (j.contains("context_classes")) {
     const nlohmann::json& k = j["context_classes"];
@@ -235,6 +242,19 @@ StatusOr<Calibration> ParseCalibration(const std::string& json_text, const std::
     c.has_tls = true;
     c.tls_send_s_per_byte = per["send"].get<double>();
     c.tls_recv_s_per_byte = per["recv"].get<double>();
+    // The plain TCP transfer of the same run: what each end pays without TLS.
+    if (t.contains("plain") && t["plain"].is_object() && t.contains("bytes") &&
+        t["bytes"].is_number() && t["bytes"].get<double>() > 0) {
+      const nlohmann::json& plain = t["plain"];
+      const double bytes = t["bytes"].get<double>();
+      for (auto [key, field] : {std::pair{"send_cpu_s", &c.tcp_send_s_per_byte},
+                                {"recv_cpu_s", &c.tcp_recv_s_per_byte}}) {
+        if (!plain.contains(key) || !plain[key].is_number() || plain[key].get<double>() < 0) {
+          return InvalidArgumentError(where + ".plain: key '" + key + "' must be a number >= 0");
+        }
+        *field = plain[key].get<double>() / bytes;
+      }
+    }
   }
   if (j.contains("signing")) {
     std::string where = "calibration " + source + ": signing";

@@ -16,11 +16,20 @@
 // Optional "tls": the JSON `dcr_bench_tls --json` writes, inline or as the name of that file
 // (relative to the calibration file's directory); the simulator reads its
 //   tls_cpu_s_per_byte: {send, recv}: CPU seconds mutual TLS adds per byte at the sending and at
-//   the receiving end of one relay-tree edge (TLS minus plain TCP, same run).
+//   the receiving end of one relay-tree edge (TLS minus plain TCP, same run), and, when the
+//   block has them, plain: {send_cpu_s, recv_cpu_s} over "bytes": what each end of the plain
+//   TCP transfer of the same run spends per byte (the sockets themselves, TLS or not).
 // Optional "signing": the JSON `dcr_bench_sign --json` writes, inline or as a file name; read:
 //   sha256_bytes_per_s, ed25519_signs_per_s, ed25519_verifies_per_s (one core), and when given
 //   chunks / manifests (chunks per manifest record) and signed_delta_bytes / delta_bytes (the
 //   manifest records' share of the stream).
+// Optional, the commitment of a signed version (dcr/commitment.h; `dcr bench pipeline --json` and
+// `dcr bench codec --json`): commitment_bytes_per_s, SHA-256 Merkle leaves over tensor bytes per
+// second of one core's CPU time (CommitmentOf with one thread), and commitment_wall_bytes_per_s
+// (the same from wall time).
+// Optional, verify_bytes_per_s (`dcr bench pipeline --json`): a receiver's comparison of what it
+// holds with the target file (VerifyFile, as dcr run's receivers do after each commit), tensor
+// bytes per second of one core's CPU time.
 // Optional, the durable receivers' commit (`dcr bench pipeline --json`: a durable `cpu` receiver,
 // core/src/node/node_recovery.h, through the shipped code): per rate commit_s_per_storage_byte
 // (wall seconds its Commit takes, the storage mapping's msync and the journal's commit record,
@@ -74,6 +83,13 @@ struct Calibration {
   // Optional (`dcr bench pipeline`): cores the machine actually gave the bench's multi-threaded
   // build (process CPU seconds / wall seconds); 0 when absent.
   double available_cores = 0;
+  // The commitment pass (CommitmentOf) per core: tensor bytes per second; 0 when absent.
+  double commitment_bytes_per_s = 0;
+  double commitment_wall_bytes_per_s = 0;  // optional, 0 when absent
+  // A receiver's byte comparison with the target file after its commit (VerifyFile, one thread):
+  // bytes of storage per second of CPU; 0 when absent.
+  double verify_bytes_per_s = 0;
+  bool has_commitment() const { return commitment_bytes_per_s > 0; }
   std::vector<RatePoint> rates;  // sorted by change_rate
   bool has_tls = false;  // a "tls" block was given
   std::string tls_source;  // the file it came from
@@ -85,6 +101,7 @@ struct Calibration {
   double chunks_per_manifest = 32;
   double signed_size_ratio = 1;       // signed stream bytes / unsigned
   double tls_send_s_per_byte = 0, tls_recv_s_per_byte = 0;
+  double tcp_send_s_per_byte = 0, tcp_recv_s_per_byte = 0;  // plain TCP (0: not calibrated)
   // The durable receivers' commit (sorted by change_rate); empty when not calibrated.
   std::vector<CommitPoint> commit;
   std::string commit_source;

@@ -34,6 +34,27 @@ TEST(CalibrationTest, NoTlsBlockChargesNothing) {
   EXPECT_EQ(c->tls_send_s_per_byte, 0);
 }
 
+TEST(CalibrationTest, CommitmentRatePerCoreAndItsWallVariant) {
+  auto none = ParseCalibration(std::string("{") + kRates + "}", "x.json");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(none->has_commitment());
+  auto c = ParseCalibration(std::string("{") + kRates +
+                                R"(, "commitment_bytes_per_s": 1.8e9,
+                                  "commitment_wall_bytes_per_s": 1.2e9,
+                                  "verify_bytes_per_s": 2.5e9})",
+                            "x.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->has_commitment());
+  EXPECT_EQ(c->commitment_bytes_per_s, 1.8e9);
+  EXPECT_EQ(c->verify_bytes_per_s, 2.5e9);
+  c->UseWallClock();
+  EXPECT_EQ(c->commitment_bytes_per_s, 1.2e9);
+  auto bad = ParseCalibration(std::string("{") + kRates + R"(, "commitment_bytes_per_s": 0})",
+                              "x.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("commitment_bytes_per_s"), std::string::npos);
+}
+
 TEST(CalibrationTest, TlsBlockFromAFileBesideTheCalibration) {
   char dir[] = "/tmp/dcr_sim_cal_XXXXXX";
   ASSERT_NE(::mkdtemp(dir), nullptr);

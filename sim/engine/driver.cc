@@ -69,13 +69,13 @@ double OneWayNetLatency(const PlatformSpec& p, int region_a, int region_b) {
 
 enum class TagKind {
   kRecv, kSend, kControl, kBuild, kApply, kPut, kFetch, kList, kTimer, kFetchReq, kStreamFree,
-  kEncrypt, kDecrypt
+  kEncrypt, kDecrypt, kCommitment, kSenderCommitment, kVerify
 };
 
 struct Tag {
   TagKind kind = TagKind::kRecv;
   action::Send send;   // kSend, kEncrypt
-  BlobInfo blob;       // kBuild (id), kApply, kPut, kFetch
+  BlobInfo blob;       // kBuild (id), kApply, kPut, kFetch, kCommitment (the trailer)
   Msg data;            // kDecrypt: the piece being decrypted
 };
 
@@ -172,6 +172,16 @@ class NodeActor : public NodeEnvironment {
     if (w_->platform.shared_cpu != nullptr) e->set_host(w_->platform.shared_cpu);
     e->start();
     return e;
+  }
+
+  // A job of `flops` in all split over up to `threads` cores of this node's host (or of the
+  // shared CPU of a one-machine run), at most the host's cores: one single-core exec per part,
+  // each tagged `tag`. Returns the number of parts.
+  int ComputeParallel(double flops, int threads, const Tag& tag) {
+    sg4::Host* h = w_->platform.shared_cpu != nullptr ? w_->platform.shared_cpu : host_;
+    const int parts = std::clamp(threads, 1, h->get_core_count());
+    for (int i = 0; i < parts; ++i) Add(Compute(std::max(flops / parts, 1.0)), tag);
+    return parts;
   }
 
   // Timers are activities (exec jobs on the clock host), so the event loop is one wait_any with
@@ -280,11 +290,16 @@ class NodeActor : public NodeEnvironment {
       return;
     }
     auto* m = new Msg{Msg::kData, pid_, s.blob, s.offset, s.length, 0, nullptr};
-    if (spec().tls_recv_s_per_byte > 0) {
-      // TLS: the receiving end decrypts the piece's records as they arrive (on one of its cores,
-      // from the start of the transfer); the piece is usable when both are done.
-      const double cpu = static_cast<double>(s.length) * spec().tls_recv_s_per_byte;
-      w_->out.tls_cpu_seconds += cpu;
+    const int to = ActorOf(s.to);
+    const bool to_receiver = to >= 1 && to <= spec().receivers;
+    const double hash = to_receiver ? spec().recv_hash_s_per_byte : 0;
+    if (spec().tls_recv_s_per_byte > 0 || hash > 0) {
+      // TLS: the receiving end decrypts the piece's records (and hashes them, `hash`) as they
+      // arrive (on one of its cores, from the start of the transfer); the piece is usable when
+      // both are done.
+      const double tls = static_cast<double>(s.length) * spec().tls_recv_s_per_byte;
+      const double cpu = tls + static_cast<double>(s.length) * hash;
+      w_->out.tls_cpu_seconds += tls;
       m->decrypt = sg4::this_actor::exec_init(cpu * kHostFlops);
       m->decrypt->set_host(w_->platform.shared_cpu != nullptr ? w_->platform.shared_cpu
                                                               : w_->node_host[ActorOf(s.to)]);
@@ -326,8 +341,8 @@ class NodeActor : public NodeEnvironment {
   }
 
   void Apply(const action::Apply& ap) override {
-    const SimBlob& sb = blobs().at(ap.blob.id);
     if (role_.notify >= 0 && !spec().edge_range_of.empty()) {
+      const SimBlob& sb = blobs().at(ap.blob.id);
       // An edge relay of a split: the transcoding runs on the host of the blob's chunk range.
       sg4::ExecPtr e = sg4::this_actor::exec_init(std::max(sb.apply_flops, 1.0));
       e->set_host(w_->platform.edges.at(
@@ -339,15 +354,30 @@ class NodeActor : public NodeEnvironment {
       Add(e, std::move(t));
       return;
     }
+    if (role_.receiver && ap.blob.kind == BlobKind::kTrailer && spec().commitment_cpu_s > 0) {
+      // A signed delta's commit first recomputes the commitment of the whole storage.
+      Tag t;
+      t.kind = TagKind::kCommitment;
+      t.blob = ap.blob;
+      commitment_parts_ =
+          ComputeParallel(spec().commitment_cpu_s * kHostFlops, spec().commitment_threads, t);
+      return;
+    }
+    StartApply(ap.blob);
+  }
+
+  // The apply job of blob `blob` (for a receiver's trailer: after its commitment).
+  void StartApply(const BlobInfo& blob) {
+    const SimBlob& sb = blobs().at(blob.id);
     // A durable receiver's trailer apply is its commit: the storage's msync and the journal's
     // record, a wait on the disk (timed on the clock host, no core taken) after every chunk.
-    sg4::ExecPtr e = role_.receiver && ap.blob.kind == BlobKind::kTrailer &&
+    sg4::ExecPtr e = role_.receiver && blob.kind == BlobKind::kTrailer &&
                              spec().commit_seconds > 0
                          ? Delay(spec().commit_seconds + sb.apply_flops / kHostFlops)
                          : Compute(std::max(sb.apply_flops, 1.0));
     Tag t;
     t.kind = TagKind::kApply;
-    t.blob = ap.blob;
+    t.blob = blob;
     Add(e, std::move(t));
   }
 
@@ -392,6 +422,9 @@ class NodeActor : public NodeEnvironment {
     // As the real runner: the refit ends when the last receiver commits (not when the sender
     // hears of it, a long-link latency later).
     w_->out.end = std::max(w_->out.end, Now());
+    if (spec().verify_cpu_s > 0) {
+      Add(Compute(spec().verify_cpu_s * kHostFlops), Tag{TagKind::kVerify, {}, {}});
+    }
   }
 
   void TreeCommitted(int) override { w_->out.tree_committed = Now(); }
@@ -412,6 +445,7 @@ class NodeActor : public NodeEnvironment {
   size_t WindowLast(size_t i) const { return Order().GroupLast(i); }
 
   void LaunchBuilds() {
+    if (!sender_ready_) return;
     const auto& blobs = this->blobs();
     for (bool progress = true; progress;) {
       progress = false;
@@ -471,6 +505,13 @@ class NodeActor : public NodeEnvironment {
     Feed(event::Start{});
     if (Producer()) {
       built_.assign(n, false);
+      if (spec().sender_commitment_cpu_s > 0) {
+        // A signed delta: the sender computes the target's commitment before the first blob.
+        sender_ready_ = false;
+        commitment_parts_ = ComputeParallel(spec().sender_commitment_cpu_s * kHostFlops,
+                                            spec().sender_commitment_threads,
+                                            Tag{TagKind::kSenderCommitment, {}, {}});
+      }
       LaunchBuilds();
     }
     if (role_.fed) built_.assign(n, false);
@@ -536,6 +577,17 @@ class NodeActor : public NodeEnvironment {
           built_[tag.blob.id] = true;
           LaunchBuilds();
           break;
+        case TagKind::kCommitment:
+          if (--commitment_parts_ == 0) StartApply(tag.blob);
+          break;
+        case TagKind::kVerify:
+          break;
+        case TagKind::kSenderCommitment:
+          if (--commitment_parts_ > 0) break;
+          w_->out.sender_ready = Now();
+          sender_ready_ = true;
+          LaunchBuilds();
+          break;
         case TagKind::kApply: {
           applied_[tag.blob.id] += 1;
           event::ApplyDone done;
@@ -588,7 +640,7 @@ class NodeActor : public NodeEnvironment {
     // Let outgoing messages finish (a dead sender would cancel them), then stop listening.
     for (size_t i = 0; i < acts_.size(); ++i) {
       if (tags_[i].kind == TagKind::kSend || tags_[i].kind == TagKind::kControl ||
-          tags_[i].kind == TagKind::kPut) {
+          tags_[i].kind == TagKind::kPut || tags_[i].kind == TagKind::kVerify) {
         acts_[i]->wait();
       }
     }
@@ -613,6 +665,8 @@ class NodeActor : public NodeEnvironment {
   std::vector<bool> built_;
   size_t next_launch_ = 0, next_deliver_ = 0;
   int running_builds_ = 0;
+  bool sender_ready_ = true;  // the producer's commitment is done (or none is charged)
+  int commitment_parts_ = 0;  // parts of this node's commitment job still running
 };
 
 nlohmann::json OutcomeToJson(const RunOutcome& o) {
@@ -627,7 +681,7 @@ nlohmann::json OutcomeToJson(const RunOutcome& o) {
           {"refit_seconds", o.refit_seconds}, {"wire_bytes", o.wire_bytes},
           {"store_put_bytes", o.store_put_bytes}, {"store_get_bytes", o.store_get_bytes},
           {"comms", o.comms}, {"sim_clock", o.sim_clock}, {"receivers", rs},
-          {"tls_cpu_seconds", o.tls_cpu_seconds},
+          {"tls_cpu_seconds", o.tls_cpu_seconds}, {"sender_ready", o.sender_ready},
           {"error", o.error}};
 }
 
@@ -643,6 +697,7 @@ RunOutcome OutcomeFromJson(const nlohmann::json& j) {
   o.store_get_bytes = j.at("store_get_bytes");
   o.comms = j.at("comms");
   o.tls_cpu_seconds = j.at("tls_cpu_seconds");
+  o.sender_ready = j.at("sender_ready");
   o.sim_clock = j.at("sim_clock");
   o.error = j.at("error");
   for (const auto& r : j.at("receivers")) {

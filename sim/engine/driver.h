@@ -79,6 +79,10 @@ struct RunSpec {
   // exec job on the end's host (one core). 0: not charged.
   double tls_send_s_per_byte = 0;
   double tls_recv_s_per_byte = 0;
+  // Per byte a measured receiver (relays included) hashes as the bytes arrive, in the same job
+  // as the receiving end's TLS (a signed full stream's slices, verified before they are
+  // applied). 0: not charged.
+  double recv_hash_s_per_byte = 0;
   // Edge relay (relay tree only; platform.edge_cores > 0 names its host): the long link carries
   // `wan_blobs` (the context-coded stream: sizes, build cost on the sender; apply_flops = the edge
   // relay's transcoding of the blob, context decode + apply onto its canonical base + plain
@@ -100,6 +104,22 @@ struct RunSpec {
   // journal's record, a wait on the disk, not on a core), from the trailer's arrival: it follows
   // the last chunk's apply and cannot overlap the transfer. 0: not charged.
   double commit_seconds = 0;
+  // The commitment of a signed delta (dcr/commitment.h). Each receiver's is CPU seconds (one
+  // core) of SHA-256 over its whole storage, run on up to `commitment_threads` cores of its host
+  // (or of the shared CPU) once every chunk is applied and the trailer is in, before the durable
+  // commit (TrustedReceiver::Commit): it cannot overlap the transfer and adds. The sender's is
+  // the same pass over the target on up to `sender_commitment_threads` cores before it builds
+  // the first blob: the refit clock (from the first blob, as the real runner's) starts after
+  // it; the simulated clock (sim_clock) includes it. 0: not charged.
+  // The harness's byte comparison of each receiver's storage with the target file
+  // (`receivers.verify` of dcr run): CPU seconds on one core of its host (or of the shared CPU),
+  // started when it commits. It does not delay its own commit; it competes with the nodes still
+  // working. 0: not charged.
+  double verify_cpu_s = 0;
+  double commitment_cpu_s = 0;
+  int commitment_threads = 1;
+  double sender_commitment_cpu_s = 0;
+  int sender_commitment_threads = 1;
 };
 
 struct NodeOutcome {
@@ -120,6 +140,7 @@ struct RunOutcome {
   double store_put_bytes = 0, store_get_bytes = 0;
   uint64_t comms = 0;        // Comms started (messages simulated)
   double tls_cpu_seconds = 0;  // CPU charged for TLS on every endpoint together
+  double sender_ready = 0;     // simulated time the sender's commitment was done (0: none)
   double sim_clock = 0;      // Engine clock when run() returned
   std::vector<NodeOutcome> receivers;  // index = node - 1
   std::string error;         // first failure, or a deadlock note

@@ -267,6 +267,45 @@ TEST(DriverTest, EdgeRelaysSplitByRangeShareTheTranscoding) {
   EXPECT_GT(one->refit_seconds, 100.0);
 }
 
+TEST(DriverTest, CommitmentAddsAfterTheLastChunkOnTheHostsCores) {
+  RunSpec plain = FullTransfer(2e9, 20, 1, 16, 381e6);
+  auto p = RunForked(plain);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->sender_ready, 0);
+  // The receiver's commitment: 8 CPU-s on the 4 cores of its host after the last chunk adds 2 s;
+  // asking for more threads than the host has cores changes nothing.
+  for (int threads : {4, 16}) {
+    SCOPED_TRACE(threads);
+    RunSpec r = plain;
+    r.commitment_cpu_s = 8;
+    r.commitment_threads = threads;
+    auto out = RunForked(r);
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_EQ(out->error, "");
+    EXPECT_TRUE(out->receivers[0].committed && out->receivers[0].complete);
+    EXPECT_NEAR(out->refit_seconds - p->refit_seconds, 2.0, 0.01);
+  }
+  // The sender's: 4 CPU-s on its 4 cores before the first blob. The refit clock starts at the
+  // first blob, so the refit is unchanged; the simulation ends 1 s later.
+  RunSpec s = plain;
+  s.sender_commitment_cpu_s = 4;
+  s.sender_commitment_threads = 4;
+  auto out = RunForked(s);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->error, "");
+  EXPECT_NEAR(out->sender_ready, 1.0, 1e-6);
+  EXPECT_NEAR(out->first_built, p->first_built + 1.0, 1e-6);
+  EXPECT_NEAR(out->refit_seconds, p->refit_seconds, 1e-6);
+  // The harness's verify after the commit: CPU that competes, never delays the commit itself.
+  RunSpec v = plain;
+  v.verify_cpu_s = 50;
+  auto verified = RunForked(v);
+  ASSERT_TRUE(verified.ok()) << verified.status();
+  EXPECT_EQ(verified->error, "");
+  EXPECT_NEAR(verified->refit_seconds, p->refit_seconds, 1e-6);
+  EXPECT_NEAR(verified->sim_clock, verified->end + 50, 0.5);
+}
+
 TEST(DriverTest, DeterministicAcrossRuns) {
   RunSpec r = FullTransfer(1e9, 20, 5, 2, 381e6);
   auto a = RunForked(r);

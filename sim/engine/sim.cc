@@ -344,6 +344,31 @@ StatusOr<internal::PlatformSpec> MakePlatform(const Scenario& s, const SimInputs
   return plat;
 }
 
+// The setup line of the commitment (dcr/commitment.h): what signed delta runs are charged.
+void DescribeCommitment(const Scenario& s, const Calibration& cal, ScenarioResult* result) {
+  std::string& line = result->setup["commitment"];
+  if (!s.network.signing.enabled) {
+    line = "none: unsigned deltas carry no commitment (network.signing: false)";
+  } else if (!cal.has_commitment()) {
+    line = "not charged: the calibration has no commitment_bytes_per_s (dcr bench pipeline "
+           "--json, dcr bench codec --json)";
+  } else {
+    line = "signed delta runs: SHA-256 Merkle leaves at " + Num(cal.commitment_bytes_per_s) +
+           " B/s per core (" + cal.source +
+           "); the sender hashes the target on its build threads before the first blob "
+           "(outside the refit clock, as dcr run measures it); each receiver, relays "
+           "included, hashes its whole storage on every core of its host after its last "
+           "chunk and before its durable commit (not per leaf as ranges complete): it adds; "
+           "edge relays do not check it; full-checkpoint runs carry none";
+    if (s.receivers.device != "cpu") {
+      line += "; receivers on " + s.receivers.device +
+              " devices download each leaf in pieces to host memory and hash it on the host's "
+              "cores (DeviceCommitmentLeavesOf): charged at the host rate, the download "
+              "(device-to-host bandwidth, about 10x the per-core hash rate) not charged";
+    }
+  }
+}
+
 // The setup lines every simulated result carries (simulator, calibration, platform).
 void DescribeSetup(const Scenario& s, const SimInputs& in, const internal::PlatformSpec& plat,
                    ScenarioResult* result) {
@@ -367,8 +392,15 @@ void DescribeSetup(const Scenario& s, const SimInputs& in, const internal::Platf
                                      Num(plat.shared_cpu_share) + " of a core (calibration "
                                      "available_cores)"
                                : "");
+  const std::string tcp =
+      cal.tcp_send_s_per_byte > 0 || cal.tcp_recv_s_per_byte > 0
+          ? "; the plain TCP sockets of every relay-tree endpoint are charged " +
+                Num(cal.tcp_send_s_per_byte * 1e9) + " CPU-s per GB sent and " +
+                Num(cal.tcp_recv_s_per_byte * 1e9) + " CPU-s per GB received (dcr_bench_tls, "
+                "plain)"
+          : "; plain TCP sockets not charged";
   if (!s.network.tls.enabled) {
-    result->setup["tls"] = "off (network.tls: false): relay-tree edges are plain TCP";
+    result->setup["tls"] = "off (network.tls: false): relay-tree edges are plain TCP" + tcp;
   } else if (!cal.has_tls) {
     result->setup["tls"] = "on (network.tls), not charged: the calibration has no 'tls' block "
                            "(dcr_bench_tls --json)";
@@ -378,10 +410,10 @@ void DescribeSetup(const Scenario& s, const SimInputs& in, const internal::Platf
         Num(cal.tls_send_s_per_byte * 1e9) + " CPU-s per GB sent and " +
         Num(cal.tls_recv_s_per_byte * 1e9) +
         " CPU-s per GB received (dcr_bench_tls: " + cal.tls_source +
-        "); object-store transfers are not charged";
+        ") over plain TCP" + tcp + "; object-store transfers are not charged";
   }
   if (!s.network.signing.enabled) {
-    result->setup["signing"] = "off (network.signing: false): unsigned deltas";
+    result->setup["signing"] = "off (network.signing: false): unsigned streams";
   } else if (!cal.has_signing) {
     result->setup["signing"] = "on (network.signing), not charged: the calibration has no "
                                "'signing' block (dcr_bench_sign --json)";
@@ -393,7 +425,9 @@ void DescribeSetup(const Scenario& s, const SimInputs& in, const internal::Platf
         " us each); every receiver hashes every record it applies and verifies every manifest (" +
         Num(cal.verify_s_per_manifest * 1e6) + " us each); the stream is " +
         Num(cal.signed_size_ratio) + "x the unsigned bytes (dcr_bench_sign: " +
-        cal.signing_source + ")";
+        cal.signing_source + "); full checkpoints are signed per slice: the sender reads and "
+        "hashes every slice on one thread and emits them in batches of 32 behind their "
+        "manifest, every receiver hashes every slice";
   }
   {
     // The hardware the results assume, next to them.
@@ -425,6 +459,7 @@ void DescribeSetup(const Scenario& s, const SimInputs& in, const internal::Platf
     }
     result->setup["hardware"] = hw;
   }
+  DescribeCommitment(s, cal, result);
   if (!in.extra.durable) {
     result->setup["durability"] = "off (sim.extra.durable: false): receivers without a state "
                                   "directory, no commit charged";
@@ -505,6 +540,7 @@ struct Pending {
   double edge_cpu_s = 0;     // CPU seconds of the edge relays' transcoding (0: none)
   double wan_payload = 0;    // bytes the long link carries once
   double durable_apply_cpu_s = 0;  // of apply_cpu_s: what the durable storage adds
+  std::string commitment;  // the commitment charged (ChargeCommitment), when charged
 };
 
 // A signed delta: every chunk grows by the manifest records' share; the sender hashes each chunk
@@ -533,6 +569,92 @@ std::string ChargeSigning(const Calibration& cal, const PayloadModel& pm, const 
   }
   return "signing " + Num(sender) + " CPU-s at the sender, " + Num(receiver) +
          " CPU-s per receiver (" + std::to_string(receivers) + " receivers)";
+}
+
+// The relay tree's sockets, per byte at each end of an edge: plain TCP (the tls block's plain
+// transfer) and, with network.tls, what TLS adds to it (the RunSpec's tls_*_s_per_byte carry
+// both: one exec job per piece at each end).
+void ChargeSockets(const Scenario& s, const Calibration& cal, internal::RunSpec* spec) {
+  if (!cal.has_tls) return;
+  const bool tls = s.network.tls.enabled;
+  spec->tls_send_s_per_byte = cal.tcp_send_s_per_byte + (tls ? cal.tls_send_s_per_byte : 0);
+  spec->tls_recv_s_per_byte = cal.tcp_recv_s_per_byte + (tls ? cal.tls_recv_s_per_byte : 0);
+}
+
+// A signed full checkpoint (FullStreamSigner, node/node_trust.h): the sender reads and hashes
+// every slice on its one building thread and emits them in batches of 32 behind the manifest
+// that lists them (a batch goes out once all of it is hashed); every receiver hashes every slice
+// as it arrives, before applying it, and verifies one manifest per 32 slices (in the apply).
+// Returns the setup text.
+std::string ChargeFullSigning(const Calibration& cal, const Sizing& z, int receivers,
+                              internal::RunSpec* spec) {
+  constexpr double kSlicesPerManifest = 32;
+  const double coarsen = static_cast<double>(std::max<uint64_t>(1, z.coarsen));
+  spec->build_parallel = 1;
+  spec->build_window =
+      std::max(1, static_cast<int>(std::llround(kSlicesPerManifest / coarsen)));
+  const double manifests_per_chunk = coarsen / kSlicesPerManifest;
+  double sender = 0, receiver = 0;
+  bool first = true;
+  for (internal::SimBlob& b : spec->blobs) {
+    if (b.info.kind != BlobKind::kChunk) continue;
+    const double bytes = static_cast<double>(b.info.size);
+    double build = bytes * (cal.sha256_s_per_byte + 1 / cal.memcpy_bytes_per_s) +
+                   manifests_per_chunk * cal.sign_s_per_manifest;
+    sender += build;
+    // A merged chunk of more than one batch goes out batch by batch: only the first batch's
+    // hashing holds the stream back (the later ones are hashed while the earlier go out).
+    if (first && coarsen > kSlicesPerManifest) build *= kSlicesPerManifest / coarsen;
+    first = false;
+    // Over the relay tree the slices' hashes are checked as they arrive
+    // (RunSpec::recv_hash_s_per_byte); a fetched object is whole when it lands: hashed in the
+    // apply, with the manifests' signatures.
+    const double apply = manifests_per_chunk * cal.verify_s_per_manifest +
+                         (spec->object_store ? bytes * cal.sha256_s_per_byte : 0);
+    b.build_flops += build * internal::kHostFlops;
+    b.apply_flops += apply * internal::kHostFlops;
+    receiver += apply + (spec->object_store ? 0 : bytes * cal.sha256_s_per_byte);
+  }
+  if (!spec->object_store) spec->recv_hash_s_per_byte = cal.sha256_s_per_byte;
+  return "signing " + Num(sender) + " CPU-s at the sender (read + SHA-256 of every slice, " +
+         "batches of 32 behind their manifest), " + Num(receiver) + " CPU-s per receiver (" +
+         std::to_string(receivers) + " receivers)";
+}
+
+// `receivers.verify` (dcr run's default): each receiver compares what it holds (its serving
+// shard) with the target file after it commits, on one core (RunSpec::verify_cpu_s).
+void ChargeVerify(const Scenario& s, const Calibration& cal, const PayloadModel& pm,
+                  internal::RunSpec* spec) {
+  if (!s.receivers.verify || cal.verify_bytes_per_s <= 0) return;
+  const double tp = s.serving.enabled && s.serving.tp > 1 ? s.serving.tp : 1;
+  spec->verify_cpu_s = pm.dense_bytes / tp / cal.verify_bytes_per_s;
+}
+
+// A signed delta's commitment (dcr/commitment.h), as the real nodes compute it: the sender over
+// the target's tensor bytes on its build threads before the first blob (SenderBuilder's signing
+// options), every receiver (relays of the tree and store downloaders alike) over its storage's
+// tensor bytes (its serving shard) once the last chunk is applied, on every core of its host
+// (TrustedReceiver::Commit, commitment_threads 0 = hardware concurrency), before the durable
+// commit. Returns the text of the costs line ("" when not charged).
+std::string ChargeCommitment(const Scenario& s, const SimInputs& in,
+                             const internal::PlatformSpec& plat, const PayloadModel& pm,
+                             internal::RunSpec* spec) {
+  const Calibration& cal = in.cal;
+  if (!s.network.signing.enabled || !cal.has_commitment()) return "";
+  const double tp = s.serving.enabled && s.serving.tp > 1 ? s.serving.tp : 1;
+  const double per_core = cal.commitment_bytes_per_s;
+  spec->commitment_cpu_s = pm.dense_bytes / tp / per_core;
+  spec->commitment_threads =
+      in.extra.shared_cpu > 0 ? in.extra.shared_cpu : plat.regions[1].cores_per_node;
+  spec->sender_commitment_cpu_s = pm.dense_bytes / per_core;
+  spec->sender_commitment_threads = s.delta.threads > 0 ? s.delta.threads : in.build_cores;
+  return "commitment " + Num(spec->commitment_cpu_s) + " CPU-s per receiver (" +
+         Num(pm.dense_bytes / tp) + " B at " + Num(per_core) + " B/s per core, on up to " +
+         std::to_string(spec->commitment_threads) +
+         " cores of its host), after its last apply and before its durable commit: adds; "
+         "sender commitment " + Num(spec->sender_commitment_cpu_s) + " CPU-s on up to " +
+         std::to_string(spec->sender_commitment_threads) +
+         " cores before the first blob: outside the refit clock";
 }
 
 // wan_context on a relay-tree delta run: the context-coded stream on the long link to the edge
@@ -661,13 +783,12 @@ std::vector<Pending> PlanRuns(const Scenario& s, const SimInputs& in,
                                      s.delta.threads > 0 ? s.delta.threads : in.build_cores);
         internal::RunSpec spec = internal::PlanRun(s, plat, in.topo, z, kind, payload,
                                                    cal.memcpy_bytes_per_s);
-        if (kind == TransportKind::kRelayTree && s.network.tls.enabled && cal.has_tls) {
-          spec.tls_send_s_per_byte = cal.tls_send_s_per_byte;
-          spec.tls_recv_s_per_byte = cal.tls_recv_s_per_byte;
-        }
+        if (kind == TransportKind::kRelayTree) ChargeSockets(s, cal, &spec);
         std::string signing;
         if (s.network.signing.enabled && cal.has_signing && delta) {
           signing = ChargeSigning(cal, pm, z, in.build_cores, s.receivers.count, &spec);
+        } else if (s.network.signing.enabled && cal.has_signing) {
+          signing = ChargeFullSigning(cal, z, s.receivers.count, &spec);
         }
         std::string wan;
         if (s.delta.wan_context && delta && kind == TransportKind::kRelayTree) {
@@ -689,13 +810,20 @@ std::vector<Pending> PlanRuns(const Scenario& s, const SimInputs& in,
             }
           }
         }
+        std::string commitment;
+        if (delta) commitment = ChargeCommitment(s, in, plat, pm, &spec);
+        ChargeVerify(s, cal, pm, &spec);
         Pending p{std::move(spec), std::move(z), method, kind, rate, payload, wan, signing};
+        p.commitment = std::move(commitment);
         p.storage_bytes = storage;
         p.durable_apply_cpu_s = durable_cpu;
         const auto& blobs = p.spec.edge_relay ? p.spec.wan_blobs : p.spec.blobs;
+        // A delta chunk's build runs on build_cores / build_parallel cores; a full slice's
+        // hashing on the one reading thread.
+        const int build_cores_per_chunk =
+            delta ? std::max(1, in.build_cores / std::max(1, p.z.build_parallel)) : 1;
         for (const internal::SimBlob& b : blobs) {
-          p.build_cpu_s += b.build_flops / internal::kHostFlops *
-                           std::max(1, in.build_cores / std::max(1, p.z.build_parallel));
+          p.build_cpu_s += b.build_flops / internal::kHostFlops * build_cores_per_chunk;
           p.wan_payload += static_cast<double>(b.info.size);
         }
         for (const internal::SimBlob& b : p.spec.blobs) {
@@ -715,6 +843,20 @@ std::vector<Pending> PlanRuns(const Scenario& s, const SimInputs& in,
     }
   }
   return pending;
+}
+
+// The costs line's commitment part: what was charged, or why nothing was.
+std::string CommitmentCost(const Scenario& s, const Pending& pr,
+                           const internal::RunOutcome& outcome) {
+  if (!pr.commitment.empty()) {
+    return pr.commitment + " (the sender was ready " + Num(outcome.sender_ready) + " s in)";
+  }
+  if (pr.method != Method::kDelta) {
+    return "commitment: none (a full checkpoint's signed manifests sign its slices)";
+  }
+  if (!s.network.signing.enabled) return "commitment: none (unsigned delta)";
+  return "commitment not charged: the calibration has no commitment_bytes_per_s (dcr bench "
+         "pipeline --json)";
 }
 
 // The RunResult of one simulated run.
@@ -770,9 +912,10 @@ RunResult CollectRun(const Scenario& s, const internal::PlatformSpec& plat, cons
       " messages; " + std::to_string(z.chunks) + " chunks (grid " +
       std::to_string(pm.grid_chunks) + "), piece " + std::to_string(z.piece) + " B, window " +
       std::to_string(z.window) + " B (coarsened x" + std::to_string(z.coarsen) +
-      "), builder window " + std::to_string(z.build_window) + " chunks" +
+      "), builder window " + std::to_string(pr.spec.build_window) + " chunks" +
       (pr.spec.tls_send_s_per_byte > 0 || pr.spec.tls_recv_s_per_byte > 0
-           ? "; TLS " + Num(outcome.tls_cpu_seconds) + " CPU-s on all endpoints"
+           ? "; sockets (" + std::string(s.network.tls.enabled ? "TCP + TLS" : "TCP") + ") " +
+                 Num(outcome.tls_cpu_seconds) + " CPU-s on all endpoints"
            : "") +
       (pr.signing.empty() ? "" : "; " + pr.signing) +
       (pr.wan.empty() ? "" : "; long link: " + pr.wan);
@@ -789,12 +932,22 @@ RunResult CollectRun(const Scenario& s, const internal::PlatformSpec& plat, cons
   if (pr.durable_apply_cpu_s > 0) {
     costs += " (" + Num(pr.durable_apply_cpu_s) + " of it for the durable storage)";
   }
-  if (outcome.tls_cpu_seconds > 0) costs += "; TLS " + Num(outcome.tls_cpu_seconds) + " CPU-s";
+  if (outcome.tls_cpu_seconds > 0) {
+    costs += "; sockets (" + std::string(s.network.tls.enabled ? "TCP + TLS" : "TCP") + ") " +
+             Num(outcome.tls_cpu_seconds) + " CPU-s";
+  }
   if (!pr.signing.empty()) costs += " (signing in build and apply)";
   costs += pr.spec.commit_seconds > 0
                ? "; durable commit " + Num(pr.spec.commit_seconds) + " s per receiver (" +
                      Num(pr.storage_bytes) + " B of storage), after its last apply: adds"
                : "; durable commit not charged";
+  costs += "; " + CommitmentCost(s, pr, outcome);
+  costs += pr.spec.verify_cpu_s > 0
+               ? "; verify " + Num(pr.spec.verify_cpu_s) +
+                     " CPU-s per receiver after its commit (competes, does not add)"
+               : std::string(s.receivers.verify ? "; verify not charged: the calibration has no "
+                                                  "verify_bytes_per_s"
+                                                : "; verify: off (receivers.verify: false)");
   result->setup[costs_key] = costs;
   return rr;
 }

@@ -99,8 +99,10 @@ TEST(SimTest, TlsIsChargedWhenOnAndSaysSo) {
       << on->setup.at("tls");
   EXPECT_EQ(off->setup.at("tls").rfind("off", 0), 0u) << off->setup.at("tls");
   const std::string key = "run.full.relay_tree.0.03";
-  EXPECT_NE(on->setup.at(key).find("; TLS "), std::string::npos) << on->setup.at(key);
+  EXPECT_NE(on->setup.at(key).find("; sockets (TCP + TLS) "), std::string::npos)
+      << on->setup.at(key);
   EXPECT_EQ(off->setup.at(key).find("TLS"), std::string::npos) << off->setup.at(key);
+  EXPECT_NE(off->setup.at(key).find("; sockets (TCP) "), std::string::npos) << off->setup.at(key);
   EXPECT_EQ(on->runs[0].receivers_verified, 6);
   EXPECT_EQ(on->runs[0].wire_bytes, off->runs[0].wire_bytes);
   // At the calibrated costs the endpoints' cores keep up with the 100 Mbit/s link: TLS costs CPU,
@@ -548,6 +550,131 @@ TEST(SimTest, CalibratedLongLinkMovesTheOneTerabytePresetIn87AndAHalfMinutes) {
       ASSERT_TRUE(p.ok()) << p.status();
       EXPECT_EQ(p->network.long_link.bandwidth_Bps, stated) << path;
       EXPECT_EQ(p->network.long_link.latency_s, s->network.long_link.latency_s) << path;
+    }
+  }
+}
+
+// The default calibration with the commitment at `bytes_per_s` per core (0: without the key).
+std::string CommitmentCalibration(double bytes_per_s) {
+  std::ifstream in(std::string(DCR_TEST_SRC) + "/../calibration/default.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  j.erase("commitment_wall_bytes_per_s");
+  if (bytes_per_s > 0) j["commitment_bytes_per_s"] = bytes_per_s;
+  else j.erase("commitment_bytes_per_s");
+  for (const char* k : {"tls", "signing", "durability"}) {
+    j[k] = std::string(DCR_TEST_SRC) + "/../calibration/" + k + ".json";
+  }
+  char path[] = "/tmp/dcr_sim_commitment_cal_XXXXXX";
+  int fd = ::mkstemp(path);
+  EXPECT_GE(fd, 0);
+  ::close(fd);
+  std::ofstream(path) << j.dump();
+  return path;
+}
+
+TEST(SimTest, CommitmentAddsAfterTheLastApplyOfSignedDeltasAndSaysSo) {
+  // 100 MB/s per core, so the pass shows: each receiver hashes its whole storage on the 4 cores
+  // of its host (shared by the host's 2 receivers) after its last chunk.
+  Scenario s = Parse(kSmall);
+  s.change_rates = {0.03};
+  s.transport.kinds = {TransportKind::kRelayTree, TransportKind::kObjectStore};
+  SimOptions with, without;
+  with.calibration_path = CommitmentCalibration(1e8);
+  without.calibration_path = CommitmentCalibration(0);
+  auto on = Simulate(s, with);
+  auto off = Simulate(s, without);
+  s.network.signing.enabled = false;
+  auto unsigned_run = Simulate(s, with);
+  std::remove(with.calibration_path.c_str());
+  std::remove(without.calibration_path.c_str());
+  ASSERT_TRUE(on.ok() && off.ok() && unsigned_run.ok()) << on.status() << off.status();
+  EXPECT_EQ(on->setup.at("commitment").rfind("signed delta runs: SHA-256 Merkle leaves at 1e+08",
+                                             0), 0u) << on->setup.at("commitment");
+  EXPECT_EQ(off->setup.at("commitment").rfind("not charged", 0), 0u);
+  EXPECT_EQ(unsigned_run->setup.at("commitment").rfind("none", 0), 0u);
+  ASSERT_EQ(on->runs.size(), 4u);
+  const double pass = static_cast<double>(on->model_bytes) / 1e8;  // CPU-s per receiver
+  for (size_t i = 0; i < on->runs.size(); ++i) {
+    const RunResult& a = off->runs[i];
+    const RunResult& b = on->runs[i];
+    const std::string key = std::string("costs.") + MethodName(b.method) + "." +
+                            TransportKindName(b.transport) + ".0.03";
+    SCOPED_TRACE(key);
+    EXPECT_EQ(b.receivers_verified, 6);
+    if (b.method == Method::kFull) {
+      EXPECT_EQ(b.refit_seconds, a.refit_seconds);
+      EXPECT_NE(on->setup.at(key).find("commitment: none (a full checkpoint"),
+                std::string::npos);
+      continue;
+    }
+    EXPECT_NE(on->setup.at(key).find("; commitment "), std::string::npos) << on->setup.at(key);
+    EXPECT_NE(on->setup.at(key).find("sender commitment"), std::string::npos);
+    EXPECT_NE(off->setup.at(key).find("commitment not charged"), std::string::npos);
+    // It cannot overlap the transfer: at least the pass on all 4 cores of a host, at most on 2.
+    const double added = b.refit_seconds - a.refit_seconds;
+    EXPECT_GE(added, pass / 4 * 0.99);
+    EXPECT_LE(added, pass / 2 * 1.05 + 0.05);
+    // Unsigned deltas carry no commitment.
+    EXPECT_LT(unsigned_run->runs[i].refit_seconds, b.refit_seconds - pass / 4 * 0.99);
+  }
+}
+
+// Every simulated result lists the hardware it assumes and, per run, what each cost amounts to:
+// relay tree and object store, delta and full, durable or not, with and without an edge relay.
+TEST(SimTest, EveryResultListsItsHardwareAndEveryCost) {
+  struct Case {
+    const char* name;
+    bool durable;
+    bool edge;
+  };
+  for (const Case& c : {Case{"durable", true, false}, Case{"not durable", false, false},
+                        Case{"edge relay", true, true}}) {
+    SCOPED_TRACE(c.name);
+    Scenario s = Parse(kSmall);
+    s.change_rates = {0.03};
+    if (!c.durable) s.sim.extra["durable"] = "false";
+    SimOptions o;
+    if (c.edge) {
+      s.delta.wan_context = true;
+      o.calibration_path = ContextCalibration(1e10);
+    }
+    auto r = Simulate(s, o);
+    if (c.edge) std::remove(o.calibration_path.c_str());
+    ASSERT_TRUE(r.ok()) << r.status();
+    const std::string hw = r->setup.at("hardware");
+    for (const char* part : {"sender: 1 host, 4 build cores", "receivers: 6 on 3 hosts",
+                             "4 cores per host", c.edge ? "edge relays (relay-tree delta runs): 1 "
+                                                          "host, 64 cores, memory"
+                                                        : "edge relays: none"}) {
+      EXPECT_NE(hw.find(part), std::string::npos) << part << " in " << hw;
+    }
+    for (const char* key : {"tls", "signing", "commitment", "durability", "platform"}) {
+      EXPECT_TRUE(r->setup.count(key)) << key;
+    }
+    ASSERT_EQ(r->runs.size(), 4u);
+    for (const RunResult& run : r->runs) {
+      const bool delta = run.method == Method::kDelta;
+      const bool tree = run.transport == TransportKind::kRelayTree;
+      const std::string key = std::string("costs.") + MethodName(run.method) + "." +
+                              TransportKindName(run.transport) + ".0.03";
+      SCOPED_TRACE(key);
+      ASSERT_TRUE(r->setup.count(key));
+      const std::string costs = r->setup.at(key);
+      std::vector<std::string> parts = {"refit ", "; long link alone ", "; apply ",
+                                        "; durable commit ", "ommitment", "; build ",
+                                        "; verify "};
+      parts.push_back("(signing in build and apply)");
+      if (delta) parts.push_back("; commitment ");
+      if (delta) parts.push_back("; sender commitment ");
+      if (tree) parts.push_back("; sockets (TCP + TLS) ");
+      if (delta && c.durable) parts.push_back("of it for the durable storage");
+      if (delta && tree && c.edge) parts.push_back("; edge transcoding ");
+      for (const std::string& part : parts) {
+        EXPECT_NE(costs.find(part), std::string::npos) << "'" << part << "' in " << costs;
+      }
+      if (!delta || !c.durable) {
+        EXPECT_NE(costs.find("durable commit not charged"), std::string::npos) << costs;
+      }
     }
   }
 }
