@@ -26,9 +26,10 @@ struct RunArgs {
   std::string out;
   std::string check;  // thresholds file (run_check.h); "" = none
   bool quiet = false;
+  bool keep_work_dir = false;  // keep the fresh work dir (no model.work_dir) after the run
 };
 
-StatusOr<ScenarioResult> Execute(const Scenario& s) {
+StatusOr<ScenarioResult> Execute(const Scenario& s, bool keep_work_dir) {
   if (s.mode == RunMode::kSim) {
 #ifdef DCR_RUN_HAS_SIM
     return dcr::sim::Simulate(s, dcr::sim::SimOptions{});
@@ -38,7 +39,7 @@ StatusOr<ScenarioResult> Execute(const Scenario& s) {
         "libsimgrid-dev, and configure with -DDCR_BUILD_SIM=ON)");
 #endif
   }
-  return RunScenarioReal(s, RunScenarioFaultBlock);
+  return RunScenarioReal(s, RunScenarioFaultBlock, keep_work_dir);
 }
 
 int RunMain(const RunArgs& a) {
@@ -64,7 +65,7 @@ int RunMain(const RunArgs& a) {
     if (!v.ok()) return ReportStatus("run", v);
     check = *c;
   }
-  auto r = Execute(*s);
+  auto r = Execute(*s, a.keep_work_dir);
   if (!r.ok()) {
     if (!a.check.empty()) {
       // The run itself failed: one failing case, so that CI reads why.
@@ -121,6 +122,10 @@ DCR_REGISTER_COMMAND(
                       "Thresholds (YAML: min_speedup, max_wire_bytes_per_receiver, verified) the "
                       "results must meet; JUnit XML goes beside --out (RESULT.junit.xml)");
       app->add_flag("--quiet,-q", a->quiet, "No progress display");
+      app->add_flag("--keep-work-dir", a->keep_work_dir,
+                    "Keep the work dir of a scenario without model.work_dir (a fresh "
+                    "$TMPDIR/dcr-run-* dir, removed after the run by default; after a failed run "
+                    "but for its logs)");
       return [a]() { return RunMain(*a); };
     });
 

@@ -606,9 +606,11 @@ Status SpawnAndWait(const Scenario& s, const std::vector<NodePlan>& plans,
 // Where a scenario's checkpoints and run folders go. model.work_dir is created (0700) when
 // missing; an existing one must be a real directory (not a symlink) owned by this user and
 // writable by nobody else, since its checkpoints are trusted and its files overwritten. Without
-// model.work_dir: a fresh private directory $TMPDIR/dcr-run-<name>.XXXXXX (mkdtemp, 0700),
-// named on stderr and kept. Errors: kFailedPrecondition for an unsafe directory, errno codes.
-StatusOr<std::string> PrepareWorkDir(const Scenario& s) {
+// model.work_dir: a fresh private directory $TMPDIR/dcr-run-<name>.XXXXXX (mkdtemp, 0700), named
+// on stderr, which *fresh is set for (FinishWorkDir removes it). Errors: kFailedPrecondition for
+// an unsafe directory, errno codes.
+StatusOr<std::string> PrepareWorkDir(const Scenario& s, bool* fresh) {
+  *fresh = false;
   if (!s.model.work_dir.empty()) {
     const std::string& dir = s.model.work_dir;
     DCR_RETURN_IF_ERROR(internal::CheckOwnDirectory(dir, "model.work_dir",
@@ -625,9 +627,71 @@ StatusOr<std::string> PrepareWorkDir(const Scenario& s) {
   std::vector<char> buf(tmpl.begin(), tmpl.end());
   buf.push_back('\0');
   if (mkdtemp(buf.data()) == nullptr) return ErrnoError("mkdtemp " + tmpl, errno);
-  std::fprintf(stderr, "dcr run: work dir %s (kept; set model.work_dir to reuse it)\n",
-               buf.data());
+  std::fprintf(stderr, "dcr run: work dir %s\n", buf.data());
+  *fresh = true;
   return std::string(buf.data());
+}
+
+// A node's or proxy's log (node-<rank>.log, <name>.log, <name>.log.json): what a failed run's
+// error names ("[log: ...]").
+bool IsLogFile(const std::filesystem::path& p) {
+  const std::string name = p.filename().string();
+  auto ends_with = [&name](const std::string& tail) {
+    return name.size() >= tail.size() &&
+           name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  return ends_with(".log") || ends_with(".log.json");
+}
+
+// Ends the work dir `dir` of a run whose outcome is `failed`: a model.work_dir (`fresh` false,
+// the user's) or one the user asked to keep (`keep`) stays whole; a fresh one is removed, all of
+// it after a run that succeeded, all but its logs (the files a failure's message names) after
+// one that failed. Says on stderr what it kept or removed. A file that cannot be removed is
+// named there and left; the run's outcome does not change.
+void FinishWorkDir(const std::string& dir, bool fresh, bool keep, bool failed) {
+  if (!fresh) return;  // the user's model.work_dir
+  if (keep) {
+    std::fprintf(stderr, "dcr run: work dir %s kept (--keep-work-dir)\n", dir.c_str());
+    return;
+  }
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  uint64_t logs = 0;
+  if (failed) {
+    // Every file but the logs, then the directories left empty (deepest first).
+    std::vector<fs::path> files, dirs;
+    for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+      const fs::file_status st = it->symlink_status(ec);
+      if (ec) break;
+      if (fs::is_directory(st)) {
+        dirs.push_back(it->path());
+      } else if (fs::is_regular_file(st) && IsLogFile(it->path())) {
+        ++logs;
+      } else {
+        files.push_back(it->path());
+      }
+    }
+    for (const fs::path& f : files) {
+      if (!ec) fs::remove(f, ec);
+    }
+    for (auto d = dirs.rbegin(); d != dirs.rend() && !ec; ++d) {
+      if (fs::is_empty(*d, ec) && !ec) fs::remove(*d, ec);
+    }
+    if (!ec && logs > 0) {
+      std::fprintf(stderr,
+                   "dcr run: work dir %s removed but for its %llu log files (a run failed; "
+                   "--keep-work-dir keeps it whole)\n",
+                   dir.c_str(), static_cast<unsigned long long>(logs));
+      return;
+    }
+  }
+  if (!ec) fs::remove_all(dir, ec);
+  if (ec) {
+    std::fprintf(stderr, "dcr run: work dir %s not removed: %s\n", dir.c_str(),
+                 ec.message().c_str());
+    return;
+  }
+  std::fprintf(stderr, "dcr run: work dir %s removed (--keep-work-dir keeps it)\n", dir.c_str());
 }
 
 // The result's scenario, model and setup fields (host, emulation, what the CPU keys mean).
@@ -1072,15 +1136,9 @@ StatusOr<std::vector<RunResult>> RunLongLivedRefits(const Scenario& s,
   return runs;
 }
 
-StatusOr<ScenarioResult> RunScenarioReal(const Scenario& s, const FaultBlockRunner& faults) {
-  if (s.network.emulation == WanEmulation::kNetns) {
-    return UnimplementedError(
-        "network.emulation: netns is set up by the netns test harness (tests/netns/); "
-        "`dcr run` emulates the long link in the transport layer (emulation: transport)");
-  }
-  // A device that cannot be used is refused here, before the work dir or any node exists.
-  DCR_RETURN_IF_ERROR(ProbeScenarioDevices(s));
-  DCR_ASSIGN_OR_RETURN(const std::string work_dir, PrepareWorkDir(s));
+// RunScenarioReal's runs in the prepared work dir `work_dir`.
+StatusOr<ScenarioResult> RunScenarioRealIn(const Scenario& s, const FaultBlockRunner& faults,
+                                           const std::string& work_dir) {
   ScenarioResult out = DescribeRealRun(s, work_dir);
   int run_index = 0;
   for (double rate : s.change_rates) {
@@ -1147,6 +1205,33 @@ StatusOr<ScenarioResult> RunScenarioReal(const Scenario& s, const FaultBlockRunn
     }
   }
   return out;
+}
+
+StatusOr<ScenarioResult> RunScenarioReal(const Scenario& s, const FaultBlockRunner& faults,
+                                         bool keep_work_dir) {
+  if (s.network.emulation == WanEmulation::kNetns) {
+    return UnimplementedError(
+        "network.emulation: netns is set up by the netns test harness (tests/netns/); "
+        "`dcr run` emulates the long link in the transport layer (emulation: transport)");
+  }
+  // A device that cannot be used is refused here, before the work dir or any node exists.
+  DCR_RETURN_IF_ERROR(ProbeScenarioDevices(s));
+  bool fresh = false;
+  DCR_ASSIGN_OR_RETURN(const std::string work_dir, PrepareWorkDir(s, &fresh));
+  StatusOr<ScenarioResult> r = RunScenarioRealIn(s, faults, work_dir);
+  bool failed = !r.ok();
+  if (r.ok()) {
+    for (const RunResult& run : r->runs) {
+      failed |= !run.error.empty() || run.receivers_verified != run.receivers;
+    }
+    failed |= r->faults.enabled && (!r->faults.errors.empty() ||
+                                    r->faults.faults_survived != r->faults.faults_injected);
+  }
+  FinishWorkDir(work_dir, fresh, keep_work_dir, failed);
+  if (r.ok() && fresh && !keep_work_dir) {
+    r->setup["work_dir"] = work_dir + (failed ? " (removed but for its logs)" : " (removed)");
+  }
+  return r;
 }
 
 std::string ReadText(const std::string& path) {

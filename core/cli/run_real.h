@@ -94,9 +94,14 @@ using FaultBlockRunner = std::function<Status(const Scenario& s, double rate,
                                               ScenarioResult* out)>;
 
 // Runs every (method x transport x rate x step) of a mode-real scenario, and for each rate first
-// the faults block's runs through `faults` when s.faults.enabled and it asks for runs. Errors:
-// those of the runs; kFailedPrecondition for such a faults block when `faults` is empty.
-StatusOr<ScenarioResult> RunScenarioReal(const Scenario& s, const FaultBlockRunner& faults = {});
+// the faults block's runs through `faults` when s.faults.enabled and it asks for runs. The runs
+// work in s.model.work_dir, which is left as it is, or else in a fresh $TMPDIR/dcr-run-* dir that
+// is removed when they end, succeeded or failed (after a failure but for its log files, which the
+// errors name), unless `keep_work_dir`; stderr says which. The result's setup.work_dir names the
+// dir and, when removed, says so. Errors: those of the runs; kFailedPrecondition for such a
+// faults block when `faults` is empty.
+StatusOr<ScenarioResult> RunScenarioReal(const Scenario& s, const FaultBlockRunner& faults = {},
+                                         bool keep_work_dir = false);
 
 }  // namespace dcr::cli
 

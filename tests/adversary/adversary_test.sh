@@ -101,7 +101,8 @@ as_attacker "$py" "$peer" race "$addrs" --send "$atk/evil.dcr" --for 30 --stop "
   --cert "$atk/keys/node-0.crt" --key "$atk/keys/node-0.key" > "$tmp/race-keys.txt" 2>&1 &
 race_keys_pid=$!
 sleep 0.3
-TMPDIR="$pub" "$dcr" run "$tmp/run.yaml" --out "$tmp/run.json" >/dev/null 2>"$tmp/run.err"
+TMPDIR="$pub" "$dcr" run "$tmp/run.yaml" --keep-work-dir --out "$tmp/run.json" >/dev/null \
+  2>"$tmp/run.err"
 check run-under-attack 0 $?
 touch "$pub/stop"; wait $race_pid $race_keys_pid
 verified_run run-verified-at-real-target "$tmp/run.json"
@@ -110,7 +111,7 @@ for r in race race-keys; do
   has "$r-ran" "$tmp/$r.txt" "connections"
   echo "     ($r got $(sed -n 's/connections //p' "$tmp/$r.txt") connection(s) in the listen window)"
 done
-work=$(sed -n 's/^dcr run: work dir \(.*\) (kept.*/\1/p' "$tmp/run.err")
+work=$(sed -n 's/^dcr run: work dir \(.*\) kept (--keep-work-dir)$/\1/p' "$tmp/run.err")
 [ -d "$work" ] && [ "$work" != "$pub/dcr-run-adv" ]; check work-dir-fresh 0 $?
 [ "$(stat -c '%U %a' "$work")" = "root 700" ]; check work-dir-0700 0 $?
 for f in "$work"/run-1/tls/*.key; do
@@ -148,10 +149,11 @@ print("got frames" if b"DCRF" in got else "no frames", "tls" if got[:1] == b"\x1
 PY
 squat_pid=$!
 for _ in $(seq 1 100); do grep -q listening "$tmp/squat.txt" 2>/dev/null && break; sleep 0.1; done
-TMPDIR="$pub" "$dcr" run "$tmp/run.yaml" --out "$tmp/squat.json" >/dev/null 2>"$tmp/squat.err"
+TMPDIR="$pub" "$dcr" run "$tmp/run.yaml" --keep-work-dir --out "$tmp/squat.json" >/dev/null \
+  2>"$tmp/squat.err"
 check squatted-run-recovers 0 $?
 wait "$squat_pid"
-squat_work=$(sed -n 's/^dcr run: work dir \(.*\) (kept.*/\1/p' "$tmp/squat.err")
+squat_work=$(sed -n 's/^dcr run: work dir \(.*\) kept (--keep-work-dir)$/\1/p' "$tmp/squat.err")
 has squat-log-names-port "$squat_work/run-1/node-2.log" "listen on 127.0.0.1:$((port + 2)): Address already in use"
 # (the run may end before its relay dials the squatter; when it does, it gets a TLS hello)
 has squatter-got-no-frame "$tmp/squat.txt" "no frames"
@@ -186,7 +188,6 @@ for o in out.safetensors x.dcr r.json; do as_attacker ln -s "$tmp/victim" "$pub/
 "$dcr" diff "$base" "$target" -o "$pub/x.dcr" >/dev/null 2>&1; check diff-over-link 0 $?
 TMPDIR="$pub" "$dcr" run "$tmp/run.yaml" --out "$pub/r.json" >/dev/null 2>"$tmp/r.err"
 check run-out-over-link 0 $?
-rm -rf "$(sed -n 's/^dcr run: work dir \(.*\) (kept.*/\1/p' "$tmp/r.err")"
 victim_unchanged outputs-victim-unchanged
 for o in out.safetensors x.dcr r.json; do
   [ -f "$pub/$o" ] && [ ! -L "$pub/$o" ] && [ "$(stat -c %U "$pub/$o")" = root ]

@@ -88,7 +88,8 @@ timeout: 60s
 Y
 mkdir "$tmp/tmpdir" "$tmp/plantdir"
 ln -s "$tmp/plantdir" "$tmp/tmpdir/dcr-run-planted"
-TMPDIR="$tmp/tmpdir" "$dcr" run "$tmp/run.yaml" -q --out "$tmp/run.json" >/dev/null 2>&1; check run-default-dir 0 $?
+TMPDIR="$tmp/tmpdir" "$dcr" run "$tmp/run.yaml" -q --keep-work-dir --out "$tmp/run.json" >/dev/null 2>&1
+check run-default-dir 0 $?
 [ -z "$(ls -A "$tmp/plantdir")" ] && [ "$(stat -c %a "$tmp"/tmpdir/dcr-run-planted.*)" = 700 ]
 check run-default-dir-private 0 $?
 sed "s|preset: tiny}|preset: tiny, work_dir: $tmp/tmpdir/dcr-run-planted}|" "$tmp/run.yaml" > "$tmp/run-link.yaml"

@@ -109,17 +109,19 @@ Status TreeLinks::Open(const std::vector<Link>& links, double deadline) {
   for (ChildSetup& c : setups) {
     if (!c.error.ok() && child_error.ok()) child_error = c.error;
   }
-  // Every link is kept (its writers are watched by the heartbeats) until Close.
+  // Every link is kept (its writers are watched by the heartbeats) until Close. A refusal the
+  // parent forwarded while the children were connecting goes to each as its link joins.
   for (ChildSetup& c : setups) {
     if (c.lost) queue_->Post(std::move(*c.lost));
-    if (c.link.conns.empty() || !child_error.ok()) {
-      children_.push_back(std::move(c.link));
-      continue;
-    }
-    Conn* conn0 = c.link.conns[0].get();
+    const bool reading = !c.link.conns.empty() && child_error.ok();
+    Conn* conn0 = reading ? c.link.conns[0].get() : nullptr;
     const NodeId id = c.link.id;
-    children_.push_back(std::move(c.link));
-    readers_.emplace_back([this, id, conn0] { ChildReader(id, conn0); });
+    {
+      std::lock_guard<std::mutex> lock(abort_mu_);
+      children_.push_back(std::move(c.link));
+      if (abort_ != nullptr) SendAbort(&children_.back());
+    }
+    if (reading) readers_.emplace_back([this, id, conn0] { ChildReader(id, conn0); });
   }
   return child_error.ok() ? parent_status : child_error;
 }
@@ -329,13 +331,17 @@ void TreeLinks::SendReport(const internal::ReportRecord* own) {
 }
 
 void TreeLinks::AbortChildren(const std::string& reason) {
-  auto text = std::make_shared<std::string>(reason.substr(0, internal::kMaxAbortMessageBytes));
-  for (auto& c : children_) {
-    if (c.writers.empty()) continue;
-    FrameHeader h = Frame(FrameType::kAbort);
-    h.length = text->size();
-    c.writers[0]->Send(h, reinterpret_cast<const uint8_t*>(text->data()), text, [](Status) {});
-  }
+  std::lock_guard<std::mutex> lock(abort_mu_);
+  if (abort_ != nullptr || children_closed_) return;
+  abort_ = std::make_shared<const std::string>(reason.substr(0, internal::kMaxAbortMessageBytes));
+  for (auto& c : children_) SendAbort(&c);
+}
+
+void TreeLinks::SendAbort(ChildLink* c) {
+  if (c->writers.empty()) return;
+  FrameHeader h = Frame(FrameType::kAbort);
+  h.length = abort_->size();
+  c->writers[0]->Send(h, reinterpret_cast<const uint8_t*>(abort_->data()), abort_, [](Status) {});
 }
 
 void TreeLinks::Close() {
@@ -344,8 +350,12 @@ void TreeLinks::Close() {
   stopping_ = true;
   if (heartbeats_) heartbeats_->Stop();
   if (parent_writer_) parent_writer_->Close();
-  for (auto& c : children_) {
-    for (auto& w : c.writers) w->Close();
+  {
+    std::lock_guard<std::mutex> lock(abort_mu_);  // a refusal arriving now is not sent
+    children_closed_ = true;
+    for (auto& c : children_) {
+      for (auto& w : c.writers) w->Close();
+    }
   }
   for (auto& conn : parent_conns_) conn->Shutdown();
   for (auto& c : children_) {

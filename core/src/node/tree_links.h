@@ -2,8 +2,9 @@
 // stream (with the emulated long link on edges out of the sender) and a reader per connection
 // that turns frames into the policy's events.
 //
-// Thread safety: Open, TurnAwayParent, LeaveChildren, Send, SendToParent, SendReport,
-// AbortChildren and Close from the node's event thread; the readers post to its EventQueue.
+// Thread safety: Open, TurnAwayParent, LeaveChildren, Send, SendToParent, SendReport and Close
+// from the node's event thread; AbortChildren from any thread (the parent's reader forwards a
+// refusal while Open may still be connecting the children); the readers post to its EventQueue.
 #ifndef DCR_CORE_SRC_NODE_TREE_LINKS_H_
 #define DCR_CORE_SRC_NODE_TREE_LINKS_H_
 
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -98,7 +100,10 @@ class TreeLinks {
   std::vector<CommitReport> reports() const { return reports_.reports(); }
 
   // Tells every child that the refit is refused, with the reason (a kAbort frame on stream 0,
-  // queued behind nothing: no piece was sent yet). Close() flushes it.
+  // queued behind nothing: no piece was sent yet). A child whose link Open sets up after this
+  // call gets the frame as soon as its link is up, so a refusal that reaches a relay while it
+  // still connects its children reaches them all the same. Only the first reason is sent.
+  // Close() flushes the frames before it closes the sockets.
   void AbortChildren(const std::string& reason);
 
   // With recovery, a lost parent connection is reported to the node's RecoveryPolicy
@@ -145,6 +150,10 @@ class TreeLinks {
 
   ChildLink* FindChild(NodeId id);
 
+  // Queues the kAbort frame of abort_ on child `c`'s stream 0 (nothing on a lost link).
+  // REQUIRES: abort_mu_ held, abort_ set.
+  void SendAbort(ChildLink* c);
+
   // The listener a restarted node kept from its previous version (TurnAwayParent), else a new
   // one on this node's address.
   StatusOr<int> ListenOnOwnAddress();
@@ -169,6 +178,11 @@ class TreeLinks {
   std::shared_ptr<TokenBucket> long_bucket_;
   std::shared_ptr<const internal::TlsContext> tls_;       // the node's certificate; null: none
   std::shared_ptr<const internal::TlsContext> link_tls_;  // tls_ on the edges; null: plain TCP
+  // Guards abort_ and, against AbortChildren, the growth of children_ in Open (children_ is
+  // otherwise the event thread's).
+  std::mutex abort_mu_;
+  std::shared_ptr<const std::string> abort_;  // the refusal told to children; null: none
+  bool children_closed_ = false;               // Close began: nothing more to the children
   std::vector<ChildLink> children_;
   std::vector<std::unique_ptr<Conn>> parent_conns_;
   std::unique_ptr<FrameWriter> parent_writer_;
