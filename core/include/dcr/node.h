@@ -220,6 +220,12 @@ struct NodePlan {
   // or reloads its storage, skips applied chunks and repairs doubtful ones by overwrite form;
   // a restarted sender rebuilds the identical delta and puts what `store` lacks.
   std::string state_dir;
+  // A durable delta receiver (state_dir set): the directory of its version log
+  // (core/src/receivers/version_log.h), the image and log of applied records that make its
+  // committed versions durable and that a restart recovers the held version from. "" (the
+  // default): <state_dir>/rank-<rank>.vlog. A node of several versions keeps one log for all
+  // of them, in its own state_dir (not a version's).
+  std::string version_log_dir;
   // Relay tree: this node (a child of the sender: the first hop in the rollout region) puts
   // every blob it receives whole into `store`, trailer last, so the region's recoveries read it
   // there instead of across the long link. Default false.
@@ -386,6 +392,15 @@ struct NodeResult {
   };
   std::vector<EdgeSwitch> edge_switches;
   bool storage_reattached = false; // the mapped storage of an earlier start was re-attached
+  // A durable delta receiver (NodePlan::state_dir): what making this version durable wrote
+  // (the version log's entries and commit marker, and a full image when one was due) and what
+  // the process wrote to disk from its start of the version to its end (write_bytes of
+  // /proc/self/io, every file of the node included); the image written, if any; a restart's
+  // recovery of the held version from its log (reading the image, replaying the log).
+  uint64_t durable_log_bytes = 0;
+  uint64_t durable_image_bytes = 0;
+  uint64_t durable_write_bytes = 0;
+  double durable_restore_s = 0;
   std::string recovery_log;        // the recovery actions taken, one per line
   // Retention (NodePlan::retain_versions; the sender of a plan with versions): the collection
   // after this version's commit (dcr/retention.h): objects and bytes it removed, the bytes

@@ -129,6 +129,7 @@ std::string NodePlanToJson(const NodePlan& p) {
   j["ready_path"] = p.ready_path;
   j["go_path"] = p.go_path;
   if (!p.state_dir.empty()) j["state_dir"] = p.state_dir;
+  if (!p.version_log_dir.empty()) j["version_log_dir"] = p.version_log_dir;
   if (!p.base_sums.empty()) j["base_sums"] = p.base_sums;
   if (!p.target_sums.empty()) j["target_sums"] = p.target_sums;
   if (p.mirror_to_store) j["mirror_to_store"] = true;
@@ -234,6 +235,9 @@ StatusOr<NodePlan> NodePlanFromJson(const std::string& text) {
     if (j.contains("progress_path")) p.progress_path = j["progress_path"].get<std::string>();
     if (j.contains("go_path")) p.go_path = j["go_path"].get<std::string>();
     if (j.contains("state_dir")) p.state_dir = j["state_dir"].get<std::string>();
+    if (j.contains("version_log_dir")) {
+      p.version_log_dir = j["version_log_dir"].get<std::string>();
+    }
     if (j.contains("base_sums")) p.base_sums = j["base_sums"].get<std::string>();
     if (j.contains("target_sums")) p.target_sums = j["target_sums"].get<std::string>();
     if (j.contains("mirror_to_store")) p.mirror_to_store = j["mirror_to_store"].get<bool>();
@@ -339,6 +343,12 @@ std::string NodeResultToJson(const NodeResult& r) {
                    {"fill_bytes", r.fill_bytes},
                    {"storage_reattached", r.storage_reattached},
                    {"log", r.recovery_log}};
+  if (r.durable_log_bytes > 0 || r.durable_write_bytes > 0 || r.durable_restore_s > 0) {
+    j["durable"] = {{"log_bytes", r.durable_log_bytes},
+                    {"image_bytes", r.durable_image_bytes},
+                    {"write_bytes", r.durable_write_bytes},
+                    {"restore_s", r.durable_restore_s}};
+  }
   if (r.retention_runs > 0) {
     j["retention"] = {{"runs", r.retention_runs},
                       {"removed_objects", r.retention_removed_objects},
@@ -430,6 +440,13 @@ StatusOr<NodeResult> NodeResultFromJson(const std::string& text) {
       r.fill_bytes = v.value("fill_bytes", uint64_t{0});
       r.storage_reattached = v.value("storage_reattached", false);
       r.recovery_log = v.value("log", std::string());
+    }
+    if (j.contains("durable")) {
+      const auto& v = j["durable"];
+      r.durable_log_bytes = v.value("log_bytes", uint64_t{0});
+      r.durable_image_bytes = v.value("image_bytes", uint64_t{0});
+      r.durable_write_bytes = v.value("write_bytes", uint64_t{0});
+      r.durable_restore_s = v.value("restore_s", 0.0);
     }
     if (j.contains("retention")) {
       const auto& v = j["retention"];

@@ -298,8 +298,12 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
     if (from != nullptr) {
       served = ServeFullFrameRequests(region.get(), plan, prefix, *from);
     } else {
-      served = ServeFullFrameRequestsFromCheckpoint(region.get(), plan, prefix,
-                                                    recovery->held_path());
+      StatusOr<std::string> held_path = recovery->HeldPath();
+      if (held_path.ok()) {
+        served = ServeFullFrameRequestsFromCheckpoint(region.get(), plan, prefix, *held_path);
+      } else {
+        served = held_path.status();
+      }
     }
     if (served.ok() && *served > 0) {
       r->full_frames_served = *served;
@@ -369,6 +373,17 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
     if (!v.prefix.empty()) p.relay.prefix = v.prefix;
     p.result_path = v.result_path;
     if (recovery != nullptr) recovery->Prepare(v, i, &p);
+    if (recovery != nullptr && delta && !sender &&
+        std::find(plan.edge_relays.begin(), plan.edge_relays.end(), plan.rank) !=
+            plan.edge_relays.end()) {
+      // An edge relay transcodes against the bytes of the version it holds, as a file.
+      StatusOr<std::string> held_path = recovery->HeldPath();
+      if (!held_path.ok()) {
+        s = held_path.status();
+        break;
+      }
+      p.receiver_base_path = *held_path;
+    }
     if (i > 0) {  // this version's own barrier files
       const std::string tag = ".v" + std::to_string(v.version);
       if (!p.ready_path.empty()) p.ready_path += tag;
