@@ -246,6 +246,14 @@ struct NodePlan {
   int64_t fault_kill_chunk = -1;
   bool fault_kill_inside = false;
   int64_t fault_kill_blob = -1;
+  // A durable delta receiver SIGKILLs itself when its version log reaches this step of a commit
+  // (receivers/version_log.h VersionLogStepName: "entries-synced", "marker-synced",
+  // "image-half-written", "image-renamed"); "" = never. The image steps come only at a commit
+  // that writes an image (version_log_image_every).
+  std::string fault_kill_log_step;
+  // A durable delta receiver's version log writes an image every this many versions (0, the
+  // default: every 1024, or once the log holds 1.25 images: VersionLogOptions).
+  uint64_t version_log_image_every = 0;
   // A long-lived node: the version whose first start the fault points apply to (0 = the first
   // version of `versions`); every other version runs without them.
   uint64_t fault_version = 0;
@@ -425,7 +433,8 @@ struct NodeResult {
   int full_frames_served = 0;
 };
 
-// Whether `plan` asks for fault points (NodePlan::fault_kill_chunk or fault_kill_blob set): a
+// Whether `plan` asks for fault points (NodePlan::fault_kill_chunk, fault_kill_blob or
+// fault_kill_log_step set): a
 // plan only dcr-node-faults, the test build of the node, runs.
 bool PlanAsksForFaults(const NodePlan& plan);
 

@@ -144,12 +144,14 @@ std::string NodePlanToJson(const NodePlan& p) {
                             {"full_frame_fraction", p.catch_up_full_frame_fraction}};
   }
   if (p.serve_full_frames) j["serve_full_frames"] = true;
-  if (p.fault_kill_chunk >= 0 || p.fault_kill_blob >= 0) {
+  if (p.fault_kill_chunk >= 0 || p.fault_kill_blob >= 0 || !p.fault_kill_log_step.empty()) {
     j["fault"] = {{"kill_chunk", p.fault_kill_chunk},
                   {"kill_inside", p.fault_kill_inside},
                   {"kill_blob", p.fault_kill_blob},
                   {"version", p.fault_version}};
+    if (!p.fault_kill_log_step.empty()) j["fault"]["kill_log_step"] = p.fault_kill_log_step;
   }
+  if (p.version_log_image_every > 0) j["version_log_image_every"] = p.version_log_image_every;
   return j.dump(1);
 }
 
@@ -266,7 +268,9 @@ StatusOr<NodePlan> NodePlanFromJson(const std::string& text) {
       p.fault_kill_inside = f.at("kill_inside").get<bool>();
       p.fault_kill_blob = f.at("kill_blob").get<int64_t>();
       p.fault_version = f.value("version", uint64_t{0});
+      p.fault_kill_log_step = f.value("kill_log_step", std::string());
     }
+    p.version_log_image_every = j.value("version_log_image_every", uint64_t{0});
   } catch (const std::exception& e) {
     return InvalidArgumentError(std::string("node plan JSON: ") + e.what());
   }

@@ -215,6 +215,7 @@ StatusOr<std::unique_ptr<DurableReceiver>> DurableReceiver::Open(const NodePlan&
   const uint64_t layout_size = ImageSize(*r->layout_);
   VersionLogOptions lo;
   if (faults != nullptr) lo.on_step = [faults](VersionLogStep st) { faults->LogStep(st); };
+  if (plan.version_log_image_every > 0) lo.image_every_versions = plan.version_log_image_every;
   const bool restarted = starts > 1;
   const std::string who = "receiver " + std::to_string(plan.rank);
 

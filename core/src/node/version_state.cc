@@ -410,6 +410,7 @@ void VersionRecovery::Prepare(const NodeVersion& v, size_t index, NodePlan* p) c
     p->fault_kill_chunk = -1;
     p->fault_kill_inside = false;
     p->fault_kill_blob = -1;
+    p->fault_kill_log_step.clear();
   }
 }
 
