@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -265,17 +266,16 @@ StatusOr<double> TimePlainWrite(const std::string& path, const uint8_t* src, uin
   return t;
 }
 
-// Removes the files a durable receiver of rank 1 keeps in `dir`, then `dir`.
+// Removes the files a durable receiver of rank 1 keeps in `dir` (its journal, target header and
+// version log), then `dir`.
 void RemoveStateDir(const std::string& dir) {
-  for (const char* ext : {".journal", ".storage", ".storage.meta", ".storage.header", ".starts"}) {
-    ::unlink((dir + "/rank-1" + ext).c_str());
-  }
-  ::rmdir(dir.c_str());
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
 }
 
-// One delta through a fresh durable `cpu` receiver of its base, per rep (the storage file is
-// created and filled with the base untimed, as a node does before its stream); the median rep by
-// commit time, with the reference write of the same rep.
+// One delta through a fresh durable `cpu` receiver of its base, per rep (its version log is
+// created with the base as its first image untimed, as a node's first start does before its
+// stream); the median rep by commit time, with the reference write of the same rep.
 StatusOr<CommitTiming> TimeDurableCommit(const BenchSetup& b, const std::string& base_path,
                                          const BlobSink& blobs) {
   std::vector<CommitTiming> reps;

@@ -87,7 +87,7 @@ struct RunSpec {
   bool edge_relay = false;
   std::vector<SimBlob> wan_blobs;
   int edge_parallel = 0;
-  // Durable receivers: wall seconds each receiver's commit takes (the storage's msync and the
+  // Durable receivers: wall seconds each receiver's commit takes (its version log's fsyncs and the
   // journal's record, a wait on the disk, not on a core), from the trailer's arrival: it follows
   // the last chunk's apply and cannot overlap the transfer. 0: not charged.
   double commit_seconds = 0;

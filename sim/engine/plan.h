@@ -28,7 +28,7 @@ struct Extra {
   int shared_cpu = 0;       // > 0: every node computes on one shared CPU of this many cores
   int edge_cores = 64;      // edge_relay_cores: the edge relay's cores
   // durable: the receivers make each version durable as `dcr run`'s do (a state directory: the
-  // storage's msync and the journal's record at each commit), charged from the calibration's
+  // version log's fsyncs and the journal's record at each commit), charged from the calibration's
   // commit_* keys. Default true; false: receivers without a state directory.
   bool durable = true;
 };

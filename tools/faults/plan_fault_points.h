@@ -1,5 +1,6 @@
 // The fault points of a node's plan (NodePlan::fault_kill_chunk, fault_kill_inside,
-// fault_kill_blob, fault_kill_log_step): the process SIGKILLs itself where the plan says, on its first start only.
+// fault_kill_blob, fault_kill_log_step): the process SIGKILLs itself where the plan says, on its
+// first start only.
 // Linked only into dcr-node-faults, the test build of the node that `dcr run`'s fault runners and
 // the fault tests start; the deployed dcr-node carries none of it (tests/layout/link_test.sh).
 //

@@ -212,13 +212,14 @@ struct NodePlan {
   std::string ready_path;
   std::string go_path;
   // Recovery (core/docs/fault-tolerance.md, "The shipped nodes"). `state_dir`: this node's
-  // durable state (its start count; a delta receiver's journal and, on device "cpu", its
-  // file-backed storage); "" = none: the node neither journals nor recovers (every fault ends
-  // it, as the old single-shot node). With `state_dir` and `store` both set, every recovery
-  // decision comes from a RecoveryPolicy (dcr/recovery_policy.h): a relay-tree node whose parent
-  // or stream fails falls back to `store`; a restarted node (start count above one) re-attaches
-  // or reloads its storage, skips applied chunks and repairs doubtful ones by overwrite form;
-  // a restarted sender rebuilds the identical delta and puts what `store` lacks.
+  // durable state (its start count; a delta receiver's journal and version log, which make its
+  // committed versions durable; its storage lives in the process); "" = none: the node neither
+  // journals nor recovers (every fault ends it, as the old single-shot node). With `state_dir`
+  // and `store` both set, every recovery decision comes from a RecoveryPolicy
+  // (dcr/recovery_policy.h): a relay-tree node whose parent or stream fails falls back to
+  // `store`; a restarted node (start count above one) recovers its storage from the version log
+  // and repairs doubtful chunks by overwrite form; a restarted sender rebuilds the identical
+  // delta and puts what `store` lacks.
   std::string state_dir;
   // A durable delta receiver (state_dir set): the directory of its version log
   // (core/src/receivers/version_log.h), the image and log of applied records that make its

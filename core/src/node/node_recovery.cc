@@ -170,18 +170,23 @@ Status DurableReceiver::StorageFromRecovered(const std::shared_ptr<Device>& devi
 }
 
 Status DurableReceiver::WriteImage(VersionLog* log, const VersionId& v) {
-  if (held_->device_ == nullptr) return log->WriteImage(held_->image_.data(), held_->image_.size(), v);
+  if (held_->device_ == nullptr) {
+    return log->WriteImage(held_->image_.data(), held_->image_.size(), v);
+  }
   // A device's image: the layout's files with every tensor downloaded into its place.
   std::vector<uint8_t> image;
   image.reserve(held_->layout_size_);
-  for (const CheckpointFile& f : layout_->files()) image.insert(image.end(), f.data, f.data + f.size);
+  for (const CheckpointFile& f : layout_->files()) {
+    image.insert(image.end(), f.data, f.data + f.size);
+  }
   const std::vector<ReceiverTensor> at = ImageTensors(*layout_, image.data());
   const auto& tensors = held_->device_->tensors();
   for (size_t k = 0; k < tensors.size() && k < at.size(); ++k) {
     if (tensors[k].info.nbytes == 0) continue;
     DCR_RETURN_IF_ERROR(held_->device_->device()
                             ->Download(at[k].data, tensors[k].data, tensors[k].info.nbytes)
-                            .WithContext("version log image: tensor '" + tensors[k].info.name + "'"));
+                            .WithContext("version log image: tensor '" +
+                                         tensors[k].info.name + "'"));
   }
   return log->WriteImage(image.data(), image.size(), v);
 }

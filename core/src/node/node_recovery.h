@@ -71,7 +71,9 @@ class HeldStorage final : public Receiver {
   Status ApplyRecord(const uint8_t* r, size_t n) override { return storage_->ApplyRecord(r, n); }
   Status Commit(const uint8_t* t, size_t n) override { return storage_->Commit(t, n); }
   void Abort() override { storage_->Abort(); }
-  Status MarkApplied(uint64_t id, const Hash128& d) override { return storage_->MarkApplied(id, d); }
+  Status MarkApplied(uint64_t id, const Hash128& d) override {
+    return storage_->MarkApplied(id, d);
+  }
   Status Verify(const Checkpoint& target) const override { return storage_->Verify(target); }
   const Receiver* storage() const override { return storage_->storage(); }
   VersionId held() const override { return storage_->held(); }

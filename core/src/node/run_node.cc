@@ -57,7 +57,8 @@ Status RunNode(const NodePlan& plan, NodeResult* result) {
         ": the plan asks for fault points (fault_kill_chunk " +
         std::to_string(plan.fault_kill_chunk) + ", fault_kill_blob " +
         std::to_string(plan.fault_kill_blob) + ", fault_kill_log_step '" +
-        plan.fault_kill_log_step + "'), which this dcr-node does not carry: run it with dcr-node-faults, the test build of "
+        plan.fault_kill_log_step +
+        "'), which this dcr-node does not carry: run it with dcr-node-faults, the test build of "
         "the node");
     *result = NodeResult();
     result->rank = plan.rank;
