@@ -99,7 +99,8 @@ class DurableReceiver::HookedReceiver : public Receiver {
   }
   Status ApplyRecord(const uint8_t* r, size_t n) override {
     const int64_t ord = ordinal_.fetch_add(1);
-    if (written_ != nullptr) written_->store(true);
+    // Outside a delta (a chunk delivered again after the commit) the storage refuses it unwritten.
+    if (written_ != nullptr && inner_->in_delta()) written_->store(true);
     Status s = inner_->ApplyRecord(r, n);
     if (faults_ != nullptr) faults_->ChunkApplied(ord, inside_layer_);
     return s;

@@ -440,9 +440,8 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
       p.target_sums.clear();
     }
     NodeResult r;
-    // A receiver's storage stays up version to version: without recovery always, with it on a
-    // device (the device keeps the committed version; on "cpu" the mapping files carry it).
-    const bool carry = delta && !sender && (recovery == nullptr || plan.device != "cpu");
+    // A receiver's storage stays up version to version (with recovery, with its version log).
+    const bool carry = delta && !sender;
     s = RunNodeVersion(p, &r, carry ? &storage : nullptr);
     r.trainer_delta = !p.delta_path.empty();
     if (sender && delta) r.delta_base_version = p.base_version;
