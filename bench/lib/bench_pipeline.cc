@@ -161,9 +161,10 @@ nlohmann::json DescribeBench(const BenchSetup& b) {
       "from the one-machine mix: the builder and receivers.count receivers at once; memcpy = "
       "the full-checkpoint receiver over FullStreamBlobs slices; commit_* = a durable cpu "
       "receiver (node_recovery.h DurableReceiver, as dcr node with a state directory): the delta "
-      "applied into its file-backed storage (wall), then its Commit (msync of the storage, then "
-      "the journal's commit record; wall), against plain_write_* = write + fdatasync of as many "
-      "bytes to a new file in the same directory, same rep";
+      "applied into its host-memory storage, each record appended to its version log (wall), "
+      "then its Commit (the log's trailer and commit marker, each fsynced, then the journal's "
+      "commit record; no image is due in one version; wall), against plain_write_* = write + "
+      "fdatasync of as many bytes to a new file in the same directory, same rep";
   out["timing"] = "median of reps by wall time; *_wall_bytes_per_s per thread from wall time, "
                   "*_bytes_per_s per core from process CPU time; bytes are dense tensor bytes; "
                   "available_cores = CPU s / wall s of one spinning thread per core, "
@@ -232,7 +233,7 @@ struct CommitTiming {
   double apply_cpu = 0;    // their CPU seconds (the applying thread: page faults, writeback starts)
   double plain_apply_wall = 0, plain_apply_cpu = 0;  // the same delta into a BufferReceiver
   double plain_commit_wall = 0;  // its Commit (the target's checks, no storage)
-  double commit_wall = 0;  // Commit: msync of the storage, then the journal records the version
+  double commit_wall = 0;  // Commit: the version log's marker fsynced, the journal's record
   double write_wall = 0;   // the reference: write + fdatasync of storage_bytes
   double storage_bytes = 0;
 };
