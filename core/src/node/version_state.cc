@@ -32,6 +32,11 @@ std::string RankFile(const std::string& dir, int rank, const char* suffix) {
   return dir + "/rank-" + std::to_string(rank) + suffix;
 }
 
+// A receiver that joined without a base: the layout of its version log (Hold).
+std::string LayoutLinkPath(const std::string& state_dir, int rank) {
+  return RankFile(state_dir, rank, ".layout.safetensors");
+}
+
 bool Exists(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0;
@@ -310,6 +315,9 @@ StatusOr<std::unique_ptr<VersionRecovery>> VersionRecovery::Open(const NodePlan&
   for (const NodeVersion& v : plan.versions) r->versions_.push_back(v.version);
   r->held_path_ = plan.receiver_base_path;
   r->layout_path_ = plan.receiver_base_path;
+  if (r->layout_path_.empty() && Exists(LayoutLinkPath(plan.state_dir, plan.rank))) {
+    r->layout_path_ = LayoutLinkPath(plan.state_dir, plan.rank);  // a joiner's, kept by Hold
+  }
   r->log_dir_ = !plan.version_log_dir.empty() ? plan.version_log_dir
                                               : RankFile(plan.state_dir, plan.rank, ".vlog");
   if (plan.rank == 0) {
@@ -495,8 +503,16 @@ void VersionRecovery::Hold(uint64_t version, const std::string& checkpoint) {
   const std::string old = held_path_;
   held_path_ = checkpoint;
   // A receiver that joined without a base takes the layout of its version log from the first
-  // checkpoint it holds, which stays while the log is replayed onto it.
-  if (layout_path_.empty() && !checkpoint.empty()) layout_path_ = checkpoint;
+  // checkpoint it holds: a link to it beside the versions' directories (so that collecting
+  // them keeps it), or that checkpoint itself for a sharded one (kept by CollectBefore).
+  if (layout_path_.empty() && !checkpoint.empty()) {
+    const std::string link = LayoutLinkPath(plan_.state_dir, plan_.rank);
+    ::unlink(link.c_str());
+    layout_path_ = !std::filesystem::is_directory(checkpoint) &&
+                           ::link(checkpoint.c_str(), link.c_str()) == 0
+                       ? link
+                       : checkpoint;
+  }
   held_number_ = version;
   held_checked_ = true;  // committed (or adopted) by this process, after its checks
   if (!old.empty() && old != checkpoint && old != layout_path_ &&

@@ -38,6 +38,9 @@
 //     against it before serving or reporting it (CheckHeld).
 //   * rank-<r>.floor: a signed delta receiver's version floor (state_dir.h), written at its first
 //     start; every version's plan uses it (NodePlan::version_floor_path).
+//   * rank-<r>.layout.safetensors: a receiver that joined without a base (a late region
+//     receiver): a link to the first checkpoint it held (a full frame), the layout of its
+//     version log's image.
 // The state_dir itself is the node's own (state_dir.h OpenStateDir): owned by its user, mode
 // 0700 when the node makes it, refused otherwise.
 //
