@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -161,9 +162,10 @@ nlohmann::json DescribeBench(const BenchSetup& b) {
       "from the one-machine mix: the builder and receivers.count receivers at once; memcpy = "
       "the full-checkpoint receiver over FullStreamBlobs slices; commit_* = a durable cpu "
       "receiver (node_recovery.h DurableReceiver, as dcr node with a state directory): the delta "
-      "applied into its file-backed storage (wall), then its Commit (msync of the storage, then "
-      "the journal's commit record; wall), against plain_write_* = write + fdatasync of as many "
-      "bytes to a new file in the same directory, same rep; commitment_* = the commitment of "
+      "applied into its host-memory storage, each record appended to its version log (wall), "
+      "then its Commit (the log's trailer and commit marker, each fsynced, then the journal's "
+      "commit record; no image is due in one version; wall), against plain_write_* = write + "
+      "fdatasync of as many bytes to a new file in the same directory, same rep; commitment_* = the commitment of "
       "the target (CheckpointCommitment, one thread), what the sender computes before its first "
       "blob and each receiver of a signed delta over its storage at the commit; verify = a receiver "
       "holding the target compares it with the target file (VerifyFile), as dcr run's receivers "
@@ -236,7 +238,7 @@ struct CommitTiming {
   double apply_cpu = 0;    // their CPU seconds (the applying thread: page faults, writeback starts)
   double plain_apply_wall = 0, plain_apply_cpu = 0;  // the same delta into a BufferReceiver
   double plain_commit_wall = 0;  // its Commit (the target's checks, no storage)
-  double commit_wall = 0;  // Commit: msync of the storage, then the journal records the version
+  double commit_wall = 0;  // Commit: the version log's marker fsynced, the journal's record
   double write_wall = 0;   // the reference: write + fdatasync of storage_bytes
   double storage_bytes = 0;
 };
@@ -270,17 +272,16 @@ StatusOr<double> TimePlainWrite(const std::string& path, const uint8_t* src, uin
   return t;
 }
 
-// Removes the files a durable receiver of rank 1 keeps in `dir`, then `dir`.
+// Removes the files a durable receiver of rank 1 keeps in `dir` (its journal, target header and
+// version log), then `dir`.
 void RemoveStateDir(const std::string& dir) {
-  for (const char* ext : {".journal", ".storage", ".storage.meta", ".storage.header", ".starts"}) {
-    ::unlink((dir + "/rank-1" + ext).c_str());
-  }
-  ::rmdir(dir.c_str());
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
 }
 
-// One delta through a fresh durable `cpu` receiver of its base, per rep (the storage file is
-// created and filled with the base untimed, as a node does before its stream); the median rep by
-// commit time, with the reference write of the same rep.
+// One delta through a fresh durable `cpu` receiver of its base, per rep (its version log is
+// created with the base as its first image untimed, as a node's first start does before its
+// stream); the median rep by commit time, with the reference write of the same rep.
 StatusOr<CommitTiming> TimeDurableCommit(const BenchSetup& b, const std::string& base_path,
                                          const BlobSink& blobs) {
   std::vector<CommitTiming> reps;

@@ -61,6 +61,7 @@ Status AddCatchUpNodes(const Scenario& s, TransportKind transport, Method method
     p.tls_links = false;  // no tree edge: the certificate signs its commit reports only
     p.metrics_address.clear();
     p.fault_kill_chunk = p.fault_kill_blob = -1;
+    p.fault_kill_log_step.clear();
     if (late) p.receiver_base_path.clear();
     p.result_path = run_dir + "/node-" + std::to_string(p.rank) + ".json";
     if (!p.progress_path.empty()) {

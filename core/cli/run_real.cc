@@ -917,6 +917,14 @@ void SumRecovery(const std::vector<NodeResult>& results, RunResult* rr) {
     m["store_fetched_bytes"] += r.fetched_bytes;
     m["long_link_fill_bytes"] += r.fill_bytes;
     m["storage_reattached"] += r.storage_reattached ? 1 : 0;
+    // Durable receivers: what making the version durable wrote (the version log's entries and
+    // markers, images), what the process wrote to disk in the version (/proc write_bytes), and
+    // the recovery of the held version from the log on a restart.
+    if (r.durable_log_bytes > 0 || r.durable_write_bytes > 0) ++m["durable_receivers"];
+    m["durable_log_bytes"] += r.durable_log_bytes;
+    m["durable_image_bytes"] += r.durable_image_bytes;
+    m["durable_write_bytes"] += r.durable_write_bytes;
+    m["durable_restore_us"] += static_cast<uint64_t>(r.durable_restore_s * 1e6);
   }
   m["node_restarts"] = rr->restarts.size();
   rr->recovery = m;

@@ -32,7 +32,7 @@
 // bytes per second of one core's CPU time.
 // Optional, the durable receivers' commit (`dcr bench pipeline --json`: a durable `cpu` receiver,
 // core/src/node/node_recovery.h, through the shipped code): per rate commit_s_per_storage_byte
-// (wall seconds its Commit takes, the storage mapping's msync and the journal's commit record,
+// (wall seconds its Commit takes, the version log's fsyncs and the journal's commit record,
 // per byte of storage, after the delta was applied at the bench's speed) and
 // plain_write_bytes_per_s (the same run's reference: write + fdatasync) and
 // durable_apply_cpu_s_per_storage_byte (CPU the durable apply adds to a plain one), either in

@@ -369,7 +369,7 @@ class NodeActor : public NodeEnvironment {
   // The apply job of blob `blob` (for a receiver's trailer: after its commitment).
   void StartApply(const BlobInfo& blob) {
     const SimBlob& sb = blobs().at(blob.id);
-    // A durable receiver's trailer apply is its commit: the storage's msync and the journal's
+    // A durable receiver's trailer apply is its commit: its version log's fsyncs and the journal's
     // record, a wait on the disk (timed on the clock host, no core taken) after every chunk.
     sg4::ExecPtr e = role_.receiver && blob.kind == BlobKind::kTrailer &&
                              spec().commit_seconds > 0

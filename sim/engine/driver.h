@@ -100,7 +100,7 @@ struct RunSpec {
   // runs on that host, and whose plain form then crosses the region once, to the root's host
   // (the chain's in-region hops, charged as one). Empty: every blob on host 0.
   std::vector<int> edge_range_of;
-  // Durable receivers: wall seconds each receiver's commit takes (the storage's msync and the
+  // Durable receivers: wall seconds each receiver's commit takes (its version log's fsyncs and the
   // journal's record, a wait on the disk, not on a core), from the trailer's arrival: it follows
   // the last chunk's apply and cannot overlap the transfer. 0: not charged.
   double commit_seconds = 0;

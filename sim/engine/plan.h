@@ -35,7 +35,7 @@ struct Extra {
   // range's share; a size, e.g. 256GiB). 0 = no bound.
   double edge_memory = 0;
   // durable: the receivers make each version durable as `dcr run`'s do (a state directory: the
-  // storage's msync and the journal's record at each commit), charged from the calibration's
+  // version log's fsyncs and the journal's record at each commit), charged from the calibration's
   // commit_* keys. Default true; false: receivers without a state directory.
   bool durable = true;
 };

@@ -474,9 +474,10 @@ void DescribeSetup(const Scenario& s, const SimInputs& in, const internal::Platf
              Num(c.plain_write_bytes_per_s) + " B/s)";
     }
     result->setup["durability"] =
-        "durable receivers (state directory, as dcr run's): each delta commit waits for the "
-        "storage's msync and the journal's record, charged per byte of a receiver's storage at "
-        "the measured commit rate per change rate (" + pts + "; " + cal.commit_source +
+        "durable receivers (state directory, as dcr run's): each delta commit waits for its "
+        "version log (the version's records, trailer and commit marker fsynced; an image every "
+        "1024 versions or 1.25 images of log), charged per byte of a receiver's storage at the "
+        "commit rate measured at each change rate (" + pts + "; " + cal.commit_source +
         "), after the last apply (it adds); full-checkpoint runs: not charged";
   }
   if (s.steps > 1) result->setup["steps"] = "simulated once per run (every step is alike)";

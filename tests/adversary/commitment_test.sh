@@ -20,6 +20,9 @@
 #     the genuine checkpoint back it takes the next signed version.
 #   commitment_test.sh DCR DCR_COLLIDE    (dcr-node is found beside DCR)
 set -u
+# Receivers hold their versions in a version log; each one's committed checkpoint file, which
+# this test reads, is made from the log after every version only when asked for.
+export DCR_NODE_COMMITTED_FILES=1
 source "$(dirname "$0")/../cli/cli_lib.sh" "$@"
 collide=$2
 

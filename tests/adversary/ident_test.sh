@@ -22,6 +22,9 @@
 #     each receiver keeps a version floor at the last version, and every receiver is verified.
 #   ident_test.sh DCR    (dcr-node is found beside DCR)
 set -u
+# Receivers hold their versions in a version log; each one's committed checkpoint file, which
+# this test reads, is made from the log after every version only when asked for.
+export DCR_NODE_COMMITTED_FILES=1
 source "$(dirname "$0")/../cli/cli_lib.sh" "$@"
 dcr=$(cd "$(dirname "$dcr")" && pwd)/$(basename "$dcr")
 py=python3

@@ -23,6 +23,9 @@
 # Usage: cluster_test.sh DCR DCR_NODE CLUSTER_TRAINER DEPLOYMENT_YAML
 # Exit 0 pass, 1 fail, 77 skipped (no root or no ip netns). Bounded: about a minute.
 set -uo pipefail
+# Receivers hold their versions in a version log; each one's committed checkpoint file, which
+# this test reads, is made from the log after every version only when asked for.
+export DCR_NODE_COMMITTED_FILES=1
 abs() { echo "$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; }
 DCR=$(abs "$1"); NODE=$(abs "$2"); TRAINER=$(abs "$3"); TEMPLATE=$(abs "$4")
 VERSION_BOUND_S=${DCR_CLUSTER_VERSION_BOUND_S:-20}  # each version out within this

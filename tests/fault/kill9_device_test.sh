@@ -8,6 +8,9 @@
 # receiver is verified byte for byte on its device at every step, and every receiver's committed
 # checkpoint of the last step is byte-identical to the dense target file.
 set -uo pipefail
+# Receivers hold their versions in a version log; each one's committed checkpoint file, which
+# this test reads, is made from the log after every version only when asked for.
+export DCR_NODE_COMMITTED_FILES=1
 source "$(dirname "$0")/../lib/runs.sh"
 DCR=$1
 work=$(mktemp -d)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The real-process fault matrix: `dcr run scenarios/faults-process.yaml` SIGKILLs dcr-node
-# processes (receivers between and inside chunks, relays and the sender mid-stream, kills from
-# outside) and restarts them; every receiver must end bit-exact (each verifies its storage byte
+# processes (receivers between and inside chunks and at each step of their version log's commit:
+# entries synced, marker synced, mid-image, image renamed; relays and the sender mid-stream,
+# kills from outside) and restarts them; every receiver must end bit-exact (each verifies its storage byte
 # for byte against the target after committing), every injected kill survived, at least 50.
 # Then the same kinds in three-step runs of long-lived nodes (scenarios/faults-process-steps.yaml),
 # each kill at a seeded step: every receiver bit-exact at every step, every kill survived; once
@@ -40,6 +41,14 @@ PY
 sed "s|^  seed: 3|  seed: 3\n  work_dir: $work/run|" scenarios/faults-process.yaml > "$work/s.yaml"
 "$DCR" run "$work/s.yaml" --out "$work/result.json" > "$work/out.txt"
 check "$work/result.json" 50
+python3 - "$work/result.json" <<'PY'
+import json, sys
+f = json.load(open(sys.argv[1]))["faults"]
+# Durable receivers killed at each step of their version log's commit, and back bit-exact.
+for k in ["process:receiver_log_entries_synced", "process:receiver_log_marker_synced",
+          "process:receiver_log_image_half_written", "process:receiver_log_image_renamed"]:
+    assert f["injected_by_kind"].get(k, 0) > 0, "no " + k
+PY
 sed "s|^  seed: 3|  seed: 3\n  work_dir: $work/steps|" scenarios/faults-process-steps.yaml > "$work/t.yaml"
 "$DCR" run "$work/t.yaml" --out "$work/steps.json" > "$work/out-steps.txt"
 check "$work/steps.json" 12

@@ -10,6 +10,15 @@ void PlanFaultPoints::Arm(const NodePlan& plan, int starts) {
   kill_chunk_ = first ? plan.fault_kill_chunk : -1;
   kill_inside_ = first && plan.fault_kill_inside;
   kill_blob_ = first ? plan.fault_kill_blob : -1;
+  std::lock_guard<std::mutex> l(mu_);
+  kill_log_step_ = first ? plan.fault_kill_log_step : std::string();
+}
+
+void PlanFaultPoints::LogStep(internal::VersionLogStep step) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!kill_log_step_.empty() && kill_log_step_ == internal::VersionLogStepName(step)) {
+    ::raise(SIGKILL);
+  }
 }
 
 void PlanFaultPoints::ChunkApplied(int64_t ordinal, bool inside) {

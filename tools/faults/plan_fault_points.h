@@ -1,5 +1,6 @@
 // The fault points of a node's plan (NodePlan::fault_kill_chunk, fault_kill_inside,
-// fault_kill_blob): the process SIGKILLs itself where the plan says, on its first start only.
+// fault_kill_blob, fault_kill_log_step): the process SIGKILLs itself where the plan says, on its
+// first start only.
 // Linked only into dcr-node-faults, the test build of the node that `dcr run`'s fault runners and
 // the fault tests start; the deployed dcr-node carries none of it (tests/layout/link_test.sh).
 //
@@ -9,6 +10,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
+#include <string>
 
 #include "node/fault_points.h"
 
@@ -19,8 +22,11 @@ class PlanFaultPoints : public internal::FaultPoints {
   void Arm(const NodePlan& plan, int starts) override;
   void ChunkApplied(int64_t ordinal, bool inside) override;
   void BlobReached(uint64_t blob) override;
+  void LogStep(internal::VersionLogStep step) override;
 
  private:
+  std::mutex mu_;
+  std::string kill_log_step_;  // guarded by mu_
   std::atomic<int64_t> kill_chunk_{-1};
   std::atomic<bool> kill_inside_{false};
   std::atomic<int64_t> kill_blob_{-1};

@@ -135,7 +135,9 @@ void AddFaultRun(const RunResult& rr, int injected, bool whole, const std::strin
 const std::vector<std::string>& ProcessFaultKinds() {
   static const std::vector<std::string> kinds = {
       "process:receiver_between_chunks", "process:receiver_inside_chunk",
-      "process:relay_mid_stream", "process:sender_mid_stream", "process:kill_from_outside"};
+      "process:relay_mid_stream", "process:sender_mid_stream", "process:kill_from_outside",
+      "process:receiver_log_entries_synced", "process:receiver_log_marker_synced",
+      "process:receiver_log_image_half_written", "process:receiver_log_image_renamed"};
   return kinds;
 }
 
@@ -207,6 +209,13 @@ Status RunScenarioProcessFaults(const Scenario& s, double rate,
           p.fault_kill_inside = kind == "process:receiver_inside_chunk";
         } else if (kind == "process:relay_mid_stream" || kind == "process:sender_mid_stream") {
           p.fault_kill_blob = 1 + pick(chunks);
+        } else if (kind.rfind("process:receiver_log_", 0) == 0) {
+          // A step of the version log's commit ("entries_synced" -> "entries-synced"); an
+          // image step needs a commit that writes an image: one every version on this rank.
+          std::string step_name = kind.substr(std::string("process:receiver_log_").size());
+          std::replace(step_name.begin(), step_name.end(), '_', '-');
+          p.fault_kill_log_step = step_name;
+          if (step_name.rfind("image-", 0) == 0) p.version_log_image_every = 1;
         } else {
           // From outside, at a seeded moment of the refit's first half second.
           f.kills.push_back(

@@ -220,14 +220,21 @@ struct NodePlan {
   std::string ready_path;
   std::string go_path;
   // Recovery (core/docs/fault-tolerance.md, "The shipped nodes"). `state_dir`: this node's
-  // durable state (its start count; a delta receiver's journal and, on device "cpu", its
-  // file-backed storage); "" = none: the node neither journals nor recovers (every fault ends
-  // it, as the old single-shot node). With `state_dir` and `store` both set, every recovery
-  // decision comes from a RecoveryPolicy (dcr/recovery_policy.h): a relay-tree node whose parent
-  // or stream fails falls back to `store`; a restarted node (start count above one) re-attaches
-  // or reloads its storage, skips applied chunks and repairs doubtful ones by overwrite form;
-  // a restarted sender rebuilds the identical delta and puts what `store` lacks.
+  // durable state (its start count; a delta receiver's journal and version log, which make its
+  // committed versions durable; its storage lives in the process); "" = none: the node neither
+  // journals nor recovers (every fault ends it, as the old single-shot node). With `state_dir`
+  // and `store` both set, every recovery decision comes from a RecoveryPolicy
+  // (dcr/recovery_policy.h): a relay-tree node whose parent or stream fails falls back to
+  // `store`; a restarted node (start count above one) recovers its storage from the version log
+  // and repairs doubtful chunks by overwrite form; a restarted sender rebuilds the identical
+  // delta and puts what `store` lacks.
   std::string state_dir;
+  // A durable delta receiver (state_dir set): the directory of its version log
+  // (core/src/receivers/version_log.h), the image and log of applied records that make its
+  // committed versions durable and that a restart recovers the held version from. "" (the
+  // default): <state_dir>/rank-<rank>.vlog. A node of several versions keeps one log for all
+  // of them, in its own state_dir (not a version's).
+  std::string version_log_dir;
   // Relay tree: this node (a child of the sender: the first hop in the rollout region) puts
   // every blob it receives whole into `store`, trailer last, so the region's recoveries read it
   // there instead of across the long link. Default false.
@@ -248,6 +255,14 @@ struct NodePlan {
   int64_t fault_kill_chunk = -1;
   bool fault_kill_inside = false;
   int64_t fault_kill_blob = -1;
+  // A durable delta receiver SIGKILLs itself when its version log reaches this step of a commit
+  // (receivers/version_log.h VersionLogStepName: "entries-synced", "marker-synced",
+  // "image-half-written", "image-renamed"); "" = never. The image steps come only at a commit
+  // that writes an image (version_log_image_every).
+  std::string fault_kill_log_step;
+  // A durable delta receiver's version log writes an image every this many versions (0, the
+  // default: every 1024, or once the log holds 1.25 images: VersionLogOptions).
+  uint64_t version_log_image_every = 0;
   // A long-lived node: the version whose first start the fault points apply to (0 = the first
   // version of `versions`); every other version runs without them.
   uint64_t fault_version = 0;
@@ -398,6 +413,15 @@ struct NodeResult {
   };
   std::vector<EdgeSwitch> edge_switches;
   bool storage_reattached = false; // the mapped storage of an earlier start was re-attached
+  // A durable delta receiver (NodePlan::state_dir): what making this version durable wrote
+  // (the version log's entries and commit marker, and a full image when one was due) and what
+  // the process wrote to disk from its start of the version to its end (write_bytes of
+  // /proc/self/io, every file of the node included); the image written, if any; a restart's
+  // recovery of the held version from its log (reading the image, replaying the log).
+  uint64_t durable_log_bytes = 0;
+  uint64_t durable_image_bytes = 0;
+  uint64_t durable_write_bytes = 0;
+  double durable_restore_s = 0;
   std::string recovery_log;        // the recovery actions taken, one per line
   // Retention (NodePlan::retain_versions; the sender of a plan with versions): the collection
   // after this version's commit (dcr/retention.h): objects and bytes it removed, the bytes
@@ -422,7 +446,8 @@ struct NodeResult {
   int full_frames_served = 0;
 };
 
-// Whether `plan` asks for fault points (NodePlan::fault_kill_chunk or fault_kill_blob set): a
+// Whether `plan` asks for fault points (NodePlan::fault_kill_chunk, fault_kill_blob or
+// fault_kill_log_step set): a
 // plan only dcr-node-faults, the test build of the node, runs.
 bool PlanAsksForFaults(const NodePlan& plan);
 

@@ -85,7 +85,7 @@ Status ApplyJobs::Adopt(std::unique_ptr<Receiver> backend, const NodePlan& plan)
 
 std::unique_ptr<Receiver> ApplyJobs::Release() {
   pool_.Stop();
-  if (durable_ != nullptr) return durable_->TakeDevice();
+  if (durable_ != nullptr) return durable_->TakeStorage();
   internal::ReleasePlanFloor(backend_.get());  // floor_ ends with this node
   return std::move(backend_);
 }

@@ -33,16 +33,16 @@ class ApplyJobs {
   // OpenDevice(plan.device, plan.device_index): delta: holds plan.receiver_base_path (a device
   // that cannot be opened or cannot hold the base fails here, before the node takes part in the
   // refit); full: the file image, loaded onto the device at commit.
-  // With plan.state_dir (delta): the node_recovery.h DurableReceiver (journal; storage mapped
-  // from a file on "cpu"), at start number `starts`, applying to `carried` (device storage this
-  // process kept from the version before) when it holds the base.
+  // With plan.state_dir (delta): the node_recovery.h DurableReceiver (journal and version log;
+  // storage in the process), at start number `starts`, applying to `carried` (the storage this
+  // process kept from the version before, DurableReceiver::TakeStorage) when it holds the base.
   Status Open(const NodePlan& plan, int starts, std::unique_ptr<Receiver> carried = nullptr);
   // A receiver that stays up across versions: the storage of the version before (`backend`)
   // instead of one loaded from plan.receiver_base_path.
   Status Adopt(std::unique_ptr<Receiver> backend, const NodePlan& plan);
   // Hands the storage back once the pool has stopped (null when none was opened; for a
-  // DurableReceiver, whose journal and mapping belong to this process's single version, its
-  // device storage when it holds the committed version: DurableReceiver::TakeDevice).
+  // DurableReceiver, its storage and version log when the storage holds the version the log
+  // committed: DurableReceiver::TakeStorage).
   std::unique_ptr<Receiver> Release();
   bool open() const { return rx_ != nullptr; }
   internal::DurableReceiver* durable() { return durable_.get(); }

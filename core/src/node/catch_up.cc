@@ -584,8 +584,8 @@ Status RunRegionReceiverVersions(const NodePlan& plan, NodeResult* result) {
     dense_bytes = base->total_tensor_bytes();
     held = 0;
   }
-  // Journaled and resumable (version_state.h): each version's storage is a file mapping in its
-  // state directory, committed as the checkpoint the next version starts from.
+  // Journaled and resumable (version_state.h): each version is held in the receiver's version
+  // log, which the next version starts from.
   std::unique_ptr<VersionRecovery> recovery;
   if (!plan.state_dir.empty()) {
     DCR_ASSIGN_OR_RETURN(recovery, VersionRecovery::Open(plan));
@@ -621,18 +621,23 @@ Status RunRegionReceiverVersions(const NodePlan& plan, NodeResult* result) {
       // Finished by an earlier process (held, or passed over): its result stands.
       auto r = ReadResultFile(v.result_path);
       if (r.ok()) *result = *r;
-      if (!recovery->held_path().empty() && recovery->held_number() == v.version) {
+      if (recovery->held_number() == v.version) {
         held = v.version;
         if (dense_bytes == 0) {
-          DCR_ASSIGN_OR_RETURN(auto c, Checkpoint::Open(recovery->held_path()));
+          DCR_ASSIGN_OR_RETURN(const std::string held_path, recovery->HeldPath());
+          DCR_ASSIGN_OR_RETURN(auto c, Checkpoint::Open(held_path));
           dense_bytes = c->total_tensor_bytes();
         }
         // Proven by the trainer's signature before it is reported or built on.
         s = recovery->CheckHeld();
         if (!s.ok()) break;
         // The process before may have died between recording v done and putting its report.
-        auto put = RestoreRegionReport(store.get(), v.prefix, plan.rank, plan.run_id, v.version,
-                                       recovery->held_path(), signer.get());
+        StatusOr<std::string> held_path = recovery->HeldPath();
+        StatusOr<bool> put = held_path.status();
+        if (held_path.ok()) {
+          put = RestoreRegionReport(store.get(), v.prefix, plan.rank, plan.run_id, v.version,
+                                    *held_path, signer.get());
+        }
         if (!put.ok()) {
           s = put.status().WithContext("receiver " + std::to_string(plan.rank) +
                                        ": commit report of version " + std::to_string(v.version));
@@ -758,21 +763,32 @@ Status RunRegionReceiverVersions(const NodePlan& plan, NodeResult* result) {
       s = WriteResultFile(v.result_path, r);
     }
     if (s.ok() && recovery != nullptr) {
-      // The committed storage becomes the checkpoint of v; the report names its content hash.
+      // v is held (in the version log); the report names its content hash, the one the
+      // receiver committed.
       s = recovery->Done(vp);
+      if (s.ok() && r.target_hash == Hash128{}) {
+        s = FailedPreconditionError("receiver " + std::to_string(plan.rank) + ": version " +
+                                    std::to_string(v.version) + " ended without a target hash");
+      }
       if (s.ok()) {
-        auto c = Checkpoint::Open(recovery->held_path());
-        if (!c.ok()) {
-          s = c.status();
-        } else {
-          held = v.version;
-          std::optional<Sha256Digest> root = RootOfHex(r.commitment);
-          if (!root && prove) {
+        held = v.version;
+        std::optional<Sha256Digest> root = RootOfHex(r.commitment);
+        if (!root && prove) {
+          // No signed root checked at the commit: the root of what the log holds.
+          StatusOr<std::string> held_path = recovery->HeldPath();
+          StatusOr<std::unique_ptr<Checkpoint>> c =
+              held_path.ok() ? Checkpoint::Open(*held_path)
+                             : StatusOr<std::unique_ptr<Checkpoint>>(held_path.status());
+          if (!c.ok()) {
+            s = c.status();
+          } else {
             auto computed = CheckpointCommitment(**c, 0);
             if (computed.ok()) root = computed->root;
           }
+        }
+        if (s.ok()) {
           s = PutRegionReport(store.get(), v.prefix, plan.rank, plan.run_id, v.version,
-                              (*c)->ContentHash(), root, signer.get());
+                              r.target_hash, root, signer.get());
         }
       }
     } else if (s.ok() && storage != nullptr) {

@@ -20,7 +20,8 @@ void InstallFaultPoints(FaultPoints* points) {
 }  // namespace internal
 
 bool PlanAsksForFaults(const NodePlan& plan) {
-  return plan.fault_kill_chunk >= 0 || plan.fault_kill_blob >= 0;
+  return plan.fault_kill_chunk >= 0 || plan.fault_kill_blob >= 0 ||
+         !plan.fault_kill_log_step.empty();
 }
 
 }  // namespace dcr

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "dcr/node.h"
+#include "receivers/version_log.h"
 
 namespace dcr::internal {
 
@@ -29,6 +30,9 @@ class FaultPoints {
   virtual void ChunkApplied(int64_t ordinal, bool inside) = 0;
   // A relay holds blob `blob` whole, or the sender first sends (or puts) blob `blob`.
   virtual void BlobReached(uint64_t blob) = 0;
+  // A durable receiver's version log reached `step` of a commit (receivers/version_log.h), from
+  // the thread that commits. Default: nothing.
+  virtual void LogStep(VersionLogStep step) { (void)step; }
 };
 
 // The process's fault points; null when none are installed (the deployed dcr-node).

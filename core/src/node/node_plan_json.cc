@@ -141,6 +141,7 @@ std::string NodePlanToJson(const NodePlan& p) {
   j["ready_path"] = p.ready_path;
   j["go_path"] = p.go_path;
   if (!p.state_dir.empty()) j["state_dir"] = p.state_dir;
+  if (!p.version_log_dir.empty()) j["version_log_dir"] = p.version_log_dir;
   if (!p.base_sums.empty()) j["base_sums"] = p.base_sums;
   if (!p.target_sums.empty()) j["target_sums"] = p.target_sums;
   if (p.mirror_to_store) j["mirror_to_store"] = true;
@@ -155,12 +156,14 @@ std::string NodePlanToJson(const NodePlan& p) {
                             {"full_frame_fraction", p.catch_up_full_frame_fraction}};
   }
   if (p.serve_full_frames) j["serve_full_frames"] = true;
-  if (p.fault_kill_chunk >= 0 || p.fault_kill_blob >= 0) {
+  if (p.fault_kill_chunk >= 0 || p.fault_kill_blob >= 0 || !p.fault_kill_log_step.empty()) {
     j["fault"] = {{"kill_chunk", p.fault_kill_chunk},
                   {"kill_inside", p.fault_kill_inside},
                   {"kill_blob", p.fault_kill_blob},
                   {"version", p.fault_version}};
+    if (!p.fault_kill_log_step.empty()) j["fault"]["kill_log_step"] = p.fault_kill_log_step;
   }
+  if (p.version_log_image_every > 0) j["version_log_image_every"] = p.version_log_image_every;
   return j.dump(1);
 }
 
@@ -250,6 +253,9 @@ StatusOr<NodePlan> NodePlanFromJson(const std::string& text) {
     if (j.contains("progress_path")) p.progress_path = j["progress_path"].get<std::string>();
     if (j.contains("go_path")) p.go_path = j["go_path"].get<std::string>();
     if (j.contains("state_dir")) p.state_dir = j["state_dir"].get<std::string>();
+    if (j.contains("version_log_dir")) {
+      p.version_log_dir = j["version_log_dir"].get<std::string>();
+    }
     if (j.contains("base_sums")) p.base_sums = j["base_sums"].get<std::string>();
     if (j.contains("target_sums")) p.target_sums = j["target_sums"].get<std::string>();
     if (j.contains("mirror_to_store")) p.mirror_to_store = j["mirror_to_store"].get<bool>();
@@ -278,7 +284,9 @@ StatusOr<NodePlan> NodePlanFromJson(const std::string& text) {
       p.fault_kill_inside = f.at("kill_inside").get<bool>();
       p.fault_kill_blob = f.at("kill_blob").get<int64_t>();
       p.fault_version = f.value("version", uint64_t{0});
+      p.fault_kill_log_step = f.value("kill_log_step", std::string());
     }
+    p.version_log_image_every = j.value("version_log_image_every", uint64_t{0});
   } catch (const std::exception& e) {
     return InvalidArgumentError(std::string("node plan JSON: ") + e.what());
   }
@@ -355,6 +363,12 @@ std::string NodeResultToJson(const NodeResult& r) {
                    {"fill_bytes", r.fill_bytes},
                    {"storage_reattached", r.storage_reattached},
                    {"log", r.recovery_log}};
+  if (r.durable_log_bytes > 0 || r.durable_write_bytes > 0 || r.durable_restore_s > 0) {
+    j["durable"] = {{"log_bytes", r.durable_log_bytes},
+                    {"image_bytes", r.durable_image_bytes},
+                    {"write_bytes", r.durable_write_bytes},
+                    {"restore_s", r.durable_restore_s}};
+  }
   if (r.retention_runs > 0) {
     j["retention"] = {{"runs", r.retention_runs},
                       {"removed_objects", r.retention_removed_objects},
@@ -446,6 +460,13 @@ StatusOr<NodeResult> NodeResultFromJson(const std::string& text) {
       r.fill_bytes = v.value("fill_bytes", uint64_t{0});
       r.storage_reattached = v.value("storage_reattached", false);
       r.recovery_log = v.value("log", std::string());
+    }
+    if (j.contains("durable")) {
+      const auto& v = j["durable"];
+      r.durable_log_bytes = v.value("log_bytes", uint64_t{0});
+      r.durable_image_bytes = v.value("image_bytes", uint64_t{0});
+      r.durable_write_bytes = v.value("write_bytes", uint64_t{0});
+      r.durable_restore_s = v.value("restore_s", 0.0);
     }
     if (j.contains("retention")) {
       const auto& v = j["retention"];

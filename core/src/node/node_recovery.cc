@@ -9,6 +9,8 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <algorithm>
+#include <filesystem>
 #include <functional>
 
 #include "dcr/checkpoint.h"
@@ -24,15 +26,6 @@ namespace {
 
 std::string RankFile(const std::string& state_dir, int rank, const char* suffix) {
   return state_dir + "/rank-" + std::to_string(rank) + suffix;
-}
-
-// This boot's id (empty when the kernel does not say).
-std::string BootId() {
-  auto b = ReadFile("/proc/sys/kernel/random/boot_id");
-  if (!b.ok()) return "";
-  std::string s(b->begin(), b->end());
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
 }
 
 Status MkdirOne(const std::string& dir) {
@@ -54,12 +47,23 @@ StatusOr<int> CountNodeStart(const std::string& state_dir, int rank) {
   return count;
 }
 
-// A Receiver decorator: the steps that make a committed version durable before the journal
-// records it (`on_commit`, run after the inner commit: the msync of a mapping, or the download
-// of device storage into it; `on_applied`, run after each chunk record the inner receiver
-// applied: the mapping's early writeback), and the fault points (fault_points.h) told of each
-// chunk application of the inner receiver (its 0-based ordinal; `inside_layer`: this layer is
-// under the journal).
+// This process's bytes written to storage so far (write_bytes of /proc/self/io; 0 when the
+// kernel does not say).
+uint64_t ProcessWriteBytes() {
+  auto io = ReadFile("/proc/self/io");
+  if (!io.ok()) return 0;
+  const std::string text(io->begin(), io->end());
+  const std::string key = "\nwrite_bytes: ";
+  const size_t at = text.find(key);
+  if (at == std::string::npos) return 0;
+  return std::strtoull(text.c_str() + at + key.size(), nullptr, 10);
+}
+
+// A Receiver decorator: `on_commit` after the inner commit (the version's durability is below:
+// the storage is reset to "not written"); after each chunk record the inner receiver applied,
+// the fault points (fault_points.h) told of the application (its 0-based ordinal;
+// `inside_layer`: this layer is under the journal); at each Begin, `*inventory` and
+// `*target_header` set from the delta's header and `on_begin` run.
 class DurableReceiver::HookedReceiver : public Receiver {
  public:
   // `inventory` (may be null) is set to the inventory of every delta begun; `written` (may be
@@ -68,13 +72,13 @@ class DurableReceiver::HookedReceiver : public Receiver {
   // delta begun ("" for a sharded target).
   HookedReceiver(Receiver* inner, FaultPoints* faults, bool inside_layer,
                  std::function<Status()> on_commit, Inventory* inventory,
-                 std::atomic<bool>* written = nullptr, std::function<void()> on_applied = {},
-                 std::string* target_header = nullptr)
+                 std::atomic<bool>* written = nullptr, std::string* target_header = nullptr,
+                 std::function<Status()> on_begin = {})
       : inner_(inner),
         faults_(faults),
         inside_layer_(inside_layer),
         on_commit_(std::move(on_commit)),
-        on_applied_(std::move(on_applied)),
+        on_begin_(std::move(on_begin)),
         inventory_(inventory),
         target_header_(target_header),
         written_(written) {}
@@ -90,14 +94,15 @@ class DurableReceiver::HookedReceiver : public Receiver {
         *target_header_ = header.sharded() ? std::string() : header.files[0].header;
       }
     }
+    if (on_begin_) DCR_RETURN_IF_ERROR(on_begin_());
     return Status();
   }
   Status ApplyRecord(const uint8_t* r, size_t n) override {
     const int64_t ord = ordinal_.fetch_add(1);
-    if (written_ != nullptr) written_->store(true);
+    // Outside a delta (a chunk delivered again after the commit) the storage refuses it unwritten.
+    if (written_ != nullptr && inner_->in_delta()) written_->store(true);
     Status s = inner_->ApplyRecord(r, n);
     if (faults_ != nullptr) faults_->ChunkApplied(ord, inside_layer_);
-    if (s.ok() && on_applied_) on_applied_();
     return s;
   }
   Status Commit(const uint8_t* t, size_t n) override {
@@ -125,123 +130,76 @@ class DurableReceiver::HookedReceiver : public Receiver {
   FaultPoints* faults_;
   bool inside_layer_;
   std::function<Status()> on_commit_;
-  std::function<void()> on_applied_;
+  std::function<Status()> on_begin_;
   Inventory* inventory_;
   std::string* target_header_;
   std::atomic<bool>* written_;
   std::atomic<int64_t> ordinal_{0};
 };
 
+HeldStorage::~HeldStorage() {
+  storage_.reset();  // a BufferReceiver over image_ goes first
+}
+
 DurableReceiver::~DurableReceiver() {
   outer_.reset();
   journaled_.reset();
   durable_layer_.reset();
-  backend_.reset();
-  if (map_ != nullptr) ::munmap(map_, map_size_);
-  if (storage_fd_ >= 0) ::close(storage_fd_);
+  logging_.reset();
+  held_.reset();
 }
 
-Status DurableReceiver::OpenMapped(const NodePlan& plan, bool restarted) {
-  (void)restarted;
-  storage_path_ = RankFile(plan.state_dir, plan.rank, ".storage");
-  for (const CheckpointFile& f : base_->files()) map_size_ += f.size;
-  const std::string meta_path = storage_path_ + ".meta";
-  const std::string boot = BootId();
-  // Re-attach: the file is the right size and written under this boot, or the journal has no
-  // delta in flight (the last commit msynced it).
-  struct stat st;
-  bool exists = ::stat(storage_path_.c_str(), &st) == 0 &&
-                static_cast<uint64_t>(st.st_size) == map_size_;
-  if (exists) {
-    auto meta = ReadFile(meta_path);
-    const std::string was = meta.ok() ? std::string(meta->begin(), meta->end()) : "";
-    exists = meta.ok() && (was == boot || !journal_->in_flight());
+Status DurableReceiver::StorageFromRecovered(const std::shared_ptr<Device>& device,
+                                             RecoveredVersion* rec) {
+  if (device == nullptr) {
+    held_->image_ = std::move(rec->bytes);
+    held_->storage_ = std::make_unique<BufferReceiver>(
+        ImageTensors(*layout_, held_->image_.data()), rec->version);
+    return Status();
   }
-  const int fd = ::open(storage_path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0) return ErrnoError("receiver storage " + storage_path_, errno);
-  if (::ftruncate(fd, static_cast<off_t>(map_size_)) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return ErrnoError("receiver storage " + storage_path_ + ": size", err);
+  std::vector<const uint8_t*> at;
+  for (const ReceiverTensor& t : ImageTensors(*layout_, rec->bytes.data())) at.push_back(t.data);
+  DCR_ASSIGN_OR_RETURN(std::unique_ptr<DeviceReceiver> d,
+                       MakeDeviceReceiverFromImage(device, *layout_, at, rec->version.number));
+  if (d->held() != rec->version) {
+    return DataLossError("version log " + held_->log_dir_ + ": the device holds " +
+                         d->held().ToString() + " after loading " + rec->version.ToString());
   }
-  void* m = map_size_ == 0 ? nullptr
-                           : ::mmap(nullptr, map_size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  const int err = errno;
-  if (m == MAP_FAILED) {
-    ::close(fd);
-    return ErrnoError("receiver storage " + storage_path_ + ": mmap", err);
-  }
-  map_ = static_cast<uint8_t*>(m);
-  storage_fd_ = fd;
-  DCR_RETURN_IF_ERROR(WriteFileAtomic(meta_path, boot.data(), boot.size()));
-  reattached_ = exists;
+  held_->device_ = d.get();
+  held_->storage_ = std::move(d);
   return Status();
 }
 
-Status DurableReceiver::CopyBaseIntoMapping() {
-  uint64_t off = 0;
-  for (const CheckpointFile& f : base_->files()) {
-    if (f.size > 0) std::memcpy(map_ + off, f.data, f.size);
-    off += f.size;
+Status DurableReceiver::WriteImage(VersionLog* log, const VersionId& v) {
+  if (held_->device_ == nullptr) {
+    return log->WriteImage(held_->image_.data(), held_->image_.size(), v);
   }
-  return MsyncMapping();
-}
-
-std::vector<uint8_t*> DurableReceiver::MappedTensors() const {
-  std::vector<uint8_t*> out;
-  const auto& files = base_->files();
-  std::vector<uint64_t> file_off;
-  uint64_t off = 0;
-  for (const CheckpointFile& f : files) {
-    file_off.push_back(off);
-    off += f.size;
+  // A device's image: the layout's files with every tensor downloaded into its place.
+  std::vector<uint8_t> image;
+  image.reserve(held_->layout_size_);
+  for (const CheckpointFile& f : layout_->files()) {
+    image.insert(image.end(), f.data, f.data + f.size);
   }
-  for (const TensorInfo& t : base_->tensors()) {
-    const uint8_t* p = base_->data(t);
-    uint8_t* at = nullptr;
-    for (size_t i = 0; i < files.size(); ++i) {
-      if (p >= files[i].data && p < files[i].data + files[i].size) {
-        at = map_ + file_off[i] + (p - files[i].data);
-        break;
-      }
-    }
-    out.push_back(at);
+  const std::vector<ReceiverTensor> at = ImageTensors(*layout_, image.data());
+  const auto& tensors = held_->device_->tensors();
+  for (size_t k = 0; k < tensors.size() && k < at.size(); ++k) {
+    if (tensors[k].info.nbytes == 0) continue;
+    DCR_RETURN_IF_ERROR(held_->device_->device()
+                            ->Download(at[k].data, tensors[k].data, tensors[k].info.nbytes)
+                            .WithContext("version log image: tensor '" +
+                                         tensors[k].info.name + "'"));
   }
-  return out;
-}
-
-Status DurableReceiver::MsyncMapping() {
-  if (map_size_ > 0 && ::msync(map_, map_size_, MS_SYNC) != 0) {
-    return ErrnoError("receiver storage " + storage_path_ + ": msync", errno);
-  }
-  return Status();
+  return log->WriteImage(image.data(), image.size(), v);
 }
 
 Status DurableReceiver::RecordTargetHeader() {
-  const std::string path = StorageHeaderPath(storage_path_);
   if (target_header_.empty()) {
-    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoError("unlink " + path, errno);
+    if (::unlink(header_path_.c_str()) != 0 && errno != ENOENT) {
+      return ErrnoError("unlink " + header_path_, errno);
+    }
     return Status();
   }
-  return WriteFileAtomic(path, target_header_.data(), target_header_.size());
-}
-
-void DurableReceiver::StartWriteback() {
-  // Offset 0 and length 0: the whole file. Only starts the writes of pages dirty now; a page
-  // written again later is dirty again and goes out with the commit's msync.
-  if (storage_fd_ >= 0) (void)::sync_file_range(storage_fd_, 0, 0, SYNC_FILE_RANGE_WRITE);
-}
-
-Status DurableReceiver::DownloadIntoMapping() {
-  const std::vector<uint8_t*> at = MappedTensors();
-  const auto& tensors = device_rx_->tensors();
-  for (size_t k = 0; k < tensors.size() && k < at.size(); ++k) {
-    if (at[k] == nullptr || tensors[k].info.nbytes == 0) continue;
-    DCR_RETURN_IF_ERROR(device_rx_->device()
-                            ->Download(at[k], tensors[k].data, tensors[k].info.nbytes)
-                            .WithContext("receiver storage: tensor '" + tensors[k].info.name + "'"));
-  }
-  return MsyncMapping();
+  return WriteFileAtomic(header_path_, target_header_.data(), target_header_.size());
 }
 
 StatusOr<std::unique_ptr<DurableReceiver>> DurableReceiver::Open(const NodePlan& plan,
@@ -251,133 +209,154 @@ StatusOr<std::unique_ptr<DurableReceiver>> DurableReceiver::Open(const NodePlan&
   if (plan.receiver_base_path.empty()) {
     return InvalidArgumentError("plan.receiver_base_path: required for a delta receiver");
   }
+  const uint64_t write_bytes0 = ProcessWriteBytes();
   std::unique_ptr<DurableReceiver> r(new DurableReceiver());
-  DCR_ASSIGN_OR_RETURN(r->base_, Checkpoint::Open(plan.receiver_base_path));
-  // The base's version number: a long-lived receiver's base is the version it committed last.
-  r->base_version_ = VersionId{plan.base_version > 0 ? static_cast<uint64_t>(plan.base_version) : 0,
-                               r->base_->ContentHash(0)};
-  // Device storage of the version before, kept by this process: used when it holds the base.
-  std::unique_ptr<DeviceReceiver> carried_device;
+  DCR_ASSIGN_OR_RETURN(r->layout_, Checkpoint::Open(plan.receiver_base_path));
+  r->base_number_ = plan.base_version > 0 ? static_cast<uint64_t>(plan.base_version) : 0;
+  const uint64_t target_number = plan.version > 0 ? static_cast<uint64_t>(plan.version) : 1;
+  const std::string log_dir = !plan.version_log_dir.empty()
+                                  ? plan.version_log_dir
+                                  : RankFile(plan.state_dir, plan.rank, ".vlog");
+  r->header_path_ = StorageHeaderPath(RankFile(plan.state_dir, plan.rank, ".storage"));
+  const uint64_t layout_size = ImageSize(*r->layout_);
+  VersionLogOptions lo;
+  if (faults != nullptr) lo.on_step = [faults](VersionLogStep st) { faults->LogStep(st); };
+  if (plan.version_log_image_every > 0) lo.image_every_versions = plan.version_log_image_every;
+  const bool restarted = starts > 1;
+  const std::string who = "receiver " + std::to_string(plan.rank);
+
+  // 1. The storage this process kept from the version before.
   if (carried != nullptr) {
-    auto* d = dynamic_cast<DeviceReceiver*>(carried.get());
-    if (device != nullptr && d != nullptr && starts == 1 && !d->in_delta() &&
-        d->held() == r->base_version_) {
+    auto* h = dynamic_cast<HeldStorage*>(carried.get());
+    if (h != nullptr && h->log_dir_ == log_dir && h->layout_size_ == layout_size &&
+        (device == nullptr) == (h->device_ == nullptr) && !h->in_delta() &&
+        h->held().number == r->base_number_ && h->log_->committed() == h->held()) {
       carried.release();
-      carried_device.reset(d);
+      r->held_.reset(h);
+      r->carried_ = true;
     }
-    carried.reset();  // anything else is freed before the device is loaded again
+    carried.reset();  // anything else is freed before the storage is loaded again
   }
+  // 2. The version the log committed last: the base, or on a restart the target.
+  std::string log_refused;
+  if (r->held_ == nullptr && std::filesystem::exists(log_dir + "/log")) {
+    RecoveredVersion rec;
+    auto log = VersionLog::Open(log_dir, *r->layout_, &rec, lo);
+    if (!log.ok()) {
+      log_refused = log.status().ToString();
+    } else if (rec.version.number == r->base_number_ ||
+               (restarted && rec.version.number == target_number)) {
+      r->held_.reset(new HeldStorage());
+      r->held_->log_ = std::move(*log);
+      r->held_->log_dir_ = log_dir;
+      r->held_->layout_size_ = layout_size;
+      r->restore_s_ = rec.load_s + rec.replay_s;
+      Status s = r->StorageFromRecovered(device, &rec);
+      if (!s.ok()) return s.WithContext(who);
+    } else {
+      log_refused = "it holds " + rec.version.ToString() + ", not version " +
+                    std::to_string(r->base_number_);
+    }
+  }
+  // 3. The base file, which starts a fresh log.
+  if (r->held_ == nullptr) {
+    if (!log_refused.empty()) {
+      std::fprintf(stderr, "%s: version log %s not used (%s): starting it over from %s\n",
+                   who.c_str(), log_dir.c_str(), log_refused.c_str(),
+                   plan.receiver_base_path.c_str());
+    }
+    const VersionId base{r->base_number_, r->layout_->ContentHash(plan.build_threads)};
+    r->held_.reset(new HeldStorage());
+    r->held_->log_dir_ = log_dir;
+    r->held_->layout_size_ = layout_size;
+    std::vector<uint8_t> bytes;
+    const uint8_t* image = nullptr;
+    if (r->layout_->files().size() == 1) {
+      image = r->layout_->files()[0].data;
+    } else {
+      bytes.reserve(layout_size);
+      for (const CheckpointFile& f : r->layout_->files()) {
+        bytes.insert(bytes.end(), f.data, f.data + f.size);
+      }
+      image = bytes.data();
+    }
+    DCR_ASSIGN_OR_RETURN(r->held_->log_, VersionLog::Create(log_dir, image, layout_size, base, lo));
+    if (device == nullptr) {
+      if (bytes.empty()) bytes.assign(image, image + layout_size);
+      r->held_->image_ = std::move(bytes);
+      r->held_->storage_ = std::make_unique<BufferReceiver>(
+          ImageTensors(*r->layout_, r->held_->image_.data()), base);
+    } else {
+      auto d = MakeDeviceReceiver(device, *r->layout_, base.number);
+      if (!d.ok()) return d.status().WithContext(who);
+      r->held_->device_ = d->get();
+      r->held_->storage_ = std::move(*d);
+    }
+  }
+  const VersionId held = r->held_->held();
+  // The journal of this version starts at the version the storage holds: no storage survives
+  // its process, so a chunk state of an earlier start describes nothing that is there.
   const std::string journal_path = RankFile(plan.state_dir, plan.rank, ".journal");
+  ::unlink(journal_path.c_str());
   JournalOptions jo;
   jo.group_commit = true;
   DCR_ASSIGN_OR_RETURN(r->journal_, ReceiverJournal::Open(journal_path, jo));
-  const bool restarted = starts > 1;
-  std::optional<VersionId> committed = r->journal_->committed();
-  const bool mapped = device == nullptr;
-  // Both kinds keep the mapping: on "cpu" it is the storage; on a device it is the host image of
-  // the last committed version (written at each commit), what a restart reloads the device from.
-  DCR_RETURN_IF_ERROR(r->OpenMapped(plan, restarted));
-  // The mapping holds whatever version the journal last committed; a lost one that is not the
-  // base cannot be reloaded here: the node starts over from the base.
-  if (committed && *committed != r->base_version_ && !r->reattached_) committed.reset();
-  std::unique_ptr<DeviceReceiver> loaded;
-  if (!mapped && committed && *committed != r->base_version_) {
-    // The device lost its memory with the process: it reloads the committed target's image,
-    // which is laid out as the base's files (one file or the shards, concatenated), so each
-    // tensor's bytes sit where the base's mapping places them.
-    const std::vector<uint8_t*> at = r->MappedTensors();
-    const std::vector<const uint8_t*> image(at.begin(), at.end());
-    auto d = MakeDeviceReceiverFromImage(device, *r->base_, image, committed->number);
-    if (!d.ok()) return d.status().WithContext("receiver " + std::to_string(plan.rank));
-    if ((*d)->held() == *committed) loaded = std::move(*d);
-    if (loaded == nullptr) committed.reset();  // an image that is not that version: start over
-  }
-  if (!committed) {
-    // First start (or a start over): the storage is the base, and the journal says so.
-    r->journal_.reset();
-    ::unlink(journal_path.c_str());
-    DCR_ASSIGN_OR_RETURN(r->journal_, ReceiverJournal::Open(journal_path, jo));
-    DCR_RETURN_IF_ERROR(r->CopyBaseIntoMapping());
-    DCR_RETURN_IF_ERROR(r->journal_->RecordCommitted(r->base_version_));
-    r->reattached_ = mapped;
-    committed = r->base_version_;
-  } else if (!mapped && *committed == r->base_version_) {
-    // A device's image may hold a target whose commit the journal never recorded: the base again.
-    DCR_RETURN_IF_ERROR(r->CopyBaseIntoMapping());
-  }
-  if (!mapped) r->reattached_ = false;  // device memory is loaded, never re-attached
-  const JournalState js = r->journal_->state();
-  r->restart_.storage_lost = mapped ? !r->reattached_ : restarted;
-  r->restart_.target_committed = *committed != r->base_version_;
-  r->restart_.applied = js.applied.size();
-  r->restart_.doubtful = js.doubtful.size();
-  std::function<Status()> on_commit;
-  std::function<void()> on_applied;
-  if (mapped) {
-    std::vector<ReceiverTensor> tensors;
-    const std::vector<uint8_t*> at = r->MappedTensors();
-    for (size_t k = 0; k < at.size(); ++k) tensors.push_back({r->base_->tensors()[k], at[k]});
-    r->backend_ = std::make_unique<BufferReceiver>(std::move(tensors), *committed);
-    on_commit = [p = r.get()] {
-      DCR_RETURN_IF_ERROR(p->MsyncMapping());
-      return p->RecordTargetHeader();
-    };
-    on_applied = [p = r.get()] { p->StartWriteback(); };
-  } else {
-    if (loaded == nullptr && carried_device != nullptr) {
-      loaded = std::move(carried_device);
-      r->carried_ = true;
-    }
-    carried_device.reset();
-    if (loaded == nullptr) {
-      auto d = MakeDeviceReceiver(device, *r->base_, r->base_version_.number);
-      if (!d.ok()) return d.status().WithContext("receiver " + std::to_string(plan.rank));
-      loaded = std::move(*d);
-    }
-    r->device_rx_ = loaded.get();
-    r->backend_ = std::move(loaded);
-    on_commit = [p = r.get()] {
-      DCR_RETURN_IF_ERROR(p->DownloadIntoMapping());
-      p->written_ = false;  // the device holds the committed version again
-      return p->RecordTargetHeader();
-    };
-  }
-  r->durable_layer_ = std::make_unique<HookedReceiver>(r->backend_.get(), faults, true,
-                                                      std::move(on_commit), nullptr, &r->written_,
-                                                      std::move(on_applied));
+  DCR_RETURN_IF_ERROR(r->journal_->RecordCommitted(held));
+  r->restart_.storage_lost = restarted;
+  r->restart_.target_committed = held.number != r->base_number_;
+  r->log_ = r->held_->log_.get();
+  r->stats_at_open_ = r->log_->stats();
+  r->logging_ = std::make_unique<VersionLoggingReceiver>(
+      r->held_->storage_.get(), r->held_->log_.get(),
+      [p = r.get()](VersionLog* log, const VersionId& v) { return p->WriteImage(log, v); });
+  r->durable_layer_ = std::make_unique<HookedReceiver>(
+      r->logging_.get(), faults, true,
+      [p = r.get()] {
+        p->written_ = false;  // the storage holds the committed version again
+        return Status();
+      },
+      nullptr, &r->written_);
   r->journaled_ = std::make_unique<JournaledReceiver>(r->durable_layer_.get(), r->journal_.get());
-  r->outer_ = std::make_unique<HookedReceiver>(r->journaled_.get(), faults, false, nullptr,
-                                              &r->inventory_, nullptr, std::function<void()>(),
-                                              &r->target_header_);
+  r->outer_ = std::make_unique<HookedReceiver>(
+      r->journaled_.get(), faults, false, nullptr, &r->inventory_, nullptr, &r->target_header_,
+      [p = r.get()] { return p->RecordTargetHeader(); });
+  r->write_bytes0_ = write_bytes0;
   return r;
 }
 
 Receiver* DurableReceiver::receiver() { return outer_.get(); }
 
-std::unique_ptr<Receiver> DurableReceiver::TakeDevice() {
-  if (device_rx_ == nullptr || written_.load() || backend_->in_delta()) return nullptr;
-  const std::optional<VersionId> c = journal_->committed();
-  if (!c.has_value() || *c != backend_->held()) return nullptr;
-  device_rx_ = nullptr;
-  return std::move(backend_);
+std::unique_ptr<Receiver> DurableReceiver::TakeStorage() {
+  if (held_ == nullptr || written_.load() || held_->in_delta()) return nullptr;
+  if (held_->log_->committed() != held_->held()) return nullptr;
+  stats_taken_ = log_->stats();
+  log_ = nullptr;
+  return std::move(held_);
 }
 
 std::unique_ptr<Receiver> DurableReceiver::Handle() {
   auto handle = std::make_unique<HookedReceiver>(outer_.get(), nullptr, false, nullptr, nullptr);
-  handle->set_storage(backend_.get());
+  handle->set_storage(held_->storage_.get());
   return handle;
 }
 
 Status DurableReceiver::ReloadCommitted() {
-  DCR_RETURN_IF_ERROR(CopyBaseIntoMapping());
-  if (device_rx_ != nullptr && written_.exchange(false)) {
-    // Device memory written since its load: the base's tensors uploaded again.
-    for (const DeviceReceiverTensor& t : device_rx_->tensors()) {
-      const TensorInfo* info = base_->Find(t.info.name);
-      if (info == nullptr) return InternalError("reload: tensor '" + t.info.name + "' not in the base");
-      DCR_RETURN_IF_ERROR(device_rx_->device()
-                              ->Upload(t.data, base_->data(*info), t.info.nbytes)
-                              .WithContext("reloading tensor '" + t.info.name + "'"));
+  if (written_.exchange(false)) {
+    // Chunks of the abandoned delta reached the storage: the committed version recovered again.
+    logging_->Abort();  // the storage's delta and the log's entries of it
+    RecoveredVersion rec;
+    DCR_RETURN_IF_ERROR(VersionLog::Recover(held_->log_dir_, *layout_, &rec));
+    if (held_->device_ == nullptr) {
+      std::memcpy(held_->image_.data(), rec.bytes.data(),
+                  std::min(rec.bytes.size(), held_->image_.size()));
+    } else {
+      const std::vector<ReceiverTensor> at = ImageTensors(*layout_, rec.bytes.data());
+      const auto& tensors = held_->device_->tensors();
+      for (size_t k = 0; k < tensors.size() && k < at.size(); ++k) {
+        DCR_RETURN_IF_ERROR(held_->device_->device()
+                                ->Upload(tensors[k].data, at[k].data, tensors[k].info.nbytes)
+                                .WithContext("reloading tensor '" + tensors[k].info.name + "'"));
+      }
     }
   }
   return journal_->AbandonDelta();
@@ -385,12 +364,25 @@ Status DurableReceiver::ReloadCommitted() {
 
 StatusOr<std::vector<uint8_t>> DurableReceiver::OverwriteForm(const uint8_t* record,
                                                               size_t size) const {
+  std::lock_guard<std::mutex> l(base_mu_);
+  if (base_ == nullptr) {
+    if (layout_->files().size() != 1) {
+      return UnimplementedError("overwrite form: the base of a sharded layout is not kept");
+    }
+    RecoveredVersion rec;
+    DCR_RETURN_IF_ERROR(VersionLog::Recover(held_->log_dir_, *layout_, &rec));
+    if (rec.version.number != base_number_) {
+      return FailedPreconditionError("overwrite form: the version log holds " +
+                                     rec.version.ToString() + ", not the base v" +
+                                     std::to_string(base_number_));
+    }
+    DCR_ASSIGN_OR_RETURN(base_, Checkpoint::FromBytes(std::move(rec.bytes)));
+  }
   return OverwriteChunkFromRelative(record, size, inventory_, *base_);
 }
 
 bool DurableReceiver::TargetCommittedNow() const {
-  const std::optional<VersionId> c = journal_->committed();
-  return c.has_value() && *c != base_version_;
+  return held_ != nullptr && held_->log_->committed().number != base_number_;
 }
 
 bool DurableReceiver::Doubtful(uint64_t chunk_id) const {
@@ -398,6 +390,21 @@ bool DurableReceiver::Doubtful(uint64_t chunk_id) const {
 }
 
 JournaledApplyStats DurableReceiver::stats() const { return journaled_->stats(); }
+
+uint64_t DurableReceiver::write_bytes() const {
+  const uint64_t now = ProcessWriteBytes();
+  return now > write_bytes0_ ? now - write_bytes0_ : 0;
+}
+
+uint64_t DurableReceiver::log_bytes() const {
+  const VersionLogStats now = log_ != nullptr ? log_->stats() : stats_taken_;
+  return now.log_bytes - stats_at_open_.log_bytes;
+}
+
+uint64_t DurableReceiver::image_bytes() const {
+  const VersionLogStats now = log_ != nullptr ? log_->stats() : stats_taken_;
+  return now.image_bytes - stats_at_open_.image_bytes;
+}
 
 // ---- StoreMirror ----
 

@@ -1,32 +1,33 @@
-// The parts of a dcr-node that outlive its process: the start count, the receiver's journal and
-// storage, and the in-region copy of the stream (the store that recovering nodes read).
+// The parts of a dcr-node that outlive its process: the start count, the receiver's durable
+// versions, and the in-region copy of the stream (the store that recovering nodes read).
 //
 //   * Start count: a node counts its starts in <state_dir>/rank-<r>.starts; a count above one
 //     means the process was restarted (by `dcr run`'s supervisor, a cluster scheduler, a person).
-//   * DurableReceiver: the node's receiver wrapped in a JournaledReceiver (dcr/journal.h) whose
-//     journal is <state_dir>/rank-<r>.journal. Device "cpu" keeps its storage in a file-backed
-//     MAP_SHARED mapping, <state_dir>/rank-<r>.storage (a byte copy of the base checkpoint's
-//     files, written in place), which outlives the process as a serving engine's memory outlives
-//     a refit agent: a restarted node re-attaches it. Devices "host" and "cuda" hold their storage
-//     in the process (host or GPU memory), which dies with it; the same mapping file is then
-//     their committed image: the base's bytes at the start, and at each commit (before the
-//     journal records it) every tensor downloaded from the device into it. A restarted one
-//     reloads the device from the version it can reload: the committed target's image when the
-//     journal records the target committed (a single-file base; a sharded one starts over), else
-//     the base checkpoint file, and applies the delta again. At each commit the target's
-//     safetensors header (a single-file target) is recorded in <storage>.header, which gives the
-//     version's committed checkpoint its header (CommitStorageAsCheckpoint, version_state.h).
+//   * DurableReceiver: the node's storage lives in its process (host memory on "cpu", a device's
+//     memory on "host" / "cuda") and its committed versions are made durable by a version log
+//     (receivers/version_log.h) in NodePlan::version_log_dir (default <state_dir>/rank-<r>.vlog):
+//     a full image of one version plus the chunk records applied since. A commit appends the
+//     version's records as they are applied, then its trailer and a commit marker, each fsynced:
+//     O(delta) bytes, never the model. A full image is written only when the log's ImageDue()
+//     (VersionLogOptions defaults: every 1024 versions, or once the log holds 1.25 images), the
+//     first start writes the base as the first image. A restarted process recovers the version
+//     the log committed last (the image with the log replayed, each version proven against its
+//     target hash) into fresh storage: the base of the version in flight, or its target when
+//     the log shows it committed. The storage (and its open log) passes from one version to the
+//     next of the same process (TakeStorage, Open's `carried`), so a version starts without
+//     loading anything. Under the log a JournaledReceiver (dcr/journal.h, journal
+//     <state_dir>/rank-<r>.journal) keeps each chunk's state within the version; the storage
+//     never survives its process, so a restart starts the journal over at the recovered version.
+//     At each Begin the target's safetensors header (a single-file target) is recorded in
+//     <state_dir>/rank-<r>.storage.header: with the recovered bytes it makes the version's
+//     committed checkpoint file when one is asked for (version_state.h MaterializeHeld).
 //   * StoreMirror: a long-link relay (a child of the sender, the first node in the rollout region)
 //     puts every blob it received whole into the in-region object store, trailer last, so that the
 //     nodes of its region recover from the store without the stream crossing the long link again.
 //
-// Failure model of the storage: a process kill loses nothing written (the kernel holds the
-// mapping's pages and the journal's records). A machine restart (a new boot id) may lose any
-// write since the last commit, which msyncs the storage before the journal records the version:
-// storage whose journal has a delta in flight is then treated as lost and reloaded from the base.
-// On "cpu" the pages each chunk wrote are handed to the kernel's writeback as soon as the chunk
-// is applied (sync_file_range, not waited for), so that the disk writes overlap the rest of the
-// stream and the commit's msync waits only for what is still in flight.
+// Failure model: a process kill or a machine restart loses the storage and nothing committed
+// (the log's marker is fsynced before Commit returns); a version's entries without their marker
+// are discarded on recovery, and the version is applied again from the stream or the store.
 //
 // Thread safety: DurableReceiver is as receiver.h says (ApplyRecord concurrently for distinct
 // chunks); StoreMirror is thread-safe.
@@ -52,6 +53,7 @@
 #include "dcr/recovery_policy.h"
 #include "dcr/relay_policy.h"
 #include "node/fault_points.h"
+#include "receivers/version_log.h"
 
 namespace dcr::internal {
 
@@ -59,16 +61,54 @@ namespace dcr::internal {
 // (1 for the first start). Errors: errno errors naming the file.
 StatusOr<int> CountNodeStart(const std::string& state_dir, int rank);
 
+// A durable receiver's storage with its open version log, handed from one version's
+// DurableReceiver to the next of the same process (DurableReceiver::TakeStorage, then Open's
+// `carried`). As a Receiver it forwards to the storage. Thread safety: as receiver.h says.
+class HeldStorage final : public Receiver {
+ public:
+  ~HeldStorage() override;
+  Status Begin(const uint8_t* h, size_t n) override { return storage_->Begin(h, n); }
+  Status ApplyRecord(const uint8_t* r, size_t n) override { return storage_->ApplyRecord(r, n); }
+  Status Commit(const uint8_t* t, size_t n) override { return storage_->Commit(t, n); }
+  void Abort() override { storage_->Abort(); }
+  Status MarkApplied(uint64_t id, const Hash128& d) override {
+    return storage_->MarkApplied(id, d);
+  }
+  Status Verify(const Checkpoint& target) const override { return storage_->Verify(target); }
+  const Receiver* storage() const override { return storage_->storage(); }
+  VersionId held() const override { return storage_->held(); }
+  bool in_delta() const override { return storage_->in_delta(); }
+  std::vector<uint64_t> MissingChunks(const Trailer& t) const override {
+    return storage_->MissingChunks(t);
+  }
+
+ private:
+  friend class DurableReceiver;
+  HeldStorage() = default;
+  std::vector<uint8_t> image_;         // "cpu": the storage, the layout's files back to back
+  std::unique_ptr<Receiver> storage_;  // a BufferReceiver over image_, or the device's receiver
+  DeviceReceiver* device_ = nullptr;   // storage_ on a device (null on "cpu")
+  std::unique_ptr<VersionLog> log_;
+  std::string log_dir_;
+  uint64_t layout_size_ = 0;
+};
+
 class DurableReceiver {
  public:
   // The receiver of `plan` (plan.method "delta", plan.state_dir set) on `device` (null = "cpu",
-  // host memory). `starts` is CountNodeStart's count. `faults` (may be null: none): the fault
-  // points (fault_points.h) told of every chunk application, under the journal and after it.
-  // `carried` (may be null): the device storage this process kept from the version before
-  // (TakeDevice); on a first start it is applied to instead of loading the device again when
-  // it holds the base (number and content hash), else it is freed first.
-  // Errors: the base's (Checkpoint::Open, MakeDeviceReceiver), the journal's, errno errors of the
-  // storage file.
+  // host memory), holding version plan.base_version (-1 or 0: version 0) with the layout of
+  // plan.receiver_base_path (its tensors and files; its bytes are the base only when the log
+  // does not hold that version). `starts` is CountNodeStart's count. `faults` (may be null:
+  // none): the fault points (fault_points.h) told of every chunk application, under the journal
+  // and after it, and of the version log's commit steps. `carried` (may be null): what the
+  // version before of this process handed on (TakeStorage); used when it is a HeldStorage of
+  // the same log holding the base version and no delta, else freed first.
+  // The storage is, in this order: the carried one; the version the log committed last when it
+  // is the base (or, on a restart, the target: target_committed()); else the bytes of
+  // plan.receiver_base_path as the base, which also start a fresh log.
+  // Errors: the layout's (Checkpoint::Open), MakeDeviceReceiver's, the journal's, the version
+  // log's (Create; a log that exists but cannot be recovered is left as it is and named in the
+  // error only when the base file cannot replace it), errno errors.
   static StatusOr<std::unique_ptr<DurableReceiver>> Open(const NodePlan& plan,
                                                          std::shared_ptr<Device> device,
                                                          int starts, FaultPoints* faults,
@@ -82,67 +122,70 @@ class DurableReceiver {
   std::unique_ptr<Receiver> Handle();
   // What RecoveryPolicy's Restarted event says about this start (meaningful when starts > 1).
   recovery::Restarted restart_event() const { return restart_; }
-  // The version the node held before this refit (the base) and whether the journal shows a
-  // later version committed (the refit's target: nothing left to fetch).
+  // Whether the log shows the refit's target committed (nothing left to fetch).
   bool target_committed() const { return restart_.target_committed; }
-  // Whether the journal now records a version other than the base committed: the refit's
-  // target (a commit that finished while its completion was being dropped, e.g. by a fallback).
+  // Whether the log now records a version other than the base committed: the refit's target
+  // (a commit that finished while its completion was being dropped, e.g. by a fallback).
   bool TargetCommittedNow() const;
-  // RecoveryPolicy's ReloadCommitted: the storage is rewritten from the base checkpoint and the
-  // in-flight delta abandoned in the journal. Device storage is uploaded from the base again
-  // when a chunk was applied to it since its load at Open.
-  // REQUIRES: not in a delta (the node's applies drained).
+  // RecoveryPolicy's ReloadCommitted: the in-flight delta abandoned (journal and log) and, when
+  // a chunk reached the storage since it was loaded, the storage reloaded with the version the
+  // log committed last (recovered from the log). REQUIRES: not in a delta (applies drained).
   Status ReloadCommitted();
   // The overwrite form (absolute target values, dcr/versioning.h) of the relative chunk `record`
-  // of the delta begun, built from the base checkpoint, the version the chunk applies to.
+  // of the delta begun, built from the base (recovered from the log on first use; a single-file
+  // layout: kUnimplemented for a sharded one).
   StatusOr<std::vector<uint8_t>> OverwriteForm(const uint8_t* record, size_t size) const;
   // Whether the journal shows chunk `chunk_id` of the in-flight delta doubtful.
   bool Doubtful(uint64_t chunk_id) const;
   JournaledApplyStats stats() const;
-  bool storage_reattached() const { return reattached_; }
-  // Whether the device storage is the one carried in from the version before.
+  // The storage lives in the process: never re-attached.
+  bool storage_reattached() const { return false; }
+  // Whether the storage is the one carried in from the version before.
   bool device_carried() const { return carried_; }
-  // The device storage (a DeviceReceiver) for the next version of this process, when it holds
-  // the version the journal records committed and no chunk was applied since: null otherwise
-  // (and on "cpu", whose storage is the mapping). REQUIRES: no call runs or follows through
-  // receiver() or Handle(); stats() and the queries stay usable.
-  std::unique_ptr<Receiver> TakeDevice();
+  // The version log's bytes written since Open (entries and markers; images).
+  uint64_t log_bytes() const;
+  uint64_t image_bytes() const;
+  // Bytes this process wrote to disk since Open (write_bytes of /proc/self/io: the log, the
+  // journal and every other file of the node; 0 where the kernel does not say).
+  uint64_t write_bytes() const;
+  // Seconds this Open spent recovering the held version from the log (0 when it did not).
+  double restore_s() const { return restore_s_; }
+  // The storage and its log for the next version of this process, when the storage holds the
+  // version the log committed last and no delta: null otherwise. REQUIRES: no call runs or
+  // follows through receiver() or Handle(); stats() and the queries stay usable.
+  std::unique_ptr<Receiver> TakeStorage();
 
  private:
   DurableReceiver() = default;
   class HookedReceiver;
-  Status OpenMapped(const NodePlan& plan, bool restarted);
-  Status CopyBaseIntoMapping();
-  Status MsyncMapping();
-  // Starts writeback of the mapping's dirty pages without waiting for it (errors surface at the
-  // commit's msync).
-  void StartWriteback();
-  // The address in the mapping of every base tensor, in the base's tensor order.
-  std::vector<uint8_t*> MappedTensors() const;
-  // A device's commit: every tensor downloaded into its place in the mapping, then msynced.
-  Status DownloadIntoMapping();
-  // At each commit: the target's header recorded beside the storage (StorageHeaderPath,
-  // version_state.h), or a stale record removed for a sharded target.
+  // The storage from the log's last committed version `rec` (its bytes consumed).
+  Status StorageFromRecovered(const std::shared_ptr<Device>& device, RecoveredVersion* rec);
+  // Writes the storage's bytes as the log's image of `v` (VersionLoggingReceiver's write_image).
+  Status WriteImage(VersionLog* log, const VersionId& v);
+  // Records the target header of the delta begun at header_path_ (removed for a sharded one).
   Status RecordTargetHeader();
 
-  std::unique_ptr<Checkpoint> base_;
-  std::string storage_path_;
-  uint8_t* map_ = nullptr;
-  uint64_t map_size_ = 0;
-  int storage_fd_ = -1;  // the mapping's file, for StartWriteback
-  std::unique_ptr<Receiver> backend_;           // BufferReceiver over the mapping, or a device's
-  DeviceReceiver* device_rx_ = nullptr;         // backend_ on a device (null on "cpu")
-  std::atomic<bool> written_{false};            // a chunk reached backend_ since its load / commit
-  bool carried_ = false;                        // backend_ came from the version before
-  std::unique_ptr<HookedReceiver> durable_layer_;  // commit and writeback hooks on the backend
+  std::unique_ptr<Checkpoint> layout_;
+  std::unique_ptr<HeldStorage> held_;
+  std::string header_path_;
+  std::atomic<bool> written_{false};  // a chunk reached the storage since its load / commit
+  bool carried_ = false;
+  std::unique_ptr<VersionLoggingReceiver> logging_;  // the log over the storage
+  std::unique_ptr<HookedReceiver> durable_layer_;    // fault points under the journal
   std::unique_ptr<ReceiverJournal> journal_;
   std::unique_ptr<JournaledReceiver> journaled_;
-  std::unique_ptr<Receiver> outer_;             // the inventory, after each journaled apply
-  VersionId base_version_;
-  Inventory inventory_;  // of the delta begun (set by the outer layer's Begin)
+  std::unique_ptr<Receiver> outer_;  // the inventory and target header, after each journaled apply
+  uint64_t base_number_ = 0;
+  Inventory inventory_;        // of the delta begun (set by the outer layer's Begin)
   std::string target_header_;  // its single-file target's JSON header ("" sharded; ditto)
   recovery::Restarted restart_;
-  bool reattached_ = false;
+  double restore_s_ = 0;
+  VersionLogStats stats_at_open_;
+  VersionLog* log_ = nullptr;  // held_'s log (null once TakeStorage handed it on)
+  VersionLogStats stats_taken_;  // the log's stats when TakeStorage handed it on
+  uint64_t write_bytes0_ = 0;
+  mutable std::mutex base_mu_;
+  mutable std::unique_ptr<Checkpoint> base_;  // OverwriteForm's base, recovered on first use
 };
 
 // Puts blobs into an object store under `prefix` (ObjectKey) on one worker thread, the trailer

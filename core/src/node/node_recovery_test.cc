@@ -1,8 +1,9 @@
-// DurableReceiver on a device (the host backend of dcr/device.h, which runs the device code over
-// host memory): each commit writes the device's tensors into the storage image, a restart after
-// a recorded commit reloads the device from that image, an image the journal never recorded is
-// the base again, ReloadCommitted uploads the base over a device that chunks were written to, and
-// committed device storage carries into the next version of the same process.
+// DurableReceiver on "cpu" (host memory) and on a device (the host backend of dcr/device.h,
+// which runs the device code over host memory): a commit writes the version log's records and
+// marker (O(delta), no image), a restart after the commit recovers the target from the log,
+// entries without their marker are the base again, ReloadCommitted restores the base over
+// chunks written, the storage and its log carry into the next version of the same process, and
+// the committed checkpoint made from the log is the dense target byte for byte.
 #include "node/node_recovery.h"
 
 #include <gtest/gtest.h>
@@ -41,12 +42,13 @@ std::vector<uint8_t> FileBytes(const std::string& path) {
   return b.ok() ? *b : std::vector<uint8_t>();
 }
 
-class DeviceDurableTest : public ::testing::Test {
+class DurableTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
     dir_ = std::filesystem::temp_directory_path() /
            ("dcr-node-recovery-" + std::to_string(getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+            std::to_string(std::hash<std::string>()(
+                ::testing::UnitTest::GetInstance()->current_test_info()->name())));
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_ / "state" / "v1");
     std::mt19937_64 rng(5);
@@ -81,7 +83,8 @@ class DeviceDurableTest : public ::testing::Test {
     plan_.method = "delta";
     plan_.state_dir = VersionStateDir((dir_ / "state").string(), 1);  // version 1's, as a long-lived node has it
     plan_.receiver_base_path = paths_[0];
-    device_ = MakeHostDevice();
+    plan_.version = 1;
+    if (GetParam()) device_ = MakeHostDevice();  // else "cpu": host memory
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
@@ -90,7 +93,7 @@ class DeviceDurableTest : public ::testing::Test {
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     return r.ok() ? std::move(*r) : nullptr;
   }
-  std::string Storage() const { return plan_.state_dir + "/rank-3.storage"; }
+  std::string LogDir() const { return plan_.state_dir + "/rank-3.vlog"; }
 
   std::filesystem::path dir_;
   std::vector<std::string> paths_;
@@ -100,92 +103,33 @@ class DeviceDurableTest : public ::testing::Test {
   std::shared_ptr<Device> device_;
 };
 
-TEST_F(DeviceDurableTest, CommitWritesTheImageAndARestartReloadsTheDeviceFromIt) {
+
+TEST_P(DurableTest, CommitLogsTheDeltaAndARestartRecoversTheTargetFromTheLog) {
   {
     auto r = Open(1);
     ASSERT_NE(r, nullptr);
     EXPECT_FALSE(r->target_committed());
-    // At the start the image is the base, byte for byte.
-    EXPECT_EQ(FileBytes(Storage()), FileBytes(paths_[0]));
+    const uint64_t first_image = r->image_bytes();
     ASSERT_TRUE(ApplyDelta(*reader_, r->receiver()).ok());
-    EXPECT_EQ(FileBytes(Storage()), FileBytes(paths_[1]));
+    // The commit wrote the version's records and marker, and no image (none is due).
+    EXPECT_GT(r->log_bytes(), 0u);
+    EXPECT_LT(r->log_bytes(), reader_->size() + reader_->num_chunks() * 64 + 1024);
+    EXPECT_EQ(r->image_bytes(), first_image);
   }
-  // The process is gone with the device's memory; the journal records version 1 committed.
+  // The process is gone with its storage; the log holds version 1 committed.
   auto r = Open(2);
   ASSERT_NE(r, nullptr);
   EXPECT_TRUE(r->target_committed());
   EXPECT_TRUE(r->restart_event().storage_lost);
   EXPECT_FALSE(r->storage_reattached());
+  EXPECT_GT(r->restore_s(), 0.0);
   EXPECT_EQ(r->receiver()->held().number, 1u);
   EXPECT_EQ(r->receiver()->held().hash, target_hash_);
   Status v = VerifyFile(*r->receiver(), paths_[1]);
   EXPECT_TRUE(v.ok()) << v.ToString();
-  r.reset();
-  // The image becomes the committed checkpoint of version 1: the dense target's bytes.
-  auto ck = CommitStorageAsCheckpoint((dir_ / "state").string(), 1, 3, paths_[0]);
-  ASSERT_TRUE(ck.ok()) << ck.status().ToString();
-  EXPECT_EQ(FileBytes(*ck), FileBytes(paths_[1]));
 }
 
-TEST_F(DeviceDurableTest, ShardedBaseRestartReloadsTheDeviceFromItsImage) {
-  // Base and target as shard directories, one tensor per shard.
-  std::vector<std::string> dirs;
-  for (int k = 0; k < 2; ++k) {
-    auto c = Checkpoint::Open(paths_[k]);
-    ASSERT_TRUE(c.ok());
-    std::vector<TensorView> views;
-    for (const TensorInfo& t : (*c)->tensors()) {
-      views.push_back({t.name, t.dtype_name, t.shape, (*c)->data(t), t.nbytes});
-    }
-    dirs.push_back((dir_ / ("sharded" + std::to_string(k))).string());
-    ASSERT_TRUE(WriteShardedCheckpoint(dirs.back(), views, views[0].nbytes).ok());
-  }
-  auto base = Checkpoint::Open(dirs[0]);
-  auto target = Checkpoint::Open(dirs[1]);
-  ASSERT_TRUE(base.ok() && target.ok());
-  ASSERT_TRUE((*base)->sharded());
-  DeltaOptions o;
-  o.chunk_elems = 2048;
-  o.base_version = 0;
-  o.target_version = 1;
-  ConcatSink sink;
-  ASSERT_TRUE(BuildDelta(base->get(), **target, o, &sink).ok());
-  auto reader = DeltaReader::FromBytes(std::move(sink.bytes));
-  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
-  plan_.receiver_base_path = dirs[0];
-  {
-    auto r = Open(1);
-    ASSERT_NE(r, nullptr);
-    ASSERT_TRUE(ApplyDelta(**reader, r->receiver()).ok());
-  }
-  // The device's memory died with the process; the image holds the committed target, laid out
-  // as the base's shards: the device is loaded from it, not from the base.
-  auto r = Open(2);
-  ASSERT_NE(r, nullptr);
-  EXPECT_TRUE(r->target_committed());
-  EXPECT_TRUE(r->restart_event().target_committed);
-  EXPECT_EQ(r->receiver()->held().number, 1u);
-  EXPECT_EQ(r->receiver()->held().hash, (*target)->ContentHash(0));
-  Status v = VerifyFile(*r->receiver(), dirs[1]);
-  EXPECT_TRUE(v.ok()) << v.ToString();
-  r.reset();
-  // An image that is not the recorded version (damaged on disk) is not loaded: the base again.
-  {
-    auto f = std::fopen(Storage().c_str(), "r+b");
-    ASSERT_NE(f, nullptr);
-    std::fseek(f, -100, SEEK_END);
-    const int c = std::fgetc(f);
-    std::fseek(f, -100, SEEK_END);
-    std::fputc(c ^ 0x5a, f);
-    std::fclose(f);
-  }
-  r = Open(3);
-  ASSERT_NE(r, nullptr);
-  EXPECT_FALSE(r->target_committed());
-  EXPECT_EQ(r->receiver()->held().hash, (*base)->ContentHash(0));
-}
-
-TEST_F(DeviceDurableTest, AnImageTheJournalNeverRecordedIsTheBaseAgain) {
+TEST_P(DurableTest, EntriesWithoutTheirMarkerAreTheBaseAgain) {
   {
     auto r = Open(1);
     ASSERT_NE(r, nullptr);
@@ -194,32 +138,33 @@ TEST_F(DeviceDurableTest, AnImageTheJournalNeverRecordedIsTheBaseAgain) {
       ASSERT_TRUE(r->receiver()->ApplyRecord(reader_->chunk_data(i), reader_->chunk_size(i)).ok());
     }
   }
-  // Killed after the commit's download, before the journal recorded the version.
-  const std::vector<uint8_t> target = FileBytes(paths_[1]);
-  ASSERT_TRUE(WriteFileAtomic(Storage(), target.data(), target.size()).ok());
+  // Killed with every chunk logged and no commit: the base again.
   auto r = Open(2);
   ASSERT_NE(r, nullptr);
   EXPECT_FALSE(r->target_committed());
   EXPECT_EQ(r->receiver()->held().number, 0u);
-  EXPECT_EQ(FileBytes(Storage()), FileBytes(paths_[0]));
   Status v = VerifyFile(*r->receiver(), paths_[0]);
   EXPECT_TRUE(v.ok()) << v.ToString();
   // The delta applies again from the start and commits the target.
-  r->receiver()->Abort();
   ASSERT_TRUE(r->ReloadCommitted().ok());
   Status a = ApplyDelta(*reader_, r->receiver());
   ASSERT_TRUE(a.ok()) << a.ToString();
-  EXPECT_EQ(FileBytes(Storage()), target);
+  r.reset();
+  r = Open(3);
+  ASSERT_NE(r, nullptr);
+  EXPECT_TRUE(r->target_committed());
+  v = VerifyFile(*r->receiver(), paths_[1]);
+  EXPECT_TRUE(v.ok()) << v.ToString();
 }
 
-TEST_F(DeviceDurableTest, ReloadCommittedUploadsTheBaseOverWrittenChunks) {
+TEST_P(DurableTest, ReloadCommittedRestoresTheBaseOverWrittenChunks) {
   auto r = Open(1);
   ASSERT_NE(r, nullptr);
   ASSERT_TRUE(BeginDelta(*reader_, r->receiver()).ok());
   for (size_t i = 0; i < reader_->num_chunks(); i += 2) {
     ASSERT_TRUE(r->receiver()->ApplyRecord(reader_->chunk_data(i), reader_->chunk_size(i)).ok());
   }
-  EXPECT_FALSE(VerifyFile(*r->receiver(), paths_[0]).ok());  // the device holds a mix
+  EXPECT_FALSE(VerifyFile(*r->receiver(), paths_[0]).ok());  // the storage holds a mix
   r->receiver()->Abort();
   ASSERT_TRUE(r->ReloadCommitted().ok());
   Status v = VerifyFile(*r->receiver(), paths_[0]);
@@ -228,53 +173,95 @@ TEST_F(DeviceDurableTest, ReloadCommittedUploadsTheBaseOverWrittenChunks) {
   ASSERT_TRUE(a.ok()) << a.ToString();
   v = VerifyFile(*r->receiver(), paths_[1]);
   EXPECT_TRUE(v.ok()) << v.ToString();
-  EXPECT_EQ(FileBytes(Storage()), FileBytes(paths_[1]));
 }
 
-TEST_F(DeviceDurableTest, CommittedDeviceStorageCarriesIntoTheNextVersion) {
+TEST_P(DurableTest, OverwriteFormIsBuiltFromTheBaseTheLogHolds) {
+  auto r = Open(1);
+  ASSERT_NE(r, nullptr);
+  ASSERT_TRUE(BeginDelta(*reader_, r->receiver()).ok());
+  auto ow = r->OverwriteForm(reader_->chunk_data(0), reader_->chunk_size(0));
+  ASSERT_TRUE(ow.ok()) << ow.status().ToString();
+  ASSERT_TRUE(r->receiver()->ApplyRecord(ow->data(), ow->size()).ok());
+  for (size_t i = 1; i < reader_->num_chunks(); ++i) {
+    ASSERT_TRUE(r->receiver()->ApplyRecord(reader_->chunk_data(i), reader_->chunk_size(i)).ok());
+  }
+  ASSERT_TRUE(CommitDelta(*reader_, r->receiver()).ok());
+  r.reset();
+  r = Open(2);  // the overwrite form replays from the log as applied
+  ASSERT_NE(r, nullptr);
+  Status v = VerifyFile(*r->receiver(), paths_[1]);
+  EXPECT_TRUE(v.ok()) << v.ToString();
+}
+
+TEST_P(DurableTest, CommittedStorageCarriesIntoTheNextVersionAndMaterializesTheTarget) {
+  // A long-lived node's state: versions 1 and 2, the receiver's log in the node's state_dir.
+  NodePlan lp = plan_;
+  lp.state_dir = (dir_ / "state").string();
+  std::filesystem::permissions(lp.state_dir, std::filesystem::perms::owner_all,
+                               std::filesystem::perm_options::replace);
+  lp.versions = {NodeVersion{}, NodeVersion{}};
+  lp.versions[0].version = 1;
+  lp.versions[1].version = 2;
+  auto rec = VersionRecovery::Open(lp);
+  ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+  NodePlan p1 = plan_;
+  (*rec)->Prepare(lp.versions[0], 0, &p1);
   std::unique_ptr<Receiver> carried;
   {
-    auto r = Open(1);
-    ASSERT_NE(r, nullptr);
-    ASSERT_TRUE(ApplyDelta(*reader_, r->receiver()).ok());
-    carried = r->TakeDevice();
+    auto r = DurableReceiver::Open(p1, device_, 1, nullptr);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_TRUE(ApplyDelta(*reader_, (*r)->receiver()).ok());
+    carried = (*r)->TakeStorage();
     ASSERT_NE(carried, nullptr);
   }
-  auto ck = CommitStorageAsCheckpoint((dir_ / "state").string(), 1, 3, paths_[0]);
-  ASSERT_TRUE(ck.ok()) << ck.status().ToString();
-  // Version 2's receiver: its base is the committed checkpoint of version 1, which the carried
-  // device storage holds, so the device is not loaded again.
-  std::filesystem::create_directories(dir_ / "state" / "v2");
-  plan_.state_dir = VersionStateDir((dir_ / "state").string(), 2);
-  plan_.receiver_base_path = *ck;
-  plan_.base_version = 1;
-  auto r = DurableReceiver::Open(plan_, device_, 1, nullptr, std::move(carried));
+  ASSERT_TRUE((*rec)->Done(p1).ok());
+  // Version 2's receiver holds version 1 from the carried storage (nothing loaded), its base
+  // path the layout.
+  NodePlan p2 = plan_;
+  (*rec)->Prepare(lp.versions[1], 1, &p2);
+  EXPECT_EQ(p2.receiver_base_path, paths_[0]);
+  EXPECT_EQ(p2.base_version, 1);
+  auto r = DurableReceiver::Open(p2, device_, 1, nullptr, std::move(carried));
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_TRUE((*r)->device_carried());
-  EXPECT_EQ((*r)->receiver()->held().number, 1u);
+  EXPECT_EQ((*r)->restore_s(), 0.0);
   EXPECT_EQ((*r)->receiver()->held().hash, target_hash_);
   Status v = VerifyFile(*(*r)->receiver(), paths_[1]);
   EXPECT_TRUE(v.ok()) << v.ToString();
-  EXPECT_EQ(FileBytes(plan_.state_dir + "/rank-3.storage"), FileBytes(paths_[1]));
+  // The committed checkpoint of version 1, made from the log: the dense target byte for byte.
+  auto path = (*rec)->MaterializeHeld(1);
+  ASSERT_TRUE(path.ok()) << path.status().ToString();
+  EXPECT_EQ(FileBytes(*path), FileBytes(paths_[1]));
+  auto held = (*rec)->HeldPath();
+  ASSERT_TRUE(held.ok());
+  EXPECT_EQ(*held, *path);
+  // A version the log does not hold is refused.
+  EXPECT_EQ((*rec)->MaterializeHeld(2).status().code(), StatusCode::kFailedPrecondition);
 }
 
-TEST_F(DeviceDurableTest, DeviceStorageWithUncommittedChunksIsNotCarried) {
+TEST_P(DurableTest, StorageWithUncommittedChunksIsNotCarried) {
   auto r = Open(1);
   ASSERT_NE(r, nullptr);
   ASSERT_TRUE(BeginDelta(*reader_, r->receiver()).ok());
   ASSERT_TRUE(r->receiver()->ApplyRecord(reader_->chunk_data(0), reader_->chunk_size(0)).ok());
   r->receiver()->Abort();
-  EXPECT_EQ(r->TakeDevice(), nullptr);  // it holds neither the base nor a committed version
-  // Storage that does not hold the next version's base is freed, and the device loaded anew.
-  auto held = MakeDeviceReceiver(device_, paths_[1], 1);
-  ASSERT_TRUE(held.ok());
+  EXPECT_EQ(r->TakeStorage(), nullptr);  // it holds neither the base nor a committed version
+  r.reset();
+  // Storage that is not a HeldStorage of the base is freed, and the base loaded from the log.
+  auto other = BufferReceiver::Load(paths_[1], 1);
+  ASSERT_TRUE(other.ok());
   auto again = DurableReceiver::Open(plan_, device_, 1, nullptr,
-                                     std::unique_ptr<Receiver>(std::move(*held)));
+                                     std::unique_ptr<Receiver>(std::move(*other)));
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_FALSE((*again)->device_carried());
   Status v = VerifyFile(*(*again)->receiver(), paths_[0]);
   EXPECT_TRUE(v.ok()) << v.ToString();
 }
+
+INSTANTIATE_TEST_SUITE_P(CpuAndDevice, DurableTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& i) {
+                           return i.param ? std::string("Device") : std::string("Cpu");
+                         });
 
 }  // namespace
 }  // namespace dcr::internal

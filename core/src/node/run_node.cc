@@ -56,8 +56,9 @@ Status RunNode(const NodePlan& plan, NodeResult* result) {
         "node " + std::to_string(plan.rank) +
         ": the plan asks for fault points (fault_kill_chunk " +
         std::to_string(plan.fault_kill_chunk) + ", fault_kill_blob " +
-        std::to_string(plan.fault_kill_blob) +
-        "), which this dcr-node does not carry: run it with dcr-node-faults, the test build of "
+        std::to_string(plan.fault_kill_blob) + ", fault_kill_log_step '" +
+        plan.fault_kill_log_step +
+        "'), which this dcr-node does not carry: run it with dcr-node-faults, the test build of "
         "the node");
     *result = NodeResult();
     result->rank = plan.rank;

@@ -470,6 +470,10 @@ void SocketNode::RecordRecovery() {
       r->overwrite_repairs = st.repaired;
       r->chunks_skipped = st.duplicates_skipped;
       r->storage_reattached = starts_ > 1 && applier_.durable()->storage_reattached();
+      r->durable_log_bytes = applier_.durable()->log_bytes();
+      r->durable_image_bytes = applier_.durable()->image_bytes();
+      r->durable_write_bytes = applier_.durable()->write_bytes();
+      r->durable_restore_s = applier_.durable()->restore_s();
     }
     if (mirror_ != nullptr) {
       r->mirror_puts = mirror_->puts();

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -21,6 +22,7 @@
 #include "internal/atomic_file.h"
 #include "node/node_trust.h"
 #include "node/state_dir.h"
+#include "receivers/version_log.h"
 
 namespace dcr::internal {
 
@@ -28,6 +30,11 @@ namespace {
 
 std::string RankFile(const std::string& dir, int rank, const char* suffix) {
   return dir + "/rank-" + std::to_string(rank) + suffix;
+}
+
+// A receiver that joined without a base: the layout of its version log (Hold).
+std::string LayoutLinkPath(const std::string& state_dir, int rank) {
+  return RankFile(state_dir, rank, ".layout.safetensors");
 }
 
 bool Exists(const std::string& path) {
@@ -307,6 +314,12 @@ StatusOr<std::unique_ptr<VersionRecovery>> VersionRecovery::Open(const NodePlan&
   }
   for (const NodeVersion& v : plan.versions) r->versions_.push_back(v.version);
   r->held_path_ = plan.receiver_base_path;
+  r->layout_path_ = plan.receiver_base_path;
+  if (r->layout_path_.empty() && Exists(LayoutLinkPath(plan.state_dir, plan.rank))) {
+    r->layout_path_ = LayoutLinkPath(plan.state_dir, plan.rank);  // a joiner's, kept by Hold
+  }
+  r->log_dir_ = !plan.version_log_dir.empty() ? plan.version_log_dir
+                                              : RankFile(plan.state_dir, plan.rank, ".vlog");
   if (plan.rank == 0) {
     DCR_ASSIGN_OR_RETURN(r->commit_, ReadJointCommitState(plan.state_dir));
   }
@@ -321,15 +334,52 @@ Status VersionRecovery::AddVersion(uint64_t version) {
 }
 
 Status VersionRecovery::CheckHeld() {
-  if (held_checked_ || held_number_ == 0 || held_path_.empty()) return Status();
+  if (held_checked_ || held_number_ == 0) return Status();
   if (plan_.rank == 0 || plan_.method != "delta" || plan_.trust_key.empty()) return Status();
+  // The held version's tensors: its checkpoint file, or recovered from the version log.
+  std::unique_ptr<Checkpoint> ckpt;
+  RecoveredVersion rec;
+  std::vector<TensorView> views;
+  uint64_t number = held_number_;
+  std::string what;
+  if (!held_path_.empty()) {
+    what = held_path_;
+    DCR_ASSIGN_OR_RETURN(ckpt, Checkpoint::Open(held_path_));
+    for (const TensorInfo& t : ckpt->tensors()) {
+      views.push_back(TensorView{t.name, t.dtype_name, t.shape, ckpt->data(t), t.nbytes});
+    }
+  } else {
+    what = "in the version log " + log_dir_;
+    DCR_ASSIGN_OR_RETURN(ckpt, Checkpoint::Open(layout_path_));
+    DCR_RETURN_IF_ERROR(VersionLog::Recover(log_dir_, *ckpt, &rec)
+                            .WithContext("rank " + std::to_string(plan_.rank) +
+                                         ": the held version"));
+    // A version committed after the last one recorded done (its process ended in between) is
+    // proven as well: it is what the log holds.
+    number = rec.version.number;
+    for (const ReceiverTensor& t : ImageTensors(*ckpt, rec.bytes.data())) {
+      views.push_back(TensorView{t.info.name, t.info.dtype_name, t.info.shape, t.data,
+                                 t.info.nbytes});
+    }
+  }
   const std::string who = "rank " + std::to_string(plan_.rank) + ": the held checkpoint " +
-                          held_path_ + " of version " + std::to_string(held_number_);
+                          what + " of version " + std::to_string(number);
   DCR_ASSIGN_OR_RETURN(std::shared_ptr<const TrustKey> key, TrustKey::Load(plan_.trust_key));
   NodePlan at = plan_;
-  at.state_dir = VersionStateDir(plan_.state_dir, held_number_);
+  at.state_dir = VersionStateDir(plan_.state_dir, number);
   const std::string path = SignedStatePath(at);
   auto st = ReadSignedState(path, key, plan_.run_id);
+  if (!st.ok() && st.status().code() == StatusCode::kNotFound && number > held_number_) {
+    // The log committed a version after the last one recorded done, and its process ended
+    // before it wrote that version's signed state (the trust layer writes it after the commit):
+    // the version passed its signature and commitment checks before the log's commit marker.
+    std::fprintf(stderr,
+                 "rank %d: the version log holds version %llu, committed after its checks by a "
+                 "process that ended before writing its signed state\n",
+                 plan_.rank, static_cast<unsigned long long>(number));
+    held_checked_ = true;
+    return Status();
+  }
   if (!st.ok() && st.status().code() == StatusCode::kNotFound) {
     return FailedPreconditionError(who + " cannot be proven by the trainer's signature: no "
                                    "signed state " + path);
@@ -337,14 +387,9 @@ Status VersionRecovery::CheckHeld() {
   if (!st.ok()) {
     return st.status().WithContext(who + " cannot be proven by the trainer's signature");
   }
-  if (st->target_version != held_number_) {
+  if (st->target_version != number) {
     return FailedPreconditionError(who + ": its signed state is of version " +
                                    std::to_string(st->target_version));
-  }
-  DCR_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::Open(held_path_));
-  std::vector<TensorView> views;
-  for (const TensorInfo& t : ckpt->tensors()) {
-    views.push_back(TensorView{t.name, t.dtype_name, t.shape, ckpt->data(t), t.nbytes});
   }
   DCR_RETURN_IF_ERROR(CheckCommitment(views, *st->commitment.root, &st->commitment.leaves,
                                       plan_.build_threads)
@@ -357,7 +402,12 @@ bool VersionRecovery::Finished(const NodeVersion& v) {
   if (plan_.rank == 0 && commit_.has_value() && commit_->done >= v.version) return true;
   const std::optional<VersionDone> d = ReadVersionDone(plan_.state_dir, v.version, plan_.rank);
   if (!d) return v.version < finished_before_;  // its files collected after a later version
-  if (!d->checkpoint.empty() && (d->checkpoint != held_path_ || v.version != held_number_)) {
+  if (d->checkpoint == log_dir_ && (!held_path_.empty() || v.version != held_number_)) {
+    held_path_.clear();  // the version is held in the log
+    held_number_ = v.version;
+    held_checked_ = false;
+  } else if (!d->checkpoint.empty() && d->checkpoint != log_dir_ &&
+             (d->checkpoint != held_path_ || v.version != held_number_)) {
     held_path_ = d->checkpoint;
     held_number_ = v.version;
     held_checked_ = false;
@@ -369,27 +419,33 @@ void VersionRecovery::Prepare(const NodeVersion& v, size_t index, NodePlan* p) c
   p->state_dir = VersionStateDir(plan_.state_dir, v.version);
   if (state_floor_) p->version_floor_path = StateFloorPath(plan_.state_dir, plan_.rank);
   if (plan_.rank != 0 && plan_.method == "delta") {
-    p->receiver_base_path = held_path_;
+    // The held version's checkpoint file when it has one (the log is started over from it when
+    // it does not hold that version), else the layout: the log holds the version.
+    p->receiver_base_path = held_path_.empty() ? layout_path_ : held_path_;
     p->base_version = static_cast<int64_t>(held_number_);
+    p->version_log_dir = log_dir_;
   }
   const bool faulted = plan_.fault_version == 0 ? index == 0 : v.version == plan_.fault_version;
   if (!faulted) {
     p->fault_kill_chunk = -1;
     p->fault_kill_inside = false;
     p->fault_kill_blob = -1;
+    p->fault_kill_log_step.clear();
   }
 }
 
 Status VersionRecovery::Done(const NodePlan& p) {
   VersionDone d;
   d.version = p.version;
-  if (plan_.rank != 0 && plan_.method == "delta") {
-    DCR_ASSIGN_OR_RETURN(d.checkpoint,
-                         CommitStorageAsCheckpoint(plan_.state_dir, p.version, plan_.rank,
-                                                   held_path_));
+  const bool receiver = plan_.rank != 0 && plan_.method == "delta";
+  if (receiver) {
+    d.checkpoint = log_dir_;  // held in the version log
+    if (CommittedFilesAsked()) {
+      DCR_ASSIGN_OR_RETURN(d.checkpoint, MaterializeHeld(p.version));
+    }
   }
   DCR_RETURN_IF_ERROR(WriteVersionDone(plan_.state_dir, plan_.rank, d));
-  if (!d.checkpoint.empty()) Hold(d.version, d.checkpoint);
+  if (receiver) Hold(d.version, d.checkpoint == log_dir_ ? std::string() : d.checkpoint);
   DCR_ASSIGN_OR_RETURN(const uint64_t removed, CollectBefore(d.version));
   collected_bytes_ += removed;
   return Status();
@@ -419,6 +475,7 @@ StatusOr<uint64_t> VersionRecovery::CollectBefore(uint64_t version) {
       if (e.path().filename().string().rfind(mine, 0) == 0) gone.push_back(e.path());
     }
     for (const auto& path : gone) {
+      if (path.string() == layout_path_) continue;  // the version log's layout
       std::error_code size_ec;
       if (std::filesystem::is_regular_file(path, size_ec)) {
         const auto n = std::filesystem::file_size(path, size_ec);
@@ -445,13 +502,61 @@ void VersionRecovery::Hold(uint64_t version, const std::string& checkpoint) {
   // The committed checkpoint of the version before is no longer any version's base.
   const std::string old = held_path_;
   held_path_ = checkpoint;
+  // A receiver that joined without a base takes the layout of its version log from the first
+  // checkpoint it holds: a link to it beside the versions' directories (so that collecting
+  // them keeps it), or that checkpoint itself for a sharded one (kept by CollectBefore).
+  if (layout_path_.empty() && !checkpoint.empty()) {
+    const std::string link = LayoutLinkPath(plan_.state_dir, plan_.rank);
+    ::unlink(link.c_str());
+    layout_path_ = !std::filesystem::is_directory(checkpoint) &&
+                           ::link(checkpoint.c_str(), link.c_str()) == 0
+                       ? link
+                       : checkpoint;
+  }
   held_number_ = version;
   held_checked_ = true;  // committed (or adopted) by this process, after its checks
-  if (!old.empty() && old != checkpoint && old != plan_.receiver_base_path &&
+  if (!old.empty() && old != checkpoint && old != layout_path_ &&
       old.rfind(plan_.state_dir + "/", 0) == 0) {
     std::error_code ec;
     std::filesystem::remove_all(old, ec);
   }
+}
+
+bool CommittedFilesAsked() {
+  const char* v = std::getenv(kCommittedFilesEnv);
+  return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
+}
+
+StatusOr<std::string> VersionRecovery::MaterializeHeld(uint64_t version) {
+  const std::string out =
+      RankFile(VersionStateDir(plan_.state_dir, version), plan_.rank, ".committed");
+  if (Exists(out + ".safetensors")) return out + ".safetensors";
+  if (Exists(out) && std::filesystem::is_directory(out)) return out;
+  DCR_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> layout, Checkpoint::Open(layout_path_));
+  RecoveredVersion rec;
+  DCR_RETURN_IF_ERROR(VersionLog::Recover(log_dir_, *layout, &rec)
+                          .WithContext("rank " + std::to_string(plan_.rank) +
+                                       ": the committed checkpoint of version " +
+                                       std::to_string(version)));
+  if (rec.version.number != version) {
+    return FailedPreconditionError("rank " + std::to_string(plan_.rank) +
+                                   ": the committed checkpoint of version " +
+                                   std::to_string(version) + ": the version log " + log_dir_ +
+                                   " holds " + rec.version.ToString());
+  }
+  const std::string storage = RankFile(VersionStateDir(plan_.state_dir, version), plan_.rank,
+                                       ".storage");
+  DCR_RETURN_IF_ERROR(WriteFileAtomic(storage, rec.bytes.data(), rec.bytes.size()));
+  return CommitStorageAsCheckpoint(plan_.state_dir, version, plan_.rank, layout_path_);
+}
+
+StatusOr<std::string> VersionRecovery::HeldPath() {
+  if (!held_path_.empty()) return held_path_;
+  DCR_ASSIGN_OR_RETURN(std::string path, MaterializeHeld(held_number_));
+  const bool checked = held_checked_;
+  Hold(held_number_, path);
+  held_checked_ = checked;
+  return path;
 }
 
 Status VersionRecovery::SaveCommit(uint64_t done, const VersionId& baseline,

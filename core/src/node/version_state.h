@@ -6,30 +6,41 @@
 //   * v<k>/: the state directory of version k, as a one-version node keeps it (node_recovery.h):
 //     rank-<r>.starts counts the processes that started version k (a count above one is a
 //     restart *in that version*, and the faults block's kill points fire on the first only);
-//     a delta receiver's journal and its storage mapping of that version (on device "cpu" the
-//     storage itself; on "host" / "cuda" the image of the version it committed last, written
-//     from the device at each commit: node_recovery.h).
+//     a delta receiver's journal of that version and the target header it recorded
+//     (rank-<r>.storage.header).
+//   * rank-<r>.vlog/: a delta receiver's version log (receivers/version_log.h), one for all
+//     versions (NodePlan::version_log_dir): an image of one version and the chunk records of
+//     every version committed since. It holds the versions the receiver committed; each version
+//     writes its records and a commit marker there, not the model.
 //   * v<k>/rank-<r>.done: rank r finished version k (written after its result file). For a
-//     delta receiver it names the committed checkpoint that holds version k: the storage mapping
-//     of version k turned into a checkpoint file (a single-file base: renamed, no copy; a sharded
-//     base: its files written out), the base of version k+1 (its storage starts as a copy of it,
-//     its overwrite repairs and reloads read it).
+//     delta receiver it names where version k is held: the version log's directory, or a
+//     committed checkpoint file of version k (v<k>/rank-<r>.committed.safetensors, or the
+//     directory v<k>/rank-<r>.committed of a sharded one) when one was made: by
+//     MaterializeHeld, from the log's image with the log replayed and the target header the
+//     receiver recorded (byte for byte the target checkpoint), after each version when the
+//     environment sets DCR_NODE_COMMITTED_FILES=1, else when a consumer asks for the held
+//     checkpoint as a file (HeldPath: a region receiver's catch-up, an edge relay's base, full
+//     frames served from it); or a full frame a region receiver adopted (Adopt).
 //   * rank-<r>.held: the last version rank r finished ({"version": k}). Once it is written, the
 //     rank's files of every earlier version (v<j>/rank-<r>.*, j < k: start counts, done records,
 //     journals, a sharded checkpoint's directory) are removed (the directories stay, for ranks
-//     behind): they serve no recovery any more (a restart resumes at k, whose files stay; repairs read the
-//     committed checkpoint of k). So a long-lived node's state holds, besides the committed
-//     checkpoint of the version it holds, the files of at most two versions (that one and the one
-//     in flight), however many versions the run has.
+//     behind): they serve no recovery any more (a restart resumes at k, whose files stay, from
+//     the version log). So a long-lived node's state holds, besides its version log (and a
+//     committed checkpoint file of the version it holds, when one was made), the files of at
+//     most two versions (that one and the one in flight), however many versions the run has.
 //   * rank-0.commit: the sender's joint commit (SenderJointCommit) after the last version it
 //     finished: that version, the baseline (number and content hash) and the live receivers.
 //     A restarted sender resumes from it and never publishes a finished version again.
 //   * v<k>/rank-<r>.signed: a signed delta receiver's signed state of version k (the delta header
 //     and the trainer's signed final manifest with the commitment, dcr/signing.h
 //     WriteSignedState), written at its commit (or when it took a full frame of k): a restart
-//     proves the committed checkpoint of k against it before serving or reporting it (CheckHeld).
+//     proves the version it holds (its checkpoint file, or what its version log recovers)
+//     against it before serving or reporting it (CheckHeld).
 //   * rank-<r>.floor: a signed delta receiver's version floor (state_dir.h), written at its first
 //     start; every version's plan uses it (NodePlan::version_floor_path).
+//   * rank-<r>.layout.safetensors: a receiver that joined without a base (a late region
+//     receiver): a link to the first checkpoint it held (a full frame), the layout of its
+//     version log's image.
 // The state_dir itself is the node's own (state_dir.h OpenStateDir): owned by its user, mode
 // 0700 when the node makes it, refused otherwise.
 //
@@ -87,6 +98,12 @@ inline std::string StorageHeaderPath(const std::string& storage) { return storag
 StatusOr<std::string> CommitStorageAsCheckpoint(const std::string& state_dir, uint64_t version,
                                                 int rank, const std::string& layout_path);
 
+// The environment variable that asks a delta receiver with versions to make the committed
+// checkpoint file of each version it finishes (VersionRecovery::MaterializeHeld): "1" (unset or
+// "0": only when a consumer asks for one). Each such file costs a write of the model.
+inline constexpr char kCommittedFilesEnv[] = "DCR_NODE_COMMITTED_FILES";
+bool CommittedFilesAsked();
+
 // The sender's joint commit as rank-0.commit holds it.
 struct JointCommitState {
   uint64_t done = 0;      // the last version the sender finished (0: none)
@@ -125,23 +142,32 @@ class VersionRecovery {
   // receiver's version_floor_path: rank-<r>.floor in the state_dir; the fault points only in
   // plan.fault_version.
   void Prepare(const NodeVersion& v, size_t index, NodePlan* p) const;
-  // After p's version ended ok: a receiver's storage becomes the committed checkpoint of that
-  // version (the one before it is removed), the version is recorded done and held, and the
-  // rank's files of earlier versions are removed (see the layout above).
+  // After p's version ended ok: the version is recorded done and held (a delta receiver's in
+  // its version log; a committed checkpoint file made too when CommittedFilesAsked(); the file
+  // of the version before is removed), and the rank's files of earlier versions are removed
+  // (see the layout above).
   Status Done(const NodePlan& p);
   // Receiver: makes the checkpoint file `image` (a full frame of version `version`, already
   // written under VersionStateDir(state_dir, version)) the committed checkpoint it holds, and
   // records the version done and held (earlier versions' files removed as Done does).
   // Errors: errno errors writing the record.
   Status Adopt(uint64_t version, const std::string& image);
-  // Receiver: the checkpoint of the version it holds (plan.receiver_base_path until it finished
-  // a version; empty for a late joiner before its first frame) and that version's number.
-  const std::string& held_path() const { return held_path_; }
+  // Receiver: the checkpoint file of the version it holds, made from the version log when the
+  // version is held there (MaterializeHeld): plan.receiver_base_path until it finished a
+  // version; empty for a late joiner before its first frame. Errors: MaterializeHeld's.
+  StatusOr<std::string> HeldPath();
+  // Delta receiver: the committed checkpoint file of `version` (v<k>/rank-<r>.committed...),
+  // made when absent from the version log (image and replay, read only: it may run while this
+  // process holds the log open between versions) with the target header recorded at the
+  // version's Begin: byte for byte the target checkpoint. Errors: kFailedPrecondition when the
+  // log holds another version; VersionLog::Recover's; CommitStorageAsCheckpoint's.
+  StatusOr<std::string> MaterializeHeld(uint64_t version);
   uint64_t held_number() const { return held_number_; }
-  // Signed delta receiver (rank > 0, plan.trust_key) that resumes from the checkpoint of a
-  // version an earlier process finished: proves it again before it is served, reported or used
-  // as a base. The version's signed state (v<k>/rank-<r>.signed, ReadSignedState) must verify
-  // with the trust key and run, and the checkpoint's commitment must be the signed root.
+  // Signed delta receiver (rank > 0, plan.trust_key) that resumes from a version an earlier
+  // process finished: proves it again before it is served, reported or used as a base. The
+  // held bytes (its checkpoint file, else the version its log recovers, read only) must have
+  // the commitment its version's signed state (v<k>/rank-<r>.signed, ReadSignedState) signs,
+  // verified with the trust key and run.
   // Errors: kFailedPrecondition naming the checkpoint, and the first wrong range when its bytes
   // differ, or that the state has no signed state for it; kDataLoss for a malformed one;
   // Checkpoint::Open's. OK (and
@@ -167,7 +193,9 @@ class VersionRecovery {
   uint64_t finished_before_ = 0;    // rank-<r>.held at Open: versions below it are finished
   bool state_floor_ = false;        // a signed delta receiver: its floor is rank-<r>.floor
   NodePlan plan_;  // the long-lived plan (rank, method, state_dir, fault points)
-  std::string held_path_;  // receiver: the checkpoint of the version it holds
+  std::string held_path_;  // receiver: the checkpoint of the version it holds ("": the log)
+  std::string layout_path_;  // plan.receiver_base_path: the layout of the version log's image
+  std::string log_dir_;      // a delta receiver's version log
   uint64_t held_number_ = 0;
   bool held_checked_ = false;  // CheckHeld passed for held_path_
   std::optional<JointCommitState> commit_;

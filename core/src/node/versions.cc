@@ -306,8 +306,12 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
     if (from != nullptr) {
       served = ServeFullFrameRequests(region.get(), plan, prefix, *from);
     } else {
-      served = ServeFullFrameRequestsFromCheckpoint(region.get(), plan, prefix,
-                                                    recovery->held_path());
+      StatusOr<std::string> held_path = recovery->HeldPath();
+      if (held_path.ok()) {
+        served = ServeFullFrameRequestsFromCheckpoint(region.get(), plan, prefix, *held_path);
+      } else {
+        served = held_path.status();
+      }
     }
     if (served.ok() && *served > 0) {
       r->full_frames_served = *served;
@@ -377,6 +381,17 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
     if (!v.prefix.empty()) p.relay.prefix = v.prefix;
     p.result_path = v.result_path;
     if (recovery != nullptr) recovery->Prepare(v, i, &p);
+    if (recovery != nullptr && delta && !sender &&
+        std::find(plan.edge_relays.begin(), plan.edge_relays.end(), plan.rank) !=
+            plan.edge_relays.end()) {
+      // An edge relay transcodes against the bytes of the version it holds, as a file.
+      StatusOr<std::string> held_path = recovery->HeldPath();
+      if (!held_path.ok()) {
+        s = held_path.status();
+        break;
+      }
+      p.receiver_base_path = *held_path;
+    }
     if (i > 0) {  // this version's own barrier files
       const std::string tag = ".v" + std::to_string(v.version);
       if (!p.ready_path.empty()) p.ready_path += tag;
@@ -433,9 +448,8 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
       p.target_sums.clear();
     }
     NodeResult r;
-    // A receiver's storage stays up version to version: without recovery always, with it on a
-    // device (the device keeps the committed version; on "cpu" the mapping files carry it).
-    const bool carry = delta && !sender && (recovery == nullptr || plan.device != "cpu");
+    // A receiver's storage stays up version to version (with recovery, with its version log).
+    const bool carry = delta && !sender;
     s = RunNodeVersion(p, &r, carry ? &storage : nullptr);
     r.trainer_delta = !p.delta_path.empty();
     if (sender && delta) r.delta_base_version = p.base_version;

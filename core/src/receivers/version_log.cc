@@ -224,10 +224,15 @@ StatusOr<std::unique_ptr<VersionLog>> VersionLog::Create(const std::string& dir,
   return log;
 }
 
-StatusOr<std::unique_ptr<VersionLog>> VersionLog::Open(const std::string& dir,
-                                                       const Checkpoint& layout,
-                                                       RecoveredVersion* out,
-                                                       VersionLogOptions options) {
+Status VersionLog::Recover(const std::string& dir, const Checkpoint& layout,
+                          RecoveredVersion* out) {
+  RecoveredStore store;
+  DCR_RETURN_IF_ERROR(RecoverStore(dir, layout, out, &store));
+  return Status();
+}
+
+Status VersionLog::RecoverStore(const std::string& dir, const Checkpoint& layout,
+                                RecoveredVersion* out, RecoveredStore* store) {
   const std::string log_path = LogPath(dir);
   const double t0 = Now();
   DCR_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, ReadFile(log_path));
@@ -341,7 +346,23 @@ StatusOr<std::unique_ptr<VersionLog>> VersionLog::Open(const std::string& dir,
     r.version = rx.held();
   }
   r.replay_s = Now() - t1;
+  r.bytes = std::move(*image);
+  store->committed_end = committed_end;
+  store->image_size = image_size;
+  *out = std::move(r);
+  return Status();
+}
 
+StatusOr<std::unique_ptr<VersionLog>> VersionLog::Open(const std::string& dir,
+                                                       const Checkpoint& layout,
+                                                       RecoveredVersion* out,
+                                                       VersionLogOptions options) {
+  const std::string log_path = LogPath(dir);
+  RecoveredVersion r;
+  RecoveredStore store;
+  DCR_RETURN_IF_ERROR(RecoverStore(dir, layout, &r, &store));
+  const uint64_t committed_end = store.committed_end;
+  const uint64_t image_size = store.image_size;
   if (r.torn_bytes > 0) {
     if (::truncate(log_path.c_str(), static_cast<off_t>(committed_end)) != 0) {
       return ErrnoError("version log: truncate " + log_path, errno);
@@ -362,7 +383,6 @@ StatusOr<std::unique_ptr<VersionLog>> VersionLog::Open(const std::string& dir,
   log->image_number_ = r.image_version.number;
   log->since_image_ = r.versions_replayed;
   log->committed_ = r.version;
-  r.bytes = std::move(*image);
   *out = std::move(r);
   return log;
 }

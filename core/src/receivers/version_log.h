@@ -117,6 +117,10 @@ class VersionLog {
   static StatusOr<std::unique_ptr<VersionLog>> Open(const std::string& dir,
                                                     const Checkpoint& layout, RecoveredVersion* out,
                                                     VersionLogOptions options = {});
+  // What Open recovers, read only: nothing in `dir` is truncated, removed or opened for writing,
+  // so it may run while a VersionLog of `dir` is open (between its versions: entries of a version
+  // begun and not committed are left out as a torn tail). Errors: Open's.
+  static Status Recover(const std::string& dir, const Checkpoint& layout, RecoveredVersion* out);
   ~VersionLog();
   VersionLog(const VersionLog&) = delete;
   VersionLog& operator=(const VersionLog&) = delete;
@@ -154,6 +158,12 @@ class VersionLog {
 
  private:
   VersionLog() = default;
+  struct RecoveredStore {
+    uint64_t committed_end = 0;  // log bytes up to the last commit marker
+    uint64_t image_size = 0;
+  };
+  static Status RecoverStore(const std::string& dir, const Checkpoint& layout,
+                             RecoveredVersion* out, RecoveredStore* store);
   Status AppendLocked(uint8_t type, const uint8_t* payload, size_t size);
   Status SyncLocked();
   void Step(VersionLogStep s) const;

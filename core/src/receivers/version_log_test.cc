@@ -167,6 +167,34 @@ TEST_F(VersionLogTest, TornTailIsDiscardedAndLoggingGoesOn) {
   EXPECT_TRUE(r3->bytes == c.images[3]);
 }
 
+TEST_F(VersionLogTest, RecoverReadsWhileTheLogIsOpenAndChangesNothing) {
+  Chain c = Chain::Make(2);
+  Start(c);
+  ASSERT_TRUE(ApplyDelta(*c.deltas[0], logging_.get()).ok());
+  // Version 2 begun and half applied: Recover (read only, the log still open for appending)
+  // gives version 1, and leaves the entries of version 2 where they are.
+  const DeltaReader& d = *c.deltas[1];
+  ASSERT_TRUE(BeginDelta(d, logging_.get()).ok());
+  for (size_t i = 0; i < d.num_chunks() / 2; ++i) {
+    ASSERT_TRUE(logging_->ApplyRecord(d.chunk_data(i), d.chunk_size(i)).ok());
+  }
+  const uint64_t size = LogFileSize();
+  RecoveredVersion r;
+  ASSERT_TRUE(VersionLog::Recover(dir_, *c.ckpts[0], &r).ok());
+  EXPECT_EQ(r.version, c.id(1));
+  EXPECT_GT(r.torn_bytes, 0u);
+  EXPECT_TRUE(r.bytes == c.images[1]);
+  EXPECT_EQ(LogFileSize(), size);
+  // The version goes on and commits; Recover then gives it.
+  for (size_t i = d.num_chunks() / 2; i < d.num_chunks(); ++i) {
+    ASSERT_TRUE(logging_->ApplyRecord(d.chunk_data(i), d.chunk_size(i)).ok());
+  }
+  ASSERT_TRUE(CommitDelta(d, logging_.get()).ok());
+  ASSERT_TRUE(VersionLog::Recover(dir_, *c.ckpts[0], &r).ok());
+  EXPECT_EQ(r.version, c.id(2));
+  EXPECT_TRUE(r.bytes == c.images[2]);
+}
+
 TEST_F(VersionLogTest, AbortAbandonsTheVersionsEntries) {
   Chain c = Chain::Make(1);
   Start(c);
