@@ -21,6 +21,7 @@
 #include "node/version_state.h"
 #include "node/catch_up.h"
 #include "node/commit_reports.h"
+#include "transport/net.h"
 #include "transport/tls.h"
 
 namespace dcr::internal {
@@ -106,6 +107,44 @@ std::vector<int> DeadRanks(const NodePlan& plan, const SenderJointCommit& commit
     if (!live_set.count(rank)) dead.push_back(rank);
   }
   return dead;
+}
+
+// The store's committed reports of `version` (prefix `prefix`) of the tree receivers `live` does
+// not name and `reports` holds no committed report of, waiting at most plan.receiver_deadline_s
+// for those on their way back: a committed report of the version before (`previous_prefix`,
+// `previous`; none when empty) in the store shows a receiver back in step, one version behind
+// at most. A rank with neither report costs no wait (an absent host, one still far behind).
+std::vector<CommitReport> CollectReturningTreeReports(
+    ObjectStore* store, const NodePlan& plan, const std::string& prefix, uint64_t version,
+    const std::string& previous_prefix, uint64_t previous, const std::vector<int>& live,
+    const std::vector<CommitReport>& reports, const TlsContext* checker) {
+  std::set<int> have(live.begin(), live.end());
+  for (const CommitReport& c : reports) {
+    if (c.ok && c.version == version) have.insert(c.rank);
+  }
+  const int nodes = static_cast<int>(plan.parents.size());
+  const double until = SteadyNow() + plan.receiver_deadline_s;
+  std::vector<CommitReport> got;
+  while (true) {
+    bool waiting = false;
+    for (int rank = 1; rank < nodes; ++rank) {
+      if (have.count(rank)) continue;
+      std::optional<CommitReport> c = GetRegionReport(store, prefix, rank, plan.run_id, version,
+                                                      checker);
+      if (c && c->ok) {
+        have.insert(rank);
+        got.push_back(std::move(*c));
+        continue;
+      }
+      if (previous_prefix.empty()) continue;
+      std::optional<CommitReport> before =
+          GetRegionReport(store, previous_prefix, rank, plan.run_id, previous, checker);
+      waiting = waiting || (before && before->ok);
+    }
+    if (!waiting || SteadyNow() >= until) break;
+    usleep(20000);
+  }
+  return got;
 }
 
 }  // namespace
@@ -497,6 +536,14 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
       for (const std::string& why : refused) {
         std::fprintf(stderr, "sender: refused the region store's commit report of receiver %s\n",
                      why.c_str());
+      }
+      // Tree receivers held dead that are on their way back (catching up from the store, or
+      // restarted mid-version) report through the store, often after the tree's version ended.
+      for (CommitReport& c : CollectReturningTreeReports(
+               region.get(), plan, p.relay.prefix, v.version,
+               i > 0 ? versions[i - 1].prefix : std::string(),
+               i > 0 ? versions[i - 1].version : 0, commit->live(), r.reports, checker.get())) {
+        r.reports.push_back(std::move(c));
       }
     }
     if (joint) {
