@@ -644,7 +644,7 @@ TEST(SimTest, EveryResultListsItsHardwareAndEveryCost) {
     const std::string hw = r->setup.at("hardware");
     for (const char* part : {"sender: 1 host, 4 build cores", "receivers: 6 on 3 hosts",
                              "4 cores per host", c.edge ? "edge relays (relay-tree delta runs): 1 "
-                                                          "host, 64 cores, memory"
+                                                          "host, 64 cores each, memory"
                                                         : "edge relays: none"}) {
       EXPECT_NE(hw.find(part), std::string::npos) << part << " in " << hw;
     }

@@ -254,9 +254,13 @@ NodeVersion NextOpenVersion(const NodeVersion& v) {
   return n;
 }
 
-Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHooks& hooks) {
-  *result = NodeResult();
-  result->rank = plan.rank;
+namespace {
+
+// The checks of a plan's versions before any is taken: numbers increase from above 0; a region
+// receiver takes a listed set; an edge relay of several versions has a state_dir (it transcodes
+// each version against the checkpoint it committed of the version before, receiver_base_path,
+// which VersionRecovery moves on).
+Status CheckVersionsOfPlan(const NodePlan& plan) {
   uint64_t last = 0;
   for (const NodeVersion& v : plan.versions) {
     if (v.version <= last) {
@@ -266,16 +270,11 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
     }
     last = v.version;
   }
-  if (plan.region_receiver) {
-    if (plan.open_versions) {
-      return FailedPreconditionError(
-          "plan.open_versions: a region receiver takes a listed set of versions (give the "
-          "versions, e.g. model.checkpoints, for a run with region receivers)");
-    }
-    return RunRegionReceiverVersions(plan, result);
+  if (plan.region_receiver && plan.open_versions) {
+    return FailedPreconditionError(
+        "plan.open_versions: a region receiver takes a listed set of versions (give the "
+        "versions, e.g. model.checkpoints, for a run with region receivers)");
   }
-  // An edge relay transcodes each version against the checkpoint it committed of the version
-  // before (receiver_base_path, which VersionRecovery moves on): that needs the state_dir.
   if ((plan.versions.size() > 1 || plan.open_versions) && plan.state_dir.empty() &&
       std::find(plan.edge_relays.begin(), plan.edge_relays.end(), plan.rank) !=
           plan.edge_relays.end()) {
@@ -283,6 +282,44 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
         "plan.edge_relays: an edge relay of several versions needs plan.state_dir (it "
         "transcodes each version against the checkpoint it committed of the one before)");
   }
+  return Status();
+}
+
+// The sender's sums of the versions it builds, a cache: null (each base hashed in full) when its
+// folder cannot be made, which costs each version a full hash of its base, not the refit.
+std::unique_ptr<SenderSums> OpenSenderSums(const NodePlan& plan) {
+  auto opened = SenderSums::Open(plan);
+  if (opened.ok()) return std::move(*opened);
+  std::fprintf(stderr, "sender: no sums of the versions it builds (each base hashed in full): %s\n",
+               opened.status().ToString().c_str());
+  return nullptr;
+}
+
+// The sender's joint commit: resumed from the state an earlier process recorded (whose published
+// versions the next deltas may be built from join `checkpoint_of`), else fresh from the base.
+StatusOr<std::unique_ptr<SenderJointCommit>> OpenJointCommit(
+    const NodePlan& plan, const VersionRecovery* recovery,
+    std::map<uint64_t, std::string>* checkpoint_of) {
+  if (recovery != nullptr && recovery->commit().has_value()) {
+    for (const auto& [k, path] : recovery->commit()->checkpoints) {
+      std::string& known = (*checkpoint_of)[k];
+      if (known.empty()) known = path;
+    }
+    return std::make_unique<SenderJointCommit>(recovery->commit()->live,
+                                               recovery->commit()->baseline);
+  }
+  DCR_ASSIGN_OR_RETURN(auto c, Checkpoint::Open(plan.base_path));
+  VersionId base{0, c->ContentHash(plan.build_threads)};
+  return std::make_unique<SenderJointCommit>(JointReceivers(plan), base);
+}
+
+}  // namespace
+
+Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHooks& hooks) {
+  *result = NodeResult();
+  result->rank = plan.rank;
+  DCR_RETURN_IF_ERROR(CheckVersionsOfPlan(plan));
+  if (plan.region_receiver) return RunRegionReceiverVersions(plan, result);
   const bool sender = plan.rank == 0;
   const bool delta = plan.method == "delta";
   const bool joint = sender && delta && plan.transport == "relay_tree";
@@ -296,32 +333,10 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
     DCR_ASSIGN_OR_RETURN(recovery, VersionRecovery::Open(plan));
   }
   std::unique_ptr<SenderSums> sums;  // null: every base hashed in full
-  if (sender && delta) {
-    // A cache: a folder that cannot be made costs each version a full hash of its base, not the
-    // refit.
-    auto opened = SenderSums::Open(plan);
-    if (opened.ok()) {
-      sums = std::move(*opened);
-    } else {
-      std::fprintf(stderr,
-                   "sender: no sums of the versions it builds (each base hashed in full): %s\n",
-                   opened.status().ToString().c_str());
-    }
-  }
+  if (sender && delta) sums = OpenSenderSums(plan);
   std::unique_ptr<SenderJointCommit> commit;
-  VersionId base{0, Hash128{}};
-  if (joint && recovery != nullptr && recovery->commit().has_value()) {
-    commit = std::make_unique<SenderJointCommit>(recovery->commit()->live,
-                                                 recovery->commit()->baseline);
-    // The versions an earlier process published that the next deltas may be built from.
-    for (const auto& [k, path] : recovery->commit()->checkpoints) {
-      std::string& known = checkpoint_of[k];
-      if (known.empty()) known = path;
-    }
-  } else if (joint) {
-    DCR_ASSIGN_OR_RETURN(auto c, Checkpoint::Open(plan.base_path));
-    base.hash = c->ContentHash(plan.build_threads);
-    commit = std::make_unique<SenderJointCommit>(JointReceivers(plan), base);
+  if (joint) {
+    DCR_ASSIGN_OR_RETURN(commit, OpenJointCommit(plan, recovery.get(), &checkpoint_of));
   }
   // The in-region store: the region receivers' reports (sender), full frames (a holder).
   std::unique_ptr<ObjectStore> region;
