@@ -3,6 +3,8 @@
 
 #include <cstring>
 #include <exception>
+#include <functional>
+#include <memory>
 #include <new>
 #include <string>
 #include <utility>
@@ -149,6 +151,38 @@ Status ShardFeed::Step(uint64_t version, ShardSet next, const std::string& check
 
 }  // namespace dcr::internal
 
+namespace {
+
+// Opens *out over the structure `make` gives, for the two ways a layout is described: the C API's
+// allocation, its error text (an exception named after `fn`) and the per-rank buffer dtypes.
+int OpenTrainLayout(
+    const char* fn, dcr_train_layout** out,
+    const std::function<dcr::StatusOr<std::shared_ptr<const dcr::TrainStructure>>()>& make) {
+  if (out == nullptr) return static_cast<int>(dcr::StatusCode::kInvalidArgument);
+  *out = new (std::nothrow) dcr_train_layout();
+  if (*out == nullptr) return static_cast<int>(dcr::StatusCode::kResourceExhausted);
+  dcr_train_layout* l = *out;
+  auto fail = [l](const dcr::Status& s) {
+    l->error = s.ToString();
+    return static_cast<int>(s.code());
+  };
+  try {
+    auto s = make();
+    if (!s.ok()) return fail(s.status());
+    l->s = std::move(*s);
+    for (const dcr::RankSpec& rk : l->s->ranks()) {
+      std::vector<std::string> names;
+      for (const dcr::BufferSpec& b : rk.buffers) names.emplace_back(dcr::DTypeName(b.dtype));
+      l->buffer_dtypes.push_back(std::move(names));
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    return fail(dcr::InternalError(std::string(fn) + ": " + e.what()));
+  }
+}
+
+}  // namespace
+
 extern "C" {
 
 const void* dcr_shard_read(const dcr_shard_reader* shards, int rank, int buffer, uint64_t begin,
@@ -164,70 +198,40 @@ const void* dcr_shard_read(const dcr_shard_reader* shards, int rank, int buffer,
 }
 
 int dcr_train_layout_open(const char* model, const char* layout, dcr_train_layout** out) {
-  if (out == nullptr) return static_cast<int>(dcr::StatusCode::kInvalidArgument);
-  *out = new (std::nothrow) dcr_train_layout();
-  if (*out == nullptr) return static_cast<int>(dcr::StatusCode::kResourceExhausted);
-  dcr_train_layout* l = *out;
-  auto fail = [l](const dcr::Status& s) {
-    l->error = s.ToString();
-    return static_cast<int>(s.code());
-  };
-  try {
-    if (model == nullptr || layout == nullptr) {
-      return fail(dcr::InvalidArgumentError("model and layout are required"));
-    }
-    auto cfg = dcr::GetPreset(model);
-    if (!cfg.ok()) return fail(cfg.status());
-    auto lay = dcr::TrainLayout::Parse(layout);
-    if (!lay.ok()) return fail(lay.status().WithContext("layout"));
-    auto s = dcr::TrainStructure::Create(*cfg, *lay);
-    if (!s.ok()) return fail(s.status().WithContext("layout"));
-    l->s = std::move(*s);
-    for (const dcr::RankSpec& rk : l->s->ranks()) {
-      std::vector<std::string> names;
-      for (const dcr::BufferSpec& b : rk.buffers) names.emplace_back(dcr::DTypeName(b.dtype));
-      l->buffer_dtypes.push_back(std::move(names));
-    }
-    return 0;
-  } catch (const std::exception& e) {
-    return fail(dcr::InternalError(std::string("dcr_train_layout_open: ") + e.what()));
-  }
+  return OpenTrainLayout(
+      "dcr_train_layout_open", out,
+      [&]() -> dcr::StatusOr<std::shared_ptr<const dcr::TrainStructure>> {
+        if (model == nullptr || layout == nullptr) {
+          return dcr::InvalidArgumentError("model and layout are required");
+        }
+        DCR_ASSIGN_OR_RETURN(auto cfg, dcr::GetPreset(model));
+        auto lay = dcr::TrainLayout::Parse(layout);
+        if (!lay.ok()) return lay.status().WithContext("layout");
+        auto s = dcr::TrainStructure::Create(cfg, *lay);
+        if (!s.ok()) return s.status().WithContext("layout");
+        return s;
+      });
 }
 
 int dcr_train_layout_open_spec(const char* spec_path, const char* checkpoint_path,
                                dcr_train_layout** out) {
-  if (out == nullptr) return static_cast<int>(dcr::StatusCode::kInvalidArgument);
-  *out = new (std::nothrow) dcr_train_layout();
-  if (*out == nullptr) return static_cast<int>(dcr::StatusCode::kResourceExhausted);
-  dcr_train_layout* l = *out;
-  auto fail = [l](const dcr::Status& s) {
-    l->error = s.ToString();
-    return static_cast<int>(s.code());
-  };
-  try {
-    if (spec_path == nullptr || checkpoint_path == nullptr) {
-      return fail(dcr::InvalidArgumentError("spec_path and checkpoint_path are required"));
-    }
-    auto text = dcr::ReadFile(spec_path);
-    if (!text.ok()) return fail(text.status());
-    auto ck = dcr::Checkpoint::Open(checkpoint_path);
-    if (!ck.ok()) return fail(ck.status());
-    std::vector<dcr::TensorSpec> tensors;
-    for (const dcr::TensorInfo& t : (*ck)->tensors()) {
-      tensors.push_back(dcr::TensorSpec{t.name, t.dtype_name, t.shape});
-    }
-    auto s = dcr::TrainStructure::FromLayoutSpec(std::string(text->begin(), text->end()), tensors);
-    if (!s.ok()) return fail(s.status().WithContext(spec_path));
-    l->s = std::move(*s);
-    for (const dcr::RankSpec& rk : l->s->ranks()) {
-      std::vector<std::string> names;
-      for (const dcr::BufferSpec& b : rk.buffers) names.emplace_back(dcr::DTypeName(b.dtype));
-      l->buffer_dtypes.push_back(std::move(names));
-    }
-    return 0;
-  } catch (const std::exception& e) {
-    return fail(dcr::InternalError(std::string("dcr_train_layout_open_spec: ") + e.what()));
-  }
+  return OpenTrainLayout(
+      "dcr_train_layout_open_spec", out,
+      [&]() -> dcr::StatusOr<std::shared_ptr<const dcr::TrainStructure>> {
+        if (spec_path == nullptr || checkpoint_path == nullptr) {
+          return dcr::InvalidArgumentError("spec_path and checkpoint_path are required");
+        }
+        DCR_ASSIGN_OR_RETURN(auto text, dcr::ReadFile(spec_path));
+        DCR_ASSIGN_OR_RETURN(auto ck, dcr::Checkpoint::Open(checkpoint_path));
+        std::vector<dcr::TensorSpec> tensors;
+        for (const dcr::TensorInfo& t : ck->tensors()) {
+          tensors.push_back(dcr::TensorSpec{t.name, t.dtype_name, t.shape});
+        }
+        auto s = dcr::TrainStructure::FromLayoutSpec(std::string(text.begin(), text.end()),
+                                                     tensors);
+        if (!s.ok()) return s.status().WithContext(spec_path);
+        return s;
+      });
 }
 
 const char* dcr_train_layout_error(const dcr_train_layout* l) {
