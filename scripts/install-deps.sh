@@ -8,6 +8,7 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 PKGS=(cmake ninja-build g++ pkg-config ccache libzstd-dev zstd libxxhash-dev libyaml-cpp-dev
       libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev libsimgrid-dev nlohmann-json3-dev
       libcli11-dev libcurl4-openssl-dev libssl-dev openssl gnuplot-nox iproute2 python3 clang libclang-rt-14-dev
+      clang-format
       python3-numpy python3-pytest python3-hypothesis python3-torch)
 if [ "${DCR_WITH_S3_SERVER:-0}" = "1" ]; then
   PKGS+=(swift swift-proxy swift-account swift-container swift-object memcached stunnel4)

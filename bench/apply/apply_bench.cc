@@ -1,7 +1,8 @@
 // Receiver-side benchmarks (Google Benchmark):
 //   BM_Runtime_ApplyDecoded/<rate%>   in-place apply of pre-decoded canonical chunks into a TP=2
 //                                     BF16 serving replica (bit-preserving scatter + converted
-//                                     re-loads + incremental version hash); bytes = dense BF16 model
+//                                     re-loads + incremental version hash); bytes = dense BF16
+//                                     model
 //   BM_Runtime_DecodeApply/<rate%>    same, decoding every chunk (zstd) inside the timed loop
 //   BM_Memcpy                         memcpy of the dense model bytes (the reference)
 //   BM_Runtime_BytesSent/<rate%>      bytes on the wire: canonical delta (BF16 serving, one stream
@@ -146,8 +147,8 @@ void ApplyBench(benchmark::State& state, bool decode) {
   state.counters["dense_MB"] = dense / 1e6;
   state.counters["changes"] = static_cast<double>(changes);
   state.counters["memcpy_GBps"] = memcpy_bw / 1e9;
-  state.counters["ratio"] = benchmark::Counter(
-      2.0 * dense / memcpy_bw, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["ratio"] =
+      benchmark::Counter(2.0 * dense / memcpy_bw, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void BM_Runtime_ApplyDecoded(benchmark::State& state) { ApplyBench(state, false); }
@@ -201,9 +202,24 @@ void BM_Runtime_BytesSent(benchmark::State& state) {
 }
 
 BENCHMARK(BM_Memcpy)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_Runtime_ApplyDecoded)->Arg(1)->Arg(3)->Arg(5)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_Runtime_DecodeApply)->Arg(1)->Arg(3)->Arg(5)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_Runtime_BytesSent)->Arg(1)->Arg(3)->Arg(5)->Iterations(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Runtime_ApplyDecoded)
+    ->Arg(1)
+    ->Arg(3)
+    ->Arg(5)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Runtime_DecodeApply)
+    ->Arg(1)
+    ->Arg(3)
+    ->Arg(5)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Runtime_BytesSent)
+    ->Arg(1)
+    ->Arg(3)
+    ->Arg(5)
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace dcr

@@ -1,9 +1,9 @@
 // dcr_bench_codec: BM_Codec_Encode, BM_Codec_DecodeApply and BM_Memcpy on the same data.
 //
 // Argument = change rate in percent (1, 3, 5). Tensor size: DCR_BENCH_ELEMS (default 2^24 BF16
-// elements). Data: the synthetic AdamW trainer (dcr/testing/synth.h), seed 1, step0 -> step1, generated
-// once per rate. Bytes processed = dense tensor bytes; counters: ratio (dense / delta), vs_bound0
-// (delta / order-0 bound), change_rate (measured). Use --benchmark_format=json for JSON.
+// elements). Data: the synthetic AdamW trainer (dcr/testing/synth.h), seed 1, step0 -> step1,
+// generated once per rate. Bytes processed = dense tensor bytes; counters: ratio (dense / delta),
+// vs_bound0 (delta / order-0 bound), change_rate (measured). Use --benchmark_format=json for JSON.
 #include <benchmark/benchmark.h>
 
 #include <cstdio>

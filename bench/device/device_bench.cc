@@ -13,9 +13,9 @@
 // BM_Receive also has "link_ratio" = payload rate / the long link's rate (--long_link_Bps, default
 // the long link of the scenario --scenario=PATH names, scenarios/paper/paper-1t-3.yaml under the
 // working directory unless given; no ratio when neither gives a rate): >= 1 means the receiver
-// keeps up with the payload's arrival on that link at T threads. Every benchmark is skipped with the reason when the
-// backend cannot be opened (exit 0); a benchmark that fails on an opened device makes the exit
-// status 1 (BM_Receive also verifies the receiver byte for byte).
+// keeps up with the payload's arrival on that link at T threads. Every benchmark is skipped with
+// the reason when the backend cannot be opened (exit 0); a benchmark that fails on an opened device
+// makes the exit status 1 (BM_Receive also verifies the receiver byte for byte).
 #include <benchmark/benchmark.h>
 #include <unistd.h>
 
@@ -107,7 +107,8 @@ struct Pair {
 std::string TempDir() {
   static std::string dir = [] {
     const char* t = std::getenv("TMPDIR");
-    std::string tmpl = std::string(t != nullptr && *t != '\0' ? t : "/tmp") + "/dcr-bench-device.XXXXXX";
+    std::string tmpl =
+        std::string(t != nullptr && *t != '\0' ? t : "/tmp") + "/dcr-bench-device.XXXXXX";
     std::vector<char> buf(tmpl.begin(), tmpl.end());
     buf.push_back('\0');
     if (mkdtemp(buf.data()) == nullptr) {
@@ -191,7 +192,8 @@ double CopyBandwidth(Device* dev, uint64_t n) {
   return n / best;
 }
 double ReferenceBandwidth() {
-  static double bw = CopyBandwidth(TheDevice().device.get(), Checkpoints(3).v0->total_tensor_bytes());
+  static double bw =
+      CopyBandwidth(TheDevice().device.get(), Checkpoints(3).v0->total_tensor_bytes());
   return bw;
 }
 
@@ -216,7 +218,7 @@ void Fail(benchmark::State& state, const std::string& why) {
   state.SkipWithError(why.c_str());
 }
 
-#define DCR_BENCH_NEED_DEVICE(state)                                     \
+#define DCR_BENCH_NEED_DEVICE(state) \
   if (!TheDevice().device) return state.SkipWithError(TheDevice().error.c_str())
 
 void BM_Copy(benchmark::State& state) {
@@ -239,7 +241,8 @@ void BM_Copy(benchmark::State& state) {
   dev->Free(*b);
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * n);
   state.counters["reference_GBps"] = ReferenceBandwidth() / 1e9;
-  state.counters["ratio"] = static_cast<double>(n) * state.iterations() / elapsed / ReferenceBandwidth();
+  state.counters["ratio"] =
+      static_cast<double>(n) * state.iterations() / elapsed / ReferenceBandwidth();
 }
 
 void BM_Apply(benchmark::State& state) {
@@ -281,9 +284,9 @@ void BM_Diff(benchmark::State& state) {
     auto t0 = std::chrono::steady_clock::now();
     changes = 0;
     for (size_t i = 0; i < a.tensors.size(); ++i) {
-      auto r = TheDevice().device->Diff(a.tensors[i].data, b.tensors[i].data,
-                                        a.tensors[i].num_elements, a.tensors[i].width,
-                                        ValueMode::kXor);
+      auto r =
+          TheDevice().device->Diff(a.tensors[i].data, b.tensors[i].data, a.tensors[i].num_elements,
+                                   a.tensors[i].width, ValueMode::kXor);
       if (!r.ok()) return Fail(state, r.status().ToString().c_str());
       changes += r->positions.size();
     }
@@ -422,8 +425,8 @@ int main(int argc, char** argv) {
   if (!dcr::ParseOwnFlags(&argc, argv)) return 2;
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
-  benchmark::AddCustomContext("device", dcr::TheDevice().device ? dcr::TheDevice().device->name()
-                                                                : dcr::TheDevice().error);
+  benchmark::AddCustomContext(
+      "device", dcr::TheDevice().device ? dcr::TheDevice().device->name() : dcr::TheDevice().error);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   std::error_code ignored;

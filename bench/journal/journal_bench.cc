@@ -5,12 +5,13 @@
 // The journal lives in --dir (default: the current directory; a real disk, not tmpfs, is what
 // the fsyncs cost on).
 //   build/bench/dcr_bench_journal [--dir DIR] [--reps N] [--scale S]
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include <unistd.h>
 
 #include "dcr/journal.h"
 #include "dcr/testing/fault_test_util.h"

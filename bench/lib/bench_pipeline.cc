@@ -13,14 +13,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <cstring>
+#include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "dcr/checkpoint.h"
 #include "dcr/commitment.h"
@@ -36,8 +35,7 @@ namespace dcr::cli {
 namespace {
 
 double WallNow() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 // Process CPU seconds (all threads, user + system).
@@ -165,16 +163,19 @@ nlohmann::json DescribeBench(const BenchSetup& b) {
       "applied into its host-memory storage, each record appended to its version log (wall), "
       "then its Commit (the log's trailer and commit marker, each fsynced, then the journal's "
       "commit record; no image is due in one version; wall), against plain_write_* = write + "
-      "fdatasync of as many bytes to a new file in the same directory, same rep; commitment_* = the commitment of "
+      "fdatasync of as many bytes to a new file in the same directory, same rep; commitment_* = "
+      "the commitment of "
       "the target (CheckpointCommitment, one thread), what the sender computes before its first "
-      "blob and each receiver of a signed delta over its storage at the commit; verify = a receiver "
+      "blob and each receiver of a signed delta over its storage at the commit; verify = a "
+      "receiver "
       "holding the target compares it with the target file (VerifyFile), as dcr run's receivers "
       "do after each commit";
-  out["timing"] = "median of reps by wall time; *_wall_bytes_per_s per thread from wall time, "
-                  "*_bytes_per_s per core from process CPU time; bytes are dense tensor bytes; "
-                  "available_cores = CPU s / wall s of one spinning thread per core, "
-                  "mean of a probe before and after the timings (the cores this machine gives a "
-                  "parallel job now)";
+  out["timing"] =
+      "median of reps by wall time; *_wall_bytes_per_s per thread from wall time, "
+      "*_bytes_per_s per core from process CPU time; bytes are dense tensor bytes; "
+      "available_cores = CPU s / wall s of one spinning thread per core, "
+      "mean of a probe before and after the timings (the cores this machine gives a "
+      "parallel job now)";
   out["threads"] = b.threads;
   out["reps"] = b.reps;
   out["cores"] = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
@@ -234,10 +235,10 @@ StatusOr<Timing> TimeApply(const BenchSetup& b, const std::string& base_path,
 // base's files). The reference, in the same run: a plain write of as many bytes to a new file in
 // the same directory, then fdatasync.
 struct CommitTiming {
-  double apply_wall = 0;   // Begin + every ApplyRecord through the durable receiver
-  double apply_cpu = 0;    // their CPU seconds (the applying thread: page faults, writeback starts)
+  double apply_wall = 0;  // Begin + every ApplyRecord through the durable receiver
+  double apply_cpu = 0;   // their CPU seconds (the applying thread: page faults, writeback starts)
   double plain_apply_wall = 0, plain_apply_cpu = 0;  // the same delta into a BufferReceiver
-  double plain_commit_wall = 0;  // its Commit (the target's checks, no storage)
+  double plain_commit_wall = 0;                      // its Commit (the target's checks, no storage)
   double commit_wall = 0;  // Commit: the version log's marker fsynced, the journal's record
   double write_wall = 0;   // the reference: write + fdatasync of storage_bytes
   double storage_bytes = 0;
@@ -296,8 +297,8 @@ StatusOr<CommitTiming> TimeDurableCommit(const BenchSetup& b, const std::string&
     plan.state_dir = dir;
     CommitTiming t;
     Status st = [&]() -> Status {
-      DCR_ASSIGN_OR_RETURN(
-          auto durable, internal::DurableReceiver::Open(plan, nullptr, 1, nullptr));
+      DCR_ASSIGN_OR_RETURN(auto durable,
+                           internal::DurableReceiver::Open(plan, nullptr, 1, nullptr));
       DCR_ASSIGN_OR_RETURN(auto base, Checkpoint::Open(base_path));
       for (const CheckpointFile& f : base->files()) t.storage_bytes += static_cast<double>(f.size);
       {
@@ -324,9 +325,8 @@ StatusOr<CommitTiming> TimeDurableCommit(const BenchSetup& b, const std::string&
       t.apply_wall = w1 - w0;
       t.commit_wall = WallNow() - w1;
       const CheckpointFile& f0 = base->files().front();
-      DCR_ASSIGN_OR_RETURN(t.write_wall,
-                           TimePlainWrite(dir + "/plain-write", f0.data, f0.size,
-                                          static_cast<uint64_t>(t.storage_bytes)));
+      DCR_ASSIGN_OR_RETURN(t.write_wall, TimePlainWrite(dir + "/plain-write", f0.data, f0.size,
+                                                        static_cast<uint64_t>(t.storage_bytes)));
       return Status();
     }();
     RemoveStateDir(dir);
@@ -345,9 +345,7 @@ StatusOr<CommitTiming> TimeDurableCommit(const BenchSetup& b, const std::string&
 // the node has).
 StatusOr<Timing> TimeCommitment(const BenchSetup& b, const std::string& target_path) {
   DCR_ASSIGN_OR_RETURN(auto target, OpenResident(target_path));
-  return Measure(b.reps, [&]() -> Status {
-    return CheckpointCommitment(*target, 1).status();
-  });
+  return Measure(b.reps, [&]() -> Status { return CheckpointCommitment(*target, 1).status(); });
 }
 
 // What `dcr run`'s receivers do after each commit (receivers.verify): compare what they hold
@@ -536,8 +534,10 @@ StatusOr<std::string> RunPipelineBench(const PipelineBenchConfig& cfg,
       out["commitment_wall_bytes_per_s"] = dense / std::max(c.wall, 1e-9);
       if (log) {
         char buf[160];
-        std::snprintf(buf, sizeof(buf), "commitment: %.3f s wall, %.3f s CPU for %.1f MB (one "
-                      "thread)", c.wall, c.cpu, dense / 1e6);
+        std::snprintf(buf, sizeof(buf),
+                      "commitment: %.3f s wall, %.3f s CPU for %.1f MB (one "
+                      "thread)",
+                      c.wall, c.cpu, dense / 1e6);
         log(buf);
       }
       full_timed = true;

@@ -3,14 +3,13 @@
 #include "bench_pipeline.h"
 
 #include <dirent.h>
+#include <gtest/gtest.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include <fstream>
-#include <string>
-
-#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace dcr::cli {
 namespace {
@@ -32,7 +31,9 @@ TEST(PipelineBenchTest, TimesTheDurableCommitThroughTheShippedReceiver) {
   const std::string scenario = dir + "/s.yaml";
   std::ofstream(scenario) << "name: bench-pipeline-test\nmode: real\n"
                              "model: {preset: llama3-8b, depth_div: 32, width_div: 16, seed: 3, "
-                             "work_dir: " << dir << "}\n"
+                             "work_dir: "
+                          << dir
+                          << "}\n"
                              "change_rates: [1%, 5%]\nmethods: [delta]\n"
                              "transport: {kinds: [relay_tree]}\n"
                              "receivers: {count: 2}\n";

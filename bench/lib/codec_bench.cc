@@ -13,11 +13,11 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "context_pass.h"
 #include "dcr/commitment.h"
 #include "dcr/context.h"
 #include "dcr/hash.h"
 #include "dcr/status_macros.h"
-#include "context_pass.h"
 #include "dcr/testing/synth.h"
 #include "internal/simd.h"
 
@@ -100,9 +100,9 @@ StatusOr<std::vector<ClassPassChunk>> ClassPassChunks(const CodecBenchInput& in,
   std::vector<ClassPassChunk> out;
   for (size_t i = 0; i < reader->num_chunks(); ++i) {
     size_t header_size = 0, record_size = 0;
-    DCR_ASSIGN_OR_RETURN(ChunkHeader h, ParseChunkHeader(reader->chunk_data(i),
-                                                         reader->chunk_size(i), &header_size,
-                                                         &record_size));
+    DCR_ASSIGN_OR_RETURN(
+        ChunkHeader h,
+        ParseChunkHeader(reader->chunk_data(i), reader->chunk_size(i), &header_size, &record_size));
     if (!IsContextCoded(h)) continue;
     const uint8_t* body = reader->chunk_data(i) + header_size;
     const size_t body_size = record_size - header_size;
@@ -193,7 +193,8 @@ StatusOr<CodecBenchInput> MakeCodecBenchInput(uint64_t elements, double rate, ui
     }
     double b2 = 0;
     for (int e = 0; e < 256; ++e) {
-      if (ke[e] > 0) b2 += static_cast<double>(ne[e]) * BinaryEntropy(static_cast<double>(ke[e]) / ne[e]);
+      if (ke[e] > 0)
+        b2 += static_cast<double>(ne[e]) * BinaryEntropy(static_cast<double>(ke[e]) / ne[e]);
     }
     for (const auto& [key, c] : ulp) {
       b2 -= static_cast<double>(c) * std::log2(static_cast<double>(c) / ke[key.first]);
@@ -294,9 +295,15 @@ StatusOr<CodecBenchReport> RunCodecBench(const CodecBenchConfig& config,
   rep.cores = static_cast<int>(std::thread::hardware_concurrency());
   rep.compiler = Compiler();
   switch (internal::CpuSimd()) {
-    case internal::Simd::kPortable: rep.simd = "portable"; break;
-    case internal::Simd::kAvx2: rep.simd = internal::CpuFastPdep() ? "avx2+pdep" : "avx2"; break;
-    case internal::Simd::kAvx512: rep.simd = "avx512"; break;
+    case internal::Simd::kPortable:
+      rep.simd = "portable";
+      break;
+    case internal::Simd::kAvx2:
+      rep.simd = internal::CpuFastPdep() ? "avx2+pdep" : "avx2";
+      break;
+    case internal::Simd::kAvx512:
+      rep.simd = "avx512";
+      break;
   }
   const uint64_t dense = config.elements * 2;
   // memcpy is measured before and between the codec runs; the best of all is the reference.
@@ -335,7 +342,8 @@ StatusOr<CodecBenchReport> RunCodecBench(const CodecBenchConfig& config,
       if (r > 0) {
         std::vector<uint8_t> again;
         DCR_ASSIGN_OR_RETURN(Timing t, CodecBenchEncode(in, &again));
-        if (again != delta) return InternalError("bench codec: encoder output changed between runs");
+        if (again != delta)
+          return InternalError("bench codec: encoder output changed between runs");
         KeepBest(&enc_best, t);
       }
       ap->Reset();
@@ -348,7 +356,8 @@ StatusOr<CodecBenchReport> RunCodecBench(const CodecBenchConfig& config,
       if (r > 0) {
         std::vector<uint8_t> again;
         DCR_ASSIGN_OR_RETURN(Timing ct, CodecBenchEncode(in, &again, true, config.context_classes));
-        if (again != cdelta) return InternalError("bench codec: context encoder output changed between runs");
+        if (again != cdelta)
+          return InternalError("bench codec: context encoder output changed between runs");
         KeepBest(&cenc_best, ct);
       }
       cap->Reset();
@@ -499,13 +508,14 @@ std::string CodecBenchJson(const CodecBenchReport& rep, const std::string& commi
 std::string CodecBenchTable(const CodecBenchReport& rep) {
   std::string out;
   char buf[512];
-  std::snprintf(buf, sizeof(buf),
-                "codec bench: %llu BF16 elements (%.1f MiB), best of %d, one core; memcpy %.2f "
-                "GB/s (CPU time; wall %.2f GB/s, load average %.1f)\n%s, %d cores, %s, vector build %s\n\n",
-                static_cast<unsigned long long>(rep.config.elements),
-                static_cast<double>(rep.config.elements) * 2 / (1 << 20), rep.config.reps,
-                rep.memcpy_bytes_per_s / 1e9, rep.memcpy_wall_bytes_per_s / 1e9, rep.load_average,
-                rep.cpu.c_str(), rep.cores, rep.compiler.c_str(), rep.simd.c_str());
+  std::snprintf(
+      buf, sizeof(buf),
+      "codec bench: %llu BF16 elements (%.1f MiB), best of %d, one core; memcpy %.2f "
+      "GB/s (CPU time; wall %.2f GB/s, load average %.1f)\n%s, %d cores, %s, vector build %s\n\n",
+      static_cast<unsigned long long>(rep.config.elements),
+      static_cast<double>(rep.config.elements) * 2 / (1 << 20), rep.config.reps,
+      rep.memcpy_bytes_per_s / 1e9, rep.memcpy_wall_bytes_per_s / 1e9, rep.load_average,
+      rep.cpu.c_str(), rep.cores, rep.compiler.c_str(), rep.simd.c_str());
   out += buf;
   out +=
       "| change | measured | ratio vs dense | size / bound0 | bound0 vs dense | encode GB/s | "

@@ -1,9 +1,10 @@
 // The codec benchmark shared by `dcr bench codec` and the Google Benchmark binary dcr_bench_codec.
 //
-// Data: one BF16 tensor trained by the synthetic AdamW trainer (dcr/testing/synth.h) at a calibrated change
-// rate; base = the checkpoint after warm-up, target = one optimizer step later. Measured on one
-// core, in one run, on the same buffers, for the plain delta and for the context-coded one
-// (DeltaOptions::context_coding; its size against bound2, the exponent-conditioned bound):
+// Data: one BF16 tensor trained by the synthetic AdamW trainer (dcr/testing/synth.h) at a
+// calibrated change rate; base = the checkpoint after warm-up, target = one optimizer step later.
+// Measured on one core, in one run, on the same buffers, for the plain delta and for the
+// context-coded one (DeltaOptions::context_coding; its size against bound2, the
+// exponent-conditioned bound):
 //   encode        BuildDelta(base, target) into memory, threads = 1; the base's content hash is
 //                 passed as known (a trainer holds its committed version's hash, hash.h is
 //                 additive), the target range hashes and everything else are timed.

@@ -89,7 +89,8 @@ StatusOr<DiffBenchReport> RunDiffBench(const DiffBenchConfig& config,
   const std::string target_sums_path = config.dir + "/target.sums";
   auto write = [](const Checkpoint& c, const std::string& path) {
     std::vector<TensorView> views;
-    for (const TensorInfo& t : c.tensors()) views.push_back({t.name, t.dtype_name, t.shape, c.data(t), t.nbytes});
+    for (const TensorInfo& t : c.tensors())
+      views.push_back({t.name, t.dtype_name, t.shape, c.data(t), t.nbytes});
     return WriteSafetensors(path, views);
   };
   DCR_RETURN_IF_ERROR(write(*in.base, base_path));
@@ -110,7 +111,22 @@ StatusOr<DiffBenchReport> RunDiffBench(const DiffBenchConfig& config,
     DCR_RETURN_IF_ERROR(WriteSums(base_sums_path, ComputeSums(*b, b->ContentHash(0), 0)));
   }
 
-  enum { kDd, kDiff, kDiffQ, kDiffContext, kDiffSums, kBaseHash, kCheckSums, kTargetSums, kTargetHash, kRangeHash, kScan, kEncode, kWrite, kRows };
+  enum {
+    kDd,
+    kDiff,
+    kDiffQ,
+    kDiffContext,
+    kDiffSums,
+    kBaseHash,
+    kCheckSums,
+    kTargetSums,
+    kTargetHash,
+    kRangeHash,
+    kScan,
+    kEncode,
+    kWrite,
+    kRows
+  };
   const char* names[kRows] = {"dd read",
                               "diff",
                               "diff -q",
@@ -139,7 +155,8 @@ StatusOr<DiffBenchReport> RunDiffBench(const DiffBenchConfig& config,
       DCR_RETURN_IF_ERROR(TimeOnce(&best[row], [&]() -> Status {
         DCR_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> b, Checkpoint::Open(base_path));
         DCR_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> t, Checkpoint::Open(target_path));
-        DeltaFileSink sink(q == 0 ? delta_path : config.dir + (q == 1 ? "/delta-q.dcr" : "/delta-context.dcr"));
+        DeltaFileSink sink(q == 0 ? delta_path
+                                  : config.dir + (q == 1 ? "/delta-q.dcr" : "/delta-context.dcr"));
         DCR_ASSIGN_OR_RETURN(DeltaStats st,
                              BuildDelta(b.get(), *t, DiffOptions(q != 1, q == 2), &sink));
         (q == 2 ? rep.context_delta_bytes : rep.delta_bytes) = st.payload_bytes;
@@ -161,7 +178,8 @@ StatusOr<DiffBenchReport> RunDiffBench(const DiffBenchConfig& config,
     DCR_ASSIGN_OR_RETURN(std::vector<uint8_t> plain_delta, ReadFile(delta_path));
     DCR_ASSIGN_OR_RETURN(std::vector<uint8_t> sums_delta, ReadFile(sums_delta_path));
     if (plain_delta != sums_delta) {
-      return InternalError("bench diff: the delta built from the base's sums differs from the diff's");
+      return InternalError(
+          "bench diff: the delta built from the base's sums differs from the diff's");
     }
     DCR_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> b, Checkpoint::Open(base_path));
     DCR_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> t, Checkpoint::Open(target_path));

@@ -37,8 +37,11 @@ struct Model {
   std::vector<TensorView> Views() const {
     std::vector<TensorView> v;
     for (size_t i = 0; i < bytes.size(); ++i) {
-      v.push_back({"t" + std::to_string(1000 + i), "BF16",
-                   {static_cast<int64_t>(bytes[i].size() / 2)}, bytes[i].data(), bytes[i].size()});
+      v.push_back({"t" + std::to_string(1000 + i),
+                   "BF16",
+                   {static_cast<int64_t>(bytes[i].size() / 2)},
+                   bytes[i].data(),
+                   bytes[i].size()});
     }
     return v;
   }
@@ -123,10 +126,14 @@ int Main(int argc, char** argv) {
   std::string json_path;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--mib" && i + 1 < argc) mib = std::strtoull(argv[++i], nullptr, 10);
-    else if (a == "--rate" && i + 1 < argc) rate = std::strtod(argv[++i], nullptr);
-    else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
-    else if (a == "--json" && i + 1 < argc) json_path = argv[++i];
+    if (a == "--mib" && i + 1 < argc)
+      mib = std::strtoull(argv[++i], nullptr, 10);
+    else if (a == "--rate" && i + 1 < argc)
+      rate = std::strtod(argv[++i], nullptr);
+    else if (a == "--reps" && i + 1 < argc)
+      reps = std::atoi(argv[++i]);
+    else if (a == "--json" && i + 1 < argc)
+      json_path = argv[++i];
     else {
       std::fprintf(stderr, "usage: dcr_bench_sign [--mib N] [--rate R] [--reps K] [--json FILE]\n");
       return 2;
@@ -229,11 +236,12 @@ int Main(int argc, char** argv) {
   j["sha256_bytes_per_s"] = static_cast<double>(buf.size()) / sha_s;
   j["ed25519_signs_per_s"] = 1.0 / sign_s;
   j["ed25519_verifies_per_s"] = 1.0 / verify_s;
-  std::printf("model %.0f MiB BF16, %.1f%% changed: %zu chunks, %zu manifests; delta %zu bytes, "
-              "signed %zu (+%.3f%%)\n",
-              dense / (1 << 20), rate * 100, plain.records.size(), manifests, plain_bytes.size(),
-              signed_bytes.size(),
-              100.0 * (static_cast<double>(signed_bytes.size()) / plain_bytes.size() - 1));
+  std::printf(
+      "model %.0f MiB BF16, %.1f%% changed: %zu chunks, %zu manifests; delta %zu bytes, "
+      "signed %zu (+%.3f%%)\n",
+      dense / (1 << 20), rate * 100, plain.records.size(), manifests, plain_bytes.size(),
+      signed_bytes.size(),
+      100.0 * (static_cast<double>(signed_bytes.size()) / plain_bytes.size() - 1));
   std::printf("| per core | unsigned | signed | signed / unsigned |\n|---|---|---|---|\n");
   std::printf("| build (dense GB/s) | %.3f | %.3f | %.3f |\n", dense / build_plain / 1e9,
               dense / build_signed / 1e9, build_plain / build_signed);

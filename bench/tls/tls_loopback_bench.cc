@@ -42,8 +42,10 @@ struct Sample {
 StatusOr<Sample> Transfer(const std::string& tls_dir, uint64_t bytes) {
   std::shared_ptr<const TlsContext> parent_ctx, child_ctx;
   if (!tls_dir.empty()) {
-    auto p = TlsContext::Load(tls_dir + "/ca.crt", tls_dir + "/node-0.crt", tls_dir + "/node-0.key");
-    auto c = TlsContext::Load(tls_dir + "/ca.crt", tls_dir + "/node-1.crt", tls_dir + "/node-1.key");
+    auto p =
+        TlsContext::Load(tls_dir + "/ca.crt", tls_dir + "/node-0.crt", tls_dir + "/node-0.key");
+    auto c =
+        TlsContext::Load(tls_dir + "/ca.crt", tls_dir + "/node-1.crt", tls_dir + "/node-1.key");
     if (!p.ok()) return p.status();
     if (!c.ok()) return c.status();
     parent_ctx = *p;
@@ -171,8 +173,11 @@ int Main(int argc, char** argv) {
   for (int m = 0; m < 2; ++m) {
     const double gbps = bytes / best[m].wall_s / 1e9, per_core = bytes / best[m].cpu_s / 1e9;
     std::printf("| %s | %.3f | %.3f | %.3f |\n", names[m], gbps, best[m].cpu_s, per_core);
-    j[names[m]] = {{"wall_s", best[m].wall_s}, {"cpu_s", best[m].cpu_s}, {"GBps", gbps},
-                   {"GB_per_cpu_s", per_core}, {"send_cpu_s", best[m].send_cpu_s},
+    j[names[m]] = {{"wall_s", best[m].wall_s},
+                   {"cpu_s", best[m].cpu_s},
+                   {"GBps", gbps},
+                   {"GB_per_cpu_s", per_core},
+                   {"send_cpu_s", best[m].send_cpu_s},
                    {"recv_cpu_s", best[m].recv_cpu_s}};
   }
   const double wall_ratio = best[0].wall_s / best[1].wall_s;

@@ -4,7 +4,6 @@
 // same bytes measured in the same run (ratio = construction / memcpy), and the affine shares of
 // canonical elements and of changes. Times are the thread's CPU time (the machine is shared).
 #include <benchmark/benchmark.h>
-
 #include <time.h>
 
 #include <chrono>

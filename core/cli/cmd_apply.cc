@@ -26,16 +26,18 @@ DCR_REGISTER_COMMAND(
       };
       auto a = std::make_shared<Args>();
       app->add_option("base", a->base,
-                     "Base checkpoint: a .safetensors file or a shard directory (ignored for a "
-                     "full-frame delta)")
+                      "Base checkpoint: a .safetensors file or a shard directory (ignored for a "
+                      "full-frame delta)")
           ->required();
       app->add_option("delta", a->delta, "Delta file")->required();
-      app->add_option("-o,--out", a->out,
-                     "Output checkpoint: a file, or a directory when the delta's target is sharded "
-                     "(written whole under a temporary name, then moved into place)")
+      app->add_option(
+             "-o,--out", a->out,
+             "Output checkpoint: a file, or a directory when the delta's target is sharded "
+             "(written whole under a temporary name, then moved into place)")
           ->required();
       app->add_option("--threads", a->threads, "Threads (0 = all cores)");
-      app->add_flag("--verify", a->verify, "Also rehash the whole output and compare with the target hash");
+      app->add_flag("--verify", a->verify,
+                    "Also rehash the whole output and compare with the target hash");
       app->add_flag("-q,--quiet", a->quiet, "No progress on stderr, no summary");
       app->add_option("--trust", a->trust,
                       "Apply only a delta signed by this Ed25519 public key (PEM): every manifest "
@@ -103,14 +105,14 @@ DCR_REGISTER_COMMAND(
                 "%s: %llu chunks, %llu changes applied in %.2f s; content hash %s; verified "
                 "(commitment %s)\n",
                 a->out.c_str(), static_cast<unsigned long long>(st->chunks),
-                static_cast<unsigned long long>(st->changes), secs,
-                st->result_hash.ToHex().c_str(), CommitmentPrefix(*commitment.root).c_str());
+                static_cast<unsigned long long>(st->changes), secs, st->result_hash.ToHex().c_str(),
+                CommitmentPrefix(*commitment.root).c_str());
           } else {
             std::printf(
                 "%s: %llu chunks, %llu changes applied in %.2f s; content hash %s verified%s\n",
                 a->out.c_str(), static_cast<unsigned long long>(st->chunks),
-                static_cast<unsigned long long>(st->changes), secs,
-                st->result_hash.ToHex().c_str(), a->verify ? " (full rehash)" : "");
+                static_cast<unsigned long long>(st->changes), secs, st->result_hash.ToHex().c_str(),
+                a->verify ? " (full rehash)" : "");
           }
         }
         return 0;

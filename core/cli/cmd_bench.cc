@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "codec_bench.h"
-#include "diff_bench.h"
 #include "bench_pipeline.h"
+#include "codec_bench.h"
 #include "command.h"
 #include "dcr/checkpoint.h"
+#include "diff_bench.h"
 
 namespace dcr::cli {
 namespace {
@@ -103,8 +103,9 @@ int RunPipeline(const BenchFlags& f) {
   PipelineBenchConfig cfg;
   cfg.scenario_path = f.scenario;
   cfg.reps = f.pipeline_reps;
-  auto js = RunPipelineBench(
-      cfg, [](const std::string& line) { std::fprintf(stderr, "bench pipeline: %s\n", line.c_str()); });
+  auto js = RunPipelineBench(cfg, [](const std::string& line) {
+    std::fprintf(stderr, "bench pipeline: %s\n", line.c_str());
+  });
   if (!js.ok()) return ReportStatus("bench pipeline", js.status());
   if (f.json.empty()) {
     std::printf("%s", js->c_str());
@@ -117,8 +118,9 @@ int RunPipeline(const BenchFlags& f) {
 }
 
 int RunDiffBenchCommand(const BenchFlags& f) {
-  auto report = internal::RunDiffBench(
-      f.diff, [](const std::string& line) { std::fprintf(stderr, "bench diff: %s\n", line.c_str()); });
+  auto report = internal::RunDiffBench(f.diff, [](const std::string& line) {
+    std::fprintf(stderr, "bench diff: %s\n", line.c_str());
+  });
   if (!report.ok()) return ReportStatus("bench diff", report.status());
   std::printf("%s", internal::DiffBenchTable(report.value()).c_str());
   return 0;

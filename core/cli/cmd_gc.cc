@@ -151,9 +151,9 @@ Status CollectWorkDir(const GcArgs& a, uint64_t budget, nlohmann::ordered_json* 
   }
   std::string budget_error;
   if (budget > 0 && after > budget) {
-    budget_error = "budget of " + std::to_string(budget) + " bytes cannot be met: " +
-                   std::to_string(after) + " bytes remain, of which " + std::to_string(needed) +
-                   " are run folders that are needed and " +
+    budget_error = "budget of " + std::to_string(budget) +
+                   " bytes cannot be met: " + std::to_string(after) + " bytes remain, of which " +
+                   std::to_string(needed) + " are run folders that are needed and " +
                    std::to_string(after - needed) + " are outside run folders (checkpoints)";
   }
   uint64_t removed_bytes = 0;

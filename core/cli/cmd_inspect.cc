@@ -1,8 +1,8 @@
 // dcr inspect DELTA [--json] [--base BASE] [--sort KEY] [--top N]: per-tensor and total statistics
 // of a delta: dense and payload bytes, their ratio, change rate, entropy bounds (bound0 and, with
 // the base, bound2: positions and ulp values conditioned on each element's base exponent).
-// Context-coded chunks (format versions 6 to 8) decode only against the base: without --base they are
-// counted from their headers.
+// Context-coded chunks (format versions 6 to 8) decode only against the base: without --base they
+// are counted from their headers.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -70,7 +70,8 @@ double Bound2Bits(const uint8_t* base, int w, uint64_t n, const TensorAcc& a) {
     const double p = static_cast<double>(k) / ne[e];
     bits += ne[e] * -(p * std::log2(p) + (1 - p) * std::log2(1 - p));
   }
-  for (const auto& [key, c] : a.ulp) bits -= c * std::log2(static_cast<double>(c) / a.ke[key.first]);
+  for (const auto& [key, c] : a.ulp)
+    bits -= c * std::log2(static_cast<double>(c) / a.ke[key.first]);
   return bits;
 }
 
@@ -140,7 +141,8 @@ Status TallyDecodedChunk(const DeltaReader& d, size_t i, const DecodedChunk& dc,
   t->modes[std::string(PositionModeName(h.position_mode)) + "+" + ValueModeName(h.value_mode)]++;
   SegmentCursor cur(h.segments);
   const bool dense = h.position_mode == PositionMode::kDense;
-  const double per_change = h.num_changes ? static_cast<double>(d.chunk_size(i)) / h.num_changes : 0;
+  const double per_change =
+      h.num_changes ? static_cast<double>(d.chunk_size(i)) / h.num_changes : 0;
   if (h.num_changes == 0) t->acc[h.segments[0].tensor_index].payload += d.chunk_size(i);
   for (uint64_t k = 0; k < h.num_changes; ++k) {
     uint32_t s;
@@ -199,14 +201,17 @@ StatusOr<ChunkTally> TallyChunks(const DeltaReader& d, const Checkpoint* base) {
           if (sg.tensor_index >= t.acc.size()) return DataLossError("tensor index out of range");
           const double share = static_cast<double>(sg.num_elements()) / ph->num_elements;
           t.acc[sg.tensor_index].payload += share * d.chunk_size(i);
-          t.acc[sg.tensor_index].changed += static_cast<uint64_t>(std::llround(share * ph->num_changes));
+          t.acc[sg.tensor_index].changed +=
+              static_cast<uint64_t>(std::llround(share * ph->num_changes));
         }
         t.uncounted += ph->num_changes;
         continue;
       }
       std::vector<uint8_t> covered;
       Status s = GatherCoveredBits(*ph, base_bufs, &covered);
-      if (s.ok()) s = DecodeContextChunkInto(d.chunk_data(i), d.chunk_size(i), covered.data(), covered.size(), &*dc);
+      if (s.ok())
+        s = DecodeContextChunkInto(d.chunk_data(i), d.chunk_size(i), covered.data(), covered.size(),
+                                   &*dc);
       if (!s.ok()) return s.WithContext(where);
     } else {
       dc = d.Decode(i);
@@ -234,7 +239,8 @@ nlohmann::json InspectReport(const std::string& path, const DeltaReader& d, cons
   out["chunks"] = d.num_chunks();
   if (inv.sharded()) {
     nlohmann::json files = nlohmann::json::array();
-    for (const InventoryFile& f : inv.files) files.push_back({{"name", f.name}, {"bytes", f.file_size()}});
+    for (const InventoryFile& f : inv.files)
+      files.push_back({{"name", f.name}, {"bytes", f.file_size()}});
     out["target_files"] = files;
     out["target_index"] = inv.index_name;
   }
@@ -346,21 +352,25 @@ void PrintInspectTable(const std::string& path, const DeltaReader& d, const nloh
       fixed(tot["change_rate"], "%.4f", 100), tot["dense_bytes"].get<uint64_t>(), d.size(),
       fixed(tot["ratio"], "%.1f"), fixed(tot["payload_vs_bound"], "%.3f"));
   if (rows.size() < tensor_count || listing.sort != "name") {
-    std::printf("%zu of %zu tensors shown, sorted by %s; TOTAL covers all of them (payload: the "
-                "whole delta)\n",
-                rows.size(), tensor_count, listing.sort.c_str());
+    std::printf(
+        "%zu of %zu tensors shown, sorted by %s; TOTAL covers all of them (payload: the "
+        "whole delta)\n",
+        rows.size(), tensor_count, listing.sort.c_str());
   }
   std::printf("bound = order-0 entropy of positions + %s\n",
-              have_base ? "XOR values" : "coded values (pass the delta's base as --base for the XOR bound)");
+              have_base ? "XOR values"
+                        : "coded values (pass the delta's base as --base for the XOR bound)");
   if (have_base) {
-    std::printf("bound2 = positions and ulp values conditioned on the base exponent: %.0f bytes; "
-                "delta %.3fx bound0, %.3fx bound2; %llu of %zu chunks context-coded\n",
-                tb2, tb > 0 ? d.size() / tb : 0.0, tb2 > 0 ? d.size() / tb2 : 0.0,
-                static_cast<unsigned long long>(context_chunks), d.num_chunks());
+    std::printf(
+        "bound2 = positions and ulp values conditioned on the base exponent: %.0f bytes; "
+        "delta %.3fx bound0, %.3fx bound2; %llu of %zu chunks context-coded\n",
+        tb2, tb > 0 ? d.size() / tb : 0.0, tb2 > 0 ? d.size() / tb2 : 0.0,
+        static_cast<unsigned long long>(context_chunks), d.num_chunks());
   } else if (context_chunks > 0) {
-    std::printf("%llu of %zu chunks context-coded: their changes are counted from the chunk "
-                "headers (pass the delta's base as --base to decode them and for bound2)\n",
-                static_cast<unsigned long long>(context_chunks), d.num_chunks());
+    std::printf(
+        "%llu of %zu chunks context-coded: their changes are counted from the chunk "
+        "headers (pass the delta's base as --base to decode them and for bound2)\n",
+        static_cast<unsigned long long>(context_chunks), d.num_chunks());
   }
 }
 
@@ -389,14 +399,20 @@ int RunInspect(const std::string& path, const std::string& base_path, bool json,
 
 }  // namespace
 
-DCR_REGISTER_COMMAND("inspect", "Per-tensor and total statistics of a delta (sizes, rates, entropy bound)",
+DCR_REGISTER_COMMAND("inspect",
+                     "Per-tensor and total statistics of a delta (sizes, rates, entropy bound)",
                      [](CLI::App* app) {
-                       struct Args { std::string path, base; bool json = false; Listing listing; };
+                       struct Args {
+                         std::string path, base;
+                         bool json = false;
+                         Listing listing;
+                       };
                        auto a = std::make_shared<Args>();
                        app->add_option("delta", a->path, "Delta file")->required();
-                       app->add_option("--base", a->base,
-                                       "Base checkpoint: report the XOR-delta bound exactly and "
-                                       "bound2 (exponent-conditioned), decode context-coded chunks");
+                       app->add_option(
+                           "--base", a->base,
+                           "Base checkpoint: report the XOR-delta bound exactly and "
+                           "bound2 (exponent-conditioned), decode context-coded chunks");
                        app->add_flag("--json", a->json, "Machine-readable output");
                        app->add_option("--sort", a->listing.sort,
                                        "Row order: name, payload or changed (largest first), ratio "

@@ -39,7 +39,8 @@ struct KeysArgs {
 Status WriteTrainerKey(const std::string& dir) {
   DCR_ASSIGN_OR_RETURN(auto key, SigningKey::Generate());
   DCR_RETURN_IF_ERROR(key->Write(dir + "/trainer.key", dir + "/trainer.pub"));
-  std::fprintf(stderr, "dcr keys: trainer signing key %s in %s/trainer.key (0600), public key "
+  std::fprintf(stderr,
+               "dcr keys: trainer signing key %s in %s/trainer.key (0600), public key "
                "%s/trainer.pub\n",
                KeyFingerprint(key->public_key()).c_str(), dir.c_str(), dir.c_str());
   return Status();
@@ -52,7 +53,8 @@ StatusOr<std::string> WriteDeploymentId(const std::string& dir) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) {
     if (errno == EEXIST) {
-      return FailedPreconditionError(path + " exists: credentials are never overwritten (new "
+      return FailedPreconditionError(path +
+                                     " exists: credentials are never overwritten (new "
                                      "credentials are a new deployment: give a new directory)");
     }
     return ErrnoError("create " + path, errno);
@@ -78,8 +80,9 @@ Status RefuseExisting(const std::string& dir, const std::vector<std::string>& na
     const std::string path = dir + "/" + name;
     if (::lstat(path.c_str(), &st) == 0) {
       return FailedPreconditionError(
-          path + " exists: `dcr keys` never overwrites credentials (a new deployment goes in an "
-                 "empty directory; --renew re-issues node certificates in place)");
+          path +
+          " exists: `dcr keys` never overwrites credentials (a new deployment goes in an "
+          "empty directory; --renew re-issues node certificates in place)");
     }
     if (errno != ENOENT) return ErrnoError(path, errno);
   }
@@ -109,7 +112,8 @@ Status Renew(const KeysArgs& a, const std::vector<std::string>& roles) {
   std::ifstream in(a.out + "/deployment");
   std::string id;
   if (!(in >> id)) {
-    return NotFoundError(a.out + "/deployment: no deployment to renew (make one with `dcr keys "
+    return NotFoundError(a.out +
+                         "/deployment: no deployment to renew (make one with `dcr keys "
                          "SCENARIO -o DIR`)");
   }
   DCR_ASSIGN_OR_RETURN(const std::string cert_id,

@@ -43,8 +43,7 @@ const bool kRegistered = RegisterCommand(CommandSpec{
                       "state directory (its node-<rank>-v<k>.json, per deployment)")
           ->required()
           ->check(CLI::ExistingPath);
-      app->add_option("-o,--out", a->out_dir, "output directory (created if missing)")
-          ->required();
+      app->add_option("-o,--out", a->out_dir, "output directory (created if missing)")->required();
       app->add_flag("--no-figures", a->no_figures, "tables only; do not run gnuplot");
       app->add_option("--gnuplot", a->gnuplot, "gnuplot program (default: gnuplot)");
       return [a]() { return RunReport(*a); };

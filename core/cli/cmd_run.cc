@@ -94,12 +94,13 @@ int RunMain(const RunArgs& a) {
     failed |= !run.error.empty() || run.receivers_verified != run.receivers;
   }
   if (failed) {
-    std::fprintf(stderr, "dcr run: a run failed, was not verified on every receiver, or missed a "
-                         "--check threshold\n");
+    std::fprintf(stderr,
+                 "dcr run: a run failed, was not verified on every receiver, or missed a "
+                 "--check threshold\n");
     return 1;
   }
-  if (r->faults.enabled && (!r->faults.errors.empty() ||
-                            r->faults.faults_survived != r->faults.faults_injected)) {
+  if (r->faults.enabled &&
+      (!r->faults.errors.empty() || r->faults.faults_survived != r->faults.faults_injected)) {
     std::fprintf(stderr, "dcr run: a fault-injection run did not end bit-exact and committed\n");
     return 1;
   }

@@ -1,6 +1,6 @@
 // `dcr sim SCENARIO.yaml [--out RESULT.json]`: simulates a scenario on SimGrid (dcr::sim), whatever
-// its `mode`; `dcr run` with `mode: sim` does the same. Prints the Markdown table; writes the result
-// JSON (same schema as real runs) atomically.
+// its `mode`; `dcr run` with `mode: sim` does the same. Prints the Markdown table; writes the
+// result JSON (same schema as real runs) atomically.
 #ifdef DCR_HAVE_SIM
 #include <chrono>
 #include <cstdio>

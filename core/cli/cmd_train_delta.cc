@@ -79,15 +79,18 @@ Status WriteRankShards(const TrainStructure& s, const ShardSet& set, const std::
     const RankSpec& rk = s.ranks()[r];
     std::vector<TensorView> views;
     for (size_t b = 0; b < rk.buffers.size(); ++b) {
-      views.push_back(TensorView{rk.buffers[b].name, std::string(DTypeName(rk.buffers[b].dtype)),
-                                 {static_cast<int64_t>(rk.buffers[b].numel)}, set.data(r, b),
+      views.push_back(TensorView{rk.buffers[b].name,
+                                 std::string(DTypeName(rk.buffers[b].dtype)),
+                                 {static_cast<int64_t>(rk.buffers[b].numel)},
+                                 set.data(r, b),
                                  set.buffers[r][b].size()});
     }
     std::map<std::string, std::string> meta = {{"layout", s.layout().ToString()},
                                                {"pp", std::to_string(rk.pp)},
                                                {"ep", std::to_string(rk.ep)},
                                                {"tp", std::to_string(rk.tp)}};
-    DCR_RETURN_IF_ERROR(WriteSafetensors(dir + "/rank" + std::to_string(r) + ".safetensors", views, meta));
+    DCR_RETURN_IF_ERROR(
+        WriteSafetensors(dir + "/rank" + std::to_string(r) + ".safetensors", views, meta));
   }
   return Status::OK();
 }
@@ -111,7 +114,8 @@ Status Run(const TrainDeltaArgs& a) {
   auto ex = std::make_shared<ReferenceExporter>(s);
   auto t0 = std::chrono::steady_clock::now();
   DCR_ASSIGN_OR_RETURN(auto map, LayoutMap::Discover(*ex, a.threads));
-  const double discover_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double discover_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   TrainOptions to;
   to.seed = a.seed;
   to.lr = a.lr;
@@ -137,25 +141,28 @@ Status Run(const TrainDeltaArgs& a) {
   };
   const std::string base_path = ckpt_path("step0");
   DCR_RETURN_IF_ERROR(export_to(base_path));
-  if (a.write_shards) DCR_RETURN_IF_ERROR(WriteRankShards(*s, state->shards(), a.out + "/shards/step0"));
+  if (a.write_shards)
+    DCR_RETURN_IF_ERROR(WriteRankShards(*s, state->shards(), a.out + "/shards/step0"));
   const MapStats& ms = map->stats();
   if (!a.json) {
     std::printf("%s, layout %s: %zu model-parallel ranks x dp %d, %llu shard bytes\n",
                 cfg.name.c_str(), layout.ToString().c_str(), s->ranks().size(), layout.dp,
                 static_cast<unsigned long long>(s->total_shard_bytes()));
-    std::printf("map: %d exporter passes, %llu pieces, %llu of %llu canonical elements affine "
-                "(%.2f%%), %zu residual tensors; discovered in %.2f s\n",
-                ms.passes, static_cast<unsigned long long>(ms.pieces),
-                static_cast<unsigned long long>(ms.affine_elements),
-                static_cast<unsigned long long>(ms.canonical_elements), 100 * ms.affine_share(),
-                map->residual().size(), discover_s);
+    std::printf(
+        "map: %d exporter passes, %llu pieces, %llu of %llu canonical elements affine "
+        "(%.2f%%), %zu residual tensors; discovered in %.2f s\n",
+        ms.passes, static_cast<unsigned long long>(ms.pieces),
+        static_cast<unsigned long long>(ms.affine_elements),
+        static_cast<unsigned long long>(ms.canonical_elements), 100 * ms.affine_share(),
+        map->residual().size(), discover_s);
   } else {
-    std::printf("{\"preset\":\"%s\",\"layout\":\"%s\",\"passes\":%d,\"pieces\":%llu,"
-                "\"canonical_elements\":%llu,\"affine_elements\":%llu,\"steps\":[",
-                cfg.name.c_str(), layout.ToString().c_str(), ms.passes,
-                static_cast<unsigned long long>(ms.pieces),
-                static_cast<unsigned long long>(ms.canonical_elements),
-                static_cast<unsigned long long>(ms.affine_elements));
+    std::printf(
+        "{\"preset\":\"%s\",\"layout\":\"%s\",\"passes\":%d,\"pieces\":%llu,"
+        "\"canonical_elements\":%llu,\"affine_elements\":%llu,\"steps\":[",
+        cfg.name.c_str(), layout.ToString().c_str(), ms.passes,
+        static_cast<unsigned long long>(ms.pieces),
+        static_cast<unsigned long long>(ms.canonical_elements),
+        static_cast<unsigned long long>(ms.affine_elements));
   }
   std::string prev_path = base_path;
   for (int k = 1; k <= a.steps; ++k) {
@@ -164,12 +171,15 @@ Status Run(const TrainDeltaArgs& a) {
     const std::string delta_path = a.out + "/step" + std::to_string(k) + ".dcr";
     auto b0 = std::chrono::steady_clock::now();
     DeltaFileSink sink(delta_path);
-    DCR_ASSIGN_OR_RETURN(TrainDeltaStats st,
-                         device ? builder->BuildStepOnDevice(prev, state->shards(), device.get(), &sink)
-                                : builder->BuildStep(prev, state->shards(), &sink));
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - b0).count();
+    DCR_ASSIGN_OR_RETURN(
+        TrainDeltaStats st,
+        device ? builder->BuildStepOnDevice(prev, state->shards(), device.get(), &sink)
+               : builder->BuildStep(prev, state->shards(), &sink));
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - b0).count();
     if (a.write_shards) {
-      DCR_RETURN_IF_ERROR(WriteRankShards(*s, state->shards(), a.out + "/shards/step" + std::to_string(k)));
+      DCR_RETURN_IF_ERROR(
+          WriteRankShards(*s, state->shards(), a.out + "/shards/step" + std::to_string(k)));
     }
     bool verified = false;
     if (a.verify) {
@@ -190,27 +200,29 @@ Status Run(const TrainDeltaArgs& a) {
     }
     const uint64_t changes = st.affine_changes + st.residual_changes;
     if (!a.json) {
-      std::printf("step %d: %s %llu bytes, %llu chunks; changes %llu (%.3f%% of elements), affine "
-                  "%.2f%%, residual %llu in %llu re-exported tensors; scanned %llu shard bytes in "
-                  "%.3f s%s\n",
-                  k, delta_path.c_str(), static_cast<unsigned long long>(st.payload_bytes),
-                  static_cast<unsigned long long>(st.chunks), static_cast<unsigned long long>(changes),
-                  100.0 * changes / st.canonical_elements, 100 * st.affine_change_share(),
-                  static_cast<unsigned long long>(st.residual_changes),
-                  static_cast<unsigned long long>(st.residual_tensors_exported),
-                  static_cast<unsigned long long>(st.scanned_bytes), secs,
-                  verified ? "; verified bit-exact against the exporter" : "");
+      std::printf(
+          "step %d: %s %llu bytes, %llu chunks; changes %llu (%.3f%% of elements), affine "
+          "%.2f%%, residual %llu in %llu re-exported tensors; scanned %llu shard bytes in "
+          "%.3f s%s\n",
+          k, delta_path.c_str(), static_cast<unsigned long long>(st.payload_bytes),
+          static_cast<unsigned long long>(st.chunks), static_cast<unsigned long long>(changes),
+          100.0 * changes / st.canonical_elements, 100 * st.affine_change_share(),
+          static_cast<unsigned long long>(st.residual_changes),
+          static_cast<unsigned long long>(st.residual_tensors_exported),
+          static_cast<unsigned long long>(st.scanned_bytes), secs,
+          verified ? "; verified bit-exact against the exporter" : "");
     } else {
-      std::printf("%s{\"step\":%d,\"payload_bytes\":%llu,\"chunks\":%llu,\"affine_changes\":%llu,"
-                  "\"residual_changes\":%llu,\"residual_tensors\":%llu,\"scanned_bytes\":%llu,"
-                  "\"seconds\":%.6f,\"verified\":%s,\"target_hash\":\"%s\"}",
-                  k > 1 ? "," : "", k, static_cast<unsigned long long>(st.payload_bytes),
-                  static_cast<unsigned long long>(st.chunks),
-                  static_cast<unsigned long long>(st.affine_changes),
-                  static_cast<unsigned long long>(st.residual_changes),
-                  static_cast<unsigned long long>(st.residual_tensors_exported),
-                  static_cast<unsigned long long>(st.scanned_bytes), secs,
-                  verified ? "true" : "false", st.target_hash.ToHex().c_str());
+      std::printf(
+          "%s{\"step\":%d,\"payload_bytes\":%llu,\"chunks\":%llu,\"affine_changes\":%llu,"
+          "\"residual_changes\":%llu,\"residual_tensors\":%llu,\"scanned_bytes\":%llu,"
+          "\"seconds\":%.6f,\"verified\":%s,\"target_hash\":\"%s\"}",
+          k > 1 ? "," : "", k, static_cast<unsigned long long>(st.payload_bytes),
+          static_cast<unsigned long long>(st.chunks),
+          static_cast<unsigned long long>(st.affine_changes),
+          static_cast<unsigned long long>(st.residual_changes),
+          static_cast<unsigned long long>(st.residual_tensors_exported),
+          static_cast<unsigned long long>(st.scanned_bytes), secs, verified ? "true" : "false",
+          st.target_hash.ToHex().c_str());
     }
   }
   if (a.json) std::printf("]}\n");
@@ -227,15 +239,18 @@ DCR_REGISTER_COMMAND(
       auto a = std::make_shared<TrainDeltaArgs>();
       app->add_option("--preset", a->preset, "Model preset (dcr synth --help lists them)")
           ->capture_default_str();
-      app->add_option("--depth-div", a->depth_div, "Divide the preset's depth")->capture_default_str();
-      app->add_option("--width-div", a->width_div, "Divide the preset's width")->capture_default_str();
+      app->add_option("--depth-div", a->depth_div, "Divide the preset's depth")
+          ->capture_default_str();
+      app->add_option("--width-div", a->width_div, "Divide the preset's width")
+          ->capture_default_str();
       app->add_option("--expert-div", a->expert_div, "Divide the preset's expert count")
           ->capture_default_str();
       app->add_option("--layout", a->layout,
                       "Layout: tp=,pp=,ep=,dp=,dist_opt=,tied=,fp32_norms=,rope_permute=,"
                       "fold_layers=,vocab_pad=,bucket_align= (comma separated)");
-      app->add_option("--layout-file", a->layout_file,
-                      "YAML map with the same keys (optionally under 'layout:'); --layout overrides");
+      app->add_option(
+          "--layout-file", a->layout_file,
+          "YAML map with the same keys (optionally under 'layout:'); --layout overrides");
       app->add_option("-o,--out", a->out, "Output directory")->required();
       app->add_option("--steps", a->steps, "Deltas to build")->capture_default_str();
       app->add_option("--seed", a->seed, "Random seed")->capture_default_str();
@@ -247,14 +262,18 @@ DCR_REGISTER_COMMAND(
       app->add_option("--chunk-elems", a->chunk_elems, "Max covered elements per chunk")
           ->capture_default_str();
       app->add_option("--level", a->level, "zstd level per stream")->capture_default_str();
-      app->add_option("--threads", a->threads, "Worker threads (0 = all cores)")->capture_default_str();
-      app->add_flag("--write-shards", a->write_shards,
-                    "Also write every rank's buffers per step to OUT/shards/step{k}/rank{r}.safetensors");
-      app->add_option("--shard-bytes", a->shard_bytes,
-                      "Export every step as a Hugging Face shard directory OUT/step{k}/ (shards of at "
-                      "most N bytes, and the index); the deltas then name those files");
-      app->add_flag("--verify", a->verify,
-                    "Export step{k}.safetensors and check apply(step{k-1}, delta) equals it byte for byte");
+      app->add_option("--threads", a->threads, "Worker threads (0 = all cores)")
+          ->capture_default_str();
+      app->add_flag(
+          "--write-shards", a->write_shards,
+          "Also write every rank's buffers per step to OUT/shards/step{k}/rank{r}.safetensors");
+      app->add_option(
+          "--shard-bytes", a->shard_bytes,
+          "Export every step as a Hugging Face shard directory OUT/step{k}/ (shards of at "
+          "most N bytes, and the index); the deltas then name those files");
+      app->add_flag(
+          "--verify", a->verify,
+          "Export step{k}.safetensors and check apply(step{k-1}, delta) equals it byte for byte");
       app->add_flag("--json", a->json, "One JSON object on stdout");
       a->device.AddTo(app);
       return [a]() { return ReportStatus("train-delta", Run(*a)); };

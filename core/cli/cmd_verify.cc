@@ -40,7 +40,8 @@ std::string Locate(const Checkpoint* ck, uint64_t off) {
 class VerifyProgress {
  public:
   VerifyProgress(bool enabled, uint64_t total)
-      : line_(ProgressLine::ForStderr(enabled)), callback_(line_.Callback()),
+      : line_(ProgressLine::ForStderr(enabled)),
+        callback_(line_.Callback()),
         phase_(callback_, "verify", total) {}
   void Add(uint64_t bytes) { phase_.Add(bytes); }
   void Done() { phase_.Finish(); }
@@ -66,8 +67,8 @@ struct Compared {
 
 // Compares the regular files `a` and `b` block by block; prints "DIFFER ..." (prefixed by
 // `label`) at the first difference. Reports the bytes compared to `progress`.
-StatusOr<Compared> CompareFiles(const std::string& a, const std::string& b, const std::string& label,
-                                VerifyProgress* progress) {
+StatusOr<Compared> CompareFiles(const std::string& a, const std::string& b,
+                                const std::string& label, VerifyProgress* progress) {
   auto ca = Checkpoint::Open(a);  // parsed only to name tensors
   FILE* fa = std::fopen(a.c_str(), "rb");
   if (!fa) return ErrnoError("open " + a, errno);
@@ -155,8 +156,9 @@ int VerifyDirectories(const std::string& a, const std::string& b, bool quiet) {
   if (!nb.ok()) return ReportStatus("verify", nb.status());
   for (const auto& [dir, names] : {std::pair{a, &*na}, std::pair{b, &*nb}}) {
     if (names->empty()) {
-      return ReportStatus("verify", InvalidArgumentError(
-                                        dir + " is a directory without safetensors shards; nothing to compare"));
+      return ReportStatus(
+          "verify", InvalidArgumentError(
+                        dir + " is a directory without safetensors shards; nothing to compare"));
     }
   }
   for (const auto& n : *na) {
@@ -182,7 +184,8 @@ int VerifyDirectories(const std::string& a, const std::string& b, bool quiet) {
     total += c->bytes;
   }
   progress.Done();
-  std::printf("IDENTICAL: %zu shards, %llu bytes\n", na->size(), static_cast<unsigned long long>(total));
+  std::printf("IDENTICAL: %zu shards, %llu bytes\n", na->size(),
+              static_cast<unsigned long long>(total));
   return 0;
 }
 
@@ -223,9 +226,11 @@ DCR_REGISTER_COMMAND(
                       commitment.root ? CommitmentPrefix(*commitment.root).c_str() : "none");
           if (a->second.empty()) return 0;
           if (!commitment.root) {
-            return ReportStatus("verify", FailedPreconditionError(
-                                              a->first + " carries no signed commitment to "
-                                              "check " + a->second + " against"));
+            return ReportStatus("verify",
+                                FailedPreconditionError(a->first +
+                                                        " carries no signed commitment to "
+                                                        "check " +
+                                                        a->second + " against"));
           }
           auto ck = Checkpoint::Open(a->second);
           if (!ck.ok()) return ReportStatus("verify", ck.status());
@@ -250,9 +255,10 @@ DCR_REGISTER_COMMAND(
         if (*ka != *kb) {
           const std::string& dir = *ka == Kind::kDirectory ? a->first : a->second;
           const std::string& file = *ka == Kind::kDirectory ? a->second : a->first;
-          return ReportStatus("verify", InvalidArgumentError(
-                                            dir + " is a directory but " + file +
-                                            " is a file; give two checkpoint files or two shard directories"));
+          return ReportStatus(
+              "verify", InvalidArgumentError(
+                            dir + " is a directory but " + file +
+                            " is a file; give two checkpoint files or two shard directories"));
         }
         if (*ka == Kind::kDirectory) return VerifyDirectories(a->first, a->second, *quiet);
         VerifyProgress progress(!*quiet, FileSize(a->first));

@@ -9,11 +9,10 @@
 #ifndef DCR_CORE_CLI_COMMAND_H_
 #define DCR_CORE_CLI_COMMAND_H_
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <functional>
 #include <string>
-
-#include <CLI/CLI.hpp>
 
 #include "dcr/status.h"
 
@@ -43,8 +42,8 @@ inline int ReportStatus(const std::string& command, const Status& status) {
 #define DCR_CLI_CONCAT_INNER_(a, b) a##b
 #define DCR_CLI_CONCAT_(a, b) DCR_CLI_CONCAT_INNER_(a, b)
 // DCR_REGISTER_COMMAND("name", "help", setup-lambda): variadic so the lambda may contain commas.
-#define DCR_REGISTER_COMMAND(name, help, ...)                                     \
-  static const bool DCR_CLI_CONCAT_(dcr_cli_registered_, __LINE__) =              \
+#define DCR_REGISTER_COMMAND(name, help, ...)                        \
+  static const bool DCR_CLI_CONCAT_(dcr_cli_registered_, __LINE__) = \
       ::dcr::cli::RegisterCommand(::dcr::cli::CommandSpec{name, help, __VA_ARGS__})
 
 #endif  // DCR_CORE_CLI_COMMAND_H_

@@ -2,10 +2,9 @@
 #ifndef DCR_CORE_CLI_DEVICE_OPTION_H_
 #define DCR_CORE_CLI_DEVICE_OPTION_H_
 
+#include <CLI/CLI.hpp>
 #include <memory>
 #include <string>
-
-#include <CLI/CLI.hpp>
 
 #include "dcr/device.h"
 #include "dcr/status_macros.h"

@@ -123,8 +123,9 @@ void ProgressLine::Update(const ProgressUpdate& u) {
   }
   last_done_ = u.done_bytes;
   const bool final = u.done_bytes >= u.total_bytes;
-  if (phase_done_) return;  // the phase's final line is written (the last unit of work and the
-                            // phase's end both report done == total)
+  if (phase_done_)
+    return;  // the phase's final line is written (the last unit of work and the
+             // phase's end both report done == total)
   phase_done_ = final;
   Show(FormatProgress(u.phase, u.done_bytes, u.total_bytes, now - phase_start_), final);
 }

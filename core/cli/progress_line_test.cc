@@ -33,7 +33,8 @@ TEST(FormatProgress, RateAndTimeLeft) {
   // 1.25 GiB of 4 GiB after 1.5 s: 853 MiB/s, 2.75 GiB left = 3.3 s.
   EXPECT_EQ(FormatProgress("diff", kGiB + kGiB / 4, 4 * kGiB, 1.5),
             "diff: 1.25 GiB / 4.00 GiB, 853 MiB/s, 3.3 s left");
-  EXPECT_EQ(FormatProgress("apply", 4 * kGiB, 4 * kGiB, 5), "apply: 4.00 GiB / 4.00 GiB, 819 MiB/s, done in 5.0 s");
+  EXPECT_EQ(FormatProgress("apply", 4 * kGiB, 4 * kGiB, 5),
+            "apply: 4.00 GiB / 4.00 GiB, 819 MiB/s, done in 5.0 s");
 }
 
 TEST(FormatProgress, UnknownRateLeftOut) {
@@ -95,7 +96,9 @@ TEST(ProgressLine, TerminalRedrawsOneLineAndEndsIt) {
   line.Update(ProgressUpdate{"apply", kGiB / 4, kGiB});
   c.t = 0.5;
   line.Update(ProgressUpdate{"apply", kGiB / 2, kGiB});
-  EXPECT_EQ(c.out, "\r\033[Kapply: 0 B / 1.00 GiB\r\033[Kapply: 512 MiB / 1.00 GiB, 1.00 GiB/s, 500 ms left");
+  EXPECT_EQ(
+      c.out,
+      "\r\033[Kapply: 0 B / 1.00 GiB\r\033[Kapply: 512 MiB / 1.00 GiB, 1.00 GiB/s, 500 ms left");
   c.out.clear();
   line.Finish();
   EXPECT_EQ(c.out, "\r\033[K");

@@ -35,8 +35,9 @@ Status AddCatchUpNodes(const Scenario& s, TransportKind transport, Method method
     }
   }
   if (server < 0) {
-    return InvalidArgumentError("catch_up: no child of the sender applies the stream, so none "
-                                "holds a version to serve full frames from");
+    return InvalidArgumentError(
+        "catch_up: no child of the sender applies the stream, so none "
+        "holds a version to serve full frames from");
   }
   (*plans)[0].store = store;
   (*plans)[0].receiver_deadline_s = s.receivers.deadline_s;
@@ -68,8 +69,8 @@ Status AddCatchUpNodes(const Scenario& s, TransportKind transport, Method method
       p.progress_path = run_dir + "/progress-" + std::to_string(p.rank) + ".json";
     }
     for (NodeVersion& v : p.versions) {
-      v.result_path = run_dir + "/node-" + std::to_string(p.rank) + "-v" +
-                      std::to_string(v.version) + ".json";
+      v.result_path =
+          run_dir + "/node-" + std::to_string(p.rank) + "-v" + std::to_string(v.version) + ".json";
     }
     if (!p.tls_ca.empty()) {
       // Its own certificate of the run (rank p.rank): the sender counts a report in the store

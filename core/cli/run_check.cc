@@ -21,8 +21,7 @@ std::string Fmt(const char* format, double v) {
 }
 
 std::string RunLabel(const RunResult& run) {
-  std::string label = std::string(MethodName(run.method)) + "/" +
-                      TransportKindName(run.transport);
+  std::string label = std::string(MethodName(run.method)) + "/" + TransportKindName(run.transport);
   const double rate = run.configured_change_rate > 0 ? run.configured_change_rate : run.change_rate;
   label += "/rate " + Fmt("%.4g%%", rate * 100) + "/step " + std::to_string(run.step);
   return label;
@@ -32,11 +31,21 @@ std::string XmlEscape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
       default:
         // XML 1.0 admits no control characters but tab, newline and carriage return.
         if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n' && c != '\r') {
@@ -84,7 +93,8 @@ StatusOr<RunCheck> LoadRunCheck(const std::string& path) {
       }
       c.verified = value == "true";
     } else {
-      return InvalidArgumentError(what + ": unknown key (min_speedup, "
+      return InvalidArgumentError(what +
+                                  ": unknown key (min_speedup, "
                                   "max_wire_bytes_per_receiver, verified)");
     }
   }
@@ -94,12 +104,14 @@ StatusOr<RunCheck> LoadRunCheck(const std::string& path) {
 Status ValidateRunCheck(const RunCheck& check, const Scenario& s) {
   const std::set<Method> methods(s.methods.begin(), s.methods.end());
   if (check.min_speedup > 0 && (!methods.count(Method::kDelta) || !methods.count(Method::kFull))) {
-    return InvalidArgumentError("--check " + check.file + ": min_speedup compares the delta with "
+    return InvalidArgumentError("--check " + check.file +
+                                ": min_speedup compares the delta with "
                                 "the full transfer of the same run: the scenario needs methods: "
                                 "[delta, full]");
   }
   if (check.max_wire_bytes_per_receiver > 0 && !methods.count(Method::kDelta)) {
-    return InvalidArgumentError("--check " + check.file + ": max_wire_bytes_per_receiver gates the "
+    return InvalidArgumentError("--check " + check.file +
+                                ": max_wire_bytes_per_receiver gates the "
                                 "delta runs: the scenario has no delta method");
   }
   return Status();
@@ -114,11 +126,9 @@ std::vector<CheckOutcome> EvaluateRunCheck(const RunCheck& check, const Scenario
       CheckOutcome o;
       o.name = label + ": every receiver verified";
       o.seconds = run.refit_seconds;
-      o.passed = run.error.empty() && run.receivers > 0 &&
-                 run.receivers_verified == run.receivers;
-      o.message = std::to_string(run.receivers_verified) + " of " +
-                  std::to_string(run.receivers) + " receivers verified byte for byte" +
-                  (failed.empty() ? "" : "; " + failed);
+      o.passed = run.error.empty() && run.receivers > 0 && run.receivers_verified == run.receivers;
+      o.message = std::to_string(run.receivers_verified) + " of " + std::to_string(run.receivers) +
+                  " receivers verified byte for byte" + (failed.empty() ? "" : "; " + failed);
       out.push_back(o);
     }
     if (run.method != Method::kDelta) continue;
@@ -131,8 +141,9 @@ std::vector<CheckOutcome> EvaluateRunCheck(const RunCheck& check, const Scenario
       if (!failed.empty()) {
         o.message = failed;
       } else if (speedup <= 0) {
-        o.message = "no successful full run of the same transport, change rate and step to "
-                    "compare with";
+        o.message =
+            "no successful full run of the same transport, change rate and step to "
+            "compare with";
       } else {
         o.message = "speedup " + Fmt("%.3g", speedup) + "x over the full transfer (delta " +
                     Fmt("%.3f", run.refit_seconds) + " s)" +
@@ -142,19 +153,20 @@ std::vector<CheckOutcome> EvaluateRunCheck(const RunCheck& check, const Scenario
     }
     if (check.max_wire_bytes_per_receiver > 0) {
       CheckOutcome o;
-      o.name = label + ": wire bytes per receiver <= " +
-               std::to_string(check.max_wire_bytes_per_receiver);
+      o.name = label +
+               ": wire bytes per receiver <= " + std::to_string(check.max_wire_bytes_per_receiver);
       o.seconds = run.refit_seconds;
       const uint64_t per = run.receivers > 0 ? run.wire_bytes / run.receivers : 0;
       o.passed = failed.empty() && run.receivers > 0 && per <= check.max_wire_bytes_per_receiver;
-      o.message = !failed.empty() ? failed
-                  : run.receivers == 0
-                      ? std::string("no receivers")
-                      : std::to_string(per) + " wire bytes per receiver (" +
-                            std::to_string(run.wire_bytes) + " over the long link / " +
-                            std::to_string(run.receivers) + ")" +
-                            (o.passed ? "" : ", above " +
-                                                 std::to_string(check.max_wire_bytes_per_receiver));
+      o.message =
+          !failed.empty() ? failed
+          : run.receivers == 0
+              ? std::string("no receivers")
+              : std::to_string(per) + " wire bytes per receiver (" +
+                    std::to_string(run.wire_bytes) + " over the long link / " +
+                    std::to_string(run.receivers) + ")" +
+                    (o.passed ? ""
+                              : ", above " + std::to_string(check.max_wire_bytes_per_receiver));
       out.push_back(o);
     }
   }

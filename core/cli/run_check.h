@@ -25,8 +25,8 @@
 namespace dcr::cli {
 
 struct RunCheck {
-  std::string file;                       // the check file's path (named in reports)
-  double min_speedup = 0;                 // 0 = not checked
+  std::string file;                          // the check file's path (named in reports)
+  double min_speedup = 0;                    // 0 = not checked
   uint64_t max_wire_bytes_per_receiver = 0;  // 0 = not checked
   bool verified = true;
 };
@@ -42,8 +42,8 @@ Status ValidateRunCheck(const RunCheck& check, const Scenario& s);
 
 // One gated quantity of one run (a JUnit test case).
 struct CheckOutcome {
-  std::string name;     // e.g. "delta/relay_tree/step 1: speedup >= 3x"
-  double seconds = 0;   // the run's refit time
+  std::string name;    // e.g. "delta/relay_tree/step 1: speedup >= 3x"
+  double seconds = 0;  // the run's refit time
   bool passed = false;
   std::string message;  // what was measured, and on a miss why it misses
 };

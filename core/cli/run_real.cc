@@ -1,7 +1,5 @@
 // Real-mode scenario runner (see run_real.h). Not a subcommand: used by cmd_run.cc.
 #include "run_real.h"
-#include "run_catch_up.h"
-#include "run_wan_choice.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -19,10 +17,9 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
-
-#include <nlohmann/json.hpp>
 
 #include "dcr/checkpoint.h"
 #include "dcr/commitment.h"
@@ -33,9 +30,11 @@
 #include "internal/own_directory.h"
 #include "internal/simd.h"
 #include "node/node_exe.h"
-#include "node_plans.h"
 #include "node/version_state.h"
+#include "node_plans.h"
 #include "progress_line.h"
+#include "run_catch_up.h"
+#include "run_wan_choice.h"
 #include "transport/net.h"
 #include "transport/tls.h"
 
@@ -71,9 +70,9 @@ std::string RateTag(double rate) {
 // Other tenants (and VM steal) take the rest. The simulator's one-machine model reads it
 // (scripts/compare-sim-real.sh). Sampled by SpawnAndWait's poll loop (every 20 ms).
 struct CpuPoint {
-  double wall = 0;  // CLOCK_REALTIME seconds (the nodes' timestamps)
-  double idle = 0;  // idle + iowait seconds of all CPUs
-  double ours = 0;  // user + system seconds of the run's node processes
+  double wall = 0;              // CLOCK_REALTIME seconds (the nodes' timestamps)
+  double idle = 0;              // idle + iowait seconds of all CPUs
+  double ours = 0;              // user + system seconds of the run's node processes
   std::vector<double> by_rank;  // the same per node rank
 };
 
@@ -152,8 +151,8 @@ double AvailableCores(const std::vector<CpuPoint>& pts, double a, double b) {
 StatusOr<double> MeasureChangeRate(const std::string& base_path, const std::string& target_path) {
   DCR_ASSIGN_OR_RETURN(auto base, Checkpoint::Open(base_path));
   DCR_ASSIGN_OR_RETURN(auto target, Checkpoint::Open(target_path));
-  DCR_RETURN_IF_ERROR(CheckDeltaCompatible(*base, *target)
-                          .WithContext(base_path + " -> " + target_path));
+  DCR_RETURN_IF_ERROR(
+      CheckDeltaCompatible(*base, *target).WithContext(base_path + " -> " + target_path));
   const bool avx2 = internal::CpuHasAvx2();
   uint64_t elements = 0, changed = 0;
   for (const TensorInfo& t : target->tensors()) {
@@ -167,10 +166,18 @@ StatusOr<double> MeasureChangeRate(const std::string& base_path, const std::stri
                                   [&](uint64_t) { ++changed; });
     };
     switch (t.width()) {
-      case 2: count(uint16_t{0}); break;
-      case 4: count(uint32_t{0}); break;
-      case 8: count(uint64_t{0}); break;
-      default: count(uint8_t{0}); break;
+      case 2:
+        count(uint16_t{0});
+        break;
+      case 4:
+        count(uint32_t{0});
+        break;
+      case 8:
+        count(uint64_t{0});
+        break;
+      default:
+        count(uint8_t{0});
+        break;
     }
   }
   return elements ? static_cast<double>(changed) / static_cast<double>(elements) : 0.0;
@@ -180,8 +187,8 @@ StatusOr<std::vector<std::string>> PrepareCheckpoints(const Scenario& s, double 
                                                       const std::string& work_dir) {
   if (!s.model.checkpoints.empty()) {
     if (static_cast<int>(s.model.checkpoints.size()) < s.steps + 1) {
-      return InvalidArgumentError("model.checkpoints: " + std::to_string(s.steps) +
-                                  " steps need " + std::to_string(s.steps + 1) + " checkpoints");
+      return InvalidArgumentError("model.checkpoints: " + std::to_string(s.steps) + " steps need " +
+                                  std::to_string(s.steps + 1) + " checkpoints");
     }
     for (const auto& p : s.model.checkpoints) {
       if (!Exists(p)) return NotFoundError("model.checkpoints: no file or shard directory " + p);
@@ -190,12 +197,13 @@ StatusOr<std::vector<std::string>> PrepareCheckpoints(const Scenario& s, double 
   }
   DCR_ASSIGN_OR_RETURN(ModelConfig cfg, GetPreset(s.model.preset));
   cfg = ScaleModel(cfg, s.model.depth_div, s.model.width_div, s.model.expert_div);
-  std::string dir = work_dir + "/ckpt-" + s.model.preset + "-d" + std::to_string(s.model.depth_div) +
-                    "w" + std::to_string(s.model.width_div) + "e" +
-                    std::to_string(s.model.expert_div) + "-s" + std::to_string(s.model.seed) +
+  std::string dir = work_dir + "/ckpt-" + s.model.preset + "-d" +
+                    std::to_string(s.model.depth_div) + "w" + std::to_string(s.model.width_div) +
+                    "e" + std::to_string(s.model.expert_div) + "-s" + std::to_string(s.model.seed) +
                     "-r" + RateTag(rate);
   std::vector<std::string> paths;
-  for (int k = 0; k <= s.steps; ++k) paths.push_back(dir + "/step" + std::to_string(k) + ".safetensors");
+  for (int k = 0; k <= s.steps; ++k)
+    paths.push_back(dir + "/step" + std::to_string(k) + ".safetensors");
   std::string stamp = dir + "/complete-" + std::to_string(s.steps);
   if (Exists(stamp)) return paths;  // synthesized earlier with the same parameters
   DCR_RETURN_IF_ERROR(MkdirP(dir));
@@ -244,11 +252,11 @@ struct Child {
   bool exited = false;
   std::string log;
   std::string plan_path;
-  std::string exe;  // the node executable that runs the plan (NodeExe(plan))
-  int restarts = 0;  // by the supervisor (SuperviseExit)
+  std::string exe;        // the node executable that runs the plan (NodeExe(plan))
+  int restarts = 0;       // by the supervisor (SuperviseExit)
   std::string state_dir;  // long-lived recovering node: its NodePlan::state_dir
-  bool down = false;  // killed by a StepAction and kept down until its restart
-  double cpu = 0;  // last CPU seconds read from /proc
+  bool down = false;      // killed by a StepAction and kept down until its restart
+  double cpu = 0;         // last CPU seconds read from /proc
 };
 
 // Starts `exe --plan plan_path` with its output in `log` (appended to when `append`: a restart).
@@ -364,8 +372,8 @@ size_t ReapExited(std::vector<Child>* children, Status* failure,
       if (pid.ok()) {
         c.pid = *pid;
         ++c.restarts;
-        std::string line = "node " + std::to_string(c.rank) + ": " + ExitName(st) +
-                           "; restart " + std::to_string(c.restarts);
+        std::string line = "node " + std::to_string(c.rank) + ": " + ExitName(st) + "; restart " +
+                           std::to_string(c.restarts);
         // A long-lived node: the version it was in (internal/version_state.h).
         if (!c.state_dir.empty()) {
           line += "; in version " + std::to_string(internal::VersionStarted(c.state_dir, c.rank));
@@ -383,12 +391,11 @@ size_t ReapExited(std::vector<Child>* children, Status* failure,
   }
   if (cause != nullptr && failure->ok()) {
     const int st = cause->status;
-    *failure = UnavailableError(
-        "node " + std::to_string(cause->rank) + (cause->rank == 0 ? " (sender)" : "") +
-        " failed first (" +
-        (WIFEXITED(st) ? "exit " + std::to_string(WEXITSTATUS(st))
-                       : "signal " + std::to_string(WTERMSIG(st))) +
-        "): " + NodeMessage(*cause) + " [log: " + cause->log + "]");
+    *failure = UnavailableError("node " + std::to_string(cause->rank) +
+                                (cause->rank == 0 ? " (sender)" : "") + " failed first (" +
+                                (WIFEXITED(st) ? "exit " + std::to_string(WEXITSTATUS(st))
+                                               : "signal " + std::to_string(WTERMSIG(st))) +
+                                "): " + NodeMessage(*cause) + " [log: " + cause->log + "]");
   }
   return exited;
 }
@@ -449,8 +456,8 @@ CpuPoint SampleCpu(std::vector<Child>* children) {
 
 // What the nodes' progress files (NodePlan::progress_path) add up to.
 struct NodesProgress {
-  uint64_t received = 0;     // bytes received by all receivers
-  uint64_t expected = 0;     // bytes every receiver receives in all, once the stream is whole
+  uint64_t received = 0;  // bytes received by all receivers
+  uint64_t expected = 0;  // bytes every receiver receives in all, once the stream is whole
 };
 
 // Sums the receivers' bytes received; the expected total once the sender's stream is complete
@@ -488,7 +495,8 @@ std::string WaitLine(const std::string& label, double elapsed, size_t exited, si
     const double rate = static_cast<double>(np.received) / since_go;
     line += ", " + FormatBytes(rate) + "/s";
     if (np.expected > np.received) {
-      line += ", " + FormatDuration(static_cast<double>(np.expected - np.received) / rate) + " left";
+      line +=
+          ", " + FormatDuration(static_cast<double>(np.expected - np.received) / rate) + " left";
     }
   }
   return line;
@@ -519,7 +527,7 @@ Status SpawnAndWait(const Scenario& s, const std::vector<NodePlan>& plans,
   size_t exited = 0;
   bool go = false;
   double go_at = 0;
-  size_t next_version = 0;  // long-lived nodes: the next version whose barrier is open
+  size_t next_version = 0;           // long-lived nodes: the next version whose barrier is open
   std::map<uint64_t, double> go_of;  // long-lived nodes: version -> when its start signal went
   Status failure;
   while (exited < children.size()) {
@@ -574,8 +582,8 @@ Status SpawnAndWait(const Scenario& s, const std::vector<NodePlan>& plans,
     double now = internal::SteadyNow();
     for (ExternalKill& k : kills) {
       if (!go || k.done) continue;
-      const bool first = k.version == 0 || plans[0].versions.empty() ||
-                         k.version == plans[0].versions[0].version;
+      const bool first =
+          k.version == 0 || plans[0].versions.empty() || k.version == plans[0].versions[0].version;
       if (!first && go_of.count(k.version) == 0) continue;
       if (now < (first ? go_at : go_of[k.version]) + k.at_s) continue;
       k.done = true;
@@ -819,17 +827,15 @@ ReceiverTotals CollectReceivers(const std::vector<NodeResult>& results,
             root_ok)) {
         rec.committed = false;
         if (rec.verify_message.empty() || r.ok) {
-          rec.verify_message += std::string(rec.verify_message.empty() ? "" : "; ") +
-                                (!rec.reported     ? "no commit report reached the sender"
-                                 : !rec.report_ok  ? "reported a failure: " + rec.report_error
-                                 : !root_ok        ? "reported commitment " +
-                                                       (report_root.empty() ? "none"
-                                                                            : report_root) +
-                                                       ", the sender signed " + sender.commitment
-                                 : !hash_ok        ? "reported content hash " + rec.report_hash +
-                                                       ", the sender published " +
-                                                       sender.target_hash.ToHex()
-                                                   : "reported another version");
+          rec.verify_message +=
+              std::string(rec.verify_message.empty() ? "" : "; ") +
+              (!rec.reported    ? "no commit report reached the sender"
+               : !rec.report_ok ? "reported a failure: " + rec.report_error
+               : !root_ok ? "reported commitment " + (report_root.empty() ? "none" : report_root) +
+                                ", the sender signed " + sender.commitment
+               : !hash_ok ? "reported content hash " + rec.report_hash + ", the sender published " +
+                                sender.target_hash.ToHex()
+                          : "reported another version");
         }
       }
     }
@@ -847,12 +853,10 @@ ReceiverTotals CollectReceivers(const std::vector<NodeResult>& results,
 // setup, under keys naming the run.
 void RecordRunCpu(const std::vector<CpuPoint>& cpu, const RunResult& rr, double first_blob,
                   double last_commit, ScenarioResult* out) {
-  const std::string key = std::string(MethodName(rr.method)) + "." +
-                          TransportKindName(rr.transport) + "." +
-                          RateTag(rr.configured_change_rate > 0 ? rr.configured_change_rate
-                                                                : rr.change_rate) +
-                          "." +
-                          std::to_string(rr.step);
+  const std::string key =
+      std::string(MethodName(rr.method)) + "." + TransportKindName(rr.transport) + "." +
+      RateTag(rr.configured_change_rate > 0 ? rr.configured_change_rate : rr.change_rate) + "." +
+      std::to_string(rr.step);
   char buf[64];
   std::snprintf(buf, sizeof(buf), "%.4f", AvailableCores(cpu, first_blob, last_commit));
   out->setup["available_cores." + key] = buf;
@@ -931,8 +935,7 @@ void SumRecovery(const std::vector<NodeResult>& results, RunResult* rr) {
 }
 
 // Fills the run's bytes, phases and per-link bytes from the node results.
-void FillRunTotals(const std::vector<NodeResult>& results, const ReceiverTotals& t,
-                   RunResult* rr) {
+void FillRunTotals(const std::vector<NodeResult>& results, const ReceiverTotals& t, RunResult* rr) {
   const NodeResult& sender = results[0];
   rr->wire_bytes = sender.bytes_sent_long;
   rr->payload_bytes = sender.payload_bytes;
@@ -974,9 +977,8 @@ StatusOr<RunResult> RunOneRefit(const Scenario& s, const std::vector<std::string
   const bool synthetic = s.model.checkpoints.empty();
   char change[48];
   std::snprintf(change, sizeof(change), "%.2f%% changed", measured_rate * 100);
-  const std::string label = std::string(MethodName(method)) + " / " +
-                            TransportKindName(transport) + " / " + change + " / step " +
-                            std::to_string(step);
+  const std::string label = std::string(MethodName(method)) + " / " + TransportKindName(transport) +
+                            " / " + change + " / step " + std::to_string(step);
   const std::string run_dir = work_dir + "/run-" + std::to_string(run_index);
   DCR_RETURN_IF_ERROR(MkdirP(run_dir));
   char prefix[64];
@@ -989,9 +991,9 @@ StatusOr<RunResult> RunOneRefit(const Scenario& s, const std::vector<std::string
   rr.configured_change_rate = synthetic ? rate : 0;
   rr.step = step;
   rr.receivers = s.receivers.count;
-  DCR_ASSIGN_OR_RETURN(std::vector<NodePlan> plans,
-                       MakePlans(s, method, transport, ckpts[step - 1], ckpts[step], run_dir,
-                                 work_dir, prefix));
+  DCR_ASSIGN_OR_RETURN(
+      std::vector<NodePlan> plans,
+      MakePlans(s, method, transport, ckpts[step - 1], ckpts[step], run_dir, work_dir, prefix));
   DCR_RETURN_IF_ERROR(NoteWanChoice(s, ckpts[step - 1], ckpts[step], run_index, &plans, out));
   // One fleet of receivers per (rate, transport, method) series, from step 0 up: its version
   // floors live as long as the series, and so does its deployment (a fresh id at its first step:
@@ -1006,7 +1008,8 @@ StatusOr<RunResult> RunOneRefit(const Scenario& s, const std::vector<std::string
   DCR_RETURN_IF_ERROR(PrepareRecovery(run_dir, transport, &plans));
   if (faults != nullptr && faults->set_points) faults->set_points(&plans);
   if (s.progress) {
-    for (NodePlan& p : plans) p.progress_path = run_dir + "/progress-" + std::to_string(p.rank) + ".json";
+    for (NodePlan& p : plans)
+      p.progress_path = run_dir + "/progress-" + std::to_string(p.rank) + ".json";
   }
   std::vector<CpuPoint> cpu;
   Status st = SpawnAndWait(s, plans, run_dir, label, &cpu, &rr.restarts,
@@ -1032,18 +1035,13 @@ StatusOr<RunResult> RunOneRefit(const Scenario& s, const std::vector<std::string
   return rr;
 }
 
-StatusOr<std::vector<RunResult>> RunLongLivedRefits(const Scenario& s,
-                                                    const std::vector<std::string>& ckpts,
-                                                    Method method, TransportKind transport,
-                                                    double rate,
-                                                    const std::vector<double>& measured,
-                                                    int run_index, const std::string& work_dir,
-                                                    ScenarioResult* out,
-                                                    const RefitFaults* faults) {
+StatusOr<std::vector<RunResult>> RunLongLivedRefits(
+    const Scenario& s, const std::vector<std::string>& ckpts, Method method,
+    TransportKind transport, double rate, const std::vector<double>& measured, int run_index,
+    const std::string& work_dir, ScenarioResult* out, const RefitFaults* faults) {
   const bool synthetic = s.model.checkpoints.empty();
-  const std::string label = std::string(MethodName(method)) + " / " +
-                            TransportKindName(transport) + " / steps 1-" +
-                            std::to_string(s.steps) + ", one set of nodes";
+  const std::string label = std::string(MethodName(method)) + " / " + TransportKindName(transport) +
+                            " / steps 1-" + std::to_string(s.steps) + ", one set of nodes";
   const std::string run_dir = work_dir + "/run-" + std::to_string(run_index);
   DCR_RETURN_IF_ERROR(MkdirP(run_dir));
   auto prefix_of = [&](int step) {
@@ -1052,9 +1050,9 @@ StatusOr<std::vector<RunResult>> RunLongLivedRefits(const Scenario& s,
                   static_cast<long>(getpid()), step);
     return std::string(prefix);
   };
-  DCR_ASSIGN_OR_RETURN(std::vector<NodePlan> plans,
-                       MakePlans(s, method, transport, ckpts[0], ckpts[1], run_dir, work_dir,
-                                 prefix_of(1)));
+  DCR_ASSIGN_OR_RETURN(
+      std::vector<NodePlan> plans,
+      MakePlans(s, method, transport, ckpts[0], ckpts[1], run_dir, work_dir, prefix_of(1)));
   // One encoding for the session's long link, chosen on the first version's delta.
   DCR_RETURN_IF_ERROR(NoteWanChoice(s, ckpts[0], ckpts[1], run_index, &plans, out));
   // One deployment per session, made here: its certificates, its signed versions 1..steps, and
@@ -1066,8 +1064,8 @@ StatusOr<std::vector<RunResult>> RunLongLivedRefits(const Scenario& s,
   // floor (in each receiver's state directory: version_state.h) and the freeze limit on every
   // receiver, region receivers included (they copy a receiver's plan).
   DCR_RETURN_IF_ERROR(AddSigning(s, run_dir + "/tls", "", &plans));
-  AddVersions(std::vector<std::string>(ckpts.begin() + 1, ckpts.begin() + 1 + s.steps),
-              prefix_of, run_dir, &plans);
+  AddVersions(std::vector<std::string>(ckpts.begin() + 1, ckpts.begin() + 1 + s.steps), prefix_of,
+              run_dir, &plans);
   for (NodePlan& p : plans) {
     if (s.progress) p.progress_path = run_dir + "/progress-" + std::to_string(p.rank) + ".json";
   }
@@ -1079,16 +1077,16 @@ StatusOr<std::vector<RunResult>> RunLongLivedRefits(const Scenario& s,
   // Region receivers (a receiver down for some versions, a late joiner) and their actions; the
   // faults block's kill points may then fall on them too.
   std::vector<StepAction> actions;
-  DCR_RETURN_IF_ERROR(AddCatchUpNodes(s, transport, method, run_dir, run_dir + "/region-store",
-                                      &plans, &actions));
+  DCR_RETURN_IF_ERROR(
+      AddCatchUpNodes(s, transport, method, run_dir, run_dir + "/region-store", &plans, &actions));
   if (faults != nullptr && faults->set_points) faults->set_points(&plans);
   Scenario whole = s;  // the session's deadline covers every step
   whole.timeout_s = s.timeout_s * s.steps;
   std::vector<CpuPoint> cpu;
   std::vector<std::string> restarts;
-  const Status st = SpawnAndWait(whole, plans, run_dir, label, &cpu, &restarts,
-                                 faults != nullptr ? faults->kills : std::vector<ExternalKill>(),
-                                 actions);
+  const Status st =
+      SpawnAndWait(whole, plans, run_dir, label, &cpu, &restarts,
+                   faults != nullptr ? faults->kills : std::vector<ExternalKill>(), actions);
   std::vector<RunResult> runs;
   std::set<int> region_dead;  // region receivers the sender counts out, step to step
   for (const NodePlan& p : plans) {
@@ -1134,9 +1132,10 @@ StatusOr<std::vector<RunResult>> RunLongLivedRefits(const Scenario& s,
       if (!sender.retention_error.empty()) rr.retention_kept += "; " + sender.retention_error;
     }
     if (s.progress) {
-      std::fprintf(stderr, "    step %d: refit %.3f s, %.2f MB over the long link, %d/%d verified%s%s\n",
-                   step, rr.refit_seconds, rr.wire_bytes / 1e6, rr.receivers_verified,
-                   rr.receivers, rr.error.empty() ? "" : ", error: ", rr.error.c_str());
+      std::fprintf(stderr,
+                   "    step %d: refit %.3f s, %.2f MB over the long link, %d/%d verified%s%s\n",
+                   step, rr.refit_seconds, rr.wire_bytes / 1e6, rr.receivers_verified, rr.receivers,
+                   rr.error.empty() ? "" : ", error: ", rr.error.c_str());
       for (const std::string& r : rr.restarts) std::fprintf(stderr, "    %s\n", r.c_str());
     }
     runs.push_back(std::move(rr));
@@ -1205,8 +1204,8 @@ StatusOr<ScenarioResult> RunScenarioRealIn(const Scenario& s, const FaultBlockRu
         }
         for (int step = 1; step <= s.steps; ++step) {
           DCR_ASSIGN_OR_RETURN(RunResult rr,
-                               RunOneRefit(s, ckpts, method, transport, rate, measured[step],
-                                           step, ++run_index, work_dir, &out, nullptr));
+                               RunOneRefit(s, ckpts, method, transport, rate, measured[step], step,
+                                           ++run_index, work_dir, &out, nullptr));
           out.runs.push_back(std::move(rr));
         }
       }
@@ -1232,8 +1231,8 @@ StatusOr<ScenarioResult> RunScenarioReal(const Scenario& s, const FaultBlockRunn
     for (const RunResult& run : r->runs) {
       failed |= !run.error.empty() || run.receivers_verified != run.receivers;
     }
-    failed |= r->faults.enabled && (!r->faults.errors.empty() ||
-                                    r->faults.faults_survived != r->faults.faults_injected);
+    failed |= r->faults.enabled &&
+              (!r->faults.errors.empty() || r->faults.faults_survived != r->faults.faults_injected);
   }
   FinishWorkDir(work_dir, fresh, keep_work_dir, failed);
   if (r.ok() && fresh && !keep_work_dir) {

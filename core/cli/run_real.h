@@ -3,8 +3,8 @@
 // One run = (method, transport, change rate, step): the runner synthesizes (or takes) the
 // checkpoints, writes one NodePlan per rank (plans/node_plans.h), starts `dcr-node --plan`
 // processes on loopback (fork/exec of the dcr-node binary beside this one), waits for them with a
-// progress line on stderr, and turns their NodeResults into a RunResult (scenario.h). Receivers verify their storage byte for byte against
-// the target checkpoint after committing.
+// progress line on stderr, and turns their NodeResults into a RunResult (scenario.h). Receivers
+// verify their storage byte for byte against the target checkpoint after committing.
 //
 // Thread safety: not thread-safe (one runner per process).
 #ifndef DCR_CORE_CLI_RUN_REAL_H_
@@ -72,14 +72,10 @@ StatusOr<RunResult> RunOneRefit(const Scenario& s, const std::vector<std::string
 // `faults` (may be null): fault points (NodePlan::fault_version picks the step) and kills from
 // outside (ExternalKill::version). One RunResult per step, each receiver verified at each
 // step; the steps after a failure carry it as their error.
-StatusOr<std::vector<RunResult>> RunLongLivedRefits(const Scenario& s,
-                                                    const std::vector<std::string>& ckpts,
-                                                    Method method, TransportKind transport,
-                                                    double rate,
-                                                    const std::vector<double>& measured,
-                                                    int run_index, const std::string& work_dir,
-                                                    ScenarioResult* out,
-                                                    const RefitFaults* faults = nullptr);
+StatusOr<std::vector<RunResult>> RunLongLivedRefits(
+    const Scenario& s, const std::vector<std::string>& ckpts, Method method,
+    TransportKind transport, double rate, const std::vector<double>& measured, int run_index,
+    const std::string& work_dir, ScenarioResult* out, const RefitFaults* faults = nullptr);
 
 // The contents of the file at `path`; empty when it cannot be read (a result or log a process
 // did not write).
@@ -88,10 +84,9 @@ std::string ReadText(const std::string& path);
 // The runs of a scenario's faults block for change rate `rate` (checkpoints `ckpts`, scratch
 // under `work_dir`): each run is numbered from *run_index + 1 (advanced past the last) and added
 // to out->runs, the faults to out->faults. The fault tools provide it (tools/faults/fault_runs.h).
-using FaultBlockRunner = std::function<Status(const Scenario& s, double rate,
-                                              const std::vector<std::string>& ckpts,
-                                              const std::string& work_dir, int* run_index,
-                                              ScenarioResult* out)>;
+using FaultBlockRunner =
+    std::function<Status(const Scenario& s, double rate, const std::vector<std::string>& ckpts,
+                         const std::string& work_dir, int* run_index, ScenarioResult* out)>;
 
 // Runs every (method x transport x rate x step) of a mode-real scenario, and for each rate first
 // the faults block's runs through `faults` when s.faults.enabled and it asks for runs. The runs

@@ -99,8 +99,7 @@ StatusOr<std::string> ApplyWanChoice(const Scenario& s, const std::string& base,
                      " dense B (" + sampled + "); edge relay: " + std::to_string(edge_threads) +
                      " transcoding threads at " + Num(best) + " dense B/s each (measured on the " +
                      "sample): " + Num(c.edge_dense_Bps) + " dense B/s against the " +
-                     Num(c.link_dense_Bps) + " the long link delivers at " + Num(link_Bps) +
-                     " B/s";
+                     Num(c.link_dense_Bps) + " the long link delivers at " + Num(link_Bps) + " B/s";
   if (c.context) return text + ": it keeps up, the long link carries the context form";
   for (NodePlan& p : *plans) {
     p.context_coding = false;

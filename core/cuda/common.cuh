@@ -25,10 +25,10 @@ inline Status CudaStatus(cudaError_t e, const char* what) {
 }  // namespace cuda
 }  // namespace dcr
 
-#define DCR_CUDA_RETURN_IF_ERROR(expr)                                   \
-  do {                                                                   \
+#define DCR_CUDA_RETURN_IF_ERROR(expr)                                       \
+  do {                                                                       \
     ::dcr::Status dcr_cuda_status_ = ::dcr::cuda::CudaStatus((expr), #expr); \
-    if (!dcr_cuda_status_.ok()) return dcr_cuda_status_;                 \
+    if (!dcr_cuda_status_.ok()) return dcr_cuda_status_;                     \
   } while (0)
 
 #endif  // DCR_CORE_CUDA_COMMON_CUH_

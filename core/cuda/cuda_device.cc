@@ -31,8 +31,8 @@ Status CheckWidth(const char* op, int width) {
 
 // "cuda:0 (NVIDIA H200, cc 9.0, 139 GiB)" of a present device.
 std::string Describe(int index, const cudaDeviceProp& p) {
-  return "cuda:" + std::to_string(index) + " (" + p.name + ", cc " + std::to_string(p.major) +
-         "." + std::to_string(p.minor) + ", " + std::to_string(p.totalGlobalMem >> 30) + " GiB)";
+  return "cuda:" + std::to_string(index) + " (" + p.name + ", cc " + std::to_string(p.major) + "." +
+         std::to_string(p.minor) + ", " + std::to_string(p.totalGlobalMem >> 30) + " GiB)";
 }
 
 // The checks of OpenDevice: a device `index` is present; fills its properties.
@@ -161,13 +161,17 @@ class CudaDevice : public Device {
     if (n == 0) return Status::OK();
     return OnLane([&](Lane& l) -> Status {
       for (int i = 0; i < 4; ++i) DCR_RETURN_IF_ERROR(l.a[i].Reserve(n * 8, name_));
-      DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(l.a[0].as<void>(), read_addr, n * 8, cudaMemcpyHostToDevice, l.stream));
-      DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(l.a[1].as<void>(), values, n * 8, cudaMemcpyHostToDevice, l.stream));
+      DCR_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(l.a[0].as<void>(), read_addr, n * 8, cudaMemcpyHostToDevice, l.stream));
+      DCR_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(l.a[1].as<void>(), values, n * 8, cudaMemcpyHostToDevice, l.stream));
       DCR_RETURN_IF_ERROR(LaunchGather(l.a[0].as<uint64_t>(), l.a[1].as<uint64_t>(),
                                        l.a[2].as<uint64_t>(), l.a[3].as<uint64_t>(), n, width,
                                        static_cast<uint8_t>(mode), l.stream));
-      DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(old_bits, l.a[2].as<void>(), n * 8, cudaMemcpyDeviceToHost, l.stream));
-      DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(new_bits, l.a[3].as<void>(), n * 8, cudaMemcpyDeviceToHost, l.stream));
+      DCR_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(old_bits, l.a[2].as<void>(), n * 8, cudaMemcpyDeviceToHost, l.stream));
+      DCR_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(new_bits, l.a[3].as<void>(), n * 8, cudaMemcpyDeviceToHost, l.stream));
       return Status::OK();
     });
   }
@@ -182,10 +186,13 @@ class CudaDevice : public Device {
       DCR_RETURN_IF_ERROR(l.a[1].Reserve((n + 1) * 8, name_));
       DCR_RETURN_IF_ERROR(l.a[2].Reserve(n * 8, name_));
       if (m > 0) {
-        DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(l.a[0].as<void>(), write_addr, m * 8, cudaMemcpyHostToDevice, l.stream));
+        DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(l.a[0].as<void>(), write_addr, m * 8,
+                                                 cudaMemcpyHostToDevice, l.stream));
       }
-      DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(l.a[1].as<void>(), write_begin, (n + 1) * 8, cudaMemcpyHostToDevice, l.stream));
-      DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(l.a[2].as<void>(), new_bits, n * 8, cudaMemcpyHostToDevice, l.stream));
+      DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(l.a[1].as<void>(), write_begin, (n + 1) * 8,
+                                               cudaMemcpyHostToDevice, l.stream));
+      DCR_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(l.a[2].as<void>(), new_bits, n * 8, cudaMemcpyHostToDevice, l.stream));
       return LaunchScatter(l.a[0].as<uint64_t>(), l.a[1].as<uint64_t>(), l.a[2].as<uint64_t>(), n,
                            width, l.stream);
     });
@@ -201,7 +208,8 @@ class CudaDevice : public Device {
       StagingArray& index = l.a[1];
       DCR_RETURN_IF_ERROR(flags.Reserve(n * 4, name_));
       DCR_RETURN_IF_ERROR(index.Reserve(n * 8, name_));
-      DCR_RETURN_IF_ERROR(LaunchCompare(old_data, new_data, n, width, flags.as<uint32_t>(), l.stream));
+      DCR_RETURN_IF_ERROR(
+          LaunchCompare(old_data, new_data, n, width, flags.as<uint32_t>(), l.stream));
       Status scan = ExclusiveScan(flags.as<uint32_t>(), index.as<uint64_t>(), n, l.stream);
       if (scan.code() == StatusCode::kResourceExhausted) {
         return ResourceExhaustedError("out of device memory on " + name_ + ": " + scan.message());
@@ -209,8 +217,10 @@ class CudaDevice : public Device {
       DCR_RETURN_IF_ERROR(scan);
       uint64_t last_index = 0;
       uint32_t last_flag = 0;
-      DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&last_index, index.as<uint64_t>() + (n - 1), 8, cudaMemcpyDeviceToHost, l.stream));
-      DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&last_flag, flags.as<uint32_t>() + (n - 1), 4, cudaMemcpyDeviceToHost, l.stream));
+      DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&last_index, index.as<uint64_t>() + (n - 1), 8,
+                                               cudaMemcpyDeviceToHost, l.stream));
+      DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&last_flag, flags.as<uint32_t>() + (n - 1), 4,
+                                               cudaMemcpyDeviceToHost, l.stream));
       DCR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(l.stream));
       const uint64_t k = last_index + last_flag;
       for (int i = 2; i < 6; ++i) DCR_RETURN_IF_ERROR(l.a[i].Reserve(k * 8, name_));
@@ -223,9 +233,11 @@ class CudaDevice : public Device {
       r.old_bits.resize(k);
       r.new_bits.resize(k);
       if (k > 0) {
-        uint64_t* out[4] = {r.positions.data(), r.values.data(), r.old_bits.data(), r.new_bits.data()};
+        uint64_t* out[4] = {r.positions.data(), r.values.data(), r.old_bits.data(),
+                            r.new_bits.data()};
         for (int i = 0; i < 4; ++i) {
-          DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out[i], l.a[2 + i].as<void>(), k * 8, cudaMemcpyDeviceToHost, l.stream));
+          DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out[i], l.a[2 + i].as<void>(), k * 8,
+                                                   cudaMemcpyDeviceToHost, l.stream));
         }
       }
       return Status::OK();
@@ -243,7 +255,8 @@ class CudaDevice : public Device {
       DCR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(l.a[0].as<void>(), 0, 16, l.stream));
       DCR_RETURN_IF_ERROR(LaunchRangeHash(salt, data, width, begin, count,
                                           l.a[0].as<unsigned long long>(), l.stream));
-      DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h, l.a[0].as<void>(), 16, cudaMemcpyDeviceToHost, l.stream));
+      DCR_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(h, l.a[0].as<void>(), 16, cudaMemcpyDeviceToHost, l.stream));
       return Status::OK();
     }));
     return Hash128{h[0], h[1]};
@@ -254,9 +267,12 @@ class CudaDevice : public Device {
     unsigned long long first = bytes;
     DCR_RETURN_IF_ERROR(OnLane([&](Lane& l) -> Status {
       DCR_RETURN_IF_ERROR(l.a[0].Reserve(8, name_));
-      DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(l.a[0].as<void>(), &first, 8, cudaMemcpyHostToDevice, l.stream));
-      DCR_RETURN_IF_ERROR(LaunchFirstDifference(a, b, bytes, l.a[0].as<unsigned long long>(), l.stream));
-      DCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&first, l.a[0].as<void>(), 8, cudaMemcpyDeviceToHost, l.stream));
+      DCR_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(l.a[0].as<void>(), &first, 8, cudaMemcpyHostToDevice, l.stream));
+      DCR_RETURN_IF_ERROR(
+          LaunchFirstDifference(a, b, bytes, l.a[0].as<unsigned long long>(), l.stream));
+      DCR_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(&first, l.a[0].as<void>(), 8, cudaMemcpyDeviceToHost, l.stream));
       return Status::OK();
     }));
     return static_cast<uint64_t>(first);

@@ -20,7 +20,9 @@ StatusOr<std::shared_ptr<Device>> CurrentDevice(void* stream) {
     cudaGetLastError();
     return UnavailableError(std::string("CUDA: no usable device: ") + cudaGetErrorString(e));
   }
-  DCR_ASSIGN_OR_RETURN(std::unique_ptr<Device> d, OpenCudaDevice(index, stream != nullptr ? stream : static_cast<void*>(cudaStreamLegacy)));
+  DCR_ASSIGN_OR_RETURN(
+      std::unique_ptr<Device> d,
+      OpenCudaDevice(index, stream != nullptr ? stream : static_cast<void*>(cudaStreamLegacy)));
   return std::shared_ptr<Device>(std::move(d));
 }
 

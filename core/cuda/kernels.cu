@@ -1,10 +1,9 @@
 // Kernels of dcr::cuda. The per-element logic is internal/element_ops.h (shared with the CPU).
-#include "kernels.cuh"
-
 #include <cub/device/device_scan.cuh>
 
 #include "common.cuh"
 #include "internal/element_ops.h"
+#include "kernels.cuh"
 
 namespace dcr {
 namespace cuda {
@@ -128,7 +127,8 @@ Status LaunchFirstDifference(const void* a, const void* b, uint64_t bytes,
 Status LaunchGather(const uint64_t* read_addr, const uint64_t* values, uint64_t* old_bits,
                     uint64_t* new_bits, uint64_t n, int width, uint8_t mode, cudaStream_t s) {
   if (n == 0) return Status::OK();
-  GatherKernel<<<Blocks(n), kThreads, 0, s>>>(read_addr, values, old_bits, new_bits, n, width, mode);
+  GatherKernel<<<Blocks(n), kThreads, 0, s>>>(read_addr, values, old_bits, new_bits, n, width,
+                                              mode);
   return CudaStatus(cudaGetLastError(), "gather kernel");
 }
 
@@ -171,8 +171,8 @@ Status ExclusiveScan(const uint32_t* flags, uint64_t* index, uint64_t n, cudaStr
 Status LaunchRangeHash(uint64_t salt, const void* data, int width, uint64_t begin, uint64_t count,
                        unsigned long long* acc, cudaStream_t s) {
   if (count == 0) return Status::OK();
-  RangeHashKernel<<<Blocks(count), kThreads, 0, s>>>(salt, static_cast<const uint8_t*>(data),
-                                                     width, begin, count, acc);
+  RangeHashKernel<<<Blocks(count), kThreads, 0, s>>>(salt, static_cast<const uint8_t*>(data), width,
+                                                     begin, count, acc);
   return CudaStatus(cudaGetLastError(), "range hash kernel");
 }
 

@@ -11,13 +11,12 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "dcr/checkpoint.h"
 #include "dcr/status_macros.h"
@@ -63,7 +62,7 @@ std::string ScalarText(const json& v) {
 // else the measured one to three significant digits.
 std::string RateLabel(const ReportRow& r) {
   return r.configured_change_rate > 0 ? Pct(r.configured_change_rate)
-                                       : Fmt("%.3g%%", r.change_rate * 100.0);
+                                      : Fmt("%.3g%%", r.change_rate * 100.0);
 }
 
 double NominalRate(const ReportRow& r) {
@@ -115,7 +114,8 @@ namespace {
 Status AddNodeResult(const json& j, const std::string& source, Report* report) {
   if (!j["rank"].is_number_integer() || !j["role"].is_string() || !j.contains("ok") ||
       !j["ok"].is_boolean()) {
-    return InvalidArgumentError(source + ": a node result needs integer 'rank', string 'role' "
+    return InvalidArgumentError(source +
+                                ": a node result needs integer 'rank', string 'role' "
                                 "and boolean 'ok'");
   }
   auto number = [&j](const char* key) {
@@ -179,8 +179,8 @@ Status AddResult(const std::string& json_text, const std::string& source, Report
         return InvalidArgumentError(where + ": missing string key '" + std::string(key) + "'");
       }
     }
-    for (const char* key : {"change_rate", "refit_seconds", "wire_bytes", "receivers",
-                            "receivers_verified"}) {
+    for (const char* key :
+         {"change_rate", "refit_seconds", "wire_bytes", "receivers", "receivers_verified"}) {
       if (!r.contains(key) || !r[key].is_number()) {
         return InvalidArgumentError(where + ": missing numeric key '" + std::string(key) + "'");
       }
@@ -217,7 +217,9 @@ Status AddResult(const std::string& json_text, const std::string& source, Report
       if (k.size() > 5 && k.compare(k.size() - 5, 5, ".json") == 0) continue;  // verbatim files
       std::string value = ScalarText(v);
       std::replace(value.begin(), value.end(), '\n', ' ');
-      if (value.size() > 400) value = value.substr(0, 80) + "... (" + std::to_string(value.size()) + " chars, see the result file)";
+      if (value.size() > 400)
+        value = value.substr(0, 80) + "... (" + std::to_string(value.size()) +
+                " chars, see the result file)";
       text << "; " << k << ": " << value;
     }
   }
@@ -375,10 +377,10 @@ void RenderNodes(const Report& report, std::ostringstream& md) {
         "receivers committed | declared dead | error |\n";
   md << "|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const NodeRow& n : report.nodes) {
-    md << "| " << n.source << " | " << n.rank << " | " << n.role << " | "
-       << (n.ok ? "yes" : "no") << " | " << (n.verified ? "yes" : "no") << " | "
-       << Fmt("%.2f", n.seconds) << " | " << Fmt("%.2f", n.bytes_received / 1e6) << " | "
-       << Fmt("%.2f", n.bytes_sent / 1e6) << " | " << n.receivers_committed << " | "
+    md << "| " << n.source << " | " << n.rank << " | " << n.role << " | " << (n.ok ? "yes" : "no")
+       << " | " << (n.verified ? "yes" : "no") << " | " << Fmt("%.2f", n.seconds) << " | "
+       << Fmt("%.2f", n.bytes_received / 1e6) << " | " << Fmt("%.2f", n.bytes_sent / 1e6) << " | "
+       << n.receivers_committed << " | "
        << (n.declared_dead.empty() ? "-" : Cell(n.declared_dead, '|')) << " | "
        << (n.error.empty() ? "-" : Cell(n.error, '|')) << " |\n";
   }
@@ -401,8 +403,7 @@ std::string RenderMarkdown(const Report& report) {
   for (const ReportRow& r : report.rows) {
     md << "| " << r.model << " | " << Pct(r.change_rate) << " | "
        << (r.configured_change_rate > 0 ? Pct(r.configured_change_rate) : "-") << " | "
-       << r.transport << " | "
-       << r.method << " | " << Fmt("%.1f", r.refit_seconds) << " | "
+       << r.transport << " | " << r.method << " | " << Fmt("%.1f", r.refit_seconds) << " | "
        << Fmt("%.2f", r.wire_bytes / 1e9) << " | " << r.receivers_verified << "/" << r.receivers
        << " | " << (r.speedup > 0 ? Fmt("%.1fx", r.speedup) : "-") << " | "
        << (r.delta_ratio > 0 ? Fmt("%.1fx", r.delta_ratio) : "-") << " | " << r.mode << " |\n";
@@ -426,8 +427,8 @@ std::string RenderNodesCsv(const Report& report) {
     csv << Cell(n.source, ',') << "," << n.rank << "," << n.role << "," << (n.ok ? 1 : 0) << ","
         << (n.verified ? 1 : 0) << "," << Fmt("%.6f", n.seconds) << ","
         << Fmt("%.0f", n.bytes_received) << "," << Fmt("%.0f", n.bytes_sent) << ","
-        << n.receivers_committed << "," << Cell(n.declared_dead, ',') << ","
-        << Cell(n.error, ',') << "\n";
+        << n.receivers_committed << "," << Cell(n.declared_dead, ',') << "," << Cell(n.error, ',')
+        << "\n";
   }
   return csv.str();
 }
@@ -440,10 +441,9 @@ std::string RenderCsv(const Report& report) {
   for (const ReportRow& r : report.rows) {
     csv << r.source << "," << r.scenario << "," << r.mode << "," << r.model << "," << r.method
         << "," << r.transport << "," << Fmt("%.6g", r.change_rate) << ","
-        << Fmt("%.6g", r.configured_change_rate) << ","
-        << Fmt("%.6f", r.refit_seconds) << "," << Fmt("%.0f", r.wire_bytes) << ","
-        << r.receivers << "," << r.receivers_verified << "," << Fmt("%.4f", r.speedup) << ","
-        << Fmt("%.4f", r.delta_ratio) << "\n";
+        << Fmt("%.6g", r.configured_change_rate) << "," << Fmt("%.6f", r.refit_seconds) << ","
+        << Fmt("%.0f", r.wire_bytes) << "," << r.receivers << "," << r.receivers_verified << ","
+        << Fmt("%.4f", r.speedup) << "," << Fmt("%.4f", r.delta_ratio) << "\n";
   }
   return csv.str();
 }
@@ -632,22 +632,21 @@ Status WriteReport(const Report& report, const ReportOptions& options) {
     if (r.speedup > 0) speed.value[{GroupLabel(r), r.transport}] = r.speedup;
   }
   DCR_RETURN_IF_ERROR(WriteFileAtomic(dir + "/refit_time.dat", DatFile(times)));
-  DCR_RETURN_IF_ERROR(RunGnuplot(options.gnuplot, dir, "refit_time",
-                                 Plot(times, dir + "/refit_time.dat",
-                                      "Refit time, delta against the full checkpoint (" +
-                                          ModeWords(report.rows) + ReceiversWords(report.rows) +
-                                          ")",
-                                      "refit time (s, log scale)", true,
-                                      ReferenceLines(report, times))));
+  DCR_RETURN_IF_ERROR(
+      RunGnuplot(options.gnuplot, dir, "refit_time",
+                 Plot(times, dir + "/refit_time.dat",
+                      "Refit time, delta against the full checkpoint (" + ModeWords(report.rows) +
+                          ReceiversWords(report.rows) + ")",
+                      "refit time (s, log scale)", true, ReferenceLines(report, times))));
   if (!speed.series.empty()) {
     DCR_RETURN_IF_ERROR(WriteFileAtomic(dir + "/speedup.dat", DatFile(speed)));
-    DCR_RETURN_IF_ERROR(RunGnuplot(options.gnuplot, dir, "speedup",
-                                   Plot(speed, dir + "/speedup.dat",
-                                        "Speedup of the delta over the full checkpoint on the "
-                                        "same transport (" +
-                                            ModeWords(report.rows) + ")",
-                                        "full time / delta time (x)", false,
-                                        "set yrange [0:*]\n")));
+    DCR_RETURN_IF_ERROR(
+        RunGnuplot(options.gnuplot, dir, "speedup",
+                   Plot(speed, dir + "/speedup.dat",
+                        "Speedup of the delta over the full checkpoint on the "
+                        "same transport (" +
+                            ModeWords(report.rows) + ")",
+                        "full time / delta time (x)", false, "set yrange [0:*]\n")));
   }
   return Status::OK();
 }

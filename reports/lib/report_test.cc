@@ -1,5 +1,6 @@
 #include "dcr/reports/report.h"
 
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,8 +10,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace dcr::reports {
 namespace {
@@ -153,7 +152,8 @@ TEST(ReportTest, MalformedResultsNameTheKey) {
   Report r;
   Status s = AddResult(R"({"scenario":"x","mode":"sim","model":"m","runs":[{"method":"delta",
       "transport":"relay_tree","change_rate":0.03,"wire_bytes":1,"receivers":1,
-      "receivers_verified":1}]})", "b.json", &r);
+      "receivers_verified":1}]})",
+                       "b.json", &r);
   EXPECT_TRUE(s.IsInvalidArgument());
   EXPECT_NE(s.message().find("runs[0]"), std::string::npos) << s;
   EXPECT_NE(s.message().find("refit_seconds"), std::string::npos) << s;

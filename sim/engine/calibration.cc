@@ -2,9 +2,8 @@
 
 #include <algorithm>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "dcr/status_macros.h"
 
@@ -59,8 +58,7 @@ StatusOr<nlohmann::json> InlineOrFile(const nlohmann::json& block, const std::st
   return nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
 }
 
-double InterpCommit(const std::vector<CommitPoint>& pts, double rate,
-                    double CommitPoint::*field) {
+double InterpCommit(const std::vector<CommitPoint>& pts, double rate, double CommitPoint::*field) {
   std::vector<RatePoint> as_rates;
   for (const CommitPoint& c : pts) {
     RatePoint p;
@@ -98,7 +96,8 @@ StatusOr<std::vector<CommitPoint>> ParseCommitRates(const nlohmann::json& rates,
     if (e.contains("durable_apply_cpu_s_per_storage_byte")) {
       const nlohmann::json& v = e["durable_apply_cpu_s_per_storage_byte"];
       if (!v.is_number() || !(v.get<double>() >= 0)) {
-        return InvalidArgumentError(at + ": key 'durable_apply_cpu_s_per_storage_byte' must be a "
+        return InvalidArgumentError(at +
+                                    ": key 'durable_apply_cpu_s_per_storage_byte' must be a "
                                     "number >= 0");
       }
       c.apply_cpu_s_per_storage_byte = v.get<double>();
@@ -166,8 +165,8 @@ StatusOr<Calibration> ParseCalibration(const std::string& json_text, const std::
     c.available_cores = j["available_cores"].get<double>();
   }
   for (auto [key, field] : {std::pair{"commitment_bytes_per_s", &c.commitment_bytes_per_s},
-                             {"commitment_wall_bytes_per_s", &c.commitment_wall_bytes_per_s},
-                             {"verify_bytes_per_s", &c.verify_bytes_per_s}}) {
+                            {"commitment_wall_bytes_per_s", &c.commitment_wall_bytes_per_s},
+                            {"verify_bytes_per_s", &c.verify_bytes_per_s}}) {
     if (!j.contains(key)) continue;
     DCR_ASSIGN_OR_RETURN(*field, PositiveNumber(j, key, "calibration " + source));
   }
@@ -229,7 +228,8 @@ StatusOr<Calibration> ParseCalibration(const std::string& json_text, const std::
     DCR_ASSIGN_OR_RETURN(nlohmann::json t, InlineOrFile(j["tls"], source, &where, &c.tls_source));
     if (!t.is_object() || !t.contains("tls_cpu_s_per_byte") ||
         !t["tls_cpu_s_per_byte"].is_object()) {
-      return InvalidArgumentError(where + ": must be the JSON of dcr_bench_tls --json, with "
+      return InvalidArgumentError(where +
+                                  ": must be the JSON of dcr_bench_tls --json, with "
                                   "'tls_cpu_s_per_byte': {send, recv}");
     }
     const nlohmann::json& per = t["tls_cpu_s_per_byte"];
@@ -285,7 +285,8 @@ StatusOr<Calibration> ParseCalibration(const std::string& json_text, const std::
     DCR_ASSIGN_OR_RETURN(nlohmann::json t,
                          InlineOrFile(j["durability"], source, &where, &c.commit_source));
     if (!t.is_object() || !t.contains("rates")) {
-      return InvalidArgumentError(where + ": must be the JSON of dcr bench pipeline --json, "
+      return InvalidArgumentError(where +
+                                  ": must be the JSON of dcr bench pipeline --json, "
                                   "with 'rates'");
     }
     DCR_ASSIGN_OR_RETURN(c.commit, ParseCommitRates(t["rates"], where));

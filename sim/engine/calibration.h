@@ -68,7 +68,7 @@ struct RatePoint {
 // The durable receiver's commit at one change rate.
 struct CommitPoint {
   double change_rate = 0;
-  double s_per_storage_byte = 0;     // wall seconds of Commit per byte of receiver storage
+  double s_per_storage_byte = 0;       // wall seconds of Commit per byte of receiver storage
   double plain_write_bytes_per_s = 0;  // reference write + fdatasync, same run (0: absent)
   // CPU seconds per byte of storage the durable apply adds to a plain one (write faults on the
   // mapping, writeback started per chunk; optional, 0 when absent).
@@ -91,15 +91,15 @@ struct Calibration {
   double verify_bytes_per_s = 0;
   bool has_commitment() const { return commitment_bytes_per_s > 0; }
   std::vector<RatePoint> rates;  // sorted by change_rate
-  bool has_tls = false;  // a "tls" block was given
-  std::string tls_source;  // the file it came from
-  bool has_signing = false;  // a "signing" block was given
+  bool has_tls = false;          // a "tls" block was given
+  std::string tls_source;        // the file it came from
+  bool has_signing = false;      // a "signing" block was given
   std::string signing_source;
-  double sha256_s_per_byte = 0;       // SHA-256 of chunk records, one core
-  double sign_s_per_manifest = 0;     // Ed25519 signature of one manifest record
-  double verify_s_per_manifest = 0;   // its verification
+  double sha256_s_per_byte = 0;      // SHA-256 of chunk records, one core
+  double sign_s_per_manifest = 0;    // Ed25519 signature of one manifest record
+  double verify_s_per_manifest = 0;  // its verification
   double chunks_per_manifest = 32;
-  double signed_size_ratio = 1;       // signed stream bytes / unsigned
+  double signed_size_ratio = 1;  // signed stream bytes / unsigned
   double tls_send_s_per_byte = 0, tls_recv_s_per_byte = 0;
   double tcp_send_s_per_byte = 0, tcp_recv_s_per_byte = 0;  // plain TCP (0: not calibrated)
   // The durable receivers' commit (sorted by change_rate); empty when not calibrated.

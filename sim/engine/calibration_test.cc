@@ -2,13 +2,12 @@
 // beside the calibration, and the errors that name a bad key.
 #include "calibration.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
 #include <string>
-
-#include <gtest/gtest.h>
 
 namespace dcr::sim::internal {
 namespace {
@@ -17,9 +16,10 @@ const char* kRates = R"("memcpy_bytes_per_s": 6e9,
   "rates": [{"change_rate": 0.03, "encode_bytes_per_s": 2e9, "decode_apply_bytes_per_s": 5e9}])";
 
 TEST(CalibrationTest, TlsBlockInline) {
-  auto c = ParseCalibration(std::string("{") + kRates +
-                                R"(, "tls": {"bytes": 1, "tls_cpu_s_per_byte": {"send": 5e-10, "recv": 7e-10}}})",
-                            "inline.json");
+  auto c = ParseCalibration(
+      std::string("{") + kRates +
+          R"(, "tls": {"bytes": 1, "tls_cpu_s_per_byte": {"send": 5e-10, "recv": 7e-10}}})",
+      "inline.json");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_TRUE(c->has_tls);
   EXPECT_EQ(c->tls_send_s_per_byte, 5e-10);
@@ -49,8 +49,8 @@ TEST(CalibrationTest, CommitmentRatePerCoreAndItsWallVariant) {
   EXPECT_EQ(c->verify_bytes_per_s, 2.5e9);
   c->UseWallClock();
   EXPECT_EQ(c->commitment_bytes_per_s, 1.2e9);
-  auto bad = ParseCalibration(std::string("{") + kRates + R"(, "commitment_bytes_per_s": 0})",
-                              "x.json");
+  auto bad =
+      ParseCalibration(std::string("{") + kRates + R"(, "commitment_bytes_per_s": 0})", "x.json");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("commitment_bytes_per_s"), std::string::npos);
 }
@@ -92,9 +92,8 @@ TEST(CalibrationTest, ContextKeysPerRate) {
       R"("encode_bytes_per_s": 2e9, "decode_apply_bytes_per_s": 5e9, "payload_bytes": 900,
          "context_payload_bytes": 600, "context_encode_bytes_per_s": 1e9,
          "context_decode_apply_bytes_per_s": 3e9)";
-  auto c = ParseCalibration(R"({"memcpy_bytes_per_s": 6e9, "rates": [{"change_rate": 0.03, )" +
-                                rate + "}]}",
-                            "ctx.json");
+  auto c = ParseCalibration(
+      R"({"memcpy_bytes_per_s": 6e9, "rates": [{"change_rate": 0.03, )" + rate + "}]}", "ctx.json");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_TRUE(c->has_context);
   EXPECT_EQ(c->ContextEncodeBytesPerS(0.03), 1e9);
@@ -126,12 +125,12 @@ TEST(CalibrationTest, ContextKeysPerRate) {
 }
 
 TEST(CalibrationTest, SigningBlock) {
-  auto c = ParseCalibration(
-      std::string("{") + kRates +
-          R"(, "signing": {"sha256_bytes_per_s": 2e9, "ed25519_signs_per_s": 2e4,
+  auto c =
+      ParseCalibration(std::string("{") + kRates +
+                           R"(, "signing": {"sha256_bytes_per_s": 2e9, "ed25519_signs_per_s": 2e4,
                "ed25519_verifies_per_s": 1e4, "chunks": 320, "manifests": 10,
                "delta_bytes": 1000, "signed_delta_bytes": 1002}})",
-      "sign.json");
+                       "sign.json");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_TRUE(c->has_signing);
   EXPECT_DOUBLE_EQ(c->sha256_s_per_byte, 0.5e-9);
@@ -142,8 +141,7 @@ TEST(CalibrationTest, SigningBlock) {
   auto bad = ParseCalibration(
       std::string("{") + kRates + R"(, "signing": {"sha256_bytes_per_s": 2e9}})", "bad.json");
   EXPECT_TRUE(bad.status().IsInvalidArgument());
-  EXPECT_NE(bad.status().message().find("ed25519_signs_per_s"), std::string::npos)
-      << bad.status();
+  EXPECT_NE(bad.status().message().find("ed25519_signs_per_s"), std::string::npos) << bad.status();
 }
 
 TEST(CalibrationTest, CommitKeysPerRateOrInABlock) {

@@ -2,6 +2,7 @@
 
 #include <sys/wait.h>
 #include <unistd.h>
+#include <xbt/log.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -11,12 +12,10 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <string>
-#include <variant>
-
 #include <nlohmann/json.hpp>
 #include <simgrid/s4u.hpp>
-#include <xbt/log.h>
+#include <string>
+#include <variant>
 
 #include "dcr/delta.h"
 #include "dcr/policy_host.h"
@@ -27,8 +26,8 @@ namespace sg4 = simgrid::s4u;
 namespace dcr::sim::internal {
 
 double StreamRateCap(double tcp_gamma, double real_window, double rtt, int pieces_in_flight) {
-  double w = real_window > 0 ? std::min(real_window, tcp_gamma > 0 ? tcp_gamma : real_window)
-                             : tcp_gamma;
+  double w =
+      real_window > 0 ? std::min(real_window, tcp_gamma > 0 ? tcp_gamma : real_window) : tcp_gamma;
   if (!(w > 0) || !(rtt > 0)) return 0;  // no cap
   return w / rtt / std::max(1, pieces_in_flight);
 }
@@ -68,15 +67,29 @@ double OneWayNetLatency(const PlatformSpec& p, int region_a, int region_b) {
 }
 
 enum class TagKind {
-  kRecv, kSend, kControl, kBuild, kApply, kPut, kFetch, kList, kTimer, kFetchReq, kStreamFree,
-  kEncrypt, kDecrypt, kCommitment, kSenderCommitment, kVerify
+  kRecv,
+  kSend,
+  kControl,
+  kBuild,
+  kApply,
+  kPut,
+  kFetch,
+  kList,
+  kTimer,
+  kFetchReq,
+  kStreamFree,
+  kEncrypt,
+  kDecrypt,
+  kCommitment,
+  kSenderCommitment,
+  kVerify
 };
 
 struct Tag {
   TagKind kind = TagKind::kRecv;
-  action::Send send;   // kSend, kEncrypt
-  BlobInfo blob;       // kBuild (id), kApply, kPut, kFetch, kCommitment (the trailer)
-  Msg data;            // kDecrypt: the piece being decrypted
+  action::Send send;  // kSend, kEncrypt
+  BlobInfo blob;      // kBuild (id), kApply, kPut, kFetch, kCommitment (the trailer)
+  Msg data;           // kDecrypt: the piece being decrypted
 };
 
 // What one actor is: its place in the world (actor index; the mailbox, host and region tables)
@@ -245,7 +258,8 @@ class NodeActor : public NodeEnvironment {
   void StartFetchReply(const BlobInfo& blob) {
     const int region = w_->node_region[id_];
     sg4::CommPtr c = HostComm(w_->platform.store, host_, blob.size, StoreCap(region));
-    if (region != spec().platform.store_region) w_->out.wire_bytes += static_cast<double>(blob.size);
+    if (region != spec().platform.store_region)
+      w_->out.wire_bytes += static_cast<double>(blob.size);
     Tag t;
     t.kind = TagKind::kFetch;
     t.blob = blob;
@@ -275,7 +289,6 @@ class NodeActor : public NodeEnvironment {
                       (region != spec().platform.store_region ? spec().platform.wan_latency : 0.0));
     return StreamRateCap(spec().tcp_gamma, spec().real_window, rtt, 1);
   }
-
 
   // ---- NodeEnvironment ----
 
@@ -345,8 +358,7 @@ class NodeActor : public NodeEnvironment {
       const SimBlob& sb = blobs().at(ap.blob.id);
       // An edge relay of a split: the transcoding runs on the host of the blob's chunk range.
       sg4::ExecPtr e = sg4::this_actor::exec_init(std::max(sb.apply_flops, 1.0));
-      e->set_host(w_->platform.edges.at(
-          static_cast<size_t>(spec().edge_range_of.at(ap.blob.id))));
+      e->set_host(w_->platform.edges.at(static_cast<size_t>(spec().edge_range_of.at(ap.blob.id))));
       e->start();
       Tag t;
       t.kind = TagKind::kApply;
@@ -371,8 +383,7 @@ class NodeActor : public NodeEnvironment {
     const SimBlob& sb = blobs().at(blob.id);
     // A durable receiver's trailer apply is its commit: its version log's fsyncs and the journal's
     // record, a wait on the disk (timed on the clock host, no core taken) after every chunk.
-    sg4::ExecPtr e = role_.receiver && blob.kind == BlobKind::kTrailer &&
-                             spec().commit_seconds > 0
+    sg4::ExecPtr e = role_.receiver && blob.kind == BlobKind::kTrailer && spec().commit_seconds > 0
                          ? Delay(spec().commit_seconds + sb.apply_flops / kHostFlops)
                          : Compute(std::max(sb.apply_flops, 1.0));
     Tag t;
@@ -599,10 +610,10 @@ class NodeActor : public NodeEnvironment {
             b.id = tag.blob.id;
             auto* m = new Msg{Msg::kProduced, pid_, b, 0, 0, 0, nullptr};
             // Several edge relays: the plain form crosses the region to the root's host.
-            const uint64_t bytes = spec().edge_range_of.empty()
-                                       ? kControlBytes
-                                       : std::max<uint64_t>(kControlBytes,
-                                                            spec().blobs.at(b.id).info.size);
+            const uint64_t bytes =
+                spec().edge_range_of.empty()
+                    ? kControlBytes
+                    : std::max<uint64_t>(kControlBytes, spec().blobs.at(b.id).info.size);
             sg4::CommPtr c = w_->mailbox[role_.notify]->put_init(m, bytes);
             c->start();
             ++w_->out.comms;
@@ -672,16 +683,25 @@ class NodeActor : public NodeEnvironment {
 nlohmann::json OutcomeToJson(const RunOutcome& o) {
   nlohmann::json rs = nlohmann::json::array();
   for (const NodeOutcome& n : o.receivers) {
-    rs.push_back({{"committed", n.committed}, {"complete", n.complete},
-                  {"commit_at", n.commit_at}, {"bytes_received", n.bytes_received},
+    rs.push_back({{"committed", n.committed},
+                  {"complete", n.complete},
+                  {"commit_at", n.commit_at},
+                  {"bytes_received", n.bytes_received},
                   {"error", n.error}});
   }
-  return {{"first_built", o.first_built}, {"last_built", o.last_built}, {"end", o.end},
+  return {{"first_built", o.first_built},
+          {"last_built", o.last_built},
+          {"end", o.end},
           {"tree_committed", o.tree_committed},
-          {"refit_seconds", o.refit_seconds}, {"wire_bytes", o.wire_bytes},
-          {"store_put_bytes", o.store_put_bytes}, {"store_get_bytes", o.store_get_bytes},
-          {"comms", o.comms}, {"sim_clock", o.sim_clock}, {"receivers", rs},
-          {"tls_cpu_seconds", o.tls_cpu_seconds}, {"sender_ready", o.sender_ready},
+          {"refit_seconds", o.refit_seconds},
+          {"wire_bytes", o.wire_bytes},
+          {"store_put_bytes", o.store_put_bytes},
+          {"store_get_bytes", o.store_get_bytes},
+          {"comms", o.comms},
+          {"sim_clock", o.sim_clock},
+          {"receivers", rs},
+          {"tls_cpu_seconds", o.tls_cpu_seconds},
+          {"sender_ready", o.sender_ready},
           {"error", o.error}};
 }
 
@@ -740,13 +760,13 @@ RunOutcome RunInThisProcess(const RunSpec& spec) {
   sg4::Engine::set_config("network/loopback-lat", 1e-6);
   PlatformSpec plat = spec.platform;
   // Clock jobs never share a core: per node one timer, one LIST and its GET requests.
-  plat.clock_cores = (spec.receivers + 2) * (3 + std::max(spec.relay.max_parallel_fetches,
-                                                          spec.relay.max_parallel_puts));
+  plat.clock_cores = (spec.receivers + 2) *
+                     (3 + std::max(spec.relay.max_parallel_fetches, spec.relay.max_parallel_puts));
   w.platform = BuildPlatform(plat);
 
-  // Actors 0 .. receivers: the tree (0 = its root). With an edge relay, the root is the edge relay's
-  // forwarding side on the edge host, and two more actors carry the long-link stream: the sender
-  // (receivers + 1, on the train host) and the edge relay's receiving side (receivers + 2).
+  // Actors 0 .. receivers: the tree (0 = its root). With an edge relay, the root is the edge
+  // relay's forwarding side on the edge host, and two more actors carry the long-link stream: the
+  // sender (receivers + 1, on the train host) and the edge relay's receiving side (receivers + 2).
   const bool edge = spec.edge_relay;
   const int wan_sender = spec.receivers + 1, edge_receiver = spec.receivers + 2;
   const int nodes = spec.receivers + (edge ? 3 : 1);
@@ -794,11 +814,10 @@ RunOutcome RunInThisProcess(const RunSpec& spec) {
         return MakeTreePolicy(wan_tree, pid, *opts);
       };
     }
-    sg4::ActorPtr a = sg4::Actor::create(
-        "node-" + std::to_string(i), w.node_host[i], [&w, role]() {
-          NodeActor node(&w, role);
-          node();
-        });
+    sg4::ActorPtr a = sg4::Actor::create("node-" + std::to_string(i), w.node_host[i], [&w, role]() {
+      NodeActor node(&w, role);
+      node();
+    });
     w.mailbox[i]->set_receiver(a);
   }
   engine.run();
@@ -868,9 +887,8 @@ StatusOr<RunOutcome> FinishChild(const Child& child) {
   while (::waitpid(child.pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (WIFSIGNALED(status)) {
-    return InternalError("simulation process died with signal " +
-                         std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) +
-                         ")");
+    return InternalError("simulation process died with signal " + std::to_string(WTERMSIG(status)) +
+                         " (" + strsignal(WTERMSIG(status)) + ")");
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     return InternalError("simulation process exited with code " +

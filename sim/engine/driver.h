@@ -59,19 +59,19 @@ struct SimBlob {
 
 struct RunSpec {
   PlatformSpec platform;
-  bool object_store = false;        // uploader + downloaders; else a relay tree
+  bool object_store = false;  // uploader + downloaders; else a relay tree
   int receivers = 1;
-  int receivers_per_host = 1;       // rollout host of receiver i (1-based node i) = (i-1)/per_host
-  Topology topology;                // relay tree over nodes 0..receivers (node 0: sender)
-  RelayOptions relay;               // the nodes' policy options (plan.h PlanRun)
-  std::vector<SimBlob> blobs;       // header, chunks, trailer in id order
-  int build_parallel = 1;           // concurrent build jobs on the sender
-  int build_window = 1;             // ProductionOrder window, in chunks (>= 1)
-  double tcp_gamma = 4194304;       // bytes: one TCP stream's window cap
-  double real_window = 8 << 20;     // bytes in flight per stream of the real transport
-  int pieces_in_flight = 8;         // window / piece of the simulated transport (>= 1)
+  int receivers_per_host = 1;    // rollout host of receiver i (1-based node i) = (i-1)/per_host
+  Topology topology;             // relay tree over nodes 0..receivers (node 0: sender)
+  RelayOptions relay;            // the nodes' policy options (plan.h PlanRun)
+  std::vector<SimBlob> blobs;    // header, chunks, trailer in id order
+  int build_parallel = 1;        // concurrent build jobs on the sender
+  int build_window = 1;          // ProductionOrder window, in chunks (>= 1)
+  double tcp_gamma = 4194304;    // bytes: one TCP stream's window cap
+  double real_window = 8 << 20;  // bytes in flight per stream of the real transport
+  int pieces_in_flight = 8;      // window / piece of the simulated transport (>= 1)
   std::string network_model = "CM02";
-  double loopback_bandwidth = 1e10; // same-host messages
+  double loopback_bandwidth = 1e10;  // same-host messages
   // Mutual TLS on relay-tree edges (network.tls): CPU seconds per byte that each data piece costs
   // the sending end (encryption on the stream's writer, concurrent with its transfer; the stream
   // accepts the next piece when both are done) and the receiving end (decryption as the records
@@ -124,26 +124,26 @@ struct RunSpec {
 
 struct NodeOutcome {
   bool committed = false;
-  bool complete = false;     // every blob applied exactly once before commit
-  double commit_at = 0;      // simulated seconds since the start
+  bool complete = false;  // every blob applied exactly once before commit
+  double commit_at = 0;   // simulated seconds since the start
   uint64_t bytes_received = 0;
   std::string error;
 };
 
 struct RunOutcome {
-  double first_built = -1;   // simulated time the first chunk was built
+  double first_built = -1;  // simulated time the first chunk was built
   double last_built = 0;
-  double end = 0;            // last receiver committed (as the real runner measures)
-  double tree_committed = 0; // relay: the sender learnt that every receiver committed
-  double refit_seconds = 0;  // end - first_built
-  double wire_bytes = 0;     // over the inter-region link
+  double end = 0;             // last receiver committed (as the real runner measures)
+  double tree_committed = 0;  // relay: the sender learnt that every receiver committed
+  double refit_seconds = 0;   // end - first_built
+  double wire_bytes = 0;      // over the inter-region link
   double store_put_bytes = 0, store_get_bytes = 0;
-  uint64_t comms = 0;        // Comms started (messages simulated)
-  double tls_cpu_seconds = 0;  // CPU charged for TLS on every endpoint together
-  double sender_ready = 0;     // simulated time the sender's commitment was done (0: none)
-  double sim_clock = 0;      // Engine clock when run() returned
+  uint64_t comms = 0;                  // Comms started (messages simulated)
+  double tls_cpu_seconds = 0;          // CPU charged for TLS on every endpoint together
+  double sender_ready = 0;             // simulated time the sender's commitment was done (0: none)
+  double sim_clock = 0;                // Engine clock when run() returned
   std::vector<NodeOutcome> receivers;  // index = node - 1
-  std::string error;         // first failure, or a deadlock note
+  std::string error;                   // first failure, or a deadlock note
 };
 
 // The policy node `node` of `spec` runs (hosted by PolicyHost): uploader/downloader for an

@@ -1,11 +1,11 @@
 // Analytic checks of the platform and the driver (each simulation in its own child process).
 #include "driver.h"
 
-#include <cmath>
-
 #include <gtest/gtest.h>
-#include <simgrid/s4u.hpp>
 #include <xbt/log.h>
+
+#include <cmath>
+#include <simgrid/s4u.hpp>
 
 #include "platform.h"
 #include "sim_test_util.h"
@@ -65,9 +65,9 @@ TEST(DriverTest, StreamRateCapIsWindowOverRtt) {
   PlatformSpec spec = TwoRegions(381e6, 0.035);
   double rtt = 2 * (0.035 + 2e-4);
   double cap = StreamRateCap(4194304, 8 << 20, rtt, 1);
-  EXPECT_NEAR(cap, 4194304 / rtt, 1e-6);                        // gamma < window: gamma wins
+  EXPECT_NEAR(cap, 4194304 / rtt, 1e-6);  // gamma < window: gamma wins
   EXPECT_NEAR(StreamRateCap(4194304, 1 << 20, rtt, 1), (1 << 20) / rtt, 1e-6);  // window wins
-  EXPECT_NEAR(StreamRateCap(4194304, 8 << 20, rtt, 8), cap / 8, 1e-9);  // shared by pieces
+  EXPECT_NEAR(StreamRateCap(4194304, 8 << 20, rtt, 8), cap / 8, 1e-9);          // shared by pieces
   EXPECT_EQ(StreamRateCap(0, 0, rtt, 1), 0.0);
   std::vector<double> t = InChild([&] { return OneMessage(spec, 1e9, cap); });
   ASSERT_EQ(t.size(), 1u);

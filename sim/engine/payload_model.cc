@@ -143,7 +143,10 @@ double CalibrateLr(double rate, const PayloadModelOptions& o) {
   for (int it = 0; it < 30; ++it) {
     double mid = std::sqrt(lo * hi);
     Trained t = TrainSample(draws, DType::kBF16, mid, o);
-    if (ChangedFraction(t) < rate) lo = mid; else hi = mid;
+    if (ChangedFraction(t) < rate)
+      lo = mid;
+    else
+      hi = mid;
     if (hi / lo < 1.03) break;
   }
   return std::sqrt(lo * hi);
@@ -156,8 +159,8 @@ uint64_t JsonEntryBytes(const TensorSpec& t, uint64_t offset) {
     if (i) s += ",";
     s += std::to_string(t.shape[i]);
   }
-  s += "],\"data_offsets\":[" + std::to_string(offset) + "," +
-       std::to_string(offset + t.nbytes()) + "]},";
+  s += "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + t.nbytes()) +
+       "]},";
   return s.size();
 }
 
@@ -236,9 +239,9 @@ StatusOr<PayloadModel> MeasurePayload(const ModelConfig& cfg, double change_rate
       }
     }
     cp.measured_rate = static_cast<double>(ch.positions.size()) / cp.sample_elems;
-    DCR_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes,
-                         EncodeChunk(ch, ChooseValueMode(ValuePolicy::kAuto, a.dtype), {salt},
-                                     o.zstd_level));
+    DCR_ASSIGN_OR_RETURN(
+        std::vector<uint8_t> bytes,
+        EncodeChunk(ch, ChooseValueMode(ValuePolicy::kAuto, a.dtype), {salt}, o.zstd_level));
     cp.bytes_per_element = static_cast<double>(bytes.size()) / cp.sample_elems;
     cp.payload_bytes = cp.bytes_per_element * cp.elements;
     payload += cp.payload_bytes;

@@ -4,13 +4,13 @@
 // of the inventory belongs to an element class (dtype x initialisation kind: "weight" matrices and
 // embeddings ~N(0, 0.02), "norm" vectors ~1 + N(0, 0.05)). For each class present, a sample of up
 // to `sample_elems` FP32 masters is trained with the synthetic AdamW step of dcr/testing/synth.h
-// (AdamWStep, gradients = grad_snr * persistent + fresh noise, `warmup_steps` steps, then one measured step),
-// cast to the class dtype (BF16 with round-to-nearest-even, or F32 bits), and the changes of the
-// measured step are encoded with EncodeChunk (delta.h) exactly as one grid cell of the real delta.
-// One learning rate is used for every class (as a trainer does) and calibrated by bisection so the
-// "weight" BF16 class changes at the requested rate. Bytes per element of each class are then
-// scaled to the class's element count in the inventory; the header (inventory JSON) and trailer
-// (chunk table) sizes are added. No assumed compression ratio enters.
+// (AdamWStep, gradients = grad_snr * persistent + fresh noise, `warmup_steps` steps, then one
+// measured step), cast to the class dtype (BF16 with round-to-nearest-even, or F32 bits), and the
+// changes of the measured step are encoded with EncodeChunk (delta.h) exactly as one grid cell of
+// the real delta. One learning rate is used for every class (as a trainer does) and calibrated by
+// bisection so the "weight" BF16 class changes at the requested rate. Bytes per element of each
+// class are then scaled to the class's element count in the inventory; the header (inventory JSON)
+// and trailer (chunk table) sizes are added. No assumed compression ratio enters.
 //
 // Deterministic: a pure function of (preset, change_rate, options). Thread safety: pure functions.
 #ifndef DCR_SIM_ENGINE_PAYLOAD_MODEL_H_
@@ -27,25 +27,25 @@
 namespace dcr::sim::internal {
 
 struct PayloadModelOptions {
-  uint64_t sample_elems = uint64_t{1} << 22;   // per class, default one full grid cell (2^22)
-  uint64_t calib_elems = uint64_t{1} << 17;    // sample used to calibrate the learning rate
-  int warmup_steps = 10;                       // optimizer steps before the measured step
+  uint64_t sample_elems = uint64_t{1} << 22;  // per class, default one full grid cell (2^22)
+  uint64_t calib_elems = uint64_t{1} << 17;   // sample used to calibrate the learning rate
+  int warmup_steps = 10;                      // optimizer steps before the measured step
   double grad_snr = 0.1;
   uint64_t seed = 1;
-  uint64_t chunk_elems = uint64_t{1} << 22;    // grid cell size of the real delta
+  uint64_t chunk_elems = uint64_t{1} << 22;  // grid cell size of the real delta
   int zstd_level = 1;
   int context_classes = kContextClassesMax;  // DeltaOptions::context_classes, context form
 };
 
 struct ClassPayload {
-  std::string name;        // e.g. "BF16/weight"
+  std::string name;  // e.g. "BF16/weight"
   std::string dtype;
-  uint64_t elements = 0;   // in the full inventory
+  uint64_t elements = 0;  // in the full inventory
   uint64_t tensors = 0;
   uint64_t sample_elems = 0;
-  double measured_rate = 0;       // fraction of sampled elements whose bits changed
-  double bytes_per_element = 0;   // encoded chunk bytes / sampled elements
-  double payload_bytes = 0;       // bytes_per_element * elements
+  double measured_rate = 0;      // fraction of sampled elements whose bits changed
+  double bytes_per_element = 0;  // encoded chunk bytes / sampled elements
+  double payload_bytes = 0;      // bytes_per_element * elements
   double dense_bytes = 0;
   // The context-coded form (EncodeContextChunk against the sample's base bits; the plain record
   // where it is not smaller or the chunk has no context form, as BuildDelta writes it).
@@ -55,9 +55,9 @@ struct ClassPayload {
 
 struct PayloadModel {
   std::string preset;
-  double change_rate = 0;          // requested
-  double measured_rate = 0;        // over all sampled elements, weighted by inventory counts
-  double lr = 0;                   // calibrated learning rate
+  double change_rate = 0;    // requested
+  double measured_rate = 0;  // over all sampled elements, weighted by inventory counts
+  double lr = 0;             // calibrated learning rate
   uint64_t elements = 0;
   uint64_t tensors = 0;
   uint64_t grid_chunks = 0;        // chunks of the real delta grid

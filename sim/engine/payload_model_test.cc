@@ -1,5 +1,5 @@
-// The payload model measures sizes with the real codec (no assumed ratio): checks its calibration of
-// the change rate, its bounds against dense size, and errors.
+// The payload model measures sizes with the real codec (no assumed ratio): checks its calibration
+// of the change rate, its bounds against dense size, and errors.
 #include "payload_model.h"
 
 #include <gtest/gtest.h>

@@ -48,22 +48,22 @@ struct Sizing {
   std::vector<SimBlob> blobs;
   uint64_t piece = 0, window = 0;  // simulated piece and bytes in flight per stream
   int pieces_in_flight = 1;
-  uint64_t coarsen = 1;            // piece = relay_tree.chunk x coarsen
+  uint64_t coarsen = 1;  // piece = relay_tree.chunk x coarsen
   uint64_t chunks = 0;
   int build_parallel = 1;  // concurrent chunk builds (each on build_cores / build_parallel cores)
   int build_window = 1;    // chunks built and emitted together (BuildDelta's window of cells)
 };
 
 // Blobs of one run: header, K chunks, trailer, coarsened within the message budget.
-Sizing SizeRun(const Scenario& s, const Extra& extra, double payload, double header,
-               double trailer, double dense, uint64_t grid_chunks, double build_Bps,
-               double apply_Bps, int build_cores, int build_threads);
+Sizing SizeRun(const Scenario& s, const Extra& extra, double payload, double header, double trailer,
+               double dense, uint64_t grid_chunks, double build_Bps, double apply_Bps,
+               int build_cores, int build_threads);
 
 // The RunSpec of one run of `kind` over `plat` and `topo`, sized by `z`; its policy options are
 // RelayOptionsFor(s, "dcr", {z.coarsen, polls at most ~200 per downloader over payload / the
 // slower of long link and store}).
-RunSpec PlanRun(const Scenario& s, const PlatformSpec& plat, const Topology& topo,
-                const Sizing& z, TransportKind kind, double payload, double loopback_bandwidth);
+RunSpec PlanRun(const Scenario& s, const PlatformSpec& plat, const Topology& topo, const Sizing& z,
+                TransportKind kind, double payload, double loopback_bandwidth);
 
 }  // namespace dcr::sim::internal
 

@@ -72,8 +72,7 @@ Platform BuildPlatform(const PlatformSpec& spec) {
     if (spec.object_store && static_cast<int>(r) == spec.store_region) {
       sg4::Host* h = zone->create_host("object-store", kHostFlops);
       h->seal();
-      AttachNic(zone, h->get_netpoint(), "object-store", spec.store_bandwidth,
-                spec.store_latency);
+      AttachNic(zone, h->get_netpoint(), "object-store", spec.store_bandwidth, spec.store_latency);
       p.store = h;
     }
     if (r == 0 && spec.shared_cpu_cores > 0) {

@@ -11,10 +11,9 @@
 #ifndef DCR_SIM_ENGINE_PLATFORM_H_
 #define DCR_SIM_ENGINE_PLATFORM_H_
 
+#include <simgrid/s4u.hpp>
 #include <string>
 #include <vector>
-
-#include <simgrid/s4u.hpp>
 
 namespace dcr::sim::internal {
 
@@ -23,9 +22,9 @@ inline constexpr double kHostFlops = 1e9;
 struct RegionSpec {
   std::string name;
   int nodes = 1;
-  int cores_per_node = 1;   // simulated cores (compute jobs run one per core in parallel)
-  double nic_bandwidth = 0; // bytes/s, per direction
-  double nic_latency = 0;   // seconds, per hop host <-> gateway
+  int cores_per_node = 1;    // simulated cores (compute jobs run one per core in parallel)
+  double nic_bandwidth = 0;  // bytes/s, per direction
+  double nic_latency = 0;    // seconds, per hop host <-> gateway
 };
 
 struct PlatformSpec {
@@ -34,8 +33,8 @@ struct PlatformSpec {
   double wan_latency = 0;           // seconds, one way
   bool object_store = false;
   int store_region = 1;
-  double store_bandwidth = 0;       // bytes/s, per direction, aggregate of the store
-  double store_latency = 0;         // first-byte latency, seconds (paid once per request)
+  double store_bandwidth = 0;  // bytes/s, per direction, aggregate of the store
+  double store_latency = 0;    // first-byte latency, seconds (paid once per request)
   // > 0: every compute job (builds and applies of every node) runs on one shared CPU host with
   // this many cores instead of the node's own host: a one-machine run, where the sender, relays
   // and receivers are processes competing for the same cores.

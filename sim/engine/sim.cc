@@ -83,11 +83,17 @@ StatusOr<Extra> ParseExtra(const Scenario& s) {
       if (end == value.c_str() || *end != '\0' || !(v >= 1)) {
         return InvalidArgumentError(path + ": must be a number >= 1, got '" + value + "'");
       }
-      if (key == "comm_budget") e.comm_budget = v; else e.build_cores = static_cast<int>(v);
+      if (key == "comm_budget")
+        e.comm_budget = v;
+      else
+        e.build_cores = static_cast<int>(v);
     } else if (key == "calibration_clock") {
-      if (value == "wall") e.wall_clock = true;
-      else if (value == "cpu") e.wall_clock = false;
-      else return InvalidArgumentError(path + ": must be 'cpu' or 'wall', got '" + value + "'");
+      if (value == "wall")
+        e.wall_clock = true;
+      else if (value == "cpu")
+        e.wall_clock = false;
+      else
+        return InvalidArgumentError(path + ": must be 'cpu' or 'wall', got '" + value + "'");
     } else if (key == "shared_cpu") {
       // A one-machine run (dcr run on loopback): sender, relays and receivers share its cores.
       if (value == "host") {
@@ -102,15 +108,22 @@ StatusOr<Extra> ParseExtra(const Scenario& s) {
         e.shared_cpu = static_cast<int>(v);
       }
     } else if (key == "durable") {
-      if (value == "true") e.durable = true;
-      else if (value == "false") e.durable = false;
-      else return InvalidArgumentError(path + ": must be 'true' or 'false', got '" + value + "'");
+      if (value == "true")
+        e.durable = true;
+      else if (value == "false")
+        e.durable = false;
+      else
+        return InvalidArgumentError(path + ": must be 'true' or 'false', got '" + value + "'");
     } else if (key == "object_store_region") {
-      if (value == "train" || value == "0") e.store_region = 0;
-      else if (value == "rollout" || value == "1") e.store_region = 1;
-      else return InvalidArgumentError(path + ": must be 'train' or 'rollout', got '" + value + "'");
+      if (value == "train" || value == "0")
+        e.store_region = 0;
+      else if (value == "rollout" || value == "1")
+        e.store_region = 1;
+      else
+        return InvalidArgumentError(path + ": must be 'train' or 'rollout', got '" + value + "'");
     } else {
-      return InvalidArgumentError(path + ": unknown key (known: comm_budget, build_cores, "
+      return InvalidArgumentError(path +
+                                  ": unknown key (known: comm_budget, build_cores, "
                                   "calibration_clock, object_store_region, shared_cpu, "
                                   "edge_relays, edge_relay_cores, edge_relay_memory, durable)");
     }
@@ -149,9 +162,9 @@ StatusOr<std::string> ResolveCalibration(const Scenario& s, const SimOptions& o)
 
 namespace internal {
 
-Sizing SizeRun(const Scenario& s, const Extra& extra, double payload, double header,
-               double trailer, double dense, uint64_t grid_chunks, double build_Bps,
-               double apply_Bps, int build_cores, int build_threads) {
+Sizing SizeRun(const Scenario& s, const Extra& extra, double payload, double header, double trailer,
+               double dense, uint64_t grid_chunks, double build_Bps, double apply_Bps,
+               int build_cores, int build_threads) {
   Sizing z;
   const RelayTreeSpec& rt = s.transport.relay_tree;
   uint64_t piece = std::max<uint64_t>(rt.chunk, 1);
@@ -159,8 +172,8 @@ Sizing SizeRun(const Scenario& s, const Extra& extra, double payload, double hea
   z.pieces_in_flight = static_cast<int>(std::max<uint64_t>(1, window / piece));
   double receivers = s.receivers.count;
   double f = std::ceil(receivers * payload / (static_cast<double>(piece) * extra.comm_budget));
-  z.coarsen = std::max<uint64_t>({1, static_cast<uint64_t>(f),
-                                   static_cast<uint64_t>(std::max(1, s.sim.coarsen))});
+  z.coarsen = std::max<uint64_t>(
+      {1, static_cast<uint64_t>(f), static_cast<uint64_t>(std::max(1, s.sim.coarsen))});
   // Equal bytes in flight per stream: bigger pieces, fewer of them in flight (at least one).
   z.piece = piece * z.coarsen;
   z.pieces_in_flight = static_cast<int>(
@@ -205,8 +218,8 @@ Sizing SizeRun(const Scenario& s, const Extra& extra, double payload, double hea
   return z;
 }
 
-RunSpec PlanRun(const Scenario& s, const PlatformSpec& plat, const Topology& topo,
-                const Sizing& z, TransportKind kind, double payload, double loopback_bandwidth) {
+RunSpec PlanRun(const Scenario& s, const PlatformSpec& plat, const Topology& topo, const Sizing& z,
+                TransportKind kind, double payload, double loopback_bandwidth) {
   RunSpec spec;
   spec.platform = plat;
   spec.platform.object_store = kind == TransportKind::kObjectStore;
@@ -267,8 +280,9 @@ struct SimInputs {
 // Checks what the simulator needs beyond the schema and loads the calibration.
 StatusOr<SimInputs> LoadInputs(const Scenario& s, const SimOptions& options) {
   if (s.model.preset.empty()) {
-    return InvalidArgumentError("model.preset: the simulator needs a preset (checkpoint paths "
-                                "cannot be sized without materialising them)");
+    return InvalidArgumentError(
+        "model.preset: the simulator needs a preset (checkpoint paths "
+        "cannot be sized without materialising them)");
   }
   auto preset = GetPreset(s.model.preset);
   if (!preset.ok()) return preset.status().WithContext("model.preset");
@@ -279,8 +293,8 @@ StatusOr<SimInputs> LoadInputs(const Scenario& s, const SimOptions& options) {
                                 std::to_string(s.network.regions.size()));
   }
   if (s.sim.network_model != "CM02" && s.sim.network_model != "LV08") {
-    return InvalidArgumentError("sim.network_model: 'CM02' or 'LV08', got '" +
-                                s.sim.network_model + "'");
+    return InvalidArgumentError("sim.network_model: 'CM02' or 'LV08', got '" + s.sim.network_model +
+                                "'");
   }
   if (s.sim.gpus_per_node < 1) return InvalidArgumentError("sim.gpus_per_node: must be >= 1");
   if (!(s.sim.tcp_gamma >= 0)) return InvalidArgumentError("sim.tcp_gamma: must be >= 0");
@@ -326,12 +340,12 @@ StatusOr<internal::PlatformSpec> MakePlatform(const Scenario& s, const SimInputs
     plat.regions.push_back(reg);
   }
   plat.wan_bandwidth = s.network.long_link.bandwidth_Bps > 0 ? s.network.long_link.bandwidth_Bps
-                                                              : kUnlimitedBandwidth;
+                                                             : kUnlimitedBandwidth;
   plat.wan_latency = s.network.long_link.latency_s;
   const ObjectStoreSpec& os = s.transport.object_store;
   plat.store_region = in.extra.store_region;
-  plat.store_bandwidth = os.sim_link.bandwidth_Bps > 0 ? os.sim_link.bandwidth_Bps
-                                                       : kUnlimitedBandwidth;
+  plat.store_bandwidth =
+      os.sim_link.bandwidth_Bps > 0 ? os.sim_link.bandwidth_Bps : kUnlimitedBandwidth;
   plat.store_latency = os.sim_link.latency_s;
   plat.shared_cpu_cores = in.extra.shared_cpu;
   if (in.extra.shared_cpu > 0 && in.cal.available_cores > 0) {
@@ -350,8 +364,9 @@ void DescribeCommitment(const Scenario& s, const Calibration& cal, ScenarioResul
   if (!s.network.signing.enabled) {
     line = "none: unsigned deltas carry no commitment (network.signing: false)";
   } else if (!cal.has_commitment()) {
-    line = "not charged: the calibration has no commitment_bytes_per_s (dcr bench pipeline "
-           "--json, dcr bench codec --json)";
+    line =
+        "not charged: the calibration has no commitment_bytes_per_s (dcr bench pipeline "
+        "--json, dcr bench codec --json)";
   } else {
     line = "signed delta runs: SHA-256 Merkle leaves at " + Num(cal.commitment_bytes_per_s) +
            " B/s per core (" + cal.source +
@@ -381,51 +396,54 @@ void DescribeSetup(const Scenario& s, const SimInputs& in, const internal::Platf
   result->setup["calibration.memcpy_bytes_per_s"] = Num(cal.memcpy_bytes_per_s);
   result->setup["calibration.json"] = cal.raw;
   result->setup["platform"] =
-      "train: 1 sender host (" + std::to_string(in.build_cores) + " build cores); rollout: " +
-      std::to_string(plat.regions[1].nodes) + " hosts x " + std::to_string(per_host) +
-      " receivers; long link " + Num(plat.wan_bandwidth) + " B/s, " + Num(plat.wan_latency) +
-      " s; store " + Num(plat.store_bandwidth) + " B/s, first byte " + Num(plat.store_latency) +
-      " s in region " + plat.regions[plat.store_region].name +
-      (in.extra.shared_cpu > 0 ? "; every node computes on one shared " +
-                                     std::to_string(in.extra.shared_cpu) +
-                                     "-core CPU (one machine), each core at " +
-                                     Num(plat.shared_cpu_share) + " of a core (calibration "
-                                     "available_cores)"
-                               : "");
+      "train: 1 sender host (" + std::to_string(in.build_cores) +
+      " build cores); rollout: " + std::to_string(plat.regions[1].nodes) + " hosts x " +
+      std::to_string(per_host) + " receivers; long link " + Num(plat.wan_bandwidth) + " B/s, " +
+      Num(plat.wan_latency) + " s; store " + Num(plat.store_bandwidth) + " B/s, first byte " +
+      Num(plat.store_latency) + " s in region " + plat.regions[plat.store_region].name +
+      (in.extra.shared_cpu > 0
+           ? "; every node computes on one shared " + std::to_string(in.extra.shared_cpu) +
+                 "-core CPU (one machine), each core at " + Num(plat.shared_cpu_share) +
+                 " of a core (calibration "
+                 "available_cores)"
+           : "");
   const std::string tcp =
       cal.tcp_send_s_per_byte > 0 || cal.tcp_recv_s_per_byte > 0
           ? "; the plain TCP sockets of every relay-tree endpoint are charged " +
                 Num(cal.tcp_send_s_per_byte * 1e9) + " CPU-s per GB sent and " +
-                Num(cal.tcp_recv_s_per_byte * 1e9) + " CPU-s per GB received (dcr_bench_tls, "
+                Num(cal.tcp_recv_s_per_byte * 1e9) +
+                " CPU-s per GB received (dcr_bench_tls, "
                 "plain)"
           : "; plain TCP sockets not charged";
   if (!s.network.tls.enabled) {
     result->setup["tls"] = "off (network.tls: false): relay-tree edges are plain TCP" + tcp;
   } else if (!cal.has_tls) {
-    result->setup["tls"] = "on (network.tls), not charged: the calibration has no 'tls' block "
-                           "(dcr_bench_tls --json)";
-  } else {
     result->setup["tls"] =
-        "on (network.tls): every relay-tree endpoint is charged " +
-        Num(cal.tls_send_s_per_byte * 1e9) + " CPU-s per GB sent and " +
-        Num(cal.tls_recv_s_per_byte * 1e9) +
-        " CPU-s per GB received (dcr_bench_tls: " + cal.tls_source +
-        ") over plain TCP" + tcp + "; object-store transfers are not charged";
+        "on (network.tls), not charged: the calibration has no 'tls' block "
+        "(dcr_bench_tls --json)";
+  } else {
+    result->setup["tls"] = "on (network.tls): every relay-tree endpoint is charged " +
+                           Num(cal.tls_send_s_per_byte * 1e9) + " CPU-s per GB sent and " +
+                           Num(cal.tls_recv_s_per_byte * 1e9) +
+                           " CPU-s per GB received (dcr_bench_tls: " + cal.tls_source +
+                           ") over plain TCP" + tcp + "; object-store transfers are not charged";
   }
   if (!s.network.signing.enabled) {
     result->setup["signing"] = "off (network.signing: false): unsigned streams";
   } else if (!cal.has_signing) {
-    result->setup["signing"] = "on (network.signing), not charged: the calibration has no "
-                               "'signing' block (dcr_bench_sign --json)";
+    result->setup["signing"] =
+        "on (network.signing), not charged: the calibration has no "
+        "'signing' block (dcr_bench_sign --json)";
   } else {
     result->setup["signing"] =
-        "on (network.signing): delta runs are signed; the sender hashes every chunk record (SHA-256 at " +
+        "on (network.signing): delta runs are signed; the sender hashes every chunk record "
+        "(SHA-256 at " +
         Num(1 / cal.sha256_s_per_byte) + " B/s per core) and signs one manifest per " +
         Num(cal.chunks_per_manifest) + " chunks (" + Num(cal.sign_s_per_manifest * 1e6) +
         " us each); every receiver hashes every record it applies and verifies every manifest (" +
         Num(cal.verify_s_per_manifest * 1e6) + " us each); the stream is " +
-        Num(cal.signed_size_ratio) + "x the unsigned bytes (dcr_bench_sign: " +
-        cal.signing_source + "); full checkpoints are signed per slice: the sender reads and "
+        Num(cal.signed_size_ratio) + "x the unsigned bytes (dcr_bench_sign: " + cal.signing_source +
+        "); full checkpoints are signed per slice: the sender reads and "
         "hashes every slice on one thread and emits them in batches of 32 behind their "
         "manifest, every receiver hashes every slice";
   }
@@ -441,9 +459,8 @@ void DescribeSetup(const Scenario& s, const SimInputs& in, const internal::Platf
       hw += "; edge relays (relay-tree delta runs): the smallest set that keeps up, at most " +
             std::to_string(internal::kMaxEdgeRelays) + " hosts of at most " +
             std::to_string(in.extra.edge_cores) + " cores" +
-            (in.extra.edge_memory > 0
-                 ? " and " + Num(in.extra.edge_memory / 1e9) + " GB of base"
-                 : std::string()) +
+            (in.extra.edge_memory > 0 ? " and " + Num(in.extra.edge_memory / 1e9) + " GB of base"
+                                      : std::string()) +
             " each (chosen per run below)";
     } else {
       hw += "; edge relays (relay-tree delta runs): " + std::to_string(in.extra.edge_count) +
@@ -461,23 +478,25 @@ void DescribeSetup(const Scenario& s, const SimInputs& in, const internal::Platf
   }
   DescribeCommitment(s, cal, result);
   if (!in.extra.durable) {
-    result->setup["durability"] = "off (sim.extra.durable: false): receivers without a state "
-                                  "directory, no commit charged";
+    result->setup["durability"] =
+        "off (sim.extra.durable: false): receivers without a state "
+        "directory, no commit charged";
   } else if (!cal.has_commit()) {
-    result->setup["durability"] = "durable receivers, commit not charged: the calibration has no "
-                                  "commit_* keys (dcr bench pipeline --json)";
+    result->setup["durability"] =
+        "durable receivers, commit not charged: the calibration has no "
+        "commit_* keys (dcr bench pipeline --json)";
   } else {
     std::string pts;
     for (const internal::CommitPoint& c : cal.commit) {
-      pts += (pts.empty() ? "" : ", ") + Num(c.change_rate) + ": " +
-             Num(1 / c.s_per_storage_byte) + " B/s (plain write " +
-             Num(c.plain_write_bytes_per_s) + " B/s)";
+      pts += (pts.empty() ? "" : ", ") + Num(c.change_rate) + ": " + Num(1 / c.s_per_storage_byte) +
+             " B/s (plain write " + Num(c.plain_write_bytes_per_s) + " B/s)";
     }
     result->setup["durability"] =
         "durable receivers (state directory, as dcr run's): each delta commit waits for its "
         "version log (the version's records, trailer and commit marker fsynced; an image every "
         "1024 versions or 1.25 images of log), charged per byte of a receiver's storage at the "
-        "commit rate measured at each change rate (" + pts + "; " + cal.commit_source +
+        "commit rate measured at each change rate (" +
+        pts + "; " + cal.commit_source +
         "), after the last apply (it adds); full-checkpoint runs: not charged";
   }
   if (s.steps > 1) result->setup["steps"] = "simulated once per run (every step is alike)";
@@ -502,17 +521,16 @@ StatusOr<std::map<double, PayloadModel>> MeasurePayloads(const Scenario& s, cons
     auto pm_start = std::chrono::steady_clock::now();
     auto pm = internal::MeasurePayload(in.cfg, rate, pmo);
     if (!pm.ok()) return pm.status().WithContext("payload model");
-    double pm_wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - pm_start)
-                         .count();
+    double pm_wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - pm_start).count();
     std::string key = "payload_model." + Num(rate);
-    result->setup[key] = "lr " + Num(pm->lr) + ", measured change " + Num(pm->measured_rate) +
-                         ", delta " + Num(pm->delta_bytes) + " B of " + Num(pm->dense_bytes) +
-                         " B dense (" + Num(pm->dense_bytes / pm->delta_bytes) + "x), " +
-                         std::to_string(pm->grid_chunks) + " grid chunks; context-coded " +
-                         Num(pm->context_delta_bytes) + " B (" +
-                         Num(pm->dense_bytes / pm->context_delta_bytes) + "x, chunks " +
-                         Num(pm->ContextChunkRatio()) + " of the plain ones); measured in " +
-                         Num(pm_wall) + " s";
+    result->setup[key] =
+        "lr " + Num(pm->lr) + ", measured change " + Num(pm->measured_rate) + ", delta " +
+        Num(pm->delta_bytes) + " B of " + Num(pm->dense_bytes) + " B dense (" +
+        Num(pm->dense_bytes / pm->delta_bytes) + "x), " + std::to_string(pm->grid_chunks) +
+        " grid chunks; context-coded " + Num(pm->context_delta_bytes) + " B (" +
+        Num(pm->dense_bytes / pm->context_delta_bytes) + "x, chunks " +
+        Num(pm->ContextChunkRatio()) + " of the plain ones); measured in " + Num(pm_wall) + " s";
     for (const internal::ClassPayload& c : pm->classes) {
       result->setup[key + "." + c.name] =
           std::to_string(c.elements) + " elements in " + std::to_string(c.tensors) +
@@ -533,15 +551,15 @@ struct Pending {
   TransportKind kind;
   double rate;
   double payload;
-  std::string wan;  // the long link's encoding and the edge relay, when wan_context
-  std::string signing;  // the signing cost charged, when signed
+  std::string wan;           // the long link's encoding and the edge relay, when wan_context
+  std::string signing;       // the signing cost charged, when signed
   double storage_bytes = 0;  // one receiver's storage (its serving shard of the checkpoint)
   double build_cpu_s = 0;    // CPU seconds of every build job (sender, or edge relay's encode)
   double apply_cpu_s = 0;    // CPU seconds of one receiver's applies (signature checks included)
   double edge_cpu_s = 0;     // CPU seconds of the edge relays' transcoding (0: none)
   double wan_payload = 0;    // bytes the long link carries once
   double durable_apply_cpu_s = 0;  // of apply_cpu_s: what the durable storage adds
-  std::string commitment;  // the commitment charged (ChargeCommitment), when charged
+  std::string commitment;          // the commitment charged (ChargeCommitment), when charged
 };
 
 // A signed delta: every chunk grows by the manifest records' share; the sender hashes each chunk
@@ -551,9 +569,8 @@ struct Pending {
 std::string ChargeSigning(const Calibration& cal, const PayloadModel& pm, const Sizing& z,
                           int build_cores, int receivers, internal::RunSpec* spec) {
   const double chunks = static_cast<double>(z.chunks);
-  const double manifests_per_chunk =
-      static_cast<double>(std::max<uint64_t>(1, pm.grid_chunks)) / chunks /
-      std::max(1.0, cal.chunks_per_manifest);
+  const double manifests_per_chunk = static_cast<double>(std::max<uint64_t>(1, pm.grid_chunks)) /
+                                     chunks / std::max(1.0, cal.chunks_per_manifest);
   const int cores_per_chunk = std::max(1, build_cores / std::max(1, z.build_parallel));
   double sender = 0, receiver = 0;
   for (internal::SimBlob& b : spec->blobs) {
@@ -592,8 +609,7 @@ std::string ChargeFullSigning(const Calibration& cal, const Sizing& z, int recei
   constexpr double kSlicesPerManifest = 32;
   const double coarsen = static_cast<double>(std::max<uint64_t>(1, z.coarsen));
   spec->build_parallel = 1;
-  spec->build_window =
-      std::max(1, static_cast<int>(std::llround(kSlicesPerManifest / coarsen)));
+  spec->build_window = std::max(1, static_cast<int>(std::llround(kSlicesPerManifest / coarsen)));
   const double manifests_per_chunk = coarsen / kSlicesPerManifest;
   double sender = 0, receiver = 0;
   bool first = true;
@@ -653,7 +669,8 @@ std::string ChargeCommitment(const Scenario& s, const SimInputs& in,
          Num(pm.dense_bytes / tp) + " B at " + Num(per_core) + " B/s per core, on up to " +
          std::to_string(spec->commitment_threads) +
          " cores of its host), after its last apply and before its durable commit: adds; "
-         "sender commitment " + Num(spec->sender_commitment_cpu_s) + " CPU-s on up to " +
+         "sender commitment " +
+         Num(spec->sender_commitment_cpu_s) + " CPU-s on up to " +
          std::to_string(spec->sender_commitment_threads) +
          " cores before the first blob: outside the refit clock";
 }
@@ -663,9 +680,9 @@ std::string ChargeCommitment(const Scenario& s, const SimInputs& in,
 // sim.extra.edge_relays > 1 splits the base and the transcoding by chunk range over that many
 // edge relays; `auto` takes the smallest set that keeps up (ChooseEdgeSplit, dcr/edge_split.h).
 // Returns the setup text.
-std::string PlanEdgeRelay(const SimInputs& in,
-                          const internal::PlatformSpec& plat, const PayloadModel& pm, double rate,
-                          double build_Bps, internal::RunSpec* spec) {
+std::string PlanEdgeRelay(const SimInputs& in, const internal::PlatformSpec& plat,
+                          const PayloadModel& pm, double rate, double build_Bps,
+                          internal::RunSpec* spec) {
   const Calibration& cal = in.cal;
   // The context chunks' size against the plain ones, both measured on the payload model's samples.
   const double ratio = pm.ContextChunkRatio();
@@ -696,17 +713,15 @@ std::string PlanEdgeRelay(const SimInputs& in,
              (in.extra.edge_memory > 0
                   ? " and " + Num(in.extra.edge_memory / 1e9) + " GB of base each"
                   : std::string()) +
-             " at " +
-             Num(transcode_Bps) + " B/s per core keeps up with the link (" +
+             " at " + Num(transcode_Bps) + " B/s per core keeps up with the link (" +
              Num(split.link_dense_Bps) + " dense B/s each): the long link carries the plain form";
     }
     count = split.count;
     cores = split.cores;
     text += "smallest set that keeps up (sim.extra.edge_relays: auto, at most " +
             std::to_string(in.extra.edge_cores) + " cores" +
-            (in.extra.edge_memory > 0
-                 ? " and " + Num(in.extra.edge_memory / 1e9) + " GB of base"
-                 : std::string()) +
+            (in.extra.edge_memory > 0 ? " and " + Num(in.extra.edge_memory / 1e9) + " GB of base"
+                                      : std::string()) +
             " each): ";
   }
   if (static_cast<double>(count) > chunks) {
@@ -730,22 +745,24 @@ std::string PlanEdgeRelay(const SimInputs& in,
   const WanChoice choice =
       ChooseWanEncoding(plat.wan_bandwidth / count, pm.dense_bytes, context_payload,
                         edge_parallel * cores_per_chunk, transcode_Bps);
-  text += std::to_string(count) + (count == 1 ? " edge relay" : " edge relays") + " in region " +
-          plat.regions[1].name + ", " + std::to_string(cores) + " cores each, holding " +
-          (count == 1 ? std::string("the canonical base (")
-                      : "its chunk range's share of the canonical base (1/" +
-                            std::to_string(count) + ": ") +
-          Num(pm.dense_bytes / count / 1e9) + " GB in memory) and transcoding (context decode + "
-          "apply + plain re-encode) at " + Num(transcode_Bps) + " B/s per core (" +
-          std::to_string(edge_parallel) + " x " + std::to_string(cores_per_chunk) +
-          " cores per merged chunk): " + Num(choice.edge_dense_Bps) + " dense B/s against the " +
-          Num(choice.link_dense_Bps) + " the link delivers" +
-          (count == 1 ? std::string() : " to its range (chunks produced interleaved by range)");
+  text +=
+      std::to_string(count) + (count == 1 ? " edge relay" : " edge relays") + " in region " +
+      plat.regions[1].name + ", " + std::to_string(cores) + " cores each, holding " +
+      (count == 1
+           ? std::string("the canonical base (")
+           : "its chunk range's share of the canonical base (1/" + std::to_string(count) + ": ") +
+      Num(pm.dense_bytes / count / 1e9) +
+      " GB in memory) and transcoding (context decode + "
+      "apply + plain re-encode) at " +
+      Num(transcode_Bps) + " B/s per core (" + std::to_string(edge_parallel) + " x " +
+      std::to_string(cores_per_chunk) + " cores per merged chunk): " + Num(choice.edge_dense_Bps) +
+      " dense B/s against the " + Num(choice.link_dense_Bps) + " the link delivers" +
+      (count == 1 ? std::string() : " to its range (chunks produced interleaved by range)");
   if (!choice.context) return text + ": it would lag, the long link carries the plain form";
   if (count > 1) {
     const uint64_t per_chunk = static_cast<uint64_t>(pm.dense_bytes / chunks);
-    auto ranges = SplitChunkRanges(
-        std::vector<uint64_t>(static_cast<size_t>(chunks), per_chunk), count);
+    auto ranges =
+        SplitChunkRanges(std::vector<uint64_t>(static_cast<size_t>(chunks), per_chunk), count);
     if (!ranges.ok()) return text + ": " + ranges.status().message() + ", plain form";
     const std::vector<uint64_t> order = InterleavedChunkOrder(*ranges);
     spec->edge_range_of.assign(wan.size(), 0);
@@ -778,12 +795,11 @@ std::vector<Pending> PlanRuns(const Scenario& s, const SimInputs& in,
         double apply_Bps = delta ? cal.DecodeApplyBytesPerS(rate) : cal.memcpy_bytes_per_s;
         // A receiver applies its serving shard: 1 / serving.tp of the checkpoint's bytes.
         if (s.serving.enabled && s.serving.tp > 1) apply_Bps *= s.serving.tp;
-        Sizing z = internal::SizeRun(s, in.extra, payload, pm.header_bytes, trailer,
-                                     pm.dense_bytes, pm.grid_chunks, build_Bps, apply_Bps,
-                                     in.build_cores,
+        Sizing z = internal::SizeRun(s, in.extra, payload, pm.header_bytes, trailer, pm.dense_bytes,
+                                     pm.grid_chunks, build_Bps, apply_Bps, in.build_cores,
                                      s.delta.threads > 0 ? s.delta.threads : in.build_cores);
-        internal::RunSpec spec = internal::PlanRun(s, plat, in.topo, z, kind, payload,
-                                                   cal.memcpy_bytes_per_s);
+        internal::RunSpec spec =
+            internal::PlanRun(s, plat, in.topo, z, kind, payload, cal.memcpy_bytes_per_s);
         if (kind == TransportKind::kRelayTree) ChargeSockets(s, cal, &spec);
         std::string signing;
         if (s.network.signing.enabled && cal.has_signing && delta) {
@@ -900,20 +916,18 @@ RunResult CollectRun(const Scenario& s, const internal::PlatformSpec& plat, cons
   rr.phases.transfer_s = last_commit;
   rr.links.push_back({"long", rr.wire_bytes});
   if (pr.spec.object_store) {
-    rr.links.push_back({"store_put",
-                        static_cast<uint64_t>(std::llround(outcome.store_put_bytes))});
-    rr.links.push_back({"store_get",
-                        static_cast<uint64_t>(std::llround(outcome.store_get_bytes))});
+    rr.links.push_back({"store_put", static_cast<uint64_t>(std::llround(outcome.store_put_bytes))});
+    rr.links.push_back({"store_get", static_cast<uint64_t>(std::llround(outcome.store_get_bytes))});
   }
   rr.error = outcome.error;
   std::string run_key = std::string("run.") + MethodName(pr.method) + "." +
                         TransportKindName(pr.kind) + "." + Num(pr.rate);
   result->setup[run_key] =
       "simulated " + Num(outcome.sim_clock) + " s, " + std::to_string(outcome.comms) +
-      " messages; " + std::to_string(z.chunks) + " chunks (grid " +
-      std::to_string(pm.grid_chunks) + "), piece " + std::to_string(z.piece) + " B, window " +
-      std::to_string(z.window) + " B (coarsened x" + std::to_string(z.coarsen) +
-      "), builder window " + std::to_string(pr.spec.build_window) + " chunks" +
+      " messages; " + std::to_string(z.chunks) + " chunks (grid " + std::to_string(pm.grid_chunks) +
+      "), piece " + std::to_string(z.piece) + " B, window " + std::to_string(z.window) +
+      " B (coarsened x" + std::to_string(z.coarsen) + "), builder window " +
+      std::to_string(pr.spec.build_window) + " chunks" +
       (pr.spec.tls_send_s_per_byte > 0 || pr.spec.tls_recv_s_per_byte > 0
            ? "; sockets (" + std::string(s.network.tls.enabled ? "TCP + TLS" : "TCP") + ") " +
                  Num(outcome.tls_cpu_seconds) + " CPU-s on all endpoints"
@@ -924,9 +938,9 @@ RunResult CollectRun(const Scenario& s, const internal::PlatformSpec& plat, cons
   // pay them; the refit is shorter than their sum where they overlap the transfer).
   const std::string costs_key = std::string("costs.") + MethodName(pr.method) + "." +
                                 TransportKindName(pr.kind) + "." + Num(pr.rate);
-  std::string costs =
-      "refit " + Num(rr.refit_seconds) + " s; long link alone " +
-      Num(pr.wan_payload / plat.wan_bandwidth) + " s (" + Num(pr.wan_payload) + " B)";
+  std::string costs = "refit " + Num(rr.refit_seconds) + " s; long link alone " +
+                      Num(pr.wan_payload / plat.wan_bandwidth) + " s (" + Num(pr.wan_payload) +
+                      " B)";
   if (pr.build_cpu_s > 0) costs += "; build " + Num(pr.build_cpu_s) + " CPU-s at the sender";
   if (pr.edge_cpu_s > 0) costs += "; edge transcoding " + Num(pr.edge_cpu_s) + " CPU-s";
   costs += "; apply " + Num(pr.apply_cpu_s) + " CPU-s per receiver";
@@ -998,10 +1012,12 @@ StatusOr<ScenarioResult> Simulate(const Scenario& s, const SimOptions& options) 
     const internal::RunOutcome& outcome = (*outcomes)[pi];
     RunResult rr = CollectRun(s, plat, pr, payloads.at(pr.rate), outcome, &result);
     if (options.progress) {
-      std::fprintf(stderr, "dcr sim: %s %s %s rate %g: refit %.2f s (%d/%d verified), "
-                   "%llu messages\n", s.name.c_str(), MethodName(pr.method),
-                   TransportKindName(pr.kind), pr.rate, rr.refit_seconds, rr.receivers_verified,
-                   rr.receivers, static_cast<unsigned long long>(outcome.comms));
+      std::fprintf(stderr,
+                   "dcr sim: %s %s %s rate %g: refit %.2f s (%d/%d verified), "
+                   "%llu messages\n",
+                   s.name.c_str(), MethodName(pr.method), TransportKindName(pr.kind), pr.rate,
+                   rr.refit_seconds, rr.receivers_verified, rr.receivers,
+                   static_cast<unsigned long long>(outcome.comms));
     }
     result.runs.push_back(std::move(rr));
   }

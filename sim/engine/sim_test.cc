@@ -2,17 +2,16 @@
 // coarsening invariance, and errors naming the scenario key. Each simulation runs in a child.
 #include "dcr/sim/sim.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <regex>
 #include <sstream>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "dcr/delta.h"
 #include "dcr/scenario.h"
@@ -149,8 +148,8 @@ TEST(SimTest, DurableCommitAddsAfterTheLastApplyAndSaysSo) {
   ASSERT_EQ(on->runs.size(), 2u);
   const double storage = static_cast<double>(on->model_bytes);
   for (size_t i = 0; i < on->runs.size(); ++i) {
-    const std::string key = std::string("costs.delta.") +
-                            TransportKindName(on->runs[i].transport) + ".0.03";
+    const std::string key =
+        std::string("costs.delta.") + TransportKindName(on->runs[i].transport) + ".0.03";
     EXPECT_NE(on->setup.at(key).find("; durable commit "), std::string::npos) << on->setup.at(key);
     EXPECT_NE(off->setup.at(key).find("durable commit not charged"), std::string::npos);
     EXPECT_EQ(on->runs[i].receivers_verified, 6);
@@ -260,14 +259,16 @@ TEST(SimTest, WanContextSendsTheContextFormToAnEdgeRelay) {
   EXPECT_NE(sl.find("it keeps up, the long link carries the context form"), std::string::npos)
       << sl;
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(sl, m, std::regex("keeps up \\(sim.extra.edge_relays: auto, at "
-                                                  "most 2 cores each\\): ([0-9]+) edge relays")))
+  ASSERT_TRUE(std::regex_search(sl, m,
+                                std::regex("keeps up \\(sim.extra.edge_relays: auto, at "
+                                           "most 2 cores each\\): ([0-9]+) edge relays")))
       << sl;
   const int k = std::stoi(m[1]);
   EXPECT_GT(k, 1);
-  EXPECT_NE(split->setup.at("hardware").find("edge relays of run.delta.relay_tree.0.03: " +
-                                             std::to_string(k) + " hosts of"),
-            std::string::npos)
+  EXPECT_NE(
+      split->setup.at("hardware")
+          .find("edge relays of run.delta.relay_tree.0.03: " + std::to_string(k) + " hosts of"),
+      std::string::npos)
       << split->setup.at("hardware");
   EXPECT_EQ(split->runs[0].error, "");
   EXPECT_EQ(split->runs[0].receivers_verified, 6);
@@ -280,8 +281,9 @@ TEST(SimTest, WanContextSendsTheContextFormToAnEdgeRelay) {
   auto bounded = Simulate(s, mid);
   ASSERT_TRUE(bounded.ok()) << bounded.status();
   const std::string bl = bounded->setup.at("run.delta.relay_tree.0.03");
-  ASSERT_TRUE(std::regex_search(bl, m, std::regex("and 0.03 GB of base each\\): ([0-9]+) edge "
-                                                  "relays in region rollout, ([0-9]+) cores")))
+  ASSERT_TRUE(std::regex_search(bl, m,
+                                std::regex("and 0.03 GB of base each\\): ([0-9]+) edge "
+                                           "relays in region rollout, ([0-9]+) cores")))
       << bl;
   EXPECT_GT(std::stoi(m[1]), k);
   EXPECT_LE(std::stoi(m[2]), 2);
@@ -311,8 +313,7 @@ TEST(SimTest, WanContextSendsTheContextFormToAnEdgeRelay) {
   auto bad = Simulate(s, none);
   std::remove(none.calibration_path.c_str());
   EXPECT_TRUE(bad.status().IsInvalidArgument());
-  EXPECT_NE(bad.status().message().find("delta.wan_context"), std::string::npos)
-      << bad.status();
+  EXPECT_NE(bad.status().message().find("delta.wan_context"), std::string::npos) << bad.status();
 }
 
 // delta.context_classes sizes the sampled context records at that cap (fewer classes: larger
@@ -410,9 +411,13 @@ TEST(SimTest, SignedDeltasChargeHashingAndManifestsAndSaySo) {
     EXPECT_NE(uncharged->setup.at("signing").find("not charged"), std::string::npos);
   }
   // Slow primitives, so the charge shows: 100 MB/s SHA-256, 1 ms per signature / verification.
-  j["signing"] = {{"sha256_bytes_per_s", 1e8}, {"ed25519_signs_per_s", 1e3},
-                  {"ed25519_verifies_per_s", 1e3}, {"chunks", 64}, {"manifests", 2},
-                  {"delta_bytes", 1000}, {"signed_delta_bytes", 1010}};
+  j["signing"] = {{"sha256_bytes_per_s", 1e8},
+                  {"ed25519_signs_per_s", 1e3},
+                  {"ed25519_verifies_per_s", 1e3},
+                  {"chunks", 64},
+                  {"manifests", 2},
+                  {"delta_bytes", 1000},
+                  {"signed_delta_bytes", 1010}};
   char path[] = "/tmp/dcr_sim_sign_cal_XXXXXX";
   int fd = ::mkstemp(path);
   ASSERT_GE(fd, 0);
@@ -439,8 +444,8 @@ TEST(SimTest, SignedDeltasChargeHashingAndManifestsAndSaySo) {
       EXPECT_GE(b.refit_seconds, a.refit_seconds);
     }
     EXPECT_GT(static_cast<double>(b.wire_bytes), a.wire_bytes * 1.005);  // manifest records
-    const std::string line = sig->setup.at(std::string("run.delta.") +
-                                           TransportKindName(b.transport) + ".0.03");
+    const std::string line =
+        sig->setup.at(std::string("run.delta.") + TransportKindName(b.transport) + ".0.03");
     EXPECT_NE(line.find("; signing "), std::string::npos) << line;
   }
 }
@@ -559,8 +564,10 @@ std::string CommitmentCalibration(double bytes_per_s) {
   std::ifstream in(std::string(DCR_TEST_SRC) + "/../calibration/default.json");
   nlohmann::json j = nlohmann::json::parse(in);
   j.erase("commitment_wall_bytes_per_s");
-  if (bytes_per_s > 0) j["commitment_bytes_per_s"] = bytes_per_s;
-  else j.erase("commitment_bytes_per_s");
+  if (bytes_per_s > 0)
+    j["commitment_bytes_per_s"] = bytes_per_s;
+  else
+    j.erase("commitment_bytes_per_s");
   for (const char* k : {"tls", "signing", "durability"}) {
     j[k] = std::string(DCR_TEST_SRC) + "/../calibration/" + k + ".json";
   }
@@ -588,8 +595,9 @@ TEST(SimTest, CommitmentAddsAfterTheLastApplyOfSignedDeltasAndSaysSo) {
   std::remove(with.calibration_path.c_str());
   std::remove(without.calibration_path.c_str());
   ASSERT_TRUE(on.ok() && off.ok() && unsigned_run.ok()) << on.status() << off.status();
-  EXPECT_EQ(on->setup.at("commitment").rfind("signed delta runs: SHA-256 Merkle leaves at 1e+08",
-                                             0), 0u) << on->setup.at("commitment");
+  EXPECT_EQ(
+      on->setup.at("commitment").rfind("signed delta runs: SHA-256 Merkle leaves at 1e+08", 0), 0u)
+      << on->setup.at("commitment");
   EXPECT_EQ(off->setup.at("commitment").rfind("not charged", 0), 0u);
   EXPECT_EQ(unsigned_run->setup.at("commitment").rfind("none", 0), 0u);
   ASSERT_EQ(on->runs.size(), 4u);
@@ -603,8 +611,7 @@ TEST(SimTest, CommitmentAddsAfterTheLastApplyOfSignedDeltasAndSaysSo) {
     EXPECT_EQ(b.receivers_verified, 6);
     if (b.method == Method::kFull) {
       EXPECT_EQ(b.refit_seconds, a.refit_seconds);
-      EXPECT_NE(on->setup.at(key).find("commitment: none (a full checkpoint"),
-                std::string::npos);
+      EXPECT_NE(on->setup.at(key).find("commitment: none (a full checkpoint"), std::string::npos);
       continue;
     }
     EXPECT_NE(on->setup.at(key).find("; commitment "), std::string::npos) << on->setup.at(key);
@@ -642,10 +649,11 @@ TEST(SimTest, EveryResultListsItsHardwareAndEveryCost) {
     if (c.edge) std::remove(o.calibration_path.c_str());
     ASSERT_TRUE(r.ok()) << r.status();
     const std::string hw = r->setup.at("hardware");
-    for (const char* part : {"sender: 1 host, 4 build cores", "receivers: 6 on 3 hosts",
-                             "4 cores per host", c.edge ? "edge relays (relay-tree delta runs): 1 "
-                                                          "host, 64 cores each, memory"
-                                                        : "edge relays: none"}) {
+    for (const char* part :
+         {"sender: 1 host, 4 build cores", "receivers: 6 on 3 hosts", "4 cores per host",
+          c.edge ? "edge relays (relay-tree delta runs): 1 "
+                   "host, 64 cores each, memory"
+                 : "edge relays: none"}) {
       EXPECT_NE(hw.find(part), std::string::npos) << part << " in " << hw;
     }
     for (const char* key : {"tls", "signing", "commitment", "durability", "platform"}) {
@@ -660,9 +668,9 @@ TEST(SimTest, EveryResultListsItsHardwareAndEveryCost) {
       SCOPED_TRACE(key);
       ASSERT_TRUE(r->setup.count(key));
       const std::string costs = r->setup.at(key);
-      std::vector<std::string> parts = {"refit ", "; long link alone ", "; apply ",
-                                        "; durable commit ", "ommitment", "; build ",
-                                        "; verify "};
+      std::vector<std::string> parts = {
+          "refit ",    "; long link alone ", "; apply ", "; durable commit ",
+          "ommitment", "; build ",           "; verify "};
       parts.push_back("(signing in build and apply)");
       if (delta) parts.push_back("; commitment ");
       if (delta) parts.push_back("; sender commitment ");

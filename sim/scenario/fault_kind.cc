@@ -7,12 +7,19 @@
 namespace dcr {
 namespace {
 
-constexpr const char* kKindNames[kNumFaultKinds] = {
-    "kill_receiver_boundary", "kill_receiver_inside_chunk", "kill_receiver_lose_memory",
-    "torn_journal",           "kill_relay",                 "corrupt_chunk",
-    "duplicate_chunk",        "reorder_chunks",             "delay_chunk",
-    "store_write_fail",       "partition_long_link",        "restart_sender",
-    "stale_delta"};
+constexpr const char* kKindNames[kNumFaultKinds] = {"kill_receiver_boundary",
+                                                    "kill_receiver_inside_chunk",
+                                                    "kill_receiver_lose_memory",
+                                                    "torn_journal",
+                                                    "kill_relay",
+                                                    "corrupt_chunk",
+                                                    "duplicate_chunk",
+                                                    "reorder_chunks",
+                                                    "delay_chunk",
+                                                    "store_write_fail",
+                                                    "partition_long_link",
+                                                    "restart_sender",
+                                                    "stale_delta"};
 
 }  // namespace
 

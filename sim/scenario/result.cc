@@ -42,7 +42,8 @@ json RunJson(const ScenarioResult& r, const RunResult& run) {
            {"commit_at_s", rr.commit_at_s},
            {"bytes_received", rr.bytes_received}};
     if (rr.reported) {
-      json rep{{"ok", rr.report_ok}, {"version", rr.report_version}, {"target_hash", rr.report_hash}};
+      json rep{
+          {"ok", rr.report_ok}, {"version", rr.report_version}, {"target_hash", rr.report_hash}};
       if (!rr.report_ok) rep["error"] = rr.report_error;
       x["report"] = rep;
     }
@@ -180,7 +181,8 @@ StatusOr<ScenarioResult> ResultFromJson(const std::string& text) {
       }
       if (rj.contains("links")) {
         for (const auto& l : rj["links"]) {
-          run.links.push_back(LinkBytes{l.at("name").get<std::string>(), l.at("bytes").get<uint64_t>()});
+          run.links.push_back(
+              LinkBytes{l.at("name").get<std::string>(), l.at("bytes").get<uint64_t>()});
         }
       }
       if (rj.contains("receiver_results")) {
@@ -206,7 +208,8 @@ StatusOr<ScenarioResult> ResultFromJson(const std::string& text) {
         }
       }
       run.error = GetOr<std::string>(rj, "error", "");
-      if (rj.contains("recovery")) run.recovery = rj["recovery"].get<std::map<std::string, uint64_t>>();
+      if (rj.contains("recovery"))
+        run.recovery = rj["recovery"].get<std::map<std::string, uint64_t>>();
       if (rj.contains("restarts")) run.restarts = rj["restarts"].get<std::vector<std::string>>();
       if (rj.contains("retention")) {
         run.retention = rj["retention"].get<std::map<std::string, uint64_t>>();
@@ -257,13 +260,14 @@ std::string ResultToMarkdown(const ScenarioResult& r) {
   char buf[512];
   for (const auto& run : r.runs) {
     double sp = run.method == Method::kDelta ? SpeedupVsFull(r, run) : 0;
-    std::string speed = sp > 0 ? (std::to_string(sp).substr(0, std::to_string(sp).find('.') + 2) + "x")
-                               : "-";
+    std::string speed =
+        sp > 0 ? (std::to_string(sp).substr(0, std::to_string(sp).find('.') + 2) + "x") : "-";
     char trainer[32] = "-";
     if (run.configured_change_rate > 0) {
       std::snprintf(trainer, sizeof(trainer), "%.2f%%", run.configured_change_rate * 100);
     }
-    std::snprintf(buf, sizeof(buf), "| %s | %s | %.2f%% | %s | %d | %.3f | %.3f | %.3f | %s | %s | %d/%d | %s |\n",
+    std::snprintf(buf, sizeof(buf),
+                  "| %s | %s | %.2f%% | %s | %d | %.3f | %.3f | %.3f | %s | %s | %d/%d | %s |\n",
                   MethodName(run.method), TransportKindName(run.transport), run.change_rate * 100,
                   trainer, run.step, run.refit_seconds, run.phases.build_s, run.phases.transfer_s,
                   HumanBytes(run.wire_bytes).c_str(), HumanBytes(run.payload_bytes).c_str(),
@@ -272,7 +276,8 @@ std::string ResultToMarkdown(const ScenarioResult& r) {
   }
   for (const auto& run : r.runs) {
     if (!run.error.empty()) {
-      o << "\n" << MethodName(run.method) << " / " << TransportKindName(run.transport) << " / step "
+      o << "\n"
+        << MethodName(run.method) << " / " << TransportKindName(run.transport) << " / step "
         << run.step << " failed: " << run.error << "\n";
     }
   }

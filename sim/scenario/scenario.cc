@@ -57,12 +57,16 @@ Status BadUnit(const std::string& what, const std::string& kind, const std::stri
 }  // namespace
 
 StatusOr<uint64_t> ParseSize(const std::string& text, const std::string& what) {
-  static const std::map<std::string, double> kUnits = {
-      {"", 1},           {"B", 1},
-      {"KB", 1e3},       {"MB", 1e6},
-      {"GB", 1e9},       {"TB", 1e12},
-      {"KiB", 1024.0},   {"MiB", 1048576.0},
-      {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
+  static const std::map<std::string, double> kUnits = {{"", 1},
+                                                       {"B", 1},
+                                                       {"KB", 1e3},
+                                                       {"MB", 1e6},
+                                                       {"GB", 1e9},
+                                                       {"TB", 1e12},
+                                                       {"KiB", 1024.0},
+                                                       {"MiB", 1048576.0},
+                                                       {"GiB", 1073741824.0},
+                                                       {"TiB", 1099511627776.0}};
   double v = 0;
   std::string unit;
   const char* accepted = "B, KB, MB, GB, TB, KiB, MiB, GiB, TiB";
@@ -76,15 +80,16 @@ StatusOr<uint64_t> ParseSize(const std::string& text, const std::string& what) {
 
 StatusOr<double> ParseBandwidth(const std::string& text, const std::string& what) {
   static const std::map<std::string, double> kUnits = {
-      {"bit/s", 1 / 8.0},  {"Kbit/s", 1e3 / 8},  {"Mbit/s", 1e6 / 8}, {"Gbit/s", 1e9 / 8},
-      {"Tbit/s", 1e12 / 8}, {"bps", 1 / 8.0},    {"Kbps", 1e3 / 8},    {"Mbps", 1e6 / 8},
-      {"Gbps", 1e9 / 8},   {"B/s", 1},           {"KB/s", 1e3},        {"MB/s", 1e6},
-      {"GB/s", 1e9},       {"TB/s", 1e12},       {"KiB/s", 1024.0},    {"MiB/s", 1048576.0},
+      {"bit/s", 1 / 8.0},     {"Kbit/s", 1e3 / 8}, {"Mbit/s", 1e6 / 8}, {"Gbit/s", 1e9 / 8},
+      {"Tbit/s", 1e12 / 8},   {"bps", 1 / 8.0},    {"Kbps", 1e3 / 8},   {"Mbps", 1e6 / 8},
+      {"Gbps", 1e9 / 8},      {"B/s", 1},          {"KB/s", 1e3},       {"MB/s", 1e6},
+      {"GB/s", 1e9},          {"TB/s", 1e12},      {"KiB/s", 1024.0},   {"MiB/s", 1048576.0},
       {"GiB/s", 1073741824.0}};
   double v = 0;
   std::string unit;
-  const char* accepted = "bit/s, Kbit/s, Mbit/s, Gbit/s, Tbit/s, bps..Gbps, B/s, KB/s, MB/s, "
-                         "GB/s, TB/s, KiB/s, MiB/s, GiB/s";
+  const char* accepted =
+      "bit/s, Kbit/s, Mbit/s, Gbit/s, Tbit/s, bps..Gbps, B/s, KB/s, MB/s, "
+      "GB/s, TB/s, KiB/s, MiB/s, GiB/s";
   if (!SplitNumber(text, &v, &unit)) return BadUnit(what, "bandwidth", text, accepted);
   auto it = kUnits.find(unit);
   if (it == kUnits.end() || v < 0) return BadUnit(what, "bandwidth", text, accepted);
@@ -139,9 +144,7 @@ class MapReader {
     return OkStatus();
   }
 
-  std::string Path(const std::string& key) const {
-    return path_.empty() ? key : path_ + "." + key;
-  }
+  std::string Path(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
   bool Has(const std::string& key) const { return static_cast<bool>(node_[key]); }
   YAML::Node Get(const std::string& key) const { return node_[key]; }
 
@@ -163,8 +166,8 @@ class MapReader {
       return InvalidArgumentError(Path(key) + ": expected an integer, got '" + s + "'");
     }
     if (v < lo || v > hi) {
-      return InvalidArgumentError(Path(key) + ": " + s + " outside [" + std::to_string(lo) +
-                                  ", " + std::to_string(hi) + "]");
+      return InvalidArgumentError(Path(key) + ": " + s + " outside [" + std::to_string(lo) + ", " +
+                                  std::to_string(hi) + "]");
     }
     *out = static_cast<T>(v);
     return OkStatus();
@@ -270,9 +273,8 @@ Status ParseModel(const MapReader& top, Scenario* s) {
     return Status();
   }
   MapReader r(n, "model");
-  DCR_RETURN_IF_ERROR(r.Init(
-      {"preset", "depth_div", "width_div", "expert_div", "seed", "checkpoints", "base",
-       "work_dir"}));
+  DCR_RETURN_IF_ERROR(r.Init({"preset", "depth_div", "width_div", "expert_div", "seed",
+                              "checkpoints", "base", "work_dir"}));
   DCR_RETURN_IF_ERROR(r.Str("preset", &s->model.preset));
   DCR_RETURN_IF_ERROR(r.Int("depth_div", &s->model.depth_div, 1, 1 << 20));
   DCR_RETURN_IF_ERROR(r.Int("width_div", &s->model.width_div, 1, 1 << 20));
@@ -305,9 +307,9 @@ Status ParseTransport(const MapReader& top, Scenario* s) {
   }
   if (r.Has("object_store")) {
     MapReader o(r.Get("object_store"), "transport.object_store");
-    DCR_RETURN_IF_ERROR(o.Init({"kind", "path", "endpoint", "bucket", "region",
-                                "credentials_file", "ca_file", "allow_http", "parallel", "poll",
-                                "read_deadline", "sim_bandwidth", "sim_latency"}));
+    DCR_RETURN_IF_ERROR(o.Init({"kind", "path", "endpoint", "bucket", "region", "credentials_file",
+                                "ca_file", "allow_http", "parallel", "poll", "read_deadline",
+                                "sim_bandwidth", "sim_latency"}));
     auto& os = s->transport.object_store;
     std::string kind = "dir";
     DCR_RETURN_IF_ERROR(o.Str("kind", &kind));
@@ -337,9 +339,8 @@ Status ParseTransport(const MapReader& top, Scenario* s) {
   }
   if (r.Has("relay_tree")) {
     MapReader t(r.Get("relay_tree"), "transport.relay_tree");
-    DCR_RETURN_IF_ERROR(
-        t.Init({"fan_out", "root_fan_out", "streams", "window", "chunk", "topology",
-                "edge_relays", "edge_split", "edge_lag"}));
+    DCR_RETURN_IF_ERROR(t.Init({"fan_out", "root_fan_out", "streams", "window", "chunk", "topology",
+                                "edge_relays", "edge_split", "edge_lag"}));
     auto& rt = s->transport.relay_tree;
     DCR_RETURN_IF_ERROR(t.Int("fan_out", &rt.fan_out, 1, 1024));
     DCR_RETURN_IF_ERROR(t.Int("root_fan_out", &rt.root_fan_out, 1, 1024));
@@ -385,9 +386,8 @@ Status ParseNetwork(const MapReader& top, Scenario* s) {
   auto& net = s->network;
   if (!top.Has("network")) return Status();
   MapReader r(top.Get("network"), "network");
-  DCR_RETURN_IF_ERROR(
-      r.Init({"regions", "long_link", "emulation", "hosts", "base_port", "tls", "heartbeat",
-              "read_deadline", "signing", "metrics_port"}));
+  DCR_RETURN_IF_ERROR(r.Init({"regions", "long_link", "emulation", "hosts", "base_port", "tls",
+                              "heartbeat", "read_deadline", "signing", "metrics_port"}));
   if (r.Has("regions")) {
     YAML::Node regions = r.Get("regions");
     if (!regions.IsSequence()) return InvalidArgumentError("network.regions: expected a list");
@@ -471,9 +471,9 @@ void FlattenExtra(const YAML::Node& n, const std::string& path,
                   std::map<std::string, std::string>* out) {
   if (n.IsMap()) {
     for (const auto& kv : n) {
-      FlattenExtra(kv.second, path.empty() ? kv.first.as<std::string>()
-                                           : path + "." + kv.first.as<std::string>(),
-                   out);
+      FlattenExtra(
+          kv.second,
+          path.empty() ? kv.first.as<std::string>() : path + "." + kv.first.as<std::string>(), out);
     }
   } else if (n.IsScalar()) {
     (*out)[path] = n.as<std::string>();
@@ -484,10 +484,11 @@ void FlattenExtra(const YAML::Node& n, const std::string& path,
 
 Status ParseTop(const YAML::Node& root, Scenario* s) {
   MapReader top(root, "");
-  DCR_RETURN_IF_ERROR(top.Init({"name", "description", "mode", "model", "change_rate",
-                                "change_rates", "steps", "methods", "delta", "training",
-                                "serving", "transport", "receivers", "sender", "network", "sim",
-                                "timeout", "progress", "faults", "retention", "catch_up"}));
+  DCR_RETURN_IF_ERROR(
+      top.Init({"name",      "description", "mode",    "model",    "change_rate", "change_rates",
+                "steps",     "methods",     "delta",   "training", "serving",     "transport",
+                "receivers", "sender",      "network", "sim",      "timeout",     "progress",
+                "faults",    "retention",   "catch_up"}));
   DCR_RETURN_IF_ERROR(top.Str("name", &s->name));
   DCR_RETURN_IF_ERROR(top.Str("description", &s->description));
   std::string mode = "real";
@@ -546,11 +547,10 @@ Status ParseTop(const YAML::Node& root, Scenario* s) {
   }
   if (top.Has("faults")) {
     MapReader f(top.Get("faults"), "faults");
-    DCR_RETURN_IF_ERROR(f.Init({"runs", "per_run", "kinds", "seed", "chunk_elems",
-                                "detect_timeout", "restart_delay", "only", "process_runs",
-                                "process_kills", "proxy_runs", "proxy_faults", "proxy_kinds",
-                                "partition", "delay", "store_fail", "s3_runs", "s3_faults",
-                                "s3_kinds"}));
+    DCR_RETURN_IF_ERROR(f.Init({"runs", "per_run", "kinds", "seed", "chunk_elems", "detect_timeout",
+                                "restart_delay", "only", "process_runs", "process_kills",
+                                "proxy_runs", "proxy_faults", "proxy_kinds", "partition", "delay",
+                                "store_fail", "s3_runs", "s3_faults", "s3_kinds"}));
     s->faults.enabled = true;
     DCR_RETURN_IF_ERROR(f.Int("runs", &s->faults.runs, 0, 100000));
     DCR_RETURN_IF_ERROR(f.Int("per_run", &s->faults.per_run, 0, 10000));
@@ -558,7 +558,8 @@ Status ParseTop(const YAML::Node& root, Scenario* s) {
     for (size_t i = 0; i < s->faults.kinds.size(); ++i) {
       StatusOr<FaultKind> k = FaultKindFromName(s->faults.kinds[i]);
       if (!k.ok()) {
-        return InvalidArgumentError("faults.kinds[" + std::to_string(i) + "]: " + k.status().message());
+        return InvalidArgumentError("faults.kinds[" + std::to_string(i) +
+                                    "]: " + k.status().message());
       }
     }
     DCR_RETURN_IF_ERROR(f.Int("seed", &s->faults.seed, 0, INT64_MAX));
@@ -576,8 +577,9 @@ Status ParseTop(const YAML::Node& root, Scenario* s) {
                                            "drop",    "partition", "store_write_fail"};
       const std::string& k = s->faults.proxy_kinds[i];
       if (std::find(std::begin(kKinds), std::end(kKinds), k) == std::end(kKinds)) {
-        return InvalidArgumentError("faults.proxy_kinds[" + std::to_string(i) + "]: unknown kind '" +
-                                    k + "' (corrupt, duplicate, reorder, delay, drop, partition, "
+        return InvalidArgumentError("faults.proxy_kinds[" + std::to_string(i) +
+                                    "]: unknown kind '" + k +
+                                    "' (corrupt, duplicate, reorder, delay, drop, partition, "
                                     "store_write_fail)");
       }
     }
@@ -598,8 +600,8 @@ Status ParseTop(const YAML::Node& root, Scenario* s) {
   }
   if (top.Has("catch_up")) {
     MapReader c(top.Get("catch_up"), "catch_up");
-    DCR_RETURN_IF_ERROR(c.Init({"down_step", "down_versions", "join_step", "max_replay",
-                                "full_frame_fraction"}));
+    DCR_RETURN_IF_ERROR(
+        c.Init({"down_step", "down_versions", "join_step", "max_replay", "full_frame_fraction"}));
     s->catch_up.enabled = true;
     DCR_RETURN_IF_ERROR(c.Int("down_step", &s->catch_up.down_step, 0, 1000000));
     DCR_RETURN_IF_ERROR(c.Int("down_versions", &s->catch_up.down_versions, 1, 1000000));
@@ -608,15 +610,16 @@ Status ParseTop(const YAML::Node& root, Scenario* s) {
     DCR_RETURN_IF_ERROR(c.Double("full_frame_fraction", &s->catch_up.full_frame_fraction));
     const CatchUpSpec& cu = s->catch_up;
     if (cu.down_step == 1 || cu.join_step == 1) {
-      return InvalidArgumentError("catch_up: down_step and join_step start at step 2 (step 1 is "
-                                  "the first version every receiver takes)");
+      return InvalidArgumentError(
+          "catch_up: down_step and join_step start at step 2 (step 1 is "
+          "the first version every receiver takes)");
     }
     if (cu.down_step > 0 && cu.down_step + cu.down_versions > s->steps) {
       return InvalidArgumentError(
           "catch_up: a receiver down from step " + std::to_string(cu.down_step) + " for " +
           std::to_string(cu.down_versions) + " versions comes back at step " +
-          std::to_string(cu.down_step + cu.down_versions) + ", after the last (steps: " +
-          std::to_string(s->steps) + ")");
+          std::to_string(cu.down_step + cu.down_versions) +
+          ", after the last (steps: " + std::to_string(s->steps) + ")");
     }
     if (cu.join_step > s->steps) {
       return InvalidArgumentError("catch_up.join_step: " + std::to_string(cu.join_step) +
@@ -651,9 +654,8 @@ Status ParseTop(const YAML::Node& root, Scenario* s) {
       DCR_RETURN_IF_ERROR(top.Int("receivers", &s->receivers.count, 1, 1 << 20));
     } else {
       MapReader r(n, "receivers");
-      DCR_RETURN_IF_ERROR(r.Init(
-          {"count", "per_node", "apply_threads", "verify", "device", "devices", "node_devices",
-           "deadline"}));
+      DCR_RETURN_IF_ERROR(r.Init({"count", "per_node", "apply_threads", "verify", "device",
+                                  "devices", "node_devices", "deadline"}));
       DCR_RETURN_IF_ERROR(r.Duration("deadline", &s->receivers.deadline_s));
       DCR_RETURN_IF_ERROR(r.Int("count", &s->receivers.count, 1, 1 << 20));
       DCR_RETURN_IF_ERROR(r.Int("per_node", &s->receivers.per_node, 1, 1024));
@@ -679,7 +681,8 @@ Status ParseTop(const YAML::Node& root, Scenario* s) {
       if (r.Has("node_devices")) {
         YAML::Node m = r.Get("node_devices");
         if (!m.IsMap()) {
-          return InvalidArgumentError("receivers.node_devices: expected a map of node id to device");
+          return InvalidArgumentError(
+              "receivers.node_devices: expected a map of node id to device");
         }
         s->receivers.node_devices.clear();
         for (const auto& kv : m) {
@@ -687,7 +690,8 @@ Status ParseTop(const YAML::Node& root, Scenario* s) {
           char* end = nullptr;
           const long v = std::strtol(key.c_str(), &end, 10);
           if (key.empty() || *end != '\0' || v < 1 || v > (1 << 20)) {
-            return InvalidArgumentError("receivers.node_devices: expected a receiver node id (>= 1), got '" + key + "'");
+            return InvalidArgumentError(
+                "receivers.node_devices: expected a receiver node id (>= 1), got '" + key + "'");
           }
           MapReader d(m, "receivers.node_devices");
           std::string dev;
@@ -737,7 +741,8 @@ Status ValidateEdgeSplit(const Scenario& s, const Topology& topo) {
   const std::vector<int>& e = s.transport.relay_tree.edge_relays;
   const std::string key = "transport.relay_tree.edge_split: ";
   if (e.size() < 2) {
-    return InvalidArgumentError(key + "needs at least 2 edge relays in "
+    return InvalidArgumentError(key +
+                                "needs at least 2 edge relays in "
                                 "transport.relay_tree.edge_relays, got " +
                                 std::to_string(e.size()));
   }
@@ -773,8 +778,7 @@ Status ValidateEdgeSplit(const Scenario& s, const Topology& topo) {
 }  // namespace
 
 Status ValidateScenario(const Scenario& s) {
-  const int given = !s.model.preset.empty() + !s.model.checkpoints.empty() +
-                    !s.model.base.empty();
+  const int given = !s.model.preset.empty() + !s.model.checkpoints.empty() + !s.model.base.empty();
   if (given == 0) return InvalidArgumentError("model: give a preset, checkpoints or a base");
   if (given > 1) {
     return InvalidArgumentError("model: give one of a preset, checkpoints or a base, not several");
@@ -784,7 +788,8 @@ Status ValidateScenario(const Scenario& s) {
   }
   if (s.change_rates.empty()) return InvalidArgumentError("change_rates: empty list");
   for (double r : s.change_rates) {
-    if (!(r > 0 && r <= 1)) return InvalidArgumentError("change_rates: every rate must be in (0, 1]");
+    if (!(r > 0 && r <= 1))
+      return InvalidArgumentError("change_rates: every rate must be in (0, 1]");
   }
   if (s.methods.empty()) return InvalidArgumentError("methods: empty list");
   if (s.transport.kinds.empty()) return InvalidArgumentError("transport.kinds: empty list");
@@ -794,17 +799,19 @@ Status ValidateScenario(const Scenario& s) {
     return InvalidArgumentError("transport.relay_tree.window: must be >= chunk");
   }
   if (!rt.topology.empty() && static_cast<int>(rt.topology.size()) != s.receivers.count + 1) {
-    return InvalidArgumentError("transport.relay_tree.topology: " +
-                                std::to_string(rt.topology.size()) + " entries for " +
-                                std::to_string(s.receivers.count) +
-                                " receivers (need receivers + 1: node 0 is the sender)");
+    return InvalidArgumentError(
+        "transport.relay_tree.topology: " + std::to_string(rt.topology.size()) + " entries for " +
+        std::to_string(s.receivers.count) +
+        " receivers (need receivers + 1: node 0 is the sender)");
   }
   const auto& os = s.transport.object_store;
   bool uses_store = false;
   for (auto k : s.transport.kinds) uses_store |= k == TransportKind::kObjectStore;
   if (uses_store && os.kind == StoreKind::kS3) {
-    if (os.endpoint.empty()) return InvalidArgumentError("transport.object_store.endpoint: required for s3");
-    if (os.bucket.empty()) return InvalidArgumentError("transport.object_store.bucket: required for s3");
+    if (os.endpoint.empty())
+      return InvalidArgumentError("transport.object_store.endpoint: required for s3");
+    if (os.bucket.empty())
+      return InvalidArgumentError("transport.object_store.bucket: required for s3");
     if (s.mode == RunMode::kReal && os.endpoint.compare(0, 7, "http://") == 0 && !os.allow_http) {
       return InvalidArgumentError(
           "transport.object_store.endpoint: '" + os.endpoint +
@@ -857,8 +864,7 @@ Status ValidateScenario(const Scenario& s) {
     for (int e : rt.edge_relays) {
       // A split's chain: only its first edge relay is the sender's child (ValidateEdgeSplit).
       if (!rt.edge_split && (e > s.receivers.count || topo.parent[e] != 0)) {
-        return InvalidArgumentError("transport.relay_tree.edge_relays: node " +
-                                    std::to_string(e) +
+        return InvalidArgumentError("transport.relay_tree.edge_relays: node " + std::to_string(e) +
                                     " is not a child of the sender (an edge relay takes the long "
                                     "link)");
       }

@@ -1,8 +1,7 @@
 #include "dcr/scenario.h"
 
-#include <gtest/gtest.h>
-
 #include <dirent.h>
+#include <gtest/gtest.h>
 
 #include <string>
 
@@ -287,8 +286,7 @@ std::vector<NodeId> TreeOf(const std::string& yaml) {
 TEST(TopologyFor, OneReceiverPerHostIsTheFanOutTree) {
   auto fan = Topology::FanOut(8, 2, 1);
   ASSERT_TRUE(fan.ok());
-  EXPECT_EQ(TreeOf("receivers: {count: 7}\ntransport: {relay_tree: {fan_out: 2}}\n"),
-            fan->parent);
+  EXPECT_EQ(TreeOf("receivers: {count: 7}\ntransport: {relay_tree: {fan_out: 2}}\n"), fan->parent);
   EXPECT_EQ(TreeOf("receivers: {count: 7, per_node: 1}\n"), fan->parent);
 }
 
@@ -303,8 +301,9 @@ TEST(TopologyFor, PerNodeCrossesBetweenHostsOncePerHost) {
                    "transport: {relay_tree: {fan_out: 1, root_fan_out: 2}}\n"),
             (std::vector<NodeId>{-1, 0, 1, 1, 0, 4, 4, 1}));
   // The paper shape: 64 receivers, 8 per host, fan_out 4.
-  auto s = ParseScenario("model: tiny\nreceivers: {count: 64, per_node: 8}\n"
-                         "transport: {relay_tree: {fan_out: 4, root_fan_out: 1}}\n");
+  auto s = ParseScenario(
+      "model: tiny\nreceivers: {count: 64, per_node: 8}\n"
+      "transport: {relay_tree: {fan_out: 4, root_fan_out: 1}}\n");
   ASSERT_TRUE(s.ok()) << s.status();
   auto t = TopologyFor(*s);
   ASSERT_TRUE(t.ok()) << t.status();
@@ -367,8 +366,8 @@ TEST(Result, JsonRoundTripAndSpeedup) {
   EXPECT_DOUBLE_EQ(SpeedupVsFull(r, r.runs[0]), 40.0);
   std::string js = ResultToJson(r);
   for (const char* key : {"\"scenario\"", "\"mode\"", "\"model\"", "\"runs\"", "\"method\"",
-                          "\"transport\"", "\"change_rate\"", "\"refit_seconds\"",
-                          "\"wire_bytes\"", "\"receivers\"", "\"receivers_verified\""}) {
+                          "\"transport\"", "\"change_rate\"", "\"refit_seconds\"", "\"wire_bytes\"",
+                          "\"receivers\"", "\"receivers_verified\""}) {
     EXPECT_NE(js.find(key), std::string::npos) << key;
   }
   auto back = ResultFromJson(js);
@@ -428,7 +427,8 @@ TEST(Scenario, EdgeRelaysAndNodeDevices) {
   // A host receiver without an edge relay above it could not decode the context-coded chunks.
   auto none = with("");
   ASSERT_FALSE(none.ok());
-  EXPECT_NE(none.status().message().find("edge_relays"), std::string::npos) << none.status().ToString();
+  EXPECT_NE(none.status().message().find("edge_relays"), std::string::npos)
+      << none.status().ToString();
   auto deep = with(", edge_relays: [1, 2]");
   ASSERT_FALSE(deep.ok());
   EXPECT_NE(deep.status().message().find("node 2 is not a child of the sender"), std::string::npos)
@@ -470,10 +470,12 @@ TEST(Scenario, CatchUpBlockAndReceiverDeadline) {
   EXPECT_TRUE(ParseScenario("model: tiny\nsteps: 3\ncatch_up: {down_step: 2, down_versions: 2}\n")
                   .status()
                   .IsInvalidArgument());
-  EXPECT_TRUE(
-      ParseScenario("model: tiny\nsteps: 3\ncatch_up: {join_step: 1}\n").status().IsInvalidArgument());
-  EXPECT_TRUE(
-      ParseScenario("model: tiny\nsteps: 3\ncatch_up: {join_step: 4}\n").status().IsInvalidArgument());
+  EXPECT_TRUE(ParseScenario("model: tiny\nsteps: 3\ncatch_up: {join_step: 1}\n")
+                  .status()
+                  .IsInvalidArgument());
+  EXPECT_TRUE(ParseScenario("model: tiny\nsteps: 3\ncatch_up: {join_step: 4}\n")
+                  .status()
+                  .IsInvalidArgument());
   EXPECT_TRUE(ParseScenario("model: tiny\ncatch_up: {down_stp: 2}\n").status().IsInvalidArgument());
 }
 

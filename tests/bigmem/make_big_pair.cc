@@ -170,8 +170,7 @@ int main(int argc, char** argv) {
       !WriteCheckpoint(files[1], plan, seed, true, threshold, &buf)) {
     return 1;
   }
-  const double secs =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const uint64_t file_bytes = plan.header.size() + total;
   std::printf("make_big_pair: %s and %s, %llu bytes each (%zu tensors, change rate %.4f), %.2f s\n",
               files[0], files[1], static_cast<unsigned long long>(file_bytes), plan.tensors.size(),

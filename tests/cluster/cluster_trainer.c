@@ -55,9 +55,8 @@ int main(int argc, char** argv) {
     t0 = Now();
     rc = dcr_publisher_publish_file(p, version, path);
     dcr_publisher_last(p, NULL, &committed);
-    printf("version %llu: rc %d, %d receivers committed, %.2f s%s%s\n",
-           (unsigned long long)version, rc, committed, Now() - t0, rc ? ": " : "",
-           rc ? dcr_publisher_error(p) : "");
+    printf("version %llu: rc %d, %d receivers committed, %.2f s%s%s\n", (unsigned long long)version,
+           rc, committed, Now() - t0, rc ? ": " : "", rc ? dcr_publisher_error(p) : "");
     fflush(stdout);
     if (rc != 0) {
       failed = 1;

@@ -55,7 +55,10 @@ class TraceRecorder : public NodeEnvironment {
  public:
   TraceRecorder(const Topology& topo, NodeId self, const RelayOptions& relay,
                 std::vector<BlobInfo> stream)
-      : topo_(topo), self_(self), relay_(relay), stream_(std::move(stream)),
+      : topo_(topo),
+        self_(self),
+        relay_(relay),
+        stream_(std::move(stream)),
         host_(MakeTreePolicy(topo, self, relay), this) {
     host_.set_trace(&trace_);
   }
@@ -200,8 +203,8 @@ class StoreRetryRecorder : public NodeEnvironment {
 std::vector<std::string> LinkLines(const std::vector<Link>& links) {
   std::vector<std::string> lines;
   for (const Link& l : links) {
-    lines.push_back(std::string(l.to_child ? "Link{to " : "Link{from ") +
-                    std::to_string(l.peer) + " x" + std::to_string(l.streams) + "}");
+    lines.push_back(std::string(l.to_child ? "Link{to " : "Link{from ") + std::to_string(l.peer) +
+                    " x" + std::to_string(l.streams) + "}");
   }
   return lines;
 }
@@ -248,9 +251,8 @@ class Conformance : public ::testing::Test {
   std::unique_ptr<NodePolicy> SocketPolicy(NodeId node,
                                            TransportKind transport = TransportKind::kRelayTree) {
     const std::string dir = ::testing::TempDir();
-    auto plans = MakePlans(scenario_, Method::kDelta, transport,
-                                dir + "/base.safetensors", dir + "/target.safetensors", dir, dir,
-                                "conformance");
+    auto plans = MakePlans(scenario_, Method::kDelta, transport, dir + "/base.safetensors",
+                           dir + "/target.safetensors", dir, dir, "conformance");
     EXPECT_TRUE(plans.ok()) << plans.status().ToString();
     if (!plans.ok()) return nullptr;
     auto p = MakeNodePolicy((*plans)[node]);
@@ -266,13 +268,13 @@ class Conformance : public ::testing::Test {
     if (!extra.ok()) return nullptr;
     double payload = 0;
     for (const BlobInfo& b : stream_) payload += static_cast<double>(b.size);
-    sim::internal::Sizing z = sim::internal::SizeRun(scenario_, *extra, payload, 300, 264,
-                                                     1e8, 5, 1e9, 1e9, 2, 2);
+    sim::internal::Sizing z =
+        sim::internal::SizeRun(scenario_, *extra, payload, 300, 264, 1e8, 5, 1e9, 1e9, 2, 2);
     sim::internal::PlatformSpec plat;
     plat.wan_bandwidth = scenario_.network.long_link.bandwidth_Bps;
     plat.store_bandwidth = 1e15;
-    sim::internal::RunSpec spec = sim::internal::PlanRun(
-        scenario_, plat, topo_, z, transport, payload, 1e10);
+    sim::internal::RunSpec spec =
+        sim::internal::PlanRun(scenario_, plat, topo_, z, transport, payload, 1e10);
     return sim::internal::MakeSimPolicy(spec, node);
   }
 

@@ -7,11 +7,10 @@
  * TARGET as version 1 and waits until it is out. Exit 0 when the library's C ABI is the one this
  * program was compiled against and every receiver of the scenario reported committing version 1;
  * prints the version's content hash. */
-#include <stdint.h>
-#include <stdio.h>
-
 #include <dcr/dcr_c.h>
 #include <dcr/publisher_c.h>
+#include <stdint.h>
+#include <stdio.h>
 
 int main(int argc, char** argv) {
   dcr_publisher* p = NULL;

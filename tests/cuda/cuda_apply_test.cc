@@ -1,5 +1,7 @@
 // CPU/CUDA parity of the receiver side: every device result is compared byte for byte with the host
 // path (zero tolerance). Skips without a GPU; the build is checked by CI everywhere.
+#include "dcr/cuda_apply.h"
+
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -8,7 +10,6 @@
 #include <random>
 
 #include "dcr/copy_interposers.h"  // this binary records loads
-#include "dcr/cuda_apply.h"
 #include "dcr/delta.h"
 #include "dcr/hash.h"
 #include "dcr/runtime.h"
@@ -90,7 +91,8 @@ TEST(CudaTest, DeviceApplierMatchesHostForEveryWidthAndMode) {
     for (const TensorInfo& t : (*reader)->inventory().tensors) {
       const Storage::Buffer* b = host_base.Find(t.name);
       dev.push_back(std::make_unique<DeviceCopy>(b->data, b->nbytes));
-      dt.push_back(cuda::DeviceTensor{dev.back()->p, t.num_elements(), t.width(), TensorSalt(t.name)});
+      dt.push_back(
+          cuda::DeviceTensor{dev.back()->p, t.num_elements(), t.width(), TensorSalt(t.name)});
     }
     auto app = cuda::MakeDeviceApplier(dt, nullptr);
     ASSERT_TRUE(app.ok()) << app.status();
@@ -149,7 +151,8 @@ TEST(CudaTest, PlacementApplierRefitsAServingRankOnTheDevice) {
   auto l2 = MakeReferenceLoader(cfg, 0);
   ASSERT_TRUE(LoadCheckpoint(*v1, l2->get(), &dense).ok());
   for (size_t b = 0; b < dense.buffers().size(); ++b) {
-    EXPECT_EQ(0, std::memcmp(dev[b]->Download().data(), dense.buffers()[b].data, dense.buffers()[b].nbytes))
+    EXPECT_EQ(0, std::memcmp(dev[b]->Download().data(), dense.buffers()[b].data,
+                             dense.buffers()[b].nbytes))
         << dense.buffers()[b].name;
   }
 }
@@ -169,7 +172,8 @@ TEST(CudaTest, DiffAndRangeHashMatchTheHost) {
       ASSERT_TRUE(r.ok()) << r.status();
       size_t k = 0;
       for (uint64_t i = 0; i < n; ++i) {
-        const uint64_t o = internal::LoadElem(a.data(), w, i), nb = internal::LoadElem(b.data(), w, i);
+        const uint64_t o = internal::LoadElem(a.data(), w, i),
+                       nb = internal::LoadElem(b.data(), w, i);
         if (o == nb) continue;
         ASSERT_LT(k, r->positions.size());
         EXPECT_EQ(r->positions[k], i);

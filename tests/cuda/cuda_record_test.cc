@@ -81,7 +81,8 @@ TEST(CudaRecordTest, CudaMemcpy2DTransposeIsRecordedAndRefitted) {
     if (t.shape.size() == 2) {
       const size_t rows = t.shape[0], cols = t.shape[1], w = t.width();
       for (size_t r = 0; r < rows; ++r)
-        for (size_t c = 0; c < cols; ++c) std::memcpy(&want[(c * rows + r) * w], src + (r * cols + c) * w, w);
+        for (size_t c = 0; c < cols; ++c)
+          std::memcpy(&want[(c * rows + r) * w], src + (r * cols + c) * w, w);
     } else {
       std::memcpy(want.data(), src, t.nbytes);
     }

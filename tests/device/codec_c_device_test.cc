@@ -57,8 +57,14 @@ std::vector<uint64_t> Specials(int w) {
   const int exp_bits = w == 1 ? 4 : w == 2 ? 5 : w == 4 ? 8 : 11;
   const int man_bits = w * 8 - 1 - exp_bits;
   const uint64_t inf = ((uint64_t{1} << exp_bits) - 1) << man_bits;
-  return {0, sign, inf, inf | sign, inf | (uint64_t{1} << (man_bits - 1)) | 5, 1,
-          (mask >> 1) & ~(uint64_t{1} << man_bits), mask};
+  return {0,
+          sign,
+          inf,
+          inf | sign,
+          inf | (uint64_t{1} << (man_bits - 1)) | 5,
+          1,
+          (mask >> 1) & ~(uint64_t{1} << man_bits),
+          mask};
 }
 
 // A random layout: 1..7 tensors of random dtypes and shapes (scalars, empty and multi-chunk
@@ -206,8 +212,8 @@ TEST(CodecCDeviceTest, ByteExactWithADenseLoadOverRandomLayouts) {
       auto bd = db.Desc(), td = dt.Desc();
       uint8_t* out = nullptr;
       size_t size = 0;
-      ASSERT_EQ(dcr_encode_delta_device(&dev, bd.data(), bd.size(), td.data(), td.size(), &o,
-                                        &out, &size),
+      ASSERT_EQ(dcr_encode_delta_device(&dev, bd.data(), bd.size(), td.data(), td.size(), &o, &out,
+                                        &size),
                 DCR_OK)
           << dcr_last_error();
       const std::vector<uint8_t> delta(out, out + size);
@@ -275,7 +281,8 @@ TEST(CodecCDeviceTest, FailuresLeaveTheDeviceBytesUnchanged) {
     std::mt19937_64 rng(11);
     for (auto [name, dtype, elems, w] :
          {std::tuple<const char*, const char*, int64_t, int>{"a", "BF16", 40000, 2},
-          {"b", "F32", 9000, 4}, {"c", "F64", 6000, 8}}) {
+          {"b", "F32", 9000, 4},
+          {"c", "F64", 6000, 8}}) {
       std::vector<uint8_t> b(elems * w);
       for (auto& x : b) x = static_cast<uint8_t>(rng());
       base.names.push_back(name);
@@ -332,7 +339,7 @@ TEST(CodecCDeviceTest, FailuresLeaveTheDeviceBytesUnchanged) {
 // the elements of canonical tensor k at a random permutation of the front half of twice its
 // size (the rest keeps its filler bytes), and one more buffer replicates tensor 0 (a tied copy).
 struct PlacedEngine {
-  std::vector<uint32_t> tensor;                // buffer -> canonical tensor
+  std::vector<uint32_t> tensor;  // buffer -> canonical tensor
   std::vector<int> width;
   std::vector<std::vector<int64_t>> src, dst;  // per buffer
   std::vector<std::vector<uint8_t>> filler;    // per buffer: its bytes before any load
@@ -423,8 +430,8 @@ TEST(CodecCDeviceTest, PlacedApplyScattersToDeviceDestinationsByteExact) {
       bad[bad.size() - 100] ^= 0x40;  // the last chunk record or the trailer
       Set copy = base;
       auto cd = copy.Desc();
-      EXPECT_NE(dcr_apply_delta_placed(cd.data(), cd.size(), bad.data(), bad.size(), m, &o,
-                                       nullptr, nullptr, nullptr),
+      EXPECT_NE(dcr_apply_delta_placed(cd.data(), cd.size(), bad.data(), bad.size(), m, &o, nullptr,
+                                       nullptr, nullptr),
                 DCR_OK);
       EXPECT_EQ(copy.bytes, base.bytes);
       EXPECT_EQ(bufs.Bytes(), eng.Expected(base));
@@ -458,9 +465,9 @@ TEST(CodecCDeviceTest, PlacedApplyScattersToDeviceDestinationsByteExact) {
       for (size_t b = 0; b < now.size(); ++b) {
         const int w = eng.width[b];
         for (size_t i = 0; i < eng.src[b].size(); ++i) {
-          ASSERT_EQ(std::memcmp(now[b].data() + eng.dst[b][i] * w,
-                                want[b].data() + eng.dst[b][i] * w, w),
-                    0)
+          ASSERT_EQ(
+              std::memcmp(now[b].data() + eng.dst[b][i] * w, want[b].data() + eng.dst[b][i] * w, w),
+              0)
               << "buffer " << b << " element " << eng.dst[b][i];
         }
       }

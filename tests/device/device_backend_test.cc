@@ -65,7 +65,8 @@ TEST(DeviceBackendTest, OperationsMatchTheScalarReference) {
       ASSERT_TRUE(r.ok()) << r.status();
       size_t k = 0;
       for (uint64_t i = 0; i < n; ++i) {
-        const uint64_t o = internal::LoadElem(a.data(), w, i), nb = internal::LoadElem(b.data(), w, i);
+        const uint64_t o = internal::LoadElem(a.data(), w, i),
+                       nb = internal::LoadElem(b.data(), w, i);
         if (o == nb) continue;
         ASSERT_LT(k, r->positions.size());
         EXPECT_EQ(r->positions[k], i);

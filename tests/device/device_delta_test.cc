@@ -41,12 +41,15 @@ void StoreBits(uint8_t* p, int w, uint64_t i, uint64_t bits) {
 // infinities, per element width.
 std::vector<uint64_t> SpecialBits(int w) {
   switch (w) {
-    case 2: return {0x7FC0, 0x7FC1, 0xFFC0, 0x8000, 0x0000, 0x7F80, 0xFF80, 0x7E00, 0xFC00};
-    case 4: return {0x7FC00000, 0x7FC00001, 0xFFC00000, 0x80000000, 0, 0x7F800000, 0xFF800000};
+    case 2:
+      return {0x7FC0, 0x7FC1, 0xFFC0, 0x8000, 0x0000, 0x7F80, 0xFF80, 0x7E00, 0xFC00};
+    case 4:
+      return {0x7FC00000, 0x7FC00001, 0xFFC00000, 0x80000000, 0, 0x7F800000, 0xFF800000};
     case 8:
-      return {0x7FF8000000000000, 0x7FF8000000000001, 0x8000000000000000, 0, 0x7FF0000000000000,
-              0xFFF0000000000000};
-    default: return {0x00, 0x80, 0x7F, 0xFF};
+      return {0x7FF8000000000000, 0x7FF8000000000001, 0x8000000000000000, 0,
+              0x7FF0000000000000, 0xFFF0000000000000};
+    default:
+      return {0x00, 0x80, 0x7F, 0xFF};
   }
 }
 
@@ -363,8 +366,7 @@ void ExpectSameSteps(Rig& st, const TrainDeltaOptions& o, Device* device) {
   auto dev = TrainDeltaBuilder::Create(st.s, st.map, st.ex, st.state->shards(), o);
   ASSERT_TRUE(host.ok() && dev.ok());
   const std::function<bool(const LocalParam&)> filters[] = {
-      nullptr,
-      [](const LocalParam& p) { return p.name.find("mlp") != std::string::npos; },
+      nullptr, [](const LocalParam& p) { return p.name.find("mlp") != std::string::npos; },
       [](const LocalParam&) { return false; }};
   for (const auto& filter : filters) {
     ShardSet prev = st.state->shards();
@@ -460,11 +462,13 @@ TEST(DeviceTrainDeltaTest, ErrorsAreStatusesBeforeAnyOutput) {
   std::vector<const void*> host_ptrs;
   for (const auto& v : prev.buffers[0]) host_ptrs.push_back(v.data());
   EXPECT_FALSE((*b)->BuildUnitOnDevice(0, big.get(), host_ptrs, host_ptrs).ok());
-  EXPECT_TRUE((*b)->BuildUnitOnDevice(0, nullptr, host_ptrs, host_ptrs).status().IsInvalidArgument());
+  EXPECT_TRUE(
+      (*b)->BuildUnitOnDevice(0, nullptr, host_ptrs, host_ptrs).status().IsInvalidArgument());
   std::vector<const void*> nulls(rk.buffers.size(), nullptr);
   EXPECT_TRUE((*b)->BuildUnitOnDevice(0, big.get(), nulls, nulls).status().IsInvalidArgument());
   EXPECT_TRUE((*b)->BuildStepOnDevice(prev, st.state->shards(), nullptr, &sink)
-                  .status().IsInvalidArgument());
+                  .status()
+                  .IsInvalidArgument());
 }
 
 }  // namespace

@@ -35,9 +35,9 @@ TEST(FaultMatrixTest, EveryRunEndsBitExactAndCommitted) {
     TempDir dir;
     FaultRunOptions o;
     o.seed = 1000 + run;
-    o.receivers = 4 + run % 5;       // 4..8 receivers
-    o.fan_out = 1 + run % 3;         // chains, binary and ternary trees
-    o.root_fan_out = 1 + run % 2;    // one or two long-link relays
+    o.receivers = 4 + run % 5;     // 4..8 receivers
+    o.fan_out = 1 + run % 3;       // chains, binary and ternary trees
+    o.root_fan_out = 1 + run % 2;  // one or two long-link relays
     o.work_dir = dir / "run";
     auto r = RunFaultScenario(*base, *target, SmallGrid(0, 1), SeededFaults(o.seed, 13), o);
     ASSERT_TRUE(r.ok()) << r.status();
@@ -61,13 +61,15 @@ TEST(FaultMatrixTest, EveryRunEndsBitExactAndCommitted) {
     for (const auto& [k, v] : r->injected_by_kind) by_kind[k] += v;
   }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("fault matrix: %d runs, %d faults injected, %d survived, %d/%d receivers verified, "
-              "%.1f s\n", runs, injected, survived, verified, receivers, secs);
-  std::printf("  overwrite repairs %llu, store fallbacks %llu, restarts %llu, payloads refused "
-              "%llu, corrupt blobs caught %llu, duplicates skipped %llu\n",
-              (unsigned long long)repairs, (unsigned long long)fallbacks,
-              (unsigned long long)restarts, (unsigned long long)refused,
-              (unsigned long long)corrupt, (unsigned long long)dups);
+  std::printf(
+      "fault matrix: %d runs, %d faults injected, %d survived, %d/%d receivers verified, "
+      "%.1f s\n",
+      runs, injected, survived, verified, receivers, secs);
+  std::printf(
+      "  overwrite repairs %llu, store fallbacks %llu, restarts %llu, payloads refused "
+      "%llu, corrupt blobs caught %llu, duplicates skipped %llu\n",
+      (unsigned long long)repairs, (unsigned long long)fallbacks, (unsigned long long)restarts,
+      (unsigned long long)refused, (unsigned long long)corrupt, (unsigned long long)dups);
   for (const auto& [k, v] : by_kind) std::printf("  %-28s %d\n", k.c_str(), v);
   if (runs >= 10) {
     EXPECT_GE(injected, 100);

@@ -63,7 +63,8 @@ class SharedStorage {
   }
   std::vector<ReceiverTensor> Tensors() const {
     std::vector<ReceiverTensor> out;
-    for (size_t i = 0; i < inv_.tensors.size(); ++i) out.push_back({inv_.tensors[i], data_ + offsets_[i]});
+    for (size_t i = 0; i < inv_.tensors.size(); ++i)
+      out.push_back({inv_.tensors[i], data_ + offsets_[i]});
     return out;
   }
   std::vector<TensorBuffer> Buffers() const {
@@ -92,7 +93,8 @@ class DyingReceiver : public BufferReceiver {
       : BufferReceiver(std::move(tensors), held), bufs_(std::move(bufs)), die_in_(die_in) {}
   Status ApplyRecord(const uint8_t* record, size_t size) override {
     auto dc = DecodeChunk(record, size);
-    if (!dc.ok() || dc->header.chunk_id != die_in_) return BufferReceiver::ApplyRecord(record, size);
+    if (!dc.ok() || dc->header.chunk_id != die_in_)
+      return BufferReceiver::ApplyRecord(record, size);
     const DecodedChunk& c = *dc;
     const ChunkHeader& h = c.header;
     SegmentCursor cur(h.segments);
@@ -101,7 +103,8 @@ class DyingReceiver : public BufferReceiver {
       uint64_t e;
       cur.Locate(h.position_mode == PositionMode::kDense ? k : c.positions[k], &seg, &e);
       const TensorBuffer& tb = bufs_[h.segments[seg].tensor_index];
-      uint64_t v = ApplyValue(h.value_mode, h.elem_width, LoadBits(tb.data, h.elem_width, e), c.values[k]);
+      uint64_t v =
+          ApplyValue(h.value_mode, h.elem_width, LoadBits(tb.data, h.elem_width, e), c.values[k]);
       std::memcpy(tb.data + e * h.elem_width, &v, h.elem_width);
     }
     ::raise(SIGKILL);
@@ -115,9 +118,9 @@ class DyingReceiver : public BufferReceiver {
 
 struct Case {
   const char* name;
-  bool inside;      // killed inside chunk `at` (else right after chunk `at` is applied)
-  double at_frac;   // position of `at` among the chunks
-  bool lose_memory; // the storage is lost with the process (reload + abandon)
+  bool inside;       // killed inside chunk `at` (else right after chunk `at` is applied)
+  double at_frac;    // position of `at` among the chunks
+  bool lose_memory;  // the storage is lost with the process (reload + abandon)
 };
 
 class ProcessKill : public ::testing::TestWithParam<Case> {};
@@ -180,9 +183,10 @@ TEST_P(ProcessKill, RecoversBitExact) {
   RecoveryPolicy recovery(RecoveryRole::kReceiver, RecoveryOptions{});
   std::vector<recovery::Action> acts;
   const bool target_committed = st.committed && st.committed->hash == c1->ContentHash(1);
-  recovery.Handle(0, recovery::Restarted{kc.lose_memory, target_committed, st.applied.size(),
-                                         st.doubtful.size()},
-                  &acts);
+  recovery.Handle(
+      0,
+      recovery::Restarted{kc.lose_memory, target_committed, st.applied.size(), st.doubtful.size()},
+      &acts);
   ASSERT_EQ(acts.size(), kc.lose_memory ? 2u : 1u);
   if (kc.lose_memory) {
     ASSERT_TRUE(std::holds_alternative<recovery::ReloadCommitted>(acts[0]));
@@ -221,16 +225,17 @@ TEST_P(ProcessKill, RecoversBitExact) {
   EXPECT_TRUE(storage.Equals(*c1));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Kills, ProcessKill,
-    ::testing::Values(Case{"InsideFirstChunk", true, 0.0, false},
-                      Case{"InsideMiddleChunk", true, 0.5, false},
-                      Case{"InsideLastChunk", true, 0.99, false},
-                      Case{"AfterFirstChunk", false, 0.0, false},
-                      Case{"AfterMiddleChunk", false, 0.5, false},
-                      Case{"InsideChunkMemoryLost", true, 0.3, true},
-                      Case{"BetweenChunksMemoryLost", false, 0.6, true}),
-    [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
+INSTANTIATE_TEST_SUITE_P(Kills, ProcessKill,
+                         ::testing::Values(Case{"InsideFirstChunk", true, 0.0, false},
+                                           Case{"InsideMiddleChunk", true, 0.5, false},
+                                           Case{"InsideLastChunk", true, 0.99, false},
+                                           Case{"AfterFirstChunk", false, 0.0, false},
+                                           Case{"AfterMiddleChunk", false, 0.5, false},
+                                           Case{"InsideChunkMemoryLost", true, 0.3, true},
+                                           Case{"BetweenChunksMemoryLost", false, 0.6, true}),
+                         [](const ::testing::TestParamInfo<Case>& i) {
+                           return std::string(i.param.name);
+                         });
 
 }  // namespace
 }  // namespace dcr

@@ -17,9 +17,9 @@
 namespace dcr::fuzz {
 
 // The Ed25519 seed of the key that signs the signed seeds (dcr_fuzz_signed trusts it).
-inline constexpr std::array<uint8_t, 32> kSigningSeed = {
-    7, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
-    16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
+inline constexpr std::array<uint8_t, 32> kSigningSeed = {7,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10,
+                                                         11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
+                                                         22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
 
 // Tensors (sorted by name) of the fixed fuzz inventory: widths 2, 4, 1, 8, 2.
 struct FixedModel {
@@ -33,7 +33,8 @@ struct FixedModel {
       for (size_t i = 0; i < names.size(); ++i) {
         int w = DTypeWidth(DTypeFromName(dtypes[i]));
         bufs.emplace_back(static_cast<size_t>(sizes[i]) * w);
-        for (size_t b = 0; b < bufs.back().size(); ++b) bufs.back()[b] = static_cast<uint8_t>(b * 131 + i);
+        for (size_t b = 0; b < bufs.back().size(); ++b)
+          bufs.back()[b] = static_cast<uint8_t>(b * 131 + i);
       }
     }
     for (size_t i = 0; i < names.size(); ++i) {

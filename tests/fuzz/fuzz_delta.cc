@@ -26,7 +26,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const TensorInfo& t = inv.tensors[i];
     store.emplace_back(t.nbytes, static_cast<uint8_t>(i));
   }
-  for (size_t i = 0; i < inv.tensors.size(); ++i) tensors.push_back({inv.tensors[i], store[i].data()});
+  for (size_t i = 0; i < inv.tensors.size(); ++i)
+    tensors.push_back({inv.tensors[i], store[i].data()});
   // tmpfs when available: the journal's fsyncs are not what is being fuzzed.
   static std::string jpath = std::string(::access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp") +
                              "/dcr_fuzz_journal." + std::to_string(::getpid());
@@ -39,7 +40,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   BufferReceiver inner(std::move(tensors), {d.header().base_version, d.header().base_hash});
   JournaledReceiver ja(&inner, j->get());
   if (!BeginDelta(d, &ja).ok()) return 0;
-  for (size_t i = 0; i < d.num_chunks(); ++i) (void)ja.ApplyRecord(d.chunk_data(i), d.chunk_size(i));
+  for (size_t i = 0; i < d.num_chunks(); ++i)
+    (void)ja.ApplyRecord(d.chunk_data(i), d.chunk_size(i));
   (void)CommitDelta(d, &ja);
   (void)ja.Ledger();
   return 0;

@@ -1,13 +1,12 @@
 // Writes seed inputs for the fuzz targets: real deltas (ulp, XOR, full frame, small and batched
-// tensors), the same signed (and signed with context coding), their chunk records, overwrite forms and context-coded forms, and
-// journals of real applies.
+// tensors), the same signed (and signed with context coding), their chunk records, overwrite forms
+// and context-coded forms, and journals of real applies.
 //   dcr_fuzz_seeds OUT_DIR   ->  OUT_DIR/{chunk,delta,journal,signed}/seed-*
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <cstring>
-
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <string>
@@ -63,8 +62,9 @@ int main(int argc, char** argv) {
     bool full;
     uint64_t chunk_elems;
   };
-  for (Variant v : {Variant{ValuePolicy::kAuto, false, 1024}, Variant{ValuePolicy::kXor, false, 512},
-                    Variant{ValuePolicy::kAbsolute, false, 2048}, Variant{ValuePolicy::kAuto, true, 1024}}) {
+  for (Variant v :
+       {Variant{ValuePolicy::kAuto, false, 1024}, Variant{ValuePolicy::kXor, false, 512},
+        Variant{ValuePolicy::kAbsolute, false, 2048}, Variant{ValuePolicy::kAuto, true, 1024}}) {
     DeltaOptions o;
     o.chunk_elems = v.chunk_elems;
     o.small_tensor_elems = 512;
@@ -107,13 +107,16 @@ int main(int argc, char** argv) {
             std::vector<uint8_t>(c, c + (*r)->chunk_size(i)));
       if (!v.full) {
         auto ow = OverwriteChunkFromRelative(c, (*r)->chunk_size(i), (*r)->inventory(), **base);
-        if (ow.ok()) Write(out + "/chunk/seed-" + std::to_string(n) + "-" + std::to_string(i) + "-ow", *ow);
+        if (ow.ok())
+          Write(out + "/chunk/seed-" + std::to_string(n) + "-" + std::to_string(i) + "-ow", *ow);
         // Its context-coded form against the fixed model's bits (the base of these deltas).
         auto h = ParseChunkHeader(c, (*r)->chunk_size(i), nullptr, nullptr);
         std::vector<uint8_t> covered;
         if (h.ok() && ContextCodable(*h) && GatherCoveredBits(*h, m.Buffers(), &covered).ok()) {
           auto ctx = EncodeContextChunk(c, (*r)->chunk_size(i), covered.data(), covered.size());
-          if (ctx.ok()) Write(out + "/chunk/seed-" + std::to_string(n) + "-" + std::to_string(i) + "-ctx", *ctx);
+          if (ctx.ok())
+            Write(out + "/chunk/seed-" + std::to_string(n) + "-" + std::to_string(i) + "-ctx",
+                  *ctx);
         }
       }
     }
@@ -140,7 +143,8 @@ int main(int argc, char** argv) {
   // Sums files of the fixed model's checkpoint, in small regions and in the default ones.
   for (uint64_t region : {kSumsMinRegionBytes, kSumsRegionBytes}) {
     const std::string text = FormatSums(ComputeSums(**base, (*base)->ContentHash(1), 1, region));
-    Write(out + "/sums/seed-" + std::to_string(region), std::vector<uint8_t>(text.begin(), text.end()));
+    Write(out + "/sums/seed-" + std::to_string(region),
+          std::vector<uint8_t>(text.begin(), text.end()));
   }
   std::printf("seeds written to %s\n", out.c_str());
   return 0;

@@ -45,14 +45,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<TensorBuffer> bits;
   for (size_t i = 0; i < inv.tensors.size(); ++i) {
     store.emplace_back(inv.tensors[i].nbytes);
-    for (size_t b = 0; b < store.back().size(); ++b) store.back()[b] = static_cast<uint8_t>(b * 131 + i);
+    for (size_t b = 0; b < store.back().size(); ++b)
+      store.back()[b] = static_cast<uint8_t>(b * 131 + i);
   }
   store2 = store;
   for (size_t i = 0; i < inv.tensors.size(); ++i) {
     tensors.push_back({inv.tensors[i], store[i].data()});
     tensors2.push_back({inv.tensors[i], store2[i].data()});
     const int w = DTypeWidth(inv.tensors[i].dtype);
-    bits.push_back({store2[i].data(), w > 0 ? inv.tensors[i].nbytes / static_cast<uint64_t>(w) : 0, w, 0});
+    bits.push_back(
+        {store2[i].data(), w > 0 ? inv.tensors[i].nbytes / static_cast<uint64_t>(w) : 0, w, 0});
   }
   TrustOptions o;
   o.key = trust;

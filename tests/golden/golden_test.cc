@@ -5,7 +5,8 @@
 //
 // The checkpoints are generated here from a fixed integer recipe (no std distributions, no float
 // math), so they are identical on every compiler. Regenerate the files, after a deliberate format
-// change that also bumps kFormatVersion, with:  DCR_UPDATE_GOLDEN=1 build/tests/golden/dcr_golden_tests
+// change that also bumps kFormatVersion, with:  DCR_UPDATE_GOLDEN=1
+// build/tests/golden/dcr_golden_tests
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -43,12 +44,19 @@ struct Pair {
 
 // Eight tensors of several dtypes; ~3% of elements change (1 ulp, sign flips, NaN payloads, -0).
 Pair MakePair() {
-  struct Spec { const char* name; const char* dtype; std::vector<int64_t> shape; };
-  const std::vector<Spec> specs = {
-      {"model.embed_tokens.weight", "BF16", {64, 96}}, {"model.layers.0.mlp.down_proj.weight", "BF16", {96, 128}},
-      {"model.layers.0.input_layernorm.weight", "F32", {96}}, {"model.layers.0.self_attn.q_proj.weight", "F16", {96, 96}},
-      {"model.layers.0.scales", "F8_E4M3", {300}}, {"model.layers.0.bias", "I32", {50}},
-      {"model.layers.0.mask", "BOOL", {33}}, {"model.norm.weight", "BF16", {96}}};
+  struct Spec {
+    const char* name;
+    const char* dtype;
+    std::vector<int64_t> shape;
+  };
+  const std::vector<Spec> specs = {{"model.embed_tokens.weight", "BF16", {64, 96}},
+                                   {"model.layers.0.mlp.down_proj.weight", "BF16", {96, 128}},
+                                   {"model.layers.0.input_layernorm.weight", "F32", {96}},
+                                   {"model.layers.0.self_attn.q_proj.weight", "F16", {96, 96}},
+                                   {"model.layers.0.scales", "F8_E4M3", {300}},
+                                   {"model.layers.0.bias", "I32", {50}},
+                                   {"model.layers.0.mask", "BOOL", {33}},
+                                   {"model.norm.weight", "BF16", {96}}};
   Pair p;
   uint64_t seed = 12345;
   for (const Spec& s : specs) {
@@ -67,10 +75,18 @@ Pair MakePair() {
       uint64_t v = 0;
       std::memcpy(&v, &t[i * w], w);
       switch ((r >> 8) % 4) {
-        case 0: v += 1; break;
-        case 1: v -= 1; break;
-        case 2: v ^= uint64_t{1} << (8 * w - 1); break;  // sign flip (-0 <-> +0 included)
-        default: v = ~uint64_t{0}; break;                  // all-ones: a NaN payload for floats
+        case 0:
+          v += 1;
+          break;
+        case 1:
+          v -= 1;
+          break;
+        case 2:
+          v ^= uint64_t{1} << (8 * w - 1);
+          break;  // sign flip (-0 <-> +0 included)
+        default:
+          v = ~uint64_t{0};
+          break;  // all-ones: a NaN payload for floats
       }
       std::memcpy(&t[i * w], &v, w);
     }
@@ -78,8 +94,10 @@ Pair MakePair() {
     p.target.push_back(std::move(t));
   }
   for (size_t i = 0; i < specs.size(); ++i) {
-    p.bv.push_back({specs[i].name, specs[i].dtype, specs[i].shape, p.base[i].data(), p.base[i].size()});
-    p.tv.push_back({specs[i].name, specs[i].dtype, specs[i].shape, p.target[i].data(), p.target[i].size()});
+    p.bv.push_back(
+        {specs[i].name, specs[i].dtype, specs[i].shape, p.base[i].data(), p.base[i].size()});
+    p.tv.push_back(
+        {specs[i].name, specs[i].dtype, specs[i].shape, p.target[i].data(), p.target[i].size()});
   }
   return p;
 }
@@ -139,8 +157,10 @@ TEST_F(Golden, EncoderOutputIsPinned) {
       ASSERT_TRUE(WriteFileAtomic(file.string(), bytes.data(), bytes.size()).ok());
       std::vector<uint8_t> b = Read(tmp_.dir / "base.safetensors");
       std::vector<uint8_t> t = Read(tmp_.dir / "target.safetensors");
-      ASSERT_TRUE(WriteFileAtomic((kGolden / "base.safetensors").string(), b.data(), b.size()).ok());
-      ASSERT_TRUE(WriteFileAtomic((kGolden / "target.safetensors").string(), t.data(), t.size()).ok());
+      ASSERT_TRUE(
+          WriteFileAtomic((kGolden / "base.safetensors").string(), b.data(), b.size()).ok());
+      ASSERT_TRUE(
+          WriteFileAtomic((kGolden / "target.safetensors").string(), t.data(), t.size()).ok());
     }
     ASSERT_TRUE(fs::exists(file)) << file << " missing (run from the source root)";
     EXPECT_EQ(bytes, Read(file)) << "encoder output for " << file
@@ -170,23 +190,27 @@ TEST_F(Golden, EncoderOutputIsPinned) {
     const std::string n = e.path().filename().string();
     EXPECT_EQ(Read(e.path()), Read(kGolden / "sharded_target" / n)) << n;
   }
-  EXPECT_EQ(std::distance(fs::directory_iterator(shards), fs::directory_iterator()),
-            std::distance(fs::directory_iterator(kGolden / "sharded_target"), fs::directory_iterator()));
+  EXPECT_EQ(
+      std::distance(fs::directory_iterator(shards), fs::directory_iterator()),
+      std::distance(fs::directory_iterator(kGolden / "sharded_target"), fs::directory_iterator()));
 }
 
 TEST_F(Golden, GoldenDeltaAppliesToTheTarget) {
   const fs::path out = tmp_.dir / "out.safetensors";
-  auto st = ApplyDeltaFile((kGolden / "base.safetensors").string(),
-                           (kGolden / "v5_delta.dcr").string(), out.string(), ApplyOptions{1, true, true});
+  auto st =
+      ApplyDeltaFile((kGolden / "base.safetensors").string(), (kGolden / "v5_delta.dcr").string(),
+                     out.string(), ApplyOptions{1, true, true});
   ASSERT_TRUE(st.ok()) << st.status();
   EXPECT_EQ(Read(out), Read(kGolden / "target.safetensors"));
-  auto full = ApplyDeltaFile("", (kGolden / "v5_full.dcr").string(), out.string(), ApplyOptions{1, true, true});
+  auto full = ApplyDeltaFile("", (kGolden / "v5_full.dcr").string(), out.string(),
+                             ApplyOptions{1, true, true});
   ASSERT_TRUE(full.ok()) << full.status();
   EXPECT_EQ(Read(out), Read(kGolden / "target.safetensors"));
   // The sharded delta rebuilds every file of the sharded target, index included.
   const fs::path dir = tmp_.dir / "out_dir";
-  auto sh = ApplyDeltaFile((kGolden / "base.safetensors").string(),
-                           (kGolden / "v5_sharded.dcr").string(), dir.string(), ApplyOptions{1, true, true});
+  auto sh =
+      ApplyDeltaFile((kGolden / "base.safetensors").string(), (kGolden / "v5_sharded.dcr").string(),
+                     dir.string(), ApplyOptions{1, true, true});
   ASSERT_TRUE(sh.ok()) << sh.status();
   int files = 0;
   for (const auto& e : fs::directory_iterator(kGolden / "sharded_target")) {
@@ -215,8 +239,9 @@ TEST_F(Golden, OlderVersionDeltasStillApply) {
       uint32_t version = 0;
       std::memcpy(&version, bytes.data() + 8, 4);
       EXPECT_EQ(version, old);
-      auto st = ApplyDeltaFile(full ? "" : (kGolden / "base.safetensors").string(),
-                               (kGolden / name).string(), out.string(), ApplyOptions{1, true, true});
+      auto st =
+          ApplyDeltaFile(full ? "" : (kGolden / "base.safetensors").string(),
+                         (kGolden / name).string(), out.string(), ApplyOptions{1, true, true});
       ASSERT_TRUE(st.ok()) << st.status();
       EXPECT_EQ(Read(out), Read(kGolden / "target.safetensors"));
       auto dold = DeltaReader::FromBytes(bytes);
@@ -285,7 +310,10 @@ TEST_F(Golden, SignedDeltaIsPinned) {
 // A float-like pair for the context-coded golden delta: BF16 weights whose small magnitudes change
 // more often, by one or two ulp (integer recipe, as MakePair's).
 Pair MakeFloatPair() {
-  struct Spec { const char* name; std::vector<int64_t> shape; };
+  struct Spec {
+    const char* name;
+    std::vector<int64_t> shape;
+  };
   const std::vector<Spec> specs = {{"model.layers.0.mlp.up_proj.weight", {40, 1000}},
                                    {"model.layers.0.self_attn.o_proj.weight", {30, 200}},
                                    {"model.layers.1.self_attn.k_proj.weight", {16, 200}}};
@@ -351,7 +379,8 @@ TEST(GoldenContext, ContextDeltaIsPinnedAndConvertsToPlain) {
       ASSERT_TRUE(WriteFileAtomic(to.string(), bytes.data(), bytes.size()).ok());
     }
   }
-  // The committed float-like checkpoints (the error corpus's ctxdelta base) are the ones generated here.
+  // The committed float-like checkpoints (the error corpus's ctxdelta base) are the ones generated
+  // here.
   EXPECT_EQ(Read(bp), Read(kGolden / "float_base.safetensors"));
   EXPECT_EQ(Read(tp), Read(kGolden / "float_target.safetensors"));
   ASSERT_TRUE(fs::exists(file)) << file << " missing (run from the source root)";
@@ -371,11 +400,14 @@ TEST(GoldenContext, ContextDeltaIsPinnedAndConvertsToPlain) {
   ASSERT_EQ((*d)->num_chunks(), (*pd)->num_chunks());
   int context_chunks = 0;
   for (size_t i = 0; i < (*d)->num_chunks(); ++i) {
-    const std::vector<uint8_t> want((*pd)->chunk_data(i), (*pd)->chunk_data(i) + (*pd)->chunk_size(i));
+    const std::vector<uint8_t> want((*pd)->chunk_data(i),
+                                    (*pd)->chunk_data(i) + (*pd)->chunk_size(i));
     auto h = ParseChunkHeader((*d)->chunk_data(i), (*d)->chunk_size(i), nullptr, nullptr);
     ASSERT_TRUE(h.ok());
     if (!IsContextCoded(*h)) {
-      EXPECT_EQ(std::vector<uint8_t>((*d)->chunk_data(i), (*d)->chunk_data(i) + (*d)->chunk_size(i)), want);
+      EXPECT_EQ(
+          std::vector<uint8_t>((*d)->chunk_data(i), (*d)->chunk_data(i) + (*d)->chunk_size(i)),
+          want);
       continue;
     }
     ++context_chunks;
@@ -383,11 +415,13 @@ TEST(GoldenContext, ContextDeltaIsPinnedAndConvertsToPlain) {
     EXPECT_EQ(0, std::memcmp((*d)->chunk_data(i), kContextChunkMagic, 4));
     std::vector<TensorBuffer> tbs;
     for (size_t k = 0; k < pair.bv.size(); ++k) {
-      tbs.push_back(TensorBuffer{const_cast<uint8_t*>(pair.base[k].data()), pair.base[k].size() / 2, 2, 0});
+      tbs.push_back(
+          TensorBuffer{const_cast<uint8_t*>(pair.base[k].data()), pair.base[k].size() / 2, 2, 0});
     }
     std::vector<uint8_t> covered;
     ASSERT_TRUE(GatherCoveredBits(*h, tbs, &covered).ok());
-    auto p = ContextChunkToPlain((*d)->chunk_data(i), (*d)->chunk_size(i), covered.data(), covered.size());
+    auto p = ContextChunkToPlain((*d)->chunk_data(i), (*d)->chunk_size(i), covered.data(),
+                                 covered.size());
     ASSERT_TRUE(p.ok()) << p.status();
     EXPECT_EQ(*p, want);
   }
@@ -443,7 +477,8 @@ TEST(GoldenContext, SignedContextDeltaIsPinnedAndListsBothForms) {
   }
   std::vector<TensorBuffer> tbs;
   for (size_t k = 0; k < pair.bv.size(); ++k) {
-    tbs.push_back(TensorBuffer{const_cast<uint8_t*>(pair.base[k].data()), pair.base[k].size() / 2, 2, 0});
+    tbs.push_back(
+        TensorBuffer{const_cast<uint8_t*>(pair.base[k].data()), pair.base[k].size() / 2, 2, 0});
   }
   // Walk the stream: manifests, then their chunks; build the decoded stream beside it.
   size_t hsize = 0;
@@ -494,14 +529,16 @@ TEST(GoldenContext, SignedContextDeltaIsPinnedAndListsBothForms) {
     std::vector<std::vector<uint8_t>> store = pair.base;
     std::vector<ReceiverTensor> tensors;
     const Inventory& inv = (*d)->inventory();
-    for (size_t i = 0; i < inv.tensors.size(); ++i) tensors.push_back({inv.tensors[i], store[i].data()});
+    for (size_t i = 0; i < inv.tensors.size(); ++i)
+      tensors.push_back({inv.tensors[i], store[i].data()});
     TrustOptions to;
     to.key = *trust;
     to.run_id = 1;
     to.check_commitment = false;  // pinned without a commitment: the chain is what is tested
-    TrustedReceiver rx(std::make_unique<BufferReceiver>(
-                           std::move(tensors), VersionId{(*d)->header().base_version, (*b)->ContentHash(1)}),
-                       to);
+    TrustedReceiver rx(
+        std::make_unique<BufferReceiver>(
+            std::move(tensors), VersionId{(*d)->header().base_version, (*b)->ContentHash(1)}),
+        to);
     ASSERT_TRUE(rx.Begin(bytes.data(), hsize).ok());
     for (const std::vector<uint8_t>& rec : form == 0 ? built : decoded) {
       Status s = rx.ApplyRecord(rec.data(), rec.size());
@@ -534,7 +571,8 @@ TEST(GoldenContext, OlderContextDeltasStillApply) {
   ASSERT_TRUE(pd.ok());
   std::vector<TensorBuffer> tbs;
   for (size_t k = 0; k < pair.bv.size(); ++k) {
-    tbs.push_back(TensorBuffer{const_cast<uint8_t*>(pair.base[k].data()), pair.base[k].size() / 2, 2, 0});
+    tbs.push_back(
+        TensorBuffer{const_cast<uint8_t*>(pair.base[k].data()), pair.base[k].size() / 2, 2, 0});
   }
   for (const char* name :
        {"v6_context.dcr", "v6_signed_context.dcr", "v7_context.dcr", "v7_signed_context.dcr"}) {
@@ -542,8 +580,8 @@ TEST(GoldenContext, OlderContextDeltasStillApply) {
     const uint32_t version = name[1] == '6' ? 6 : 7;
     const fs::path file = kGolden / name;
     const fs::path out = tmp.dir / "out.safetensors";
-    auto st = ApplyDeltaFile((kGolden / "float_base.safetensors").string(), file.string(), out.string(),
-                             ApplyOptions{1, true, true});
+    auto st = ApplyDeltaFile((kGolden / "float_base.safetensors").string(), file.string(),
+                             out.string(), ApplyOptions{1, true, true});
     ASSERT_TRUE(st.ok()) << st.status();
     EXPECT_EQ(Read(out), Read(kGolden / "float_target.safetensors"));
     auto d = DeltaReader::FromBytes(Read(file));
@@ -561,9 +599,11 @@ TEST(GoldenContext, OlderContextDeltasStillApply) {
       EXPECT_FALSE(h->compact);
       std::vector<uint8_t> covered;
       ASSERT_TRUE(GatherCoveredBits(*h, tbs, &covered).ok());
-      auto p = ContextChunkToPlain((*d)->chunk_data(i), (*d)->chunk_size(i), covered.data(), covered.size());
+      auto p = ContextChunkToPlain((*d)->chunk_data(i), (*d)->chunk_size(i), covered.data(),
+                                   covered.size());
       ASSERT_TRUE(p.ok()) << p.status();
-      EXPECT_EQ(*p, std::vector<uint8_t>((*pd)->chunk_data(i), (*pd)->chunk_data(i) + (*pd)->chunk_size(i)));
+      EXPECT_EQ(*p, std::vector<uint8_t>((*pd)->chunk_data(i),
+                                         (*pd)->chunk_data(i) + (*pd)->chunk_size(i)));
     }
     EXPECT_GE(context_chunks, 5);
   }
@@ -594,8 +634,8 @@ TEST(GoldenSums, TheBaseSumsFileIsWhatDcrSumsWritesAndItChecks) {
   EXPECT_EQ(FormatSums(ComputeSums(**base, (*base)->ContentHash(1), 1)), text);
 }
 
-// tests/golden-errors/MANIFEST: "<file> <kind: delta|ctxdelta|checkpoint|sums|layout> <STATUS_CODE> <message
-// substring>".
+// tests/golden-errors/MANIFEST: "<file> <kind: delta|ctxdelta|checkpoint|sums|layout> <STATUS_CODE>
+// <message substring>".
 TEST(GoldenErrors, EveryMalformedInputGivesItsClearError) {
   std::ifstream manifest(kErrors / "MANIFEST");
   ASSERT_TRUE(manifest.good()) << "run from the source root";
@@ -616,7 +656,8 @@ TEST(GoldenErrors, EveryMalformedInputGivesItsClearError) {
     const fs::path out = tmp.dir / "out.safetensors";
     if (kind == "delta" || kind == "ctxdelta") {
       // ctxdelta: context-coded deltas of the float-like golden pair, applied to its base.
-      const fs::path base = kGolden / (kind == "delta" ? "base.safetensors" : "float_base.safetensors");
+      const fs::path base =
+          kGolden / (kind == "delta" ? "base.safetensors" : "float_base.safetensors");
       s = ApplyDeltaFile(base.string(), path.string(), out.string(), ApplyOptions{1, true, false})
               .status();
       EXPECT_FALSE(fs::exists(out)) << file << ": output left behind";
@@ -638,7 +679,8 @@ TEST(GoldenErrors, EveryMalformedInputGivesItsClearError) {
     }
     EXPECT_FALSE(s.ok()) << file;
     EXPECT_EQ(std::string(StatusCodeName(s.code())), code) << file << ": " << s;
-    EXPECT_NE(s.message().find(substring), std::string::npos) << file << ": " << s << " lacks '" << substring << "'";
+    EXPECT_NE(s.message().find(substring), std::string::npos)
+        << file << ": " << s << " lacks '" << substring << "'";
     ++cases;
   }
   EXPECT_GE(cases, 12);

@@ -8,22 +8,21 @@
  *     VERSION_SPEC: "file:PATH" or "tensors:MANIFEST:FILE", one per version from the publisher's
  *     next version (dcr_publisher_next_version: 1, or after a resume the first one the state has
  *     not published), in order; or "sleep:SECONDS" (the trainer's compute between versions); or
- *     "pause", which prints "paused" and waits to be killed. A manifest lists "meta KEY VALUE" and "tensor NAME DTYPE OFFSET NBYTES NDIM DIMS..."
- *     lines (OFFSET: of the tensor's bytes in FILE); the tensors are read from FILE into memory
- *     and handed from there.
- * After each version it prints the version's line, then "kept after version K: baseline B, N
- * files in the work dir" (dcr_publisher_baseline; the version-* files in WORK_DIR).
- * Exit 0 when every version was published and at least RECEIVERS receivers reported committing
- * each. */
+ *     "pause", which prints "paused" and waits to be killed. A manifest lists "meta KEY VALUE" and
+ * "tensor NAME DTYPE OFFSET NBYTES NDIM DIMS..." lines (OFFSET: of the tensor's bytes in FILE); the
+ * tensors are read from FILE into memory and handed from there. After each version it prints the
+ * version's line, then "kept after version K: baseline B, N files in the work dir"
+ * (dcr_publisher_baseline; the version-* files in WORK_DIR). Exit 0 when every version was
+ * published and at least RECEIVERS receivers reported committing each. */
 #define _POSIX_C_SOURCE 200809L
+#include "dcr/publisher_c.h"
+
 #include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#include "dcr/publisher_c.h"
 
 #define MAX_TENSORS 4096
 #define MAX_META 64
@@ -63,7 +62,8 @@ static int PublishTensors(dcr_publisher* p, uint64_t version, const char* manife
   }
   while (fgets(line, sizeof(line), m) != NULL) {
     if (strncmp(line, "meta ", 5) == 0 && n_meta < MAX_META) {
-      if (sscanf(line + 5, "%255s %255s", meta_store[n_meta][0], meta_store[n_meta][1]) != 2) continue;
+      if (sscanf(line + 5, "%255s %255s", meta_store[n_meta][0], meta_store[n_meta][1]) != 2)
+        continue;
       meta[2 * n_meta] = meta_store[n_meta][0];
       meta[2 * n_meta + 1] = meta_store[n_meta][1];
       ++n_meta;
@@ -73,7 +73,8 @@ static int PublishTensors(dcr_publisher* p, uint64_t version, const char* manife
       char* q;
       size_t d;
       if (sscanf(line + 7, "%255s %15s %llu %llu %d%n", names[n], dtypes[n], &off, &nb, &ndim,
-                 &used) != 5 || ndim < 0 || ndim > 8 || off + nb > (unsigned long long)size) {
+                 &used) != 5 ||
+          ndim < 0 || ndim > 8 || off + nb > (unsigned long long)size) {
         fprintf(stderr, "bad manifest line: %s", line);
         return -1;
       }
@@ -100,7 +101,8 @@ int main(int argc, char** argv) {
   uint64_t hash[2], version = 0, next = 0;
   char expect[64];
   if (argc < 5) {
-    fprintf(stderr, "usage: %s PLAN0|scenario:RANK:STATE:SCENARIO WORK_DIR RECEIVERS VERSION_SPEC...\n",
+    fprintf(stderr,
+            "usage: %s PLAN0|scenario:RANK:STATE:SCENARIO WORK_DIR RECEIVERS VERSION_SPEC...\n",
             argv[0]);
     return 2;
   }

@@ -234,8 +234,10 @@ static void SyncReplicas(const Model* m, Shards* sh) {
       {
         const int w = Width(b.dtype);
         int a, c;
-        for (a = 0; a < sh->n && !(sh->d[a].rank == r && sh->d[a].buffer == p.buffer); ++a) {}
-        for (c = 0; c < sh->n && !(sh->d[c].rank == r0 && sh->d[c].buffer == p0.buffer); ++c) {}
+        for (a = 0; a < sh->n && !(sh->d[a].rank == r && sh->d[a].buffer == p.buffer); ++a) {
+        }
+        for (c = 0; c < sh->n && !(sh->d[c].rank == r0 && sh->d[c].buffer == p0.buffer); ++c) {
+        }
         memcpy(sh->bytes[a] + p.offset * w, sh->bytes[c] + p0.offset * w, (size_t)(p.numel * w));
       }
     }
@@ -359,17 +361,17 @@ static int RunPublish(const Model* m, int argc, char** argv) {
   StepShards(m, &later, 1);
   /* Bad input, each refused with a clear error before anything is sent (the call runs before
    * its message is read). */
-#define EXPECT_REFUSED(what, call, want, needle)                        \
-  do {                                                                  \
-    const int rc_ = (call);                                             \
-    failed |= Expect(what, rc_, want, dcr_publisher_error(p), needle);  \
+#define EXPECT_REFUSED(what, call, want, needle)                       \
+  do {                                                                 \
+    const int rc_ = (call);                                            \
+    failed |= Expect(what, rc_, want, dcr_publisher_error(p), needle); \
   } while (0)
-  EXPECT_REFUSED("shards before attach", dcr_publisher_publish_shards(p, 1, sh.d, (size_t)sh.n),
-                 4, "no shards attached");
-  EXPECT_REFUSED("base shards of another version",
-                 dcr_publisher_attach_shards(p, m->l, Export, (void*)m, 0, later.d,
-                                             (size_t)later.n),
-                 4, "is not that of the base checkpoint");
+  EXPECT_REFUSED("shards before attach", dcr_publisher_publish_shards(p, 1, sh.d, (size_t)sh.n), 4,
+                 "no shards attached");
+  EXPECT_REFUSED(
+      "base shards of another version",
+      dcr_publisher_attach_shards(p, m->l, Export, (void*)m, 0, later.d, (size_t)later.n), 4,
+      "is not that of the base checkpoint");
   rc = dcr_publisher_attach_shards(p, m->l, Export, (void*)m, 0, sh.d, (size_t)sh.n);
   if (rc != 0) {
     fprintf(stderr, "attach: %d %s\n", rc, dcr_publisher_error(p));
@@ -434,8 +436,10 @@ int main(int argc, char** argv) {
     if (OpenModel(&m, argv[2]) != 0) return 1;
     rc = RunPublish(&m, argc, argv);
   } else {
-    fprintf(stderr, "usage: %s export LAYOUT OUT_DIR VERSIONS | publish LAYOUT SCENARIO STATE "
-            "WORK RECEIVERS SPEC...\n", argv[0]);
+    fprintf(stderr,
+            "usage: %s export LAYOUT OUT_DIR VERSIONS | publish LAYOUT SCENARIO STATE "
+            "WORK RECEIVERS SPEC...\n",
+            argv[0]);
     return 2;
   }
   dcr_train_layout_close(m.l);

@@ -23,7 +23,8 @@ int RunFaultProxyCommand(const std::string& spec_path) {
 
 DCR_REGISTER_COMMAND(
     "fault-proxy",
-    "Serve one relay-tree edge as a faulty middle box (started by `dcr run` for faults.proxy_runs): "
+    "Serve one relay-tree edge as a faulty middle box (started by `dcr run` for "
+    "faults.proxy_runs): "
     "forwards the wire frames between parent and child, TLS terminated with the run's "
     "certificates, and injects the spec's frame faults",
     [](CLI::App* app) {

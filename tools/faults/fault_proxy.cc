@@ -9,11 +9,10 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "dcr/checkpoint.h"
 #include "dcr/relay_policy.h"
@@ -339,10 +338,10 @@ Status RunFaultProxy(const FaultProxySpec& spec) {
   signal(SIGPIPE, SIG_IGN);
   std::shared_ptr<const internal::TlsContext> accept_tls, connect_tls;
   if (!spec.tls_ca.empty()) {
-    DCR_ASSIGN_OR_RETURN(accept_tls,
-                         internal::TlsContext::Load(spec.tls_ca, spec.accept_cert, spec.accept_key));
-    DCR_ASSIGN_OR_RETURN(connect_tls, internal::TlsContext::Load(spec.tls_ca, spec.connect_cert,
-                                                                 spec.connect_key));
+    DCR_ASSIGN_OR_RETURN(
+        accept_tls, internal::TlsContext::Load(spec.tls_ca, spec.accept_cert, spec.accept_key));
+    DCR_ASSIGN_OR_RETURN(
+        connect_tls, internal::TlsContext::Load(spec.tls_ca, spec.connect_cert, spec.connect_key));
   }
   DCR_ASSIGN_OR_RETURN(int listen_fd, internal::Listen(spec.listen));
   Proxy proxy(spec, accept_tls, connect_tls);

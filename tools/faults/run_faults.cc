@@ -23,7 +23,8 @@ FaultRunOptions FaultRunOptionsFor(const Scenario& s, double rate, int run,
   o.fan_out = s.transport.relay_tree.fan_out;
   o.root_fan_out = s.transport.relay_tree.root_fan_out;
   o.relay = RelayOptionsFor(s, "refit-v1");
-  if (s.network.long_link.bandwidth_Bps > 0) o.long_bandwidth_Bps = s.network.long_link.bandwidth_Bps;
+  if (s.network.long_link.bandwidth_Bps > 0)
+    o.long_bandwidth_Bps = s.network.long_link.bandwidth_Bps;
   o.long_latency_s = s.network.long_link.latency_s;
   o.detect_timeout_s = s.faults.detect_timeout_s;
   o.restart_delay_s = s.faults.restart_delay_s;
@@ -73,7 +74,8 @@ Status RunScenarioFaults(const Scenario& s, double rate, const std::vector<std::
     sum.corrupt_detected += r.corrupt_detected;
     if (!r.error.empty()) sum.errors.push_back("seed " + std::to_string(o.seed) + ": " + r.error);
     if (s.progress) {
-      std::fprintf(stderr, "  faults / %g%% / run %d: %d injected, %d survived, %d/%d receivers "
+      std::fprintf(stderr,
+                   "  faults / %g%% / run %d: %d injected, %d survived, %d/%d receivers "
                    "bit-exact and committed%s%s\n",
                    rate * 100, run + 1, r.faults_injected, r.faults_survived,
                    std::min(r.receivers_verified, r.receivers_committed), r.receivers,
@@ -134,17 +136,17 @@ void AddFaultRun(const RunResult& rr, int injected, bool whole, const std::strin
 
 const std::vector<std::string>& ProcessFaultKinds() {
   static const std::vector<std::string> kinds = {
-      "process:receiver_between_chunks", "process:receiver_inside_chunk",
-      "process:relay_mid_stream", "process:sender_mid_stream", "process:kill_from_outside",
-      "process:receiver_log_entries_synced", "process:receiver_log_marker_synced",
-      "process:receiver_log_image_half_written", "process:receiver_log_image_renamed"};
+      "process:receiver_between_chunks",    "process:receiver_inside_chunk",
+      "process:relay_mid_stream",           "process:sender_mid_stream",
+      "process:kill_from_outside",          "process:receiver_log_entries_synced",
+      "process:receiver_log_marker_synced", "process:receiver_log_image_half_written",
+      "process:receiver_log_image_renamed"};
   return kinds;
 }
 
 Status RunScenarioProcessFaults(const Scenario& s, double rate,
-                                const std::vector<std::string>& ckpts,
-                                const std::string& work_dir, int* run_index,
-                                ScenarioResult* out) {
+                                const std::vector<std::string>& ckpts, const std::string& work_dir,
+                                int* run_index, ScenarioResult* out) {
   if (ckpts.size() < 2) return InvalidArgumentError("faults: needs a base and a target checkpoint");
   // The stream's shape, for the kill points: its chunks (blobs: header, chunks, trailer).
   DCR_ASSIGN_OR_RETURN(uint64_t chunks, CountScenarioDeltaChunks(s, ckpts[0], ckpts[1]));
@@ -227,9 +229,9 @@ Status RunScenarioProcessFaults(const Scenario& s, double rate,
     ++*run_index;
     std::vector<RunResult> step_runs;
     if (steps > 1) {
-      DCR_ASSIGN_OR_RETURN(step_runs,
-                           RunLongLivedRefits(s, ckpts, Method::kDelta, TransportKind::kRelayTree,
-                                              rate, measured_of, *run_index, work_dir, out, &f));
+      DCR_ASSIGN_OR_RETURN(
+          step_runs, RunLongLivedRefits(s, ckpts, Method::kDelta, TransportKind::kRelayTree, rate,
+                                        measured_of, *run_index, work_dir, out, &f));
     } else {
       DCR_ASSIGN_OR_RETURN(RunResult one,
                            RunOneRefit(s, ckpts, Method::kDelta, TransportKind::kRelayTree, rate,
@@ -263,7 +265,8 @@ Status RunScenarioProcessFaults(const Scenario& s, double rate,
     sum.overwrite_repairs += rr.recovery["overwrite_repairs"];
     sum.fallbacks_to_store += rr.recovery["fallbacks"];
     if (s.progress) {
-      std::fprintf(stderr, "  faults / %g%% / process run %d: %d kills, %d/%d receivers bit-exact%s%s\n",
+      std::fprintf(stderr,
+                   "  faults / %g%% / process run %d: %d kills, %d/%d receivers bit-exact%s%s\n",
                    rate * 100, run + 1, injected, rr.receivers_verified, rr.receivers,
                    rr.error.empty() ? "" : ": ", rr.error.c_str());
     }

@@ -52,9 +52,8 @@ const std::vector<std::string>& ProcessFaultKinds();
 // out->faults. A planned kill counts as injected only when its node died. Errors: checkpoints
 // that cannot be read or diffed, a run that cannot be started.
 Status RunScenarioProcessFaults(const Scenario& s, double rate,
-                                const std::vector<std::string>& ckpts,
-                                const std::string& work_dir, int* run_index,
-                                ScenarioResult* out);
+                                const std::vector<std::string>& ckpts, const std::string& work_dir,
+                                int* run_index, ScenarioResult* out);
 
 }  // namespace dcr::cli
 

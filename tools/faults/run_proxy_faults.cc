@@ -15,17 +15,16 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "dcr/checkpoint.h"
 #include "dcr/delta.h"
 #include "dcr/status_macros.h"
 #include "fault_proxy.h"
-#include "run_faults.h"
 #include "fault_runs.h"
+#include "run_faults.h"
 #include "run_real.h"
 #include "transport/net.h"
 #include "transport/tls.h"
@@ -151,9 +150,8 @@ struct RunPlan {
 
 }  // namespace
 
-Status RunScenarioProxyFaults(const Scenario& s, double rate,
-                              const std::vector<std::string>& ckpts, const std::string& work_dir,
-                              int* run_index, ScenarioResult* out) {
+Status RunScenarioProxyFaults(const Scenario& s, double rate, const std::vector<std::string>& ckpts,
+                              const std::string& work_dir, int* run_index, ScenarioResult* out) {
   if (ckpts.size() < 2) return InvalidArgumentError("faults: needs a base and a target checkpoint");
   if (s.network.tls.enabled && !s.network.tls.ca.empty()) {
     return InvalidArgumentError(
@@ -176,7 +174,8 @@ Status RunScenarioProxyFaults(const Scenario& s, double rate,
     std::mt19937_64 rng(s.faults.seed * 7919 + 104729 * static_cast<uint64_t>(run) + 17);
     auto pick = [&](uint64_t n) { return n == 0 ? uint64_t{0} : rng() % n; };
     std::vector<std::string> run_kinds;
-    for (int k = 0; k < s.faults.proxy_faults; ++k) run_kinds.push_back(kinds[next_kind++ % kinds.size()]);
+    for (int k = 0; k < s.faults.proxy_faults; ++k)
+      run_kinds.push_back(kinds[next_kind++ % kinds.size()]);
     ++*run_index;
     const std::string run_dir = work_dir + "/run-" + std::to_string(*run_index);
     RunPlan plan;
@@ -254,8 +253,9 @@ Status RunScenarioProxyFaults(const Scenario& s, double rate,
         const std::string spec_path = run_dir + "/" + name + ".json";
         const std::string js = FaultProxySpecToJson(spec);
         Status st = WriteFileAtomic(spec_path, js.data(), js.size());
-        auto pid = st.ok() ? SpawnSubcommand("fault-proxy", spec_path, run_dir + "/" + name + ".log")
-                           : StatusOr<pid_t>(st);
+        auto pid = st.ok()
+                       ? SpawnSubcommand("fault-proxy", spec_path, run_dir + "/" + name + ".log")
+                       : StatusOr<pid_t>(st);
         if (!pid.ok()) {
           setup = pid.status();
           return;
@@ -272,8 +272,8 @@ Status RunScenarioProxyFaults(const Scenario& s, double rate,
         }
       }
       if (plan.store_fail) {
-        window = std::make_unique<StoreWriteWindow>(run_dir + "/region-store",
-                                                    s.faults.store_fail_s);
+        window =
+            std::make_unique<StoreWriteWindow>(run_dir + "/region-store", s.faults.store_fail_s);
       }
     };
     StatusOr<RunResult> rr_or = RunOneRefit(s, ckpts, Method::kDelta, TransportKind::kRelayTree,
@@ -311,10 +311,11 @@ Status RunScenarioProxyFaults(const Scenario& s, double rate,
     if (s.progress) {
       std::string what;
       for (const std::string& k : run_kinds) what += (what.empty() ? "" : ", ") + k;
-      std::fprintf(stderr,
-                   "  faults / %g%% / proxy run %d (%s): %d injected, %d/%d receivers bit-exact%s%s\n",
-                   rate * 100, run + 1, what.c_str(), injected, rr.receivers_verified,
-                   rr.receivers, rr.error.empty() ? "" : ": ", rr.error.c_str());
+      std::fprintf(
+          stderr,
+          "  faults / %g%% / proxy run %d (%s): %d injected, %d/%d receivers bit-exact%s%s\n",
+          rate * 100, run + 1, what.c_str(), injected, rr.receivers_verified, rr.receivers,
+          rr.error.empty() ? "" : ": ", rr.error.c_str());
     }
     out->runs.push_back(std::move(rr));
   }

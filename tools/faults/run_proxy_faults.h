@@ -32,9 +32,8 @@ const std::vector<std::string>& ProxyRunFaultKinds();
 // wrote fewer blobs than the stream has. Errors: checkpoints that cannot be read or diffed, a
 // relay tree without one, TLS credentials from files (the proxy's certificates are minted from
 // the run's CA key, which only a generated run has), a run that cannot be started.
-Status RunScenarioProxyFaults(const Scenario& s, double rate,
-                              const std::vector<std::string>& ckpts, const std::string& work_dir,
-                              int* run_index, ScenarioResult* out);
+Status RunScenarioProxyFaults(const Scenario& s, double rate, const std::vector<std::string>& ckpts,
+                              const std::string& work_dir, int* run_index, ScenarioResult* out);
 
 }  // namespace dcr::cli
 

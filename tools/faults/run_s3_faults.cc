@@ -8,14 +8,13 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <random>
-
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "dcr/checkpoint.h"
 #include "dcr/status_macros.h"
-#include "run_faults.h"
 #include "fault_runs.h"
+#include "run_faults.h"
 #include "run_real.h"
 #include "s3_fault_proxy.h"
 #include "transport/net.h"
@@ -81,7 +80,8 @@ Status RunScenarioS3Faults(const Scenario& s, double rate, const std::vector<std
     const std::string run_dir = work_dir + "/run-" + std::to_string(*run_index);
     std::error_code ec;
     std::filesystem::create_directories(run_dir, ec);
-    if (ec) return UnavailableError("faults.s3_runs: cannot create " + run_dir + ": " + ec.message());
+    if (ec)
+      return UnavailableError("faults.s3_runs: cannot create " + run_dir + ": " + ec.message());
     S3FaultProxySpec spec;
     spec.upstream = os.endpoint;
     while (!spec.upstream.empty() && spec.upstream.back() == '/') spec.upstream.pop_back();
@@ -108,7 +108,8 @@ Status RunScenarioS3Faults(const Scenario& s, double rate, const std::vector<std
     const std::string js = S3FaultProxySpecToJson(spec);
     DCR_RETURN_IF_ERROR(WriteFileAtomic(spec_path, js.data(), js.size()));
     unlink(spec.log_path.c_str());
-    DCR_ASSIGN_OR_RETURN(pid_t pid, SpawnSubcommand("s3-fault-proxy", spec_path, run_dir + "/s3-proxy.log"));
+    DCR_ASSIGN_OR_RETURN(pid_t pid,
+                         SpawnSubcommand("s3-fault-proxy", spec_path, run_dir + "/s3-proxy.log"));
     // Listening once its log exists (it writes the log after binding).
     const double until = internal::SteadyNow() + 5;
     while (access(spec.log_path.c_str(), F_OK) != 0 && internal::SteadyNow() < until) usleep(5000);
@@ -123,7 +124,8 @@ Status RunScenarioS3Faults(const Scenario& s, double rate, const std::vector<std
                                             rate, measured, 1, *run_index, work_dir, out, &f);
     kill(pid, SIGTERM);
     waitpid(pid, nullptr, 0);
-    DCR_RETURN_IF_ERROR(rr_or.status().WithContext("faults.s3_runs: run " + std::to_string(run + 1)));
+    DCR_RETURN_IF_ERROR(
+        rr_or.status().WithContext("faults.s3_runs: run " + std::to_string(run + 1)));
     RunResult rr = std::move(*rr_or);
     const bool whole = rr.error.empty() && rr.receivers_verified == rr.receivers;
     int injected = 0;
@@ -144,9 +146,8 @@ Status RunScenarioS3Faults(const Scenario& s, double rate, const std::vector<std
       std::fprintf(stderr,
                    "  faults / %g%% / s3 run %d (%s): %d injected, %d/%d receivers bit-exact, "
                    "%zu restarts%s%s\n",
-                   rate * 100, run + 1, what.c_str(), injected, rr.receivers_verified,
-                   rr.receivers, rr.restarts.size(), rr.error.empty() ? "" : ": ",
-                   rr.error.c_str());
+                   rate * 100, run + 1, what.c_str(), injected, rr.receivers_verified, rr.receivers,
+                   rr.restarts.size(), rr.error.empty() ? "" : ": ", rr.error.c_str());
     }
     out->runs.push_back(std::move(rr));
   }

@@ -17,10 +17,9 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "dcr/checkpoint.h"
 #include "dcr/status_macros.h"
@@ -259,12 +258,14 @@ StatusOr<Upstream> ParseUpstream(const std::string& url) {
     u.tls = true;
     rest = url.substr(8);
   } else {
-    return InvalidArgumentError("s3 fault proxy: upstream '" + url + "' is not http(s)://host:port");
+    return InvalidArgumentError("s3 fault proxy: upstream '" + url +
+                                "' is not http(s)://host:port");
   }
   while (!rest.empty() && rest.back() == '/') rest.pop_back();
   const size_t colon = rest.rfind(':');
   if (rest.empty() || rest.find('/') != std::string::npos) {
-    return InvalidArgumentError("s3 fault proxy: upstream '" + url + "' is not http(s)://host:port");
+    return InvalidArgumentError("s3 fault proxy: upstream '" + url +
+                                "' is not http(s)://host:port");
   }
   u.host = colon == std::string::npos ? rest : rest.substr(0, colon);
   u.port = colon == std::string::npos ? (u.tls ? "443" : "80") : rest.substr(colon + 1);
@@ -274,7 +275,8 @@ StatusOr<Upstream> ParseUpstream(const std::string& url) {
 // An MD5 ETag other than `etag`: its hex digits rotated by one place.
 std::string OtherEtag(const std::string& etag) {
   std::string hex = etag;
-  if (hex.size() >= 2 && hex.front() == '"' && hex.back() == '"') hex = hex.substr(1, hex.size() - 2);
+  if (hex.size() >= 2 && hex.front() == '"' && hex.back() == '"')
+    hex = hex.substr(1, hex.size() - 2);
   std::string other = hex.size() > 1 ? hex.substr(1) + hex[0] : "0";
   if (other == hex) other = std::string(32, hex.empty() || hex[0] != '0' ? '0' : 'f');
   return "\"" + other + "\"";
@@ -396,9 +398,10 @@ class S3Proxy {
     const std::string body =
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>SlowDown</Code><Message>Please "
         "reduce your request rate.</Message></Error>";
-    return client->WriteAll("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/xml\r\n"
-                            "Content-Length: " + std::to_string(body.size()) +
-                            "\r\nConnection: close\r\n\r\n" + body);
+    return client->WriteAll(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/xml\r\n"
+        "Content-Length: " +
+        std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body);
   }
 
   void Handle(Stream* client) {
@@ -535,7 +538,7 @@ class S3Proxy {
   SSL_CTX* ctx_;
   std::mutex mu_;
   std::vector<bool> fired_;
-  std::set<int> open_fds_;  // connections being served
+  std::set<int> open_fds_;        // connections being served
   std::condition_variable idle_;  // notified when open_fds_ empties
   std::atomic<uint64_t> uploads_{0}, downloads_{0};
   uint64_t connections_ = 0;

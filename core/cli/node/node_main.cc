@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -36,8 +37,6 @@
 #include <set>
 #include <sstream>
 #include <thread>
-
-#include <CLI/CLI.hpp>
 
 #include "command.h"
 #include "dcr/checkpoint.h"
@@ -68,9 +67,10 @@ struct NodeArgs {
 
 // The rank of a multi-host node from its launcher's environment: the first set of RANK
 // (torchrun), SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK, as RankFromEnvironment reads them,
-// except that a malformed RANK is refused here rather than skipped. -1 if none is set. RANK is read first because a launcher started inside a Slurm or MPI
-// allocation (torchrun under srun) sets it per process, where SLURM_PROCID names its own task.
-// Errors: kInvalidArgument for a RANK that is set but not a non-negative integer.
+// except that a malformed RANK is refused here rather than skipped. -1 if none is set. RANK is read
+// first because a launcher started inside a Slurm or MPI allocation (torchrun under srun) sets it
+// per process, where SLURM_PROCID names its own task. Errors: kInvalidArgument for a RANK that is
+// set but not a non-negative integer.
 StatusOr<int> LauncherRank() {
   const char* v = std::getenv("RANK");
   if (v == nullptr || *v == '\0') return RankFromEnvironment();
@@ -100,8 +100,9 @@ Status CheckWritable(const std::string& what, const std::string& path) {
     return InvalidArgumentError(what + " " + path + ": is a directory");
   }
   const size_t slash = path.rfind('/');
-  const std::string dir =
-      slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const std::string dir = slash == std::string::npos ? "."
+                          : slash == 0               ? "/"
+                                                     : path.substr(0, slash);
   const std::string probe = dir + "/.dcr-node-probe-" + std::to_string(getpid());
   const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) {
@@ -129,8 +130,8 @@ Status CheckResultPaths(const NodePlan& plan) {
       continue;
     }
     if (dirs.insert(dir).second) {
-      DCR_RETURN_IF_ERROR(CheckWritable("the result of version " + std::to_string(v.version),
-                                        v.result_path));
+      DCR_RETURN_IF_ERROR(
+          CheckWritable("the result of version " + std::to_string(v.version), v.result_path));
     }
   }
   return Status();
@@ -211,16 +212,16 @@ std::string Progress(const NodePlan& plan, time_t started) {
   r.pid = static_cast<int64_t>(getpid());
   r.role = RoleOf(plan);
   r.ok = false;
-  r.error = AbortedError(std::string("stopped by ") + name + " " + Progress(plan, started))
-                .ToString();
+  r.error =
+      AbortedError(std::string("stopped by ") + name + " " + Progress(plan, started)).ToString();
   const std::string js = NodeResultToJson(r);
-  Status w = plan.result_path.empty() ? Status()
-                                      : WriteFileAtomic(plan.result_path, js.data(), js.size());
+  Status w =
+      plan.result_path.empty() ? Status() : WriteFileAtomic(plan.result_path, js.data(), js.size());
   if (print_result) std::printf("%s\n", js.c_str());
   std::fflush(stdout);
   const std::string where = plan.result_path.empty() ? "no result file"
-                            : w.ok() ? "result " + plan.result_path
-                                     : "result not written: " + w.ToString();
+                            : w.ok()                 ? "result " + plan.result_path
+                                                     : "result not written: " + w.ToString();
   std::fprintf(stderr, "dcr node: rank %d: %s; %s\n", r.rank, r.error.c_str(), where.c_str());
   std::fflush(stderr);
   // Ended by the signal itself, its default action, so that the parent sees what it sent.
@@ -261,13 +262,14 @@ StatusOr<NodePlan> PlanFromArgs(const NodeArgs& a) {
     DCR_ASSIGN_OR_RETURN(rank, LauncherRank());
   }
   if (rank < 0) {
-    return InvalidArgumentError("--rank: not given and none of RANK, SLURM_PROCID, "
-                                "OMPI_COMM_WORLD_RANK, PMI_RANK is set");
+    return InvalidArgumentError(
+        "--rank: not given and none of RANK, SLURM_PROCID, "
+        "OMPI_COMM_WORLD_RANK, PMI_RANK is set");
   }
   HostPlanOptions o;
   o.method = a.method == "full" ? Method::kFull : Method::kDelta;
-  o.transport = a.transport == "object_store" ? TransportKind::kObjectStore
-                                              : TransportKind::kRelayTree;
+  o.transport =
+      a.transport == "object_store" ? TransportKind::kObjectStore : TransportKind::kRelayTree;
   o.base = a.base;
   o.target = a.target;
   o.work_dir = a.work_dir;

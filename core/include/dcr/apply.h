@@ -79,9 +79,9 @@ class BufferApplier : public Applier {
 };
 
 struct ApplyOptions {
-  int threads = 0;            // 0 = hardware concurrency
-  bool verify_base = true;    // hash the base and compare with the delta's base_hash
-  bool verify_full = false;   // recompute the output's content hash from scratch at the end
+  int threads = 0;           // 0 = hardware concurrency
+  bool verify_base = true;   // hash the base and compare with the delta's base_hash
+  bool verify_full = false;  // recompute the output's content hash from scratch at the end
   // Progress (dcr/progress.h), called on ApplyDeltaFile's thread: phases "hash base" (with
   // verify_base and a base; about every 256 MiB), "copy base" (tensor bytes, per tensor),
   // "apply" (the delta's chunk bytes, as chunks finish), "rehash" (with verify_full). Empty (the

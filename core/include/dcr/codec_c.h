@@ -34,7 +34,7 @@ extern "C" {
 
 /* Value coding of a delta (DeltaOptions::value_policy). */
 enum {
-  DCR_VALUES_AUTO = 0,     /* ulp differences for float dtypes, XOR for the rest */
+  DCR_VALUES_AUTO = 0, /* ulp differences for float dtypes, XOR for the rest */
   DCR_VALUES_XOR = 1,
   DCR_VALUES_ULP = 2,
   DCR_VALUES_ABSOLUTE = 3, /* overwrite values: the delta applies over any bits (repairs) */
@@ -43,7 +43,7 @@ enum {
 /* Options of dcr_encode_delta and dcr_apply_delta. Initialise with dcr_codec_options_init; a NULL
  * options pointer means the defaults. Fields an operation does not use are ignored. */
 typedef struct dcr_codec_options {
-  int32_t threads;             /* worker threads; 0 (default) = hardware concurrency */
+  int32_t threads; /* worker threads; 0 (default) = hardware concurrency */
   /* ---- encode (dcr/delta.h DeltaOptions; the bytes depend on these) ---- */
   uint64_t chunk_elems;        /* grid cell size in elements; default 2^22 */
   uint64_t small_tensor_elems; /* tensors below this are batched into shared chunks; 2^16 */
@@ -51,12 +51,12 @@ typedef struct dcr_codec_options {
   int32_t value_policy;        /* DCR_VALUES_*; default DCR_VALUES_AUTO */
   uint64_t base_version;       /* version numbers written in the header; default 0 -> 1 */
   uint64_t target_version;
-  int32_t context_coding;      /* 1: context-code chunks where smaller (`dcr diff --wan-context`;
-                                * the receiver needs the base bits of every covered element);
-                                * default 0 */
-  int32_t context_classes;     /* with context_coding: most exponent classes per chunk, 1..16;
-                                * default 16 */
-  int32_t full;                /* 1: a full frame, applicable without the base; default 0 */
+  int32_t context_coding;  /* 1: context-code chunks where smaller (`dcr diff --wan-context`;
+                            * the receiver needs the base bits of every covered element);
+                            * default 0 */
+  int32_t context_classes; /* with context_coding: most exponent classes per chunk, 1..16;
+                            * default 16 */
+  int32_t full;            /* 1: a full frame, applicable without the base; default 0 */
   /* ---- apply ---- */
   /* The tensors' content hash if the caller knows it (the target_hash of the previous apply);
    * {0, 0} (default) = compute it, a full read of the tensors. The value is taken on trust for
@@ -69,11 +69,11 @@ void dcr_codec_options_init(dcr_codec_options* options);
 
 /* What dcr_apply_delta did. */
 typedef struct dcr_apply_result {
-  uint64_t chunks;          /* chunk records applied */
-  uint64_t changes;         /* changed elements */
-  uint64_t base_version;    /* the delta header's version numbers */
+  uint64_t chunks;       /* chunk records applied */
+  uint64_t changes;      /* changed elements */
+  uint64_t base_version; /* the delta header's version numbers */
   uint64_t target_version;
-  uint64_t target_hash[2];  /* content hash of the tensors now (lo, hi) */
+  uint64_t target_hash[2]; /* content hash of the tensors now (lo, hi) */
 } dcr_apply_result;
 
 /* Builds the delta from the tensor set `base` (n_base tensors) to `target` (n_target tensors) into
@@ -246,7 +246,7 @@ int dcr_placement_map_create_device(const dcr_device* device, const dcr_tensor* 
                                     dcr_placement_map** out);
 
 #ifdef __cplusplus
-}  /* extern "C" */
+} /* extern "C" */
 #endif
 
-#endif  /* DCR_CORE_INCLUDE_DCR_CODEC_C_H_ */
+#endif /* DCR_CORE_INCLUDE_DCR_CODEC_C_H_ */

@@ -1,4 +1,5 @@
-// Context-coded chunk records (format version 8, and versions 6 and 7 read: core/FORMAT.md section 2.5).
+// Context-coded chunk records (format version 8, and versions 6 and 7 read: core/FORMAT.md
+// section 2.5).
 //
 // A context-coded chunk carries the same changes as a plain chunk record (same chunk id, segments,
 // value mode, counts and the four hashes, so every proof over chunks is unchanged), but codes its

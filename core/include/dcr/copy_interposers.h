@@ -9,10 +9,10 @@
 // a recording is active: one relaxed atomic load and a predictable branch per call.
 //
 // Why a header and not part of dcr::receivers: a static library member that defines memcpy would
-// be pulled into every binary that links dcr::receivers (the linker resolves the undefined memcpy of any
-// object from the archive before it reaches libc), silently replacing memcpy in programs that never
-// record. Binaries that record opt in here; RecordLoad refuses to run (kFailedPrecondition) in a
-// binary that did not.
+// be pulled into every binary that links dcr::receivers (the linker resolves the undefined memcpy
+// of any object from the archive before it reaches libc), silently replacing memcpy in programs
+// that never record. Binaries that record opt in here; RecordLoad refuses to run
+// (kFailedPrecondition) in a binary that did not.
 //
 // What the hook cannot see: memcpy calls the compiler expanded inline (small constant sizes) and
 // plain stores. RecordLoad's checks detect such writes to storage (see runtime.h).
@@ -40,8 +40,9 @@ inline thread_local bool t_resolving = false;
 
 // Byte loops used only while dlsym itself is resolving (it may copy); kept out of GCC's
 // loop-to-memcpy transformation so that they cannot call back into the interposers.
-__attribute__((optimize("no-tree-loop-distribute-patterns"))) inline void* SlowCopy(
-    void* d, const void* s, size_t n) {
+__attribute__((optimize("no-tree-loop-distribute-patterns"))) inline void* SlowCopy(void* d,
+                                                                                    const void* s,
+                                                                                    size_t n) {
   auto* dst = static_cast<volatile unsigned char*>(d);
   auto* src = static_cast<const unsigned char*>(s);
   if (static_cast<const void*>(const_cast<unsigned char*>(dst)) < s) {

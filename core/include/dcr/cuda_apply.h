@@ -4,8 +4,8 @@
 // Device pointers are void*; streams are opaque (a cudaStream_t passed as void*, nullptr = the
 // default stream). Every function returns a dcr::Status: CUDA errors become kInternal (or
 // kUnavailable when no device is present) with the CUDA message, and the sticky error is cleared;
-// nothing aborts. The per-element logic is core/src/internal/element_ops.h, compiled for the device,
-// so CPU tests exercise it. Only available when dcr was built with CUDA (target dcr::cuda).
+// nothing aborts. The per-element logic is core/src/internal/element_ops.h, compiled for the
+// device, so CPU tests exercise it. Only available when dcr was built with CUDA (target dcr::cuda).
 //
 // Appliers follow apply.h: a chunk is checked before anything is written (the old bits at the
 // changed positions are gathered on the device, the packed-bits hashes compared on the host), then

@@ -47,11 +47,16 @@ inline std::atomic<Memcpy2DAsync> g_memcpy_2d_async{nullptr};
 // cudaMemcpyKind: 0 H2H, 1 H2D, 2 D2H, 3 D2D, 4 default (unified addressing).
 inline int KindOf(int cuda_kind) {
   switch (cuda_kind) {
-    case 1: return DCR_COPY_HOST_TO_DEVICE;
-    case 2: return DCR_COPY_DEVICE_TO_HOST;
-    case 3: return DCR_COPY_DEVICE_TO_DEVICE;
-    case 4: return DCR_COPY_HOST_TO_DEVICE;
-    default: return DCR_COPY_HOST;
+    case 1:
+      return DCR_COPY_HOST_TO_DEVICE;
+    case 2:
+      return DCR_COPY_DEVICE_TO_HOST;
+    case 3:
+      return DCR_COPY_DEVICE_TO_DEVICE;
+    case 4:
+      return DCR_COPY_HOST_TO_DEVICE;
+    default:
+      return DCR_COPY_HOST;
   }
 }
 

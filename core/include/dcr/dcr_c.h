@@ -11,8 +11,8 @@
  *      way reports them with dcr_copy_hook_note.
  *   2. dcr_recorder_end() -> a dcr_receiver: placement map + the base version's hash.
  *   3. Per delta: dcr_receiver_begin(header bytes), dcr_receiver_apply_chunk(record bytes) for each
- *      chunk record as it arrives (any order), dcr_receiver_finish(trailer bytes). Converted tensors
- *      are handed back through the reload callback (re-run your loader on them) before finish
+ *      chunk record as it arrives (any order), dcr_receiver_finish(trailer bytes). Converted
+ * tensors are handed back through the reload callback (re-run your loader on them) before finish
  *      returns; the runtime may serve the new version only when finish returned DCR_OK.
  * A dcr_receiver is the C face of dcr::ServingReplica (dcr/runtime.h) attached to the recorded
  * buffers: begin / apply_chunk / finish are Receiver::Begin / ApplyRecord / Commit (dcr/receiver.h)
@@ -32,9 +32,9 @@
 extern "C" {
 #endif
 
-/* The C ABI of this header. It grows by one whenever a function's signature, a struct's layout or an
- * enum value of this header or of publisher_c.h changes; functions are only ever added at the same
- * ABI. A program loading libdcr at run time compares dcr_c_abi_version() with the value it was
+/* The C ABI of this header. It grows by one whenever a function's signature, a struct's layout or
+ * an enum value of this header or of publisher_c.h changes; functions are only ever added at the
+ * same ABI. A program loading libdcr at run time compares dcr_c_abi_version() with the value it was
  * written against. */
 #define DCR_C_ABI_VERSION 1
 int dcr_c_abi_version(void);
@@ -50,11 +50,11 @@ enum {
 
 /* Kinds of observed copies. */
 enum {
-  DCR_COPY_HOST = 0,        /* memcpy / memmove */
+  DCR_COPY_HOST = 0, /* memcpy / memmove */
   DCR_COPY_HOST_TO_DEVICE = 1,
   DCR_COPY_DEVICE_TO_DEVICE = 2,
   DCR_COPY_DEVICE_TO_HOST = 3,
-  DCR_COPY_FILL = 4,        /* memset / cudaMemset: src is NULL, the value is constant */
+  DCR_COPY_FILL = 4, /* memset / cudaMemset: src is NULL, the value is constant */
 };
 
 /* ---- the copy hook (process-wide) ---- */
@@ -96,12 +96,12 @@ int dcr_receiver_apply_chunk(dcr_receiver* rx, const void* record, size_t size);
 int dcr_receiver_finish(dcr_receiver* rx, const void* trailer, size_t size);
 /* Compares what dcr holds of the runtime's storage (every bit-preserving placement and every
  * canonical shadow) with the safetensors checkpoint at `target_path`, byte for byte: DCR_OK if
- * equal, DCR_DATA_LOSS naming the first difference. Converted regions are the runtime's loader's. */
+ * equal, DCR_DATA_LOSS naming the first difference. Converted regions are the runtime's loader's.
+ */
 int dcr_receiver_verify(const dcr_receiver* rx, const char* target_path);
 /* The last committed version: its number (0 for the recorded checkpoint), content hash (lo, hi)
  * and whether a delta is in progress (1) or not (0). Any pointer may be NULL. */
-int dcr_receiver_version(const dcr_receiver* rx, uint64_t* number, uint64_t hash[2],
-                         int* in_delta);
+int dcr_receiver_version(const dcr_receiver* rx, uint64_t* number, uint64_t hash[2], int* in_delta);
 /* Placement summary: bytes placed bit-preserving, converted and constant. */
 void dcr_receiver_stats(const dcr_receiver* rx, uint64_t* bit_preserving, uint64_t* converted,
                         uint64_t* constant);
@@ -111,7 +111,7 @@ void dcr_receiver_free(dcr_receiver* rx);
 const char* dcr_last_error(void);
 
 #ifdef __cplusplus
-}  /* extern "C" */
+} /* extern "C" */
 #endif
 
-#endif  /* DCR_CORE_INCLUDE_DCR_DCR_C_H_ */
+#endif /* DCR_CORE_INCLUDE_DCR_DCR_C_H_ */

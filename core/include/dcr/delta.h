@@ -13,8 +13,8 @@
 //   DCR_RETURN_IF_ERROR(ApplyDeltaFile("step1.safetensors", "step2.dcr", "out.safetensors", {}));
 //
 // Streaming use (transports): give BuildDelta a DeltaSink that ships header, chunks and trailer as
-// they are produced; receivers parse them with ParseFileHeader / ParseChunk / ParseTrailer and apply
-// each chunk through an Applier (apply.h) as it arrives, in any order.
+// they are produced; receivers parse them with ParseFileHeader / ParseChunk / ParseTrailer and
+// apply each chunk through an Applier (apply.h) as it arrives, in any order.
 //
 // Lower-level pieces (for the training side, which knows its changes without a dense target):
 // Inventory + BuildGrid give the cells; EncodeChunk encodes sorted sparse changes of one cell.
@@ -264,8 +264,8 @@ struct DeltaStats {
   uint64_t changed = 0;
   uint64_t chunks = 0;
   uint64_t context_chunks = 0;  // of them, context-coded (DeltaOptions::context_coding)
-  uint64_t payload_bytes = 0;  // whole delta stream
-  uint64_t dense_bytes = 0;    // tensor bytes of the target
+  uint64_t payload_bytes = 0;   // whole delta stream
+  uint64_t dense_bytes = 0;     // tensor bytes of the target
   double entropy_bound_bits = 0;
   Hash128 base_hash;
   Hash128 target_hash;
@@ -310,8 +310,7 @@ StatusOr<DeltaStats> BuildDeltaOnDevice(const Checkpoint* base, const Checkpoint
 // shard directories, as Checkpoint::Open takes them; base_path unused with options.full): what a
 // sender process's builder thread calls. Errors of Checkpoint::Open as they are.
 StatusOr<DeltaStats> BuildDeltaFiles(const std::string& base_path, const std::string& target_path,
-                                     const DeltaOptions& options, Device* device,
-                                     DeltaSink* sink);
+                                     const DeltaOptions& options, Device* device, DeltaSink* sink);
 
 // A delta's base and target resident in device memory, as a training process holds its
 // parameters: one device address per tensor of the target's inventory, element 0 of the tensor's

@@ -26,14 +26,15 @@
 //         | Hash128 base_change_hash   (XXH3-128 of the base bits at the changed positions, packed:
 //                                       elem_width bytes each, little-endian, in position order)
 //         | Hash128 target_change_hash (same for the target bits)
-//         | Hash128 version_delta      (sum over changes of ElementTerm(target) - ElementTerm(base),
+//         | Hash128 version_delta      (sum over changes of ElementTerm(target) -
+//         ElementTerm(base),
 //                                       two 64-bit lanes mod 2^64: how the additive content hash of
 //                                       the version moves when this chunk is applied to the base)
-//         | Hash128 target_range_hash  (XXH3-128 of the target bytes of all covered elements, in order)
-//         | u32 num_streams | per stream: u8 stream_codec, u64 raw_size, u64 stored_size
-//         | per segment: u32 tensor_index, u32 ndim (1..4), u64 offset, ndim x (u64 count, i64 stride)
-//         | u64 payload_checksum (XXH3-64 of the stored stream bytes, concatenated)
-//         | u64 header_checksum (XXH3-64 of the header bytes before this field)
+//         | Hash128 target_range_hash  (XXH3-128 of the target bytes of all covered elements, in
+//         order) | u32 num_streams | per stream: u8 stream_codec, u64 raw_size, u64 stored_size |
+//         per segment: u32 tensor_index, u32 ndim (1..4), u64 offset, ndim x (u64 count, i64
+//         stride) | u64 payload_checksum (XXH3-64 of the stored stream bytes, concatenated) | u64
+//         header_checksum (XXH3-64 of the header bytes before this field)
 //       then the streams' stored bytes back to back.
 //       Version 8 context-coded records have the compact header instead (FORMAT.md section 2.2.1):
 //         magic "DCRX" (4) | LEB128 header_size | LEB128 chunk_id | u8 modes (position mode in bits
@@ -69,13 +70,13 @@
 // Position modes: kGaps (varint LEB128 of gap-1 between sorted positions, first gap from -1),
 // kBitmap (num_elements bits, LSB first), kDense (every covered element changes; no positions),
 // kContext (version 6) and kContextV7 (the version-7 body, in versions 7 and 8: models may be
-// geometric laws or repeats): one raw stream, the context body of FORMAT.md section 2.5: positions and values rANS-coded per class
-// of base exponents; decodable only with the base bits of every covered element: dcr/context.h.
-// Value modes: kXor (bits ^ base), kUlpDelta (zigzag(ord(new) - ord(old)) mod 2^(8w), ord = the
-// order-preserving integer map of sign-magnitude floats; identity for integers), kAbsolute (new bits).
-// Streams: [positions (absent for kDense)] then elem_width value byte planes (byte 0 = least
-// significant). Stream codecs: kRaw (stored bytes = raw bytes), kZstd (one zstd frame, level in
-// options). Released enum values are pinned.
+// geometric laws or repeats): one raw stream, the context body of FORMAT.md section 2.5: positions
+// and values rANS-coded per class of base exponents; decodable only with the base bits of every
+// covered element: dcr/context.h. Value modes: kXor (bits ^ base), kUlpDelta (zigzag(ord(new) -
+// ord(old)) mod 2^(8w), ord = the order-preserving integer map of sign-magnitude floats; identity
+// for integers), kAbsolute (new bits). Streams: [positions (absent for kDense)] then elem_width
+// value byte planes (byte 0 = least significant). Stream codecs: kRaw (stored bytes = raw bytes),
+// kZstd (one zstd frame, level in options). Released enum values are pinned.
 //
 // Thread safety: plain data.
 #ifndef DCR_CORE_INCLUDE_DCR_FORMAT_H_
@@ -112,7 +113,8 @@ inline constexpr char kEndMagic[8] = {'D', 'C', 'R', 'E', 'N', 'D', '\0', '\0'};
 inline constexpr uint32_t kFlagNoBase = 1u << 0;
 // Version 6: the stream carries signed manifest records (dcr/manifest.h) before its chunks.
 inline constexpr uint32_t kFlagSigned = 1u << 1;
-// Versions 6 to 8: chunks may be context-coded (position modes kContext, kContextV7; dcr/context.h).
+// Versions 6 to 8: chunks may be context-coded (position modes kContext, kContextV7;
+// dcr/context.h).
 inline constexpr uint32_t kFlagContext = 1u << 2;
 inline constexpr char kManifestMagic[4] = {'D', 'C', 'R', 'M'};
 inline constexpr uint32_t kMaxSegmentDims = 4;
@@ -124,8 +126,15 @@ inline constexpr uint32_t kSectionIndex = kSectionCritical | 2;
 inline constexpr uint32_t kSectionZstd = kSectionCritical | 3;
 
 // kContext (version 6) and kContextV7 (the version-7 body; version 8 writes it in the compact
-// "DCRX" record): positions and values coded against the base exponents in one stream (dcr/context.h); the two differ in how the body describes its models.
-enum class PositionMode : uint8_t { kGaps = 0, kBitmap = 1, kDense = 2, kContext = 3, kContextV7 = 4 };
+// "DCRX" record): positions and values coded against the base exponents in one stream
+// (dcr/context.h); the two differ in how the body describes its models.
+enum class PositionMode : uint8_t {
+  kGaps = 0,
+  kBitmap = 1,
+  kDense = 2,
+  kContext = 3,
+  kContextV7 = 4
+};
 enum class ValueMode : uint8_t { kXor = 0, kUlpDelta = 1, kAbsolute = 2 };
 enum class StreamCodec : uint8_t { kRaw = 0, kZstd = 1 };
 

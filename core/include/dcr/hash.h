@@ -5,7 +5,8 @@
 // plus one term per tensor for its identity (name, dtype, shape). Because it is a sum over
 // elements, it can be computed over any partition (training ranks, chunks, serving shards) and
 // updated incrementally from changes alone:
-//     hash(target) = hash(base) - sum(term(old bits)) + sum(term(new bits))   over changed elements.
+//     hash(target) = hash(base) - sum(term(old bits)) + sum(term(new bits))   over changed
+//     elements.
 // This lets a trainer that never holds the whole checkpoint, and a receiver that only touches
 // changed elements, prove the version they hold. A full scan is needed only for a first version.
 // (Chunks also carry a plain XXH3-128 of their covered target bytes: RangeBytesHash.)
@@ -38,16 +39,22 @@ uint64_t TensorSalt(std::string_view name);
 __attribute__((always_inline)) inline Hash128 ElementTerm(uint64_t salt, uint64_t index,
                                                           uint64_t bits) {
   const uint64_t k = salt ^ (index * 0x9E3779B97F4A7C15ULL);
-  const unsigned __int128 pa = static_cast<unsigned __int128>(k ^ 0xA0761D6478BD642FULL) *
-                               (bits ^ 0xE7037ED1A0B428DBULL);
-  const unsigned __int128 pb = static_cast<unsigned __int128>(k ^ 0x8EBC6AF09C88C6E3ULL) *
-                               (bits ^ 0x589965CC75374CC3ULL);
+  const unsigned __int128 pa =
+      static_cast<unsigned __int128>(k ^ 0xA0761D6478BD642FULL) * (bits ^ 0xE7037ED1A0B428DBULL);
+  const unsigned __int128 pb =
+      static_cast<unsigned __int128>(k ^ 0x8EBC6AF09C88C6E3ULL) * (bits ^ 0x589965CC75374CC3ULL);
   return Hash128{static_cast<uint64_t>(pa) ^ static_cast<uint64_t>(pa >> 64),
                  static_cast<uint64_t>(pb) ^ static_cast<uint64_t>(pb >> 64)};
 }
 
-inline void HashAdd(Hash128* acc, const Hash128& t) { acc->lo += t.lo; acc->hi += t.hi; }
-inline void HashSub(Hash128* acc, const Hash128& t) { acc->lo -= t.lo; acc->hi -= t.hi; }
+inline void HashAdd(Hash128* acc, const Hash128& t) {
+  acc->lo += t.lo;
+  acc->hi += t.hi;
+}
+inline void HashSub(Hash128* acc, const Hash128& t) {
+  acc->lo -= t.lo;
+  acc->hi -= t.hi;
+}
 
 // Reads element `i` (width 1/2/4/8 bytes) from `data` as zero-extended little-endian bits.
 uint64_t LoadBits(const uint8_t* data, int width, uint64_t i);

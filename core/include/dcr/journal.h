@@ -48,13 +48,13 @@ namespace dcr {
 // (inventory, grid) so two different deltas with the same numbers are never confused. The target
 // content hash is known once the trailer arrives.
 struct DeltaRef {
-  VersionId base;            // base.hash is zero for a full frame (no base)
+  VersionId base;  // base.hash is zero for a full frame (no base)
   uint64_t target_number = 0;
   uint64_t header_digest = 0;  // XXH3-64 of the serialized FileHeader
   bool full_frame = false;     // kFlagNoBase: the delta rebuilds the whole checkpoint
   bool operator==(const DeltaRef& o) const {
-    return base == o.base && target_number == o.target_number &&
-           header_digest == o.header_digest && full_frame == o.full_frame;
+    return base == o.base && target_number == o.target_number && header_digest == o.header_digest &&
+           full_frame == o.full_frame;
   }
 };
 
@@ -67,22 +67,22 @@ struct JournalChunk {
   Hash128 version_delta;             // of the delta's chunk: its move of the version hash (ledger)
   Hash128 target_change_hash;        // to match an overwrite form against the interrupted chunk
   Hash128 target_range_hash;
-  bool absolute_repair = false;      // the chunk was (last) applied through its overwrite form
-  bool was_doubtful = false;         // it was already doubtful when this application began
+  bool absolute_repair = false;  // the chunk was (last) applied through its overwrite form
+  bool was_doubtful = false;     // it was already doubtful when this application began
 };
 
 enum class JournalChunkState { kNone, kApplied, kDoubtful };
 
 // The replayed state of a journal.
 struct JournalState {
-  std::optional<VersionId> committed;   // last committed version; none for a fresh receiver
-  std::optional<DeltaRef> in_flight;    // delta being applied since the last commit
+  std::optional<VersionId> committed;         // last committed version; none for a fresh receiver
+  std::optional<DeltaRef> in_flight;          // delta being applied since the last commit
   std::map<uint64_t, JournalChunk> applied;   // chunk id -> applied (Begin and End recorded)
   std::map<uint64_t, JournalChunk> doubtful;  // chunk id -> begun, not ended (needs overwrite)
-  std::set<uint64_t> failed;            // begun and cleanly refused by the applier (not written)
-  uint64_t records = 0;                 // records replayed + appended
-  uint64_t torn_bytes = 0;              // bytes truncated from the tail on open
-  uint64_t commits = 0;                 // Committed records seen (replayed + appended)
+  std::set<uint64_t> failed;  // begun and cleanly refused by the applier (not written)
+  uint64_t records = 0;       // records replayed + appended
+  uint64_t torn_bytes = 0;    // bytes truncated from the tail on open
+  uint64_t commits = 0;       // Committed records seen (replayed + appended)
 };
 
 struct JournalOptions {
@@ -174,10 +174,10 @@ class ServingGate {
 };
 
 struct JournaledApplyStats {
-  uint64_t applied = 0;            // chunks applied through the inner receiver (relative or absolute)
-  uint64_t repaired = 0;           // doubtful chunks repaired with their overwrite form
-  uint64_t duplicates_skipped = 0; // chunks already applied (duplicates), skipped
-  uint64_t refused = 0;            // chunks refused (relative form of a doubtful chunk, wrong delta)
+  uint64_t applied = 0;   // chunks applied through the inner receiver (relative or absolute)
+  uint64_t repaired = 0;  // doubtful chunks repaired with their overwrite form
+  uint64_t duplicates_skipped = 0;  // chunks already applied (duplicates), skipped
+  uint64_t refused = 0;  // chunks refused (relative form of a doubtful chunk, wrong delta)
 };
 
 // A Receiver decorator that journals every chunk around an inner Receiver (BufferReceiver, a

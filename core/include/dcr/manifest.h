@@ -40,9 +40,9 @@ inline constexpr size_t kManifestSignatureBytes = 64;
 // One chunk a manifest vouches for.
 struct ManifestEntry {
   uint64_t chunk_id = 0;
-  Sha256Digest plain{};         // SHA-256 of the chunk record in its plain encoding
-  bool has_context = false;     // the chunk also has a context-coded form
-  Sha256Digest context{};       // SHA-256 of that form's record (has_context)
+  Sha256Digest plain{};      // SHA-256 of the chunk record in its plain encoding
+  bool has_context = false;  // the chunk also has a context-coded form
+  Sha256Digest context{};    // SHA-256 of that form's record (has_context)
 };
 
 struct Manifest {

@@ -48,9 +48,9 @@ struct ModelConfig {
   int64_t layers = 0;
   int64_t heads = 0;
   int64_t kv_heads = 0;
-  int64_t head_dim = 0;       // usually hidden / heads
-  int64_t intermediate = 0;   // dense MLP width
-  int64_t experts = 0;        // routed experts per MoE layer (0 = dense model)
+  int64_t head_dim = 0;      // usually hidden / heads
+  int64_t intermediate = 0;  // dense MLP width
+  int64_t experts = 0;       // routed experts per MoE layer (0 = dense model)
   int64_t shared_experts = 0;
   int64_t moe_intermediate = 0;
   int64_t experts_per_token = 0;
@@ -87,8 +87,8 @@ StatusOr<ModelConfig> GetPreset(const std::string& name);
 // A scaled-down variant that can be materialized: depth and width divided (rounded, >= 1),
 // expert count divided; keeps the tensor structure. scale = 1 returns `cfg`.
 // Depth: layers / depth_div (a MoE model keeps >= 1 dense layer if it had one and >= 1 MoE layer).
-// Width: hidden, intermediate sizes, LoRA ranks, vocab and head counts / width_div; head_dim is kept
-// until the head count reaches 1, then shrinks (>= 8). Experts: routed experts / expert_div
+// Width: hidden, intermediate sizes, LoRA ranks, vocab and head counts / width_div; head_dim is
+// kept until the head count reaches 1, then shrinks (>= 8). Experts: routed experts / expert_div
 // (experts_per_token clamped). Non-positive divisors count as 1. The name gets a suffix
 // "@d<depth_div>w<width_div>e<expert_div>".
 ModelConfig ScaleModel(const ModelConfig& cfg, int64_t depth_div, int64_t width_div,

@@ -59,11 +59,11 @@ struct NodeVersion {
 
 // Everything one node process needs (serialised as JSON for `dcr node --plan`).
 struct NodePlan {
-  int rank = 0;                 // this node; 0 is the sender / uploader
+  int rank = 0;                          // this node; 0 is the sender / uploader
   std::string transport = "relay_tree";  // "relay_tree" | "object_store"
   std::string method = "delta";          // "delta" | "full"
-  std::vector<int> parents;     // topology (relay_tree): parents[0] == -1
-  std::vector<std::string> addresses;  // "host:port" per rank (relay_tree)
+  std::vector<int> parents;              // topology (relay_tree): parents[0] == -1
+  std::vector<std::string> addresses;    // "host:port" per rank (relay_tree)
   // Ids every relay-tree frame carries (the wire protocol's header, core/docs/transports.md): the
   // run this refit belongs to and the version number it delivers. A node refuses a parent's
   // connection whose hello names another run or version (it keeps listening for its real
@@ -122,7 +122,7 @@ struct NodePlan {
   std::string trust_key;
   std::string version_floor_path;
   double freeze_after_s = 0;
-  RelayOptions relay;           // pieces, windows, streams, applies, store parallelism, prefix
+  RelayOptions relay;  // pieces, windows, streams, applies, store parallelism, prefix
   // Liveness of relay-tree edges (core/docs/transports.md): every stream whose writer was given
   // nothing for heartbeat_interval_s carries a heartbeat frame (parent to child on each stream,
   // child to parent on stream 0), and a connection on which no byte moves for read_deadline_s is
@@ -145,8 +145,8 @@ struct NodePlan {
   // "s3://bucket?endpoint=http://127.0.0.1:8080" (credentials from the environment).
   std::string store;
   // Sender inputs.
-  std::string base_path;        // delta base (the version receivers hold)
-  std::string target_path;      // new version
+  std::string base_path;    // delta base (the version receivers hold)
+  std::string target_path;  // new version
   // A delta file of this version already built from base_path (the trainer's per-rank delta,
   // dcr/publisher_c.h): streamed as it is (signed on the way with signing_key) instead of one
   // being built. REQUIRES: its header names base_version, the content hash of base_path and
@@ -208,7 +208,7 @@ struct NodePlan {
   // version until the next one begins or it is stopped); 0: the wait counts in `timeout_s`
   // (dcr run, whose supervisor starts every version). Default 0.
   double version_wait_s = 0;
-  std::string result_path;      // node result JSON ("" = none)
+  std::string result_path;  // node result JSON ("" = none)
   // Progress JSON ("" = none), rewritten (temporary + rename, so a reader never sees a partial
   // file) about once a second while the node runs: {"bytes_received", "bytes_sent",
   // "payload_bytes", "stream_complete"}, payload_bytes being the sender's stream bytes produced so
@@ -325,22 +325,22 @@ struct CommitReport {
 // machine (or clock-synchronised hosts) can be compared; 0 = did not happen.
 struct NodeResult {
   int rank = 0;
-  int64_t pid = 0;           // the node's process id (a long-lived node: the same every version)
+  int64_t pid = 0;  // the node's process id (a long-lived node: the same every version)
   std::string role;
   bool ok = false;
   std::string error;
-  double t_start = 0;        // node ready (connections up / store opened)
-  double t_first_blob = 0;   // sender: first blob built; others: first byte received
-  double t_last_blob = 0;    // sender: trailer built; others: last blob complete
-  double t_commit = 0;       // receiver: trailer applied; sender: tree committed / published
-  double apply_seconds = 0;  // time inside Receiver calls (summed over threads)
-  uint64_t bytes_sent = 0;   // payload bytes sent to children / put to the store
+  double t_start = 0;            // node ready (connections up / store opened)
+  double t_first_blob = 0;       // sender: first blob built; others: first byte received
+  double t_last_blob = 0;        // sender: trailer built; others: last blob complete
+  double t_commit = 0;           // receiver: trailer applied; sender: tree committed / published
+  double apply_seconds = 0;      // time inside Receiver calls (summed over threads)
+  uint64_t bytes_sent = 0;       // payload bytes sent to children / put to the store
   uint64_t bytes_sent_long = 0;  // of which over the emulated long link
   uint64_t bytes_received = 0;   // payload bytes received / fetched
   uint64_t payload_bytes = 0;    // sender: total stream bytes
   uint64_t dense_bytes = 0;      // sender: tensor bytes of the target
   uint64_t blobs = 0;
-  int receivers_committed = 0;   // sender (relay tree): subtree count
+  int receivers_committed = 0;  // sender (relay tree): subtree count
   // Relay tree: the commit reports this node received from its subtree, in arrival order (the
   // sender: one per applying node that reported; a relay: those of its subtree). A record that
   // names a rank outside the reporting child's subtree, a rank already reported, or another run
@@ -375,7 +375,8 @@ struct NodeResult {
   uint64_t overwrite_repairs = 0;  // doubtful chunks repaired by overwrite form
   uint64_t chunks_skipped = 0;     // chunks the journal showed applied (not written again)
   uint64_t mirror_puts = 0;        // blobs put into the store by mirror_to_store
-  uint64_t mirror_put_failures = 0;  // puts the store refused (blobs not mirrored; not in mirror_puts)
+  uint64_t mirror_put_failures =
+      0;  // puts the store refused (blobs not mirrored; not in mirror_puts)
   // The node's store calls (puts, fetches, lists, reports) that failed, an absent object aside,
   // and of those the responses refused as not what the store's headers promised (kDataLoss: a
   // short or altered body, a put stored with another ETag).
@@ -412,7 +413,7 @@ struct NodeResult {
     uint64_t context_chunks = 0;
   };
   std::vector<EdgeSwitch> edge_switches;
-  bool storage_reattached = false; // the mapped storage of an earlier start was re-attached
+  bool storage_reattached = false;  // the mapped storage of an earlier start was re-attached
   // A durable delta receiver (NodePlan::state_dir): what making this version durable wrote
   // (the version log's entries and commit marker, and a full image when one was due) and what
   // the process wrote to disk from its start of the version to its end (write_bytes of
@@ -422,7 +423,7 @@ struct NodeResult {
   uint64_t durable_image_bytes = 0;
   uint64_t durable_write_bytes = 0;
   double durable_restore_s = 0;
-  std::string recovery_log;        // the recovery actions taken, one per line
+  std::string recovery_log;  // the recovery actions taken, one per line
   // Retention (NodePlan::retain_versions; the sender of a plan with versions): the collection
   // after this version's commit (dcr/retention.h): objects and bytes it removed, the bytes
   // left under the versions' prefix, the versions kept and needed, and why a budget is not
@@ -431,7 +432,7 @@ struct NodeResult {
   uint64_t retention_removed_objects = 0;
   uint64_t retention_removed_bytes = 0;
   uint64_t retention_store_bytes = 0;
-  std::string retention_kept;      // "v3 kept, v4 needed, ..." (the versions left)
+  std::string retention_kept;  // "v3 kept, v4 needed, ..." (the versions left)
   std::string retention_error;
   // Region receiver (NodePlan::region_receiver): how it came to hold this version: "follow" (its
   // delta from the in-region store, in step), "replay" (a retained delta, taken behind),

@@ -51,7 +51,7 @@ class NodeEnvironment {
   virtual void List(const action::List& list) = 0;     // report ListDone
   virtual void Fetch(const action::Fetch& fetch) = 0;  // report FetchDone
   // ---- outcomes (no completion events) ----
-  virtual void Committed() = 0;                 // action::Commit
+  virtual void Committed() = 0;  // action::Commit
   virtual void TreeCommitted(int receivers) = 0;
   virtual void Published() = 0;
   // The policy failed (action::Fail, terminal): `status` carries its code and message.

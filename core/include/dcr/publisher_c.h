@@ -75,8 +75,7 @@ int dcr_publisher_open(const char* plan_path, const char* work_dir, dcr_publishe
  * publisher serves rank 0's /metrics and /healthz as dcr-node does, until it is closed; an
  * address it cannot listen on fails the open with the listener's error. */
 int dcr_publisher_open_scenario(const char* scenario_path, int rank, const char* base_path,
-                                const char* state_dir, const char* work_dir,
-                                dcr_publisher** out);
+                                const char* state_dir, const char* work_dir, dcr_publisher** out);
 
 /* Hands version `version` as the safetensors file (or shard directory) at `path`; the file must
  * stay while a later version may be built from it as its base: until dcr_publisher_baseline
@@ -121,8 +120,9 @@ int dcr_publisher_publish_tensors(dcr_publisher* p, uint64_t version, const dcr_
  * before) with that version's content hash, in a run that does not context-code its deltas;
  * otherwise (the version before came as a file or tensors, the shards the builder holds are of
  * another version, or the plan context-codes the long link while the trainer's delta is plain)
- * it builds the delta from the canonical checkpoints. dcr_publisher_last_delta says which went out. Cost on the trainer: one
- * copy of the shards in host memory (the base of the next diff) and one export per version. */
+ * it builds the delta from the canonical checkpoints. dcr_publisher_last_delta says which went out.
+ * Cost on the trainer: one copy of the shards in host memory (the base of the next diff) and one
+ * export per version. */
 
 typedef struct dcr_train_layout dcr_train_layout;
 
@@ -167,8 +167,7 @@ const void* dcr_shard_read(const dcr_shard_reader* shards, int rank, int buffer,
  * to `out` (the tensor's nbytes), reading the shards only through `shards`. Returns 0, or a
  * DCR_* code that fails the call it runs under. Called concurrently for distinct tensors, and
  * on probe shards (coordinate-tagged bits, map discovery) besides the trainer's own. */
-typedef int (*dcr_export_fn)(void* user, const dcr_shard_reader* shards, size_t tensor,
-                             void* out);
+typedef int (*dcr_export_fn)(void* user, const dcr_shard_reader* shards, size_t tensor, void* out);
 
 /* The placement of model preset `model` ("tiny", ..., dcr/model.h) under `layout` (TrainLayout
  * text). On failure (DCR_INVALID_ARGUMENT naming the preset or the layout field) *out is still a
@@ -258,7 +257,7 @@ const char* dcr_publisher_error(const dcr_publisher* p);
 int dcr_publisher_close(dcr_publisher* p);
 
 #ifdef __cplusplus
-}  /* extern "C" */
+} /* extern "C" */
 #endif
 
-#endif  /* DCR_CORE_INCLUDE_DCR_PUBLISHER_C_H_ */
+#endif /* DCR_CORE_INCLUDE_DCR_PUBLISHER_C_H_ */

@@ -321,10 +321,10 @@ struct Fail {
 };
 }  // namespace action
 
-using Action = std::variant<action::Send, action::Ack, action::Apply, action::Release,
-                            action::Commit, action::ReportCommit, action::TreeCommitted,
-                            action::Put, action::Published, action::List, action::Fetch,
-                            action::SetTimer, action::Fail>;
+using Action =
+    std::variant<action::Send, action::Ack, action::Apply, action::Release, action::Commit,
+                 action::ReportCommit, action::TreeCommitted, action::Put, action::Published,
+                 action::List, action::Fetch, action::SetTimer, action::Fail>;
 
 // Human-readable one-liners (logs, golden tests).
 std::string ToString(const Event& e);

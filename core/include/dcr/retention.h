@@ -93,16 +93,16 @@ struct RetentionOptions {
 // One version object as CollectStore saw it.
 struct RetainedVersion {
   std::string prefix;
-  uint64_t base = 0;            // the base version (0 for a full frame)
-  uint64_t target = 0;          // the version it produces
+  uint64_t base = 0;    // the base version (0 for a full frame)
+  uint64_t target = 0;  // the version it produces
   bool full_frame = false;
-  bool complete = false;        // its trailer is present
+  bool complete = false;  // its trailer is present
   uint64_t objects = 0;
   uint64_t bytes = 0;
-  bool signed_ok = false;       // its final manifest verified (RetentionOptions::trust)
-  bool tombstone = false;       // it holds a "gc-removing" tombstone
-  std::string decision;         // "needed" | "kept" | "removed" | "unknown" | "unsigned"
-  std::string why;              // the rule that decided it
+  bool signed_ok = false;  // its final manifest verified (RetentionOptions::trust)
+  bool tombstone = false;  // it holds a "gc-removing" tombstone
+  std::string decision;    // "needed" | "kept" | "removed" | "unknown" | "unsigned"
+  std::string why;         // the rule that decided it
 };
 
 struct RetentionReport {
@@ -110,8 +110,8 @@ struct RetentionReport {
   uint64_t bytes_before = 0;          // every scanned object
   uint64_t bytes_after = 0;           // what remains (dry run: what would remain)
   uint64_t needed_bytes = 0;
-  uint64_t other_bytes = 0;           // objects of no version object
-  uint64_t unsigned_bytes = 0;        // version objects left alone as unsigned
+  uint64_t other_bytes = 0;     // objects of no version object
+  uint64_t unsigned_bytes = 0;  // version objects left alone as unsigned
   uint64_t removed_objects = 0;
   uint64_t removed_bytes = 0;
   std::vector<RetainedVersion> versions;  // by target, then prefix

@@ -10,8 +10,8 @@
 //   * bit-preserving placements (the loader copied checkpoint bytes verbatim): XOR / ulp / absolute
 //     values are scattered straight into the runtime's storage;
 //   * converted placements (the loader wrote values it computed from a tensor: upcast norms, FP8):
-//     the receiver keeps the canonical bits of those tensors (a shadow), applies the delta there and
-//     re-runs the native loader on just the affected tensors (an overwrite);
+//     the receiver keeps the canonical bits of those tensors (a shadow), applies the delta there
+//     and re-runs the native loader on just the affected tensors (an overwrite);
 //   * constants (computed from the configuration alone, e.g. rotary tables; memset padding) never
 //     change with the weights.
 // For FP8 serving there is a cheaper bit-exact path: a serving-space delta (BuildServingDelta) is a
@@ -31,8 +31,8 @@
 // which defines these symbols in the executable, so they take precedence over libc's for the
 // executable and every shared library in it, and forward to libc's versions through
 // dlsym(RTLD_NEXT). (They are not part of the dcr::receivers archive: an archive member defining
-// memcpy would be linked into every program using dcr::receivers.) dcr::cuda interposes cudaMemcpy /
-// cudaMemcpyAsync / cudaMemcpy2D(Async) the same way. A runtime in Python can preload a shim that
+// memcpy would be linked into every program using dcr::receivers.) dcr::cuda interposes cudaMemcpy
+// / cudaMemcpyAsync / cudaMemcpy2D(Async) the same way. A runtime in Python can preload a shim that
 // includes the header, or report copies itself with dcr_copy_hook_note (dcr_c.h).
 // Why symbol interposition and not a hook the loader calls: the loader stays unmodified and cannot
 // forget a call site. Why not only that: GCC expands __builtin_memcpy inline when the size is a
@@ -179,13 +179,13 @@ struct ConvertedRegion {
 };
 
 struct PlacementMap {
-  std::vector<std::string> tensors;   // canonical names, sorted (the delta inventory order)
+  std::vector<std::string> tensors;  // canonical names, sorted (the delta inventory order)
   std::vector<DType> tensor_dtypes;
   std::vector<uint64_t> tensor_elements;
   std::vector<std::string> buffers;   // Storage buffer names, allocation order
   std::vector<Placement> placements;  // bit-preserving
   std::vector<ConvertedRegion> converted;
-  uint64_t copies_observed = 0;       // hooked calls during the recording load
+  uint64_t copies_observed = 0;  // hooked calls during the recording load
   // Sums over placements / regions.
   uint64_t bit_preserving_bytes() const;
   uint64_t converted_bytes() const;  // tensor-attributed regions
@@ -281,9 +281,9 @@ class ServingReplica : public Receiver {
 
   int tp() const;
   bool committed() const { return !in_delta(); }  // true when no delta is in progress
-  uint64_t version() const;       // last committed version
-  Hash128 version_hash() const;   // last committed content hash
-  Hash128 running_hash() const;   // incremental hash of what is applied so far
+  uint64_t version() const;                       // last committed version
+  Hash128 version_hash() const;                   // last committed content hash
+  Hash128 running_hash() const;                   // incremental hash of what is applied so far
   // REQUIRES: built by Create (attached storage belongs to the runtime).
   const Storage& storage(int rank) const;
   const PlacementMap& placement(int rank) const;

@@ -236,8 +236,7 @@ Status WriteSignedState(const std::string& path, const StreamVerifier& verifier)
 // header and final manifest parse, the manifest is signed by the key for that header and
 // carries a commitment. Errors: kNotFound (no file), kDataLoss (malformed),
 // kFailedPrecondition (the signature checks of StreamVerifier, no commitment).
-StatusOr<SignedState> ReadSignedState(const std::string& path,
-                                      std::shared_ptr<const TrustKey> key,
+StatusOr<SignedState> ReadSignedState(const std::string& path, std::shared_ptr<const TrustKey> key,
                                       std::optional<uint64_t> run_id);
 
 // The highest version a receiver committed in one deployment, persisted in a small file beside

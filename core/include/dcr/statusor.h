@@ -20,10 +20,9 @@ class [[nodiscard]] StatusOr {
     if (status_.ok()) status_ = InternalError("StatusOr constructed from OK status without value");
   }
   StatusOr(T value) : value_(std::move(value)) {}  // NOLINT(runtime/explicit)
-  template <typename U,
-            typename = std::enable_if_t<std::is_constructible_v<T, U&&> &&
-                                        !std::is_same_v<std::decay_t<U>, Status> &&
-                                        !std::is_same_v<std::decay_t<U>, StatusOr<T>>>>
+  template <typename U, typename = std::enable_if_t<std::is_constructible_v<T, U&&> &&
+                                                    !std::is_same_v<std::decay_t<U>, Status> &&
+                                                    !std::is_same_v<std::decay_t<U>, StatusOr<T>>>>
   StatusOr(U&& value) : value_(T(std::forward<U>(value))) {}  // NOLINT(runtime/explicit)
 
   bool ok() const { return status_.ok(); }

@@ -5,15 +5,15 @@
 // recompute it, provided the checkpoint is still the one that hash describes. A sums file records
 // the content hash together with the XXH3-128 of every region of `region_bytes` bytes of every file
 // of the checkpoint (headers included). Checking a checkpoint against its sums reads each byte once
-// through XXH3 (several GB/s per core, against ~1.9 GB/s for the element terms): when every file has
-// the recorded size and every region its recorded hash, the recorded content hash is the
+// through XXH3 (several GB/s per core, against ~1.9 GB/s for the element terms): when every file
+// has the recorded size and every region its recorded hash, the recorded content hash is the
 // checkpoint's.
 //
 // Who may write one: a sums file is exactly as trusted as the checkpoint beside it. `dcr sums`
-// writes one from a full content hash; `dcr diff --target-sums` writes the target's from the delta's
-// target hash, which is the base's (checked) hash updated by every element that differs. A forged
-// content hash with matching regions makes a delta whose base hash no holder of the true base
-// accepts (its held hash differs); it cannot make a receiver end with other bytes.
+// writes one from a full content hash; `dcr diff --target-sums` writes the target's from the
+// delta's target hash, which is the base's (checked) hash updated by every element that differs. A
+// forged content hash with matching regions makes a delta whose base hash no holder of the true
+// base accepts (its held hash differs); it cannot make a receiver end with other bytes.
 //
 // Text format, one record per line (core/FORMAT.md section 4.1):
 //   dcr-sums 1

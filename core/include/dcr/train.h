@@ -18,8 +18,8 @@
 //         weight1 [local experts, hidden, 2 * moe_inter / tp] (gate columns then up columns),
 //         weight2 [local experts, moe_inter / tp, hidden];
 //       - with the distributed optimizer, parameters are packed into flat buffers per rank
-//         (dense BF16, expert BF16, FP32) that cut across tensor boundaries; each data-parallel rank
-//         owns a contiguous slice of every flat buffer. Without it, each parameter is its own
+//         (dense BF16, expert BF16, FP32) that cut across tensor boundaries; each data-parallel
+//         rank owns a contiguous slice of every flat buffer. Without it, each parameter is its own
 //         buffer owned by data-parallel rank 0.
 //  2. The trainer's shards (ShardSet): the parameter bits of every rank after a step.
 //  3. Exporter: the framework's ordinary converter from rank shards to canonical tensors. It knows
@@ -67,12 +67,12 @@ class RankBuffers;  // train_delta.cc
 }  // namespace internal
 
 struct TrainLayout {
-  int tp = 1;             // tensor parallel
-  int pp = 1;             // pipeline parallel (layers split into contiguous stages)
-  int ep = 1;             // expert parallel (MoE presets only)
-  int dp = 1;             // data parallel (slices flat buffers with the distributed optimizer)
-  bool dist_opt = false;  // distributed optimizer: flat buffers, dp-sliced ownership
-  int tied = -1;          // -1: the preset's value; 0/1 overrides tied embeddings
+  int tp = 1;                 // tensor parallel
+  int pp = 1;                 // pipeline parallel (layers split into contiguous stages)
+  int ep = 1;                 // expert parallel (MoE presets only)
+  int dp = 1;                 // data parallel (slices flat buffers with the distributed optimizer)
+  bool dist_opt = false;      // distributed optimizer: flat buffers, dp-sliced ownership
+  int tied = -1;              // -1: the preset's value; 0/1 overrides tied embeddings
   bool fp32_norms = true;     // norms trained and stored in FP32 on ranks, exported as BF16
   bool rope_permute = true;   // q/k heads in interleaved-pair RoPE layout on ranks
   int fold_layers = 0;        // last N dense-MLP layers: FP32 per-row scale folded into down_proj
@@ -87,13 +87,13 @@ struct TrainLayout {
 
 // Where a training parameter lives.
 struct LocalParam {
-  std::string name;    // Megatron-style name, unique within its rank
-  int buffer = 0;      // index into the rank's buffers
+  std::string name;     // Megatron-style name, unique within its rank
+  int buffer = 0;       // index into the rank's buffers
   uint64_t offset = 0;  // element offset in the buffer
   uint64_t numel = 0;
   std::vector<int64_t> shape;  // local shape
-  uint64_t key = 0;    // init/gradient stream; equal for replicas of one parameter
-  bool replica = false;  // a copy of a parameter held (and exported) elsewhere
+  uint64_t key = 0;            // init/gradient stream; equal for replicas of one parameter
+  bool replica = false;        // a copy of a parameter held (and exported) elsewhere
 };
 
 struct BufferSpec {
@@ -241,7 +241,7 @@ struct ResidualTensor {
   uint32_t tensor = 0;
   std::vector<Segment> elements;  // residual canonical elements (contiguous ranges)
   uint64_t num_elements = 0;
-  std::vector<ReadRange> deps;    // what the exporter read to produce the tensor
+  std::vector<ReadRange> deps;  // what the exporter read to produce the tensor
 };
 
 struct MapStats {
@@ -348,8 +348,7 @@ class TrainDeltaBuilder {
   StatusOr<TrainDeltaStats> Merge(std::vector<UnitDelta> units, UnitDelta residual,
                                   DeltaSink* sink);
   // All of the above (units in parallel).
-  StatusOr<TrainDeltaStats> BuildStep(const ShardSet& prev, const ShardSet& next,
-                                      DeltaSink* sink);
+  StatusOr<TrainDeltaStats> BuildStep(const ShardSet& prev, const ShardSet& next, DeltaSink* sink);
   // BuildStep with the units built on `device`: one model-parallel rank at a time, its old and
   // new buffers uploaded (device memory holds two copies of one rank's buffers) and its
   // data-parallel units built in parallel by BuildUnitOnDevice; residual tensors re-exported on

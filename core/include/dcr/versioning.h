@@ -66,11 +66,11 @@ struct CatchUpOptions {
 };
 
 struct CatchUpStats {
-  bool full_frame = false;   // true: a full frame was emitted instead of a composition
-  int composed = 0;          // deltas composed
+  bool full_frame = false;  // true: a full frame was emitted instead of a composition
+  int composed = 0;         // deltas composed
   uint64_t chunks = 0;
-  uint64_t changes = 0;      // changed positions of the composed delta
-  uint64_t cancelled = 0;    // positions changed by some delta but equal in base and target
+  uint64_t changes = 0;    // changed positions of the composed delta
+  uint64_t cancelled = 0;  // positions changed by some delta but equal in base and target
   uint64_t payload_bytes = 0;
 };
 
@@ -104,8 +104,8 @@ struct ReceiverPlan {
     kFullFrame,  // no version, or one outside the retained history: full frame of latest
   };
   Kind kind = kFullFrame;
-  VersionId from;        // the receiver's committed version (kDelta, kCatchUp)
-  VersionId to;          // the version it should end at
+  VersionId from;  // the receiver's committed version (kDelta, kCatchUp)
+  VersionId to;    // the version it should end at
   int versions_behind = 0;
 };
 

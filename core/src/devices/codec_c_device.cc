@@ -113,8 +113,8 @@ int dcr_apply_delta_device(const dcr_device* device, const dcr_tensor* tensors, 
   auto dev = dcr::DeviceOf(device, dcr::RangesOf({{tensors, n}}));
   if (!dev.ok()) return dcr::internal::CFail(dev.status().WithContext("apply"));
   if (*dev == nullptr) return dcr_apply_delta(tensors, n, delta, size, options, result);
-  dcr::Status s = dcr::internal::ApplyOnDevice(*dev, tensors, n, delta, size,
-                                               dcr::Defaulted(options), result);
+  dcr::Status s =
+      dcr::internal::ApplyOnDevice(*dev, tensors, n, delta, size, dcr::Defaulted(options), result);
   if (!s.ok()) return dcr::internal::CFail(s.WithContext("apply on " + (*dev)->name()));
   return DCR_OK;
 }
@@ -151,8 +151,8 @@ int dcr_placement_map_create_device(const dcr_device* device, const dcr_tensor* 
   auto dev = dcr::DeviceOf(device, std::move(ranges));
   if (!dev.ok()) return dcr::internal::CFail(dev.status().WithContext("placement map"));
   if (*dev == nullptr) return dcr_placement_map_create(tensors, n, placements, n_placements, out);
-  dcr::Status s = dcr::internal::CreatePlacementMapOnDevice(*dev, tensors, n, placements,
-                                                           n_placements, out);
+  dcr::Status s =
+      dcr::internal::CreatePlacementMapOnDevice(*dev, tensors, n, placements, n_placements, out);
   if (!s.ok()) return dcr::internal::CFail(s.WithContext("placement map"));
   return DCR_OK;
 }

@@ -176,7 +176,8 @@ TEST(HostDeviceTest, OperationsMatchTheReference) {
         addr[i] = reinterpret_cast<uint64_t>(work) + want_pos[i] * w;
         begin[i + 1] = i + 1;
       }
-      ASSERT_TRUE(d->Gather(addr.data(), diff->values.data(), k, w, mode, ob.data(), nb.data()).ok());
+      ASSERT_TRUE(
+          d->Gather(addr.data(), diff->values.data(), k, w, mode, ob.data(), nb.data()).ok());
       EXPECT_EQ(ob, diff->old_bits);
       EXPECT_EQ(nb, diff->new_bits);
       ASSERT_TRUE(d->Scatter(addr.data(), begin.data(), nb.data(), k, w).ok());

@@ -21,9 +21,9 @@
 #include "internal/context_codec.h"
 #include "internal/element_ops.h"
 #include "internal/mapped_file.h"
-#include "internal/positions.h"
 #include "internal/parallel.h"
 #include "internal/phase_progress.h"
+#include "internal/positions.h"
 #include "internal/range_hasher.h"
 #include "internal/simd.h"
 
@@ -45,7 +45,7 @@ void ApplyPass(const std::vector<Segment>& segments, const uint64_t* __restrict 
   // The loads miss cache (changes are sparse over a large range): prefetch kAhead changes ahead
   // in the common case (one contiguous segment with listed positions).
   constexpr uint64_t kAhead = 24;
-  auto change = [&](T* p, uint64_t i) __attribute__((always_inline)) {
+  auto change = [&](T * p, uint64_t i) __attribute__((always_inline)) {
     const T o = *p;
     const T n = static_cast<T>(internal::ApplyOp(kOp, kW, o, values[i]));
     ob[i] = o;
@@ -127,9 +127,12 @@ void ChangeScratch(uint64_t k, T** ob, T** nb) {
 template <typename Fn>
 auto WithOp(ValueMode mode, Fn&& fn) {
   switch (mode) {
-    case ValueMode::kXor: return fn(std::integral_constant<uint8_t, internal::kOpXor>{});
-    case ValueMode::kUlpDelta: return fn(std::integral_constant<uint8_t, internal::kOpUlpDelta>{});
-    case ValueMode::kAbsolute: break;
+    case ValueMode::kXor:
+      return fn(std::integral_constant<uint8_t, internal::kOpXor>{});
+    case ValueMode::kUlpDelta:
+      return fn(std::integral_constant<uint8_t, internal::kOpUlpDelta>{});
+    case ValueMode::kAbsolute:
+      break;
   }
   return fn(std::integral_constant<uint8_t, internal::kOpAbsolute>{});
 }
@@ -138,10 +141,14 @@ auto WithOp(ValueMode mode, Fn&& fn) {
 template <typename Fn>
 auto WithWidth(int width, Fn&& fn) {
   switch (width) {
-    case 1: return fn(uint8_t{});
-    case 2: return fn(uint16_t{});
-    case 4: return fn(uint32_t{});
-    default: return fn(uint64_t{});
+    case 1:
+      return fn(uint8_t{});
+    case 2:
+      return fn(uint16_t{});
+    case 4:
+      return fn(uint32_t{});
+    default:
+      return fn(uint64_t{});
   }
 }
 
@@ -274,8 +281,8 @@ void RestoreStreamed(const internal::ChunkStreams& cs, T* base, const T* ob, uin
       if constexpr (kOp == internal::kOpAbsolute) {
         base[pos[j]] = ob[i + j];
       } else {
-        base[pos[j]] = static_cast<T>(internal::UndoOp(
-            kOp, sizeof(T), base[pos[j]], internal::PlaneValue<T>(cs.planes, i + j)));
+        base[pos[j]] = static_cast<T>(internal::UndoOp(kOp, sizeof(T), base[pos[j]],
+                                                       internal::PlaneValue<T>(cs.planes, i + j)));
       }
     }
     i += n;
@@ -296,8 +303,8 @@ Status ApplyStreamedOp(const internal::ChunkStreams& cs, const std::vector<Tenso
   const bool avx2 = internal::CpuHasAvx2();
   internal::RangeHasher old_hash(avx2), new_hash(avx2);
   uint64_t done = 0;
-  if (const char* bad = StreamedPass<T, kOp>(cs, base, ob, kRelative ? &old_hash : nullptr,
-                                             &new_hash, &done)) {
+  if (const char* bad =
+          StreamedPass<T, kOp>(cs, base, ob, kRelative ? &old_hash : nullptr, &new_hash, &done)) {
     RestoreStreamed<T, kOp>(cs, base, ob, done);
     return DataLossError("chunk " + std::to_string(h.chunk_id) + ": " + bad);
   }
@@ -404,9 +411,9 @@ Status ApplyContextInPlace(const uint8_t* data, size_t size, const ChunkHeader& 
   ContextApply<T, kOp> ap{seg_data + h.segments[0].offset, &old_hash, &new_hash};
   const internal::WalkSink sink{&ContextApply<T, kOp>::Run, &ap};
   DecodedChunk& dc = ContextScratch();
-  const Status st = internal::DecodeContextRecord(
-      data, size, reinterpret_cast<const uint8_t*>(ap.base), h.num_elements * sizeof(T), &dc,
-      false, &sink);
+  const Status st =
+      internal::DecodeContextRecord(data, size, reinterpret_cast<const uint8_t*>(ap.base),
+                                    h.num_elements * sizeof(T), &dc, false, &sink);
   if (!st.ok()) {
     ap.Undo(dc.positions.data(), dc.values.data(), ap.applied);
     return st;
@@ -610,8 +617,8 @@ void FusedChunks(const DeltaReader& delta, const std::vector<TensorBuffer>& shap
 
 Status PRead(internal::AtomicFile* f, uint8_t* p, uint64_t n, uint64_t off) {
   while (n > 0) {
-    ssize_t got = ::pread(f->fd(), p, std::min<uint64_t>(n, uint64_t{1} << 30),
-                          static_cast<off_t>(off));
+    ssize_t got =
+        ::pread(f->fd(), p, std::min<uint64_t>(n, uint64_t{1} << 30), static_cast<off_t>(off));
     if (got < 0) {
       if (errno == EINTR) continue;
       return ErrnoError("read " + f->tmp_path(), errno);
@@ -630,7 +637,10 @@ Status PRead(internal::AtomicFile* f, uint8_t* p, uint64_t n, uint64_t off) {
 // base stays as allocated: zeros.
 Status CopyBaseTensors(const std::vector<OutputTensor>& tensors, const std::vector<Span>& skip,
                        int threads, internal::PhaseProgress* progress) {
-  struct Block { size_t t; uint64_t begin, bytes; };
+  struct Block {
+    size_t t;
+    uint64_t begin, bytes;
+  };
   std::vector<Block> blocks;
   auto add = [&](size_t t, uint64_t begin, uint64_t end) {
     for (uint64_t b = begin; b < end; b += kCopyBlockBytes) {
@@ -717,11 +727,11 @@ Status ApplyRecordToFiles(const uint8_t* data, size_t size, const std::vector<Ou
   if (context) {
     // Decoded against the gathered base bits, then applied to them as a plain chunk.
     thread_local DecodedChunk dc;
-    DCR_RETURN_IF_ERROR(internal::DecodeContextRecord(data, size, scratch.data(), bytes, &dc, false));
+    DCR_RETURN_IF_ERROR(
+        internal::DecodeContextRecord(data, size, scratch.data(), bytes, &dc, false));
     dc.header.segments = h.segments;
-    DCR_RETURN_IF_ERROR(WithWidth(h.elem_width, [&](auto t) {
-      return ApplyTyped<decltype(t)>(dc, window, false);
-    }));
+    DCR_RETURN_IF_ERROR(WithWidth(
+        h.elem_width, [&](auto t) { return ApplyTyped<decltype(t)>(dc, window, false); }));
   } else {
     DCR_RETURN_IF_ERROR(WithWidth(h.elem_width, [&](auto t) {
       return WithOp(h.value_mode, [&](auto op) {
@@ -759,8 +769,9 @@ StatusOr<ApplyStats> ApplyDeltaFile(const std::string& base_path, const std::str
     for (const TensorInfo& t : inv.tensors) {
       const TensorInfo* bt = base->Find(t.name);
       if (bt == nullptr || bt->dtype_name != t.dtype_name || bt->shape != t.shape) {
-        return FailedPreconditionError("base " + base_path + " does not match the delta's tensor '" +
-                                       t.name + "' (missing, or another dtype/shape)");
+        return FailedPreconditionError("base " + base_path +
+                                       " does not match the delta's tensor '" + t.name +
+                                       "' (missing, or another dtype/shape)");
       }
     }
     if (base->tensors().size() != inv.tensors.size()) {
@@ -827,7 +838,8 @@ StatusOr<ApplyStats> ApplyDeltaFile(const std::string& base_path, const std::str
   Hash128 start = fh.base_hash;
   if (no_base) {
     start = Hash128{};
-    for (const TensorInfo& t : inv.tensors) HashAdd(&start, TensorIdentityTerm(t.name, t.dtype_name, t.shape));
+    for (const TensorInfo& t : inv.tensors)
+      HashAdd(&start, TensorIdentityTerm(t.name, t.dtype_name, t.shape));
   }
   std::mutex mu;
   Status first_error;
@@ -867,7 +879,8 @@ StatusOr<ApplyStats> ApplyDeltaFile(const std::string& base_path, const std::str
   Hash128 result = start;
   HashAdd(&result, moved);
   if (result != delta->trailer().target_hash) {
-    return DataLossError("refit result hash " + result.ToHex() + " differs from the delta's target " +
+    return DataLossError("refit result hash " + result.ToHex() +
+                         " differs from the delta's target " +
                          delta->trailer().target_hash.ToHex());
   }
   if (options.verify_full || options.check_output) {
@@ -881,7 +894,8 @@ StatusOr<ApplyStats> ApplyDeltaFile(const std::string& base_path, const std::str
     };
     std::vector<Map> maps(files.size());
     for (size_t f = 0; f < files.size(); ++f) {
-      DCR_RETURN_IF_ERROR(internal::MapReadOnly(files[f]->tmp_path(), &maps[f].data, &maps[f].size));
+      DCR_RETURN_IF_ERROR(
+          internal::MapReadOnly(files[f]->tmp_path(), &maps[f].data, &maps[f].size));
       if (maps[f].size != inv.files[f].file_size()) {
         return DataLossError(files[f]->tmp_path() + " has " + std::to_string(maps[f].size) +
                              " bytes, not " + std::to_string(inv.files[f].file_size()));

@@ -39,8 +39,11 @@ Pair MakePair(std::mt19937_64& rng, int width, uint64_t n, double rate, bool clu
   p.n = n;
   p.base.resize(n * width);
   const uint64_t specials[] = {0, 0x8000000000000000ull >> (64 - 8 * width), ~0ull, 1,
-                               width == 2 ? 0x7FC1u : width == 4 ? 0x7F800001u : 0x7Fu};
-  for (uint64_t i = 0; i < n; ++i) SetBits(&p.base, width, i, rng() % 20 == 0 ? specials[rng() % 5] : rng());
+                               width == 2   ? 0x7FC1u
+                               : width == 4 ? 0x7F800001u
+                                            : 0x7Fu};
+  for (uint64_t i = 0; i < n; ++i)
+    SetBits(&p.base, width, i, rng() % 20 == 0 ? specials[rng() % 5] : rng());
   p.target = p.base;
   std::uniform_real_distribution<double> u(0, 1);
   for (uint64_t i = 0; i < n; ++i) {
@@ -88,8 +91,8 @@ std::vector<TensorBuffer> Over(std::vector<uint8_t>* buf, int width) {
 
 // Applies `record` to a copy of `start` both ways; checks both agree (status code and bytes) and
 // that a refusal left the copy as it was. Returns the streamed path's status and result.
-Status ApplyBothWays(const std::vector<uint8_t>& record, const std::vector<uint8_t>& start, int width,
-                     bool verify_ranges, std::vector<uint8_t>* result) {
+Status ApplyBothWays(const std::vector<uint8_t>& record, const std::vector<uint8_t>& start,
+                     int width, bool verify_ranges, std::vector<uint8_t>* result) {
   std::vector<uint8_t> a = start, b = start;
   BufferApplier streamed(Over(&a, width));
   streamed.set_verify_ranges(verify_ranges);
@@ -149,8 +152,10 @@ Parts Split(const std::vector<uint8_t>& record) {
   Parts p;
   p.header = cs.header;
   const uint64_t k = cs.header.num_changes;
-  if (cs.positions != nullptr) p.streams.emplace_back(cs.positions, cs.positions + cs.positions_size);
-  for (int b = 0; b < cs.header.elem_width; ++b) p.streams.emplace_back(cs.planes[b], cs.planes[b] + k);
+  if (cs.positions != nullptr)
+    p.streams.emplace_back(cs.positions, cs.positions + cs.positions_size);
+  for (int b = 0; b < cs.header.elem_width; ++b)
+    p.streams.emplace_back(cs.planes[b], cs.planes[b] + k);
   return p;
 }
 
@@ -217,8 +222,7 @@ TEST_P(InconsistentRecords, AreRefusedAndRestored) {
        "truncated or bad position varint"},
       {"a gap stream with an extra varint", [&](Parts* f) { f->streams[0].push_back(0); },
        "trailing bytes in the position stream"},
-      {"a value that misses the target",
-       [&](Parts* f) { f->streams[1][late] ^= 0x10; },
+      {"a value that misses the target", [&](Parts* f) { f->streams[1][late] ^= 0x10; },
        "do not produce the target bits"},
       {"a wrong base-change hash", [&](Parts* f) { f->header.base_change_hash.lo ^= 1; },
        "differ from the delta's base"},
@@ -227,7 +231,8 @@ TEST_P(InconsistentRecords, AreRefusedAndRestored) {
   };
   for (const Forgery& fg : forgeries) {
     // An absolute overwrite has no base to check.
-    if (mode == ValueMode::kAbsolute && std::string(fg.what) == "a wrong base-change hash") continue;
+    if (mode == ValueMode::kAbsolute && std::string(fg.what) == "a wrong base-change hash")
+      continue;
     SCOPED_TRACE(fg.what);
     Parts f = parts;
     fg.edit(&f);
@@ -240,8 +245,8 @@ TEST_P(InconsistentRecords, AreRefusedAndRestored) {
   }
   // Unchanged parts reassemble into a record that applies.
   std::vector<uint8_t> out;
-  ASSERT_TRUE(ApplyBothWays(internal::AssembleChunkRecord(parts.header, parts.streams, 1), p.base, 2,
-                            true, &out)
+  ASSERT_TRUE(ApplyBothWays(internal::AssembleChunkRecord(parts.header, parts.streams, 1), p.base,
+                            2, true, &out)
                   .ok());
   EXPECT_EQ(out, p.target);
 }
@@ -277,7 +282,8 @@ TEST(ApplyRecord, GapVarintCountIsCheckedAtEveryByte) {
 
 TEST(ApplyRecord, InconsistentBitmapsAreRefused) {
   std::mt19937_64 rng(9);
-  Pair p = MakePair(rng, 2, 8003, 0.6, false);  // dense changes: bitmap; 8003 = 7 bits in the last byte
+  Pair p =
+      MakePair(rng, 2, 8003, 0.6, false);  // dense changes: bitmap; 8003 = 7 bits in the last byte
   const std::vector<uint8_t> good = Encode(p, ValueMode::kXor, false);
   const Parts parts = Split(good);
   ASSERT_EQ(parts.header.position_mode, PositionMode::kBitmap);
@@ -285,8 +291,8 @@ TEST(ApplyRecord, InconsistentBitmapsAreRefused) {
     Parts f = parts;
     f.streams[0].back() |= 0x80;
     std::vector<uint8_t> out;
-    const Status st = ApplyBothWays(internal::AssembleChunkRecord(f.header, f.streams, 1), p.base, 2,
-                                    false, &out);
+    const Status st = ApplyBothWays(internal::AssembleChunkRecord(f.header, f.streams, 1), p.base,
+                                    2, false, &out);
     EXPECT_TRUE(st.IsDataLoss()) << st;
     EXPECT_NE(st.message().find("beyond the covered elements"), std::string::npos) << st;
   }
@@ -299,8 +305,8 @@ TEST(ApplyRecord, InconsistentBitmapsAreRefused) {
       }
     }
     std::vector<uint8_t> out;
-    const Status st = ApplyBothWays(internal::AssembleChunkRecord(f.header, f.streams, 1), p.base, 2,
-                                    false, &out);
+    const Status st = ApplyBothWays(internal::AssembleChunkRecord(f.header, f.streams, 1), p.base,
+                                    2, false, &out);
     EXPECT_TRUE(st.IsDataLoss()) << st;
     EXPECT_NE(st.message().find("popcount"), std::string::npos) << st;
   }

@@ -2,8 +2,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <sys/syscall.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -87,8 +87,8 @@ Status AtomicFile::Write(const void* data, size_t size) {
 Status AtomicFile::PWrite(const void* data, size_t size, uint64_t offset) {
   const auto* p = static_cast<const uint8_t*>(data);
   while (size > 0) {
-    ssize_t n = ::pwrite(fd_, p, std::min<size_t>(size, size_t{1} << 30),
-                         static_cast<off_t>(offset));
+    ssize_t n =
+        ::pwrite(fd_, p, std::min<size_t>(size, size_t{1} << 30), static_cast<off_t>(offset));
     if (n < 0) {
       if (errno == EINTR) continue;
       return ErrnoError("write " + tmp_, errno);
@@ -176,8 +176,10 @@ StatusOr<std::unique_ptr<AtomicDirectory>> AtomicDirectory::Create(const std::st
   struct stat st;
   if (::lstat(p.c_str(), &st) == 0) {
     if (!S_ISDIR(st.st_mode)) {
-      return FailedPreconditionError(p + " exists and is not a directory; a sharded checkpoint "
-                                         "is written as a directory (remove it or choose another name)");
+      return FailedPreconditionError(
+          p +
+          " exists and is not a directory; a sharded checkpoint "
+          "is written as a directory (remove it or choose another name)");
     }
     DIR* d = ::opendir(p.c_str());
     if (d == nullptr) return ErrnoError("open directory " + p, errno);
@@ -195,7 +197,8 @@ StatusOr<std::unique_ptr<AtomicDirectory>> AtomicDirectory::Create(const std::st
     ::closedir(d);
     if (!foreign.empty()) {
       return FailedPreconditionError(
-          p + " exists and holds '" + foreign + "', which is not a checkpoint file; dcr replaces "
+          p + " exists and holds '" + foreign +
+          "', which is not a checkpoint file; dcr replaces "
           "an existing output directory only when it holds nothing but safetensors shards and "
           "their index (choose a new output name)");
     }
@@ -208,7 +211,8 @@ StatusOr<std::unique_ptr<AtomicDirectory>> AtomicDirectory::Create(const std::st
   std::string tmpl = ParentOf(p) + "/." + base + ".tmp.XXXXXX";
   std::vector<char> name(tmpl.begin(), tmpl.end());
   name.push_back('\0');
-  if (::mkdtemp(name.data()) == nullptr) return ErrnoError("create a temporary directory for " + p, errno);
+  if (::mkdtemp(name.data()) == nullptr)
+    return ErrnoError("create a temporary directory for " + p, errno);
   // mkdtemp makes it 0700; the published checkpoint gets the usual directory mode.
   ::chmod(name.data(), 0777 & ~CurrentUmask());
   return std::unique_ptr<AtomicDirectory>(new AtomicDirectory(p, name.data(), replace));
@@ -231,7 +235,8 @@ Status AtomicDirectory::Commit() {
     if (Rename2(tmp_, path_, kRenameNoReplace) != 0) {
       int e = errno;
       if (e == EEXIST) {
-        return FailedPreconditionError(path_ + " appeared while it was being written; not replaced");
+        return FailedPreconditionError(path_ +
+                                       " appeared while it was being written; not replaced");
       }
       return ErrnoError("rename " + tmp_ + " to " + path_, e);
     }

@@ -17,11 +17,11 @@
 #include "dcr/status_macros.h"
 #include "internal/chunk_scan.h"
 #include "internal/context_codec.h"
+#include "internal/diff_scan.h"
 #include "internal/element_ops.h"
+#include "internal/mapped_file.h"
 #include "internal/parallel.h"
 #include "internal/phase_progress.h"
-#include "internal/diff_scan.h"
-#include "internal/mapped_file.h"
 #include "internal/range_hasher.h"
 #include "internal/simd.h"
 
@@ -100,10 +100,21 @@ void ScanRange(const T* a, const T* b, uint64_t n, uint64_t pos_base, bool avx2,
 void ScanBytes(const uint8_t* a, const uint8_t* b, int width, uint64_t n, uint64_t pos_base,
                bool avx2, CellScan* out) {
   switch (width) {
-    case 1: ScanRange(a, b, n, pos_base, avx2, out); break;
-    case 2: ScanRange(reinterpret_cast<const uint16_t*>(a), reinterpret_cast<const uint16_t*>(b), n, pos_base, avx2, out); break;
-    case 4: ScanRange(reinterpret_cast<const uint32_t*>(a), reinterpret_cast<const uint32_t*>(b), n, pos_base, avx2, out); break;
-    default: ScanRange(reinterpret_cast<const uint64_t*>(a), reinterpret_cast<const uint64_t*>(b), n, pos_base, avx2, out); break;
+    case 1:
+      ScanRange(a, b, n, pos_base, avx2, out);
+      break;
+    case 2:
+      ScanRange(reinterpret_cast<const uint16_t*>(a), reinterpret_cast<const uint16_t*>(b), n,
+                pos_base, avx2, out);
+      break;
+    case 4:
+      ScanRange(reinterpret_cast<const uint32_t*>(a), reinterpret_cast<const uint32_t*>(b), n,
+                pos_base, avx2, out);
+      break;
+    default:
+      ScanRange(reinterpret_cast<const uint64_t*>(a), reinterpret_cast<const uint64_t*>(b), n,
+                pos_base, avx2, out);
+      break;
   }
 }
 
@@ -289,13 +300,15 @@ std::string ShapeText(const TensorInfo& t) {
 
 Status Incompatible(const std::string& what) {
   return FailedPreconditionError(
-      what + "; a delta needs the same tensor names, dtypes and shapes in base and target: send a "
-             "full frame instead (`dcr diff --full TARGET -o OUT`, or method full in a scenario)");
+      what +
+      "; a delta needs the same tensor names, dtypes and shapes in base and target: send a "
+      "full frame instead (`dcr diff --full TARGET -o OUT`, or method full in a scenario)");
 }
 
 Status DeltaBuilder::Bind() {
   if (!options_.full && base_ == nullptr && !dev_.resident()) {
-    return InvalidArgumentError("a delta needs a base checkpoint (or options.full for a full frame)");
+    return InvalidArgumentError(
+        "a delta needs a base checkpoint (or options.full for a full frame)");
   }
   if (options_.chunk_elems == 0) return InvalidArgumentError("chunk_elems must be positive");
   DCR_RETURN_IF_ERROR(CheckContextClasses(options_.context_classes));
@@ -309,10 +322,10 @@ Status DeltaBuilder::Bind() {
   if (dev_.resident()) {
     const size_t n = inv_.tensors.size();
     if (dev_.target->size() != n || (!options_.full && dev_.base->size() != n)) {
-      return InvalidArgumentError(
-          "device delta: " + std::to_string(n) + " tensors in the inventory but " +
-          std::to_string(dev_.target->size()) + " target and " + std::to_string(dev_.base->size()) +
-          " base device addresses");
+      return InvalidArgumentError("device delta: " + std::to_string(n) +
+                                  " tensors in the inventory but " +
+                                  std::to_string(dev_.target->size()) + " target and " +
+                                  std::to_string(dev_.base->size()) + " base device addresses");
     }
     for (size_t i = 0; i < n; ++i) {
       if ((*dev_.target)[i] == nullptr || (!options_.full && (*dev_.base)[i] == nullptr)) {
@@ -479,7 +492,8 @@ Status DeltaBuilder::DeviceScanCell(const GridCell& cell, CellScan* sc, DeviceSl
   sc->seg_changes.assign(segs.size(), 0);
   if (options_.collect_entropy) sc->seg_hist.resize(segs.size());
   *all_float = true;
-  for (const Segment& sg : segs) *all_float = *all_float && DTypeIsFloat(inv_.tensors[sg.tensor_index].dtype);
+  for (const Segment& sg : segs)
+    *all_float = *all_float && DTypeIsFloat(inv_.tensors[sg.tensor_index].dtype);
   const ValueMode mode =
       ChooseValueMode(options_.value_policy, *all_float ? DType::kBF16 : DType::kU8);
   // The cell's bytes on the device: resident tensors where they are, otherwise the segments
@@ -527,8 +541,7 @@ Status DeltaBuilder::DeviceScanCell(const GridCell& cell, CellScan* sc, DeviceSl
     return Status::OK();
   }
   // Appends the changes of n elements whose first is at position pos0 of the cell.
-  auto diff = [&](const void* old_data, const void* new_data, uint64_t n,
-                  uint64_t pos0) -> Status {
+  auto diff = [&](const void* old_data, const void* new_data, uint64_t n, uint64_t pos0) -> Status {
     DCR_ASSIGN_OR_RETURN(DeviceDiffResult r, device->Diff(old_data, new_data, n, cell.width, mode));
     DCR_RETURN_IF_ERROR(CheckDiffResult(r, n, *device));
     const uint64_t k = r.positions.size();
@@ -547,8 +560,8 @@ Status DeltaBuilder::DeviceScanCell(const GridCell& cell, CellScan* sc, DeviceSl
       const uint64_t byte_off = sg.offset * w;
       DCR_RETURN_IF_ERROR(
           diff(static_cast<const uint8_t*>((*dev_.base)[sg.tensor_index]) + byte_off,
-               static_cast<const uint8_t*>((*dev_.target)[sg.tensor_index]) + byte_off,
-               sg.count[0], pos_base));
+               static_cast<const uint8_t*>((*dev_.target)[sg.tensor_index]) + byte_off, sg.count[0],
+               pos_base));
       pos_base += sg.count[0];
     }
   } else {
@@ -603,9 +616,9 @@ bool DeltaBuilder::EncodeCell(const GridCell& cell, CellScan* sc, DeviceSlot* sl
     return true;
   }
   ch.dense = options_.full;
-  ValueMode mode = options_.full ? ValueMode::kAbsolute
-                                 : ChooseValueMode(options_.value_policy,
-                                                   all_float ? DType::kBF16 : DType::kU8);
+  ValueMode mode =
+      options_.full ? ValueMode::kAbsolute
+                    : ChooseValueMode(options_.value_policy, all_float ? DType::kBF16 : DType::kU8);
   *out = EncodeChunk(ch, mode, inv_.salts, options_.zstd_level);
   if (out->ok() && options_.context_coding && !options_.full && dev_.device == nullptr) {
     // The changes for the context-coded form: the scan's positions, the values of `mode`.
@@ -614,8 +627,8 @@ bool DeltaBuilder::EncodeCell(const GridCell& cell, CellScan* sc, DeviceSlot* sl
     sc->ctx_val.resize(sc->n);
     const int w = cell.width;
     for (uint64_t i = 0; i < sc->n; ++i) {
-      sc->ctx_val[i] = internal::EncodeValue(static_cast<uint8_t>(mode), w, sc->old_bits[i],
-                                             sc->new_bits[i]);
+      sc->ctx_val[i] =
+          internal::EncodeValue(static_cast<uint8_t>(mode), w, sc->old_bits[i], sc->new_bits[i]);
     }
     if (w >= 2) {
       // The base bits of the changes give their contexts (8 bits below the sign).
@@ -638,8 +651,7 @@ void DeltaBuilder::AccountCell(const GridCell& cell, const CellStats& sc,
       // Attribute the chunk's bytes by changes (by elements when none changed).
       double share = cell_changes > 0
                          ? static_cast<double>(sc.seg_changes[s]) / cell_changes
-                         : static_cast<double>(cell.segments[s].num_elements()) /
-                               cell.num_elements;
+                         : static_cast<double>(cell.segments[s].num_elements()) / cell.num_elements;
       ts.payload_bytes += static_cast<uint64_t>(std::llround(share * bytes.size()));
     }
     if (options_.collect_entropy) {
@@ -654,7 +666,8 @@ Status DeltaBuilder::ContextCode(const GridCell& cell, const CellScan& sc,
                                  std::vector<uint8_t>* bytes, std::vector<uint8_t>* plain) const {
   plain->clear();
   size_t hsize = 0, rsize = 0;
-  DCR_ASSIGN_OR_RETURN(ChunkHeader h, ParseChunkHeader(bytes->data(), bytes->size(), &hsize, &rsize));
+  DCR_ASSIGN_OR_RETURN(ChunkHeader h,
+                       ParseChunkHeader(bytes->data(), bytes->size(), &hsize, &rsize));
   if (!ContextCodable(h)) return Status::OK();
   const uint64_t w = cell.width;
   thread_local std::vector<uint8_t> gathered;
@@ -693,7 +706,7 @@ Status DeltaBuilder::ContextCode(const GridCell& cell, const CellScan& sc,
 }
 
 Status DeltaBuilder::EmitChunk(const std::vector<uint8_t>& bytes,
-                              const std::vector<uint8_t>& plain) {
+                               const std::vector<uint8_t>& plain) {
   size_t hsize = 0, rsize = 0;
   DCR_ASSIGN_OR_RETURN(ChunkHeader h, ParseChunkHeader(bytes.data(), bytes.size(), &hsize, &rsize));
   HashAdd(&target_hash_, h.version_delta);
@@ -776,9 +789,9 @@ Status DeltaBuilder::BuildWindow(uint64_t begin, uint64_t end) {
 Status DeltaBuilder::EmitTrailer() {
   if (options_.full && dev_.resident()) {
     internal::PhaseProgress progress(options_.progress, "hash target", inv_.data_size());
-    DCR_ASSIGN_OR_RETURN(target_hash_, DeviceContentHashOf(dev_.device,
-                                                           DeviceViews(inv_.tensors, *dev_.target),
-                                                           options_.threads));
+    DCR_ASSIGN_OR_RETURN(target_hash_,
+                         DeviceContentHashOf(dev_.device, DeviceViews(inv_.tensors, *dev_.target),
+                                             options_.threads));
     progress.Add(inv_.data_size());
     progress.Finish();
   } else if (options_.full) {
@@ -814,7 +827,8 @@ DeltaStats DeltaBuilder::Finish() {
 Status CheckDeltaCompatible(const Checkpoint& base, const Checkpoint& target) {
   for (const TensorInfo& t : target.tensors()) {
     const TensorInfo* bt = base.Find(t.name);
-    if (bt == nullptr) return Incompatible("tensor '" + t.name + "' is in the target but not in the base");
+    if (bt == nullptr)
+      return Incompatible("tensor '" + t.name + "' is in the target but not in the base");
     if (bt->dtype_name != t.dtype_name || bt->shape != t.shape) {
       return Incompatible("tensor '" + t.name + "' is " + ShapeText(*bt) + " in the base but " +
                           ShapeText(t) + " in the target");
@@ -827,7 +841,6 @@ Status CheckDeltaCompatible(const Checkpoint& base, const Checkpoint& target) {
   }
   return Status::OK();
 }
-
 
 ProductionOrder::ProductionOrder(uint64_t units, uint64_t window)
     : units_(units), window_(std::max<uint64_t>(window, 1)) {}
@@ -903,8 +916,7 @@ StatusOr<DeltaStats> BuildDeltaFromDevice(const DeviceDeltaInputs& inputs,
 }
 
 StatusOr<DeltaStats> BuildDeltaFiles(const std::string& base_path, const std::string& target_path,
-                                     const DeltaOptions& options, Device* device,
-                                     DeltaSink* sink) {
+                                     const DeltaOptions& options, Device* device, DeltaSink* sink) {
   std::unique_ptr<Checkpoint> base;
   if (!options.full) {
     DCR_ASSIGN_OR_RETURN(base, Checkpoint::Open(base_path));

@@ -1,8 +1,8 @@
 // safetensors reading (mmap) and atomic writing.
 #include "dcr/checkpoint.h"
 
-#include <fcntl.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -31,10 +31,18 @@ std::string JsonEscape(const std::string& s) {
   std::string out;
   for (unsigned char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20) {
           char buf[8];
@@ -114,7 +122,8 @@ Status ParseJsonStrict(const char* text, size_t n, const char* what, const char*
   } catch (const std::exception& e) {
     return DataLossError(std::string("malformed ") + what + ": " + e.what());
   }
-  if (!duplicate.empty()) return DataLossError(std::string(whose) + " names '" + duplicate + "' twice");
+  if (!duplicate.empty())
+    return DataLossError(std::string(whose) + " names '" + duplicate + "' twice");
   return Status::OK();
 }
 
@@ -238,8 +247,9 @@ Status Checkpoint::OpenDirectory(const std::string& dir, const std::string& inde
     }
   }
   if (names.empty()) {
-    return InvalidArgumentError(dir + " is a directory without safetensors files; a checkpoint "
-                                      "is a .safetensors file or a directory of shards");
+    return InvalidArgumentError(dir +
+                                " is a directory without safetensors files; a checkpoint "
+                                "is a .safetensors file or a directory of shards");
   }
   for (const std::string& n : names) {
     const std::string fpath = dir + "/" + n;
@@ -282,8 +292,8 @@ Status Checkpoint::BuildIndex() {
 
 StatusOr<ShardIndex> ParseShardIndex(const std::string& json) {
   nlohmann::json j;
-  DCR_RETURN_IF_ERROR(ParseJsonStrict(json.data(), json.size(), "checkpoint index JSON",
-                                      "checkpoint index", &j));
+  DCR_RETURN_IF_ERROR(
+      ParseJsonStrict(json.data(), json.size(), "checkpoint index JSON", "checkpoint index", &j));
   if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object()) {
     return DataLossError("checkpoint index has no \"weight_map\" object");
   }
@@ -291,7 +301,8 @@ StatusOr<ShardIndex> ParseShardIndex(const std::string& json) {
   std::set<std::string> files;
   for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
     if (!it.value().is_string()) {
-      return DataLossError("checkpoint index: weight_map entry '" + it.key() + "' is not a file name");
+      return DataLossError("checkpoint index: weight_map entry '" + it.key() +
+                           "' is not a file name");
     }
     std::string f = it.value().get<std::string>();
     if (!internal::IsPlainFileName(f)) {
@@ -337,7 +348,8 @@ Status ParseSafetensorsJson(const char* json, size_t n, uint64_t data_size,
                             std::map<std::string, std::string>* metadata, uint64_t* data_end) {
   // A second tensor of the same name (or a second "dtype" in one tensor) is refused, not kept.
   nlohmann::json j;
-  DCR_RETURN_IF_ERROR(ParseJsonStrict(json, n, "safetensors JSON header", "safetensors header", &j));
+  DCR_RETURN_IF_ERROR(
+      ParseJsonStrict(json, n, "safetensors JSON header", "safetensors header", &j));
   if (!j.is_object()) return DataLossError("safetensors header is not a JSON object");
   tensors->clear();
   metadata->clear();
@@ -401,8 +413,8 @@ Status ParseSafetensorsJson(const char* json, size_t n, uint64_t data_size,
     } else if (elems / 8 > t.nbytes || t.nbytes / 16 > elems || (elems == 0) != (t.nbytes == 0)) {
       // A dtype this build does not know is carried as bytes, but its shape must still fit
       // them for some element size between 1 bit and 16 bytes.
-      return DataLossError("tensor '" + name + "': unknown dtype '" + t.dtype_name +
-                           "' with " + std::to_string(elems) + " elements cannot occupy " +
+      return DataLossError("tensor '" + name + "': unknown dtype '" + t.dtype_name + "' with " +
+                           std::to_string(elems) + " elements cannot occupy " +
                            std::to_string(t.nbytes) + " bytes");
     }
     tensors->push_back(std::move(t));
@@ -474,7 +486,8 @@ Status Checkpoint::ParseFile(uint32_t i, std::map<std::string, std::string>* met
   }
   if (file_size < 8) return DataLossError("truncated safetensors file: fewer than 8 bytes");
   if (n > internal::kMaxSafetensorsHeaderBytes) {
-    return DataLossError("safetensors header size " + std::to_string(n) + " exceeds the 100 MiB limit");
+    return DataLossError("safetensors header size " + std::to_string(n) +
+                         " exceeds the 100 MiB limit");
   }
   if (n > file_size - 8) {
     return DataLossError("truncated safetensors file: header of " + std::to_string(n) +
@@ -587,8 +600,8 @@ std::string BuildSafetensorsHeader(const std::vector<TensorView>& tensors,
       if (i) json += ",";
       json += std::to_string(t.shape[i]);
     }
-    json += "],\"data_offsets\":[" + std::to_string(off) + "," + std::to_string(off + t.nbytes) +
-            "]}";
+    json +=
+        "],\"data_offsets\":[" + std::to_string(off) + "," + std::to_string(off + t.nbytes) + "]}";
     if (offsets) offsets->push_back(off);
     off += t.nbytes;
   }
@@ -653,7 +666,8 @@ std::vector<uint8_t> SafetensorsImage(const std::vector<TensorView>& tensors,
 
 StatusOr<ShardedLayout> PlanShardedCheckpoint(const std::vector<TensorView>& tensors,
                                               uint64_t max_shard_bytes) {
-  if (tensors.empty()) return InvalidArgumentError("a sharded checkpoint needs at least one tensor");
+  if (tensors.empty())
+    return InvalidArgumentError("a sharded checkpoint needs at least one tensor");
   ShardedLayout out;
   uint64_t bytes = 0, total = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -690,8 +704,9 @@ Status WriteShardedCheckpoint(const std::string& dir, const std::vector<TensorVi
   DCR_ASSIGN_OR_RETURN(ShardedLayout layout, PlanShardedCheckpoint(tensors, max_shard_bytes));
   DCR_ASSIGN_OR_RETURN(auto out, internal::AtomicDirectory::Create(dir));
   for (size_t k = 0; k < layout.names.size(); ++k) {
-    std::vector<TensorView> part(tensors.begin() + static_cast<std::ptrdiff_t>(layout.ranges[k].first),
-                                 tensors.begin() + static_cast<std::ptrdiff_t>(layout.ranges[k].second));
+    std::vector<TensorView> part(
+        tensors.begin() + static_cast<std::ptrdiff_t>(layout.ranges[k].first),
+        tensors.begin() + static_cast<std::ptrdiff_t>(layout.ranges[k].second));
     DCR_RETURN_IF_ERROR(WriteSafetensors(out->FilePath(layout.names[k]), part, metadata));
   }
   DCR_RETURN_IF_ERROR(WriteFileAtomic(out->FilePath(kIndexFileName), layout.index_json.data(),

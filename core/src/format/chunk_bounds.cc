@@ -21,7 +21,10 @@ const char* SegmentFits(const ChunkHeader& h, const Segment& sg, uint64_t n, int
   for (uint32_t d = 0; d < sg.ndim; ++d) {
     if (sg.count[d] == 0) return "has an empty dimension";
     const __int128 span = static_cast<__int128>(sg.count[d] - 1) * sg.stride[d];
-    if (span < 0) lo += span; else hi += span;
+    if (span < 0)
+      lo += span;
+    else
+      hi += span;
   }
   if (lo < 0 || hi >= static_cast<__int128>(n)) return "lies outside its tensor's elements";
   return nullptr;
@@ -67,8 +70,11 @@ Status Check(const ChunkHeader& h, size_t num_tensors, Bound&& bound) {
       unsigned __int128 sum = 0;
       for (; i < per_tensor.size() && per_tensor[i].first == t; ++i) sum += per_tensor[i].second;
       if (sum > bound(t).first) {
-        return DataLossError("chunk " + std::to_string(h.chunk_id) + ": its segments cover more "
-                             "elements of tensor " + std::to_string(t) + " than it has "
+        return DataLossError("chunk " + std::to_string(h.chunk_id) +
+                             ": its segments cover more "
+                             "elements of tensor " +
+                             std::to_string(t) +
+                             " than it has "
                              "(segments overlap)");
       }
     }

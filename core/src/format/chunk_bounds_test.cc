@@ -45,8 +45,10 @@ const std::vector<TensorBound> kTensors = {{1000, 2}, {33, 1}, {64 * 96, 2}};
 TEST(ChunkBoundsTest, SegmentsInsideTheirTensorsPass) {
   EXPECT_TRUE(CheckChunkBounds(Header(2, {Segment::Range(0, 0, 1000)}), kTensors).ok());
   // Rows 3..5 of a 64 x 96 tensor, columns 10..19; the same box walked backwards.
-  EXPECT_TRUE(CheckChunkBounds(Header(2, {Box(2, 3 * 96 + 10, {{3, 96}, {10, 1}})}), kTensors).ok());
-  EXPECT_TRUE(CheckChunkBounds(Header(2, {Box(2, 5 * 96 + 19, {{3, -96}, {10, -1}})}), kTensors).ok());
+  EXPECT_TRUE(
+      CheckChunkBounds(Header(2, {Box(2, 3 * 96 + 10, {{3, 96}, {10, 1}})}), kTensors).ok());
+  EXPECT_TRUE(
+      CheckChunkBounds(Header(2, {Box(2, 5 * 96 + 19, {{3, -96}, {10, -1}})}), kTensors).ok());
   // Two tensors and two disjoint ranges of one.
   EXPECT_TRUE(CheckChunkBounds(Header(2, {Segment::Range(0, 0, 10), Segment::Range(2, 0, 10),
                                           Segment::Range(0, 500, 500)}),

@@ -15,8 +15,8 @@
 #include "internal/chunk_streams.h"
 #include "internal/context_codec.h"
 #include "internal/context_walk.h"
-#include "internal/element_ops.h"
 #include "internal/diff_scan.h"
+#include "internal/element_ops.h"
 #include "internal/positions.h"
 #include "internal/range_hasher.h"
 
@@ -109,9 +109,9 @@ uint8_t* Grow(std::vector<uint8_t>* v, size_t n) {
 
 // What one pass over a chunk's changes produces.
 struct PassOut {
-  bool sorted = true;  // positions strictly increasing
+  bool sorted = true;    // positions strictly increasing
   uint64_t visited = 0;  // changes the segment walk reached (all of them when sorted and in range)
-  Hash128 plus, minus;  // sums of ElementTerm over the new and the old bits
+  Hash128 plus, minus;   // sums of ElementTerm over the new and the old bits
   size_t gaps_size = 0;
 };
 
@@ -123,16 +123,23 @@ auto WithTypeAndOp(int width, ValueMode mode, Fn&& fn) {
   auto by_op = [&](auto tag) {
     using T = decltype(tag);
     switch (static_cast<uint8_t>(mode)) {
-      case internal::kOpXor: return fn.template operator()<T, internal::kOpXor>();
-      case internal::kOpUlpDelta: return fn.template operator()<T, internal::kOpUlpDelta>();
-      default: return fn.template operator()<T, internal::kOpAbsolute>();
+      case internal::kOpXor:
+        return fn.template operator()<T, internal::kOpXor>();
+      case internal::kOpUlpDelta:
+        return fn.template operator()<T, internal::kOpUlpDelta>();
+      default:
+        return fn.template operator()<T, internal::kOpAbsolute>();
     }
   };
   switch (width) {
-    case 1: return by_op(uint8_t{});
-    case 2: return by_op(uint16_t{});
-    case 4: return by_op(uint32_t{});
-    default: return by_op(uint64_t{});
+    case 1:
+      return by_op(uint8_t{});
+    case 2:
+      return by_op(uint16_t{});
+    case 4:
+      return by_op(uint32_t{});
+    default:
+      return by_op(uint64_t{});
   }
 }
 
@@ -142,7 +149,7 @@ struct PassState {
   uint64_t next = 0;      // smallest allowed next position
   uint64_t unsorted = 0;  // non-zero once a position is not above its predecessor
   uint64_t plus_lo = 0, plus_hi = 0, minus_lo = 0, minus_hi = 0;
-  uint8_t* g = nullptr;   // next gap byte; null: no gaps (dense)
+  uint8_t* g = nullptr;  // next gap byte; null: no gaps (dense)
 };
 
 // Change i of a pass at canonical element `elem` (chunk position p) of a tensor with `salt`, old
@@ -150,10 +157,12 @@ struct PassState {
 // (plane b at planes + b * stride) and its gap.
 // kScan: the scan encoder's call (positions increasing by construction, gaps always written).
 template <typename T, uint8_t kOp, bool kScan = false>
-__attribute__((always_inline)) inline void EmitChange(
-    uint64_t i, uint64_t salt, uint64_t elem, uint64_t p, bool have_old, uint64_t obits,
-    uint64_t nbits, uint64_t stride, uint8_t* __restrict planes, T* __restrict packed_old,
-    T* __restrict packed_new, PassState& st) {
+__attribute__((always_inline)) inline void EmitChange(uint64_t i, uint64_t salt, uint64_t elem,
+                                                      uint64_t p, bool have_old, uint64_t obits,
+                                                      uint64_t nbits, uint64_t stride,
+                                                      uint8_t* __restrict planes,
+                                                      T* __restrict packed_old,
+                                                      T* __restrict packed_new, PassState& st) {
   constexpr int kW = sizeof(T);
   const T n = static_cast<T>(nbits);
   const Hash128 tn = ElementTerm(salt, elem, nbits);
@@ -190,8 +199,8 @@ __attribute__((always_inline)) inline void PassChange(
     uint64_t i, uint64_t salt, uint64_t elem, uint64_t k, const uint64_t* __restrict pos,
     const uint64_t* __restrict oldp, const uint64_t* __restrict newp, uint8_t* __restrict planes,
     T* __restrict packed_old, T* __restrict packed_new, PassState& st) {
-  EmitChange<T, kOp>(i, salt, elem, pos[i], oldp != nullptr, oldp != nullptr ? oldp[i] : 0,
-                     newp[i], k, planes, packed_old, packed_new, st);
+  EmitChange<T, kOp>(i, salt, elem, pos[i], oldp != nullptr, oldp != nullptr ? oldp[i] : 0, newp[i],
+                     k, planes, packed_old, packed_new, st);
 }
 
 // One pass over the changes (the three arrays are read once): checks the order, sums the element
@@ -337,30 +346,42 @@ std::vector<uint8_t> SealChunkRecord(ChunkHeader& h, const std::vector<uint8_t>&
 
 ValueMode ChooseValueMode(ValuePolicy policy, DType dtype) {
   switch (policy) {
-    case ValuePolicy::kXor: return ValueMode::kXor;
-    case ValuePolicy::kUlpDelta: return ValueMode::kUlpDelta;
-    case ValuePolicy::kAbsolute: return ValueMode::kAbsolute;
-    case ValuePolicy::kAuto: break;
+    case ValuePolicy::kXor:
+      return ValueMode::kXor;
+    case ValuePolicy::kUlpDelta:
+      return ValueMode::kUlpDelta;
+    case ValuePolicy::kAbsolute:
+      return ValueMode::kAbsolute;
+    case ValuePolicy::kAuto:
+      break;
   }
   return DTypeIsFloat(dtype) ? ValueMode::kUlpDelta : ValueMode::kXor;
 }
 
 const char* PositionModeName(PositionMode m) {
   switch (m) {
-    case PositionMode::kGaps: return "gaps";
-    case PositionMode::kBitmap: return "bitmap";
-    case PositionMode::kDense: return "dense";
-    case PositionMode::kContext: return "context";
-    case PositionMode::kContextV7: return "context-v7";
+    case PositionMode::kGaps:
+      return "gaps";
+    case PositionMode::kBitmap:
+      return "bitmap";
+    case PositionMode::kDense:
+      return "dense";
+    case PositionMode::kContext:
+      return "context";
+    case PositionMode::kContextV7:
+      return "context-v7";
   }
   return "?";
 }
 
 const char* ValueModeName(ValueMode m) {
   switch (m) {
-    case ValueMode::kXor: return "xor";
-    case ValueMode::kUlpDelta: return "ulp";
-    case ValueMode::kAbsolute: return "absolute";
+    case ValueMode::kXor:
+      return "xor";
+    case ValueMode::kUlpDelta:
+      return "ulp";
+    case ValueMode::kAbsolute:
+      return "absolute";
   }
   return "?";
 }
@@ -409,7 +430,7 @@ namespace {
 // What both encoders hand to FinishChunk: the pass's results over k changes.
 struct PassProducts {
   uint64_t k = 0;
-  bool dense = false;          // every covered element changed: no position stream
+  bool dense = false;  // every covered element changed: no position stream
   bool have_old = false;
   const uint64_t* positions = nullptr;  // chunk positions; null: decode them from the gaps
   const uint8_t* gaps = nullptr;
@@ -561,8 +582,8 @@ uint64_t ScanPass(const T* __restrict base, const T* __restrict target, uint64_t
       }
     };
     internal::ForEachDifference(a, b, m, avx2, [&](uint64_t j) {
-      EmitChange<T, kOp, true>(k, salt, elem0 + j, b0 + j, true, a[j], b[j], n, planes,
-                               packed_old, packed_new, st);
+      EmitChange<T, kOp, true>(k, salt, elem0 + j, b0 + j, true, a[j], b[j], n, planes, packed_old,
+                               packed_new, st);
       prefetch(64);
       ++k;
     });
@@ -601,12 +622,16 @@ StatusOr<std::vector<uint8_t>> EncodeChunk(const ChunkChangesView& c, ValueMode 
                                            const std::vector<uint64_t>& salts, int zstd_level) {
   const uint64_t k = c.num_changes;
   const int w = c.width;
-  if (w != 1 && w != 2 && w != 4 && w != 8) return InvalidArgumentError("element width must be 1/2/4/8");
-  if (c.segments == nullptr || c.segments->empty()) return InvalidArgumentError("chunk without segments");
+  if (w != 1 && w != 2 && w != 4 && w != 8)
+    return InvalidArgumentError("element width must be 1/2/4/8");
+  if (c.segments == nullptr || c.segments->empty())
+    return InvalidArgumentError("chunk without segments");
   uint64_t covered = 0;
   for (const auto& s : *c.segments) {
-    if (s.ndim < 1 || s.ndim > kMaxSegmentDims) return InvalidArgumentError("segment ndim out of range");
-    if (s.tensor_index >= salts.size()) return InvalidArgumentError("segment tensor index out of range");
+    if (s.ndim < 1 || s.ndim > kMaxSegmentDims)
+      return InvalidArgumentError("segment ndim out of range");
+    if (s.tensor_index >= salts.size())
+      return InvalidArgumentError("segment tensor index out of range");
     covered += s.num_elements();
   }
   if (covered != c.num_elements) {
@@ -649,7 +674,8 @@ StatusOr<std::vector<uint8_t>> EncodeChunk(const ChunkChangesView& c, ValueMode 
   }
   if (dense) {
     for (uint64_t i = 0; i < k; ++i) {
-      if (c.positions[i] != i) return InvalidArgumentError("chunk positions must be strictly increasing");
+      if (c.positions[i] != i)
+        return InvalidArgumentError("chunk positions must be strictly increasing");
     }
   }
   PassProducts pp;
@@ -672,12 +698,14 @@ StatusOr<std::vector<uint8_t>> EncodeChunkScan(const ChunkScanInput& in, ValueMo
                                                const std::vector<uint64_t>& salts, int zstd_level,
                                                ChunkScanResult* result) {
   const int w = in.width;
-  if (w != 1 && w != 2 && w != 4 && w != 8) return InvalidArgumentError("element width must be 1/2/4/8");
+  if (w != 1 && w != 2 && w != 4 && w != 8)
+    return InvalidArgumentError("element width must be 1/2/4/8");
   if (in.segments == nullptr || in.segments->size() != 1 || !(*in.segments)[0].IsContiguous()) {
     return InvalidArgumentError("the scan encoder takes one contiguous segment");
   }
   const Segment& sg = (*in.segments)[0];
-  if (sg.tensor_index >= salts.size()) return InvalidArgumentError("segment tensor index out of range");
+  if (sg.tensor_index >= salts.size())
+    return InvalidArgumentError("segment tensor index out of range");
   const uint64_t n = sg.num_elements();
   if (n == 0 || in.base == nullptr || in.target == nullptr) {
     return InvalidArgumentError("the scan encoder needs base and target bytes");
@@ -691,11 +719,10 @@ StatusOr<std::vector<uint8_t>> EncodeChunkScan(const ChunkScanInput& in, ValueMo
   st.g = Grow(&sc.gaps, 1);
   const uint64_t salt = salts[sg.tensor_index];
   const uint64_t k = WithTypeAndOp(w, value_mode, [&]<typename T, uint8_t kOp>() {
-    return ScanPass<T, kOp>(reinterpret_cast<const T*>(in.base),
-                            reinterpret_cast<const T*>(in.target), n, salt, sg.offset, in.avx2, &rh,
-                            sc, planes, reinterpret_cast<T*>(packed_old),
-                            reinterpret_cast<T*>(packed_new), st,
-                            w >= 2 ? in.context_sample : nullptr);
+    return ScanPass<T, kOp>(
+        reinterpret_cast<const T*>(in.base), reinterpret_cast<const T*>(in.target), n, salt,
+        sg.offset, in.avx2, &rh, sc, planes, reinterpret_cast<T*>(packed_old),
+        reinterpret_cast<T*>(packed_new), st, w >= 2 ? in.context_sample : nullptr);
   });
   result->num_changes = k;
   result->target_range_hash = rh.Digest();

@@ -36,12 +36,13 @@ StatusOr<ChunkHeader> ParseCompactHeader(const uint8_t* data, size_t size, size_
   r.Skip(4);
   const uint64_t hsize = r.Leb();
   if (r.failed() || hsize < r.offset() + 16 || hsize > size) {
-    return DataLossError("truncated chunk header (needs " + std::to_string(hsize) + " bytes, have " +
-                         std::to_string(size) + ")");
+    return DataLossError("truncated chunk header (needs " + std::to_string(hsize) +
+                         " bytes, have " + std::to_string(size) + ")");
   }
   uint64_t stored_checksum;
   std::memcpy(&stored_checksum, data + hsize - 8, 8);
-  if (XXH3_64bits(data, hsize - 8) != stored_checksum) return DataLossError("chunk header checksum mismatch");
+  if (XXH3_64bits(data, hsize - 8) != stored_checksum)
+    return DataLossError("chunk header checksum mismatch");
   // Fields end at the header checksum: a read past it is a header size mismatch.
   internal::ByteReader f(data, hsize - 8);
   f.Skip(r.offset());
@@ -68,7 +69,8 @@ StatusOr<ChunkHeader> ParseCompactHeader(const uint8_t* data, size_t size, size_
   h.value_mode = static_cast<ValueMode>(vm);
   if ((modes >> 6) == 0) return DataLossError("context-coded chunk with 1-byte elements");
   h.elem_width = static_cast<uint8_t>(1u << (modes >> 6));
-  if (nseg == 0 || nseg > kMaxSegments) return DataLossError("bad segment count " + std::to_string(nseg));
+  if (nseg == 0 || nseg > kMaxSegments)
+    return DataLossError("bad segment count " + std::to_string(nseg));
   if (h.num_elements == 0 || h.num_elements > kMaxChunkElements) {
     return DataLossError("bad chunk element count " + std::to_string(h.num_elements));
   }
@@ -92,7 +94,8 @@ StatusOr<ChunkHeader> ParseCompactHeader(const uint8_t* data, size_t size, size_
       sg.count[d] = f.Leb();
       const uint64_t z = f.Leb();
       sg.stride[d] = static_cast<int64_t>((z >> 1) ^ (~(z & 1) + 1));
-      if (sg.count[d] == 0 || sg.count[d] > kMaxChunkElements) return DataLossError("bad segment count");
+      if (sg.count[d] == 0 || sg.count[d] > kMaxChunkElements)
+        return DataLossError("bad segment count");
       // Checked before multiplying: two counts of 2^32 would wrap to 0 in 64 bits.
       if (sg.count[d] > kMaxChunkElements / n) return DataLossError("segment too large");
       n *= sg.count[d];
@@ -127,12 +130,13 @@ StatusOr<ChunkHeader> ParseChunkHeader(const uint8_t* data, size_t size, size_t*
   if (std::memcmp(magic, kChunkMagic, 4) != 0) return DataLossError("bad chunk magic");
   uint32_t hsize = r.U32();
   if (hsize < 16 || hsize > size) {
-    return DataLossError("truncated chunk header (needs " + std::to_string(hsize) + " bytes, have " +
-                         std::to_string(size) + ")");
+    return DataLossError("truncated chunk header (needs " + std::to_string(hsize) +
+                         " bytes, have " + std::to_string(size) + ")");
   }
   uint64_t stored_checksum;
   std::memcpy(&stored_checksum, data + hsize - 8, 8);
-  if (XXH3_64bits(data, hsize - 8) != stored_checksum) return DataLossError("chunk header checksum mismatch");
+  if (XXH3_64bits(data, hsize - 8) != stored_checksum)
+    return DataLossError("chunk header checksum mismatch");
   ChunkHeader h;
   h.chunk_id = r.U64();
   uint8_t pm = r.U8(), vm = r.U8();
@@ -152,22 +156,24 @@ StatusOr<ChunkHeader> ParseChunkHeader(const uint8_t* data, size_t size, size_t*
   h.position_mode = static_cast<PositionMode>(pm);
   h.value_mode = static_cast<ValueMode>(vm);
   const int w = h.elem_width;
-  if (w != 1 && w != 2 && w != 4 && w != 8) return DataLossError("bad element width " + std::to_string(w));
-  if (nseg == 0 || nseg > kMaxSegments) return DataLossError("bad segment count " + std::to_string(nseg));
+  if (w != 1 && w != 2 && w != 4 && w != 8)
+    return DataLossError("bad element width " + std::to_string(w));
+  if (nseg == 0 || nseg > kMaxSegments)
+    return DataLossError("bad segment count " + std::to_string(nseg));
   if (h.num_elements == 0 || h.num_elements > kMaxChunkElements) {
     return DataLossError("bad chunk element count " + std::to_string(h.num_elements));
   }
   if (h.num_changes > h.num_elements) return DataLossError("more changes than covered elements");
-  const bool context = h.position_mode == PositionMode::kContext ||
-                       h.position_mode == PositionMode::kContextV7;
+  const bool context =
+      h.position_mode == PositionMode::kContext || h.position_mode == PositionMode::kContextV7;
   if (context && (w == 1 || !IsRelative(h.value_mode) || h.num_changes == 0 ||
                   h.num_changes >= h.num_elements)) {
-    return DataLossError("context-coded chunk with absolute values, 1-byte elements, no change or "
-                         "every element changed");
+    return DataLossError(
+        "context-coded chunk with absolute values, 1-byte elements, no change or "
+        "every element changed");
   }
-  uint32_t want_streams = context ? 1
-                                  : static_cast<uint32_t>(w) +
-                                        (h.position_mode == PositionMode::kDense ? 0 : 1);
+  uint32_t want_streams =
+      context ? 1 : static_cast<uint32_t>(w) + (h.position_mode == PositionMode::kDense ? 0 : 1);
   if (nstreams != want_streams || nstreams > kMaxStreams) {
     return DataLossError("chunk has " + std::to_string(nstreams) + " streams, expected " +
                          std::to_string(want_streams));
@@ -204,7 +210,8 @@ StatusOr<ChunkHeader> ParseChunkHeader(const uint8_t* data, size_t size, size_t*
     for (uint32_t d = 0; d < sg.ndim; ++d) {
       sg.count[d] = r.U64();
       sg.stride[d] = r.I64();
-      if (sg.count[d] == 0 || sg.count[d] > kMaxChunkElements) return DataLossError("bad segment count");
+      if (sg.count[d] == 0 || sg.count[d] > kMaxChunkElements)
+        return DataLossError("bad segment count");
       // Checked before multiplying: two counts of 2^32 would wrap to 0 in 64 bits.
       if (sg.count[d] > kMaxChunkElements / n) return DataLossError("segment too large");
       n *= sg.count[d];
@@ -249,8 +256,8 @@ const char* CheckPositionStream(const ChunkHeader& h, const uint8_t* p, uint64_t
     for (; i + 32 <= size; i += 32) {
       uint64_t w[4];
       std::memcpy(w, p + i, 32);
-      const uint64_t sum = ((w[0] >> 7) & kLow) + ((w[1] >> 7) & kLow) + ((w[2] >> 7) & kLow) +
-                           ((w[3] >> 7) & kLow);
+      const uint64_t sum =
+          ((w[0] >> 7) & kLow) + ((w[1] >> 7) & kLow) + ((w[2] >> 7) & kLow) + ((w[3] >> 7) & kLow);
       continued += (sum * kLow) >> 56;
     }
     for (; i < size; ++i) continued += p[i] >> 7;
@@ -311,10 +318,10 @@ Status DecodeChunkStreams(const uint8_t* data, size_t size, ChunkStreams* out) {
     const bool is_pos = h.position_mode != PositionMode::kDense && i == 0;
     // A gap g takes 1 + floor(log128 g) <= 1 + g / 128 bytes and the gaps sum to below
     // num_elements: at most k + num_elements / 128 bytes of gaps.
-    uint64_t max_raw = is_pos ? (h.position_mode == PositionMode::kBitmap
-                                     ? (h.num_elements + 7) / 8
-                                     : k + h.num_elements / 128)
-                              : k;
+    uint64_t max_raw = is_pos
+                           ? (h.position_mode == PositionMode::kBitmap ? (h.num_elements + 7) / 8
+                                                                       : k + h.num_elements / 128)
+                           : k;
     if (s.raw_size > max_raw) return DataLossError("stream raw size exceeds what the counts allow");
     if (s.codec == StreamCodec::kRaw) {
       raws[i] = payload + off;
@@ -322,15 +329,15 @@ Status DecodeChunkStreams(const uint8_t* data, size_t size, ChunkStreams* out) {
       // A zstd block yields at most 128 KiB and takes at least 4 bytes (an RLE block), so a frame
       // cannot expand more than 32768x: a larger claim is corrupt, refused before allocating it.
       if (s.raw_size / 32768 > s.stored_size) {
-        return DataLossError("zstd stream claims " + std::to_string(s.raw_size) +
-                             " bytes from " + std::to_string(s.stored_size) + " compressed");
+        return DataLossError("zstd stream claims " + std::to_string(s.raw_size) + " bytes from " +
+                             std::to_string(s.stored_size) + " compressed");
       }
       unsigned long long fcs = ZSTD_getFrameContentSize(payload + off, s.stored_size);
       if (fcs != s.raw_size) return DataLossError("zstd frame size disagrees with the header");
       std::vector<uint8_t>& buf = sc.raw[i];
       if (buf.size() < s.raw_size) buf.resize(s.raw_size);
-      size_t n = ZSTD_decompressDCtx(ThreadDCtx(), buf.data(), s.raw_size, payload + off,
-                                     s.stored_size);
+      size_t n =
+          ZSTD_decompressDCtx(ThreadDCtx(), buf.data(), s.raw_size, payload + off, s.stored_size);
       if (ZSTD_isError(n) || n != s.raw_size) {
         return DataLossError(std::string("zstd stream: ") +
                              (ZSTD_isError(n) ? ZSTD_getErrorName(n) : "short output"));

@@ -1,19 +1,19 @@
 // Context-coded chunk records (dcr/context.h, core/FORMAT.md section 2.5): the encoder (class
 // choice, models, the rANS stage) and the conversions to and from the plain form. The body's
 // decoder is in context_decode.cc.
-#include "dcr/context.h"
+#include "internal/context_codec.h"
 
 #include <xxhash.h>
 
 #include <algorithm>
 #include <cstring>
 
+#include "dcr/context.h"
 #include "dcr/hash.h"
 #include "dcr/status_macros.h"
 #include "format/context_model.h"
 #include "internal/byte_io.h"
 #include "internal/chunk_bounds.h"
-#include "internal/context_codec.h"
 #include "internal/context_walk.h"
 #include "internal/element_ops.h"
 
@@ -214,7 +214,7 @@ struct RansEncSym {
 struct EncodeScratch {
   std::vector<uint64_t> ordered, vordered;  // gaps / values in class order
   std::vector<uint8_t> gsym, vsym;          // their symbols
-  std::vector<uint32_t> flat_hv;       // value symbol counts per exponent (kept zeroed)
+  std::vector<uint32_t> flat_hv;            // value symbol counts per exponent (kept zeroed)
   std::vector<RansEncSym> enc;
   std::vector<uint16_t> words;
 };
@@ -247,9 +247,11 @@ void SampleContexts(const uint8_t* base, int w, uint64_t n, uint64_t* ne) {
 // vectors' own pointers would be reloaded from the thread-local scratch at every store. A class's
 // gaps mostly have a few symbols, so they are counted in two tables, even and odd changes, that
 // a repeated symbol's increments do not wait on each other's stores.)
-inline __attribute__((always_inline)) void SymbolizeClasses(
-    EncodeScratch& sc, int K, const uint64_t* start_of, uint64_t* counts_data, uint64_t* nbits_out,
-    unsigned __int128 sum[2][kMaxClasses]) {
+inline __attribute__((always_inline)) void SymbolizeClasses(EncodeScratch& sc, int K,
+                                                            const uint64_t* start_of,
+                                                            uint64_t* counts_data,
+                                                            uint64_t* nbits_out,
+                                                            unsigned __int128 sum[2][kMaxClasses]) {
   uint64_t nbits = 0;
   const uint64_t* __restrict og = sc.ordered.data();
   const uint64_t* __restrict ov = sc.vordered.data();
@@ -371,7 +373,7 @@ std::vector<uint8_t> PackRawBits(const uint64_t* og, const uint8_t* gsym, const 
   };
   // A symbol's raw bits are the low ExtraBits(symbol) bits of its value (none below 16).
   auto put_all = [&](const uint64_t* __restrict v, const uint8_t* __restrict sym)
-                     __attribute__((always_inline)) {
+      __attribute__((always_inline)) {
     for (uint64_t j = 0; j < k; ++j) {
       const uint32_t nb = kSymbolTables.extra[sym[j]];
       const uint64_t raw = v[j] & ((uint64_t{1} << nb) - 1);
@@ -399,7 +401,7 @@ void RansEncodeSymbols(EncodeScratch& sc, int K, const uint64_t* start_of, uint6
   uint16_t* const words = sc.words.data();
   uint64_t nw = 0;
   uint32_t x0 = kRansLow, x1 = kRansLow;
-  auto encode = [&](uint32_t& s, const RansEncSym& e) __attribute__((always_inline)) {
+  auto encode = [&](uint32_t & s, const RansEncSym& e) __attribute__((always_inline)) {
     uint64_t xs = s;
     const uint64_t renorm = xs >= e.xmax ? 1 : 0;
     words[nw] = static_cast<uint16_t>(xs);
@@ -411,8 +413,8 @@ void RansEncodeSymbols(EncodeScratch& sc, int K, const uint64_t* start_of, uint6
   };
   // Symbols off + j for j in [lo, hi) with the table tab, last first, symbol i with state
   // x[i & 1]: two at a time, odd then even.
-  auto run = [&](const RansEncSym* tab, const uint8_t* sym, uint64_t lo, uint64_t hi,
-                 uint64_t off) __attribute__((always_inline)) {
+  auto run = [&](const RansEncSym* tab, const uint8_t* sym, uint64_t lo, uint64_t hi, uint64_t off)
+      __attribute__((always_inline)) {
     uint64_t j = hi;
     if (j > lo && ((off + j - 1) & 1) == 0) {
       --j;
@@ -429,7 +431,8 @@ void RansEncodeSymbols(EncodeScratch& sc, int K, const uint64_t* start_of, uint6
         start_of[c + 1], k);
   }
   for (int c = K; c-- > 0;) {
-    run(&sc.enc[static_cast<size_t>(c) * kSymbols], sc.gsym.data(), start_of[c], start_of[c + 1], 0);
+    run(&sc.enc[static_cast<size_t>(c) * kSymbols], sc.gsym.data(), start_of[c], start_of[c + 1],
+        0);
   }
   sc.words.resize(nw);
   x[0] = x0;
@@ -530,8 +533,9 @@ std::vector<uint8_t> EncodeContextBody(const uint8_t* base, uint64_t n, int w,
       e.freq = f;
       e.cum = c;
       e.xmax = static_cast<uint64_t>(f) << (32 - kScaleBits);
-      e.rcp = f <= 1 ? 0
-                     : static_cast<uint64_t>(((static_cast<unsigned __int128>(1) << 64) + f - 1) / f);
+      e.rcp = f <= 1
+                  ? 0
+                  : static_cast<uint64_t>(((static_cast<unsigned __int128>(1) << 64) + f - 1) / f);
       e.pass = f == 1 ? ~uint64_t{0} : 0;
       c += f;
     }
@@ -550,8 +554,8 @@ std::vector<uint8_t> EncodeContextBody(const uint8_t* base, uint64_t n, int w,
   for (int c = 0; c < K; ++c) PutVarint(&out, kc[c]);
   out.insert(out.end(), models.begin(), models.end());
   // The raw bits of the symbol sequence (every class's gaps, then every class's values), in order.
-  const std::vector<uint8_t> bits = PackRawBits(sc.ordered.data(), sc.gsym.data(),
-                                                 sc.vordered.data(), sc.vsym.data(), k, nbits);
+  const std::vector<uint8_t> bits =
+      PackRawBits(sc.ordered.data(), sc.gsym.data(), sc.vordered.data(), sc.vsym.data(), k, nbits);
   // rANS, last symbol first (RansEncodeSymbols).
   uint32_t x[2];
   RansEncodeSymbols(sc, K, start_of, k, x);
@@ -617,8 +621,9 @@ Status CheckContextClasses(int classes) {
 }
 
 bool ContextCodable(const ChunkHeader& h) {
-  return IsRelative(h.value_mode) && (h.elem_width == 2 || h.elem_width == 4 || h.elem_width == 8) &&
-         h.num_changes > 0 && h.num_changes < h.num_elements;
+  return IsRelative(h.value_mode) &&
+         (h.elem_width == 2 || h.elem_width == 4 || h.elem_width == 8) && h.num_changes > 0 &&
+         h.num_changes < h.num_elements;
 }
 
 StatusOr<std::vector<uint8_t>> EncodeContextChunk(const uint8_t* plain, size_t size,
@@ -635,12 +640,13 @@ StatusOr<std::vector<uint8_t>> EncodeContextChunk(const uint8_t* plain, size_t s
                                 "no change or every element changed)");
   }
   if (base_size != h.num_elements * h.elem_width) {
-    return InvalidArgumentError("base bits of " + std::to_string(base_size) + " bytes for a chunk of " +
-                                std::to_string(h.num_elements) + " elements of " +
-                                std::to_string(h.elem_width) + " bytes");
+    return InvalidArgumentError("base bits of " + std::to_string(base_size) +
+                                " bytes for a chunk of " + std::to_string(h.num_elements) +
+                                " elements of " + std::to_string(h.elem_width) + " bytes");
   }
   thread_local std::vector<uint8_t> scratch;
-  if (HashAt(base, h.elem_width, dc.positions.data(), h.num_changes, &scratch) != h.base_change_hash) {
+  if (HashAt(base, h.elem_width, dc.positions.data(), h.num_changes, &scratch) !=
+      h.base_change_hash) {
     return FailedPreconditionError("chunk " + std::to_string(h.chunk_id) +
                                    ": the base bits given differ from the chunk's base");
   }
@@ -679,8 +685,9 @@ Status internal::DecodeContextRecord(const uint8_t* record, size_t size, const u
   if (!verify_hashes) return Status::OK();
   thread_local std::vector<uint8_t> scratch;
   if (HashAt(base, h.elem_width, out->positions.data(), k, &scratch) != h.base_change_hash) {
-    return FailedPreconditionError(id + ": current bits differ from the delta's base (wrong base, "
-                                        "or the chunk was already applied)");
+    return FailedPreconditionError(id +
+                                   ": current bits differ from the delta's base (wrong base, "
+                                   "or the chunk was already applied)");
   }
   if (HashApplied(base, h.elem_width, h.value_mode, out->positions.data(), out->values.data(), k,
                   &scratch) != h.target_change_hash) {
@@ -711,16 +718,21 @@ Status GatherCoveredBits(const ChunkHeader& h, const std::vector<TensorBuffer>& 
     }
     const TensorBuffer& tb = tensors[sg.tensor_index];
     if (tb.width != w) {
-      return DataLossError("chunk " + std::to_string(h.chunk_id) + ": element width differs from the tensor's");
+      return DataLossError("chunk " + std::to_string(h.chunk_id) +
+                           ": element width differs from the tensor's");
     }
     int64_t lo = static_cast<int64_t>(sg.offset), hi = lo;
     for (uint32_t d = 0; d < sg.ndim; ++d) {
       const int64_t span = static_cast<int64_t>(sg.count[d] - 1) * sg.stride[d];
-      if (span < 0) lo += span; else hi += span;
+      if (span < 0)
+        lo += span;
+      else
+        hi += span;
     }
     const uint64_t m = sg.num_elements();
     if (lo < 0 || static_cast<uint64_t>(hi) >= tb.num_elements || covered + m > h.num_elements) {
-      return DataLossError("chunk " + std::to_string(h.chunk_id) + ": segment outside its tensor's elements");
+      return DataLossError("chunk " + std::to_string(h.chunk_id) +
+                           ": segment outside its tensor's elements");
     }
     if (sg.IsContiguous()) {
       std::memcpy(p, tb.data + sg.offset * w, m * w);
@@ -731,7 +743,8 @@ Status GatherCoveredBits(const ChunkHeader& h, const std::vector<TensorBuffer>& 
     covered += m;
   }
   if (covered != h.num_elements) {
-    return DataLossError("chunk " + std::to_string(h.chunk_id) + ": segments do not cover num_elements");
+    return DataLossError("chunk " + std::to_string(h.chunk_id) +
+                         ": segments do not cover num_elements");
   }
   return Status::OK();
 }

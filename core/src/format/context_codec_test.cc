@@ -38,8 +38,8 @@ void MakeFloatPair(std::mt19937_64& rng, int w, uint64_t n, double rate, std::ve
   for (uint64_t i = 0; i < n; ++i) {
     const int e = ebias - 2 - static_cast<int>(rng() % 24);
     const uint64_t sign = rng() & 1;
-    uint64_t bits = (sign << (8 * w - 1)) | (static_cast<uint64_t>(e) << mant) |
-                    (rng() & ((1ull << mant) - 1));
+    uint64_t bits =
+        (sign << (8 * w - 1)) | (static_cast<uint64_t>(e) << mant) | (rng() & ((1ull << mant) - 1));
     if (rng() % 500 == 0) bits = rng() & mask;  // NaNs, infinities, anything
     uint64_t t = bits;
     const double scale = std::ldexp(1.0, -(ebias - 2 - e) / 4);  // small exponents change more
@@ -56,8 +56,8 @@ void MakeFloatPair(std::mt19937_64& rng, int w, uint64_t n, double rate, std::ve
 }
 
 // A plain chunk record of one contiguous tensor range, and its changes.
-std::vector<uint8_t> PlainRecord(const std::vector<uint8_t>& base, const std::vector<uint8_t>& target,
-                                 int w, ValueMode mode) {
+std::vector<uint8_t> PlainRecord(const std::vector<uint8_t>& base,
+                                 const std::vector<uint8_t>& target, int w, ValueMode mode) {
   ChunkChanges c;
   c.chunk_id = 7;
   c.width = static_cast<uint8_t>(w);
@@ -114,7 +114,8 @@ TEST_P(ContextRoundTrip, DecodesToThePlainChangesAndConvertsBackToItsBytes) {
     ASSERT_FALSE(refused.ok());
     EXPECT_TRUE(refused.status().IsFailedPrecondition()) << refused.status();
     DecodedChunk dc;
-    ASSERT_TRUE(DecodeContextChunkInto(ctx->data(), ctx->size(), base.data(), base.size(), &dc).ok());
+    ASSERT_TRUE(
+        DecodeContextChunkInto(ctx->data(), ctx->size(), base.data(), base.size(), &dc).ok());
     EXPECT_EQ(dc.positions, pd->positions);
     EXPECT_EQ(dc.values, pd->values);
     auto back = ContextChunkToPlain(ctx->data(), ctx->size(), base.data(), base.size(), 1);
@@ -262,7 +263,8 @@ TEST(Context, CorruptionAndTruncationAreErrors) {
   DecodedChunk dc;
   for (size_t cut = 0; cut < ctx->size(); cut += 1 + cut / 16) {
     std::vector<uint8_t> t(ctx->begin(), ctx->begin() + static_cast<ptrdiff_t>(cut));
-    EXPECT_FALSE(DecodeContextChunkInto(t.data(), t.size(), base.data(), base.size(), &dc).ok()) << cut;
+    EXPECT_FALSE(DecodeContextChunkInto(t.data(), t.size(), base.data(), base.size(), &dc).ok())
+        << cut;
   }
   size_t hsize = 0, rsize = 0;
   auto h = ParseChunkHeader(ctx->data(), ctx->size(), &hsize, &rsize);
@@ -384,9 +386,11 @@ TEST(Context, VersionSevenModelFormsAndTheirErrors) {
 // record byte for byte; the output does not depend on the thread count.
 TEST(Context, DeltaWithContextCodingAppliesAndConvertsToThePlainDelta) {
   TempDir dir;
-  std::vector<TensorSpec> specs = {
-      {"a.weight", "BF16", {300, 512}}, {"b.weight", "BF16", {64, 64}}, {"c.norm", "BF16", {512}},
-      {"d.weight", "F32", {100, 300}}, {"e.weight", "BF16", {7000}}};
+  std::vector<TensorSpec> specs = {{"a.weight", "BF16", {300, 512}},
+                                   {"b.weight", "BF16", {64, 64}},
+                                   {"c.norm", "BF16", {512}},
+                                   {"d.weight", "F32", {100, 300}},
+                                   {"e.weight", "BF16", {7000}}};
   SynthOptions so;
   so.change_rate = 0.03;
   so.steps = 2;
@@ -433,24 +437,27 @@ TEST(Context, DeltaWithContextCodingAppliesAndConvertsToThePlainDelta) {
     bufs.emplace_back((*b)->data(*bt), (*b)->data(*bt) + bt->nbytes);
   }
   for (size_t i = 0; i < inv.tensors.size(); ++i) {
-    tbs.push_back(TensorBuffer{bufs[i].data(), inv.tensors[i].num_elements(), inv.tensors[i].width(),
-                               inv.salts[i]});
+    tbs.push_back(TensorBuffer{bufs[i].data(), inv.tensors[i].num_elements(),
+                               inv.tensors[i].width(), inv.salts[i]});
   }
   int context_chunks = 0;
   for (size_t i = 0; i < (*d)->num_chunks(); ++i) {
     auto h = ParseChunkHeader((*d)->chunk_data(i), (*d)->chunk_size(i), nullptr, nullptr);
     ASSERT_TRUE(h.ok());
     if (!IsContextCoded(*h)) {
-      EXPECT_EQ(std::vector<uint8_t>((*d)->chunk_data(i), (*d)->chunk_data(i) + (*d)->chunk_size(i)),
-                std::vector<uint8_t>((*pd)->chunk_data(i), (*pd)->chunk_data(i) + (*pd)->chunk_size(i)));
+      EXPECT_EQ(
+          std::vector<uint8_t>((*d)->chunk_data(i), (*d)->chunk_data(i) + (*d)->chunk_size(i)),
+          std::vector<uint8_t>((*pd)->chunk_data(i), (*pd)->chunk_data(i) + (*pd)->chunk_size(i)));
       continue;
     }
     ++context_chunks;
     std::vector<uint8_t> covered;
     ASSERT_TRUE(GatherCoveredBits(*h, tbs, &covered).ok());
-    auto p = ContextChunkToPlain((*d)->chunk_data(i), (*d)->chunk_size(i), covered.data(), covered.size());
+    auto p = ContextChunkToPlain((*d)->chunk_data(i), (*d)->chunk_size(i), covered.data(),
+                                 covered.size());
     ASSERT_TRUE(p.ok()) << p.status();
-    EXPECT_EQ(*p, std::vector<uint8_t>((*pd)->chunk_data(i), (*pd)->chunk_data(i) + (*pd)->chunk_size(i)));
+    EXPECT_EQ(*p, std::vector<uint8_t>((*pd)->chunk_data(i),
+                                       (*pd)->chunk_data(i) + (*pd)->chunk_size(i)));
   }
   EXPECT_GT(context_chunks, 2);
   BufferApplier ap(tbs);
@@ -463,7 +470,8 @@ TEST(Context, DeltaWithContextCodingAppliesAndConvertsToThePlainDelta) {
   }
   // Offline refit.
   ASSERT_TRUE(WriteFileAtomic(dir / "d.dcr", first.data(), first.size()).ok());
-  auto ap2 = ApplyDeltaFile(dir / "b.st", dir / "d.dcr", dir / "out.st", ApplyOptions{2, true, true});
+  auto ap2 =
+      ApplyDeltaFile(dir / "b.st", dir / "d.dcr", dir / "out.st", ApplyOptions{2, true, true});
   ASSERT_TRUE(ap2.ok()) << ap2.status();
   auto out = ReadFile(dir / "out.st");
   auto want = ReadFile(dir / "t.st");
@@ -571,9 +579,11 @@ TEST(Context, EveryClassCapAppliesBitExact) {
 // 2- and 4-byte elements, and cells of several small tensors (scanned change by change).
 TEST(Context, ScanHintsGiveTheSameRecords) {
   TempDir dir;
-  std::vector<TensorSpec> specs = {
-      {"a.weight", "BF16", {300, 512}}, {"b.weight", "BF16", {64, 64}}, {"c.norm", "BF16", {512}},
-      {"d.weight", "F32", {300, 300}}, {"e.weight", "BF16", {7000}}};
+  std::vector<TensorSpec> specs = {{"a.weight", "BF16", {300, 512}},
+                                   {"b.weight", "BF16", {64, 64}},
+                                   {"c.norm", "BF16", {512}},
+                                   {"d.weight", "F32", {300, 300}},
+                                   {"e.weight", "BF16", {7000}}};
   SynthOptions so;
   so.change_rate = 0.03;
   so.steps = 2;
@@ -608,8 +618,8 @@ TEST(Context, ScanHintsGiveTheSameRecords) {
     bufs.emplace_back((*b)->data(*bt), (*b)->data(*bt) + bt->nbytes);
   }
   for (size_t i = 0; i < inv.tensors.size(); ++i) {
-    tbs.push_back(TensorBuffer{bufs[i].data(), inv.tensors[i].num_elements(), inv.tensors[i].width(),
-                               inv.salts[i]});
+    tbs.push_back(TensorBuffer{bufs[i].data(), inv.tensors[i].num_elements(),
+                               inv.tensors[i].width(), inv.salts[i]});
   }
   int context_chunks = 0;
   bool sampled = false;
@@ -624,7 +634,8 @@ TEST(Context, ScanHintsGiveTheSameRecords) {
     auto again = EncodeContextChunk((*pd)->chunk_data(i), (*pd)->chunk_size(i), covered.data(),
                                     covered.size());
     ASSERT_TRUE(again.ok()) << again.status();
-    EXPECT_EQ(*again, std::vector<uint8_t>((*d)->chunk_data(i), (*d)->chunk_data(i) + (*d)->chunk_size(i)))
+    EXPECT_EQ(*again,
+              std::vector<uint8_t>((*d)->chunk_data(i), (*d)->chunk_data(i) + (*d)->chunk_size(i)))
         << "chunk " << h->chunk_id;
   }
   EXPECT_GT(context_chunks, 3);
@@ -643,7 +654,8 @@ TEST(Context, ClassWalkPortableAndFastAgree) {
       {0, 100, 110, 114, 116, 117, 118, 119, 120, 121, 122, 123, 124, 125, 126, 127}};
   for (const std::vector<uint8_t>& bounds : class_bounds) {
     for (int w : {2, 4, 8}) {
-      for (uint64_t n : {uint64_t{1}, uint64_t{63}, uint64_t{4096}, uint64_t{4097}, uint64_t{70001}}) {
+      for (uint64_t n :
+           {uint64_t{1}, uint64_t{63}, uint64_t{4096}, uint64_t{4097}, uint64_t{70001}}) {
         std::vector<uint8_t> base, target;
         MakeFloatPair(rng, w, n, 0.2, &base, &target);
         std::vector<uint64_t> pos, val;
@@ -657,7 +669,8 @@ TEST(Context, ClassWalkPortableAndFastAgree) {
         const int K = static_cast<int>(bounds.size());
         const internal::ClassMap map(bounds.data(), K);
         uint64_t kc[internal::kMaxContextClasses] = {};
-        for (uint64_t i = 0; i < k; ++i) ++kc[map.ClassOf(internal::ContextOf(base.data(), w, pos[i]))];
+        for (uint64_t i = 0; i < k; ++i)
+          ++kc[map.ClassOf(internal::ContextOf(base.data(), w, pos[i]))];
         uint64_t start_of[internal::kMaxContextClasses + 1] = {};
         for (int c = 0; c < K; ++c) start_of[c + 1] = start_of[c] + kc[c];
         // Gaps and values grouped by class, as the body stores them.
@@ -667,15 +680,16 @@ TEST(Context, ClassWalkPortableAndFastAgree) {
         for (const internal::Simd simd :
              {internal::Simd::kPortable, internal::Simd::kAvx2, internal::Simd::kAvx512}) {
           if (simd > internal::CpuSimd()) continue;
-          SCOPED_TRACE("K=" + std::to_string(K) + " w=" + std::to_string(w) + " n=" + std::to_string(n) + " simd=" + std::to_string(static_cast<int>(simd)));
+          SCOPED_TRACE("K=" + std::to_string(K) + " w=" + std::to_string(w) + " n=" +
+                       std::to_string(n) + " simd=" + std::to_string(static_cast<int>(simd)));
           std::vector<uint64_t> g_fast(k), v_fast(k);
           internal::ClassGapsGrouped(base.data(), w, n, map, pos.data(), val.data(), k, start_of,
                                      g_fast.data(), v_fast.data(), simd);
           EXPECT_EQ(g_fast, g);
           EXPECT_EQ(v_fast, v);
           std::vector<uint64_t> p2(k), v2(k);
-          ASSERT_TRUE(internal::WalkClasses(base.data(), w, n, map, kc, start_of, g.data(), v.data(),
-                                            p2.data(), v2.data(), simd));
+          ASSERT_TRUE(internal::WalkClasses(base.data(), w, n, map, kc, start_of, g.data(),
+                                            v.data(), p2.data(), v2.data(), simd));
           EXPECT_EQ(p2, pos);
           EXPECT_EQ(v2, val);
           if (w == 2 && simd == internal::Simd::kAvx2) {
@@ -694,8 +708,8 @@ TEST(Context, ClassWalkPortableAndFastAgree) {
           int c = 0;
           while (kc[c] == 0) ++c;
           bad[start_of[c + 1] - 1] += n;
-          EXPECT_FALSE(internal::WalkClasses(base.data(), w, n, map, kc, start_of, bad.data(), v.data(),
-                                             p2.data(), v2.data(), simd));
+          EXPECT_FALSE(internal::WalkClasses(base.data(), w, n, map, kc, start_of, bad.data(),
+                                             v.data(), p2.data(), v2.data(), simd));
           // ... and a gap below n that still runs past them.
           bad = g;
           bad[start_of[c + 1] - 1] = n - 1;

@@ -214,8 +214,8 @@ bool DecodeSymbolChecked(const DecodeModel& m, uint32_t* state, SymbolReader* r,
 
 // Decodes `count` symbols of model m into dst[0..count): symbol j with state x[(phase + j) & 1].
 // Returns null, or what is wrong with the streams.
-const char* DecodeRun(const DecodeModel& m, uint64_t* __restrict dst, uint64_t count,
-                      uint64_t vmax, int phase, SymbolReader* r) {
+const char* DecodeRun(const DecodeModel& m, uint64_t* __restrict dst, uint64_t count, uint64_t vmax,
+                      int phase, SymbolReader* r) {
   uint32_t a = r->x[phase], b = r->x[phase ^ 1];
   uint64_t j = 0;
   // Batches whose reads cannot pass either end: states, stream pointers and the bit position in
@@ -229,7 +229,7 @@ const char* DecodeRun(const DecodeModel& m, uint64_t* __restrict dst, uint64_t c
     const uint8_t* const bits = r->bits.data();
     uint64_t pos = r->bits.pos();
     const uint64_t pos_limit = r->bits.limit();
-    auto value = [&](uint32_t e, uint64_t* out) __attribute__((always_inline)) {
+    auto value = [&](uint32_t e, uint64_t * out) __attribute__((always_inline)) {
       const uint32_t sym = e & 0xFF;
       uint64_t word;
       std::memcpy(&word, bits + (pos >> 3), 8);
@@ -374,14 +374,16 @@ Status DecodeContextBody(const ChunkHeader& h, const uint8_t* body, size_t body_
   if (!sr.bits.Done()) return bad("trailing raw bits");
   // The walk: positions from the class-local gaps and the base exponents.
   ClassMap map(bounds, K);
-  if (!WalkClasses(base, w, n, map, kc, start_of, sc.gaps.data(), sc.vals.data(), positions,
-                   values, CpuSimd(), sink)) {
-    return FailedPreconditionError(id + ": context-coded changes do not fit these base bits "
-                                        "(wrong base, or the chunk was already applied)");
+  if (!WalkClasses(base, w, n, map, kc, start_of, sc.gaps.data(), sc.vals.data(), positions, values,
+                   CpuSimd(), sink)) {
+    return FailedPreconditionError(id +
+                                   ": context-coded changes do not fit these base bits "
+                                   "(wrong base, or the chunk was already applied)");
   }
   if (XXH3_64bits(positions, k * sizeof(uint64_t)) != want_hash) {
-    return FailedPreconditionError(id + ": context-coded positions differ from the encoder's "
-                                        "(wrong base, or the chunk was already applied)");
+    return FailedPreconditionError(id +
+                                   ": context-coded positions differ from the encoder's "
+                                   "(wrong base, or the chunk was already applied)");
   }
   return Status::OK();
 }

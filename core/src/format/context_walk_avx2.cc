@@ -61,11 +61,13 @@ struct Avx2Build : ClassBounds256 {
           q3(_mm256_load_si256(reinterpret_cast<const __m256i*>(bc + 48))) {}
     __attribute__((always_inline)) uint64_t Block(uint64_t t) const {
       const __m256i tv = _mm256_set1_epi16(static_cast<int16_t>(t));
-      const __m256i p01 = _mm256_packs_epi16(_mm256_cmpgt_epi16(q0, tv), _mm256_cmpgt_epi16(q1, tv));
-      const __m256i p23 = _mm256_packs_epi16(_mm256_cmpgt_epi16(q2, tv), _mm256_cmpgt_epi16(q3, tv));
-      const uint64_t above =
-          static_cast<uint32_t>(_mm256_movemask_epi8(p01)) |
-          static_cast<uint64_t>(static_cast<uint32_t>(_mm256_movemask_epi8(p23))) << 32;
+      const __m256i p01 =
+          _mm256_packs_epi16(_mm256_cmpgt_epi16(q0, tv), _mm256_cmpgt_epi16(q1, tv));
+      const __m256i p23 =
+          _mm256_packs_epi16(_mm256_cmpgt_epi16(q2, tv), _mm256_cmpgt_epi16(q3, tv));
+      const uint64_t above = static_cast<uint32_t>(_mm256_movemask_epi8(p01)) |
+                             static_cast<uint64_t>(static_cast<uint32_t>(_mm256_movemask_epi8(p23)))
+                                 << 32;
       return 63 - static_cast<uint64_t>(_mm_popcnt_u64(above));
     }
     __m256i q0, q1, q2, q3;

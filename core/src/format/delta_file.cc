@@ -73,9 +73,9 @@ StatusOr<Inventory> Inventory::FromHeader(const FileHeader& header) {
   SortByName(&inv);
   for (size_t i = 1; i < inv.tensors.size(); ++i) {
     if (inv.tensors[i].name == inv.tensors[i - 1].name) {
-      return DataLossError("delta header: tensor '" + inv.tensors[i].name + "' is in two target files, " +
-                           inv.files[inv.tensors[i - 1].file].name + " and " +
-                           inv.files[inv.tensors[i].file].name);
+      return DataLossError("delta header: tensor '" + inv.tensors[i].name +
+                           "' is in two target files, " + inv.files[inv.tensors[i - 1].file].name +
+                           " and " + inv.files[inv.tensors[i].file].name);
     }
   }
   if (!header.index_name.empty()) {
@@ -226,17 +226,21 @@ Status UnzstdSection(const std::string& section, uint64_t cap, uint32_t* inner_k
   const size_t frame_size = section.size() - 4;
   const unsigned long long n = ZSTD_getFrameContentSize(frame, frame_size);
   if (n == ZSTD_CONTENTSIZE_UNKNOWN || n == ZSTD_CONTENTSIZE_ERROR) {
-    return DataLossError("delta header: compressed section is not a zstd frame with its content size");
+    return DataLossError(
+        "delta header: compressed section is not a zstd frame with its content size");
   }
   if (n > cap) {
     return DataLossError("delta header: sections of more than " +
-                         std::to_string(internal::kMaxSafetensorsHeaderBytes) + " bytes exceed the cap");
+                         std::to_string(internal::kMaxSafetensorsHeaderBytes) +
+                         " bytes exceed the cap");
   }
   // A zstd block yields at most 128 KiB and takes at least 4 bytes: a larger claim is corrupt.
-  if (n / 32768 > frame_size) return DataLossError("delta header: compressed section claims too much");
+  if (n / 32768 > frame_size)
+    return DataLossError("delta header: compressed section claims too much");
   body->assign(static_cast<size_t>(n), '\0');
   const size_t got = ZSTD_decompress(body->data(), body->size(), frame, frame_size);
-  if (ZSTD_isError(got) || got != n) return DataLossError("delta header: corrupt compressed section");
+  if (ZSTD_isError(got) || got != n)
+    return DataLossError("delta header: corrupt compressed section");
   return Status::OK();
 }
 
@@ -345,7 +349,8 @@ StatusOr<FileHeader> ParseFileHeader(const uint8_t* data, size_t size, size_t* c
         DCR_RETURN_IF_ERROR(UnzstdSection(body, cap - total, &kind, &inner));
         if (kind != kSectionFile && kind != kSectionIndex) {
           return DataLossError("delta header: compressed section of kind " +
-                               std::to_string(kind & ~kSectionCritical) + " (only file and index sections are)");
+                               std::to_string(kind & ~kSectionCritical) +
+                               " (only file and index sections are)");
         }
         total += inner.size();
         body = std::move(inner);
@@ -446,7 +451,8 @@ StatusOr<Trailer> ParseTrailer(const uint8_t* data, size_t size) {
   if (t.compact) {
     // Each entry takes at least 3 bytes.
     const uint64_t n = r.Leb();
-    if (r.failed() || n > r.remaining() / 3) return DataLossError("delta trailer chunk count is absurd");
+    if (r.failed() || n > r.remaining() / 3)
+      return DataLossError("delta trailer chunk count is absurd");
     t.chunks.resize(n);
     uint64_t id = 0, end = 0;
     for (auto& e : t.chunks) {
@@ -458,7 +464,8 @@ StatusOr<Trailer> ParseTrailer(const uint8_t* data, size_t size) {
     }
   } else {
     const uint64_t n = r.U64();
-    if (r.failed() || n > r.remaining() / 24) return DataLossError("delta trailer chunk count is absurd");
+    if (r.failed() || n > r.remaining() / 24)
+      return DataLossError("delta trailer chunk count is absurd");
     t.chunks.resize(n);
     for (auto& e : t.chunks) {
       e.chunk_id = r.U64();
@@ -576,15 +583,16 @@ Status DeltaReader::Init() {
     if (e.offset < hsize || e.offset > trailer_offset || e.size > trailer_offset - e.offset) {
       return DataLossError("chunk table entry outside the chunk area");
     }
-    if (!ids.insert(e.chunk_id).second) return DataLossError("duplicate chunk id in the chunk table");
+    if (!ids.insert(e.chunk_id).second)
+      return DataLossError("duplicate chunk id in the chunk table");
   }
   DCR_ASSIGN_OR_RETURN(inventory_, Inventory::FromHeader(header_));
   return Status::OK();
 }
 
 Status DeltaReader::DecodeInto(size_t i, DecodedChunk* out) const {
-  DCR_ASSIGN_OR_RETURN(ChunkHeader h, ParseChunkHeader(chunk_data(i), chunk_size(i), nullptr,
-                                                       nullptr));
+  DCR_ASSIGN_OR_RETURN(ChunkHeader h,
+                       ParseChunkHeader(chunk_data(i), chunk_size(i), nullptr, nullptr));
   DCR_RETURN_IF_ERROR(internal::CheckChunkBounds(h, inventory_));
   return internal::NoThrow("decoding a chunk",
                            [&] { return DecodeChunkInto(chunk_data(i), chunk_size(i), out); });

@@ -1,8 +1,10 @@
 // Round trips of BuildDelta / ApplyDeltaFile over random tensors, dtypes, change rates and
 // special values; chunk order permutations; malformed deltas.
+#include "dcr/delta.h"
+
 #include <gtest/gtest.h>
-#include <xxhash.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <cmath>
@@ -13,7 +15,6 @@
 #include <thread>
 
 #include "dcr/apply.h"
-#include "dcr/delta.h"
 #include "dcr/hash.h"
 #include "dcr/testing/fixtures.h"
 #include "internal/chunk_scan.h"
@@ -32,10 +33,14 @@ using dcr::testing::Views;
 // Special bit patterns per width: NaN payloads, +-Inf, -0, subnormals, max/min.
 std::vector<uint64_t> SpecialValues(int width) {
   switch (width) {
-    case 1: return {0x00, 0x80, 0x7F, 0xFF, 0x01, 0x81, 0x7C, 0xFC};
-    case 2: return {0x0000, 0x8000, 0x7F80, 0xFF80, 0x7FC1, 0xFFFF, 0x0001, 0x8001, 0x7F81, 0x7C00};
-    case 4: return {0, 0x80000000u, 0x7F800000u, 0xFF800000u, 0x7FC00123u, 0xFFFFFFFFu, 1, 0x80000001u};
-    default: return {0, 0x8000000000000000ull, 0x7FF0000000000000ull, 0x7FF8000000000123ull, 1, ~0ull};
+    case 1:
+      return {0x00, 0x80, 0x7F, 0xFF, 0x01, 0x81, 0x7C, 0xFC};
+    case 2:
+      return {0x0000, 0x8000, 0x7F80, 0xFF80, 0x7FC1, 0xFFFF, 0x0001, 0x8001, 0x7F81, 0x7C00};
+    case 4:
+      return {0, 0x80000000u, 0x7F800000u, 0xFF800000u, 0x7FC00123u, 0xFFFFFFFFu, 1, 0x80000001u};
+    default:
+      return {0, 0x8000000000000000ull, 0x7FF0000000000000ull, 0x7FF8000000000123ull, 1, ~0ull};
   }
 }
 
@@ -51,8 +56,8 @@ uint64_t GetBits(const std::vector<uint8_t>& b, int width, uint64_t i) {
 // Builds a random checkpoint pair with the given change rate.
 void MakePair(std::mt19937_64& rng, double rate, std::vector<OwnedTensor>* base,
               std::vector<OwnedTensor>* target) {
-  const char* dtypes[] = {"BF16", "F16", "F32", "F8_E4M3", "F8_E5M2", "I8", "I16", "I32", "I64",
-                          "U8", "BOOL", "F64", "X_CUSTOM"};
+  const char* dtypes[] = {"BF16", "F16", "F32", "F8_E4M3", "F8_E5M2", "I8",      "I16",
+                          "I32",  "I64", "U8",  "BOOL",    "F64",     "X_CUSTOM"};
   int nt = 3 + static_cast<int>(rng() % 8);
   for (int i = 0; i < nt; ++i) {
     OwnedTensor t;
@@ -60,7 +65,8 @@ void MakePair(std::mt19937_64& rng, double rate, std::vector<OwnedTensor>* base,
     t.dtype = dtypes[rng() % 13];
     int width = DTypeWidth(DTypeFromName(t.dtype));
     int64_t rows = 1 + static_cast<int64_t>(rng() % 300);
-    int64_t cols = (rng() % 4 == 0) ? 1 + static_cast<int64_t>(rng() % 5000) : 1 + static_cast<int64_t>(rng() % 60);
+    int64_t cols = (rng() % 4 == 0) ? 1 + static_cast<int64_t>(rng() % 5000)
+                                    : 1 + static_cast<int64_t>(rng() % 60);
     t.shape = {rows, cols};
     uint64_t n = static_cast<uint64_t>(rows * cols);
     t.bytes.resize(n * width);
@@ -76,10 +82,14 @@ void MakePair(std::mt19937_64& rng, double rate, std::vector<OwnedTensor>* base,
         uint64_t old = GetBits(t.bytes, width, e);
         uint64_t nv;
         int kind = static_cast<int>(rng() % 4);
-        if (kind == 0) nv = old + 1;
-        else if (kind == 1) nv = old - 1;
-        else if (kind == 2) nv = specials[rng() % specials.size()];
-        else nv = rng();
+        if (kind == 0)
+          nv = old + 1;
+        else if (kind == 1)
+          nv = old - 1;
+        else if (kind == 2)
+          nv = specials[rng() % specials.size()];
+        else
+          nv = rng();
         if ((nv & ((width == 8) ? ~0ull : ((1ull << (8 * width)) - 1))) == old) nv = old ^ 1;
         StoreBits(&u.bytes, width, e, nv);
       }
@@ -118,14 +128,16 @@ TEST_P(RoundTrip, ApplyGivesTargetBytes) {
     auto st = BuildDelta(b->get(), **t, opt, &sink);
     ASSERT_TRUE(st.ok()) << st.status();
     EXPECT_EQ(st->target_hash, (*t)->ContentHash());
-    auto ap = ApplyDeltaFile(dir / "base.st", dir / "d.dcr", dir / "out.st", ApplyOptions{0, true, true});
+    auto ap =
+        ApplyDeltaFile(dir / "base.st", dir / "d.dcr", dir / "out.st", ApplyOptions{0, true, true});
     ASSERT_TRUE(ap.ok()) << ap.status();
     EXPECT_EQ(ReadAll(dir / "out.st"), ReadAll(dir / "target.st"));
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Rates, RoundTrip,
-                         ::testing::Combine(::testing::Values(0.0, 0.00001, 0.01, 0.03, 0.05, 0.5, 1.0),
+                         ::testing::Combine(::testing::Values(0.0, 0.00001, 0.01, 0.03, 0.05, 0.5,
+                                                              1.0),
                                             ::testing::Values(0, 1, 2, 3)));
 
 // SafetensorsImage is byte for byte the file WriteSafetensors writes, and reads back as one.
@@ -217,9 +229,9 @@ TEST(Delta, BuildDeltaEmitsInProductionOrder) {
   ASSERT_TRUE(base.ok()) << base.status();
 
   struct RecordingSink : DeltaSink {
-    std::vector<int64_t> calls;                 // -1 header, chunk ids, -2 trailer
-    std::map<uint64_t, uint64_t> num_changes;   // per chunk id
-    uint8_t* target = nullptr;                  // when set: mark later cells on each chunk
+    std::vector<int64_t> calls;                // -1 header, chunk ids, -2 trailer
+    std::map<uint64_t, uint64_t> num_changes;  // per chunk id
+    uint8_t* target = nullptr;                 // when set: mark later cells on each chunk
     DeltaMemorySink bytes;
     Status OnHeader(const std::vector<uint8_t>& h) override {
       calls.push_back(-1);
@@ -377,7 +389,8 @@ TEST(Delta, ScanEncoderMatchesTheListedChanges) {
         std::vector<uint8_t> base((offset + n) * width), target;
         for (auto& x : base) x = static_cast<uint8_t>(rng());
         const std::vector<uint64_t> special = SpecialValues(width);
-        for (uint64_t i = 0; i < 64 && i < n; ++i) StoreBits(&base, width, offset + i, special[i % special.size()]);
+        for (uint64_t i = 0; i < 64 && i < n; ++i)
+          StoreBits(&base, width, offset + i, special[i % special.size()]);
         target = base;
         ChunkChanges c;
         c.chunk_id = 7;
@@ -503,7 +516,8 @@ TEST(Delta, ChunksApplyInAnyOrderAndOnlyOnce) {
       bufs.emplace_back((*b)->data(*bt), (*b)->data(*bt) + bt->nbytes);
     }
     for (size_t i = 0; i < inv.tensors.size(); ++i)
-      tbs.push_back({bufs[i].data(), inv.tensors[i].num_elements(), inv.tensors[i].width(), inv.salts[i]});
+      tbs.push_back(
+          {bufs[i].data(), inv.tensors[i].num_elements(), inv.tensors[i].width(), inv.salts[i]});
     BufferApplier applier(tbs);
     applier.set_verify_ranges(true);
     std::vector<size_t> order((*reader)->num_chunks());
@@ -646,8 +660,7 @@ TEST(Delta, InventoryOverTheHeaderCapIsRefused) {
   auto parsed = ParseFileHeader(bytes.data(), bytes.size(), &consumed);
   ASSERT_FALSE(parsed.ok());
   EXPECT_TRUE(parsed.status().IsDataLoss()) << parsed.status();
-  EXPECT_NE(parsed.status().message().find("exceed the cap"), std::string::npos)
-      << parsed.status();
+  EXPECT_NE(parsed.status().message().find("exceed the cap"), std::string::npos) << parsed.status();
 }
 
 TEST(Delta, WrongBaseIsRefusedAndLeavesNoOutput) {
@@ -716,8 +729,8 @@ TEST(Delta, ApplyFileWritesStridedAndMultiSegmentChunks) {
   std::mt19937_64 rng(29);
   TempDir dir;
   // Inventory order is by name: a (BF16 64x48), b (F32 100), c (BF16 50).
-  std::vector<OwnedTensor> base = {{"a", "BF16", {64, 48}, {}}, {"b", "F32", {100}, {}},
-                                   {"c", "BF16", {50}, {}}};
+  std::vector<OwnedTensor> base = {
+      {"a", "BF16", {64, 48}, {}}, {"b", "F32", {100}, {}}, {"c", "BF16", {50}, {}}};
   for (auto& t : base) {
     uint64_t n = 1;
     for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
@@ -736,12 +749,15 @@ TEST(Delta, ApplyFileWritesStridedAndMultiSegmentChunks) {
     }
     return s;
   };
-  struct Plan { uint8_t width; std::vector<Segment> segments; };
+  struct Plan {
+    uint8_t width;
+    std::vector<Segment> segments;
+  };
   const std::vector<Plan> plans = {
-      {2, {seg(0, 5, {10, 8}, {48, 3})}},                 // every third column of 10 rows
-      {2, {seg(0, 63 * 48 + 40, {5, 4}, {-48, 1})}},      // rows 63..59, columns 40..43
+      {2, {seg(0, 5, {10, 8}, {48, 3})}},                       // every third column of 10 rows
+      {2, {seg(0, 63 * 48 + 40, {5, 4}, {-48, 1})}},            // rows 63..59, columns 40..43
       {2, {seg(2, 0, {50}, {1}), seg(0, 30 * 48, {48}, {1})}},  // two tensors in one chunk
-      {4, {Segment::Range(1, 10, 80)}},                   // a contiguous range
+      {4, {Segment::Range(1, 10, 80)}},                         // a contiguous range
   };
   std::vector<OwnedTensor> target = base;
   std::vector<std::vector<uint8_t>> records;
@@ -944,7 +960,8 @@ TEST(CompactFormat, HeaderSectionsCompressInVersionEight) {
   h.flags = kFlagContext;
   std::string json = "{";
   for (int i = 0; i < 40; ++i) {
-    json += "\"layer." + std::to_string(i) + ".weight\":{\"dtype\":\"BF16\",\"shape\":[4],\"data_offsets\":[" +
+    json += "\"layer." + std::to_string(i) +
+            ".weight\":{\"dtype\":\"BF16\",\"shape\":[4],\"data_offsets\":[" +
             std::to_string(8 * i) + "," + std::to_string(8 * i + 8) + "]},";
   }
   json.back() = '}';

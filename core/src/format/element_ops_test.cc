@@ -63,8 +63,8 @@ TEST_P(ElementOpsTest, EveryModeRoundTripsAllPairs) {
 }
 
 // UndoOp takes the bits after a relative change back to the bits before it, for every current
-// bits and every value (a failed chunk is restored this way, with values a corrupt record may hold):
-// all values at 1 and 2 bytes, specials and random ones wider.
+// bits and every value (a failed chunk is restored this way, with values a corrupt record may
+// hold): all values at 1 and 2 bytes, specials and random ones wider.
 TEST_P(ElementOpsTest, UndoOpInvertsEveryRelativeApply) {
   const int w = GetParam();
   std::mt19937_64 rng(200 + w);
@@ -132,10 +132,20 @@ TEST(ElementOps, BranchFreeFormsEqualTheDefinitions) {
 TEST(ElementOps, OrdPreservesFloatOrderAndAdjacentFloatsDifferByOne) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> dist(-1e6f, 1e6f);
-  std::vector<float> xs = {0.0f, -0.0f, 1e-45f, -1e-45f, std::numeric_limits<float>::infinity(),
-                           -std::numeric_limits<float>::infinity(), 1.0f, -1.0f};
+  std::vector<float> xs = {0.0f,
+                           -0.0f,
+                           1e-45f,
+                           -1e-45f,
+                           std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity(),
+                           1.0f,
+                           -1.0f};
   for (int i = 0; i < 1000; ++i) xs.push_back(dist(rng));
-  auto bits = [](float f) { uint32_t b; std::memcpy(&b, &f, 4); return uint64_t{b}; };
+  auto bits = [](float f) {
+    uint32_t b;
+    std::memcpy(&b, &f, 4);
+    return uint64_t{b};
+  };
   for (float x : xs) {
     for (float y : xs) {
       if (x < y) {

@@ -16,10 +16,23 @@ uint64_t TensorSalt(std::string_view name) { return XXH3_64bits(name.data(), nam
 
 uint64_t LoadBits(const uint8_t* data, int width, uint64_t i) {
   switch (width) {
-    case 1: return data[i];
-    case 2: { uint16_t v; std::memcpy(&v, data + 2 * i, 2); return v; }
-    case 4: { uint32_t v; std::memcpy(&v, data + 4 * i, 4); return v; }
-    default: { uint64_t v; std::memcpy(&v, data + 8 * i, 8); return v; }
+    case 1:
+      return data[i];
+    case 2: {
+      uint16_t v;
+      std::memcpy(&v, data + 2 * i, 2);
+      return v;
+    }
+    case 4: {
+      uint32_t v;
+      std::memcpy(&v, data + 4 * i, 4);
+      return v;
+    }
+    default: {
+      uint64_t v;
+      std::memcpy(&v, data + 8 * i, 8);
+      return v;
+    }
   }
 }
 
@@ -55,10 +68,14 @@ Hash128 RangeHash(uint64_t salt, const uint8_t* data, int width, uint64_t begin,
     return h;
   }
   switch (width) {
-    case 1: return RangeHashT<uint8_t>(salt, data, begin, count);
-    case 2: return RangeHashT<uint16_t>(salt, data, begin, count);
-    case 4: return RangeHashT<uint32_t>(salt, data, begin, count);
-    default: return RangeHashT<uint64_t>(salt, data, begin, count);
+    case 1:
+      return RangeHashT<uint8_t>(salt, data, begin, count);
+    case 2:
+      return RangeHashT<uint16_t>(salt, data, begin, count);
+    case 4:
+      return RangeHashT<uint32_t>(salt, data, begin, count);
+    default:
+      return RangeHashT<uint64_t>(salt, data, begin, count);
   }
 }
 
@@ -70,7 +87,10 @@ namespace {
 template <typename Range>
 StatusOr<Hash128> SumContentTerms(const std::vector<TensorView>& tensors, int threads,
                                   uint64_t group, const Range& range) {
-  struct Item { size_t t; uint64_t begin, count; };
+  struct Item {
+    size_t t;
+    uint64_t begin, count;
+  };
   std::vector<Item> items;
   std::vector<uint64_t> salts(tensors.size());
   std::vector<int> widths(tensors.size());
@@ -115,16 +135,16 @@ Hash128 ContentHashOf(const std::vector<TensorView>& tensors, int threads) {
 StatusOr<Hash128> DeviceContentHashOf(Device* device, const std::vector<TensorView>& tensors,
                                       int threads) {
   // Groups of up to 4M elements: each is one device call.
-  return SumContentTerms(tensors, threads, uint64_t{1} << 22,
-                         [device](const TensorView& t, uint64_t salt, int width, uint64_t begin,
-                                  uint64_t count) -> StatusOr<Hash128> {
-                           StatusOr<Hash128> h = device->RangeHash(salt, t.data, width, begin, count);
-                           if (!h.ok()) {
-                             return h.status().WithContext("hashing tensor '" + t.name + "' on " +
-                                                           device->name());
-                           }
-                           return h;
-                         });
+  return SumContentTerms(
+      tensors, threads, uint64_t{1} << 22,
+      [device](const TensorView& t, uint64_t salt, int width, uint64_t begin,
+               uint64_t count) -> StatusOr<Hash128> {
+        StatusOr<Hash128> h = device->RangeHash(salt, t.data, width, begin, count);
+        if (!h.ok()) {
+          return h.status().WithContext("hashing tensor '" + t.name + "' on " + device->name());
+        }
+        return h;
+      });
 }
 
 Hash128 PackedBitsHash(const uint64_t* bits, size_t k, int width) {
@@ -143,10 +163,18 @@ Hash128 PackedBitsHash(const uint64_t* bits, size_t k, int width) {
   for (size_t i = 0; i < k; i += per) {
     size_t m = std::min(per, k - i);
     switch (width) {
-      case 1: pack(uint8_t{}, i, m); break;
-      case 2: pack(uint16_t{}, i, m); break;
-      case 4: pack(uint32_t{}, i, m); break;
-      case 8: pack(uint64_t{}, i, m); break;
+      case 1:
+        pack(uint8_t{}, i, m);
+        break;
+      case 2:
+        pack(uint16_t{}, i, m);
+        break;
+      case 4:
+        pack(uint32_t{}, i, m);
+        break;
+      case 8:
+        pack(uint64_t{}, i, m);
+        break;
       default:
         for (size_t j = 0; j < m; ++j) std::memcpy(buf + j * width, &bits[i + j], width);
         break;

@@ -3,6 +3,7 @@
 #include "internal/mapped_file.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -13,8 +14,6 @@
 #include <fstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace dcr::internal {
 namespace {
@@ -30,8 +29,9 @@ size_t ResidentPages(const void* data, size_t size) {
 }
 
 TEST(MakeResidentTest, EveryPageOfAFileMappingIsResident) {
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("dcr_resident_" + std::to_string(getpid()))).string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("dcr_resident_" + std::to_string(getpid())))
+          .string();
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const size_t size = 64 * page + 123;
   {
@@ -85,8 +85,9 @@ TEST(MemoryCgroupLimit, ReadsTheLimitOfTheProcesssCgroup) {
   const uint64_t want = uint64_t{300} << 20;
   const std::string name = "dcr-mapped-file-test-" + std::to_string(::getpid());
   std::string dir, limit_file;
-  for (const auto& [root, file] : {std::pair<std::string, std::string>{"/sys/fs/cgroup/memory", "memory.limit_in_bytes"},
-                                   {"/sys/fs/cgroup", "memory.max"}}) {
+  for (const auto& [root, file] :
+       {std::pair<std::string, std::string>{"/sys/fs/cgroup/memory", "memory.limit_in_bytes"},
+        {"/sys/fs/cgroup", "memory.max"}}) {
     if (::mkdir((root + "/" + name).c_str(), 0755) != 0) continue;
     struct stat st;
     if (::stat((root + "/" + name + "/" + file).c_str(), &st) != 0) {  // not a memory cgroup

@@ -73,9 +73,8 @@ struct Recorder {
 class ProgressTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("dcr_progress_test_" + std::to_string(::getpid()) + "_" +
-            std::to_string(std::random_device{}()));
+    dir_ = fs::temp_directory_path() / ("dcr_progress_test_" + std::to_string(::getpid()) + "_" +
+                                        std::to_string(std::random_device{}()));
     fs::create_directories(dir_);
     // Two BF16 tensors of 3M and 1M elements and a small one; 2% of the elements changed.
     std::mt19937_64 rng(7);
@@ -93,8 +92,8 @@ class ProgressTest : public ::testing::Test {
     auto views = [&](std::vector<std::vector<uint16_t>>& data) {
       std::vector<TensorView> v;
       for (size_t i = 0; i < shapes.size(); ++i) {
-        v.push_back({shapes[i].first, "BF16", {shapes[i].second}, data[i].data(),
-                     data[i].size() * 2});
+        v.push_back(
+            {shapes[i].first, "BF16", {shapes[i].second}, data[i].data(), data[i].size() * 2});
         bytes_ += data[i].size() * 2;
       }
       return v;
@@ -156,8 +155,7 @@ TEST_F(ProgressTest, ApplyReportsEveryPhaseAndWritesTheSameFile) {
   ASSERT_TRUE(st.ok()) << st.status().ToString();
   EXPECT_FALSE(rec.wrong_thread);
   EXPECT_FALSE(rec.overlapped);
-  EXPECT_EQ(rec.Phases(),
-            (std::vector<std::string>{"hash base", "copy base", "apply", "rehash"}));
+  EXPECT_EQ(rec.Phases(), (std::vector<std::string>{"hash base", "copy base", "apply", "rehash"}));
   EXPECT_EQ(rec.Total("copy base"), bytes_);
   auto reader = DeltaReader::Open(dpath);
   ASSERT_TRUE(reader.ok());

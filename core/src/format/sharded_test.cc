@@ -73,7 +73,8 @@ void WriteUnindexed(const std::string& dir, const std::vector<OwnedTensor>& ts, 
   for (int f = 0; f < files; ++f) {
     std::vector<TensorView> part;
     for (size_t i = static_cast<size_t>(f); i < ts.size(); i += static_cast<size_t>(files)) {
-      part.push_back({ts[i].name, ts[i].dtype, ts[i].shape, ts[i].bytes.data(), ts[i].bytes.size()});
+      part.push_back(
+          {ts[i].name, ts[i].dtype, ts[i].shape, ts[i].bytes.data(), ts[i].bytes.size()});
     }
     ASSERT_TRUE(WriteSafetensors(dir + "/part" + std::to_string(f) + ".safetensors", part).ok());
   }
@@ -133,8 +134,8 @@ TEST(Sharded, WrittenDirectoryOpensWithItsIndex) {
   // A second write to the same name replaces the checkpoint whole (now one shard); a directory
   // holding anything else is refused untouched.
   ASSERT_TRUE(WriteShardedCheckpoint(dir / "ckpt", Views(base), total).ok());
-  EXPECT_EQ(FileNames(dir / "ckpt"),
-            (std::vector<std::string>{"model-00001-of-00001.safetensors", "model.safetensors.index.json"}));
+  EXPECT_EQ(FileNames(dir / "ckpt"), (std::vector<std::string>{"model-00001-of-00001.safetensors",
+                                                               "model.safetensors.index.json"}));
   WriteText(dir / "ckpt/README.md", "mine");
   EXPECT_TRUE(WriteShardedCheckpoint(dir / "ckpt", Views(base), total).IsFailedPrecondition());
   EXPECT_EQ(Read(dir / "ckpt/README.md").size(), 4u);
@@ -164,10 +165,12 @@ TEST(Sharded, DeltaBetweenDifferentLayoutsRebuildsTheTargetDirectory) {
           break;
         default:
           base_path = dir / "base";
-          ASSERT_TRUE(WriteShardedCheckpoint(base_path, Views(base), TotalBytes(base) / 2 + 1).ok());
+          ASSERT_TRUE(
+              WriteShardedCheckpoint(base_path, Views(base), TotalBytes(base) / 2 + 1).ok());
       }
       // The target re-splits the tensors: other shard boundaries than the base's.
-      ASSERT_TRUE(WriteShardedCheckpoint(dir / "target", Views(target), TotalBytes(target) / 5 + 1).ok());
+      ASSERT_TRUE(
+          WriteShardedCheckpoint(dir / "target", Views(target), TotalBytes(target) / 5 + 1).ok());
       auto b = Checkpoint::Open(base_path);
       auto t = Checkpoint::Open(dir / "target");
       ASSERT_TRUE(b.ok() && t.ok()) << b.status() << t.status();
@@ -190,7 +193,8 @@ TEST(Sharded, DeltaBetweenDifferentLayoutsRebuildsTheTargetDirectory) {
       f.full = true;
       DeltaFileSink fsink(dir / "f.dcr");
       ASSERT_TRUE(BuildDelta(nullptr, **t, f, &fsink).ok());
-      ASSERT_TRUE(ApplyDeltaFile("", dir / "f.dcr", dir / "out_full", ApplyOptions{1, true, true}).ok());
+      ASSERT_TRUE(
+          ApplyDeltaFile("", dir / "f.dcr", dir / "out_full", ApplyOptions{1, true, true}).ok());
       ExpectSameDirectory(dir / "target", dir / "out_full");
     }
   }
@@ -218,7 +222,8 @@ class ShardedRules : public ::testing::Test {
     std::mt19937_64 rng(3);
     std::vector<OwnedTensor> target;
     MakePair(rng, 0.0, &tensors_, &target);
-    ASSERT_TRUE(WriteShardedCheckpoint(dir_ / "c", Views(tensors_), TotalBytes(tensors_) / 3 + 1).ok());
+    ASSERT_TRUE(
+        WriteShardedCheckpoint(dir_ / "c", Views(tensors_), TotalBytes(tensors_) / 3 + 1).ok());
     index_ = Read(dir_ / "c/model.safetensors.index.json");
     shards_ = FileNames(dir_ / "c");
     shards_.pop_back();  // the index
@@ -266,7 +271,8 @@ TEST_F(ShardedRules, AnIndexThatMapsATensorToTheWrongShard) {
   const auto c = Checkpoint::Open(dir_ / "c");
   ASSERT_TRUE(c.ok());
   const TensorInfo& t = (*c)->tensors().front();  // in shards_[0]
-  EditIndex("\"" + t.name + "\": \"" + shards_[0] + "\"", "\"" + t.name + "\": \"" + shards_[1] + "\"");
+  EditIndex("\"" + t.name + "\": \"" + shards_[0] + "\"",
+            "\"" + t.name + "\": \"" + shards_[1] + "\"");
   Status s = OpenStatus();
   EXPECT_TRUE(s.IsDataLoss()) << s;
   EXPECT_NE(s.message().find("'" + t.name + "' is in shard " + shards_[0] +
@@ -276,7 +282,8 @@ TEST_F(ShardedRules, AnIndexThatMapsATensorToTheWrongShard) {
 }
 
 TEST_F(ShardedRules, AnIndexThatNamesATensorNoShardHolds) {
-  EditIndex("\"weight_map\": {", "\"weight_map\": {\n    \"ghost.weight\": \"" + shards_[2] + "\",");
+  EditIndex("\"weight_map\": {",
+            "\"weight_map\": {\n    \"ghost.weight\": \"" + shards_[2] + "\",");
   Status s = OpenStatus();
   EXPECT_TRUE(s.IsDataLoss()) << s;
   EXPECT_NE(s.message().find("'ghost.weight' to shard " + shards_[2] + ", which does not hold it"),
@@ -321,7 +328,8 @@ TEST_F(ShardedRules, AnIndexNamingAPathOutsideTheDirectoryIsRefused) {
 }
 
 TEST_F(ShardedRules, MalformedIndexAndEmptyDirectory) {
-  WriteText(dir_ / "c/model.safetensors.index.json", "{\"weight_map\": {\"a\": \"x\", \"a\": \"y\"}}");
+  WriteText(dir_ / "c/model.safetensors.index.json",
+            "{\"weight_map\": {\"a\": \"x\", \"a\": \"y\"}}");
   Status s = OpenStatus();
   EXPECT_TRUE(s.IsDataLoss()) << s;
   EXPECT_NE(s.message().find("names 'a' twice"), std::string::npos) << s;
@@ -333,7 +341,8 @@ TEST_F(ShardedRules, MalformedIndexAndEmptyDirectory) {
   auto e = Checkpoint::Open(dir_ / "empty");
   ASSERT_FALSE(e.ok());
   EXPECT_TRUE(e.status().IsInvalidArgument()) << e.status();
-  EXPECT_NE(e.status().message().find("without safetensors files"), std::string::npos) << e.status();
+  EXPECT_NE(e.status().message().find("without safetensors files"), std::string::npos)
+      << e.status();
 }
 
 // Without an index every *.safetensors file in the directory is a shard.
@@ -351,8 +360,10 @@ class ShardedApply : public ::testing::Test {
   void SetUp() override {
     std::mt19937_64 rng(11);
     MakePair(rng, 0.05, &base_, &target_);
-    ASSERT_TRUE(WriteShardedCheckpoint(dir_ / "base", Views(base_), TotalBytes(base_) / 3 + 1).ok());
-    ASSERT_TRUE(WriteShardedCheckpoint(dir_ / "target", Views(target_), TotalBytes(target_) / 3 + 1).ok());
+    ASSERT_TRUE(
+        WriteShardedCheckpoint(dir_ / "base", Views(base_), TotalBytes(base_) / 3 + 1).ok());
+    ASSERT_TRUE(
+        WriteShardedCheckpoint(dir_ / "target", Views(target_), TotalBytes(target_) / 3 + 1).ok());
     auto b = Checkpoint::Open(dir_ / "base");
     auto t = Checkpoint::Open(dir_ / "target");
     ASSERT_TRUE(b.ok() && t.ok());
@@ -394,7 +405,8 @@ TEST_F(ShardedApply, ADirectoryWithOtherFilesIsRefusedUntouched) {
 
 // A wrong base (the target itself) fails before anything appears under the output name.
 TEST_F(ShardedApply, AWrongBaseLeavesNoOutput) {
-  auto ap = ApplyDeltaFile(dir_ / "target", dir_ / "d.dcr", dir_ / "out", ApplyOptions{1, true, false});
+  auto ap =
+      ApplyDeltaFile(dir_ / "target", dir_ / "d.dcr", dir_ / "out", ApplyOptions{1, true, false});
   ASSERT_FALSE(ap.ok());
   EXPECT_TRUE(ap.status().IsFailedPrecondition()) << ap.status();
   EXPECT_FALSE(fs::exists(dir_ / "out"));
@@ -451,7 +463,8 @@ TEST(ShardedFormat, InventoryRulesOnTheHeader) {
   h.files = {{"a.safetensors", a}, {"b.safetensors", a}};
   auto two = Inventory::FromHeader(h);
   ASSERT_FALSE(two.ok());
-  EXPECT_NE(two.status().message().find("is in two target files"), std::string::npos) << two.status();
+  EXPECT_NE(two.status().message().find("is in two target files"), std::string::npos)
+      << two.status();
   h.files = {{"a.safetensors", a}, {"b.safetensors", b}};
   h.index_name = "model.safetensors.index.json";
   h.index = R"({"weight_map": {"x": "a.safetensors", "y": "a.safetensors"}})";

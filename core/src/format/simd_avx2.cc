@@ -48,15 +48,23 @@ size_t DiffIndexesT(const uint8_t* a, const uint8_t* b, size_t nbytes, uint32_t*
     uint32_t* o = out + count;
     // Four slots unconditionally (tzcnt of 0 is 64: a scratch value past `c`), more only when
     // the block has more differences: one well-predicted branch per block at low change rates.
-    o[0] = base + static_cast<uint32_t>(_tzcnt_u64(m) >> kShift); m = _blsr_u64(m);
-    o[1] = base + static_cast<uint32_t>(_tzcnt_u64(m) >> kShift); m = _blsr_u64(m);
-    o[2] = base + static_cast<uint32_t>(_tzcnt_u64(m) >> kShift); m = _blsr_u64(m);
-    o[3] = base + static_cast<uint32_t>(_tzcnt_u64(m) >> kShift); m = _blsr_u64(m);
+    o[0] = base + static_cast<uint32_t>(_tzcnt_u64(m) >> kShift);
+    m = _blsr_u64(m);
+    o[1] = base + static_cast<uint32_t>(_tzcnt_u64(m) >> kShift);
+    m = _blsr_u64(m);
+    o[2] = base + static_cast<uint32_t>(_tzcnt_u64(m) >> kShift);
+    m = _blsr_u64(m);
+    o[3] = base + static_cast<uint32_t>(_tzcnt_u64(m) >> kShift);
+    m = _blsr_u64(m);
     for (size_t j = 4; j < c; j += 4) {
-      o[j] = base + static_cast<uint32_t>(_tzcnt_u64(m) >> kShift); m = _blsr_u64(m);
-      o[j + 1] = base + static_cast<uint32_t>(_tzcnt_u64(m) >> kShift); m = _blsr_u64(m);
-      o[j + 2] = base + static_cast<uint32_t>(_tzcnt_u64(m) >> kShift); m = _blsr_u64(m);
-      o[j + 3] = base + static_cast<uint32_t>(_tzcnt_u64(m) >> kShift); m = _blsr_u64(m);
+      o[j] = base + static_cast<uint32_t>(_tzcnt_u64(m) >> kShift);
+      m = _blsr_u64(m);
+      o[j + 1] = base + static_cast<uint32_t>(_tzcnt_u64(m) >> kShift);
+      m = _blsr_u64(m);
+      o[j + 2] = base + static_cast<uint32_t>(_tzcnt_u64(m) >> kShift);
+      m = _blsr_u64(m);
+      o[j + 3] = base + static_cast<uint32_t>(_tzcnt_u64(m) >> kShift);
+      m = _blsr_u64(m);
     }
     count += c;
   }
@@ -65,12 +73,17 @@ size_t DiffIndexesT(const uint8_t* a, const uint8_t* b, size_t nbytes, uint32_t*
 
 }  // namespace
 
-size_t DiffIndexesAvx2(const uint8_t* a, const uint8_t* b, size_t nbytes, int width, uint32_t* out) {
+size_t DiffIndexesAvx2(const uint8_t* a, const uint8_t* b, size_t nbytes, int width,
+                       uint32_t* out) {
   switch (width) {
-    case 1: return DiffIndexesT<1>(a, b, nbytes, out);
-    case 2: return DiffIndexesT<2>(a, b, nbytes, out);
-    case 4: return DiffIndexesT<4>(a, b, nbytes, out);
-    default: return DiffIndexesT<8>(a, b, nbytes, out);
+    case 1:
+      return DiffIndexesT<1>(a, b, nbytes, out);
+    case 2:
+      return DiffIndexesT<2>(a, b, nbytes, out);
+    case 4:
+      return DiffIndexesT<4>(a, b, nbytes, out);
+    default:
+      return DiffIndexesT<8>(a, b, nbytes, out);
   }
 }
 
@@ -100,9 +113,9 @@ inline __m256i MulFold(__m256i x, __m256i b, __m256i b_hi) {
   const __m256i lh = _mm256_mul_epu32(x, b_hi);
   const __m256i hl = _mm256_mul_epu32(x_hi, b);
   const __m256i hh = _mm256_mul_epu32(x_hi, b_hi);
-  const __m256i mid = _mm256_add_epi64(
-      _mm256_add_epi64(_mm256_srli_epi64(ll, 32), _mm256_and_si256(lh, m32)),
-      _mm256_and_si256(hl, m32));
+  const __m256i mid =
+      _mm256_add_epi64(_mm256_add_epi64(_mm256_srli_epi64(ll, 32), _mm256_and_si256(lh, m32)),
+                       _mm256_and_si256(hl, m32));
   const __m256i lo = _mm256_or_si256(_mm256_and_si256(ll, m32), _mm256_slli_epi64(mid, 32));
   const __m256i hi =
       _mm256_add_epi64(_mm256_add_epi64(hh, _mm256_srli_epi64(lh, 32)),
@@ -195,9 +208,15 @@ void TermSum(uint64_t salt, const uint8_t* data, uint64_t begin, uint64_t count,
 void ElementTermSumAvx2(uint64_t salt, const uint8_t* data, int width, uint64_t begin,
                         uint64_t count, uint64_t* lo, uint64_t* hi) {
   switch (width) {
-    case 1: TermSum<1>(salt, data, begin, count, lo, hi); break;
-    case 2: TermSum<2>(salt, data, begin, count, lo, hi); break;
-    default: TermSum<4>(salt, data, begin, count, lo, hi); break;
+    case 1:
+      TermSum<1>(salt, data, begin, count, lo, hi);
+      break;
+    case 2:
+      TermSum<2>(salt, data, begin, count, lo, hi);
+      break;
+    default:
+      TermSum<4>(salt, data, begin, count, lo, hi);
+      break;
   }
 }
 
@@ -206,7 +225,8 @@ void ElementTermSumAvx2(uint64_t salt, const uint8_t* data, int width, uint64_t 
 #else  // no AVX2 build on this target: CpuHasAvx2() is false and these are never called
 
 namespace dcr::internal {
-size_t DiffIndexesAvx2(const uint8_t* a, const uint8_t* b, size_t nbytes, int width, uint32_t* out) {
+size_t DiffIndexesAvx2(const uint8_t* a, const uint8_t* b, size_t nbytes, int width,
+                       uint32_t* out) {
   return DiffIndexes(a, b, nbytes, width, out);
 }
 void* Xxh3Avx2New() { return nullptr; }

@@ -47,7 +47,8 @@ TEST(Simd, DiffIndexesListTheDifferingElements) {
         std::vector<uint32_t> want;
         for (size_t e = 0; e < n / width; ++e) {
           const bool change = static_cast<int>(rng() % 100) < percent;
-          for (int q = 0; q < width; ++q) a[e * width + q] = b[e * width + q] = static_cast<uint8_t>(rng());
+          for (int q = 0; q < width; ++q)
+            a[e * width + q] = b[e * width + q] = static_cast<uint8_t>(rng());
           if (change) {
             const int q = static_cast<int>(rng() % width);  // any byte of the element
             b[e * width + q] ^= static_cast<uint8_t>(1 + rng() % 255);

@@ -7,17 +7,28 @@ namespace dcr {
 
 std::string_view StatusCodeName(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "OK";
-    case StatusCode::kInvalidArgument: return "INVALID_ARGUMENT";
-    case StatusCode::kNotFound: return "NOT_FOUND";
-    case StatusCode::kDataLoss: return "DATA_LOSS";
-    case StatusCode::kFailedPrecondition: return "FAILED_PRECONDITION";
-    case StatusCode::kUnavailable: return "UNAVAILABLE";
-    case StatusCode::kDeadlineExceeded: return "DEADLINE_EXCEEDED";
-    case StatusCode::kUnimplemented: return "UNIMPLEMENTED";
-    case StatusCode::kInternal: return "INTERNAL";
-    case StatusCode::kResourceExhausted: return "RESOURCE_EXHAUSTED";
-    case StatusCode::kAborted: return "ABORTED";
+    case StatusCode::kOk:
+      return "OK";
+    case StatusCode::kInvalidArgument:
+      return "INVALID_ARGUMENT";
+    case StatusCode::kNotFound:
+      return "NOT_FOUND";
+    case StatusCode::kDataLoss:
+      return "DATA_LOSS";
+    case StatusCode::kFailedPrecondition:
+      return "FAILED_PRECONDITION";
+    case StatusCode::kUnavailable:
+      return "UNAVAILABLE";
+    case StatusCode::kDeadlineExceeded:
+      return "DEADLINE_EXCEEDED";
+    case StatusCode::kUnimplemented:
+      return "UNIMPLEMENTED";
+    case StatusCode::kInternal:
+      return "INTERNAL";
+    case StatusCode::kResourceExhausted:
+      return "RESOURCE_EXHAUSTED";
+    case StatusCode::kAborted:
+      return "ABORTED";
   }
   return "UNKNOWN";
 }
@@ -78,16 +89,37 @@ Status ErrnoError(std::string_view what, int err) {
   m += std::strerror(err);
   StatusCode code = StatusCode::kInternal;
   switch (err) {
-    case ENOENT: code = StatusCode::kNotFound; break;
-    case ENOSPC: case ENOMEM: case EDQUOT: code = StatusCode::kResourceExhausted; break;
-    case ECONNREFUSED: case ECONNRESET: case EPIPE: case EHOSTUNREACH: case ENETUNREACH:
-    case ETIMEDOUT: code = StatusCode::kUnavailable; break;
-    case EINVAL: case EISDIR: case ENOTDIR: code = StatusCode::kInvalidArgument; break;
+    case ENOENT:
+      code = StatusCode::kNotFound;
+      break;
+    case ENOSPC:
+    case ENOMEM:
+    case EDQUOT:
+      code = StatusCode::kResourceExhausted;
+      break;
+    case ECONNREFUSED:
+    case ECONNRESET:
+    case EPIPE:
+    case EHOSTUNREACH:
+    case ENETUNREACH:
+    case ETIMEDOUT:
+      code = StatusCode::kUnavailable;
+      break;
+    case EINVAL:
+    case EISDIR:
+    case ENOTDIR:
+      code = StatusCode::kInvalidArgument;
+      break;
     // The filesystem refuses (permissions, read-only mount, a symlink where none may be).
-    case EACCES: case EPERM: case EROFS: case ELOOP: case ETXTBSY:
+    case EACCES:
+    case EPERM:
+    case EROFS:
+    case ELOOP:
+    case ETXTBSY:
       code = StatusCode::kFailedPrecondition;
       break;
-    default: break;
+    default:
+      break;
   }
   return Status(code, m);
 }

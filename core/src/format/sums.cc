@@ -42,7 +42,9 @@ Hash128 RegionHash(const CheckpointFile& f, uint64_t region, uint64_t region_byt
   return h.Digest();
 }
 
-std::string FileLabel(const std::string& name) { return name.empty() ? "the checkpoint file" : "file " + name; }
+std::string FileLabel(const std::string& name) {
+  return name.empty() ? "the checkpoint file" : "file " + name;
+}
 
 // A decimal u64 without sign, leading zeros (except "0") or overflow.
 bool ParseDecimal(std::string_view s, uint64_t* v) {
@@ -101,7 +103,8 @@ CheckpointSums ComputeSums(const Checkpoint& ckpt, const Hash128& content_hash, 
   s.region_bytes = region_bytes;
   std::vector<uint64_t> sizes;
   for (const CheckpointFile& f : ckpt.files()) {
-    s.files.push_back({f.name, f.size, std::vector<Hash128>((f.size + region_bytes - 1) / region_bytes)});
+    s.files.push_back(
+        {f.name, f.size, std::vector<Hash128>((f.size + region_bytes - 1) / region_bytes)});
     sizes.push_back(f.size);
   }
   const std::vector<RegionRef> regions = RegionsOf(sizes, region_bytes);
@@ -121,10 +124,9 @@ Status CheckSums(const Checkpoint& ckpt, const CheckpointSums& sums, int threads
                                 " bytes, outside the sizes a sums file may declare");
   }
   if (files.size() != sums.files.size()) {
-    return FailedPreconditionError("the checkpoint has " + std::to_string(files.size()) +
-                                   " files and its sums file lists " +
-                                   std::to_string(sums.files.size()) +
-                                   ": the sums are another checkpoint's");
+    return FailedPreconditionError(
+        "the checkpoint has " + std::to_string(files.size()) + " files and its sums file lists " +
+        std::to_string(sums.files.size()) + ": the sums are another checkpoint's");
   }
   std::vector<uint64_t> sizes;
   for (size_t f = 0; f < files.size(); ++f) {
@@ -153,7 +155,8 @@ Status CheckSums(const Checkpoint& ckpt, const CheckpointSums& sums, int threads
   internal::ParallelFor(regions.size(), threads, [&](uint64_t i) {
     if (i > first_bad.load(std::memory_order_relaxed)) return true;
     const RegionRef& r = regions[i];
-    if (RegionHash(files[r.file], r.region, sums.region_bytes) != sums.files[r.file].regions[r.region]) {
+    if (RegionHash(files[r.file], r.region, sums.region_bytes) !=
+        sums.files[r.file].regions[r.region]) {
       uint64_t cur = first_bad.load();
       while (i < cur && !first_bad.compare_exchange_weak(cur, i)) {
       }
@@ -174,7 +177,8 @@ Status CheckSums(const Checkpoint& ckpt, const CheckpointSums& sums, int threads
 
 std::string FormatSums(const CheckpointSums& sums) {
   std::string s = "dcr-sums 1\ncontent " + sums.content_hash.ToHex() + "\nregion-bytes " +
-                  std::to_string(sums.region_bytes) + "\nfiles " + std::to_string(sums.files.size()) + "\n";
+                  std::to_string(sums.region_bytes) + "\nfiles " +
+                  std::to_string(sums.files.size()) + "\n";
   for (const CheckpointSums::File& f : sums.files) {
     s += "file " + std::to_string(f.size) + " " + nlohmann::json(f.name).dump() + "\n";
     for (const Hash128& h : f.regions) s += h.ToHex() + "\n";
@@ -250,7 +254,8 @@ StatusOr<CheckpointSums> ReadSums(const std::string& path) {
   if (static_cast<uint64_t>(st.st_size) > kSumsMaxFileBytes) {
     ::close(fd);
     return DataLossError("sums file " + path + " is " + std::to_string(st.st_size) +
-                         " bytes, more than any sums file (" + std::to_string(kSumsMaxFileBytes) + ")");
+                         " bytes, more than any sums file (" + std::to_string(kSumsMaxFileBytes) +
+                         ")");
   }
   std::string text(static_cast<size_t>(st.st_size), '\0');
   size_t got = 0;

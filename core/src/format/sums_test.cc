@@ -119,8 +119,8 @@ TEST(SumsTest, AnyChangedByteOrSizeIsRefusedNamingItsRegion) {
     const Status st = CheckSums(**d, s, 1 + trial % 3);
     ASSERT_EQ(st.code(), StatusCode::kFailedPrecondition);
     const uint64_t begin = off / kRegion * kRegion;
-    const std::string range = "bytes " + std::to_string(begin) + ".." +
-                              std::to_string(std::min(size, begin + kRegion));
+    const std::string range =
+        "bytes " + std::to_string(begin) + ".." + std::to_string(std::min(size, begin + kRegion));
     EXPECT_NE(st.message().find(range), std::string::npos) << st.message() << " want " << range;
   }
   // Another checkpoint of the same tensors and sizes.
@@ -139,7 +139,8 @@ TEST(SumsTest, AnyChangedByteOrSizeIsRefusedNamingItsRegion) {
   longer.files[0].size += 1;
   const Status st = CheckSums(**c, longer, 1);
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(st.message().find("says " + std::to_string(size + 1)), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("says " + std::to_string(size + 1)), std::string::npos)
+      << st.message();
 }
 
 TEST(SumsTest, SumsBuiltInMemoryAreHeldToTheParsersRules) {
@@ -164,7 +165,8 @@ TEST(SumsTest, EveryTruncationAndByteFlipIsDataLoss) {
   const std::string text = FormatSums(ComputeSums(**c, (*c)->ContentHash(1), 1, kRegion));
   ASSERT_TRUE(ParseSums(text).ok());
   for (size_t n = 0; n < text.size(); ++n) {
-    EXPECT_EQ(ParseSums(std::string_view(text).substr(0, n)).status().code(), StatusCode::kDataLoss) << n;
+    EXPECT_EQ(ParseSums(std::string_view(text).substr(0, n)).status().code(), StatusCode::kDataLoss)
+        << n;
   }
   for (size_t i = 0; i < text.size(); ++i) {
     for (uint8_t x : {0x01, 0x20, 0x80}) {
@@ -199,7 +201,8 @@ TEST(SumsTest, ForgedStructureIsRefusedWithoutAllocatingWhatItClaims) {
       "dcr-sums 1\ncontent " + h + "\nregion-bytes 1\nfiles 1\nfile 1 \"\"\n" + h + "\n",
       "dcr-sums 1\ncontent " + h + "\nregion-bytes 0\nfiles 1\nfile 1 \"\"\n" + h + "\n",
       // Hashes: upper case, short.
-      "dcr-sums 1\ncontent " + std::string(32, 'A') + "\nregion-bytes 4096\nfiles 1\nfile 1 \"\"\n" + h + "\n",
+      "dcr-sums 1\ncontent " + std::string(32, 'A') +
+          "\nregion-bytes 4096\nfiles 1\nfile 1 \"\"\n" + h + "\n",
       head + "files 1\nfile 1 \"\"\n" + h.substr(1) + "\n",
       head + "files 0\n",
       "dcr-sums 2\ncontent " + h + "\nregion-bytes 4096\nfiles 1\nfile 1 \"\"\n" + h + "\n",
@@ -209,7 +212,8 @@ TEST(SumsTest, ForgedStructureIsRefusedWithoutAllocatingWhatItClaims) {
     EXPECT_EQ(s.status().code(), StatusCode::kDataLoss) << b;
   }
   // The same layout, well formed, parses: the cases above fail for what they change.
-  const auto ok = ParseSums(Seal(head + "files 2\nfile 4097 \"a\"\n" + h + "\n" + h + "\nfile 0 \"b\"\n"));
+  const auto ok =
+      ParseSums(Seal(head + "files 2\nfile 4097 \"a\"\n" + h + "\n" + h + "\nfile 0 \"b\"\n"));
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_EQ(ok->files[0].regions.size(), 2u);
   EXPECT_EQ(ok->files[1].regions.size(), 0u);
@@ -219,9 +223,7 @@ TEST(SumsTest, ReadRefusesMissingOversizedAndNonRegularFiles) {
   TempDir dir;
   EXPECT_EQ(ReadSums(dir / "absent.sums").status().code(), StatusCode::kNotFound);
   EXPECT_EQ(ReadSums(dir.path.string()).status().code(), StatusCode::kDataLoss);
-  {
-    std::ofstream f(dir / "big.sums");
-  }
+  { std::ofstream f(dir / "big.sums"); }
   ASSERT_EQ(::truncate((dir / "big.sums").c_str(), static_cast<off_t>(kSumsMaxFileBytes + 1)), 0);
   const auto big = ReadSums(dir / "big.sums");
   EXPECT_EQ(big.status().code(), StatusCode::kDataLoss);
@@ -253,8 +255,10 @@ TEST(SumsTest, AForgedContentHashMakesADeltaTheTrueBaseRefuses) {
   o.known_base_hash = sums.content_hash;
   DeltaFileSink sink(dir / "d.dcr");
   ASSERT_TRUE(BuildDelta(b->get(), **t, o, &sink).ok());
-  const auto applied = ApplyDeltaFile(dir / "base.safetensors", dir / "d.dcr", dir / "out.safetensors", {});
-  EXPECT_EQ(applied.status().code(), StatusCode::kFailedPrecondition) << applied.status().ToString();
+  const auto applied =
+      ApplyDeltaFile(dir / "base.safetensors", dir / "d.dcr", dir / "out.safetensors", {});
+  EXPECT_EQ(applied.status().code(), StatusCode::kFailedPrecondition)
+      << applied.status().ToString();
   EXPECT_FALSE(std::filesystem::exists(dir / "out.safetensors"));
 }
 

@@ -59,8 +59,8 @@ class AtomicFile {
 // destination, "<parent>/.<name>.tmp.XXXXXX" (mkdtemp: unpredictable, created exclusively); Commit
 // fsyncs the directory and moves it into place: with renameat2(RENAME_NOREPLACE) when the
 // destination does not exist, or with renameat2(RENAME_EXCHANGE) when it is an existing directory
-// that holds only checkpoint files (*.safetensors, *.safetensors.index.json), whose old contents are
-// then removed. A destination holding anything else is refused (kFailedPrecondition, naming the
+// that holds only checkpoint files (*.safetensors, *.safetensors.index.json), whose old contents
+// are then removed. A destination holding anything else is refused (kFailedPrecondition, naming the
 // file) before anything is written, so no other data is ever deleted. Until Commit succeeds,
 // destruction removes the temporary directory and everything in it. Not thread-safe.
 class AtomicDirectory {

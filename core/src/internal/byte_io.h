@@ -18,7 +18,10 @@ class ByteWriter {
   void U32(uint32_t v) { Raw(&v, 4); }
   void U64(uint64_t v) { Raw(&v, 8); }
   void I64(int64_t v) { Raw(&v, 8); }
-  void H128(const Hash128& h) { U64(h.lo); U64(h.hi); }
+  void H128(const Hash128& h) {
+    U64(h.lo);
+    U64(h.hi);
+  }
   // LEB128: 7 bits a byte, least significant first, high bit set on every byte but the last.
   void Leb(uint64_t v) {
     while (v >= 0x80) {
@@ -41,11 +44,32 @@ class ByteWriter {
 class ByteReader {
  public:
   ByteReader(const uint8_t* data, size_t size) : p_(data), end_(data + size), begin_(data) {}
-  uint8_t U8() { uint8_t v = 0; Raw(&v, 1); return v; }
-  uint32_t U32() { uint32_t v = 0; Raw(&v, 4); return v; }
-  uint64_t U64() { uint64_t v = 0; Raw(&v, 8); return v; }
-  int64_t I64() { int64_t v = 0; Raw(&v, 8); return v; }
-  Hash128 H128() { Hash128 h; h.lo = U64(); h.hi = U64(); return h; }
+  uint8_t U8() {
+    uint8_t v = 0;
+    Raw(&v, 1);
+    return v;
+  }
+  uint32_t U32() {
+    uint32_t v = 0;
+    Raw(&v, 4);
+    return v;
+  }
+  uint64_t U64() {
+    uint64_t v = 0;
+    Raw(&v, 8);
+    return v;
+  }
+  int64_t I64() {
+    int64_t v = 0;
+    Raw(&v, 8);
+    return v;
+  }
+  Hash128 H128() {
+    Hash128 h;
+    h.lo = U64();
+    h.hi = U64();
+    return h;
+  }
   // A LEB128 u64; truncation or more than 64 bits sets failed() and yields 0.
   uint64_t Leb() {
     uint64_t v = 0;
@@ -70,7 +94,10 @@ class ByteReader {
     return true;
   }
   bool Skip(size_t n) {
-    if (failed_ || static_cast<size_t>(end_ - p_) < n) { failed_ = true; return false; }
+    if (failed_ || static_cast<size_t>(end_ - p_) < n) {
+      failed_ = true;
+      return false;
+    }
     p_ += n;
     return true;
   }

@@ -19,10 +19,10 @@ struct ChunkScanInput {
   uint64_t chunk_id = 0;
   uint8_t width = 2;
   const std::vector<Segment>* segments = nullptr;  // exactly one, contiguous
-  const uint8_t* base = nullptr;    // the segment's first element in the base
-  const uint8_t* target = nullptr;  // ... and in the target
-  bool avx2 = false;                // internal::CpuHasAvx2(): the caller checked it once
-  bool emit_unchanged = false;      // encode a record even when nothing changed
+  const uint8_t* base = nullptr;                   // the segment's first element in the base
+  const uint8_t* target = nullptr;                 // ... and in the target
+  bool avx2 = false;            // internal::CpuHasAvx2(): the caller checked it once
+  bool emit_unchanged = false;  // encode a record even when nothing changed
   // The XOR histogram of the entropy statistics, or null. With width 1 or 2: 2^(8 * width)
   // counters, of which xor_counts[old ^ new] is incremented once per change; ignored for wider
   // elements.

@@ -65,11 +65,16 @@ struct ClassBounds256 {
                                                F&& fn) const {
     __m256i e0, e1;
     const uint64_t valid = BlockContextsAt(base, start, n, &e0, &e1);
-    ClassChain(k, valid, [&](int c) __attribute__((always_inline)) {
-      const uint64_t g0 = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpgt_epi8(e0, bv[c])));
-      const uint64_t g1 = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpgt_epi8(e1, bv[c])));
-      return g0 | (g1 << 32);
-    }, fn);
+    ClassChain(
+        k, valid,
+        [&](int c) __attribute__((always_inline)) {
+          const uint64_t g0 =
+              static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpgt_epi8(e0, bv[c])));
+          const uint64_t g1 =
+              static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpgt_epi8(e1, bv[c])));
+          return g0 | (g1 << 32);
+        },
+        fn);
   }
   int k;
   __m256i bv[15];

@@ -57,9 +57,12 @@ struct ClassBounds512 {
   __attribute__((always_inline)) void Classify(const uint16_t* base, uint64_t start, uint64_t n,
                                                F&& fn) const {
     const __m512i e = BlockContexts512At(base, start, n);
-    ClassChain(k, BlockValid(start, n), [&](int c) __attribute__((always_inline)) {
-      return _cvtmask64_u64(_mm512_cmpge_epu8_mask(e, bv[c]));
-    }, fn);
+    ClassChain(
+        k, BlockValid(start, n),
+        [&](int c) __attribute__((always_inline)) {
+          return _cvtmask64_u64(_mm512_cmpge_epu8_mask(e, bv[c]));
+        },
+        fn);
   }
   int k;
   __m512i bv[15];

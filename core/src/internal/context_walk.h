@@ -63,15 +63,16 @@ struct ClassMap {
 // masks[c] (c < K) bit i: covered element start + i is in class c, for i < len (<= 64). (The
 // vector builds of 2-byte elements classify in internal/context_walk16.h.)
 __attribute__((always_inline)) inline void ClassMasks(const uint8_t* base, int w, uint64_t start,
-                                                     uint64_t len, const ClassMap& map,
-                                                     uint64_t* masks) {
+                                                      uint64_t len, const ClassMap& map,
+                                                      uint64_t* masks) {
   for (int c = 0; c < map.K; ++c) masks[c] = 0;
-  for (uint64_t i = 0; i < len; ++i) masks[map.lut[ContextOf(base, w, start + i)]] |= uint64_t{1} << i;
+  for (uint64_t i = 0; i < len; ++i)
+    masks[map.lut[ContextOf(base, w, start + i)]] |= uint64_t{1} << i;
 }
 
 // Bit counts: the popcnt instruction in the kFast builds (compiled for it, run only when
-// CpuHasAvx2(), which implies POPCNT, BMI1 and BMI2), a branch-free count otherwise (g++ calls a libgcc
-// routine for __builtin_popcountll without -mpopcnt, several times slower).
+// CpuHasAvx2(), which implies POPCNT, BMI1 and BMI2), a branch-free count otherwise (g++ calls a
+// libgcc routine for __builtin_popcountll without -mpopcnt, several times slower).
 template <bool kFast>
 __attribute__((always_inline)) inline uint64_t Pop(uint64_t x) {
   if constexpr (kFast) {
@@ -147,10 +148,12 @@ __attribute__((always_inline)) inline int SelectBit(uint64_t m, uint64_t r) {
 inline constexpr uint64_t kWalkBlocks = 64;
 
 template <bool kFast>
-__attribute__((always_inline)) inline bool WalkClassesImpl(
-    const uint8_t* base, int w, uint64_t n, const ClassMap& map, const uint64_t* kc,
-    const uint64_t* start_of, const uint64_t* gaps, const uint64_t* vals, uint64_t* positions,
-    uint64_t* values) {
+__attribute__((always_inline)) inline bool WalkClassesImpl(const uint8_t* base, int w, uint64_t n,
+                                                           const ClassMap& map, const uint64_t* kc,
+                                                           const uint64_t* start_of,
+                                                           const uint64_t* gaps,
+                                                           const uint64_t* vals,
+                                                           uint64_t* positions, uint64_t* values) {
   static_assert(kWalkBlocks == 64, "the binary search below covers 64 blocks");
   const int K = map.K;
   // next[c]: the rank among the class's members, counted from the current window's first
@@ -308,7 +311,9 @@ inline void ClassGapsGrouped(const uint8_t* base, int w, uint64_t n, const Class
 // exact counts). Its counts are by context, unscaled.
 inline constexpr uint64_t kContextSampleStep = 16;
 inline constexpr uint64_t kContextSampleMin = 65536;
-inline uint64_t ContextSampleStep(uint64_t n) { return n >= kContextSampleMin ? kContextSampleStep : 1; }
+inline uint64_t ContextSampleStep(uint64_t n) {
+  return n >= kContextSampleMin ? kContextSampleStep : 1;
+}
 
 }  // namespace dcr::internal
 

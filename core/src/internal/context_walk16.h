@@ -63,10 +63,11 @@ __attribute__((always_inline)) inline uint64_t ClassWindow16(const B& vb, const 
     _mm_prefetch(ahead, _MM_HINT_T0);
     _mm_prefetch(ahead + 64, _MM_HINT_T0);
     uint64_t* m = masks[b];
-    vb.Classify(base, start, n, [&](int c, uint64_t mc) __attribute__((always_inline)) {
-      m[c] = mc;
-      before[c][b] = static_cast<int16_t>(_mm_popcnt_u64(mc));
-    });
+    vb.Classify(
+        base, start, n, [&](int c, uint64_t mc) __attribute__((always_inline)) {
+          m[c] = mc;
+          before[c][b] = static_cast<int16_t>(_mm_popcnt_u64(mc));
+        });
   }
   // The blocks' member counts turned into the counts before each block.
   for (int c = 0; c < k; ++c) {
@@ -167,8 +168,8 @@ __attribute__((always_inline)) inline void Gaps16(const B& vb, const uint16_t* b
     _mm_prefetch(ahead, _MM_HINT_T0);
     _mm_prefetch(ahead + 64, _MM_HINT_T0);
     uint64_t m[kWalk16Classes];
-    vb.Classify(base, start, n,
-                [&](int c, uint64_t mc) __attribute__((always_inline)) { m[c] = mc; });
+    vb.Classify(
+        base, start, n, [&](int c, uint64_t mc) __attribute__((always_inline)) { m[c] = mc; });
     const uint64_t end = start + 64;
     for (; ci < k && positions[ci] < end; ++ci) {
       const uint64_t p = positions[ci];

@@ -20,8 +20,8 @@ constexpr uint64_t kScanBlockBytes = 16384;
 // integer of the element width (1, 2, 4 or 8 bytes).
 template <typename T, typename Fn>
 __attribute__((always_inline)) inline void ForEachDifference(const T* a, const T* b, uint64_t n,
-                                                            bool avx2, Fn&& fn) {
-  constexpr uint64_t kPer = 64 / sizeof(T);       // elements per 64-byte step
+                                                             bool avx2, Fn&& fn) {
+  constexpr uint64_t kPer = 64 / sizeof(T);                 // elements per 64-byte step
   constexpr uint64_t kBatch = kScanBlockBytes / sizeof(T);  // elements per batch
   uint32_t idx[kBatch + 64];
   const uint64_t whole = n / kPer * kPer;

@@ -12,10 +12,10 @@
 //   kAbsolute value = new                                new = value
 // ord is the order-preserving map of sign-magnitude floats onto unsigned integers of the same
 // width:   ord(b) = b has sign bit ? ~b : b | sign.
-// It depends only on the width (a chunk carries the width, not the dtype), so it is applied to every
-// element of a ulp-mode chunk, integers included; it is a bijection, hence exact for any bits:
-// NaN payloads, Inf, -0 and subnormals round-trip. Adjacent floats differ by 1 in ord, and -0/+0
-// are adjacent (0x7FFF.. and 0x8000..), so small float steps give small zigzag values.
+// It depends only on the width (a chunk carries the width, not the dtype), so it is applied to
+// every element of a ulp-mode chunk, integers included; it is a bijection, hence exact for any
+// bits: NaN payloads, Inf, -0 and subnormals round-trip. Adjacent floats differ by 1 in ord, and
+// -0/+0 are adjacent (0x7FFF.. and 0x8000..), so small float steps give small zigzag values.
 //
 // Thread safety: pure functions.
 #ifndef DCR_CORE_SRC_INTERNAL_ELEMENT_OPS_H_
@@ -88,9 +88,12 @@ DCR_HOST_DEVICE inline uint64_t UlpValue(uint64_t old_bits, uint64_t new_bits, i
 DCR_HOST_DEVICE inline uint64_t EncodeValue(uint8_t mode, int width, uint64_t old_bits,
                                             uint64_t new_bits) {
   switch (mode) {
-    case kOpXor: return XorValue(old_bits, new_bits) & WidthMask(width);
-    case kOpUlpDelta: return UlpValue(old_bits, new_bits, width);
-    default: return new_bits & WidthMask(width);
+    case kOpXor:
+      return XorValue(old_bits, new_bits) & WidthMask(width);
+    case kOpUlpDelta:
+      return UlpValue(old_bits, new_bits, width);
+    default:
+      return new_bits & WidthMask(width);
   }
 }
 
@@ -104,17 +107,19 @@ DCR_HOST_DEVICE inline uint64_t UlpApply(uint64_t old_bits, uint64_t value, int 
 DCR_HOST_DEVICE inline uint64_t ApplyOp(uint8_t mode, int width, uint64_t old_bits,
                                         uint64_t value) {
   switch (mode) {
-    case kOpXor: return XorApply(old_bits, value, width);
-    case kOpUlpDelta: return UlpApply(old_bits, value, width);
-    default: return value & WidthMask(width);
+    case kOpXor:
+      return XorApply(old_bits, value, width);
+    case kOpUlpDelta:
+      return UlpApply(old_bits, value, width);
+    default:
+      return value & WidthMask(width);
   }
 }
 
 // The bits before a relative change, from the bits after it and its value: each relative op is
 // a bijection of the element for a given value, so UndoOp(m, w, ApplyOp(m, w, o, v), v) == o
 // for every o and v. Absolute overwrites cannot be undone this way (kOpAbsolute: REQUIRES not).
-DCR_HOST_DEVICE inline uint64_t UndoOp(uint8_t mode, int width, uint64_t new_bits,
-                                       uint64_t value) {
+DCR_HOST_DEVICE inline uint64_t UndoOp(uint8_t mode, int width, uint64_t new_bits, uint64_t value) {
   if (mode == kOpXor) return XorApply(new_bits, value, width);
   return Unord((Ord(new_bits, width) - UnZigZag(value, width)) & WidthMask(width), width);
 }
@@ -124,34 +129,71 @@ DCR_HOST_DEVICE inline uint64_t UndoOp(uint8_t mode, int width, uint64_t new_bit
 DCR_HOST_DEVICE inline uint64_t LoadElem(const uint8_t* data, int width, uint64_t i) {
 #if defined(__CUDA_ARCH__)
   switch (width) {
-    case 1: return data[i];
-    case 2: return reinterpret_cast<const uint16_t*>(data)[i];
-    case 4: return reinterpret_cast<const uint32_t*>(data)[i];
-    default: return reinterpret_cast<const unsigned long long*>(data)[i];
+    case 1:
+      return data[i];
+    case 2:
+      return reinterpret_cast<const uint16_t*>(data)[i];
+    case 4:
+      return reinterpret_cast<const uint32_t*>(data)[i];
+    default:
+      return reinterpret_cast<const unsigned long long*>(data)[i];
   }
 #else
   switch (width) {
-    case 1: return data[i];
-    case 2: { uint16_t v; std::memcpy(&v, data + 2 * i, 2); return v; }
-    case 4: { uint32_t v; std::memcpy(&v, data + 4 * i, 4); return v; }
-    default: { uint64_t v; std::memcpy(&v, data + 8 * i, 8); return v; }
+    case 1:
+      return data[i];
+    case 2: {
+      uint16_t v;
+      std::memcpy(&v, data + 2 * i, 2);
+      return v;
+    }
+    case 4: {
+      uint32_t v;
+      std::memcpy(&v, data + 4 * i, 4);
+      return v;
+    }
+    default: {
+      uint64_t v;
+      std::memcpy(&v, data + 8 * i, 8);
+      return v;
+    }
   }
 #endif
 }
 DCR_HOST_DEVICE inline void StoreElem(uint8_t* data, int width, uint64_t i, uint64_t bits) {
 #if defined(__CUDA_ARCH__)
   switch (width) {
-    case 1: data[i] = static_cast<uint8_t>(bits); break;
-    case 2: reinterpret_cast<uint16_t*>(data)[i] = static_cast<uint16_t>(bits); break;
-    case 4: reinterpret_cast<uint32_t*>(data)[i] = static_cast<uint32_t>(bits); break;
-    default: reinterpret_cast<unsigned long long*>(data)[i] = bits; break;
+    case 1:
+      data[i] = static_cast<uint8_t>(bits);
+      break;
+    case 2:
+      reinterpret_cast<uint16_t*>(data)[i] = static_cast<uint16_t>(bits);
+      break;
+    case 4:
+      reinterpret_cast<uint32_t*>(data)[i] = static_cast<uint32_t>(bits);
+      break;
+    default:
+      reinterpret_cast<unsigned long long*>(data)[i] = bits;
+      break;
   }
 #else
   switch (width) {
-    case 1: data[i] = static_cast<uint8_t>(bits); break;
-    case 2: { uint16_t v = static_cast<uint16_t>(bits); std::memcpy(data + 2 * i, &v, 2); break; }
-    case 4: { uint32_t v = static_cast<uint32_t>(bits); std::memcpy(data + 4 * i, &v, 4); break; }
-    default: std::memcpy(data + 8 * i, &bits, 8); break;
+    case 1:
+      data[i] = static_cast<uint8_t>(bits);
+      break;
+    case 2: {
+      uint16_t v = static_cast<uint16_t>(bits);
+      std::memcpy(data + 2 * i, &v, 2);
+      break;
+    }
+    case 4: {
+      uint32_t v = static_cast<uint32_t>(bits);
+      std::memcpy(data + 4 * i, &v, 4);
+      break;
+    }
+    default:
+      std::memcpy(data + 8 * i, &bits, 8);
+      break;
   }
 #endif
 }

@@ -10,8 +10,8 @@
 namespace dcr::internal {
 
 // Maps `path` read-only. On success *map is the mapping (nullptr for an empty file; release with
-// munmap(*map, *size)) and *size the file size. Errors: kNotFound, kInvalidArgument (a directory, named as
-// such, or another non-regular file), others from the system call (named with the path).
+// munmap(*map, *size)) and *size the file size. Errors: kNotFound, kInvalidArgument (a directory,
+// named as such, or another non-regular file), others from the system call (named with the path).
 Status MapReadOnly(const std::string& path, void** map, uint64_t* size);
 
 // Makes `size` bytes of a read-only mapping at `data` resident: reads the file pages into the

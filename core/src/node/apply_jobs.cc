@@ -29,9 +29,9 @@ Status ApplyJobs::Open(const NodePlan& plan, int starts, std::unique_ptr<Receive
   const std::string who = "receiver " + std::to_string(plan.rank);
   DCR_ASSIGN_OR_RETURN(std::shared_ptr<Device> device, OpenPlanDevice(plan, true, who));
   if (plan.method == "delta" && !plan.state_dir.empty()) {
-    DCR_ASSIGN_OR_RETURN(durable_, internal::DurableReceiver::Open(plan, device, starts,
-                                                                   InstalledFaultPoints(),
-                                                                   std::move(carried)));
+    DCR_ASSIGN_OR_RETURN(
+        durable_, internal::DurableReceiver::Open(plan, device, starts, InstalledFaultPoints(),
+                                                  std::move(carried)));
     // Only what the trainer's key signed, never below the version floor (node_trust.h),
     // checked before the journal records anything.
     DCR_ASSIGN_OR_RETURN(backend_, internal::WithPlanTrust(plan, durable_->Handle(), &floor_));

@@ -58,8 +58,8 @@ Status FetchRemainder(ObjectStore& store, const std::string& key, uint64_t size,
     if (got->size() != want) {
       *other_size = true;
       return DataLossError("object " + key + " is not the " + std::to_string(size) +
-                             " bytes listed (" + std::to_string(got->size()) + " bytes at offset " +
-                             std::to_string(*have) + ")");
+                           " bytes listed (" + std::to_string(got->size()) + " bytes at offset " +
+                           std::to_string(*have) + ")");
     }
     if (want > 0) std::memcpy(bytes->data() + *have, got->data(), want);
     *have += want;

@@ -60,8 +60,9 @@ TEST(FetchRemainderTest, ContinuesAtTheByteHeld) {
   std::copy(blob.begin(), blob.begin() + 3333, bytes.begin());  // pieces from the parent
   uint64_t have = 3333, fetched = 0;
   bool other = false;
-  ASSERT_TRUE(FetchRemainder(store, "p/0000000001.chk", blob.size(), 4096, &bytes, &have,
-                             &fetched, &other).ok());
+  ASSERT_TRUE(
+      FetchRemainder(store, "p/0000000001.chk", blob.size(), 4096, &bytes, &have, &fetched, &other)
+          .ok());
   EXPECT_EQ(bytes, blob);
   EXPECT_EQ(have, blob.size());
   EXPECT_EQ(fetched, blob.size() - 3333);  // nothing held was read again

@@ -141,7 +141,8 @@ StatusOr<std::unique_ptr<BlobSpool>> BlobSpool::Open(
     const std::function<uint64_t(BlobKind)>& max_blob_bytes, std::vector<Restored>* restored) {
   restored->clear();
   if (budget_bytes == 0) return InvalidArgumentError("blob spool " + path + ": zero budget");
-  if (key.size() > kMaxKeyBytes) return InvalidArgumentError("blob spool " + path + ": key too long");
+  if (key.size() > kMaxKeyBytes)
+    return InvalidArgumentError("blob spool " + path + ": key too long");
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoError("blob spool " + path + ": open", errno);
   struct stat st;

@@ -29,8 +29,8 @@ class BlobSpoolTest : public ::testing::Test {
   StatusOr<std::unique_ptr<BlobSpool>> Open(bool fresh, std::vector<BlobSpool::Restored>* out,
                                             const std::string& key = "run 1 version 2",
                                             uint64_t budget = 1 << 20) {
-    return BlobSpool::Open(path_, key, budget, fresh, [](BlobKind) { return uint64_t{1} << 20; },
-                           out);
+    return BlobSpool::Open(
+        path_, key, budget, fresh, [](BlobKind) { return uint64_t{1} << 20; }, out);
   }
   uint64_t FileSize() const { return std::filesystem::file_size(path_); }
 

@@ -19,8 +19,8 @@
 #include "node/node_trust.h"
 #include "node/version_state.h"
 #include "node/versions.h"
-#include "transport/tls.h"
 #include "transport/net.h"
+#include "transport/tls.h"
 
 namespace dcr::internal {
 
@@ -46,8 +46,8 @@ CatchUpStep PlanCatchUp(const std::optional<uint64_t>& held,
     if (any_frame) {
       step.kind = CatchUpStep::kFullFrame;
       step.version = newest_frame;
-      step.why = why + "; the full frame of version " + std::to_string(newest_frame) +
-                 " is in the store";
+      step.why =
+          why + "; the full frame of version " + std::to_string(newest_frame) + " is in the store";
     } else if (chain_whole) {
       step.kind = CatchUpStep::kReplay;
       step.version = *held + 1;
@@ -185,8 +185,8 @@ StatusOr<std::vector<uint8_t>> FullFrameImage(const Receiver& storage) {
   std::vector<std::vector<uint8_t>> downloaded;  // a device's tensors, copied to host memory
   if (host != nullptr) {
     for (const ReceiverTensor& t : host->tensors()) {
-      views.push_back(TensorView{t.info.name, t.info.dtype_name, t.info.shape, t.data,
-                                 t.info.nbytes});
+      views.push_back(
+          TensorView{t.info.name, t.info.dtype_name, t.info.shape, t.data, t.info.nbytes});
     }
   } else {
     downloaded.reserve(device->tensors().size());
@@ -286,9 +286,8 @@ StatusOr<SignedCommitment> StoredSignedCommitment(ObjectStore* store, const std:
 }
 
 StatusOr<std::unique_ptr<BufferReceiver>> FetchFullFrame(ObjectStore* store,
-                                                         const std::string& prefix,
-                                                         uint64_t number, uint64_t* bytes,
-                                                         const FrameTrust* trust) {
+                                                         const std::string& prefix, uint64_t number,
+                                                         uint64_t* bytes, const FrameTrust* trust) {
   DCR_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt,
                        FetchFullFrameCheckpoint(store, prefix, number, bytes, trust));
   return BufferReceiver::Copy(*ckpt, number);
@@ -333,9 +332,9 @@ StatusOr<std::unique_ptr<Checkpoint>> FetchFullFrameCheckpoint(ObjectStore* stor
       views.push_back(TensorView{t.name, t.dtype_name, t.shape, (*ckpt)->data(t), t.nbytes});
     }
     const std::vector<Sha256Digest> leaves = verifier->signed_commitment_leaves();
-    DCR_RETURN_IF_ERROR(CheckCommitment(views, *verifier->signed_commitment(), &leaves, 0)
-                            .WithContext("full frame of version " + std::to_string(number) +
-                                         " refused"));
+    DCR_RETURN_IF_ERROR(
+        CheckCommitment(views, *verifier->signed_commitment(), &leaves, 0)
+            .WithContext("full frame of version " + std::to_string(number) + " refused"));
     if (!trust->signed_state_path.empty()) {
       DCR_RETURN_IF_ERROR(WriteSignedState(trust->signed_state_path, *verifier));
     }
@@ -370,13 +369,13 @@ StatusOr<bool> RestoreRegionReport(ObjectStore* store, const std::string& prefix
   if (!sv.delta_whole && !sv.full_frame) return false;
   DCR_ASSIGN_OR_RETURN(auto held, Checkpoint::Open(held_path));
   DCR_ASSIGN_OR_RETURN(const Commitment root, CheckpointCommitment(*held, 0));
-  DCR_RETURN_IF_ERROR(PutRegionReport(store, prefix, rank, run, version, held->ContentHash(),
-                                      root.root, signer));
+  DCR_RETURN_IF_ERROR(
+      PutRegionReport(store, prefix, rank, run, version, held->ContentHash(), root.root, signer));
   return true;
 }
 
-std::optional<CommitReport> GetRegionReport(ObjectStore* store, const std::string& prefix,
-                                            int rank, uint64_t run, uint64_t version,
+std::optional<CommitReport> GetRegionReport(ObjectStore* store, const std::string& prefix, int rank,
+                                            uint64_t run, uint64_t version,
                                             const TlsContext* checker, std::string* refused) {
   auto got = store->Get(RegionReportKey(prefix, rank));
   if (!got.ok()) return std::nullopt;
@@ -422,8 +421,8 @@ std::vector<CommitReport> CollectRegionReports(ObjectStore* store, const std::st
           continue;
         }
         std::string why;
-        if (auto r = GetRegionReport(store, prefix, static_cast<int>(rank), run, version,
-                                     checker, &why)) {
+        if (auto r = GetRegionReport(store, prefix, static_cast<int>(rank), run, version, checker,
+                                     &why)) {
           got[static_cast<int>(rank)] = *r;
         } else if (!why.empty() && refused_ranks.insert(static_cast<int>(rank)).second &&
                    refused != nullptr) {
@@ -515,8 +514,7 @@ Status TakeFullFrame(const NodePlan& plan, ObjectStore* store, const NodeVersion
       trust.signed_state_path = SignedStatePath(at);
     }
   }
-  auto frame =
-      FetchFullFrameCheckpoint(store, fv.prefix, fv.version, &fr->bytes_received, &trust);
+  auto frame = FetchFullFrameCheckpoint(store, fv.prefix, fv.version, &fr->bytes_received, &trust);
   if (!frame.ok()) return frame.status().WithContext(who);
   *dense_bytes = (*frame)->total_tensor_bytes();
   // The frame is loaded where the receiver holds its weights: host memory, or its device.
@@ -528,7 +526,8 @@ Status TakeFullFrame(const NodePlan& plan, ObjectStore* store, const NodeVersion
     auto device = OpenDevice(kind, plan.device_index);
     if (!device.ok()) return device.status().WithContext(who + " on device " + plan.device);
     auto d = MakeDeviceReceiver(std::shared_ptr<Device>(std::move(*device)), **frame, fv.version);
-    if (!d.ok()) return d.status().WithContext(who + ": loading the full frame onto " + plan.device);
+    if (!d.ok())
+      return d.status().WithContext(who + ": loading the full frame onto " + plan.device);
     held = std::move(*d);
   }
   frame->reset();
@@ -545,9 +544,11 @@ Status TakeFullFrame(const NodePlan& plan, ObjectStore* store, const NodeVersion
     fr->verify_message = vs.ok() ? "byte-for-byte equal to the target" : vs.message();
   }
   const std::string onto = kind == DeviceKind::kCpu ? "" : " onto device " + plan.device;
-  std::fprintf(stderr, "receiver %d: full frame of version %llu from the in-region store (%llu bytes)%s: %s\n",
-               plan.rank, static_cast<unsigned long long>(fv.version),
-               static_cast<unsigned long long>(fr->bytes_received), onto.c_str(), why.c_str());
+  std::fprintf(
+      stderr,
+      "receiver %d: full frame of version %llu from the in-region store (%llu bytes)%s: %s\n",
+      plan.rank, static_cast<unsigned long long>(fv.version),
+      static_cast<unsigned long long>(fr->bytes_received), onto.c_str(), why.c_str());
   // The root of what it loaded (the frame was checked against the signed one with a trust key).
   DCR_ASSIGN_OR_RETURN(const Commitment root, HeldCommitment(**storage, 0));
   return PutRegionReport(store, fv.prefix, plan.rank, plan.run_id, fv.version,
@@ -609,9 +610,9 @@ Status RunRegionReceiverVersions(const NodePlan& plan, NodeResult* result) {
     a.role = "receiver";
     a.ok = true;
     a.catch_up = "absent";
-    a.verify_message = "did not hold version " + std::to_string(v.version) +
-                       (frame > 0 ? " (took the full frame of version " + std::to_string(frame) + ")"
-                                  : "");
+    a.verify_message =
+        "did not hold version " + std::to_string(v.version) +
+        (frame > 0 ? " (took the full frame of version " + std::to_string(frame) + ")" : "");
     *result = a;
     return WriteResultFile(v.result_path, a);
   };
@@ -644,9 +645,10 @@ Status RunRegionReceiverVersions(const NodePlan& plan, NodeResult* result) {
           break;
         }
         if (*put) {
-          std::fprintf(stderr, "receiver %d: commit report of version %llu put again in the "
-                       "region store (it was missing after a restart)\n", plan.rank,
-                       static_cast<unsigned long long>(v.version));
+          std::fprintf(stderr,
+                       "receiver %d: commit report of version %llu put again in the "
+                       "region store (it was missing after a restart)\n",
+                       plan.rank, static_cast<unsigned long long>(v.version));
         }
       }
       continue;
@@ -663,17 +665,17 @@ Status RunRegionReceiverVersions(const NodePlan& plan, NodeResult* result) {
     while (true) {
       std::vector<StoredVersion> stored;
       for (size_t k = i; k < plan.versions.size(); ++k) {
-        DCR_ASSIGN_OR_RETURN(StoredVersion sv,
-                             InspectStoredVersion(store.get(), plan.versions[k].prefix,
-                                                  plan.versions[k].version));
+        DCR_ASSIGN_OR_RETURN(
+            StoredVersion sv,
+            InspectStoredVersion(store.get(), plan.versions[k].prefix, plan.versions[k].version));
         stored.push_back(sv);
       }
       step = PlanCatchUp(held, stored, dense_bytes, limits);
       published = !stored.empty() && stored[0].delta_whole;
       if (step.kind != CatchUpStep::kRequestFullFrame) break;
       if (!requested) {
-        std::fprintf(stderr, "receiver %d: %s: requesting a full frame in the region\n",
-                     plan.rank, step.why.c_str());
+        std::fprintf(stderr, "receiver %d: %s: requesting a full frame in the region\n", plan.rank,
+                     step.why.c_str());
         const std::string key = FullFrameRequestKey(CatchUpRoot(plan), plan.rank);
         DCR_RETURN_IF_ERROR(store->Put(key, "request\n", 8));
         requested = true;
@@ -707,8 +709,8 @@ Status RunRegionReceiverVersions(const NodePlan& plan, NodeResult* result) {
       fr.pid = result->pid;
       fr.role = "receiver";
       uint64_t frame_dense = 0;
-      s = TakeFullFrame(plan, store.get(), plan.versions[k], step.why, signer.get(), &storage,
-                        &fr, &frame_dense);
+      s = TakeFullFrame(plan, store.get(), plan.versions[k], step.why, signer.get(), &storage, &fr,
+                        &frame_dense);
       if (s.ok() && recovery != nullptr) {
         s = KeepFullFrame(plan, recovery.get(), plan.versions[k].version, *storage);
       }

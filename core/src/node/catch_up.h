@@ -43,9 +43,9 @@ class TlsContext;  // transport/tls.h
 // What the in-region store holds of one published version.
 struct StoredVersion {
   uint64_t number = 0;
-  bool delta_whole = false;   // header, every chunk and the trailer (ids 0..trailer) present
-  uint64_t delta_bytes = 0;   // their total size (when whole)
-  bool full_frame = false;    // P_v/full/frame.safetensors present
+  bool delta_whole = false;  // header, every chunk and the trailer (ids 0..trailer) present
+  uint64_t delta_bytes = 0;  // their total size (when whole)
+  bool full_frame = false;   // P_v/full/frame.safetensors present
 };
 
 struct CatchUpLimits {
@@ -144,8 +144,8 @@ StatusOr<SignedCommitment> StoredSignedCommitment(ObjectStore* store, const std:
 // (with `trust`: not the signed commitment, naming the first wrong range; or
 // StoredSignedCommitment's).
 StatusOr<std::unique_ptr<BufferReceiver>> FetchFullFrame(ObjectStore* store,
-                                                         const std::string& prefix,
-                                                         uint64_t number, uint64_t* bytes,
+                                                         const std::string& prefix, uint64_t number,
+                                                         uint64_t* bytes,
                                                          const FrameTrust* trust = nullptr);
 // The same, the frame as a checkpoint in host memory (what a device receiver is loaded from).
 StatusOr<std::unique_ptr<Checkpoint>> FetchFullFrameCheckpoint(ObjectStore* store,
@@ -159,8 +159,7 @@ StatusOr<std::unique_ptr<Checkpoint>> FetchFullFrameCheckpoint(ObjectStore* stor
 // certificate, tls.h SignReport) when it is set.
 Status PutRegionReport(ObjectStore* store, const std::string& prefix, int rank, uint64_t run,
                        uint64_t version, const Hash128& hash,
-                       const std::optional<Sha256Digest>& root,
-                       const TlsContext* signer = nullptr);
+                       const std::optional<Sha256Digest>& root, const TlsContext* signer = nullptr);
 // A restarted region receiver's report of the version it holds, `version` committed as the
 // checkpoint at `held_path`: put (PutRegionReport with that checkpoint's commitment root and
 // content hash, computed from it) when the
@@ -176,8 +175,8 @@ StatusOr<bool> RestoreRegionReport(ObjectStore* store, const std::string& prefix
 // (the sender's run credentials) a report is taken only when `rank` signed it
 // (CheckReportSignature); `refused` (may be null) then gets why one was not. A record of another
 // format (commit_reports.h) is not taken either, and `refused` gets why.
-std::optional<CommitReport> GetRegionReport(ObjectStore* store, const std::string& prefix,
-                                            int rank, uint64_t run, uint64_t version,
+std::optional<CommitReport> GetRegionReport(ObjectStore* store, const std::string& prefix, int rank,
+                                            uint64_t run, uint64_t version,
                                             const TlsContext* checker = nullptr,
                                             std::string* refused = nullptr);
 

@@ -151,12 +151,11 @@ class RegionStoreTest : public ::testing::Test {
     for (size_t id = 0; id < blobs.blobs.size(); ++id) {
       BlobInfo b;
       b.id = id;
-      b.kind = id == 0 ? BlobKind::kHeader
+      b.kind = id == 0                        ? BlobKind::kHeader
                : id + 1 == blobs.blobs.size() ? BlobKind::kTrailer
                                               : BlobKind::kChunk;
-      ASSERT_TRUE(store_->Put(ObjectKey("run/v1", b), blobs.blobs[id].data(),
-                              blobs.blobs[id].size())
-                      .ok());
+      ASSERT_TRUE(
+          store_->Put(ObjectKey("run/v1", b), blobs.blobs[id].data(), blobs.blobs[id].size()).ok());
       delta_.insert(delta_.end(), blobs.blobs[id].begin(), blobs.blobs[id].end());
     }
     trailer_bytes_ = blobs.blobs.back().size();
@@ -238,13 +237,13 @@ TEST_F(RegionStoreTest, FullFrameIsCheckedAgainstTheSignedCommitment) {
   SigningSink signing(key->get(), so, &blobs);
   ASSERT_TRUE(BuildDelta(base->get(), **target, o, &signing).ok());
   for (size_t id = 0; id < blobs.blobs.size(); ++id) {
-    BlobInfo b{id, id == 0 ? BlobKind::kHeader
-                   : id + 1 == blobs.blobs.size() ? BlobKind::kTrailer
-                                                  : BlobKind::kChunk,
+    BlobInfo b{id,
+               id == 0                        ? BlobKind::kHeader
+               : id + 1 == blobs.blobs.size() ? BlobKind::kTrailer
+                                              : BlobKind::kChunk,
                0};
-    ASSERT_TRUE(store_->Put(ObjectKey("run/s1", b), blobs.blobs[id].data(),
-                            blobs.blobs[id].size())
-                    .ok());
+    ASSERT_TRUE(
+        store_->Put(ObjectKey("run/s1", b), blobs.blobs[id].data(), blobs.blobs[id].size()).ok());
   }
   FrameTrust trust{TrustKey::FromRaw((*key)->public_key()).value(), 77};
   auto signed_c = StoredSignedCommitment(store_.get(), "run/s1", 1, trust);
@@ -280,9 +279,9 @@ TEST_F(RegionStoreTest, FullFrameIsCheckedAgainstTheSignedCommitment) {
 
   // Another signer, another run, and an unsigned stream are no proof.
   ASSERT_TRUE(PutFullFrameOfCheckpoint(store_.get(), "run/s1", paths_[1]).ok());
-  ASSERT_TRUE(store_->Put(ObjectKey("run/s1", trailer_blob), real_trailer.data(),
-                          real_trailer.size())
-                  .ok());
+  ASSERT_TRUE(
+      store_->Put(ObjectKey("run/s1", trailer_blob), real_trailer.data(), real_trailer.size())
+          .ok());
   ASSERT_TRUE(FetchFullFrame(store_.get(), "run/s1", 1, &bytes, &trust).ok());
   FrameTrust stranger{TrustKey::FromRaw((*other)->public_key()).value(), 77};
   EXPECT_EQ(FetchFullFrame(store_.get(), "run/s1", 1, &bytes, &stranger).status().code(),
@@ -386,9 +385,9 @@ TEST_F(RegionStoreTest, RestartPutsAMissingReportOfTheHeldVersionOnce) {
   EXPECT_FALSE(store_->Get(RegionReportKey("run/v2", 9)).ok());
   // A held checkpoint that cannot be read is an error, not a report.
   ASSERT_TRUE(store_->Delete(RegionReportKey("run/v1", 9)).ok());
-  EXPECT_FALSE(RestoreRegionReport(store_.get(), "run/v1", 9, 77, 1,
-                                   (dir_ / "missing.safetensors").string())
-                   .ok());
+  EXPECT_FALSE(
+      RestoreRegionReport(store_.get(), "run/v1", 9, 77, 1, (dir_ / "missing.safetensors").string())
+          .ok());
   EXPECT_FALSE(GetRegionReport(store_.get(), "run/v1", 9, 77, 1).has_value());
 }
 
@@ -416,15 +415,14 @@ TEST_F(RegionStoreTest, SignedRegionReportsCountOnlyForTheirOwnRank) {
   EXPECT_FALSE(GetRegionReport(store_.get(), "run/v1", 9, 77, 1, sender.get(), &why).has_value());
   EXPECT_NE(why.find("not signed"), std::string::npos) << why;
   // Signed by rank 1 for rank 9: refused.
-  ASSERT_TRUE(
-      PutRegionReport(store_.get(), "run/v1", 9, 77, 1, h, std::nullopt, tree.get()).ok());
+  ASSERT_TRUE(PutRegionReport(store_.get(), "run/v1", 9, 77, 1, h, std::nullopt, tree.get()).ok());
   why.clear();
   EXPECT_FALSE(GetRegionReport(store_.get(), "run/v1", 9, 77, 1, sender.get(), &why).has_value());
   EXPECT_NE(why.find("rank 9"), std::string::npos) << why;
   std::vector<std::string> refused;
-  EXPECT_TRUE(CollectRegionReports(store_.get(), "run/v1", 77, 1, 2, {9}, 0.05, sender.get(),
-                                   &refused)
-                  .empty());
+  EXPECT_TRUE(
+      CollectRegionReports(store_.get(), "run/v1", 77, 1, 2, {9}, 0.05, sender.get(), &refused)
+          .empty());
   ASSERT_EQ(refused.size(), 1u);  // once per rank, however often it polled
   EXPECT_EQ(refused[0].rfind("9: ", 0), 0u) << refused[0];
   // Signed by rank 9 itself: taken.
@@ -486,8 +484,8 @@ TEST(SenderJointCommitTest, SilentReceiverIsDeclaredDeadAndReadmittedByAReport) 
   EXPECT_TRUE(back.empty());
   EXPECT_EQ(jc.baseline().number, 1u);
   // It caught up and reports version 2 (and a late joiner, rank 9, too): both count again.
-  dead = jc.Published(v1, v2, {report(1, v2), report(2, v2), report(8, v2), report(9, v2)}, std::nullopt,
-                      &back);
+  dead = jc.Published(v1, v2, {report(1, v2), report(2, v2), report(8, v2), report(9, v2)},
+                      std::nullopt, &back);
   ASSERT_TRUE(dead.ok());
   EXPECT_TRUE(dead->empty());
   EXPECT_EQ(back, (std::vector<int>{8, 9}));

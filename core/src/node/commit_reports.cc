@@ -79,8 +79,7 @@ StatusOr<ReportRecord> ParseReportRecord(const uint8_t* data, size_t size, size_
   if (size < 4) return DataLossError("commit report: truncated record");
   const uint32_t body_bytes = GetU32(data);
   if (body_bytes < kMarkerAt + 4 || body_bytes > kReportBodyFixedBytes + kMaxReportMessageBytes) {
-    return DataLossError("commit report: record body of " + std::to_string(body_bytes) +
-                         " bytes");
+    return DataLossError("commit report: record body of " + std::to_string(body_bytes) + " bytes");
   }
   if (size - 4 < static_cast<size_t>(body_bytes) + 4) {
     return DataLossError("commit report: truncated record");
@@ -89,11 +88,11 @@ StatusOr<ReportRecord> ParseReportRecord(const uint8_t* data, size_t size, size_
   if (GetU32(b + kMarkerAt) != kFormatMarker) {
     return FailedPreconditionError(
         "commit report: record of format 1 (it proves nothing but the additive content hash, no "
-        "commitment root); this node takes format " + std::to_string(kReportFormat) + " only");
+        "commitment root); this node takes format " +
+        std::to_string(kReportFormat) + " only");
   }
   if (body_bytes < kReportBodyFixedBytes) {
-    return DataLossError("commit report: record body of " + std::to_string(body_bytes) +
-                         " bytes");
+    return DataLossError("commit report: record body of " + std::to_string(body_bytes) + " bytes");
   }
   if (const uint32_t format = GetU32(b + kMarkerAt + 4); format != kReportFormat) {
     return FailedPreconditionError("commit report: record of format " + std::to_string(format) +
@@ -107,8 +106,7 @@ StatusOr<ReportRecord> ParseReportRecord(const uint8_t* data, size_t size, size_
   }
   const uint32_t tail_bytes = GetU32(b + body_bytes);
   if (tail_bytes > kMaxReportTailBytes) {
-    return DataLossError("commit report: record tail of " + std::to_string(tail_bytes) +
-                         " bytes");
+    return DataLossError("commit report: record tail of " + std::to_string(tail_bytes) + " bytes");
   }
   const size_t total = 4 + static_cast<size_t>(body_bytes) + 4 + tail_bytes;
   if (size < total) return DataLossError("commit report: truncated record");
@@ -192,8 +190,7 @@ std::optional<Sha256Digest> RootOfHex(const std::string& hex) {
 
 uint64_t MaxReportPayloadBytes(size_t nodes) { return 4 + nodes * kMaxReportRecordBytes; }
 
-ReportCollector::ReportCollector(std::vector<int> parents, int self, uint64_t run,
-                                 uint64_t version)
+ReportCollector::ReportCollector(std::vector<int> parents, int self, uint64_t run, uint64_t version)
     : parents_(std::move(parents)), self_(self), run_(run), version_(version) {}
 
 bool ReportCollector::InSubtree(int rank, int root) const {
@@ -210,21 +207,18 @@ Status ReportCollector::Add(int child, const ReportRecord& record) {
   const int n = static_cast<int>(parents_.size());
   if (child <= 0 || child >= n || parents_[child] != self_) {
     return FailedPreconditionError("node " + std::to_string(child) + " is not a child of node " +
-                                 std::to_string(self_));
+                                   std::to_string(self_));
   }
   if (rep.rank <= 0 || rep.rank >= n || !InSubtree(rep.rank, child)) {
-    return FailedPreconditionError("child node " + std::to_string(child) +
-                                 " reported rank " + std::to_string(rep.rank) +
-                                 ", which is not in its subtree");
+    return FailedPreconditionError("child node " + std::to_string(child) + " reported rank " +
+                                   std::to_string(rep.rank) + ", which is not in its subtree");
   }
   if (rep.run != run_ || rep.version != version_) {
     char ids[160];
-    std::snprintf(ids, sizeof(ids),
-                  "run 0x%016llx version %llu, this node's run 0x%016llx version %llu",
-                  static_cast<unsigned long long>(rep.run),
-                  static_cast<unsigned long long>(rep.version),
-                  static_cast<unsigned long long>(run_),
-                  static_cast<unsigned long long>(version_));
+    std::snprintf(
+        ids, sizeof(ids), "run 0x%016llx version %llu, this node's run 0x%016llx version %llu",
+        static_cast<unsigned long long>(rep.run), static_cast<unsigned long long>(rep.version),
+        static_cast<unsigned long long>(run_), static_cast<unsigned long long>(version_));
     return FailedPreconditionError("child node " + std::to_string(child) + " reported rank " +
                                    std::to_string(rep.rank) + " for " + ids);
   }
@@ -242,7 +236,7 @@ Status ReportCollector::Add(int child, const ReportRecord& record) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!ranks_.insert(rep.rank).second) {
     return FailedPreconditionError("child node " + std::to_string(child) + " reported rank " +
-                              std::to_string(rep.rank) + " a second time");
+                                   std::to_string(rep.rank) + " a second time");
   }
   records_.push_back(record);
   return Status();

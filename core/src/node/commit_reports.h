@@ -29,11 +29,11 @@
 
 #include <cstdint>
 #include <functional>
-#include <utility>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dcr/node.h"
@@ -81,8 +81,7 @@ StatusOr<std::vector<ReportRecord>> ParseReportPayload(const uint8_t* data, size
 // Empty when `report` is a committed report of `root` (or `root` is nullopt); otherwise why not:
 // "reported commitment <hex> (content hash <hex>), not the signed root <hex>", or "reported no
 // commitment root ...".
-std::string CommitmentMismatch(const CommitReport& report,
-                               const std::optional<Sha256Digest>& root);
+std::string CommitmentMismatch(const CommitReport& report, const std::optional<Sha256Digest>& root);
 
 // The root that CommitmentHex (dcr/commitment.h) printed as `hex` (NodeResult::commitment);
 // nullopt for "" (none) or text that is not 64 lowercase hex digits.

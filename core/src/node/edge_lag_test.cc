@@ -17,10 +17,10 @@ TEST(EdgeLagWatchTest, LagsOnceWhenUnacknowledgedBytesPassTheBound) {
   EXPECT_FALSE(w.Accepted(1, 5, 60));
   EXPECT_FALSE(w.Accepted(1, 6, 40));  // 100: at the bound, not past it
   EXPECT_EQ(w.unacked(1), 100u);
-  w.Acked(1, 5);                        // a relay that keeps up acknowledges
+  w.Acked(1, 5);  // a relay that keeps up acknowledges
   EXPECT_EQ(w.unacked(1), 40u);
   EXPECT_FALSE(w.Accepted(1, 7, 60));
-  EXPECT_TRUE(w.Accepted(1, 8, 1));     // 101
+  EXPECT_TRUE(w.Accepted(1, 8, 1));  // 101
   EXPECT_TRUE(w.lagging(1));
   EXPECT_FALSE(w.Accepted(1, 9, 500));  // once
   EXPECT_FALSE(w.lagging(2));
@@ -46,20 +46,20 @@ TEST(EdgeLagWatchTest, CatchesUpAtHalfTheBoundAndCanLagAgain) {
   EXPECT_EQ(w.resume_bound(), 50u);
   EXPECT_FALSE(w.Accepted(1, 1, 60));
   EXPECT_FALSE(w.Accepted(1, 2, 10));
-  EXPECT_TRUE(w.Accepted(1, 3, 50));   // 120
-  EXPECT_FALSE(w.Acked(2, 1));         // another edge
-  EXPECT_FALSE(w.Acked(1, 4));         // never accepted: 120 left
-  EXPECT_FALSE(w.Acked(1, 2));         // 110 left: still lagging
+  EXPECT_TRUE(w.Accepted(1, 3, 50));  // 120
+  EXPECT_FALSE(w.Acked(2, 1));        // another edge
+  EXPECT_FALSE(w.Acked(1, 4));        // never accepted: 120 left
+  EXPECT_FALSE(w.Acked(1, 2));        // 110 left: still lagging
   EXPECT_TRUE(w.lagging(1));
-  EXPECT_TRUE(w.Acked(1, 1));          // 50 left: half the bound, caught up
+  EXPECT_TRUE(w.Acked(1, 1));  // 50 left: half the bound, caught up
   EXPECT_FALSE(w.lagging(1));
   EXPECT_TRUE(w.lagging_children().empty());
   EXPECT_EQ(w.unacked(1), 50u);
-  EXPECT_FALSE(w.Acked(1, 1));         // a duplicate changes nothing
-  EXPECT_FALSE(w.Acked(1, 3));         // caught up already: no second answer
+  EXPECT_FALSE(w.Acked(1, 1));  // a duplicate changes nothing
+  EXPECT_FALSE(w.Acked(1, 3));  // caught up already: no second answer
   EXPECT_EQ(w.unacked(1), 0u);
   EXPECT_FALSE(w.Accepted(1, 5, 100));
-  EXPECT_TRUE(w.Accepted(1, 6, 1));    // past the bound again: lags again
+  EXPECT_TRUE(w.Accepted(1, 6, 1));  // past the bound again: lags again
   EXPECT_TRUE(w.lagging(1));
 }
 

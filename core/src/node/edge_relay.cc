@@ -52,13 +52,13 @@ Status EdgeTranscoder::SetHeader(const uint8_t* header, size_t size) {
       continue;
     }
     if (have == nullptr || have->nbytes != want.nbytes || have->width() != want.width()) {
-      return FailedPreconditionError("edge relay: the canonical base " +
-                                     std::string(have == nullptr ? "lacks tensor '"
-                                                                 : "holds another size of '") +
-                                     want.name + "' of the delta");
+      return FailedPreconditionError(
+          "edge relay: the canonical base " +
+          std::string(have == nullptr ? "lacks tensor '" : "holds another size of '") + want.name +
+          "' of the delta");
     }
-    tensors.push_back(TensorBuffer{const_cast<uint8_t*>(base_->data(*have)),
-                                   have->num_elements(), have->width(), inv.salts[i]});
+    tensors.push_back(TensorBuffer{const_cast<uint8_t*>(base_->data(*have)), have->num_elements(),
+                                   have->width(), inv.salts[i]});
   }
   tensors_ = std::move(tensors);
   names_ = std::move(names);
@@ -78,10 +78,10 @@ StatusOr<std::optional<std::vector<uint8_t>>> EdgeTranscoder::ToPlain(const uint
   if (!header_set_) return FailedPreconditionError("edge relay: chunk before the delta header");
   for (const Segment& sg : h->segments) {
     if (sg.tensor_index < tensors_.size() && tensors_[sg.tensor_index].data == nullptr) {
-      return FailedPreconditionError(
-          "edge relay: chunk " + std::to_string(h->chunk_id) + " of its range [" +
-          std::to_string(range_->first) + ", " + std::to_string(range_->end) +
-          ") covers tensor '" + names_[sg.tensor_index] + "', which its base lacks");
+      return FailedPreconditionError("edge relay: chunk " + std::to_string(h->chunk_id) +
+                                     " of its range [" + std::to_string(range_->first) + ", " +
+                                     std::to_string(range_->end) + ") covers tensor '" +
+                                     names_[sg.tensor_index] + "', which its base lacks");
     }
   }
   thread_local std::vector<uint8_t> bits;

@@ -50,8 +50,7 @@ class EdgeTranscoder {
   // `range`: the chunks this edge relay transcodes; nullopt = every chunk (the base holds every
   // tensor of the delta).
   static StatusOr<std::unique_ptr<EdgeTranscoder>> Open(
-      const std::string& base_path, int zstd_level,
-      std::optional<EdgeRange> range = std::nullopt);
+      const std::string& base_path, int zstd_level, std::optional<EdgeRange> range = std::nullopt);
 
   // The delta's header blob: binds every tensor of its inventory to the base's tensor of that
   // name. Errors: kDataLoss for a malformed header; kFailedPrecondition when the base holds a
@@ -69,8 +68,7 @@ class EdgeTranscoder {
   StatusOr<std::optional<std::vector<uint8_t>>> ToPlain(const uint8_t* blob, size_t size) const;
 
  private:
-  EdgeTranscoder(std::unique_ptr<Checkpoint> base, int zstd_level,
-                 std::optional<EdgeRange> range)
+  EdgeTranscoder(std::unique_ptr<Checkpoint> base, int zstd_level, std::optional<EdgeRange> range)
       : base_(std::move(base)), zstd_level_(zstd_level), range_(range) {}
 
   std::unique_ptr<Checkpoint> base_;
@@ -102,10 +100,10 @@ class PieceTracker {
 
 // Counters of an edge relay's transcoding (reported in the node's result).
 struct EdgeStats {
-  uint64_t chunks = 0;          // context-coded chunks transcoded
-  uint64_t context_bytes = 0;   // their bytes as received
-  uint64_t plain_bytes = 0;     // their plain records' bytes
-  double cpu_seconds = 0;       // thread CPU time of the transcoding
+  uint64_t chunks = 0;         // context-coded chunks transcoded
+  uint64_t context_bytes = 0;  // their bytes as received
+  uint64_t plain_bytes = 0;    // their plain records' bytes
+  double cpu_seconds = 0;      // thread CPU time of the transcoding
 };
 
 // The edge relay's ingress: pieces from the parent in, whole plain blobs out to the policy.

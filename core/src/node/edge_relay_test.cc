@@ -45,21 +45,23 @@ class BlobSink : public DeltaSink {
 // A base, a target with ~3% of its elements changed and an unrelated checkpoint of the shape:
 // BF16 around 1 with varied exponents, a change a step of 1-3 in the low byte.
 const testing::ChangedCheckpoints& Checkpoints() {
-  static const testing::ChangedCheckpoints* f = new testing::ChangedCheckpoints(
-      testing::WriteChangedCheckpoints(
-          "dcr_edge_",
-          {{"a.weight", "BF16", {512, 256}}, {"b.weight", "BF16", {300, 100}},
-           {"c.norm", "BF16", {640}}},
-          7, 3,
-          [](std::mt19937_64& rng, uint8_t* e, int) {
-            const uint16_t v = static_cast<uint16_t>(0x3C00 + rng() % 0x0800);
-            e[0] = static_cast<uint8_t>(v);
-            e[1] = static_cast<uint8_t>(v >> 8);
-          },
-          [](std::mt19937_64& rng, uint8_t* e, int) {
-            e[0] = static_cast<uint8_t>(e[0] + 1 + rng() % 3);
-          })
-          .value());
+  static const testing::ChangedCheckpoints* f =
+      new testing::ChangedCheckpoints(testing::WriteChangedCheckpoints(
+                                          "dcr_edge_",
+                                          {{"a.weight", "BF16", {512, 256}},
+                                           {"b.weight", "BF16", {300, 100}},
+                                           {"c.norm", "BF16", {640}}},
+                                          7, 3,
+                                          [](std::mt19937_64& rng, uint8_t* e, int) {
+                                            const uint16_t v =
+                                                static_cast<uint16_t>(0x3C00 + rng() % 0x0800);
+                                            e[0] = static_cast<uint8_t>(v);
+                                            e[1] = static_cast<uint8_t>(v >> 8);
+                                          },
+                                          [](std::mt19937_64& rng, uint8_t* e, int) {
+                                            e[0] = static_cast<uint8_t>(e[0] + 1 + rng() % 3);
+                                          })
+                                          .value());
   return *f;
 }
 
@@ -314,7 +316,8 @@ TEST(EdgeIngressTest, ShuffledPiecesGiveThePlainStream) {
   for (size_t i = 0; i < ctx.size(); ++i) {
     bufs.push_back(std::make_shared<const std::vector<uint8_t>>(ctx[i].second));
     const BlobInfo info{i, ctx[i].first, ctx[i].second.size()};
-    for (uint64_t k = 0; k < NumPieces(info.size, piece); ++k) pieces.push_back({info, k * piece, i});
+    for (uint64_t k = 0; k < NumPieces(info.size, piece); ++k)
+      pieces.push_back({info, k * piece, i});
   }
   std::mt19937_64 rng(3);
   std::shuffle(pieces.begin(), pieces.end(), rng);

@@ -37,8 +37,8 @@ class HeldHellos {
   // `parent` on `streams` streams, keeps for later: a kHello of this wire protocol and run, of a
   // later version, from `parent` (its TLS certificate's rank too, when `peer` is set) with a
   // stream index below `streams`.
-  static bool IsLater(const FrameHeader& h, const TlsIdentity* peer, uint64_t run,
-                      uint64_t version, int parent, int streams);
+  static bool IsLater(const FrameHeader& h, const TlsIdentity* peer, uint64_t run, uint64_t version,
+                      int parent, int streams);
 
   // Keeps the connection of `h` (moved out of it) for node `rank` (the one that accepted it: a
   // process may run several nodes of a run).

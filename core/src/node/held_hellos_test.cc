@@ -3,8 +3,8 @@
 // carries what the parent sent meanwhile.
 #include "node/held_hellos.h"
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -42,9 +42,9 @@ void ListenOnFreePort(std::string* address, int* fd) {
 TEST(HeldHellos, IsLaterOnlyForTheParentsLaterVersionOfThisRun) {
   EXPECT_TRUE(HeldHellos::IsLater(HelloOf(3, 1), nullptr, kRun, 2, 1, 1));
   EXPECT_TRUE(HeldHellos::IsLater(HelloOf(5, 1, 1, 2), nullptr, kRun, 2, 1, 2));
-  EXPECT_FALSE(HeldHellos::IsLater(HelloOf(2, 1), nullptr, kRun, 2, 1, 1));  // this version
-  EXPECT_FALSE(HeldHellos::IsLater(HelloOf(1, 1), nullptr, kRun, 2, 1, 1));  // an earlier one
-  EXPECT_FALSE(HeldHellos::IsLater(HelloOf(3, 4), nullptr, kRun, 2, 1, 1));  // not the parent
+  EXPECT_FALSE(HeldHellos::IsLater(HelloOf(2, 1), nullptr, kRun, 2, 1, 1));        // this version
+  EXPECT_FALSE(HeldHellos::IsLater(HelloOf(1, 1), nullptr, kRun, 2, 1, 1));        // an earlier one
+  EXPECT_FALSE(HeldHellos::IsLater(HelloOf(3, 4), nullptr, kRun, 2, 1, 1));        // not the parent
   EXPECT_FALSE(HeldHellos::IsLater(HelloOf(3, 1, 1, 1), nullptr, kRun, 2, 1, 1));  // stream
   EXPECT_FALSE(HeldHellos::IsLater(HelloOf(3, 1, 0, 2), nullptr, kRun, 2, 1, 1));  // count
   FrameHeader other_run = HelloOf(3, 1);

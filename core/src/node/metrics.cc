@@ -59,23 +59,25 @@ void SendAll(int fd, const std::string& bytes) {
 
 void Respond(int fd, int code, const char* reason, const std::string& type,
              const std::string& body) {
-  std::string head = "HTTP/1.1 " + std::to_string(code) + " " + reason + "\r\nContent-Type: " +
-                     type + "\r\nContent-Length: " + std::to_string(body.size()) +
-                     "\r\nConnection: close\r\n\r\n";
+  std::string head =
+      "HTTP/1.1 " + std::to_string(code) + " " + reason + "\r\nContent-Type: " + type +
+      "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n";
   SendAll(fd, head + body);
 }
 
 }  // namespace
 
 std::string RenderMetrics(const NodeMetrics& m) {
-  const std::string labels = "rank=\"" + std::to_string(m.rank) + "\",role=\"" + Escape(m.role) + "\"";
+  const std::string labels =
+      "rank=\"" + std::to_string(m.rank) + "\",role=\"" + Escape(m.role) + "\"";
   std::string out;
   auto metric = [&](const char* name, const char* type, const char* help, const std::string& value,
                     const std::string& extra = "") {
     out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
     out += std::string(name) + "{" + labels + extra + "} " + value + "\n";
   };
-  metric("dcr_node_up", "gauge", "1 while the node runs (setting up, waiting for its parent, refitting) without an error.",
+  metric("dcr_node_up", "gauge",
+         "1 while the node runs (setting up, waiting for its parent, refitting) without an error.",
          m.up ? "1" : "0");
   metric("dcr_node_committed", "gauge",
          "1 once this receiver committed its version (the sender: its tree did).",
@@ -136,8 +138,8 @@ std::string RenderMetrics(const NodeMetrics& m) {
     metric("dcr_gc_budget_errors_total", "counter",
            "Collections that could not meet the budget without removing what is needed.",
            Number(m.gc_budget_errors));
-    metric("dcr_store_bytes", "gauge", "Bytes under the versions' prefix after the last collection.",
-           Number(m.store_bytes));
+    metric("dcr_store_bytes", "gauge",
+           "Bytes under the versions' prefix after the last collection.", Number(m.store_bytes));
   }
   metric("dcr_freeze_seconds", "gauge",
          "Seconds this receiver has gone without a new committed version, once past its freeze "

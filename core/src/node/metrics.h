@@ -4,7 +4,8 @@
 // 503 with the error otherwise (a 200 names the receivers declared dead and the children lost, a
 // line each, when there are any); anything else gets 404 (405 for a method other than GET).
 // Connections are served concurrently by one poll loop; each has 2 s to send a request of at most
-// 8 KiB (an idle or oversized one is closed), so a hostile client cannot hold the node or its memory.
+// 8 KiB (an idle or oversized one is closed), so a hostile client cannot hold the node or its
+// memory.
 //
 // Thread safety: Start and Stop from one thread; `snapshot` runs on the server's thread.
 #ifndef DCR_CORE_SRC_NODE_METRICS_H_
@@ -26,8 +27,8 @@ namespace dcr::internal {
 // What a node's endpoint reports. Counters count from the node's start.
 struct NodeMetrics {
   int rank = 0;
-  std::string role;             // "sender" | "relay" | "receiver" | "uploader" | "downloader"
-  bool up = false;              // the node runs (setting up, waiting or refitting) without an error
+  std::string role;  // "sender" | "relay" | "receiver" | "uploader" | "downloader"
+  bool up = false;   // the node runs (setting up, waiting or refitting) without an error
   uint64_t run_id = 0;
   uint64_t version_target = 0;  // the version this node's refit delivers (NodePlan::version)
   bool committed = false;       // this node committed (a receiver) / its tree did (the sender)
@@ -39,11 +40,11 @@ struct NodeMetrics {
   uint64_t bytes_sent_long = 0;
   uint64_t chunks_applied = 0;  // chunk records applied
   double apply_seconds = 0;
-  double started_at = 0;        // wall seconds (CLOCK_REALTIME) the node started
-  double last_byte_at = 0;      // wall seconds of the last blob byte built or received (0: none)
-  double committed_at = 0;      // wall seconds of the commit (0: not yet)
-  double now = 0;               // wall seconds of the snapshot
-  std::string last_error;       // the node's error ("" while none)
+  double started_at = 0;    // wall seconds (CLOCK_REALTIME) the node started
+  double last_byte_at = 0;  // wall seconds of the last blob byte built or received (0: none)
+  double committed_at = 0;  // wall seconds of the commit (0: not yet)
+  double now = 0;           // wall seconds of the snapshot
+  std::string last_error;   // the node's error ("" while none)
   // Recovery actions (NodeResult's fields of the same meaning): the process's start count in
   // its state directory (1 = first start), the recoveries its RecoveryPolicy spent, doubtful
   // chunks repaired with their overwrite form, fallbacks to the object store, reloads of the

@@ -2,10 +2,9 @@
 // HTTP clients, including a silent one and one that sends an oversized request.
 #include "node/metrics.h"
 
+#include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <string>
 
@@ -33,9 +32,11 @@ TEST(RenderMetrics, OneSampleLineEachWithTypeAndLabels) {
   const std::string t = RenderMetrics(Sample());
   EXPECT_NE(t.find("# TYPE dcr_bytes_received_total counter\n"
                    "dcr_bytes_received_total{rank=\"3\",role=\"receiver\"} 12345\n"),
-            std::string::npos) << t;
+            std::string::npos)
+      << t;
   EXPECT_NE(t.find("dcr_node_up{rank=\"3\",role=\"receiver\"} 1\n"), std::string::npos);
-  EXPECT_NE(t.find("dcr_chunks_applied_total{rank=\"3\",role=\"receiver\"} 9\n"), std::string::npos);
+  EXPECT_NE(t.find("dcr_chunks_applied_total{rank=\"3\",role=\"receiver\"} 9\n"),
+            std::string::npos);
   EXPECT_NE(t.find("dcr_version_held{rank=\"3\",role=\"receiver\",hash=\""), std::string::npos);
   EXPECT_NE(t.find("dcr_lag_seconds{rank=\"3\",role=\"receiver\"} 2.5\n"), std::string::npos) << t;
   EXPECT_EQ(t.find("dcr_last_error_info"), std::string::npos);
@@ -53,7 +54,8 @@ TEST(RenderMetrics, RecoveryCountersAreExported) {
   const std::string t = RenderMetrics(m);
   EXPECT_NE(t.find("# TYPE dcr_repairs_total counter\n"
                    "dcr_repairs_total{rank=\"3\",role=\"receiver\"} 4\n"),
-            std::string::npos) << t;
+            std::string::npos)
+      << t;
   EXPECT_NE(t.find("dcr_node_starts{rank=\"3\",role=\"receiver\"} 2\n"), std::string::npos);
   EXPECT_NE(t.find("dcr_recoveries_total{rank=\"3\",role=\"receiver\"} 3\n"), std::string::npos);
   EXPECT_NE(t.find("dcr_fallbacks_total{rank=\"3\",role=\"receiver\"} 1\n"), std::string::npos);
@@ -79,8 +81,9 @@ TEST(RenderMetrics, CollectionCountersOnceOneRan) {
             std::string::npos);
   EXPECT_NE(t.find("dcr_gc_budget_errors_total{rank=\"3\",role=\"receiver\"} 1\n"),
             std::string::npos);
-  EXPECT_NE(t.find("# TYPE dcr_store_bytes gauge\ndcr_store_bytes{rank=\"3\",role=\"receiver\"} 777\n"),
-            std::string::npos);
+  EXPECT_NE(
+      t.find("# TYPE dcr_store_bytes gauge\ndcr_store_bytes{rank=\"3\",role=\"receiver\"} 777\n"),
+      std::string::npos);
 }
 
 TEST(MetricsBoard, CollectionsAccumulateAcrossNodes) {
@@ -103,7 +106,8 @@ TEST(RenderMetrics, ErrorIsALabelWithQuotesAndNewlinesEscaped) {
   const std::string t = RenderMetrics(m);
   EXPECT_NE(t.find("dcr_last_error_info{rank=\"3\",role=\"receiver\",message=\"UNAVAILABLE: peer "
                    "\\\"1\\\" \\\\ gone\\nnext\"} 1\n"),
-            std::string::npos) << t;
+            std::string::npos)
+      << t;
   EXPECT_NE(t.find("dcr_lag_seconds{rank=\"3\",role=\"receiver\"} 0\n"), std::string::npos);
   EXPECT_NE(t.find("dcr_node_up{rank=\"3\",role=\"receiver\"} 0\n"), std::string::npos);
 }

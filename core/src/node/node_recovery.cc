@@ -6,10 +6,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <algorithm>
 #include <filesystem>
 #include <functional>
 
@@ -153,8 +153,8 @@ Status DurableReceiver::StorageFromRecovered(const std::shared_ptr<Device>& devi
                                              RecoveredVersion* rec) {
   if (device == nullptr) {
     held_->image_ = std::move(rec->bytes);
-    held_->storage_ = std::make_unique<BufferReceiver>(
-        ImageTensors(*layout_, held_->image_.data()), rec->version);
+    held_->storage_ = std::make_unique<BufferReceiver>(ImageTensors(*layout_, held_->image_.data()),
+                                                       rec->version);
     return Status();
   }
   std::vector<const uint8_t*> at;
@@ -184,10 +184,10 @@ Status DurableReceiver::WriteImage(VersionLog* log, const VersionId& v) {
   const auto& tensors = held_->device_->tensors();
   for (size_t k = 0; k < tensors.size() && k < at.size(); ++k) {
     if (tensors[k].info.nbytes == 0) continue;
-    DCR_RETURN_IF_ERROR(held_->device_->device()
-                            ->Download(at[k].data, tensors[k].data, tensors[k].info.nbytes)
-                            .WithContext("version log image: tensor '" +
-                                         tensors[k].info.name + "'"));
+    DCR_RETURN_IF_ERROR(
+        held_->device_->device()
+            ->Download(at[k].data, tensors[k].data, tensors[k].info.nbytes)
+            .WithContext("version log image: tensor '" + tensors[k].info.name + "'"));
   }
   return log->WriteImage(image.data(), image.size(), v);
 }
@@ -202,10 +202,9 @@ Status DurableReceiver::RecordTargetHeader() {
   return WriteFileAtomic(header_path_, target_header_.data(), target_header_.size());
 }
 
-StatusOr<std::unique_ptr<DurableReceiver>> DurableReceiver::Open(const NodePlan& plan,
-                                                                 std::shared_ptr<Device> device,
-                                                                 int starts, FaultPoints* faults,
-                                                                 std::unique_ptr<Receiver> carried) {
+StatusOr<std::unique_ptr<DurableReceiver>> DurableReceiver::Open(
+    const NodePlan& plan, std::shared_ptr<Device> device, int starts, FaultPoints* faults,
+    std::unique_ptr<Receiver> carried) {
   if (plan.receiver_base_path.empty()) {
     return InvalidArgumentError("plan.receiver_base_path: required for a delta receiver");
   }
@@ -254,8 +253,8 @@ StatusOr<std::unique_ptr<DurableReceiver>> DurableReceiver::Open(const NodePlan&
       Status s = r->StorageFromRecovered(device, &rec);
       if (!s.ok()) return s.WithContext(who);
     } else {
-      log_refused = "it holds " + rec.version.ToString() + ", not version " +
-                    std::to_string(r->base_number_);
+      log_refused =
+          "it holds " + rec.version.ToString() + ", not version " + std::to_string(r->base_number_);
     }
   }
   // 3. The base file, which starts a fresh log.
@@ -317,9 +316,9 @@ StatusOr<std::unique_ptr<DurableReceiver>> DurableReceiver::Open(const NodePlan&
       },
       nullptr, &r->written_);
   r->journaled_ = std::make_unique<JournaledReceiver>(r->durable_layer_.get(), r->journal_.get());
-  r->outer_ = std::make_unique<HookedReceiver>(
-      r->journaled_.get(), faults, false, nullptr, &r->inventory_, nullptr, &r->target_header_,
-      [p = r.get()] { return p->RecordTargetHeader(); });
+  r->outer_ = std::make_unique<HookedReceiver>(r->journaled_.get(), faults, false, nullptr,
+                                               &r->inventory_, nullptr, &r->target_header_,
+                                               [p = r.get()] { return p->RecordTargetHeader(); });
   r->write_bytes0_ = write_bytes0;
   return r;
 }
@@ -435,9 +434,8 @@ void StoreMirror::Put(const BlobInfo& info, std::shared_ptr<const std::vector<ui
 
 void StoreMirror::Flush() {
   std::unique_lock<std::mutex> l(mu_);
-  cv_.wait(l, [&] {
-    return queue_.empty() && !busy_ && !(have_trailer_ && put_ == trailer_.first.id);
-  });
+  cv_.wait(
+      l, [&] { return queue_.empty() && !busy_ && !(have_trailer_ && put_ == trailer_.first.id); });
 }
 
 uint64_t StoreMirror::puts() const {

@@ -109,10 +109,9 @@ class DurableReceiver {
   // Errors: the layout's (Checkpoint::Open), MakeDeviceReceiver's, the journal's, the version
   // log's (Create; a log that exists but cannot be recovered is left as it is and named in the
   // error only when the base file cannot replace it), errno errors.
-  static StatusOr<std::unique_ptr<DurableReceiver>> Open(const NodePlan& plan,
-                                                         std::shared_ptr<Device> device,
-                                                         int starts, FaultPoints* faults,
-                                                         std::unique_ptr<Receiver> carried = nullptr);
+  static StatusOr<std::unique_ptr<DurableReceiver>> Open(
+      const NodePlan& plan, std::shared_ptr<Device> device, int starts, FaultPoints* faults,
+      std::unique_ptr<Receiver> carried = nullptr);
   ~DurableReceiver();
 
   // The journaled receiver the node applies through.
@@ -181,7 +180,7 @@ class DurableReceiver {
   recovery::Restarted restart_;
   double restore_s_ = 0;
   VersionLogStats stats_at_open_;
-  VersionLog* log_ = nullptr;  // held_'s log (null once TakeStorage handed it on)
+  VersionLog* log_ = nullptr;    // held_'s log (null once TakeStorage handed it on)
   VersionLogStats stats_taken_;  // the log's stats when TakeStorage handed it on
   uint64_t write_bytes0_ = 0;
   mutable std::mutex base_mu_;

@@ -81,7 +81,8 @@ class DurableTest : public ::testing::TestWithParam<bool> {
     ASSERT_GT(reader_->num_chunks(), 2u);
     plan_.rank = 3;
     plan_.method = "delta";
-    plan_.state_dir = VersionStateDir((dir_ / "state").string(), 1);  // version 1's, as a long-lived node has it
+    plan_.state_dir =
+        VersionStateDir((dir_ / "state").string(), 1);  // version 1's, as a long-lived node has it
     plan_.receiver_base_path = paths_[0];
     plan_.version = 1;
     if (GetParam()) device_ = MakeHostDevice();  // else "cpu": host memory
@@ -102,7 +103,6 @@ class DurableTest : public ::testing::TestWithParam<bool> {
   NodePlan plan_;
   std::shared_ptr<Device> device_;
 };
-
 
 TEST_P(DurableTest, CommitLogsTheDeltaAndARestartRecoversTheTargetFromTheLog) {
   {

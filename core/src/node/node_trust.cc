@@ -99,8 +99,9 @@ class TrustedFullReceiver : public Receiver {
     if (!*ok) {
       std::lock_guard<std::mutex> l(mu_);
       if (pending_bytes_ + size > kMaxPendingBytes) {
-        return ResourceExhaustedError("full stream: more than 1 GiB of slices before the signed "
-                                      "manifest that lists them");
+        return ResourceExhaustedError(
+            "full stream: more than 1 GiB of slices before the signed "
+            "manifest that lists them");
       }
       pending_bytes_ += size;
       pending_[offset].assign(record, record + size);
@@ -119,13 +120,15 @@ class TrustedFullReceiver : public Receiver {
       {
         std::lock_guard<std::mutex> l(mu_);
         if (!signed_) {
-          return FailedPreconditionError("the full-checkpoint stream is not signed; only streams "
-                                         "signed by " + key_->Fingerprint() + " are accepted");
+          return FailedPreconditionError(
+              "the full-checkpoint stream is not signed; only streams "
+              "signed by " +
+              key_->Fingerprint() + " are accepted");
         }
         if (U64At(trailer + 8) != applied_.size()) {
           return FailedPreconditionError(
-              "full stream: the trailer names " + std::to_string(U64At(trailer + 8)) +
-              " slices, " + std::to_string(applied_.size()) + " verified slices arrived");
+              "full stream: the trailer names " + std::to_string(U64At(trailer + 8)) + " slices, " +
+              std::to_string(applied_.size()) + " verified slices arrived");
         }
         for (uint64_t off : applied_) t.chunks.push_back(ChunkTableEntry{off, 0, 0});
       }
@@ -152,7 +155,7 @@ class TrustedFullReceiver : public Receiver {
   const uint64_t run_id_, version_;
   std::unique_ptr<StreamVerifier> verifier_;
   std::mutex mu_;
-  bool signed_ = false;  // a manifest verified
+  bool signed_ = false;                               // a manifest verified
   std::map<uint64_t, std::vector<uint8_t>> pending_;  // offset -> slice awaiting its manifest
   uint64_t pending_bytes_ = 0;
   std::set<uint64_t> applied_;  // offsets of the verified slices applied
@@ -246,8 +249,7 @@ void ReleasePlanFloor(Receiver* receiver) {
   if (auto* trusted = dynamic_cast<TrustedReceiver*>(receiver)) trusted->SetFloor(nullptr);
 }
 
-std::string PlanFreezeReport(const NodePlan& plan, const VersionFloor* floor,
-                             double t_start_unix) {
+std::string PlanFreezeReport(const NodePlan& plan, const VersionFloor* floor, double t_start_unix) {
   if (plan.freeze_after_s <= 0) return "";
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);

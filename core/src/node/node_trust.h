@@ -74,7 +74,8 @@ std::string SignedStatePath(const NodePlan& plan);
 // so that the receiver never points at the floor object of a node that has ended, and its signed
 // state goes to SignedStatePath(plan). Errors: those
 // of VersionFloor::Load, with the plan field named.
-Status AdoptPlanFloor(const NodePlan& plan, Receiver* receiver, std::unique_ptr<VersionFloor>* floor);
+Status AdoptPlanFloor(const NodePlan& plan, Receiver* receiver,
+                      std::unique_ptr<VersionFloor>* floor);
 // Detaches a TrustedReceiver `receiver` from its version floor before it outlives the floor.
 void ReleasePlanFloor(Receiver* receiver);
 

@@ -34,7 +34,8 @@ class FullStreamTrust : public ::testing::Test {
     data_.resize(3 * 70000);
     for (size_t i = 0; i < data_.size(); ++i) data_[i] = static_cast<uint8_t>(i * 7 + (i >> 9));
     path_ = dir_ + "/t.safetensors";
-    ASSERT_TRUE(WriteSafetensors(path_, {{"w", "BF16", {3, 35000}, data_.data(), data_.size()}}).ok());
+    ASSERT_TRUE(
+        WriteSafetensors(path_, {{"w", "BF16", {3, 35000}, data_.data(), data_.size()}}).ok());
     for (const char* who : {"trainer", "other"}) {
       auto k = SigningKey::Generate();
       ASSERT_TRUE(k.ok());
@@ -44,7 +45,8 @@ class FullStreamTrust : public ::testing::Test {
     }
   }
   void TearDown() override {
-    for (const char* f : {"/t.safetensors", "/trainer.key", "/trainer.pub", "/other.key", "/other.pub"}) {
+    for (const char* f :
+         {"/t.safetensors", "/trainer.key", "/trainer.pub", "/other.key", "/other.pub"}) {
       unlink((dir_ + f).c_str());
     }
     rmdir(dir_.c_str());
@@ -54,9 +56,12 @@ class FullStreamTrust : public ::testing::Test {
   Stream Make(int k, uint64_t version = 3) {
     Stream st;
     auto collect = [&st](BlobKind kind, std::vector<uint8_t> b) {
-      if (kind == BlobKind::kHeader) st.header = std::move(b);
-      else if (kind == BlobKind::kTrailer) st.trailer = std::move(b);
-      else st.records.push_back(std::move(b));
+      if (kind == BlobKind::kHeader)
+        st.header = std::move(b);
+      else if (kind == BlobKind::kTrailer)
+        st.trailer = std::move(b);
+      else
+        st.records.push_back(std::move(b));
       return Status();
     };
     Status s;

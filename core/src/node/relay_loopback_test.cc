@@ -19,22 +19,23 @@ namespace {
 // unrelated checkpoint of the same shape (a receiver holding the wrong base): random bytes, a
 // change an XOR of the element's first byte.
 const testing::ChangedCheckpoints& Checkpoints() {
-  static const testing::ChangedCheckpoints* f = new testing::ChangedCheckpoints(
-      testing::WriteChangedCheckpoints(
-          "dcr_loopback_",
-          {{"a.weight", "BF16", {256, 384}},
-           {"b.weight", "BF16", {512, 128}},
-           {"c.bias", "F32", {1000}},
-           {"d.norm", "BF16", {384}},
-           {"e.table", "I64", {300}}},
-          42, 3,
-          [](std::mt19937_64& rng, uint8_t* e, int width) {
-            for (int k = 0; k < width; ++k) e[k] = static_cast<uint8_t>(rng());
-          },
-          [](std::mt19937_64& rng, uint8_t* e, int) {
-            e[0] ^= static_cast<uint8_t>(1 + rng() % 255);
-          })
-          .value());
+  static const testing::ChangedCheckpoints* f =
+      new testing::ChangedCheckpoints(testing::WriteChangedCheckpoints(
+                                          "dcr_loopback_",
+                                          {{"a.weight", "BF16", {256, 384}},
+                                           {"b.weight", "BF16", {512, 128}},
+                                           {"c.bias", "F32", {1000}},
+                                           {"d.norm", "BF16", {384}},
+                                           {"e.table", "I64", {300}}},
+                                          42, 3,
+                                          [](std::mt19937_64& rng, uint8_t* e, int width) {
+                                            for (int k = 0; k < width; ++k)
+                                              e[k] = static_cast<uint8_t>(rng());
+                                          },
+                                          [](std::mt19937_64& rng, uint8_t* e, int) {
+                                            e[0] ^= static_cast<uint8_t>(1 + rng() % 255);
+                                          })
+                                          .value());
   return *f;
 }
 
@@ -82,7 +83,8 @@ std::vector<NodePlan> Plans(const Config& c, const std::string& tag) {
     p.chunk_elems = 8192;  // many chunks
     p.full_slice_bytes = 20000;
     p.shuffle_seed = c.shuffle;
-    p.receiver_base_path = (r == 1 && !c.wrong_base_rank_path.empty()) ? c.wrong_base_rank_path : f.base;
+    p.receiver_base_path =
+        (r == 1 && !c.wrong_base_rank_path.empty()) ? c.wrong_base_rank_path : f.base;
     p.verify_path = f.target;
     p.timeout_s = 30;
     p.device = c.device;
@@ -108,8 +110,8 @@ void ExpectAllVerified(const Config& c, const std::string& tag) {
   for (size_t i = 0; i < results.size(); ++i) {
     EXPECT_TRUE(results[i].first.ok()) << tag << " node " << i << ": " << results[i].first;
     if (i > 0) {
-      EXPECT_TRUE(results[i].second.verified) << tag << " node " << i << ": "
-                                              << results[i].second.verify_message;
+      EXPECT_TRUE(results[i].second.verified)
+          << tag << " node " << i << ": " << results[i].second.verify_message;
       EXPECT_GT(results[i].second.t_commit, 0);
     }
   }

@@ -196,7 +196,8 @@ class Collector {
         return Status();
       }
       if (!m->final) {
-        g->unsigned_why = "its last manifest is not the final one (the trainer has not finished it)";
+        g->unsigned_why =
+            "its last manifest is not the final one (the trainer has not finished it)";
         return Status();
       }
       std::vector<uint64_t> listed;

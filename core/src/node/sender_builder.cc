@@ -12,12 +12,12 @@
 #include <vector>
 
 #include "dcr/checkpoint.h"
+#include "dcr/commitment.h"
 #include "dcr/delta.h"
 #include "dcr/node.h"
 #include "dcr/receiver.h"
 #include "dcr/recovery_policy.h"
 #include "dcr/relay_policy.h"
-#include "dcr/commitment.h"
 #include "dcr/signing.h"
 #include "dcr/status.h"
 #include "dcr/status_macros.h"

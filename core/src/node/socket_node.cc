@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "dcr/checkpoint.h"
+#include "dcr/commitment.h"
 #include "dcr/delta.h"
 #include "dcr/journal.h"
 #include "dcr/node.h"
@@ -27,7 +28,6 @@
 #include "dcr/relay_policy.h"
 #include "dcr/signing.h"
 #include "dcr/status.h"
-#include "dcr/commitment.h"
 #include "dcr/status_macros.h"
 #include "dcr/statusor.h"
 #include "node/blob_spool.h"
@@ -554,10 +554,9 @@ Status SocketNode::CollectStoreReports(std::vector<CommitReport>* reports) {
           rec->report.version != plan_.version) {
         continue;
       }
-      if (const std::string why =
-              rec->report.ok ? internal::CommitmentMismatch(rec->report,
-                                                            builder_.signed_commitment())
-                             : std::string();
+      if (const std::string why = rec->report.ok ? internal::CommitmentMismatch(
+                                                       rec->report, builder_.signed_commitment())
+                                                 : std::string();
           !why.empty()) {
         if (refused_store_reports_.insert(rank).second) {
           std::fprintf(stderr, "node %d: refused the store's commit report of rank %d: %s\n",
@@ -735,8 +734,8 @@ Status SocketNode::Setup() {
     // returned (its parent's first frame, the parent lost, a child lost while connecting).
     if (plan_.version > 0 && !sender && plan_.version_wait_s != 0) {
       awaiting_begin_ = true;
-      deadline_ = std::max(deadline_, plan_.version_wait_s < 0 ? t0_ + kForeverS
-                                                                : t0_ + plan_.version_wait_s);
+      deadline_ = std::max(deadline_,
+                           plan_.version_wait_s < 0 ? t0_ + kForeverS : t0_ + plan_.version_wait_s);
     }
     DCR_RETURN_IF_ERROR(links_.Open(host_->links(), deadline_));
   }

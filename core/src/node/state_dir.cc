@@ -21,8 +21,7 @@ std::string DeploymentStateDir(const std::string& root, uint64_t run_id) {
 
 Status OpenStateDir(const std::string& dir) {
   const size_t slash = dir.rfind('/');
-  if (slash != std::string::npos && slash > 0 &&
-      dir.compare(slash + 1, 11, "deployment-") == 0) {
+  if (slash != std::string::npos && slash > 0 && dir.compare(slash + 1, 11, "deployment-") == 0) {
     DCR_RETURN_IF_ERROR(OpenStateDir(dir.substr(0, slash)));
   }
   return CheckOwnDirectory(dir, "state directory", OthersMay::kNothing);

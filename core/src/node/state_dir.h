@@ -23,9 +23,9 @@ std::string DeploymentStateDir(const std::string& root, uint64_t run_id);
 // Opens `dir` as a node's state directory: creates it (mode 0700; its parent must exist) when
 // missing, then requires a directory (not a symlink) owned by the process's effective user and
 // neither readable nor writable by group or others. A deployment's directory
-// (DeploymentStateDir) is opened after its root, which is created and checked alike. Errors: kFailedPrecondition naming the path,
-// its owner and mode (and this user) for a directory that is not the node's own, or a path that
-// is not a directory; errno errors naming the path.
+// (DeploymentStateDir) is opened after its root, which is created and checked alike. Errors:
+// kFailedPrecondition naming the path, its owner and mode (and this user) for a directory that is
+// not the node's own, or a path that is not a directory; errno errors naming the path.
 Status OpenStateDir(const std::string& dir);
 
 // <dir>/rank-<rank>.floor: the version floor (dcr/signing.h VersionFloor) of rank `rank`.

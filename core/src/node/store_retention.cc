@@ -14,9 +14,8 @@ std::string VersionsRoot(const NodePlan& plan) {
   }
   if (prefixes.empty()) prefixes.push_back(plan.relay.prefix);
   // Each prefix's directory ("a/b/step-1" -> "a/b"), then their common '/'-bounded prefix.
-  std::string root = prefixes[0].substr(0, prefixes[0].rfind('/') == std::string::npos
-                                               ? 0
-                                               : prefixes[0].rfind('/'));
+  std::string root = prefixes[0].substr(
+      0, prefixes[0].rfind('/') == std::string::npos ? 0 : prefixes[0].rfind('/'));
   for (const std::string& p : prefixes) {
     while (!root.empty() && p.compare(0, root.size() + 1, root + "/") != 0) {
       const size_t slash = root.rfind('/');
@@ -73,7 +72,8 @@ Status CollectAfterVersion(const NodePlan& plan, uint64_t committed, NodeResult*
   }
   result->retention_error = s.ok() ? "" : s.ToString();
   MetricsBoard::Process().AddCollection(rep.removed_objects, rep.removed_bytes,
-                                        s.code() == StatusCode::kResourceExhausted, rep.bytes_after);
+                                        s.code() == StatusCode::kResourceExhausted,
+                                        rep.bytes_after);
   return s;
 }
 

@@ -13,8 +13,9 @@ namespace dcr::internal {
 bool TrainerDeltaFits(const std::string& path, const VersionId& base, uint64_t version,
                       bool context_coding, std::string* why) {
   if (context_coding) {
-    *why = "the run context-codes its deltas (context_coding) and the trainer's delta is in the "
-           "plain encoding";
+    *why =
+        "the run context-codes its deltas (context_coding) and the trainer's delta is in the "
+        "plain encoding";
     return false;
   }
   auto reader = DeltaReader::Open(path);

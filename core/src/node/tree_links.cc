@@ -151,10 +151,9 @@ void TreeLinks::ConnectChild(ChildSetup* c, double deadline) {
       // lost as one that dies mid-stream: the recovery policy acts on it (its subtree takes the
       // version from the store), and the link carries nothing (Send answers SendFailed). A
       // certificate refusal still ends the node.
-      c->lost = event::SendFailed{l.peer, "node " + std::to_string(l.peer) + " (" +
-                                              plan_.addresses[l.peer] +
-                                              ") lost while connecting: " +
-                                              conn.status().message()};
+      c->lost = event::SendFailed{
+          l.peer, "node " + std::to_string(l.peer) + " (" + plan_.addresses[l.peer] +
+                      ") lost while connecting: " + conn.status().message()};
       if (!was_lost) {
         std::fprintf(stderr, "node %d: %s\n", me, c->lost->message.c_str());
         lost_children.Set(plan_.run_id, l.peer, true);

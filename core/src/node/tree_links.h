@@ -47,9 +47,9 @@ class TreeLinks {
   // (children listen before anything else, so this only waits for their startup), each child on
   // a thread of its own while this thread accepts the parent's streams. With recovery a child
   // that is not up within plan.receiver_deadline_s (1 s once this process counted it lost) is
-  // lost for the version, as one that died mid-stream. Edges out of the sender cross the emulated long link when plan.emulate_wan.
-  // With plan.tls_* set, every stream is mutual TLS 1.3 (transport/tls.h: peers of this run, in
-  // a role the edge allows, with the rank they claim).
+  // lost for the version, as one that died mid-stream. Edges out of the sender cross the emulated
+  // long link when plan.emulate_wan. With plan.tls_* set, every stream is mutual TLS 1.3
+  // (transport/tls.h: peers of this run, in a role the edge allows, with the rank they claim).
   Status Open(const std::vector<Link>& links, double deadline);
 
   // A restarted node takes its version from the store and does not rejoin the tree. Until Close
@@ -182,7 +182,7 @@ class TreeLinks {
   // otherwise the event thread's).
   std::mutex abort_mu_;
   std::shared_ptr<const std::string> abort_;  // the refusal told to children; null: none
-  bool children_closed_ = false;               // Close began: nothing more to the children
+  bool children_closed_ = false;              // Close began: nothing more to the children
   std::vector<ChildLink> children_;
   std::vector<std::unique_ptr<Conn>> parent_conns_;
   std::unique_ptr<FrameWriter> parent_writer_;

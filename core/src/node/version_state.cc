@@ -12,7 +12,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-
 #include <nlohmann/json.hpp>
 
 #include "dcr/checkpoint.h"
@@ -92,9 +91,9 @@ StatusOr<bool> GiveTargetHeader(const std::string& storage, const std::string& o
   uint64_t end_of_file = data_start;
   for (auto it = h.begin(); it != h.end(); ++it) {
     if (it.key() == "__metadata__") continue;
-    const nlohmann::json* offsets =
-        it.value().is_object() && it.value().contains("data_offsets")
-            ? &it.value()["data_offsets"] : nullptr;
+    const nlohmann::json* offsets = it.value().is_object() && it.value().contains("data_offsets")
+                                        ? &it.value()["data_offsets"]
+                                        : nullptr;
     if (offsets == nullptr || !offsets->is_array() || offsets->size() != 2 ||
         !(*offsets)[0].is_number_unsigned() || !(*offsets)[1].is_number_unsigned() ||
         (*offsets)[1].get<uint64_t>() < (*offsets)[0].get<uint64_t>()) {
@@ -118,10 +117,10 @@ StatusOr<bool> GiveTargetHeader(const std::string& storage, const std::string& o
   if (in_place) {
     const int fd = ::open(storage.c_str(), O_WRONLY | O_CLOEXEC);
     if (fd < 0) return ErrnoError("receiver storage " + storage, errno);
-    const bool wrote = ::pwrite(fd, length, 8, 0) == 8 &&
-                       ::pwrite(fd, json.data(), json.size(), 8) ==
-                           static_cast<ssize_t>(json.size()) &&
-                       ::fsync(fd) == 0;
+    const bool wrote =
+        ::pwrite(fd, length, 8, 0) == 8 &&
+        ::pwrite(fd, json.data(), json.size(), 8) == static_cast<ssize_t>(json.size()) &&
+        ::fsync(fd) == 0;
     const int err = errno;
     ::close(fd);
     if (!wrote) return ErrnoError("receiver storage " + storage + ": header", err);
@@ -163,7 +162,8 @@ std::optional<VersionDone> ReadVersionDone(const std::string& state_dir, uint64_
   auto j = ReadJson(RankFile(VersionStateDir(state_dir, version), rank, ".done"));
   if (!j) return std::nullopt;
   const auto* n = j->contains("version") ? &(*j)["version"] : nullptr;
-  if (n == nullptr || !n->is_number_unsigned() || n->get<uint64_t>() != version) return std::nullopt;
+  if (n == nullptr || !n->is_number_unsigned() || n->get<uint64_t>() != version)
+    return std::nullopt;
   VersionDone d;
   d.version = version;
   if (j->contains("checkpoint") && (*j)["checkpoint"].is_string()) {
@@ -258,8 +258,10 @@ StatusOr<std::optional<JointCommitState>> ReadJointCommitState(const std::string
     ok = u64(b, "number", &s.baseline.number) && u64(b, "hash_lo", &s.baseline.hash.lo) &&
          u64(b, "hash_hi", &s.baseline.hash.hi);
     for (const auto& r : (*j)["live"]) {
-      if (!r.is_number_integer()) ok = false;
-      else s.live.push_back(r.get<int>());
+      if (!r.is_number_integer())
+        ok = false;
+      else
+        s.live.push_back(r.get<int>());
     }
     if (ok && j->contains("checkpoints")) {
       const nlohmann::json& c = (*j)["checkpoints"];
@@ -310,7 +312,8 @@ StatusOr<std::unique_ptr<VersionRecovery>> VersionRecovery::Open(const NodePlan&
   }
   for (const NodeVersion& v : plan.versions) {
     const std::string dir = VersionStateDir(plan.state_dir, v.version);
-    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoError("mkdir " + dir, errno);
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+      return ErrnoError("mkdir " + dir, errno);
   }
   for (const NodeVersion& v : plan.versions) r->versions_.push_back(v.version);
   r->held_path_ = plan.receiver_base_path;
@@ -351,19 +354,19 @@ Status VersionRecovery::CheckHeld() {
   } else {
     what = "in the version log " + log_dir_;
     DCR_ASSIGN_OR_RETURN(ckpt, Checkpoint::Open(layout_path_));
-    DCR_RETURN_IF_ERROR(VersionLog::Recover(log_dir_, *ckpt, &rec)
-                            .WithContext("rank " + std::to_string(plan_.rank) +
-                                         ": the held version"));
+    DCR_RETURN_IF_ERROR(
+        VersionLog::Recover(log_dir_, *ckpt, &rec)
+            .WithContext("rank " + std::to_string(plan_.rank) + ": the held version"));
     // A version committed after the last one recorded done (its process ended in between) is
     // proven as well: it is what the log holds.
     number = rec.version.number;
     for (const ReceiverTensor& t : ImageTensors(*ckpt, rec.bytes.data())) {
-      views.push_back(TensorView{t.info.name, t.info.dtype_name, t.info.shape, t.data,
-                                 t.info.nbytes});
+      views.push_back(
+          TensorView{t.info.name, t.info.dtype_name, t.info.shape, t.data, t.info.nbytes});
     }
   }
-  const std::string who = "rank " + std::to_string(plan_.rank) + ": the held checkpoint " +
-                          what + " of version " + std::to_string(number);
+  const std::string who = "rank " + std::to_string(plan_.rank) + ": the held checkpoint " + what +
+                          " of version " + std::to_string(number);
   DCR_ASSIGN_OR_RETURN(std::shared_ptr<const TrustKey> key, TrustKey::Load(plan_.trust_key));
   NodePlan at = plan_;
   at.state_dir = VersionStateDir(plan_.state_dir, number);
@@ -381,8 +384,10 @@ Status VersionRecovery::CheckHeld() {
     return Status();
   }
   if (!st.ok() && st.status().code() == StatusCode::kNotFound) {
-    return FailedPreconditionError(who + " cannot be proven by the trainer's signature: no "
-                                   "signed state " + path);
+    return FailedPreconditionError(who +
+                                   " cannot be proven by the trainer's signature: no "
+                                   "signed state " +
+                                   path);
   }
   if (!st.ok()) {
     return st.status().WithContext(who + " cannot be proven by the trainer's signature");
@@ -391,9 +396,9 @@ Status VersionRecovery::CheckHeld() {
     return FailedPreconditionError(who + ": its signed state is of version " +
                                    std::to_string(st->target_version));
   }
-  DCR_RETURN_IF_ERROR(CheckCommitment(views, *st->commitment.root, &st->commitment.leaves,
-                                      plan_.build_threads)
-                          .WithContext(who + " refused before it is served or reported"));
+  DCR_RETURN_IF_ERROR(
+      CheckCommitment(views, *st->commitment.root, &st->commitment.leaves, plan_.build_threads)
+          .WithContext(who + " refused before it is served or reported"));
   held_checked_ = true;
   return Status();
 }
@@ -508,10 +513,10 @@ void VersionRecovery::Hold(uint64_t version, const std::string& checkpoint) {
   if (layout_path_.empty() && !checkpoint.empty()) {
     const std::string link = LayoutLinkPath(plan_.state_dir, plan_.rank);
     ::unlink(link.c_str());
-    layout_path_ = !std::filesystem::is_directory(checkpoint) &&
-                           ::link(checkpoint.c_str(), link.c_str()) == 0
-                       ? link
-                       : checkpoint;
+    layout_path_ =
+        !std::filesystem::is_directory(checkpoint) && ::link(checkpoint.c_str(), link.c_str()) == 0
+            ? link
+            : checkpoint;
   }
   held_number_ = version;
   held_checked_ = true;  // committed (or adopted) by this process, after its checks
@@ -544,8 +549,8 @@ StatusOr<std::string> VersionRecovery::MaterializeHeld(uint64_t version) {
                                    std::to_string(version) + ": the version log " + log_dir_ +
                                    " holds " + rec.version.ToString());
   }
-  const std::string storage = RankFile(VersionStateDir(plan_.state_dir, version), plan_.rank,
-                                       ".storage");
+  const std::string storage =
+      RankFile(VersionStateDir(plan_.state_dir, version), plan_.rank, ".storage");
   DCR_RETURN_IF_ERROR(WriteFileAtomic(storage, rec.bytes.data(), rec.bytes.size()));
   return CommitStorageAsCheckpoint(plan_.state_dir, version, plan_.rank, layout_path_);
 }

@@ -192,8 +192,8 @@ class VersionRecovery {
   std::vector<uint64_t> versions_;  // the plan's version numbers whose files are not collected
   uint64_t finished_before_ = 0;    // rank-<r>.held at Open: versions below it are finished
   bool state_floor_ = false;        // a signed delta receiver: its floor is rank-<r>.floor
-  NodePlan plan_;  // the long-lived plan (rank, method, state_dir, fault points)
-  std::string held_path_;  // receiver: the checkpoint of the version it holds ("": the log)
+  NodePlan plan_;                   // the long-lived plan (rank, method, state_dir, fault points)
+  std::string held_path_;    // receiver: the checkpoint of the version it holds ("": the log)
   std::string layout_path_;  // plan.receiver_base_path: the layout of the version log's image
   std::string log_dir_;      // a delta receiver's version log
   uint64_t held_number_ = 0;

@@ -9,8 +9,8 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <filesystem>
+#include <map>
 
 #include "dcr/checkpoint.h"
 
@@ -100,14 +100,16 @@ TEST(VersionState, CommittedStorageTakesTheRecordedTargetHeader) {
   for (const std::string note : {"", "a note long enough to move the data section by far"}) {
     const std::string dir = TempDir();
     const std::string base = dir + "/base.safetensors", target = dir + "/target.safetensors";
-    ASSERT_TRUE(WriteSafetensors(base, {{"a", "BF16", {256}, a0.data(), a0.size()},
-                                        {"b", "F32", {16}, b0.data(), b0.size()}},
+    ASSERT_TRUE(WriteSafetensors(base,
+                                 {{"a", "BF16", {256}, a0.data(), a0.size()},
+                                  {"b", "F32", {16}, b0.data(), b0.size()}},
                                  {{"step", "0"}})
                     .ok());
     std::map<std::string, std::string> meta{{"step", "1"}};
     if (!note.empty()) meta["note"] = note;
-    ASSERT_TRUE(WriteSafetensors(target, {{"a", "BF16", {256}, a1.data(), a1.size()},
-                                          {"b", "F32", {16}, b1.data(), b1.size()}},
+    ASSERT_TRUE(WriteSafetensors(target,
+                                 {{"a", "BF16", {256}, a1.data(), a1.size()},
+                                  {"b", "F32", {16}, b1.data(), b1.size()}},
                                  meta)
                     .ok());
     auto base_cp = Checkpoint::Open(base);
@@ -239,15 +241,17 @@ TEST(VersionState, ShardedStorageIsWrittenOutFileByFile) {
   const std::string dir = TempDir();
   const auto a = Bytes(4096, 3), b = Bytes(4096, 5);
   const std::string base = dir + "/base";
-  ASSERT_TRUE(WriteShardedCheckpoint(base, {{"a", "BF16", {2048}, a.data(), a.size()},
-                                            {"b", "BF16", {2048}, b.data(), b.size()}},
+  ASSERT_TRUE(WriteShardedCheckpoint(base,
+                                     {{"a", "BF16", {2048}, a.data(), a.size()},
+                                      {"b", "BF16", {2048}, b.data(), b.size()}},
                                      4096)
                   .ok());
   auto ck = Checkpoint::Open(base);
   ASSERT_TRUE(ck.ok());
   ASSERT_TRUE((*ck)->sharded());
   std::vector<uint8_t> storage;
-  for (const CheckpointFile& f : (*ck)->files()) storage.insert(storage.end(), f.data, f.data + f.size);
+  for (const CheckpointFile& f : (*ck)->files())
+    storage.insert(storage.end(), f.data, f.data + f.size);
   ASSERT_EQ(::mkdir(VersionStateDir(dir, 1).c_str(), 0700), 0);
   ASSERT_TRUE(
       WriteFileAtomic(VersionStateDir(dir, 1) + "/rank-1.storage", storage.data(), storage.size())
@@ -265,7 +269,9 @@ TEST(VersionState, JointCommitStateRoundTripsAndADamagedOneIsRefused) {
   auto none = ReadJointCommitState(dir);
   ASSERT_TRUE(none.ok());
   EXPECT_FALSE(none->has_value());
-  JointCommitState s{4, VersionId{2, Hash128{0x1234, 0xabcd}}, {1, 3, 4},
+  JointCommitState s{4,
+                     VersionId{2, Hash128{0x1234, 0xabcd}},
+                     {1, 3, 4},
                      {{2, "/t/v2.safetensors"}, {3, "/t/v3.safetensors"}, {4, "/t/v4"}}};
   ASSERT_TRUE(WriteJointCommitState(dir, s).ok());
   auto got = ReadJointCommitState(dir);

@@ -15,12 +15,12 @@
 #include "dcr/checkpoint.h"
 #include "dcr/commitment.h"
 #include "dcr/status_macros.h"
+#include "node/catch_up.h"
+#include "node/commit_reports.h"
 #include "node/metrics.h"
 #include "node/store_retention.h"
 #include "node/trainer_delta.h"
 #include "node/version_state.h"
-#include "node/catch_up.h"
-#include "node/commit_reports.h"
 #include "transport/net.h"
 #include "transport/tls.h"
 
@@ -46,8 +46,8 @@ class SenderSums {
       return s;
     }
     const char* tmp = std::getenv("TMPDIR");
-    std::string name = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
-                       "/dcr-sender-sums.XXXXXX";
+    std::string name =
+        std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/dcr-sender-sums.XXXXXX";
     if (::mkdtemp(name.data()) == nullptr) return ErrnoError("sender: create " + name, errno);
     s->dir_ = name;
     s->temporary_ = true;
@@ -63,9 +63,7 @@ class SenderSums {
     targets_.insert(version);
     return Of(version);
   }
-  std::string Of(uint64_t version) const {
-    return dir_ + "/v" + std::to_string(version) + ".sums";
-  }
+  std::string Of(uint64_t version) const { return dir_ + "/v" + std::to_string(version) + ".sums"; }
   // The sums file of `version` when one was written (here or by an earlier process), else "".
   std::string Existing(uint64_t version) const {
     const std::string p = Of(version);
@@ -129,8 +127,8 @@ std::vector<CommitReport> CollectReturningTreeReports(
     bool waiting = false;
     for (int rank = 1; rank < nodes; ++rank) {
       if (have.count(rank)) continue;
-      std::optional<CommitReport> c = GetRegionReport(store, prefix, rank, plan.run_id, version,
-                                                      checker);
+      std::optional<CommitReport> c =
+          GetRegionReport(store, prefix, rank, plan.run_id, version, checker);
       if (c && c->ok) {
         have.insert(rank);
         got.push_back(std::move(*c));
@@ -340,8 +338,7 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
   }
   // The in-region store: the region receivers' reports (sender), full frames (a holder).
   std::unique_ptr<ObjectStore> region;
-  if (!plan.store.empty() && (joint ||
-                              (plan.serve_full_frames && !sender))) {
+  if (!plan.store.empty() && (joint || (plan.serve_full_frames && !sender))) {
     DCR_ASSIGN_OR_RETURN(region, OpenObjectStore(plan.store));
   }
   // The sender checks the region receivers' reports against the run's credentials: a report in
@@ -369,8 +366,9 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
     }
     if (served.ok() && *served > 0) {
       r->full_frames_served = *served;
-      std::fprintf(stderr, "node %d: full frame of version %llu put in the region store for %d request(s)\n",
-                   plan.rank, static_cast<unsigned long long>(version), *served);
+      std::fprintf(
+          stderr, "node %d: full frame of version %llu put in the region store for %d request(s)\n",
+          plan.rank, static_cast<unsigned long long>(version), *served);
       return true;
     }
     if (!served.ok()) {
@@ -380,8 +378,8 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
     return false;
   };
   std::optional<NodeVersion> finished_held;  // restarted holder: the last version it finished
-  std::unique_ptr<Receiver> storage;  // a delta receiver's storage, version to version
-  Hash128 built_from;                  // the sender's base hash for the version in flight
+  std::unique_ptr<Receiver> storage;         // a delta receiver's storage, version to version
+  Hash128 built_from;                        // the sender's base hash for the version in flight
   Status s;
   // The versions taken so far: an open-ended plan gets the next one as each begins.
   std::vector<NodeVersion> versions = plan.versions;
@@ -417,7 +415,7 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
     p.versions.clear();
     p.version = v.version;
     p.target_path = v.target_path;
-    std::string handed_delta;  // the trainer's own delta of this version
+    std::string handed_delta;       // the trainer's own delta of this version
     if (sender && hooks.content) {  // the trainer hands the version's content now
       StatusOr<VersionContent> handed = hooks.content(v);
       if (!handed.ok()) {
@@ -460,10 +458,10 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
       p.base_version = static_cast<int64_t>(from);
       const auto known = checkpoint_of.find(from);
       if (known == checkpoint_of.end() || known->second.empty()) {
-        s = FailedPreconditionError(
-            "sender: version " + std::to_string(v.version) + " is built from version " +
-            std::to_string(from) + ", whose checkpoint this sender does not know (its state " +
-            "records none)");
+        s = FailedPreconditionError("sender: version " + std::to_string(v.version) +
+                                    " is built from version " + std::to_string(from) +
+                                    ", whose checkpoint this sender does not know (its state " +
+                                    "records none)");
         break;
       }
       p.base_path = known->second;
@@ -544,9 +542,8 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
       }
       std::vector<std::string> refused;
       std::vector<CommitReport> got =
-          CollectRegionReports(region.get(), p.relay.prefix, plan.run_id, v.version,
-                               first_rank, wait_for, plan.receiver_deadline_s, checker.get(),
-                               &refused);
+          CollectRegionReports(region.get(), p.relay.prefix, plan.run_id, v.version, first_rank,
+                               wait_for, plan.receiver_deadline_s, checker.get(), &refused);
       for (CommitReport& c : got) r.reports.push_back(std::move(c));
       for (const std::string& why : refused) {
         std::fprintf(stderr, "sender: refused the region store's commit report of receiver %s\n",
@@ -556,8 +553,8 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
       // restarted mid-version) report through the store, often after the tree's version ended.
       for (CommitReport& c : CollectReturningTreeReports(
                region.get(), plan, p.relay.prefix, v.version,
-               i > 0 ? versions[i - 1].prefix : std::string(),
-               i > 0 ? versions[i - 1].version : 0, commit->live(), r.reports, checker.get())) {
+               i > 0 ? versions[i - 1].prefix : std::string(), i > 0 ? versions[i - 1].version : 0,
+               commit->live(), r.reports, checker.get())) {
         r.reports.push_back(std::move(c));
       }
     }
@@ -577,8 +574,8 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
         r.declared_dead.push_back(std::to_string(rank) + ": " + why);
       }
       for (int rank : readmitted) {
-        std::fprintf(stderr, "sender: receiver %d joins the joint commit at version %llu\n",
-                     rank, static_cast<unsigned long long>(v.version));
+        std::fprintf(stderr, "sender: receiver %d joins the joint commit at version %llu\n", rank,
+                     static_cast<unsigned long long>(v.version));
       }
       r.readmitted = readmitted;
       MetricsBoard::Process().SetDeadRanks(DeadRanks(plan, *commit));  // /metrics, /healthz
@@ -594,9 +591,8 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
         // A version no receiver holds is not out: the sender fails (its exit and its result say
         // so) rather than report a refit that reached nobody. Its state does not record the
         // version as published, so a trainer started again hands it again.
-        s = UnavailableError("sender: no receiver committed version " +
-                             std::to_string(v.version) + " (" +
-                             std::to_string(r.declared_dead.size()) + " declared dead)");
+        s = UnavailableError("sender: no receiver committed version " + std::to_string(v.version) +
+                             " (" + std::to_string(r.declared_dead.size()) + " declared dead)");
         r.ok = false;
         r.error = s.ToString();
         *result = r;

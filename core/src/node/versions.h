@@ -33,12 +33,13 @@ Status RunNodeVersion(const NodePlan& plan, NodeResult* result, std::unique_ptr<
 // version's fields (number, target, verify path, prefix, result path) and, for the sender of a
 // delta over the relay tree, the base SenderJointCommit names. Every version takes the start
 // barrier: the first at plan.ready_path / plan.go_path, version k after it at those paths with
-// ".v<k>" appended (so a version's clock starts only once every node is connected for it). `result` gets the last version's result (the failed one's on error),
-// also written to plan.result_path. With plan.state_dir, each version recovers as a one-version
-// node in its own state directory and a restarted process skips the versions it finished and
-// resumes the one it was in (version_state.h VersionRecovery; the sender's joint commit state
-// persisted after every version). Errors: kInvalidArgument for version numbers that do not
-// increase from above 0; VersionRecovery::Open's; the first version's error otherwise.
+// ".v<k>" appended (so a version's clock starts only once every node is connected for it). `result`
+// gets the last version's result (the failed one's on error), also written to plan.result_path.
+// With plan.state_dir, each version recovers as a one-version node in its own state directory and a
+// restarted process skips the versions it finished and resumes the one it was in (version_state.h
+// VersionRecovery; the sender's joint commit state persisted after every version). Errors:
+// kInvalidArgument for version numbers that do not increase from above 0; VersionRecovery::Open's;
+// the first version's error otherwise.
 Status RunNodeVersions(const NodePlan& plan, NodeResult* result);
 
 // What the trainer hands for one version: its canonical checkpoint (a file or shard directory),

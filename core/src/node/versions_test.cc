@@ -100,8 +100,7 @@ TEST(SenderJointCommit, SignedVersionCountsOnlyReportsOfItsCommitmentRoot) {
   EXPECT_NE((*dead)[0].second.find("not the signed root " + CommitmentHex(root)),
             std::string::npos);
   EXPECT_EQ((*dead)[1].first, 3);
-  EXPECT_NE((*dead)[1].second.find("no commitment root"), std::string::npos)
-      << (*dead)[1].second;
+  EXPECT_NE((*dead)[1].second.find("no commitment root"), std::string::npos) << (*dead)[1].second;
   EXPECT_EQ((*dead)[2].first, 4);
   EXPECT_EQ(c.live(), (std::vector<int>{1}));
   EXPECT_TRUE(back.empty());

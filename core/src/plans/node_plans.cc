@@ -15,8 +15,8 @@
 #include "dcr/edge_split.h"
 #include "dcr/hash.h"
 #include "dcr/relay_policy.h"
-#include "dcr/status_macros.h"
 #include "dcr/signing.h"
+#include "dcr/status_macros.h"
 #include "node/state_dir.h"
 #include "transport/net.h"
 #include "transport/tls.h"
@@ -40,7 +40,8 @@ StatusOr<std::vector<std::string>> NodeAddresses(const Scenario& s, int n) {
       for (int tries = 0;; ++tries) {
         DCR_ASSIGN_OR_RETURN(port, internal::FreePort());
         const std::string a = "127.0.0.1:" + std::to_string(port);
-        if (std::find(addresses.begin(), addresses.end(), a) == addresses.end() || tries > 100) break;
+        if (std::find(addresses.begin(), addresses.end(), a) == addresses.end() || tries > 100)
+          break;
       }
     }
     addresses.push_back("127.0.0.1:" + std::to_string(port));
@@ -126,8 +127,7 @@ StatusOr<std::vector<NodePlan>> MakePlans(const Scenario& s, Method method, Tran
   // same for every version of the model).
   std::vector<EdgeRange> edge_ranges;
   const RelayTreeSpec& split_rt = s.transport.relay_tree;
-  if (transport == TransportKind::kRelayTree && split_rt.edge_split &&
-      method == Method::kDelta) {
+  if (transport == TransportKind::kRelayTree && split_rt.edge_split && method == Method::kDelta) {
     auto ck = Checkpoint::Open(base);
     if (!ck.ok()) return ck.status().WithContext("transport.relay_tree.edge_split: the base");
     DeltaOptions grid_options;
@@ -190,8 +190,8 @@ StatusOr<std::vector<NodePlan>> MakePlans(const Scenario& s, Method method, Tran
         p.edge_range_end = edge_ranges[k].end;
       }
       if (!rt.edge_relays.empty()) {
-        p.edge_lag_bytes = rt.edge_lag > 0 ? rt.edge_lag
-                                           : 4 * rt.window * static_cast<uint64_t>(rt.streams);
+        p.edge_lag_bytes =
+            rt.edge_lag > 0 ? rt.edge_lag : 4 * rt.window * static_cast<uint64_t>(rt.streams);
       }
     }
     p.build_threads = s.delta.threads;
@@ -320,8 +320,8 @@ Status AddTls(const Scenario& s, const std::string& generate_dir, std::vector<No
   return Status();
 }
 
-Status AddSigning(const Scenario& s, const std::string& generate_dir,
-                  const std::string& floor_dir, std::vector<NodePlan>* plans) {
+Status AddSigning(const Scenario& s, const std::string& generate_dir, const std::string& floor_dir,
+                  std::vector<NodePlan>* plans) {
   const SigningSpec& g = s.network.signing;
   if (!g.enabled || plans->empty()) return Status();  // the delta, or the full stream signed
   std::string key = g.key, trust = g.trust;
@@ -359,8 +359,8 @@ void AddVersions(const std::vector<std::string>& targets,
       v.target_path = targets[k - 1];
       v.verify_path = p.verify_path.empty() ? "" : targets[k - 1];
       v.prefix = prefix_of(static_cast<int>(k));
-      v.result_path = result_dir + "/node-" + std::to_string(p.rank) + "-v" + std::to_string(k) +
-                      ".json";
+      v.result_path =
+          result_dir + "/node-" + std::to_string(p.rank) + "-v" + std::to_string(k) + ".json";
       p.versions.push_back(v);
     }
   }
@@ -377,8 +377,8 @@ void AddRecovery(const std::string& state_dir, const std::string& region_store,
       // records of later ranges).
       const bool split = p.edge_relays.size() > 1 &&
                          p.parents[static_cast<size_t>(p.edge_relays[1])] == p.edge_relays[0];
-      p.mirror_to_store = p.rank != 0 && (split ? p.rank == p.edge_relays.back()
-                                                : p.parents[p.rank] == 0);
+      p.mirror_to_store =
+          p.rank != 0 && (split ? p.rank == p.edge_relays.back() : p.parents[p.rank] == 0);
     }
   }
 }
@@ -390,7 +390,8 @@ StatusOr<NodePlan> HostPlan(const Scenario& s, int rank, const HostPlanOptions& 
   }
   const bool tree = o.transport == TransportKind::kRelayTree;
   if (tree && s.network.hosts.empty()) {
-    return InvalidArgumentError("network.hosts: a multi-host relay tree needs one host:port per rank");
+    return InvalidArgumentError(
+        "network.hosts: a multi-host relay tree needs one host:port per rank");
   }
   // No default directory store: a fixed path in the system temp dir is one another local user can
   // create first and fill with objects of its choosing.
@@ -437,10 +438,9 @@ StatusOr<NodePlan> HostPlan(const Scenario& s, int rank, const HostPlanOptions& 
   std::string root = !o.prefix.empty() ? o.prefix : long_lived ? "refit" : "refit/step-1";
   if (long_lived && !deployment.empty()) root += "/deployment-" + deployment;
   auto prefix_of = [&root](int k) { return root + "/step-" + std::to_string(k); };
-  DCR_ASSIGN_OR_RETURN(
-      auto plans, MakePlans(s, o.method, o.transport, base,
-                            long_lived ? targets[0] : o.target, o.work_dir, o.work_dir,
-                            long_lived ? prefix_of(1) : root));
+  DCR_ASSIGN_OR_RETURN(auto plans,
+                       MakePlans(s, o.method, o.transport, base, long_lived ? targets[0] : o.target,
+                                 o.work_dir, o.work_dir, long_lived ? prefix_of(1) : root));
   if (!deployment.empty()) DCR_RETURN_IF_ERROR(SetDeployment(deployment, &plans));
   DCR_RETURN_IF_ERROR(AddTls(s, "", &plans));
   DCR_RETURN_IF_ERROR(AddSigning(s, "", o.work_dir, &plans));

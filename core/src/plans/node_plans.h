@@ -64,8 +64,8 @@ Status AddTls(const Scenario& s, const std::string& generate_dir, std::vector<No
 // Leaves the plans unsigned when signing is off, the method is the full checkpoint, or the
 // scenario names no key pair and `generate_dir` is empty (the multi-host form: `dcr keys` makes
 // the pair and prints the scenario keys). Errors: the key writer's.
-Status AddSigning(const Scenario& s, const std::string& generate_dir,
-                  const std::string& floor_dir, std::vector<NodePlan>* plans);
+Status AddSigning(const Scenario& s, const std::string& generate_dir, const std::string& floor_dir,
+                  std::vector<NodePlan>* plans);
 
 // Versions 1..targets.size() of a long-lived run for every plan (NodePlan::versions): version k
 // delivers targets[k - 1] ("" for a sender whose trainer hands the contents through

@@ -9,9 +9,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <condition_variable>
 #include <exception>
 #include <functional>
 #include <map>
@@ -38,14 +38,14 @@ struct dcr_publisher {
 
   std::mutex mu;
   std::condition_variable cv;
-  size_t next = 0;                    // index in plan.versions of the next version to hand
+  size_t next = 0;  // index in plan.versions of the next version to hand
   std::optional<dcr::internal::VersionContent> handed;  // until the sender takes it
   bool closing = false;
-  size_t done = 0;                    // versions the sender finished
-  size_t skipped = 0;                 // leading versions an earlier sender of the state finished
+  size_t done = 0;     // versions the sender finished
+  size_t skipped = 0;  // leading versions an earlier sender of the state finished
   dcr::Status last_status;
   dcr::NodeResult last_result;
-  bool finished = false;              // the sender's thread returned
+  bool finished = false;  // the sender's thread returned
   dcr::Status run_status;
   std::thread thread;
   std::unique_ptr<dcr::internal::ShardFeed> feed;  // dcr_publisher_attach_shards
@@ -105,8 +105,8 @@ std::map<uint64_t, std::vector<std::string>> EarlierFiles(const std::string& wor
     char ext[16] = {0};
     int used = 0;
     if (std::sscanf(e->d_name, "version-%llu.%15[a-z]%n", &k, ext, &used) == 2 &&
-        e->d_name[used] == '\0' && (std::strcmp(ext, "safetensors") == 0 ||
-                                     std::strcmp(ext, "dcr") == 0)) {
+        e->d_name[used] == '\0' &&
+        (std::strcmp(ext, "safetensors") == 0 || std::strcmp(ext, "dcr") == 0)) {
       found[k].push_back(work_dir + "/" + e->d_name);
     }
   }
@@ -155,9 +155,8 @@ dcr::Status CheckNextLocked(dcr_publisher* p, uint64_t version) {
   const uint64_t expected = VersionAt(p, p->next);
   if (version < expected && p->skipped > 0 && version <= VersionAt(p, p->skipped - 1)) {
     return dcr::InvalidArgumentError(
-        "version " + std::to_string(version) + " is already published (state " +
-        p->plan.state_dir + " records versions up to " +
-        std::to_string(VersionAt(p, p->skipped - 1)) +
+        "version " + std::to_string(version) + " is already published (state " + p->plan.state_dir +
+        " records versions up to " + std::to_string(VersionAt(p, p->skipped - 1)) +
         "); the plan's next version is " + std::to_string(expected));
   }
   if (version != expected) {
@@ -216,9 +215,8 @@ dcr::Status Start(dcr_publisher* p, dcr::NodePlan plan, const std::string& work_
   }
   if (!plan.metrics_address.empty()) {
     p->metrics = std::make_unique<dcr::internal::MetricsServer>();
-    DCR_RETURN_IF_ERROR(p->metrics->Start(plan.metrics_address, [] {
-      return dcr::internal::MetricsBoard::Process().Snapshot();
-    }));
+    DCR_RETURN_IF_ERROR(p->metrics->Start(
+        plan.metrics_address, [] { return dcr::internal::MetricsBoard::Process().Snapshot(); }));
   }
   p->plan = std::move(plan);
   p->work_dir = work_dir;
@@ -313,9 +311,8 @@ int dcr_publisher_publish_tensors(dcr_publisher* p, uint64_t version, const dcr_
         return Fail(p, dcr::InvalidArgumentError("tensor " + std::to_string(i) +
                                                  ": name, dtype, shape and data are required"));
       }
-      views.push_back(dcr::TensorView{t.name, t.dtype,
-                                      std::vector<int64_t>(t.shape, t.shape + t.ndim), t.data,
-                                      t.nbytes});
+      views.push_back(dcr::TensorView{
+          t.name, t.dtype, std::vector<int64_t>(t.shape, t.shape + t.ndim), t.data, t.nbytes});
     }
     std::map<std::string, std::string> metadata;
     for (size_t i = 0; i < n_meta; ++i) {
@@ -325,8 +322,7 @@ int dcr_publisher_publish_tensors(dcr_publisher* p, uint64_t version, const dcr_
       }
       metadata[meta[2 * i]] = meta[2 * i + 1];
     }
-    const std::string path =
-        p->work_dir + "/version-" + std::to_string(version) + ".safetensors";
+    const std::string path = p->work_dir + "/version-" + std::to_string(version) + ".safetensors";
     dcr::Status w = dcr::WriteSafetensors(path, views, metadata);
     if (!w.ok()) return Fail(p, w.WithContext("version " + std::to_string(version)));
     Wrote(p, version, path);
@@ -434,9 +430,9 @@ int dcr_publisher_next_version(const dcr_publisher* p, uint64_t* version) {
   auto* q = const_cast<dcr_publisher*>(p);
   std::lock_guard<std::mutex> lock(q->mu);
   if (!HasVersion(q, q->next)) {
-    return Fail(q, dcr::FailedPreconditionError("the plan names no more versions (its last is " +
-                                                std::to_string(q->plan.versions.back().version) +
-                                                ")"));
+    return Fail(
+        q, dcr::FailedPreconditionError("the plan names no more versions (its last is " +
+                                        std::to_string(q->plan.versions.back().version) + ")"));
   }
   if (q->finished) {
     return Fail(q, q->run_status.ok() ? dcr::FailedPreconditionError("the sender has ended")

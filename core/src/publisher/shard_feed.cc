@@ -72,13 +72,13 @@ StatusOr<ShardSet> CopyShards(const TrainStructure& s, const dcr_shard* shards, 
     }
     const RankSpec& rk = s.ranks()[d.rank];
     if (d.buffer < 0 || d.buffer >= static_cast<int>(rk.buffers.size())) {
-      return InvalidArgumentError("shard " + std::to_string(i) + ": rank " +
-                                  std::to_string(d.rank) + " has no buffer " +
-                                  std::to_string(d.buffer) + " (it holds " +
-                                  std::to_string(rk.buffers.size()) + ")");
+      return InvalidArgumentError(
+          "shard " + std::to_string(i) + ": rank " + std::to_string(d.rank) + " has no buffer " +
+          std::to_string(d.buffer) + " (it holds " + std::to_string(rk.buffers.size()) + ")");
     }
     const std::string what = BufferName(s, d.rank, d.buffer);
-    if (seen[d.rank][d.buffer]) return InvalidArgumentError("shard " + std::to_string(i) + ": " + what + " given twice");
+    if (seen[d.rank][d.buffer])
+      return InvalidArgumentError("shard " + std::to_string(i) + ": " + what + " given twice");
     const BufferSpec& b = rk.buffers[d.buffer];
     const uint64_t want = b.numel * static_cast<uint64_t>(b.width());
     if (d.nbytes != want) {
@@ -97,10 +97,9 @@ StatusOr<ShardSet> CopyShards(const TrainStructure& s, const dcr_shard* shards, 
   for (size_t r = 0; r < seen.size(); ++r) {
     for (size_t b = 0; b < seen[r].size(); ++b) {
       if (!seen[r][b]) {
-        return InvalidArgumentError("missing shard: " +
-                                    BufferName(s, static_cast<int>(r), static_cast<int>(b)) +
-                                    " (one shard per buffer of every rank: " +
-                                    std::to_string(n) + " given)");
+        return InvalidArgumentError(
+            "missing shard: " + BufferName(s, static_cast<int>(r), static_cast<int>(b)) +
+            " (one shard per buffer of every rank: " + std::to_string(n) + " given)");
       }
     }
   }
@@ -198,19 +197,18 @@ const void* dcr_shard_read(const dcr_shard_reader* shards, int rank, int buffer,
 }
 
 int dcr_train_layout_open(const char* model, const char* layout, dcr_train_layout** out) {
-  return OpenTrainLayout(
-      "dcr_train_layout_open", out,
-      [&]() -> dcr::StatusOr<std::shared_ptr<const dcr::TrainStructure>> {
-        if (model == nullptr || layout == nullptr) {
-          return dcr::InvalidArgumentError("model and layout are required");
-        }
-        DCR_ASSIGN_OR_RETURN(auto cfg, dcr::GetPreset(model));
-        auto lay = dcr::TrainLayout::Parse(layout);
-        if (!lay.ok()) return lay.status().WithContext("layout");
-        auto s = dcr::TrainStructure::Create(cfg, *lay);
-        if (!s.ok()) return s.status().WithContext("layout");
-        return s;
-      });
+  return OpenTrainLayout("dcr_train_layout_open", out,
+                         [&]() -> dcr::StatusOr<std::shared_ptr<const dcr::TrainStructure>> {
+                           if (model == nullptr || layout == nullptr) {
+                             return dcr::InvalidArgumentError("model and layout are required");
+                           }
+                           DCR_ASSIGN_OR_RETURN(auto cfg, dcr::GetPreset(model));
+                           auto lay = dcr::TrainLayout::Parse(layout);
+                           if (!lay.ok()) return lay.status().WithContext("layout");
+                           auto s = dcr::TrainStructure::Create(cfg, *lay);
+                           if (!s.ok()) return s.status().WithContext("layout");
+                           return s;
+                         });
 }
 
 int dcr_train_layout_open_spec(const char* spec_path, const char* checkpoint_path,
@@ -227,8 +225,8 @@ int dcr_train_layout_open_spec(const char* spec_path, const char* checkpoint_pat
         for (const dcr::TensorInfo& t : ck->tensors()) {
           tensors.push_back(dcr::TensorSpec{t.name, t.dtype_name, t.shape});
         }
-        auto s = dcr::TrainStructure::FromLayoutSpec(std::string(text.begin(), text.end()),
-                                                     tensors);
+        auto s =
+            dcr::TrainStructure::FromLayoutSpec(std::string(text.begin(), text.end()), tensors);
         if (!s.ok()) return s.status().WithContext(spec_path);
         return s;
       });

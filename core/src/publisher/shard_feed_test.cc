@@ -3,6 +3,8 @@
 // on two ranks, the trainer's exporter as a C callback, and ShardFeed's per-version delta and
 // canonical checkpoint, applied to the base checkpoint and compared byte for byte with the dense
 // export. A malformed spec is refused naming the file and the entry.
+#include "publisher/shard_feed.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -17,7 +19,6 @@
 #include "dcr/checkpoint.h"
 #include "dcr/dcr_c.h"
 #include "dcr/publisher_c.h"
-#include "publisher/shard_feed.h"
 
 namespace dcr::internal {
 namespace {
@@ -138,8 +139,9 @@ TEST(ShardFeedSpec, ACustomLayoutFeedsTheDeltaOfACheckpointThatIsNoPreset) {
   std::ofstream(spec) << R"({"ranks": 2, "tensors": [{"tensor": "a", "split": "rows",
       "ranks": [0, 1]}, {"tensor": "b", "split": "rows", "ranks": [0, 1]}]})";
   ASSERT_EQ(dcr_train_layout_open_spec(spec.c_str(), ck.c_str(), &l), DCR_INVALID_ARGUMENT);
-  EXPECT_NE(std::string(dcr_train_layout_error(l)).find(spec + ": layout spec: missing coverage: "
-                                                        "tensor 'c' has no entry"),
+  EXPECT_NE(std::string(dcr_train_layout_error(l))
+                .find(spec + ": layout spec: missing coverage: "
+                             "tensor 'c' has no entry"),
             std::string::npos)
       << dcr_train_layout_error(l);
   dcr_train_layout_close(l);

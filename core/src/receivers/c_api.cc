@@ -6,8 +6,8 @@
 #include "dcr/dcr_c.h"
 #include "dcr/delta.h"
 #include "dcr/hash.h"
-#include "dcr/runtime.h"
 #include "dcr/receiver.h"
+#include "dcr/runtime.h"
 #include "dcr/status_macros.h"
 #include "receivers/c_error.h"
 #include "receivers/recorder.h"
@@ -71,7 +71,8 @@ const void* dcr_recorder_tensor_data(dcr_recorder* r, const char* name, uint64_t
 int dcr_recorder_add_source(dcr_recorder* r, const void* file_base, uint64_t file_size) {
   if (r == nullptr || file_base == nullptr) return Fail(dcr::InvalidArgumentError("null argument"));
   if (file_size != r->ckpt->file_size()) {
-    return Fail(dcr::InvalidArgumentError("dcr_recorder_add_source: size differs from the checkpoint"));
+    return Fail(
+        dcr::InvalidArgumentError("dcr_recorder_add_source: size differs from the checkpoint"));
   }
   r->rec->AddSource(static_cast<const uint8_t*>(file_base), file_size);
   return DCR_OK;
@@ -94,7 +95,8 @@ int dcr_recorder_set_tensor(dcr_recorder* r, const char* name) {
     return DCR_OK;
   }
   const int64_t t = r->rec->TensorIndex(name);
-  if (t < 0) return Fail(dcr::NotFoundError(std::string("no tensor ") + name + " in the checkpoint"));
+  if (t < 0)
+    return Fail(dcr::NotFoundError(std::string("no tensor ") + name + " in the checkpoint"));
   r->rec->SetTensor(t);
   return DCR_OK;
 }

@@ -95,8 +95,9 @@ StatusOr<ChunkSums> ApplyChunkTwoPhase(const DecodedChunk& chunk, Store* store) 
     HashAdd(&sums.new_sum, ElementTerm(salt, elem[i], nbits[i]));
   }
   if (IsRelative(h.value_mode) && PackedBitsHash(obits.data(), k, w) != h.base_change_hash) {
-    return FailedPreconditionError(id + ": current bits differ from the delta's base (wrong base, "
-                                        "or the chunk was already applied); nothing written");
+    return FailedPreconditionError(id +
+                                   ": current bits differ from the delta's base (wrong base, "
+                                   "or the chunk was already applied); nothing written");
   }
   if (PackedBitsHash(nbits.data(), k, w) != h.target_change_hash) {
     return DataLossError(id + ": decoded values do not produce the target bits; nothing written");
@@ -123,7 +124,10 @@ inline Status CheckSegmentBounds(const Segment& sg, uint64_t n) {
   for (uint32_t d = 0; d < sg.ndim; ++d) {
     if (sg.count[d] == 0) return DataLossError("segment has an empty dimension");
     const int64_t span = static_cast<int64_t>(sg.count[d] - 1) * sg.stride[d];
-    if (span < 0) lo += span; else hi += span;
+    if (span < 0)
+      lo += span;
+    else
+      hi += span;
   }
   if (lo < 0 || static_cast<uint64_t>(hi) >= n) return DataLossError("segment outside its tensor");
   return Status::OK();

@@ -2,6 +2,8 @@
 // and an all-or-nothing apply through BufferReceiver over the caller's buffers, or through a
 // device receiver over the caller's device memory (the *_device functions' work,
 // receivers/codec_device.h; their entry points are in src/devices).
+#include "dcr/codec_c.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -16,7 +18,6 @@
 
 #include "dcr/apply.h"
 #include "dcr/checkpoint.h"
-#include "dcr/codec_c.h"
 #include "dcr/context.h"
 #include "dcr/delta.h"
 #include "dcr/device.h"
@@ -52,8 +53,7 @@ struct HostTensor {
   uint8_t* data = nullptr;
 };
 
-StatusOr<std::vector<HostTensor>> ReadDescriptors(const dcr_tensor* t, size_t n,
-                                                  const char* what) {
+StatusOr<std::vector<HostTensor>> ReadDescriptors(const dcr_tensor* t, size_t n, const char* what) {
   if (t == nullptr && n > 0) return InvalidArgumentError(std::string(what) + ": tensors is NULL");
   std::vector<HostTensor> out(n);
   std::map<std::string, size_t> seen;
@@ -312,19 +312,19 @@ Status GatherCoveredOnDevice(Device* device, const ChunkHeader& h,
   const int w = h.elem_width;
   out->assign(h.num_elements * static_cast<uint64_t>(w), 0);
   std::vector<uint64_t> zero, old_bits, new_bits;
-  return ForDeviceAddresses(h, bufs, nullptr, h.num_elements,
-                            [&](uint64_t first, const uint64_t* addr, uint64_t n) -> Status {
-                              zero.assign(n, 0);
-                              old_bits.resize(n);
-                              new_bits.resize(n);
-                              DCR_RETURN_IF_ERROR(device->Gather(addr, zero.data(), n, w,
-                                                                 ValueMode::kXor, old_bits.data(),
-                                                                 new_bits.data()));
-                              for (uint64_t k = 0; k < n; ++k) {
-                                StoreBits(out->data() + (first + k) * w, w, old_bits[k]);
-                              }
-                              return Status();
-                            });
+  return ForDeviceAddresses(
+      h, bufs, nullptr, h.num_elements,
+      [&](uint64_t first, const uint64_t* addr, uint64_t n) -> Status {
+        zero.assign(n, 0);
+        old_bits.resize(n);
+        new_bits.resize(n);
+        DCR_RETURN_IF_ERROR(device->Gather(addr, zero.data(), n, w, ValueMode::kXor,
+                                           old_bits.data(), new_bits.data()));
+        for (uint64_t k = 0; k < n; ++k) {
+          StoreBits(out->data() + (first + k) * w, w, old_bits[k]);
+        }
+        return Status();
+      });
 }
 
 // TakeBack over device tensors: restores the elements chunk `u` changed, on `device`.
@@ -369,15 +369,15 @@ Status TakeBackOnDevice(Device* device, const DeltaReader& reader,
 // Runs after a delta committed, with the applied chunks (their undo records): what
 // dcr_apply_delta_placed writes into the placed destinations. Its error is the apply's, with the
 // tensors at the target.
-using AfterCommit = std::function<Status(const DeltaReader& reader,
-                                         const std::vector<TensorBuffer>& bufs,
-                                         const std::vector<Undo>& applied)>;
+using AfterCommit =
+    std::function<Status(const DeltaReader& reader, const std::vector<TensorBuffer>& bufs,
+                         const std::vector<Undo>& applied)>;
 
 // The apply of dcr_apply_delta over host tensors (`device` null) or over tensors whose data are
 // addresses of `device` (dcr_apply_delta_device): the same checks and all-or-nothing outcome.
 Status Apply(const std::shared_ptr<Device>& device, const dcr_tensor* tensors, size_t n,
-             const void* delta, size_t size, const dcr_codec_options& o,
-             dcr_apply_result* result, const AfterCommit& after = nullptr) {
+             const void* delta, size_t size, const dcr_codec_options& o, dcr_apply_result* result,
+             const AfterCommit& after = nullptr) {
   DCR_RETURN_IF_ERROR(CheckOptions(o));
   if (delta == nullptr && size > 0) return InvalidArgumentError("delta is NULL");
   DCR_ASSIGN_OR_RETURN(auto ts, ReadDescriptors(tensors, n, "apply"));
@@ -466,8 +466,10 @@ Status Apply(const std::shared_ptr<Device>& device, const dcr_tensor* tensors, s
   if (after) {
     Status s = after(*reader, bufs, applied);
     if (!s.ok()) {
-      return InternalError("the tensors hold the delta's target but writing its changes to the "
-                           "placements failed (rewrite them): " + s.ToString());
+      return InternalError(
+          "the tensors hold the delta's target but writing its changes to the "
+          "placements failed (rewrite them): " +
+          s.ToString());
     }
   }
   return Status();
@@ -523,9 +525,8 @@ StatusOr<std::unique_ptr<PlacementMap>> CreateMap(const dcr_tensor* tensors, siz
       const int64_t e = pl.src[j];
       const int64_t d = pl.dst_index[j];
       if (e < 0 || static_cast<uint64_t>(e) >= elems) {
-        return InvalidArgumentError(where + ": element " + std::to_string(e) +
-                                    " outside tensor '" + info.name + "' of " +
-                                    std::to_string(elems) + " elements");
+        return InvalidArgumentError(where + ": element " + std::to_string(e) + " outside tensor '" +
+                                    info.name + "' of " + std::to_string(elems) + " elements");
       }
       if (d < 0 || static_cast<uint64_t>(d) >= pl.dst_elements) {
         return InvalidArgumentError(where + " (tensor '" + info.name + "'): destination index " +
@@ -652,8 +653,7 @@ Status ApplyPlaced(const dcr_tensor* tensors, size_t n, const void* delta, size_
       Status s;
       if (u.saved) {
         size_t hs = 0, rs = 0;
-        auto h = ParseChunkHeader(reader.chunk_data(u.chunk), reader.chunk_size(u.chunk), &hs,
-                                  &rs);
+        auto h = ParseChunkHeader(reader.chunk_data(u.chunk), reader.chunk_size(u.chunk), &hs, &rs);
         s = h.status();
         if (s.ok()) dc.header = std::move(*h);
       } else {
@@ -742,8 +742,9 @@ Status WriteAll(const PlacementMap& m, const dcr_tensor* tensors, size_t n, cons
       if (s.ok()) s = batch.Flush();
       if (!s.ok()) {
         std::lock_guard<std::mutex> lock(mu);
-        if (first.ok()) first = s.WithContext("writing the placements of '" + ts[t].info.name +
-                                              "' on " + m.device->name());
+        if (first.ok())
+          first = s.WithContext("writing the placements of '" + ts[t].info.name + "' on " +
+                                m.device->name());
         return false;
       }
     }
@@ -758,9 +759,9 @@ Status WriteAll(const PlacementMap& m, const dcr_tensor* tensors, size_t n, cons
 
 namespace internal {
 
-StatusOr<std::vector<uint8_t>> EncodeOnDevice(Device* device, const dcr_tensor* base,
-                                              size_t n_base, const dcr_tensor* target,
-                                              size_t n_target, const dcr_codec_options& options) {
+StatusOr<std::vector<uint8_t>> EncodeOnDevice(Device* device, const dcr_tensor* base, size_t n_base,
+                                              const dcr_tensor* target, size_t n_target,
+                                              const dcr_codec_options& options) {
   return Encode(device, base, n_base, target, n_target, options);
 }
 
@@ -819,7 +820,8 @@ int dcr_encode_delta(const dcr_tensor* base, size_t n_base, const dcr_tensor* ta
   auto bytes = dcr::Encode(nullptr, base, n_base, target, n_target, o);
   if (!bytes.ok()) return dcr::internal::CFail(bytes.status().WithContext("encode"));
   auto* p = static_cast<uint8_t*>(std::malloc(std::max<size_t>(bytes->size(), 1)));
-  if (p == nullptr) return dcr::internal::CFail(dcr::ResourceExhaustedError("encode: out of memory"));
+  if (p == nullptr)
+    return dcr::internal::CFail(dcr::ResourceExhaustedError("encode: out of memory"));
   std::memcpy(p, bytes->data(), bytes->size());
   *out = p;
   *out_size = bytes->size();

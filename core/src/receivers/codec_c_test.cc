@@ -3,12 +3,12 @@
 // failures (the tensors keep their bytes whatever step refuses the delta).
 #include "dcr/codec_c.h"
 
+#include <gtest/gtest.h>
+
 #include <cstring>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "dcr/checkpoint.h"
 #include "dcr/delta.h"
@@ -122,8 +122,8 @@ TEST(CodecCTest, SameBytesAsBuildDeltaOfTheSafetensorsFiles) {
   auto image = [](Set& s) {
     std::vector<TensorView> v;
     for (size_t i = 0; i < s.names.size(); ++i) {
-      v.push_back(TensorView{s.names[i], s.dtypes[i], s.shapes[i], s.bytes[i].data(),
-                             s.bytes[i].size()});
+      v.push_back(
+          TensorView{s.names[i], s.dtypes[i], s.shapes[i], s.bytes[i].data(), s.bytes[i].size()});
     }
     return SafetensorsImage(v);
   };
@@ -207,7 +207,8 @@ TEST(CodecCTest, FailureMidApplyRestoresEveryAppliedChunk) {
     int policy;
     int context;
   };
-  for (Case c : {Case{DCR_VALUES_AUTO, 0}, Case{DCR_VALUES_ABSOLUTE, 0}, Case{DCR_VALUES_AUTO, 1}}) {
+  for (Case c :
+       {Case{DCR_VALUES_AUTO, 0}, Case{DCR_VALUES_ABSOLUTE, 0}, Case{DCR_VALUES_AUTO, 1}}) {
     Set base = Model(11), target = Mutate(base, 0.05, 12);
     dcr_codec_options o = SmallChunks();
     o.value_policy = c.policy;
@@ -217,8 +218,8 @@ TEST(CodecCTest, FailureMidApplyRestoresEveryAppliedChunk) {
     ASSERT_TRUE(reader.ok()) << reader.status();
     ASSERT_GT((*reader)->num_chunks(), 3u);
     const size_t last = (*reader)->num_chunks() - 1;
-    const size_t at = (*reader)->trailer().chunks[last].offset +
-                      (*reader)->trailer().chunks[last].size - 1;
+    const size_t at =
+        (*reader)->trailer().chunks[last].offset + (*reader)->trailer().chunks[last].size - 1;
     std::vector<uint8_t> bad = delta;
     bad[at] ^= 0x40;
     Set copy = base;
@@ -308,8 +309,8 @@ struct Engine {
            std::vector<int64_t> d) {
     src.push_back(std::move(s));
     dst.push_back(std::move(d));
-    placements.push_back(dcr_placement{tensor, buf->data(), buf->size() / width,
-                                       src.back().size(), src.back().data(), dst.back().data()});
+    placements.push_back(dcr_placement{tensor, buf->data(), buf->size() / width, src.back().size(),
+                                       src.back().data(), dst.back().data()});
   }
   explicit Engine(const Set& m) {
     src.reserve(8), dst.reserve(8);
@@ -335,8 +336,8 @@ struct Engine {
   // The dense load of `m` into this layout.
   std::vector<std::vector<uint8_t>> Dense(const Set& m) const {
     std::vector<std::vector<uint8_t>> out = {qkv, embed, bias, table, scalar};
-    const std::vector<const uint8_t*> bases = {qkv.data(), embed.data(), bias.data(),
-                                               table.data(), scalar.data()};
+    const std::vector<const uint8_t*> bases = {qkv.data(), embed.data(), bias.data(), table.data(),
+                                               scalar.data()};
     for (size_t p = 0; p < placements.size(); ++p) {
       const dcr_placement& pl = placements[p];
       const int w = pl.tensor == 0 ? 2 : pl.tensor == 1 ? 4 : pl.tensor == 3 ? 8 : 1;
@@ -359,9 +360,9 @@ struct Engine {
 dcr_placement_map* MapOf(Set& canonical, Engine& e) {
   auto d = canonical.Desc();
   dcr_placement_map* m = nullptr;
-  EXPECT_EQ(dcr_placement_map_create(d.data(), d.size(), e.placements.data(),
-                                     e.placements.size(), &m),
-            DCR_OK)
+  EXPECT_EQ(
+      dcr_placement_map_create(d.data(), d.size(), e.placements.data(), e.placements.size(), &m),
+      DCR_OK)
       << dcr_last_error();
   return m;
 }
@@ -434,9 +435,8 @@ TEST(CodecCTest, PlacedApplyRefusalsLeaveTensorsAndPlacementsUnchanged) {
   std::vector<uint8_t> bad = delta;
   bad[bad.size() - 200] ^= 0x40;  // inside the last chunk record or the trailer
   auto d = base.Desc();
-  const int rc =
-      dcr_apply_delta_placed(d.data(), d.size(), bad.data(), bad.size(), m, &o, nullptr, nullptr,
-                             nullptr);
+  const int rc = dcr_apply_delta_placed(d.data(), d.size(), bad.data(), bad.size(), m, &o, nullptr,
+                                        nullptr, nullptr);
   EXPECT_TRUE(rc == DCR_DATA_LOSS || rc == DCR_FAILED_PRECONDITION) << rc << dcr_last_error();
   EXPECT_EQ(base.bytes, canonical);
   EXPECT_EQ(e.Now(), placed);
@@ -445,8 +445,8 @@ TEST(CodecCTest, PlacedApplyRefusalsLeaveTensorsAndPlacementsUnchanged) {
   Set other = base;
   other.names[1] = "b.other";
   auto od = other.Desc();
-  EXPECT_EQ(dcr_apply_delta_placed(od.data(), od.size(), delta.data(), delta.size(), m, &o,
-                                   nullptr, nullptr, nullptr),
+  EXPECT_EQ(dcr_apply_delta_placed(od.data(), od.size(), delta.data(), delta.size(), m, &o, nullptr,
+                                   nullptr, nullptr),
             DCR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(dcr_last_error()).find("b.other"), std::string::npos) << dcr_last_error();
   EXPECT_EQ(e.Now(), placed);

@@ -25,9 +25,9 @@ std::unique_ptr<Device> MakeHostDeviceOver(std::vector<std::pair<const void*, ui
 
 // dcr_encode_delta / dcr_apply_delta / dcr_tensors_hash with every descriptor's `data` an address
 // of `device` (codec_c.h's contracts; `options` already defaulted by the caller).
-StatusOr<std::vector<uint8_t>> EncodeOnDevice(Device* device, const dcr_tensor* base,
-                                              size_t n_base, const dcr_tensor* target,
-                                              size_t n_target, const dcr_codec_options& options);
+StatusOr<std::vector<uint8_t>> EncodeOnDevice(Device* device, const dcr_tensor* base, size_t n_base,
+                                              const dcr_tensor* target, size_t n_target,
+                                              const dcr_codec_options& options);
 Status ApplyOnDevice(std::shared_ptr<Device> device, const dcr_tensor* tensors, size_t n,
                      const void* delta, size_t size, const dcr_codec_options& options,
                      dcr_apply_result* result);

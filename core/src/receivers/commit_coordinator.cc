@@ -27,9 +27,9 @@ Status CommitCoordinator::AddReceiver(const std::string& name,
   if (committed) {
     for (const VersionId& h : history_) {
       if (h.number == committed->number && h.hash != committed->hash) {
-        return FailedPreconditionError("receiver '" + name + "' reports " +
-                                       committed->ToString() + " but the trainer published " +
-                                       h.ToString() + ": it must reload");
+        return FailedPreconditionError("receiver '" + name + "' reports " + committed->ToString() +
+                                       " but the trainer published " + h.ToString() +
+                                       ": it must reload");
       }
     }
   }
@@ -73,8 +73,7 @@ Status CommitCoordinator::Publish(const VersionId& base, const VersionId& v) {
                                    " (the version every live receiver committed)");
   }
   if (b != latest()) {
-    return FailedPreconditionError("cannot publish " + v.ToString() + ": " +
-                                   latest().ToString() +
+    return FailedPreconditionError("cannot publish " + v.ToString() + ": " + latest().ToString() +
                                    " is not yet committed by every live receiver");
   }
   history_.push_back(v);
@@ -98,8 +97,8 @@ Status CommitCoordinator::OnCommitted(const std::string& name, const VersionId& 
   if (it->second) {
     int old = IndexOf(*it->second);
     if (old > i) {
-      return FailedPreconditionError("receiver '" + name + "' reports " + v.ToString() +
-                                     " after " + it->second->ToString() + " (going back)");
+      return FailedPreconditionError("receiver '" + name + "' reports " + v.ToString() + " after " +
+                                     it->second->ToString() + " (going back)");
     }
   }
   it->second = v;

@@ -23,9 +23,9 @@ namespace internal {
 // What Begin establishes for a delta over a receiver's storage.
 struct DeltaStart {
   uint64_t target_number = 0;
-  Hash128 start;                 // the held hash, or the identity terms alone for a full frame
-  Inventory inventory;           // the delta's tensors, in tensor_index order
-  std::vector<size_t> storage;   // storage[i]: index into the receiver's tensors of inventory i
+  Hash128 start;                // the held hash, or the identity terms alone for a full frame
+  Inventory inventory;          // the delta's tensors, in tensor_index order
+  std::vector<size_t> storage;  // storage[i]: index into the receiver's tensors of inventory i
 };
 
 // Begin's checks (receiver.h) of the serialized file header against a receiver holding `held`

@@ -24,9 +24,12 @@ StatusOr<DeviceKind> ParseDeviceKind(const std::string& name) {
 
 const char* DeviceKindName(DeviceKind kind) {
   switch (kind) {
-    case DeviceKind::kCpu: return "cpu";
-    case DeviceKind::kHost: return "host";
-    case DeviceKind::kCuda: return "cuda";
+    case DeviceKind::kCpu:
+      return "cpu";
+    case DeviceKind::kHost:
+      return "host";
+    case DeviceKind::kCuda:
+      return "cuda";
   }
   return "?";
 }
@@ -114,10 +117,12 @@ class HostDevice : public Device {
 
   Status Gather(const uint64_t* read_addr, const uint64_t* values, uint64_t n, int width,
                 ValueMode mode, uint64_t* old_bits, uint64_t* new_bits) override {
-    if (!ValidWidth(width)) return InvalidArgumentError("Gather: element width must be 1, 2, 4 or 8");
+    if (!ValidWidth(width))
+      return InvalidArgumentError("Gather: element width must be 1, 2, 4 or 8");
     const uint8_t op = static_cast<uint8_t>(mode);
     for (uint64_t i = 0; i < n; ++i) {
-      const uint64_t o = internal::LoadElem(reinterpret_cast<const uint8_t*>(read_addr[i]), width, 0);
+      const uint64_t o =
+          internal::LoadElem(reinterpret_cast<const uint8_t*>(read_addr[i]), width, 0);
       old_bits[i] = o;
       new_bits[i] = internal::ApplyOp(op, width, o, values[i]);
     }
@@ -126,7 +131,8 @@ class HostDevice : public Device {
 
   Status Scatter(const uint64_t* write_addr, const uint64_t* write_begin, const uint64_t* new_bits,
                  uint64_t n, int width) override {
-    if (!ValidWidth(width)) return InvalidArgumentError("Scatter: element width must be 1, 2, 4 or 8");
+    if (!ValidWidth(width))
+      return InvalidArgumentError("Scatter: element width must be 1, 2, 4 or 8");
     for (uint64_t i = 0; i < n; ++i) {
       for (uint64_t k = write_begin[i]; k < write_begin[i + 1]; ++k) {
         internal::StoreElem(reinterpret_cast<uint8_t*>(write_addr[k]), width, 0, new_bits[i]);
@@ -178,7 +184,8 @@ class HostDevice : public Device {
 
   StatusOr<Hash128> RangeHash(uint64_t salt, const void* data, int width, uint64_t begin,
                               uint64_t count) override {
-    if (!ValidWidth(width)) return InvalidArgumentError("RangeHash: element width must be 1, 2, 4 or 8");
+    if (!ValidWidth(width))
+      return InvalidArgumentError("RangeHash: element width must be 1, 2, 4 or 8");
     DCR_RETURN_IF_ERROR(CheckRange(static_cast<const uint8_t*>(data) + begin * width, count * width,
                                    "RangeHash data"));
     return ::dcr::RangeHash(salt, static_cast<const uint8_t*>(data), width, begin, count);
@@ -223,9 +230,9 @@ class HostDevice : public Device {
 
   const HostDeviceOptions options_;
   mutable std::mutex mu_;
-  std::map<uintptr_t, uint64_t> allocs_;  // address -> requested bytes; guarded by mu_
+  std::map<uintptr_t, uint64_t> allocs_;   // address -> requested bytes; guarded by mu_
   std::map<uintptr_t, uint64_t> adopted_;  // the caller's ranges: address -> bytes; not freed
-  uint64_t used_ = 0;                     // guarded by mu_
+  uint64_t used_ = 0;                      // guarded by mu_
 };
 
 }  // namespace

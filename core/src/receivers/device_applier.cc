@@ -4,6 +4,8 @@
 // change) runs on the calling thread; the device gathers the old bits, the host checks the
 // chunk's packed-bits hashes, and only then the device scatters the new bits. The same code runs
 // on the host backend in CI and on CUDA.
+#include "receivers/device_applier.h"
+
 #include <mutex>
 #include <set>
 
@@ -12,7 +14,6 @@
 #include "dcr/hash.h"
 #include "dcr/status_macros.h"
 #include "receivers/chunk_apply.h"
-#include "receivers/device_applier.h"
 
 namespace dcr {
 namespace {
@@ -172,19 +173,21 @@ class GenericDeviceApplier : public DeviceApplier {
     }
     old_bits.resize(k);
     new_bits.resize(k);
-    DCR_RETURN_IF_ERROR(device_->Gather(read.data(), chunk.values.data(), k, w, h.value_mode,
-                                        old_bits.data(), new_bits.data())
+    DCR_RETURN_IF_ERROR(device_
+                            ->Gather(read.data(), chunk.values.data(), k, w, h.value_mode,
+                                     old_bits.data(), new_bits.data())
                             .WithContext(id));
     if (IsRelative(h.value_mode) && PackedBitsHash(old_bits.data(), k, w) != h.base_change_hash) {
-      return FailedPreconditionError(id + ": current bits differ from the delta's base (wrong base, "
-                                          "or the chunk was already applied); nothing written");
+      return FailedPreconditionError(id +
+                                     ": current bits differ from the delta's base (wrong base, "
+                                     "or the chunk was already applied); nothing written");
     }
     if (PackedBitsHash(new_bits.data(), k, w) != h.target_change_hash) {
       return DataLossError(id + ": decoded values do not produce the target bits; nothing written");
     }
-    DCR_RETURN_IF_ERROR(device_->Scatter(single ? read.data() : write.data(),
-                                         single ? iota.data() : begin.data(),
-                                         new_bits.data(), k, w)
+    DCR_RETURN_IF_ERROR(device_
+                            ->Scatter(single ? read.data() : write.data(),
+                                      single ? iota.data() : begin.data(), new_bits.data(), k, w)
                             .WithContext(id));
     if (!terms) {
       // A relative chunk's old bits are the base's (checked above), so its version_delta is

@@ -41,8 +41,7 @@ class DeviceReceiverImpl : public DeviceReceiver {
       auto p = device_->Allocate(t.nbytes);
       if (!p.ok()) {
         return p.status().WithContext("loading tensor '" + t.name + "' (" +
-                                      std::to_string(t.nbytes) + " bytes) onto " +
-                                      device_->name());
+                                      std::to_string(t.nbytes) + " bytes) onto " + device_->name());
       }
       tensors_.push_back({t, *p});
       DCR_RETURN_IF_ERROR(device_->Upload(*p, bytes.empty() ? base.data(t) : bytes[k], t.nbytes)
@@ -50,7 +49,8 @@ class DeviceReceiverImpl : public DeviceReceiver {
     }
     std::vector<TensorView> views;
     for (const DeviceReceiverTensor& t : tensors_) {
-      views.push_back(TensorView{t.info.name, t.info.dtype_name, t.info.shape, t.data, t.info.nbytes});
+      views.push_back(
+          TensorView{t.info.name, t.info.dtype_name, t.info.shape, t.data, t.info.nbytes});
     }
     DCR_ASSIGN_OR_RETURN(Hash128 hash, DeviceContentHashOf(device_.get(), views, 0));
     held_ = VersionId{number, hash};
@@ -131,8 +131,9 @@ class DeviceReceiverImpl : public DeviceReceiver {
       for (uint64_t off = 0; off < t.info.nbytes; off += piece) {
         const uint64_t n = std::min(piece, t.info.nbytes - off);
         DCR_RETURN_IF_ERROR(device_->Upload(scratch, want + off, n));
-        DCR_ASSIGN_OR_RETURN(uint64_t at, device_->FirstDifference(
-                                              static_cast<const uint8_t*>(t.data) + off, scratch, n));
+        DCR_ASSIGN_OR_RETURN(
+            uint64_t at,
+            device_->FirstDifference(static_cast<const uint8_t*>(t.data) + off, scratch, n));
         if (at < n) return internal::TensorDiffers(t.info, off + at);
       }
     }
@@ -154,7 +155,7 @@ class DeviceReceiverImpl : public DeviceReceiver {
   std::vector<DeviceReceiverTensor> tensors_;
   VersionId held_;
   // The delta in progress.
-  std::unique_ptr<DeviceApplier> applier_;  // null when none
+  std::unique_ptr<DeviceApplier> applier_;     // null when none
   std::vector<internal::TensorBound> bounds_;  // the delta's tensors, for its records' segments
   uint64_t target_number_ = 0;
   Hash128 start_;
@@ -185,9 +186,9 @@ StatusOr<std::unique_ptr<DeviceReceiver>> MakeDeviceReceiverFromImage(
     const std::vector<const uint8_t*>& tensor_bytes, uint64_t number) {
   if (device == nullptr) return InvalidArgumentError("MakeDeviceReceiverFromImage: no device");
   if (tensor_bytes.size() != layout.tensors().size()) {
-    return InvalidArgumentError("MakeDeviceReceiverFromImage: " +
-                                std::to_string(tensor_bytes.size()) + " tensor images for " +
-                                std::to_string(layout.tensors().size()) + " tensors");
+    return InvalidArgumentError(
+        "MakeDeviceReceiverFromImage: " + std::to_string(tensor_bytes.size()) +
+        " tensor images for " + std::to_string(layout.tensors().size()) + " tensors");
   }
   for (size_t k = 0; k < tensor_bytes.size(); ++k) {
     if (tensor_bytes[k] == nullptr && layout.tensors()[k].nbytes > 0) {

@@ -40,10 +40,10 @@ uint64_t Special(const std::string& dtype, std::mt19937_64* rng) {
                                             0xFFF0000000000000ULL};
   static const std::vector<uint64_t> f8 = {0x7F, 0x80, 0x00, 0xFF};
   static const std::vector<uint64_t> none = {};
-  const std::vector<uint64_t>& v = dtype == "BF16"  ? bf16
-                                   : dtype == "F16" ? f16
-                                   : dtype == "F32" ? f32
-                                   : dtype == "F64" ? f64
+  const std::vector<uint64_t>& v = dtype == "BF16"      ? bf16
+                                   : dtype == "F16"     ? f16
+                                   : dtype == "F32"     ? f32
+                                   : dtype == "F64"     ? f64
                                    : dtype == "F8_E4M3" ? f8
                                                         : none;
   if (v.empty()) return (*rng)();
@@ -133,7 +133,8 @@ std::vector<uint8_t> Download(const DeviceReceiver& rx) {
 // The same order over a buffer receiver.
 std::vector<uint8_t> Bytes(const BufferReceiver& rx) {
   std::vector<uint8_t> out;
-  for (const ReceiverTensor& t : rx.tensors()) out.insert(out.end(), t.data, t.data + t.info.nbytes);
+  for (const ReceiverTensor& t : rx.tensors())
+    out.insert(out.end(), t.data, t.data + t.info.nbytes);
   return out;
 }
 
@@ -246,9 +247,9 @@ TEST(DeviceReceiverTest, AFullFrameRepairsAnyVersion) {
 }
 
 TEST(DeviceReceiverTest, LoadsFilesAndShardDirectories) {
-  const fs::path dir = fs::temp_directory_path() /
-                       ("dcr_device_receiver_test_" + std::to_string(::getpid()) + "_" +
-                        std::to_string(std::random_device{}()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("dcr_device_receiver_test_" + std::to_string(::getpid()) + "_" +
+                                   std::to_string(std::random_device{}()));
   fs::create_directories(dir);
   Model m = RandomModel(9);
   const std::string file = (dir / "one.safetensors").string();

@@ -323,7 +323,7 @@ StatusOr<JournalState> ReceiverJournal::Replay(const uint8_t* data, size_t size)
 }
 
 StatusOr<std::unique_ptr<ReceiverJournal>> ReceiverJournal::Open(const std::string& path,
-                                                                const JournalOptions& options) {
+                                                                 const JournalOptions& options) {
   std::unique_ptr<ReceiverJournal> j(new ReceiverJournal());
   j->path_ = path;
   j->options_ = options;
@@ -401,11 +401,11 @@ std::optional<DeltaRef> ReceiverJournal::in_flight() const {
   return state_.in_flight;
 }
 
-Status ReceiverJournal::AppendLocked(uint8_t type, const std::vector<uint8_t>& payload,
-                                     bool sync) {
+Status ReceiverJournal::AppendLocked(uint8_t type, const std::vector<uint8_t>& payload, bool sync) {
   // Callers checked the preconditions; the record reaches the live state only after its bytes
   // are written (and synced when asked).
-  if (frozen_) return AbortedError("journal " + path_ + ": frozen (process killed by fault injection)");
+  if (frozen_)
+    return AbortedError("journal " + path_ + ": frozen (process killed by fault injection)");
   std::vector<uint8_t> rec;
   AppendRecord(&rec, type, payload);
   Status w = WriteAll(fd_, rec.data(), rec.size(), size_);

@@ -39,7 +39,8 @@ JournalChunk C(uint64_t id) {
 
 std::vector<uint8_t> ReadAll(const std::string& p) {
   std::ifstream f(p, std::ios::binary);
-  return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)),
+                              std::istreambuf_iterator<char>());
 }
 void WriteAllBytes(const std::string& p, const std::vector<uint8_t>& b) {
   std::ofstream f(p, std::ios::binary | std::ios::trunc);
@@ -72,7 +73,7 @@ TEST(JournalTest, BeginDeltaRefusesAnotherBase) {
   EXPECT_TRUE(s.IsFailedPrecondition()) << s;
   EXPECT_NE(s.message().find("holds v1"), std::string::npos) << s;
   ASSERT_TRUE((*j)->BeginDelta(D(1, 2)).ok());
-  EXPECT_TRUE((*j)->BeginDelta(D(1, 2)).ok());  // resume: no-op
+  EXPECT_TRUE((*j)->BeginDelta(D(1, 2)).ok());                    // resume: no-op
   EXPECT_TRUE((*j)->BeginDelta(D(1, 3)).IsFailedPrecondition());  // another delta in flight
   DeltaRef full;
   full.full_frame = true;

@@ -94,7 +94,8 @@ Status JournaledReceiver::ApplyRecord(const uint8_t* record, size_t size) {
       return FailedPreconditionError(
           "chunk " + std::to_string(id) +
           " was interrupted mid-apply; only its overwrite form (absolute values) repairs it, "
-          "never a replay of its " + ValueModeName(h.value_mode) + " form");
+          "never a replay of its " +
+          ValueModeName(h.value_mode) + " form");
     }
     if (h.target_range_hash != recorded.target_range_hash ||
         h.target_change_hash != recorded.target_change_hash) {
@@ -189,9 +190,9 @@ Status JournaledReceiver::Commit(const uint8_t* bytes, size_t size) {
   if (!d || !in_delta()) return FailedPreconditionError("commit with no delta in progress");
   std::vector<uint64_t> doubtful = DoubtfulChunks();
   if (!doubtful.empty()) {
-    return FailedPreconditionError("cannot commit v" + std::to_string(d->target_number) +
-                                   ": chunks interrupted mid-apply need their overwrite form: " +
-                                   IdList(doubtful));
+    return FailedPreconditionError(
+        "cannot commit v" + std::to_string(d->target_number) +
+        ": chunks interrupted mid-apply need their overwrite form: " + IdList(doubtful));
   }
   std::vector<uint64_t> missing = MissingChunks(trailer);
   if (!missing.empty()) {

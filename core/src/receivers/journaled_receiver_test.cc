@@ -97,7 +97,8 @@ TEST(JournaledReceiverTest, RefusesAPayloadForAnotherBase) {
   Status st = BeginDelta(*f.delta, &ja);
   EXPECT_TRUE(st.IsFailedPrecondition()) << st;
   EXPECT_NE(st.message().find("refused"), std::string::npos);
-  EXPECT_TRUE(ja.ApplyRecord(f.delta->chunk_data(0), f.delta->chunk_size(0)).IsFailedPrecondition());
+  EXPECT_TRUE(
+      ja.ApplyRecord(f.delta->chunk_data(0), f.delta->chunk_size(0)).IsFailedPrecondition());
   EXPECT_TRUE(s.Equals(*f.c0));
 }
 
@@ -141,7 +142,8 @@ void InterruptAndRepair(ValuePolicy policy, bool overwrite_from_relative) {
     BufferReceiver inner(s.Tensors(), f.v0());
     JournaledReceiver ja(&inner, j->get());
     ASSERT_TRUE(BeginDelta(*f.delta, &ja).ok());
-    for (size_t i = 0; i < victim; ++i) ASSERT_TRUE(ja.ApplyRecord(f.delta->chunk_data(i), f.delta->chunk_size(i)).ok());
+    for (size_t i = 0; i < victim; ++i)
+      ASSERT_TRUE(ja.ApplyRecord(f.delta->chunk_data(i), f.delta->chunk_size(i)).ok());
     // What JournaledReceiver does before the inner apply, then the process dies mid-write.
     auto dc = f.delta->Decode(victim);
     ASSERT_TRUE(dc.ok());
@@ -167,7 +169,8 @@ void InterruptAndRepair(ValuePolicy policy, bool overwrite_from_relative) {
   EXPECT_TRUE(replay.IsFailedPrecondition()) << replay;
   EXPECT_NE(replay.message().find("overwrite"), std::string::npos);
   // Even without the journal, the inner applier refuses it (its base check fails).
-  EXPECT_TRUE(inner.ApplyRecord(f.delta->chunk_data(victim), f.delta->chunk_size(victim)).IsFailedPrecondition());
+  EXPECT_TRUE(inner.ApplyRecord(f.delta->chunk_data(victim), f.delta->chunk_size(victim))
+                  .IsFailedPrecondition());
   // Duplicates of applied chunks are skipped.
   ASSERT_TRUE(ja.ApplyRecord(f.delta->chunk_data(0), f.delta->chunk_size(0)).ok());
   EXPECT_EQ(ja.stats().duplicates_skipped, 1u);
@@ -186,7 +189,8 @@ void InterruptAndRepair(ValuePolicy policy, bool overwrite_from_relative) {
   EXPECT_EQ(ja.stats().repaired, 1u);
   // Applying the overwrite twice is harmless (already applied: skipped).
   ASSERT_TRUE(ja.ApplyRecord(ow.data(), ow.size()).ok());
-  for (size_t i = victim + 1; i < n; ++i) ASSERT_TRUE(ja.ApplyRecord(f.delta->chunk_data(i), f.delta->chunk_size(i)).ok());
+  for (size_t i = victim + 1; i < n; ++i)
+    ASSERT_TRUE(ja.ApplyRecord(f.delta->chunk_data(i), f.delta->chunk_size(i)).ok());
   Status v = CommitDelta(*f.delta, &ja);
   ASSERT_TRUE(v.ok()) << v;
   EXPECT_TRUE(s.Equals(*f.c1));
@@ -248,7 +252,8 @@ TEST(JournaledReceiverTest, StorageLostMeansAbandonAndRestartFromCommitted) {
     BufferReceiver inner(s.Tensors(), f.v0());
     JournaledReceiver ja(&inner, j->get());
     ASSERT_TRUE(BeginDelta(*f.delta, &ja).ok());
-    for (size_t i = 0; i < 3; ++i) ASSERT_TRUE(ja.ApplyRecord(f.delta->chunk_data(i), f.delta->chunk_size(i)).ok());
+    for (size_t i = 0; i < 3; ++i)
+      ASSERT_TRUE(ja.ApplyRecord(f.delta->chunk_data(i), f.delta->chunk_size(i)).ok());
   }  // process memory lost
   auto j = ReceiverJournal::Open(jp);
   ASSERT_TRUE(j.ok());

@@ -1,9 +1,10 @@
 // The receiver conformance suite: every Receiver implementation (BufferReceiver, the device
 // receiver on the host backend, ServingReplica, JournaledReceiver over each of them,
-// StorageReceiver, and the C API's receiver) runs the same cases of the receiver.h contract. Random layouts and dtypes (BF16, F16, F32, F8, integers) with
-// special values (NaN payloads, infinities, -0, denormals); change rates 0%, 1%, 50% and 100%;
-// records applied in random order; each commit is checked byte for byte against a dense load of
-// the target, both through the receiver's Verify and independently by the rig.
+// StorageReceiver, and the C API's receiver) runs the same cases of the receiver.h contract. Random
+// layouts and dtypes (BF16, F16, F32, F8, integers) with special values (NaN payloads, infinities,
+// -0, denormals); change rates 0%, 1%, 50% and 100%; records applied in random order; each commit
+// is checked byte for byte against a dense load of the target, both through the receiver's Verify
+// and independently by the rig.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -43,7 +44,9 @@ uint64_t GetBits(const Tensor& t, uint64_t i) {
   std::memcpy(&v, t.bytes.data() + i * t.width(), t.width());
   return v;
 }
-void PutBits(Tensor* t, uint64_t i, uint64_t v) { std::memcpy(t->bytes.data() + i * t->width(), &v, t->width()); }
+void PutBits(Tensor* t, uint64_t i, uint64_t v) {
+  std::memcpy(t->bytes.data() + i * t->width(), &v, t->width());
+}
 
 // Special bit patterns of a float dtype: NaN payloads, +-inf, -0, denormals (and +0).
 std::vector<uint64_t> Specials(const std::string& dtype) {
@@ -252,12 +255,14 @@ class BufferRig : public Rig {
       const TensorInfo* tt = target.Find(t.info.name);
       ASSERT_NE(tt, nullptr);
       ASSERT_EQ(tt->nbytes, t.info.nbytes);
-      EXPECT_EQ(std::memcmp(target.data(*tt), t.data, tt->nbytes), 0) << what << ": " << t.info.name;
+      EXPECT_EQ(std::memcmp(target.data(*tt), t.data, tt->nbytes), 0)
+          << what << ": " << t.info.name;
     }
   }
   std::vector<uint8_t> Snapshot() override {
     std::vector<uint8_t> out;
-    for (const ReceiverTensor& t : rx_->tensors()) out.insert(out.end(), t.data, t.data + t.info.nbytes);
+    for (const ReceiverTensor& t : rx_->tensors())
+      out.insert(out.end(), t.data, t.data + t.info.nbytes);
     return out;
   }
 
@@ -281,7 +286,8 @@ class DeviceRig : public Rig {
       ASSERT_EQ(tt->nbytes, t.info.nbytes);
       std::vector<uint8_t> h(t.info.nbytes);
       ASSERT_TRUE(rx_->device()->Download(h.data(), t.data, h.size()).ok());
-      EXPECT_EQ(std::memcmp(target.data(*tt), h.data(), tt->nbytes), 0) << what << ": " << t.info.name;
+      EXPECT_EQ(std::memcmp(target.data(*tt), h.data(), tt->nbytes), 0)
+          << what << ": " << t.info.name;
     }
   }
   std::vector<uint8_t> Snapshot() override {
@@ -345,7 +351,8 @@ class ReplicaRig : public Rig {
   }
   Receiver* rx() override { return rx_.get(); }
   void ExpectHolds(const Checkpoint& target, const std::string& what) override {
-    for (int r = 0; r < rx_->tp(); ++r) ExpectDenseLoadEquals(rx_->storage(r), target, factory_, r, what);
+    for (int r = 0; r < rx_->tp(); ++r)
+      ExpectDenseLoadEquals(rx_->storage(r), target, factory_, r, what);
   }
   std::vector<uint8_t> Snapshot() override {
     std::vector<uint8_t> out;
@@ -444,7 +451,9 @@ class CApiRig : public Rig, public Receiver {
   Status ApplyRecord(const uint8_t* r, size_t n) override {
     return FromC(dcr_receiver_apply_chunk(c_, r, n));
   }
-  Status Commit(const uint8_t* t, size_t n) override { return FromC(dcr_receiver_finish(c_, t, n)); }
+  Status Commit(const uint8_t* t, size_t n) override {
+    return FromC(dcr_receiver_finish(c_, t, n));
+  }
   void Abort() override {}
   Status MarkApplied(uint64_t, const Hash128&) override {
     return UnimplementedError("not in the C API");
@@ -474,7 +483,8 @@ class CApiRig : public Rig, public Receiver {
     auto* self = static_cast<CApiRig*>(ctx);
     for (const TensorInfo& t : self->tensors_) {
       if (t.name != tensor) continue;
-      WeightRef w{t.name, t.dtype_name, t.dtype, t.shape, static_cast<const uint8_t*>(data), nbytes};
+      WeightRef w{t.name, t.dtype_name, t.dtype, t.shape, static_cast<const uint8_t*>(data),
+                  nbytes};
       return static_cast<int>(self->loader_->LoadWeight(w, &self->storage_).code());
     }
     return static_cast<int>(StatusCode::kNotFound);
@@ -727,12 +737,14 @@ INSTANTIATE_TEST_SUITE_P(
              [](const Checkpoint& b) {
                return std::unique_ptr<Rig>(new JournaledRig(std::make_unique<DeviceRig>(b)));
              }},
-        Kind{"ServingReplica", [](const Checkpoint& b) { return std::unique_ptr<Rig>(new ReplicaRig(b)); }},
+        Kind{"ServingReplica",
+             [](const Checkpoint& b) { return std::unique_ptr<Rig>(new ReplicaRig(b)); }},
         Kind{"JournaledServingReplica",
              [](const Checkpoint& b) {
                return std::unique_ptr<Rig>(new JournaledRig(std::make_unique<ReplicaRig>(b)));
              }},
-        Kind{"Storage", [](const Checkpoint& b) { return std::unique_ptr<Rig>(new StorageRig(b)); }},
+        Kind{"Storage",
+             [](const Checkpoint& b) { return std::unique_ptr<Rig>(new StorageRig(b)); }},
         Kind{"CApi", [](const Checkpoint& b) { return std::unique_ptr<Rig>(new CApiRig(b)); }}),
     [](const ::testing::TestParamInfo<Kind>& i) { return std::string(i.param.name); });
 

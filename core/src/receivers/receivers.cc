@@ -90,18 +90,16 @@ class FullReceiver : public Receiver {
     std::vector<TensorInfo> tensors;
     std::map<std::string, std::string> metadata;
     uint64_t data_end = 0;
-    Status parsed = internal::ParseSafetensorsJson(reinterpret_cast<const char*>(data + 16),
-                                                   json_len, UINT64_MAX, &tensors, &metadata,
-                                                   &data_end);
+    Status parsed =
+        internal::ParseSafetensorsJson(reinterpret_cast<const char*>(data + 16), json_len,
+                                       UINT64_MAX, &tensors, &metadata, &data_end);
     if (!parsed.ok()) return parsed.WithContext("full stream header");
-    if (data_end > kMaxFullStreamBytes - 8 - json_len ||
-        file_size != 8 + json_len + data_end) {
-      return DataLossError("full stream header claims a file of " + std::to_string(file_size) +
-                           " bytes; its safetensors header describes " +
-                           std::to_string(8 + json_len) + " + " + std::to_string(data_end) +
-                           (data_end > kMaxFullStreamBytes - 8 - json_len
-                                ? " (over the 16 TiB limit)"
-                                : ""));
+    if (data_end > kMaxFullStreamBytes - 8 - json_len || file_size != 8 + json_len + data_end) {
+      return DataLossError(
+          "full stream header claims a file of " + std::to_string(file_size) +
+          " bytes; its safetensors header describes " + std::to_string(8 + json_len) + " + " +
+          std::to_string(data_end) +
+          (data_end > kMaxFullStreamBytes - 8 - json_len ? " (over the 16 TiB limit)" : ""));
     }
     if (device_ != nullptr) {  // refused before any slice when the device cannot hold the file
       auto probe = device_->Allocate(file_size);
@@ -208,7 +206,9 @@ std::string VersionId::ToString() const {
 // ---- BufferReceiver ----
 
 BufferReceiver::BufferReceiver(std::vector<ReceiverTensor> tensors, VersionId held)
-    : tensors_(std::move(tensors)), held_(held), ledger_(std::make_unique<internal::ChunkLedger>()) {}
+    : tensors_(std::move(tensors)),
+      held_(held),
+      ledger_(std::make_unique<internal::ChunkLedger>()) {}
 
 BufferReceiver::~BufferReceiver() = default;
 
@@ -237,8 +237,8 @@ std::unique_ptr<BufferReceiver> BufferReceiver::Copy(const Checkpoint& ckpt, uin
       at += t.nbytes;
     }
   }
-  auto r = std::make_unique<BufferReceiver>(std::move(tensors),
-                                            VersionId{number, ckpt.ContentHash()});
+  auto r =
+      std::make_unique<BufferReceiver>(std::move(tensors), VersionId{number, ckpt.ContentHash()});
   r->owned_ = std::move(bytes);  // the vector's buffer does not move
   return r;
 }
@@ -269,7 +269,8 @@ Status BufferReceiver::Commit(const uint8_t* trailer, size_t size) {
   if (!applier_) return FailedPreconditionError("receiver: trailer with no delta in progress");
   Hash128 h = start_;
   HashAdd(&h, applier_->hash_delta());
-  DCR_ASSIGN_OR_RETURN(Trailer tr, internal::CheckCommit(trailer, size, *ledger_, h, target_number_));
+  DCR_ASSIGN_OR_RETURN(Trailer tr,
+                       internal::CheckCommit(trailer, size, *ledger_, h, target_number_));
   held_ = VersionId{target_number_, tr.target_hash};
   Abort();
   return Status();

@@ -29,10 +29,12 @@ std::vector<std::vector<uint8_t>> Coverage(const PlacementMap& map, const Storag
 
 Status SameLayout(const Storage& a, const Storage& b) {
   if (a.buffers().size() != b.buffers().size()) {
-    return FailedPreconditionError("recording load: the loader allocated different buffers on a second run");
+    return FailedPreconditionError(
+        "recording load: the loader allocated different buffers on a second run");
   }
   for (size_t i = 0; i < a.buffers().size(); ++i) {
-    if (a.buffers()[i].name != b.buffers()[i].name || a.buffers()[i].nbytes != b.buffers()[i].nbytes) {
+    if (a.buffers()[i].name != b.buffers()[i].name ||
+        a.buffers()[i].nbytes != b.buffers()[i].nbytes) {
       return FailedPreconditionError("recording load: buffer " + a.buffers()[i].name +
                                      " differs between two loads");
     }
@@ -104,7 +106,8 @@ StatusOr<PlacementMap> RecordLoad(const Checkpoint& ckpt, const LoaderFactory& f
       }
       internal::ForEachPlaced(p, [&](uint64_t, uint64_t off) {
         ConvertedRegion* last = map.converted.empty() ? nullptr : &map.converted.back();
-        if (last && last->tensor == p.tensor && last->buffer == p.buffer && last->offset + last->size == off) {
+        if (last && last->tensor == p.tensor && last->buffer == p.buffer &&
+            last->offset + last->size == off) {
           last->size += p.width;
         } else {
           map.converted.push_back(ConvertedRegion{p.tensor, p.buffer, off, p.width});

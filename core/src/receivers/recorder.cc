@@ -133,7 +133,9 @@ bool AppendBox(Placement* b, const Placement& r) {
   const int64_t dd = static_cast<int64_t>(r.dst_offset) - static_cast<int64_t>(b->dst_offset);
   const int64_t w = b->width;
   // Contiguous runs (or single elements) in both spaces.
-  auto is_run = [w](const Shape& s) { return s.n == 0 || (s.n == 1 && s.s[0] == 1 && s.d[0] == w); };
+  auto is_run = [w](const Shape& s) {
+    return s.n == 0 || (s.n == 1 && s.s[0] == 1 && s.d[0] == w);
+  };
   if (is_run(sb) && is_run(sr)) {
     const uint64_t nb = sb.n ? sb.c[0] : 1, nr = sr.n ? sr.c[0] : 1;
     if (de == static_cast<int64_t>(nb) && dd == static_cast<int64_t>(nb) * w) {
@@ -278,8 +280,9 @@ void CopyRecorder::ResolveSource(uintptr_t src, uint64_t n, std::vector<Piece>* 
       uint64_t left = n;
       while (left > 0) {
         // Tensor containing file offset `off`.
-        auto it = std::upper_bound(spans_.begin(), spans_.end(), off,
-                                   [](uint64_t o, const TensorSpan& t) { return o < t.file_begin; });
+        auto it =
+            std::upper_bound(spans_.begin(), spans_.end(), off,
+                             [](uint64_t o, const TensorSpan& t) { return o < t.file_begin; });
         uint64_t take;
         if (it != spans_.begin() && off < std::prev(it)->file_begin + std::prev(it)->nbytes) {
           const TensorSpan& t = *std::prev(it);
@@ -412,7 +415,8 @@ void CopyRecorder::OnCopy(void* dst_ptr, const void* src_ptr, size_t n, int kind
     uint64_t at = 0;
     for (const Piece& p : pieces) {
       if (p.tensor >= 0) {
-        provenance_[dst + at] = Prov{dst + at + p.len, static_cast<uint32_t>(p.tensor), p.tensor_byte};
+        provenance_[dst + at] =
+            Prov{dst + at + p.len, static_cast<uint32_t>(p.tensor), p.tensor_byte};
       }
       at += p.len;
     }
@@ -438,7 +442,7 @@ void CopyRecorder::OnCopy(void* dst_ptr, const void* src_ptr, size_t n, int kind
         }
       }
       if (!placed) {
-        const uint32_t t = p.tensor >= 0        ? static_cast<uint32_t>(p.tensor)
+        const uint32_t t = p.tensor >= 0          ? static_cast<uint32_t>(p.tensor)
                            : current_tensor_ >= 0 ? static_cast<uint32_t>(current_tensor_)
                                                   : kConstantRegion;
         AddRegion(t, buf, off + at, p.len);

@@ -19,7 +19,7 @@ struct ServingReplica::Impl {
     Storage storage{0};                   // Create: the rank's storage (Attach: unused)
     std::unique_ptr<ModelLoader> loader;  // Create: the native loader (Attach: none)
     PlacementMap map;
-    std::vector<uint8_t*> buffers;        // address of each of map.buffers
+    std::vector<uint8_t*> buffers;  // address of each of map.buffers
   };
   struct Entry {  // one placement of a tensor somewhere in the replica
     uint8_t* data;
@@ -41,10 +41,10 @@ struct ServingReplica::Impl {
   std::vector<std::vector<int64_t>> shapes;
   std::vector<uint64_t> salts, elements;
   std::vector<int> widths;
-  std::vector<internal::TensorBound> bounds;    // elements and width per tensor, for records
-  std::vector<std::vector<Entry>> entries;      // per tensor
-  std::vector<std::vector<uint8_t>> shadow;     // per tensor; empty = none
-  std::vector<std::vector<int>> reload_ranks;   // per tensor: ranks with converted regions of it
+  std::vector<internal::TensorBound> bounds;   // elements and width per tensor, for records
+  std::vector<std::vector<Entry>> entries;     // per tensor
+  std::vector<std::vector<uint8_t>> shadow;    // per tensor; empty = none
+  std::vector<std::vector<int>> reload_ranks;  // per tensor: ranks with converted regions of it
   uint64_t version = 0;
   Hash128 hash, running;
   bool in_progress = false;
@@ -69,7 +69,10 @@ struct ServingReplica::Impl {
     int64_t lo = static_cast<int64_t>(sg.offset), hi = lo;
     for (uint32_t d = 0; d < sg.ndim; ++d) {
       const int64_t span = static_cast<int64_t>(sg.count[d] - 1) * sg.stride[d];
-      if (span < 0) lo += span; else hi += span;
+      if (span < 0)
+        lo += span;
+      else
+        hi += span;
     }
     for (const Entry& en : entries[sg.tensor_index]) {
       if (static_cast<int64_t>(en.box->min_element()) <= hi &&
@@ -118,8 +121,8 @@ StatusOr<std::unique_ptr<ServingReplica>> ServingReplica::Create(int tp,
   impl->tp = tp;
   for (int r = 0; r < tp; ++r) {
     auto rank = std::make_unique<Impl::Rank>();
-    DCR_ASSIGN_OR_RETURN(rank->map, RecordLoad(base, factory, r, &rank->loader, &rank->storage,
-                                               options.record));
+    DCR_ASSIGN_OR_RETURN(
+        rank->map, RecordLoad(base, factory, r, &rank->loader, &rank->storage, options.record));
     for (const Storage::Buffer& b : rank->storage.buffers()) rank->buffers.push_back(b.data);
     impl->ranks.push_back(std::move(rank));
   }
@@ -234,8 +237,8 @@ Status ServingReplica::Begin(const uint8_t* bytes, size_t size) {
   DCR_ASSIGN_OR_RETURN(Inventory inv, Inventory::FromHeader(header));
   if (inv.tensors.size() != m.tensors.size()) {
     return InvalidArgumentError("replica: the delta's inventory has " +
-                                std::to_string(inv.tensors.size()) + " tensors, the runtime loaded " +
-                                std::to_string(m.tensors.size()));
+                                std::to_string(inv.tensors.size()) +
+                                " tensors, the runtime loaded " + std::to_string(m.tensors.size()));
   }
   for (size_t t = 0; t < inv.tensors.size(); ++t) {
     const TensorInfo& ti = inv.tensors[t];
@@ -394,8 +397,7 @@ Status ServingReplica::Verify(const Checkpoint& target) const {
           return DataLossError("rank " + std::to_string(r) + ": buffer " + mine[b].name +
                                " differs from the dense load's " + want[b].name);
         }
-        DCR_RETURN_IF_ERROR(FirstDifference("rank " + std::to_string(r) + " buffer " +
-                                                mine[b].name,
+        DCR_RETURN_IF_ERROR(FirstDifference("rank " + std::to_string(r) + " buffer " + mine[b].name,
                                             mine[b].data, want[b].data, mine[b].nbytes));
       }
     }
@@ -406,7 +408,8 @@ Status ServingReplica::Verify(const Checkpoint& target) const {
   for (size_t t = 0; t < m.tensors.size(); ++t) {
     const TensorInfo* ti = target.Find(m.tensors[t]);
     if (ti == nullptr || ti->dtype_name != m.dtype_names[t] || ti->shape != m.shapes[t]) {
-      return DataLossError("tensor '" + m.tensors[t] + "' differs from the target in name/dtype/shape");
+      return DataLossError("tensor '" + m.tensors[t] +
+                           "' differs from the target in name/dtype/shape");
     }
     const uint8_t* want = target.data(*ti);
     const int w = m.widths[t];

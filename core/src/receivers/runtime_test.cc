@@ -152,7 +152,8 @@ TEST_P(RefitTest, CanonicalDeltaEqualsDenseLoad) {
     EXPECT_EQ(replica.version(), static_cast<uint64_t>(step));
     EXPECT_EQ(replica.version_hash(), next->ContentHash());
     for (int r = 0; r < cfg.tp; ++r) {
-      ExpectEqualsDenseLoad(replica.storage(r), *next, factory, r, Name(l) + " step " + std::to_string(step));
+      ExpectEqualsDenseLoad(replica.storage(r), *next, factory, r,
+                            Name(l) + " step " + std::to_string(step));
     }
     prev = std::move(next);
   }
@@ -188,7 +189,8 @@ TEST_P(RefitTest, ServingSpaceDeltaEqualsDenseLoad) {
       ASSERT_TRUE(stats.ok()) << stats.status();
       auto reader = DeltaReader::FromBytes(sink.Release());
       ASSERT_TRUE(reader.ok()) << reader.status();
-      Status st = ApplyDelta(**reader, rx[r].get(), Shuffled((*reader)->num_chunks(), step * 10 + r));
+      Status st =
+          ApplyDelta(**reader, rx[r].get(), Shuffled((*reader)->num_chunks(), step * 10 + r));
       ASSERT_TRUE(st.ok()) << st;
       EXPECT_EQ(rx[r]->held().number, static_cast<uint64_t>(step));
       EXPECT_TRUE(rx[r]->Verify(*next).ok()) << rx[r]->Verify(*next);
@@ -226,8 +228,10 @@ class ForeignLoader : public ModelLoader {
       const std::string n = Rename(t.name);
       if (s->Find(n) != nullptr) continue;
       std::vector<int64_t> shape = t.shape;
-      if (n.find("qkv") != std::string::npos) shape = {m_.hidden, (m_.heads + 2 * m_.kv_heads) * m_.head_dim};
-      else if (shape.size() == 2) std::swap(shape[0], shape[1]);
+      if (n.find("qkv") != std::string::npos)
+        shape = {m_.hidden, (m_.heads + 2 * m_.kv_heads) * m_.head_dim};
+      else if (shape.size() == 2)
+        std::swap(shape[0], shape[1]);
       DCR_RETURN_IF_ERROR(s->Allocate(n, t.dtype, shape).status());
     }
     return Status::OK();
@@ -257,7 +261,8 @@ class ForeignLoader : public ModelLoader {
  private:
   static std::string Rename(const std::string& n) {
     const size_t p = n.find("self_attn.");
-    if (p != std::string::npos && n.find("o_proj") == std::string::npos) return n.substr(0, p) + "qkv";
+    if (p != std::string::npos && n.find("o_proj") == std::string::npos)
+      return n.substr(0, p) + "qkv";
     return n;
   }
   ModelConfig m_;
@@ -322,7 +327,8 @@ class InliningLoader : public ModelLoader {
     if (w.name != "model.embed_tokens.weight") return Status::OK();
     uint8_t* d = s->Find("w")->data;
     // Reversed, so that GCC cannot turn the loop back into one memcpy call.
-    for (uint64_t i = 0; i < (1 << 16); ++i) std::memcpy(d + 2 * i, w.data + 2 * ((1 << 16) - 1 - i), 2);
+    for (uint64_t i = 0; i < (1 << 16); ++i)
+      std::memcpy(d + 2 * i, w.data + 2 * ((1 << 16) - 1 - i), 2);
     return Status::OK();
   }
 };
@@ -359,8 +365,9 @@ TEST(RuntimeTest, RefusesWrongBaseDuplicateChunksAndIncompleteDeltas) {
   auto d01 = MakeDelta(*v0, *v1, 0, 1, ValuePolicy::kXor);
   ASSERT_TRUE(BeginDelta(*d01, &replica).ok());
   ASSERT_TRUE(replica.ApplyRecord(d01->chunk_data(0), d01->chunk_size(0)).ok());
-  std::vector<uint8_t> before(replica.storage(0).buffers()[0].data,
-                              replica.storage(0).buffers()[0].data + replica.storage(0).buffers()[0].nbytes);
+  std::vector<uint8_t> before(
+      replica.storage(0).buffers()[0].data,
+      replica.storage(0).buffers()[0].data + replica.storage(0).buffers()[0].nbytes);
   Status dup = replica.ApplyRecord(d01->chunk_data(0), d01->chunk_size(0));
   EXPECT_TRUE(dup.IsFailedPrecondition()) << dup;
   EXPECT_EQ(0, std::memcmp(before.data(), replica.storage(0).buffers()[0].data, before.size()));
@@ -428,8 +435,8 @@ TEST(RuntimeTest, E4M3Conversion) {
   EXPECT_EQ(FloatToE4M3(-1e30f), 0xFE);
   EXPECT_EQ(FloatToE4M3(std::ldexp(1.0f, -9)), 0x01);
   EXPECT_EQ(FloatToE4M3(std::ldexp(1.0f, -10)), 0x00);  // tie to even
-  EXPECT_EQ(FloatToE4M3(1.0625f), 0x38);                 // tie 1 + 1/16 -> even mantissa 0
-  EXPECT_EQ(FloatToE4M3(1.1875f), 0x3A);                 // tie 1 + 3/16 -> even mantissa 2
+  EXPECT_EQ(FloatToE4M3(1.0625f), 0x38);                // tie 1 + 1/16 -> even mantissa 0
+  EXPECT_EQ(FloatToE4M3(1.1875f), 0x3A);                // tie 1 + 3/16 -> even mantissa 2
   EXPECT_EQ(FloatToE4M3(std::nanf("")) & 0x7F, 0x7F);
   for (int b = 0; b < 256; ++b) {
     if ((b & 0x7F) == 0x7F) continue;
@@ -445,7 +452,8 @@ TEST(RuntimeTest, BadServingConfigsNameTheField) {
   c = ConfigOf(Layout{false, 2, true, FusedLayout::kConcat, false});
   c.fp8_block = 48;
   EXPECT_TRUE(ValidateServingConfig(c).IsInvalidArgument());
-  EXPECT_FALSE(MakeReferenceLoader(ConfigOf(Layout{false, 2, false, FusedLayout::kConcat, false}), 2).ok());
+  EXPECT_FALSE(
+      MakeReferenceLoader(ConfigOf(Layout{false, 2, false, FusedLayout::kConcat, false}), 2).ok());
 }
 
 }  // namespace
@@ -470,7 +478,8 @@ int Reload(void* ctx, const char* tensor, const void* data, uint64_t nbytes) {
   auto* c = static_cast<ReloadCtx*>(ctx);
   const TensorInfo* t = c->shapes_from->Find(tensor);
   if (t == nullptr) return static_cast<int>(StatusCode::kNotFound);
-  WeightRef w{t->name, t->dtype_name, t->dtype, t->shape, static_cast<const uint8_t*>(data), nbytes};
+  WeightRef w{t->name, t->dtype_name, t->dtype, t->shape, static_cast<const uint8_t*>(data),
+              nbytes};
   return static_cast<int>(c->rt->loader->LoadWeight(w, &c->rt->storage).code());
 }
 
@@ -482,7 +491,8 @@ TEST(RuntimeTest, CApiRecordsAndAppliesWithReloads) {
   std::vector<TensorView> views;
   for (size_t i = 0; i < model.inventory.size(); ++i) {
     views.push_back(TensorView{model.inventory[i].name, model.inventory[i].dtype,
-                               model.inventory[i].shape, model.data[i].data(), model.data[i].size()});
+                               model.inventory[i].shape, model.data[i].data(),
+                               model.data[i].size()});
   }
   ASSERT_TRUE(WriteSafetensors(path, views).ok());
   const int rank = 1;
@@ -501,7 +511,8 @@ TEST(RuntimeTest, CApiRecordsAndAppliesWithReloads) {
     const void* p = dcr_recorder_tensor_data(rec, t.name.c_str(), &n);
     ASSERT_NE(p, nullptr);
     ASSERT_EQ(dcr_recorder_set_tensor(rec, t.name.c_str()), DCR_OK);
-    WeightRef w{t.name, t.dtype, DTypeFromName(t.dtype), t.shape, static_cast<const uint8_t*>(p), n};
+    WeightRef w{t.name, t.dtype, DTypeFromName(t.dtype), t.shape, static_cast<const uint8_t*>(p),
+                n};
     ASSERT_TRUE(rt.loader->LoadWeight(w, &rt.storage).ok());
   }
   ASSERT_EQ(dcr_recorder_set_tensor(rec, nullptr), DCR_OK);
@@ -526,7 +537,8 @@ TEST(RuntimeTest, CApiRecordsAndAppliesWithReloads) {
           << dcr_last_error();
       end = std::max<uint64_t>(end, d->trailer().chunks[i].offset + d->chunk_size(i));
     }
-    ASSERT_EQ(dcr_receiver_finish(rx, d->data() + end, d->size() - end), DCR_OK) << dcr_last_error();
+    ASSERT_EQ(dcr_receiver_finish(rx, d->data() + end, d->size() - end), DCR_OK)
+        << dcr_last_error();
     rctx.shapes_from = next.get();
     ExpectEqualsDenseLoad(rt.storage, *next, ReferenceLoaderFactory(cfg), rank, "C API");
     // The same delta again: its base is no longer held; refused with a message.

@@ -26,9 +26,7 @@ StatusOr<DeltaStats> BuildServingDelta(const Checkpoint& base, const Checkpoint&
 
 StorageReceiver::StorageReceiver(std::vector<ReceiverTensor> tensors, VersionId held,
                                  LoaderFactory factory, int rank)
-    : BufferReceiver(std::move(tensors), held),
-      factory_(std::move(factory)),
-      rank_(rank) {}
+    : BufferReceiver(std::move(tensors), held), factory_(std::move(factory)), rank_(rank) {}
 
 std::unique_ptr<StorageReceiver> StorageReceiver::Create(Storage* storage, uint64_t version,
                                                          LoaderFactory factory, int rank) {

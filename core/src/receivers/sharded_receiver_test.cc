@@ -38,8 +38,11 @@ struct Fixture {
   std::string Write(const std::string& name) {
     std::vector<TensorView> views;
     for (size_t i = 0; i < names.size(); ++i) {
-      views.push_back({names[i], "BF16", {static_cast<int64_t>(bytes[i].size() / 2)},
-                       bytes[i].data(), bytes[i].size()});
+      views.push_back({names[i],
+                       "BF16",
+                       {static_cast<int64_t>(bytes[i].size() / 2)},
+                       bytes[i].data(),
+                       bytes[i].size()});
     }
     const std::string path = (dir / name).string();
     fs::create_directories(dir);

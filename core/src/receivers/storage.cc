@@ -23,7 +23,8 @@ DCR_NO_MEMSET_IDIOM void FillFresh(uint8_t* p, uint8_t v, uint64_t n) {
 
 StatusOr<uint8_t*> Storage::Allocate(const std::string& name, const std::string& dtype_name,
                                      const std::vector<int64_t>& shape) {
-  if (Find(name) != nullptr) return InvalidArgumentError("storage: duplicate buffer '" + name + "'");
+  if (Find(name) != nullptr)
+    return InvalidArgumentError("storage: duplicate buffer '" + name + "'");
   const DType dtype = DTypeFromName(dtype_name);
   if (dtype == DType::kUnknown) {
     return InvalidArgumentError("storage: buffer '" + name + "' has unknown dtype " + dtype_name);

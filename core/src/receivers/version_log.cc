@@ -225,7 +225,7 @@ StatusOr<std::unique_ptr<VersionLog>> VersionLog::Create(const std::string& dir,
 }
 
 Status VersionLog::Recover(const std::string& dir, const Checkpoint& layout,
-                          RecoveredVersion* out) {
+                           RecoveredVersion* out) {
   RecoveredStore store;
   DCR_RETURN_IF_ERROR(RecoverStore(dir, layout, out, &store));
   return Status();

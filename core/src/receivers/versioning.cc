@@ -52,7 +52,10 @@ Status CheckSegments(const ChunkHeader& h, const Inventory& inv) {
     int64_t lo = static_cast<int64_t>(s.offset), hi = lo;
     for (uint32_t d = 0; d < s.ndim && d < kMaxSegmentDims; ++d) {
       int64_t span = static_cast<int64_t>(s.count[d] - 1) * s.stride[d];
-      if (span > 0) hi += span; else lo += span;
+      if (span > 0)
+        hi += span;
+      else
+        lo += span;
     }
     if (lo < 0 || static_cast<uint64_t>(hi) >= t.num_elements()) {
       return DataLossError("chunk " + std::to_string(h.chunk_id) + ": segment outside tensor '" +
@@ -162,8 +165,7 @@ StatusOr<std::vector<uint8_t>> OverwriteChunkFromCheckpoints(const Checkpoint& b
 
 StatusOr<std::vector<uint8_t>> OverwriteChunkFromRelative(const uint8_t* record, size_t size,
                                                           const Inventory& inventory,
-                                                          const Checkpoint& base,
-                                                          int zstd_level) {
+                                                          const Checkpoint& base, int zstd_level) {
   {
     // The segments fit the tensors before anything of the record is decoded.
     DCR_ASSIGN_OR_RETURN(ChunkHeader bounds, ParseChunkHeader(record, size, nullptr, nullptr));
@@ -195,8 +197,7 @@ StatusOr<std::vector<uint8_t>> OverwriteChunkFromRelative(const uint8_t* record,
     ch.old_bits[k] = ob;
     ch.new_bits[k] = ApplyValue(h.value_mode, h.elem_width, ob, dc.values[k]);
   }
-  if (PackedBitsHash(ch.old_bits.data(), ch.old_bits.size(), h.elem_width) !=
-      h.base_change_hash) {
+  if (PackedBitsHash(ch.old_bits.data(), ch.old_bits.size(), h.elem_width) != h.base_change_hash) {
     return FailedPreconditionError("chunk " + std::to_string(h.chunk_id) +
                                    ": the base bits do not match the chunk's base_change_hash "
                                    "(wrong base for this delta)");
@@ -223,9 +224,8 @@ StatusOr<CatchUpStats> ComposeDeltas(const std::vector<const DeltaReader*>& delt
       if (h.base_version != prev->header().target_version ||
           h.base_hash != prev->trailer().target_hash) {
         return InvalidArgumentError("compose: delta " + std::to_string(i) + " (base v" +
-                                    std::to_string(h.base_version) +
-                                    ") does not continue delta " + std::to_string(i - 1) +
-                                    " (target v" +
+                                    std::to_string(h.base_version) + ") does not continue delta " +
+                                    std::to_string(i - 1) + " (target v" +
                                     std::to_string(prev->header().target_version) + ")");
       }
     }
@@ -234,8 +234,9 @@ StatusOr<CatchUpStats> ComposeDeltas(const std::vector<const DeltaReader*>& delt
   const Inventory& inv = last->inventory();
   DCR_ASSIGN_OR_RETURN(std::vector<const uint8_t*> tdata, MapTensors(inv, target, "target"));
   if (target.ContentHash(options.threads) != last->trailer().target_hash) {
-    return FailedPreconditionError("compose: the target checkpoint's hash differs from the last "
-                                   "delta's target hash");
+    return FailedPreconditionError(
+        "compose: the target checkpoint's hash differs from the last "
+        "delta's target hash");
   }
 
   // chunk id -> per delta index into its chunk table (-1 if absent).

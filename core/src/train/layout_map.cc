@@ -56,8 +56,8 @@ class TracingReader : public ShardReader {
     for (const auto& x : v) {
       if (!out.empty() && out.back().rank == x.rank && out.back().buffer == x.buffer &&
           x.begin <= out.back().begin + out.back().count) {
-        out.back().count = std::max(out.back().begin + out.back().count, x.begin + x.count) -
-                           out.back().begin;
+        out.back().count =
+            std::max(out.back().begin + out.back().count, x.begin + x.count) - out.back().begin;
       } else {
         out.push_back(x);
       }
@@ -71,8 +71,8 @@ class TracingReader : public ShardReader {
 };
 
 inline uint64_t TagMix(uint64_t g, int pass) {
-  return internal::Mix64(g * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(pass) * 0xA0761D6478BD642FULL +
-                         0x5EED);
+  return internal::Mix64(g * 0x9E3779B97F4A7C15ULL +
+                         static_cast<uint64_t>(pass) * 0xA0761D6478BD642FULL + 0x5EED);
 }
 
 inline uint64_t WidthMask(int w) { return w >= 8 ? ~uint64_t{0} : (uint64_t{1} << (8 * w)) - 1; }
@@ -203,11 +203,11 @@ struct Discovery {
   uint64_t total = 0;        // source elements
   int db = 8;                // bits of the source id carried per digit pass
   int digit_passes = 0;
-  int passes = 0;            // digit passes + check passes
-  std::vector<uint64_t> tensor_off;  // first canonical element per tensor, then the total
-  std::vector<int> tensor_w;         // element width per tensor
-  std::vector<uint64_t> decoded;     // per canonical element: decoded source id
-  std::vector<uint8_t> valid;        // per canonical element: check passes agree
+  int passes = 0;                            // digit passes + check passes
+  std::vector<uint64_t> tensor_off;          // first canonical element per tensor, then the total
+  std::vector<int> tensor_w;                 // element width per tensor
+  std::vector<uint64_t> decoded;             // per canonical element: decoded source id
+  std::vector<uint8_t> valid;                // per canonical element: check passes agree
   std::vector<std::vector<ReadRange>> deps;  // per tensor: the source ranges the exporter reads
 
   uint64_t canon_total() const { return tensor_off.back(); }
@@ -216,7 +216,10 @@ struct Discovery {
     size_t lo = 0, hi = bufs.size();
     while (hi - lo > 1) {
       size_t mid = (lo + hi) / 2;
-      if (bufs[mid].base <= g) lo = mid; else hi = mid;
+      if (bufs[mid].base <= g)
+        lo = mid;
+      else
+        hi = mid;
     }
     *i = g - bufs[lo].base;
     return lo;

@@ -1,11 +1,10 @@
 // TrainStructure::FromLayoutSpec: per-rank placement of any tensor set, described by data.
 #include <algorithm>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "dcr/dtype.h"
 #include "dcr/train.h"

@@ -168,8 +168,8 @@ TEST(LayoutSpec, PerRankDeltasApplyToTheDenseCheckpointByteForByte) {
     ApplyOptions ao;
     ao.threads = 2;
     ao.verify_full = true;
-    auto applied = ApplyDeltaFile(step == 0 ? base_path : TempPath("prev.safetensors"),
-                                  delta_path, out_path, ao);
+    auto applied = ApplyDeltaFile(step == 0 ? base_path : TempPath("prev.safetensors"), delta_path,
+                                  out_path, ao);
     ASSERT_TRUE(applied.ok()) << applied.status() << " step " << step;
     auto want = ex->ExportFileImage(ShardSetReader(**s, next), 2);
     ASSERT_TRUE(want.ok());

@@ -46,7 +46,7 @@ TensorPlacement PlaceTensor(const TrainStructure& s, const TensorSpec& t) {
       p.param = p.global = "decoder.final_layernorm.weight";
     } else {
       p.kind = t.shape.size() == 1 && n.find("norm") != std::string::npos ? ParamKind::kNorm
-                                                                           : ParamKind::kReplicated;
+                                                                          : ParamKind::kReplicated;
       p.param = p.global = "extra." + n;
     }
     return p;
@@ -56,7 +56,8 @@ TensorPlacement PlaceTensor(const TrainStructure& s, const TensorSpec& t) {
   p.layer = std::strtoll(rest.substr(0, dot).c_str(), nullptr, 10);
   const std::string suf = rest.substr(dot + 1);
   p.stage = s.StageOfLayer(p.layer);
-  const std::string lp = "decoder.layers." + std::to_string(p.layer - s.FirstLayerOfStage(p.stage)) + ".";
+  const std::string lp =
+      "decoder.layers." + std::to_string(p.layer - s.FirstLayerOfStage(p.stage)) + ".";
   const std::string gp = "decoder.layers#" + std::to_string(p.layer) + ".";
   std::string local;
   const ModelConfig& c = s.config();
@@ -85,7 +86,8 @@ TensorPlacement PlaceTensor(const TrainStructure& s, const TensorSpec& t) {
   } else if (suf == "mlp.down_proj.weight") {
     const int64_t dense_from_end = [&]() {
       int64_t k = 0;  // dense-MLP layers after this one
-      for (int64_t i = p.layer + 1; i < c.layers; ++i) k += (c.is_moe() && i >= c.first_dense_layers) ? 0 : 1;
+      for (int64_t i = p.layer + 1; i < c.layers; ++i)
+        k += (c.is_moe() && i >= c.first_dense_layers) ? 0 : 1;
       return k;
     }();
     p.kind = dense_from_end < s.layout().fold_layers ? ParamKind::kFold : ParamKind::kRow;
@@ -126,7 +128,7 @@ TensorPlacement PlaceTensor(const TrainStructure& s, const TensorSpec& t) {
     local = "self_attention.k_layernorm.weight";
   } else {
     p.kind = t.shape.size() == 1 && suf.find("norm") != std::string::npos ? ParamKind::kNorm
-                                                                         : ParamKind::kReplicated;
+                                                                          : ParamKind::kReplicated;
     local = "hf." + suf;
   }
   p.param = lp + local;
@@ -159,8 +161,8 @@ StatusOr<TrainLayout> TrainLayout::Parse(const std::string& text) {
     char* end = nullptr;
     const long long v = std::strtoll(val.c_str(), &end, 10);
     if (val.empty() || *end != '\0') {
-      return InvalidArgumentError("layout: value of '" + key + "' must be an integer, got '" +
-                                  val + "'");
+      return InvalidArgumentError("layout: value of '" + key + "' must be an integer, got '" + val +
+                                  "'");
     }
     if (v < -(1LL << 30) || v > (1LL << 30)) {
       return InvalidArgumentError("layout: value of '" + key + "' is out of range: " + val);
@@ -271,8 +273,8 @@ struct Builder {
     p.replica = replica;
     if (l.dist_opt) {
       const std::string bname = dtype == DType::kF32 ? "flat.f32"
-                                : expert             ? "flat.expert." + std::string(DTypeName(dtype))
-                                                     : "flat.dense." + std::string(DTypeName(dtype));
+                                : expert ? "flat.expert." + std::string(DTypeName(dtype))
+                                         : "flat.dense." + std::string(DTypeName(dtype));
       int b = -1;
       for (size_t i = 0; i < rk.buffers.size(); ++i) {
         if (rk.buffers[i].name == bname) b = static_cast<int>(i);
@@ -305,7 +307,7 @@ uint64_t Key(const std::string& global, int tp, int ep) {
 }  // namespace
 
 StatusOr<std::shared_ptr<const TrainStructure>> TrainStructure::Create(const ModelConfig& cfg_in,
-                                                                      const TrainLayout& l) {
+                                                                       const TrainLayout& l) {
   auto s = std::shared_ptr<TrainStructure>(new TrainStructure());
   ModelConfig cfg = cfg_in;
   if (l.tied >= 0) cfg.tied_embeddings = l.tied == 1;
@@ -332,8 +334,8 @@ StatusOr<std::shared_ptr<const TrainStructure>> TrainStructure::Create(const Mod
   }
   if (!s->mla_) {
     if (cfg.kv_heads < 1 || cfg.heads % cfg.kv_heads != 0) {
-      return Invalid("heads=" + std::to_string(cfg.heads) + " not a multiple of kv_heads=" +
-                     std::to_string(cfg.kv_heads));
+      return Invalid("heads=" + std::to_string(cfg.heads) +
+                     " not a multiple of kv_heads=" + std::to_string(cfg.kv_heads));
     }
     if (cfg.kv_heads % l.tp != 0) {
       return Invalid("tp=" + std::to_string(l.tp) + " does not divide kv_heads=" +
@@ -343,11 +345,12 @@ StatusOr<std::shared_ptr<const TrainStructure>> TrainStructure::Create(const Mod
       return Invalid("rope_permute needs an even head_dim, got " + std::to_string(cfg.head_dim));
     }
   } else if (cfg.heads % l.tp != 0) {
-    return Invalid("tp=" + std::to_string(l.tp) + " does not divide heads=" +
-                   std::to_string(cfg.heads) + " of " + cfg.name);
+    return Invalid("tp=" + std::to_string(l.tp) +
+                   " does not divide heads=" + std::to_string(cfg.heads) + " of " + cfg.name);
   }
   int64_t dense_layers = 0;
-  for (int64_t i = 0; i < cfg.layers; ++i) dense_layers += (cfg.is_moe() && i >= cfg.first_dense_layers) ? 0 : 1;
+  for (int64_t i = 0; i < cfg.layers; ++i)
+    dense_layers += (cfg.is_moe() && i >= cfg.first_dense_layers) ? 0 : 1;
   if (l.fold_layers > dense_layers) {
     return Invalid("fold_layers=" + std::to_string(l.fold_layers) + " exceeds the " +
                    std::to_string(dense_layers) + " dense-MLP layers of " + cfg.name);
@@ -402,8 +405,8 @@ StatusOr<std::shared_ptr<const TrainStructure>> TrainStructure::Create(const Mod
       for (int e = 0; e < l.ep; ++e) {
         for (int t = 0; t < l.tp; ++t) {
           const int r = s->RankId(stage, e, t);
-          const bool ep_rep = e > 0 && pl.kind != ParamKind::kExpertW1 &&
-                              pl.kind != ParamKind::kExpertW2;
+          const bool ep_rep =
+              e > 0 && pl.kind != ParamKind::kExpertW1 && pl.kind != ParamKind::kExpertW2;
           switch (pl.kind) {
             case ParamKind::kReplicated:
             case ParamKind::kNorm: {
@@ -451,8 +454,8 @@ StatusOr<std::shared_ptr<const TrainStructure>> TrainStructure::Create(const Mod
               break;
             case ParamKind::kExpertW2:
               DCR_RETURN_IF_ERROR(need(cols, "moe_intermediate"));
-              b.Add(r, pname, {cfg.experts / l.ep, cols / tp, rows}, dt, true,
-                    Key(pl.global, t, e), false);
+              b.Add(r, pname, {cfg.experts / l.ep, cols / tp, rows}, dt, true, Key(pl.global, t, e),
+                    false);
               break;
           }
         }

@@ -1,12 +1,12 @@
 // Per-rank delta construction: each (model-parallel, data-parallel) unit diffs the buffer slices
 // it owns and relabels changes to positions of canonical chunks through the discovered pieces;
 // residual tensors go through the exporter as absolute overwrites; Merge writes one delta.
+#include <xxhash.h>
+
 #include <algorithm>
 #include <cstring>
 #include <memory>
 #include <set>
-
-#include <xxhash.h>
 
 #include "dcr/device.h"
 #include "dcr/hash.h"
@@ -126,7 +126,10 @@ uint64_t LowerBound(const MapPiece& p, uint64_t x) {
   uint64_t lo = 0, hi = p.num_elements();
   while (lo < hi) {
     const uint64_t mid = lo + (hi - lo) / 2;
-    if (p.SrcAt(mid) < x) lo = mid + 1; else hi = mid;
+    if (p.SrcAt(mid) < x)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   return lo;
 }
@@ -172,16 +175,25 @@ void DiffRunT(const uint8_t* prev, const uint8_t* next, const Run& r, uint64_t* 
 void DiffRun(int w, const uint8_t* prev, const uint8_t* next, const Run& r, uint64_t* pos,
              uint64_t* old_bits, uint64_t* new_bits, size_t* k) {
   switch (w) {
-    case 1: DiffRunT<uint8_t>(prev, next, r, pos, old_bits, new_bits, k); break;
-    case 2: DiffRunT<uint16_t>(prev, next, r, pos, old_bits, new_bits, k); break;
-    case 4: DiffRunT<uint32_t>(prev, next, r, pos, old_bits, new_bits, k); break;
-    default: DiffRunT<uint64_t>(prev, next, r, pos, old_bits, new_bits, k); break;
+    case 1:
+      DiffRunT<uint8_t>(prev, next, r, pos, old_bits, new_bits, k);
+      break;
+    case 2:
+      DiffRunT<uint16_t>(prev, next, r, pos, old_bits, new_bits, k);
+      break;
+    case 4:
+      DiffRunT<uint32_t>(prev, next, r, pos, old_bits, new_bits, k);
+      break;
+    default:
+      DiffRunT<uint64_t>(prev, next, r, pos, old_bits, new_bits, k);
+      break;
   }
 }
 
 std::vector<TensorView> HeaderViews(const std::vector<TensorSpec>& canon) {
   std::vector<TensorView> v;
-  for (const auto& t : canon) v.push_back(TensorView{t.name, t.dtype, t.shape, nullptr, t.nbytes()});
+  for (const auto& t : canon)
+    v.push_back(TensorView{t.name, t.dtype, t.shape, nullptr, t.nbytes()});
   return v;
 }
 
@@ -273,10 +285,9 @@ class DeviceRankBuffers : public internal::RankBuffers {
     for (size_t si = 0; si < spans_.size(); ++si) {
       const Span& sp = spans_[si];
       const uint64_t n = sp.end - sp.begin;
-      DCR_ASSIGN_OR_RETURN(
-          DeviceDiffResult d,
-          device_->Diff(Addr(prev_[c.buffer], sp.begin * w), Addr(next_[c.buffer], sp.begin * w),
-                        n, c.width, ValueMode::kXor));
+      DCR_ASSIGN_OR_RETURN(DeviceDiffResult d, device_->Diff(Addr(prev_[c.buffer], sp.begin * w),
+                                                             Addr(next_[c.buffer], sp.begin * w), n,
+                                                             c.width, ValueMode::kXor));
       const size_t m = d.positions.size();
       if (d.old_bits.size() != m || d.new_bits.size() != m ||
           !std::is_sorted(d.positions.begin(), d.positions.end()) ||
@@ -309,8 +320,8 @@ class DeviceRankBuffers : public internal::RankBuffers {
   StatusOr<Hash128> RangeHash(const UChunk& c) override {
     DCR_RETURN_IF_ERROR(Plan(c));
     const uint64_t w = static_cast<uint64_t>(c.width);
-    host_.resize(static_cast<size_t>(spans_.empty() ? 0 : (spans_.back().host + spans_.back().end -
-                                                          spans_.back().begin) * w));
+    host_.resize(static_cast<size_t>(
+        spans_.empty() ? 0 : (spans_.back().host + spans_.back().end - spans_.back().begin) * w));
     for (const Span& sp : spans_) {
       DCR_RETURN_IF_ERROR(device_->Download(host_.data() + sp.host * w,
                                             Addr(next_[c.buffer], sp.begin * w),
@@ -332,9 +343,9 @@ class DeviceRankBuffers : public internal::RankBuffers {
 
   StatusOr<bool> Differs(int b, uint64_t begin, uint64_t end, uint64_t width) override {
     const uint64_t bytes = (end - begin) * width;
-    DCR_ASSIGN_OR_RETURN(uint64_t first, device_->FirstDifference(Addr(prev_[b], begin * width),
-                                                                  Addr(next_[b], begin * width),
-                                                                  bytes));
+    DCR_ASSIGN_OR_RETURN(uint64_t first,
+                         device_->FirstDifference(Addr(prev_[b], begin * width),
+                                                  Addr(next_[b], begin * width), bytes));
     return first != bytes;
   }
 
@@ -376,7 +387,7 @@ class DeviceRankBuffers : public internal::RankBuffers {
   const std::vector<const void*>& prev_;
   const std::vector<const void*>& next_;
   const UChunk* planned_ = nullptr;
-  std::vector<size_t> order_;      // run indices in source order
+  std::vector<size_t> order_;  // run indices in source order
   std::vector<Span> spans_;
   std::vector<size_t> span_runs_;  // spans_[s] holds order_[span_runs_[s] .. span_runs_[s + 1])
   std::vector<size_t> run_span_;   // per run (position order): its span
@@ -419,8 +430,9 @@ StatusOr<std::unique_ptr<TrainDeltaBuilder>> TrainDeltaBuilder::Create(
       DCR_ASSIGN_OR_RETURN(ShardedLayout layout, PlanShardedCheckpoint(views, options.shard_bytes));
       bld->target_.files.clear();
       for (size_t k = 0; k < layout.names.size(); ++k) {
-        std::vector<TensorView> part(views.begin() + static_cast<std::ptrdiff_t>(layout.ranges[k].first),
-                                     views.begin() + static_cast<std::ptrdiff_t>(layout.ranges[k].second));
+        std::vector<TensorView> part(
+            views.begin() + static_cast<std::ptrdiff_t>(layout.ranges[k].first),
+            views.begin() + static_cast<std::ptrdiff_t>(layout.ranges[k].second));
         bld->target_.files.push_back(
             TargetFile{layout.names[k], BuildSafetensorsHeader(part, {}, nullptr).substr(8)});
       }
@@ -447,11 +459,11 @@ StatusOr<std::unique_ptr<TrainDeltaBuilder>> TrainDeltaBuilder::Create(
           u.chunks.push_back(std::move(cur));
           cur = UChunk();
         };
-        auto begin = std::lower_bound(
-            pieces.begin(), pieces.end(), std::make_pair(static_cast<int>(r), static_cast<int>(b)),
-            [](const MapPiece& p, const std::pair<int, int>& k) {
-              return std::make_pair(p.rank, p.buffer) < k;
-            });
+        auto begin = std::lower_bound(pieces.begin(), pieces.end(),
+                                      std::make_pair(static_cast<int>(r), static_cast<int>(b)),
+                                      [](const MapPiece& p, const std::pair<int, int>& k) {
+                                        return std::make_pair(p.rank, p.buffer) < k;
+                                      });
         for (auto it = begin; it != pieces.end() && it->rank == static_cast<int>(r) &&
                               it->buffer == static_cast<int>(b);
              ++it) {
@@ -514,7 +526,8 @@ StatusOr<std::unique_ptr<TrainDeltaBuilder>> TrainDeltaBuilder::Create(
       for (const Run& r : c.runs) {
         for (uint64_t i = 0; i < r.len; ++i) {
           const uint64_t pos = r.pos + i;
-          while (pos >= seg_base + c.segs[seg].num_elements()) seg_base += c.segs[seg++].num_elements();
+          while (pos >= seg_base + c.segs[seg].num_elements())
+            seg_base += c.segs[seg++].num_elements();
           const Segment& sg = c.segs[seg];
           const uint64_t elem = sg.ElementAt(pos - seg_base);
           HashAdd(&h, ElementTerm(bld->salts_[sg.tensor_index], elem,
@@ -542,7 +555,8 @@ StatusOr<std::unique_ptr<TrainDeltaBuilder>> TrainDeltaBuilder::Create(
 StatusOr<UnitDelta> TrainDeltaBuilder::BuildUnit(
     int unit, const std::vector<std::vector<uint8_t>>& prev_rank,
     const std::vector<std::vector<uint8_t>>& next_rank) const {
-  if (unit < 0 || unit >= num_units()) return InvalidArgumentError("train delta: unit out of range");
+  if (unit < 0 || unit >= num_units())
+    return InvalidArgumentError("train delta: unit out of range");
   const Unit& u = units_[unit];
   const RankSpec& rk = s_->ranks()[u.rank];
   if (prev_rank.size() != rk.buffers.size() || next_rank.size() != rk.buffers.size()) {
@@ -564,7 +578,8 @@ StatusOr<UnitDelta> TrainDeltaBuilder::BuildUnit(
 StatusOr<UnitDelta> TrainDeltaBuilder::BuildUnitOnDevice(
     int unit, Device* device, const std::vector<const void*>& prev_rank,
     const std::vector<const void*>& next_rank) const {
-  if (unit < 0 || unit >= num_units()) return InvalidArgumentError("train delta: unit out of range");
+  if (unit < 0 || unit >= num_units())
+    return InvalidArgumentError("train delta: unit out of range");
   if (device == nullptr) return InvalidArgumentError("train delta: no device");
   const Unit& u = units_[unit];
   const RankSpec& rk = s_->ranks()[u.rank];
@@ -588,7 +603,7 @@ StatusOr<UnitDelta> TrainDeltaBuilder::BuildUnitOnDevice(
 }
 
 StatusOr<UnitDelta> TrainDeltaBuilder::BuildUnitWith(int unit,
-                                                    internal::RankBuffers* buffers) const {
+                                                     internal::RankBuffers* buffers) const {
   const Unit& u = units_[unit];
   const RankSpec& rk = s_->ranks()[u.rank];
   UnitDelta out;
@@ -641,7 +656,8 @@ StatusOr<UnitDelta> TrainDeltaBuilder::BuildResidual(const std::vector<UnitDelta
                                                      const ShardSet& prev,
                                                      const ShardSet& next) const {
   std::set<int> affected;
-  for (const auto& u : units) affected.insert(u.affected_residual.begin(), u.affected_residual.end());
+  for (const auto& u : units)
+    affected.insert(u.affected_residual.begin(), u.affected_residual.end());
   UnitDelta out;
   out.unit = -1;
   const auto& canon = s_->canonical();
@@ -654,7 +670,8 @@ StatusOr<UnitDelta> TrainDeltaBuilder::BuildResidual(const std::vector<UnitDelta
     DCR_RETURN_IF_ERROR(exporter_->ExportTensor(rp, rt.tensor, a.data()));
     DCR_RETURN_IF_ERROR(exporter_->ExportTensor(rn, rt.tensor, b.data()));
     for (const ReadRange& d : rt.deps) {
-      out.scanned_bytes += 2 * d.count * static_cast<uint64_t>(s_->ranks()[d.rank].buffers[d.buffer].width());
+      out.scanned_bytes +=
+          2 * d.count * static_cast<uint64_t>(s_->ranks()[d.rank].buffers[d.buffer].width());
     }
     // Chunks over the residual elements, chunk_elems at a time.
     uint64_t k = 0;
@@ -713,8 +730,7 @@ StatusOr<TrainDeltaStats> TrainDeltaBuilder::Merge(std::vector<UnitDelta> units,
   st.residual_tensors_exported = residual.affected_residual.size();
   st.residual_gathered_bytes = residual.scanned_bytes;
   for (auto& c : residual.chunks) all.push_back(std::move(c));
-  std::sort(all.begin(), all.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (size_t i = 1; i < all.size(); ++i) {
     if (all[i].first == all[i - 1].first) {
       return InternalError("train delta: duplicate chunk id " + std::to_string(all[i].first));
@@ -762,7 +778,8 @@ StatusOr<TrainDeltaStats> TrainDeltaBuilder::BuildStep(const ShardSet& prev, con
   if (prev.buffers.size() != s_->ranks().size() || next.buffers.size() != s_->ranks().size()) {
     return InvalidArgumentError("train delta: shards do not match the layout's ranks");
   }
-  std::vector<StatusOr<UnitDelta>> res(units_.size(), StatusOr<UnitDelta>(InternalError("not run")));
+  std::vector<StatusOr<UnitDelta>> res(units_.size(),
+                                       StatusOr<UnitDelta>(InternalError("not run")));
   internal::ParallelForEach(units_.size(), options_.threads, [&](uint64_t k) {
     const int r = units_[k].rank;
     res[k] = BuildUnit(static_cast<int>(k), prev.buffers[r], next.buffers[r]);
@@ -777,13 +794,14 @@ StatusOr<TrainDeltaStats> TrainDeltaBuilder::BuildStep(const ShardSet& prev, con
 }
 
 StatusOr<TrainDeltaStats> TrainDeltaBuilder::BuildStepOnDevice(const ShardSet& prev,
-                                                               const ShardSet& next,
-                                                               Device* device, DeltaSink* sink) {
+                                                               const ShardSet& next, Device* device,
+                                                               DeltaSink* sink) {
   if (device == nullptr) return InvalidArgumentError("train delta: no device");
   if (prev.buffers.size() != s_->ranks().size() || next.buffers.size() != s_->ranks().size()) {
     return InvalidArgumentError("train delta: shards do not match the layout's ranks");
   }
-  std::vector<StatusOr<UnitDelta>> res(units_.size(), StatusOr<UnitDelta>(InternalError("not run")));
+  std::vector<StatusOr<UnitDelta>> res(units_.size(),
+                                       StatusOr<UnitDelta>(InternalError("not run")));
   const int dp = s_->layout().dp;
   for (size_t r = 0; r < s_->ranks().size(); ++r) {
     const RankSpec& rk = s_->ranks()[r];

@@ -32,12 +32,12 @@ enum class ParamKind {
 struct TensorPlacement {
   ParamKind kind = ParamKind::kReplicated;
   int part = 0;
-  int64_t layer = -1;        // global layer index, -1 for non-layer tensors
-  int64_t expert = -1;       // global expert index for expert tensors
-  int stage = 0;             // pipeline stage holding it
-  std::string param;         // local parameter name on the stage (layer index local)
-  std::string global;        // stage-independent parameter name (for init/gradient keys)
-  std::string scale_param;   // kFold: the FP32 scale parameter
+  int64_t layer = -1;       // global layer index, -1 for non-layer tensors
+  int64_t expert = -1;      // global expert index for expert tensors
+  int stage = 0;            // pipeline stage holding it
+  std::string param;        // local parameter name on the stage (layer index local)
+  std::string global;       // stage-independent parameter name (for init/gradient keys)
+  std::string scale_param;  // kFold: the FP32 scale parameter
 };
 
 // Classifies canonical tensor `t` (REQUIRES: s's canonical inventory, layers assigned).

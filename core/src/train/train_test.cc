@@ -1,5 +1,7 @@
 // Training side: per-rank deltas applied to the exporter's canonical base give the exporter's
 // output of the new state byte for byte, over random layouts.
+#include "dcr/train.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -15,7 +17,6 @@
 #include "dcr/checkpoint.h"
 #include "dcr/delta.h"
 #include "dcr/testing/reference_trainer.h"
-#include "dcr/train.h"
 
 namespace dcr {
 namespace {
@@ -146,7 +147,8 @@ TEST(TrainLayoutTest, ParsesAndRejects) {
   auto again = TrainLayout::Parse(l->ToString());
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->ToString(), l->ToString());
-  for (const char* bad : {"tp=two", "tq=2", "tp", "dist_opt=2", "tied=5", "pp=", "tp=99999999999"}) {
+  for (const char* bad :
+       {"tp=two", "tq=2", "tp", "dist_opt=2", "tied=5", "pp=", "tp=99999999999"}) {
     auto r = TrainLayout::Parse(bad);
     EXPECT_FALSE(r.ok()) << bad;
     EXPECT_TRUE(r.status().IsInvalidArgument()) << bad;
@@ -265,8 +267,9 @@ TEST(TrainDeltaTest, ShardedExportRoundTripsAsADirectory) {
     const fs::path dir = TempPath("sharded" + std::to_string(trial++));
     fs::remove_all(dir);
     fs::create_directories(dir);
-    ASSERT_TRUE(st.ex->ExportDirectory(ShardSetReader(*st.s, st.state->shards()),
-                                       (dir / "base").string(), o.shard_bytes, 2)
+    ASSERT_TRUE(st.ex
+                    ->ExportDirectory(ShardSetReader(*st.s, st.state->shards()),
+                                      (dir / "base").string(), o.shard_bytes, 2)
                     .ok());
     fs::path prev = dir / "base";
     for (int k = 1; k <= 2; ++k) {
@@ -278,8 +281,9 @@ TEST(TrainDeltaTest, ShardedExportRoundTripsAsADirectory) {
       ASSERT_TRUE(stats.ok()) << stats.status();
       const fs::path want = dir / ("want" + std::to_string(k));
       const fs::path got = dir / ("got" + std::to_string(k));
-      ASSERT_TRUE(st.ex->ExportDirectory(ShardSetReader(*st.s, st.state->shards()), want.string(),
-                                         o.shard_bytes, 2)
+      ASSERT_TRUE(st.ex
+                      ->ExportDirectory(ShardSetReader(*st.s, st.state->shards()), want.string(),
+                                        o.shard_bytes, 2)
                       .ok());
       ApplyOptions ao;
       ao.threads = 2;
@@ -312,8 +316,7 @@ TEST(TrainDeltaTest, FoldTouchingWholeRowsGoesThroughTheExporter) {
   TrainDeltaStats stats;
   CheckRoundTrip(
       st, 2, 1 << 22, "fold",
-      [](const LocalParam& p) { return p.name.find("output_scale") != std::string::npos; },
-      &stats);
+      [](const LocalParam& p) { return p.name.find("output_scale") != std::string::npos; }, &stats);
   EXPECT_EQ(stats.affine_changes, 0u);
   // Each scale step moves whole rows of [hidden, intermediate]: far more than one row changes.
   EXPECT_GE(stats.residual_changes, static_cast<uint64_t>(4 * DenseConfig().intermediate));

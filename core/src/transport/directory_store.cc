@@ -48,8 +48,8 @@ Status CheckBeneath(const std::string& root, const std::string& key) {
     struct stat st;
     if (::lstat(path.c_str(), &st) != 0) return Status();  // the rest does not exist yet
     if (S_ISLNK(st.st_mode)) {
-      return FailedPreconditionError("dir store: " + path +
-                                     " is a symlink; objects stay inside " + root);
+      return FailedPreconditionError("dir store: " + path + " is a symlink; objects stay inside " +
+                                     root);
     }
     start = end + 1;
   }
@@ -143,8 +143,8 @@ StatusOr<std::vector<uint8_t>> DirectoryStore::GetRange(const std::string& key, 
     out.resize(n);
   } catch (const std::bad_alloc&) {
     ::close(fd);
-    return ResourceExhaustedError("dir store get " + key + ": no memory for " +
-                                  std::to_string(n) + " bytes");
+    return ResourceExhaustedError("dir store get " + key + ": no memory for " + std::to_string(n) +
+                                  " bytes");
   }
   uint64_t done = 0;
   while (done < n) {
@@ -186,8 +186,7 @@ StatusOr<std::vector<ObjectInfo>> DirectoryStore::List(const std::string& prefix
     }
     while (dirent* e = ::readdir(d)) {
       std::string name = e->d_name;
-      if (name == "." || name == ".." ||
-          name.compare(0, sizeof(kTmpPrefix) - 1, kTmpPrefix) == 0) {
+      if (name == "." || name == ".." || name.compare(0, sizeof(kTmpPrefix) - 1, kTmpPrefix) == 0) {
         continue;
       }
       std::string key = rel.empty() ? name : rel + "/" + name;
@@ -352,7 +351,8 @@ StatusOr<std::unique_ptr<ObjectStore>> OpenObjectStore(const std::string& spec) 
     return std::unique_ptr<ObjectStore>(std::move(s));
   }
   if (spec.find("://") != std::string::npos || spec.find(':') == 0) {
-    return InvalidArgumentError("store spec '" + spec + "': expected dir:PATH, mem: or s3://BUCKET?endpoint=URL");
+    return InvalidArgumentError("store spec '" + spec +
+                                "': expected dir:PATH, mem: or s3://BUCKET?endpoint=URL");
   }
   DCR_ASSIGN_OR_RETURN(auto s, DirectoryStore::Open(spec));
   return std::unique_ptr<ObjectStore>(std::move(s));

@@ -79,8 +79,8 @@ EdgeSplitChoice ChooseEdgeSplit(double link_Bps, double dense, double context_pa
     if (max_base_bytes > 0 && share > max_base_bytes) continue;
     for (int c = 1; c <= max_cores; ++c) {
       const WanChoice w = ChooseWanEncoding(link_Bps / k, dense, context_payload, c, transcode_Bps);
-      last = EdgeSplitChoice{w.context, w.context ? k : 0, c, share, w.edge_dense_Bps,
-                             w.link_dense_Bps};
+      last = EdgeSplitChoice{w.context, w.context ? k : 0, c,
+                             share,     w.edge_dense_Bps,  w.link_dense_Bps};
       if (w.context) {
         last.count = k;
         return last;

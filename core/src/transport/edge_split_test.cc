@@ -14,8 +14,8 @@ TEST(EdgeSplit, RangesAreContiguousAndBalancedByDenseBytes) {
   auto r = SplitChunkRanges(dense, 3);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_EQ(r->size(), 3u);
-  EXPECT_EQ((*r)[0], (EdgeRange{0, 4, 400}));   // 400 >= 1010 / 3
-  EXPECT_EQ((*r)[1], (EdgeRange{4, 7, 300}));   // 700 >= 2020 / 3
+  EXPECT_EQ((*r)[0], (EdgeRange{0, 4, 400}));  // 400 >= 1010 / 3
+  EXPECT_EQ((*r)[1], (EdgeRange{4, 7, 300}));  // 700 >= 2020 / 3
   EXPECT_EQ((*r)[2], (EdgeRange{7, 11, 310}));
   EXPECT_EQ(EdgeRangeOf(*r, 0), 0);
   EXPECT_EQ(EdgeRangeOf(*r, 6), 1);

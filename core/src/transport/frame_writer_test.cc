@@ -1,9 +1,8 @@
 // FrameWriter: a frame is accepted when it enters the delay line (the emulated link), before its
 // bytes are written, and the delay line holds at most the window.
+#include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <atomic>
 #include <memory>

@@ -3,10 +3,9 @@
 // not close) makes Read fail, naming the silence; a peer that takes nothing makes Write fail.
 #include "transport/heartbeat.h"
 
+#include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <atomic>
 #include <thread>

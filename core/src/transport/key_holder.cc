@@ -21,10 +21,12 @@ Status ProtectKeyHolder() {
     const rlimit none{0, 0};
     if (setrlimit(RLIMIT_CORE, &none) != 0) {
       *result = InternalError(std::string("setrlimit(RLIMIT_CORE, 0) for a process holding a "
-                                          "private key: ") + std::strerror(errno));
+                                          "private key: ") +
+                              std::strerror(errno));
     } else if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
       *result = InternalError(std::string("prctl(PR_SET_DUMPABLE, 0) for a process holding a "
-                                          "private key: ") + std::strerror(errno));
+                                          "private key: ") +
+                              std::strerror(errno));
     }
   });
   return *result;

@@ -38,8 +38,8 @@ std::string WireMismatch(const FrameHeader& h, uint64_t run, uint64_t version) {
     return peer + " is of " + ids;
   }
   if (h.version != version) {
-    return peer + " sends version " + std::to_string(h.version) +
-           ", this node waits for version " + std::to_string(version);
+    return peer + " sends version " + std::to_string(h.version) + ", this node waits for version " +
+           std::to_string(version);
   }
   return std::string();
 }
@@ -152,7 +152,8 @@ StatusOr<int> Connect(const std::string& address, double deadline) {
 StatusOr<int> Accept(int listen_fd, double deadline) {
   while (true) {
     double left = deadline - SteadyNow();
-    if (left <= 0) return DeadlineExceededError("no connection from the parent before the deadline");
+    if (left <= 0)
+      return DeadlineExceededError("no connection from the parent before the deadline");
     pollfd p{listen_fd, POLLIN, 0};
     int rc = poll(&p, 1, static_cast<int>(std::min(left, 1.0) * 1000) + 1);
     if (rc < 0 && errno != EINTR) return UnavailableError(ErrnoError("poll", errno).message());
@@ -193,9 +194,7 @@ void Conn::Shutdown() {
   shutdown(fd_, SHUT_RDWR);
 }
 
-double Conn::IdleUntil() const {
-  return idle_timeout_s_ > 0 ? SteadyNow() + idle_timeout_s_ : 0;
-}
+double Conn::IdleUntil() const { return idle_timeout_s_ > 0 ? SteadyNow() + idle_timeout_s_ : 0; }
 
 Status Conn::WaitFor(short events, double until, const char* what) {
   while (true) {
@@ -231,7 +230,8 @@ Status Conn::Move(bool write, void* data, size_t size) {
   while (size > 0) {
     ssize_t n;
     if (ssl_ == nullptr) {
-      n = write ? send(fd_, p, size, MSG_NOSIGNAL | MSG_DONTWAIT) : recv(fd_, p, size, MSG_DONTWAIT);
+      n = write ? send(fd_, p, size, MSG_NOSIGNAL | MSG_DONTWAIT)
+                : recv(fd_, p, size, MSG_DONTWAIT);
       if (n == 0 && !write) return UnavailableError("peer closed the connection");
       if (n < 0) {
         if (errno == EINTR) continue;
@@ -254,8 +254,7 @@ Status Conn::Move(bool write, void* data, size_t size) {
         // Either direction of TLS may need the socket readable or writable (a renegotiation,
         // a post-handshake message).
         if (err == SSL_ERROR_WANT_WRITE || err == SSL_ERROR_WANT_READ) {
-          DCR_RETURN_IF_ERROR(
-              WaitFor(err == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN, until, idle));
+          DCR_RETURN_IF_ERROR(WaitFor(err == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN, until, idle));
           continue;
         }
         if (err == SSL_ERROR_SYSCALL || (!write && err == SSL_ERROR_ZERO_RETURN)) {
@@ -287,7 +286,8 @@ StatusOr<std::unique_ptr<Conn>> ConnectTo(const std::string& address, double dea
   Status s = TlsHandshake(
       ssl, fd, std::min(deadline, SteadyNow() + kHandshakeProgressFactor * handshake_timeout_s),
       handshake_timeout_s);
-  StatusOr<TlsIdentity> id = s.ok() ? tls->CheckPeer(ssl, TlsPeer::kChild) : StatusOr<TlsIdentity>(s);
+  StatusOr<TlsIdentity> id =
+      s.ok() ? tls->CheckPeer(ssl, TlsPeer::kChild) : StatusOr<TlsIdentity>(s);
   if (id.ok() && id->rank != child_rank) {
     id = FailedPreconditionError("the peer's certificate is rank " + std::to_string(id->rank) +
                                  ", not rank " + std::to_string(child_rank));
@@ -312,8 +312,14 @@ class HelloAcceptor {
                 const std::function<bool(const FrameHeader&, const TlsIdentity*)>& accept_hello,
                 const std::function<void(const std::string&)>& refused,
                 const std::function<bool()>& give_up, const std::function<bool(Hello*)>& hold)
-      : listen_fd_(listen_fd), want_(want), deadline_(deadline), hello_timeout_s_(hello_timeout_s),
-        tls_(tls), accept_hello_(accept_hello), refused_(refused), give_up_(give_up),
+      : listen_fd_(listen_fd),
+        want_(want),
+        deadline_(deadline),
+        hello_timeout_s_(hello_timeout_s),
+        tls_(tls),
+        accept_hello_(accept_hello),
+        refused_(refused),
+        give_up_(give_up),
         hold_(hold) {}
 
   StatusOr<std::vector<Hello>> Run();
@@ -329,8 +335,8 @@ class HelloAcceptor {
 
   struct Pending {
     int fd;
-    double until;             // dropped when still pending then (extended while it sends)
-    double latest = 0;        // the furthest `until` may be extended
+    double until;       // dropped when still pending then (extended while it sends)
+    double latest = 0;  // the furthest `until` may be extended
     size_t got = 0;
     FrameHeader header;
     SSL* ssl = nullptr;       // TLS: the connection's SSL object
@@ -431,7 +437,8 @@ std::string HelloAcceptor::Advance(size_t i, bool* drop_it, bool* done, bool* re
       std::string why = err == SSL_ERROR_SYSCALL || err == SSL_ERROR_ZERO_RETURN
                             ? "closed during the TLS handshake"
                             : "TLS handshake failed: " + TlsErrors();
-      if (verify != X509_V_OK) why += std::string(" (") + X509_verify_cert_error_string(verify) + ")";
+      if (verify != X509_V_OK)
+        why += std::string(" (") + X509_verify_cert_error_string(verify) + ")";
       ERR_clear_error();
       return why;
     }
@@ -486,8 +493,8 @@ void HelloAcceptor::AdvanceReady(const std::vector<pollfd>& fds) {
     pending_[i].progressed = true;
     if (fds[i + 1].revents & POLLIN) {
       // Bytes from the peer: it is slow, not silent; the silence limit starts again.
-      pending_[i].until = std::max(pending_[i].until,
-                                   std::min(pending_[i].latest, SteadyNow() + hello_timeout_s_));
+      pending_[i].until =
+          std::max(pending_[i].until, std::min(pending_[i].latest, SteadyNow() + hello_timeout_s_));
     }
     bool drop_it = false, done = false, refused_hello = false;
     const std::string why = Advance(i, &drop_it, &done, &refused_hello);
@@ -591,8 +598,7 @@ StatusOr<std::vector<Hello>> HelloAcceptor::Run() {
         giving_up_ = true;
         pollfd waiting{listen_fd_, POLLIN, 0};
         if (pending_.empty() && poll(&waiting, 1, 0) <= 0) {
-          return Fail(AbortedError("stopped waiting for the parent (" +
-                                   std::to_string(dropped_) +
+          return Fail(AbortedError("stopped waiting for the parent (" + std::to_string(dropped_) +
                                    " connections without a valid hello dropped)"));
         }
       }
@@ -629,8 +635,8 @@ StatusOr<std::vector<Hello>> HelloAcceptor::Run() {
 StatusOr<std::vector<Hello>> AcceptHellos(
     int listen_fd, int want, double deadline, double hello_timeout_s, const TlsContext* tls,
     const std::function<bool(const FrameHeader&, const TlsIdentity*)>& accept_hello,
-    const std::function<void(const std::string&)>& refused,
-    const std::function<bool()>& give_up, const std::function<bool(Hello*)>& hold) {
+    const std::function<void(const std::string&)>& refused, const std::function<bool()>& give_up,
+    const std::function<bool(Hello*)>& hold) {
   return HelloAcceptor(listen_fd, want, deadline, hello_timeout_s, tls, accept_hello, refused,
                        give_up, hold)
       .Run();
@@ -753,7 +759,8 @@ void TokenBucket::Acquire(uint64_t n) {
     if (tokens_ < 0) wait = -tokens_ / rate_;
   }
   if (wait > 0) {
-    timespec ts{static_cast<time_t>(wait), static_cast<long>((wait - static_cast<time_t>(wait)) * 1e9)};
+    timespec ts{static_cast<time_t>(wait),
+                static_cast<long>((wait - static_cast<time_t>(wait)) * 1e9)};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
   }

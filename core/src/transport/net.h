@@ -15,8 +15,8 @@
 // blob = number of streams); a node refuses a hello of another protocol, run or version (the
 // connection is dropped and it keeps listening for its parent; a long-lived node keeps its
 // parent's hello of a later version for that version, node/held_hellos.h) and treats any later
-// frame of another protocol, run or version as malformed. kAbort travels down the tree on stream 0: the
-// sender refused the refit before sending anything (e.g. checkpoints that cannot make a delta);
+// frame of another protocol, run or version as malformed. kAbort travels down the tree on stream 0:
+// the sender refused the refit before sending anything (e.g. checkpoints that cannot make a delta);
 // its payload is the reason, at most kMaxAbortMessageBytes of text. A relay forwards it to its
 // children; every node stops with it. kHeartbeat (no payload; stream = the stream it travels on)
 // says the writer is alive: a parent sends one on each stream to a child, a child on stream 0 to

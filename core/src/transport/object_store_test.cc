@@ -33,7 +33,8 @@ std::string Env(const char* n) {
 
 // Bucket names unique per process so concurrent test runs do not collide.
 std::string UniqueBucket() {
-  return "dcr-test-" + std::to_string(::getpid()) + "-" + std::to_string(std::random_device{}() % 100000);
+  return "dcr-test-" + std::to_string(::getpid()) + "-" +
+         std::to_string(std::random_device{}() % 100000);
 }
 
 bool IsHttp(const std::string& endpoint) { return endpoint.rfind("http://", 0) == 0; }
@@ -155,7 +156,8 @@ TEST_P(StoreTest, LargeObjectAndConcurrentPuts) {
   auto list = store_->List("conc/");
   ASSERT_TRUE(list.ok());
   EXPECT_EQ(list->size(), 8u);
-  for (int t = 0; t < 8; ++t) EXPECT_EQ(*store_->Get("conc/" + std::to_string(t)), Bytes(3000 + t, 100 + t));
+  for (int t = 0; t < 8; ++t)
+    EXPECT_EQ(*store_->Get("conc/" + std::to_string(t)), Bytes(3000 + t, 100 + t));
 }
 
 INSTANTIATE_TEST_SUITE_P(All, StoreTest, ::testing::Values("mem", "dir", "s3"),
@@ -226,8 +228,8 @@ TEST(OpenObjectStore, Specs) {
 
 TEST(OpenObjectStore, ReadDeadlineMustBeSeconds) {
   for (const char* bad : {"abc", "0", "-1", "", "1e9", "2s"}) {
-    auto s3 = OpenObjectStore(std::string("s3://b?endpoint=https://127.0.0.1:9&read_deadline_s=") +
-                              bad);
+    auto s3 =
+        OpenObjectStore(std::string("s3://b?endpoint=https://127.0.0.1:9&read_deadline_s=") + bad);
     ASSERT_FALSE(s3.ok()) << bad;
     EXPECT_TRUE(s3.status().IsInvalidArgument()) << bad;
     EXPECT_NE(s3.status().message().find("read_deadline_s"), std::string::npos) << bad;
@@ -359,8 +361,9 @@ TEST(S3Store, HttpsEndpointIsVerifiedAgainstTheCa) {
   const std::string dir = TempDir();
   const std::string other_ca = dir + "/other.pem";
   ASSERT_EQ(std::system(("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes "
-                         "-days 1 -subj /CN=other -keyout " + dir + "/other.key -out " + other_ca +
-                         " >/dev/null 2>&1").c_str()),
+                         "-days 1 -subj /CN=other -keyout " +
+                         dir + "/other.key -out " + other_ca + " >/dev/null 2>&1")
+                            .c_str()),
             0);
   S3Options o;
   o.endpoint = endpoint;
@@ -371,7 +374,8 @@ TEST(S3Store, HttpsEndpointIsVerifiedAgainstTheCa) {
   auto s = S3Store::Open(o);
   ASSERT_TRUE(s.ok()) << s.status();
   Status put = (*s)->Put("k", "x", 1);
-  ASSERT_FALSE(put.ok()) << "an https endpoint passed verification against a CA that did not sign it";
+  ASSERT_FALSE(put.ok())
+      << "an https endpoint passed verification against a CA that did not sign it";
   EXPECT_TRUE(put.IsUnavailable()) << put;
   EXPECT_NE(put.message().find("certificate"), std::string::npos) << put;
   o.ca_file = Env("DCR_S3_CA_FILE");

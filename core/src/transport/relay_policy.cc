@@ -89,8 +89,8 @@ StatusOr<Topology> Topology::FromParents(const std::vector<NodeId>& parents) {
   t.children.assign(n, {});
   for (int i = 1; i < n; ++i) {
     if (parents[i] < 0 || parents[i] >= n || parents[i] == i) {
-      return InvalidArgumentError("topology parents[" + std::to_string(i) + "]: " +
-                                  std::to_string(parents[i]) + " is not a node in [0, " +
+      return InvalidArgumentError("topology parents[" + std::to_string(i) +
+                                  "]: " + std::to_string(parents[i]) + " is not a node in [0, " +
                                   std::to_string(n) + ") other than itself");
     }
     t.children[parents[i]].push_back(i);
@@ -335,9 +335,7 @@ class TreePolicy : public NodePolicy {
     if (self_ == 0) return NodeRole::kSender;
     return children_.empty() ? NodeRole::kReceiver : NodeRole::kRelay;
   }
-  bool done() const override {
-    return failed_ || (reported_ && released_ == blobs_.size());
-  }
+  bool done() const override { return failed_ || (reported_ && released_ == blobs_.size()); }
   bool failed() const override { return failed_; }
 
   void Handle(TimePoint now, const Event& ev, std::vector<Action>* out) override {
@@ -375,8 +373,7 @@ class TreePolicy : public NodePolicy {
             },
             [&](const event::SendFailed& e) {
               Fail(StatusCode::kUnavailable,
-                   Fmt("node %d: send to node %d failed: %s", self_, e.to, e.message.c_str()),
-                   out);
+                   Fmt("node %d: send to node %d failed: %s", self_, e.to, e.message.c_str()), out);
             },
             [&](const event::AckReceived& e) {
               auto it = blobs_.find(e.blob);
@@ -627,9 +624,9 @@ class UploaderPolicy : public NodePolicy {
         int attempt = ++attempts_[e->blob];
         if (attempt > options_.max_retries) {
           failed_ = true;
-          out->push_back(action::Fail{
-              StatusCode::kUnavailable,
-              Fmt("put of blob %llu failed %d times: %s", (ULL)e->blob, attempt, e->message.c_str())});
+          out->push_back(action::Fail{StatusCode::kUnavailable,
+                                      Fmt("put of blob %llu failed %d times: %s", (ULL)e->blob,
+                                          attempt, e->message.c_str())});
           return;
         }
         BlobInfo b = infos_.at(e->blob);
@@ -758,8 +755,8 @@ class DownloaderPolicy : public NodePolicy {
             },
             [&](const event::ApplyDone& e) {
               if (!e.ok) {
-                Fail(e.code,
-                     Fmt("apply of blob %llu failed: %s", (ULL)e.blob, e.message.c_str()), out);
+                Fail(e.code, Fmt("apply of blob %llu failed: %s", (ULL)e.blob, e.message.c_str()),
+                     out);
                 return;
               }
               applier_.Done(e.blob, out);

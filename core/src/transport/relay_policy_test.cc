@@ -103,8 +103,8 @@ TreeRun RunTree(const Topology& topo, const RelayOptions& opt, const std::vector
         EXPECT_EQ(f, s->length) << "a second Send on a stream before SendDone";
         EXPECT_LT(s->stream, EdgeStreams(node, opt));
         pending.emplace_back(s->to, event::DataReceived{s->blob, s->offset, s->length});
-        pending.emplace_back(node, event::SendDone{s->to, s->stream, s->blob.id, s->offset,
-                                                   s->length});
+        pending.emplace_back(node,
+                             event::SendDone{s->to, s->stream, s->blob.id, s->offset, s->length});
         run.received_bytes[s->to][s->blob.id] += s->length;
       } else if (auto* ack = std::get_if<action::Ack>(&a)) {
         pending.emplace_back(ack->to, event::AckReceived{node, ack->blob});
@@ -139,7 +139,8 @@ TreeRun RunTree(const Topology& topo, const RelayOptions& opt, const std::vector
     size_t i = rng() % pending.size();
     auto [node, ev] = pending[i];
     pending.erase(pending.begin() + static_cast<long>(i));
-    if (auto* sd = std::get_if<event::SendDone>(&ev)) inflight[{node, sd->to}][sd->stream] -= sd->length;
+    if (auto* sd = std::get_if<event::SendDone>(&ev))
+      inflight[{node, sd->to}][sd->stream] -= sd->length;
     now += 0.001;
     handle(node, ev);
   }
@@ -406,8 +407,8 @@ StoreRun RunStore(const std::vector<BlobInfo>& stream, uint64_t seed, double fai
       if (auto* p = std::get_if<action::Put>(&a)) {
         bool ok = u(rng) >= fail_prob;
         if (!ok) ++run.put_failures;
-        pending.push_back({0, event::PutDone{p->blob.id, ok, ok ? "" : "503"}, ok ? p->key : "",
-                           p->blob});
+        pending.push_back(
+            {0, event::PutDone{p->blob.id, ok, ok ? "" : "503"}, ok ? p->key : "", p->blob});
       } else if (std::holds_alternative<action::Published>(a)) {
         run.published = true;
       } else if (auto* l = std::get_if<action::List>(&a)) {

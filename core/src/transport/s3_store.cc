@@ -171,7 +171,8 @@ size_t WriteHeader(char* p, size_t size, size_t n, void* ud) {
     std::transform(name.begin(), name.end(), name.begin(), ::tolower);
     std::string value = line.substr(colon + 1);
     while (!value.empty() && (value.front() == ' ')) value.erase(value.begin());
-    while (!value.empty() && (value.back() == '\r' || value.back() == '\n' || value.back() == ' ')) {
+    while (!value.empty() &&
+           (value.back() == '\r' || value.back() == '\n' || value.back() == ' ')) {
       value.pop_back();
     }
     if (name == "content-length" && !r->no_body &&
@@ -309,7 +310,8 @@ class S3Request {
       curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(body_size_));
     } else if (method_ == "POST") {
       curl_easy_setopt(c, CURLOPT_POST, 1L);
-      curl_easy_setopt(c, CURLOPT_POSTFIELDS, has_body_ ? reinterpret_cast<const char*>(body_) : "");
+      curl_easy_setopt(c, CURLOPT_POSTFIELDS,
+                       has_body_ ? reinterpret_cast<const char*>(body_) : "");
       curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body_size_));
       hl = curl_slist_append(hl, "Content-Type: application/xml");
     } else if (method_ == "HEAD") {
@@ -329,11 +331,10 @@ class S3Request {
       }
       if (r.body_over) {
         const auto cl = r.headers.find("content-length");
-        return DataLossError(What() + ": the answer's body " +
-                             (cl != r.headers.end() ? "(Content-Length " + cl->second + ") "
-                                                    : std::string("")) +
-                             "exceeds the " + std::to_string(BodyCap(r)) +
-                             " bytes this request takes");
+        return DataLossError(
+            What() + ": the answer's body " +
+            (cl != r.headers.end() ? "(Content-Length " + cl->second + ") " : std::string("")) +
+            "exceeds the " + std::to_string(BodyCap(r)) + " bytes this request takes");
       }
       if (rc == CURLE_OPERATION_TIMEDOUT) {
         return DeadlineExceededError(What() + ": " + curl_easy_strerror(rc));
@@ -416,12 +417,14 @@ StatusOr<std::unique_ptr<S3Store>> S3Store::Open(const S3Options& options) {
   }
   const bool http = o.endpoint.compare(0, 7, "http://") == 0;
   if (!http && o.endpoint.compare(0, 8, "https://") != 0) {
-    return InvalidArgumentError("s3.endpoint: '" + o.endpoint + "' must start with https:// (or "
+    return InvalidArgumentError("s3.endpoint: '" + o.endpoint +
+                                "' must start with https:// (or "
                                 "http:// with allow_http)");
   }
   if (http && !o.allow_http) {
     return InvalidArgumentError(
-        "s3.endpoint: '" + o.endpoint + "' is plain http: requests, signatures and objects would "
+        "s3.endpoint: '" + o.endpoint +
+        "' is plain http: requests, signatures and objects would "
         "cross the network unencrypted; use https://, or set allow_http (scenario key "
         "transport.object_store.allow_http: true) for a local test server");
   }
@@ -446,15 +449,18 @@ StatusOr<std::unique_ptr<S3Store>> S3Store::Open(const S3Options& options) {
       o.access_key = env("AWS_ACCESS_KEY_ID");
       o.secret_key = env("AWS_SECRET_ACCESS_KEY");
     } else {
-      std::string file = !o.credentials_file.empty() ? o.credentials_file : env("DCR_S3_CREDENTIALS_FILE");
+      std::string file =
+          !o.credentials_file.empty() ? o.credentials_file : env("DCR_S3_CREDENTIALS_FILE");
       if (!file.empty()) {
         // A secret key others can read is refused, as the node's TLS and signing keys are.
         struct stat st;
         if (stat(file.c_str(), &st) == 0 && (st.st_mode & 077) != 0) {
           char mode[8];
           std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
-          return FailedPreconditionError("s3.credentials_file: '" + file + "' is readable by group "
-                                         "or others (mode " + mode + "): chmod 600 it");
+          return FailedPreconditionError("s3.credentials_file: '" + file +
+                                         "' is readable by group "
+                                         "or others (mode " +
+                                         mode + "): chmod 600 it");
         }
         std::ifstream in(file);
         if (!in) return NotFoundError("s3.credentials_file: cannot read '" + file + "'");
@@ -481,9 +487,7 @@ StatusOr<std::unique_ptr<S3Store>> S3Store::Open(const S3Options& options) {
 
 S3Store::~S3Store() = default;
 
-std::string S3Store::Describe() const {
-  return "s3:" + options_.endpoint + "/" + options_.bucket;
-}
+std::string S3Store::Describe() const { return "s3:" + options_.endpoint + "/" + options_.bucket; }
 
 Status S3Store::CreateBucket() {
   S3Request req(options_, "PUT", "", {});
@@ -595,7 +599,8 @@ StatusOr<std::vector<uint8_t>> S3Store::GetRange(const std::string& key, uint64_
   }
   if (r.http == 200) {  // server ignored Range: cut locally
     DCR_RETURN_IF_ERROR(CheckWholeBody(req, r));
-    if (offset > r.body.size()) return InvalidArgumentError("s3 get " + key + ": offset beyond size");
+    if (offset > r.body.size())
+      return InvalidArgumentError("s3 get " + key + ": offset beyond size");
     uint64_t n = std::min<uint64_t>(length, r.body.size() - offset);
     return std::vector<uint8_t>(r.body.begin() + static_cast<long>(offset),
                                 r.body.begin() + static_cast<long>(offset + n));
@@ -618,8 +623,8 @@ StatusOr<std::vector<ObjectInfo>> S3Store::List(const std::string& prefix) {
   // not above the previous one (a listing that loops) or a repeated token ends it.
   std::vector<ObjectInfo> out;
   std::string token, last_key;
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration<double>(options_.list_deadline_s);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(options_.list_deadline_s);
   for (;;) {
     std::map<std::string, std::string> q{{"list-type", "2"}, {"prefix", prefix}};
     if (!token.empty()) q["continuation-token"] = token;

@@ -90,8 +90,8 @@ const BIO_METHOD* SocketMethod() {
 
 // The identity in a certificate's dcr:// subjectAltName URI.
 StatusOr<TlsIdentity> IdentityOf(X509* cert) {
-  Owned<GENERAL_NAMES> names(static_cast<GENERAL_NAMES*>(
-      X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr)));
+  Owned<GENERAL_NAMES> names(
+      static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr)));
   if (names) {
     for (int i = 0; i < sk_GENERAL_NAME_num(names.get()); ++i) {
       const GENERAL_NAME* n = sk_GENERAL_NAME_value(names.get(), i);
@@ -139,7 +139,8 @@ StatusOr<Owned<X509>> ReadCert(const std::string& path, const std::string& what)
   DCR_ASSIGN_OR_RETURN(std::string pem, ReadPemFile(path, what));
   Owned<BIO> bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
   Owned<X509> cert(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
-  if (!cert) return InvalidArgumentError(what + " " + path + ": not a PEM certificate: " + TlsErrors());
+  if (!cert)
+    return InvalidArgumentError(what + " " + path + ": not a PEM certificate: " + TlsErrors());
   return cert;
 }
 
@@ -209,8 +210,9 @@ StatusOr<std::shared_ptr<const TlsContext>> TlsContext::Load(const std::string& 
   SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
   SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
   // AES-128-GCM first: with AES-NI the fastest suite per core (AES-256 runs ~14 rounds, not 10).
-  SSL_CTX_set_ciphersuites(ctx, "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:"
-                                "TLS_CHACHA20_POLY1305_SHA256");
+  SSL_CTX_set_ciphersuites(ctx,
+                           "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:"
+                           "TLS_CHACHA20_POLY1305_SHA256");
   X509_STORE* store = SSL_CTX_get_cert_store(ctx);
   if (X509_STORE_add_cert(store, ca.get()) != 1 || SSL_CTX_use_certificate(ctx, cert.get()) != 1 ||
       SSL_CTX_use_PrivateKey(ctx, key.get()) != 1) {
@@ -301,8 +303,8 @@ StatusOr<std::vector<uint8_t>> TlsContext::SignReport(const uint8_t* body, size_
   return field;
 }
 
-Status TlsContext::CheckReportSignature(const uint8_t* tail, size_t tail_size,
-                                        const uint8_t* body, size_t size, int rank) const {
+Status TlsContext::CheckReportSignature(const uint8_t* tail, size_t tail_size, const uint8_t* body,
+                                        size_t size, int rank) const {
   const std::string who = "the commit report of rank " + std::to_string(rank);
   size_t off = 0;
   while (off < tail_size) {
@@ -323,16 +325,18 @@ Status TlsContext::CheckReportSignature(const uint8_t* tail, size_t tail_size,
       return FailedPreconditionError(who + ": its signature carries no readable certificate");
     }
     X509_STORE_CTX* sctx = X509_STORE_CTX_new();
-    const bool chained = sctx != nullptr &&
-                         X509_STORE_CTX_init(sctx, SSL_CTX_get_cert_store(ctx_), cert.get(),
-                                             nullptr) == 1 &&
-                         X509_verify_cert(sctx) == 1;
+    const bool chained =
+        sctx != nullptr &&
+        X509_STORE_CTX_init(sctx, SSL_CTX_get_cert_store(ctx_), cert.get(), nullptr) == 1 &&
+        X509_verify_cert(sctx) == 1;
     const int verr = sctx != nullptr ? X509_STORE_CTX_get_error(sctx) : 0;
     X509_STORE_CTX_free(sctx);
     ERR_clear_error();
     if (!chained) {
-      return FailedPreconditionError(who + " is signed with a certificate this run's CA did not "
-                                     "issue (" + X509_verify_cert_error_string(verr) + ")");
+      return FailedPreconditionError(who +
+                                     " is signed with a certificate this run's CA did not "
+                                     "issue (" +
+                                     X509_verify_cert_error_string(verr) + ")");
     }
     auto id = IdentityOf(cert.get());
     if (!id.ok()) return FailedPreconditionError(who + ": " + id.status().message());
@@ -370,7 +374,8 @@ Status TlsHandshake(ssl_st* ssl, int fd, double deadline, double idle_s) {
     } else {
       const long verify = SSL_get_verify_result(ssl);
       std::string why = TlsErrors();
-      if (verify != X509_V_OK) why += std::string(" (") + X509_verify_cert_error_string(verify) + ")";
+      if (verify != X509_V_OK)
+        why += std::string(" (") + X509_verify_cert_error_string(verify) + ")";
       if (err == SSL_ERROR_SYSCALL || err == SSL_ERROR_ZERO_RETURN) {
         why = "the peer closed the connection during the TLS handshake (" + why + ")";
       }
@@ -477,7 +482,8 @@ StatusOr<Owned<X509>> MakeCert(EVP_PKEY* key, const std::string& org, const std:
   X509* signer = issuer != nullptr ? issuer : cert.get();
   X509_set_issuer_name(cert.get(), X509_get_subject_name(signer));
   if (issuer == nullptr) {
-    DCR_RETURN_IF_ERROR(AddExt(cert.get(), signer, NID_basic_constraints, "critical,CA:TRUE,pathlen:0"));
+    DCR_RETURN_IF_ERROR(
+        AddExt(cert.get(), signer, NID_basic_constraints, "critical,CA:TRUE,pathlen:0"));
     DCR_RETURN_IF_ERROR(AddExt(cert.get(), signer, NID_key_usage, "critical,keyCertSign,cRLSign"));
     DCR_RETURN_IF_ERROR(AddExt(cert.get(), signer, NID_subject_key_identifier, "hash"));
   } else {
@@ -493,15 +499,15 @@ StatusOr<Owned<X509>> MakeCert(EVP_PKEY* key, const std::string& org, const std:
   return cert;
 }
 
-Status WriteExclusive(const std::string& path, const std::string& text, mode_t mode,
-                      bool replace) {
+Status WriteExclusive(const std::string& path, const std::string& text, mode_t mode, bool replace) {
   if (replace && unlink(path.c_str()) != 0 && errno != ENOENT) {
     return ErrnoError("remove " + path, errno);
   }
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
   if (fd < 0) {
     if (errno == EEXIST) {
-      return FailedPreconditionError(path + ": exists (credentials are never overwritten; "
+      return FailedPreconditionError(path +
+                                     ": exists (credentials are never overwritten; "
                                      "remove it or choose another directory)");
     }
     return ErrnoError("create " + path, errno);
@@ -538,7 +544,8 @@ StatusOr<std::string> KeyPem(EVP_PKEY* key) {
 
 StatusOr<std::string> CertPem(X509* cert) {
   Owned<BIO> bio(BIO_new(BIO_s_mem()));
-  if (PEM_write_bio_X509(bio.get(), cert) != 1) return InternalError("PEM_write_bio_X509: " + TlsErrors());
+  if (PEM_write_bio_X509(bio.get(), cert) != 1)
+    return InternalError("PEM_write_bio_X509: " + TlsErrors());
   char* data = nullptr;
   long n = BIO_get_mem_data(bio.get(), &data);
   return std::string(data, static_cast<size_t>(n));

@@ -264,7 +264,10 @@ struct PacedRelay {
         char buf[65536];
         if (fds[0].revents != 0) {
           const ssize_t n = read(paced_from, buf, sizeof(buf));
-          if (n <= 0) open = false; else backlog.append(buf, static_cast<size_t>(n));
+          if (n <= 0)
+            open = false;
+          else
+            backlog.append(buf, static_cast<size_t>(n));
         }
         if (fds[1].revents != 0) {
           const ssize_t n = read(free_from, buf, sizeof(buf));
@@ -322,15 +325,18 @@ TEST(Tls, SlowHandshakeThatKeepsMovingCompletesUnderLoad) {
   EXPECT_EQ((*hellos)[0].conn->peer().rank, 1);
   EXPECT_TRUE(refusals.empty()) << refusals[0];
   EXPECT_GT(took, 2 * kLimitS) << "the handshake was not slower than the limit";
-  std::printf("handshake and hello through the paced link, 2 busy processes: %.2f s (limit on "
-              "silence %.1f s)\n", took, kLimitS);
+  std::printf(
+      "handshake and hello through the paced link, 2 busy processes: %.2f s (limit on "
+      "silence %.1f s)\n",
+      took, kLimitS);
   conn->reset();
 
   // Silent past the limit: dropped, with its reason, while the wait goes on.
   int silent = Connect(l.address, SteadyNow() + 10).value();
-  auto none = AcceptHellos(l.fd, 1, SteadyNow() + 2 * kLimitS, kLimitS, child.get(),
-                           [](const FrameHeader&, const TlsIdentity*) { return true; },
-                           [&](const std::string& why) { refusals.push_back(why); });
+  auto none = AcceptHellos(
+      l.fd, 1, SteadyNow() + 2 * kLimitS, kLimitS, child.get(),
+      [](const FrameHeader&, const TlsIdentity*) { return true; },
+      [&](const std::string& why) { refusals.push_back(why); });
   EXPECT_TRUE(none.status().IsDeadlineExceeded()) << none.status().ToString();
   ASSERT_EQ(refusals.size(), 1u);
   EXPECT_EQ(refusals[0], "no hello within the deadline");
@@ -410,8 +416,10 @@ TEST(Tls, ClientWithoutCertificateIsRefused) {
   });
   // The openssl CLI as a client with no certificate.
   const std::string port = l.address.substr(l.address.rfind(':') + 1);
-  const std::string cmd = "printf 'hello' | timeout 5 openssl s_client -quiet -tls1_3 -connect "
-                          "127.0.0.1:" + port + " >/dev/null 2>&1";
+  const std::string cmd =
+      "printf 'hello' | timeout 5 openssl s_client -quiet -tls1_3 -connect "
+      "127.0.0.1:" +
+      port + " >/dev/null 2>&1";
   EXPECT_NE(std::system(cmd.c_str()), -1);
   server.join();
   ASSERT_FALSE(refusals.empty());
@@ -433,8 +441,8 @@ TEST(Tls, CommitReportSignaturesAttributeReportsToTheirRank) {
   auto tail = receiver->SignReport(body.data(), body.size());
   ASSERT_TRUE(tail.ok()) << tail.status().ToString();
   EXPECT_LE(tail->size(), 1024u);
-  EXPECT_TRUE(sender->CheckReportSignature(tail->data(), tail->size(), body.data(), body.size(), 2)
-                  .ok());
+  EXPECT_TRUE(
+      sender->CheckReportSignature(tail->data(), tail->size(), body.data(), body.size(), 2).ok());
   // Unsigned.
   Status s = sender->CheckReportSignature(nullptr, 0, body.data(), body.size(), 2);
   EXPECT_TRUE(s.IsFailedPrecondition()) << s.ToString();

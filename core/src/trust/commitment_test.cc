@@ -237,8 +237,8 @@ TEST(Commitment, TrustedReceiverCommitsOnlyTheSignedCommitment) {
   SigningSink sink(key->get(), so, &mem);
   ASSERT_TRUE(BuildDelta(base->get(), **target, o, &sink).ok());
   const std::vector<uint8_t> delta = mem.Release();
-  const std::string state = std::filesystem::temp_directory_path() /
-                            ("dcr-signed-state-" + std::to_string(getpid()));
+  const std::string state =
+      std::filesystem::temp_directory_path() / ("dcr-signed-state-" + std::to_string(getpid()));
   std::filesystem::remove(state);
   TrustOptions to;
   to.key = *TrustKey::FromRaw((*key)->public_key());

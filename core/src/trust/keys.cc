@@ -177,8 +177,7 @@ StatusOr<std::unique_ptr<SigningKey>> SigningKey::Generate() {
 
 StatusOr<std::unique_ptr<SigningKey>> SigningKey::FromSeed(const std::array<uint8_t, 32>& seed) {
   DCR_RETURN_IF_ERROR(internal::ProtectKeyHolder());
-  EVP_PKEY* key =
-      EVP_PKEY_new_raw_private_key(EVP_PKEY_ED25519, nullptr, seed.data(), seed.size());
+  EVP_PKEY* key = EVP_PKEY_new_raw_private_key(EVP_PKEY_ED25519, nullptr, seed.data(), seed.size());
   if (key == nullptr) return InternalError("Ed25519 key from seed: " + CryptoErrors());
   std::unique_ptr<SigningKey> out(new SigningKey());
   out->pkey_ = key;
@@ -246,8 +245,7 @@ StatusOr<std::shared_ptr<const TrustKey>> TrustKey::Load(const std::string& path
 }
 
 StatusOr<std::shared_ptr<const TrustKey>> TrustKey::FromRaw(const Ed25519PublicKey& raw) {
-  EVP_PKEY* key =
-      EVP_PKEY_new_raw_public_key(EVP_PKEY_ED25519, nullptr, raw.data(), raw.size());
+  EVP_PKEY* key = EVP_PKEY_new_raw_public_key(EVP_PKEY_ED25519, nullptr, raw.data(), raw.size());
   if (key == nullptr) return InvalidArgumentError("not an Ed25519 public key: " + CryptoErrors());
   std::shared_ptr<TrustKey> out(new TrustKey());
   out->pkey_ = key;

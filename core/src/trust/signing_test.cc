@@ -1,12 +1,14 @@
 // Signed deltas: manifest records, SigningSink, StreamVerifier / VerifyDeltaFile, TrustedReceiver
 // and the version floor.
-#include <gtest/gtest.h>
+#include "dcr/signing.h"
 
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <random>
-#include <sys/stat.h>
-#include <algorithm>
 
 #include "dcr/commitment.h"
 #include "dcr/context.h"
@@ -14,9 +16,8 @@
 #include "dcr/journal.h"
 #include "dcr/manifest.h"
 #include "dcr/receiver.h"
-#include "dcr/signing.h"
-#include "dcr/versioning.h"
 #include "dcr/testing/fixtures.h"
+#include "dcr/versioning.h"
 
 namespace dcr {
 namespace {
@@ -203,8 +204,8 @@ TEST_F(SigningTest, RepairFormsDerivedFromSignedChunksApply) {
   };
   DeltaOptions o;
   o.chunk_elems = 1000;
-  const std::vector<uint8_t>& first = b.records[1];   // listed by the first manifest
-  const std::vector<uint8_t>& later = b.records[5];   // listed by the second one
+  const std::vector<uint8_t>& first = b.records[1];  // listed by the first manifest
+  const std::vector<uint8_t>& later = b.records[5];  // listed by the second one
   auto ow = OverwriteChunkFromCheckpoints(**base, **target, o, chunk_id(first));
   auto ow_later = OverwriteChunkFromCheckpoints(**base, **target, o, chunk_id(later));
   ASSERT_TRUE(ow.ok() && ow_later.ok()) << ow.status();
@@ -215,9 +216,9 @@ TEST_F(SigningTest, RepairFormsDerivedFromSignedChunksApply) {
   // Its own hash is not the signed one.
   EXPECT_TRUE(r->ApplyRecord(ow->data(), ow->size()).IsFailedPrecondition());
   // Derived from another chunk, or from one no verified manifest lists yet: refused.
-  EXPECT_EQ(r->ApplyDerived(b.records[2].data(), b.records[2].size(), ow->data(), ow->size())
-                .code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      r->ApplyDerived(b.records[2].data(), b.records[2].size(), ow->data(), ow->size()).code(),
+      StatusCode::kInvalidArgument);
   EXPECT_TRUE(r->ApplyDerived(later.data(), later.size(), ow_later->data(), ow_later->size())
                   .IsFailedPrecondition());
   // Derived from the signed record it repairs: applied.
@@ -623,7 +624,7 @@ TEST_F(SigningTest, VersionFloorFileIsStrictAndFreezeIsReported) {
   std::remove(path.c_str());
   auto f = VersionFloor::Load(path);
   ASSERT_TRUE(f.ok());
-  EXPECT_EQ(f->FreezeReport(1000, 60, 0), "");   // nothing committed, not waiting
+  EXPECT_EQ(f->FreezeReport(1000, 60, 0), "");    // nothing committed, not waiting
   EXPECT_NE(f->FreezeReport(1000, 60, 900), "");  // waited 100 s for a first version
   ASSERT_TRUE(f->Record(2, 1000).ok());
   EXPECT_EQ(f->FreezeReport(1050, 60, 0), "");
@@ -634,7 +635,8 @@ TEST_F(SigningTest, VersionFloorFileIsStrictAndFreezeIsReported) {
 
 TEST_F(SigningTest, KeysRoundTripThroughFiles) {
   ASSERT_TRUE(key_->Write(dir_ / "k.pem", dir_ / "k.pub").ok());
-  EXPECT_TRUE(key_->Write(dir_ / "k.pem", dir_ / "k2.pub").IsFailedPrecondition());  // never overwritten
+  EXPECT_TRUE(
+      key_->Write(dir_ / "k.pem", dir_ / "k2.pub").IsFailedPrecondition());  // never overwritten
   auto k = SigningKey::Load(dir_ / "k.pem");
   ASSERT_TRUE(k.ok()) << k.status();
   EXPECT_EQ((*k)->public_key(), key_->public_key());

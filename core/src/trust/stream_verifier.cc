@@ -21,18 +21,16 @@ double NowUnix() {
 
 }  // namespace
 
-StreamVerifier::StreamVerifier(std::shared_ptr<const TrustKey> key,
-                               std::optional<uint64_t> run_id)
+StreamVerifier::StreamVerifier(std::shared_ptr<const TrustKey> key, std::optional<uint64_t> run_id)
     : key_(std::move(key)), run_id_(run_id) {}
 
 Status StreamVerifier::Begin(const uint8_t* header, size_t size) {
   size_t consumed = 0;
   DCR_ASSIGN_OR_RETURN(FileHeader h, ParseFileHeader(header, size, &consumed));
   if ((h.flags & kFlagSigned) == 0) {
-    return FailedPreconditionError("delta (v" + U(h.base_version) + " -> v" +
-                                   U(h.target_version) +
-                                   ") is not signed; only deltas signed by " +
-                                   key_->Fingerprint() + " are accepted");
+    return FailedPreconditionError("delta (v" + U(h.base_version) + " -> v" + U(h.target_version) +
+                                   ") is not signed; only deltas signed by " + key_->Fingerprint() +
+                                   " are accepted");
   }
   std::lock_guard<std::mutex> l(mu_);
   header_ = std::move(h);
@@ -89,16 +87,16 @@ Status StreamVerifier::AddManifest(const uint8_t* record, size_t size,
   std::lock_guard<std::mutex> l(mu_);
   if (!begun_) return FailedPreconditionError(what + " before the delta header");
   if (run_id_.has_value() && m.run_id != *run_id_) {
-    return FailedPreconditionError(what + " is signed for run " + U(m.run_id) +
-                                   ", not this run (" + U(*run_id_) + ")");
+    return FailedPreconditionError(what + " is signed for run " + U(m.run_id) + ", not this run (" +
+                                   U(*run_id_) + ")");
   }
   if (m.header_sha256 != header_sha_ || m.base_version != header_.base_version ||
       m.target_version != header_.target_version || m.base_hash != header_.base_hash) {
     return FailedPreconditionError(
-        what + " belongs to another delta (v" + U(m.base_version) + " -> v" +
-        U(m.target_version) + ", header " + Sha256Hex(m.header_sha256).substr(0, 16) +
-        ") than the one in progress (v" + U(header_.base_version) + " -> v" +
-        U(header_.target_version) + ", header " + Sha256Hex(header_sha_).substr(0, 16) + ")");
+        what + " belongs to another delta (v" + U(m.base_version) + " -> v" + U(m.target_version) +
+        ", header " + Sha256Hex(m.header_sha256).substr(0, 16) + ") than the one in progress (v" +
+        U(header_.base_version) + " -> v" + U(header_.target_version) + ", header " +
+        Sha256Hex(header_sha_).substr(0, 16) + ")");
   }
   auto seen = manifests_.find(m.sequence);
   if (seen != manifests_.end()) {
@@ -109,8 +107,7 @@ Status StreamVerifier::AddManifest(const uint8_t* record, size_t size,
     return FailedPreconditionError(what + " is a second final manifest");
   }
   if (final_sequence_.has_value() && m.sequence > *final_sequence_) {
-    return FailedPreconditionError(what + " comes after the final manifest " +
-                                   U(*final_sequence_));
+    return FailedPreconditionError(what + " comes after the final manifest " + U(*final_sequence_));
   }
   for (const ManifestEntry& e : m.entries) {
     if (listed_.count(e.chunk_id)) {
@@ -182,8 +179,7 @@ Status WriteSignedState(const std::string& path, const StreamVerifier& verifier)
   return WriteFileAtomic(path, out.data(), out.size()).WithContext("signed state");
 }
 
-StatusOr<SignedState> ReadSignedState(const std::string& path,
-                                      std::shared_ptr<const TrustKey> key,
+StatusOr<SignedState> ReadSignedState(const std::string& path, std::shared_ptr<const TrustKey> key,
                                       std::optional<uint64_t> run_id) {
   DCR_ASSIGN_OR_RETURN(const std::vector<uint8_t> bytes, ReadFile(path));
   const std::string what = "signed state " + path;
@@ -199,8 +195,7 @@ StatusOr<SignedState> ReadSignedState(const std::string& path,
     return DataLossError(what + ": bad magic");
   }
   off = 4;
-  if (!u32(&version) || version != 1 || !u32(&header_size) ||
-      bytes.size() - off < header_size) {
+  if (!u32(&version) || version != 1 || !u32(&header_size) || bytes.size() - off < header_size) {
     return DataLossError(what + ": truncated or of an unknown version");
   }
   const size_t header_at = off;
@@ -239,11 +234,10 @@ StatusOr<bool> StreamVerifier::CheckChunk(uint64_t chunk_id, const Sha256Digest&
   }
   const ManifestEntry& e = it->second;
   if (sha == e.plain || (e.has_context && sha == e.context)) return true;
-  return FailedPreconditionError("chunk " + U(chunk_id) + " has SHA-256 " +
-                                 Sha256Hex(sha).substr(0, 16) +
-                                 "..., not the one its signed manifest lists (" +
-                                 Sha256Hex(e.plain).substr(0, 16) +
-                                 "...): altered bytes or a chunk of another delta");
+  return FailedPreconditionError(
+      "chunk " + U(chunk_id) + " has SHA-256 " + Sha256Hex(sha).substr(0, 16) +
+      "..., not the one its signed manifest lists (" + Sha256Hex(e.plain).substr(0, 16) +
+      "...): altered bytes or a chunk of another delta");
 }
 
 Status StreamVerifier::CheckTrailer(const Trailer& trailer) {
@@ -302,7 +296,8 @@ Status VerifyDeltaFile(const DeltaReader& reader, std::shared_ptr<const TrustKey
     size_t hs = 0, rs = 0;
     auto h = ParseChunkHeader(p, left, &hs, &rs);
     if (!h.ok()) return h.status().WithContext("record at byte " + U(off));
-    if (rs > left) return DataLossError("chunk record at byte " + U(off) + " runs past the trailer");
+    if (rs > left)
+      return DataLossError("chunk record at byte " + U(off) + " runs past the trailer");
     DCR_ASSIGN_OR_RETURN(bool ok, v.CheckChunk(h->chunk_id, Sha256(p, rs)));
     if (!ok) {
       return FailedPreconditionError("chunk " + U(h->chunk_id) + " at byte " + U(off) +
@@ -388,10 +383,10 @@ Status TrustedReceiver::ApplyRecord(const uint8_t* record, size_t size) {
     std::lock_guard<std::mutex> l(mu_);
     if (pending_.count(h.chunk_id) == 0) {
       if (pending_bytes_ + size > options_.max_pending_bytes) {
-        return ResourceExhaustedError(
-            "chunk " + std::to_string(h.chunk_id) + " arrived before its signed manifest and " +
-            "the records waiting for theirs would exceed " +
-            std::to_string(options_.max_pending_bytes) + " bytes");
+        return ResourceExhaustedError("chunk " + std::to_string(h.chunk_id) +
+                                      " arrived before its signed manifest and " +
+                                      "the records waiting for theirs would exceed " +
+                                      std::to_string(options_.max_pending_bytes) + " bytes");
       }
       pending_[h.chunk_id].assign(record, record + size);
       pending_bytes_ += size;
@@ -424,13 +419,13 @@ Status TrustedReceiver::Commit(const uint8_t* trailer, size_t size) {
   }
   std::optional<Sha256Digest> checked;
   if (verifier_ != nullptr && options_.check_commitment) {
-    const std::string refused = "commit of version " + std::to_string(target_version_) +
-                                " refused";
+    const std::string refused = "commit of version " + std::to_string(target_version_) + " refused";
     const std::optional<Sha256Digest> root = verifier_->signed_commitment();
     if (!root) {
       // The chunk chain and the additive hash prove nothing a forger cannot match.
       return FailedPreconditionError(
-          refused + ": the signed delta carries no commitment of its target (its final manifest "
+          refused +
+          ": the signed delta carries no commitment of its target (its final manifest "
           "has no commitment root), so this receiver cannot prove what it would commit");
     }
     DCR_ASSIGN_OR_RETURN(Trailer t, ParseTrailer(trailer, size));
@@ -454,8 +449,9 @@ Status TrustedReceiver::Commit(const uint8_t* trailer, size_t size) {
   }
   if (options_.floor != nullptr) {
     Status s = options_.floor->Record(target_version_, NowUnix());
-    if (!s.ok()) return s.WithContext("committed version " + std::to_string(target_version_) +
-                                      " but could not record the version floor");
+    if (!s.ok())
+      return s.WithContext("committed version " + std::to_string(target_version_) +
+                           " but could not record the version floor");
   }
   if (checked && !options_.signed_state_path.empty()) {
     Status s = WriteSignedState(options_.signed_state_path, *verified);

@@ -118,7 +118,7 @@ struct Fault {
   FaultSpec spec;
   bool fired = false;  // injected (counted)
   bool done = false;   // no longer matches
-  int remaining = 0;  // store write failures left
+  int remaining = 0;   // store write failures left
 };
 
 // Policy slots of a node: events and timers are addressed to one of them.
@@ -130,8 +130,8 @@ struct Node {
   int id = 0;
   bool alive = true;
   uint64_t incarnation = 0;
-  bool store_mode = false;  // out of the tree (downloading, or committed and gone)
-  bool tree_dead = false;  // sender: tree policy failed or killed
+  bool store_mode = false;               // out of the tree (downloading, or committed and gone)
+  bool tree_dead = false;                // sender: tree policy failed or killed
   std::unique_ptr<NodePolicy> policy;    // tree or downloader
   std::unique_ptr<NodePolicy> uploader;  // sender only
   // Every recovery decision; lives as long as the node's supervisor (across restarts).
@@ -232,7 +232,12 @@ class World {
   World(const Checkpoint& base, const Checkpoint& target, const DeltaOptions& dopts,
         const std::vector<FaultSpec>& faults, const FaultRunOptions& opts)
       : base_(base), target_(target), dopts_(dopts), opts_(opts), rng_(opts.seed) {
-    for (const FaultSpec& f : faults) { Fault x; x.spec = f; x.remaining = f.count; faults_.push_back(x); }
+    for (const FaultSpec& f : faults) {
+      Fault x;
+      x.spec = f;
+      x.remaining = f.count;
+      faults_.push_back(x);
+    }
   }
 
   StatusOr<FaultRunReport> Run();
@@ -277,8 +282,8 @@ class World {
   Fault* FindFault(FaultKind k, int node, int at_value, bool at_least = false);
   void Fire(Fault* f, const std::string& what) {
     if (!f->fired) {
-      report_.log.push_back(Fmt("t=%.3f fault %s: %s", now_, FaultKindName(f->spec.kind),
-                                what.c_str()));
+      report_.log.push_back(
+          Fmt("t=%.3f fault %s: %s", now_, FaultKindName(f->spec.kind), what.c_str()));
     }
     f->fired = true;
     f->done = true;
@@ -339,7 +344,6 @@ class World {
   std::unique_ptr<DeltaReader> stale_;
 };
 
-
 Fault* World::FindFault(FaultKind k, int node, int at_value, bool at_least) {
   for (Fault& f : faults_) {
     if (f.done || f.spec.kind != k) continue;
@@ -395,7 +399,8 @@ void World::ResolveFaults() {
                       s.kind == FaultKind::kReorderChunks || s.kind == FaultKind::kDelayChunk;
     if (s.kind == FaultKind::kRestartSender || s.kind == FaultKind::kPartitionLongLink) {
       // Seeded: in the second half of the stream, so that tree faults see traffic first.
-      if (s.at < 0 || s.at >= blobs) s.at = blobs / 2 + static_cast<int>(rng_() % (blobs - blobs / 2));
+      if (s.at < 0 || s.at >= blobs)
+        s.at = blobs / 2 + static_cast<int>(rng_() % (blobs - blobs / 2));
     } else if (s.at < 0 || s.at >= chunks) {
       // Seeded tree faults in the first half of the chunks (delivered while the tree is up).
       s.at = static_cast<int>(rng_() % (tree ? std::max(1, chunks / 2) : chunks));
@@ -409,7 +414,8 @@ Status World::Setup() {
   if (opts_.receivers < 1) return InvalidArgumentError("fault run: receivers must be >= 1");
   std::error_code ec;
   std::filesystem::create_directories(opts_.work_dir, ec);
-  if (ec) return UnavailableError("fault run: cannot create " + opts_.work_dir + ": " + ec.message());
+  if (ec)
+    return UnavailableError("fault run: cannot create " + opts_.work_dir + ": " + ec.message());
   inv_ = Inventory::FromCheckpoint(target_);
   v0_ = VersionId{dopts_.base_version, base_.ContentHash(1)};
   v1_ = VersionId{dopts_.target_version, target_.ContentHash(1)};
@@ -451,7 +457,8 @@ Status World::Setup() {
     DCR_RETURN_IF_ERROR(n.journal->RecordCommitted(v0_));  // dense load of the base
   }
   coordinator_ = std::make_unique<CommitCoordinator>(v0_);
-  for (int i = 1; i < topo_.size(); ++i) DCR_RETURN_IF_ERROR(coordinator_->AddReceiver(Name(i), v0_));
+  for (int i = 1; i < topo_.size(); ++i)
+    DCR_RETURN_IF_ERROR(coordinator_->AddReceiver(Name(i), v0_));
   DCR_RETURN_IF_ERROR(coordinator_->Publish(v0_, v1_));
   ResolveFaults();
   for (const Fault& f : faults_) {
@@ -503,8 +510,7 @@ void HarnessEnv::Do(const Action& a) {
   world_->Do(node_, slot_, a);
 }
 
-void World::Recover(int node, const recovery::Event& ev,
-                    HarnessRecovery::OverwriteFn overwrite) {
+void World::Recover(int node, const recovery::Event& ev, HarnessRecovery::OverwriteFn overwrite) {
   std::vector<recovery::Action> acts;
   nodes_[node].recovery->Handle(now_, ev, &acts);
   if (opts_.record_trace) {
@@ -612,8 +618,8 @@ void World::DoSend(int from, const action::Send& s) {
   bool duplicate = false;
   if (chunk) {
     if (Fault* f = FindFault(FaultKind::kDelayChunk, s.to, ord)) {
-      Fire(f, Fmt("piece %" PRIu64 "@%" PRIu64 " of chunk blob %d to %s delayed %.2f s",
-                  s.blob.id, s.offset, ord, Name(s.to).c_str(), f->spec.duration_s));
+      Fire(f, Fmt("piece %" PRIu64 "@%" PRIu64 " of chunk blob %d to %s delayed %.2f s", s.blob.id,
+                  s.offset, ord, Name(s.to).c_str(), f->spec.duration_s));
       arrive += f->spec.duration_s;
     }
     if (Fault* f = FindFault(FaultKind::kReorderChunks, s.to, ord)) {
@@ -682,7 +688,8 @@ ApplyResult World::Apply(Node& n, const BlobInfo& blob) {
     n.committed = true;
     c = coordinator_->OnCommitted(Name(n.id), v);
     report_.log.push_back(Fmt("t=%.3f %s committed %s%s", now_, Name(n.id).c_str(),
-                              v.ToString().c_str(), c.ok() ? "" : (" (" + c.ToString() + ")").c_str()));
+                              v.ToString().c_str(),
+                              c.ok() ? "" : (" (" + c.ToString() + ")").c_str()));
     Recover(n.id, recovery::Committed{});
     return r;
   }
@@ -752,7 +759,7 @@ ApplyResult World::Apply(Node& n, const BlobInfo& blob) {
       Fire(f, Fmt("%s killed after its apply of chunk %" PRIu64 "%s", Name(n.id).c_str(), id,
                   k == FaultKind::kTornJournal ? " while its last journal record was written"
                   : k == FaultKind::kKillReceiverLosingMemory ? " (its memory is lost)"
-                                                               : ""));
+                                                              : ""));
       n.journal->Freeze();
       pending_kill_ = k;
       r.crashed = true;
@@ -797,9 +804,9 @@ StatusOr<std::vector<uint8_t>> World::Overwrite(const std::string& key, uint64_t
   auto b = blob_of_chunk_.find(chunk_id);
   if (b == blob_of_chunk_.end()) return NotFoundError("no chunk " + std::to_string(chunk_id));
   const std::vector<uint8_t>& rel = sender_blobs_[b->second];
-  DCR_ASSIGN_OR_RETURN(std::vector<uint8_t> ow,
-                       OverwriteChunkFromRelative(rel.data(), rel.size(), inv_, base_,
-                                                  dopts_.zstd_level));
+  DCR_ASSIGN_OR_RETURN(
+      std::vector<uint8_t> ow,
+      OverwriteChunkFromRelative(rel.data(), rel.size(), inv_, base_, dopts_.zstd_level));
   DCR_RETURN_IF_ERROR(store_->Put(key, ow.data(), ow.size()));
   ++report_.overwrites_served;
   return ow;
@@ -857,15 +864,15 @@ void World::RestartNode(int node) {
   n.storage_lost = false;
   n.committed = st.committed && *st.committed == v1_;
   n.restarting = true;
-  Recover(node, recovery::Restarted{storage_lost, n.committed, st.applied.size(),
-                                    st.doubtful.size()});
+  Recover(node,
+          recovery::Restarted{storage_lost, n.committed, st.applied.size(), st.doubtful.size()});
   n.restarting = false;
   if (!n.alive) return;
   ++report_.restarts;
-  report_.log.push_back(Fmt("t=%.3f %s restarted from its journal (%zu applied, %zu doubtful, "
-                            "%" PRIu64 " torn bytes); falls back to the object store",
-                            now_, Name(node).c_str(), st.applied.size(), st.doubtful.size(),
-                            st.torn_bytes));
+  report_.log.push_back(
+      Fmt("t=%.3f %s restarted from its journal (%zu applied, %zu doubtful, "
+          "%" PRIu64 " torn bytes); falls back to the object store",
+          now_, Name(node).c_str(), st.applied.size(), st.doubtful.size(), st.torn_bytes));
   n.store_mode = true;
 }
 
@@ -929,10 +936,10 @@ void World::Republish() {
   Status p = coordinator_->Publish(v0_, v1_);
   if (!p.ok()) report_.error = "sender restart: " + p.ToString();
   for (auto& [name, v] : done) (void)coordinator_->OnCommitted(name, v);
-  report_.log.push_back(Fmt("t=%.3f sender restarted: rebuilt the delta (%s), republishes it; "
-                            "%zu receivers already committed",
-                            now_, report_.sender_rebuild_identical ? "identical bytes" : "DIFFERENT",
-                            done.size()));
+  report_.log.push_back(
+      Fmt("t=%.3f sender restarted: rebuilt the delta (%s), republishes it; "
+          "%zu receivers already committed",
+          now_, report_.sender_rebuild_identical ? "identical bytes" : "DIFFERENT", done.size()));
   PolicyEvent(now_, 0, kStreamSlot, event::Start{});
   PolicyEvent(now_, 0, kUploadSlot, event::Start{});
   for (size_t i = 0; i < infos_.size(); ++i) {
@@ -952,18 +959,19 @@ void World::Do(int node, int slot, const Action& a) {
   if (const auto* s = std::get_if<action::Send>(&a)) {
     DoSend(node, *s);
   } else if (const auto* k = std::get_if<action::Ack>(&a)) {
-    if (nodes_[k->to].alive) PolicyEvent(now_ + lat(node, k->to), k->to, 0, event::AckReceived{node, k->blob});
+    if (nodes_[k->to].alive)
+      PolicyEvent(now_ + lat(node, k->to), k->to, 0, event::AckReceived{node, k->blob});
   } else if (const auto* ap = std::get_if<action::Apply>(&a)) {
     ApplyResult r = Apply(n, ap->blob);
     if (r.crashed) {
       Kill(node, pending_kill_);
       return;
     }
-    PolicyEvent(now_ + 1e-4, node, slot,
-                event::ApplyDone{ap->blob.id, r.ok, r.code, r.message});
+    PolicyEvent(now_ + 1e-4, node, slot, event::ApplyDone{ap->blob.id, r.ok, r.code, r.message});
   } else if (const auto* rc = std::get_if<action::ReportCommit>(&a)) {
     if (nodes_[rc->to].alive && !nodes_[rc->to].store_mode) {
-      PolicyEvent(now_ + lat(node, rc->to), rc->to, 0, event::SubtreeCommitted{node, rc->receivers});
+      PolicyEvent(now_ + lat(node, rc->to), rc->to, 0,
+                  event::SubtreeCommitted{node, rc->receivers});
     }
   } else if (std::holds_alternative<action::Published>(a)) {
     published_ = true;
@@ -1156,8 +1164,8 @@ Status World::Verify(FaultRunReport* r) {
 StatusOr<FaultRunPolicies> FaultRunPolicyConfig(const FaultRunOptions& options) {
   if (options.receivers < 1) return InvalidArgumentError("fault run: receivers must be >= 1");
   FaultRunPolicies c;
-  DCR_ASSIGN_OR_RETURN(c.topology, Topology::FanOut(options.receivers + 1, options.fan_out,
-                                                    options.root_fan_out));
+  DCR_ASSIGN_OR_RETURN(
+      c.topology, Topology::FanOut(options.receivers + 1, options.fan_out, options.root_fan_out));
   c.relay = options.relay;
   c.recovery.detect_timeout_s = options.detect_timeout_s;
   c.recovery.max_recoveries = options.max_recoveries;

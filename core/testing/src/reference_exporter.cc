@@ -1,6 +1,6 @@
-// The reference framework's exporter: rank shards -> canonical Hugging Face tensors. Ordinary conversion
-// code (gathers, un-fuses, drops vocab padding, converts FP32 norms, folds scales, undoes the RoPE
-// pair layout); it knows nothing about deltas.
+// The reference framework's exporter: rank shards -> canonical Hugging Face tensors. Ordinary
+// conversion code (gathers, un-fuses, drops vocab padding, converts FP32 norms, folds scales,
+// undoes the RoPE pair layout); it knows nothing about deltas.
 #include <cstring>
 
 #include "dcr/status_macros.h"
@@ -184,7 +184,8 @@ Status Export(const Ctx& c) {
 }  // namespace
 
 Status ReferenceExporter::ExportTensor(const ShardReader& shards, size_t t, uint8_t* out) const {
-  if (t >= structure().canonical().size()) return InvalidArgumentError("exporter: tensor index out of range");
+  if (t >= structure().canonical().size())
+    return InvalidArgumentError("exporter: tensor index out of range");
   const TensorSpec& spec = structure().canonical()[t];
   const internal::TensorPlacement pl = internal::PlaceTensor(structure(), spec);
   Ctx c{structure(), shards, pl, spec, out, DTypeWidth(DTypeFromName(spec.dtype))};

@@ -5,6 +5,8 @@
 // calls: sharded row and column slices, fused QKV / gate-up buffers in its own order, padded vocab,
 // transposed expert stacks; and it converts where engines convert: FP32 norms (upcast into a
 // staging vector, then copied), rotary tables computed at load, FP8 E4M3 with per-tile scales.
+#include "dcr/testing/reference_loader.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -12,7 +14,6 @@
 #include <vector>
 
 #include "dcr/status_macros.h"
-#include "dcr/testing/reference_loader.h"
 
 namespace dcr {
 
@@ -50,7 +51,9 @@ float E4M3ToFloat(uint8_t b) {
 
 Status ValidateServingConfig(const ServingConfig& c) {
   const ModelConfig& m = c.model;
-  auto bad = [](const std::string& what) { return InvalidArgumentError("serving config: " + what); };
+  auto bad = [](const std::string& what) {
+    return InvalidArgumentError("serving config: " + what);
+  };
   if (c.tp < 1) return bad("tp must be >= 1");
   if (m.hidden <= 0 || m.vocab <= 0 || m.layers < 0) return bad("model has no hidden/vocab size");
   if (c.vocab_multiple < 1) return bad("vocab_multiple must be >= 1");
@@ -85,7 +88,8 @@ Status ValidateServingConfig(const ServingConfig& c) {
 namespace {
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 float ToFloat(DType dt, const uint8_t* p, uint64_t i) {
@@ -106,7 +110,7 @@ float ToFloat(DType dt, const uint8_t* p, uint64_t i) {
     uint16_t h;
     std::memcpy(&h, p + 2 * i, 2);
     const int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
-    float v = e == 0 ? std::ldexp(static_cast<float>(m), -24)
+    float v = e == 0    ? std::ldexp(static_cast<float>(m), -24)
               : e == 31 ? (m ? std::nanf("") : INFINITY)
                         : std::ldexp(1.0f + m / 1024.0f, e - 15);
     return s ? -v : v;
@@ -156,8 +160,10 @@ class ReferenceLoader : public ModelLoader {
           sin_t[p * (rot / 2) + i] = static_cast<float>(std::sin(p * inv));
         }
       }
-      DCR_ASSIGN_OR_RETURN(uint8_t* cb, s->Allocate("rope_cos", "F32", {c_.max_positions, rot / 2}));
-      DCR_ASSIGN_OR_RETURN(uint8_t* sb, s->Allocate("rope_sin", "F32", {c_.max_positions, rot / 2}));
+      DCR_ASSIGN_OR_RETURN(uint8_t * cb,
+                           s->Allocate("rope_cos", "F32", {c_.max_positions, rot / 2}));
+      DCR_ASSIGN_OR_RETURN(uint8_t * sb,
+                           s->Allocate("rope_sin", "F32", {c_.max_positions, rot / 2}));
       std::memcpy(cb, cos_t.data(), cos_t.size() * 4);
       std::memcpy(sb, sin_t.data(), sin_t.size() * 4);
     }
@@ -212,9 +218,12 @@ class ReferenceLoader : public ModelLoader {
       const int64_t row0 = r_ * vocab_shard_;
       const int64_t rows = std::clamp<int64_t>(m_.vocab - row0, 0, vocab_shard_);
       std::vector<const char*> targets;
-      if (n == "lm_head.weight") targets = {"lm_head"};
-      else if (m_.tied_embeddings) targets = {"embed_tokens", "lm_head"};
-      else targets = {"embed_tokens"};
+      if (n == "lm_head.weight")
+        targets = {"lm_head"};
+      else if (m_.tied_embeddings)
+        targets = {"embed_tokens", "lm_head"};
+      else
+        targets = {"embed_tokens"};
       for (const char* t : targets) {
         std::memcpy(s->Find(t)->data, w.data + row0 * H * w.nbytes / (m_.vocab * H),
                     rows * H * (w.nbytes / (m_.vocab * H)));
@@ -244,7 +253,9 @@ class ReferenceLoader : public ModelLoader {
         // Destination rows of each local head.
         std::vector<Part> parts;
         if (c_.fused == FusedLayout::kConcat) {  // the local heads are one block of rows
-          const int64_t dst_row = which == 0 ? 0 : which == 1 ? q_heads_ * D : (q_heads_ + kv_heads_) * D;
+          const int64_t dst_row = which == 0   ? 0
+                                  : which == 1 ? q_heads_ * D
+                                               : (q_heads_ + kv_heads_) * D;
           return Place(w, s, p + "qkv", {Part{dst_row, 0, 1, per * D, H, false, first * D, 0}});
         }
         for (int64_t h = 0; h < per; ++h) {
@@ -255,7 +266,9 @@ class ReferenceLoader : public ModelLoader {
             const int64_t qpg = q_heads_ / kv_heads_ > 0 ? q_heads_ / kv_heads_ : 1;
             const int64_t g = which == 0 ? h / qpg : h;
             const int64_t group_rows = (qpg + 2) * D;
-            dst_row = g * group_rows + (which == 0 ? (h % qpg) * D : which == 1 ? qpg * D : (qpg + 1) * D);
+            dst_row = g * group_rows + (which == 0   ? (h % qpg) * D
+                                        : which == 1 ? qpg * D
+                                                     : (qpg + 1) * D);
           }
           parts.push_back(Part{dst_row, 0, 1, D, H, false, (first + h) * D, 0});
         }
@@ -298,8 +311,11 @@ class ReferenceLoader : public ModelLoader {
       return InvalidArgumentError("reference loader: no rule for " + n);
     }
     const bool shared = rest.compare(0, 19, "mlp.shared_experts.") == 0;
-    const std::string mlp_proj = shared ? rest.substr(19) : rest.compare(0, 4, "mlp.") == 0 ? rest.substr(4) : "";
-    if (mlp_proj == "gate_proj.weight" || mlp_proj == "up_proj.weight" || mlp_proj == "down_proj.weight") {
+    const std::string mlp_proj = shared                            ? rest.substr(19)
+                                 : rest.compare(0, 4, "mlp.") == 0 ? rest.substr(4)
+                                                                   : "";
+    if (mlp_proj == "gate_proj.weight" || mlp_proj == "up_proj.weight" ||
+        mlp_proj == "down_proj.weight") {
       const int64_t full = shared ? m_.shared_experts * m_.moe_intermediate : m_.intermediate;
       const int64_t I = full / tp_;
       const std::string gu = p + (shared ? "shared_gate_up" : "gate_up");
@@ -341,7 +357,8 @@ class ReferenceLoader : public ModelLoader {
       int64_t rows = 1;
       for (size_t i = 0; i + 1 < shape.size(); ++i) rows *= shape[i];
       const int64_t b = c_.fp8_block;
-      DCR_RETURN_IF_ERROR(Alloc(s, name + ".scale", "F32", {(rows + b - 1) / b, (cols + b - 1) / b}));
+      DCR_RETURN_IF_ERROR(
+          Alloc(s, name + ".scale", "F32", {(rows + b - 1) / b, (cols + b - 1) / b}));
     }
     return Status::OK();
   }
@@ -355,16 +372,18 @@ class ReferenceLoader : public ModelLoader {
 
   // Copies (BF16 mode) or quantizes (FP8 mode) parts of `w` into buffer `name`. `tile_rows` is the
   // matrix height of one stacked matrix (tiles never straddle stacked matrices).
-  Status Place(const WeightRef& w, Storage* s, const std::string& name, const std::vector<Part>& parts,
-               int64_t tile_rows = 0) {
+  Status Place(const WeightRef& w, Storage* s, const std::string& name,
+               const std::vector<Part>& parts, int64_t tile_rows = 0) {
     Storage::Buffer* b = s->Find(name);
-    if (b == nullptr) return InvalidArgumentError("reference loader: no buffer " + name + " for " + w.name);
+    if (b == nullptr)
+      return InvalidArgumentError("reference loader: no buffer " + name + " for " + w.name);
     const int64_t src_cols = w.shape.size() == 2 ? w.shape[1] : 1;
     const int64_t pitch = b->shape.back();
     if (b->dtype != DType::kF8E4M3) {
       const uint64_t ew = DTypeWidth(w.dtype);
       if (ew != static_cast<uint64_t>(DTypeWidth(b->dtype))) {
-        return InvalidArgumentError("reference loader: dtype of " + w.name + " differs from " + name);
+        return InvalidArgumentError("reference loader: dtype of " + w.name + " differs from " +
+                                    name);
       }
       for (const Part& p : parts) {
         if (!p.transposed) {
@@ -398,7 +417,8 @@ class ReferenceLoader : public ModelLoader {
         }
       }
       if (p.row_step != 1 || p.dst_row % bs || p.dst_col % bs) {
-        return InvalidArgumentError("reference loader: fp8 part of " + w.name + " not tile aligned");
+        return InvalidArgumentError("reference loader: fp8 part of " + w.name +
+                                    " not tile aligned");
       }
       (void)tile_rows;
       std::vector<uint8_t> q(f.size());
@@ -435,7 +455,8 @@ class ReferenceLoader : public ModelLoader {
 
   Status LoadNorm(const WeightRef& w, Storage* s, const std::string& name) {
     Storage::Buffer* b = s->Find(name);
-    if (b == nullptr) return InvalidArgumentError("reference loader: no buffer " + name + " for " + w.name);
+    if (b == nullptr)
+      return InvalidArgumentError("reference loader: no buffer " + name + " for " + w.name);
     const uint64_t n = w.nbytes / DTypeWidth(w.dtype);
     if (n * DTypeWidth(b->dtype) != b->nbytes) {
       return InvalidArgumentError("reference loader: " + w.name + " has an unexpected size");

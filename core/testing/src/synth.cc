@@ -1,5 +1,7 @@
 // SynthesizeCheckpoints: a SynthTrainer over a preset's inventory, one safetensors file or
 // shard directory per step.
+#include "dcr/testing/synth.h"
+
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -7,7 +9,6 @@
 
 #include "dcr/checkpoint.h"
 #include "dcr/status_macros.h"
-#include "dcr/testing/synth.h"
 
 namespace dcr {
 
@@ -40,8 +41,7 @@ StatusOr<std::vector<std::string>> SynthesizeCheckpoints(const SynthOptions& opt
     }
     const std::string stem = "step" + std::to_string(k);
     const std::string path =
-        (std::filesystem::path(out_dir) /
-         (options.shard_bytes > 0 ? stem : stem + ".safetensors"))
+        (std::filesystem::path(out_dir) / (options.shard_bytes > 0 ? stem : stem + ".safetensors"))
             .string();
     std::map<std::string, std::string> meta = {
         {"dcr.preset", cfg.name},

@@ -1,3 +1,5 @@
+#include "dcr/testing/synth.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -5,7 +7,6 @@
 #include <string>
 
 #include "dcr/checkpoint.h"
-#include "dcr/testing/synth.h"
 
 namespace dcr {
 namespace {
@@ -93,9 +94,10 @@ TEST(SynthesizeCheckpointsTest, ShardDirectoriesHoldTheSameTensors) {
   ASSERT_TRUE(dirs.ok()) << dirs.status();
   ASSERT_EQ(dirs.value().size(), 2u);
   for (int k = 0; k < 2; ++k) {
-    EXPECT_EQ(dirs.value()[k], (std::filesystem::path(sharded) / ("step" + std::to_string(k))).string());
-    EXPECT_TRUE(std::filesystem::is_regular_file(std::filesystem::path(dirs.value()[k]) /
-                                                 kIndexFileName));
+    EXPECT_EQ(dirs.value()[k],
+              (std::filesystem::path(sharded) / ("step" + std::to_string(k))).string());
+    EXPECT_TRUE(
+        std::filesystem::is_regular_file(std::filesystem::path(dirs.value()[k]) / kIndexFileName));
     auto a = Checkpoint::Open(files.value()[k]);
     auto b = Checkpoint::Open(dirs.value()[k]);
     ASSERT_TRUE(a.ok() && b.ok());

@@ -15,8 +15,8 @@ namespace {
 // Approximately standard normal from a 64-bit hash (Irwin-Hall of four 16-bit uniforms): plain
 // integer and float arithmetic, so the bytes never depend on libm.
 inline float Normal(uint64_t h) {
-  const float sum = static_cast<float>((h & 0xFFFF) + ((h >> 16) & 0xFFFF) + ((h >> 32) & 0xFFFF) +
-                                       (h >> 48));
+  const float sum =
+      static_cast<float>((h & 0xFFFF) + ((h >> 16) & 0xFFFF) + ((h >> 32) & 0xFFFF) + (h >> 48));
   return (sum - 2.0f * 65535.0f) * (1.7320508f / 65535.0f);
 }
 
@@ -24,9 +24,7 @@ inline uint64_t Counter(uint64_t key, uint64_t i, uint64_t salt) {
   return internal::Mix64(key ^ internal::Mix64(i * 0xD1B54A32D192ED03ULL + salt));
 }
 
-bool IsNormLike(const std::string& name) {
-  return name.find("norm") != std::string::npos;
-}
+bool IsNormLike(const std::string& name) { return name.find("norm") != std::string::npos; }
 
 }  // namespace
 
@@ -61,7 +59,10 @@ StatusOr<std::unique_ptr<TrainState>> TrainState::Create(std::shared_ptr<const T
     }
   }
   // Initialization: matrices N(0, 0.02), norms and folded scales 1 + N(0, 0.05).
-  struct Item { size_t r; size_t p; };
+  struct Item {
+    size_t r;
+    size_t p;
+  };
   std::vector<Item> items;
   for (size_t r = 0; r < ranks.size(); ++r) {
     for (size_t p = 0; p < ranks[r].params.size(); ++p) items.push_back({r, p});
@@ -124,7 +125,10 @@ void TrainState::StepImpl(double lr, const std::function<bool(const LocalParam&)
   AdamWHyper h = options_.hyper;
   h.lr = lr;
   const float snr = static_cast<float>(h.grad_snr);
-  struct Item { size_t r; size_t p; };
+  struct Item {
+    size_t r;
+    size_t p;
+  };
   std::vector<Item> items;
   for (size_t r = 0; r < ranks.size(); ++r) {
     for (size_t p = 0; p < ranks[r].params.size(); ++p) {

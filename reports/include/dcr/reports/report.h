@@ -28,7 +28,7 @@
 namespace dcr::reports {
 
 struct ReportRow {
-  std::string source;     // result file
+  std::string source;  // result file
   std::string scenario;
   std::string mode;
   std::string model;
@@ -40,7 +40,7 @@ struct ReportRow {
   double wire_bytes = 0;
   int64_t receivers = 0;
   int64_t receivers_verified = 0;
-  double speedup = 0;      // delta rows: full / delta of the same file+transport+rates; 0 if unknown
+  double speedup = 0;  // delta rows: full / delta of the same file+transport+rates; 0 if unknown
   double delta_ratio = 0;  // delta rows: full wire bytes / delta wire bytes; 0 if unknown
 };
 
@@ -54,10 +54,10 @@ struct ResultSetup {
 struct NodeRow {
   std::string source;  // result file
   int64_t rank = 0;
-  std::string role;    // sender, relay, receiver, uploader, downloader
+  std::string role;  // sender, relay, receiver, uploader, downloader
   bool ok = false;
-  bool verified = false;     // its committed checkpoint compared byte for byte with the target
-  double seconds = 0;        // t_commit - t_start; 0 when the node committed nothing
+  bool verified = false;  // its committed checkpoint compared byte for byte with the target
+  double seconds = 0;     // t_commit - t_start; 0 when the node committed nothing
   double bytes_received = 0;
   double bytes_sent = 0;
   int64_t receivers_committed = 0;  // sender: receivers that reported committing

@@ -15,14 +15,15 @@
 //   * the payload: header + chunks + trailer, sized by the payload model (real codec on trained
 //     samples of each element class of the preset's inventory, scaled to the inventory).
 // Chunks and pieces are coarsened so the simulation sends at most ~sim.extra.comm_budget messages
-// (default 40000; downloaders poll at most ~200 times per run): pieces grow and fewer of them are in
-// flight, so each stream keeps its bytes in flight (until one piece exceeds the window) and its
+// (default 40000; downloaders poll at most ~200 times per run): pieces grow and fewer of them are
+// in flight, so each stream keeps its bytes in flight (until one piece exceeds the window) and its
 // TCP rate cap (min(window, tcp_gamma) / RTT); a test checks the result does not move with the
 // coarsening. With a `serving` block, a receiver applies 1 / serving.tp of the checkpoint.
 //
 // sim.extra keys: comm_budget, build_cores, object_store_region (train | rollout), and
 // calibration_clock (cpu, the default: per-core CPU-time bandwidths; wall: the bench's wall-clock
-// bandwidths, which is what a loaded, shared machine delivers, e.g. to compare with a real run here).
+// bandwidths, which is what a loaded, shared machine delivers, e.g. to compare with a real run
+// here).
 //
 // Results use the real runner's schema (dcr/scenario.h ScenarioResult, mode "sim"); the
 // calibration, the payload model and the coarsening are recorded in `setup`. A receiver counts as
@@ -30,8 +31,9 @@
 // no bytes, so this checks the protocol, not data).
 //
 // Each run is simulated in a forked child process (SimGrid allows one engine per process), runs in
-// parallel up to the number of CPUs, so Simulate may be called many times by one process. Deterministic: same scenario and calibration,
-// same result. Thread safety: call from one thread at a time (it forks).
+// parallel up to the number of CPUs, so Simulate may be called many times by one process.
+// Deterministic: same scenario and calibration, same result. Thread safety: call from one thread at
+// a time (it forks).
 #ifndef DCR_SIM_INCLUDE_DCR_SIM_SIM_H_
 #define DCR_SIM_INCLUDE_DCR_SIM_SIM_H_
 

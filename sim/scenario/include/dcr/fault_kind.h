@@ -14,19 +14,19 @@ namespace dcr {
 
 // Pinned names (scenario files, reports) in FaultKindName.
 enum class FaultKind : uint8_t {
-  kKillReceiverAtBoundary = 0,  // killed right after a chunk was applied; storage survives
-  kKillReceiverInsideChunk = 1, // killed with half of a chunk written; storage survives
-  kKillReceiverLosingMemory = 2,// killed mid-delta; storage lost, reloaded from the committed one
-  kTornJournal = 3,             // killed at a boundary while appending: last journal record torn
-  kKillRelay = 4,               // a relay (node with children) killed mid-stream
-  kCorruptChunk = 5,            // a byte of a piece flipped on a tree edge
-  kDuplicateChunk = 6,          // a piece delivered twice and a chunk applied twice
-  kReorderChunks = 7,           // pieces to a node delivered in a shuffled order
-  kDelayChunk = 8,              // one piece delayed by duration_s
-  kStoreWriteFail = 9,          // `count` consecutive failures of one object-store Put
-  kPartitionLongLink = 10,      // long link (sender -> relays, uploads) down for duration_s
-  kRestartSender = 11,          // sender killed after `at` blobs, restarted after duration_s
-  kStaleDelta = 12,             // a delta for another base offered to a receiver: refused
+  kKillReceiverAtBoundary = 0,    // killed right after a chunk was applied; storage survives
+  kKillReceiverInsideChunk = 1,   // killed with half of a chunk written; storage survives
+  kKillReceiverLosingMemory = 2,  // killed mid-delta; storage lost, reloaded from the committed one
+  kTornJournal = 3,               // killed at a boundary while appending: last journal record torn
+  kKillRelay = 4,                 // a relay (node with children) killed mid-stream
+  kCorruptChunk = 5,              // a byte of a piece flipped on a tree edge
+  kDuplicateChunk = 6,            // a piece delivered twice and a chunk applied twice
+  kReorderChunks = 7,             // pieces to a node delivered in a shuffled order
+  kDelayChunk = 8,                // one piece delayed by duration_s
+  kStoreWriteFail = 9,            // `count` consecutive failures of one object-store Put
+  kPartitionLongLink = 10,        // long link (sender -> relays, uploads) down for duration_s
+  kRestartSender = 11,            // sender killed after `at` blobs, restarted after duration_s
+  kStaleDelta = 12,               // a delta for another base offered to a receiver: refused
 };
 inline constexpr int kNumFaultKinds = 13;
 

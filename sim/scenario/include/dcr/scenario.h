@@ -38,10 +38,10 @@ enum class StoreKind : uint8_t { kDir, kS3 };
 // every long-link socket), by network namespaces (tests; needs root), or not at all.
 enum class WanEmulation : uint8_t { kTransport, kNetns, kNone };
 
-const char* RunModeName(RunMode m);          // "real", "sim"
-const char* MethodName(Method m);            // "delta", "full"
+const char* RunModeName(RunMode m);              // "real", "sim"
+const char* MethodName(Method m);                // "delta", "full"
 const char* TransportKindName(TransportKind k);  // "relay_tree", "object_store"
-const char* StoreKindName(StoreKind k);      // "dir", "s3"
+const char* StoreKindName(StoreKind k);          // "dir", "s3"
 
 struct LinkSpec {
   double bandwidth_Bps = 0;  // bytes per second; 0 = unlimited
@@ -96,19 +96,19 @@ struct ObjectStoreSpec {
   std::string bucket;    // s3
   std::string region = "us-east-1";
   std::string credentials_file;
-  std::string ca_file;     // s3: CAs for the https endpoint's certificate ("" = the system's)
-  bool allow_http = false; // s3: accept a plain http:// endpoint (a local test server only)
+  std::string ca_file;          // s3: CAs for the https endpoint's certificate ("" = the system's)
+  bool allow_http = false;      // s3: accept a plain http:// endpoint (a local test server only)
   double read_deadline_s = 30;  // s3: a request that moves no byte this long is aborted
-  int parallel = 4;        // concurrent puts / fetches per node
-  double poll_s = 0.05;    // downloader list interval
+  int parallel = 4;             // concurrent puts / fetches per node
+  double poll_s = 0.05;         // downloader list interval
   // Simulation: store bandwidth and first-byte latency (ignored by mode real).
   LinkSpec sim_link{1.25e9, 0.02};
 };
 
 struct RelayTreeSpec {
-  int fan_out = 2;       // children per relay
-  int root_fan_out = 1;  // long-link children of the sender
-  int streams = 1;       // parallel TCP streams per long-link edge
+  int fan_out = 2;                      // children per relay
+  int root_fan_out = 1;                 // long-link children of the sender
+  int streams = 1;                      // parallel TCP streams per long-link edge
   uint64_t window = uint64_t{8} << 20;  // bytes a stream keeps on the link (RelayOptions)
   uint64_t chunk = uint64_t{1} << 20;   // cut-through piece size, bytes
   std::vector<int> topology;            // explicit parents (node 0 = sender, -1); empty = fan-out
@@ -145,9 +145,9 @@ inline constexpr const char* kDeviceNames[] = {"cpu", "host", "cuda"};
 
 struct ReceiversSpec {
   int count = 4;
-  int per_node = 1;         // receivers sharing a host (sim: GPUs per node)
-  int apply_threads = 2;    // parallel chunk applies per receiver
-  bool verify = true;       // compare every receiver's bytes with the target after the run
+  int per_node = 1;            // receivers sharing a host (sim: GPUs per node)
+  int apply_threads = 2;       // parallel chunk applies per receiver
+  bool verify = true;          // compare every receiver's bytes with the target after the run
   std::string device = "cpu";  // "cpu" | "host" | "cuda" (kDeviceNames)
   // Device indices a host's receivers use: its receiver with local index k (ReceiverLocalIndex)
   // opens devices[k % devices.size()]. Empty = device k. Ignored with device "cpu".
@@ -182,7 +182,7 @@ struct CatchUpSpec {
 // the sender keeps the newest `keep_versions` versions and holds the store within
 // `budget_bytes` (0 = no budget) after each version's commit, never removing what is needed.
 struct RetentionSpec {
-  bool enabled = false;      // true when the scenario has a `retention` block
+  bool enabled = false;  // true when the scenario has a `retention` block
   int keep_versions = 2;
   uint64_t budget_bytes = 0;
 };
@@ -218,9 +218,9 @@ struct FaultsSpec {
   int proxy_runs = 0;
   int proxy_faults = 2;
   std::vector<std::string> proxy_kinds;
-  double partition_s = 2.0;    // how long a partition blackholes its edge
-  double delay_s = 0.3;        // how long a delayed frame is held
-  double store_fail_s = 1.0;   // how long the in-region store refuses writes
+  double partition_s = 2.0;   // how long a partition blackholes its edge
+  double delay_s = 0.3;       // how long a delayed frame is held
+  double store_fail_s = 1.0;  // how long the in-region store refuses writes
   // HTTP faults from an S3 fault proxy (`dcr s3-fault-proxy`, tools/faults/s3_fault_proxy.h) in
   // front of the scenario's S3 endpoint: object-store refits through the shipped dcr-node
   // processes, each injecting `s3_faults` faults, cycled over the (kind, direction) pairs of
@@ -250,13 +250,13 @@ struct TlsSpec {
 // Signed deltas (network.signing): the trainer's Ed25519 key pair and receivers' freeze limit.
 struct SigningSpec {
   bool enabled = true;
-  std::string key;    // the trainer's private key (rank 0; mode 0600), from `dcr keys`
-  std::string trust;  // its public key (every receiver)
+  std::string key;            // the trainer's private key (rank 0; mode 0600), from `dcr keys`
+  std::string trust;          // its public key (every receiver)
   double freeze_after_s = 0;  // receivers report a freeze past this many seconds (0 = off)
 };
 
 struct NetworkSpec {
-  std::vector<RegionSpec> regions;  // default: "train", "rollout"
+  std::vector<RegionSpec> regions;    // default: "train", "rollout"
   LinkSpec long_link{12.5e6, 0.035};  // inter-region: default 100 Mbit/s, 35 ms
   WanEmulation emulation = WanEmulation::kTransport;
   // Multi-host (`dcr node`): "host:port" per rank (rank 0 = sender). Empty: loopback ports.
@@ -278,23 +278,23 @@ struct NetworkSpec {
 // Simulator-only settings (mode: sim); parsed here, interpreted by dcr::sim.
 struct SimSpec {
   std::string network_model = "CM02";
-  std::string calibration;       // calibration file from `dcr bench` ("" = built-in defaults)
-  int sample_tensors = 8;        // tensors sampled through the real codec for payload sizes
-  int coarsen = 1;               // merge this many chunks per simulated message
+  std::string calibration;  // calibration file from `dcr bench` ("" = built-in defaults)
+  int sample_tensors = 8;   // tensors sampled through the real codec for payload sizes
+  int coarsen = 1;          // merge this many chunks per simulated message
   int gpus_per_node = 8;
-  double tcp_gamma = 4194304;    // SimGrid network/TCP-gamma, bytes
+  double tcp_gamma = 4194304;  // SimGrid network/TCP-gamma, bytes
   // Extra free-form settings for the simulator ("key: value" strings), so it can grow without a
   // schema change here. Keys are dotted paths under `sim.extra`.
   std::map<std::string, std::string> extra;
 };
 
 struct Scenario {
-  std::string name;           // default: file stem
+  std::string name;  // default: file stem
   std::string description;
   RunMode mode = RunMode::kReal;
   ModelSpec model;
   std::vector<double> change_rates{0.03};
-  int steps = 1;              // refits per run (consecutive versions)
+  int steps = 1;  // refits per run (consecutive versions)
   std::vector<Method> methods{Method::kDelta, Method::kFull};
   DeltaSpec delta;
   TrainingLayout training;
@@ -307,9 +307,9 @@ struct Scenario {
   RetentionSpec retention;
   CatchUpSpec catch_up;
   SimSpec sim;
-  double timeout_s = 600;     // whole run
-  bool progress = true;       // progress display on stderr
-  std::string source_path;    // file it was parsed from ("" for strings)
+  double timeout_s = 600;   // whole run
+  bool progress = true;     // progress display on stderr
+  std::string source_path;  // file it was parsed from ("" for strings)
 };
 
 // Parses YAML text. `name_hint` names the scenario when it has no `name` key.
@@ -350,7 +350,7 @@ int DeviceIndexFor(const Scenario& s, int local_index);
 // pieces of piece_factor x relay_tree.chunk bytes, downloader polls at least min_poll_interval_s
 // apart. The real runner uses the defaults (no scaling).
 struct TransportScale {
-  uint64_t piece_factor = 1;        // >= 1
+  uint64_t piece_factor = 1;  // >= 1
   double min_poll_interval_s = 0;
 };
 
@@ -363,10 +363,10 @@ struct TransportScale {
 RelayOptions RelayOptionsFor(const Scenario& s, const std::string& prefix,
                              const TransportScale& scale = {});
 
-// The read deadline of the relay-tree edges of `s` (NodePlan::read_deadline_s): network.read_deadline
-// when set; else the largest of 10 s, twice network.heartbeat and 4 x (64 KiB x root_fan_out x
-// streams / long-link bandwidth + long-link latency), so that a stream waiting its turn for the
-// shared long link is never mistaken for a silent one.
+// The read deadline of the relay-tree edges of `s` (NodePlan::read_deadline_s):
+// network.read_deadline when set; else the largest of 10 s, twice network.heartbeat and 4 x (64 KiB
+// x root_fan_out x streams / long-link bandwidth + long-link latency), so that a stream waiting its
+// turn for the shared long link is never mistaken for a silent one.
 double ReadDeadlineFor(const Scenario& s);
 
 // Unit parsers (exposed for tests and the CLI). `what` prefixes errors.
@@ -388,9 +388,9 @@ struct ReceiverResult {
   int node = 0;
   std::string host;
   bool committed = false;
-  bool verified = false;     // byte-for-byte equal to the target
+  bool verified = false;       // byte-for-byte equal to the target
   std::string verify_message;  // first difference or error
-  double commit_at_s = 0;    // since the first chunk was built
+  double commit_at_s = 0;      // since the first chunk was built
   uint64_t bytes_received = 0;
   // Relay tree (real runs): the receiver's commit report as the sender received it up the tree
   // (reported false: none reached the sender). report_hash is its content hash in hex (zeros for
@@ -434,16 +434,16 @@ struct RunResult {
   // scenario gives its checkpoints (model.checkpoints). An input, never a measurement.
   double configured_change_rate = 0;
   int step = 1;
-  double refit_seconds = 0;   // first chunk built -> last receiver committed
-  uint64_t wire_bytes = 0;    // bytes over the long link
-  uint64_t payload_bytes = 0; // stream bytes (delta or full checkpoint)
-  uint64_t dense_bytes = 0;   // checkpoint tensor bytes
+  double refit_seconds = 0;    // first chunk built -> last receiver committed
+  uint64_t wire_bytes = 0;     // bytes over the long link
+  uint64_t payload_bytes = 0;  // stream bytes (delta or full checkpoint)
+  uint64_t dense_bytes = 0;    // checkpoint tensor bytes
   int receivers = 0;
   int receivers_verified = 0;
   PhaseTimes phases;
   std::vector<LinkBytes> links;
   std::vector<ReceiverResult> receiver_results;
-  std::string error;          // empty on success
+  std::string error;  // empty on success
   // Real runs: what the nodes recovered from (summed over every node's last process: fallbacks,
   // reloads, overwrite_repairs, chunks_skipped, mirror_puts, node_restarts), and one line per
   // node process that died and was restarted ("node 3: killed by signal 9; restart 1").
@@ -473,14 +473,14 @@ struct FaultSummary {
   uint64_t restarts = 0;
   uint64_t payloads_refused = 0;
   uint64_t corrupt_detected = 0;
-  double seconds = 0;          // wall time of the fault runs
+  double seconds = 0;               // wall time of the fault runs
   std::vector<std::string> errors;  // one per failed run
 };
 
 struct ScenarioResult {
   std::string scenario;
   RunMode mode = RunMode::kReal;
-  std::string model;          // preset name or checkpoint file name
+  std::string model;  // preset name or checkpoint file name
   uint64_t model_bytes = 0;
   std::vector<RunResult> runs;
   FaultSummary faults;
@@ -489,7 +489,8 @@ struct ScenarioResult {
 };
 
 // The result JSON (keys: scenario, mode, model, runs[{method, transport, change_rate (measured),
-// configured_change_rate (the synthetic trainer's input, absent for given checkpoints), refit_seconds, wire_bytes, receivers, receivers_verified, ...}], plus speedups and setup).
+// configured_change_rate (the synthetic trainer's input, absent for given checkpoints),
+// refit_seconds, wire_bytes, receivers, receivers_verified, ...}], plus speedups and setup).
 std::string ResultToJson(const ScenarioResult& r);
 // Parses ResultToJson output (reports, comparisons). kInvalidArgument on malformed JSON.
 StatusOr<ScenarioResult> ResultFromJson(const std::string& json);

@@ -24,12 +24,12 @@ inline constexpr DeviceKind kTestDeviceKind = DeviceKind::kHost;
 
 // Declares std::shared_ptr<Device> `var`, the backend under test opened, or skips the test naming
 // why it cannot be opened.
-#define DCR_OPEN_TEST_DEVICE_OR_SKIP(var)                                          \
-  std::shared_ptr<::dcr::Device> var;                                             \
-  {                                                                               \
-    auto opened = ::dcr::OpenDevice(::dcr::testing::kTestDeviceKind);             \
-    if (!opened.ok()) GTEST_SKIP() << opened.status();                            \
-    var = std::shared_ptr<::dcr::Device>(std::move(opened).value());              \
+#define DCR_OPEN_TEST_DEVICE_OR_SKIP(var)                             \
+  std::shared_ptr<::dcr::Device> var;                                 \
+  {                                                                   \
+    auto opened = ::dcr::OpenDevice(::dcr::testing::kTestDeviceKind); \
+    if (!opened.ok()) GTEST_SKIP() << opened.status();                \
+    var = std::shared_ptr<::dcr::Device>(std::move(opened).value());  \
   }
 
 #endif  // DCR_CORE_TESTING_INCLUDE_DCR_TESTING_DEVICE_FIXTURES_H_

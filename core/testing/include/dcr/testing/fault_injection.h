@@ -68,13 +68,13 @@ struct FaultSpec {
 RelayOptions FaultRunRelayDefaults();
 
 struct FaultRunOptions {
-  int receivers = 6;      // nodes 1..receivers; every one applies (relays included)
-  int fan_out = 2;        // tree shape (Topology::FanOut)
+  int receivers = 6;  // nodes 1..receivers; every one applies (relays included)
+  int fan_out = 2;    // tree shape (Topology::FanOut)
   int root_fan_out = 1;
   // The policies' options, for every node (tree roles, uploader, downloaders) and the store key
   // prefix. Defaults: FaultRunRelayDefaults().
   RelayOptions relay = FaultRunRelayDefaults();
-  double long_latency_s = 0.03;   // one way, edges out of the sender and uploads
+  double long_latency_s = 0.03;  // one way, edges out of the sender and uploads
   double short_latency_s = 0.0005;
   double long_bandwidth_Bps = 50e6;
   double short_bandwidth_Bps = 1e9;
@@ -109,8 +109,8 @@ StatusOr<FaultRunPolicies> FaultRunPolicyConfig(const FaultRunOptions& options);
 // the policies decided, independent of how the harness carries it out; two runs with the same
 // inputs and seed give the same trace.
 struct FaultTraceEntry {
-  double time = 0;   // virtual seconds
-  int node = 0;      // 0: the sender
+  double time = 0;     // virtual seconds
+  int node = 0;        // 0: the sender
   std::string policy;  // "sender", "relay", "receiver", "uploader", "downloader" or "recovery"
   std::string event;
   std::vector<std::string> actions;
@@ -121,20 +121,20 @@ struct FaultRunReport {
   int faults_survived = 0;
   std::map<std::string, int> injected_by_kind;
   int receivers = 0;
-  int receivers_committed = 0;   // journal says committed(target)
-  int receivers_verified = 0;    // storage byte-equal to the target
+  int receivers_committed = 0;      // journal says committed(target)
+  int receivers_verified = 0;       // storage byte-equal to the target
   bool joint_commit_whole = false;  // CommitCoordinator: every receiver holds the target
   uint64_t overwrite_repairs = 0;   // doubtful chunks repaired with overwrite forms
   uint64_t overwrites_served = 0;   // overwrite forms built by the sender
   uint64_t duplicates_skipped = 0;
-  uint64_t payloads_refused = 0;    // relative chunks of doubtful chunks, stale deltas
-  uint64_t corrupt_detected = 0;    // chunk/blob decode errors (checksums)
+  uint64_t payloads_refused = 0;  // relative chunks of doubtful chunks, stale deltas
+  uint64_t corrupt_detected = 0;  // chunk/blob decode errors (checksums)
   uint64_t fallbacks_to_store = 0;
   uint64_t restarts = 0;
   bool sender_rebuild_identical = true;  // a restarted sender produced the same bytes
   double virtual_seconds = 0;
-  std::string error;  // empty when every check passed
-  std::vector<std::string> log;  // one line per fault and recovery step
+  std::string error;                   // empty when every check passed
+  std::vector<std::string> log;        // one line per fault and recovery step
   std::vector<FaultTraceEntry> trace;  // when FaultRunOptions::record_trace
 };
 

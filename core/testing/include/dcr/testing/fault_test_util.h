@@ -150,8 +150,8 @@ struct Storage {
   std::vector<TensorBuffer> Buffers() {
     std::vector<TensorBuffer> out;
     for (size_t i = 0; i < bufs.size(); ++i) {
-      out.push_back({bufs[i].data(), inv.tensors[i].num_elements(), inv.tensors[i].width(),
-                     inv.salts[i]});
+      out.push_back(
+          {bufs[i].data(), inv.tensors[i].num_elements(), inv.tensors[i].width(), inv.salts[i]});
     }
     return out;
   }

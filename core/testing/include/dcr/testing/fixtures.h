@@ -96,8 +96,8 @@ inline StatusOr<ChangedCheckpoints> WriteChangedCheckpoints(
   auto write = [&](const std::string& path, const std::vector<std::vector<uint8_t>>& data) {
     std::vector<TensorView> views;
     for (size_t i = 0; i < specs.size(); ++i) {
-      views.push_back(
-          TensorView{specs[i].name, specs[i].dtype, specs[i].shape, data[i].data(), data[i].size()});
+      views.push_back(TensorView{specs[i].name, specs[i].dtype, specs[i].shape, data[i].data(),
+                                 data[i].size()});
     }
     return WriteSafetensors(path, views);
   };

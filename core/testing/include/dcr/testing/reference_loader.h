@@ -1,6 +1,6 @@
 // The reference serving runtime (a fixture): a rollout-engine stand-in (vLLM-like) whose native
-// loader fuses, shards, pads, transposes, upcasts and quantizes a preset model (dcr/model.h) the way
-// serving engines do. Tests, benchmarks and the CUDA checks load it through dcr/runtime.h's
+// loader fuses, shards, pads, transposes, upcasts and quantizes a preset model (dcr/model.h) the
+// way serving engines do. Tests, benchmarks and the CUDA checks load it through dcr/runtime.h's
 // ModelLoader seam, exactly as a real engine's loader is recorded.
 //
 // Thread safety: loaders are thread-compatible; the conversions are pure.
@@ -27,11 +27,11 @@ enum class FusedLayout : uint8_t {
 
 struct ServingConfig {
   ModelConfig model;
-  int tp = 1;                  // serving tensor-parallel size (any divisor of the head count)
+  int tp = 1;  // serving tensor-parallel size (any divisor of the head count)
   FusedLayout fused = FusedLayout::kConcat;
-  int64_t vocab_multiple = 64; // vocab padded to a multiple of vocab_multiple * tp (zero rows)
-  bool fp32_norms = true;      // norms upcast to FP32 buffers (converted placements)
-  int64_t max_positions = 256; // rotary cos/sin tables [max_positions, rotary_dim / 2], FP32
+  int64_t vocab_multiple = 64;  // vocab padded to a multiple of vocab_multiple * tp (zero rows)
+  bool fp32_norms = true;       // norms upcast to FP32 buffers (converted placements)
+  int64_t max_positions = 256;  // rotary cos/sin tables [max_positions, rotary_dim / 2], FP32
   double rope_theta = 10000.0;
   // FP8 mode: linear weights (attention, MLP, experts) stored as F8_E4M3 with one FP32 scale per
   // fp8_block x fp8_block tile (amax / 448, computed at load). Embeddings, router, norms unchanged.

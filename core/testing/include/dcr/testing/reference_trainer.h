@@ -20,11 +20,11 @@ namespace dcr {
 
 struct TrainOptions {
   uint64_t seed = 1;
-  double lr = 0;               // 0: calibrate to change_rate on the first step
-  double change_rate = 0.03;   // target BF16 change rate per step (when lr == 0)
+  double lr = 0;              // 0: calibrate to change_rate on the first step
+  double change_rate = 0.03;  // target BF16 change rate per step (when lr == 0)
   int warmup_steps = 3;
-  int threads = 0;             // 0 = hardware concurrency; never changes the bytes
-  AdamWHyper hyper;            // lr here is ignored (see lr above)
+  int threads = 0;   // 0 = hardware concurrency; never changes the bytes
+  AdamWHyper hyper;  // lr here is ignored (see lr above)
 };
 
 // Shards with FP32 masters and AdamW moments, stepped deterministically. Replicas get identical

@@ -42,12 +42,12 @@ struct SynthOptions {
   std::string preset = "tiny";
   int64_t depth_div = 1, width_div = 1, expert_div = 1;
   uint64_t seed = 1;
-  int steps = 2;               // checkpoints written: step0 .. step{steps-1}
-  double change_rate = 0.03;   // target fraction of BF16 elements whose bits change per step
-  double lr = 0;               // 0 = calibrate to change_rate
-  int warmup_steps = 10;       // optimizer steps before step0 (leaves the first-step spike behind)
-  int threads = 0;             // 0 = hardware concurrency; never changes the output
-  double grad_snr = 0.1;       // std of the persistent gradient part / std of the per-step noise
+  int steps = 2;              // checkpoints written: step0 .. step{steps-1}
+  double change_rate = 0.03;  // target fraction of BF16 elements whose bits change per step
+  double lr = 0;              // 0 = calibrate to change_rate
+  int warmup_steps = 10;      // optimizer steps before step0 (leaves the first-step spike behind)
+  int threads = 0;            // 0 = hardware concurrency; never changes the output
+  double grad_snr = 0.1;      // std of the persistent gradient part / std of the per-step noise
   // 0: each step is one file stepK.safetensors. Otherwise each step is a Hugging Face shard
   // directory stepK/ written by WriteShardedCheckpoint with this many bytes per shard at most.
   uint64_t shard_bytes = 0;

@@ -86,7 +86,10 @@ inline void StepSyntheticModel(SyntheticModel* m, double rate, uint64_t seed, bo
       const int64_t step = static_cast<int64_t>(1 + rng() % 3) * ((rng() & 1) ? 1 : -1);
       // Step in magnitude, keep the sign (no crossing through zero: like small AdamW updates).
       uint64_t mag = b & (sign - 1);
-      if (step < 0 && mag < static_cast<uint64_t>(-step)) mag = 0; else mag += step;
+      if (step < 0 && mag < static_cast<uint64_t>(-step))
+        mag = 0;
+      else
+        mag += step;
       b = (b & sign) | (mag & (sign - 1));
       std::memcpy(d.data() + i * w, &b, w);
     }
