@@ -286,6 +286,7 @@ class ServingReplica : public Receiver {
   Hash128 running_hash() const;                   // incremental hash of what is applied so far
   // REQUIRES: built by Create (attached storage belongs to the runtime).
   const Storage& storage(int rank) const;
+  using Receiver::storage;  // the Receiver whose bytes a commitment covers (receiver.h)
   const PlacementMap& placement(int rank) const;
   // Bytes held as canonical shadows (tensors with converted placements).
   uint64_t shadow_bytes() const;
