@@ -52,7 +52,11 @@ def pump(src, dst, rank, alter, counter, done, full=False):
                 if altered:
                     payload = payload[:-1] + bytes([payload[-1] ^ 0x20])
                     counter[0] += 1
-            dst.sendall(struct.pack(HEADER, *h) + payload)
+            if dst is not None:
+                try:
+                    dst.sendall(struct.pack(HEADER, *h) + payload)
+                except (OSError, ssl.SSLError, socket.timeout):
+                    dst = None  # the other side is gone: keep reading this one until it ends
     except (EOFError, OSError, ssl.SSLError, socket.timeout):
         pass
     finally:
@@ -112,6 +116,15 @@ def main():
         while not (down_done.is_set() or up_done.is_set()):
             time.sleep(0.05)
         print("altered %d pieces" % altered[0], flush=True)
+        if down_done.is_set() and not up_done.is_set():
+            # The parent's stream ended: end the child's gracefully (FIN after every forwarded
+            # byte) and read it until it closes. Closing a socket with unread bytes sends a
+            # reset, which can discard what the child has not yet read.
+            try:
+                socket.socket.shutdown(down, socket.SHUT_WR)  # the TCP half only
+            except OSError:
+                pass
+            up_done.wait(a.seconds)
         for c in (up, down):
             try:
                 c.close()
