@@ -57,8 +57,8 @@ double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Bytes this process caused to be written to storage (write_bytes of /proc/self/io); 0 when the
-// kernel does not count them.
+// Bytes this process caused to be written to storage, as the kernel's per-process I/O accounting
+// counts them; 0 when it does not.
 uint64_t WriteBytes() {
   std::ifstream f("/proc/self/io");
   std::string key;

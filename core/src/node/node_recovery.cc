@@ -47,8 +47,8 @@ StatusOr<int> CountNodeStart(const std::string& state_dir, int rank) {
   return count;
 }
 
-// This process's bytes written to storage so far (write_bytes of /proc/self/io; 0 when the
-// kernel does not say).
+// This process's bytes written to storage so far, as the kernel's per-process I/O accounting
+// counts them (0 when it does not).
 uint64_t ProcessWriteBytes() {
   auto io = ReadFile("/proc/self/io");
   if (!io.ok()) return 0;

@@ -144,8 +144,8 @@ class DurableReceiver {
   // The version log's bytes written since Open (entries and markers; images).
   uint64_t log_bytes() const;
   uint64_t image_bytes() const;
-  // Bytes this process wrote to disk since Open (write_bytes of /proc/self/io: the log, the
-  // journal and every other file of the node; 0 where the kernel does not say).
+  // Bytes this process wrote to disk since Open, as the kernel's per-process I/O accounting
+  // counts them (the log, the journal and every other file of the node; 0 where it does not).
   uint64_t write_bytes() const;
   // Seconds this Open spent recovering the held version from the log (0 when it did not).
   double restore_s() const { return restore_s_; }
