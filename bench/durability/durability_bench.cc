@@ -36,6 +36,7 @@
 #include "dcr/device.h"
 #include "dcr/status_macros.h"
 #include "dcr/testing/fault_test_util.h"
+#include "internal/process_io.h"
 #include "receivers/version_log.h"
 
 namespace dcr {
@@ -55,18 +56,6 @@ double CpuNow() {
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// Bytes this process caused to be written to storage, as the kernel's per-process I/O accounting
-// counts them; 0 when it does not.
-uint64_t WriteBytes() {
-  std::ifstream f("/proc/self/io");
-  std::string key;
-  uint64_t v = 0;
-  while (f >> key >> v) {
-    if (key == "write_bytes:") return v;
-  }
-  return 0;
 }
 
 void Die(const std::string& what, const Status& s) {
@@ -207,7 +196,7 @@ int Main(int argc, char** argv) {
         return l->WriteImage(storage.data(), storage.size(), v);
       };
       VersionLoggingReceiver logging(rx.get(), log->get(), write_image);
-      const uint64_t wb0 = WriteBytes();
+      const uint64_t wb0 = internal::ProcessWriteBytes();
       uint64_t outside = 0;
       for (uint64_t k = 1; !cycle_done && k <= 4096; ++k) {
         cur = testing::NextVersion(cur, 1000 * k + static_cast<uint64_t>(rate * 1000), rate);
@@ -221,11 +210,11 @@ int Main(int argc, char** argv) {
         if (k == 1) {
           // Without the log: the first delta's whole-model commit (its writes are not the
           // log's: left out of write_bytes).
-          const uint64_t outside0 = WriteBytes();
+          const uint64_t outside0 = internal::ProcessWriteBytes();
           Mapping map(work + "/today-" + device, image_size);
           std::memcpy(map.data, image0.data(), image_size);
           map.Sync();
-          const uint64_t t0 = WriteBytes();
+          const uint64_t t0 = internal::ProcessWriteBytes();
           if (r.device == "cpu") {
             BufferReceiver mapped(ImageTensors(*c0, map.data), v0);
             const double m0 = CpuNow();
@@ -242,10 +231,10 @@ int Main(int argc, char** argv) {
             std::memcpy(map.data, testing::SafetensorsBytes(cur).data(), image_size);
           }
           map.Sync();
-          r.today_bytes = WriteBytes() - t0;
+          r.today_bytes = internal::ProcessWriteBytes() - t0;
           if (r.today_bytes == 0) r.today_bytes = image_size;  // not reported: the model's size
           ::unlink((work + "/today-" + device).c_str());
-          outside += WriteBytes() - outside0;
+          outside += internal::ProcessWriteBytes() - outside0;
         }
         expected = testing::SafetensorsBytes(cur);
         const double a0 = CpuNow();
@@ -262,7 +251,7 @@ int Main(int argc, char** argv) {
         ++r.versions;
         prev = std::move(next);
       }
-      r.write_bytes = WriteBytes() - wb0 - outside;
+      r.write_bytes = internal::ProcessWriteBytes() - wb0 - outside;
       r.apply_cpu_s -= restart_cpu;
       const internal::VersionLogStats st = (*log)->stats();
       r.log_bytes = st.log_bytes - created.log_bytes;

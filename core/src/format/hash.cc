@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "dcr/device.h"
+#include "internal/element_ops.h"
 #include "internal/parallel.h"
 #include "internal/simd.h"
 
@@ -15,25 +16,7 @@ namespace dcr {
 uint64_t TensorSalt(std::string_view name) { return XXH3_64bits(name.data(), name.size()); }
 
 uint64_t LoadBits(const uint8_t* data, int width, uint64_t i) {
-  switch (width) {
-    case 1:
-      return data[i];
-    case 2: {
-      uint16_t v;
-      std::memcpy(&v, data + 2 * i, 2);
-      return v;
-    }
-    case 4: {
-      uint32_t v;
-      std::memcpy(&v, data + 4 * i, 4);
-      return v;
-    }
-    default: {
-      uint64_t v;
-      std::memcpy(&v, data + 8 * i, 8);
-      return v;
-    }
-  }
+  return internal::LoadElem(data, width, i);
 }
 
 Hash128 TensorIdentityTerm(std::string_view name, std::string_view dtype_name,

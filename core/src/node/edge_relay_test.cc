@@ -227,7 +227,9 @@ TEST(EdgeTranscoderTest, AChainOfRangeTranscodersGivesThePlainStream) {
     auto held = Checkpoint::Open(base);
     ASSERT_TRUE(held.ok());
     // a.weight is 81% of the dense bytes: the first two ranges lie in it and hold it alone.
-    if (k < 2) EXPECT_EQ((*held)->tensors().size(), 1u) << "range " << k;
+    if (k < 2) {
+      EXPECT_EQ((*held)->tensors().size(), 1u) << "range " << k;
+    }
     auto t = EdgeTranscoder::Open(base, 1, (*ranges)[k]);
     ASSERT_TRUE(t.ok()) << t.status().ToString();
     ASSERT_TRUE((*t)->SetHeader(stream[0].data(), stream[0].size()).ok());

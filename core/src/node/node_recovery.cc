@@ -17,6 +17,7 @@
 #include "dcr/delta.h"
 #include "dcr/status_macros.h"
 #include "dcr/versioning.h"
+#include "internal/process_io.h"
 #include "node/version_state.h"
 #include "receivers/device_image.h"
 
@@ -45,18 +46,6 @@ StatusOr<int> CountNodeStart(const std::string& state_dir, int rank) {
   const std::string text = std::to_string(count) + "\n";
   DCR_RETURN_IF_ERROR(WriteFileAtomic(path, text.data(), text.size()));
   return count;
-}
-
-// This process's bytes written to storage so far, as the kernel's per-process I/O accounting
-// counts them (0 when it does not).
-uint64_t ProcessWriteBytes() {
-  auto io = ReadFile("/proc/self/io");
-  if (!io.ok()) return 0;
-  const std::string text(io->begin(), io->end());
-  const std::string key = "\nwrite_bytes: ";
-  const size_t at = text.find(key);
-  if (at == std::string::npos) return 0;
-  return std::strtoull(text.c_str() + at + key.size(), nullptr, 10);
 }
 
 // A Receiver decorator: `on_commit` after the inner commit (the version's durability is below:
@@ -208,7 +197,7 @@ StatusOr<std::unique_ptr<DurableReceiver>> DurableReceiver::Open(
   if (plan.receiver_base_path.empty()) {
     return InvalidArgumentError("plan.receiver_base_path: required for a delta receiver");
   }
-  const uint64_t write_bytes0 = ProcessWriteBytes();
+  const uint64_t write_bytes0 = internal::ProcessWriteBytes();
   std::unique_ptr<DurableReceiver> r(new DurableReceiver());
   DCR_ASSIGN_OR_RETURN(r->layout_, Checkpoint::Open(plan.receiver_base_path));
   r->base_number_ = plan.base_version > 0 ? static_cast<uint64_t>(plan.base_version) : 0;
@@ -391,7 +380,7 @@ bool DurableReceiver::Doubtful(uint64_t chunk_id) const {
 JournaledApplyStats DurableReceiver::stats() const { return journaled_->stats(); }
 
 uint64_t DurableReceiver::write_bytes() const {
-  const uint64_t now = ProcessWriteBytes();
+  const uint64_t now = internal::ProcessWriteBytes();
   return now > write_bytes0_ ? now - write_bytes0_ : 0;
 }
 
