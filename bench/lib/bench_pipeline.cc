@@ -29,7 +29,6 @@
 #include "dcr/transport.h"
 #include "internal/mapped_file.h"
 #include "node/node_recovery.h"
-#include "run_real.h"
 
 namespace dcr::cli {
 namespace {
@@ -488,6 +487,9 @@ nlohmann::json RateResult(double rate, double dense, const BlobSink& blobs, cons
 
 StatusOr<std::string> RunPipelineBench(const PipelineBenchConfig& cfg,
                                        const std::function<void(const std::string&)>& log) {
+  if (!cfg.prepare_checkpoints) {
+    return InvalidArgumentError("bench pipeline: no source of checkpoints (prepare_checkpoints)");
+  }
   DCR_ASSIGN_OR_RETURN(const BenchSetup b, LoadBenchSetup(cfg));
   const Scenario& s = b.scenario;
   UseDataPlaneAllocator();  // as the node processes it times
@@ -497,7 +499,7 @@ StatusOr<std::string> RunPipelineBench(const PipelineBenchConfig& cfg,
   std::vector<double> available;  // probes: cores a fully parallel job gets (CPU s / wall s)
   available.push_back(ProbeAvailableCores(b.cores, 0.3));
   for (double rate : s.change_rates) {
-    DCR_ASSIGN_OR_RETURN(auto ckpts, PrepareCheckpoints(s, rate, b.work_dir));
+    DCR_ASSIGN_OR_RETURN(auto ckpts, cfg.prepare_checkpoints(s, rate, b.work_dir));
     DeltaOptions o;
     o.chunk_elems = s.delta.chunk_elems;
     o.zstd_level = s.delta.zstd_level;

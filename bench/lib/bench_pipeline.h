@@ -8,17 +8,27 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
+#include "dcr/scenario.h"
 #include "dcr/statusor.h"
 
 namespace dcr::cli {
 
+// The checkpoints a scenario's run uses at one change rate: paths[0] the base, paths[k] the
+// version after step k, synthesized under `work_dir` or the scenario's own (what `dcr run` uses).
+using PrepareCheckpointsFn = std::function<StatusOr<std::vector<std::string>>(
+    const Scenario& s, double rate, const std::string& work_dir)>;
+
 struct PipelineBenchConfig {
   std::string scenario_path;
   int reps = 3;
+  // Required: where the timed checkpoints come from.
+  PrepareCheckpointsFn prepare_checkpoints;
 };
 
-// The calibration JSON text. Errors: scenario parse errors, checkpoint synthesis / codec errors.
+// The calibration JSON text. Errors: kInvalidArgument without `prepare_checkpoints`; scenario
+// parse errors, checkpoint synthesis / codec errors.
 StatusOr<std::string> RunPipelineBench(const PipelineBenchConfig& cfg,
                                        const std::function<void(const std::string&)>& log);
 

@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "run_real.h"
+
 namespace dcr::cli {
 namespace {
 
@@ -40,6 +42,7 @@ TEST(PipelineBenchTest, TimesTheDurableCommitThroughTheShippedReceiver) {
   PipelineBenchConfig cfg;
   cfg.scenario_path = scenario;
   cfg.reps = 1;
+  cfg.prepare_checkpoints = PrepareCheckpoints;
   auto js = RunPipelineBench(cfg, nullptr);
   ASSERT_TRUE(js.ok()) << js.status();
   nlohmann::json j = nlohmann::json::parse(*js);

@@ -14,6 +14,7 @@
 #include "command.h"
 #include "dcr/checkpoint.h"
 #include "diff_bench.h"
+#include "run_real.h"
 
 namespace dcr::cli {
 namespace {
@@ -103,6 +104,7 @@ int RunPipeline(const BenchFlags& f) {
   PipelineBenchConfig cfg;
   cfg.scenario_path = f.scenario;
   cfg.reps = f.pipeline_reps;
+  cfg.prepare_checkpoints = PrepareCheckpoints;  // as `dcr run` synthesizes them
   auto js = RunPipelineBench(cfg, [](const std::string& line) {
     std::fprintf(stderr, "bench pipeline: %s\n", line.c_str());
   });
