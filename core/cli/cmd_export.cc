@@ -24,6 +24,7 @@ struct ExportArgs {
   std::string scenario;
   std::string plan;
   std::string state;
+  std::string transport = "relay_tree";
   std::string out;
   int rank = -1;
   int threads = 0;
@@ -55,6 +56,8 @@ StatusOr<NodePlan> ExportPlan(const ExportArgs& a) {
         "set");
   }
   HostPlanOptions o;
+  o.transport =
+      a.transport == "object_store" ? TransportKind::kObjectStore : TransportKind::kRelayTree;
   o.state_dir = a.state;
   return HostPlan(s, rank, o);
 }
@@ -97,6 +100,9 @@ DCR_REGISTER_COMMAND(
       app->add_option("--state", a->state,
                       "The node's --state directory (the deployment's state inside it is found "
                       "as dcr-node finds it)");
+      app->add_option("--transport", a->transport,
+                      "relay_tree | object_store: as the node was started (dcr-node --transport)")
+          ->check(CLI::IsMember({"relay_tree", "object_store"}));
       app->add_option("--rank", a->rank,
                       "The receiver's rank; default: the first set of RANK, SLURM_PROCID, "
                       "OMPI_COMM_WORLD_RANK, PMI_RANK");
