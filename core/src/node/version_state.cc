@@ -620,32 +620,32 @@ StatusOr<ExportedVersion> ExportHeldVersion(const NodePlan& plan, const std::str
       held = (*j)["version"].get<uint64_t>();
     }
   }
-  // The held version: the version log's when it holds that one or a later one (committed, its
-  // done record not yet written), else the checkpoint file its done record names.
+  // The held version, as the node serves it: the checkpoint file its done record names (an
+  // adopted full frame, a committed file made for the version), unless its version log
+  // committed a later version since; else the version log's.
   ExportedVersion e;
   std::optional<RecoveredVersion> rec;
-  std::unique_ptr<Checkpoint> layout_ckpt;
   if (!layout.empty() && Exists(log_dir)) {
-    DCR_ASSIGN_OR_RETURN(layout_ckpt, Checkpoint::Open(layout));
+    DCR_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> layout_ckpt, Checkpoint::Open(layout));
     rec.emplace();
     DCR_RETURN_IF_ERROR(VersionLog::Recover(log_dir, *layout_ckpt, &*rec)
                             .WithContext(who + ": the version log " + log_dir));
     if (rec->version.number < held || rec->version.number == 0) rec.reset();
   }
+  const std::optional<VersionDone> d =
+      held == 0 ? std::nullopt : ReadVersionDone(plan.state_dir, held, plan.rank);
   std::string file;
-  if (rec) {
-    e.version = rec->version.number;
-    e.source = "version log " + log_dir;
-  } else {
-    const std::optional<VersionDone> d = ReadVersionDone(plan.state_dir, held, plan.rank);
-    if (held == 0 || !d || d->checkpoint.empty() || d->checkpoint == log_dir ||
-        !Exists(d->checkpoint)) {
-      return FailedPreconditionError(who + ": the state " + plan.state_dir +
-                                     " holds no committed version to export");
-    }
+  if (d && !d->checkpoint.empty() && d->checkpoint != log_dir && Exists(d->checkpoint) &&
+      (!rec || rec->version.number == held)) {
     e.version = held;
     file = d->checkpoint;
     e.source = "checkpoint " + file;
+  } else if (rec) {
+    e.version = rec->version.number;
+    e.source = "version log " + log_dir;
+  } else {
+    return FailedPreconditionError(who + ": the state " + plan.state_dir +
+                                   " holds no committed version to export");
   }
   const std::string what = who + ": version " + std::to_string(e.version);
   // Nothing is written before the version is known to be provable.
@@ -659,10 +659,11 @@ StatusOr<ExportedVersion> ExportHeldVersion(const NodePlan& plan, const std::str
           "signed commitment to prove the exported bytes against, so nothing is written "
           "(an unsigned export checks the content hash its version log recorded instead)");
     }
-    if (!rec) {
+    if (!rec || rec->version.number != e.version) {
       return FailedPreconditionError(what + " is held as " + file +
-                                     ", which records no content hash: an unsigned export has "
-                                     "nothing to check it against, so nothing is written");
+                                     ", whose version log records no content hash of it: an "
+                                     "unsigned export has nothing to check it against, so "
+                                     "nothing is written");
     }
     recorded_hash = rec->version.hash;
   } else {
@@ -699,7 +700,7 @@ StatusOr<ExportedVersion> ExportHeldVersion(const NodePlan& plan, const std::str
     }
   } cleanup{tmp};
   std::string made;
-  if (rec) {
+  if (file.empty()) {
     // The committed checkpoint as the node makes it, in a state of the export's own: the
     // recovered storage and the target header the receiver recorded at the version's Begin.
     const std::string vdir = VersionStateDir(tmp, e.version);
