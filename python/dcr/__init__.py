@@ -37,6 +37,6 @@ __all__ = [
     "ABI_VERSION", "AbortedError", "ApplyResult", "DataLossError", "DeadlineExceededError",
     "Error", "FailedPreconditionError", "InternalError", "InvalidArgumentError", "LibraryError",
     "NotFoundError", "ResourceExhaustedError", "UnavailableError", "UnimplementedError",
-    "Publisher", "SpecExporter", "TrainLayout", "apply_delta", "apply_delta_stats", "c_abi_version", "encode_delta", "library_path",
-    "tensors_hash",
+    "Publisher", "SpecExporter", "TrainLayout", "apply_delta", "apply_delta_stats",
+    "c_abi_version", "encode_delta", "library_path", "tensors_hash",
 ]

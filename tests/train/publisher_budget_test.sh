@@ -108,10 +108,14 @@ d="$tmp/tight"
 kept=""; for k in 1 2 3 4 5 6; do whole "$d" "$k" && kept="$kept $k"; done
 [ "$kept" = " 6" ] && ok "tight: the store holds only version 6, the baseline's, whole (over the budget)" \
   || bad "tight: the store holds versions$kept"
-n=$(grep -c "sender: retention after version [1-6]: RESOURCE_EXHAUSTED: budget of 65536 bytes cannot be met: .* needed" "$d/prog.err")
-[ "$n" = 6 ] && ok "tight: the trainer warned after each of the 6 versions: $(grep -m1 'retention after version 6' "$d/prog.err" | cut -c1-110)..." \
+warning="sender: retention after version [1-6]: RESOURCE_EXHAUSTED: budget of 65536 bytes"
+warning="$warning cannot be met: .* needed"
+n=$(grep -c "$warning" "$d/prog.err")
+last=$(grep -m1 'retention after version 6' "$d/prog.err" | cut -c1-110)
+[ "$n" = 6 ] && ok "tight: the trainer warned after each of the 6 versions: $last..." \
   || bad "tight: $n warnings: $(head -3 "$d/prog.err")"
-python3 - "$d/h0/state/node-0-v6.json" <<'PY' && ok "tight: version 6's result names the budget it could not meet and what it kept" \
+python3 - "$d/h0/state/node-0-v6.json" <<'PY' \
+  && ok "tight: version 6's result names the budget it could not meet and what it kept" \
   || bad "tight: node-0-v6.json: $(grep -A8 '"retention"' "$d/h0/state/node-0-v6.json")"
 import json, sys
 r = json.load(open(sys.argv[1]))
