@@ -16,6 +16,7 @@ from .errors import (AbortedError, DataLossError, DeadlineExceededError, Error,
                      UnimplementedError)
 from ._lib import ABI_VERSION
 from .publisher import Publisher
+from .train import SpecExporter, TrainLayout
 
 __version__ = "0.1.0"
 
@@ -36,6 +37,6 @@ __all__ = [
     "ABI_VERSION", "AbortedError", "ApplyResult", "DataLossError", "DeadlineExceededError",
     "Error", "FailedPreconditionError", "InternalError", "InvalidArgumentError", "LibraryError",
     "NotFoundError", "ResourceExhaustedError", "UnavailableError", "UnimplementedError",
-    "Publisher", "apply_delta", "apply_delta_stats", "c_abi_version", "encode_delta", "library_path",
-    "tensors_hash",
+    "Publisher", "SpecExporter", "TrainLayout", "apply_delta", "apply_delta_stats",
+    "c_abi_version", "encode_delta", "library_path", "tensors_hash",
 ]

@@ -93,7 +93,7 @@ _SIGNATURES = {
     "dcr_receiver_stats": (None, [c_void_p, POINTER(c_uint64), POINTER(c_uint64),
                                   POINTER(c_uint64)]),
     "dcr_receiver_free": (None, [c_void_p]),
-    # publisher_c.h (the per-rank shard entry points are not bound)
+    # publisher_c.h
     "dcr_publisher_open": (c_int, [c_char_p, c_char_p, POINTER(c_void_p)]),
     "dcr_publisher_open_scenario": (c_int, [c_char_p, c_int, c_char_p, c_char_p, c_char_p,
                                             POINTER(c_void_p)]),
@@ -103,6 +103,27 @@ _SIGNATURES = {
     "dcr_publisher_last_delta": (c_int, [c_void_p, POINTER(c_uint64), POINTER(c_int)]),
     "dcr_publisher_last": (c_int, [c_void_p, POINTER(c_uint64), POINTER(c_int)]),
     "dcr_publisher_next_version": (c_int, [c_void_p, POINTER(c_uint64)]),
+    "dcr_publisher_baseline": (c_int, [c_void_p, POINTER(c_uint64)]),
+    "dcr_publisher_attach_shards": (c_int, [c_void_p, c_void_p, c_void_p, c_void_p, c_uint64,
+                                            c_void_p, c_size_t]),
+    "dcr_publisher_publish_shards": (c_int, [c_void_p, c_uint64, c_void_p, c_size_t]),
+    # publisher_c.h, per-rank shards (dcr.train declares the structs and the exporter type;
+    # pointers to them go as void*)
+    "dcr_shard_read": (c_void_p, [c_void_p, c_int, c_int, c_uint64, c_uint64]),
+    "dcr_train_layout_open": (c_int, [c_char_p, c_char_p, POINTER(c_void_p)]),
+    "dcr_train_layout_open_spec": (c_int, [c_char_p, c_char_p, POINTER(c_void_p)]),
+    "dcr_train_layout_error": (c_char_p, [c_void_p]),
+    "dcr_train_layout_close": (None, [c_void_p]),
+    "dcr_train_layout_ranks": (c_int, [c_void_p]),
+    "dcr_train_layout_buffers": (c_size_t, [c_void_p, c_int]),
+    "dcr_train_layout_params": (c_size_t, [c_void_p, c_int]),
+    "dcr_train_layout_buffer": (c_int, [c_void_p, c_int, c_size_t, c_void_p]),
+    "dcr_train_layout_param": (c_int, [c_void_p, c_int, c_size_t, c_void_p]),
+    "dcr_train_layout_find_param": (ctypes.c_long, [c_void_p, c_int, c_char_p]),
+    "dcr_train_layout_tensors": (c_size_t, [c_void_p]),
+    "dcr_train_layout_tensor": (c_int, [c_void_p, c_size_t, POINTER(Tensor)]),
+    "dcr_train_layout_export": (c_int, [c_void_p, c_void_p, c_void_p, c_void_p, c_size_t,
+                                        c_char_p]),
     "dcr_publisher_error": (c_char_p, [c_void_p]),
     "dcr_publisher_close": (c_int, [c_void_p]),
     # codec_c.h

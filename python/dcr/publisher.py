@@ -106,6 +106,57 @@ class Publisher:
         self._check(_lib.lib().dcr_publisher_publish_tensors(
             self._handle(), version, arr.array, arr.count, cmeta, len(meta)))
 
+    # ---- per-rank shards (dcr.train) ----
+
+    def attach_shards(self, layout, exporter, shards, base_version=0):
+        """Gives the sender the :class:`dcr.train.TrainLayout`, the exporter (a callable, see
+        dcr.train) and the shards of version ``base_version`` (0: the plan's base, whose content
+        hash the shards' canonical export must have): the version the next
+        :meth:`publish_shards` is diffed against. The exporter is kept for later versions;
+        ``layout`` may be closed after the call."""
+        from . import train
+        self.wait()
+        ex = train._Exporter(layout, exporter)
+        arr, n, keep = train._shard_array(layout, shards)
+        rc = _lib.lib().dcr_publisher_attach_shards(self._handle(), layout.handle, ex.c, None,
+                                                    base_version, arr, n)
+        del keep
+        self._exporter = ex  # called again by every publish_shards
+        self._layout = layout
+        self._shard_check(rc, ex)
+
+    def publish_shards(self, version, shards):
+        """Hands ``version`` as its rank shards ({(rank, buffer): data}, one per buffer of every
+        rank). Blocks until the version is out. REQUIRES: attach_shards."""
+        from . import train
+        self.wait()
+        ex = getattr(self, "_exporter", None)
+        layout = getattr(self, "_layout", None)
+        if ex is None:
+            arr, n = (train.Shard * 1)(), 0
+            keep = None
+        else:
+            arr, n, keep = train._shard_array(layout, shards)
+        rc = _lib.lib().dcr_publisher_publish_shards(self._handle(), version, arr, n)
+        del keep
+        self._shard_check(rc, ex)
+
+    def _shard_check(self, rc, ex):
+        if rc != 0:
+            msg = (_lib.lib().dcr_publisher_error(self._h) or b"").decode("utf-8", "replace")
+            err = error_for_code(rc, msg)
+            if ex is not None:
+                ex.raise_kept(err)
+            raise err
+
+    def baseline(self):
+        """The lowest version whose checkpoint the sender may still build a delta from (the
+        joint commit's baseline; over the object store the last version out); 0 before the
+        first version is out. Checkpoints handed below it are no longer read."""
+        v = ctypes.c_uint64()
+        self._check(_lib.lib().dcr_publisher_baseline(self._handle(), ctypes.byref(v)))
+        return v.value
+
     def wait(self):
         """Waits for the version publish_async is sending (raising its error, once)."""
         pending, self._pending = self._pending, None

@@ -17,11 +17,14 @@
 #   - a restarted long-lived `dcr node --state` receiver (mutual TLS, signed versions) whose held
 #     checkpoint was swapped for a forged one (same content hash) is refused before it serves or
 #     reports it, naming the first wrong range; without its signed state it is refused too; with
-#     the genuine checkpoint back it takes the next signed version.
+#     the genuine checkpoint back it takes the next signed version;
+#   - `dcr export` of that state writes the held version only when it has the signed root: the
+#     genuine one is the target byte for byte; the forged one is refused (exit 14) naming the first
+#     wrong range, and so is a state without its signed state (exit 12); nothing is written then.
 #   commitment_test.sh DCR DCR_COLLIDE    (dcr-node is found beside DCR)
 set -u
-# Receivers hold their versions in a version log; each one's committed checkpoint file, which
-# this test reads, is made from the log after every version only when asked for.
+# Receivers hold their versions in a version log; the operator option below also makes each
+# one's committed checkpoint file, which this test swaps for a forged one.
 export DCR_NODE_COMMITTED_FILES=1
 source "$(dirname "$0")/../cli/cli_lib.sh" "$@"
 collide=$2
@@ -147,13 +150,26 @@ signed="$(dirname "$held")/rank-1.signed"
 floor=$(find "$state" -name rank-1.floor | head -1)
 [ -f "$held" ] && [ -f "$signed" ]; check long-signed-state-kept 0 $?
 cp "$held" "$tmp/held.genuine"
+export_held() {  # export_held OUT LOG: dcr export of rank 1's held version
+  "$dcr_abs" export "$tmp/l2.yaml" --rank 1 --state "$state" -o "$1" >"$2" 2>&1
+}
+export_held "$tmp/export.st" "$tmp/export1.log"; check export-genuine 0 $?
+has export-genuine-version "$tmp/export1.log" "EXPORTED: rank 1, version 2 "
+cmp -s "$tmp/export.st" "$ck/step2.safetensors"; check export-genuine-is-target 0 $?
 "$collide" "$tmp/held.genuine" "$held" --tensor lm_head.weight >/dev/null; check long-collide 0 $?
+export_held "$tmp/export-forged.st" "$tmp/export2.log"; check export-forged-exit-14 14 $?
+has export-forged-names-range "$tmp/export2.log" "first wrong range: tensor lm_head.weight bytes [0, 1048576)"
+[ -e "$tmp/export-forged.st" ]; check export-forged-nothing-written 1 $?
+ls -a "$tmp" | grep -q "export-forged.st.export-"; check export-forged-no-temporary 1 $?
 rx "$tmp/l3.yaml" "$tmp/rx2.log"; check long-swapped-exit-14 14 $?
 has long-swapped-names-range "$tmp/rx2.log" "first wrong range: tensor lm_head.weight bytes [0, 1048576)"
 has long-swapped-before-serving "$tmp/rx2.log" "refused before it is served or reported"
 has long-swapped-floor-kept "$floor" "version 2"
 cp "$tmp/held.genuine" "$held"
 mv "$signed" "$tmp/signed.kept"
+export_held "$tmp/export-nostate.st" "$tmp/export3.log"; check export-no-signed-state-exit-12 12 $?
+has export-no-signed-state-says "$tmp/export3.log" "its signed state"
+[ -e "$tmp/export-nostate.st" ]; check export-no-signed-state-nothing-written 1 $?
 rx "$tmp/l3.yaml" "$tmp/rx3.log"; check long-unsigned-state-refused 14 $?
 has long-unsigned-state-says "$tmp/rx3.log" "cannot be proven by the trainer's signature"
 mv "$tmp/signed.kept" "$signed"

@@ -22,9 +22,6 @@
 #     each receiver keeps a version floor at the last version, and every receiver is verified.
 #   ident_test.sh DCR    (dcr-node is found beside DCR)
 set -u
-# Receivers hold their versions in a version log; each one's committed checkpoint file, which
-# this test reads, is made from the log after every version only when asked for.
-export DCR_NODE_COMMITTED_FILES=1
 source "$(dirname "$0")/../cli/cli_lib.sh" "$@"
 dcr=$(cd "$(dirname "$dcr")" && pwd)/$(basename "$dcr")
 py=python3
@@ -130,7 +127,10 @@ ls "$tmp/st/$R/step-3" | grep -q trl; check gc-fakes-committed-kept 0 $?
 [ -e "$tmp/st/$R/step-100/0000000000.hdr" ]; check gc-fakes-not-acted-on 0 $?
 [ -e "$tmp/st/$R/step-102/0000000000.hdr" ]; check gc-unsigned-frame-left 0 $?
 has gc-held-version-verified "$(ls -d "$tmp"/h1/state/deployment-*)/node-1-v3.json" '"verified": true'
-ls "$tmp"/h1/state/deployment-*/v3/rank-1.committed.safetensors > /dev/null; check gc-state-scoped 0 $?
+"$dcr" export "$tmp/gc.yaml" --rank 1 --transport object_store --state "$tmp/h1/state" \
+  -o "$tmp/held-v3.safetensors" > "$tmp/export.out" 2>&1; check gc-held-version-exported 0 $?
+has gc-state-scoped "$tmp/export.out" "version 3 -> $tmp/held-v3.safetensors"
+has gc-state-scoped-dir "$tmp/export.out" "/h1/state/deployment-"
 
 echo "== cross-deployment replay: a signed delta of deployment A at deployment B's prefix"
 # B: another deployment (its own id) of the same trainer key.

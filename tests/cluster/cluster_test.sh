@@ -17,16 +17,14 @@
 #     the trainer counts it in the joint commit of versions 5 and 6 (its per-version results).
 # The deployment names no version count (model.base): the trainer stops after version 6 on its
 # own and the receivers serve version 6 until they are stopped with SIGTERM. Every version each
-# host commits is checked with the user-facing command `dcr verify` (its committed checkpoint
-# against the trainer's file, byte for byte) right after the version is out; `dcr report` reads
-# the node results.
+# host commits is checked with the user-facing commands right after the version is out: `dcr
+# export` writes the version the host holds from its --state (proven against the trainer's signed
+# commitment first) and `dcr verify` compares it with the trainer's file, byte for byte; `dcr
+# report` reads the node results.
 # Then a second deployment in the same directories (`dcr keys` again): it must start fresh.
 # Usage: cluster_test.sh DCR DCR_NODE CLUSTER_TRAINER DEPLOYMENT_YAML
 # Exit 0 pass, 1 fail, 77 skipped (no root or no ip netns). Bounded: about a minute.
 set -uo pipefail
-# Receivers hold their versions in a version log; each one's committed checkpoint file, which
-# this test reads, is made from the log after every version only when asked for.
-export DCR_NODE_COMMITTED_FILES=1
 abs() { echo "$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; }
 DCR=$(abs "$1"); NODE=$(abs "$2"); TRAINER=$(abs "$3"); TEMPLATE=$(abs "$4")
 VERSION_BOUND_S=${DCR_CLUSTER_VERSION_BOUND_S:-20}  # each version out within this
@@ -112,19 +110,35 @@ state() {
   newest=$(ls -dt "$d"/deployment-* 2>/dev/null | head -1)
   echo "${newest:-$d}"
 }
-# check_version K RANKS...: each rank's committed checkpoint of version K is the trainer's file,
-# by `dcr verify` (waits a little for the commit's rename after the report).
+# export R OUT: host R's held version written by `dcr export` (from its --state, proven against
+# the trainer's signed commitment) to OUT; prints the version exported, nothing on failure (the
+# error in $W/export.out).
+export_held() {
+  "$DCR" export "$S" --rank "$1" --state "$W/h$1/state" -o "$2" --json >"$W/export.out" 2>&1 &&
+    python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["version"])' "$W/export.out"
+}
+# check_version K RANKS...: each rank's held version, exported with `dcr export`, is version K and
+# byte for byte the trainer's file, by `dcr verify` (waits a little for the version log's commit
+# after the report).
 check_version() {
-  local k=$1 r f; shift
+  local k=$1 r f v; shift
   for r in "$@"; do
-    f="$(state "$r")/v$k/rank-$r.committed.safetensors"
-    for _ in $(seq 100); do [ -f "$f" ] && break; sleep 0.1; done
+    f="$W/export-$r.safetensors"
+    for _ in $(seq 100); do
+      v=$(export_held "$r" "$f")
+      [ "$v" = "$k" ] && break
+      sleep 0.1
+    done
+    if [ "$v" != "$k" ]; then
+      bad "rank $r, version $k: dcr export gave version '${v}': $(cat "$W/export.out")"
+      return
+    fi
     if ! "$DCR" verify -q "$f" "$W/srv/ckpt/step$k.safetensors" >"$W/verify.out" 2>&1; then
       bad "rank $r, version $k: dcr verify: $(cat "$W/verify.out")"
       return
     fi
   done
-  ok "version $k: ranks $* verified by dcr verify against the trainer's checkpoint"
+  ok "version $k: ranks $* exported by dcr export, verified by dcr verify against the trainer's checkpoint"
 }
 # in_bound LINE: the trainer's "version K: ... S s" line shows rc 0 and S within the bound.
 in_bound() {
@@ -222,7 +236,7 @@ check_version 4 1 2 3 5
 # What rank 4 committed of version 4 after its kill is the trainer's too (skipped when it took
 # version 5 as a full frame instead).
 for _ in $(seq 50); do [ -f "$(state 4)/node-4-v4.json" ] && break; sleep 0.1; done
-[ -f "$(state 4)/v4/rank-4.committed.safetensors" ] && check_version 4 4
+[ "$(export_held 4 "$W/export-4.safetensors")" = 4 ] && check_version 4 4
 # The versions after the kill: every receiver commits them, the restarted rank 4 included, and
 # the trainer counts it (its line and its per-version result: rank 4's committed report, rank 4
 # not declared dead).

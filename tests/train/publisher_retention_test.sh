@@ -6,14 +6,12 @@
 # work dir holds only the checkpoints from the joint commit's baseline on (at most 2 files, never
 # one per version), and the trainer's state directory stays within a bound that does not grow
 # with the versions; the late joiner still catches up, and every receiver's committed checkpoint
-# of version 12 is the trainer's content byte for byte (`dcr verify`).
+# of version 12, written by `dcr export` from its state, is the trainer's content byte for byte
+# (`dcr verify`).
 #   publisher_retention_test.sh DCR DCR_NODE PUBLISHER_C_TEST
 set -uo pipefail
 dcr=$1; node=$(cd "$(dirname "$2")" && pwd)/$(basename "$2"); prog=$3
 tmp=$(mktemp -d); trap 'kill -9 ${pids[*]:-} 2>/dev/null; rm -rf "$tmp"' EXIT
-# Receivers hold their versions in a version log; each one's committed checkpoint file, which
-# this test reads with dcr verify, is made from the log after every version only when asked for.
-export DCR_NODE_COMMITTED_FILES=1
 fail=0
 ok() { echo "ok   $*"; }
 bad() { echo "FAIL $*"; fail=1; }
@@ -91,13 +89,25 @@ if [ "$state_bytes" -lt "$ckpt_bytes" ]; then
 else
   bad "the trainer's state holds $state_bytes bytes besides its results:"; find "$tmp/h0/state" -type f | head -30
 fi
-# Every receiver serves version 12 (the late joiner caught up); byte for byte the trainer's.
+# Every receiver serves version 12 (the late joiner caught up); its held version, exported from
+# its state while it serves it, is byte for byte the trainer's. The deployment is unsigned, so
+# the export checks the content hash the node's version log recorded (--unsigned).
 for r in 1 2 3; do
-  f="$tmp/h$r/state/v12/rank-$r.committed.safetensors"
-  for _ in $(seq 100); do [ -f "$f" ] && break; sleep 0.1; done
+  f="$tmp/export-$r.safetensors"
+  "$dcr" export "$tmp/s.yaml" --rank "$r" --state "$tmp/h$r/state" --unsigned -o "$f" \
+    >"$tmp/export.out" 2>&1 || { bad "rank $r: dcr export: $(cat "$tmp/export.out")"; continue; }
+  grep -q "^EXPORTED: rank $r, version 12 " "$tmp/export.out" || bad "rank $r: $(cat "$tmp/export.out")"
   "$dcr" verify -q "$f" "$tmp/ck/step3.safetensors" >"$tmp/verify.out" 2>&1 \
-    && ok "rank $r: version 12 verified by dcr verify" || bad "rank $r, version 12: $(cat "$tmp/verify.out")"
+    && ok "rank $r: version 12 exported, verified by dcr verify" || bad "rank $r, version 12: $(cat "$tmp/verify.out")"
 done
+# Without --unsigned an unsigned deployment's export is refused (exit 14), nothing written.
+"$dcr" export "$tmp/s.yaml" --rank 1 --state "$tmp/h1/state" -o "$tmp/refused.safetensors" \
+  >"$tmp/export.out" 2>&1; rc=$?
+if [ "$rc" = 14 ] && grep -q "no trust key" "$tmp/export.out" && [ ! -e "$tmp/refused.safetensors" ]; then
+  ok "unsigned export without --unsigned refused (exit 14), nothing written"
+else
+  bad "unsigned export without --unsigned: exit $rc: $(cat "$tmp/export.out")"
+fi
 grep -q "receiver 3 joins the joint commit" "$tmp/prog.err" && ok "the late rank 3 joined the joint commit" \
   || bad "rank 3 never joined the joint commit"
 for r in 1 2 3; do kill -TERM "${pids[$r]}"; done

@@ -16,6 +16,7 @@
 
 #include "dcr/checkpoint.h"
 #include "dcr/commitment.h"
+#include "dcr/hash.h"
 #include "dcr/signing.h"
 #include "dcr/status_macros.h"
 #include "internal/atomic_file.h"
@@ -574,6 +575,179 @@ Status VersionRecovery::SaveCommit(uint64_t done, const VersionId& baseline,
   DCR_RETURN_IF_ERROR(WriteJointCommitState(plan_.state_dir, s));
   commit_ = s;
   return Status();
+}
+
+namespace {
+
+// Copies the file or directory `from` to `to` (absent), byte for byte.
+Status CopyTree(const std::string& from, const std::string& to) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(from, ec)) {
+    std::filesystem::copy(from, to, std::filesystem::copy_options::recursive, ec);
+  } else {
+    std::filesystem::copy_file(from, to, ec);
+  }
+  if (ec) return InternalError("copy " + from + " to " + to + ": " + ec.message());
+  return Status();
+}
+
+}  // namespace
+
+StatusOr<ExportedVersion> ExportHeldVersion(const NodePlan& plan, const std::string& out,
+                                            int threads, bool allow_unsigned) {
+  const std::string who = "rank " + std::to_string(plan.rank);
+  if (plan.rank == 0 || plan.method != "delta") {
+    return InvalidArgumentError(who + ": export takes a delta receiver's held version (rank > 0)");
+  }
+  if (plan.state_dir.empty()) {
+    return InvalidArgumentError(who + ": export needs the node's --state (its plan has none)");
+  }
+  if (out.empty()) return InvalidArgumentError("export: no output path");
+  struct stat st;
+  if (::stat(plan.state_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return NotFoundError(who + ": no node state " + plan.state_dir);
+  }
+  std::string layout = plan.receiver_base_path;
+  if (layout.empty() && Exists(LayoutLinkPath(plan.state_dir, plan.rank))) {
+    layout = LayoutLinkPath(plan.state_dir, plan.rank);
+  }
+  const std::string log_dir = !plan.version_log_dir.empty()
+                                  ? plan.version_log_dir
+                                  : RankFile(plan.state_dir, plan.rank, ".vlog");
+  uint64_t held = 0;
+  if (auto j = ReadJson(RankFile(plan.state_dir, plan.rank, ".held"))) {
+    if (j->contains("version") && (*j)["version"].is_number_unsigned()) {
+      held = (*j)["version"].get<uint64_t>();
+    }
+  }
+  // The held version, as the node serves it: the checkpoint file its done record names (an
+  // adopted full frame, a committed file made for the version), unless its version log
+  // committed a later version since; else the version log's.
+  ExportedVersion e;
+  std::optional<RecoveredVersion> rec;
+  if (!layout.empty() && Exists(log_dir)) {
+    DCR_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> layout_ckpt, Checkpoint::Open(layout));
+    rec.emplace();
+    DCR_RETURN_IF_ERROR(VersionLog::Recover(log_dir, *layout_ckpt, &*rec)
+                            .WithContext(who + ": the version log " + log_dir));
+    if (rec->version.number < held || rec->version.number == 0) rec.reset();
+  }
+  const std::optional<VersionDone> d =
+      held == 0 ? std::nullopt : ReadVersionDone(plan.state_dir, held, plan.rank);
+  std::string file;
+  if (d && !d->checkpoint.empty() && d->checkpoint != log_dir && Exists(d->checkpoint) &&
+      (!rec || rec->version.number == held)) {
+    e.version = held;
+    file = d->checkpoint;
+    e.source = "checkpoint " + file;
+  } else if (rec) {
+    e.version = rec->version.number;
+    e.source = "version log " + log_dir;
+  } else {
+    return FailedPreconditionError(who + ": the state " + plan.state_dir +
+                                   " holds no committed version to export");
+  }
+  const std::string what = who + ": version " + std::to_string(e.version);
+  // Nothing is written before the version is known to be provable.
+  std::optional<SignedState> signed_state;
+  std::optional<Hash128> recorded_hash;
+  if (plan.trust_key.empty()) {
+    if (!allow_unsigned) {
+      return FailedPreconditionError(
+          what +
+          ": the node's plan has no trust key (an unsigned deployment): there is no "
+          "signed commitment to prove the exported bytes against, so nothing is written "
+          "(an unsigned export checks the content hash its version log recorded instead)");
+    }
+    if (!rec || rec->version.number != e.version) {
+      return FailedPreconditionError(what + " is held as " + file +
+                                     ", whose version log records no content hash of it: an "
+                                     "unsigned export has nothing to check it against, so "
+                                     "nothing is written");
+    }
+    recorded_hash = rec->version.hash;
+  } else {
+    DCR_ASSIGN_OR_RETURN(std::shared_ptr<const TrustKey> key, TrustKey::Load(plan.trust_key));
+    NodePlan at = plan;
+    at.state_dir = VersionStateDir(plan.state_dir, e.version);
+    const std::string signed_path = SignedStatePath(at);
+    auto st = ReadSignedState(signed_path, key, plan.run_id);
+    if (!st.ok()) {
+      return st.status().WithContext(what + ": its signed state " + signed_path +
+                                     " (nothing written)");
+    }
+    if (st->target_version != e.version) {
+      return FailedPreconditionError(what + ": its signed state " + signed_path +
+                                     " is of version " + std::to_string(st->target_version) +
+                                     " (nothing written)");
+    }
+    signed_state = std::move(*st);
+  }
+
+  // A private directory beside `out` (same file system: the rename is atomic), removed at the end
+  // whatever happens.
+  const std::filesystem::path outp(out);
+  const std::string parent =
+      outp.parent_path().empty() ? std::string(".") : outp.parent_path().string();
+  std::string tmpl = parent + "/." + outp.filename().string() + ".export-XXXXXX";
+  if (::mkdtemp(tmpl.data()) == nullptr) return ErrnoError("mkdtemp in " + parent, errno);
+  const std::string tmp = tmpl;
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  } cleanup{tmp};
+  std::string made;
+  if (file.empty()) {
+    // The committed checkpoint as the node makes it, in a state of the export's own: the
+    // recovered storage and the target header the receiver recorded at the version's Begin.
+    const std::string vdir = VersionStateDir(tmp, e.version);
+    if (::mkdir(vdir.c_str(), 0700) != 0) return ErrnoError("mkdir " + vdir, errno);
+    const std::string storage = RankFile(vdir, plan.rank, ".storage");
+    DCR_RETURN_IF_ERROR(WriteFileAtomic(storage, rec->bytes.data(), rec->bytes.size()));
+    rec.reset();  // the image is on disk now
+    const std::string header = StorageHeaderPath(
+        RankFile(VersionStateDir(plan.state_dir, e.version), plan.rank, ".storage"));
+    if (Exists(header)) {
+      DCR_ASSIGN_OR_RETURN(std::vector<uint8_t> h, ReadFile(header));
+      DCR_RETURN_IF_ERROR(WriteFileAtomic(StorageHeaderPath(storage), h.data(), h.size()));
+    }
+    DCR_ASSIGN_OR_RETURN(made, CommitStorageAsCheckpoint(tmp, e.version, plan.rank, layout));
+  } else {
+    made = tmp + "/" + outp.filename().string();
+    DCR_RETURN_IF_ERROR(CopyTree(file, made));
+  }
+  // Proven against the trainer's signature before it is put at `out`.
+  {
+    DCR_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::Open(made));
+    std::vector<TensorView> views;
+    for (const TensorInfo& t : ckpt->tensors()) {
+      views.push_back(TensorView{t.name, t.dtype_name, t.shape, ckpt->data(t), t.nbytes});
+    }
+    if (signed_state) {
+      DCR_RETURN_IF_ERROR(CheckCommitment(views, *signed_state->commitment.root,
+                                          &signed_state->commitment.leaves, threads)
+                              .WithContext(what + " (" + e.source +
+                                           ") is not what the trainer signed; nothing written"));
+      e.commitment = CommitmentHex(*signed_state->commitment.root);
+    } else {
+      const Hash128 h = ContentHashOf(views, threads);
+      if (h != *recorded_hash) {
+        return FailedPreconditionError(what + " (" + e.source + "): content hash " + h.ToHex() +
+                                       ", its version log recorded " + recorded_hash->ToHex() +
+                                       "; nothing written");
+      }
+      e.content_hash = h.ToHex();
+    }
+  }
+  if (::rename(made.c_str(), out.c_str()) != 0) {
+    return ErrnoError("rename " + made + " to " + out, errno);
+  }
+  DCR_RETURN_IF_ERROR(SyncDir(parent));
+  e.path = out;
+  return e;
 }
 
 }  // namespace dcr::internal

@@ -18,9 +18,11 @@
 //     directory v<k>/rank-<r>.committed of a sharded one) when one was made: by
 //     MaterializeHeld, from the log's image with the log replayed and the target header the
 //     receiver recorded (byte for byte the target checkpoint), after each version when the
-//     environment sets DCR_NODE_COMMITTED_FILES=1, else when a consumer asks for the held
-//     checkpoint as a file (HeldPath: a region receiver's catch-up, an edge relay's base, full
-//     frames served from it); or a full frame a region receiver adopted (Adopt).
+//     environment sets DCR_NODE_COMMITTED_FILES=1 (an operator option), else when a consumer
+//     asks for the held checkpoint as a file (HeldPath: a region receiver's catch-up, an edge
+//     relay's base, full frames served from it); or a full frame a region receiver adopted
+//     (Adopt). `dcr export` writes the held version as a file without touching the state
+//     (ExportHeldVersion).
 //   * rank-<r>.held: the last version rank r finished ({"version": k}). Once it is written, the
 //     rank's files of every earlier version (v<j>/rank-<r>.*, j < k: start counts, done records,
 //     journals, a sharded checkpoint's directory) are removed (the directories stay, for ranks
@@ -100,7 +102,9 @@ StatusOr<std::string> CommitStorageAsCheckpoint(const std::string& state_dir, ui
 
 // The environment variable that asks a delta receiver with versions to make the committed
 // checkpoint file of each version it finishes (VersionRecovery::MaterializeHeld): "1" (unset or
-// "0": only when a consumer asks for one). Each such file costs a write of the model.
+// "0": only when a consumer asks for one). An operator option for hosts that want a file per
+// version (core/docs/operations.md); each such file costs a write of the model. `dcr export`
+// gives the held version as a file without it.
 inline constexpr char kCommittedFilesEnv[] = "DCR_NODE_COMMITTED_FILES";
 bool CommittedFilesAsked();
 
@@ -201,6 +205,40 @@ class VersionRecovery {
   std::optional<JointCommitState> commit_;
   uint64_t collected_bytes_ = 0;
 };
+
+// What ExportHeldVersion wrote.
+struct ExportedVersion {
+  uint64_t version = 0;      // the version the rank holds
+  std::string path;          // the checkpoint written (a file, or a directory for a sharded one)
+  std::string commitment;    // the trainer's signed commitment root it was proven against (hex)
+  std::string content_hash;  // an unsigned export: the content hash it was checked against (hex)
+  std::string source;        // where the held version was read: its version log or a checkpoint
+};
+
+// `dcr export`: writes the version delta receiver `plan.rank` holds in the long-lived state
+// `plan.state_dir` (the plan dcr-node runs: HostPlan's for a deployment, or `dcr run`'s plan
+// file) as its target checkpoint at `out`: the version log's image with its committed records
+// replayed and the target header the receiver recorded (the function the node materializes a
+// committed checkpoint with, CommitStorageAsCheckpoint, run on a private copy beside `out`), or,
+// when the version's done record names a checkpoint file the rank holds it as (an adopted full
+// frame, a committed file made with kCommittedFilesEnv) and the log committed nothing later, a
+// copy of that file: what the node serves. Before anything is
+// at `out`, the checkpoint's tensors must have the commitment root the trainer signed for that
+// version (the rank's signed state of it, v<k>/rank-<r>.signed, verified with plan.trust_key and
+// plan.run_id); then it is renamed onto `out` (a file replaced atomically; a sharded checkpoint
+// is a directory, which `out` must not already be). Read only for the node's state: it may run
+// while the node serves the version. A plan without a trust key (an unsigned deployment) has no
+// signed root: only with `allow_unsigned`, the checkpoint's content hash must then be the one the
+// version log recorded for the version (a checksum against damage, not a proof of origin).
+// Errors: kInvalidArgument for the sender's rank, a full-stream plan or one without state_dir;
+// kNotFound for a state that does not exist; kFailedPrecondition when the rank holds no version
+// yet, for an unsigned plan without `allow_unsigned` (or whose version is held as a file, which
+// records no hash), when the version has no signed state, and when the bytes do not have the
+// signed root (naming the first wrong range) or the recorded hash; VersionLog::Recover's,
+// ReadSignedState's, CommitStorageAsCheckpoint's, errno errors naming the file. On any error
+// nothing is left at `out` (an earlier file there stays as it was) nor beside it.
+StatusOr<ExportedVersion> ExportHeldVersion(const NodePlan& plan, const std::string& out,
+                                            int threads, bool allow_unsigned = false);
 
 }  // namespace dcr::internal
 

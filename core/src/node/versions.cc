@@ -107,11 +107,8 @@ std::vector<int> DeadRanks(const NodePlan& plan, const SenderJointCommit& commit
   return dead;
 }
 
-// The store's committed reports of `version` (prefix `prefix`) of the tree receivers `live` does
-// not name and `reports` holds no committed report of, waiting at most plan.receiver_deadline_s
-// for those on their way back: a committed report of the version before (`previous_prefix`,
-// `previous`; none when empty) in the store shows a receiver back in step, one version behind
-// at most. A rank with neither report costs no wait (an absent host, one still far behind).
+}  // namespace
+
 std::vector<CommitReport> CollectReturningTreeReports(
     ObjectStore* store, const NodePlan& plan, const std::string& prefix, uint64_t version,
     const std::string& previous_prefix, uint64_t previous, const std::vector<int>& live,
@@ -144,8 +141,6 @@ std::vector<CommitReport> CollectReturningTreeReports(
   }
   return got;
 }
-
-}  // namespace
 
 SenderJointCommit::SenderJointCommit(const std::vector<int>& receivers, const VersionId& initial)
     : coordinator_(initial, CommitOptions{}) {

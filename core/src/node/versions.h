@@ -13,11 +13,14 @@
 #include <vector>
 
 #include "dcr/node.h"
+#include "dcr/object_store.h"
 #include "dcr/receiver.h"
 #include "dcr/status.h"
 #include "dcr/versioning.h"
 
 namespace dcr::internal {
+
+class TlsContext;  // transport/tls.h
 
 // A node's result file: written atomically (nothing when `path` is empty), and read back by a
 // restarted process for the versions it finished. Read errors: ReadFile's, NodeResultFromJson's.
@@ -78,6 +81,22 @@ struct VersionHooks {
   std::function<void(const NodeVersion&, const NodeResult&, const Status&)> done;
 };
 Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHooks& hooks);
+
+// Sender of a long-lived relay-tree run, after the tree ended version `version` (store prefix
+// `prefix`): the committed reports (CommitReport::ok) of `version` that `store` holds of tree
+// receivers (ranks 1 .. plan.parents.size() - 1) that `live` does not name and `reports` holds no
+// committed report of -- ranks declared dead that came back by the store (restarted, catching
+// up). A rank with no such report but a committed report of the version before in the store
+// (`previous_prefix`, `previous`; none when `previous_prefix` is empty) is on its way back, one
+// version behind at most: the call polls the store for it for at most plan.receiver_deadline_s.
+// A rank with neither report costs no wait (an absent host, one further behind). With `checker`
+// a report is taken only when its rank signed it (GetRegionReport). The reports are returned as
+// the store holds them: whether one proves the version (its commitment root) is for
+// SenderJointCommit::Published to decide.
+std::vector<CommitReport> CollectReturningTreeReports(
+    ObjectStore* store, const NodePlan& plan, const std::string& prefix, uint64_t version,
+    const std::string& previous_prefix, uint64_t previous, const std::vector<int>& live,
+    const std::vector<CommitReport>& reports, const TlsContext* checker);
 
 // The sender's joint commit: which version the next delta is built from, from what the receivers
 // reported. Receivers are named by rank.

@@ -7,14 +7,19 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <random>
 #include <thread>
 
 #include "dcr/checkpoint.h"
 #include "dcr/commitment.h"
+#include "dcr/object_store.h"
 #include "dcr/relay_policy.h"
 #include "dcr/sums.h"
+#include "node/catch_up.h"
 #include "transport/net.h"
 
 namespace dcr::internal {
@@ -304,6 +309,117 @@ TEST(NextOpenVersion, RenumbersThePrefixAndTheResultPath) {
   EXPECT_TRUE(n.target_path.empty());
   EXPECT_TRUE(n.verify_path.empty());
   EXPECT_EQ(NextOpenVersion(n).prefix, "step-3/refit/step-11");
+}
+
+// The sender's collection of reports that tree receivers held dead leave in the in-region store
+// (restarted hosts, late returners), fed into the joint commit as RunNodeVersions does.
+class ReturningReportsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/dcr-returning-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    auto store = OpenObjectStore("dir:" + dir_);
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+    plan_.run_id = 77;
+    plan_.parents = {-1, 0, 1, 1, 2, 2};  // tree receivers 1..5
+    plan_.receiver_deadline_s = 0.6;
+    root1_[0] = 1;
+    root2_[0] = 2;
+    wrong_[0] = 3;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  static CommitReport Committed(int rank, const VersionId& v, const Sha256Digest& root) {
+    CommitReport r;
+    r.rank = rank;
+    r.run = 77;
+    r.version = v.number;
+    r.target_hash = v.hash;
+    r.commitment = root;
+    r.ok = true;
+    return r;
+  }
+  double Collect(const std::vector<int>& live, const std::vector<CommitReport>& tree,
+                 std::vector<CommitReport>* got) {
+    const auto t0 = std::chrono::steady_clock::now();
+    *got = CollectReturningTreeReports(store_.get(), plan_, "d/step-2", 2, "d/step-1", 1, live,
+                                       tree, nullptr);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  static std::vector<int> Ranks(const std::vector<CommitReport>& reports) {
+    std::vector<int> out;
+    for (const CommitReport& c : reports) out.push_back(c.rank);
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  std::string dir_;
+  std::unique_ptr<ObjectStore> store_;
+  NodePlan plan_;
+  const VersionId v0_{0, Hash128{1, 1}}, v1_{1, Hash128{2, 2}}, v2_{2, Hash128{3, 3}};
+  Sha256Digest root1_{}, root2_{}, wrong_{};
+};
+
+TEST_F(ReturningReportsTest, DeadRankBackByTheStoreCountsAndAWrongRootDoesNot) {
+  // Version 1: only rank 1 reports; ranks 2..5 are declared dead.
+  SenderJointCommit commit({1, 2, 3, 4, 5}, v0_);
+  auto dead = commit.Published(v0_, v1_, {Committed(1, v1_, root1_)}, root1_);
+  ASSERT_TRUE(dead.ok()) << dead.status();
+  ASSERT_EQ(dead->size(), 4u);
+  ASSERT_EQ(commit.live(), (std::vector<int>{1}));
+  // Version 2: rank 2 came back and left its report of version 2 in the store; rank 3 left one
+  // with another commitment root; rank 5 left nothing of either version (an absent host: no
+  // wait); rank 4 is silent too.
+  ASSERT_TRUE(PutRegionReport(store_.get(), "d/step-2", 2, 77, 2, v2_.hash, root2_).ok());
+  ASSERT_TRUE(PutRegionReport(store_.get(), "d/step-2", 3, 77, 2, v2_.hash, wrong_).ok());
+  // Another run's report of rank 4 is not taken.
+  ASSERT_TRUE(PutRegionReport(store_.get(), "d/step-2", 4, 78, 2, v2_.hash, root2_).ok());
+  const std::vector<CommitReport> tree = {Committed(1, v2_, root2_)};
+  std::vector<CommitReport> got;
+  const double s = Collect(commit.live(), tree, &got);
+  EXPECT_LT(s, 0.5) << "no rank committed version 1, so none is waited for";
+  EXPECT_EQ(Ranks(got), (std::vector<int>{2, 3}));
+  // The joint commit re-admits rank 2 and not rank 3 (wrong root) or the silent ones.
+  std::vector<CommitReport> all = tree;
+  all.insert(all.end(), got.begin(), got.end());
+  std::vector<int> readmitted;
+  dead = commit.Published(v1_, v2_, all, root2_, &readmitted);
+  ASSERT_TRUE(dead.ok()) << dead.status();
+  EXPECT_TRUE(dead->empty());
+  EXPECT_EQ(readmitted, (std::vector<int>{2}));
+  EXPECT_EQ(commit.live(), (std::vector<int>{1, 2}));
+  EXPECT_EQ(commit.baseline(), v2_);
+}
+
+TEST_F(ReturningReportsTest, RankThatCommittedTheVersionBeforeIsWaitedForAtMostTheDeadline) {
+  // Rank 4 committed version 1 by the store (it is one version behind, on its way back) and
+  // reports nothing of version 2: the collection waits the per-receiver deadline for it, no
+  // longer, and returns without it.
+  ASSERT_TRUE(PutRegionReport(store_.get(), "d/step-1", 4, 77, 1, v1_.hash, root1_).ok());
+  std::vector<CommitReport> got;
+  double s = Collect({1}, {Committed(1, v2_, root2_)}, &got);
+  EXPECT_TRUE(got.empty());
+  EXPECT_GE(s, plan_.receiver_deadline_s);
+  EXPECT_LT(s, plan_.receiver_deadline_s + 2.0);
+  // A live rank, or one whose committed report the tree already brought, is not waited for.
+  s = Collect({1, 4}, {Committed(1, v2_, root2_)}, &got);
+  EXPECT_TRUE(got.empty());
+  EXPECT_LT(s, 0.5);
+  s = Collect({1}, {Committed(1, v2_, root2_), Committed(4, v2_, root2_)}, &got);
+  EXPECT_TRUE(got.empty());
+  EXPECT_LT(s, 0.5);
+  // Its report of version 2 arriving during the wait ends it early, and it is counted.
+  plan_.receiver_deadline_s = 20;
+  std::thread late([this] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_TRUE(PutRegionReport(store_.get(), "d/step-2", 4, 77, 2, v2_.hash, root2_).ok());
+  });
+  s = Collect({1}, {Committed(1, v2_, root2_)}, &got);
+  late.join();
+  EXPECT_EQ(Ranks(got), (std::vector<int>{4}));
+  EXPECT_GE(s, 0.25);
+  EXPECT_LT(s, 10.0);
 }
 
 }  // namespace
