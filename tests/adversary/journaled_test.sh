@@ -107,7 +107,9 @@ YAML
 "$py" - "$tmp/tree.yaml" "$tmp/T" <<'PY'
 import sys
 p, k = sys.argv[1], sys.argv[2]
-s = open(p).read().replace("network:\n", "network:\n  tls: {ca: %s/ca.crt, cert: '%s/node-{rank}.crt', key: '%s/node-{rank}.key'}\n  signing: {key: %s/trainer.key, trust: %s/trainer.pub}\n" % (k, k, k, k, k))
+tls = "  tls: {ca: %s/ca.crt, cert: '%s/node-{rank}.crt', key: '%s/node-{rank}.key'}\n" % (k, k, k)
+sign = "  signing: {key: %s/trainer.key, trust: %s/trainer.pub}\n" % (k, k)
+s = open(p).read().replace("network:\n", "network:\n" + tls + sign)
 open(p, "w").write(s)
 PY
 T=$(cat "$tmp/T/deployment")
