@@ -17,6 +17,8 @@ MODE:
            it, "kept" when it is still open after 20 s.
   huge     TLS (C/K) or --plain: a valid hello from --rank (default 0) then one piece frame claiming a blob of
            --claim bytes (default 2^62); prints "refused: ..." or "kept" as garbage.
+  header   TLS (C/K) or --plain: a valid hello from --rank (default 0) then FILE (--send) as the whole
+           header blob of the stream; prints "refused: ..." or "kept" as garbage.
 Frames carry run id ID and version N (default 0 and 0). Exit 0 whatever the node did; 2 on usage errors. Uses only the standard library.
 """
 import argparse
@@ -101,7 +103,7 @@ def race(addrs, a):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["race", "garbage", "silent", "huge"])
+    ap.add_argument("mode", choices=["race", "garbage", "silent", "huge", "header"])
     ap.add_argument("addresses")
     ap.add_argument("--send")
     ap.add_argument("--cert")
@@ -133,6 +135,12 @@ def main():
         elif a.mode == "silent":
             t0 = time.time()
             print("kept" if held(raw, 20) else "closed after %.1f s" % (time.time() - t0))
+        elif a.mode == "header":
+            payload = open(a.send, "rb").read()
+            conn = wrap(raw, a)
+            conn.sendall(frame(1, a.rank, 0, 1, 0, 0, 0))
+            conn.sendall(frame(2, a.rank, 0, 0, len(payload), 0, len(payload)) + payload)
+            print("kept" if held(conn, 8) else "refused: the node closed the connection")
         else:
             conn = wrap(raw, a)
             conn.sendall(frame(1, a.rank, 0, 1, 0, 0, 0))

@@ -127,8 +127,12 @@ sed -e "s|model: {checkpoints: .*|model: {preset: tiny}|" -e "s|^timeout:|steps:
 "$node" "$tmp/preset.yaml" --rank 0 --base "$ck/step0.safetensors" >/dev/null 2>"$tmp/nock.err"
 check sender-without-checkpoints 11 $?
 has names-publisher "$tmp/nock.err" "dcr/publisher_c.h"
+# The one-refit form takes --state too (its versions numbered by the deployment's state): a
+# state directory others can write is refused before the node starts, nothing written in it.
+mkdir -m 777 "$tmp/x"; chmod 777 "$tmp/x"
 "$node" "$tmp/s.yaml" --rank 1 --state "$tmp/x" --base "$ck/step0.safetensors" \
   --target "$ck/step1.safetensors" >/dev/null 2>"$tmp/st.err"
-check state-needs-long-lived 11 $?
-has names-state "$tmp/st.err" "--state"
+check one-refit-open-state-refused 14 $?
+has names-state "$tmp/st.err" "state directory $tmp/x"
+[ -z "$(ls -A "$tmp/x")" ]; check one-refit-open-state-untouched 0 $?
 exit $fail

@@ -10,7 +10,8 @@
 //                                          node's GPU from LOCAL_RANK, SLURM_LOCALID or
 //                                          OMPI_COMM_WORLD_LOCAL_RANK when set (through
 //                                          receivers.devices), else its index on its host.
-//                                          With --target: one refit. Without: long-lived, one
+//                                          With --target: one refit (with --state: numbered
+//                                          by the deployment's state). Without: long-lived, one
 //                                          version per model.checkpoints entry after the base,
 //                                          or open-ended with model.base (until stopped),
 //                                          recovering with --state DIR (HostPlan, node_plans.h).
@@ -344,9 +345,11 @@ int main(int argc, char** argv) {
                  "versions' prefixes <prefix>/step-<k> (long-lived; default refit), "
                  "<prefix>/deployment-<id>/step-<k> in a deployment of `dcr keys`");
   app.add_option("--state", a.state,
-                 "Long-lived form: this node's state directory (0700, its own; kept across "
-                 "restarts): the versions' results, and per deployment (DIR/deployment-<id>) "
-                 "its version floor and what it resumes from; required for a signed receiver");
+                 "This node's state directory (0700, its own; kept across restarts and refits): "
+                 "per deployment (DIR/deployment-<id>) its version floor, and in the long-lived "
+                 "form the versions' results and what it resumes from (required there for a "
+                 "signed receiver); in the one-refit form the sender's published versions, so "
+                 "that versions never repeat within the deployment");
   app.add_option("--store", a.store,
                  "Long-lived form with --state: the in-region store (dir:PATH or s3://...) every "
                  "node of the region reaches");

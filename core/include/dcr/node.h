@@ -72,9 +72,9 @@ struct NodePlan {
   // Defaults 0 and 0.
   uint64_t run_id = 0;
   uint64_t version = 0;
-  // Sender of a delta with version > 0: the number of the version the delta is built from (its
-  // header carries base_version -> version); -1 (the default): version - 1. A recovering delta
-  // receiver: the number of the version its receiver_base_path holds (-1 or 0: version 0).
+  // Sender of a delta: the number of the version the delta is built from (its header carries
+  // base_version -> version, or -> base_version + 1 in one refit); -1 (the default): version - 1
+  // (one refit: 0 -> 1). A recovering delta receiver: the version its receiver_base_path holds.
   int64_t base_version = -1;
   // A long-lived node (empty: one refit, version `version`): the process takes part in these
   // versions one after another, in order, keeping its receiver's storage from one to the next;

@@ -300,7 +300,7 @@ struct TrustOptions {
   // Workers for that pass (0 = hardware concurrency). Default 0.
   int commitment_threads = 0;
   // When set, each Commit whose commitment was checked writes the delta's signed state
-  // (WriteSignedState) there, after the version floor. Default empty: none.
+  // (WriteSignedState, durable) there before the inner Commit. Default empty: none.
   std::string signed_state_path;
 };
 

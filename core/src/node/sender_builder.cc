@@ -189,6 +189,9 @@ void SenderBuilder::Build() {
       o.base_version =
           plan_.base_version >= 0 ? static_cast<uint64_t>(plan_.base_version) : plan_.version - 1;
       o.target_version = plan_.version;
+    } else if (plan_.base_version >= 0) {  // one refit numbered by its deployment's state
+      o.base_version = static_cast<uint64_t>(plan_.base_version);
+      o.target_version = o.base_version + 1;
     }
     StreamingSink stream(emit);
     StatusOr<SignOptions> so = SigningOptions();

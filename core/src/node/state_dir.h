@@ -10,6 +10,7 @@
 #include <string>
 
 #include "dcr/status.h"
+#include "dcr/statusor.h"
 
 namespace dcr::internal {
 
@@ -39,6 +40,23 @@ std::string StateFloorPath(const std::string& dir, int rank);
 // naming the floor's path for a missing one; VersionFloor::Load's and Record's.
 // `run_id`: the deployment the floor belongs to (VersionFloor::Load).
 Status OpenStateFloor(const std::string& dir, int rank, bool fresh, uint64_t run_id);
+
+// The one-refit form (`dcr-node --target` with `--state`): versions never repeat within a
+// deployment, though each refit is a process of its own.
+//
+// The version the one-refit sender of deployment `run_id` publishes next from its state
+// directory `dir` (opened by OpenStateDir): one above the last one recorded in
+// <dir>/rank-0.published (none recorded: 1). The new number is recorded there (written
+// atomically and durably) before this returns, so a refit that fails, or a sender that crashes
+// after publishing, never hands its number out again. Errors: kDataLoss for a file that does not
+// parse, kFailedPrecondition for one of another deployment; errno errors naming the path.
+StatusOr<uint64_t> NextPublishedVersion(const std::string& dir, uint64_t run_id);
+
+// Opens the version floor of the one-refit receiver of rank `rank` in its state directory `dir`
+// (opened by OpenStateDir) as OpenStateFloor does, the state being fresh when it holds no
+// <dir>/rank-<rank>.started, which it then records: a floor deleted after a first start is
+// refused rather than taken as a fresh start. Errors: OpenStateFloor's; errno errors.
+Status OpenOneRefitFloor(const std::string& dir, int rank, uint64_t run_id);
 
 }  // namespace dcr::internal
 

@@ -372,18 +372,9 @@ Status VersionRecovery::CheckHeld() {
   NodePlan at = plan_;
   at.state_dir = VersionStateDir(plan_.state_dir, number);
   const std::string path = SignedStatePath(at);
+  // The trust layer writes a version's signed state, durably, before the version log's commit
+  // marker: a version the log holds has one, whenever its process ended.
   auto st = ReadSignedState(path, key, plan_.run_id);
-  if (!st.ok() && st.status().code() == StatusCode::kNotFound && number > held_number_) {
-    // The log committed a version after the last one recorded done, and its process ended
-    // before it wrote that version's signed state (the trust layer writes it after the commit):
-    // the version passed its signature and commitment checks before the log's commit marker.
-    std::fprintf(stderr,
-                 "rank %d: the version log holds version %llu, committed after its checks by a "
-                 "process that ended before writing its signed state\n",
-                 plan_.rank, static_cast<unsigned long long>(number));
-    held_checked_ = true;
-    return Status();
-  }
   if (!st.ok() && st.status().code() == StatusCode::kNotFound) {
     return FailedPreconditionError(who +
                                    " cannot be proven by the trainer's signature: no "

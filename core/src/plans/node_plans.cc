@@ -383,6 +383,28 @@ void AddRecovery(const std::string& state_dir, const std::string& region_store,
   }
 }
 
+namespace {
+
+// The one-refit form's state (HostPlanOptions::state_dir with a target): under `root` (its
+// deployment's directory when `deployment`), opened as a node's own. A delta sender takes the
+// next version of the deployment from it (NextPublishedVersion) and builds its delta from the
+// version before (base_version); a signed delta receiver keeps its version floor there.
+Status AddOneRefitState(const std::string& root, bool deployment, NodePlan* p) {
+  const std::string dir = deployment ? internal::DeploymentStateDir(root, p->run_id) : root;
+  DCR_RETURN_IF_ERROR(internal::OpenStateDir(dir));
+  if (p->method != "delta") return Status();  // a full stream carries no version
+  if (p->rank == 0) {
+    DCR_ASSIGN_OR_RETURN(const uint64_t next, internal::NextPublishedVersion(dir, p->run_id));
+    p->base_version = static_cast<int64_t>(next - 1);
+  } else if (!p->trust_key.empty()) {
+    DCR_RETURN_IF_ERROR(internal::OpenOneRefitFloor(dir, p->rank, p->run_id));
+    p->version_floor_path = internal::StateFloorPath(dir, p->rank);
+  }
+  return Status();
+}
+
+}  // namespace
+
 StatusOr<NodePlan> HostPlan(const Scenario& s, int rank, const HostPlanOptions& o) {
   if (rank < 0 || rank > s.receivers.count) {
     return InvalidArgumentError("--rank " + std::to_string(rank) + ": the scenario has ranks 0.." +
@@ -403,11 +425,6 @@ StatusOr<NodePlan> HostPlan(const Scenario& s, int rank, const HostPlanOptions& 
         "its path (a directory every host reaches, writable only by the run's user)");
   }
   const bool long_lived = o.target.empty();
-  if (!long_lived && !o.state_dir.empty()) {
-    return InvalidArgumentError(
-        "--state: recovery is for the long-lived form (no --target: the versions come from "
-        "model.checkpoints or the trainer)");
-  }
   std::string base = o.base;
   std::vector<std::string> targets;
   const bool open = long_lived && !s.model.base.empty();
@@ -472,6 +489,9 @@ StatusOr<NodePlan> HostPlan(const Scenario& s, int rank, const HostPlanOptions& 
     }
   }
   NodePlan p = plans[rank];
+  if (!long_lived && !o.state_dir.empty()) {
+    DCR_RETURN_IF_ERROR(AddOneRefitState(o.state_dir, !deployment.empty(), &p));
+  }
   // One process per host rank: the launcher's local rank picks the device when it is set.
   const int local = LocalRankFromEnvironment();
   if (local >= 0 && p.device == "cuda") {

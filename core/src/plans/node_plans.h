@@ -102,13 +102,20 @@ void AddRecovery(const std::string& state_dir, const std::string& region_store,
 //     overwrites an earlier one's results; the in-region store is `store` (a store URL), else
 //     the scenario's transport.object_store when it names a path or S3.
 // The deployment is ScenarioDeployment's (the run id a hash of public data when there is none).
-// A signed receiver of the long-lived form needs `state_dir` (its version floor's home); the
-// one-refit form keeps its floor in `work_dir` (version-floor-<rank>, naming its deployment).
-// Without `state_dir`, the results live in `work_dir`.
+// A signed receiver of the long-lived form needs `state_dir` (its version floor's home). The
+// one-refit form with `state_dir` (the deployment's directory under it, made 0700 and checked as
+// a node's own: state_dir.h OpenStateDir) numbers its versions so that they never repeat within
+// the deployment: a delta sender publishes the next one (state_dir.h NextPublishedVersion,
+// recorded there before this returns) built from the one before, and a signed delta receiver
+// keeps its version floor there (OpenOneRefitFloor), which refuses an older one. Without
+// `state_dir` the one-refit form publishes version 1 and keeps its floor in `work_dir`
+// (version-floor-<rank>, naming its deployment). Without `state_dir`, the results live in
+// `work_dir`.
 // Errors: kInvalidArgument for a rank outside the scenario, a relay tree without
-// network.hosts, a directory store without a path, recovery without a store or in a one-refit
-// run, a long-lived signed receiver without `state_dir`; ScenarioDeployment's, MakePlans',
-// AddTls', AddSigning's.
+// network.hosts, a directory store without a path, recovery without a store, a long-lived
+// signed receiver without `state_dir`; the state directory's (OpenStateDir,
+// NextPublishedVersion, OpenOneRefitFloor); ScenarioDeployment's, MakePlans', AddTls',
+// AddSigning's.
 struct HostPlanOptions {
   Method method = Method::kDelta;
   TransportKind transport = TransportKind::kRelayTree;

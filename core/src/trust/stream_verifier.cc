@@ -441,8 +441,18 @@ Status TrustedReceiver::Commit(const uint8_t* trailer, size_t size) {
       checked = root;
     }
   }
+  if (checked && !options_.signed_state_path.empty()) {
+    // Durable before the inner commit makes the version durable: whatever instant the process
+    // ends at, a restart that finds the version committed finds what proves it. A state written
+    // for a version whose commit then fails proves nothing else (it names its own version).
+    Status s = WriteSignedState(options_.signed_state_path, *verifier_);
+    if (!s.ok()) {
+      return s.WithContext("commit of version " + std::to_string(target_version_) +
+                           " refused: its signed state is not written");
+    }
+  }
   DCR_RETURN_IF_ERROR(inner_->Commit(trailer, size));
-  std::unique_ptr<StreamVerifier> verified = std::move(verifier_);
+  verifier_.reset();
   {
     std::lock_guard<std::mutex> l(mu_);
     committed_commitment_ = checked;
@@ -452,10 +462,6 @@ Status TrustedReceiver::Commit(const uint8_t* trailer, size_t size) {
     if (!s.ok())
       return s.WithContext("committed version " + std::to_string(target_version_) +
                            " but could not record the version floor");
-  }
-  if (checked && !options_.signed_state_path.empty()) {
-    Status s = WriteSignedState(options_.signed_state_path, *verified);
-    if (!s.ok()) return s.WithContext("committed version " + std::to_string(target_version_));
   }
   return Status();
 }
