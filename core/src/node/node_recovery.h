@@ -99,8 +99,8 @@ class DurableReceiver {
   // host memory), holding version plan.base_version (-1 or 0: version 0) with the layout of
   // plan.receiver_base_path (its tensors and files; its bytes are the base only when the log
   // does not hold that version). `starts` is CountNodeStart's count. `faults` (may be null:
-  // none): the fault points (fault_points.h) told of every chunk application, under the journal
-  // and after it, and of the version log's commit steps. `carried` (may be null): what the
+  // none): the fault points (fault_points.h), whose chunk layers go under the journal and over
+  // it and which are told of the version log's commit steps. `carried` (may be null): what the
   // version before of this process handed on (TakeStorage); used when it is a HeldStorage of
   // the same log holding the base version and no delta, else freed first.
   // The storage is, in this order: the carried one; the version the log committed last when it
@@ -156,7 +156,8 @@ class DurableReceiver {
 
  private:
   DurableReceiver() = default;
-  class HookedReceiver;
+  class StorageHooks;
+  class HeaderHooks;
   // The storage from the log's last committed version `rec` (its bytes consumed).
   Status StorageFromRecovered(const std::shared_ptr<Device>& device, RecoveredVersion* rec);
   // Writes the storage's bytes as the log's image of `v` (VersionLoggingReceiver's write_image).
@@ -170,10 +171,12 @@ class DurableReceiver {
   std::atomic<bool> written_{false};  // a chunk reached the storage since its load / commit
   bool carried_ = false;
   std::unique_ptr<VersionLoggingReceiver> logging_;  // the log over the storage
-  std::unique_ptr<HookedReceiver> durable_layer_;    // fault points under the journal
+  std::unique_ptr<StorageHooks> hooks_;              // written_ kept, over the log
+  std::unique_ptr<Receiver> fault_inside_;           // fault points under the journal (or null)
   std::unique_ptr<ReceiverJournal> journal_;
   std::unique_ptr<JournaledReceiver> journaled_;
-  std::unique_ptr<Receiver> outer_;  // the inventory and target header, after each journaled apply
+  std::unique_ptr<Receiver> fault_outside_;  // fault points over the journal (or null)
+  std::unique_ptr<HeaderHooks> outer_;       // the inventory and target header at each Begin
   uint64_t base_number_ = 0;
   Inventory inventory_;        // of the delta begun (set by the outer layer's Begin)
   std::string target_header_;  // its single-file target's JSON header ("" sharded; ditto)
