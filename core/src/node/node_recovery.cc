@@ -161,8 +161,10 @@ Status DurableReceiver::StorageFromRecovered(const std::shared_ptr<Device>& devi
                                              RecoveredVersion* rec) {
   if (device == nullptr) {
     held_->image_ = std::move(rec->bytes);
-    held_->storage_ = std::make_unique<BufferReceiver>(ImageTensors(*layout_, held_->image_.data()),
-                                                       rec->version);
+    auto host = std::make_unique<BufferReceiver>(ImageTensors(*layout_, held_->image_.data()),
+                                                 rec->version);
+    held_->host_ = host.get();
+    held_->storage_ = std::move(host);
     return Status();
   }
   std::vector<const uint8_t*> at;
@@ -212,7 +214,7 @@ Status DurableReceiver::RecordTargetHeader() {
 
 StatusOr<std::unique_ptr<DurableReceiver>> DurableReceiver::Open(
     const NodePlan& plan, std::shared_ptr<Device> device, int starts, FaultPoints* faults,
-    std::unique_ptr<Receiver> carried) {
+    std::unique_ptr<HeldStorage> carried) {
   if (plan.receiver_base_path.empty()) {
     return InvalidArgumentError("plan.receiver_base_path: required for a delta receiver");
   }
@@ -234,8 +236,8 @@ StatusOr<std::unique_ptr<DurableReceiver>> DurableReceiver::Open(
 
   // 1. The storage this process kept from the version before.
   if (carried != nullptr) {
-    auto* h = dynamic_cast<HeldStorage*>(carried.get());
-    if (h != nullptr && h->log_dir_ == log_dir && h->layout_size_ == layout_size &&
+    HeldStorage* h = carried.get();
+    if (h->log_dir_ == log_dir && h->layout_size_ == layout_size &&
         (device == nullptr) == (h->device_ == nullptr) && !h->in_delta() &&
         h->held().number == r->base_number_ && h->log_->committed() == h->held()) {
       carried.release();
@@ -291,8 +293,10 @@ StatusOr<std::unique_ptr<DurableReceiver>> DurableReceiver::Open(
     if (device == nullptr) {
       if (bytes.empty()) bytes.assign(image, image + layout_size);
       r->held_->image_ = std::move(bytes);
-      r->held_->storage_ = std::make_unique<BufferReceiver>(
+      auto host = std::make_unique<BufferReceiver>(
           ImageTensors(*r->layout_, r->held_->image_.data()), base);
+      r->held_->host_ = host.get();
+      r->held_->storage_ = std::move(host);
     } else {
       auto d = MakeDeviceReceiver(device, *r->layout_, base.number);
       if (!d.ok()) return d.status().WithContext(who);
@@ -338,7 +342,7 @@ StatusOr<std::unique_ptr<DurableReceiver>> DurableReceiver::Open(
 
 Receiver* DurableReceiver::receiver() { return outer_.get(); }
 
-std::unique_ptr<Receiver> DurableReceiver::TakeStorage() {
+std::unique_ptr<HeldStorage> DurableReceiver::TakeStorage() {
   if (held_ == nullptr || written_.load() || held_->in_delta()) return nullptr;
   if (held_->log_->committed() != held_->held()) return nullptr;
   stats_taken_ = log_->stats();
