@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -20,9 +21,12 @@ namespace dcr::faults {
 class PlanFaultPoints : public internal::FaultPoints {
  public:
   void Arm(const NodePlan& plan, int starts) override;
-  void ChunkApplied(int64_t ordinal, bool inside) override;
+  std::unique_ptr<Receiver> ChunkLayer(Receiver* inner, bool inside) override;
   void BlobReached(uint64_t blob) override;
   void LogStep(internal::VersionLogStep step) override;
+  // A chunk application of 0-based ordinal `ordinal` returned in a layer (ChunkLayer's
+  // `inside`): the process ends when the plan's fault_kill_chunk and fault_kill_inside say so.
+  void ChunkApplied(int64_t ordinal, bool inside);
 
  private:
   std::mutex mu_;

@@ -58,6 +58,11 @@ class BufferApplier : public Applier {
   // position and value arrays are written and read back. `num_changes` (may be null) receives
   // the chunk's change count. Thread-safe as ApplyChunk.
   Status ApplyRecord(const uint8_t* data, size_t size, uint64_t* num_changes = nullptr);
+  // ApplyRecord for a record whose header the caller parsed: `header`, `header_size` and
+  // `record_size` are what ParseChunkHeader(data, size, ...) returned for these bytes, which the
+  // header is not parsed or checksummed from again. The same outcome as ApplyRecord.
+  Status ApplyParsedRecord(const uint8_t* data, size_t size, const ChunkHeader& header,
+                           size_t header_size, size_t record_size, uint64_t* num_changes = nullptr);
   // Also checks the target_range_hash over every covered element after applying (reads the whole
   // range). Default off.
   void set_verify_ranges(bool v) { verify_ranges_ = v; }

@@ -446,12 +446,17 @@ bool LooksContextCoded(const uint8_t* data, size_t size) {
 }  // namespace
 
 Status BufferApplier::ApplyRecord(const uint8_t* data, size_t size, uint64_t* num_changes) {
+  size_t hsize = 0, rsize = 0;
+  DCR_ASSIGN_OR_RETURN(ChunkHeader h, ParseChunkHeader(data, size, &hsize, &rsize));
+  return ApplyParsedRecord(data, size, h, hsize, rsize, num_changes);
+}
+
+Status BufferApplier::ApplyParsedRecord(const uint8_t* data, size_t size, const ChunkHeader& h,
+                                        size_t hsize, size_t rsize, uint64_t* num_changes) {
   // No exception leaves: an allocation the record asks for that fails is a Status.
   return internal::NoThrow("applying a chunk record", [&]() -> Status {
     if (LooksContextCoded(data, size)) {
       // Decoded against the buffers' current bits (the base), then applied as a plain chunk.
-      size_t hsize = 0, rsize = 0;
-      DCR_ASSIGN_OR_RETURN(ChunkHeader h, ParseChunkHeader(data, size, &hsize, &rsize));
       DCR_RETURN_IF_ERROR(CheckSegments(h, tensors_));
       if (num_changes != nullptr) *num_changes = h.num_changes;
       const int w = h.elem_width;
@@ -484,14 +489,10 @@ Status BufferApplier::ApplyRecord(const uint8_t* data, size_t size, uint64_t* nu
       DCR_RETURN_IF_ERROR(internal::DecodeContextRecord(data, size, base, bytes, &dc, false));
       return ApplyChunk(dc);
     }
-    {
-      // The segments fit the tensors before anything of the record is decoded.
-      DCR_ASSIGN_OR_RETURN(ChunkHeader bounds, ParseChunkHeader(data, size, nullptr, nullptr));
-      DCR_RETURN_IF_ERROR(CheckSegments(bounds, tensors_));
-    }
+    // The segments fit the tensors before anything of the record is decoded.
+    DCR_RETURN_IF_ERROR(CheckSegments(h, tensors_));
     internal::ChunkStreams cs;
-    DCR_RETURN_IF_ERROR(internal::DecodeChunkStreams(data, size, &cs));
-    const ChunkHeader& h = cs.header;
+    DCR_RETURN_IF_ERROR(internal::DecodeChunkStreams(data, size, h, hsize, rsize, &cs));
     if (num_changes != nullptr) *num_changes = h.num_changes;
     if (h.segments.size() != 1 || !h.segments[0].IsContiguous()) {
       // Batched small tensors and strided cells: the general path over expanded arrays.

@@ -290,6 +290,13 @@ namespace internal {
 Status DecodeChunkStreams(const uint8_t* data, size_t size, ChunkStreams* out) {
   size_t hsize = 0, rsize = 0;
   DCR_ASSIGN_OR_RETURN(ChunkHeader h, ParseChunkHeader(data, size, &hsize, &rsize));
+  return DecodeChunkStreams(data, size, h, hsize, rsize, out);
+}
+
+Status DecodeChunkStreams(const uint8_t* data, size_t size, const ChunkHeader& header, size_t hsize,
+                          size_t rsize, ChunkStreams* out) {
+  (void)size;  // ParseChunkHeader checked rsize <= size
+  const ChunkHeader& h = header;
   if (h.position_mode == PositionMode::kContext || h.position_mode == PositionMode::kContextV7) {
     return FailedPreconditionError("chunk " + std::to_string(h.chunk_id) +
                                    " is context-coded: it decodes only against its base bits "
@@ -356,7 +363,7 @@ Status DecodeChunkStreams(const uint8_t* data, size_t size, ChunkStreams* out) {
     }
   }
   for (int b = 0; b < 8; ++b) out->planes[b] = b < w ? raws[first_value + b] : nullptr;
-  out->header = std::move(h);
+  out->header = h;
   return Status::OK();
 }
 

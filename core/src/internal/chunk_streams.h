@@ -35,6 +35,11 @@ struct ChunkStreams {
 // left for PositionReader to find is a varint over 10 bytes or a position out of range.
 // kDataLoss on any inconsistency; never reads outside [data, data+size).
 Status DecodeChunkStreams(const uint8_t* data, size_t size, ChunkStreams* out);
+// The same for a record whose header the caller parsed: `header`, `header_size` and
+// `record_size` are what ParseChunkHeader(data, size, ...) returned for these bytes; the header
+// is not parsed or checksummed again (the payload checksum is checked).
+Status DecodeChunkStreams(const uint8_t* data, size_t size, const ChunkHeader& header,
+                          size_t header_size, size_t record_size, ChunkStreams* out);
 
 // Expands a chunk's streams into `out` (positions checked as they are expanded); the header is
 // moved into `out`.

@@ -1,7 +1,7 @@
 // The apply pool of a node: Apply actions through the node's receiver stack (receiver.h), run on
 // a pool; completions are posted to the node's EventQueue.
 //
-// Thread safety: Open, Adopt, Release from the node's event thread with no job running; Apply
+// Thread safety: Open, Release from the node's event thread with no job running; Apply
 // and Repair from the event thread (the jobs run concurrently for distinct chunks).
 #ifndef DCR_CORE_SRC_NODE_APPLY_JOBS_H_
 #define DCR_CORE_SRC_NODE_APPLY_JOBS_H_
@@ -21,6 +21,7 @@
 #include "node/event_queue.h"
 #include "node/node_recovery.h"
 #include "node/node_state.h"
+#include "node/receiver_stack.h"
 #include "node/work_pool.h"
 
 namespace dcr::internal {
@@ -29,23 +30,15 @@ class ApplyJobs {
  public:
   ApplyJobs(NodeState* state, EventQueue* queue) : state_(state), queue_(queue) {}
 
-  // The receiver of `plan`, in host memory for device "cpu", else in the memory of
-  // OpenDevice(plan.device, plan.device_index): delta: holds plan.receiver_base_path (a device
-  // that cannot be opened or cannot hold the base fails here, before the node takes part in the
-  // refit); full: the file image, loaded onto the device at commit.
-  // With plan.state_dir (delta): the node_recovery.h DurableReceiver (journal and version log;
-  // storage in the process), at start number `starts`, applying to `carried` (the storage this
-  // process kept from the version before, DurableReceiver::TakeStorage) when it holds the base.
-  Status Open(const NodePlan& plan, int starts, std::unique_ptr<Receiver> carried = nullptr);
-  // A receiver that stays up across versions: the storage of the version before (`backend`)
-  // instead of one loaded from plan.receiver_base_path.
-  Status Adopt(std::unique_ptr<Receiver> backend, const NodePlan& plan);
-  // Hands the storage back once the pool has stopped (null when none was opened; for a
-  // DurableReceiver, its storage and version log when the storage holds the version the log
-  // committed: DurableReceiver::TakeStorage).
-  std::unique_ptr<Receiver> Release();
+  // Opens the receiver stack of `plan` (receiver_stack.h OpenReceiverStack: at start number
+  // `starts`, over `carried`, what the version before of this process handed on) and starts the
+  // pool.
+  Status Open(const NodePlan& plan, int starts, ReceiverStack carried = ReceiverStack());
+  // Hands the stack on once the pool has stopped (ReleaseReceiverStack; empty when none was
+  // opened).
+  ReceiverStack Release();
   bool open() const { return rx_ != nullptr; }
-  internal::DurableReceiver* durable() { return durable_.get(); }
+  internal::DurableReceiver* durable() { return stack_.durable.get(); }
   void Apply(const BlobPtr& b) {
     pool_.Submit([this, b] { ApplyJob(b); });
   }
@@ -67,7 +60,7 @@ class ApplyJobs {
   std::optional<Sha256Digest> ReportedCommitment(bool compute) const;
   void Stop() { pool_.Stop(); }
   // The receiver's version floor (plan.version_floor_path); null without one.
-  const VersionFloor* floor() const { return floor_.get(); }
+  const VersionFloor* floor() const { return stack_.floor.get(); }
 
  private:
   void ApplyJob(const BlobPtr& b);
@@ -77,10 +70,8 @@ class ApplyJobs {
 
   NodeState* state_;
   EventQueue* queue_;
-  std::unique_ptr<Receiver> backend_;
-  std::unique_ptr<VersionFloor> floor_;
-  std::unique_ptr<internal::DurableReceiver> durable_;
-  Receiver* rx_ = nullptr;  // backend_, or durable_'s journaled receiver
+  ReceiverStack stack_;
+  Receiver* rx_ = nullptr;  // stack_.outer
   std::atomic<uint64_t> repairs_{0};
   WorkPool pool_;
 };

@@ -160,27 +160,15 @@ StatusOr<StoredVersion> InspectStoredVersion(ObjectStore* store, const std::stri
   return out;
 }
 
-namespace {
-
-const Receiver* Unwrapped(const Receiver& storage) {
-  const Receiver* r = &storage;
-  if (const auto* t = dynamic_cast<const TrustedReceiver*>(r)) r = t->inner();
-  return r;
-}
-
-const BufferReceiver* HostStorage(const Receiver& storage) {
-  return dynamic_cast<const BufferReceiver*>(Unwrapped(storage));
-}
-
-}  // namespace
-
-StatusOr<std::vector<uint8_t>> FullFrameImage(const Receiver& storage) {
-  const BufferReceiver* host = HostStorage(storage);
-  const auto* device = dynamic_cast<const DeviceReceiver*>(Unwrapped(storage));
+StatusOr<std::vector<uint8_t>> FullFrameImage(const StorageLayer& storage) {
+  const BufferReceiver* host = storage.host;
+  const DeviceReceiver* device = storage.device;
   if (host == nullptr && device == nullptr) {
     return UnimplementedError("full frame: the storage is neither host memory nor a device's");
   }
-  if (storage.in_delta()) return FailedPreconditionError("full frame: a delta is in progress");
+  if (storage.receiver()->in_delta()) {
+    return FailedPreconditionError("full frame: a delta is in progress");
+  }
   std::vector<TensorView> views;
   std::vector<std::vector<uint8_t>> downloaded;  // a device's tensors, copied to host memory
   if (host != nullptr) {
@@ -205,7 +193,7 @@ StatusOr<std::vector<uint8_t>> FullFrameImage(const Receiver& storage) {
 }
 
 StatusOr<uint64_t> PutFullFrame(ObjectStore* store, const std::string& prefix,
-                                const Receiver& storage) {
+                                const StorageLayer& storage) {
   DCR_ASSIGN_OR_RETURN(const std::vector<uint8_t> image, FullFrameImage(storage));
   DCR_RETURN_IF_ERROR(store->Put(FullFrameKey(prefix), image.data(), image.size()));
   return static_cast<uint64_t>(image.size());
@@ -441,7 +429,7 @@ std::vector<CommitReport> CollectRegionReports(ObjectStore* store, const std::st
 }
 
 StatusOr<int> ServeFullFrameRequests(ObjectStore* store, const NodePlan& plan,
-                                     const std::string& prefix, const Receiver& storage) {
+                                     const std::string& prefix, const StorageLayer& storage) {
   const std::string dir = CatchUpRoot(plan) + "/catch-up/requests/";
   DCR_ASSIGN_OR_RETURN(std::vector<ObjectInfo> pending, store->List(dir));
   if (pending.empty()) return 0;
@@ -481,14 +469,14 @@ NodePlan VersionPlan(const NodePlan& plan, const NodeVersion& v) {
 
 namespace {
 
-// The commitment root `storage` holds: the signed one its last commit checked, else (with
+// The commitment root `stack` holds: the signed one its last commit checked, else (with
 // `compute`) computed now; nullopt when neither (a storage whose commitment cannot be computed).
-std::optional<Sha256Digest> HeldRoot(const Receiver& storage, bool compute) {
-  if (const auto* trusted = dynamic_cast<const TrustedReceiver*>(&storage)) {
-    if (auto checked = trusted->committed_commitment()) return checked;
+std::optional<Sha256Digest> HeldRoot(const ReceiverStack& stack, bool compute) {
+  if (stack.trust != nullptr) {
+    if (auto checked = stack.trust->committed_commitment()) return checked;
   }
   if (!compute) return std::nullopt;
-  auto held = HeldCommitment(storage, 0);
+  auto held = HeldCommitment(*stack.outer, 0);
   if (!held.ok()) return std::nullopt;
   return held->root;
 }
@@ -497,8 +485,8 @@ std::optional<Sha256Digest> HeldRoot(const Receiver& storage, bool compute) {
 // device; behind the plan's trust checks), verifies it and leaves its commit report; `fr` is the
 // version's result, `dense_bytes` gets the frame's tensor bytes.
 Status TakeFullFrame(const NodePlan& plan, ObjectStore* store, const NodeVersion& fv,
-                     const std::string& why, const TlsContext* signer,
-                     std::unique_ptr<Receiver>* storage, NodeResult* fr, uint64_t* dense_bytes) {
+                     const std::string& why, const TlsContext* signer, ReceiverStack* storage,
+                     NodeResult* fr, uint64_t* dense_bytes) {
   fr->t_start = WallNow();
   const std::string who = "receiver " + std::to_string(plan.rank);
   FrameTrust trust;
@@ -517,48 +505,36 @@ Status TakeFullFrame(const NodePlan& plan, ObjectStore* store, const NodeVersion
   auto frame = FetchFullFrameCheckpoint(store, fv.prefix, fv.version, &fr->bytes_received, &trust);
   if (!frame.ok()) return frame.status().WithContext(who);
   *dense_bytes = (*frame)->total_tensor_bytes();
-  // The frame is loaded where the receiver holds its weights: host memory, or its device.
-  std::unique_ptr<Receiver> held;
-  DCR_ASSIGN_OR_RETURN(DeviceKind kind, ParseDeviceKind(plan.device));
-  if (kind == DeviceKind::kCpu) {
-    held = BufferReceiver::Copy(**frame, fv.version);
-  } else {
-    auto device = OpenDevice(kind, plan.device_index);
-    if (!device.ok()) return device.status().WithContext(who + " on device " + plan.device);
-    auto d = MakeDeviceReceiver(std::shared_ptr<Device>(std::move(*device)), **frame, fv.version);
-    if (!d.ok())
-      return d.status().WithContext(who + ": loading the full frame onto " + plan.device);
-    held = std::move(*d);
-  }
+  // The frame is loaded where the receiver holds its weights (host memory, or its device), behind
+  // the plan's trust.
+  DCR_ASSIGN_OR_RETURN(*storage, LoadedReceiverStack(plan, **frame, fv.version));
   frame->reset();
-  std::unique_ptr<VersionFloor> floor;
-  DCR_ASSIGN_OR_RETURN(*storage, WithPlanTrust(plan, std::move(held), &floor));
   fr->t_first_blob = fr->t_start;
   fr->t_last_blob = fr->t_commit = WallNow();
   fr->ok = true;
   fr->catch_up = "full_frame";
   fr->recovery_log = why;
   if (!fv.verify_path.empty()) {
-    Status vs = VerifyFile(**storage, fv.verify_path);
+    Status vs = VerifyFile(*storage->outer, fv.verify_path);
     fr->verified = vs.ok();
     fr->verify_message = vs.ok() ? "byte-for-byte equal to the target" : vs.message();
   }
-  const std::string onto = kind == DeviceKind::kCpu ? "" : " onto device " + plan.device;
+  const std::string onto = storage->storage.device == nullptr ? "" : " onto device " + plan.device;
   std::fprintf(
       stderr,
       "receiver %d: full frame of version %llu from the in-region store (%llu bytes)%s: %s\n",
       plan.rank, static_cast<unsigned long long>(fv.version),
       static_cast<unsigned long long>(fr->bytes_received), onto.c_str(), why.c_str());
   // The root of what it loaded (the frame was checked against the signed one with a trust key).
-  DCR_ASSIGN_OR_RETURN(const Commitment root, HeldCommitment(**storage, 0));
+  DCR_ASSIGN_OR_RETURN(const Commitment root, HeldCommitment(*storage->outer, 0));
   return PutRegionReport(store, fv.prefix, plan.rank, plan.run_id, fv.version,
-                         (*storage)->held().hash, root.root, signer);
+                         storage->outer->held().hash, root.root, signer);
 }
 
 // A recovering region receiver's full frame of `version` made durable: the image of `storage`
 // written under the version's state directory, adopted as the committed checkpoint it holds.
 Status KeepFullFrame(const NodePlan& plan, VersionRecovery* recovery, uint64_t version,
-                     const Receiver& storage) {
+                     const StorageLayer& storage) {
   DCR_ASSIGN_OR_RETURN(const std::vector<uint8_t> image, FullFrameImage(storage));
   const std::string path = VersionStateDir(plan.state_dir, version) + "/rank-" +
                            std::to_string(plan.rank) + ".committed.safetensors";
@@ -598,7 +574,7 @@ Status RunRegionReceiverVersions(const NodePlan& plan, NodeResult* result) {
   // Its reports carry the commitment root of what it holds, computed when its commit did not
   // check one, whenever a sender may take them as proof (signed, or of a signed run).
   const bool prove = signer != nullptr || !plan.trust_key.empty();
-  std::unique_ptr<Receiver> storage;  // null until the first version (or frame) is held
+  ReceiverStack storage;  // empty until the first version (or frame) is held
   bool requested = false;
   bool catching_up = false;
   bool returning = false;  // caught up (replay or frame), not yet announced
@@ -712,7 +688,7 @@ Status RunRegionReceiverVersions(const NodePlan& plan, NodeResult* result) {
       s = TakeFullFrame(plan, store.get(), plan.versions[k], step.why, signer.get(), &storage, &fr,
                         &frame_dense);
       if (s.ok() && recovery != nullptr) {
-        s = KeepFullFrame(plan, recovery.get(), plan.versions[k].version, *storage);
+        s = KeepFullFrame(plan, recovery.get(), plan.versions[k].version, storage.storage);
       }
       if (s.ok()) {
         held = plan.versions[k].version;
@@ -726,7 +702,7 @@ Status RunRegionReceiverVersions(const NodePlan& plan, NodeResult* result) {
       if (s.ok()) s = w;
       *result = fr;
       requested = false;
-      if (recovery != nullptr) storage.reset();  // the next version starts from the file
+      if (recovery != nullptr) storage = ReceiverStack();  // the next version starts from the file
       i = k;
       continue;
     }
@@ -793,10 +769,10 @@ Status RunRegionReceiverVersions(const NodePlan& plan, NodeResult* result) {
                               r.target_hash, root, signer.get());
         }
       }
-    } else if (s.ok() && storage != nullptr) {
-      held = storage->held().number;
+    } else if (s.ok() && storage.outer != nullptr) {
+      held = storage.outer->held().number;
       s = PutRegionReport(store.get(), v.prefix, plan.rank, plan.run_id, v.version,
-                          storage->held().hash, HeldRoot(*storage, prove), signer.get());
+                          storage.outer->held().hash, HeldRoot(storage, prove), signer.get());
     }
     Status w = WriteResultFile(v.result_path, r);
     if (s.ok()) s = w;

@@ -33,6 +33,7 @@
 #include "dcr/receiver.h"
 #include "dcr/signing.h"
 #include "dcr/status.h"
+#include "node/receiver_stack.h"
 
 namespace dcr::internal {
 
@@ -101,21 +102,21 @@ std::vector<int> TakeReturning(ObjectStore* store, const std::string& root);
 StatusOr<StoredVersion> InspectStoredVersion(ObjectStore* store, const std::string& prefix,
                                              uint64_t number);
 
-// Puts a full frame of what `storage` holds (a BufferReceiver in host memory or a DeviceReceiver,
-// possibly behind a TrustedReceiver) at FullFrameKey(prefix); a device's tensors are downloaded
-// into host memory first (the frame is a host-side image either way). Returns the bytes put.
-// kUnimplemented for another storage; kFailedPrecondition with a delta in progress; the
-// device's and the store's errors.
+// Puts a full frame of what `storage` holds (a stack's storage layer: a BufferReceiver in host
+// memory or a DeviceReceiver) at FullFrameKey(prefix); a device's tensors are downloaded into
+// host memory first (the frame is a host-side image either way). Returns the bytes put.
+// kUnimplemented for no storage; kFailedPrecondition with a delta in progress; the device's and
+// the store's errors.
 StatusOr<uint64_t> PutFullFrame(ObjectStore* store, const std::string& prefix,
-                                const Receiver& storage);
+                                const StorageLayer& storage);
 // The same for a checkpoint file (a recovering holder's committed checkpoint of the version,
 // version_state.h): a single safetensors file is put as it is, a sharded one as one image of its
 // tensors. Errors: Checkpoint::Open's, the store's.
 StatusOr<uint64_t> PutFullFrameOfCheckpoint(ObjectStore* store, const std::string& prefix,
                                             const std::string& checkpoint_path);
-// The safetensors image of a host-memory receiver's tensors (what PutFullFrame puts).
-// kUnimplemented for storage in device memory.
-StatusOr<std::vector<uint8_t>> FullFrameImage(const Receiver& storage);
+// The safetensors image of a storage layer's tensors (what PutFullFrame puts); errors as
+// PutFullFrame's but the store's.
+StatusOr<std::vector<uint8_t>> FullFrameImage(const StorageLayer& storage);
 
 // Whom a full frame must come from: the trainer whose key signed the version's stream.
 struct FrameTrust {
@@ -195,7 +196,7 @@ std::vector<CommitReport> CollectRegionReports(ObjectStore* store, const std::st
 // pending under CatchUpRoot(plan), puts a full frame of `storage` (version `prefix`'s) and
 // removes the requests it saw. Returns how many requests it served (0: none pending).
 StatusOr<int> ServeFullFrameRequests(ObjectStore* store, const NodePlan& plan,
-                                     const std::string& prefix, const Receiver& storage);
+                                     const std::string& prefix, const StorageLayer& storage);
 // The same for a recovering holder, from the committed checkpoint of the version it holds
 // (PutFullFrameOfCheckpoint).
 StatusOr<int> ServeFullFrameRequestsFromCheckpoint(ObjectStore* store, const NodePlan& plan,

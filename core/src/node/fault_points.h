@@ -6,14 +6,17 @@
 //
 // Thread safety: InstallFaultPoints before any node runs; InstalledFaultPoints from any thread.
 // An implementation's Arm is called from a node's event thread before its receiver applies
-// anything; ChunkApplied from its apply threads (concurrently for distinct chunks); BlobReached
-// from its event thread.
+// anything; ChunkLayer from the thread that opens a node's receiver; BlobReached from its event
+// thread; its chunk layers are called as receiver.h says (ApplyRecord concurrently for distinct
+// chunks).
 #ifndef DCR_CORE_SRC_NODE_FAULT_POINTS_H_
 #define DCR_CORE_SRC_NODE_FAULT_POINTS_H_
 
 #include <cstdint>
+#include <memory>
 
 #include "dcr/node.h"
+#include "dcr/receiver.h"
 #include "receivers/version_log.h"
 
 namespace dcr::internal {
@@ -24,10 +27,12 @@ class FaultPoints {
   // A node of `plan` sets up; `starts` is its start count (1 = first start). Fault points apply
   // to the first start only.
   virtual void Arm(const NodePlan& plan, int starts) = 0;
-  // A recovering delta receiver's chunk application of 0-based ordinal `ordinal` returned: from
-  // the storage under the journal when `inside` (after the journal's Begin record and the
-  // chunk's writes, before its End record), else from the journaled application.
-  virtual void ChunkApplied(int64_t ordinal, bool inside) = 0;
+  // A layer of a recovering delta receiver (node_recovery.h DurableReceiver) over `inner`, which
+  // is not owned and outlives the layer: it forwards every call to `inner` and may end the
+  // process when a chunk application returns (the 0-based ordinal of the ApplyRecord calls the
+  // layer saw). `inside`: the layer is under the journal (a chunk's return there is after the
+  // journal's Begin record and the chunk's writes, before its End record); else over it.
+  virtual std::unique_ptr<Receiver> ChunkLayer(Receiver* inner, bool inside) = 0;
   // A relay holds blob `blob` whole, or the sender first sends (or puts) blob `blob`.
   virtual void BlobReached(uint64_t blob) = 0;
   // A durable receiver's version log reached `step` of a commit (receivers/version_log.h), from

@@ -48,29 +48,56 @@ StatusOr<int> CountNodeStart(const std::string& state_dir, int rank) {
   return count;
 }
 
-// A Receiver decorator: `on_commit` after the inner commit (the version's durability is below:
-// the storage is reset to "not written"); after each chunk record the inner receiver applied,
-// the fault points (fault_points.h) told of the application (its 0-based ordinal;
-// `inside_layer`: this layer is under the journal); at each Begin, `*inventory` and
-// `*target_header` set from the delta's header and `on_begin` run.
-class DurableReceiver::HookedReceiver : public Receiver {
+// The layers DurableReceiver builds over its storage. Each forwards what it does not name.
+
+// Over the version log, under the journal: the durability bookkeeping of the storage. A chunk
+// record that reaches the storage within a delta marks it written (ReloadCommitted then reloads
+// the committed version; TakeStorage hands on only unwritten storage); a commit marks it clean
+// again (the log below holds the version it now holds).
+class DurableReceiver::StorageHooks : public Receiver {
  public:
-  // `inventory` (may be null) is set to the inventory of every delta begun; `written` (may be
-  // null) is set when a chunk record reaches the inner receiver; `faults` may be null (none).
-  // `target_header` (may be null) is set to the target's safetensors JSON header of every
-  // delta begun ("" for a sharded target).
-  HookedReceiver(Receiver* inner, FaultPoints* faults, bool inside_layer,
-                 std::function<Status()> on_commit, Inventory* inventory,
-                 std::atomic<bool>* written = nullptr, std::string* target_header = nullptr,
-                 std::function<Status()> on_begin = {})
+  // Neither pointer is owned; both must outlive this object.
+  StorageHooks(Receiver* inner, std::atomic<bool>* written) : inner_(inner), written_(written) {}
+  Status Begin(const uint8_t* h, size_t n) override { return inner_->Begin(h, n); }
+  Status ApplyRecord(const uint8_t* r, size_t n) override {
+    // Outside a delta (a chunk delivered again after the commit) the storage refuses it unwritten.
+    if (inner_->in_delta()) written_->store(true);
+    return inner_->ApplyRecord(r, n);
+  }
+  Status Commit(const uint8_t* t, size_t n) override {
+    DCR_RETURN_IF_ERROR(inner_->Commit(t, n));
+    written_->store(false);  // the storage holds the committed version again
+    return Status();
+  }
+  void Abort() override { inner_->Abort(); }
+  Status MarkApplied(uint64_t id, const Hash128& d) override { return inner_->MarkApplied(id, d); }
+  Status Verify(const Checkpoint& target) const override { return inner_->Verify(target); }
+  const Receiver* storage() const override { return inner_->storage(); }
+  VersionId held() const override { return inner_->held(); }
+  bool in_delta() const override { return inner_->in_delta(); }
+  std::vector<uint64_t> MissingChunks(const Trailer& t) const override {
+    return inner_->MissingChunks(t);
+  }
+
+ private:
+  Receiver* inner_;
+  std::atomic<bool>* written_;
+};
+
+// Over the journal: at each Begin, after the inner one, `*inventory` and `*target_header` set
+// from the delta's header and `on_begin` run. Also the handle a decorator that owns what it
+// wraps holds (DurableReceiver::Handle: no inventory, no target header, no on_begin).
+class DurableReceiver::HeaderHooks : public Receiver {
+ public:
+  // `inner` is not owned and must outlive this object; `inventory` and `target_header` (may be
+  // null) get the inventory and the target's safetensors JSON header ("" for a sharded target)
+  // of every delta begun.
+  HeaderHooks(Receiver* inner, Inventory* inventory, std::string* target_header,
+              std::function<Status()> on_begin)
       : inner_(inner),
-        faults_(faults),
-        inside_layer_(inside_layer),
-        on_commit_(std::move(on_commit)),
-        on_begin_(std::move(on_begin)),
         inventory_(inventory),
         target_header_(target_header),
-        written_(written) {}
+        on_begin_(std::move(on_begin)) {}
   Status Begin(const uint8_t* h, size_t n) override {
     DCR_RETURN_IF_ERROR(inner_->Begin(h, n));
     if (inventory_ != nullptr || target_header_ != nullptr) {
@@ -86,27 +113,12 @@ class DurableReceiver::HookedReceiver : public Receiver {
     if (on_begin_) DCR_RETURN_IF_ERROR(on_begin_());
     return Status();
   }
-  Status ApplyRecord(const uint8_t* r, size_t n) override {
-    const int64_t ord = ordinal_.fetch_add(1);
-    // Outside a delta (a chunk delivered again after the commit) the storage refuses it unwritten.
-    if (written_ != nullptr && inner_->in_delta()) written_->store(true);
-    Status s = inner_->ApplyRecord(r, n);
-    if (faults_ != nullptr) faults_->ChunkApplied(ord, inside_layer_);
-    return s;
-  }
-  Status Commit(const uint8_t* t, size_t n) override {
-    DCR_RETURN_IF_ERROR(inner_->Commit(t, n));
-    if (on_commit_) DCR_RETURN_IF_ERROR(on_commit_());
-    return Status();
-  }
+  Status ApplyRecord(const uint8_t* r, size_t n) override { return inner_->ApplyRecord(r, n); }
+  Status Commit(const uint8_t* t, size_t n) override { return inner_->Commit(t, n); }
   void Abort() override { inner_->Abort(); }
   Status MarkApplied(uint64_t id, const Hash128& d) override { return inner_->MarkApplied(id, d); }
   Status Verify(const Checkpoint& target) const override { return inner_->Verify(target); }
-  const Receiver* storage() const override {
-    return storage_ != nullptr ? storage_ : inner_->storage();
-  }
-  // The storage this receiver's chain writes to, when the chain does not say (a journal).
-  void set_storage(const Receiver* storage) { storage_ = storage; }
+  const Receiver* storage() const override { return inner_->storage(); }
   VersionId held() const override { return inner_->held(); }
   bool in_delta() const override { return inner_->in_delta(); }
   std::vector<uint64_t> MissingChunks(const Trailer& t) const override {
@@ -115,15 +127,9 @@ class DurableReceiver::HookedReceiver : public Receiver {
 
  private:
   Receiver* inner_;
-  const Receiver* storage_ = nullptr;
-  FaultPoints* faults_;
-  bool inside_layer_;
-  std::function<Status()> on_commit_;
-  std::function<Status()> on_begin_;
   Inventory* inventory_;
   std::string* target_header_;
-  std::atomic<bool>* written_;
-  std::atomic<int64_t> ordinal_{0};
+  std::function<Status()> on_begin_;
 };
 
 HeldStorage::~HeldStorage() {
@@ -132,8 +138,10 @@ HeldStorage::~HeldStorage() {
 
 DurableReceiver::~DurableReceiver() {
   outer_.reset();
+  fault_outside_.reset();
   journaled_.reset();
-  durable_layer_.reset();
+  fault_inside_.reset();
+  hooks_.reset();
   logging_.reset();
   held_.reset();
 }
@@ -142,8 +150,10 @@ Status DurableReceiver::StorageFromRecovered(const std::shared_ptr<Device>& devi
                                              RecoveredVersion* rec) {
   if (device == nullptr) {
     held_->image_ = std::move(rec->bytes);
-    held_->storage_ = std::make_unique<BufferReceiver>(ImageTensors(*layout_, held_->image_.data()),
-                                                       rec->version);
+    auto host = std::make_unique<BufferReceiver>(ImageTensors(*layout_, held_->image_.data()),
+                                                 rec->version);
+    held_->host_ = host.get();
+    held_->storage_ = std::move(host);
     return Status();
   }
   std::vector<const uint8_t*> at;
@@ -193,7 +203,7 @@ Status DurableReceiver::RecordTargetHeader() {
 
 StatusOr<std::unique_ptr<DurableReceiver>> DurableReceiver::Open(
     const NodePlan& plan, std::shared_ptr<Device> device, int starts, FaultPoints* faults,
-    std::unique_ptr<Receiver> carried) {
+    std::unique_ptr<HeldStorage> carried) {
   if (plan.receiver_base_path.empty()) {
     return InvalidArgumentError("plan.receiver_base_path: required for a delta receiver");
   }
@@ -215,8 +225,8 @@ StatusOr<std::unique_ptr<DurableReceiver>> DurableReceiver::Open(
 
   // 1. The storage this process kept from the version before.
   if (carried != nullptr) {
-    auto* h = dynamic_cast<HeldStorage*>(carried.get());
-    if (h != nullptr && h->log_dir_ == log_dir && h->layout_size_ == layout_size &&
+    HeldStorage* h = carried.get();
+    if (h->log_dir_ == log_dir && h->layout_size_ == layout_size &&
         (device == nullptr) == (h->device_ == nullptr) && !h->in_delta() &&
         h->held().number == r->base_number_ && h->log_->committed() == h->held()) {
       carried.release();
@@ -272,8 +282,10 @@ StatusOr<std::unique_ptr<DurableReceiver>> DurableReceiver::Open(
     if (device == nullptr) {
       if (bytes.empty()) bytes.assign(image, image + layout_size);
       r->held_->image_ = std::move(bytes);
-      r->held_->storage_ = std::make_unique<BufferReceiver>(
+      auto host = std::make_unique<BufferReceiver>(
           ImageTensors(*r->layout_, r->held_->image_.data()), base);
+      r->held_->host_ = host.get();
+      r->held_->storage_ = std::move(host);
     } else {
       auto d = MakeDeviceReceiver(device, *r->layout_, base.number);
       if (!d.ok()) return d.status().WithContext(who);
@@ -294,27 +306,32 @@ StatusOr<std::unique_ptr<DurableReceiver>> DurableReceiver::Open(
   r->restart_.target_committed = held.number != r->base_number_;
   r->log_ = r->held_->log_.get();
   r->stats_at_open_ = r->log_->stats();
+  // Storage, version log, durability hooks, [fault points], journal, [fault points], header
+  // hooks: the fault points' layers only where a fault build installed them (fault_points.h).
   r->logging_ = std::make_unique<VersionLoggingReceiver>(
       r->held_->storage_.get(), r->held_->log_.get(),
       [p = r.get()](VersionLog* log, const VersionId& v) { return p->WriteImage(log, v); });
-  r->durable_layer_ = std::make_unique<HookedReceiver>(
-      r->logging_.get(), faults, true,
-      [p = r.get()] {
-        p->written_ = false;  // the storage holds the committed version again
-        return Status();
-      },
-      nullptr, &r->written_);
-  r->journaled_ = std::make_unique<JournaledReceiver>(r->durable_layer_.get(), r->journal_.get());
-  r->outer_ = std::make_unique<HookedReceiver>(r->journaled_.get(), faults, false, nullptr,
-                                               &r->inventory_, nullptr, &r->target_header_,
-                                               [p = r.get()] { return p->RecordTargetHeader(); });
+  r->hooks_ = std::make_unique<StorageHooks>(r->logging_.get(), &r->written_);
+  Receiver* under_journal = r->hooks_.get();
+  if (faults != nullptr) {
+    r->fault_inside_ = faults->ChunkLayer(under_journal, true);
+    under_journal = r->fault_inside_.get();
+  }
+  r->journaled_ = std::make_unique<JournaledReceiver>(under_journal, r->journal_.get());
+  Receiver* over_journal = r->journaled_.get();
+  if (faults != nullptr) {
+    r->fault_outside_ = faults->ChunkLayer(over_journal, false);
+    over_journal = r->fault_outside_.get();
+  }
+  r->outer_ = std::make_unique<HeaderHooks>(over_journal, &r->inventory_, &r->target_header_,
+                                            [p = r.get()] { return p->RecordTargetHeader(); });
   r->write_bytes0_ = write_bytes0;
   return r;
 }
 
 Receiver* DurableReceiver::receiver() { return outer_.get(); }
 
-std::unique_ptr<Receiver> DurableReceiver::TakeStorage() {
+std::unique_ptr<HeldStorage> DurableReceiver::TakeStorage() {
   if (held_ == nullptr || written_.load() || held_->in_delta()) return nullptr;
   if (held_->log_->committed() != held_->held()) return nullptr;
   stats_taken_ = log_->stats();
@@ -323,9 +340,7 @@ std::unique_ptr<Receiver> DurableReceiver::TakeStorage() {
 }
 
 std::unique_ptr<Receiver> DurableReceiver::Handle() {
-  auto handle = std::make_unique<HookedReceiver>(outer_.get(), nullptr, false, nullptr, nullptr);
-  handle->set_storage(held_->storage_.get());
-  return handle;
+  return std::make_unique<HeaderHooks>(outer_.get(), nullptr, nullptr, nullptr);
 }
 
 Status DurableReceiver::ReloadCommitted() {

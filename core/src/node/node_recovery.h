@@ -87,6 +87,7 @@ class HeldStorage final : public Receiver {
   HeldStorage() = default;
   std::vector<uint8_t> image_;         // "cpu": the storage, the layout's files back to back
   std::unique_ptr<Receiver> storage_;  // a BufferReceiver over image_, or the device's receiver
+  BufferReceiver* host_ = nullptr;     // storage_ in host memory (null on a device)
   DeviceReceiver* device_ = nullptr;   // storage_ on a device (null on "cpu")
   std::unique_ptr<VersionLog> log_;
   std::string log_dir_;
@@ -99,10 +100,10 @@ class DurableReceiver {
   // host memory), holding version plan.base_version (-1 or 0: version 0) with the layout of
   // plan.receiver_base_path (its tensors and files; its bytes are the base only when the log
   // does not hold that version). `starts` is CountNodeStart's count. `faults` (may be null:
-  // none): the fault points (fault_points.h) told of every chunk application, under the journal
-  // and after it, and of the version log's commit steps. `carried` (may be null): what the
-  // version before of this process handed on (TakeStorage); used when it is a HeldStorage of
-  // the same log holding the base version and no delta, else freed first.
+  // none): the fault points (fault_points.h), whose chunk layers go under the journal and over
+  // it and which are told of the version log's commit steps. `carried` (may be null): what the
+  // version before of this process handed on (TakeStorage); used when it is of the same log
+  // and holds the base version and no delta, else freed first.
   // The storage is, in this order: the carried one; the version the log committed last when it
   // is the base (or, on a restart, the target: target_committed()); else the bytes of
   // plan.receiver_base_path as the base, which also start a fresh log.
@@ -111,7 +112,7 @@ class DurableReceiver {
   // error only when the base file cannot replace it), errno errors.
   static StatusOr<std::unique_ptr<DurableReceiver>> Open(
       const NodePlan& plan, std::shared_ptr<Device> device, int starts, FaultPoints* faults,
-      std::unique_ptr<Receiver> carried = nullptr);
+      std::unique_ptr<HeldStorage> carried = nullptr);
   ~DurableReceiver();
 
   // The journaled receiver the node applies through.
@@ -152,11 +153,16 @@ class DurableReceiver {
   // The storage and its log for the next version of this process, when the storage holds the
   // version the log committed last and no delta: null otherwise. REQUIRES: no call runs or
   // follows through receiver() or Handle(); stats() and the queries stay usable.
-  std::unique_ptr<Receiver> TakeStorage();
+  std::unique_ptr<HeldStorage> TakeStorage();
+  // The storage under the layers: in host memory (null on a device), on a device (null on
+  // "cpu"). REQUIRES: TakeStorage has not handed it on.
+  const BufferReceiver* host_storage() const { return held_->host_; }
+  const DeviceReceiver* device_storage() const { return held_->device_; }
 
  private:
   DurableReceiver() = default;
-  class HookedReceiver;
+  class StorageHooks;
+  class HeaderHooks;
   // The storage from the log's last committed version `rec` (its bytes consumed).
   Status StorageFromRecovered(const std::shared_ptr<Device>& device, RecoveredVersion* rec);
   // Writes the storage's bytes as the log's image of `v` (VersionLoggingReceiver's write_image).
@@ -170,10 +176,12 @@ class DurableReceiver {
   std::atomic<bool> written_{false};  // a chunk reached the storage since its load / commit
   bool carried_ = false;
   std::unique_ptr<VersionLoggingReceiver> logging_;  // the log over the storage
-  std::unique_ptr<HookedReceiver> durable_layer_;    // fault points under the journal
+  std::unique_ptr<StorageHooks> hooks_;              // written_ kept, over the log
+  std::unique_ptr<Receiver> fault_inside_;           // fault points under the journal (or null)
   std::unique_ptr<ReceiverJournal> journal_;
   std::unique_ptr<JournaledReceiver> journaled_;
-  std::unique_ptr<Receiver> outer_;  // the inventory and target header, after each journaled apply
+  std::unique_ptr<Receiver> fault_outside_;  // fault points over the journal (or null)
+  std::unique_ptr<HeaderHooks> outer_;       // the inventory and target header at each Begin
   uint64_t base_number_ = 0;
   Inventory inventory_;        // of the delta begun (set by the outer layer's Begin)
   std::string target_header_;  // its single-file target's JSON header ("" sharded; ditto)

@@ -206,7 +206,7 @@ TEST_P(DurableTest, CommittedStorageCarriesIntoTheNextVersionAndMaterializesTheT
   ASSERT_TRUE(rec.ok()) << rec.status().ToString();
   NodePlan p1 = plan_;
   (*rec)->Prepare(lp.versions[0], 0, &p1);
-  std::unique_ptr<Receiver> carried;
+  std::unique_ptr<HeldStorage> carried;
   {
     auto r = DurableReceiver::Open(p1, device_, 1, nullptr);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -247,11 +247,18 @@ TEST_P(DurableTest, StorageWithUncommittedChunksIsNotCarried) {
   r->receiver()->Abort();
   EXPECT_EQ(r->TakeStorage(), nullptr);  // it holds neither the base nor a committed version
   r.reset();
-  // Storage that is not a HeldStorage of the base is freed, and the base loaded from the log.
-  auto other = BufferReceiver::Load(paths_[1], 1);
-  ASSERT_TRUE(other.ok());
-  auto again = DurableReceiver::Open(plan_, device_, 1, nullptr,
-                                     std::unique_ptr<Receiver>(std::move(*other)));
+  // Storage that holds a version other than the base (a committed version 1, carried to a
+  // receiver of version 0) is freed, and the base loaded again.
+  std::unique_ptr<HeldStorage> other;
+  {
+    auto v1 = Open(1);
+    ASSERT_NE(v1, nullptr);
+    ASSERT_TRUE(ApplyDelta(*reader_, v1->receiver()).ok());
+    other = v1->TakeStorage();
+    ASSERT_NE(other, nullptr);
+    ASSERT_EQ(other->held().hash, target_hash_);
+  }
+  auto again = DurableReceiver::Open(plan_, device_, 1, nullptr, std::move(other));
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_FALSE((*again)->device_carried());
   Status v = VerifyFile(*(*again)->receiver(), paths_[0]);

@@ -17,9 +17,9 @@ std::string SignedStatePath(const NodePlan& plan) {
   return plan.state_dir + "/rank-" + std::to_string(plan.rank) + ".signed";
 }
 
-StatusOr<std::unique_ptr<Receiver>> WithPlanTrust(const NodePlan& plan,
-                                                  std::unique_ptr<Receiver> receiver,
-                                                  std::unique_ptr<VersionFloor>* floor) {
+StatusOr<std::unique_ptr<TrustedReceiver>> WithPlanTrust(const NodePlan& plan,
+                                                         std::unique_ptr<Receiver> receiver,
+                                                         std::unique_ptr<VersionFloor>* floor) {
   TrustOptions o;
   if (!plan.trust_key.empty()) {
     auto key = TrustKey::Load(plan.trust_key);
@@ -34,7 +34,7 @@ StatusOr<std::unique_ptr<Receiver>> WithPlanTrust(const NodePlan& plan,
     *floor = std::make_unique<VersionFloor>(std::move(*f));
     o.floor = floor->get();
   }
-  return std::unique_ptr<Receiver>(new TrustedReceiver(std::move(receiver), std::move(o)));
+  return std::make_unique<TrustedReceiver>(std::move(receiver), std::move(o));
 }
 
 namespace {
@@ -230,23 +230,18 @@ StatusOr<std::unique_ptr<Receiver>> WithPlanFullTrust(const NodePlan& plan,
       new TrustedFullReceiver(std::move(receiver), std::move(key), plan.run_id, plan.version));
 }
 
-Status AdoptPlanFloor(const NodePlan& plan, Receiver* receiver,
+Status AdoptPlanFloor(const NodePlan& plan, TrustedReceiver* trusted,
                       std::unique_ptr<VersionFloor>* floor) {
-  auto* trusted = dynamic_cast<TrustedReceiver*>(receiver);
-  if (trusted == nullptr) return Status();
-  floor->reset();
+  std::unique_ptr<VersionFloor> loaded;
   if (!plan.version_floor_path.empty()) {
     auto f = VersionFloor::Load(plan.version_floor_path, plan.run_id);
     if (!f.ok()) return f.status().WithContext("plan.version_floor_path");
-    *floor = std::make_unique<VersionFloor>(std::move(*f));
+    loaded = std::make_unique<VersionFloor>(std::move(*f));
   }
-  trusted->SetFloor(floor->get());
+  trusted->SetFloor(loaded.get());
+  *floor = std::move(loaded);
   trusted->SetSignedStatePath(SignedStatePath(plan));
   return Status();
-}
-
-void ReleasePlanFloor(Receiver* receiver) {
-  if (auto* trusted = dynamic_cast<TrustedReceiver*>(receiver)) trusted->SetFloor(nullptr);
 }
 
 std::string PlanFreezeReport(const NodePlan& plan, const VersionFloor* floor, double t_start_unix) {

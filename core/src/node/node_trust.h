@@ -22,9 +22,9 @@ namespace dcr::internal {
 // when set, with the version floor of plan.version_floor_path (loaded into `*floor`, which must
 // outlive the receiver) when set. Errors: those of TrustKey::Load and VersionFloor::Load, with
 // the plan field named.
-StatusOr<std::unique_ptr<Receiver>> WithPlanTrust(const NodePlan& plan,
-                                                  std::unique_ptr<Receiver> receiver,
-                                                  std::unique_ptr<VersionFloor>* floor);
+StatusOr<std::unique_ptr<TrustedReceiver>> WithPlanTrust(const NodePlan& plan,
+                                                         std::unique_ptr<Receiver> receiver,
+                                                         std::unique_ptr<VersionFloor>* floor);
 
 // The full-checkpoint reference stream signed. The blobs are FullStreamBlobs' (header, slices,
 // trailer) with, before each batch of up to `per_manifest` slices, a manifest blob: u64
@@ -69,15 +69,12 @@ StatusOr<std::unique_ptr<Receiver>> WithPlanFullTrust(const NodePlan& plan,
 // directory or a trust key, and for rank 0.
 std::string SignedStatePath(const NodePlan& plan);
 
-// A receiver kept from the version before (a long-lived node): when it is a TrustedReceiver, its
+// The trust layer `trusted` of a stack kept from the version before (a long-lived node): its
 // version floor becomes `*floor`, loaded afresh from plan.version_floor_path (none without one),
-// so that the receiver never points at the floor object of a node that has ended, and its signed
-// state goes to SignedStatePath(plan). Errors: those
-// of VersionFloor::Load, with the plan field named.
-Status AdoptPlanFloor(const NodePlan& plan, Receiver* receiver,
+// and its signed state goes to SignedStatePath(plan). Errors: those of VersionFloor::Load, with
+// the plan field named (then nothing changed).
+Status AdoptPlanFloor(const NodePlan& plan, TrustedReceiver* trusted,
                       std::unique_ptr<VersionFloor>* floor);
-// Detaches a TrustedReceiver `receiver` from its version floor before it outlives the floor.
-void ReleasePlanFloor(Receiver* receiver);
 
 // The freeze report of a receiver that committed nothing in this run (VersionFloor::FreezeReport
 // with plan.freeze_after_s, waiting since `t_start_unix`); empty when freeze reporting is off or

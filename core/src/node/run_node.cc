@@ -35,8 +35,7 @@ StatusOr<std::unique_ptr<NodePolicy>> MakeNodePolicy(const NodePlan& plan) {
 
 namespace internal {
 
-Status RunNodeVersion(const NodePlan& plan, NodeResult* result,
-                      std::unique_ptr<Receiver>* storage) {
+Status RunNodeVersion(const NodePlan& plan, NodeResult* result, ReceiverStack* storage) {
   *result = NodeResult();
   Status s;
   {

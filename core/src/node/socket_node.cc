@@ -684,13 +684,9 @@ Status SocketNode::Setup() {
   const bool recover = !plan_.state_dir.empty() && !plan_.store.empty();
   const bool restarted = recover && starts_ > 1;
   const bool tree = plan_.transport == "relay_tree";
-  // A durable receiver opens its own storage (a carried device storage is its candidate).
-  const bool durable = plan_.method == "delta" && !plan_.state_dir.empty();
-  if (!sender && carry_ != nullptr && *carry_ != nullptr && !durable) {
-    DCR_RETURN_IF_ERROR(applier_.Adopt(std::move(*carry_), plan_));
-  } else if (!sender) {
+  if (!sender) {
     DCR_RETURN_IF_ERROR(
-        applier_.Open(plan_, starts_, durable && carry_ != nullptr ? std::move(*carry_) : nullptr));
+        applier_.Open(plan_, starts_, carry_ != nullptr ? std::move(*carry_) : ReceiverStack()));
   }
   if (!sender && plan_.freeze_after_s > 0) StartFreezeWatch();
   if (recover) {

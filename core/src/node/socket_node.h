@@ -41,10 +41,11 @@ namespace dcr::internal {
 
 class SocketNode : public NodeEnvironment {
  public:
-  // `carry` (may be null): a receiver's storage kept across the versions of a long-lived node;
-  // a non-null *carry is applied to instead of loading plan.receiver_base_path, and the
-  // storage is handed back in it when the node is done, whatever the outcome.
-  SocketNode(const NodePlan& plan, NodeResult* result, std::unique_ptr<Receiver>* carry = nullptr)
+  // `carry` (may be null): a receiver's stack kept across the versions of a long-lived node
+  // (receiver_stack.h); a non-empty *carry is applied to instead of loading
+  // plan.receiver_base_path (OpenReceiverStack), and the stack is handed back in it when the
+  // node is done, whatever the outcome (ReleaseReceiverStack).
+  SocketNode(const NodePlan& plan, NodeResult* result, ReceiverStack* carry = nullptr)
       : carry_(carry),
         plan_(plan),
         state_(result),
@@ -235,7 +236,7 @@ class SocketNode : public NodeEnvironment {
 
   void Teardown();
 
-  std::unique_ptr<Receiver>* carry_;
+  ReceiverStack* carry_;
   const NodePlan& plan_;
   NodeState state_;
   EventQueue queue_;

@@ -346,7 +346,7 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
   // version it holds, which exists on every device and survives a restart (on "cpu" the
   // process's storage does not live from version to version).
   const bool holder = region != nullptr && !sender && plan.serve_full_frames;
-  auto serve = [&](const std::string& prefix, uint64_t version, const Receiver* from,
+  auto serve = [&](const std::string& prefix, uint64_t version, const StorageLayer* from,
                    NodeResult* r) {
     StatusOr<int> served = 0;
     if (from != nullptr) {
@@ -373,7 +373,7 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
     return false;
   };
   std::optional<NodeVersion> finished_held;  // restarted holder: the last version it finished
-  std::unique_ptr<Receiver> storage;         // a delta receiver's storage, version to version
+  ReceiverStack storage;                     // a delta receiver's stack, version to version
   Hash128 built_from;                        // the sender's base hash for the version in flight
   Status s;
   // The versions taken so far: an open-ended plan gets the next one as each begins.
@@ -510,9 +510,9 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
       if (hooks.done) hooks.done(v, r, s);
       break;
     }
-    if (holder && recovery == nullptr && storage != nullptr) {
+    if (holder && recovery == nullptr && storage.outer != nullptr) {
       // An in-region holder: a pending late joiner or laggard gets a full frame of this version.
-      if (serve(p.relay.prefix, v.version, storage.get(), &r)) {
+      if (serve(p.relay.prefix, v.version, &storage.storage, &r)) {
         *result = r;
         (void)WriteResultFile(p.result_path, r);
       }

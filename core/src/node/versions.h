@@ -20,7 +20,8 @@
 
 namespace dcr::internal {
 
-class TlsContext;  // transport/tls.h
+struct ReceiverStack;  // receiver_stack.h
+class TlsContext;      // transport/tls.h
 
 // A node's result file: written atomically (nothing when `path` is empty), and read back by a
 // restarted process for the versions it finished. Read errors: ReadFile's, NodeResultFromJson's.
@@ -28,9 +29,10 @@ Status WriteResultFile(const std::string& path, const NodeResult& r);
 StatusOr<NodeResult> ReadResultFile(const std::string& path);
 
 // One version of a node (RunNode's body for `plan`, which has no versions): a receiver applies
-// to `storage` when *storage is set (else it loads plan.receiver_base_path) and hands its
-// storage back in it when done, whatever the outcome. Writes plan.result_path when set.
-Status RunNodeVersion(const NodePlan& plan, NodeResult* result, std::unique_ptr<Receiver>* storage);
+// through the stack `*storage` holds when it is not empty (else it loads
+// plan.receiver_base_path; receiver_stack.h OpenReceiverStack) and hands its stack back in it when
+// done, whatever the outcome (ReleaseReceiverStack). Writes plan.result_path when set.
+Status RunNodeVersion(const NodePlan& plan, NodeResult* result, ReceiverStack* storage);
 
 // RunNode for a plan with versions: each version in turn through RunNodeVersion with the
 // version's fields (number, target, verify path, prefix, result path) and, for the sender of a

@@ -260,7 +260,7 @@ Status BufferReceiver::ApplyRecord(const uint8_t* record, size_t size) {
   DCR_ASSIGN_OR_RETURN(ChunkHeader h, ParseChunkHeader(record, size, &header_size, &record_size));
   DCR_ASSIGN_OR_RETURN(bool claimed, ledger_->Claim(h));
   if (!claimed) return Status();
-  Status s = applier_->ApplyRecord(record, size);
+  Status s = applier_->ApplyParsedRecord(record, size, h, header_size, record_size);
   if (!s.ok()) ledger_->Release(h.chunk_id);
   return s;
 }
