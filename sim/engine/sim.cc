@@ -577,7 +577,8 @@ struct Pending {
 // The version log of a durable receiver (core/src/receivers/version_log.h, VersionLogOptions
 // defaults): an image is due once 1024 versions are logged since the last one or once the log
 // holds 1.25 images; each version appends its records (the payload) and about 0.5% of entry
-// framing. Returns the number of versions between images (>= 1).
+// framing. `payload`: the records one receiver applies per version; `storage`: its image. Returns
+// the number of versions between images (>= 1).
 uint64_t VersionsPerImage(double payload, double storage) {
   constexpr uint64_t kImageEveryVersions = 1024;
   constexpr double kLogBudgetImages = 1.25, kEntryFraming = 1.005;
@@ -882,7 +883,9 @@ std::vector<Pending> PlanRuns(const Scenario& s, const SimInputs& in,
         if (delta && in.extra.durable && cal.has_commit() && cal.PlainWriteBytesPerS(rate) > 0) {
           // The image: written (temporary, fsync, rename) in the one commit that makes it due, at
           // the plain write + fdatasync rate of the same bench; every other commit appends only.
-          p.image_every = VersionsPerImage(payload, storage);
+          // A receiver logs the records it applies: its serving shard's share of the payload.
+          p.image_every =
+              VersionsPerImage(payload * storage / (pm.dense_bytes + pm.header_bytes), storage);
           p.image_seconds = storage / cal.PlainWriteBytesPerS(rate);
           if (p.image_every == 1) {
             p.spec.commit_seconds += p.image_seconds;
