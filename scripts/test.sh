@@ -59,7 +59,7 @@ if [ "${DCR_SKIP_SLOW:-0}" != "1" ]; then
   # Sim-vs-real agreement, a gate: compare-small (3 steps) and the durable four-version
   # compare-steps, each run for real and simulated with the simulator calibrated on this machine
   # in the same run, the median sim/real over the steps within 10% (delta) and 1% (full); and the
-  # check shown to fail with the simulator perturbed by 15%. About 8-10 minutes on a 2-core
+  # check shown to fail with the simulator perturbed by 15%. About 7-10 minutes on a 2-core
   # machine (sim/README.md, "Sim vs real"). The medians and their step counts:
   # build/agreement/*/summary.txt.
   ctest --test-dir build -L agreement --timeout 1800 --no-tests=error --output-on-failure ||
