@@ -497,9 +497,15 @@ void DescribeSetup(const Scenario& s, const SimInputs& in, const internal::Platf
         "1024 versions or 1.25 images of log), charged per byte of a receiver's storage at the "
         "commit rate measured at each change rate (" +
         pts + "; " + cal.commit_source +
-        "), after the last apply (it adds); full-checkpoint runs: not charged";
+        "), after the last apply (it adds); the image (the storage written at the plain write "
+        "rate) in the one commit that writes it (costs.*); full-checkpoint runs: not charged";
   }
-  if (s.steps > 1) result->setup["steps"] = "simulated once per run (every step is alike)";
+  if (s.steps > 1) {
+    result->setup["steps"] =
+        "simulated once per run (every step is alike), and once more for the step whose commit "
+        "writes the durable receivers' version log image when one falls within the steps "
+        "(its RunResult has that step)";
+  }
   if (s.receivers.device != "cpu" || s.sender.device != "cpu") {
     result->setup["devices"] = "receivers.device " + s.receivers.device + ", sender.device " +
                                s.sender.device +
@@ -560,7 +566,26 @@ struct Pending {
   double wan_payload = 0;    // bytes the long link carries once
   double durable_apply_cpu_s = 0;  // of apply_cpu_s: what the durable storage adds
   std::string commitment;          // the commitment charged (ChargeCommitment), when charged
+  int step = 1;                    // the version this run stands for (RunResult::step)
+  // The version log's image (durable delta runs): every image_every versions one commit writes
+  // it (0: not charged); image_seconds is what it adds to that commit.
+  uint64_t image_every = 0;
+  double image_seconds = 0;
+  bool image_charged = false;  // this run's commit writes the image
 };
+
+// The version log of a durable receiver (core/src/receivers/version_log.h, VersionLogOptions
+// defaults): an image is due once 1024 versions are logged since the last one or once the log
+// holds 1.25 images; each version appends its records (the payload) and about 0.5% of entry
+// framing. `payload`: the records one receiver applies per version; `storage`: its image. Returns
+// the number of versions between images (>= 1).
+uint64_t VersionsPerImage(double payload, double storage) {
+  constexpr uint64_t kImageEveryVersions = 1024;
+  constexpr double kLogBudgetImages = 1.25, kEntryFraming = 1.005;
+  const double per_version = std::max(1.0, payload * kEntryFraming);
+  const double n = std::ceil(kLogBudgetImages * storage / per_version);
+  return static_cast<uint64_t>(std::clamp(n, 1.0, static_cast<double>(kImageEveryVersions)));
+}
 
 // A signed delta: every chunk grows by the manifest records' share; the sender hashes each chunk
 // record and signs its share of the manifests (spread over the cores that build the chunk), each
@@ -855,6 +880,26 @@ std::vector<Pending> PlanRuns(const Scenario& s, const SimInputs& in,
             }
           }
         }
+        if (delta && in.extra.durable && cal.has_commit() && cal.PlainWriteBytesPerS(rate) > 0) {
+          // The image: written (temporary, fsync, rename) in the one commit that makes it due, at
+          // the plain write + fdatasync rate of the same bench; every other commit appends only.
+          // A receiver logs the records it applies: its serving shard's share of the payload.
+          p.image_every =
+              VersionsPerImage(payload * storage / (pm.dense_bytes + pm.header_bytes), storage);
+          p.image_seconds = storage / cal.PlainWriteBytesPerS(rate);
+          if (p.image_every == 1) {
+            p.spec.commit_seconds += p.image_seconds;
+            p.image_charged = true;
+          } else if (p.image_every <= static_cast<uint64_t>(std::max(1, s.steps))) {
+            Pending with_image = p;
+            with_image.step = static_cast<int>(p.image_every);
+            with_image.spec.commit_seconds += p.image_seconds;
+            with_image.image_charged = true;
+            pending.push_back(std::move(p));
+            pending.push_back(std::move(with_image));
+            continue;
+          }
+        }
         pending.push_back(std::move(p));
       }
     }
@@ -887,7 +932,7 @@ RunResult CollectRun(const Scenario& s, const internal::PlatformSpec& plat, cons
   rr.transport = pr.kind;
   rr.change_rate = pm.measured_rate;
   rr.configured_change_rate = pr.rate;
-  rr.step = 1;
+  rr.step = pr.step;
   rr.refit_seconds = outcome.refit_seconds;
   rr.wire_bytes = static_cast<uint64_t>(std::llround(outcome.wire_bytes));
   rr.payload_bytes = static_cast<uint64_t>(std::llround(pr.payload));
@@ -920,8 +965,9 @@ RunResult CollectRun(const Scenario& s, const internal::PlatformSpec& plat, cons
     rr.links.push_back({"store_get", static_cast<uint64_t>(std::llround(outcome.store_get_bytes))});
   }
   rr.error = outcome.error;
+  const std::string step_key = pr.step > 1 ? ".step" + std::to_string(pr.step) : "";
   std::string run_key = std::string("run.") + MethodName(pr.method) + "." +
-                        TransportKindName(pr.kind) + "." + Num(pr.rate);
+                        TransportKindName(pr.kind) + "." + Num(pr.rate) + step_key;
   result->setup[run_key] =
       "simulated " + Num(outcome.sim_clock) + " s, " + std::to_string(outcome.comms) +
       " messages; " + std::to_string(z.chunks) + " chunks (grid " + std::to_string(pm.grid_chunks) +
@@ -937,7 +983,7 @@ RunResult CollectRun(const Scenario& s, const internal::PlatformSpec& plat, cons
   // What each cost amounts to on its own (CPU costs in CPU-seconds, spread over the cores that
   // pay them; the refit is shorter than their sum where they overlap the transfer).
   const std::string costs_key = std::string("costs.") + MethodName(pr.method) + "." +
-                                TransportKindName(pr.kind) + "." + Num(pr.rate);
+                                TransportKindName(pr.kind) + "." + Num(pr.rate) + step_key;
   std::string costs = "refit " + Num(rr.refit_seconds) + " s; long link alone " +
                       Num(pr.wan_payload / plat.wan_bandwidth) + " s (" + Num(pr.wan_payload) +
                       " B)";
@@ -956,6 +1002,24 @@ RunResult CollectRun(const Scenario& s, const internal::PlatformSpec& plat, cons
                ? "; durable commit " + Num(pr.spec.commit_seconds) + " s per receiver (" +
                      Num(pr.storage_bytes) + " B of storage), after its last apply: adds"
                : "; durable commit not charged";
+  if (pr.image_every > 0) {
+    const std::string image =
+        Num(pr.image_seconds) + " s (" + Num(pr.storage_bytes) + " B written and fsynced)";
+    if (pr.image_every == 1) {
+      costs += "; version log image every version: " + image + " in each commit";
+    } else if (pr.image_charged) {
+      costs += "; this is version " + std::to_string(pr.step) + ", whose commit writes the " +
+               "version log's image (every " + std::to_string(pr.image_every) +
+               " versions): " + image + " in its commit";
+    } else {
+      costs +=
+          "; version log image every " + std::to_string(pr.image_every) +
+          " versions, not in this version's commit (" + image + " in the one that writes " + "it" +
+          (pr.image_every <= static_cast<uint64_t>(std::max(1, s.steps))
+               ? ": run step " + std::to_string(pr.image_every) + ")"
+               : ", beyond the scenario's " + std::to_string(std::max(1, s.steps)) + " steps)");
+    }
+  }
   costs += "; " + CommitmentCost(s, pr, outcome);
   costs += pr.spec.verify_cpu_s > 0
                ? "; verify " + Num(pr.spec.verify_cpu_s) +

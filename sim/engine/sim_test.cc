@@ -160,6 +160,53 @@ TEST(SimTest, DurableCommitAddsAfterTheLastApplyAndSaysSo) {
   }
 }
 
+TEST(SimTest, VersionLogImageIsChargedInTheCommitThatWritesIt) {
+  // The commit's log part at 1e-12 s per byte of storage, the image written at 1 GB/s: at 3% an
+  // image falls due every ~70 versions (the log reaching 1.25 images).
+  std::string cal = CommitCalibration(1e-12);
+  {
+    std::ifstream in(cal);
+    nlohmann::json j = nlohmann::json::parse(in);
+    for (auto& r : j["rates"]) r["plain_write_bytes_per_s"] = 1e9;
+    std::ofstream(cal) << j.dump();
+  }
+  Scenario s = Parse(kSmall);
+  s.change_rates = {0.03};
+  s.methods = {Method::kDelta};
+  s.transport.kinds = {TransportKind::kRelayTree};
+  s.sim.calibration = cal;
+  s.steps = 200;
+  auto many = Simulate(s);
+  s.steps = 3;
+  auto few = Simulate(s);
+  std::remove(cal.c_str());
+  ASSERT_TRUE(many.ok() && few.ok()) << many.status() << few.status();
+  // Within 200 steps: the run of every other step (step 1) and the step whose commit writes it.
+  ASSERT_EQ(many->runs.size(), 2u);
+  const RunResult& plain = many->runs[0];
+  const RunResult& imaged = many->runs[1];
+  EXPECT_EQ(plain.step, 1);
+  EXPECT_GT(imaged.step, 10);
+  EXPECT_LE(imaged.step, 200);
+  const double storage = static_cast<double>(many->model_bytes);
+  const double added = imaged.refit_seconds - plain.refit_seconds;
+  EXPECT_GE(added, storage / 1e9 * 0.99);
+  EXPECT_LE(added, storage / 1e9 * 1.05 + 0.01);
+  const std::string key = "costs.delta.relay_tree.0.03";
+  const std::string step_key = key + ".step" + std::to_string(imaged.step);
+  EXPECT_NE(many->setup.at(step_key).find("whose commit writes the version log's image (every " +
+                                          std::to_string(imaged.step) + " versions)"),
+            std::string::npos)
+      << many->setup.at(step_key);
+  EXPECT_NE(many->setup.at(key).find("not in this version's commit"), std::string::npos)
+      << many->setup.at(key);
+  // Within 3 steps none writes an image: one run, and its commit is the log's alone.
+  ASSERT_EQ(few->runs.size(), 1u);
+  EXPECT_NEAR(few->runs[0].refit_seconds, plain.refit_seconds, 1e-9);
+  EXPECT_NE(few->setup.at(key).find("beyond the scenario's 3 steps"), std::string::npos)
+      << few->setup.at(key);
+}
+
 // The default calibration with the context-coded delta encoded at half the plain encoder's speed,
 // decoded + applied at 4 GB/s per core and transcoded at `transcode` B/s per core (transcode 0:
 // without context keys), measured at `classes` classes per chunk (0: the file does not say).

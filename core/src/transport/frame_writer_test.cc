@@ -1,7 +1,9 @@
 // FrameWriter: a frame is accepted when it enters the delay line (the emulated link), before its
-// bytes are written, and the delay line holds at most the window.
+// bytes are written, and the delay line holds at most the window. TokenBucket: the emulated link
+// keeps its own clock, so callers that run late do not slow it.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -82,6 +84,43 @@ TEST(FrameWriter, DelayLineHoldsAtMostTheWindow) {
   EXPECT_LT(accepted[0], 0.8 * latency);
   // The second frame enters the line only once the first left it (written after the latency).
   EXPECT_GE(accepted[1], latency);
+}
+
+TEST(TokenBucket, BookingsFollowTheLinksClockNotTheCallers) {
+  const double rate = 1e6;  // 1 MB/s: 1000 bytes take 1 ms
+  TokenBucket link(rate, 0);
+  const double t0 = SteadyNow();
+  EXPECT_DOUBLE_EQ(link.Reserve(1000, t0), t0 + 0.001);
+  // A caller that comes back 20 ms late with bytes ready since t0 books right behind the first
+  // ones: the link did not idle for the caller's lateness.
+  timespec late{0, 20 * 1000 * 1000};
+  nanosleep(&late, nullptr);
+  EXPECT_DOUBLE_EQ(link.Reserve(1000, t0), t0 + 0.002);
+  // Bytes ready only later start then (the link idled, as a real one would).
+  EXPECT_DOUBLE_EQ(link.Reserve(500, t0 + 1.0), t0 + 1.0005);
+  TokenBucket unlimited(0, 0);
+  EXPECT_EQ(unlimited.Reserve(1 << 20, t0), t0);
+}
+
+TEST(FrameWriter, ShapedStreamTakesTheLinksTimeAndLatency) {
+  Pair p;
+  const double rate = 4e6, latency = 0.05;
+  auto link = std::make_shared<TokenBucket>(rate, 64 << 10);
+  FrameWriter w(p.fds[0], link, latency, 0);
+  const uint64_t piece = 200 << 10;
+  const int frames = 4;
+  std::vector<uint8_t> payload(piece, 5);
+  const double t0 = SteadyNow();
+  for (int b = 0; b < frames; ++b) {
+    w.Send(Piece(static_cast<uint64_t>(b), piece), payload.data(), nullptr, nullptr);
+  }
+  std::vector<uint8_t> sink(sizeof(FrameHeader) + piece);
+  for (int i = 0; i < frames; ++i) ASSERT_TRUE(ReadFull(p.fds[1], sink.data(), sink.size()).ok());
+  const double took = SteadyNow() - t0;
+  w.Close();
+  const double on_link = frames * static_cast<double>(sink.size()) / rate;  // 0.205 s
+  EXPECT_GE(took, on_link + latency - 1e-3);
+  EXPECT_LT(took, on_link + latency + 0.05);
 }
 
 }  // namespace

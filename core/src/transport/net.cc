@@ -743,27 +743,32 @@ StatusOr<int> FreePort() {
 
 // ---- TokenBucket ----
 
+namespace {
+
+// Sleeps `seconds` (nothing when <= 0), through signals.
+void SleepFor(double seconds) {
+  if (seconds <= 0) return;
+  timespec ts{static_cast<time_t>(seconds),
+              static_cast<long>((seconds - static_cast<time_t>(seconds)) * 1e9)};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+}  // namespace
+
 void TokenBucket::Acquire(uint64_t n) {
   if (rate_ <= 0) return;
-  double wait = 0;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    double now = SteadyNow();
-    if (last_ < 0) {
-      last_ = now;
-      tokens_ = burst_;
-    }
-    tokens_ = std::min(burst_, tokens_ + (now - last_) * rate_);
-    last_ = now;
-    tokens_ -= static_cast<double>(n);
-    if (tokens_ < 0) wait = -tokens_ / rate_;
-  }
-  if (wait > 0) {
-    timespec ts{static_cast<time_t>(wait),
-                static_cast<long>((wait - static_cast<time_t>(wait)) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-  }
+  // After idleness the link's clock may lag by burst bytes: they pass at once.
+  const double now = SteadyNow();
+  const double done = Reserve(n, now - burst_ / rate_);
+  SleepFor(done - now);
+}
+
+double TokenBucket::Reserve(uint64_t n, double ready) {
+  if (rate_ <= 0) return ready;
+  std::lock_guard<std::mutex> lock(mu_);
+  free_at_ = std::max(free_at_, ready) + static_cast<double>(n) / rate_;
+  return free_at_;
 }
 
 // ---- FrameWriter ----
@@ -786,9 +791,10 @@ FrameWriter::~FrameWriter() { Close(); }
 
 void FrameWriter::Send(const FrameHeader& header, const uint8_t* payload,
                        std::shared_ptr<const void> keep, std::function<void(Status)> accepted) {
-  last_send_ = SteadyNow();
+  const double now = SteadyNow();
+  last_send_ = now;
   std::lock_guard<std::mutex> lock(mu_);
-  items_.push_back(Item{header, payload, std::move(keep), std::move(accepted)});
+  items_.push_back(Item{header, payload, std::move(keep), std::move(accepted), now});
   cv_.notify_all();
 }
 
@@ -818,15 +824,23 @@ void FrameWriter::PaceLoop() {
     bool first = true;
     do {
       size_t n = std::min(kSegment, total - pos);
+      double ready = item.sent_at;
       if (window_bytes_ > 0) {
         std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] {
+        auto open = [&] {
           return line_bytes_ == 0 || line_bytes_ + n <= window_bytes_ || !error_.ok();
-        });
+        };
+        if (!open()) {
+          cv_.wait(lock, open);
+          ready = std::max(ready, SteadyNow());
+        }
       }
-      if (bucket_) bucket_->Acquire(n);
+      // The segment leaves the link at the link's time; the pacer waits for it so the delay line
+      // holds what a real link would have sent by now (and `accepted` runs then).
+      const double left = bucket_ ? bucket_->Reserve(n, ready) : ready;
+      SleepFor(left - SteadyNow());
       Segment seg;
-      seg.deliver_at = SteadyNow() + latency_s_;
+      seg.deliver_at = left + latency_s_;
       seg.line_bytes = n;
       size_t payload_from = pos;
       if (first) {

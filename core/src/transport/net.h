@@ -205,23 +205,34 @@ Status ReadFull(int fd, void* data, size_t size);
 // (socket or bind failed).
 StatusOr<int> FreePort();
 
-// Shared token bucket: Acquire(n) blocks until n bytes may pass at `rate` bytes/s. burst bytes
-// may pass at once after idleness. rate <= 0: unlimited.
+// A shared emulated link of `rate` bytes/s: bytes cross one after another, in the order they are
+// booked, at exactly the rate. The link keeps its own clock (the time its last booked byte
+// leaves), so a caller that is scheduled late on a loaded machine does not slow it down: the
+// next booking starts where the previous one ended, not when the caller got to it.
+// rate <= 0: unlimited. Thread-safe.
 class TokenBucket {
  public:
   TokenBucket(double rate, double burst) : rate_(rate), burst_(burst) {}
+  // Blocks until n bytes may pass; after idleness up to `burst` bytes pass at once.
   void Acquire(uint64_t n);
+  // Books n bytes that were ready to send at `ready` (SteadyNow seconds): they start when the
+  // link has carried every byte booked before them, and no earlier than `ready`. Returns the
+  // time their last byte has crossed (`ready` when unlimited). Does not block.
+  double Reserve(uint64_t n, double ready);
 
  private:
   std::mutex mu_;
   double rate_, burst_;
-  double tokens_ = 0;
-  double last_ = -1;
+  double free_at_ = 0;  // when the last booked byte has crossed (SteadyNow seconds)
 };
 
 // Writes frames to one socket from dedicated threads: the transport of one stream. Optional
-// shaping: bytes first pass the token bucket (in segments of up to 64 KiB), then wait in a delay
-// line for `latency_s` before they are written, so rate and latency compose like a real link.
+// shaping: bytes are booked on the link (`bucket`, in segments of up to 64 KiB), then wait in a
+// delay line for `latency_s` before they are written, so rate and latency compose like a real
+// link. A segment's times come from the link's clock, not from when the writer's threads run: it
+// is ready when its frame was sent (or, when the window held it, when the window opened), leaves
+// the link at TokenBucket::Reserve's time and is written `latency_s` after that, so threads woken
+// late on a loaded machine delay a write but neither the rate nor the following segments.
 // The delay line holds at most `window_bytes` (0: no bound; a frame's first segment always
 // enters an empty line), like a TCP window over the emulated path.
 //
@@ -255,6 +266,7 @@ class FrameWriter {
     const uint8_t* payload = nullptr;
     std::shared_ptr<const void> keep;
     std::function<void(Status)> accepted;
+    double sent_at = 0;  // SteadyNow at Send
   };
   struct Segment {
     double deliver_at = 0;
