@@ -5,7 +5,9 @@
 // answer the trace with the same actions, in the same order. A driver that builds its policy
 // differently (other stream counts, pieces, parallelism) or decides on its own fails here. The
 // store retries are traced too: an uploader whose puts fail once each is answered with the same
-// retry timers (StoreRetryDelay) by `dcr node`'s and the simulator's object-store sender.
+// retry timers (StoreRetryDelay) by `dcr node`'s and the simulator's object-store sender. So is
+// the edge-lag switch: a sender whose edge relay lags and catches up asks for the same plain forms
+// and switches back at the same points in `dcr node` and in the simulator.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -44,6 +46,8 @@ class ReplayEnvironment : public NodeEnvironment {
   void Committed() override {}
   void TreeCommitted(int) override {}
   void Published() override {}
+  void Transcode(const action::Transcode&) override {}
+  void EdgeLag(const action::EdgeLag&) override {}
   void Failed(const Status&) override {}
 };
 
@@ -106,6 +110,8 @@ class TraceRecorder : public NodeEnvironment {
   void Committed() override {}
   void TreeCommitted(int) override {}
   void Published() override {}
+  void Transcode(const action::Transcode& t) override { ADD_FAILURE() << ToString(Action(t)); }
+  void EdgeLag(const action::EdgeLag& l) override { ADD_FAILURE() << ToString(Action(l)); }
   void Failed(const Status& s) override { ADD_FAILURE() << s.ToString(); }
 
  private:
@@ -182,6 +188,8 @@ class StoreRetryRecorder : public NodeEnvironment {
   void Committed() override {}
   void TreeCommitted(int) override {}
   void Published() override { published_ = true; }
+  void Transcode(const action::Transcode& t) override { ADD_FAILURE() << ToString(Action(t)); }
+  void EdgeLag(const action::EdgeLag& l) override { ADD_FAILURE() << ToString(Action(l)); }
   void Failed(const Status& s) override { ADD_FAILURE() << s.ToString(); }
 
  private:
@@ -198,6 +206,100 @@ class StoreRetryRecorder : public NodeEnvironment {
   double timer_ = -1;
   bool published_ = false;
   int failed_puts_ = 0;
+};
+
+// Drives a sender whose only child, node 1, is an edge relay that falls behind and catches up:
+// the first blobs are produced and every piece accepted while the edge relay acknowledges
+// nothing (it lags: the sender asks for the plain form of the chunks it has not started, which
+// the driver answers with a form of twice the size, the trailer having none); then it
+// acknowledges every blob it has whole (it catches up), and the rest of the stream flows with
+// acknowledgements as blobs complete.
+class EdgeLagRecorder : public NodeEnvironment {
+ public:
+  EdgeLagRecorder(const Topology& topo, const RelayOptions& relay, std::vector<BlobInfo> stream,
+                  size_t slow_blobs)
+      : relay_(relay),
+        stream_(std::move(stream)),
+        slow_blobs_(slow_blobs),
+        host_(MakeTreePolicy(topo, 0, relay), this) {
+    host_.set_trace(&trace_);
+  }
+
+  std::vector<TraceStep> Record() {
+    double now = 0;
+    host_.Handle(now, event::Start{});
+    for (size_t i = 0; i < stream_.size(); ++i) {
+      if (i == slow_blobs_) {  // it caught up: every blob it holds whole is acknowledged
+        acking_ = true;
+        for (const auto& [blob, pieces] : sent_) {
+          if (pieces.first == pieces.second) completions_.push_back(event::AckReceived{1, blob});
+        }
+        Drain(&now);
+      }
+      Feed(&now, event::BlobProduced{stream_[i]});
+    }
+    for (int guard = 0; guard < 100000 && !completions_.empty(); ++guard) Drain(&now);
+    Feed(&now, event::SubtreeCommitted{1, 4});
+    return trace_;
+  }
+
+  bool done() const { return host_.done(); }
+  std::vector<Link> links() const { return host_.links(); }
+
+  void SetTimer(TimePoint) override {}
+  void Send(const action::Send& s) override {
+    completions_.push_back(event::SendDone{s.to, s.stream, s.blob.id, s.offset, s.length});
+    auto& [got, of] = sent_[s.blob.id];
+    of = NumPieces(s.blob.size, relay_.piece_bytes);
+    if (++got == of && acking_) completions_.push_back(event::AckReceived{s.to, s.blob.id});
+  }
+  void Ack(const action::Ack&) override {}
+  void ReportCommit(const action::ReportCommit&) override {}
+  void Apply(const action::Apply&) override {}
+  void Release(BlobId) override {}
+  void Put(const action::Put&) override {}
+  void List(const action::List&) override {}
+  void Fetch(const action::Fetch&) override {}
+  void Committed() override {}
+  void TreeCommitted(int) override {}
+  void Published() override {}
+  void Transcode(const action::Transcode& t) override {
+    const bool chunk = t.blob.kind == BlobKind::kChunk;
+    BlobInfo plain = t.blob;
+    if (chunk) plain.size *= 2;
+    host_.Post(now_, event::BlobReencoded{t.to, plain, chunk});
+  }
+  void EdgeLag(const action::EdgeLag&) override {}
+  void Failed(const Status& s) override { ADD_FAILURE() << s.ToString(); }
+
+ private:
+  void Feed(double* now, const Event& e) {
+    *now += 0.001;
+    now_ = *now;
+    host_.Handle(*now, e);
+    Drain(now);
+  }
+  void Drain(double* now) {
+    while (!completions_.empty()) {
+      std::vector<Event> batch;
+      batch.swap(completions_);
+      for (const Event& e : batch) {
+        *now += 0.001;
+        now_ = *now;
+        host_.Handle(*now, e);
+      }
+    }
+  }
+
+  RelayOptions relay_;
+  std::vector<BlobInfo> stream_;
+  size_t slow_blobs_;
+  PolicyHost host_;
+  std::vector<TraceStep> trace_;
+  std::vector<Event> completions_;
+  std::map<BlobId, std::pair<uint64_t, uint64_t>> sent_;  // pieces sent, of how many
+  bool acking_ = false;
+  double now_ = 0;
 };
 
 std::vector<std::string> LinkLines(const std::vector<Link>& links) {
@@ -278,6 +380,24 @@ class Conformance : public ::testing::Test {
     return sim::internal::MakeSimPolicy(spec, node);
   }
 
+  // The simulator's sender of the long-link stream to an edge relay, of the run plan of the
+  // scenario's delta relay-tree run.
+  std::unique_ptr<NodePolicy> SimEdgeSenderPolicy() {
+    auto extra = sim::internal::ParseExtra(scenario_);
+    EXPECT_TRUE(extra.ok()) << extra.status().ToString();
+    if (!extra.ok()) return nullptr;
+    double payload = 0;
+    for (const BlobInfo& b : stream_) payload += static_cast<double>(b.size);
+    sim::internal::Sizing z =
+        sim::internal::SizeRun(scenario_, *extra, payload, 300, 264, 1e8, 5, 1e9, 1e9, 2, 2);
+    sim::internal::PlatformSpec plat;
+    plat.wan_bandwidth = scenario_.network.long_link.bandwidth_Bps;
+    plat.store_bandwidth = 1e15;
+    sim::internal::RunSpec spec = sim::internal::PlanRun(scenario_, plat, topo_, z,
+                                                         TransportKind::kRelayTree, payload, 1e10);
+    return sim::internal::MakeSimEdgeSenderPolicy(spec);
+  }
+
   // The fault harness: node `node` of the scenario's first fault-injection run.
   std::unique_ptr<NodePolicy> HarnessPolicy(NodeId node) {
     FaultRunOptions o = cli::FaultRunOptionsFor(scenario_, 0.03, 0, ::testing::TempDir());
@@ -342,6 +462,43 @@ TEST_F(Conformance, StoreUploaderRetriesOnOneSchedule) {
   slower.retry_backoff_s *= 2;
   StoreRetryRecorder slow(slower, stream_);
   EXPECT_NE(WithoutKeyPrefixes(Expected({}, slow.Record())), expect);
+}
+
+// An edge relay that lags and catches up: the sender of `dcr node` (the real runner's plan of a
+// scenario with an edge relay, delta.wan_context and an edge_lag) and the simulator's sender of
+// the long-link stream decide the switch to the plain form, which chunks go plain, and the switch
+// back at the same points of one trace. A sender with another bound, or one that watches no
+// edge relay, answers the trace differently (so the comparison sees the decisions).
+TEST_F(Conformance, EdgeRelayLagSwitchesAtTheSamePoints) {
+  scenario_.delta.wan_context = true;
+  scenario_.transport.relay_tree.edge_relays = {1};
+  scenario_.transport.relay_tree.edge_lag = 3 * scenario_.transport.relay_tree.chunk;
+  RelayOptions relay = RelayOptionsFor(scenario_, "conformance");
+  relay.edge_relays = {1};
+  relay.edge_lag_bytes = scenario_.transport.relay_tree.edge_lag;
+  // Header, three chunks while it lags, then two chunks and the trailer once it caught up.
+  EdgeLagRecorder rec(topo_, relay, stream_, 4);
+  const std::vector<TraceStep> trace = rec.Record();
+  ASSERT_TRUE(rec.done()) << "the recorded refit did not finish";
+  const std::vector<std::string> expect = Expected(rec.links(), trace);
+  auto count = [&](const std::string& prefix, const std::string& has = "") {
+    return std::count_if(expect.begin(), expect.end(), [&](const std::string& l) {
+      return l.rfind(prefix, 0) == 0 && l.find(has) != std::string::npos;
+    });
+  };
+  ASSERT_EQ(count("EdgeLag{to 1 lags"), 1);
+  ASSERT_EQ(count("EdgeLag{to 1 caught up"), 1);
+  ASSERT_GT(count("Transcode{to 1"), 0);
+  ASSERT_GT(count("Send{to 1", " plain"), 0);
+  ASSERT_GT(count("Send{to 1", "") - count("Send{to 1", " plain"), 0);
+  EXPECT_EQ(Replay(SocketPolicy(0), trace), expect) << "dcr node";
+  EXPECT_EQ(Replay(SimEdgeSenderPolicy(), trace), expect) << "simulator";
+  RelayOptions other = relay;
+  other.edge_lag_bytes *= 2;
+  EXPECT_NE(Replay(MakeTreePolicy(topo_, 0, other), trace), expect);
+  RelayOptions unwatched = relay;
+  unwatched.edge_relays.clear();
+  EXPECT_NE(Replay(MakeTreePolicy(topo_, 0, unwatched), trace), expect);
 }
 
 // The comparison sees what the drivers must agree on: a policy with one stream on the long link,
