@@ -139,7 +139,8 @@ class TraceRecorder : public NodeEnvironment {
   std::map<std::pair<NodeId, BlobId>, uint64_t> sent_;
 };
 
-// Drives an uploader through a store upload whose every blob's first put fails: the stream is
+// Drives an uploader through a store upload whose every blob's first put fails (and, for an
+// uploader with RelayOptions::store_plain, whose chunks each have a plain form): the stream is
 // produced blob by blob, a put completes (failed the first time, stored the second) after each
 // event, and a timer the policy sets fires when nothing else is pending.
 class StoreRetryRecorder : public NodeEnvironment {
@@ -188,13 +189,22 @@ class StoreRetryRecorder : public NodeEnvironment {
   void Committed() override {}
   void TreeCommitted(int) override {}
   void Published() override { published_ = true; }
-  void Transcode(const action::Transcode& t) override { ADD_FAILURE() << ToString(Action(t)); }
+  // An uploader filling the store with plain forms (RelayOptions::store_plain): every chunk has
+  // one of twice its size.
+  void Transcode(const action::Transcode& t) override {
+    ++transcodes_;
+    BlobInfo plain = t.blob;
+    plain.size *= 2;
+    host_.Post(now_, event::BlobReencoded{t.to, plain, true});
+  }
   void EdgeLag(const action::EdgeLag& l) override { ADD_FAILURE() << ToString(Action(l)); }
   void Failed(const Status& s) override { ADD_FAILURE() << s.ToString(); }
+  int transcodes() const { return transcodes_; }
 
  private:
   void Feed(double* now, const Event& e) {
     *now += 0.001;
+    now_ = *now;
     host_.Handle(*now, e);
   }
 
@@ -204,8 +214,10 @@ class StoreRetryRecorder : public NodeEnvironment {
   std::vector<Event> completions_;
   std::set<BlobId> first_put_;
   double timer_ = -1;
+  double now_ = 0;
   bool published_ = false;
   int failed_puts_ = 0;
+  int transcodes_ = 0;
 };
 
 // Drives a sender whose only child, node 1, is an edge relay that falls behind and catches up:
@@ -499,6 +511,41 @@ TEST_F(Conformance, EdgeRelayLagSwitchesAtTheSamePoints) {
   RelayOptions unwatched = relay;
   unwatched.edge_relays.clear();
   EXPECT_NE(Replay(MakeTreePolicy(topo_, 0, unwatched), trace), expect);
+}
+
+// A sender with an edge relay that fills the store (its tree failed, or it restarted) puts the
+// plain form of every chunk: the uploader `dcr node` hosts then (MakeFillStorePolicy of the real
+// runner's plan) asks for the same plain forms and puts the same objects, in the same order and
+// on the same retry schedule, as the trace. The fill policy of a sender without edge relays puts
+// the produced forms and answers the trace differently. (The simulator models no failing tree,
+// so no store filling.)
+TEST_F(Conformance, SenderFillingTheStorePutsThePlainForms) {
+  scenario_.delta.wan_context = true;
+  scenario_.transport.relay_tree.edge_relays = {1};
+  RelayOptions relay = RelayOptionsFor(scenario_, "conformance");
+  relay.store_plain = true;
+  StoreRetryRecorder rec(relay, stream_);
+  const std::vector<TraceStep> trace = rec.Record();
+  ASSERT_TRUE(rec.published()) << "the recorded upload did not publish";
+  ASSERT_EQ(rec.transcodes(), 5);
+  const std::vector<std::string> expect = WithoutKeyPrefixes(Expected({}, trace));
+  // Five chunks, each put twice (the first put fails), in the plain form.
+  ASSERT_EQ(std::count_if(expect.begin(), expect.end(),
+                          [](const std::string& l) {
+                            return l.find(".chk plain}") != std::string::npos;
+                          }),
+            10);
+  auto fill = [&](const Scenario& s) -> std::unique_ptr<NodePolicy> {
+    const std::string dir = ::testing::TempDir();
+    auto plans = MakePlans(s, Method::kDelta, TransportKind::kRelayTree, dir + "/base.safetensors",
+                           dir + "/target.safetensors", dir, dir, "conformance");
+    EXPECT_TRUE(plans.ok()) << plans.status().ToString();
+    return plans.ok() ? MakeFillStorePolicy((*plans)[0]) : nullptr;
+  };
+  EXPECT_EQ(WithoutKeyPrefixes(Replay(fill(scenario_), trace)), expect) << "dcr node";
+  Scenario without = scenario_;
+  without.transport.relay_tree.edge_relays.clear();
+  EXPECT_NE(WithoutKeyPrefixes(Replay(fill(without), trace)), expect);
 }
 
 // The comparison sees what the drivers must agree on: a policy with one stream on the long link,

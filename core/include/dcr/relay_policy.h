@@ -171,6 +171,12 @@ struct RelayOptions {
   // every role but kSender.
   std::vector<NodeId> edge_relays;
   uint64_t edge_lag_bytes = 0;
+  // Uploader: the store gets the plain form of every chunk (a sender with edge relays filling
+  // the store, so that every receiver can apply what it holds with or without the base). Before
+  // a chunk's Put the policy emits Transcode{kNoNode, chunk}; the driver's BlobReencoded{kNoNode}
+  // names the plain form (its Put then names that size and `plain`) or that there is none (the
+  // chunk is put as produced). Default false: every blob is put as produced.
+  bool store_plain = false;
 };
 
 // The retry schedule of a failed store operation, which every store write of a node follows:
@@ -253,7 +259,7 @@ struct FetchDone {
 };
 // The timer set by the last SetTimer action expired (a driver may also deliver it late).
 struct TimerFired {};
-// Sender: the driver's answer to Transcode{to, blob.id}. `plain`: child `to` gets blob `blob.id`
+// Sender (or uploader, `to` kNoNode): the driver's answer to Transcode{to, blob.id}. `plain`: child `to` gets blob `blob.id`
 // in its plain form, of `blob.size` bytes, which the driver holds for it; every later Send of the
 // blob to `to` names that size and `plain`. !plain: the blob has no plain form (it is not a
 // context-coded chunk) and goes as produced. Taken only as the answer to a Transcode not yet
@@ -312,10 +318,12 @@ struct ReportCommit {
 struct TreeCommitted {
   int receivers = 0;
 };
-// Uploader: store blob under `key` (atomically visible); report PutDone.
+// Uploader: store blob under `key` (atomically visible); report PutDone. `plain`: the bytes of the
+// blob's plain form (RelayOptions::store_plain), not the produced ones.
 struct Put {
   BlobInfo blob;
   std::string key;
+  bool plain = false;
 };
 // Uploader: the trailer is stored, the stream is published. Emitted once.
 struct Published {};
@@ -335,7 +343,8 @@ struct SetTimer {
 // Sender with edge relays (RelayOptions::edge_lag_bytes): edge relay `to` is to get produced
 // blob `blob` (a chunk it has not started) in its plain form. The driver makes that form (or
 // finds it has none) and answers with BlobReencoded{to, ...}, at once or later; until then the
-// policy sends `to` no piece of the blob.
+// policy sends `to` no piece of the blob. Uploader with RelayOptions::store_plain: the same for
+// the store (`to` kNoNode), before the blob's Put.
 struct Transcode {
   NodeId to = kNoNode;
   BlobInfo blob;

@@ -40,6 +40,12 @@ StatusOr<std::unique_ptr<NodePolicy>> MakeNodePolicy(const NodePlan& plan) {
   return MakeTreePolicy(topo, plan.rank, relay);
 }
 
+std::unique_ptr<NodePolicy> MakeFillStorePolicy(const NodePlan& plan) {
+  RelayOptions relay = plan.relay;
+  relay.store_plain = !plan.edge_relays.empty() && plan.method == "delta";
+  return MakeUploaderPolicy(relay);
+}
+
 namespace internal {
 
 Status RunNodeVersion(const NodePlan& plan, NodeResult* result,

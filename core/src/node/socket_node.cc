@@ -205,7 +205,13 @@ void SocketNode::Release(BlobId blob) {
 }
 
 void SocketNode::Put(const action::Put& put) {
-  BlobPtr b = state_.Find(put.blob.id);
+  BlobPtr b;
+  if (put.plain) {
+    auto f = plain_forms_.find(put.blob.id);
+    if (f != plain_forms_.end()) b = f->second;
+  } else {
+    b = state_.Find(put.blob.id);
+  }
   if (!b) return Fault(InternalError("put of unknown blob " + std::to_string(put.blob.id)));
   if (plan_.rank == 0) FaultPointAtBlob(put.blob.id);
   store_.Put(b, put.key);
@@ -286,29 +292,11 @@ void SocketNode::FillStore() {
                             : UnavailableError("sender: no object store to publish to");
   if (!st.ok()) return Fault(st.WithContext("sender: filling the store"));
   fed_.clear();
-  StartPolicy(MakeUploaderPolicy(plan_.relay));
+  StartPolicy(MakeFillStorePolicy(plan_));
   for (const BlobPtr& b : state_.All()) {
     fed_.insert(b->info.id);
-    BlobInfo info = b->info;
-    st = PlainForStore(&info);
-    if (!st.ok()) return Fault(st.WithContext("sender: filling the store"));
-    host_->Handle(Now(), event::BlobProduced{info});
+    host_->Handle(Now(), event::BlobProduced{b->info});
   }
-}
-
-Status SocketNode::PlainForStore(BlobInfo* info) {
-  if (plan_.edge_relays.empty() || plan_.method != "delta" || info->kind != BlobKind::kChunk) {
-    return Status();
-  }
-  auto held = plain_forms_.find(info->id);
-  BlobPtr nb = held != plain_forms_.end() ? held->second : nullptr;
-  if (nb == nullptr) {
-    DCR_ASSIGN_OR_RETURN(nb, PlainForm(info->id));
-  }
-  if (nb == nullptr) return Status();
-  state_.Store(nb);
-  *info = nb->info;
-  return Status();
 }
 
 StatusOr<BlobPtr> SocketNode::PlainForm(BlobId id) {
@@ -348,8 +336,9 @@ void SocketNode::Transcode(const action::Transcode& t) {
   } else {
     StatusOr<BlobPtr> made = PlainForm(t.blob.id);
     if (!made.ok()) {
-      return Fault(made.status().WithContext("sender: the plain form for edge relay " +
-                                             std::to_string(t.to)));
+      return Fault(made.status().WithContext(
+          t.to == kNoNode ? std::string("sender: filling the store")
+                          : "sender: the plain form for edge relay " + std::to_string(t.to)));
     }
     plain = *made;
     if (plain != nullptr) plain_forms_[t.blob.id] = plain;
@@ -358,9 +347,11 @@ void SocketNode::Transcode(const action::Transcode& t) {
     host_->Post(Now(), event::BlobReencoded{t.to, t.blob, false});
     return;
   }
-  state_.Update([&](NodeResult* r) {
-    if (NodeResult::EdgeSwitch* sw = OpenSwitch(r, t.to)) ++sw->plain_chunks;
-  });
+  if (t.to != kNoNode) {
+    state_.Update([&](NodeResult* r) {
+      if (NodeResult::EdgeSwitch* sw = OpenSwitch(r, t.to)) ++sw->plain_chunks;
+    });
+  }
   host_->Post(Now(), event::BlobReencoded{t.to, plain->info, true});
 }
 
@@ -841,12 +832,6 @@ Status SocketNode::Loop() {
       }
       // A sender filling the store was fed every blob built so far.
       if (produced != nullptr && !fed_.insert(produced->blob.id).second) continue;
-      if (produced != nullptr && filled_store_) {
-        BlobInfo info = produced->blob;
-        Status st = PlainForStore(&info);
-        if (!st.ok()) return st.WithContext("sender: filling the store");
-        item.event = event::BlobProduced{info};
-      }
       host_->Handle(Now(), item.event);
     }
     DCR_RETURN_IF_ERROR(AfterHandle());

@@ -85,8 +85,8 @@ class SocketNode : public NodeEnvironment {
     state_.result()->t_commit = WallNow();
     MarkCommittedInMetrics();
   }
-  // The plain form of a context-coded chunk (PlainForm, kept in plain_forms_ for the Sends that
-  // name it), answered at once; counted in the edge relay's open switch.
+  // The plain form of a context-coded chunk (PlainForm, kept in plain_forms_ for the Sends and
+  // Puts that name it), answered at once; for an edge relay, counted in its open switch.
   void Transcode(const action::Transcode& t) override;
   // Recorded in NodeResult::edge_switches and said on stderr.
   void EdgeLag(const action::EdgeLag& lag) override;
@@ -140,13 +140,10 @@ class SocketNode : public NodeEnvironment {
     if (plan_.rank == 0) FillStore();
   }
   // Sender: the stream goes to the store (the tree is left, or the sender restarted): an
-  // uploader over every blob built so far and the rest as the builder produces them; objects
-  // the store already holds (the long-link relay's copy) are not put again.
+  // uploader (MakeFillStorePolicy) over every blob built so far and the rest as the builder
+  // produces them; objects the store already holds (the long-link relay's copy) are not put
+  // again.
   void FillStore();
-  // Sender with edge relays filling the store: blob `*info`, when a context-coded chunk record,
-  // is replaced by its plain record (and *info by its size), so that the store holds what every
-  // receiver applies, with or without the base.
-  Status PlainForStore(BlobInfo* info);
   // Sender with edge relays: the plain record of held blob `id` when it is a context-coded chunk
   // record (ContextChunkToPlain against the sender's base, which is the run's), else null.
   StatusOr<BlobPtr> PlainForm(BlobId id);

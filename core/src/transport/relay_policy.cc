@@ -229,7 +229,9 @@ std::string ToString(const Action& a) {
             return Fmt("ReportCommit{to %d n=%d}", x.to, x.receivers);
           },
           [](const action::TreeCommitted& x) { return Fmt("TreeCommitted{n=%d}", x.receivers); },
-          [](const action::Put& x) { return Fmt("Put{%s}", x.key.c_str()); },
+          [](const action::Put& x) {
+            return Fmt("Put{%s%s}", x.key.c_str(), x.plain ? " plain" : "");
+          },
           [](const action::Published&) { return std::string("Published"); },
           [](const action::List& x) { return Fmt("List{%s}", x.prefix.c_str()); },
           [](const action::Fetch& x) { return Fmt("Fetch{%s}", x.key.c_str()); },
@@ -688,9 +690,16 @@ class UploaderPolicy : public NodePolicy {
       if (e->blob.kind == BlobKind::kTrailer) {
         trailer_ = e->blob;
         have_trailer_ = true;
+      } else if (options_.store_plain && e->blob.kind == BlobKind::kChunk) {
+        awaiting_.insert(e->blob.id);  // put once the driver named its plain form
+        out->push_back(action::Transcode{kNoNode, e->blob});
       } else {
         queue_.push_back(e->blob);
       }
+    } else if (const auto* e = std::get_if<event::BlobReencoded>(&ev)) {
+      if (e->to != kNoNode || awaiting_.erase(e->blob.id) == 0) return;
+      if (e->plain) plain_.insert(e->blob.id);
+      queue_.push_back(e->blob);
     } else if (const auto* e = std::get_if<event::PutDone>(&ev)) {
       --inflight_;
       if (e->ok) {
@@ -737,11 +746,13 @@ class UploaderPolicy : public NodePolicy {
   void StartPut(const BlobInfo& b, std::vector<Action>* out) {
     infos_[b.id] = b;
     ++inflight_;
-    out->push_back(action::Put{b, ObjectKey(options_.prefix, b)});
+    out->push_back(action::Put{b, ObjectKey(options_.prefix, b), plain_.count(b.id) != 0});
   }
 
   RelayOptions options_;
   std::set<BlobId> known_;
+  std::set<BlobId> awaiting_;  // store_plain: chunks whose Transcode is not answered yet
+  std::set<BlobId> plain_;     // store_plain: chunks put in their plain form
   std::map<BlobId, BlobInfo> infos_;
   std::map<BlobId, int> attempts_;
   std::deque<BlobInfo> queue_;
