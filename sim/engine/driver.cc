@@ -726,8 +726,8 @@ class NodeActor : public NodeEnvironment {
   double timer_ = -1;
   std::map<std::pair<NodeId, int>, Stream> streams_;  // per (peer, stream)
   std::vector<int> applied_;
-  std::set<BlobId> plain_in_;               // edge relay: blobs that came in the plain form
-  std::map<BlobId, NodeId> held_acks_;      // edge relay: acks waiting for the transcoding
+  std::set<BlobId> plain_in_;                 // edge relay: blobs that came in the plain form
+  std::map<BlobId, NodeId> held_acks_;        // edge relay: acks waiting for the transcoding
   std::deque<action::Transcode> transcodes_;  // sender: its transcoding queue (front: running)
   std::vector<bool> built_;
   size_t next_launch_ = 0, next_deliver_ = 0;

@@ -936,11 +936,11 @@ RunResult CollectRun(const Scenario& s, const internal::PlatformSpec& plat, cons
            : "") +
       (pr.signing.empty() ? "" : "; " + pr.signing) +
       (pr.wan.empty() ? "" : "; long link: " + pr.wan) +
-      (pr.spec.edge_relay ? "; edge lag bound " + std::to_string(pr.spec.edge_lag_bytes) +
-                                " B: switched to the plain form " +
-                                std::to_string(outcome.edge_switches) + " times (" +
-                                std::to_string(outcome.edge_plain_chunks) + " chunks plain)"
-                          : "");
+      (pr.spec.edge_relay
+           ? "; edge lag bound " + std::to_string(pr.spec.edge_lag_bytes) +
+                 " B: switched to the plain form " + std::to_string(outcome.edge_switches) +
+                 " times (" + std::to_string(outcome.edge_plain_chunks) + " chunks plain)"
+           : "");
   // What each cost amounts to on its own (CPU costs in CPU-seconds, spread over the cores that
   // pay them; the refit is shorter than their sum where they overlap the transfer).
   const std::string costs_key = std::string("costs.") + MethodName(pr.method) + "." +

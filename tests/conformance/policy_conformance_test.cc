@@ -405,8 +405,8 @@ class Conformance : public ::testing::Test {
     sim::internal::PlatformSpec plat;
     plat.wan_bandwidth = scenario_.network.long_link.bandwidth_Bps;
     plat.store_bandwidth = 1e15;
-    sim::internal::RunSpec spec = sim::internal::PlanRun(scenario_, plat, topo_, z,
-                                                         TransportKind::kRelayTree, payload, 1e10);
+    sim::internal::RunSpec spec =
+        sim::internal::PlanRun(scenario_, plat, topo_, z, TransportKind::kRelayTree, payload, 1e10);
     return sim::internal::MakeSimEdgeSenderPolicy(spec);
   }
 
@@ -530,10 +530,9 @@ TEST_F(Conformance, SenderFillingTheStorePutsThePlainForms) {
   ASSERT_EQ(rec.transcodes(), 5);
   const std::vector<std::string> expect = WithoutKeyPrefixes(Expected({}, trace));
   // Five chunks, each put twice (the first put fails), in the plain form.
-  ASSERT_EQ(std::count_if(expect.begin(), expect.end(),
-                          [](const std::string& l) {
-                            return l.find(".chk plain}") != std::string::npos;
-                          }),
+  ASSERT_EQ(std::count_if(
+                expect.begin(), expect.end(),
+                [](const std::string& l) { return l.find(".chk plain}") != std::string::npos; }),
             10);
   auto fill = [&](const Scenario& s) -> std::unique_ptr<NodePolicy> {
     const std::string dir = ::testing::TempDir();

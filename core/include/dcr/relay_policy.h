@@ -259,12 +259,12 @@ struct FetchDone {
 };
 // The timer set by the last SetTimer action expired (a driver may also deliver it late).
 struct TimerFired {};
-// Sender (or uploader, `to` kNoNode): the driver's answer to Transcode{to, blob.id}. `plain`: child `to` gets blob `blob.id`
-// in its plain form, of `blob.size` bytes, which the driver holds for it; every later Send of the
-// blob to `to` names that size and `plain`. !plain: the blob has no plain form (it is not a
-// context-coded chunk) and goes as produced. Taken only as the answer to a Transcode not yet
-// answered, while no piece of the blob has been handed to a stream of that child; ignored
-// otherwise, and on every other role.
+// Sender (or uploader, `to` kNoNode): the driver's answer to Transcode{to, blob.id}. `plain`: child
+// `to` gets blob `blob.id` in its plain form, of `blob.size` bytes, which the driver holds for it;
+// every later Send of the blob to `to` names that size and `plain`. !plain: the blob has no plain
+// form (it is not a context-coded chunk) and goes as produced. Taken only as the answer to a
+// Transcode not yet answered, while no piece of the blob has been handed to a stream of that child;
+// ignored otherwise, and on every other role.
 struct BlobReencoded {
   NodeId to = kNoNode;
   BlobInfo blob;
@@ -368,11 +368,10 @@ struct Fail {
 };
 }  // namespace action
 
-using Action =
-    std::variant<action::Send, action::Ack, action::Apply, action::Release, action::Commit,
-                 action::ReportCommit, action::TreeCommitted, action::Put, action::Published,
-                 action::List, action::Fetch, action::SetTimer, action::Fail, action::Transcode,
-                 action::EdgeLag>;
+using Action = std::variant<action::Send, action::Ack, action::Apply, action::Release,
+                            action::Commit, action::ReportCommit, action::TreeCommitted,
+                            action::Put, action::Published, action::List, action::Fetch,
+                            action::SetTimer, action::Fail, action::Transcode, action::EdgeLag>;
 
 // Human-readable one-liners (logs, golden tests).
 std::string ToString(const Event& e);

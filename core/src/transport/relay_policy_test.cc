@@ -362,8 +362,8 @@ TEST(TreePolicy, EdgeRelayThatLagsGetsThePlainFormUntilItCatchesUp) {
   EXPECT_EQ(s.Feed(event::BlobReencoded{1, {2, BlobKind::kChunk, 15}, true}), Lines{});
   EXPECT_EQ(s.Feed(event::BlobReencoded{1, {3, BlobKind::kChunk, 30}, false}), Lines{});
   EXPECT_EQ(s.sent[1][2], (std::vector<P>{{0, 10, 15, true}, {10, 5, 15, true}}));
-  EXPECT_EQ(s.sent[1][3], (std::vector<P>{{0, 10, 30, false}, {10, 10, 30, false}, {20, 10, 30,
-                                                                                    false}}));
+  EXPECT_EQ(s.sent[1][3],
+            (std::vector<P>{{0, 10, 30, false}, {10, 10, 30, false}, {20, 10, 30, false}}));
   // An answer nobody asked for, or for a blob started, changes nothing.
   EXPECT_EQ(s.Feed(event::BlobReencoded{1, {1, BlobKind::kChunk, 5}, true}), Lines{});
   EXPECT_EQ(s.Feed(event::BlobReencoded{2, {3, BlobKind::kChunk, 5}, true}), Lines{});
