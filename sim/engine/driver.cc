@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <simgrid/s4u.hpp>
 #include <string>
 #include <variant>
@@ -46,6 +47,7 @@ struct Msg {
   int receivers = 0;
   // TLS: the receiving end's decryption of this piece, started with the transfer (kData).
   sg4::ExecPtr decrypt;
+  bool plain = false;  // kData: a piece of the blob's plain form (action::Send::plain)
 };
 
 struct World {
@@ -82,13 +84,14 @@ enum class TagKind {
   kDecrypt,
   kCommitment,
   kSenderCommitment,
-  kVerify
+  kVerify,
+  kTranscode
 };
 
 struct Tag {
   TagKind kind = TagKind::kRecv;
   action::Send send;  // kSend, kEncrypt
-  BlobInfo blob;      // kBuild (id), kApply, kPut, kFetch, kCommitment (the trailer)
+  BlobInfo blob;      // kBuild (id), kApply, kPut, kFetch, kCommitment (the trailer), kTranscode
   Msg data;           // kDecrypt: the piece being decrypted
 };
 
@@ -302,7 +305,8 @@ class NodeActor : public NodeEnvironment {
              " before the first was accepted");
       return;
     }
-    auto* m = new Msg{Msg::kData, pid_, s.blob, s.offset, s.length, 0, nullptr};
+    auto* m = new Msg{Msg::kData, pid_, s.blob, s.offset, s.length, 0, nullptr, s.plain};
+    if (s.plain && s.offset == 0) ++w_->out.edge_plain_chunks;
     const int to = ActorOf(s.to);
     const bool to_receiver = to >= 1 && to <= spec().receivers;
     const double hash = to_receiver ? spec().recv_hash_s_per_byte : 0;
@@ -342,6 +346,15 @@ class NodeActor : public NodeEnvironment {
   }
 
   void Ack(const action::Ack& ack) override {
+    // An edge relay acknowledges a context-coded blob once it has transcoded it (its apply).
+    if (role_.notify >= 0 && plain_in_.count(ack.blob) == 0 && applied_.at(ack.blob) == 0) {
+      held_acks_[ack.blob] = ack.to;
+      return;
+    }
+    SendAck(ack.to, ack.blob);
+  }
+  void SendAck(NodeId to, BlobId blob) {
+    action::Ack ack{to, blob};
     BlobInfo b;
     b.id = ack.blob;
     auto* m = new Msg{Msg::kAck, pid_, b, 0, 0, 0, nullptr};
@@ -354,6 +367,14 @@ class NodeActor : public NodeEnvironment {
   }
 
   void Apply(const action::Apply& ap) override {
+    if (role_.notify >= 0 && plain_in_.count(ap.blob.id) != 0) {
+      // A plain blob from the sender: the edge relay forwards it as it is.
+      Tag t;
+      t.kind = TagKind::kApply;
+      t.blob = ap.blob;
+      Add(Compute(1.0), std::move(t));
+      return;
+    }
     if (role_.notify >= 0 && !spec().edge_range_of.empty()) {
       const SimBlob& sb = blobs().at(ap.blob.id);
       // An edge relay of a split: the transcoding runs on the host of the blob's chunk range.
@@ -440,6 +461,24 @@ class NodeActor : public NodeEnvironment {
 
   void TreeCommitted(int) override { w_->out.tree_committed = Now(); }
   void Published() override {}
+  // The sender transcodes the chunk itself (ContextChunkToPlain against its base, on its event
+  // loop's thread: one at a time): the edge relay's cost of the blob on one core of this host;
+  // then it answers with the plain form's size.
+  void Transcode(const action::Transcode& t) override {
+    transcodes_.push_back(t);
+    if (transcodes_.size() == 1) StartTranscode();
+  }
+  void StartTranscode() {
+    const action::Transcode& t = transcodes_.front();
+    Tag tag;
+    tag.kind = TagKind::kTranscode;
+    tag.blob = t.blob;
+    tag.send.to = t.to;
+    Add(Compute(std::max(blobs().at(t.blob.id).apply_flops, 1.0)), std::move(tag));
+  }
+  void EdgeLag(const action::EdgeLag& lag) override {
+    if (lag.lagging) ++w_->out.edge_switches;
+  }
   void Failed(const Status& status) override {
     Record("node " + std::to_string(id_) + " failed: " + status.message());
   }
@@ -552,6 +591,7 @@ class NodeActor : public NodeEnvironment {
             Add(m->decrypt, std::move(dt));
           } else if (m->type == Msg::kData) {
             if (role_.receiver) w_->out.receivers[id_ - 1].bytes_received += m->length;
+            if (m->plain) plain_in_.insert(m->blob.id);
             Feed(event::DataReceived{m->blob, m->offset, m->length});
           } else if (m->type == Msg::kProduced) {
             OnProduced(m->blob.id);
@@ -574,6 +614,7 @@ class NodeActor : public NodeEnvironment {
         case TagKind::kDecrypt: {
           const Msg& m = tag.data;
           if (role_.receiver) w_->out.receivers[id_ - 1].bytes_received += m.length;
+          if (m.plain) plain_in_.insert(m.blob.id);
           Feed(event::DataReceived{m.blob, m.offset, m.length});
           break;
         }
@@ -593,6 +634,14 @@ class NodeActor : public NodeEnvironment {
           break;
         case TagKind::kVerify:
           break;
+        case TagKind::kTranscode: {
+          transcodes_.pop_front();
+          if (!transcodes_.empty()) StartTranscode();
+          const bool chunk = tag.blob.kind == BlobKind::kChunk;
+          Feed(event::BlobReencoded{tag.send.to,
+                                    chunk ? spec().blobs.at(tag.blob.id).info : tag.blob, chunk});
+          break;
+        }
         case TagKind::kSenderCommitment:
           if (--commitment_parts_ > 0) break;
           w_->out.sender_ready = Now();
@@ -601,6 +650,10 @@ class NodeActor : public NodeEnvironment {
           break;
         case TagKind::kApply: {
           applied_[tag.blob.id] += 1;
+          if (auto h = held_acks_.find(tag.blob.id); h != held_acks_.end()) {
+            SendAck(h->second, h->first);
+            held_acks_.erase(h);
+          }
           event::ApplyDone done;
           done.blob = tag.blob.id;
           Feed(done);
@@ -673,6 +726,9 @@ class NodeActor : public NodeEnvironment {
   double timer_ = -1;
   std::map<std::pair<NodeId, int>, Stream> streams_;  // per (peer, stream)
   std::vector<int> applied_;
+  std::set<BlobId> plain_in_;                 // edge relay: blobs that came in the plain form
+  std::map<BlobId, NodeId> held_acks_;        // edge relay: acks waiting for the transcoding
+  std::deque<action::Transcode> transcodes_;  // sender: its transcoding queue (front: running)
   std::vector<bool> built_;
   size_t next_launch_ = 0, next_deliver_ = 0;
   int running_builds_ = 0;
@@ -702,6 +758,8 @@ nlohmann::json OutcomeToJson(const RunOutcome& o) {
           {"receivers", rs},
           {"tls_cpu_seconds", o.tls_cpu_seconds},
           {"sender_ready", o.sender_ready},
+          {"edge_switches", o.edge_switches},
+          {"edge_plain_chunks", o.edge_plain_chunks},
           {"error", o.error}};
 }
 
@@ -718,6 +776,8 @@ RunOutcome OutcomeFromJson(const nlohmann::json& j) {
   o.comms = j.at("comms");
   o.tls_cpu_seconds = j.at("tls_cpu_seconds");
   o.sender_ready = j.at("sender_ready");
+  o.edge_switches = j.at("edge_switches");
+  o.edge_plain_chunks = j.at("edge_plain_chunks");
   o.sim_clock = j.at("sim_clock");
   o.error = j.at("error");
   for (const auto& r : j.at("receivers")) {
@@ -739,6 +799,13 @@ std::unique_ptr<NodePolicy> MakeSimPolicy(const RunSpec& spec, NodeId node) {
     return node == 0 ? MakeUploaderPolicy(spec.relay) : MakeDownloaderPolicy(spec.relay);
   }
   return MakeTreePolicy(spec.topology, node, spec.relay);
+}
+
+std::unique_ptr<NodePolicy> MakeSimEdgeSenderPolicy(const RunSpec& spec) {
+  RelayOptions o = spec.relay;
+  o.edge_relays = {1};
+  o.edge_lag_bytes = spec.edge_lag_bytes;
+  return MakeTreePolicy(*Topology::FanOut(2, 1, 1), 0, o);
 }
 
 RunOutcome RunInThisProcess(const RunSpec& spec) {
@@ -809,9 +876,9 @@ RunOutcome RunInThisProcess(const RunSpec& spec) {
       role.blobs = &spec.wan_blobs;
       role.producer = i == wan_sender;
       role.notify = i == edge_receiver ? 0 : -1;
-      const RelayOptions* opts = i == wan_sender ? &spec.relay : &edge_options;
-      role.policy = [&wan_tree, opts, pid = role.policy_id]() {
-        return MakeTreePolicy(wan_tree, pid, *opts);
+      role.policy = [&spec, &wan_tree, &edge_options, pid = role.policy_id]() {
+        return pid == 0 ? MakeSimEdgeSenderPolicy(spec)
+                        : MakeTreePolicy(wan_tree, pid, edge_options);
       };
     }
     sg4::ActorPtr a = sg4::Actor::create("node-" + std::to_string(i), w.node_host[i], [&w, role]() {

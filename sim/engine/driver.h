@@ -27,7 +27,12 @@
 // (a 64-byte same-host message) to the edge relay's forwarding side, the root of `topology`, as
 // BlobProduced in id order. Both sides are tree policies (MakeTreePolicy), as every other node.
 // Several edge relays split by chunk range (RunSpec::edge_range_of): each blob's transcoding runs
-// on the host of its range and the hand-off carries its plain bytes to the root's host.
+// on the host of its range and the hand-off carries its plain bytes to the root's host. The edge
+// relay acknowledges a chunk once it is transcoded, as the real one does; the sender's policy
+// watches that edge for lag (RunSpec::edge_lag_bytes, RelayOptions::edge_lag_bytes): its
+// Transcode is the sender's own transcoding of the chunk (the edge relay's cost of the blob, on
+// one core of the sender's host), answered with the plain form's size (`blobs`); the pieces it
+// then sends are the plain form, which the edge relay forwards without transcoding.
 //
 // Rate caps: SimGrid's own TCP-gamma cap is disabled (TCP-gamma = 0) and every Comm gets an
 // explicit rate = the cap of one real TCP stream, min(window, tcp_gamma) / RTT of its route, shared
@@ -93,6 +98,9 @@ struct RunSpec {
   bool edge_relay = false;
   std::vector<SimBlob> wan_blobs;
   int edge_parallel = 0;
+  // The edge relay's lag bound (the sender's RelayOptions::edge_lag_bytes; scenario.h
+  // EdgeLagBytesFor). 0: it never lags.
+  uint64_t edge_lag_bytes = 0;
   // Several edge relays (platform.edge_count > 1, dcr/edge_split.h): a chain at the head of the
   // rollout region. The long link ends at the first (platform edge host 0), the tree's root runs
   // on the last; `edge_range_of[id]` is the edge relay (host index) whose chunk range holds wan
@@ -143,12 +151,17 @@ struct RunOutcome {
   double sender_ready = 0;             // simulated time the sender's commitment was done (0: none)
   double sim_clock = 0;                // Engine clock when run() returned
   std::vector<NodeOutcome> receivers;  // index = node - 1
+  int edge_switches = 0;               // times the edge relay was found lagging (EdgeLag)
+  uint64_t edge_plain_chunks = 0;      // chunks the sender sent it in the plain form (Send::plain)
   std::string error;                   // first failure, or a deadlock note
 };
 
 // The policy node `node` of `spec` runs (hosted by PolicyHost): uploader/downloader for an
 // object-store run, else its tree role.
 std::unique_ptr<NodePolicy> MakeSimPolicy(const RunSpec& spec, NodeId node);
+// With an edge relay: the policy of the sender of the long-link stream (node 0 of the two-node
+// tree sender -> edge relay, which is node 1), watching the edge relay for lag.
+std::unique_ptr<NodePolicy> MakeSimEdgeSenderPolicy(const RunSpec& spec);
 
 // Builds the engine, platform and actors, runs the simulation. Call at most once per process.
 RunOutcome RunInThisProcess(const RunSpec& spec);

@@ -5,6 +5,7 @@
 #include <xbt/log.h>
 
 #include <cmath>
+#include <cstdio>
 #include <simgrid/s4u.hpp>
 
 #include "platform.h"
@@ -236,6 +237,50 @@ TEST(DriverTest, EdgeRelayTranscodesWhatTheLongLinkCarries) {
   for (const NodeOutcome& n : slow->receivers) EXPECT_TRUE(n.committed && n.complete);
   EXPECT_GT(slow->refit_seconds, 100.0);
   EXPECT_LT(slow->refit_seconds, 100.0 * 1.05);
+  EXPECT_EQ(slow->edge_switches, 0);  // no lag bound: it is never switched
+}
+
+// The same lagging edge relay with a lag bound (RelayOptions::edge_lag_bytes, run by the
+// sender's policy) of 4 x the bytes in flight on its 16 streams (one 25 MB piece each): past it
+// the sender transcodes the chunks the edge relay has not started itself (one at a time, at the
+// edge relay's speed) and sends them plain, which the edge relay forwards; both transcode, the
+// long link carries some plain chunks, and the refit is shorter. An edge relay that keeps up is
+// never switched.
+TEST(DriverTest, LaggingEdgeRelayIsSwitchedToThePlainForm) {
+  const double total = 2e10;
+  RunSpec plain = FullTransfer(total, 100, 7, 16, 381e6);
+  plain.pieces_in_flight = 1;
+  const uint64_t bound = 4 * 16 * plain.relay.piece_bytes;
+  RunSpec slow = BehindEdgeRelay(plain, 4, 1, 1.0);
+  auto unbounded = RunForked(slow);
+  ASSERT_TRUE(unbounded.ok()) << unbounded.status();
+  EXPECT_EQ(unbounded->edge_switches, 0);
+  slow.edge_lag_bytes = bound;
+  auto bounded = RunForked(slow);
+  ASSERT_TRUE(bounded.ok()) << bounded.status();
+  EXPECT_EQ(bounded->error, "");
+  for (const NodeOutcome& n : bounded->receivers) {
+    EXPECT_TRUE(n.committed && n.complete);
+    EXPECT_EQ(n.bytes_received, total / 100 * 100 + 8192);
+  }
+  std::printf("unbounded %.3f s; bounded %.3f s, %d switches, %llu plain chunks, %.0f wire B\n",
+              unbounded->refit_seconds, bounded->refit_seconds, bounded->edge_switches,
+              static_cast<unsigned long long>(bounded->edge_plain_chunks), bounded->wire_bytes);
+  EXPECT_GE(bounded->edge_switches, 1);
+  EXPECT_GT(bounded->edge_plain_chunks, 5u);
+  EXPECT_LT(bounded->edge_plain_chunks, 95u);
+  const double chunk = total / 100;
+  EXPECT_NEAR(bounded->wire_bytes,
+              total / 4 + 8192 + static_cast<double>(bounded->edge_plain_chunks) * chunk * 0.75,
+              100.0 * 100);
+  EXPECT_LT(bounded->refit_seconds, unbounded->refit_seconds * 0.9);
+  RunSpec fast = BehindEdgeRelay(plain, 4, 8, 0.01);
+  fast.edge_lag_bytes = bound;
+  auto f = RunForked(fast);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->error, "");
+  EXPECT_EQ(f->edge_switches, 0);
+  EXPECT_EQ(f->edge_plain_chunks, 0u);
 }
 
 TEST(DriverTest, EdgeRelaysSplitByRangeShareTheTranscoding) {

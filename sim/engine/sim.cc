@@ -233,6 +233,8 @@ RunSpec PlanRun(const Scenario& s, const PlatformSpec& plat, const Topology& top
   scale.piece_factor = z.coarsen;
   scale.min_poll_interval_s = payload / std::min(plat.wan_bandwidth, plat.store_bandwidth) / 200.0;
   spec.relay = RelayOptionsFor(s, "dcr", scale);
+  // An edge relay's lag bound counts the bytes in flight per simulated stream.
+  spec.edge_lag_bytes = EdgeLagBytesFor(s, z.window);
   spec.blobs = z.blobs;
   spec.build_parallel = z.build_parallel;
   spec.build_window = z.build_window;
@@ -979,7 +981,12 @@ RunResult CollectRun(const Scenario& s, const internal::PlatformSpec& plat, cons
                  Num(outcome.tls_cpu_seconds) + " CPU-s on all endpoints"
            : "") +
       (pr.signing.empty() ? "" : "; " + pr.signing) +
-      (pr.wan.empty() ? "" : "; long link: " + pr.wan);
+      (pr.wan.empty() ? "" : "; long link: " + pr.wan) +
+      (pr.spec.edge_relay
+           ? "; edge lag bound " + std::to_string(pr.spec.edge_lag_bytes) +
+                 " B: switched to the plain form " + std::to_string(outcome.edge_switches) +
+                 " times (" + std::to_string(outcome.edge_plain_chunks) + " chunks plain)"
+           : "");
   // What each cost amounts to on its own (CPU costs in CPU-seconds, spread over the cores that
   // pay them; the refit is shorter than their sum where they overlap the transfer).
   const std::string costs_key = std::string("costs.") + MethodName(pr.method) + "." +

@@ -5,7 +5,9 @@
 // answer the trace with the same actions, in the same order. A driver that builds its policy
 // differently (other stream counts, pieces, parallelism) or decides on its own fails here. The
 // store retries are traced too: an uploader whose puts fail once each is answered with the same
-// retry timers (StoreRetryDelay) by `dcr node`'s and the simulator's object-store sender.
+// retry timers (StoreRetryDelay) by `dcr node`'s and the simulator's object-store sender. So is
+// the edge-lag switch: a sender whose edge relay lags and catches up asks for the same plain forms
+// and switches back at the same points in `dcr node` and in the simulator.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -44,6 +46,8 @@ class ReplayEnvironment : public NodeEnvironment {
   void Committed() override {}
   void TreeCommitted(int) override {}
   void Published() override {}
+  void Transcode(const action::Transcode&) override {}
+  void EdgeLag(const action::EdgeLag&) override {}
   void Failed(const Status&) override {}
 };
 
@@ -106,6 +110,8 @@ class TraceRecorder : public NodeEnvironment {
   void Committed() override {}
   void TreeCommitted(int) override {}
   void Published() override {}
+  void Transcode(const action::Transcode& t) override { ADD_FAILURE() << ToString(Action(t)); }
+  void EdgeLag(const action::EdgeLag& l) override { ADD_FAILURE() << ToString(Action(l)); }
   void Failed(const Status& s) override { ADD_FAILURE() << s.ToString(); }
 
  private:
@@ -133,7 +139,8 @@ class TraceRecorder : public NodeEnvironment {
   std::map<std::pair<NodeId, BlobId>, uint64_t> sent_;
 };
 
-// Drives an uploader through a store upload whose every blob's first put fails: the stream is
+// Drives an uploader through a store upload whose every blob's first put fails (and, for an
+// uploader with RelayOptions::store_plain, whose chunks each have a plain form): the stream is
 // produced blob by blob, a put completes (failed the first time, stored the second) after each
 // event, and a timer the policy sets fires when nothing else is pending.
 class StoreRetryRecorder : public NodeEnvironment {
@@ -182,11 +189,22 @@ class StoreRetryRecorder : public NodeEnvironment {
   void Committed() override {}
   void TreeCommitted(int) override {}
   void Published() override { published_ = true; }
+  // An uploader filling the store with plain forms (RelayOptions::store_plain): every chunk has
+  // one of twice its size.
+  void Transcode(const action::Transcode& t) override {
+    ++transcodes_;
+    BlobInfo plain = t.blob;
+    plain.size *= 2;
+    host_.Post(now_, event::BlobReencoded{t.to, plain, true});
+  }
+  void EdgeLag(const action::EdgeLag& l) override { ADD_FAILURE() << ToString(Action(l)); }
   void Failed(const Status& s) override { ADD_FAILURE() << s.ToString(); }
+  int transcodes() const { return transcodes_; }
 
  private:
   void Feed(double* now, const Event& e) {
     *now += 0.001;
+    now_ = *now;
     host_.Handle(*now, e);
   }
 
@@ -196,8 +214,104 @@ class StoreRetryRecorder : public NodeEnvironment {
   std::vector<Event> completions_;
   std::set<BlobId> first_put_;
   double timer_ = -1;
+  double now_ = 0;
   bool published_ = false;
   int failed_puts_ = 0;
+  int transcodes_ = 0;
+};
+
+// Drives a sender whose only child, node 1, is an edge relay that falls behind and catches up:
+// the first blobs are produced and every piece accepted while the edge relay acknowledges
+// nothing (it lags: the sender asks for the plain form of the chunks it has not started, which
+// the driver answers with a form of twice the size, the trailer having none); then it
+// acknowledges every blob it has whole (it catches up), and the rest of the stream flows with
+// acknowledgements as blobs complete.
+class EdgeLagRecorder : public NodeEnvironment {
+ public:
+  EdgeLagRecorder(const Topology& topo, const RelayOptions& relay, std::vector<BlobInfo> stream,
+                  size_t slow_blobs)
+      : relay_(relay),
+        stream_(std::move(stream)),
+        slow_blobs_(slow_blobs),
+        host_(MakeTreePolicy(topo, 0, relay), this) {
+    host_.set_trace(&trace_);
+  }
+
+  std::vector<TraceStep> Record() {
+    double now = 0;
+    host_.Handle(now, event::Start{});
+    for (size_t i = 0; i < stream_.size(); ++i) {
+      if (i == slow_blobs_) {  // it caught up: every blob it holds whole is acknowledged
+        acking_ = true;
+        for (const auto& [blob, pieces] : sent_) {
+          if (pieces.first == pieces.second) completions_.push_back(event::AckReceived{1, blob});
+        }
+        Drain(&now);
+      }
+      Feed(&now, event::BlobProduced{stream_[i]});
+    }
+    for (int guard = 0; guard < 100000 && !completions_.empty(); ++guard) Drain(&now);
+    Feed(&now, event::SubtreeCommitted{1, 4});
+    return trace_;
+  }
+
+  bool done() const { return host_.done(); }
+  std::vector<Link> links() const { return host_.links(); }
+
+  void SetTimer(TimePoint) override {}
+  void Send(const action::Send& s) override {
+    completions_.push_back(event::SendDone{s.to, s.stream, s.blob.id, s.offset, s.length});
+    auto& [got, of] = sent_[s.blob.id];
+    of = NumPieces(s.blob.size, relay_.piece_bytes);
+    if (++got == of && acking_) completions_.push_back(event::AckReceived{s.to, s.blob.id});
+  }
+  void Ack(const action::Ack&) override {}
+  void ReportCommit(const action::ReportCommit&) override {}
+  void Apply(const action::Apply&) override {}
+  void Release(BlobId) override {}
+  void Put(const action::Put&) override {}
+  void List(const action::List&) override {}
+  void Fetch(const action::Fetch&) override {}
+  void Committed() override {}
+  void TreeCommitted(int) override {}
+  void Published() override {}
+  void Transcode(const action::Transcode& t) override {
+    const bool chunk = t.blob.kind == BlobKind::kChunk;
+    BlobInfo plain = t.blob;
+    if (chunk) plain.size *= 2;
+    host_.Post(now_, event::BlobReencoded{t.to, plain, chunk});
+  }
+  void EdgeLag(const action::EdgeLag&) override {}
+  void Failed(const Status& s) override { ADD_FAILURE() << s.ToString(); }
+
+ private:
+  void Feed(double* now, const Event& e) {
+    *now += 0.001;
+    now_ = *now;
+    host_.Handle(*now, e);
+    Drain(now);
+  }
+  void Drain(double* now) {
+    while (!completions_.empty()) {
+      std::vector<Event> batch;
+      batch.swap(completions_);
+      for (const Event& e : batch) {
+        *now += 0.001;
+        now_ = *now;
+        host_.Handle(*now, e);
+      }
+    }
+  }
+
+  RelayOptions relay_;
+  std::vector<BlobInfo> stream_;
+  size_t slow_blobs_;
+  PolicyHost host_;
+  std::vector<TraceStep> trace_;
+  std::vector<Event> completions_;
+  std::map<BlobId, std::pair<uint64_t, uint64_t>> sent_;  // pieces sent, of how many
+  bool acking_ = false;
+  double now_ = 0;
 };
 
 std::vector<std::string> LinkLines(const std::vector<Link>& links) {
@@ -278,6 +392,24 @@ class Conformance : public ::testing::Test {
     return sim::internal::MakeSimPolicy(spec, node);
   }
 
+  // The simulator's sender of the long-link stream to an edge relay, of the run plan of the
+  // scenario's delta relay-tree run.
+  std::unique_ptr<NodePolicy> SimEdgeSenderPolicy() {
+    auto extra = sim::internal::ParseExtra(scenario_);
+    EXPECT_TRUE(extra.ok()) << extra.status().ToString();
+    if (!extra.ok()) return nullptr;
+    double payload = 0;
+    for (const BlobInfo& b : stream_) payload += static_cast<double>(b.size);
+    sim::internal::Sizing z =
+        sim::internal::SizeRun(scenario_, *extra, payload, 300, 264, 1e8, 5, 1e9, 1e9, 2, 2);
+    sim::internal::PlatformSpec plat;
+    plat.wan_bandwidth = scenario_.network.long_link.bandwidth_Bps;
+    plat.store_bandwidth = 1e15;
+    sim::internal::RunSpec spec =
+        sim::internal::PlanRun(scenario_, plat, topo_, z, TransportKind::kRelayTree, payload, 1e10);
+    return sim::internal::MakeSimEdgeSenderPolicy(spec);
+  }
+
   // The fault harness: node `node` of the scenario's first fault-injection run.
   std::unique_ptr<NodePolicy> HarnessPolicy(NodeId node) {
     FaultRunOptions o = cli::FaultRunOptionsFor(scenario_, 0.03, 0, ::testing::TempDir());
@@ -342,6 +474,77 @@ TEST_F(Conformance, StoreUploaderRetriesOnOneSchedule) {
   slower.retry_backoff_s *= 2;
   StoreRetryRecorder slow(slower, stream_);
   EXPECT_NE(WithoutKeyPrefixes(Expected({}, slow.Record())), expect);
+}
+
+// An edge relay that lags and catches up: the sender of `dcr node` (the real runner's plan of a
+// scenario with an edge relay, delta.wan_context and an edge_lag) and the simulator's sender of
+// the long-link stream decide the switch to the plain form, which chunks go plain, and the switch
+// back at the same points of one trace. A sender with another bound, or one that watches no
+// edge relay, answers the trace differently (so the comparison sees the decisions).
+TEST_F(Conformance, EdgeRelayLagSwitchesAtTheSamePoints) {
+  scenario_.delta.wan_context = true;
+  scenario_.transport.relay_tree.edge_relays = {1};
+  scenario_.transport.relay_tree.edge_lag = 3 * scenario_.transport.relay_tree.chunk;
+  RelayOptions relay = RelayOptionsFor(scenario_, "conformance");
+  relay.edge_relays = {1};
+  relay.edge_lag_bytes = scenario_.transport.relay_tree.edge_lag;
+  // Header, three chunks while it lags, then two chunks and the trailer once it caught up.
+  EdgeLagRecorder rec(topo_, relay, stream_, 4);
+  const std::vector<TraceStep> trace = rec.Record();
+  ASSERT_TRUE(rec.done()) << "the recorded refit did not finish";
+  const std::vector<std::string> expect = Expected(rec.links(), trace);
+  auto count = [&](const std::string& prefix, const std::string& has = "") {
+    return std::count_if(expect.begin(), expect.end(), [&](const std::string& l) {
+      return l.rfind(prefix, 0) == 0 && l.find(has) != std::string::npos;
+    });
+  };
+  ASSERT_EQ(count("EdgeLag{to 1 lags"), 1);
+  ASSERT_EQ(count("EdgeLag{to 1 caught up"), 1);
+  ASSERT_GT(count("Transcode{to 1"), 0);
+  ASSERT_GT(count("Send{to 1", " plain"), 0);
+  ASSERT_GT(count("Send{to 1", "") - count("Send{to 1", " plain"), 0);
+  EXPECT_EQ(Replay(SocketPolicy(0), trace), expect) << "dcr node";
+  EXPECT_EQ(Replay(SimEdgeSenderPolicy(), trace), expect) << "simulator";
+  RelayOptions other = relay;
+  other.edge_lag_bytes *= 2;
+  EXPECT_NE(Replay(MakeTreePolicy(topo_, 0, other), trace), expect);
+  RelayOptions unwatched = relay;
+  unwatched.edge_relays.clear();
+  EXPECT_NE(Replay(MakeTreePolicy(topo_, 0, unwatched), trace), expect);
+}
+
+// A sender with an edge relay that fills the store (its tree failed, or it restarted) puts the
+// plain form of every chunk: the uploader `dcr node` hosts then (MakeFillStorePolicy of the real
+// runner's plan) asks for the same plain forms and puts the same objects, in the same order and
+// on the same retry schedule, as the trace. The fill policy of a sender without edge relays puts
+// the produced forms and answers the trace differently. (The simulator models no failing tree,
+// so no store filling.)
+TEST_F(Conformance, SenderFillingTheStorePutsThePlainForms) {
+  scenario_.delta.wan_context = true;
+  scenario_.transport.relay_tree.edge_relays = {1};
+  RelayOptions relay = RelayOptionsFor(scenario_, "conformance");
+  relay.store_plain = true;
+  StoreRetryRecorder rec(relay, stream_);
+  const std::vector<TraceStep> trace = rec.Record();
+  ASSERT_TRUE(rec.published()) << "the recorded upload did not publish";
+  ASSERT_EQ(rec.transcodes(), 5);
+  const std::vector<std::string> expect = WithoutKeyPrefixes(Expected({}, trace));
+  // Five chunks, each put twice (the first put fails), in the plain form.
+  ASSERT_EQ(std::count_if(
+                expect.begin(), expect.end(),
+                [](const std::string& l) { return l.find(".chk plain}") != std::string::npos; }),
+            10);
+  auto fill = [&](const Scenario& s) -> std::unique_ptr<NodePolicy> {
+    const std::string dir = ::testing::TempDir();
+    auto plans = MakePlans(s, Method::kDelta, TransportKind::kRelayTree, dir + "/base.safetensors",
+                           dir + "/target.safetensors", dir, dir, "conformance");
+    EXPECT_TRUE(plans.ok()) << plans.status().ToString();
+    return plans.ok() ? MakeFillStorePolicy((*plans)[0]) : nullptr;
+  };
+  EXPECT_EQ(WithoutKeyPrefixes(Replay(fill(scenario_), trace)), expect) << "dcr node";
+  Scenario without = scenario_;
+  without.transport.relay_tree.edge_relays.clear();
+  EXPECT_NE(WithoutKeyPrefixes(Replay(fill(without), trace)), expect);
 }
 
 // The comparison sees what the drivers must agree on: a policy with one stream on the long link,

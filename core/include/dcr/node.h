@@ -301,6 +301,11 @@ struct NodePlan {
 // else the rank's tree role in plan.parents with plan.relay. Errors: kInvalidArgument for an
 // unknown transport, bad parents or a rank outside them.
 StatusOr<std::unique_ptr<NodePolicy>> MakeNodePolicy(const NodePlan& plan);
+// The policy a sender hosts when it fills the object store (its tree failed, or it restarted):
+// an uploader with plan.relay that puts the plain form of every context-coded chunk
+// (RelayOptions::store_plain) when the sender has edge relays on a delta, so that the store
+// holds what every receiver applies, with or without the base.
+std::unique_ptr<NodePolicy> MakeFillStorePolicy(const NodePlan& plan);
 
 // One applying node's commit report (relay tree), as it travels up the tree to the sender: the
 // rank, the run and version it applied, the commitment root (dcr/commitment.h) and the content

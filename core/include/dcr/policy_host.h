@@ -41,6 +41,10 @@ class NodeEnvironment {
   // Control messages to the parent (AckReceived / SubtreeCommitted there). No completion event.
   virtual void Ack(const action::Ack& ack) = 0;
   virtual void ReportCommit(const action::ReportCommit& report) = 0;
+  // Sender with edge relays: make the plain form of `transcode.blob` for edge relay
+  // `transcode.to` and report BlobReencoded{to, plain form} (or, when the blob has none,
+  // BlobReencoded{to, blob, plain = false}); the Sends of the blob to it that follow name `plain`.
+  virtual void Transcode(const action::Transcode& transcode) = 0;
   // ---- apply ----
   // Apply the complete blob; report ApplyDone.
   virtual void Apply(const action::Apply& apply) = 0;
@@ -54,6 +58,8 @@ class NodeEnvironment {
   virtual void Committed() = 0;  // action::Commit
   virtual void TreeCommitted(int receivers) = 0;
   virtual void Published() = 0;
+  // An edge relay passed its lag bound or caught up (action::EdgeLag).
+  virtual void EdgeLag(const action::EdgeLag& lag) = 0;
   // The policy failed (action::Fail, terminal): `status` carries its code and message.
   virtual void Failed(const Status& status) = 0;
 };

@@ -7,7 +7,8 @@
 //
 // The policies here decide everything about scheduling -- what to send to whom next, how many
 // streams an edge has and which piece goes on which stream when, what to fetch, when to apply,
-// when a node or the whole tree has committed, retries with backoff -- and nothing else. They own
+// when a node or the whole tree has committed, retries with backoff, which form of a chunk goes to
+// an edge relay that lags (RelayOptions::edge_lag_bytes) -- and nothing else. They own
 // no threads, sockets, clocks or buffers: every event carries the driver's notion of "now"
 // (seconds, monotonic real time in the real drivers, Engine::get_clock() in the simulator),
 // timers are actions (SetTimer) whose expiry the driver reports back as a TimerFired event, and
@@ -157,6 +158,25 @@ struct RelayOptions {
   // seconds, at most max_retries times per operation, then Fail. Defaults 0.05 s, 5.
   double retry_backoff_s = 0.05;
   int max_retries = 5;
+  // Sender: its children that are edge relays (they transcode the context-coded chunks they get
+  // to the plain records their subtree applies, and acknowledge a chunk once transcoded), and
+  // the lag bound of each, in bytes. The sender counts, per edge relay, the bytes the transport
+  // accepted for it (SendDone) that it has not acknowledged (AckReceived): what the link holds
+  // plus its transcoding backlog. Past `edge_lag_bytes` the edge relay lags: the sender emits
+  // EdgeLag{lagging} and from then on sends it the plain form of every chunk it has not started
+  // on that edge (Transcode, answered by BlobReencoded), also of chunks produced later. Once its
+  // acknowledgements bring the bytes down to edge_lag_bytes / 2 or fewer it has caught up:
+  // EdgeLag{!lagging}, and the chunks not started on its edge go in the produced form again,
+  // until it next passes the bound. 0 (the default) or no edge relays: no edge lags. Ignored on
+  // every role but kSender.
+  std::vector<NodeId> edge_relays;
+  uint64_t edge_lag_bytes = 0;
+  // Uploader: the store gets the plain form of every chunk (a sender with edge relays filling
+  // the store, so that every receiver can apply what it holds with or without the base). Before
+  // a chunk's Put the policy emits Transcode{kNoNode, chunk}; the driver's BlobReencoded{kNoNode}
+  // names the plain form (its Put then names that size and `plain`) or that there is none (the
+  // chunk is put as produced). Default false: every blob is put as produced.
+  bool store_plain = false;
 };
 
 // The retry schedule of a failed store operation, which every store write of a node follows:
@@ -239,14 +259,16 @@ struct FetchDone {
 };
 // The timer set by the last SetTimer action expired (a driver may also deliver it late).
 struct TimerFired {};
-// Sender: child `to` gets blob `blob.id` in another form of `blob.size` bytes (the driver holds
-// those bytes for it, e.g. the plain record of a context-coded chunk for an edge relay that lags).
-// Taken only while no piece of the blob has been handed to a stream of that child (no Send of it
-// to `to` yet), and also for a blob not produced yet (its form for `to` once it is); ignored
-// otherwise, and on every other role. Every later Send of the blob to `to` names that size.
+// Sender (or uploader, `to` kNoNode): the driver's answer to Transcode{to, blob.id}. `plain`: child
+// `to` gets blob `blob.id` in its plain form, of `blob.size` bytes, which the driver holds for it;
+// every later Send of the blob to `to` names that size and `plain`. !plain: the blob has no plain
+// form (it is not a context-coded chunk) and goes as produced. Taken only as the answer to a
+// Transcode not yet answered, while no piece of the blob has been handed to a stream of that child;
+// ignored otherwise, and on every other role.
 struct BlobReencoded {
   NodeId to = kNoNode;
   BlobInfo blob;
+  bool plain = true;
 };
 }  // namespace event
 
@@ -261,12 +283,15 @@ namespace action {
 // Send bytes [offset, offset+length) of `blob` to child `to` on stream `stream` (0-based, below
 // EdgeStreams of the edge). The driver hands them to the transport at once and reports SendDone
 // when the transport accepted them (or SendFailed). A stream never has two Sends unaccepted.
+// `plain`: the bytes are those of the blob's plain form (Transcode / BlobReencoded), not the
+// produced ones.
 struct Send {
   NodeId to = kNoNode;
   int stream = 0;
   BlobInfo blob;
   uint64_t offset = 0;
   uint64_t length = 0;
+  bool plain = false;
 };
 // Tell the parent `to` that this node holds all of `blob` (AckReceived there).
 struct Ack {
@@ -293,10 +318,12 @@ struct ReportCommit {
 struct TreeCommitted {
   int receivers = 0;
 };
-// Uploader: store blob under `key` (atomically visible); report PutDone.
+// Uploader: store blob under `key` (atomically visible); report PutDone. `plain`: the bytes of the
+// blob's plain form (RelayOptions::store_plain), not the produced ones.
 struct Put {
   BlobInfo blob;
   std::string key;
+  bool plain = false;
 };
 // Uploader: the trailer is stored, the stream is published. Emitted once.
 struct Published {};
@@ -313,6 +340,26 @@ struct Fetch {
 struct SetTimer {
   TimePoint at = 0;
 };
+// Sender with edge relays (RelayOptions::edge_lag_bytes): edge relay `to` is to get produced
+// blob `blob` (a chunk it has not started) in its plain form. The driver makes that form (or
+// finds it has none) and answers with BlobReencoded{to, ...}, at once or later; until then the
+// policy sends `to` no piece of the blob. Uploader with RelayOptions::store_plain: the same for
+// the store (`to` kNoNode), before the blob's Put.
+struct Transcode {
+  NodeId to = kNoNode;
+  BlobInfo blob;
+};
+// Sender with edge relays: edge relay `to` passed the lag bound (`lagging`; the chunks it has not
+// started follow as Transcode actions) or caught up (!lagging; `chunks` of those it had not
+// started go in the produced form again). `unacked`: the bytes accepted for it and not
+// acknowledged at that point; `bound`: RelayOptions::edge_lag_bytes. An outcome: no completion.
+struct EdgeLag {
+  NodeId to = kNoNode;
+  bool lagging = true;
+  uint64_t unacked = 0;
+  uint64_t bound = 0;
+  uint64_t chunks = 0;
+};
 // The node cannot go on (retries exhausted, peer lost, apply error). Terminal: no further
 // actions. `code` is a StatusCode value; `message` names the peer, blob or key.
 struct Fail {
@@ -321,10 +368,10 @@ struct Fail {
 };
 }  // namespace action
 
-using Action =
-    std::variant<action::Send, action::Ack, action::Apply, action::Release, action::Commit,
-                 action::ReportCommit, action::TreeCommitted, action::Put, action::Published,
-                 action::List, action::Fetch, action::SetTimer, action::Fail>;
+using Action = std::variant<action::Send, action::Ack, action::Apply, action::Release,
+                            action::Commit, action::ReportCommit, action::TreeCommitted,
+                            action::Put, action::Published, action::List, action::Fetch,
+                            action::SetTimer, action::Fail, action::Transcode, action::EdgeLag>;
 
 // Human-readable one-liners (logs, golden tests).
 std::string ToString(const Event& e);

@@ -30,7 +30,20 @@ StatusOr<std::unique_ptr<NodePolicy>> MakeNodePolicy(const NodePlan& plan) {
   if (plan.rank < 0 || plan.rank >= topo.size()) {
     return InvalidArgumentError("plan.rank " + std::to_string(plan.rank) + " outside the topology");
   }
-  return MakeTreePolicy(topo, plan.rank, plan.relay);
+  RelayOptions relay = plan.relay;
+  // The sender watches its edge relays for lag when the long link carries the context form.
+  if (plan.rank == 0 && plan.method == "delta" && plan.context_coding &&
+      !plan.edge_relays.empty() && plan.edge_lag_bytes > 0) {
+    relay.edge_relays.assign(plan.edge_relays.begin(), plan.edge_relays.end());
+    relay.edge_lag_bytes = plan.edge_lag_bytes;
+  }
+  return MakeTreePolicy(topo, plan.rank, relay);
+}
+
+std::unique_ptr<NodePolicy> MakeFillStorePolicy(const NodePlan& plan) {
+  RelayOptions relay = plan.relay;
+  relay.store_plain = !plan.edge_relays.empty() && plan.method == "delta";
+  return MakeUploaderPolicy(relay);
 }
 
 namespace internal {

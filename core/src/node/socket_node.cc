@@ -32,7 +32,6 @@
 #include "dcr/statusor.h"
 #include "node/blob_spool.h"
 #include "node/commit_reports.h"
-#include "node/edge_lag.h"
 #include "node/edge_relay.h"
 #include "node/event_queue.h"
 #include "node/fault_points.h"
@@ -161,17 +160,13 @@ Status SocketNode::Run() {
 
 void SocketNode::Send(const action::Send& s) {
   BlobPtr b;
-  if (edge_lag_ != nullptr) {  // a lagging edge relay gets the plain form of what it had not
-    edge_lag_->Sent(s.to, s.blob.id);
-    auto r = reencoded_.find(s.to);
-    if (r != reencoded_.end() && r->second.count(s.blob.id) != 0) {
-      auto f = plain_forms_.find(s.blob.id);
-      if (f == plain_forms_.end()) {
-        return Fault(InternalError("send of blob " + std::to_string(s.blob.id) +
-                                   ": its plain form is not held"));
-      }
-      b = f->second;
+  if (s.plain) {  // a lagging edge relay's form (Transcode)
+    auto f = plain_forms_.find(s.blob.id);
+    if (f == plain_forms_.end()) {
+      return Fault(InternalError("send of blob " + std::to_string(s.blob.id) +
+                                 ": its plain form is not held"));
     }
+    b = f->second;
   }
   if (!b) b = state_.Find(s.blob.id);
   if (!b) return Fault(InternalError("send of unknown blob " + std::to_string(s.blob.id)));
@@ -210,7 +205,13 @@ void SocketNode::Release(BlobId blob) {
 }
 
 void SocketNode::Put(const action::Put& put) {
-  BlobPtr b = state_.Find(put.blob.id);
+  BlobPtr b;
+  if (put.plain) {
+    auto f = plain_forms_.find(put.blob.id);
+    if (f != plain_forms_.end()) b = f->second;
+  } else {
+    b = state_.Find(put.blob.id);
+  }
   if (!b) return Fault(InternalError("put of unknown blob " + std::to_string(put.blob.id)));
   if (plan_.rank == 0) FaultPointAtBlob(put.blob.id);
   store_.Put(b, put.key);
@@ -291,29 +292,11 @@ void SocketNode::FillStore() {
                             : UnavailableError("sender: no object store to publish to");
   if (!st.ok()) return Fault(st.WithContext("sender: filling the store"));
   fed_.clear();
-  StartPolicy(MakeUploaderPolicy(plan_.relay));
+  StartPolicy(MakeFillStorePolicy(plan_));
   for (const BlobPtr& b : state_.All()) {
     fed_.insert(b->info.id);
-    BlobInfo info = b->info;
-    st = PlainForStore(&info);
-    if (!st.ok()) return Fault(st.WithContext("sender: filling the store"));
-    host_->Handle(Now(), event::BlobProduced{info});
+    host_->Handle(Now(), event::BlobProduced{b->info});
   }
-}
-
-Status SocketNode::PlainForStore(BlobInfo* info) {
-  if (plan_.edge_relays.empty() || plan_.method != "delta" || info->kind != BlobKind::kChunk) {
-    return Status();
-  }
-  auto held = plain_forms_.find(info->id);
-  BlobPtr nb = held != plain_forms_.end() ? held->second : nullptr;
-  if (nb == nullptr) {
-    DCR_ASSIGN_OR_RETURN(nb, PlainForm(info->id));
-  }
-  if (nb == nullptr) return Status();
-  state_.Store(nb);
-  *info = nb->info;
-  return Status();
 }
 
 StatusOr<BlobPtr> SocketNode::PlainForm(BlobId id) {
@@ -338,15 +321,6 @@ StatusOr<BlobPtr> SocketNode::PlainForm(BlobId id) {
   return nb;
 }
 
-Status SocketNode::WatchEdges(const Event& ev) {
-  if (const auto* d = std::get_if<event::SendDone>(&ev)) {
-    if (edge_lag_->Accepted(d->to, d->blob, d->length)) return SwitchToPlain(d->to);
-  } else if (const auto* a = std::get_if<event::AckReceived>(&ev)) {
-    if (edge_lag_->Acked(a->from, a->blob)) SwitchToContext(a->from);
-  }
-  return Status();
-}
-
 NodeResult::EdgeSwitch* SocketNode::OpenSwitch(NodeResult* r, NodeId child) {
   for (auto it = r->edge_switches.rbegin(); it != r->edge_switches.rend(); ++it) {
     if (it->child == child) return it->resumed ? nullptr : &*it;
@@ -354,70 +328,58 @@ NodeResult::EdgeSwitch* SocketNode::OpenSwitch(NodeResult* r, NodeId child) {
   return nullptr;
 }
 
-void SocketNode::SwitchToContext(NodeId child) {
-  uint64_t back = 0;
-  auto r = reencoded_.find(child);
-  if (r != reencoded_.end()) {
-    for (auto it = r->second.begin(); it != r->second.end();) {
-      BlobPtr b = edge_lag_->started(child, *it) ? nullptr : state_.Find(*it);
-      if (b == nullptr) {
-        ++it;
-        continue;
-      }
-      host_->Handle(Now(), event::BlobReencoded{child, b->info});
-      it = r->second.erase(it);
-      ++back;
+void SocketNode::Transcode(const action::Transcode& t) {
+  BlobPtr plain;
+  auto f = plain_forms_.find(t.blob.id);
+  if (f != plain_forms_.end()) {
+    plain = f->second;
+  } else {
+    StatusOr<BlobPtr> made = PlainForm(t.blob.id);
+    if (!made.ok()) {
+      return Fault(made.status().WithContext(
+          t.to == kNoNode ? std::string("sender: filling the store")
+                          : "sender: the plain form for edge relay " + std::to_string(t.to)));
     }
+    plain = *made;
+    if (plain != nullptr) plain_forms_[t.blob.id] = plain;
   }
-  const uint64_t left = edge_lag_->unacked(child);
+  if (plain == nullptr) {
+    host_->Post(Now(), event::BlobReencoded{t.to, t.blob, false});
+    return;
+  }
+  if (t.to != kNoNode) {
+    state_.Update([&](NodeResult* r) {
+      if (NodeResult::EdgeSwitch* sw = OpenSwitch(r, t.to)) ++sw->plain_chunks;
+    });
+  }
+  host_->Post(Now(), event::BlobReencoded{t.to, plain->info, true});
+}
+
+void SocketNode::EdgeLag(const action::EdgeLag& lag) {
+  if (lag.lagging) {
+    NodeResult::EdgeSwitch sw;
+    sw.child = lag.to;
+    sw.lag_bytes = lag.unacked;
+    state_.Update([&](NodeResult* r) { r->edge_switches.push_back(sw); });
+    std::fprintf(stderr,
+                 "sender: edge relay node %d lags (%llu bytes not acknowledged, bound "
+                 "%llu): the chunks it has not started go to it in the plain form\n",
+                 lag.to, static_cast<unsigned long long>(lag.unacked),
+                 static_cast<unsigned long long>(lag.bound));
+    return;
+  }
   state_.Update([&](NodeResult* res) {
-    if (NodeResult::EdgeSwitch* sw = OpenSwitch(res, child)) {
+    if (NodeResult::EdgeSwitch* sw = OpenSwitch(res, lag.to)) {
       sw->resumed = true;
-      sw->resume_bytes = left;
-      sw->context_chunks = back;
+      sw->resume_bytes = lag.unacked;
+      sw->context_chunks = lag.chunks;
     }
   });
   std::fprintf(stderr,
                "sender: edge relay node %d caught up (%llu bytes not acknowledged, at "
                "most %llu): the chunks it has not started go to it context-coded again\n",
-               child, static_cast<unsigned long long>(left),
-               static_cast<unsigned long long>(edge_lag_->resume_bound()));
-}
-
-Status SocketNode::SwitchToPlain(NodeId child) {
-  NodeResult::EdgeSwitch sw;
-  sw.child = child;
-  sw.lag_bytes = edge_lag_->unacked(child);
-  state_.Update([&](NodeResult* r) { r->edge_switches.push_back(sw); });
-  std::fprintf(stderr,
-               "sender: edge relay node %d lags (%llu bytes not acknowledged, bound "
-               "%llu): the chunks it has not started go to it in the plain form\n",
-               child, static_cast<unsigned long long>(sw.lag_bytes),
-               static_cast<unsigned long long>(edge_lag_->bound()));
-  for (const BlobPtr& b : state_.All()) {
-    if (b->info.kind == BlobKind::kChunk && !edge_lag_->started(child, b->info.id)) {
-      DCR_RETURN_IF_ERROR(Reencode(child, b->info.id));
-    }
-  }
-  return Status();
-}
-
-Status SocketNode::Reencode(NodeId child, BlobId id) {
-  BlobPtr plain;
-  auto f = plain_forms_.find(id);
-  if (f != plain_forms_.end()) {
-    plain = f->second;
-  } else {
-    DCR_ASSIGN_OR_RETURN(plain, PlainForm(id));
-    if (plain == nullptr) return Status();
-    plain_forms_[id] = plain;
-  }
-  reencoded_[child].insert(id);
-  state_.Update([&](NodeResult* r) {
-    if (NodeResult::EdgeSwitch* sw = OpenSwitch(r, child)) ++sw->plain_chunks;
-  });
-  host_->Handle(Now(), event::BlobReencoded{child, plain->info});
-  return Status();
+               lag.to, static_cast<unsigned long long>(lag.unacked),
+               static_cast<unsigned long long>(lag.bound / 2));
 }
 
 Status SocketNode::StartEdgeIngress() {
@@ -710,17 +672,6 @@ Status SocketNode::Setup() {
   const bool edge = std::find(plan_.edge_relays.begin(), plan_.edge_relays.end(), plan_.rank) !=
                     plan_.edge_relays.end();
   if (tree && !sender && edge && !restarted) DCR_RETURN_IF_ERROR(StartEdgeIngress());
-  if (tree && sender && !restarted && plan_.method == "delta" && plan_.context_coding &&
-      !plan_.edge_relays.empty() && plan_.edge_lag_bytes > 0) {
-    std::vector<NodeId> edges;
-    for (const Link& l : host_->links()) {
-      if (l.to_child && std::find(plan_.edge_relays.begin(), plan_.edge_relays.end(), l.peer) !=
-                            plan_.edge_relays.end()) {
-        edges.push_back(l.peer);
-      }
-    }
-    edge_lag_ = std::make_unique<internal::EdgeLagWatch>(edges, plan_.edge_lag_bytes);
-  }
   if (tree && recover && !sender) links_.set_parent_gone(ParentGoneCheck());
   if (recover && !sender) DCR_RETURN_IF_ERROR(OpenSpool(restarted));
   // A restarted node does not rejoin the tree: its peers were told it left when it died.
@@ -877,25 +828,7 @@ Status SocketNode::Loop() {
       }
       // A sender filling the store was fed every blob built so far.
       if (produced != nullptr && !fed_.insert(produced->blob.id).second) continue;
-      if (produced != nullptr && filled_store_) {
-        BlobInfo info = produced->blob;
-        Status st = PlainForStore(&info);
-        if (!st.ok()) return st.WithContext("sender: filling the store");
-        item.event = event::BlobProduced{info};
-      }
-      const bool watch = edge_lag_ != nullptr && !filled_store_;
-      if (watch && produced != nullptr && produced->blob.kind == BlobKind::kChunk) {
-        for (NodeId c : edge_lag_->lagging_children()) {
-          Status st = Reencode(c, produced->blob.id);
-          if (!st.ok())
-            return st.WithContext("sender: the plain form for edge relay " + std::to_string(c));
-        }
-      }
       host_->Handle(Now(), item.event);
-      if (watch) {
-        Status st = WatchEdges(item.event);
-        if (!st.ok()) return st.WithContext("sender: the plain form for a lagging edge relay");
-      }
     }
     DCR_RETURN_IF_ERROR(AfterHandle());
   }

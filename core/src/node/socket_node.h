@@ -26,7 +26,6 @@
 #include "node/apply_jobs.h"
 #include "node/blob_spool.h"
 #include "node/commit_reports.h"
-#include "node/edge_lag.h"
 #include "node/edge_relay.h"
 #include "node/event_queue.h"
 #include "node/freeze_watch.h"
@@ -87,6 +86,11 @@ class SocketNode : public NodeEnvironment {
     state_.result()->t_commit = WallNow();
     MarkCommittedInMetrics();
   }
+  // The plain form of a context-coded chunk (PlainForm, kept in plain_forms_ for the Sends and
+  // Puts that name it), answered at once; for an edge relay, counted in its open switch.
+  void Transcode(const action::Transcode& t) override;
+  // Recorded in NodeResult::edge_switches and said on stderr.
+  void EdgeLag(const action::EdgeLag& lag) override;
   void Failed(const Status& status) override;
 
  private:
@@ -137,29 +141,15 @@ class SocketNode : public NodeEnvironment {
     if (plan_.rank == 0) FillStore();
   }
   // Sender: the stream goes to the store (the tree is left, or the sender restarted): an
-  // uploader over every blob built so far and the rest as the builder produces them; objects
-  // the store already holds (the long-link relay's copy) are not put again.
+  // uploader (MakeFillStorePolicy) over every blob built so far and the rest as the builder
+  // produces them; objects the store already holds (the long-link relay's copy) are not put
+  // again.
   void FillStore();
-  // Sender with edge relays filling the store: blob `*info`, when a context-coded chunk record,
-  // is replaced by its plain record (and *info by its size), so that the store holds what every
-  // receiver applies, with or without the base.
-  Status PlainForStore(BlobInfo* info);
   // Sender with edge relays: the plain record of held blob `id` when it is a context-coded chunk
   // record (ContextChunkToPlain against the sender's base, which is the run's), else null.
   StatusOr<BlobPtr> PlainForm(BlobId id);
-  // Sender with edge relays (edge_lag.h): the link's progress to each edge relay; a lagging one
-  // is sent the plain form of every chunk not started on its edge, now and as they are built,
-  // until it has caught up: then the chunks not started on its edge go context-coded again.
-  Status WatchEdges(const Event& ev);
   // The open switch of `child` (the last one recorded for it), or null.
   static NodeResult::EdgeSwitch* OpenSwitch(NodeResult* r, NodeId child);
-  // A lagging edge relay caught up: every chunk it was to get in the plain form and has not
-  // started on its edge goes back to its context-coded form (the policy's BlobReencoded with
-  // the held record's size).
-  void SwitchToContext(NodeId child);
-  Status SwitchToPlain(NodeId child);
-  // Blob `id` to `child` in its plain form (a context-coded chunk; anything else is left).
-  Status Reencode(NodeId child, BlobId id);
   // An edge relay's ingress (plan.edge_relays names this rank): its transcoder over the
   // canonical base the node holds (receiver_base_path), fed by the parent's reader threads.
   Status StartEdgeIngress();
@@ -263,10 +253,7 @@ class SocketNode : public NodeEnvironment {
   std::set<int> refused_store_reports_;  // sender: ranks whose store report it refused (said once)
   bool filled_store_ = false;  // sender: the stream went to the store (tree left, or restarted)
   std::unique_ptr<internal::EdgeTranscoder> store_plain_;  // sender: PlainForm's transcoder
-  // Sender with edge relays: their progress (null: no lag bound), the blobs each lagging one is
-  // sent in the plain form, and those plain forms.
-  std::unique_ptr<internal::EdgeLagWatch> edge_lag_;
-  std::map<NodeId, std::set<BlobId>> reencoded_;
+  // Sender with edge relays: the plain forms made for lagging ones (Transcode) and the store.
   std::map<BlobId, BlobPtr> plain_forms_;
   uint64_t blobs_whole_ = 0;
   double recovery_timer_at_ = -1;

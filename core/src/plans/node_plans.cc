@@ -190,8 +190,7 @@ StatusOr<std::vector<NodePlan>> MakePlans(const Scenario& s, Method method, Tran
         p.edge_range_end = edge_ranges[k].end;
       }
       if (!rt.edge_relays.empty()) {
-        p.edge_lag_bytes =
-            rt.edge_lag > 0 ? rt.edge_lag : 4 * rt.window * static_cast<uint64_t>(rt.streams);
+        p.edge_lag_bytes = EdgeLagBytesFor(s, rt.window);
       }
     }
     p.build_threads = s.delta.threads;

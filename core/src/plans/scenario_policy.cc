@@ -73,6 +73,12 @@ int DeviceIndexFor(const Scenario& s, int local_index) {
   return d[static_cast<size_t>(local_index) % d.size()];
 }
 
+uint64_t EdgeLagBytesFor(const Scenario& s, uint64_t window_bytes) {
+  const RelayTreeSpec& rt = s.transport.relay_tree;
+  if (rt.edge_lag > 0) return rt.edge_lag;
+  return 4 * window_bytes * static_cast<uint64_t>(std::max(1, rt.streams));
+}
+
 double ReadDeadlineFor(const Scenario& s) {
   if (s.network.read_deadline_s > 0) return s.network.read_deadline_s;
   const auto& rt = s.transport.relay_tree;

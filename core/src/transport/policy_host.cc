@@ -69,6 +69,10 @@ void PolicyHost::Perform(const Action& a) {
     env_->Fetch(*f);
   } else if (const auto* t = std::get_if<action::SetTimer>(&a)) {
     env_->SetTimer(t->at);
+  } else if (const auto* trc = std::get_if<action::Transcode>(&a)) {
+    env_->Transcode(*trc);
+  } else if (const auto* lag = std::get_if<action::EdgeLag>(&a)) {
+    env_->EdgeLag(*lag);
   } else if (const auto* fail = std::get_if<action::Fail>(&a)) {
     env_->Failed(Status(fail->code, fail->message));
   }

@@ -205,8 +205,8 @@ std::string ToString(const Event& e) {
           },
           [](const event::TimerFired&) { return std::string("TimerFired"); },
           [](const event::BlobReencoded& x) {
-            return Fmt("BlobReencoded{to %d %s %llu %llu}", x.to, BlobKindName(x.blob.kind),
-                       (ULL)x.blob.id, (ULL)x.blob.size);
+            return Fmt("BlobReencoded{to %d %s %llu %llu%s}", x.to, BlobKindName(x.blob.kind),
+                       (ULL)x.blob.id, (ULL)x.blob.size, x.plain ? "" : " as produced");
           },
       },
       e);
@@ -216,8 +216,8 @@ std::string ToString(const Action& a) {
   return std::visit(
       Overloaded{
           [](const action::Send& x) {
-            return Fmt("Send{to %d s%d %llu @%llu +%llu}", x.to, x.stream, (ULL)x.blob.id,
-                       (ULL)x.offset, (ULL)x.length);
+            return Fmt("Send{to %d s%d %llu @%llu +%llu%s}", x.to, x.stream, (ULL)x.blob.id,
+                       (ULL)x.offset, (ULL)x.length, x.plain ? " plain" : "");
           },
           [](const action::Ack& x) { return Fmt("Ack{to %d %llu}", x.to, (ULL)x.blob); },
           [](const action::Apply& x) {
@@ -229,12 +229,22 @@ std::string ToString(const Action& a) {
             return Fmt("ReportCommit{to %d n=%d}", x.to, x.receivers);
           },
           [](const action::TreeCommitted& x) { return Fmt("TreeCommitted{n=%d}", x.receivers); },
-          [](const action::Put& x) { return Fmt("Put{%s}", x.key.c_str()); },
+          [](const action::Put& x) {
+            return Fmt("Put{%s%s}", x.key.c_str(), x.plain ? " plain" : "");
+          },
           [](const action::Published&) { return std::string("Published"); },
           [](const action::List& x) { return Fmt("List{%s}", x.prefix.c_str()); },
           [](const action::Fetch& x) { return Fmt("Fetch{%s}", x.key.c_str()); },
           [](const action::SetTimer& x) { return Fmt("SetTimer{%.6f}", x.at); },
           [](const action::Fail& x) { return Fmt("Fail{%s}", x.message.c_str()); },
+          [](const action::Transcode& x) {
+            return Fmt("Transcode{to %d %llu}", x.to, (ULL)x.blob.id);
+          },
+          [](const action::EdgeLag& x) {
+            return Fmt("EdgeLag{to %d %s %llu/%llu, %llu chunks}", x.to,
+                       x.lagging ? "lags" : "caught up", (ULL)x.unacked, (ULL)x.bound,
+                       (ULL)x.chunks);
+          },
       },
       a);
 }
@@ -323,6 +333,9 @@ class TreePolicy : public NodePolicy {
     for (NodeId c : topo.children[self]) {
       Child ch;
       ch.id = c;
+      ch.edge = self == 0 && options_.edge_lag_bytes > 0 &&
+                std::find(options_.edge_relays.begin(), options_.edge_relays.end(), c) !=
+                    options_.edge_relays.end();
       ch.busy.assign(EdgeStreams(self, options_), false);
       children_.push_back(std::move(ch));
       links_.push_back(Link{c, true, EdgeStreams(self, options_)});
@@ -347,6 +360,10 @@ class TreePolicy : public NodePolicy {
               if (self_ != 0) return;
               Blob& b = GetBlob(e.blob);
               if (b.complete) return;
+              // A lagging edge relay gets a new chunk in its plain form.
+              for (auto& c : children_) {
+                if (c.lagging && e.blob.kind == BlobKind::kChunk) AskPlain(&c, e.blob, out);
+              }
               for (uint64_t p = 0; p < b.pieces; ++p) MarkPiece(&b, p, out);
             },
             [&](const event::DataReceived& e) {
@@ -369,6 +386,7 @@ class TreePolicy : public NodePolicy {
                 if (e.stream >= 0 && e.stream < static_cast<int>(c.busy.size())) {
                   c.busy[e.stream] = false;
                 }
+                if (c.edge) EdgeAccepted(&c, e.blob, e.length, out);
               }
             },
             [&](const event::SendFailed& e) {
@@ -382,6 +400,7 @@ class TreePolicy : public NodePolicy {
               if (c == nullptr || !c->acked.insert(e.blob).second) return;
               ++it->second.acks;
               MaybeRelease(&it->second, out);
+              if (c->edge) EdgeAcked(c, e.blob, out);
             },
             [&](const event::ApplyDone& e) {
               if (!e.ok) {
@@ -412,13 +431,14 @@ class TreePolicy : public NodePolicy {
               if (self_ != 0) return;
               Child* c = FindChild(e.to);
               if (c == nullptr || c->started.count(e.blob.id) != 0) return;
-              c->sizes[e.blob.id] = e.blob.size;
+              if (c->awaiting.erase(e.blob.id) == 0) return;  // not asked, or asked no more
               auto it = blobs_.find(e.blob.id);
+              if (e.plain) c->sizes[e.blob.id] = e.blob.size;
               if (it == blobs_.end() || !it->second.complete) return;  // queued once produced
               std::erase_if(c->queue, [&](const std::pair<BlobId, uint64_t>& q) {
                 return q.first == e.blob.id;
               });
-              QueueForm(c, e.blob.id, e.blob.size);
+              QueueForm(c, e.blob.id, e.plain ? e.blob.size : it->second.info.size);
             },
         },
         ev);
@@ -450,6 +470,14 @@ class TreePolicy : public NodePolicy {
     // Sender: blobs this child gets in another form (BlobReencoded), with that form's size.
     std::map<BlobId, uint64_t> sizes;
     std::set<BlobId> started;  // blobs with a piece handed to a stream of this child
+    // Sender, edge relay watched for lag (RelayOptions::edge_lag_bytes): per blob the bytes the
+    // transport accepted and the child has not acknowledged, their sum, whether it lags, and
+    // the blobs whose plain form was asked for (Transcode) and not yet answered.
+    bool edge = false;
+    std::map<BlobId, uint64_t> unacked;
+    uint64_t unacked_total = 0;
+    bool lagging = false;
+    std::set<BlobId> awaiting;
   };
 
   Blob& GetBlob(const BlobInfo& info) {
@@ -473,7 +501,9 @@ class TreePolicy : public NodePolicy {
     b->have[p] = true;
     ++b->received;
     for (auto& c : children_) {  // cut-through
-      if (c.sizes.count(b->info.id) == 0) c.queue.emplace_back(b->info.id, p);
+      if (c.sizes.count(b->info.id) == 0 && c.awaiting.count(b->info.id) == 0) {
+        c.queue.emplace_back(b->info.id, p);
+      }
     }
     if (b->received == b->pieces) {
       b->complete = true;
@@ -498,6 +528,56 @@ class TreePolicy : public NodePolicy {
     out->push_back(action::Release{b->info.id});
   }
 
+  // ---- edge lag (RelayOptions::edge_lag_bytes) ----
+
+  // Asks the driver for the plain form of `blob` for edge relay `c` (Transcode): its pieces are
+  // held back from `c` until the answer (BlobReencoded).
+  void AskPlain(Child* c, const BlobInfo& blob, std::vector<Action>* out) {
+    if (c->started.count(blob.id) != 0 || c->sizes.count(blob.id) != 0) return;
+    if (!c->awaiting.insert(blob.id).second) return;
+    std::erase_if(c->queue,
+                  [&](const std::pair<BlobId, uint64_t>& q) { return q.first == blob.id; });
+    out->push_back(action::Transcode{c->id, blob});
+  }
+  // The transport accepted `length` bytes of `blob` for edge relay `c`.
+  void EdgeAccepted(Child* c, BlobId blob, uint64_t length, std::vector<Action>* out) {
+    if (c->acked.count(blob) != 0) return;  // acknowledged before the transport's answer came
+    c->unacked[blob] += length;
+    c->unacked_total += length;
+    if (c->lagging || c->unacked_total <= options_.edge_lag_bytes) return;
+    c->lagging = true;
+    out->push_back(action::EdgeLag{c->id, true, c->unacked_total, options_.edge_lag_bytes, 0});
+    for (const auto& [id, b] : blobs_) {
+      if (b.info.kind == BlobKind::kChunk && b.complete) AskPlain(c, b.info, out);
+    }
+  }
+  // Edge relay `c` acknowledged `blob`: its bytes no longer count.
+  void EdgeAcked(Child* c, BlobId blob, std::vector<Action>* out) {
+    auto u = c->unacked.find(blob);
+    if (u != c->unacked.end()) {
+      c->unacked_total -= u->second;
+      c->unacked.erase(u);
+    }
+    if (!c->lagging || c->unacked_total > options_.edge_lag_bytes / 2) return;
+    c->lagging = false;
+    // Every chunk not started on its edge goes in the produced form again.
+    std::vector<BlobId> back;
+    for (const auto& [id, size] : c->sizes) {
+      if (c->started.count(id) == 0) back.push_back(id);
+    }
+    for (BlobId id : c->awaiting) back.push_back(id);
+    std::sort(back.begin(), back.end());
+    c->awaiting.clear();
+    for (BlobId id : back) {
+      c->sizes.erase(id);
+      std::erase_if(c->queue, [&](const std::pair<BlobId, uint64_t>& q) { return q.first == id; });
+      auto it = blobs_.find(id);
+      if (it != blobs_.end() && it->second.complete) QueueForm(c, id, it->second.info.size);
+    }
+    out->push_back(
+        action::EdgeLag{c->id, false, c->unacked_total, options_.edge_lag_bytes, back.size()});
+  }
+
   // Queues every piece of blob `id` in its form of `size` bytes for child `c`.
   void QueueForm(Child* c, BlobId id, uint64_t size) {
     const uint64_t n = NumPieces(size, options_.piece_bytes);
@@ -512,12 +592,14 @@ class TreePolicy : public NodePolicy {
         auto [blob_id, p] = c.queue.front();
         c.queue.pop_front();
         BlobInfo info = blobs_.at(blob_id).info;
-        if (auto f = c.sizes.find(blob_id); f != c.sizes.end()) info.size = f->second;
+        const auto f = c.sizes.find(blob_id);
+        const bool plain = f != c.sizes.end();
+        if (plain) info.size = f->second;
         uint64_t offset = p * options_.piece_bytes;
         uint64_t length = std::min(options_.piece_bytes, info.size - std::min(info.size, offset));
         c.busy[s] = true;
         if (self_ == 0) c.started.insert(blob_id);
-        out->push_back(action::Send{c.id, s, info, offset, length});
+        out->push_back(action::Send{c.id, s, info, offset, length, plain});
       }
     }
   }
@@ -608,9 +690,16 @@ class UploaderPolicy : public NodePolicy {
       if (e->blob.kind == BlobKind::kTrailer) {
         trailer_ = e->blob;
         have_trailer_ = true;
+      } else if (options_.store_plain && e->blob.kind == BlobKind::kChunk) {
+        awaiting_.insert(e->blob.id);  // put once the driver named its plain form
+        out->push_back(action::Transcode{kNoNode, e->blob});
       } else {
         queue_.push_back(e->blob);
       }
+    } else if (const auto* e = std::get_if<event::BlobReencoded>(&ev)) {
+      if (e->to != kNoNode || awaiting_.erase(e->blob.id) == 0) return;
+      if (e->plain) plain_.insert(e->blob.id);
+      queue_.push_back(e->blob);
     } else if (const auto* e = std::get_if<event::PutDone>(&ev)) {
       --inflight_;
       if (e->ok) {
@@ -657,11 +746,13 @@ class UploaderPolicy : public NodePolicy {
   void StartPut(const BlobInfo& b, std::vector<Action>* out) {
     infos_[b.id] = b;
     ++inflight_;
-    out->push_back(action::Put{b, ObjectKey(options_.prefix, b)});
+    out->push_back(action::Put{b, ObjectKey(options_.prefix, b), plain_.count(b.id) != 0});
   }
 
   RelayOptions options_;
   std::set<BlobId> known_;
+  std::set<BlobId> awaiting_;  // store_plain: chunks whose Transcode is not answered yet
+  std::set<BlobId> plain_;     // store_plain: chunks put in their plain form
   std::map<BlobId, BlobInfo> infos_;
   std::map<BlobId, int> attempts_;
   std::deque<BlobInfo> queue_;

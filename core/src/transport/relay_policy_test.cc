@@ -289,59 +289,113 @@ TEST(TreePolicy, RootStreamsTakePiecesLowestIdleStreamFirst) {
   EXPECT_EQ(std::get<action::Send>(out[0]).offset, 30u);
 }
 
-// A child given another form of a blob (BlobReencoded) gets every piece of that form, at its
-// size, while the other child gets the produced one; a blob already started for the child keeps
-// its form, and a form named before the blob is produced is the one queued when it is.
-TEST(TreePolicy, ReencodedBlobsGoToOneChildAtTheirSize) {
-  RelayOptions opt;
-  opt.piece_bytes = 10;
-  auto topo = Topology::FanOut(3, 2, 2);  // sender with children 1 and 2
-  auto sender = MakeTreePolicy(*topo, 0, opt);
-  std::vector<Action> out;
-  std::map<NodeId, std::map<BlobId, std::vector<std::pair<uint64_t, uint64_t>>>> sent;
-  std::map<NodeId, std::map<BlobId, uint64_t>> sizes;
-  auto drain = [&](TimePoint now) {
-    // Every Send is accepted at once, until nothing is left to send.
+// A sender with an edge relay (RelayOptions::edge_lag_bytes) and an ordinary child, each edge one
+// stream, driven by hand: every Send is accepted at once; acknowledgements and the answers to
+// Transcode come when the test says.
+class EdgeLagSender {
+ public:
+  explicit EdgeLagSender(uint64_t bound) {
+    RelayOptions opt;
+    opt.piece_bytes = 10;
+    opt.edge_relays = {1};
+    opt.edge_lag_bytes = bound;
+    topo_ = *Topology::FanOut(3, 2, 2);  // sender with children 1 (edge relay) and 2
+    policy_ = MakeTreePolicy(topo_, 0, opt);
+  }
+  // Feeds `e`, accepts every Send until none is left; returns every action but Send and
+  // Release, as ToString lines, and records the Sends.
+  std::vector<std::string> Feed(const Event& e) {
+    std::vector<Action> out;
+    policy_->Handle(0, e, &out);
+    std::vector<std::string> lines;
     while (!out.empty()) {
       std::vector<Action> actions;
       actions.swap(out);
       for (const Action& a : actions) {
         const auto* s = std::get_if<action::Send>(&a);
-        if (s == nullptr) continue;
-        sent[s->to][s->blob.id].emplace_back(s->offset, s->length);
-        sizes[s->to][s->blob.id] = s->blob.size;
-        sender->Handle(now, event::SendDone{s->to, s->stream, s->blob.id, s->offset, s->length},
-                       &out);
+        if (s == nullptr) {
+          if (!std::holds_alternative<action::Release>(a)) lines.push_back(ToString(a));
+          continue;
+        }
+        sent[s->to][s->blob.id].push_back({s->offset, s->length, s->blob.size, s->plain});
+        policy_->Handle(0, event::SendDone{s->to, s->stream, s->blob.id, s->offset, s->length},
+                        &out);
       }
     }
+    return lines;
+  }
+  struct Piece {
+    uint64_t offset, length, size;
+    bool plain;
+    bool operator==(const Piece& o) const {
+      return offset == o.offset && length == o.length && size == o.size && plain == o.plain;
+    }
   };
-  sender->Handle(0, event::BlobProduced{{0, BlobKind::kHeader, 25}}, &out);
-  // Blob 1 is produced with 30 bytes; child 2 has not started it: its form of 45 bytes replaces
-  // the queued pieces. Child 1 already has a piece of the header in flight: a header reencoded
-  // for it is ignored.
-  sender->Handle(0, event::BlobProduced{{1, BlobKind::kChunk, 30}}, &out);
-  sender->Handle(0, event::BlobReencoded{2, {1, BlobKind::kChunk, 45}}, &out);
-  sender->Handle(0, event::BlobReencoded{1, {0, BlobKind::kHeader, 7}}, &out);
-  // Blob 2 not produced yet: child 1 gets its 5-byte form once it is.
-  sender->Handle(0, event::BlobReencoded{1, {2, BlobKind::kChunk, 5}}, &out);
-  sender->Handle(0, event::BlobProduced{{2, BlobKind::kChunk, 12}}, &out);
-  drain(0);
-  using Pieces = std::vector<std::pair<uint64_t, uint64_t>>;
-  EXPECT_EQ(sent[1][0], (Pieces{{0, 10}, {10, 10}, {20, 5}}));
-  EXPECT_EQ(sent[1][1], (Pieces{{0, 10}, {10, 10}, {20, 10}}));
-  EXPECT_EQ(sent[1][2], (Pieces{{0, 5}}));
-  EXPECT_EQ(sizes[1][2], 5u);
-  EXPECT_EQ(sent[2][1], (Pieces{{0, 10}, {10, 10}, {20, 10}, {30, 10}, {40, 5}}));
-  EXPECT_EQ(sizes[2][1], 45u);
-  EXPECT_EQ(sent[2][2], (Pieces{{0, 10}, {10, 2}}));
-  // A blob reencoded after its first piece went out keeps its form.
-  sender->Handle(0, event::BlobReencoded{2, {2, BlobKind::kChunk, 99}}, &out);
-  EXPECT_TRUE(out.empty());
-  // Acknowledged by both children, in whichever form, a blob is released.
-  sender->Handle(0, event::AckReceived{1, 1}, &out);
-  sender->Handle(0, event::AckReceived{2, 1}, &out);
-  ASSERT_EQ(out.size(), 1u);
-  EXPECT_EQ(std::get<action::Release>(out[0]).blob, 1u);
+  std::map<NodeId, std::map<BlobId, std::vector<Piece>>> sent;
+
+ private:
+  Topology topo_;
+  std::unique_ptr<NodePolicy> policy_;
+};
+
+using Lines = std::vector<std::string>;
+
+// Past the bound of bytes accepted and not acknowledged, the edge relay lags: every chunk it has
+// not started, and every chunk produced later, goes to it in the plain form once the driver
+// answers (a blob without one goes as produced); a blob started keeps its form, and the other
+// child gets everything as produced. Acknowledged down to half the bound, it has caught up: the
+// chunks not started go as produced again, and a late answer is ignored.
+TEST(TreePolicy, EdgeRelayThatLagsGetsThePlainFormUntilItCatchesUp) {
+  EdgeLagSender s(40);
+  using P = EdgeLagSender::Piece;
+  EXPECT_EQ(s.Feed(event::BlobProduced{{0, BlobKind::kHeader, 25}}), Lines{});
+  // 45 > 40 on chunk 1's second piece: chunk 1, started, keeps its form.
+  EXPECT_EQ(s.Feed(event::BlobProduced{{1, BlobKind::kChunk, 30}}),
+            Lines{"EdgeLag{to 1 lags 45/40, 0 chunks}"});
+  EXPECT_EQ(s.sent[1][1].size(), 3u);
+  // Chunks 2 and 3 are produced while it lags.
+  EXPECT_EQ(s.Feed(event::BlobProduced{{2, BlobKind::kChunk, 30}}), Lines{"Transcode{to 1 2}"});
+  EXPECT_EQ(s.Feed(event::BlobProduced{{3, BlobKind::kChunk, 30}}), Lines{"Transcode{to 1 3}"});
+  EXPECT_TRUE(s.sent[1][2].empty());
+  EXPECT_EQ(s.sent[2][3].size(), 3u);  // the other child is not held back
+  // Chunk 2 has a plain form of 15 bytes; chunk 3 none.
+  EXPECT_EQ(s.Feed(event::BlobReencoded{1, {2, BlobKind::kChunk, 15}, true}), Lines{});
+  EXPECT_EQ(s.Feed(event::BlobReencoded{1, {3, BlobKind::kChunk, 30}, false}), Lines{});
+  EXPECT_EQ(s.sent[1][2], (std::vector<P>{{0, 10, 15, true}, {10, 5, 15, true}}));
+  EXPECT_EQ(s.sent[1][3],
+            (std::vector<P>{{0, 10, 30, false}, {10, 10, 30, false}, {20, 10, 30, false}}));
+  // An answer nobody asked for, or for a blob started, changes nothing.
+  EXPECT_EQ(s.Feed(event::BlobReencoded{1, {1, BlobKind::kChunk, 5}, true}), Lines{});
+  EXPECT_EQ(s.Feed(event::BlobReencoded{2, {3, BlobKind::kChunk, 5}, true}), Lines{});
+  EXPECT_EQ(s.sent[1][1].size(), 3u);
+  // Chunk 4 is asked for; before the answer, acknowledgements bring 100 bytes down to 0.
+  EXPECT_EQ(s.Feed(event::BlobProduced{{4, BlobKind::kChunk, 20}}), Lines{"Transcode{to 1 4}"});
+  EXPECT_EQ(s.Feed(event::AckReceived{1, 0}), Lines{});  // 75
+  EXPECT_EQ(s.Feed(event::AckReceived{1, 1}), Lines{});  // 45
+  EXPECT_EQ(s.Feed(event::AckReceived{1, 2}), Lines{});  // 30: above half the bound
+  EXPECT_EQ(s.Feed(event::AckReceived{1, 3}), Lines{"EdgeLag{to 1 caught up 0/40, 1 chunks}"});
+  EXPECT_EQ(s.sent[1][4], (std::vector<P>{{0, 10, 20, false}, {10, 10, 20, false}}));
+  EXPECT_EQ(s.Feed(event::BlobReencoded{1, {4, BlobKind::kChunk, 7}, true}), Lines{});
+  EXPECT_EQ(s.sent[1][4].size(), 2u);
+  // Chunk 5 goes as produced; the trailer too.
+  EXPECT_EQ(s.Feed(event::BlobProduced{{5, BlobKind::kChunk, 10}}), Lines{});
+  EXPECT_EQ(s.sent[1][5], (std::vector<P>{{0, 10, 10, false}}));
+}
+
+// Acknowledged bytes no longer count, a duplicate acknowledgement changes nothing; bound 0, or a
+// child not named an edge relay, never lags.
+TEST(TreePolicy, EdgeLagCountsEachBlobOnceAndOnlyOnEdgeRelays) {
+  EdgeLagSender s(25);
+  s.Feed(event::BlobProduced{{0, BlobKind::kHeader, 20}});
+  s.Feed(event::AckReceived{1, 0});
+  s.Feed(event::AckReceived{1, 0});
+  // The header's 20 bytes were acknowledged: only chunk 1's 20 count (20 <= 25).
+  EXPECT_EQ(s.Feed(event::BlobProduced{{1, BlobKind::kChunk, 20}}), Lines{});
+  EXPECT_EQ(s.Feed(event::BlobProduced{{2, BlobKind::kChunk, 10}}),
+            Lines{"EdgeLag{to 1 lags 30/25, 0 chunks}"});  // child 2 got 50: not watched
+  EdgeLagSender never(0);
+  never.Feed(event::BlobProduced{{0, BlobKind::kHeader, 20}});
+  EXPECT_EQ(never.Feed(event::BlobProduced{{1, BlobKind::kChunk, 1000}}), Lines{});
 }
 
 TEST(TreePolicy, FailuresAreTerminal) {

@@ -191,6 +191,8 @@ class HarnessEnv : public NodeEnvironment {
   void Committed() override { Do(action::Commit{}); }
   void TreeCommitted(int receivers) override { Do(action::TreeCommitted{receivers}); }
   void Published() override { Do(action::Published{}); }
+  void Transcode(const action::Transcode& t) override { Do(t); }
+  void EdgeLag(const action::EdgeLag& l) override { Do(l); }
   void Failed(const Status& s) override { Do(action::Fail{s.code(), s.message()}); }
 
  private:
@@ -1032,6 +1034,13 @@ void World::Do(int node, int slot, const Action& a) {
     q.timer_gen = ++n.timer_gen[slot];
     q.ev = event::TimerFired{};
     Schedule(std::max(st->at, now_), std::move(q));
+  } else if (const auto* tr = std::get_if<action::Transcode>(&a)) {
+    // The harness's streams have one form: every blob goes as produced.
+    PolicyEvent(now_, node, slot, event::BlobReencoded{tr->to, tr->blob, false});
+  } else if (const auto* lag = std::get_if<action::EdgeLag>(&a)) {
+    report_.log.push_back(Fmt("t=%.3f node %d: edge relay node %d %s (%llu bytes unacknowledged)",
+                              now_, node, lag->to, lag->lagging ? "lags" : "caught up",
+                              static_cast<unsigned long long>(lag->unacked)));
   } else if (const auto* fl = std::get_if<action::Fail>(&a)) {
     const recovery::Stream stream = slot == kUploadSlot ? recovery::Stream::kUpload
                                     : n.store_mode      ? recovery::Stream::kDownload

@@ -363,6 +363,11 @@ struct TransportScale {
 RelayOptions RelayOptionsFor(const Scenario& s, const std::string& prefix,
                              const TransportScale& scale = {});
 
+// The lag bound of each edge relay of `s` (NodePlan::edge_lag_bytes, RelayOptions::edge_lag_bytes):
+// transport.relay_tree.edge_lag when set, else 4 x `window_bytes` x relay_tree.streams (the
+// real runner passes relay_tree.window, the simulator the bytes in flight per simulated stream).
+uint64_t EdgeLagBytesFor(const Scenario& s, uint64_t window_bytes);
+
 // The read deadline of the relay-tree edges of `s` (NodePlan::read_deadline_s):
 // network.read_deadline when set; else the largest of 10 s, twice network.heartbeat and 4 x (64 KiB
 // x root_fan_out x streams / long-link bandwidth + long-link latency), so that a stream waiting its
