@@ -634,10 +634,12 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
         if (!s.ok()) break;
       }
     }
-    if (joint && region != nullptr) {
+    if (joint && region != nullptr && plan.region_receivers.empty()) {
       // A tree receiver whose next version retention removed asks for a full frame: one of the
       // version just published, from the trainer's checkpoint of it (checked by the receiver
-      // against the version's trailer and, signed, the trainer's commitment).
+      // against the version's trailer and, signed, the trainer's commitment). A run with region
+      // receivers has an in-region holder that serves them (serve_full_frames), so no frame
+      // crosses the long link there.
       StatusOr<int> served =
           ServeFullFrameRequestsFromCheckpoint(region.get(), plan, p.relay.prefix, p.target_path);
       if (served.ok() && *served > 0) {
