@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # A late joiner whose versions retention removed, through the shipped binaries: a C trainer
-# (publisher_c_test.c) hands ten versions to an open-ended deployment (model.base) of three
-# dcr-node tree receivers with --state, over a relay tree with an in-region directory store and
-# `retention: {keep_versions: 2}`. Rank 3 is absent until version 6 is out, then starts from the
-# base: versions 1-4 are collected by then, so it can neither follow its parent (which moved on)
-# nor take them from the store. It asks for a full frame, the sender puts one of the version it
-# publishes next (from the trainer's checkpoint, counted in its result), the joiner loads it after
-# checking it against the version's trailer, says so on its stderr, is re-admitted to the joint
-# commit and follows the rest. Every receiver's held version 10, written by `dcr export`, is the
+# (publisher_c_test.c) hands ten signed versions to an open-ended deployment (model.base) of
+# three dcr-node tree receivers with --state, over a TLS relay tree with an in-region directory
+# store and `retention: {keep_versions: 2}`. Rank 3 is absent until version 6 is out, then starts
+# from the base: versions 1-4 are collected by then, so it can neither follow its parent (which
+# moved on) nor take them from the store. It asks for a full frame, the sender puts one of the
+# version it publishes next (from the trainer's checkpoint, counted in its result), the joiner
+# loads it after checking it against the version's trailer and the trainer's signed commitment,
+# says so on its stderr, is re-admitted to the joint commit and follows the rest. Every
+# receiver's held version 10, written by `dcr export` (checked with the trust key), is the
 # trainer's content byte for byte (`dcr verify`).
 #   publisher_late_collected_test.sh DCR DCR_NODE PUBLISHER_C_TEST
 set -uo pipefail
@@ -37,7 +38,8 @@ for step in (1, 2, 3):  # manifests: the tensors of each checkpoint, as the trai
                     len(h[t]["shape"]), " ".join(str(d) for d in h[t]["shape"])))
 PY
 port=$(( 20000 + RANDOM % 12000 ))
-cat >"$tmp/s.yaml" <<YAML
+scenario() {  # scenario FILE NETWORK-LINES
+  cat >"$1" <<YAML
 name: late-collected
 model: {base: $tmp/ck/step0.safetensors}
 transport:
@@ -49,9 +51,16 @@ retention: {keep_versions: 2}
 network:
   hosts: ["127.0.0.1:$port", "127.0.0.1:$((port + 1))", "127.0.0.1:$((port + 2))",
           "127.0.0.1:$((port + 3))"]
-  tls: false
+$2
 timeout: 60s
 YAML
+}
+scenario "$tmp/shape.yaml" "  tls: false"
+"$dcr" keys "$tmp/shape.yaml" -o "$tmp/keys" >/dev/null 2>&1 || { bad "dcr keys"; exit 1; }
+k=$tmp/keys
+scenario "$tmp/s.yaml" "  tls: {ca: $k/ca.crt, cert: '$k/node-{rank}.crt',
+        key: '$k/node-{rank}.key'}
+  signing: {key: $k/trainer.key, trust: $k/trainer.pub}"
 mkdir -p "$tmp/store" "$tmp/h0"
 start_rank() {
   mkdir -p "$tmp/h$1"
@@ -86,7 +95,9 @@ wait "$trainer"; rc=$?
 # The joiner's last version: it ends once rank 3 holds version 10 (bounded: a joiner that never
 # catches up fails here instead of waiting).
 for _ in $(seq 300); do
-  grep -q '"ok": *true' "$tmp/h3/state/node-3-v$last.json" 2>/dev/null && break; sleep 0.1
+  f=$(find "$tmp/h3/state" -name "node-3-v$last.json" 2>/dev/null | head -1)
+  [ -n "$f" ] && grep -q '"ok": *true' "$f" && break
+  sleep 0.1
 done
 line=$(grep -m1 "requesting a full frame" "$tmp/h3/log")
 [ -n "$line" ] && ok "rank 3: $(echo "$line" | cut -c1-150)..." \
@@ -97,7 +108,7 @@ frame=$(echo "$line" | sed -n 's/.*full frame of version \([0-9]*\) .*/\1/p')
   || bad "rank 3 took no full frame: $(tail -3 "$tmp/h3/log")"
 grep -q "sender: full frame of version $frame put in the region store for 1 request" \
   "$tmp/prog.err" \
-  && python3 - "$tmp/h0/state/node-0-v$frame.json" <<'PY' \
+  && python3 - "$(find "$tmp/h0/state" -name "node-0-v$frame.json" | head -1)" <<'PY' \
   && ok "the sender served the frame of version $frame (full_frames_served 1 in its result)" \
   || bad "sender: $(grep -m1 'full frame' "$tmp/prog.err")"
 import json, sys
@@ -109,7 +120,7 @@ grep -q "receiver 3 joins the joint commit" "$tmp/prog.err" \
   || bad "rank 3 never joined the joint commit"
 for r in 1 2 3; do
   f="$tmp/export-$r.safetensors"
-  "$dcr" export "$tmp/s.yaml" --rank "$r" --state "$tmp/h$r/state" --unsigned -o "$f" \
+  "$dcr" export "$tmp/s.yaml" --rank "$r" --state "$tmp/h$r/state" -o "$f" \
     >"$tmp/export.out" 2>&1 || { bad "rank $r: dcr export: $(cat "$tmp/export.out")"; continue; }
   grep -q "^EXPORTED: rank $r, version $last " "$tmp/export.out" \
     || bad "rank $r: $(cat "$tmp/export.out")"
