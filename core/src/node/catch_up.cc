@@ -591,43 +591,45 @@ std::set<uint64_t> StoredVersionNumbers(ObjectStore* store, const std::string& r
   return out;
 }
 
-// A tree receiver's full frame of `version` made durable in the form of the checkpoint it held,
-// `layout_path` (a single file; its version log's layout): that file's header and tensor order
-// with each tensor's bytes the frame's, adopted as the committed checkpoint it holds. So its
-// version log starts the next version from it as from any version it held. A sharded layout
-// keeps the frame's image (KeepFullFrame). Errors: kFailedPrecondition when the frame's tensors
-// are not the layout's (names, dtypes, shapes); kDataLoss when the file written does not hash to
-// the frame's content; Checkpoint's, the file's, Adopt's.
+// A tree receiver's full frame `frame` of `version` (checked: FetchFullFrameCheckpoint) made
+// durable in the form of the checkpoint it held, `layout_path` (a single file; its version log's
+// layout): that file's header and tensor order with each tensor's bytes the frame's, adopted as
+// the committed checkpoint it holds, so its version log starts the next version from it as from
+// any version it held. Against a sharded layout the frame's image is kept as it is. Errors:
+// kFailedPrecondition when the frame's tensors are not the layout's (names, dtypes, shapes);
+// kDataLoss when the file written does not hash to the frame's content; Checkpoint's, the
+// file's, Adopt's.
 Status KeepFullFrameInLayout(const NodePlan& plan, VersionRecovery* recovery, uint64_t version,
-                             const Receiver& storage, const std::string& layout_path) {
+                             const Checkpoint& frame, const std::string& layout_path) {
   DCR_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> layout, Checkpoint::Open(layout_path));
-  if (layout->sharded()) return KeepFullFrame(plan, recovery, version, storage);
-  DCR_ASSIGN_OR_RETURN(std::vector<uint8_t> frame_image, FullFrameImage(storage));
-  DCR_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> frame,
-                       Checkpoint::FromBytes(std::move(frame_image)));
   const std::string what = "full frame of version " + std::to_string(version);
-  if (frame->tensors().size() != layout->tensors().size()) {
-    return FailedPreconditionError(what + ": " + std::to_string(frame->tensors().size()) +
-                                   " tensors, the checkpoint it replaces has " +
-                                   std::to_string(layout->tensors().size()));
-  }
-  std::vector<uint8_t> image(layout->file_data(), layout->file_data() + layout->file_size());
-  for (const TensorInfo& t : layout->tensors()) {
-    const TensorInfo* f = frame->Find(t.name);
-    if (f == nullptr || f->dtype_name != t.dtype_name || f->shape != t.shape ||
-        f->nbytes != t.nbytes) {
-      return FailedPreconditionError(what + ": tensor " + t.name +
-                                     " is not the one of the checkpoint it replaces (" +
-                                     layout_path + ")");
+  std::vector<uint8_t> image;
+  if (layout->sharded()) {
+    image.assign(frame.file_data(), frame.file_data() + frame.file_size());
+  } else {
+    if (frame.tensors().size() != layout->tensors().size()) {
+      return FailedPreconditionError(what + ": " + std::to_string(frame.tensors().size()) +
+                                     " tensors, the checkpoint it replaces has " +
+                                     std::to_string(layout->tensors().size()));
     }
-    std::memcpy(image.data() + layout->data_section_offset() + t.offset, frame->data(*f),
-                t.nbytes);
+    image.assign(layout->file_data(), layout->file_data() + layout->file_size());
+    for (const TensorInfo& t : layout->tensors()) {
+      const TensorInfo* f = frame.Find(t.name);
+      if (f == nullptr || f->dtype_name != t.dtype_name || f->shape != t.shape ||
+          f->nbytes != t.nbytes) {
+        return FailedPreconditionError(what + ": tensor " + t.name +
+                                       " is not the one of the checkpoint it replaces (" +
+                                       layout_path + ")");
+      }
+      std::memcpy(image.data() + layout->data_section_offset() + t.offset, frame.data(*f),
+                  t.nbytes);
+    }
   }
   const std::string path = VersionStateDir(plan.state_dir, version) + "/rank-" +
                            std::to_string(plan.rank) + ".committed.safetensors";
   DCR_RETURN_IF_ERROR(WriteFileAtomic(path, image.data(), image.size()));
   DCR_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> written, Checkpoint::Open(path));
-  if (written->ContentHash() != frame->ContentHash()) {
+  if (written->ContentHash() != frame.ContentHash()) {
     return DataLossError(what + ": " + path + " does not hold the frame's content");
   }
   return recovery->Adopt(version, path);
@@ -691,26 +693,50 @@ StatusOr<size_t> CatchUpCollectedVersion(ObjectStore* store, const NodePlan& pla
       return InternalError("full frame of version " + std::to_string(step.version) +
                            " outside the plan's versions");
     }
+    const NodeVersion& fv = (*versions)[k];
+    const std::string who = "node " + std::to_string(plan.rank);
     if (signer == nullptr && !plan.tls_cert.empty()) {
       DCR_ASSIGN_OR_RETURN(signer, TlsContext::Load(plan.tls_ca, plan.tls_cert, plan.tls_key));
+    }
+    FrameTrust trust;  // signed: the frame must be the trainer's commitment
+    if (!plan.trust_key.empty()) {
+      auto key = TrustKey::Load(plan.trust_key);
+      if (!key.ok()) return key.status().WithContext(who + ": plan.trust_key");
+      trust.key = *key;
+      trust.run_id = plan.run_id;
+      NodePlan at = plan;  // the frame's signed state, beside its checkpoint: a restart proves it
+      at.state_dir = VersionStateDir(plan.state_dir, fv.version);
+      trust.signed_state_path = SignedStatePath(at);
     }
     NodeResult fr;
     fr.rank = plan.rank;
     fr.pid = static_cast<int64_t>(getpid());
     fr.role = "receiver";
-    std::unique_ptr<Receiver> storage;
-    uint64_t dense_bytes = 0;
-    Status s = TakeFullFrame(plan, store, (*versions)[k], step.why, signer.get(), &storage, &fr,
-                             &dense_bytes);
-    if (s.IsNotFound()) {  // collected before it was fetched: ask again
+    fr.t_start = WallNow();
+    auto frame = FetchFullFrameCheckpoint(store, fv.prefix, fv.version, &fr.bytes_received, &trust);
+    if (frame.status().IsNotFound()) {  // collected before it was fetched: ask again
       requested = false;
       continue;
     }
-    DCR_RETURN_IF_ERROR(s);
-    fr.target_hash = storage->held().hash;
+    if (!frame.ok()) return frame.status().WithContext(who);
     DCR_ASSIGN_OR_RETURN(const std::string layout_path, recovery->HeldPath());
-    DCR_RETURN_IF_ERROR(KeepFullFrameInLayout(plan, recovery, (*versions)[k].version, *storage,
-                                              layout_path));
+    DCR_RETURN_IF_ERROR(
+        KeepFullFrameInLayout(plan, recovery, fv.version, **frame, layout_path));
+    DCR_ASSIGN_OR_RETURN(const Commitment root, CheckpointCommitment(**frame, 0));
+    fr.target_hash = (*frame)->ContentHash();
+    DCR_RETURN_IF_ERROR(PutRegionReport(store, fv.prefix, plan.rank, plan.run_id, fv.version,
+                                        fr.target_hash, root.root, signer.get()));
+    fr.t_first_blob = fr.t_start;
+    fr.t_last_blob = fr.t_commit = WallNow();
+    fr.ok = true;
+    fr.catch_up = "full_frame";
+    fr.recovery_log = step.why;
+    std::fprintf(stderr,
+                 "node %d: took the full frame of version %llu from the in-region store (%llu "
+                 "bytes, checked against the version's %s): %s\n",
+                 plan.rank, static_cast<unsigned long long>(fv.version),
+                 static_cast<unsigned long long>(fr.bytes_received),
+                 trust.key != nullptr ? "signed commitment" : "trailer", step.why.c_str());
     for (size_t m = i; m < k; ++m) {
       NodeResult a;
       a.rank = plan.rank;
