@@ -422,7 +422,7 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
         break;
       }
       if (*took != i) {
-        storage.reset();  // the next version starts from the frame's checkpoint file
+        storage = decltype(storage)();  // the next version starts from the frame's file
         if (plan.open_versions && *took + 1 == versions.size()) {
           versions.push_back(NextOpenVersion(versions.back()));
           s = recovery->AddVersion(versions.back().version);
