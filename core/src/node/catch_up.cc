@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <set>
 
@@ -543,6 +544,192 @@ Status KeepFullFrame(const NodePlan& plan, VersionRecovery* recovery, uint64_t v
 }
 
 }  // namespace
+
+namespace {
+
+// The version numbers whose prefix under `root` ("<root>/...step-<k>/...") holds an object.
+std::set<uint64_t> StoredVersionNumbers(ObjectStore* store, const std::string& root) {
+  std::set<uint64_t> out;
+  const std::string dir = root + "/";
+  auto listed = store->List(dir);
+  if (!listed.ok()) return out;
+  for (const ObjectInfo& o : *listed) {
+    if (o.key.compare(0, dir.size(), dir) != 0) continue;
+    const size_t end = o.key.find('/', dir.size());
+    if (end == std::string::npos) continue;
+    const std::string segment = o.key.substr(dir.size(), end - dir.size());
+    const size_t at = segment.rfind("step-");
+    if (at == std::string::npos || at + 5 >= segment.size()) continue;
+    const std::string digits = segment.substr(at + 5);
+    if (digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    out.insert(std::strtoull(digits.c_str(), nullptr, 10));
+  }
+  return out;
+}
+
+// A tree receiver's full frame `frame` of `version` (checked: FetchFullFrameCheckpoint) made
+// durable in the form of the checkpoint it held, `layout_path` (a single file; its version log's
+// layout): that file's header and tensor order with each tensor's bytes the frame's, adopted as
+// the committed checkpoint it holds, so its version log starts the next version from it as from
+// any version it held. Against a sharded layout the frame's image is kept as it is. Errors:
+// kFailedPrecondition when the frame's tensors are not the layout's (names, dtypes, shapes);
+// kDataLoss when the file written does not hash to the frame's content; Checkpoint's, the
+// file's, Adopt's.
+Status KeepFullFrameInLayout(const NodePlan& plan, VersionRecovery* recovery, uint64_t version,
+                             const Checkpoint& frame, const std::string& layout_path) {
+  DCR_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> layout, Checkpoint::Open(layout_path));
+  const std::string what = "full frame of version " + std::to_string(version);
+  std::vector<uint8_t> image;
+  if (layout->sharded()) {
+    image.assign(frame.file_data(), frame.file_data() + frame.file_size());
+  } else {
+    if (frame.tensors().size() != layout->tensors().size()) {
+      return FailedPreconditionError(what + ": " + std::to_string(frame.tensors().size()) +
+                                     " tensors, the checkpoint it replaces has " +
+                                     std::to_string(layout->tensors().size()));
+    }
+    image.assign(layout->file_data(), layout->file_data() + layout->file_size());
+    for (const TensorInfo& t : layout->tensors()) {
+      const TensorInfo* f = frame.Find(t.name);
+      if (f == nullptr || f->dtype_name != t.dtype_name || f->shape != t.shape ||
+          f->nbytes != t.nbytes) {
+        return FailedPreconditionError(what + ": tensor " + t.name +
+                                       " is not the one of the checkpoint it replaces (" +
+                                       layout_path + ")");
+      }
+      std::memcpy(image.data() + layout->data_section_offset() + t.offset, frame.data(*f),
+                  t.nbytes);
+    }
+  }
+  const std::string path = VersionStateDir(plan.state_dir, version) + "/rank-" +
+                           std::to_string(plan.rank) + ".committed.safetensors";
+  DCR_RETURN_IF_ERROR(WriteFileAtomic(path, image.data(), image.size()));
+  DCR_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> written, Checkpoint::Open(path));
+  if (written->ContentHash() != frame.ContentHash()) {
+    return DataLossError(what + ": " + path + " does not hold the frame's content");
+  }
+  return recovery->Adopt(version, path);
+}
+
+}  // namespace
+
+StatusOr<size_t> CatchUpCollectedVersion(ObjectStore* store, const NodePlan& plan,
+                                         std::vector<NodeVersion>* versions, size_t i,
+                                         VersionRecovery* recovery, double deadline,
+                                         NodeResult* result) {
+  const std::string root = CatchUpRoot(plan);
+  const uint64_t held = recovery->held_number();
+  CatchUpLimits limits;
+  limits.max_replay = plan.catch_up_max_replay;
+  limits.full_frame_fraction = plan.catch_up_full_frame_fraction;
+  std::shared_ptr<const TlsContext> signer;  // signs its commit report
+  bool requested = false;
+  while (true) {
+    const std::set<uint64_t> numbers = StoredVersionNumbers(store, root);
+    const uint64_t newest = numbers.empty() ? 0 : *numbers.rbegin();
+    if (newest <= (*versions)[i].version) return i;  // in step: the tree or the store serves it
+    while (plan.open_versions && versions->back().version < newest) {
+      versions->push_back(NextOpenVersion(versions->back()));
+      DCR_RETURN_IF_ERROR(recovery->AddVersion(versions->back().version));
+    }
+    std::vector<StoredVersion> stored;
+    for (size_t k = i; k < versions->size() && (*versions)[k].version <= newest; ++k) {
+      StoredVersion sv;
+      sv.number = (*versions)[k].version;
+      if (numbers.count(sv.number)) {
+        DCR_ASSIGN_OR_RETURN(sv, InspectStoredVersion(store, (*versions)[k].prefix, sv.number));
+      }
+      stored.push_back(sv);
+    }
+    if (stored.empty() || stored[0].delta_whole) return i;
+    const CatchUpStep step = PlanCatchUp(held, stored, 0, limits);
+    if (step.kind != CatchUpStep::kFullFrame && step.kind != CatchUpStep::kRequestFullFrame) {
+      return i;
+    }
+    if (step.kind == CatchUpStep::kRequestFullFrame) {
+      if (!requested) {
+        std::fprintf(stderr,
+                     "node %d: version %llu is no longer in the store (retention removed it) and "
+                     "its parent moved on: %s: requesting a full frame\n",
+                     plan.rank, static_cast<unsigned long long>((*versions)[i].version),
+                     step.why.c_str());
+        DCR_RETURN_IF_ERROR(store->Put(FullFrameRequestKey(root, plan.rank), "request\n", 8));
+        requested = true;
+      }
+      if (SteadyNow() > deadline) {
+        return DeadlineExceededError("node " + std::to_string(plan.rank) + ": " + step.why +
+                                     ", and none came within the node's deadline");
+      }
+      usleep(100000);
+      continue;
+    }
+    size_t k = i;
+    while (k < versions->size() && (*versions)[k].version != step.version) ++k;
+    if (k == versions->size()) {
+      return InternalError("full frame of version " + std::to_string(step.version) +
+                           " outside the plan's versions");
+    }
+    const NodeVersion& fv = (*versions)[k];
+    const std::string who = "node " + std::to_string(plan.rank);
+    if (signer == nullptr && !plan.tls_cert.empty()) {
+      DCR_ASSIGN_OR_RETURN(signer, TlsContext::Load(plan.tls_ca, plan.tls_cert, plan.tls_key));
+    }
+    FrameTrust trust;  // signed: the frame must be the trainer's commitment
+    if (!plan.trust_key.empty()) {
+      auto key = TrustKey::Load(plan.trust_key);
+      if (!key.ok()) return key.status().WithContext(who + ": plan.trust_key");
+      trust.key = *key;
+      trust.run_id = plan.run_id;
+      NodePlan at = plan;  // the frame's signed state, beside its checkpoint: a restart proves it
+      at.state_dir = VersionStateDir(plan.state_dir, fv.version);
+      trust.signed_state_path = SignedStatePath(at);
+    }
+    NodeResult fr;
+    fr.rank = plan.rank;
+    fr.pid = static_cast<int64_t>(getpid());
+    fr.role = "receiver";
+    fr.t_start = WallNow();
+    auto frame = FetchFullFrameCheckpoint(store, fv.prefix, fv.version, &fr.bytes_received, &trust);
+    if (frame.status().IsNotFound()) {  // collected before it was fetched: ask again
+      requested = false;
+      continue;
+    }
+    if (!frame.ok()) return frame.status().WithContext(who);
+    DCR_ASSIGN_OR_RETURN(const std::string layout_path, recovery->HeldPath());
+    DCR_RETURN_IF_ERROR(
+        KeepFullFrameInLayout(plan, recovery, fv.version, **frame, layout_path));
+    DCR_ASSIGN_OR_RETURN(const Commitment root, CheckpointCommitment(**frame, 0));
+    fr.target_hash = (*frame)->ContentHash();
+    DCR_RETURN_IF_ERROR(PutRegionReport(store, fv.prefix, plan.rank, plan.run_id, fv.version,
+                                        fr.target_hash, root.root, signer.get()));
+    fr.t_first_blob = fr.t_start;
+    fr.t_last_blob = fr.t_commit = WallNow();
+    fr.ok = true;
+    fr.catch_up = "full_frame";
+    fr.recovery_log = step.why;
+    std::fprintf(stderr,
+                 "node %d: took the full frame of version %llu from the in-region store (%llu "
+                 "bytes, checked against the version's %s): %s\n",
+                 plan.rank, static_cast<unsigned long long>(fv.version),
+                 static_cast<unsigned long long>(fr.bytes_received),
+                 trust.key != nullptr ? "signed commitment" : "trailer", step.why.c_str());
+    for (size_t m = i; m < k; ++m) {
+      NodeResult a;
+      a.rank = plan.rank;
+      a.pid = fr.pid;
+      a.role = "receiver";
+      a.ok = true;
+      a.catch_up = "absent";
+      a.verify_message = "did not hold version " + std::to_string((*versions)[m].version) +
+                         " (took the full frame of version " + std::to_string(step.version) +
+                         ": retention removed its delta)";
+      DCR_RETURN_IF_ERROR(WriteResultFile((*versions)[m].result_path, a));
+    }
+    DCR_RETURN_IF_ERROR(WriteResultFile((*versions)[k].result_path, fr));
+    *result = fr;
+    return k;
+  }
+}
 
 Status RunRegionReceiverVersions(const NodePlan& plan, NodeResult* result) {
   *result = NodeResult();

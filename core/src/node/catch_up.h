@@ -37,7 +37,8 @@
 
 namespace dcr::internal {
 
-class TlsContext;  // transport/tls.h
+class TlsContext;       // transport/tls.h
+class VersionRecovery;  // node/version_state.h
 
 // ---- the decision ----
 
@@ -202,6 +203,29 @@ StatusOr<int> ServeFullFrameRequests(ObjectStore* store, const NodePlan& plan,
 StatusOr<int> ServeFullFrameRequestsFromCheckpoint(ObjectStore* store, const NodePlan& plan,
                                                    const std::string& prefix,
                                                    const std::string& checkpoint_path);
+
+// ---- a tree receiver whose next version retention removed ----
+
+// A long-lived tree receiver with recovery about to take (*versions)[i] while holding
+// recovery->held_number(): when the in-region store no longer holds that version's delta
+// (retention collected it) while a later version is whole there, the version can come neither
+// from its parent (which moved on) nor from the store, and PlanCatchUp over what the store holds
+// says so. The receiver then asks for a full frame (FullFrameRequestKey; the sender serves it
+// after its next version, ServeFullFrameRequestsFromCheckpoint), waits for one of a version after
+// the held one until `deadline` (a SteadyNow() time), loads it after FetchFullFrameCheckpoint's
+// checks (the content hash of the version's trailer; with plan.trust_key the trainer's signed
+// commitment), adopts it as its held version (VersionRecovery::Adopt), leaves its commit report
+// in the store, where the sender re-admits it from, and writes the versions' results: catch_up
+// "absent" for those passed over, "full_frame" for the frame's (*result gets it). *versions is
+// extended as far as the store holds versions (an open-ended plan: NextOpenVersion, each added
+// to `recovery`). Returns the index in *versions of the frame's version, or `i` when there is
+// nothing to do (the version's delta is there or not yet published). Errors: kDeadlineExceeded
+// when no frame came; the store's; FetchFullFrameCheckpoint's (a frame that is not the version);
+// Adopt's; TlsContext::Load's.
+StatusOr<size_t> CatchUpCollectedVersion(ObjectStore* store, const NodePlan& plan,
+                                         std::vector<NodeVersion>* versions, size_t i,
+                                         VersionRecovery* recovery, double deadline,
+                                         NodeResult* result);
 
 // ---- the region receiver ----
 

@@ -332,8 +332,12 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
     DCR_ASSIGN_OR_RETURN(commit, OpenJointCommit(plan, recovery.get(), &checkpoint_of));
   }
   // The in-region store: the region receivers' reports (sender), full frames (a holder).
+  // A recovering tree receiver: the versions retention collected, taken as a full frame.
+  const bool collected_catch_up = !sender && delta && plan.transport == "relay_tree" &&
+                                  recovery != nullptr && !plan.store.empty();
   std::unique_ptr<ObjectStore> region;
-  if (!plan.store.empty() && (joint || (plan.serve_full_frames && !sender))) {
+  if (!plan.store.empty() &&
+      (joint || (plan.serve_full_frames && !sender) || collected_catch_up)) {
     DCR_ASSIGN_OR_RETURN(region, OpenObjectStore(plan.store));
   }
   // The sender checks the region receivers' reports against the run's credentials: a report in
@@ -386,12 +390,11 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
         if (!s.ok()) break;
       }
     }
-    const NodeVersion& v = versions[i];
-    if (recovery != nullptr && recovery->Finished(v)) {
+    if (recovery != nullptr && recovery->Finished(versions[i])) {
       // Finished by an earlier process of this node: its result stands.
-      auto r = ReadResultFile(v.result_path);
+      auto r = ReadResultFile(versions[i].result_path);
       if (r.ok()) *result = *r;
-      if (holder) finished_held = v;
+      if (holder) finished_held = versions[i];
       continue;
     }
     if (recovery != nullptr) {
@@ -406,6 +409,31 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
       serve(finished_held->prefix, finished_held->version, nullptr, &ignored);
       finished_held.reset();
     }
+    if (collected_catch_up) {
+      // Retention may have removed this version's delta (and its parent moved on): the node
+      // then takes a full frame of a later version and goes on from there.
+      const double until = plan.version_wait_s < 0
+                               ? SteadyNow() + 1e12
+                               : SteadyNow() + std::max(plan.timeout_s, plan.version_wait_s);
+      StatusOr<size_t> took =
+          CatchUpCollectedVersion(region.get(), plan, &versions, i, recovery.get(), until, result);
+      if (!took.ok()) {
+        s = took.status();
+        break;
+      }
+      if (*took != i) {
+        storage = decltype(storage)();  // the next version starts from the frame's file
+        if (plan.open_versions && *took + 1 == versions.size()) {
+          versions.push_back(NextOpenVersion(versions.back()));
+          s = recovery->AddVersion(versions.back().version);
+          if (!s.ok()) break;
+        }
+        if (hooks.done) hooks.done(versions[*took], *result, Status());
+        i = *took;
+        continue;
+      }
+    }
+    const NodeVersion& v = versions[i];
     NodePlan p = plan;
     p.versions.clear();
     p.version = v.version;
@@ -604,6 +632,27 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
       if (recovery != nullptr) {
         s = recovery->SaveCommit(v.version, commit->baseline(), commit->live(), checkpoint_of);
         if (!s.ok()) break;
+      }
+    }
+    if (joint && region != nullptr && plan.region_receivers.empty()) {
+      // A tree receiver whose next version retention removed asks for a full frame: one of the
+      // version just published, from the trainer's checkpoint of it (checked by the receiver
+      // against the version's trailer and, signed, the trainer's commitment). A run with region
+      // receivers has an in-region holder that serves them (serve_full_frames), so no frame
+      // crosses the long link there.
+      StatusOr<int> served =
+          ServeFullFrameRequestsFromCheckpoint(region.get(), plan, p.relay.prefix, p.target_path);
+      if (served.ok() && *served > 0) {
+        r.full_frames_served = *served;
+        *result = r;
+        std::fprintf(stderr,
+                     "sender: full frame of version %llu put in the region store for %d "
+                     "request(s)\n",
+                     static_cast<unsigned long long>(v.version), *served);
+        (void)WriteResultFile(p.result_path, r);
+      } else if (!served.ok()) {
+        std::fprintf(stderr, "sender: full-frame request not served: %s\n",
+                     served.status().ToString().c_str());
       }
     }
     if (recovery != nullptr) {
