@@ -37,6 +37,10 @@
 
 namespace dcr {
 
+namespace internal {
+class CommitmentTracker;
+}  // namespace internal
+
 // SHA-256 of [data, data + size).
 Sha256Digest Sha256(const uint8_t* data, size_t size);
 // 64 lowercase hex digits.
@@ -278,6 +282,20 @@ class VersionFloor {
   double committed_unix_ = 0;
 };
 
+// How the commitment check of a TrustedReceiver's Commit was spent: the storage's leaves, those
+// hashed while the delta's chunks were applied (TrustOptions::hash_leaves_early) and those hashed
+// at Commit (leaves no applied chunk completed, and early digests a later write to their leaf
+// dropped: `rehashed_leaves`), the thread-seconds of early hashing and the wall seconds of
+// Commit's pass (the remaining leaves and the root).
+struct CommitmentPassStats {
+  uint64_t leaves = 0;
+  uint64_t early_leaves = 0;
+  uint64_t tail_leaves = 0;
+  uint64_t rehashed_leaves = 0;
+  double early_seconds = 0;
+  double tail_seconds = 0;
+};
+
 struct TrustOptions {
   // The trusted signer; null = unsigned deltas are accepted and manifest records are skipped
   // unchecked. Default null.
@@ -299,6 +317,14 @@ struct TrustOptions {
   bool check_commitment = true;
   // Workers for that pass (0 = hardware concurrency). Default 0.
   int commitment_threads = 0;
+  // With check_commitment, each leaf of the storage is hashed as soon as its bytes are final (the
+  // chunks applied so far cover it and none touching it is being applied), on the thread whose
+  // ApplyRecord completed it; Commit then hashes only the leaves left (those the last chunks
+  // completed, those no chunk touched, and any an announced write reached after its early
+  // hash). Chunk ranges come from the records' segments. The root, the errors and the first
+  // wrong range named are those of hashing everything at Commit. Host and device storage;
+  // other storage is hashed at Commit. False: every leaf at Commit. Default true.
+  bool hash_leaves_early = true;
   // When set, each Commit whose commitment was checked writes the delta's signed state
   // (WriteSignedState) there, after the version floor. Default empty: none.
   std::string signed_state_path;
@@ -317,6 +343,7 @@ struct TrustOptions {
 class TrustedReceiver : public Receiver {
  public:
   TrustedReceiver(std::unique_ptr<Receiver> inner, TrustOptions options);
+  ~TrustedReceiver() override;
 
   Status Begin(const uint8_t* header, size_t size) override;
   Status ApplyRecord(const uint8_t* record, size_t size) override;
@@ -350,6 +377,8 @@ class TrustedReceiver : public Receiver {
   // The commitment root the last successful Commit checked the storage against (the trainer's
   // signed one); nullopt when that delta signed none or the storage could not be hashed.
   std::optional<Sha256Digest> committed_commitment() const;
+  // How the commitment check of the last Commit that ran it was spent (zeros before one).
+  CommitmentPassStats last_commitment_pass() const;
 
  private:
   std::unique_ptr<Receiver> inner_;
@@ -360,6 +389,12 @@ class TrustedReceiver : public Receiver {
   std::map<uint64_t, std::vector<uint8_t>> pending_;  // chunk id -> record awaiting its manifest
   uint64_t pending_bytes_ = 0;
   std::optional<Sha256Digest> committed_commitment_;
+  // The delta in progress's leaves hashed as they become final (hash_leaves_early); null when
+  // none is or the storage cannot be read that way.
+  std::unique_ptr<internal::CommitmentTracker> tracker_;
+  CommitmentPassStats last_pass_;
+  // inner_->ApplyRecord of the chunk record whose parsed header is `h`, announced to tracker_.
+  Status ApplyInner(const ChunkHeader& h, const uint8_t* record, size_t size);
 };
 
 }  // namespace dcr
