@@ -15,6 +15,7 @@
 
 #include "dcr/commitment.h"
 #include "dcr/delta.h"
+#include "dcr/device.h"
 #include "dcr/manifest.h"
 #include "dcr/receiver.h"
 #include "dcr/signing.h"
@@ -162,6 +163,18 @@ TEST_F(EarlyLeavesTest, CommitHashesOnlyLeavesNoChunkCompleted) {
       EXPECT_EQ(p.tail_leaves, 2u);
       EXPECT_EQ(p.rehashed_leaves, 0u);
     }
+  }
+  // A device receiver (the host backend: leaves downloaded as from a GPU): the same.
+  {
+    std::shared_ptr<Device> device = MakeHostDevice();
+    auto dev = MakeDeviceReceiver(device, *base_, 1);
+    ASSERT_TRUE(dev.ok()) << dev.status().ToString();
+    TrustedReceiver rx(std::move(*dev), trust_);
+    Status s = Deliver(r, &rx, 3, 2);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ(*rx.committed_commitment(), commitment_.root);
+    EXPECT_EQ(rx.last_commitment_pass().early_leaves, 8u);
+    EXPECT_EQ(rx.last_commitment_pass().tail_leaves, 2u);
   }
   // Without early hashing: the same root, every leaf at Commit.
   TrustOptions to = trust_;
