@@ -315,15 +315,17 @@ struct TrustOptions {
   // a commitment, and storage whose commitment cannot be computed (e.g. a serving replica), are
   // refused (kFailedPrecondition / kUnimplemented). False: the chain alone. Default true.
   bool check_commitment = true;
-  // Workers for that pass (0 = hardware concurrency). Default 0.
+  // Workers for that pass, and for the early hashing's pool (0 = hardware concurrency). Default
+  // 0.
   int commitment_threads = 0;
   // With check_commitment, each leaf of the storage is hashed as soon as its bytes are final (the
-  // chunks applied so far cover it and none touching it is being applied), on the thread whose
-  // ApplyRecord completed it; Commit then hashes only the leaves left (those the last chunks
-  // completed, those no chunk touched, and any an announced write reached after its early
-  // hash). Chunk ranges come from the records' segments. The root, the errors and the first
-  // wrong range named are those of hashing everything at Commit. Host and device storage;
-  // other storage is hashed at Commit. False: every leaf at Commit. Default true.
+  // chunks applied so far cover it and no chunk touching it is being applied), on a pool of
+  // commitment_threads workers beside the apply threads; Commit waits for the pool and hashes
+  // only the leaves left (those the last chunks completed and the pool has not reached, those
+  // no chunk touched, and any that a write reached after its early hash). Chunk ranges come from
+  // the records' segments. The root, the errors and the first wrong range named are those of
+  // hashing everything at Commit. Host and device storage; other storage is hashed at Commit.
+  // False: every leaf at Commit. Default true.
   bool hash_leaves_early = true;
   // When set, each Commit whose commitment was checked writes the delta's signed state
   // (WriteSignedState) there, after the version floor. Default empty: none.

@@ -19,14 +19,17 @@
 // and credit no coverage. Writes to the storage around the receiver that owns the tracker (a reload
 // of the committed version) must be followed by a new delta (Begin), which starts a new tracker.
 //
-// Thread safety: Before, After and Hash may run concurrently from any threads; Finish and stats
-// must not run concurrently with them.
+// Thread safety: Before and After may run concurrently from any threads; Finish and stats must
+// not run concurrently with them.
 #ifndef DCR_CORE_SRC_INTERNAL_COMMITMENT_TRACKER_H_
 #define DCR_CORE_SRC_INTERNAL_COMMITMENT_TRACKER_H_
 
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "dcr/commitment.h"
@@ -47,10 +50,13 @@ class CommitmentTracker {
  public:
   // A tracker over what `storage.storage()` holds (host memory of a BufferReceiver, or a
   // DeviceReceiver's tensors, read in pieces of one leaf), for the delta whose target is
-  // `inventory`. nullptr (no early hashing; the commit hashes everything) when the storage is
-  // of another kind or the inventory names a tensor the storage lacks or sizes differently.
+  // `inventory`, hashing on a pool of `threads` workers (0 = hardware concurrency) that compete
+  // with the receiver's apply threads for the cores. nullptr (no early hashing; the commit hashes
+  // everything) when the storage is of another kind or the inventory names a tensor the storage
+  // lacks or sizes differently.
   static std::unique_ptr<CommitmentTracker> Start(const Receiver& storage,
-                                                  const Inventory& inventory);
+                                                  const Inventory& inventory, int threads);
+  // Stops the pool (a leaf being read is finished first).
   ~CommitmentTracker();
 
   // The leaves a chunk record may write.
@@ -65,11 +71,12 @@ class CommitmentTracker {
   // Announces a write of the chunk whose header is `h`. Call before the storage is written.
   Touch Before(const ChunkHeader& h);
   // Ends the write announced by `touch`; `applied`: the chunk's bytes are the target's (the
-  // record applied), so its pieces count as covered. Hashes, on this thread, the leaves it
-  // completes.
+  // record applied), so its pieces count as covered. The leaves it completes go to the pool
+  // (leaf numbers only: memory is one leaf buffer per worker for a device's storage).
   void After(const Touch& touch, bool applied);
-  // The whole version's commitment: the early digests and the remaining leaves hashed on
-  // `threads` workers (0 = hardware concurrency). REQUIRES: no write open. Errors: the device's.
+  // The whole version's commitment: waits for the pool's queue, then hashes the remaining leaves
+  // on `threads` workers (0 = hardware concurrency). REQUIRES: no write open. Errors: the
+  // device's.
   StatusOr<Commitment> Finish(int threads);
 
   // The pass as of the last Finish.
@@ -80,6 +87,8 @@ class CommitmentTracker {
   CommitmentTracker() = default;
   // The digest of leaf `i` as the storage holds it now.
   StatusOr<Sha256Digest> Read(uint64_t i) const;
+  // A pool worker: hashes queued leaves until stopped.
+  void Work();
 
   CommitmentLayout layout_;
   std::vector<TensorView> views_;              // layout order; data: host or device addresses
@@ -95,6 +104,12 @@ class CommitmentTracker {
   double early_seconds_ = 0;
   double tail_seconds_ = 0;
   uint64_t tail_leaves_ = 0;
+  std::deque<uint64_t> queue_;  // leaves in state kHashing, not yet picked up
+  int busy_ = 0;                // workers reading a leaf
+  bool stop_ = false;
+  std::condition_variable work_cv_;  // queue_ or stop_ changed
+  std::condition_variable idle_cv_;  // queue_ empty and busy_ 0
+  std::vector<std::thread> pool_;
 };
 
 }  // namespace dcr::internal

@@ -23,7 +23,8 @@ double Seconds() {
 }  // namespace
 
 std::unique_ptr<CommitmentTracker> CommitmentTracker::Start(const Receiver& storage,
-                                                            const Inventory& inventory) {
+                                                            const Inventory& inventory,
+                                                            int threads) {
   const Receiver* r = storage.storage();
   std::vector<TensorView> views;
   Device* device = nullptr;
@@ -61,10 +62,50 @@ std::unique_ptr<CommitmentTracker> CommitmentTracker::Start(const Receiver& stor
   t->open_writes_.assign(n, 0);
   t->covered_.assign(n, 0);
   t->digest_.assign(n, Sha256Digest{});
+  const int workers = internal::ResolveThreads(threads);
+  for (int k = 0; k < workers; ++k) t->pool_.emplace_back([p = t.get()] { p->Work(); });
   return t;
 }
 
-CommitmentTracker::~CommitmentTracker() = default;
+CommitmentTracker::~CommitmentTracker() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  for (std::thread& t : pool_) t.join();
+}
+
+void CommitmentTracker::Work() {
+  std::unique_lock<std::mutex> l(mu_);
+  while (true) {
+    work_cv_.wait(l, [this] { return stop_ || !queue_.empty(); });
+    if (stop_) return;
+    const uint64_t i = queue_.front();
+    queue_.pop_front();
+    if (state_[i] != LeafState::kHashing) {  // written since it was queued: doubtful
+      if (queue_.empty() && busy_ == 0) idle_cv_.notify_all();
+      continue;
+    }
+    ++busy_;
+    l.unlock();
+    const double t0 = Seconds();
+    StatusOr<Sha256Digest> d = Read(i);
+    const double spent = Seconds() - t0;
+    l.lock();
+    --busy_;
+    early_seconds_ += spent;
+    if (state_[i] == LeafState::kHashing) {
+      if (d.ok()) {
+        digest_[i] = *d;
+        state_[i] = LeafState::kHashed;
+      } else {
+        state_[i] = LeafState::kDoubtful;  // Finish reads it again and reports the error
+      }
+    }
+    if (queue_.empty() && busy_ == 0) idle_cv_.notify_all();
+  }
+}
 
 CommitmentTracker::Touch CommitmentTracker::Before(const ChunkHeader& h) {
   Touch touch;
@@ -147,7 +188,7 @@ CommitmentTracker::Touch CommitmentTracker::Before(const ChunkHeader& h) {
 }
 
 void CommitmentTracker::After(const Touch& touch, bool applied) {
-  std::vector<uint64_t> ready;
+  bool queued = false;
   {
     std::lock_guard<std::mutex> l(mu_);
     for (uint64_t i : touch.leaves) --open_writes_[i];
@@ -158,26 +199,12 @@ void CommitmentTracker::After(const Touch& touch, bool applied) {
       if (state_[i] == LeafState::kOpen && open_writes_[i] == 0 &&
           covered_[i] >= layout_.leaf(i).size) {
         state_[i] = LeafState::kHashing;
-        ready.push_back(i);
+        queue_.push_back(i);
+        queued = true;
       }
     }
   }
-  if (ready.empty()) return;
-  const double t0 = Seconds();
-  for (uint64_t i : ready) {
-    StatusOr<Sha256Digest> d = Read(i);
-    std::lock_guard<std::mutex> l(mu_);
-    if (state_[i] != LeafState::kHashing) continue;  // written meanwhile: doubtful
-    if (!d.ok()) {
-      state_[i] = LeafState::kDoubtful;  // Finish reads it again and reports the error
-      continue;
-    }
-    digest_[i] = *d;
-    state_[i] = LeafState::kHashed;
-  }
-  const double spent = Seconds() - t0;
-  std::lock_guard<std::mutex> l(mu_);
-  early_seconds_ += spent;
+  if (queued) work_cv_.notify_all();
 }
 
 StatusOr<Sha256Digest> CommitmentTracker::Read(uint64_t i) const {
@@ -201,6 +228,10 @@ StatusOr<Sha256Digest> CommitmentTracker::Read(uint64_t i) const {
 
 StatusOr<Commitment> CommitmentTracker::Finish(int threads) {
   const double t0 = Seconds();
+  {
+    std::unique_lock<std::mutex> l(mu_);
+    idle_cv_.wait(l, [this] { return queue_.empty() && busy_ == 0; });
+  }
   std::vector<uint64_t> left;
   for (uint64_t i = 0; i < state_.size(); ++i) {
     if (state_[i] != LeafState::kHashed) left.push_back(i);

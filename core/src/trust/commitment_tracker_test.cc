@@ -217,7 +217,7 @@ TEST(CommitmentTracker, WriteAfterAnEarlyHashIsHashedAgain) {
   auto ckpt = Checkpoint::FromBytes(SafetensorsImage(Views(model)));
   ASSERT_TRUE(ckpt.ok());
   auto rx = BufferReceiver::Copy(**ckpt, 0);
-  auto tracker = internal::CommitmentTracker::Start(*rx, Inventory::FromCheckpoint(**ckpt));
+  auto tracker = internal::CommitmentTracker::Start(*rx, Inventory::FromCheckpoint(**ckpt), 2);
   ASSERT_NE(tracker, nullptr);
   uint8_t* bytes = rx->tensors()[0].data;
   const uint64_t leaf_elems = kCommitmentLeafBytes / 2;

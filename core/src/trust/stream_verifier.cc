@@ -345,7 +345,9 @@ Status TrustedReceiver::Begin(const uint8_t* header, size_t size) {
   if (verifier != nullptr && options_.check_commitment && options_.hash_leaves_early) {
     // Without an inventory the leaves wait for Commit (the inner receiver parsed the header).
     StatusOr<Inventory> inventory = Inventory::FromHeader(h);
-    if (inventory.ok()) tracker_ = internal::CommitmentTracker::Start(*inner_, *inventory);
+    if (inventory.ok())
+      tracker_ =
+          internal::CommitmentTracker::Start(*inner_, *inventory, options_.commitment_threads);
   }
   std::lock_guard<std::mutex> l(mu_);
   verifier_ = std::move(verifier);
