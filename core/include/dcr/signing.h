@@ -283,14 +283,18 @@ class VersionFloor {
 };
 
 // How the commitment check of a TrustedReceiver's Commit was spent: the storage's leaves, those
-// hashed while the delta's chunks were applied (TrustOptions::hash_leaves_early) and those hashed
-// at Commit (leaves no applied chunk completed, and early digests a later write to their leaf
-// dropped: `rehashed_leaves`), the thread-seconds of early hashing and the wall seconds of
-// Commit's pass (the remaining leaves and the root).
+// hashed before Commit began (TrustOptions::hash_leaves_early) and those left to it (leaves no
+// applied chunk completed, those still queued for or being hashed by the pool, and early
+// digests a later write to their leaf dropped: `rehashed_leaves`), the thread-seconds of early
+// hashing and the wall seconds of Commit's pass (waiting for the pool, the remaining leaves and
+// the root). Of the tail, `commit_hashed_leaves` were hashed by Commit itself (no applied chunk
+// completed them, or a write dropped their early digest): unlike the pool's progress, a function
+// of the records applied, not of timing.
 struct CommitmentPassStats {
   uint64_t leaves = 0;
   uint64_t early_leaves = 0;
   uint64_t tail_leaves = 0;
+  uint64_t commit_hashed_leaves = 0;
   uint64_t rehashed_leaves = 0;
   double early_seconds = 0;
   double tail_seconds = 0;

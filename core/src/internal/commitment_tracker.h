@@ -103,7 +103,8 @@ class CommitmentTracker {
   uint64_t rehashed_ = 0;
   double early_seconds_ = 0;
   double tail_seconds_ = 0;
-  uint64_t tail_leaves_ = 0;
+  uint64_t tail_leaves_ = 0;    // queued or being hashed when Finish began, or hashed by it
+  uint64_t commit_hashed_ = 0;  // hashed by Finish
   std::deque<uint64_t> queue_;  // leaves in state kHashing, not yet picked up
   int busy_ = 0;                // workers reading a leaf
   bool stop_ = false;

@@ -228,8 +228,10 @@ StatusOr<Sha256Digest> CommitmentTracker::Read(uint64_t i) const {
 
 StatusOr<Commitment> CommitmentTracker::Finish(int threads) {
   const double t0 = Seconds();
+  uint64_t waited = 0;  // leaves the pool had not hashed yet
   {
     std::unique_lock<std::mutex> l(mu_);
+    waited = static_cast<uint64_t>(std::count(state_.begin(), state_.end(), LeafState::kHashing));
     idle_cv_.wait(l, [this] { return queue_.empty() && busy_ == 0; });
   }
   std::vector<uint64_t> left;
@@ -254,7 +256,8 @@ StatusOr<Commitment> CommitmentTracker::Finish(int threads) {
   c.root = CommitmentRoot(leaves);
   c.leaves = std::move(leaves);
   c.layout = layout_;
-  tail_leaves_ = left.size();
+  tail_leaves_ = left.size() + waited;
+  commit_hashed_ = left.size();
   tail_seconds_ = Seconds() - t0;
   return c;
 }
@@ -266,6 +269,7 @@ CommitmentPassStats CommitmentTracker::stats() const {
   c.tail_leaves = tail_leaves_;
   c.early_leaves = c.leaves - tail_leaves_;
   c.rehashed_leaves = rehashed_;
+  c.commit_hashed_leaves = commit_hashed_;
   c.early_seconds = early_seconds_;
   c.tail_seconds = tail_seconds_;
   return c;

@@ -462,7 +462,8 @@ Status TrustedReceiver::Commit(const uint8_t* trailer, size_t size) {
         last_pass_ = tracker_->stats();
       } else {
         last_pass_ = CommitmentPassStats();
-        last_pass_.leaves = last_pass_.tail_leaves = held->leaves.size();
+        last_pass_.leaves = last_pass_.tail_leaves = last_pass_.commit_hashed_leaves =
+            held->leaves.size();
         last_pass_.tail_seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       }
