@@ -474,12 +474,12 @@ Status TrustedReceiver::Commit(const uint8_t* trailer, size_t size) {
     }
   }
   DCR_RETURN_IF_ERROR(inner_->Commit(trailer, size));
-  tracker_.reset();
   std::unique_ptr<StreamVerifier> verified = std::move(verifier_);
   {
     std::lock_guard<std::mutex> l(mu_);
     committed_commitment_ = checked;
   }
+  tracker_.reset();  // the delta is committed: its leaves are done with
   if (options_.floor != nullptr) {
     Status s = options_.floor->Record(target_version_, NowUnix());
     if (!s.ok())
