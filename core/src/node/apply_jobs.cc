@@ -141,7 +141,7 @@ void ApplyJobs::ApplyJob(const BlobPtr& b) {
     state_->UpdateMetrics([](internal::NodeMetrics* m) { ++m->chunks_applied; });
   } else if (s.ok() && b->info.kind == BlobKind::kTrailer) {
     ReportHeld();  // committed: no other call runs
-    if (const auto* trusted = dynamic_cast<const TrustedReceiver*>(backend_.get())) {
+    if (const auto* trusted = dynamic_cast<const TrustedReceiver*>(rx_)) {
       const CommitmentPassStats pass = trusted->last_commitment_pass();
       state_->Update([&](NodeResult* r) {
         r->commitment_leaves = pass.leaves;
