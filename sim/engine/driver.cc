@@ -83,6 +83,7 @@ enum class TagKind {
   kEncrypt,
   kDecrypt,
   kCommitment,
+  kLeafHash,
   kSenderCommitment,
   kVerify,
   kTranscode
@@ -387,16 +388,28 @@ class NodeActor : public NodeEnvironment {
       Add(e, std::move(t));
       return;
     }
-    if (role_.receiver && ap.blob.kind == BlobKind::kTrailer && spec().commitment_cpu_s > 0) {
-      // A signed delta's commit first recomputes the commitment of the whole storage.
+    if (role_.receiver && ap.blob.kind == BlobKind::kTrailer && leaf_hashes_ > 0) {
+      // The commit waits for the leaves its chunks completed (the hashing pool's queue).
+      trailer_waiting_ = true;
+      trailer_ = ap.blob;
+      return;
+    }
+    CommitOrApply(ap.blob);
+  }
+
+  // A receiver's trailer: the commitment's remaining leaves, then the commit; any other blob:
+  // its apply.
+  void CommitOrApply(const BlobInfo& blob) {
+    if (role_.receiver && blob.kind == BlobKind::kTrailer && spec().commitment_cpu_s > 0) {
+      // A signed delta's commit first hashes the leaves no chunk completed.
       Tag t;
       t.kind = TagKind::kCommitment;
-      t.blob = ap.blob;
+      t.blob = blob;
       commitment_parts_ =
           ComputeParallel(spec().commitment_cpu_s * kHostFlops, spec().commitment_threads, t);
       return;
     }
-    StartApply(ap.blob);
+    StartApply(blob);
   }
 
   // The apply job of blob `blob` (for a receiver's trailer: after its commitment).
@@ -648,11 +661,24 @@ class NodeActor : public NodeEnvironment {
           sender_ready_ = true;
           LaunchBuilds();
           break;
+        case TagKind::kLeafHash:
+          if (--leaf_hashes_ == 0 && trailer_waiting_) {
+            trailer_waiting_ = false;
+            CommitOrApply(trailer_);
+          }
+          break;
         case TagKind::kApply: {
           applied_[tag.blob.id] += 1;
           if (auto h = held_acks_.find(tag.blob.id); h != held_acks_.end()) {
             SendAck(h->second, h->first);
             held_acks_.erase(h);
+          }
+          if (role_.receiver && tag.blob.kind == BlobKind::kChunk) {
+            const double hash = blobs().at(tag.blob.id).hash_flops;
+            if (hash > 0) {
+              leaf_hashes_ +=
+                  ComputeParallel(hash, spec().commitment_threads, Tag{TagKind::kLeafHash, {}, {}});
+            }
           }
           event::ApplyDone done;
           done.blob = tag.blob.id;
@@ -732,8 +758,11 @@ class NodeActor : public NodeEnvironment {
   std::vector<bool> built_;
   size_t next_launch_ = 0, next_deliver_ = 0;
   int running_builds_ = 0;
-  bool sender_ready_ = true;  // the producer's commitment is done (or none is charged)
-  int commitment_parts_ = 0;  // parts of this node's commitment job still running
+  bool sender_ready_ = true;      // the producer's commitment is done (or none is charged)
+  int commitment_parts_ = 0;      // parts of this node's commitment job still running
+  int leaf_hashes_ = 0;           // parts of the chunks' leaf hashing jobs still running
+  bool trailer_waiting_ = false;  // the trailer's commit waits for leaf_hashes_
+  BlobInfo trailer_;
 };
 
 nlohmann::json OutcomeToJson(const RunOutcome& o) {

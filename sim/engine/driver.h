@@ -60,6 +60,10 @@ struct SimBlob {
   BlobInfo info;
   double build_flops = 0;  // on the sender host (0: produced at start)
   double apply_flops = 0;  // on each applying node's host
+  // A receiver's commitment leaves this chunk completes (TrustOptions::hash_leaves_early): hashed
+  // once its apply is done, on up to RunSpec::commitment_threads cores of the receiver's host
+  // beside the applies (the receiver's hashing pool); its commit waits for them.
+  double hash_flops = 0;
 };
 
 struct RunSpec {
@@ -112,22 +116,25 @@ struct RunSpec {
   // journal's record, a wait on the disk, not on a core), from the trailer's arrival: it follows
   // the last chunk's apply and cannot overlap the transfer. 0: not charged.
   double commit_seconds = 0;
-  // The commitment of a signed delta (dcr/commitment.h). Each receiver's is CPU seconds (one
-  // core) of SHA-256 over its whole storage, run on up to `commitment_threads` cores of its host
-  // (or of the shared CPU) once every chunk is applied and the trailer is in, before the durable
-  // commit (TrustedReceiver::Commit): it cannot overlap the transfer and adds. The sender's is
-  // the same pass over the target on up to `sender_commitment_threads` cores before it builds
-  // the first blob: the refit clock (from the first blob, as the real runner's) starts after
-  // it; the simulated clock (sim_clock) includes it. 0: not charged.
+  // The commitment of a signed delta (dcr/commitment.h). A receiver hashes the leaves each chunk
+  // completes once the chunk is applied (the chunk blobs' hash_flops, on up to
+  // `commitment_threads` cores); what is left after the trailer, the leaves no chunk covers, is
+  // `commitment_cpu_s`: CPU seconds (one core) run on up to `commitment_threads` cores of its
+  // host (or of the shared CPU) once every chunk is applied and hashed and the trailer is in,
+  // before the durable commit (TrustedReceiver::Commit): it cannot overlap the transfer and
+  // adds. The sender's is the
+  // pass over the target on up to `sender_commitment_threads` cores before it builds the first
+  // blob: the refit clock (from the first blob, as the real runner's) starts after it; the
+  // simulated clock (sim_clock) includes it. 0: not charged.
+  double commitment_cpu_s = 0;
+  int commitment_threads = 1;
+  double sender_commitment_cpu_s = 0;
+  int sender_commitment_threads = 1;
   // The harness's byte comparison of each receiver's storage with the target file
   // (`receivers.verify` of dcr run): CPU seconds on one core of its host (or of the shared CPU),
   // started when it commits. It does not delay its own commit; it competes with the nodes still
   // working. 0: not charged.
   double verify_cpu_s = 0;
-  double commitment_cpu_s = 0;
-  int commitment_threads = 1;
-  double sender_commitment_cpu_s = 0;
-  int sender_commitment_threads = 1;
 };
 
 struct NodeOutcome {

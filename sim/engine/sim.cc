@@ -370,13 +370,16 @@ void DescribeCommitment(const Scenario& s, const Calibration& cal, ScenarioResul
         "not charged: the calibration has no commitment_bytes_per_s (dcr bench pipeline "
         "--json, dcr bench codec --json)";
   } else {
-    line = "signed delta runs: SHA-256 Merkle leaves at " + Num(cal.commitment_bytes_per_s) +
-           " B/s per core (" + cal.source +
-           "); the sender hashes the target on its build threads before the first blob "
-           "(outside the refit clock, as dcr run measures it); each receiver, relays "
-           "included, hashes its whole storage on every core of its host after its last "
-           "chunk and before its durable commit (not per leaf as ranges complete): it adds; "
-           "edge relays do not check it; full-checkpoint runs carry none";
+    line =
+        "signed delta runs: SHA-256 Merkle leaves at " + Num(cal.commitment_bytes_per_s) +
+        " B/s per core (" + cal.source +
+        "); the sender hashes the target on its build threads before the first blob "
+        "(outside the refit clock, as dcr run measures it); each receiver, relays "
+        "included, hashes the leaves of its storage each chunk completes once the chunk "
+        "is applied, on its host's cores (TrustOptions::hash_leaves_early: overlaps the "
+        "transfer, competes for the cores), and after the trailer only the leaves no chunk covers "
+        "(none in the payload model: every grid cell is a chunk), before its durable "
+        "commit; edge relays do not check it; full-checkpoint runs carry none";
     if (s.receivers.device != "cpu") {
       line += "; receivers on " + s.receivers.device +
               " devices download each leaf in pieces to host memory and hash it on the host's "
@@ -676,10 +679,14 @@ void ChargeVerify(const Scenario& s, const Calibration& cal, const PayloadModel&
 
 // A signed delta's commitment (dcr/commitment.h), as the real nodes compute it: the sender over
 // the target's tensor bytes on its build threads before the first blob (SenderBuilder's signing
-// options), every receiver (relays of the tree and store downloaders alike) over its storage's
-// tensor bytes (its serving shard) once the last chunk is applied, on every core of its host
-// (TrustedReceiver::Commit, commitment_threads 0 = hardware concurrency), before the durable
-// commit. Returns the text of the costs line ("" when not charged).
+// options); every receiver (relays of the tree and store downloaders alike) over its storage's
+// tensor bytes (its serving shard) leaf by leaf as the chunks complete them (TrustedReceiver,
+// TrustOptions::hash_leaves_early): each chunk's share is a job started when its apply is done,
+// on up to every core of the host (the receiver's hashing pool), competing with the applies, TLS
+// and relaying of every node on the host while the transfer goes on. The commit waits for those
+// jobs; after the trailer only the leaves no chunk covers are left (TrustedReceiver::Commit, on
+// every core of the host): none here, since the payload model emits a chunk for every grid
+// cell. Returns the text of the costs line ("" when not charged).
 std::string ChargeCommitment(const Scenario& s, const SimInputs& in,
                              const internal::PlatformSpec& plat, const PayloadModel& pm,
                              internal::RunSpec* spec) {
@@ -687,15 +694,27 @@ std::string ChargeCommitment(const Scenario& s, const SimInputs& in,
   if (!s.network.signing.enabled || !cal.has_commitment()) return "";
   const double tp = s.serving.enabled && s.serving.tp > 1 ? s.serving.tp : 1;
   const double per_core = cal.commitment_bytes_per_s;
-  spec->commitment_cpu_s = pm.dense_bytes / tp / per_core;
+  const double total = pm.dense_bytes / tp / per_core;
+  double chunks = 0;
+  for (const internal::SimBlob& b : spec->blobs) chunks += b.info.kind == BlobKind::kChunk ? 1 : 0;
+  if (chunks > 0) {
+    for (internal::SimBlob& b : spec->blobs) {
+      if (b.info.kind == BlobKind::kChunk) b.hash_flops = total / chunks * internal::kHostFlops;
+    }
+    spec->commitment_cpu_s = 0;
+  } else {
+    spec->commitment_cpu_s = total;
+  }
   spec->commitment_threads =
       in.extra.shared_cpu > 0 ? in.extra.shared_cpu : plat.regions[1].cores_per_node;
   spec->sender_commitment_cpu_s = pm.dense_bytes / per_core;
   spec->sender_commitment_threads = s.delta.threads > 0 ? s.delta.threads : in.build_cores;
-  return "commitment " + Num(spec->commitment_cpu_s) + " CPU-s per receiver (" +
-         Num(pm.dense_bytes / tp) + " B at " + Num(per_core) + " B/s per core, on up to " +
-         std::to_string(spec->commitment_threads) +
-         " cores of its host), after its last apply and before its durable commit: adds; "
+  return "commitment " + Num(total) + " CPU-s per receiver (" + Num(pm.dense_bytes / tp) +
+         " B at " + Num(per_core) + " B/s per core), each chunk's leaves hashed once it is " +
+         "applied on up to " + std::to_string(spec->commitment_threads) +
+         " cores of its host (overlaps the transfer, competes for the cores), " +
+         Num(spec->commitment_cpu_s) +
+         " CPU-s after the trailer (leaves no chunk covers), before its durable commit; "
          "sender commitment " +
          Num(spec->sender_commitment_cpu_s) + " CPU-s on up to " +
          std::to_string(spec->sender_commitment_threads) +

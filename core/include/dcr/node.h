@@ -368,6 +368,13 @@ struct NodeResult {
   // one its final manifest signed; at a receiver, the trainer's signed root its storage was
   // found to hold at commit. Empty when none was signed or checked.
   std::string commitment;
+  // A receiver whose last commit checked the commitment: how that pass was spent
+  // (TrustedReceiver::last_commitment_pass): its storage's leaves, those left to the commit (not
+  // hashed when it began), and the commit's wall seconds on them (waiting for the hashing pool,
+  // hashing the rest, the root). Zeros otherwise.
+  uint64_t commitment_leaves = 0;
+  uint64_t commitment_tail_leaves = 0;
+  double commitment_tail_seconds = 0;
   // Receiver with plan.freeze_after_s: why it reports a freeze (no new version within the
   // limit); empty: none.
   std::string freeze;

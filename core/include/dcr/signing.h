@@ -37,6 +37,10 @@
 
 namespace dcr {
 
+namespace internal {
+class CommitmentTracker;
+}  // namespace internal
+
 // SHA-256 of [data, data + size).
 Sha256Digest Sha256(const uint8_t* data, size_t size);
 // 64 lowercase hex digits.
@@ -278,6 +282,24 @@ class VersionFloor {
   double committed_unix_ = 0;
 };
 
+// How the commitment check of a TrustedReceiver's Commit was spent: the storage's leaves, those
+// hashed before Commit began (TrustOptions::hash_leaves_early) and those left to it (leaves no
+// applied chunk completed, those still queued for or being hashed by the pool, and early
+// digests a later write to their leaf dropped: `rehashed_leaves`), the thread-seconds of early
+// hashing and the wall seconds of Commit's pass (waiting for the pool, the remaining leaves and
+// the root). Of the tail, `commit_hashed_leaves` were hashed by Commit itself (no applied chunk
+// completed them, or a write dropped their early digest): unlike the pool's progress, a function
+// of the records applied, not of timing.
+struct CommitmentPassStats {
+  uint64_t leaves = 0;
+  uint64_t early_leaves = 0;
+  uint64_t tail_leaves = 0;
+  uint64_t commit_hashed_leaves = 0;
+  uint64_t rehashed_leaves = 0;
+  double early_seconds = 0;
+  double tail_seconds = 0;
+};
+
 struct TrustOptions {
   // The trusted signer; null = unsigned deltas are accepted and manifest records are skipped
   // unchecked. Default null.
@@ -297,8 +319,18 @@ struct TrustOptions {
   // a commitment, and storage whose commitment cannot be computed (e.g. a serving replica), are
   // refused (kFailedPrecondition / kUnimplemented). False: the chain alone. Default true.
   bool check_commitment = true;
-  // Workers for that pass (0 = hardware concurrency). Default 0.
+  // Workers for that pass, and for the early hashing's pool (0 = hardware concurrency). Default
+  // 0.
   int commitment_threads = 0;
+  // With check_commitment, each leaf of the storage is hashed as soon as its bytes are final (the
+  // chunks applied so far cover it and no chunk touching it is being applied), on a pool of
+  // commitment_threads workers beside the apply threads; Commit waits for the pool and hashes
+  // only the leaves left (those the last chunks completed and the pool has not reached, those
+  // no chunk touched, and any that a write reached after its early hash). Chunk ranges come from
+  // the records' segments. The root, the errors and the first wrong range named are those of
+  // hashing everything at Commit. Host and device storage; other storage is hashed at Commit.
+  // False: every leaf at Commit. Default true.
+  bool hash_leaves_early = true;
   // When set, each Commit whose commitment was checked writes the delta's signed state
   // (WriteSignedState, durable) there before the inner Commit. Default empty: none.
   std::string signed_state_path;
@@ -317,6 +349,7 @@ struct TrustOptions {
 class TrustedReceiver : public Receiver {
  public:
   TrustedReceiver(std::unique_ptr<Receiver> inner, TrustOptions options);
+  ~TrustedReceiver() override;
 
   Status Begin(const uint8_t* header, size_t size) override;
   Status ApplyRecord(const uint8_t* record, size_t size) override;
@@ -350,6 +383,8 @@ class TrustedReceiver : public Receiver {
   // The commitment root the last successful Commit checked the storage against (the trainer's
   // signed one); nullopt when that delta signed none or the storage could not be hashed.
   std::optional<Sha256Digest> committed_commitment() const;
+  // How the commitment check of the last Commit that ran it was spent (zeros before one).
+  CommitmentPassStats last_commitment_pass() const;
 
  private:
   std::unique_ptr<Receiver> inner_;
@@ -360,6 +395,12 @@ class TrustedReceiver : public Receiver {
   std::map<uint64_t, std::vector<uint8_t>> pending_;  // chunk id -> record awaiting its manifest
   uint64_t pending_bytes_ = 0;
   std::optional<Sha256Digest> committed_commitment_;
+  // The delta in progress's leaves hashed as they become final (hash_leaves_early); null when
+  // none is or the storage cannot be read that way.
+  std::unique_ptr<internal::CommitmentTracker> tracker_;
+  CommitmentPassStats last_pass_;
+  // inner_->ApplyRecord of the chunk record whose parsed header is `h`, announced to tracker_.
+  Status ApplyInner(const ChunkHeader& h, const uint8_t* record, size_t size);
 };
 
 }  // namespace dcr

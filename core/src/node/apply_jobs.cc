@@ -102,6 +102,14 @@ void ApplyJobs::ApplyJob(const BlobPtr& b) {
     state_->UpdateMetrics([](internal::NodeMetrics* m) { ++m->chunks_applied; });
   } else if (s.ok() && b->info.kind == BlobKind::kTrailer) {
     ReportHeld();  // committed: no other call runs
+    if (const auto* trusted = dynamic_cast<const TrustedReceiver*>(rx_)) {
+      const CommitmentPassStats pass = trusted->last_commitment_pass();
+      state_->Update([&](NodeResult* r) {
+        r->commitment_leaves = pass.leaves;
+        r->commitment_tail_leaves = pass.tail_leaves;
+        r->commitment_tail_seconds = pass.tail_seconds;
+      });
+    }
   }
   queue_->Post(event::ApplyDone{b->info.id, s.ok(), s.code(), s.message()});
 }

@@ -320,6 +320,11 @@ std::string NodeResultToJson(const NodeResult& r) {
   j["reports"] = reports;
   j["target_hash"] = r.target_hash.ToHex();
   if (!r.commitment.empty()) j["commitment"] = r.commitment;
+  if (r.commitment_leaves > 0) {
+    j["commitment_pass"] = {{"leaves", r.commitment_leaves},
+                            {"tail_leaves", r.commitment_tail_leaves},
+                            {"tail_seconds", r.commitment_tail_seconds}};
+  }
   if (r.trainer_delta) j["trainer_delta"] = true;
   if (r.delta_base_version >= 0) j["delta_base_version"] = r.delta_base_version;
   if (!r.trainer_delta_skipped.empty()) j["trainer_delta_skipped"] = r.trainer_delta_skipped;
@@ -415,6 +420,12 @@ StatusOr<NodeResult> NodeResultFromJson(const std::string& text) {
       DCR_ASSIGN_OR_RETURN(r.target_hash, HashFromHex(j["target_hash"].get<std::string>()));
     }
     r.commitment = j.value("commitment", std::string());
+    if (j.contains("commitment_pass")) {
+      const auto& c = j["commitment_pass"];
+      r.commitment_leaves = c.value("leaves", uint64_t{0});
+      r.commitment_tail_leaves = c.value("tail_leaves", uint64_t{0});
+      r.commitment_tail_seconds = c.value("tail_seconds", 0.0);
+    }
     r.trainer_delta = j.value("trainer_delta", false);
     r.delta_base_version = j.value("delta_base_version", int64_t{-1});
     r.trainer_delta_skipped = j.value("trainer_delta_skipped", std::string());

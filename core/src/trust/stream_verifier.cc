@@ -1,5 +1,6 @@
 // StreamVerifier, VerifyDeltaFile and TrustedReceiver: what a receiver checks of a signed delta.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <ctime>
 #include <string>
@@ -7,6 +8,7 @@
 #include "dcr/commitment.h"
 #include "dcr/signing.h"
 #include "dcr/status_macros.h"
+#include "internal/commitment_tracker.h"
 
 namespace dcr {
 namespace {
@@ -327,6 +329,8 @@ Status VerifyDeltaFile(const DeltaReader& reader, std::shared_ptr<const TrustKey
 TrustedReceiver::TrustedReceiver(std::unique_ptr<Receiver> inner, TrustOptions options)
     : inner_(std::move(inner)), options_(std::move(options)) {}
 
+TrustedReceiver::~TrustedReceiver() = default;
+
 Status TrustedReceiver::Begin(const uint8_t* header, size_t size) {
   size_t consumed = 0;
   DCR_ASSIGN_OR_RETURN(FileHeader h, ParseFileHeader(header, size, &consumed));
@@ -337,6 +341,14 @@ Status TrustedReceiver::Begin(const uint8_t* header, size_t size) {
     DCR_RETURN_IF_ERROR(verifier->Begin(header, size));
   }
   DCR_RETURN_IF_ERROR(inner_->Begin(header, size));
+  tracker_.reset();
+  if (verifier != nullptr && options_.check_commitment && options_.hash_leaves_early) {
+    // Without an inventory the leaves wait for Commit (the inner receiver parsed the header).
+    StatusOr<Inventory> inventory = Inventory::FromHeader(h);
+    if (inventory.ok())
+      tracker_ =
+          internal::CommitmentTracker::Start(*inner_, *inventory, options_.commitment_threads);
+  }
   std::lock_guard<std::mutex> l(mu_);
   verifier_ = std::move(verifier);
   target_version_ = h.target_version;
@@ -378,7 +390,7 @@ Status TrustedReceiver::ApplyRecord(const uint8_t* record, size_t size) {
   DCR_ASSIGN_OR_RETURN(ChunkHeader h, ParseChunkHeader(record, size, &hs, &rs));
   const Sha256Digest sha = Sha256(record, size);
   DCR_ASSIGN_OR_RETURN(bool verified, v->CheckChunk(h.chunk_id, sha));
-  if (verified) return inner_->ApplyRecord(record, size);
+  if (verified) return ApplyInner(h, record, size);
   {
     std::lock_guard<std::mutex> l(mu_);
     if (pending_.count(h.chunk_id) == 0) {
@@ -404,7 +416,15 @@ Status TrustedReceiver::ApplyRecord(const uint8_t* record, size_t size) {
     rec = std::move(it->second);
     pending_.erase(it);
   }
-  return inner_->ApplyRecord(rec.data(), rec.size());
+  return ApplyInner(h, rec.data(), rec.size());
+}
+
+Status TrustedReceiver::ApplyInner(const ChunkHeader& h, const uint8_t* record, size_t size) {
+  if (tracker_ == nullptr) return inner_->ApplyRecord(record, size);
+  const internal::CommitmentTracker::Touch touch = tracker_->Before(h);
+  Status s = inner_->ApplyRecord(record, size);
+  tracker_->After(touch, s.ok());
+  return s;
 }
 
 Status TrustedReceiver::Commit(const uint8_t* trailer, size_t size) {
@@ -431,9 +451,21 @@ Status TrustedReceiver::Commit(const uint8_t* trailer, size_t size) {
     DCR_ASSIGN_OR_RETURN(Trailer t, ParseTrailer(trailer, size));
     // Only once every chunk is applied (otherwise the inner Commit names the missing ones).
     if (inner_->MissingChunks(t).empty()) {
-      StatusOr<Commitment> held = HeldCommitment(*inner_, options_.commitment_threads);
+      const auto t0 = std::chrono::steady_clock::now();
+      StatusOr<Commitment> held = tracker_ != nullptr
+                                      ? tracker_->Finish(options_.commitment_threads)
+                                      : HeldCommitment(*inner_, options_.commitment_threads);
       if (!held.ok()) {
         return held.status().WithContext(refused + ": the commitment of the held version");
+      }
+      if (tracker_ != nullptr) {
+        last_pass_ = tracker_->stats();
+      } else {
+        last_pass_ = CommitmentPassStats();
+        last_pass_.leaves = last_pass_.tail_leaves = last_pass_.commit_hashed_leaves =
+            held->leaves.size();
+        last_pass_.tail_seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       }
       const std::vector<Sha256Digest> leaves = verifier_->signed_commitment_leaves();
       Status m = MatchCommitment(*held, *root, &leaves);
@@ -457,6 +489,7 @@ Status TrustedReceiver::Commit(const uint8_t* trailer, size_t size) {
     std::lock_guard<std::mutex> l(mu_);
     committed_commitment_ = checked;
   }
+  tracker_.reset();  // the delta is committed: its leaves are done with
   if (options_.floor != nullptr) {
     Status s = options_.floor->Record(target_version_, NowUnix());
     if (!s.ok())
@@ -471,9 +504,12 @@ std::optional<Sha256Digest> TrustedReceiver::committed_commitment() const {
   return committed_commitment_;
 }
 
+CommitmentPassStats TrustedReceiver::last_commitment_pass() const { return last_pass_; }
+
 void TrustedReceiver::Abort() {
   inner_->Abort();
   verifier_.reset();
+  tracker_.reset();
   std::lock_guard<std::mutex> l(mu_);
   pending_.clear();
   pending_bytes_ = 0;
@@ -496,7 +532,7 @@ Status TrustedReceiver::ApplyDerived(const uint8_t* source, size_t source_size,
                                      " is listed by no verified manifest yet: its repair waits");
     }
   }
-  return inner_->ApplyRecord(derived, derived_size);
+  return ApplyInner(der, derived, derived_size);
 }
 
 Status TrustedReceiver::MarkApplied(uint64_t chunk_id, const Hash128& version_delta) {
