@@ -1,5 +1,5 @@
 set terminal pngcairo size 1200,700 font ',10'
-set output 'reports/paper/refit_time.png.tmp.13292'
+set output 'reports/paper/refit_time.png.tmp.943'
 set termoption noenhanced
 set style data histogram
 set style histogram cluster gap 1

@@ -1,5 +1,5 @@
 set terminal svg size 1200,700 dynamic
-set output 'reports/paper/refit_time.svg.tmp.13292'
+set output 'reports/paper/refit_time.svg.tmp.943'
 set termoption noenhanced
 set style data histogram
 set style histogram cluster gap 1
