@@ -268,13 +268,12 @@ StatusOr<std::unique_ptr<DurableReceiver>> DurableReceiver::Open(
         for (auto it = named->rbegin(); it != named->rend(); ++it) {
           if (it->number != base.number) continue;
           if (it->hash != base.hash) {
-            return DataLossError(
-                who + ": version log " + log_dir + " cannot recover version " +
-                std::to_string(base.number) + " (" + log_refused + "), and " +
-                plan.receiver_base_path + " is not that version (content " + base.hash.ToHex() +
-                ", the log committed it as " + it->hash.ToHex() +
-                "): refusing to hold other bytes as version " + std::to_string(base.number) +
-                "; the log is left as it is");
+            return DataLossError(who + ": version log " + log_dir + " cannot recover version " +
+                                 std::to_string(base.number) + " (" + log_refused + "), and " +
+                                 plan.receiver_base_path + " is not that version (content " +
+                                 base.hash.ToHex() + ", the log committed it as " +
+                                 it->hash.ToHex() + "): refusing to hold other bytes as version " +
+                                 std::to_string(base.number) + "; the log is left as it is");
           }
           break;
         }
