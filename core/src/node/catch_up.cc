@@ -532,11 +532,21 @@ Status TakeFullFrame(const NodePlan& plan, ObjectStore* store, const NodeVersion
                          storage->outer->held().hash, root.root, signer);
 }
 
+Status KeepFullFrameInLayout(const NodePlan& plan, VersionRecovery* recovery, uint64_t version,
+                             const Checkpoint& frame, const std::string& layout_path);
+
 // A recovering region receiver's full frame of `version` made durable: the image of `storage`
-// written under the version's state directory, adopted as the committed checkpoint it holds.
+// written under the version's state directory in the layout of its version log (as
+// KeepFullFrameInLayout; as it is for a receiver that holds no layout yet), adopted as the
+// committed checkpoint it holds.
 Status KeepFullFrame(const NodePlan& plan, VersionRecovery* recovery, uint64_t version,
                      const StorageLayer& storage) {
-  DCR_ASSIGN_OR_RETURN(const std::vector<uint8_t> image, FullFrameImage(storage));
+  DCR_ASSIGN_OR_RETURN(std::vector<uint8_t> image, FullFrameImage(storage));
+  if (!recovery->layout_path().empty()) {
+    DCR_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> frame,
+                         Checkpoint::FromBytes(std::move(image)));
+    return KeepFullFrameInLayout(plan, recovery, version, *frame, recovery->layout_path());
+  }
   const std::string path = VersionStateDir(plan.state_dir, version) + "/rank-" +
                            std::to_string(plan.rank) + ".committed.safetensors";
   DCR_RETURN_IF_ERROR(WriteFileAtomic(path, image.data(), image.size()));

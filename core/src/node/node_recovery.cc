@@ -256,14 +256,32 @@ StatusOr<std::unique_ptr<DurableReceiver>> DurableReceiver::Open(
           "it holds " + rec.version.ToString() + ", not version " + std::to_string(r->base_number_);
     }
   }
-  // 3. The base file, which starts a fresh log.
+  // 3. The base file, which starts a fresh log. Its bytes are held as the base version only
+  // when nothing says otherwise: a log that cannot be recovered but names the base version
+  // committed with other content (the file is the layout of a log that holds the version, not
+  // the version) is an error, and the log is left as it is.
   if (r->held_ == nullptr) {
+    const VersionId base{r->base_number_, r->layout_->ContentHash(plan.build_threads)};
     if (!log_refused.empty()) {
+      auto named = VersionLog::NamedVersions(log_dir);
+      if (named.ok()) {
+        for (auto it = named->rbegin(); it != named->rend(); ++it) {
+          if (it->number != base.number) continue;
+          if (it->hash != base.hash) {
+            return DataLossError(who + ": version log " + log_dir + " cannot recover version " +
+                                 std::to_string(base.number) + " (" + log_refused + "), and " +
+                                 plan.receiver_base_path + " is not that version (content " +
+                                 base.hash.ToHex() + ", the log committed it as " +
+                                 it->hash.ToHex() + "): refusing to hold other bytes as version " +
+                                 std::to_string(base.number) + "; the log is left as it is");
+          }
+          break;
+        }
+      }
       std::fprintf(stderr, "%s: version log %s not used (%s): starting it over from %s\n",
                    who.c_str(), log_dir.c_str(), log_refused.c_str(),
                    plan.receiver_base_path.c_str());
     }
-    const VersionId base{r->base_number_, r->layout_->ContentHash(plan.build_threads)};
     r->held_.reset(new HeldStorage());
     r->held_->log_dir_ = log_dir;
     r->held_->layout_size_ = layout_size;

@@ -106,10 +106,14 @@ class DurableReceiver {
   // and holds the base version and no delta, else freed first.
   // The storage is, in this order: the carried one; the version the log committed last when it
   // is the base (or, on a restart, the target: target_committed()); else the bytes of
-  // plan.receiver_base_path as the base, which also start a fresh log.
+  // plan.receiver_base_path as the base, which also start a fresh log. The base file's bytes are
+  // never held as the base version when the log names that version committed with another
+  // content hash (VersionLog::NamedVersions): the file is then only the log's layout.
   // Errors: the layout's (Checkpoint::Open), MakeDeviceReceiver's, the journal's, the version
   // log's (Create; a log that exists but cannot be recovered is left as it is and named in the
-  // error only when the base file cannot replace it), errno errors.
+  // error only when the base file cannot replace it), kDataLoss when the log cannot recover the
+  // base version and the base file is not it (content hash other than the log's; the log is
+  // left as it is), errno errors.
   static StatusOr<std::unique_ptr<DurableReceiver>> Open(
       const NodePlan& plan, std::shared_ptr<Device> device, int starts, FaultPoints* faults,
       std::unique_ptr<HeldStorage> carried = nullptr);

@@ -239,6 +239,60 @@ TEST_P(DurableTest, CommittedStorageCarriesIntoTheNextVersionAndMaterializesTheT
   EXPECT_EQ((*rec)->MaterializeHeld(2).status().code(), StatusCode::kFailedPrecondition);
 }
 
+TEST_P(DurableTest, ALogThatCannotRecoverTheHeldVersionIsNeverReplacedByTheLayoutsBytes) {
+  // A long-lived node holding version 1 in its log; its base path for version 2 is the layout
+  // (version 0's bytes).
+  NodePlan lp = plan_;
+  lp.state_dir = (dir_ / "state").string();
+  std::filesystem::permissions(lp.state_dir, std::filesystem::perms::owner_all,
+                               std::filesystem::perm_options::replace);
+  lp.versions = {NodeVersion{}, NodeVersion{}};
+  lp.versions[0].version = 1;
+  lp.versions[1].version = 2;
+  auto rec = VersionRecovery::Open(lp);
+  ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+  NodePlan p1 = plan_;
+  (*rec)->Prepare(lp.versions[0], 0, &p1);
+  {
+    auto r = DurableReceiver::Open(p1, device_, 1, nullptr);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_TRUE(ApplyDelta(*reader_, (*r)->receiver()).ok());
+  }
+  ASSERT_TRUE((*rec)->Done(p1).ok());
+  NodePlan p2 = plan_;
+  (*rec)->Prepare(lp.versions[1], 1, &p2);
+  ASSERT_EQ(p2.receiver_base_path, paths_[0]);
+  ASSERT_EQ(p2.base_version, 1);
+  // The log's image no longer fits what the log records: the log cannot recover version 1.
+  const std::string image = p2.version_log_dir + "/image-0";
+  {
+    std::FILE* f = std::fopen(image.c_str(), "ab");
+    ASSERT_NE(f, nullptr);
+    std::fputc(0, f);
+    std::fclose(f);
+  }
+  const std::vector<uint8_t> log_before = FileBytes(p2.version_log_dir + "/log");
+  const std::vector<uint8_t> image_before = FileBytes(image);
+  // A restart in version 2: the layout's bytes are not version 1, so nothing holds them as it.
+  auto r = DurableReceiver::Open(p2, device_, 2, nullptr);
+  ASSERT_FALSE(r.ok()) << "held " << (*r)->receiver()->held().ToString();
+  EXPECT_EQ(r.status().code(), StatusCode::kDataLoss) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("refusing to hold other bytes as version 1"),
+            std::string::npos)
+      << r.status().ToString();
+  EXPECT_NE(r.status().message().find(paths_[0]), std::string::npos) << r.status().ToString();
+  // The log is left as it is.
+  EXPECT_EQ(FileBytes(p2.version_log_dir + "/log"), log_before);
+  EXPECT_EQ(FileBytes(image), image_before);
+  // A file that is version 1 (its committed checkpoint) takes the log's place.
+  p2.receiver_base_path = paths_[1];
+  auto held = DurableReceiver::Open(p2, device_, 2, nullptr);
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  EXPECT_EQ((*held)->receiver()->held(), (VersionId{1, target_hash_}));
+  Status v = VerifyFile(*(*held)->receiver(), paths_[1]);
+  EXPECT_TRUE(v.ok()) << v.ToString();
+}
+
 TEST_P(DurableTest, StorageWithUncommittedChunksIsNotCarried) {
   auto r = Open(1);
   ASSERT_NE(r, nullptr);

@@ -167,6 +167,9 @@ class VersionRecovery {
   // log holds another version; VersionLog::Recover's; CommitStorageAsCheckpoint's.
   StatusOr<std::string> MaterializeHeld(uint64_t version);
   uint64_t held_number() const { return held_number_; }
+  // Delta receiver: the checkpoint whose layout its version log's image has (the base it started
+  // from, or the first checkpoint a receiver that joined without a base held); empty before that.
+  const std::string& layout_path() const { return layout_path_; }
   // Signed delta receiver (rank > 0, plan.trust_key) that resumes from a version an earlier
   // process finished: proves it again before it is served, reported or used as a base. The
   // held bytes (its checkpoint file, else the version its log recovers, read only) must have

@@ -224,6 +224,39 @@ StatusOr<std::unique_ptr<VersionLog>> VersionLog::Create(const std::string& dir,
   return log;
 }
 
+StatusOr<std::vector<VersionId>> VersionLog::NamedVersions(const std::string& dir) {
+  const std::string log_path = LogPath(dir);
+  DCR_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, ReadFile(log_path));
+  if (bytes.size() < kHeaderSize || std::memcmp(bytes.data(), kMagic, 8) != 0 ||
+      GetU64(bytes.data() + 56) != XXH3_64bits(bytes.data(), 56) ||
+      GetU32(bytes.data() + 8) != kFormat) {
+    return DataLossError("version log " + log_path + ": bad file header");
+  }
+  std::vector<VersionId> out;
+  out.push_back(VersionId{GetU64(bytes.data() + 16),
+                          Hash128{GetU64(bytes.data() + 24), GetU64(bytes.data() + 32)}});
+  uint64_t pos = kHeaderSize;
+  while (bytes.size() - pos >= kEntryOverhead) {
+    const uint32_t n = GetU32(bytes.data() + pos);
+    if (bytes.size() - pos - kEntryOverhead < n) break;  // incomplete: torn
+    const uint8_t type = bytes[pos + 4];
+    const uint8_t* payload = bytes.data() + pos + 5;
+    if (GetU64(payload + n) != EntryChecksum(type, payload, n)) {
+      return DataLossError("version log " + log_path + ": corrupt " + EntryName(type) +
+                           " entry at offset " + std::to_string(pos) + " (checksum mismatch)");
+    }
+    if (type == kCommit) {
+      if (n != 24) {
+        return DataLossError("version log " + log_path + ": commit entry at offset " +
+                             std::to_string(pos) + " of " + std::to_string(n) + " bytes");
+      }
+      out.push_back(VersionId{GetU64(payload), Hash128{GetU64(payload + 8), GetU64(payload + 16)}});
+    }
+    pos += kEntryOverhead + n;
+  }
+  return out;
+}
+
 Status VersionLog::Recover(const std::string& dir, const Checkpoint& layout,
                            RecoveredVersion* out) {
   RecoveredStore store;

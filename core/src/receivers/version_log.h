@@ -121,6 +121,12 @@ class VersionLog {
   // so it may run while a VersionLog of `dir` is open (between its versions: entries of a version
   // begun and not committed are left out as a torn tail). Errors: Open's.
   static Status Recover(const std::string& dir, const Checkpoint& layout, RecoveredVersion* out);
+  // The versions the store in `dir` names, read from its log alone (no image, no layout, no
+  // replay; nothing written): the image's version, then each commit marker's in log order
+  // (entries after the last marker are the torn tail). What a caller that cannot recover the
+  // store still learns from it: which content each version number was committed with.
+  // Errors: kNotFound (no log), kDataLoss (a bad file header, a corrupt entry), errno errors.
+  static StatusOr<std::vector<VersionId>> NamedVersions(const std::string& dir);
   ~VersionLog();
   VersionLog(const VersionLog&) = delete;
   VersionLog& operator=(const VersionLog&) = delete;

@@ -244,6 +244,27 @@ TEST_F(VersionLogTest, CorruptImageIsDataLoss) {
   EXPECT_NE(r.status().message().find("digest"), std::string::npos) << r.status().ToString();
 }
 
+TEST_F(VersionLogTest, NamedVersionsReadsTheLogWithoutItsImage) {
+  Chain c = Chain::Make(2);
+  Start(c);
+  ASSERT_TRUE(ApplyDelta(*c.deltas[0], logging_.get()).ok());
+  ASSERT_TRUE(ApplyDelta(*c.deltas[1], logging_.get()).ok());
+  Stop();
+  // The image cannot be recovered; the log still says which content each version was.
+  std::filesystem::remove(dir_ + "/image-0");
+  ASSERT_FALSE(Recover(c).ok());
+  auto named = VersionLog::NamedVersions(dir_);
+  ASSERT_TRUE(named.ok()) << named.status().ToString();
+  EXPECT_EQ(*named, (std::vector<VersionId>{c.id(0), c.id(1), c.id(2)}));
+  // A corrupt entry is data loss; no log is not found.
+  std::vector<uint8_t> bytes = *ReadFile(dir_ + "/log");
+  bytes[bytes.size() - 12] ^= 1;
+  ASSERT_TRUE(WriteFileAtomic(dir_ + "/log", bytes.data(), bytes.size()).ok());
+  EXPECT_TRUE(VersionLog::NamedVersions(dir_).status().IsDataLoss());
+  std::filesystem::remove(dir_ + "/log");
+  EXPECT_TRUE(VersionLog::NamedVersions(dir_).status().IsNotFound());
+}
+
 TEST_F(VersionLogTest, ImageEveryNVersions) {
   Chain c = Chain::Make(5);
   VersionLogOptions o;
