@@ -102,7 +102,7 @@ void ApplyJobs::ApplyJob(const BlobPtr& b) {
     state_->UpdateMetrics([](internal::NodeMetrics* m) { ++m->chunks_applied; });
   } else if (s.ok() && b->info.kind == BlobKind::kTrailer) {
     ReportHeld();  // committed: no other call runs
-    if (const auto* trusted = dynamic_cast<const TrustedReceiver*>(rx_)) {
+    if (const TrustedReceiver* trusted = stack_.trust) {
       const CommitmentPassStats pass = trusted->last_commitment_pass();
       state_->Update([&](NodeResult* r) {
         r->commitment_leaves = pass.leaves;

@@ -441,9 +441,18 @@ StatusOr<int> ServeFullFrameRequests(ObjectStore* store, const NodePlan& plan,
 
 StatusOr<int> ServeFullFrameRequestsFromCheckpoint(ObjectStore* store, const NodePlan& plan,
                                                    const std::string& prefix,
-                                                   const std::string& checkpoint_path) {
+                                                   const std::string& checkpoint_path,
+                                                   int below_rank) {
   const std::string dir = CatchUpRoot(plan) + "/catch-up/requests/";
   DCR_ASSIGN_OR_RETURN(std::vector<ObjectInfo> pending, store->List(dir));
+  if (below_rank >= 0) {
+    std::erase_if(pending, [&](const ObjectInfo& o) {
+      const std::string name = o.key.substr(dir.size());
+      char* end = nullptr;
+      const long rank = std::strtol(name.c_str(), &end, 10);
+      return name.empty() || *end != '\0' || rank < 0 || rank >= below_rank;
+    });
+  }
   if (pending.empty()) return 0;
   DCR_RETURN_IF_ERROR(PutFullFrameOfCheckpoint(store, prefix, checkpoint_path).status());
   for (const ObjectInfo& o : pending) (void)store->Delete(o.key);
@@ -706,8 +715,7 @@ StatusOr<size_t> CatchUpCollectedVersion(ObjectStore* store, const NodePlan& pla
     }
     if (!frame.ok()) return frame.status().WithContext(who);
     DCR_ASSIGN_OR_RETURN(const std::string layout_path, recovery->HeldPath());
-    DCR_RETURN_IF_ERROR(
-        KeepFullFrameInLayout(plan, recovery, fv.version, **frame, layout_path));
+    DCR_RETURN_IF_ERROR(KeepFullFrameInLayout(plan, recovery, fv.version, **frame, layout_path));
     DCR_ASSIGN_OR_RETURN(const Commitment root, CheckpointCommitment(**frame, 0));
     fr.target_hash = (*frame)->ContentHash();
     DCR_RETURN_IF_ERROR(PutRegionReport(store, fv.prefix, plan.rank, plan.run_id, fv.version,

@@ -199,10 +199,13 @@ std::vector<CommitReport> CollectRegionReports(ObjectStore* store, const std::st
 StatusOr<int> ServeFullFrameRequests(ObjectStore* store, const NodePlan& plan,
                                      const std::string& prefix, const StorageLayer& storage);
 // The same for a recovering holder, from the committed checkpoint of the version it holds
-// (PutFullFrameOfCheckpoint).
+// (PutFullFrameOfCheckpoint); with `below_rank` >= 0 only the requests of ranks below it (the
+// sender serves the tree's ranks and leaves region receivers' to their in-region holders; a
+// request of no rank it can read is left too).
 StatusOr<int> ServeFullFrameRequestsFromCheckpoint(ObjectStore* store, const NodePlan& plan,
                                                    const std::string& prefix,
-                                                   const std::string& checkpoint_path);
+                                                   const std::string& checkpoint_path,
+                                                   int below_rank = -1);
 
 // ---- a tree receiver whose next version retention removed ----
 

@@ -306,6 +306,72 @@ StatusOr<std::unique_ptr<SenderJointCommit>> OpenJointCommit(
   return std::make_unique<SenderJointCommit>(JointReceivers(plan), base);
 }
 
+// The reports a sender takes from the region store for version `versions[i]` (prefix `prefix`),
+// into `r->reports`: the region receivers' (the live ones and those returning, each waited for at
+// most receiver_deadline_s), and those of tree receivers held dead that are on their way back
+// (catching up from the store, or restarted mid-version), which often arrive after the tree's
+// version ended. A report counts only when its rank signed it (`checker`, null: unsigned runs).
+void CollectStoreReports(ObjectStore* region, const NodePlan& plan, const SenderJointCommit& commit,
+                         const std::vector<NodeVersion>& versions, size_t i,
+                         const std::string& prefix, const TlsContext* checker, NodeResult* r) {
+  const NodeVersion& v = versions[i];
+  std::set<int> wait_for;
+  const std::vector<int> live = commit.live();
+  const std::set<int> live_set(live.begin(), live.end());
+  const int first_rank = static_cast<int>(plan.parents.size());
+  for (int rank : plan.region_receivers) {
+    if (live_set.count(rank)) wait_for.insert(rank);
+  }
+  for (int rank : TakeReturning(region, CatchUpRoot(plan))) wait_for.insert(rank);
+  if (i > 0) {
+    for (const CommitReport& c : CollectRegionReports(region, versions[i - 1].prefix, plan.run_id,
+                                                      versions[i - 1].version, first_rank, {}, 0)) {
+      wait_for.insert(c.rank);
+    }
+  }
+  std::vector<std::string> refused;
+  std::vector<CommitReport> got =
+      CollectRegionReports(region, prefix, plan.run_id, v.version, first_rank, wait_for,
+                           plan.receiver_deadline_s, checker, &refused);
+  for (CommitReport& c : got) r->reports.push_back(std::move(c));
+  for (const std::string& why : refused) {
+    std::fprintf(stderr, "sender: refused the region store's commit report of receiver %s\n",
+                 why.c_str());
+  }
+  for (CommitReport& c : CollectReturningTreeReports(
+           region, plan, prefix, v.version, i > 0 ? versions[i - 1].prefix : std::string(),
+           i > 0 ? versions[i - 1].version : 0, commit.live(), r->reports, checker)) {
+    r->reports.push_back(std::move(c));
+  }
+}
+
+// A tree receiver whose next version retention removed asks for a full frame: the sender serves
+// one of version `version`, just published, from the trainer's checkpoint of it (`target_path`;
+// the receiver checks it against the version's trailer and, signed, the trainer's commitment).
+// Region receivers' requests (ranks from plan.parents.size() on) are left to their in-region
+// holders (serve_full_frames), so none of their frames crosses the long link. True when it served
+// a request (`r` then says how many and is written to its result file).
+bool ServeFramesFromTrainer(ObjectStore* region, const NodePlan& plan, const std::string& prefix,
+                            const std::string& target_path, uint64_t version,
+                            const std::string& result_path, NodeResult* r) {
+  StatusOr<int> served = ServeFullFrameRequestsFromCheckpoint(
+      region, plan, prefix, target_path, static_cast<int>(plan.parents.size()));
+  if (served.ok() && *served > 0) {
+    r->full_frames_served = *served;
+    std::fprintf(stderr,
+                 "sender: full frame of version %llu put in the region store for %d "
+                 "request(s)\n",
+                 static_cast<unsigned long long>(version), *served);
+    (void)WriteResultFile(result_path, *r);
+    return true;
+  }
+  if (!served.ok()) {
+    std::fprintf(stderr, "sender: full-frame request not served: %s\n",
+                 served.status().ToString().c_str());
+  }
+  return false;
+}
+
 }  // namespace
 
 Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHooks& hooks) {
@@ -336,8 +402,7 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
   const bool collected_catch_up = !sender && delta && plan.transport == "relay_tree" &&
                                   recovery != nullptr && !plan.store.empty();
   std::unique_ptr<ObjectStore> region;
-  if (!plan.store.empty() &&
-      (joint || (plan.serve_full_frames && !sender) || collected_catch_up)) {
+  if (!plan.store.empty() && (joint || (plan.serve_full_frames && !sender) || collected_catch_up)) {
     DCR_ASSIGN_OR_RETURN(region, OpenObjectStore(plan.store));
   }
   // The sender checks the region receivers' reports against the run's credentials: a report in
@@ -546,40 +611,8 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
       }
     }
     if (joint && region != nullptr) {
-      // Region receivers report through the store: wait for the live ones and for those
-      // returning (they reported the version before) at most receiver_deadline_s.
-      std::set<int> wait_for;
-      const std::vector<int> live = commit->live();
-      const std::set<int> live_set(live.begin(), live.end());
-      const int first_rank = static_cast<int>(plan.parents.size());
-      for (int rank : plan.region_receivers) {
-        if (live_set.count(rank)) wait_for.insert(rank);
-      }
-      for (int rank : TakeReturning(region.get(), CatchUpRoot(plan))) wait_for.insert(rank);
-      if (i > 0) {
-        for (const CommitReport& c :
-             CollectRegionReports(region.get(), versions[i - 1].prefix, plan.run_id,
-                                  versions[i - 1].version, first_rank, {}, 0)) {
-          wait_for.insert(c.rank);
-        }
-      }
-      std::vector<std::string> refused;
-      std::vector<CommitReport> got =
-          CollectRegionReports(region.get(), p.relay.prefix, plan.run_id, v.version, first_rank,
-                               wait_for, plan.receiver_deadline_s, checker.get(), &refused);
-      for (CommitReport& c : got) r.reports.push_back(std::move(c));
-      for (const std::string& why : refused) {
-        std::fprintf(stderr, "sender: refused the region store's commit report of receiver %s\n",
-                     why.c_str());
-      }
-      // Tree receivers held dead that are on their way back (catching up from the store, or
-      // restarted mid-version) report through the store, often after the tree's version ended.
-      for (CommitReport& c : CollectReturningTreeReports(
-               region.get(), plan, p.relay.prefix, v.version,
-               i > 0 ? versions[i - 1].prefix : std::string(), i > 0 ? versions[i - 1].version : 0,
-               commit->live(), r.reports, checker.get())) {
-        r.reports.push_back(std::move(c));
-      }
+      CollectStoreReports(region.get(), plan, *commit, versions, i, p.relay.prefix, checker.get(),
+                          &r);
     }
     if (joint) {
       const VersionId published{v.version, r.target_hash};
@@ -634,26 +667,10 @@ Status RunNodeVersions(const NodePlan& plan, NodeResult* result, const VersionHo
         if (!s.ok()) break;
       }
     }
-    if (joint && region != nullptr && plan.region_receivers.empty()) {
-      // A tree receiver whose next version retention removed asks for a full frame: one of the
-      // version just published, from the trainer's checkpoint of it (checked by the receiver
-      // against the version's trailer and, signed, the trainer's commitment). A run with region
-      // receivers has an in-region holder that serves them (serve_full_frames), so no frame
-      // crosses the long link there.
-      StatusOr<int> served =
-          ServeFullFrameRequestsFromCheckpoint(region.get(), plan, p.relay.prefix, p.target_path);
-      if (served.ok() && *served > 0) {
-        r.full_frames_served = *served;
-        *result = r;
-        std::fprintf(stderr,
-                     "sender: full frame of version %llu put in the region store for %d "
-                     "request(s)\n",
-                     static_cast<unsigned long long>(v.version), *served);
-        (void)WriteResultFile(p.result_path, r);
-      } else if (!served.ok()) {
-        std::fprintf(stderr, "sender: full-frame request not served: %s\n",
-                     served.status().ToString().c_str());
-      }
+    if (joint && region != nullptr &&
+        ServeFramesFromTrainer(region.get(), plan, p.relay.prefix, p.target_path, v.version,
+                               p.result_path, &r)) {
+      *result = r;
     }
     if (recovery != nullptr) {
       s = recovery->Done(p);
