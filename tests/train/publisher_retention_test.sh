@@ -12,26 +12,8 @@
 set -uo pipefail
 dcr=$1; node=$(cd "$(dirname "$2")" && pwd)/$(basename "$2"); prog=$3
 tmp=$(mktemp -d); trap 'kill -9 ${pids[*]:-} 2>/dev/null; rm -rf "$tmp"' EXIT
-fail=0
-ok() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fail=1; }
-"$dcr" synth --preset tiny --rate 3% --steps 4 --out "$tmp/ck" -q >/dev/null 2>&1 || { bad synth; exit 1; }
-python3 - "$tmp/ck" <<'PY' || exit 1
-import json, struct, sys
-ck = sys.argv[1]
-for step in (1, 2, 3):  # manifests: the tensors of each checkpoint, as the trainer holds them
-    f = open("%s/step%d.safetensors" % (ck, step), "rb")
-    n = struct.unpack("<Q", f.read(8))[0]
-    h = json.loads(f.read(n))
-    with open("%s/step%d.manifest" % (ck, step), "w") as m:
-        for k, v in h.get("__metadata__", {}).items():
-            m.write("meta %s %s\n" % (k, v))
-        ts = sorted((t for t in h if t != "__metadata__"), key=lambda t: h[t]["data_offsets"][0])
-        for t in ts:
-            b, e = h[t]["data_offsets"]
-            m.write("tensor %s %s %d %d %d %s\n" % (t, h[t]["dtype"], 8 + n + b, e - b,
-                    len(h[t]["shape"]), " ".join(str(d) for d in h[t]["shape"])))
-PY
+source "$(dirname "$0")/train_lib.sh"
+synth_trainer_checkpoints "$dcr" "$tmp/ck"
 port=$(( 20000 + RANDOM % 12000 ))
 cat >"$tmp/s.yaml" <<YAML
 name: retention
