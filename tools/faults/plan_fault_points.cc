@@ -6,36 +6,26 @@
 #include <atomic>
 #include <vector>
 
+#include "receivers/forwarding_receiver.h"
+
 namespace dcr::faults {
 
 namespace {
 
 // PlanFaultPoints::ChunkLayer's layer: forwards every call, counts the ApplyRecord calls and
 // tells the fault points of each after it returned.
-class ChunkFaultLayer : public Receiver {
+class ChunkFaultLayer : public internal::ForwardingReceiver {
  public:
   ChunkFaultLayer(Receiver* inner, PlanFaultPoints* points, bool inside)
-      : inner_(inner), points_(points), inside_(inside) {}
-  Status Begin(const uint8_t* h, size_t n) override { return inner_->Begin(h, n); }
+      : ForwardingReceiver(inner), points_(points), inside_(inside) {}
   Status ApplyRecord(const uint8_t* r, size_t n) override {
     const int64_t ordinal = ordinal_.fetch_add(1);
-    Status s = inner_->ApplyRecord(r, n);
+    Status s = inner()->ApplyRecord(r, n);
     points_->ChunkApplied(ordinal, inside_);
     return s;
   }
-  Status Commit(const uint8_t* t, size_t n) override { return inner_->Commit(t, n); }
-  void Abort() override { inner_->Abort(); }
-  Status MarkApplied(uint64_t id, const Hash128& d) override { return inner_->MarkApplied(id, d); }
-  Status Verify(const Checkpoint& target) const override { return inner_->Verify(target); }
-  const Receiver* storage() const override { return inner_->storage(); }
-  VersionId held() const override { return inner_->held(); }
-  bool in_delta() const override { return inner_->in_delta(); }
-  std::vector<uint64_t> MissingChunks(const Trailer& t) const override {
-    return inner_->MissingChunks(t);
-  }
 
  private:
-  Receiver* inner_;
   PlanFaultPoints* points_;
   bool inside_;
   std::atomic<int64_t> ordinal_{0};

@@ -10,8 +10,8 @@
 
 namespace dcr::internal {
 
-// Bytes this process has caused to be written to storage so far; 0 where the kernel does not
-// account them. The difference of two calls is what happened in between.
+// Bytes written to storage on behalf of this process since it started; 0 where that count is not
+// kept. The difference of two calls is what was written in between.
 inline uint64_t ProcessWriteBytes() {
   std::ifstream f("/proc/self/io");
   std::string key;

@@ -20,6 +20,7 @@
 #include "internal/process_io.h"
 #include "node/version_state.h"
 #include "receivers/device_image.h"
+#include "receivers/forwarding_receiver.h"
 
 namespace dcr::internal {
 
@@ -54,52 +55,42 @@ StatusOr<int> CountNodeStart(const std::string& state_dir, int rank) {
 // record that reaches the storage within a delta marks it written (ReloadCommitted then reloads
 // the committed version; TakeStorage hands on only unwritten storage); a commit marks it clean
 // again (the log below holds the version it now holds).
-class DurableReceiver::StorageHooks : public Receiver {
+class DurableReceiver::StorageHooks : public ForwardingReceiver {
  public:
   // Neither pointer is owned; both must outlive this object.
-  StorageHooks(Receiver* inner, std::atomic<bool>* written) : inner_(inner), written_(written) {}
-  Status Begin(const uint8_t* h, size_t n) override { return inner_->Begin(h, n); }
+  StorageHooks(Receiver* inner, std::atomic<bool>* written)
+      : ForwardingReceiver(inner), written_(written) {}
   Status ApplyRecord(const uint8_t* r, size_t n) override {
     // Outside a delta (a chunk delivered again after the commit) the storage refuses it unwritten.
-    if (inner_->in_delta()) written_->store(true);
-    return inner_->ApplyRecord(r, n);
+    if (inner()->in_delta()) written_->store(true);
+    return inner()->ApplyRecord(r, n);
   }
   Status Commit(const uint8_t* t, size_t n) override {
-    DCR_RETURN_IF_ERROR(inner_->Commit(t, n));
+    DCR_RETURN_IF_ERROR(inner()->Commit(t, n));
     written_->store(false);  // the storage holds the committed version again
     return Status();
   }
-  void Abort() override { inner_->Abort(); }
-  Status MarkApplied(uint64_t id, const Hash128& d) override { return inner_->MarkApplied(id, d); }
-  Status Verify(const Checkpoint& target) const override { return inner_->Verify(target); }
-  const Receiver* storage() const override { return inner_->storage(); }
-  VersionId held() const override { return inner_->held(); }
-  bool in_delta() const override { return inner_->in_delta(); }
-  std::vector<uint64_t> MissingChunks(const Trailer& t) const override {
-    return inner_->MissingChunks(t);
-  }
 
  private:
-  Receiver* inner_;
   std::atomic<bool>* written_;
 };
 
 // Over the journal: at each Begin, after the inner one, `*inventory` and `*target_header` set
 // from the delta's header and `on_begin` run. Also the handle a decorator that owns what it
 // wraps holds (DurableReceiver::Handle: no inventory, no target header, no on_begin).
-class DurableReceiver::HeaderHooks : public Receiver {
+class DurableReceiver::HeaderHooks : public ForwardingReceiver {
  public:
   // `inner` is not owned and must outlive this object; `inventory` and `target_header` (may be
   // null) get the inventory and the target's safetensors JSON header ("" for a sharded target)
   // of every delta begun.
   HeaderHooks(Receiver* inner, Inventory* inventory, std::string* target_header,
               std::function<Status()> on_begin)
-      : inner_(inner),
+      : ForwardingReceiver(inner),
         inventory_(inventory),
         target_header_(target_header),
         on_begin_(std::move(on_begin)) {}
   Status Begin(const uint8_t* h, size_t n) override {
-    DCR_RETURN_IF_ERROR(inner_->Begin(h, n));
+    DCR_RETURN_IF_ERROR(inner()->Begin(h, n));
     if (inventory_ != nullptr || target_header_ != nullptr) {
       size_t consumed = 0;
       DCR_ASSIGN_OR_RETURN(FileHeader header, ParseFileHeader(h, n, &consumed));
@@ -113,20 +104,8 @@ class DurableReceiver::HeaderHooks : public Receiver {
     if (on_begin_) DCR_RETURN_IF_ERROR(on_begin_());
     return Status();
   }
-  Status ApplyRecord(const uint8_t* r, size_t n) override { return inner_->ApplyRecord(r, n); }
-  Status Commit(const uint8_t* t, size_t n) override { return inner_->Commit(t, n); }
-  void Abort() override { inner_->Abort(); }
-  Status MarkApplied(uint64_t id, const Hash128& d) override { return inner_->MarkApplied(id, d); }
-  Status Verify(const Checkpoint& target) const override { return inner_->Verify(target); }
-  const Receiver* storage() const override { return inner_->storage(); }
-  VersionId held() const override { return inner_->held(); }
-  bool in_delta() const override { return inner_->in_delta(); }
-  std::vector<uint64_t> MissingChunks(const Trailer& t) const override {
-    return inner_->MissingChunks(t);
-  }
 
  private:
-  Receiver* inner_;
   Inventory* inventory_;
   std::string* target_header_;
   std::function<Status()> on_begin_;
